@@ -1,0 +1,13 @@
+//! Compiles `proto/plexus.proto` with the vendored protoc, so no protoc is needed on the machine.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY: a build script is single-threaded; nothing else reads the environment concurrently.
+    unsafe { std::env::set_var("PROTOC", protoc) };
+    println!("cargo:rerun-if-changed=proto/plexus.proto");
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_protos(&["proto/plexus.proto"], &["proto"])?;
+    Ok(())
+}

@@ -1,0 +1,236 @@
+//! Typed ids and structured names.
+//!
+//! `JobId` and `WorkerId` wrap a uuid and print as `job-<32 hex>` / `wkr-<32 hex>`; parsing checks
+//! the prefix, so a worker id pasted where a job id belongs is refused with a clear message.
+//! Task and output names are restricted to characters that are safe in paths and object ids.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
+
+/// Why a piece of text is not a valid id or name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {input:?}: {reason}")]
+pub struct IdError {
+    pub what: &'static str,
+    pub input: String,
+    pub reason: String,
+}
+
+impl IdError {
+    fn new(what: &'static str, input: &str, reason: impl Into<String>) -> Self {
+        IdError { what, input: input.to_string(), reason: reason.into() }
+    }
+}
+
+macro_rules! typed_id {
+    ($name:ident, $prefix:literal, $what:literal) => {
+        #[doc = concat!("A ", $what, " id: a uuid printed as `", $prefix, "<32 hex digits>`.")]
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Uuid);
+
+        impl $name {
+            pub const PREFIX: &'static str = $prefix;
+
+            /// A fresh random id.
+            pub fn random() -> Self {
+                $name(Uuid::new_v4())
+            }
+
+            pub fn from_uuid(u: Uuid) -> Self {
+                $name(u)
+            }
+
+            pub fn from_bytes(b: [u8; 16]) -> Self {
+                $name(Uuid::from_bytes(b))
+            }
+
+            pub fn as_bytes(&self) -> &[u8; 16] {
+                self.0.as_bytes()
+            }
+
+            pub fn uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}{}", $prefix, self.0.simple())
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(self, f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                let s = s.trim();
+                let Some(rest) = s.strip_prefix($prefix) else {
+                    return Err(IdError::new($what, s, concat!("expected the prefix \"", $prefix, "\"")));
+                };
+                if rest.len() != 32 || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(IdError::new($what, s, concat!("expected \"", $prefix, "\" and 32 hex digits")));
+                }
+                Uuid::parse_str(rest).map($name).map_err(|e| IdError::new($what, s, e.to_string()))
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+typed_id!(JobId, "job-", "job");
+typed_id!(WorkerId, "wkr-", "worker");
+
+/// Checks a task name: 1–64 characters of `[A-Za-z0-9_-]`, starting with a letter or digit.
+pub fn check_task_name(s: &str) -> Result<(), IdError> {
+    check_name("task name", s, false)
+}
+
+/// Checks an output name: 1–128 characters of `[A-Za-z0-9_.-]`, not starting with a dot.
+pub fn check_output_name(s: &str) -> Result<(), IdError> {
+    check_name("output name", s, true)
+}
+
+fn check_name(what: &'static str, s: &str, dots: bool) -> Result<(), IdError> {
+    let max = if dots { 128 } else { 64 };
+    if s.is_empty() {
+        return Err(IdError::new(what, s, "must not be empty"));
+    }
+    if s.len() > max {
+        return Err(IdError::new(what, s, format!("longer than {max} characters")));
+    }
+    if !s.as_bytes()[0].is_ascii_alphanumeric() && s.as_bytes()[0] != b'_' {
+        return Err(IdError::new(what, s, "must start with a letter, digit or underscore"));
+    }
+    if let Some(c) = s.chars().find(|&c| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || (dots && c == '.'))) {
+        let allowed = if dots { "letters, digits, '_', '-' and '.'" } else { "letters, digits, '_' and '-'" };
+        return Err(IdError::new(what, s, format!("character {c:?} is not allowed (only {allowed})")));
+    }
+    Ok(())
+}
+
+/// One subtask: replica `rank` of task `task` of a job.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct SubtaskKey {
+    pub job: JobId,
+    pub task: String,
+    pub rank: u32,
+}
+
+impl fmt::Display for SubtaskKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.job, self.task, self.rank)
+    }
+}
+
+/// One attempt of one subtask. Every placement of a subtask is a new attempt, so a report about
+/// an older attempt is recognised as stale.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct AttemptRef {
+    pub job: JobId,
+    pub task: String,
+    pub rank: u32,
+    pub attempt: u32,
+}
+
+impl AttemptRef {
+    pub fn subtask(&self) -> SubtaskKey {
+        SubtaskKey { job: self.job, task: self.task.clone(), rank: self.rank }
+    }
+}
+
+impl fmt::Display for AttemptRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}#{}", self.job, self.task, self.rank, self.attempt)
+    }
+}
+
+/// A data object: output `name` of replica `rank` of task `task`. Text form
+/// `<job>/<task>/<rank>/<name>`; the same path names it in a worker's cache.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct ObjectId {
+    pub job: JobId,
+    pub task: String,
+    pub rank: u32,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}/{}", self.job, self.task, self.rank, self.name)
+    }
+}
+
+impl FromStr for ObjectId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, IdError> {
+        let parts: Vec<&str> = s.split('/').collect();
+        let [job, task, rank, name] = parts.as_slice() else {
+            return Err(IdError::new("object id", s, "expected <job>/<task>/<rank>/<name>"));
+        };
+        let job: JobId = job.parse()?;
+        check_task_name(task)?;
+        let rank: u32 = rank.parse().map_err(|_| IdError::new("object id", s, format!("rank {rank:?} is not a number")))?;
+        check_output_name(name)?;
+        Ok(ObjectId { job, task: task.to_string(), rank, name: name.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_check_prefix() {
+        let j = JobId::random();
+        let text = j.to_string();
+        assert!(text.starts_with("job-") && text.len() == 36);
+        assert_eq!(text.parse::<JobId>().unwrap(), j);
+        let err = text.replace("job-", "wkr-").parse::<JobId>().unwrap_err();
+        assert!(err.to_string().contains("expected the prefix \"job-\""), "{err}");
+        let w = WorkerId::random();
+        assert_eq!(w.to_string().parse::<WorkerId>().unwrap(), w);
+        assert!("wkr-xyz".parse::<WorkerId>().is_err());
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_task_name("gen-1_a").is_ok());
+        assert!(check_task_name("").is_err());
+        assert!(check_task_name("a/b").unwrap_err().to_string().contains("'/'"));
+        assert!(check_task_name("x.y").is_err());
+        assert!(check_output_name("numbers.bin").is_ok());
+        assert!(check_output_name(".hidden").is_err());
+        assert!(check_output_name("..").is_err());
+    }
+
+    #[test]
+    fn object_ids_round_trip() {
+        let o = ObjectId { job: JobId::random(), task: "gen".into(), rank: 3, name: "numbers".into() };
+        assert_eq!(o.to_string().parse::<ObjectId>().unwrap(), o);
+        assert!("x/gen/3/n".parse::<ObjectId>().is_err());
+        let bad = format!("{}/gen/three/n", o.job);
+        assert!(bad.parse::<ObjectId>().unwrap_err().to_string().contains("not a number"));
+        let traversal = format!("{}/gen/3/..", o.job);
+        assert!(traversal.parse::<ObjectId>().is_err());
+    }
+}
