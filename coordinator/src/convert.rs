@@ -1,0 +1,271 @@
+//! The coordinator's one place for proto ↔ domain conversion: incoming worker messages become
+//! core inputs (checked, never trusted), core state becomes outgoing proto views.
+
+use plexus_proto::convert::{self as pc, ConvertError};
+use plexus_proto::{AttemptRef, JobState, ObjectId, SubtaskState, pb};
+
+use crate::core::{Assignment, Capacity, GpuRecord, Job, NodeReport, PlacementRecord, Registration, Report, Worker};
+use crate::spec::Work;
+
+/// The largest tail of a log the coordinator keeps per stream.
+pub const LOG_TAIL_MAX: usize = 64 * 1024;
+
+fn objects(list: &[pb::ObjectInfo]) -> Result<Vec<(ObjectId, u64)>, ConvertError> {
+    list.iter().map(|o| Ok((pc::object_id("object_id", &o.object_id)?, o.size))).collect()
+}
+
+pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError> {
+    let Some(s) = s else { return Ok(NodeReport::default()) };
+    let util = if s.cpu_utilisation.is_finite() { s.cpu_utilisation.clamp(0.0, 1.0) } else { 0.0 };
+    Ok(NodeReport {
+        cpu_utilisation: util,
+        memory_free: s.memory_free,
+        running: s.running.iter().map(AttemptRef::try_from).collect::<Result<_, _>>()?,
+        objects: objects(&s.objects)?,
+        cache_used: s.cache_used,
+    })
+}
+
+pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertError> {
+    let cap = r.capacity.as_ref().ok_or(ConvertError::Missing("capacity"))?;
+    if r.session.is_empty() || r.session.len() > 128 {
+        return Err(ConvertError::Invalid { field: "session", reason: "must be 1-128 characters".into() });
+    }
+    if !(r.peer_addr.starts_with("http://") || r.peer_addr.starts_with("https://")) {
+        return Err(ConvertError::Invalid { field: "peer_addr", reason: format!("{:?} is not an http(s) URL", r.peer_addr) });
+    }
+    Ok(Registration {
+        worker: pc::worker_id("worker_id", &r.worker_id)?,
+        session: r.session.clone(),
+        peer_addr: r.peer_addr.clone(),
+        capacity: Capacity {
+            cpus: cap.cpus,
+            memory: cap.memory,
+            gpus: cap.gpus.iter().map(|g| GpuRecord { index: g.index, name: g.name.clone(), memory: g.memory }).collect(),
+            rails: cap.rails.clone(),
+            cache_bytes: cap.cache_bytes,
+            hostname: cap.hostname.clone(),
+        },
+        state: node_report(r.state.as_ref())?,
+        known: r.known.iter().map(AttemptRef::try_from).collect::<Result<_, _>>()?,
+    })
+}
+
+fn tail(b: &[u8]) -> String {
+    let start = b.len().saturating_sub(LOG_TAIL_MAX);
+    String::from_utf8_lossy(&b[start..]).into_owned()
+}
+
+pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
+    let state = pc::subtask_state("state", r.state)?;
+    if !matches!(state, SubtaskState::Running | SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled) {
+        return Err(ConvertError::Invalid { field: "state", reason: format!("a worker cannot report {}", state.as_str()) });
+    }
+    let attempt = pc::attempt("attempt", r.attempt.as_ref())?;
+    let outputs = objects(&r.outputs)?;
+    if let Some((o, _)) = outputs.iter().find(|(o, _)| o.job != attempt.job || o.task != attempt.task || o.rank != attempt.rank) {
+        return Err(ConvertError::Invalid { field: "outputs", reason: format!("object {o} does not belong to attempt {attempt}") });
+    }
+    Ok(Report {
+        attempt: Some(attempt),
+        state: Some(state),
+        exit_code: r.exit_code,
+        error: r.error.chars().take(4096).collect(),
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        fetch_ms: r.fetch_ms,
+        fetched_bytes: r.fetched_bytes,
+        evicted_bytes: r.evicted_bytes,
+        outputs,
+        stdout_tail: tail(&r.stdout_tail),
+        stderr_tail: tail(&r.stderr_tail),
+    })
+}
+
+pub fn assignment(a: &Assignment) -> pb::Assignment {
+    let (command, kind) = match &a.work {
+        Work::Command(argv) => (argv.clone(), String::new()),
+        Work::Kind(k) => (Vec::new(), k.clone()),
+    };
+    pb::Assignment {
+        attempt: Some((&a.attempt).into()),
+        replicas: a.replicas,
+        command,
+        kind,
+        resources: Some((&a.resources).into()),
+        timeout_ms: a.timeout_ms,
+        inputs: a
+            .inputs
+            .iter()
+            .map(|i| pb::InputObject {
+                object_id: i.object.to_string(),
+                task: i.object.task.clone(),
+                rank: i.object.rank,
+                name: i.object.name.clone(),
+                size: i.size,
+                holders: i.holders.clone(),
+            })
+            .collect(),
+        outputs: a.outputs.clone(),
+        env: a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    }
+}
+
+pub fn job_status(job: &Job, with_subtasks: bool) -> pb::JobStatus {
+    let r = &job.record;
+    let groups = r
+        .spec
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(t, spec)| {
+            let c = job.counts(t);
+            let at = |s: SubtaskState| c[s as usize];
+            pb::TaskGroupStatus {
+                task: spec.name.clone(),
+                replicas: spec.replicas,
+                waiting: at(SubtaskState::Waiting),
+                ready: at(SubtaskState::Ready),
+                assigned: at(SubtaskState::Assigned),
+                running: at(SubtaskState::Running),
+                succeeded: at(SubtaskState::Succeeded),
+                failed: at(SubtaskState::Failed),
+                cancelled: at(SubtaskState::Cancelled),
+            }
+        })
+        .collect();
+    let subtasks = if with_subtasks {
+        job.subtasks
+            .iter()
+            .map(|s| pb::SubtaskStatus {
+                task: s.task.clone(),
+                rank: s.rank,
+                state: pb::SubtaskState::from(s.state) as i32,
+                attempt: s.attempt,
+                failures: s.failures,
+                worker_id: s.worker.map(|w| w.to_string()).unwrap_or_default(),
+                ready_at: s.ready_at,
+                assigned_at: s.assigned_at,
+                started_at: s.started_at,
+                finished_at: s.finished_at,
+                exit_code: s.exit_code,
+                error: s.error.clone(),
+                fetch_ms: s.fetch_ms,
+                fetched_bytes: s.fetched_bytes,
+                evicted_bytes: s.evicted_bytes,
+                outputs: s
+                    .outputs
+                    .iter()
+                    .map(|(n, size)| pb::ObjectInfo { object_id: format!("{}/{}/{}/{}", r.id, s.task, s.rank, n), size: *size })
+                    .collect(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    pb::JobStatus {
+        job_id: r.id.to_string(),
+        name: r.spec.name.clone(),
+        state: pb::JobState::from(r.state) as i32,
+        submitted_at: r.submitted_at,
+        finished_at: r.finished_at,
+        error: r.error.clone(),
+        groups,
+        subtasks,
+        total_subtasks: job.total(),
+    }
+}
+
+pub fn is_final(status: &pb::JobStatus) -> bool {
+    pc::job_state("state", status.state).map(JobState::is_final).unwrap_or(true)
+}
+
+fn capacity(c: &Capacity) -> pb::NodeCapacity {
+    pb::NodeCapacity {
+        cpus: c.cpus,
+        memory: c.memory,
+        gpus: c.gpus.iter().map(|g| pb::GpuInfo { index: g.index, name: g.name.clone(), memory: g.memory }).collect(),
+        rails: c.rails.clone(),
+        cache_bytes: c.cache_bytes,
+        hostname: c.hostname.clone(),
+    }
+}
+
+pub fn worker_info(w: &Worker) -> pb::WorkerInfo {
+    pb::WorkerInfo {
+        worker_id: w.record.id.to_string(),
+        peer_addr: w.record.peer_addr.clone(),
+        capacity: Some(capacity(&w.record.capacity)),
+        state: Some(pb::NodeState {
+            cpu_utilisation: w.node.cpu_utilisation,
+            memory_free: w.node.memory_free,
+            running: w.node.running.iter().map(pb::AttemptRef::from).collect(),
+            objects: w.objects.iter().map(|(o, s)| pb::ObjectInfo { object_id: o.to_string(), size: *s }).collect(),
+            cache_used: w.node.cache_used,
+        }),
+        alive: w.record.alive,
+        last_heartbeat: w.record.last_heartbeat,
+        allocated: Some((&w.allocated).into()),
+        assigned: w.placed.len() as u32,
+    }
+}
+
+pub fn explanation(p: &PlacementRecord) -> pb::ExplainPlacementResponse {
+    pb::ExplainPlacementResponse {
+        placer: p.placer.clone(),
+        attempt: p.attempt,
+        chosen_worker: p.chosen.to_string(),
+        exploratory: p.exploratory,
+        candidates: p
+            .candidates
+            .iter()
+            .map(|c| pb::CandidateScore {
+                worker_id: c.worker.to_string(),
+                feasible: c.feasible,
+                score: c.score.unwrap_or(f64::NAN),
+                features: c.features.iter().map(|(n, v)| pb::Feature { name: n.clone(), value: *v }).collect(),
+                note: c.note.clone(),
+            })
+            .collect(),
+        decided_at: p.decided_at,
+        reason: p.reason.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexus_proto::JobId;
+
+    #[test]
+    fn reports_are_checked() {
+        let job = JobId::random();
+        let a = pb::AttemptRef { job_id: job.to_string(), task: "t".into(), rank: 0, attempt: 1 };
+        let ok = pb::TaskReport { attempt: Some(a.clone()), state: pb::SubtaskState::Succeeded as i32, ..Default::default() };
+        assert!(report(&ok).is_ok());
+        let waiting = pb::TaskReport { state: pb::SubtaskState::Waiting as i32, ..ok.clone() };
+        assert!(report(&waiting).unwrap_err().to_string().contains("cannot report waiting"));
+        let foreign = pb::TaskReport {
+            outputs: vec![pb::ObjectInfo { object_id: format!("{job}/other/0/x"), size: 1 }],
+            ..ok.clone()
+        };
+        assert!(report(&foreign).unwrap_err().to_string().contains("does not belong"));
+        let no_attempt = pb::TaskReport { attempt: None, ..ok };
+        assert!(report(&no_attempt).unwrap_err().to_string().contains("attempt is missing"));
+    }
+
+    #[test]
+    fn registrations_are_checked() {
+        let good = pb::RegisterRequest {
+            worker_id: plexus_proto::WorkerId::random().to_string(),
+            session: "s".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity: Some(pb::NodeCapacity { cpus: 2, ..Default::default() }),
+            ..Default::default()
+        };
+        assert!(registration(&good).is_ok());
+        assert!(registration(&pb::RegisterRequest { capacity: None, ..good.clone() }).is_err());
+        assert!(registration(&pb::RegisterRequest { peer_addr: "127.0.0.1:1".into(), ..good.clone() }).is_err());
+        assert!(registration(&pb::RegisterRequest { worker_id: "job-1".into(), ..good }).is_err());
+    }
+}

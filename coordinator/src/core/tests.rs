@@ -1,0 +1,341 @@
+//! Unit tests of the scheduling core: no network, no disk, time passed by hand.
+
+use super::*;
+use crate::placer::heuristic;
+use crate::spec::{Format, parse};
+
+const FAN: &str = r#"
+name = "fan"
+[[task]]
+name = "gen"
+command = ["true"]
+replicas = 3
+outputs = ["numbers"]
+max_retries = 1
+[[task]]
+name = "sum"
+command = ["true"]
+inputs = ["gen/numbers"]
+outputs = ["total"]
+"#;
+
+fn core() -> Core {
+    Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap())
+}
+
+fn wid(n: u8) -> WorkerId {
+    let mut b = [0u8; 16];
+    b[15] = n;
+    WorkerId::from_bytes(b)
+}
+
+fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Registration {
+    Registration {
+        worker: wid(n),
+        session: session.into(),
+        peer_addr: format!("http://127.0.0.1:{}", 7000 + n as u16),
+        capacity: Capacity { cpus, memory: 8 << 30, gpus: vec![], rails: vec!["127.0.0.1".into()], cache_bytes: 1 << 30, hostname: "h".into() },
+        state: NodeReport::default(),
+        known,
+    }
+}
+
+fn submit(c: &mut Core, src: &str, now: u64) -> JobId {
+    let id = JobId::random();
+    c.submit(id, parse(src, Format::Toml, "t.toml").unwrap(), now).unwrap();
+    id
+}
+
+fn done(a: &AttemptRef, state: SubtaskState) -> Report {
+    let outputs = if state == SubtaskState::Succeeded {
+        let name = if a.task == "gen" { "numbers" } else { "total" };
+        vec![(ObjectId { job: a.job, task: a.task.clone(), rank: a.rank, name: name.into() }, 10)]
+    } else {
+        vec![]
+    };
+    Report { attempt: Some(a.clone()), state: Some(state), exit_code: if state == SubtaskState::Failed { 1 } else { 0 }, error: if state == SubtaskState::Failed { "exit code 1".into() } else { String::new() }, outputs, ..Default::default() }
+}
+
+fn assigned(c: &mut Core) -> Vec<(WorkerId, Assignment)> {
+    c.take_outbox().assignments
+}
+
+fn state(c: &Core, job: JobId, task: &str, rank: u32) -> SubtaskState {
+    let j = c.job(job).unwrap();
+    j.subtasks[j.subtask_index(task, rank).unwrap() as usize].state
+}
+
+#[test]
+fn fan_out_then_fan_in_runs_in_dependency_order() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    c.register(reg(2, "s2", 4, vec![]), 0);
+    let job = submit(&mut c, FAN, 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 3, "only the gen replicas are released");
+    assert!(a.iter().all(|(_, x)| x.attempt.task == "gen" && x.attempt.attempt == 1));
+    // Least-loaded spreads them over both workers.
+    assert!(a.iter().any(|(w, _)| *w == wid(1)) && a.iter().any(|(w, _)| *w == wid(2)));
+    assert_eq!(state(&c, job, "sum", 0), SubtaskState::Waiting);
+
+    for (w, x) in &a[..2] {
+        assert!(c.report(*w, if *w == wid(1) { "s1" } else { "s2" }, vec![done(&x.attempt, SubtaskState::Succeeded)], 2));
+    }
+    c.schedule(3);
+    assert!(assigned(&mut c).is_empty(), "sum waits for every gen replica");
+    let (w, x) = &a[2];
+    c.report(*w, if *w == wid(1) { "s1" } else { "s2" }, vec![done(&x.attempt, SubtaskState::Succeeded)], 4);
+    c.schedule(5);
+    let b = assigned(&mut c);
+    assert_eq!(b.len(), 1);
+    let sum = &b[0].1;
+    assert_eq!(sum.attempt.task, "sum");
+    assert_eq!(sum.inputs.len(), 3);
+    for i in &sum.inputs {
+        assert_eq!(i.size, 10);
+        assert_eq!(i.holders.len(), 1, "each gen output is held by the worker that made it");
+    }
+    let s = if b[0].0 == wid(1) { "s1" } else { "s2" };
+    c.report(b[0].0, s, vec![done(&sum.attempt, SubtaskState::Succeeded)], 6);
+    assert_eq!(c.job(job).unwrap().record.state, JobState::Succeeded);
+    assert!(c.workers().all(|w| w.placed.is_empty() && w.allocated == Resources::default()));
+}
+
+#[test]
+fn failure_is_retried_then_fails_the_job_and_cancels_the_rest() {
+    let mut c = core();
+    c.register(reg(1, "s1", 8, vec![]), 0);
+    let job = submit(&mut c, FAN, 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    let first = a[0].1.attempt.clone();
+    c.report(wid(1), "s1", vec![done(&first, SubtaskState::Failed)], 2);
+    assert_eq!(state(&c, job, "gen", first.rank), SubtaskState::Ready, "max_retries = 1 allows one retry");
+    c.schedule(3);
+    let retry = assigned(&mut c);
+    assert_eq!(retry.len(), 1);
+    assert_eq!(retry[0].1.attempt.attempt, 2);
+    c.report(wid(1), "s1", vec![done(&retry[0].1.attempt, SubtaskState::Failed)], 4);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Failed);
+    assert!(j.record.error.contains("task \"gen\" rank 0 failed after 2 attempts: exit code 1"), "{}", j.record.error);
+    assert_eq!(state(&c, job, "gen", 0), SubtaskState::Failed);
+    assert_eq!(state(&c, job, "gen", 1), SubtaskState::Cancelled);
+    assert_eq!(state(&c, job, "sum", 0), SubtaskState::Cancelled);
+    let out = c.take_outbox();
+    assert_eq!(out.cancels.len(), 2, "the two running gen replicas are killed");
+    assert!(c.workers().all(|w| w.placed.is_empty()));
+}
+
+#[test]
+fn stale_and_repeated_reports_complete_a_subtask_once() {
+    let mut c = core();
+    c.register(reg(1, "s1", 8, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\nmax_retries = 3\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c).remove(0).1.attempt;
+    c.report(wid(1), "s1", vec![done(&a, SubtaskState::Failed)], 2);
+    c.schedule(3);
+    let b = assigned(&mut c).remove(0).1.attempt;
+    assert_eq!(b.attempt, 2);
+    // A late success of attempt 1 is stale.
+    c.report(wid(1), "s1", vec![done(&a, SubtaskState::Succeeded)], 4);
+    assert_eq!(state(&c, job, "a", 0), SubtaskState::Assigned);
+    c.report(wid(1), "s1", vec![done(&b, SubtaskState::Succeeded)], 5);
+    c.report(wid(1), "s1", vec![done(&b, SubtaskState::Succeeded)], 6);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Succeeded);
+    let successes = j.subtasks[0].history.iter().filter(|t| t.state == SubtaskState::Succeeded).count();
+    assert_eq!(successes, 1);
+    // A report from a worker that is not registered in this session asks it to register.
+    assert!(!c.report(wid(1), "other", vec![], 7));
+    assert!(!c.report(wid(9), "s9", vec![], 7));
+}
+
+#[test]
+fn lost_worker_attempts_are_placed_elsewhere_without_counting_a_failure() {
+    let mut c = core();
+    c.register(reg(1, "s1", 1, vec![]), 0);
+    c.register(reg(2, "s2", 1, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 2\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 2);
+    let on1 = a.iter().find(|(w, _)| *w == wid(1)).unwrap().1.attempt.clone();
+    // Worker 2 keeps beating, worker 1 falls silent.
+    assert!(c.heartbeat(wid(2), "s2", NodeReport::default(), 2_000));
+    c.tick(2_000);
+    assert!(c.worker(wid(1)).unwrap().record.alive, "not yet past the timeout");
+    c.report(wid(2), "s2", vec![done(&a.iter().find(|(w, _)| *w == wid(2)).unwrap().1.attempt, SubtaskState::Succeeded)], 2_500);
+    assert!(c.heartbeat(wid(2), "s2", NodeReport::default(), 3_500));
+    c.tick(3_500);
+    assert!(!c.worker(wid(1)).unwrap().record.alive);
+    assert_eq!(state(&c, job, on1.task.as_str(), on1.rank), SubtaskState::Ready);
+    c.schedule(3_501);
+    let again = assigned(&mut c);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].0, wid(2));
+    assert_eq!(again[0].1.attempt.attempt, 2);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.subtasks[on1.rank as usize].failures, 0);
+    // The lost worker's heartbeat is refused: it must register again.
+    assert!(!c.heartbeat(wid(1), "s1", NodeReport::default(), 3_600));
+}
+
+#[test]
+fn resources_limit_concurrency() {
+    let mut c = core();
+    c.register(reg(1, "s1", 2, vec![]), 0);
+    submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 5\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 2, "two cores, one core each");
+    assert_eq!(c.ready_len(), 3);
+    c.report(wid(1), "s1", vec![done(&a[0].1.attempt, SubtaskState::Succeeded)], 2);
+    c.schedule(3);
+    assert_eq!(assigned(&mut c).len(), 1);
+    // Zero-cpu work is not limited by cores.
+    submit(&mut c, "[[task]]\nname = \"n\"\nkind = \"noop\"\ncpu = 0\nreplicas = 50\n", 4);
+    c.schedule(5);
+    assert_eq!(assigned(&mut c).len(), 50);
+}
+
+#[test]
+fn unsatisfiable_requests_are_refused_only_once_workers_exist() {
+    let mut c = core();
+    let spec = parse("[[task]]\nname = \"big\"\ncommand = [\"true\"]\ncpu = 64\n", Format::Toml, "b.toml").unwrap();
+    assert!(c.submit(JobId::random(), spec.clone(), 0).is_ok(), "no worker registered: nothing can be judged");
+    c.register(reg(1, "s1", 8, vec![]), 0);
+    let e = c.submit(JobId::random(), spec, 0).unwrap_err();
+    assert!(e.to_string().contains("task \"big\" asks for cpu=64"), "{e}");
+    assert!(e.to_string().contains("largest: cpu=8"), "{e}");
+    let gpu = parse("[[task]]\nname = \"g\"\ncommand = [\"true\"]\ngpu = 1\n", Format::Toml, "g.toml").unwrap();
+    assert!(matches!(c.submit(JobId::random(), gpu, 0), Err(CoreError::Unsatisfiable(_))));
+}
+
+#[test]
+fn reregistration_reconciles_attempts() {
+    let mut c = core();
+    c.register(reg(1, "s1", 8, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 3\n", 0);
+    c.schedule(1);
+    let a: Vec<AttemptRef> = assigned(&mut c).into_iter().map(|(_, x)| x.attempt).collect();
+    // Same process reconnects knowing attempts 0 and 1 of rank 0/1, plus a stale attempt.
+    let stale = AttemptRef { attempt: 7, ..a[0].clone() };
+    c.register(reg(1, "s1", 8, vec![a[0].clone(), a[1].clone(), stale.clone()]), 10);
+    assert_eq!(state(&c, job, "a", a[0].rank), SubtaskState::Assigned);
+    assert_eq!(state(&c, job, "a", a[1].rank), SubtaskState::Assigned);
+    assert_eq!(state(&c, job, "a", a[2].rank), SubtaskState::Ready, "never reached the worker: placed again");
+    let out = c.take_outbox();
+    assert_eq!(out.cancels, vec![(wid(1), stale)]);
+    // A new process of the same worker loses everything it had.
+    c.register(reg(1, "s1-restarted", 8, vec![]), 20);
+    assert_eq!(state(&c, job, "a", a[0].rank), SubtaskState::Ready);
+    assert!(c.worker(wid(1)).unwrap().placed.is_empty());
+    assert_eq!(c.job(job).unwrap().subtasks[a[0].rank as usize].failures, 0);
+}
+
+#[test]
+fn cancel_kills_placed_attempts() {
+    let mut c = core();
+    c.register(reg(1, "s1", 8, vec![]), 0);
+    let job = submit(&mut c, FAN, 0);
+    c.schedule(1);
+    assigned(&mut c);
+    c.cancel(job, 2).unwrap();
+    let out = c.take_outbox();
+    assert_eq!(out.cancels.len(), 3);
+    assert_eq!(c.job(job).unwrap().record.state, JobState::Cancelled);
+    assert!(matches!(c.cancel(job, 3), Err(CoreError::JobFinished { .. })));
+    assert!(matches!(c.cancel(JobId::random(), 3), Err(CoreError::NoJob(_))));
+    assert!(c.workers().all(|w| w.allocated == Resources::default()));
+}
+
+#[test]
+fn restore_rebuilds_allocations_and_the_ready_queue() {
+    let mut c = core();
+    c.register(reg(1, "s1", 1, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 3\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 1);
+    // Snapshot what a store would hold.
+    let j = c.job(job).unwrap();
+    let snap = Snapshot {
+        jobs: vec![j.record.clone()],
+        subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
+        workers: c.workers().map(|w| w.record.clone()).collect(),
+        placements: j.placements.iter().map(|(i, p)| (job, *i, p.clone())).collect(),
+    };
+    let mut r = core();
+    r.restore(snap, 100).unwrap();
+    assert_eq!(r.ready_len(), 2);
+    assert_eq!(r.worker(wid(1)).unwrap().allocated.cpu, 1.0);
+    assert!(!r.worker(wid(1)).unwrap().connected);
+    r.schedule(101);
+    assert!(r.take_outbox().assignments.is_empty(), "nothing goes to a worker that has not registered again");
+    // The worker comes back in the same process, still running its attempt.
+    r.register(reg(1, "s1", 1, vec![a[0].1.attempt.clone()]), 102);
+    r.schedule(103);
+    assert!(r.take_outbox().assignments.is_empty(), "its one core is still busy");
+    r.report(wid(1), "s1", vec![done(&a[0].1.attempt, SubtaskState::Succeeded)], 104);
+    r.schedule(105);
+    assert_eq!(r.take_outbox().assignments.len(), 1);
+    assert!(r.explain(job, "a", a[0].1.attempt.rank).is_ok());
+}
+
+#[test]
+fn restore_refuses_a_store_with_missing_subtasks() {
+    let mut c = core();
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 3\n", 0);
+    let j = c.job(job).unwrap();
+    let snap = Snapshot { jobs: vec![j.record.clone()], subtasks: vec![(job, 0, j.subtasks[0].clone())], ..Default::default() };
+    let e = core().restore(snap, 0).unwrap_err();
+    assert!(e.contains("1 subtask records"), "{e}");
+}
+
+#[test]
+fn explain_records_every_candidate() {
+    let mut c = core();
+    c.register(reg(1, "s1", 1, vec![]), 0);
+    c.register(reg(2, "s2", 4, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 2\n", 0);
+    c.schedule(1);
+    let p = c.explain(job, "a", 0).unwrap();
+    assert_eq!(p.placer, "least-loaded");
+    assert_eq!(p.chosen, wid(2));
+    assert_eq!(p.candidates.len(), 2);
+    let w1 = p.candidates.iter().find(|x| x.worker == wid(1)).unwrap();
+    assert!(!w1.feasible && w1.score.is_none() && w1.note.contains("needs cpu=2.00"));
+    assert!(matches!(c.explain(job, "zz", 0), Err(CoreError::NoTask { .. })));
+    assert!(matches!(c.explain(job, "a", 5), Err(CoreError::NoRank { .. })));
+}
+
+#[test]
+fn heartbeat_objects_feed_locality() {
+    let mut c = Core::new(CoreConfig::default(), heuristic("locality", 1).unwrap());
+    c.register(reg(1, "s1", 8, vec![]), 0);
+    c.register(reg(2, "s2", 8, vec![]), 0);
+    let job = submit(&mut c, FAN, 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    for (w, x) in &a {
+        let s = if *w == wid(1) { "s1" } else { "s2" };
+        let mut r = done(&x.attempt, SubtaskState::Succeeded);
+        // Make rank 0's output large so its holder wins.
+        if x.attempt.rank == 0 {
+            r.outputs[0].1 = 1 << 20;
+        }
+        c.report(*w, s, vec![r], 2);
+    }
+    let holder_of_rank0 = a.iter().find(|(_, x)| x.attempt.rank == 0).unwrap().0;
+    c.schedule(3);
+    let b = assigned(&mut c);
+    assert_eq!(b[0].0, holder_of_rank0);
+    // The holder later reports (by heartbeat) that it evicted everything: holders are updated.
+    let s = if holder_of_rank0 == wid(1) { "s1" } else { "s2" };
+    c.heartbeat(holder_of_rank0, s, NodeReport::default(), 4);
+    assert!(c.worker(holder_of_rank0).unwrap().objects.is_empty());
+    let _ = job;
+}

@@ -1,0 +1,331 @@
+//! The engine: one thread that owns the [`Core`] and the [`Store`] and serialises every change.
+//!
+//! gRPC handlers send [`Cmd`]s over a channel. The engine drains whatever has arrived, applies it
+//! all to the core, lets the core place ready subtasks, commits every changed record in ONE
+//! atomic, flushed batch (group commit), and only then answers the callers, pushes assignments
+//! to workers and wakes watchers. Nothing is acknowledged or acted on before it is durable, and
+//! one fsync is shared by everything that arrived while the previous one ran.
+
+use std::collections::HashMap;
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use plexus_proto::{JobId, WorkerId, pb};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::convert;
+use crate::core::{Core, CoreError, NodeReport, Outbox, Registration, Report};
+use crate::spec::JobSpec;
+use crate::store::{Batch, Store, StoreError};
+
+/// How often the engine wakes with nothing to do, to detect lost workers. A tenth of a second
+/// keeps lost-worker detection within 100 ms of the heartbeat timeout at negligible cost.
+const TICK: Duration = Duration::from_millis(100);
+
+/// At most this many commands go into one group commit, so replies are never held back for long
+/// under a flood of requests.
+const MAX_BATCH: usize = 4096;
+
+/// Where to find the logs of a subtask's latest attempt.
+pub struct LogSource {
+    pub attempt: u32,
+    pub worker: String,
+    /// The worker's peer URL if it is alive.
+    pub peer_addr: Option<String>,
+    pub attempt_ref: plexus_proto::AttemptRef,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+}
+
+pub type Reply<T> = oneshot::Sender<T>;
+
+/// A request to the engine.
+pub enum Cmd {
+    Submit { id: JobId, spec: JobSpec, reply: Reply<Result<u32, CoreError>> },
+    Cancel { job: JobId, reply: Reply<Result<pb::JobStatus, CoreError>> },
+    GetJob { job: JobId, subtasks: bool, reply: Reply<Result<pb::JobStatus, CoreError>> },
+    ListJobs { reply: Reply<Vec<pb::JobStatus>> },
+    Watch { job: JobId, reply: Reply<Result<watch::Receiver<pb::JobStatus>, CoreError>> },
+    ListWorkers { reply: Reply<Vec<pb::WorkerInfo>> },
+    Explain { job: JobId, task: String, rank: u32, reply: Reply<Result<pb::ExplainPlacementResponse, CoreError>> },
+    Logs { job: JobId, task: String, rank: u32, reply: Reply<Result<LogSource, CoreError>> },
+    Register { reg: Registration, reply: Reply<(u64, u64)> },
+    Heartbeat { worker: WorkerId, session: String, node: NodeReport, reply: Reply<bool> },
+    Report { worker: WorkerId, session: String, reports: Vec<Report>, reply: Reply<bool> },
+    OpenStream { worker: WorkerId, session: String, reply: Reply<Option<mpsc::UnboundedReceiver<pb::AssignmentBatch>>> },
+}
+
+/// A cloneable handle for sending commands to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: std_mpsc::Sender<Cmd>,
+}
+
+/// The engine thread stopped (shutdown or a storage failure).
+#[derive(Debug, thiserror::Error)]
+#[error("the coordinator engine has stopped")]
+pub struct EngineStopped;
+
+impl EngineHandle {
+    /// Sends a command built around a fresh reply channel and waits for the answer.
+    pub async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T, EngineStopped> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).map_err(|_| EngineStopped)?;
+        rx.await.map_err(|_| EngineStopped)
+    }
+}
+
+/// Per-worker delivery of assignments.
+#[derive(Default)]
+struct Delivery {
+    session: String,
+    stream: Option<mpsc::UnboundedSender<pb::AssignmentBatch>>,
+    /// Decided before the worker opened its stream; sent when it does.
+    pending: pb::AssignmentBatch,
+}
+
+struct Engine {
+    core: Core,
+    store: Box<dyn Store>,
+    clock: fn() -> u64,
+    delivery: HashMap<WorkerId, Delivery>,
+    watchers: HashMap<JobId, watch::Sender<pb::JobStatus>>,
+}
+
+/// Starts the engine thread. It runs until every handle is dropped, or a commit fails; the
+/// returned join handle yields the storage error in the latter case.
+pub fn start(core: Core, store: Box<dyn Store>, clock: fn() -> u64) -> (EngineHandle, std::thread::JoinHandle<Result<(), StoreError>>) {
+    let (tx, rx) = std_mpsc::channel();
+    let engine = Engine { core, store, clock, delivery: HashMap::new(), watchers: HashMap::new() };
+    let join = std::thread::Builder::new()
+        .name("plexus-engine".into())
+        .spawn(move || engine.run(rx))
+        .expect("spawning the engine thread at start-up");
+    (EngineHandle { tx }, join)
+}
+
+type Deferred = Box<dyn FnOnce() + Send>;
+
+fn defer<T: Send + 'static>(reply: Reply<T>, value: T) -> Deferred {
+    Box::new(move || {
+        // The caller may have gone away (client disconnected); nothing to do then.
+        let _ = reply.send(value);
+    })
+}
+
+impl Engine {
+    fn run(mut self, rx: std_mpsc::Receiver<Cmd>) -> Result<(), StoreError> {
+        loop {
+            let first = match rx.recv_timeout(TICK) {
+                Ok(c) => Some(c),
+                Err(std_mpsc::RecvTimeoutError::Timeout) => None,
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+            };
+            let now = (self.clock)();
+            let mut replies: Vec<Deferred> = Vec::new();
+            let mut next = first;
+            let mut n = 0;
+            while let Some(cmd) = next {
+                self.apply(cmd, now, &mut replies);
+                n += 1;
+                next = if n < MAX_BATCH { rx.try_recv().ok() } else { None };
+            }
+            self.core.tick(now);
+            self.core.schedule(now);
+            let out = self.core.take_outbox();
+            if let Err(e) = self.commit(&out) {
+                // State in memory is ahead of the disk now; the only safe course is to stop and
+                // let a restart reload what is durable. Callers see their replies dropped.
+                tracing::error!(error = %e, "commit failed; stopping the engine");
+                return Err(e);
+            }
+            for r in replies {
+                r();
+            }
+            self.dispatch(&out);
+            self.notify(&out);
+        }
+    }
+
+    fn commit(&mut self, out: &Outbox) -> Result<(), StoreError> {
+        let mut b = Batch::default();
+        for id in &out.jobs {
+            if let Some(j) = self.core.job(*id) {
+                b.job(&j.record);
+            }
+        }
+        for (job, idx) in &out.subtasks {
+            if let Some(s) = self.core.subtask(*job, *idx) {
+                b.subtask(*job, *idx, s);
+            }
+        }
+        for (job, idx) in &out.placements {
+            if let Some(p) = self.core.placement(*job, *idx) {
+                b.placement(*job, *idx, p);
+            }
+        }
+        for id in &out.workers {
+            if let Some(w) = self.core.worker(*id) {
+                b.worker(&w.record);
+            }
+        }
+        self.store.commit(b)
+    }
+
+    fn apply(&mut self, cmd: Cmd, now: u64, replies: &mut Vec<Deferred>) {
+        let core = &mut self.core;
+        match cmd {
+            Cmd::Submit { id, spec, reply } => {
+                let r = core.submit(id, spec, now);
+                if let Ok(n) = &r {
+                    tracing::info!(job = %id, subtasks = n, "job accepted");
+                }
+                replies.push(defer(reply, r));
+            }
+            Cmd::Cancel { job, reply } => {
+                let r = core.cancel(job, now).map(|_| convert::job_status(core.job(job).expect("cancelled job exists"), false));
+                replies.push(defer(reply, r));
+            }
+            Cmd::GetJob { job, subtasks, reply } => {
+                let r = core.job(job).map(|j| convert::job_status(j, subtasks)).ok_or(CoreError::NoJob(job));
+                replies.push(defer(reply, r));
+            }
+            Cmd::ListJobs { reply } => {
+                let v = core.jobs().map(|j| convert::job_status(j, false)).collect();
+                replies.push(defer(reply, v));
+            }
+            Cmd::Watch { job, reply } => {
+                let r = match core.job(job) {
+                    None => Err(CoreError::NoJob(job)),
+                    Some(j) => {
+                        let status = convert::job_status(j, false);
+                        let final_already = j.record.state.is_final();
+                        if final_already {
+                            // Nothing will change: a channel whose sender is gone at once.
+                            Ok(watch::channel(status).1)
+                        } else {
+                            Ok(self.watchers.entry(job).or_insert_with(|| watch::channel(status).0).subscribe())
+                        }
+                    }
+                };
+                replies.push(defer(reply, r));
+            }
+            Cmd::ListWorkers { reply } => {
+                let v = core.workers().map(convert::worker_info).collect();
+                replies.push(defer(reply, v));
+            }
+            Cmd::Explain { job, task, rank, reply } => {
+                let r = core.explain(job, &task, rank).map(convert::explanation);
+                replies.push(defer(reply, r));
+            }
+            Cmd::Logs { job, task, rank, reply } => {
+                replies.push(defer(reply, log_source(core, job, &task, rank)));
+            }
+            Cmd::Register { reg, reply } => {
+                let id = reg.worker;
+                tracing::info!(worker = %id, peer = %reg.peer_addr, known = reg.known.len(), "worker registered");
+                // A new registration ends the previous stream and drops what was waiting for
+                // it: the core has just re-placed whatever the worker did not list as known.
+                self.delivery.insert(id, Delivery { session: reg.session.clone(), ..Default::default() });
+                core.register(reg, now);
+                let cfg = core.config();
+                replies.push(defer(reply, (cfg.heartbeat_interval_ms, cfg.heartbeat_timeout_ms)));
+            }
+            Cmd::Heartbeat { worker, session, node, reply } => {
+                let ok = core.heartbeat(worker, &session, node, now);
+                replies.push(defer(reply, ok));
+            }
+            Cmd::Report { worker, session, reports, reply } => {
+                let ok = core.report(worker, &session, reports, now);
+                replies.push(defer(reply, ok));
+            }
+            Cmd::OpenStream { worker, session, reply } => {
+                let registered = core.worker(worker).is_some_and(|w| w.connected && w.record.session == session);
+                let d = self.delivery.get_mut(&worker).filter(|d| d.session == session);
+                let r = match (registered, d) {
+                    (true, Some(d)) => {
+                        let (tx, rx) = mpsc::unbounded_channel();
+                        let pending = std::mem::take(&mut d.pending);
+                        if !pending.assign.is_empty() || !pending.cancel.is_empty() {
+                            let _ = tx.send(pending);
+                        }
+                        d.stream = Some(tx);
+                        Some(rx)
+                    }
+                    _ => None,
+                };
+                replies.push(defer(reply, r));
+            }
+        }
+    }
+
+    /// Sends each worker its new assignments and cancellations, in one message per worker.
+    fn dispatch(&mut self, out: &Outbox) {
+        let mut per_worker: HashMap<WorkerId, pb::AssignmentBatch> = HashMap::new();
+        for (w, a) in &out.assignments {
+            per_worker.entry(*w).or_default().assign.push(convert::assignment(a));
+        }
+        for (w, a) in &out.cancels {
+            per_worker.entry(*w).or_default().cancel.push(a.into());
+        }
+        for (w, batch) in per_worker {
+            let d = self.delivery.entry(w).or_default();
+            match &d.stream {
+                Some(tx) => {
+                    if tx.send(batch).is_err() {
+                        // The worker's stream ended; it will register again, listing what it
+                        // knows, and the core re-places what never reached it.
+                        d.stream = None;
+                    }
+                }
+                None => {
+                    d.pending.assign.extend(batch.assign);
+                    d.pending.cancel.extend(batch.cancel);
+                }
+            }
+        }
+    }
+
+    /// Wakes the watchers of every job that changed.
+    fn notify(&mut self, out: &Outbox) {
+        if self.watchers.is_empty() {
+            return;
+        }
+        let mut changed: Vec<JobId> = out.jobs.iter().copied().collect();
+        changed.extend(out.subtasks.iter().map(|(j, _)| *j));
+        changed.dedup();
+        for job in changed {
+            let Some(tx) = self.watchers.get(&job) else { continue };
+            let Some(j) = self.core.job(job) else { continue };
+            if tx.receiver_count() == 0 {
+                self.watchers.remove(&job);
+                continue;
+            }
+            tx.send_replace(convert::job_status(j, false));
+            if j.record.state.is_final() {
+                // Dropping the sender ends every watch stream after its final status.
+                self.watchers.remove(&job);
+            }
+        }
+    }
+}
+
+fn log_source(core: &Core, job: JobId, task: &str, rank: u32) -> Result<LogSource, CoreError> {
+    let j = core.job(job).ok_or(CoreError::NoJob(job))?;
+    let idx = j.subtask_index(task, rank)?;
+    let s = &j.subtasks[idx as usize];
+    // The latest attempt that reached a worker: the current one, or (after a requeue) the one
+    // before it, whose logs are the most recent there are.
+    let Some((w, attempt)) = s.worker.map(|w| (w, s.attempt)).or_else(|| s.history.iter().rev().find_map(|t| t.worker.map(|w| (w, t.attempt)))) else {
+        return Err(CoreError::NotPlaced(format!("task {task:?} rank {rank} of job {job} has not run yet ({})", s.state.as_str())));
+    };
+    let peer = core.worker(w).filter(|w| w.record.alive).map(|w| w.record.peer_addr.clone());
+    Ok(LogSource {
+        attempt,
+        worker: w.to_string(),
+        peer_addr: peer,
+        attempt_ref: plexus_proto::AttemptRef { job, task: task.to_string(), rank, attempt },
+        stdout_tail: s.stdout_tail.clone(),
+        stderr_tail: s.stderr_tail.clone(),
+    })
+}

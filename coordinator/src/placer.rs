@@ -1,0 +1,281 @@
+//! Placement: which worker runs a subtask.
+//!
+//! The core builds, for every ready subtask, a [`PlacementRequest`] and one [`Candidate`] per
+//! live worker (feasible or not, so explanations can say why a node was ruled out) and asks the
+//! [`Placer`] to choose among the feasible ones. Placers are pure: no I/O, no clock; randomness
+//! comes from a seeded generator so runs repeat. The learned placer of seed 001 implements the
+//! same trait in the `policy` crate.
+
+use plexus_proto::{Resources, WorkerId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// What is being placed.
+#[derive(Clone, Debug)]
+pub struct PlacementRequest {
+    pub job_age_ms: u64,
+    pub resources: Resources,
+    /// Total bytes of the subtask's inputs.
+    pub input_bytes: u64,
+    /// Operation-count hint from the job file.
+    pub flops: Option<f64>,
+    /// Whether the subtask writes outputs (a "write" request in seed 001's terms).
+    pub writes: bool,
+}
+
+/// One worker as seen for one decision.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub worker: WorkerId,
+    pub feasible: bool,
+    /// Why it is not feasible.
+    pub note: String,
+    pub capacity: Resources,
+    pub free: Resources,
+    /// Attempts placed on it and not finished.
+    pub assigned: u32,
+    pub cpu_utilisation: f64,
+    /// Bytes of this subtask's inputs already in its cache.
+    pub local_input_bytes: u64,
+    pub cache_bytes: u64,
+    pub cache_used: u64,
+}
+
+impl Candidate {
+    /// Fraction of its cores already promised to placed attempts.
+    pub fn cpu_load(&self) -> f64 {
+        if self.capacity.cpu <= 0.0 { 0.0 } else { 1.0 - self.free.cpu / self.capacity.cpu }
+    }
+
+    /// Named features shown by `plexus explain`.
+    pub fn features(&self) -> Vec<(String, f64)> {
+        vec![
+            ("free_cpu".into(), self.free.cpu),
+            ("free_memory_mib".into(), self.free.memory as f64 / (1 << 20) as f64),
+            ("free_gpu".into(), self.free.gpu as f64),
+            ("assigned".into(), self.assigned as f64),
+            ("cpu_utilisation".into(), self.cpu_utilisation),
+            ("local_input_mib".into(), self.local_input_bytes as f64 / (1 << 20) as f64),
+            ("cache_free_mib".into(), self.cache_bytes.saturating_sub(self.cache_used) as f64 / (1 << 20) as f64),
+        ]
+    }
+}
+
+/// A placer's choice, with what it saw: one score per candidate (higher is better, `NaN` for
+/// infeasible ones), and for learned placers the features it scored and whether it explored.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub chosen: usize,
+    pub scores: Vec<f64>,
+    pub exploratory: bool,
+    pub reason: String,
+    /// Per-candidate features, if the placer scored others than [`Candidate::features`].
+    pub features: Option<Vec<Vec<(String, f64)>>>,
+}
+
+/// What was measured when a placed attempt ended; learned placers turn it into a reward.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub worker: WorkerId,
+    pub succeeded: bool,
+    pub wait_ms: u64,
+    pub run_ms: u64,
+    pub fetch_ms: u64,
+    pub fetched_bytes: u64,
+    pub evicted_bytes: u64,
+    pub cluster_utilisation: f64,
+}
+
+/// Chooses a worker for a subtask. `place` is called only with at least one feasible candidate
+/// and must return one of them.
+pub trait Placer: Send {
+    fn name(&self) -> &'static str;
+    fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision;
+    /// Feedback about an earlier decision; heuristics ignore it.
+    fn observe(&mut self, _outcome: &Outcome) {}
+}
+
+/// Names accepted by `--placer`.
+pub const HEURISTICS: &[&str] = &["least-loaded", "round-robin", "random", "locality"];
+
+/// Builds a heuristic placer by name, seeded.
+pub fn heuristic(name: &str, seed: u64) -> Option<Box<dyn Placer>> {
+    Some(match name {
+        "least-loaded" => Box::new(LeastLoaded),
+        "round-robin" => Box::new(RoundRobin::default()),
+        "random" => Box::new(RandomPlacer::new(seed)),
+        "locality" | "data-locality" => Box::new(Locality),
+        _ => return None,
+    })
+}
+
+fn best_by(candidates: &[Candidate], score: impl Fn(&Candidate) -> f64) -> (usize, Vec<f64>) {
+    let scores: Vec<f64> = candidates.iter().map(|c| if c.feasible { score(c) } else { f64::NAN }).collect();
+    let mut best = usize::MAX;
+    for (i, s) in scores.iter().enumerate() {
+        // Strictly greater, so ties go to the earliest candidate: deterministic.
+        if !s.is_nan() && (best == usize::MAX || *s > scores[best]) {
+            best = i;
+        }
+    }
+    (best, scores)
+}
+
+/// Least-loaded: the feasible worker with the lowest share of its cores promised, then the
+/// fewest placed attempts (so zero-cpu subtasks still spread), then the lowest measured
+/// utilisation.
+pub struct LeastLoaded;
+
+impl LeastLoaded {
+    fn score(c: &Candidate) -> f64 {
+        -(c.cpu_load() * 1e6 + c.assigned as f64 * 10.0 + c.cpu_utilisation)
+    }
+}
+
+impl Placer for LeastLoaded {
+    fn name(&self) -> &'static str {
+        "least-loaded"
+    }
+    fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
+        let (chosen, scores) = best_by(candidates, Self::score);
+        Decision { chosen, scores, exploratory: false, reason: "lowest promised cpu share, then fewest placed attempts".into(), features: None }
+    }
+}
+
+/// Round-robin over the feasible workers, by worker id order (the core sorts candidates).
+#[derive(Default)]
+pub struct RoundRobin {
+    last: Option<WorkerId>,
+}
+
+impl Placer for RoundRobin {
+    fn name(&self) -> &'static str {
+        "round-robin"
+    }
+    fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
+        // The next feasible worker after the last one chosen, wrapping around.
+        let after = |c: &Candidate| self.last.is_none_or(|l| c.worker > l);
+        let chosen = candidates
+            .iter()
+            .position(|c| c.feasible && after(c))
+            .or_else(|| candidates.iter().position(|c| c.feasible))
+            .unwrap_or(usize::MAX);
+        let scores = candidates.iter().enumerate().map(|(i, c)| if !c.feasible { f64::NAN } else if i == chosen { 1.0 } else { 0.0 }).collect();
+        if let Some(c) = candidates.get(chosen) {
+            self.last = Some(c.worker);
+        }
+        Decision { chosen, scores, exploratory: false, reason: "next feasible worker in id order".into(), features: None }
+    }
+}
+
+/// Uniformly random among the feasible workers, from a seeded generator.
+pub struct RandomPlacer {
+    rng: StdRng,
+}
+
+impl RandomPlacer {
+    pub fn new(seed: u64) -> Self {
+        RandomPlacer { rng: StdRng::seed_from_u64(seed) }
+    }
+}
+
+impl Placer for RandomPlacer {
+    fn name(&self) -> &'static str {
+        "random"
+    }
+    fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
+        let feasible: Vec<usize> = (0..candidates.len()).filter(|&i| candidates[i].feasible).collect();
+        let chosen = if feasible.is_empty() { usize::MAX } else { feasible[self.rng.random_range(0..feasible.len())] };
+        let scores = candidates.iter().enumerate().map(|(i, c)| if !c.feasible { f64::NAN } else if i == chosen { 1.0 } else { 0.0 }).collect();
+        Decision { chosen, scores, exploratory: false, reason: "uniformly random feasible worker".into(), features: None }
+    }
+}
+
+/// Data locality: the feasible worker already holding the most input bytes. Ties (notably "no
+/// worker holds any input") are broken by load exactly as [`LeastLoaded`] does, so locality
+/// never piles work onto one node when there is nothing to gain; that tie-break is what makes
+/// it an honest baseline rather than a strawman.
+pub struct Locality;
+
+impl Placer for Locality {
+    fn name(&self) -> &'static str {
+        "locality"
+    }
+    fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
+        // Input bytes dominate; the load score (bounded well below 1e12) only orders ties.
+        let (chosen, scores) = best_by(candidates, |c| c.local_input_bytes as f64 * 1e12 + LeastLoaded::score(c) / 1e9);
+        Decision { chosen, scores, exploratory: false, reason: "most input bytes already resident, then least loaded".into(), features: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(n: u8, free_cpu: f64, assigned: u32, local: u64) -> Candidate {
+        let mut b = [0u8; 16];
+        b[15] = n;
+        Candidate {
+            worker: WorkerId::from_bytes(b),
+            feasible: true,
+            note: String::new(),
+            capacity: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
+            free: Resources { cpu: free_cpu, memory: 1 << 30, gpu: 0 },
+            assigned,
+            cpu_utilisation: 0.0,
+            local_input_bytes: local,
+            cache_bytes: 1 << 30,
+            cache_used: 0,
+        }
+    }
+
+    fn req() -> PlacementRequest {
+        PlacementRequest { job_age_ms: 0, resources: Resources { cpu: 1.0, memory: 0, gpu: 0 }, input_bytes: 0, flops: None, writes: false }
+    }
+
+    #[test]
+    fn least_loaded_prefers_free_cores_then_fewer_attempts() {
+        let c = vec![cand(1, 1.0, 3, 0), cand(2, 3.0, 1, 0), cand(3, 3.0, 0, 0)];
+        assert_eq!(LeastLoaded.place(&req(), &c).chosen, 2);
+    }
+
+    #[test]
+    fn infeasible_candidates_are_never_chosen() {
+        let mut c = vec![cand(1, 4.0, 0, 0), cand(2, 1.0, 2, 0)];
+        c[0].feasible = false;
+        for mut p in HEURISTICS.iter().map(|n| heuristic(n, 7).unwrap()) {
+            for _ in 0..20 {
+                let d = p.place(&req(), &c);
+                assert_eq!(d.chosen, 1, "{}", p.name());
+                assert!(d.scores[0].is_nan());
+            }
+        }
+    }
+
+    #[test]
+    fn round_robin_cycles_in_id_order() {
+        let c = vec![cand(1, 4.0, 0, 0), cand(2, 4.0, 0, 0), cand(3, 4.0, 0, 0)];
+        let mut rr = RoundRobin::default();
+        let picks: Vec<usize> = (0..5).map(|_| rr.place(&req(), &c).chosen).collect();
+        assert_eq!(picks, vec![0, 1, 2, 0, 1]);
+    }
+
+    #[test]
+    fn locality_prefers_resident_inputs_and_breaks_ties_by_load() {
+        let c = vec![cand(1, 4.0, 0, 0), cand(2, 1.0, 3, 500), cand(3, 4.0, 0, 100)];
+        assert_eq!(Locality.place(&req(), &c).chosen, 1);
+        let c = vec![cand(1, 1.0, 3, 0), cand(2, 4.0, 0, 0)];
+        assert_eq!(Locality.place(&req(), &c).chosen, 1, "with no resident input it acts as least-loaded");
+    }
+
+    #[test]
+    fn random_is_seeded() {
+        let c: Vec<Candidate> = (1..=8).map(|n| cand(n, 4.0, 0, 0)).collect();
+        let run = |seed| {
+            let mut p = RandomPlacer::new(seed);
+            (0..32).map(|_| p.place(&req(), &c).chosen).collect::<Vec<_>>()
+        };
+        assert_eq!(run(3), run(3));
+        assert_ne!(run(3), run(4));
+    }
+}

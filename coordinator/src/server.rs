@@ -1,0 +1,91 @@
+//! Starting and stopping a coordinator: open the store, restore the core, start the engine,
+//! serve gRPC until shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use plexus_proto::pb::job_service_server::JobServiceServer;
+use plexus_proto::pb::worker_service_server::WorkerServiceServer;
+use tokio::net::TcpListener;
+
+use crate::core::{Core, CoreConfig};
+use crate::engine;
+use crate::placer;
+use crate::rpc::{JobApi, WorkerApi};
+use crate::store::{SledStore, Store};
+use crate::Error;
+
+/// Largest gRPC message either way: a status of a 100,000-subtask job is ~10 MiB.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// How a coordinator is started.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub placer: String,
+    /// Seed of the placer's random choices, so runs repeat.
+    pub seed: u64,
+    pub core: CoreConfig,
+}
+
+/// Where the sled database lives inside the data dir.
+pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("state.sled")
+}
+
+/// Runs a coordinator until `shutdown` completes. Prints `plexus-coordinator listening on ADDR`
+/// on stdout once it accepts connections (with `--listen 127.0.0.1:0` that is how a caller learns
+/// the port).
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
+    let placer = placer::heuristic(&config.placer, config.seed).ok_or_else(|| Error::UnknownPlacer(config.placer.clone()))?;
+
+    let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
+    for m in &applied {
+        tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
+    }
+    let snapshot = store.load()?;
+    let (jobs, workers) = (snapshot.jobs.len(), snapshot.workers.len());
+    let mut core = Core::new(config.core.clone(), placer);
+    core.restore(snapshot, plexus_proto::now_ms()).map_err(Error::Restore)?;
+    tracing::info!(jobs, workers, placer = core.placer_name(), "state restored");
+
+    let (handle, engine_thread) = engine::start(core, Box::new(store) as Box<dyn Store>, plexus_proto::now_ms);
+
+    let listener = TcpListener::bind(config.listen).await.map_err(|e| Error::Io(format!("binding {}", config.listen), e))?;
+    let addr = listener.local_addr().map_err(|e| Error::Io("reading the bound address".into(), e))?;
+    println!("plexus-coordinator listening on {addr}");
+    tracing::info!(%addr, "listening");
+
+    // Stop serving on shutdown, or when the engine stops by itself (a storage failure).
+    let (engine_done_tx, engine_done_rx) = tokio::sync::oneshot::channel::<()>();
+    let engine_waiter = tokio::task::spawn_blocking(move || {
+        let r = engine_thread.join();
+        let _ = engine_done_tx.send(());
+        r
+    });
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown => tracing::info!("shutting down"),
+            _ = engine_done_rx => tracing::error!("engine stopped; shutting down"),
+        }
+    };
+
+    let jobs = JobServiceServer::new(JobApi { engine: handle.clone() }).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
+    let workers = WorkerServiceServer::new(WorkerApi { engine: handle }).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
+    let served = tonic::transport::Server::builder()
+        .add_service(jobs)
+        .add_service(workers)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), stop)
+        .await;
+    // The services (and their engine handles) are dropped now, which ends the engine loop.
+    let engine_result = engine_waiter.await.map_err(|e| Error::Engine(e.to_string()))?;
+    served.map_err(Error::Transport)?;
+    match engine_result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Error::Store(e)),
+        Err(_) => Err(Error::Engine("the engine thread panicked".into())),
+    }
+}

@@ -1,0 +1,625 @@
+//! Job files: parsing (TOML, or JSON) and validation into a [`JobSpec`].
+//!
+//! Everything a job file can get wrong is found here, before anything is stored: syntax, unknown
+//! fields, duplicate task names, unknown dependencies, dependency cycles (named), inputs that no
+//! task produces, malformed sizes and durations. Errors carry the file name and, where one can be
+//! found, the line. Whether any worker can ever satisfy a request is checked later, by the core,
+//! because only it knows the registered workers.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+use plexus_proto::Resources;
+use plexus_proto::ids::{check_output_name, check_task_name};
+use serde::{Deserialize, Serialize};
+
+/// Built-in task kinds the workers know. A kind runs inside the worker, not as a process.
+pub const BUILTIN_KINDS: &[&str] = &["noop"];
+
+/// Upper bounds that keep one job file from exhausting the coordinator's memory.
+pub const MAX_REPLICAS: u32 = 100_000;
+pub const MAX_SUBTASKS: u64 = 1_000_000;
+
+/// Format of a job file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Format {
+    Toml,
+    Json,
+}
+
+impl Format {
+    /// The format named by the request, else the file's extension, else TOML.
+    pub fn infer(requested: &str, filename: &str) -> Result<Format, SpecError> {
+        match requested.to_ascii_lowercase().as_str() {
+            "toml" => Ok(Format::Toml),
+            "json" => Ok(Format::Json),
+            "" if filename.to_ascii_lowercase().ends_with(".json") => Ok(Format::Json),
+            "" => Ok(Format::Toml),
+            other => Err(SpecError::new(filename, None, format!("unknown job file format {other:?} (expected \"toml\" or \"json\")"))),
+        }
+    }
+}
+
+/// A job file that cannot be accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl SpecError {
+    fn new(file: &str, line: Option<usize>, message: impl Into<String>) -> Self {
+        SpecError { file: file.to_string(), line, message: message.into() }
+    }
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file, l, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// What a subtask runs: a process, or a kind built into the worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Work {
+    Command(Vec<String>),
+    Kind(String),
+}
+
+/// An input: output `output` of every replica of task `task`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputSpec {
+    pub task: String,
+    pub output: String,
+}
+
+/// One validated task of a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    pub name: String,
+    pub work: Work,
+    pub resources: Resources,
+    /// Tasks that must have fully succeeded first: the `after` list plus every task an input
+    /// comes from, without duplicates, in file order.
+    pub after: Vec<String>,
+    pub replicas: u32,
+    pub inputs: Vec<InputSpec>,
+    pub outputs: Vec<String>,
+    pub max_retries: u32,
+    /// 0 = no timeout.
+    pub timeout_ms: u64,
+    pub env: BTreeMap<String, String>,
+    /// Operation-count hint for the learned placer; `None` = let it estimate.
+    pub flops: Option<f64>,
+}
+
+/// A validated job: tasks in file order, dependencies acyclic and resolved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub tasks: Vec<TaskSpec>,
+}
+
+impl JobSpec {
+    pub fn total_subtasks(&self) -> u64 {
+        self.tasks.iter().map(|t| t.replicas as u64).sum()
+    }
+
+    pub fn task(&self, name: &str) -> Option<&TaskSpec> {
+        self.tasks.iter().find(|t| t.name == name)
+    }
+}
+
+// ---- the file as written ----------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    name: Option<String>,
+    #[serde(alias = "tasks", default)]
+    task: Vec<RawTask>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    name: String,
+    command: Option<RawCommand>,
+    kind: Option<String>,
+    cpu: Option<f64>,
+    memory: Option<RawSize>,
+    gpu: Option<u32>,
+    #[serde(default)]
+    after: Vec<String>,
+    replicas: Option<u32>,
+    #[serde(default)]
+    inputs: Vec<String>,
+    #[serde(default)]
+    outputs: Vec<String>,
+    max_retries: Option<u32>,
+    timeout: Option<RawDuration>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    flops: Option<f64>,
+}
+
+/// `command = ["prog", "arg"]` (argv), or `command = "shell text"` run with `sh -c`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawCommand {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+/// `memory = "512MiB"` or a number of bytes.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+/// `timeout = "90s"` / `"5m"` or a number of seconds.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+/// Default resource request of a task that names none: one core, no memory reservation.
+const DEFAULT_CPU: f64 = 1.0;
+
+/// Parses and validates a job file.
+pub fn parse(source: &str, format: Format, filename: &str) -> Result<JobSpec, SpecError> {
+    let raw: RawJob = match format {
+        Format::Toml => toml::from_str(source).map_err(|e| {
+            let line = e.span().map(|s| line_of_offset(source, s.start));
+            SpecError::new(filename, line, e.message().trim().to_string())
+        })?,
+        Format::Json => serde_json::from_str(source).map_err(|e| {
+            let line = (e.line() > 0).then_some(e.line());
+            // serde_json appends " at line L column C"; the line is already in our prefix.
+            let msg = e.to_string();
+            let msg = msg.rsplit_once(" at line ").map(|(m, _)| m.to_string()).unwrap_or(msg);
+            SpecError::new(filename, line, msg)
+        })?,
+    };
+    Validator { source, format, file: filename }.validate(raw)
+}
+
+struct Validator<'a> {
+    source: &'a str,
+    format: Format,
+    file: &'a str,
+}
+
+impl Validator<'_> {
+    fn err(&self, line: Option<usize>, msg: impl Into<String>) -> SpecError {
+        SpecError::new(self.file, line, msg)
+    }
+
+    /// Line of the `occurrence`-th (0-based) task named `name`.
+    fn task_line(&self, name: &str, occurrence: usize) -> Option<usize> {
+        task_name_lines(self.source, self.format, name).get(occurrence).copied()
+    }
+
+    /// Line of the first quoted `value` at or after the line where task `task` is named.
+    fn value_line(&self, task: &str, value: &str) -> Option<usize> {
+        let start = self.task_line(task, 0)?;
+        let quoted = [format!("\"{value}\""), format!("'{value}'")];
+        self.source
+            .lines()
+            .enumerate()
+            .skip(start - 1)
+            .find(|(_, l)| quoted.iter().any(|q| l.contains(q.as_str())))
+            .map(|(i, _)| i + 1)
+    }
+
+    fn validate(&self, raw: RawJob) -> Result<JobSpec, SpecError> {
+        if raw.task.is_empty() {
+            return Err(self.err(None, "the job has no tasks (add at least one [[task]] table)"));
+        }
+        let name = raw.name.unwrap_or_else(|| default_job_name(self.file));
+        if name.trim().is_empty() || name.len() > 128 {
+            return Err(self.err(None, "job name must be 1-128 characters"));
+        }
+
+        // Names first: every later check refers to tasks by name.
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for t in &raw.task {
+            let n = seen.entry(t.name.as_str()).or_insert(0);
+            *n += 1;
+            if *n == 2 {
+                return Err(self.err(self.task_line(&t.name, 1), format!("duplicate task name {:?}", t.name)));
+            }
+            check_task_name(&t.name).map_err(|e| self.err(self.task_line(&t.name, 0), e.to_string()))?;
+        }
+        let outputs_of: HashMap<&str, &Vec<String>> = raw.task.iter().map(|t| (t.name.as_str(), &t.outputs)).collect();
+
+        let mut tasks = Vec::with_capacity(raw.task.len());
+        let mut total: u64 = 0;
+        for t in &raw.task {
+            let task = self.task(t, &outputs_of)?;
+            total += task.replicas as u64;
+            if total > MAX_SUBTASKS {
+                return Err(self.err(self.task_line(&t.name, 0), format!("the job expands to more than {MAX_SUBTASKS} subtasks")));
+            }
+            tasks.push(task);
+        }
+        if let Some(cycle) = find_cycle(&tasks) {
+            let line = self.task_line(&cycle[0], 0);
+            return Err(self.err(line, format!("dependency cycle: {}", cycle.join(" -> "))));
+        }
+        Ok(JobSpec { name, tasks })
+    }
+
+    fn task(&self, t: &RawTask, outputs_of: &HashMap<&str, &Vec<String>>) -> Result<TaskSpec, SpecError> {
+        let line = self.task_line(&t.name, 0);
+        let at = |msg: String| self.err(line, format!("task {:?}: {msg}", t.name));
+
+        let work = match (&t.command, &t.kind) {
+            (Some(_), Some(_)) => return Err(at("set either `command` or `kind`, not both".into())),
+            (None, None) => return Err(at("needs a `command` (argv or shell text) or a built-in `kind`".into())),
+            (Some(RawCommand::Argv(argv)), None) => {
+                if argv.is_empty() || argv[0].is_empty() {
+                    return Err(at("`command` must not be empty".into()));
+                }
+                Work::Command(argv.clone())
+            }
+            (Some(RawCommand::Shell(text)), None) => {
+                if text.trim().is_empty() {
+                    return Err(at("`command` must not be empty".into()));
+                }
+                Work::Command(vec!["sh".into(), "-c".into(), text.clone()])
+            }
+            (None, Some(kind)) => {
+                if !BUILTIN_KINDS.contains(&kind.as_str()) {
+                    return Err(at(format!("unknown kind {kind:?} (built-in kinds: {})", BUILTIN_KINDS.join(", "))));
+                }
+                Work::Kind(kind.clone())
+            }
+        };
+
+        let cpu = t.cpu.unwrap_or(DEFAULT_CPU);
+        if !cpu.is_finite() || cpu < 0.0 {
+            return Err(at(format!("cpu = {cpu} is not a non-negative number")));
+        }
+        let memory = match &t.memory {
+            None => 0,
+            Some(RawSize::Bytes(b)) => *b,
+            Some(RawSize::Text(s)) => parse_size(s).map_err(|e| at(format!("memory: {e}")))?,
+        };
+        let replicas = t.replicas.unwrap_or(1);
+        if replicas == 0 || replicas > MAX_REPLICAS {
+            return Err(at(format!("replicas = {replicas} is out of range (1..={MAX_REPLICAS})")));
+        }
+        let timeout_ms = match &t.timeout {
+            None => 0,
+            Some(RawDuration::Seconds(0)) => return Err(at("timeout must be positive".into())),
+            Some(RawDuration::Seconds(s)) => s.saturating_mul(1000),
+            Some(RawDuration::Text(s)) => {
+                let d: Duration = humantime::parse_duration(s).map_err(|e| at(format!("timeout {s:?}: {e}")))?;
+                if d.is_zero() {
+                    return Err(at("timeout must be positive".into()));
+                }
+                d.as_millis().max(1) as u64
+            }
+        };
+        if let Some(f) = t.flops
+            && (!f.is_finite() || f < 0.0)
+        {
+            return Err(at(format!("flops = {f} is not a non-negative number")));
+        }
+
+        let mut outs = BTreeSet::new();
+        for o in &t.outputs {
+            check_output_name(o).map_err(|e| self.err(self.value_line(&t.name, o), format!("task {:?}: {e}", t.name)))?;
+            if !outs.insert(o.as_str()) {
+                return Err(self.err(self.value_line(&t.name, o), format!("task {:?}: output {o:?} is listed twice", t.name)));
+            }
+        }
+
+        let mut after: Vec<String> = Vec::new();
+        for dep in &t.after {
+            let dline = self.value_line(&t.name, dep);
+            if dep == &t.name {
+                return Err(self.err(dline, format!("dependency cycle: {0} -> {0}", t.name)));
+            }
+            if !outputs_of.contains_key(dep.as_str()) {
+                return Err(self.err(dline, format!("task {:?}: unknown dependency {dep:?} in `after`", t.name)));
+            }
+            if !after.contains(dep) {
+                after.push(dep.clone());
+            }
+        }
+
+        let mut inputs = Vec::new();
+        for input in &t.inputs {
+            let iline = self.value_line(&t.name, input);
+            let Some((task, output)) = input.split_once('/') else {
+                return Err(self.err(iline, format!("task {:?}: input {input:?} must be written <task>/<output>", t.name)));
+            };
+            if task == t.name {
+                return Err(self.err(iline, format!("task {:?}: input {input:?} is its own output", t.name)));
+            }
+            let Some(produced) = outputs_of.get(task) else {
+                return Err(self.err(iline, format!("task {:?}: input {input:?}: no task named {task:?} produces it", t.name)));
+            };
+            if !produced.iter().any(|o| o == output) {
+                return Err(self.err(
+                    iline,
+                    format!("task {:?}: input {input:?}: task {task:?} has no output {output:?} (its outputs: {})", t.name, list_or_none(produced)),
+                ));
+            }
+            if !after.iter().any(|a| a == task) {
+                after.push(task.to_string());
+            }
+            inputs.push(InputSpec { task: task.to_string(), output: output.to_string() });
+        }
+
+        for (k, _) in &t.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(at(format!("env key {k:?} is not a valid variable name")));
+            }
+            if k.starts_with("PLEXUS_") {
+                return Err(at(format!("env key {k:?} is reserved (PLEXUS_* are set by the worker)")));
+            }
+        }
+
+        Ok(TaskSpec {
+            name: t.name.clone(),
+            work,
+            resources: Resources { cpu, memory, gpu: t.gpu.unwrap_or(0) },
+            after,
+            replicas,
+            inputs,
+            outputs: t.outputs.clone(),
+            max_retries: t.max_retries.unwrap_or(0),
+            timeout_ms,
+            env: t.env.clone(),
+            flops: t.flops,
+        })
+    }
+}
+
+fn list_or_none(v: &[String]) -> String {
+    if v.is_empty() { "none".into() } else { v.join(", ") }
+}
+
+/// A job without a `name` is named after its file.
+fn default_job_name(file: &str) -> String {
+    let base = file.rsplit('/').next().unwrap_or(file);
+    let stem = base.rsplit_once('.').map(|(s, _)| s).unwrap_or(base);
+    if stem.is_empty() { "job".into() } else { stem.to_string() }
+}
+
+/// Parses `"512MiB"`, `"4 GiB"`, `"1000"` into bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    s.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| format!("{s:?} is not a size ({e})"))
+}
+
+fn line_of_offset(source: &str, offset: usize) -> usize {
+    source.as_bytes()[..offset.min(source.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// Lines (1-based) where a task named `name` is declared, in file order. The parsers do not
+/// keep positions of values, so the declaration is found in the text: `name = "x"` in TOML,
+/// `"name": "x"` in JSON.
+fn task_name_lines(source: &str, format: Format, name: &str) -> Vec<usize> {
+    let mut lines = Vec::new();
+    for (i, line) in source.lines().enumerate() {
+        let mut rest = line.trim_start();
+        let key_ok = match format {
+            Format::Toml => rest.strip_prefix("name").map(|r| r.trim_start().strip_prefix('=')).flatten(),
+            Format::Json => rest.find("\"name\"").and_then(|p| rest[p + 6..].trim_start().strip_prefix(':')),
+        };
+        let Some(after_key) = key_ok else { continue };
+        rest = after_key.trim_start();
+        let quoted = [format!("\"{name}\""), format!("'{name}'")];
+        if quoted.iter().any(|q| rest.starts_with(q.as_str())) {
+            lines.push(i + 1);
+        }
+    }
+    // The job's own `name = ...` is a top-level key, which also matches in TOML when a task has
+    // the job's name; a task's declaration follows a `[[task]]` header, so drop matches before it.
+    if format == Format::Toml
+        && let Some(first_table) = source.lines().position(|l| l.trim_start().starts_with('['))
+    {
+        lines.retain(|&l| l > first_table);
+    }
+    lines
+}
+
+/// Finds a dependency cycle and returns it as task names, first name repeated at the end.
+fn find_cycle(tasks: &[TaskSpec]) -> Option<Vec<String>> {
+    let index: HashMap<&str, usize> = tasks.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+    // 0 = unvisited, 1 = on the current path, 2 = done.
+    let mut mark = vec![0u8; tasks.len()];
+    let mut path: Vec<usize> = Vec::new();
+
+    fn visit(i: usize, tasks: &[TaskSpec], index: &HashMap<&str, usize>, mark: &mut [u8], path: &mut Vec<usize>) -> Option<Vec<String>> {
+        mark[i] = 1;
+        path.push(i);
+        for dep in &tasks[i].after {
+            let j = index[dep.as_str()];
+            if mark[j] == 1 {
+                let start = path.iter().position(|&p| p == j).unwrap_or(0);
+                // The path runs from dependents to dependencies; print it in run order.
+                let mut names: Vec<String> = path[start..].iter().rev().map(|&p| tasks[p].name.clone()).collect();
+                names.push(names[0].clone());
+                return Some(names);
+            }
+            if mark[j] == 0
+                && let Some(c) = visit(j, tasks, index, mark, path)
+            {
+                return Some(c);
+            }
+        }
+        path.pop();
+        mark[i] = 2;
+        None
+    }
+
+    for i in 0..tasks.len() {
+        if mark[i] == 0
+            && let Some(c) = visit(i, tasks, &index, &mut mark, &mut path)
+        {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toml(src: &str) -> Result<JobSpec, SpecError> {
+        parse(src, Format::Toml, "job.toml")
+    }
+
+    const FAN: &str = r#"
+name = "fan"
+
+[[task]]
+name = "gen"
+command = ["sh", "-c", "echo $PLEXUS_RANK > $PLEXUS_OUT/numbers"]
+replicas = 8
+outputs = ["numbers"]
+memory = "64MiB"
+timeout = "30s"
+max_retries = 2
+
+[[task]]
+name = "sum"
+command = "cat $PLEXUS_IN/gen/*/numbers | paste -sd+ | bc > $PLEXUS_OUT/total"
+inputs = ["gen/numbers"]
+outputs = ["total"]
+cpu = 0.5
+"#;
+
+    #[test]
+    fn parses_a_fan_out_fan_in_job() {
+        let j = toml(FAN).unwrap();
+        assert_eq!(j.name, "fan");
+        assert_eq!(j.total_subtasks(), 9);
+        let gen_task = &j.tasks[0];
+        assert_eq!(gen_task.replicas, 8);
+        assert_eq!(gen_task.resources, Resources { cpu: 1.0, memory: 64 << 20, gpu: 0 });
+        assert_eq!(gen_task.timeout_ms, 30_000);
+        assert_eq!(gen_task.max_retries, 2);
+        let sum = &j.tasks[1];
+        assert_eq!(sum.after, vec!["gen".to_string()], "an input implies a dependency");
+        assert_eq!(sum.work, Work::Command(vec!["sh".into(), "-c".into(), "cat $PLEXUS_IN/gen/*/numbers | paste -sd+ | bc > $PLEXUS_OUT/total".into()]));
+        assert_eq!(sum.inputs, vec![InputSpec { task: "gen".into(), output: "numbers".into() }]);
+    }
+
+    #[test]
+    fn json_is_accepted_too() {
+        let src = r#"{"name": "j", "tasks": [{"name": "a", "kind": "noop", "replicas": 3, "cpu": 0}]}"#;
+        let j = parse(src, Format::Json, "j.json").unwrap();
+        assert_eq!(j.tasks[0].work, Work::Kind("noop".into()));
+        assert_eq!(j.tasks[0].resources.cpu, 0.0);
+    }
+
+    #[test]
+    fn bad_toml_names_the_line() {
+        let e = toml("name = \"x\"\n[[task]]\nname = \"a\"\ncommand = [\"true\"\n").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.to_string().starts_with("job.toml:4:"), "{e}");
+    }
+
+    #[test]
+    fn unknown_field_is_rejected_with_its_line() {
+        let e = toml("[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpus = 2\n").unwrap_err();
+        assert!(e.message.contains("unknown field `cpus`"), "{e}");
+        assert_eq!(e.line, Some(4));
+    }
+
+    #[test]
+    fn duplicate_task_names_point_at_the_second() {
+        let e = toml("[[task]]\nname = \"a\"\nkind = \"noop\"\n[[task]]\nname = \"a\"\nkind = \"noop\"\n").unwrap_err();
+        assert_eq!(e.message, "duplicate task name \"a\"");
+        assert_eq!(e.line, Some(5));
+    }
+
+    #[test]
+    fn unknown_dependency() {
+        let e = toml("[[task]]\nname = \"a\"\nkind = \"noop\"\nafter = [\"b\"]\n").unwrap_err();
+        assert_eq!(e.message, "task \"a\": unknown dependency \"b\" in `after`");
+        assert_eq!(e.line, Some(4));
+    }
+
+    #[test]
+    fn cycles_are_named() {
+        let src = "[[task]]\nname = \"a\"\nkind = \"noop\"\nafter = [\"c\"]\n[[task]]\nname = \"b\"\nkind = \"noop\"\nafter = [\"a\"]\n[[task]]\nname = \"c\"\nkind = \"noop\"\nafter = [\"b\"]\n";
+        let e = toml(src).unwrap_err();
+        assert!(e.message.starts_with("dependency cycle: "), "{e}");
+        // Every member appears and the cycle closes on its first name.
+        let names: Vec<&str> = e.message["dependency cycle: ".len()..].split(" -> ").collect();
+        assert_eq!(names.len(), 4);
+        assert_eq!(names[0], names[3]);
+        for n in ["a", "b", "c"] {
+            assert!(names.contains(&n));
+        }
+        let self_loop = toml("[[task]]\nname = \"a\"\nkind = \"noop\"\nafter = [\"a\"]\n").unwrap_err();
+        assert_eq!(self_loop.message, "dependency cycle: a -> a");
+    }
+
+    #[test]
+    fn inputs_must_be_produced() {
+        let e = toml("[[task]]\nname = \"a\"\nkind = \"noop\"\ninputs = [\"x/y\"]\n").unwrap_err();
+        assert!(e.message.contains("no task named \"x\" produces it"), "{e}");
+        let e = toml("[[task]]\nname = \"g\"\nkind = \"noop\"\noutputs = [\"o\"]\n[[task]]\nname = \"a\"\nkind = \"noop\"\ninputs = [\"g/p\"]\n").unwrap_err();
+        assert!(e.message.contains("task \"g\" has no output \"p\" (its outputs: o)"), "{e}");
+        assert_eq!(e.line, Some(8));
+        let e = toml("[[task]]\nname = \"a\"\nkind = \"noop\"\ninputs = [\"nos\"]\n").unwrap_err();
+        assert!(e.message.contains("must be written <task>/<output>"), "{e}");
+    }
+
+    #[test]
+    fn other_mistakes() {
+        let cases = [
+            ("[[task]]\nname = \"a\"\n", "needs a `command`"),
+            ("[[task]]\nname = \"a\"\nkind = \"noop\"\ncommand = [\"x\"]\n", "not both"),
+            ("[[task]]\nname = \"a\"\ncommand = []\n", "must not be empty"),
+            ("[[task]]\nname = \"a\"\nkind = \"frobnicate\"\n", "unknown kind \"frobnicate\""),
+            ("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 0\n", "replicas = 0 is out of range"),
+            ("[[task]]\nname = \"a\"\nkind = \"noop\"\nmemory = \"lots\"\n", "is not a size"),
+            ("[[task]]\nname = \"a\"\nkind = \"noop\"\ntimeout = \"soon\"\n", "timeout \"soon\""),
+            ("[[task]]\nname = \"a\"\nkind = \"noop\"\ncpu = -1\n", "not a non-negative number"),
+            ("[[task]]\nname = \"a/b\"\nkind = \"noop\"\n", "invalid task name"),
+            ("[[task]]\nname = \"a\"\nkind = \"noop\"\noutputs = [\"o\", \"o\"]\n", "listed twice"),
+            ("[[task]]\nname = \"a\"\nkind = \"noop\"\nenv = { PLEXUS_RANK = \"1\" }\n", "reserved"),
+            ("name = \"x\"\n", "no tasks"),
+        ];
+        for (src, want) in cases {
+            let e = toml(src).unwrap_err();
+            assert!(e.message.contains(want), "{src:?}: got {e}");
+        }
+    }
+
+    #[test]
+    fn json_errors_have_lines() {
+        let e = parse("{\n\"tasks\": [\n{\"name\": \"a\", \"kind\": \"noop\", \"bogus\": 1}\n]}", Format::Json, "j.json").unwrap_err();
+        assert!(e.message.contains("unknown field `bogus`"), "{e}");
+        assert_eq!(e.line, Some(3));
+    }
+
+    #[test]
+    fn format_inference() {
+        assert_eq!(Format::infer("", "a.JSON").unwrap(), Format::Json);
+        assert_eq!(Format::infer("", "a.toml").unwrap(), Format::Toml);
+        assert_eq!(Format::infer("json", "a.toml").unwrap(), Format::Json);
+        assert!(Format::infer("yaml", "a").is_err());
+    }
+}

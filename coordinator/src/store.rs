@@ -1,0 +1,251 @@
+//! Durable state. The only module that knows sled.
+//!
+//! The store is narrow on purpose: load everything at start, and commit a batch of changed
+//! records atomically and durably. Records are JSON (readable with any sled dump tool, and
+//! tolerant of added fields); keys are the v2 layout documented in `plexus-migrations`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use plexus_migrations as mig;
+use plexus_proto::{JobId, WorkerId};
+
+use crate::core::{JobRecord, PlacementRecord, Snapshot, Subtask, WorkerRecord};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("schema: {0}")]
+    Migration(#[from] mig::MigrationError),
+    #[error("record {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+/// Changed records, encoded, waiting to be committed together.
+#[derive(Default)]
+pub struct Batch {
+    items: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn job(&mut self, r: &JobRecord) {
+        self.put(key(mig::JOB_PREFIX, r.id.as_bytes(), None), r);
+    }
+
+    pub fn subtask(&mut self, job: JobId, idx: u32, s: &Subtask) {
+        self.put(key(mig::SUBTASK_PREFIX, job.as_bytes(), Some(idx)), s);
+    }
+
+    pub fn worker(&mut self, r: &WorkerRecord) {
+        self.put(key(mig::WORKER_PREFIX, r.id.as_bytes(), None), r);
+    }
+
+    pub fn placement(&mut self, job: JobId, idx: u32, p: &PlacementRecord) {
+        self.put(key(mig::PLACEMENT_PREFIX, job.as_bytes(), Some(idx)), p);
+    }
+
+    fn put<T: serde::Serialize>(&mut self, k: Vec<u8>, v: &T) {
+        // Serialising plain structs of strings and numbers cannot fail; NaN scores are stored as
+        // null by construction (PlacementRecord keeps them as Option).
+        match serde_json::to_vec(v) {
+            Ok(bytes) => self.items.push((k, bytes)),
+            Err(e) => tracing::error!(error = %e, "record could not be encoded; not stored"),
+        }
+    }
+}
+
+fn key(prefix: u8, id: &[u8; 16], idx: Option<u32>) -> Vec<u8> {
+    let mut k = Vec::with_capacity(21);
+    k.push(prefix);
+    k.extend_from_slice(id);
+    if let Some(i) = idx {
+        k.extend_from_slice(&i.to_be_bytes());
+    }
+    k
+}
+
+/// Durable state of the coordinator.
+pub trait Store: Send {
+    /// Every record, decoded.
+    fn load(&self) -> Result<Snapshot, StoreError>;
+    /// Writes the batch atomically; when this returns Ok the records survive a crash.
+    fn commit(&self, batch: Batch) -> Result<(), StoreError>;
+}
+
+/// The sled store: one database directory, one `state` tree.
+pub struct SledStore {
+    db: sled::Db,
+    state: sled::Tree,
+}
+
+impl SledStore {
+    /// Opens (creating if needed) and migrates the store at `dir`.
+    pub fn open(dir: &Path) -> Result<(SledStore, Vec<mig::Applied>), StoreError> {
+        let db = sled::Config::new().path(dir).open()?;
+        let applied = mig::migrate(&db)?;
+        let state = db.open_tree(mig::STATE_TREE)?;
+        Ok((SledStore { db, state }, applied))
+    }
+
+    /// Migrations that opening the store at `dir` would run, without running them.
+    pub fn pending(dir: &Path) -> Result<(Option<u32>, Vec<&'static mig::Migration>), StoreError> {
+        let db = sled::Config::new().path(dir).open()?;
+        Ok((mig::version(&db)?, mig::pending(&db)?))
+    }
+}
+
+impl Store for SledStore {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        decode_all(self.state.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(StoreError::from)))
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut b = sled::Batch::default();
+        for (k, v) in batch.items {
+            b.insert(k, v);
+        }
+        self.state.apply_batch(b)?;
+        // The batch is in sled's in-process log buffer; flushing writes and fsyncs it, after
+        // which a kill -9 cannot lose it. One flush per group commit, not per record.
+        self.db.flush()?;
+        Ok(())
+    }
+}
+
+/// A store in memory, for tests of the engine.
+#[derive(Default)]
+pub struct MemStore {
+    items: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl Store for MemStore {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        let items = self.items.lock().map_err(|_| StoreError::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
+        decode_all(items.iter().map(|(k, v)| Ok((k.clone(), v.clone()))))
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        let mut items = self.items.lock().map_err(|_| StoreError::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
+        items.extend(batch.items);
+        Ok(())
+    }
+}
+
+fn decode_all(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>>) -> Result<Snapshot, StoreError> {
+    let mut snap = Snapshot::default();
+    for item in items {
+        let (k, v) = item?;
+        let corrupt = |reason: String| StoreError::Corrupt { key: k.iter().map(|b| format!("{b:02x}")).collect(), reason };
+        let id = |k: &[u8]| -> Option<[u8; 16]> { k.get(1..17)?.try_into().ok() };
+        let idx = |k: &[u8]| -> Option<u32> { Some(u32::from_be_bytes(k.get(17..21)?.try_into().ok()?)) };
+        match k.first().copied() {
+            Some(mig::JOB_PREFIX) if k.len() == 17 => {
+                snap.jobs.push(serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?);
+            }
+            Some(mig::SUBTASK_PREFIX) if k.len() == 21 => {
+                let (Some(j), Some(i)) = (id(&k), idx(&k)) else { return Err(corrupt("bad key".into())) };
+                snap.subtasks.push((JobId::from_bytes(j), i, serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?));
+            }
+            Some(mig::WORKER_PREFIX) if k.len() == 17 => {
+                let w: WorkerRecord = serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?;
+                if id(&k).map(WorkerId::from_bytes) != Some(w.id) {
+                    return Err(corrupt("worker record stored under another id".into()));
+                }
+                snap.workers.push(w);
+            }
+            Some(mig::PLACEMENT_PREFIX) if k.len() == 21 => {
+                let (Some(j), Some(i)) = (id(&k), idx(&k)) else { return Err(corrupt("bad key".into())) };
+                snap.placements.push((JobId::from_bytes(j), i, serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?));
+            }
+            _ => return Err(corrupt("unknown key kind".into())),
+        }
+    }
+    Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Core, CoreConfig};
+    use crate::placer::heuristic;
+    use crate::spec::{Format, parse};
+    use serde_json::json;
+
+    fn batch_of(core: &Core, job: JobId) -> Batch {
+        let mut b = Batch::default();
+        let j = core.job(job).unwrap();
+        b.job(&j.record);
+        for (i, s) in j.subtasks.iter().enumerate() {
+            b.subtask(job, i as u32, s);
+        }
+        b
+    }
+
+    #[test]
+    fn committed_records_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
+        let job = JobId::random();
+        core.submit(job, parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 4\n", Format::Toml, "j").unwrap(), 5).unwrap();
+        {
+            let (store, applied) = SledStore::open(dir.path()).unwrap();
+            assert!(applied.is_empty());
+            store.commit(batch_of(&core, job)).unwrap();
+        }
+        let (store, _) = SledStore::open(dir.path()).unwrap();
+        let snap = store.load().unwrap();
+        assert_eq!(snap.jobs.len(), 1);
+        assert_eq!(snap.jobs[0].id, job);
+        assert_eq!(snap.subtasks.len(), 4);
+        let mut restored = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
+        restored.restore(snap, 10).unwrap();
+        assert_eq!(restored.job(job).unwrap().total(), 4);
+        assert_eq!(restored.ready_len(), 4);
+    }
+
+    /// A store written in the v1 layout (subtasks embedded in job records) opens, migrates and
+    /// loads into the core.
+    #[test]
+    fn a_v1_store_is_migrated_and_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
+        let job = JobId::random();
+        core.submit(job, parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 3\n", Format::Toml, "j").unwrap(), 5).unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            let j = core.job(job).unwrap();
+            let mut v = serde_json::to_value(&j.record).unwrap();
+            v["subtasks"] = json!(j.subtasks);
+            db.open_tree("jobs").unwrap().insert(job.as_bytes(), serde_json::to_vec(&v).unwrap()).unwrap();
+            plexus_migrations::set_version(&db, 1).unwrap();
+        }
+        let (_, pending) = SledStore::pending(dir.path()).unwrap();
+        assert_eq!(pending.len(), 1);
+        let (store, applied) = SledStore::open(dir.path()).unwrap();
+        assert_eq!(applied.len(), 1);
+        let mut restored = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
+        restored.restore(store.load().unwrap(), 10).unwrap();
+        assert_eq!(restored.job(job).unwrap().subtasks.len(), 3);
+    }
+
+    #[test]
+    fn corrupt_records_are_reported_not_panicked_on() {
+        let store = MemStore::default();
+        store.items.lock().unwrap().insert(key(mig::JOB_PREFIX, &[7; 16], None), b"{oops".to_vec());
+        let e = store.load().unwrap_err();
+        assert!(e.to_string().contains("6a07070707"), "{e}");
+    }
+}
