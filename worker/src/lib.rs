@@ -1,1 +1,299 @@
+//! The Plexus worker: the agent on every node that registers with the coordinator, runs the
+//! attempts placed on it, keeps an object cache, and serves objects and logs to its peers.
+//!
+//! # Layout
+//! - [`config`]: the command line and the resolved [`Config`].
+//! - [`error`]: the library's error type.
+//! - [`layout`]: where everything lives under the data dir (the one place that builds paths).
+//! - [`node`]: capacity detection (cores, memory, GPUs via `nvidia-smi`, hostname) and the CPU
+//!   utilisation sampler.
+//! - [`cache`]: the bounded, LRU-evicted object cache with pinning.
+//! - [`logs`]: reading the tails of attempt logs.
+//! - [`peer`]: the PeerService server (objects, logs) and the object-fetch client.
+//! - [`attempts`]: which attempts this process knows, and the batched report queue.
+//! - [`runner`]: running an assignment (built-in kinds and commands).
+//! - [`session`]: the coordinator connection (register, assignments, heartbeats, reports) and
+//!   its reconnect loop.
+//!
+//! [`run`] ties these together: [`Worker::start`] brings everything up, [`Worker::shutdown`]
+//! kills every running process group and stops the servers.
 
+pub mod attempts;
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod layout;
+pub mod logs;
+pub mod node;
+pub mod peer;
+pub mod runner;
+pub mod session;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexus_proto::{WorkerId, pb};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+pub use config::{Args, Config};
+pub use error::{Error, Result};
+
+use crate::attempts::Attempts;
+use crate::cache::Cache;
+use crate::layout::Layout;
+use crate::node::CpuSampler;
+use crate::peer::PeerServer;
+use crate::runner::Runner;
+use crate::session::Session;
+
+/// How long the PeerService may take to finish the transfers in progress at shutdown before it is
+/// abandoned: a peer fetching a large object should not delay a SIGTERM for long.
+const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running worker. [`Worker::shutdown`] is how it should end; merely dropping it cancels
+/// everything (attempt process groups are killed by their tasks) without waiting for it.
+#[derive(Debug)]
+pub struct Worker {
+    _cancel_on_drop: tokio_util::sync::DropGuard,
+    worker_id: WorkerId,
+    session: String,
+    peer_addr: String,
+    local_addr: SocketAddr,
+    shutdown: CancellationToken,
+    attempt_tasks: TaskTracker,
+    session_task: JoinHandle<()>,
+    server_task: JoinHandle<Result<()>>,
+}
+
+impl Worker {
+    /// Prepares the data dir, opens the cache, binds the PeerService and starts talking to the
+    /// coordinator (in the background; an unreachable coordinator is retried forever).
+    pub async fn start(config: Config) -> Result<Worker> {
+        let coordinator = config::normalise_url("the coordinator URL", &config.coordinator)?;
+        let data_dir = std::path::absolute(&config.data_dir).map_err(Error::io("resolve", &config.data_dir))?;
+        let layout = Layout::new(data_dir);
+        prepare_data_dir(&layout)?;
+        let worker_id = load_or_create_worker_id(&layout)?;
+        let session = uuid::Uuid::new_v4().to_string();
+        let cache = Cache::open(layout.cache_dir(), config.cache_bytes)?;
+
+        let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| Error::Io {
+            action: "bind the peer service to",
+            path: config.listen.to_string().into(),
+            source: e,
+        })?;
+        let local_addr = listener.local_addr().map_err(Error::io("read the bound address of", config.listen.to_string()))?;
+        let peer_addr = match &config.advertise {
+            Some(url) => url.clone(),
+            None => default_advertise(local_addr, &config.rails),
+        };
+
+        let capacity = pb::NodeCapacity {
+            cpus: config.cpus,
+            memory: config.memory,
+            gpus: node::detect_gpus().await,
+            rails: config.rails.clone(),
+            cache_bytes: config.cache_bytes,
+            hostname: node::hostname(),
+        };
+        info!(
+            %worker_id, %session, peer_addr, data_dir = %layout.root().display(), cpus = capacity.cpus,
+            memory = capacity.memory, gpus = capacity.gpus.len(), cache_bytes = capacity.cache_bytes,
+            "worker starting"
+        );
+
+        let shutdown = CancellationToken::new();
+        let server = PeerServer::new(cache.clone(), layout.clone());
+        let server_task = tokio::spawn(peer::serve(listener, server, shutdown.child_token()));
+
+        let attempts = Attempts::new(shutdown.child_token());
+        let attempt_tasks = TaskTracker::new();
+        let runner = Runner::new(layout.clone(), cache.clone(), Arc::clone(&attempts), attempt_tasks.clone());
+        let session_loop = Session {
+            coordinator,
+            worker_id,
+            session: session.clone(),
+            peer_addr: peer_addr.clone(),
+            capacity,
+            attempts,
+            cache,
+            runner,
+            cpu: CpuSampler::new(),
+        };
+        let session_task = tokio::spawn(session_loop.run(shutdown.child_token()));
+        Ok(Worker {
+            _cancel_on_drop: shutdown.clone().drop_guard(),
+            worker_id,
+            session,
+            peer_addr,
+            local_addr,
+            shutdown,
+            attempt_tasks,
+            session_task,
+            server_task,
+        })
+    }
+
+    pub fn worker_id(&self) -> WorkerId {
+        self.worker_id
+    }
+
+    /// The session id sent with `Register`, new for every process.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The PeerService URL reported to the coordinator.
+    pub fn peer_addr(&self) -> &str {
+        &self.peer_addr
+    }
+
+    /// Where the PeerService is actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Resolves when the PeerService has stopped on its own (which only an error makes it do).
+    async fn server_stopped(&mut self) -> Result<()> {
+        match (&mut self.server_task).await {
+            Ok(Ok(())) => Err(Error::Config("the peer service stopped unexpectedly".into())),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(Error::Join(e)),
+        }
+    }
+
+    /// Kills every running process group (the attempts report CANCELLED into a queue that is
+    /// not sent any more), stops talking to the coordinator and stops the PeerService.
+    pub async fn shutdown(self) -> Result<()> {
+        info!("worker shutting down");
+        self.shutdown.cancel();
+        // Each attempt task kills its process group and reaps it when its token is cancelled.
+        self.attempt_tasks.close();
+        self.attempt_tasks.wait().await;
+        self.session_task.await?;
+        let mut server_task = self.server_task;
+        match tokio::time::timeout(SERVER_STOP_TIMEOUT, &mut server_task).await {
+            Ok(r) => r??,
+            Err(_) => {
+                warn!("the peer service did not stop in time; abandoning its connections");
+                server_task.abort();
+            }
+        }
+        info!("worker stopped");
+        Ok(())
+    }
+}
+
+/// Runs a worker until `shutdown` resolves (SIGTERM or Ctrl-C in the binary), then stops it.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let mut worker = Worker::start(config).await?;
+    let failure = tokio::select! {
+        () = shutdown => None,
+        e = worker.server_stopped() => Some(e),
+    };
+    match failure {
+        None => worker.shutdown().await,
+        Some(e) => {
+            // The server task has already finished; stop the rest before reporting why.
+            worker.shutdown.cancel();
+            worker.attempt_tasks.close();
+            worker.attempt_tasks.wait().await;
+            let _ = worker.session_task.await;
+            e
+        }
+    }
+}
+
+/// `http://<bound address>`, with an unspecified bind address (0.0.0.0, ::) replaced by the first
+/// rail, because peers cannot connect to "any address".
+fn default_advertise(bound: SocketAddr, rails: &[String]) -> String {
+    let mut addr = bound;
+    if addr.ip().is_unspecified()
+        && let Some(ip) = rails.first().and_then(|r| r.parse().ok())
+    {
+        addr.set_ip(ip);
+    }
+    format!("http://{addr}")
+}
+
+/// Creates the data dir's directories and clears what a previous process left half-done.
+fn prepare_data_dir(layout: &Layout) -> Result<()> {
+    for dir in [layout.root().to_path_buf(), layout.cache_dir(), layout.logs_root()] {
+        std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
+    }
+    // Work dirs and partial downloads belong to attempts of an earlier process, which the
+    // coordinator has to consider lost; nothing in them is worth keeping.
+    for dir in [layout.work_root(), layout.tmp_dir()] {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => warn!(dir = %dir.display(), error = %e, "could not clear a leftover directory"),
+        }
+        std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
+    }
+    Ok(())
+}
+
+/// Reads `DIR/worker-id`, creating it with a fresh id the first time.
+fn load_or_create_worker_id(layout: &Layout) -> Result<WorkerId> {
+    let path = layout.worker_id_file();
+    match std::fs::read_to_string(&path) {
+        // An id that does not parse is an error, not a reason to become a different worker.
+        Ok(text) => Ok(text.trim().parse::<WorkerId>()?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = WorkerId::random();
+            // Write-then-rename, so a crash never leaves a half-written id behind.
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, format!("{id}\n")).map_err(Error::io("write", &tmp))?;
+            std::fs::rename(&tmp, &path).map_err(Error::io("write", &path))?;
+            info!(worker_id = %id, "created a new worker id");
+            Ok(id)
+        }
+        Err(e) => Err(Error::Io { action: "read", path, source: e }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worker_id_is_created_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let first = load_or_create_worker_id(&layout).unwrap();
+        assert_eq!(load_or_create_worker_id(&layout).unwrap(), first);
+        let text = std::fs::read_to_string(layout.worker_id_file()).unwrap();
+        assert!(text.starts_with("wkr-"));
+        std::fs::write(layout.worker_id_file(), "job-00000000000000000000000000000000").unwrap();
+        assert!(load_or_create_worker_id(&layout).is_err(), "a corrupt id is not silently replaced");
+    }
+
+    #[test]
+    fn the_advertised_address_is_reachable() {
+        let rails = vec!["10.1.2.3".to_string()];
+        assert_eq!(default_advertise("127.0.0.1:7001".parse().unwrap(), &rails), "http://127.0.0.1:7001");
+        assert_eq!(default_advertise("0.0.0.0:7001".parse().unwrap(), &rails), "http://10.1.2.3:7001");
+        assert_eq!(default_advertise("[::]:7001".parse().unwrap(), &["::1".to_string()]), "http://[::1]:7001");
+        assert_eq!(default_advertise("0.0.0.0:7001".parse().unwrap(), &["eth0".to_string()]), "http://0.0.0.0:7001");
+    }
+
+    #[test]
+    fn leftovers_are_cleared_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.work_root().join("job-x/t/0.1")).unwrap();
+        std::fs::create_dir_all(layout.tmp_dir()).unwrap();
+        std::fs::write(layout.tmp_dir().join("partial"), b"x").unwrap();
+        std::fs::create_dir_all(layout.logs_root().join("j")).unwrap();
+        prepare_data_dir(&layout).unwrap();
+        assert!(std::fs::read_dir(layout.work_root()).unwrap().next().is_none());
+        assert!(std::fs::read_dir(layout.tmp_dir()).unwrap().next().is_none());
+        assert!(layout.logs_root().join("j").exists(), "logs stay");
+    }
+}

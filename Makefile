@@ -1,0 +1,38 @@
+# Plexus — the two commands a new machine needs are `make demo` and `make test`.
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: all build release demo test test-unit bench-control fmt clippy clean
+
+all: build
+
+build:
+	$(CARGO) build --workspace --bins
+
+release:
+	$(CARGO) build --release --workspace --bins
+
+# Build, start an embedded cluster (`plexus up`), run examples/fanout.toml, print its result, stop.
+demo: release
+	bash scripts/demo.sh
+
+# Every test, unit and end-to-end. The end-to-end tests run the real binaries, so build them first.
+test: build
+	$(CARGO) test --workspace
+
+test-unit:
+	$(CARGO) test --workspace --lib
+
+# Control-plane throughput: 10,000 no-op subtasks over 4 real worker processes.
+bench-control:
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) run --release -p plexus-bench --bin control-plane
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets
+
+clean:
+	$(CARGO) clean

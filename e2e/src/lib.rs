@@ -1,0 +1,280 @@
+//! A harness that runs a real Plexus cluster on loopback: the `plexus-coordinator`,
+//! `plexus-worker` and `plexus` binaries as child processes, each with its own data dir under one
+//! temporary directory, talking gRPC over 127.0.0.1 ports. Tests and benchmarks use it to check
+//! behaviour the way a user sees it.
+//!
+//! The binaries are found next to the running executable (`target/<profile>/`), so build them
+//! first (`cargo build --workspace --bins`, which `make test` does), or point `PLEXUS_BIN_DIR`
+//! at them.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use plexus_proto::pb;
+use plexus_proto::pb::job_service_client::JobServiceClient;
+
+/// Where the Plexus binaries are.
+pub fn bin_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("PLEXUS_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().expect("the path of the running test binary");
+    for dir in exe.ancestors().skip(1) {
+        if dir.join("plexus-coordinator").exists() {
+            return dir.to_path_buf();
+        }
+    }
+    panic!("plexus-coordinator not found next to {}: run `cargo build --workspace --bins` first (or set PLEXUS_BIN_DIR)", exe.display());
+}
+
+/// How a test cluster is started.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub workers: usize,
+    pub cpus_per_worker: u32,
+    pub heartbeat_timeout_ms: u64,
+    pub placer: String,
+    pub cache: String,
+    /// `RUST_LOG` for the children.
+    pub log: String,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            workers: 3,
+            cpus_per_worker: 2,
+            // The product default: long enough that a loaded 2-core CI machine does not lose workers.
+            heartbeat_timeout_ms: 3_000,
+            placer: "least-loaded".into(),
+            cache: "256MiB".into(),
+            log: "info".into(),
+        }
+    }
+}
+
+pub struct Cluster {
+    pub config: ClusterConfig,
+    pub dir: tempfile::TempDir,
+    pub bin: PathBuf,
+    pub url: String,
+    port: u16,
+    coordinator: Option<Child>,
+    workers: Vec<Option<Child>>,
+    rt: tokio::runtime::Runtime,
+}
+
+fn log_file(path: &Path) -> File {
+    OpenOptions::new().create(true).append(true).open(path).expect("opening a log file in the test dir")
+}
+
+impl Cluster {
+    /// Starts a coordinator and the configured workers and waits until all workers are alive.
+    pub fn start(config: ClusterConfig) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("plexus-e2e-").tempdir().expect("a temp dir");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+        let mut c = Cluster { config, dir, bin: bin_dir(), url: String::new(), port: 0, coordinator: None, workers: Vec::new(), rt };
+        c.start_coordinator();
+        for i in 0..c.config.workers {
+            c.workers.push(None);
+            c.start_worker(i);
+        }
+        c.wait_workers_alive(c.config.workers);
+        c
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    /// Starts (or restarts, on the same data dir and port) the coordinator.
+    pub fn start_coordinator(&mut self) {
+        let listen = format!("127.0.0.1:{}", self.port);
+        let mut child = Command::new(self.bin.join("plexus-coordinator"))
+            .args(["--listen", &listen, "--data-dir"])
+            .arg(self.path("coordinator"))
+            .args(["--placer", &self.config.placer])
+            .args(["--heartbeat-timeout-ms", &self.config.heartbeat_timeout_ms.to_string()])
+            .env("RUST_LOG", &self.config.log)
+            .stdout(Stdio::piped())
+            .stderr(log_file(&self.path("coordinator.log")))
+            .spawn()
+            .expect("spawning plexus-coordinator");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("reading the coordinator's first line");
+        let addr = line
+            .trim()
+            .strip_prefix("plexus-coordinator listening on ")
+            .unwrap_or_else(|| panic!("coordinator did not start: {line:?}; log:\n{}", self.coordinator_log()))
+            .to_string();
+        self.port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port in the listen line");
+        self.url = format!("http://{addr}");
+        self.coordinator = Some(child);
+    }
+
+    pub fn coordinator_log(&self) -> String {
+        std::fs::read_to_string(self.path("coordinator.log")).unwrap_or_default()
+    }
+
+    pub fn worker_dir(&self, i: usize) -> PathBuf {
+        self.path(&format!("worker-{i}"))
+    }
+
+    /// Starts (or restarts) worker `i`.
+    pub fn start_worker(&mut self, i: usize) {
+        let child = Command::new(self.bin.join("plexus-worker"))
+            .args(["--coordinator", &self.url, "--data-dir"])
+            .arg(self.worker_dir(i))
+            .args(["--cpus", &self.config.cpus_per_worker.to_string(), "--cache", &self.config.cache])
+            .env("RUST_LOG", &self.config.log)
+            .stdout(log_file(&self.path(&format!("worker-{i}.log"))))
+            .stderr(log_file(&self.path(&format!("worker-{i}.log"))))
+            .spawn()
+            .expect("spawning plexus-worker");
+        self.workers[i] = Some(child);
+    }
+
+    /// The stable id of worker `i` (from its data dir).
+    pub fn worker_id(&self, i: usize) -> String {
+        std::fs::read_to_string(self.worker_dir(i).join("worker-id")).map(|s| s.trim().to_string()).unwrap_or_default()
+    }
+
+    /// Which worker index has the given id.
+    pub fn worker_index(&self, id: &str) -> Option<usize> {
+        (0..self.workers.len()).find(|&i| self.worker_id(i) == id)
+    }
+
+    /// `kill -9` the coordinator.
+    pub fn kill_coordinator(&mut self) {
+        if let Some(mut c) = self.coordinator.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops the coordinator with SIGTERM (a clean shutdown) and waits for it.
+    pub fn stop_coordinator(&mut self) {
+        if let Some(mut c) = self.coordinator.take() {
+            // SAFETY: kill(2) on a pid we spawned.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+
+    /// The job's status without per-subtask entries.
+    pub fn job_summary(&self, id: &str) -> Option<pb::JobStatus> {
+        let mut c = self.client_opt()?;
+        self.rt.block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: false })).ok().map(|r| r.into_inner())
+    }
+
+    /// `kill -9` worker `i` (its running subtasks' processes are left to die on their own).
+    pub fn kill_worker(&mut self, i: usize) {
+        if let Some(mut c) = self.workers[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn client(&self) -> JobServiceClient<tonic::transport::Channel> {
+        let url = self.url.clone();
+        self.rt.block_on(async move {
+            let ch = tonic::transport::Endpoint::from_shared(url).expect("a valid URL").connect_timeout(Duration::from_secs(2)).connect().await?;
+            Ok::<_, tonic::transport::Error>(JobServiceClient::new(ch).max_decoding_message_size(64 << 20))
+        })
+        .expect("connecting to the coordinator")
+    }
+
+    /// Polls `f` every 50 ms until it returns Some, or panics after `timeout` naming `what`.
+    pub fn wait_for<T>(&self, what: &str, timeout: Duration, mut f: impl FnMut(&Cluster) -> Option<T>) -> T {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = f(self) {
+                return v;
+            }
+            if start.elapsed() > timeout {
+                panic!("timed out after {timeout:?} waiting for {what}\n--- coordinator log ---\n{}", self.coordinator_log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn workers(&self) -> Option<Vec<pb::WorkerInfo>> {
+        let mut c = self.client_opt()?;
+        self.rt.block_on(c.list_workers(pb::ListWorkersRequest {})).ok().map(|r| r.into_inner().workers)
+    }
+
+    fn client_opt(&self) -> Option<JobServiceClient<tonic::transport::Channel>> {
+        let url = self.url.clone();
+        self.rt
+            .block_on(async move {
+                let ch = tonic::transport::Endpoint::from_shared(url).ok()?.connect_timeout(Duration::from_secs(2)).connect().await.ok()?;
+                Some(JobServiceClient::new(ch).max_decoding_message_size(64 << 20))
+            })
+    }
+
+    pub fn wait_workers_alive(&self, n: usize) {
+        self.wait_for(&format!("{n} live workers"), Duration::from_secs(30), |c| {
+            let alive = c.workers()?.iter().filter(|w| w.alive).count();
+            (alive >= n).then_some(())
+        });
+    }
+
+    /// Submits a job file's text over gRPC; returns the job id.
+    pub fn submit(&self, name: &str, source: &str) -> String {
+        let mut c = self.client();
+        let r = self
+            .rt
+            .block_on(c.submit_job(pb::SubmitJobRequest { source: source.into(), format: String::new(), filename: name.into() }))
+            .unwrap_or_else(|e| panic!("submit failed: {}", e.message()));
+        r.into_inner().job_id
+    }
+
+    /// The job's status with subtasks, or None if the coordinator is unreachable.
+    pub fn job(&self, id: &str) -> Option<pb::JobStatus> {
+        let mut c = self.client_opt()?;
+        self.rt.block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: true })).ok().map(|r| r.into_inner())
+    }
+
+    /// Waits until the job is in a final state and returns its status.
+    pub fn wait_job(&self, id: &str, timeout: Duration) -> pb::JobStatus {
+        self.wait_for(&format!("job {id} to end"), timeout, |c| c.job(id).filter(|j| j.state != pb::JobState::Running as i32))
+    }
+
+    /// Runs the `plexus` CLI against this cluster.
+    pub fn plexus(&self, args: &[&str]) -> Output {
+        Command::new(self.bin.join("plexus")).args(args).env("PLEXUS_COORDINATOR", &self.url).output().expect("running plexus")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Workers first, politely, so they kill their subtasks' process groups.
+        for w in self.workers.iter_mut().flatten() {
+            // SAFETY: kill(2) on a pid we spawned; at worst the process is already gone.
+            unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        for w in self.workers.iter_mut().flatten() {
+            while Instant::now() < deadline && matches!(w.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        self.kill_coordinator();
+        if std::env::var_os("PLEXUS_KEEP_TEST_DIR").is_some() {
+            let p = self.dir.path().to_path_buf();
+            eprintln!("keeping {}", p.display());
+            std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir")));
+        }
+    }
+}
+
+/// Text of a CLI output's stdout and stderr, for assertion messages.
+pub fn describe(o: &Output) -> String {
+    format!("exit {:?}\nstdout: {}\nstderr: {}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}

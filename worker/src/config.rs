@@ -1,0 +1,213 @@
+//! The worker's configuration: the command line ([`Args`]) and the resolved [`Config`].
+//!
+//! `Args` is what clap parses; [`Args::into_config`] fills in the defaults that need the machine
+//! (core count, memory size) so that the rest of the worker only ever sees a complete `Config`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use bytesize::ByteSize;
+use clap::Parser;
+
+use crate::error::{Error, Result};
+use crate::node;
+
+/// The default object cache bound: large enough for typical intermediate data, small enough not to
+/// fill a laptop's disk by surprise.
+pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
+
+/// The Plexus worker agent: runs subtasks placed on this node by the coordinator.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "plexus-worker", version, about)]
+pub struct Args {
+    /// URL of the coordinator's gRPC endpoint, e.g. http://127.0.0.1:7000.
+    #[arg(long, env = "PLEXUS_COORDINATOR")]
+    pub coordinator: String,
+
+    /// Directory for the worker id, the object cache, work directories and logs.
+    #[arg(long, env = "PLEXUS_DATA_DIR")]
+    pub data_dir: PathBuf,
+
+    /// Address of a network rail of this node (repeatable, in rail order). Default: 127.0.0.1.
+    #[arg(long = "rail")]
+    pub rails: Vec<String>,
+
+    /// Cores offered to subtasks. Default: the number of cores available to this process.
+    #[arg(long)]
+    pub cpus: Option<u32>,
+
+    /// Memory offered to subtasks, e.g. 512MiB, 4GiB or a byte count. Default: MemTotal.
+    #[arg(long, value_parser = parse_size)]
+    pub memory: Option<u64>,
+
+    /// Bound of the object cache, e.g. 512MiB, 4GiB or a byte count.
+    #[arg(long, value_parser = parse_size, default_value = "1GiB")]
+    pub cache: u64,
+
+    /// Where the PeerService gRPC server binds.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+
+    /// The PeerService URL reported to the coordinator. Default: http://<bound address>.
+    #[arg(long)]
+    pub advertise: Option<String>,
+}
+
+/// Parses a size such as `512MiB`, `4GiB`, `1.5GB` or `1000000` (bytes).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("a size must not be empty".to_string());
+    }
+    s.parse::<ByteSize>().map(|b| b.as_u64()).map_err(|e| format!("invalid size {s:?}: {e}"))
+}
+
+/// Accepts `host:port` as shorthand for `http://host:port` and checks that the result is a URL
+/// a gRPC client can connect to.
+pub fn normalise_url(what: &str, s: &str) -> Result<String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(Error::Config(format!("{what} must not be empty")));
+    }
+    let url = if s.contains("://") { s.to_string() } else { format!("http://{s}") };
+    tonic::transport::Endpoint::from_shared(url.clone())
+        .map_err(|e| Error::Config(format!("{what} {s:?} is not a usable URL: {e}")))?;
+    Ok(url)
+}
+
+/// The complete configuration of one worker process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// URL of the coordinator's WorkerService.
+    pub coordinator: String,
+    /// Root of everything the worker stores on disk (see the crate docs for the layout).
+    pub data_dir: PathBuf,
+    /// Network rail addresses, in rail order; never empty.
+    pub rails: Vec<String>,
+    /// Cores offered to subtasks.
+    pub cpus: u32,
+    /// Memory offered to subtasks, in bytes.
+    pub memory: u64,
+    /// Bound of the object cache, in bytes.
+    pub cache_bytes: u64,
+    /// Where the PeerService server binds.
+    pub listen: SocketAddr,
+    /// The PeerService URL to report; `None` derives it from the bound address.
+    pub advertise: Option<String>,
+}
+
+impl Config {
+    /// A configuration with the machine's defaults, for the given coordinator and data dir.
+    pub fn new(coordinator: impl Into<String>, data_dir: impl Into<PathBuf>) -> Config {
+        Config {
+            coordinator: coordinator.into(),
+            data_dir: data_dir.into(),
+            rails: vec![default_rail()],
+            cpus: node::available_cpus(),
+            memory: node::total_memory().unwrap_or(0),
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
+        }
+    }
+}
+
+fn default_rail() -> String {
+    "127.0.0.1".to_string()
+}
+
+impl Args {
+    /// Resolves the defaults that depend on the machine and checks what clap cannot.
+    pub fn into_config(self) -> Result<Config> {
+        let coordinator = normalise_url("--coordinator", &self.coordinator)?;
+        let advertise = self.advertise.map(|a| normalise_url("--advertise", &a)).transpose()?;
+        let memory = match self.memory {
+            Some(m) => m,
+            None => node::total_memory().ok_or_else(|| {
+                Error::Config("cannot read MemTotal from /proc/meminfo; pass --memory".into())
+            })?,
+        };
+        let cpus = match self.cpus {
+            Some(0) => return Err(Error::Config("--cpus must be at least 1".into())),
+            Some(n) => n,
+            None => node::available_cpus(),
+        };
+        let rails = if self.rails.is_empty() { vec![default_rail()] } else { self.rails };
+        Ok(Config {
+            coordinator,
+            data_dir: self.data_dir,
+            rails,
+            cpus,
+            memory,
+            cache_bytes: self.cache,
+            listen: self.listen,
+            advertise,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("512MiB"), Ok(512 * 1024 * 1024));
+        assert_eq!(parse_size("4GiB"), Ok(4 * 1024 * 1024 * 1024));
+        assert_eq!(parse_size("1000000"), Ok(1_000_000));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size(" 1 KiB "), Ok(1024));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("12 parsecs").is_err());
+    }
+
+    #[test]
+    fn args_fill_in_defaults() {
+        let args = Args::try_parse_from([
+            "plexus-worker",
+            "--coordinator",
+            "http://127.0.0.1:7000",
+            "--data-dir",
+            "/tmp/x",
+            "--memory",
+            "512MiB",
+        ])
+        .unwrap();
+        let c = args.into_config().unwrap();
+        assert_eq!(c.rails, vec!["127.0.0.1".to_string()]);
+        assert_eq!(c.cache_bytes, 1 << 30);
+        assert_eq!(c.memory, 512 << 20);
+        assert!(c.cpus >= 1);
+        assert_eq!(c.listen, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.advertise, None);
+    }
+
+    #[test]
+    fn args_take_repeated_rails_and_sizes() {
+        let args = Args::try_parse_from([
+            "plexus-worker",
+            "--coordinator=http://c:1",
+            "--data-dir=/d",
+            "--rail=10.0.0.1",
+            "--rail=10.0.1.1",
+            "--cpus=3",
+            "--memory=1000000",
+            "--cache=4GiB",
+            "--listen=0.0.0.0:7001",
+            "--advertise=http://node1:7001",
+        ])
+        .unwrap();
+        let c = args.into_config().unwrap();
+        assert_eq!(c.rails, vec!["10.0.0.1".to_string(), "10.0.1.1".to_string()]);
+        assert_eq!((c.cpus, c.memory, c.cache_bytes), (3, 1_000_000, 4 << 30));
+        assert_eq!(c.advertise.as_deref(), Some("http://node1:7001"));
+        assert!(Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cache=huge"]).is_err());
+        let short = Args::try_parse_from(["plexus-worker", "--coordinator=10.0.0.5:7000", "--data-dir=/d", "--memory=1"]);
+        assert_eq!(short.unwrap().into_config().unwrap().coordinator, "http://10.0.0.5:7000");
+        let bad = Args::try_parse_from(["plexus-worker", "--coordinator=http://a b", "--data-dir=/d", "--memory=1"]);
+        assert!(bad.unwrap().into_config().is_err());
+        let zero = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cpus=0", "--memory=1"]);
+        assert!(zero.unwrap().into_config().is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! What this node has and how busy it is: cores, memory, GPUs, hostname ([`detect_gpus`],
+//! [`total_memory`], ...) and the CPU-utilisation sampler behind the heartbeats ([`CpuSampler`]).
+//!
+//! Everything read from `/proc` or from `nvidia-smi` is parsed defensively: a missing file, an
+//! unexpected line or a failing command means "unknown" (or "no GPUs"), never a panic.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use plexus_proto::pb;
+use tracing::{debug, warn};
+
+/// How long `nvidia-smi` may take before we give up on it: it normally answers in well under a
+/// second, but a wedged driver can make it hang, and a worker must still start without GPUs.
+const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The number of cores this process may use (falls back to 1 when unknown).
+pub fn available_cpus() -> u32 {
+    std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)
+}
+
+/// `MemTotal` from `/proc/meminfo`, in bytes.
+pub fn total_memory() -> Option<u64> {
+    meminfo_field(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemTotal")
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes (0 when unknown).
+pub fn available_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| meminfo_field(&t, "MemAvailable")).unwrap_or(0)
+}
+
+/// Reads one `Name:   1234 kB` field of `/proc/meminfo` text, in bytes.
+pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (key, rest) = line.split_once(':')?;
+        if key.trim() != name {
+            return None;
+        }
+        let mut parts = rest.split_whitespace();
+        let value: u64 = parts.next()?.parse().ok()?;
+        let factor = match parts.next() {
+            None => 1,
+            Some(unit) if unit.eq_ignore_ascii_case("kb") => 1024,
+            Some(unit) if unit.eq_ignore_ascii_case("mb") => 1024 * 1024,
+            Some(_) => return None,
+        };
+        value.checked_mul(factor)
+    })
+}
+
+/// The node's host name (empty when it cannot be read).
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for `buf.len()` bytes and gethostname writes at most that many.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The GPUs `nvidia-smi` reports, or none when the command is absent, fails or hangs.
+pub async fn detect_gpus() -> Vec<pb::GpuInfo> {
+    let mut cmd = tokio::process::Command::new("nvidia-smi");
+    cmd.args(["--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    match tokio::time::timeout(NVIDIA_SMI_TIMEOUT, cmd.output()).await {
+        Err(_) => {
+            warn!("nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT:?}; assuming no GPUs");
+            Vec::new()
+        }
+        Ok(Err(e)) => {
+            debug!("nvidia-smi not available ({e}); assuming no GPUs");
+            Vec::new()
+        }
+        Ok(Ok(out)) if !out.status.success() => {
+            warn!(status = %out.status, "nvidia-smi failed; assuming no GPUs");
+            Vec::new()
+        }
+        Ok(Ok(out)) => parse_nvidia_smi(&String::from_utf8_lossy(&out.stdout)),
+    }
+}
+
+/// Parses `nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits` output:
+/// one `index, name, MiB` line per GPU. A line without a numeric index is skipped; a memory that is
+/// not a number (e.g. `[N/A]`) is reported as 0 because the device is still there.
+pub fn parse_nvidia_smi(text: &str) -> Vec<pb::GpuInfo> {
+    let mut gpus = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() < 3 {
+            warn!(line, "unexpected nvidia-smi line (expected index, name, memory)");
+            continue;
+        }
+        let Ok(index) = fields[0].parse::<u32>() else {
+            warn!(line, "unexpected nvidia-smi line (index is not a number)");
+            continue;
+        };
+        // A name may itself contain commas; everything between the first and last field is it.
+        let name = fields[1..fields.len() - 1].join(", ");
+        let memory = fields[fields.len() - 1]
+            .parse::<u64>()
+            .ok()
+            .and_then(|mib| mib.checked_mul(1024 * 1024))
+            .unwrap_or(0);
+        gpus.push(pb::GpuInfo { index, name, memory });
+    }
+    gpus
+}
+
+/// Aggregate CPU time counters from the first line of `/proc/stat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// Time spent doing anything but idling or waiting for I/O.
+    pub busy: u64,
+    /// All time.
+    pub total: u64,
+}
+
+/// Parses the aggregate `cpu  user nice system idle iowait irq softirq steal ...` line.
+pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let values: Vec<u64> = line.split_whitespace().skip(1).map_while(|v| v.parse().ok()).collect();
+    if values.len() < 4 {
+        return None;
+    }
+    // guest and guest_nice (fields 9 and 10) are already included in user and nice.
+    let total: u64 = values.iter().take(8).sum();
+    let idle = values[3] + values.get(4).copied().unwrap_or(0);
+    Some(CpuTimes { busy: total.saturating_sub(idle), total })
+}
+
+/// Utilisation (0..1) between two samples; 0 when no time passed.
+pub fn utilisation(prev: CpuTimes, now: CpuTimes) -> f64 {
+    let total = now.total.saturating_sub(prev.total);
+    if total == 0 {
+        return 0.0;
+    }
+    let busy = now.busy.saturating_sub(prev.busy);
+    (busy as f64 / total as f64).clamp(0.0, 1.0)
+}
+
+/// Measures CPU utilisation over the interval since its previous call.
+#[derive(Debug)]
+pub struct CpuSampler {
+    prev: Mutex<Option<CpuTimes>>,
+}
+
+impl Default for CpuSampler {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuSampler {
+    /// Takes the first sample now, so the first reading covers the time since start.
+    pub fn new() -> CpuSampler {
+        CpuSampler { prev: Mutex::new(read_proc_stat()) }
+    }
+
+    /// Utilisation since the previous call (0 when `/proc/stat` cannot be read).
+    pub fn sample(&self) -> f64 {
+        let Some(now) = read_proc_stat() else { return 0.0 };
+        let mut prev = self.prev.lock().unwrap_or_else(|p| p.into_inner());
+        let u = prev.map(|p| utilisation(p, now)).unwrap_or(0.0);
+        *prev = Some(now);
+        u
+    }
+}
+
+fn read_proc_stat() -> Option<CpuTimes> {
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_smi_output_is_parsed() {
+        let text = "0, NVIDIA H100 80GB HBM3, 81559\n1, NVIDIA H100 80GB HBM3, 81559\n";
+        let gpus = parse_nvidia_smi(text);
+        assert_eq!(gpus.len(), 2);
+        assert_eq!(gpus[0].index, 0);
+        assert_eq!(gpus[1].index, 1);
+        assert_eq!(gpus[0].name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(gpus[0].memory, 81559 * 1024 * 1024);
+    }
+
+    #[test]
+    fn nvidia_smi_parser_is_defensive() {
+        let text = "\n  garbage line\nX, name, 10\n3, Tesla, V100, with commas, [N/A]\n2, A100 , 40536 \n";
+        let gpus = parse_nvidia_smi(text);
+        assert_eq!(gpus.len(), 2, "{gpus:?}");
+        assert_eq!((gpus[0].index, gpus[0].name.as_str(), gpus[0].memory), (3, "Tesla, V100, with commas", 0));
+        assert_eq!((gpus[1].index, gpus[1].name.as_str(), gpus[1].memory), (2, "A100", 40536 << 20));
+        assert!(parse_nvidia_smi("").is_empty());
+        assert!(parse_nvidia_smi("No devices were found").is_empty());
+    }
+
+    #[test]
+    fn meminfo_fields_are_parsed_in_bytes() {
+        let text = "MemTotal:       16318056 kB\nMemFree:         1000 kB\nMemAvailable:   8000000 kB\nHugePages_Total:       0\n";
+        assert_eq!(meminfo_field(text, "MemTotal"), Some(16318056 * 1024));
+        assert_eq!(meminfo_field(text, "MemAvailable"), Some(8000000 * 1024));
+        assert_eq!(meminfo_field(text, "HugePages_Total"), Some(0));
+        assert_eq!(meminfo_field(text, "Missing"), None);
+        assert_eq!(meminfo_field("MemTotal: lots kB", "MemTotal"), None);
+        assert!(total_memory().is_some_and(|m| m > 0));
+    }
+
+    #[test]
+    fn proc_stat_gives_utilisation() {
+        let a = parse_proc_stat("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2 3 4\n").unwrap();
+        assert_eq!(a, CpuTimes { busy: 200, total: 1000 });
+        let b = parse_proc_stat("cpu  200 0 200 1400 200 0 0 0 0 0\n").unwrap();
+        assert!((utilisation(a, b) - 0.2).abs() < 1e-9);
+        assert_eq!(utilisation(a, a), 0.0);
+        assert!(parse_proc_stat("intr 1 2 3").is_none());
+        let s = CpuSampler::new();
+        let u = s.sample();
+        assert!((0.0..=1.0).contains(&u));
+    }
+
+    #[test]
+    fn machine_facts_are_available() {
+        assert!(available_cpus() >= 1);
+        assert!(!hostname().is_empty());
+    }
+}

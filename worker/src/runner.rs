@@ -1,0 +1,895 @@
+//! Running attempts: validating an assignment, built-in kinds, and commands (inputs, process,
+//! timeout, outputs, final report).
+//!
+//! An attempt of a command goes through these steps, each of which can end it:
+//!
+//! 1. Its work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` is created with empty `in/` and `out/`.
+//! 2. Inputs are materialised as `in/<task>/<rank>/<name>`: hard-linked from the cache (copied when
+//!    linking fails), after fetching them from the first holder that can serve them when they are
+//!    not cached. They stay pinned in the cache until the attempt's final report is built.
+//! 3. Only now is RUNNING reported (with `started_at`), then the process is spawned in its own
+//!    process group with the `PLEXUS_*` environment, stdout/stderr going to the log files.
+//! 4. The process ends, times out, or is cancelled; in the latter two cases its whole process group
+//!    is SIGKILLed. In every case the group is SIGKILLed after the leader is gone, so that
+//!    background processes a command leaves behind do not outlive its attempt.
+//! 5. On exit 0 every declared output must be a regular file in `out/`; they move into the cache.
+//! 6. The final report carries the tails of the logs and the fetch/eviction accounting, and the
+//!    work dir is removed (the logs stay).
+//!
+//! `exit_code` in reports: the process's exit code when it exited, `128 + N` when it was killed by
+//! signal N (as a shell reports it), and -1 when no process ran (invalid assignment, input fetch
+//! failure, spawn failure, cancelled while preparing).
+//!
+//! Built-in kinds are arms of the `match` in [`Runner::assign`]: `noop` succeeds at once without
+//! a RUNNING report, a task or a process, because the control-plane benchmark pushes thousands of
+//! them per second through each worker.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexus_proto::ids::{check_output_name, check_task_name};
+use plexus_proto::{AttemptRef, ObjectId, convert, now_ms, pb};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use crate::attempts::Attempts;
+use crate::cache::{Cache, Pin};
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::logs::{REPORT_TAIL_BYTES, tail_or_empty};
+use crate::peer;
+
+/// `exit_code` of a report when no process ran.
+pub const NO_EXIT_CODE: i32 = -1;
+
+/// A validated command assignment.
+#[derive(Debug, Clone)]
+pub struct Work {
+    pub attempt: AttemptRef,
+    pub replicas: u32,
+    pub argv: Vec<String>,
+    /// `None`: no limit.
+    pub timeout: Option<Duration>,
+    pub inputs: Vec<Input>,
+    pub outputs: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// A validated input object and where it goes under `$PLEXUS_IN`.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub id: ObjectId,
+    pub task: String,
+    pub rank: u32,
+    pub name: String,
+    pub holders: Vec<String>,
+}
+
+impl Work {
+    /// Checks everything in a command assignment that will become a path, an argument or an
+    /// environment variable.
+    pub fn from_pb(attempt: AttemptRef, a: pb::Assignment) -> Result<Work> {
+        let invalid = |m: String| Err(Error::InvalidAssignment(m));
+        match a.command.first() {
+            None => return invalid("it has neither a command nor a built-in kind".into()),
+            Some(p) if p.is_empty() => return invalid("the program name (command[0]) is empty".into()),
+            Some(_) => {}
+        }
+        if let Some(arg) = a.command.iter().find(|s| s.contains('\0')) {
+            return invalid(format!("command argument {arg:?} contains a NUL byte"));
+        }
+        let mut outputs: Vec<String> = Vec::with_capacity(a.outputs.len());
+        for name in a.outputs {
+            check_output_name(&name)?;
+            if outputs.contains(&name) {
+                return invalid(format!("output {name:?} is declared twice"));
+            }
+            outputs.push(name);
+        }
+        let mut inputs = Vec::with_capacity(a.inputs.len());
+        for i in a.inputs {
+            let id = convert::object_id("inputs.object_id", &i.object_id)?;
+            // The layout under $PLEXUS_IN comes from the input's own task/rank/name; when the
+            // coordinator leaves them empty, the object id's components are used.
+            let (task, rank) = if i.task.is_empty() { (id.task.clone(), id.rank) } else { (i.task, i.rank) };
+            let name = if i.name.is_empty() { id.name.clone() } else { i.name };
+            check_task_name(&task)?;
+            check_output_name(&name)?;
+            inputs.push(Input { id, task, rank, name, holders: i.holders });
+        }
+        let mut env: Vec<(String, String)> = a.env.into_iter().collect();
+        env.sort();
+        if let Some((k, _)) = env.iter().find(|(k, _)| k.is_empty() || k.contains('=') || k.contains('\0')) {
+            return invalid(format!("environment variable name {k:?} is not valid"));
+        }
+        if let Some((k, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
+            return invalid(format!("environment variable {k} contains a NUL byte"));
+        }
+        Ok(Work {
+            attempt,
+            replicas: a.replicas,
+            argv: a.command,
+            timeout: (a.timeout_ms > 0).then(|| Duration::from_millis(a.timeout_ms)),
+            inputs,
+            outputs,
+            env,
+        })
+    }
+}
+
+/// Starts and cancels attempts. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Runner {
+    ctx: Arc<Ctx>,
+}
+
+#[derive(Debug)]
+struct Ctx {
+    layout: Layout,
+    cache: Cache,
+    attempts: Arc<Attempts>,
+    /// Owns every attempt task; the worker waits on it at shutdown.
+    tracker: TaskTracker,
+}
+
+/// Fetch and eviction accounting of one attempt.
+#[derive(Debug, Default, Clone, Copy)]
+struct Accounting {
+    fetch_ms: u64,
+    fetched_bytes: u64,
+    evicted_bytes: u64,
+}
+
+/// How an attempt of a command ended, before the logs and accounting are added.
+#[derive(Debug)]
+struct Outcome {
+    state: pb::SubtaskState,
+    exit_code: i32,
+    error: String,
+    started_at: u64,
+    outputs: Vec<pb::ObjectInfo>,
+}
+
+impl Outcome {
+    fn failed(error: impl Into<String>, started_at: u64, exit_code: i32) -> Outcome {
+        Outcome { state: pb::SubtaskState::Failed, exit_code, error: error.into(), started_at, outputs: Vec::new() }
+    }
+}
+
+/// A report of `state` for `attempt` with every other field empty.
+pub fn report(attempt: &AttemptRef, state: pb::SubtaskState) -> pb::TaskReport {
+    pb::TaskReport { attempt: Some(pb::AttemptRef::from(attempt)), state: state as i32, ..Default::default() }
+}
+
+impl Runner {
+    pub fn new(layout: Layout, cache: Cache, attempts: Arc<Attempts>, tracker: TaskTracker) -> Runner {
+        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker }) }
+    }
+
+    /// Starts an assignment unless its attempt is already known. Never blocks: commands run in
+    /// tasks owned by the tracker; built-ins that finish at once are reported inline.
+    pub fn assign(&self, a: pb::Assignment) {
+        let attempt = match convert::attempt("attempt", a.attempt.as_ref()) {
+            Ok(attempt) => attempt,
+            Err(e) => {
+                // Without a valid attempt there is nothing a report could refer to.
+                warn!(error = %e, "ignoring an assignment with an invalid attempt");
+                return;
+            }
+        };
+        let attempts = &self.ctx.attempts;
+        if !a.kind.is_empty() {
+            let now = now_ms();
+            let r = match a.kind.as_str() {
+                "noop" => pb::TaskReport { started_at: now, finished_at: now, ..report(&attempt, pb::SubtaskState::Succeeded) },
+                other => pb::TaskReport {
+                    error: format!("unknown built-in kind {other:?}"),
+                    exit_code: NO_EXIT_CODE,
+                    finished_at: now,
+                    ..report(&attempt, pb::SubtaskState::Failed)
+                },
+            };
+            if !attempts.complete_at_once(&attempt, r) {
+                debug!(%attempt, "ignoring an assignment of an attempt already known");
+            }
+            return;
+        }
+        let Some(cancel) = attempts.begin(&attempt) else {
+            debug!(%attempt, "ignoring an assignment of an attempt already known");
+            return;
+        };
+        let work = match Work::from_pb(attempt.clone(), a) {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(%attempt, error = %e, "refusing an invalid assignment");
+                let r = pb::TaskReport {
+                    error: e.to_string(),
+                    exit_code: NO_EXIT_CODE,
+                    finished_at: now_ms(),
+                    ..report(&attempt, pb::SubtaskState::Failed)
+                };
+                attempts.finish(&attempt, r);
+                return;
+            }
+        };
+        let ctx = Arc::clone(&self.ctx);
+        self.ctx.tracker.spawn(async move {
+            let r = ctx.run_command(&work, &cancel).await;
+            ctx.attempts.finish(&work.attempt, r);
+        });
+    }
+
+    /// Cancels an attempt: its process group is killed and it reports CANCELLED. Cancelling an
+    /// attempt that is not running (unknown, or already finished) does nothing.
+    pub fn cancel(&self, a: &pb::AttemptRef) {
+        match AttemptRef::try_from(a) {
+            Ok(attempt) if self.ctx.attempts.cancel(&attempt) => info!(%attempt, "cancelling attempt"),
+            Ok(attempt) => debug!(%attempt, "cancel of an attempt that is not running; ignored"),
+            Err(e) => warn!(error = %e, "ignoring a cancel with an invalid attempt"),
+        }
+    }
+
+    /// Runs a command attempt to its end and returns its final report (for tests; the worker
+    /// goes through [`Runner::assign`]).
+    #[cfg(test)]
+    async fn run(&self, work: &Work, cancel: &CancellationToken) -> pb::TaskReport {
+        self.ctx.run_command(work, cancel).await
+    }
+}
+
+impl Ctx {
+    async fn run_command(&self, work: &Work, cancel: &CancellationToken) -> pb::TaskReport {
+        let a = &work.attempt;
+        let workdir = self.layout.work_dir(a);
+        let mut acct = Accounting::default();
+        let mut pins = Vec::new();
+        let outcome = self.execute(work, &workdir, cancel, &mut acct, &mut pins).await;
+        let (out_log, err_log) = self.layout.log_files(a);
+        let r = pb::TaskReport {
+            exit_code: outcome.exit_code,
+            error: outcome.error,
+            started_at: outcome.started_at,
+            finished_at: now_ms(),
+            fetch_ms: acct.fetch_ms,
+            fetched_bytes: acct.fetched_bytes,
+            evicted_bytes: acct.evicted_bytes,
+            outputs: outcome.outputs,
+            stdout_tail: tail_or_empty(&out_log, REPORT_TAIL_BYTES).await,
+            stderr_tail: tail_or_empty(&err_log, REPORT_TAIL_BYTES).await,
+            ..report(a, outcome.state)
+        };
+        drop(pins);
+        remove_dir(workdir).await;
+        match outcome.state {
+            pb::SubtaskState::Succeeded => info!(attempt = %a, "attempt succeeded"),
+            _ => info!(attempt = %a, state = ?outcome.state, error = %r.error, "attempt ended"),
+        }
+        r
+    }
+
+    async fn execute(
+        &self,
+        work: &Work,
+        workdir: &Path,
+        cancel: &CancellationToken,
+        acct: &mut Accounting,
+        pins: &mut Vec<Pin>,
+    ) -> Outcome {
+        let a = &work.attempt;
+        let (in_dir, out_dir) = (workdir.join("in"), workdir.join("out"));
+        if let Err(e) = prepare_work_dir(workdir, &in_dir, &out_dir).await {
+            return Outcome::failed(e.to_string(), 0, NO_EXIT_CODE);
+        }
+        let materialised = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return self.cancelled(0, NO_EXIT_CODE),
+            r = self.materialise(&work.inputs, &in_dir, acct, pins) => r,
+        };
+        if let Err(e) = materialised {
+            return Outcome::failed(e, 0, NO_EXIT_CODE);
+        }
+
+        let started_at = now_ms();
+        self.attempts.progress(
+            a,
+            pb::TaskReport {
+                started_at,
+                fetch_ms: acct.fetch_ms,
+                fetched_bytes: acct.fetched_bytes,
+                evicted_bytes: acct.evicted_bytes,
+                ..report(a, pb::SubtaskState::Running)
+            },
+        );
+        let (out_log, err_log) = self.layout.log_files(a);
+        let (stdout, stderr) = match open_logs(&out_log, &err_log) {
+            Ok(files) => files,
+            Err(e) => return Outcome::failed(e.to_string(), started_at, NO_EXIT_CODE),
+        };
+        let program = &work.argv[0];
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(&work.argv[1..])
+            .current_dir(workdir)
+            .envs(work.env.iter().map(|(k, v)| (k, v)))
+            // Set after the assignment's own variables so that these always win.
+            .env("PLEXUS_JOB", a.job.to_string())
+            .env("PLEXUS_TASK", &a.task)
+            .env("PLEXUS_RANK", a.rank.to_string())
+            .env("PLEXUS_REPLICAS", work.replicas.to_string())
+            .env("PLEXUS_ATTEMPT", a.attempt.to_string())
+            .env("PLEXUS_OUT", &out_dir)
+            .env("PLEXUS_IN", &in_dir)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            // Its own process group, so that a timeout or cancel can kill everything it started.
+            .process_group(0)
+            // A backstop in case this future is dropped: the leader at least does not leak.
+            .kill_on_drop(true);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return Outcome::failed(format!("could not start {program:?}: {e}"), started_at, NO_EXIT_CODE),
+        };
+        // With process_group(0) the group id is the leader's pid.
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        debug!(attempt = %a, pid = ?pgid, "process started");
+
+        enum End {
+            Exited,
+            TimedOut,
+            Cancelled,
+        }
+        let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
+        let (end, waited): (End, Option<std::io::Result<ExitStatus>>) = tokio::select! {
+            s = child.wait() => (End::Exited, Some(s)),
+            () = sleep_until(deadline) => (End::TimedOut, None),
+            () = cancel.cancelled() => (End::Cancelled, None),
+        };
+        // On timeout or cancel this is the point; after a normal exit it removes background
+        // processes the command left behind, so that nothing outlives its attempt.
+        if let Some(pgid) = pgid {
+            kill_group(pgid);
+        }
+        let status = match waited {
+            Some(s) => s,
+            None => child.wait().await,
+        };
+        let status = match status {
+            Ok(s) => s,
+            Err(e) => return Outcome::failed(format!("could not wait for the process: {e}"), started_at, NO_EXIT_CODE),
+        };
+        let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        match end {
+            End::TimedOut => {
+                let limit = work.timeout.unwrap_or_default();
+                Outcome::failed(format!("timed out after {limit:?}"), started_at, exit_code)
+            }
+            End::Cancelled => self.cancelled(started_at, exit_code),
+            End::Exited => match (status.code(), status.signal()) {
+                (Some(0), _) => match self.collect_outputs(work, &out_dir, acct, pins) {
+                    Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code, error: String::new(), started_at, outputs },
+                    Err(e) => Outcome::failed(e, started_at, exit_code),
+                },
+                (Some(code), _) => Outcome::failed(format!("exit code {code}"), started_at, exit_code),
+                (None, Some(sig)) => Outcome::failed(format!("killed by signal {sig}"), started_at, exit_code),
+                (None, None) => Outcome::failed(format!("ended with {status}"), started_at, exit_code),
+            },
+        }
+    }
+
+    fn cancelled(&self, started_at: u64, exit_code: i32) -> Outcome {
+        let why = if self.attempts.shutting_down() { "the worker shut down" } else { "cancelled by the coordinator" };
+        Outcome { state: pb::SubtaskState::Cancelled, exit_code, error: why.into(), started_at, outputs: Vec::new() }
+    }
+
+    /// Links every input into `in/<task>/<rank>/<name>`, fetching the ones not cached.
+    async fn materialise(
+        &self,
+        inputs: &[Input],
+        in_dir: &Path,
+        acct: &mut Accounting,
+        pins: &mut Vec<Pin>,
+    ) -> Result<(), String> {
+        for input in inputs {
+            let pin = match self.cache.pin(&input.id) {
+                Some(pin) => pin,
+                None => self.fetch(input, acct).await?,
+            };
+            let dest = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
+            link_or_copy(&self.cache.path(&input.id), &dest)
+                .map_err(|e| format!("could not place input {} at {}: {e}", input.id, dest.display()))?;
+            pins.push(pin);
+        }
+        Ok(())
+    }
+
+    /// Fetches an input from the first holder that can serve it, into the cache.
+    async fn fetch(&self, input: &Input, acct: &mut Accounting) -> Result<Pin, String> {
+        let started = std::time::Instant::now();
+        let mut last_error = "no holder was given".to_string();
+        let mut pin = None;
+        for holder in &input.holders {
+            let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
+            let fetched = match peer::fetch_object(holder, &input.id, &tmp.0).await {
+                Ok(f) => f,
+                Err(e) => {
+                    debug!(object = %input.id, holder, error = %e, "fetch from holder failed");
+                    last_error = format!("{holder}: {e}");
+                    continue;
+                }
+            };
+            match self.cache.insert(&input.id, &tmp.0) {
+                Ok(ins) => {
+                    acct.fetched_bytes += fetched.bytes;
+                    acct.evicted_bytes += ins.evicted_bytes;
+                    pin = Some(ins.pin);
+                    break;
+                }
+                Err(e) => last_error = e.to_string(),
+            }
+        }
+        acct.fetch_ms += u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        pin.ok_or_else(|| format!("could not fetch input {}: {last_error}", input.id))
+    }
+
+    /// Checks that every declared output was written, then moves them all into the cache.
+    fn collect_outputs(
+        &self,
+        work: &Work,
+        out_dir: &Path,
+        acct: &mut Accounting,
+        pins: &mut Vec<Pin>,
+    ) -> Result<Vec<pb::ObjectInfo>, String> {
+        // Check them all first, so a failed attempt leaves nothing in the cache.
+        for name in &work.outputs {
+            match std::fs::symlink_metadata(out_dir.join(name)) {
+                Ok(m) if m.is_file() => {}
+                Ok(_) => return Err(format!("declared output {name:?} is not a regular file")),
+                Err(_) => return Err(format!("declared output {name:?} was not written")),
+            }
+        }
+        let a = &work.attempt;
+        let mut infos = Vec::with_capacity(work.outputs.len());
+        for name in &work.outputs {
+            let id = ObjectId { job: a.job, task: a.task.clone(), rank: a.rank, name: name.clone() };
+            let ins = self
+                .cache
+                .insert(&id, &out_dir.join(name))
+                .map_err(|e| format!("could not move output {name:?} into the cache: {e}"))?;
+            acct.evicted_bytes += ins.evicted_bytes;
+            infos.push(pb::ObjectInfo { object_id: id.to_string(), size: ins.size });
+            pins.push(ins.pin);
+        }
+        Ok(infos)
+    }
+}
+
+/// A partial download, removed when dropped (also when the attempt is cancelled mid-fetch). After
+/// a successful insert the file has moved and the removal finds nothing.
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+async fn prepare_work_dir(workdir: &Path, in_dir: &Path, out_dir: &Path) -> Result<()> {
+    // A leftover from a crashed earlier process must not leak files into this attempt.
+    if tokio::fs::symlink_metadata(workdir).await.is_ok() {
+        remove_dir(workdir.to_path_buf()).await;
+    }
+    for d in [in_dir, out_dir] {
+        tokio::fs::create_dir_all(d).await.map_err(Error::io("create work dir", d))?;
+    }
+    Ok(())
+}
+
+fn open_logs(out: &Path, err: &Path) -> Result<(std::fs::File, std::fs::File)> {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(Error::io("create log dir", dir))?;
+    }
+    let o = std::fs::File::create(out).map_err(Error::io("create log file", out))?;
+    let e = std::fs::File::create(err).map_err(Error::io("create log file", err))?;
+    Ok((o, e))
+}
+
+fn link_or_copy(src: &Path, dest: &Path) -> std::io::Result<()> {
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if std::fs::symlink_metadata(dest).is_ok() {
+        // The same input listed twice: it is already in place.
+        return Ok(());
+    }
+    // A hard link costs nothing; across file systems (or where links are refused) copy instead.
+    std::fs::hard_link(src, dest).or_else(|_| std::fs::copy(src, dest).map(|_| ()))
+}
+
+/// Removes a directory tree off the async threads; failures are logged, not fatal.
+async fn remove_dir(dir: PathBuf) {
+    let shown = dir.display().to_string();
+    match tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&dir)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Ok(Err(e)) => warn!(dir = shown, error = %e, "could not remove a work dir"),
+        Err(e) => warn!(dir = shown, error = %e, "could not remove a work dir"),
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGKILLs a process group; a group that is already gone is fine.
+pub fn kill_group(pgid: i32) {
+    if pgid <= 1 {
+        // killpg(0 or 1) would hit our own group or be meaningless; never do that.
+        return;
+    }
+    // SAFETY: killpg has no memory-safety preconditions.
+    let rc = unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            warn!(pgid, error = %e, "could not kill a process group");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexus_proto::JobId;
+    use std::collections::HashMap;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        layout: Layout,
+        cache: Cache,
+        attempts: Arc<Attempts>,
+        runner: Runner,
+        tracker: TaskTracker,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.tmp_dir()).unwrap();
+        let cache = Cache::open(layout.cache_dir(), 1 << 30).unwrap();
+        let attempts = Attempts::new(CancellationToken::new());
+        let tracker = TaskTracker::new();
+        let runner = Runner::new(layout.clone(), cache.clone(), attempts.clone(), tracker.clone());
+        Fixture { _dir: dir, layout, cache, attempts, runner, tracker }
+    }
+
+    fn attempt(job: JobId, task: &str) -> AttemptRef {
+        AttemptRef { job, task: task.into(), rank: 2, attempt: 1 }
+    }
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    fn work(a: &AttemptRef, argv: Vec<String>) -> Work {
+        Work {
+            attempt: a.clone(),
+            replicas: 4,
+            argv,
+            timeout: None,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    fn state(r: &pb::TaskReport) -> pb::SubtaskState {
+        pb::SubtaskState::try_from(r.state).unwrap()
+    }
+
+    /// Whether a process is gone (a zombie waiting for a non-reaping init counts as gone).
+    fn process_gone(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    #[tokio::test]
+    async fn commands_see_their_environment_and_outputs_go_to_the_cache() {
+        let f = fixture();
+        let a = attempt(JobId::random(), "gen");
+        let mut w = work(&a, sh(r#"
+            printf '%s %s %s %s %s %s' "$PLEXUS_JOB" "$PLEXUS_TASK" "$PLEXUS_RANK" "$PLEXUS_REPLICAS" "$PLEXUS_ATTEMPT" "$EXTRA" > "$PLEXUS_OUT/env"
+            [ -d "$PLEXUS_IN" ] && [ -d ./in ] && [ -d ./out ] && printf ok > "$PLEXUS_OUT/checks"
+            echo to-stdout; echo to-stderr >&2
+        "#));
+        w.outputs = vec!["env".into(), "checks".into()];
+        w.env = vec![("EXTRA".into(), "x y".into()), ("PLEXUS_RANK".into(), "overridden?".into())];
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+        assert_eq!(r.exit_code, 0);
+        assert!(r.started_at > 0 && r.finished_at >= r.started_at);
+        assert_eq!(r.stdout_tail, b"to-stdout\n");
+        assert_eq!(r.stderr_tail, b"to-stderr\n");
+        let expected = format!("{} gen 2 4 1 x y", a.job);
+        let env_id = ObjectId { job: a.job, task: "gen".into(), rank: 2, name: "env".into() };
+        assert_eq!(r.outputs[0], pb::ObjectInfo { object_id: env_id.to_string(), size: expected.len() as u64 });
+        assert_eq!(std::fs::read_to_string(f.cache.path(&env_id)).unwrap(), expected);
+        assert_eq!(r.outputs[1].size, 2, "the work dir checks passed");
+        // The RUNNING report went out first; the work dir is gone, the logs stay.
+        let batch = f.attempts.take_batch().unwrap();
+        assert_eq!(batch.messages()[0].state, pb::SubtaskState::Running as i32);
+        assert!(!f.layout.work_dir(&a).exists());
+        let (out, _) = f.layout.log_files(&a);
+        assert_eq!(std::fs::read(out).unwrap(), b"to-stdout\n");
+    }
+
+    #[tokio::test]
+    async fn failures_are_reported_with_their_cause() {
+        let f = fixture();
+        let job = JobId::random();
+        let cancel = CancellationToken::new();
+
+        let r = f.runner.run(&work(&attempt(job, "a"), sh("echo bad >&2; exit 3")), &cancel).await;
+        assert_eq!((state(&r), r.exit_code, r.error.as_str()), (pb::SubtaskState::Failed, 3, "exit code 3"));
+        assert_eq!(r.stderr_tail, b"bad\n");
+
+        let r = f.runner.run(&work(&attempt(job, "b"), sh("kill -9 $$")), &cancel).await;
+        assert_eq!((state(&r), r.exit_code, r.error.as_str()), (pb::SubtaskState::Failed, 137, "killed by signal 9"));
+
+        let mut w = work(&attempt(job, "c"), sh("touch \"$PLEXUS_OUT/one\""));
+        w.outputs = vec!["one".into(), "two".into()];
+        let r = f.runner.run(&w, &cancel).await;
+        assert_eq!(state(&r), pb::SubtaskState::Failed);
+        assert_eq!(r.error, "declared output \"two\" was not written");
+        let one = ObjectId { job, task: "c".into(), rank: 2, name: "one".into() };
+        assert!(!f.cache.contains(&one), "a failed attempt caches nothing");
+
+        let mut w = work(&attempt(job, "d"), sh("ln -s /etc/passwd \"$PLEXUS_OUT/link\""));
+        w.outputs = vec!["link".into()];
+        let r = f.runner.run(&w, &cancel).await;
+        assert_eq!(r.error, "declared output \"link\" is not a regular file");
+
+        let r = f.runner.run(&work(&attempt(job, "e"), vec!["/no/such/program".into()]), &cancel).await;
+        assert_eq!((state(&r), r.exit_code), (pb::SubtaskState::Failed, NO_EXIT_CODE));
+        assert!(r.error.starts_with("could not start \"/no/such/program\": "), "{}", r.error);
+        assert!(r.error.contains("No such file"), "{}", r.error);
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_process_group() {
+        let f = fixture();
+        let a = attempt(JobId::random(), "slow");
+        let pid_file = f.layout.root().join("bg.pid");
+        let script = format!("sleep 100 & echo $! > '{}'; wait", pid_file.display());
+        let mut w = work(&a, sh(&script));
+        // Long enough that even a loaded machine has started the background sleep by then.
+        w.timeout = Some(Duration::from_millis(1500));
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Failed);
+        assert_eq!(r.error, "timed out after 1.5s");
+        assert_eq!(r.exit_code, 128 + libc::SIGKILL);
+        let bg: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        // SIGKILL was sent to the group before we returned; wait (without a time bound that
+        // matters) for the kernel to finish tearing the background sleep down.
+        let mut tries = 0;
+        while !process_gone(bg) && tries < 1000 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            tries += 1;
+        }
+        assert!(process_gone(bg), "background process {bg} survived the timeout");
+    }
+
+    #[tokio::test]
+    async fn background_processes_do_not_outlive_a_successful_attempt() {
+        let f = fixture();
+        let a = attempt(JobId::random(), "leaky");
+        let pid_file = f.layout.root().join("bg.pid");
+        let script = format!("sleep 100 & echo $! > '{}'", pid_file.display());
+        let r = f.runner.run(&work(&a, sh(&script)), &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+        let bg: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        let mut tries = 0;
+        while !process_gone(bg) && tries < 1000 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            tries += 1;
+        }
+        assert!(process_gone(bg), "background process {bg} survived its attempt");
+    }
+
+    #[tokio::test]
+    async fn cancel_through_the_runner_kills_and_reports_cancelled() {
+        let f = fixture();
+        let a = attempt(JobId::random(), "long");
+        let pid_file = f.layout.root().join("pid");
+        let assignment = pb::Assignment {
+            attempt: Some(pb::AttemptRef::from(&a)),
+            replicas: 1,
+            command: sh(&format!("echo $$ > '{}'; exec sleep 100", pid_file.display())),
+            ..Default::default()
+        };
+        f.runner.assign(assignment.clone());
+        // Wait for RUNNING, which comes right before the spawn.
+        let mut seen = Vec::new();
+        while !seen.iter().any(|r: &pb::TaskReport| r.state == pb::SubtaskState::Running as i32) {
+            f.attempts.reports_ready().await;
+            let batch = f.attempts.take_batch().unwrap();
+            seen.extend(batch.messages());
+            batch.ack();
+        }
+        assert_eq!(f.attempts.running().len(), 1);
+        // A duplicate assignment of the same attempt is ignored.
+        f.runner.assign(assignment);
+        f.runner.cancel(&pb::AttemptRef::from(&a));
+        f.tracker.close();
+        f.tracker.wait().await;
+        let batch = f.attempts.take_batch().unwrap();
+        let msgs = batch.messages();
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert_eq!(state(&msgs[0]), pb::SubtaskState::Cancelled);
+        assert_eq!(msgs[0].error, "cancelled by the coordinator");
+        assert!(f.attempts.running().is_empty());
+        if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+            assert!(process_gone(pid.trim().parse().unwrap()));
+        }
+    }
+
+    #[tokio::test]
+    async fn noop_and_unknown_kinds_finish_at_once() {
+        let f = fixture();
+        let job = JobId::random();
+        let noop = attempt(job, "n");
+        let weird = attempt(job, "w");
+        let mk = |a: &AttemptRef, kind: &str| pb::Assignment {
+            attempt: Some(pb::AttemptRef::from(a)),
+            kind: kind.into(),
+            ..Default::default()
+        };
+        f.runner.assign(mk(&noop, "noop"));
+        f.runner.assign(mk(&noop, "noop"));
+        f.runner.assign(mk(&weird, "teleport"));
+        f.runner.assign(pb::Assignment { attempt: None, kind: "noop".into(), ..Default::default() });
+        let batch = f.attempts.take_batch().unwrap();
+        let msgs = batch.messages();
+        assert_eq!(msgs.len(), 2, "the duplicate and the invalid one are ignored: {msgs:?}");
+        assert_eq!(state(&msgs[0]), pb::SubtaskState::Succeeded);
+        assert!(msgs[0].started_at > 0 && msgs[0].started_at == msgs[0].finished_at);
+        assert_eq!(state(&msgs[1]), pb::SubtaskState::Failed);
+        assert_eq!(msgs[1].error, "unknown built-in kind \"teleport\"");
+        assert!(f.tracker.is_empty(), "no task was spawned");
+    }
+
+    #[tokio::test]
+    async fn invalid_assignments_fail_with_a_reason() {
+        let f = fixture();
+        let a = attempt(JobId::random(), "bad");
+        let base = pb::Assignment { attempt: Some(pb::AttemptRef::from(&a)), command: sh("true"), ..Default::default() };
+        let cases = [
+            pb::Assignment { command: vec![], ..base.clone() },
+            pb::Assignment { outputs: vec!["../escape".into()], ..base.clone() },
+            pb::Assignment { outputs: vec!["x".into(), "x".into()], ..base.clone() },
+            pb::Assignment { env: HashMap::from([("A=B".into(), "c".into())]), ..base.clone() },
+            pb::Assignment {
+                inputs: vec![pb::InputObject { object_id: "../../etc/passwd".into(), ..Default::default() }],
+                ..base.clone()
+            },
+        ];
+        for (i, case) in cases.into_iter().enumerate() {
+            let mut case = case;
+            case.attempt = Some(pb::AttemptRef { attempt: i as u32, ..pb::AttemptRef::from(&a) });
+            f.runner.assign(case);
+        }
+        let batch = f.attempts.take_batch().unwrap();
+        let msgs = batch.messages();
+        assert_eq!(msgs.len(), 5);
+        for m in &msgs {
+            assert_eq!(state(m), pb::SubtaskState::Failed, "{m:?}");
+            assert!(!m.error.is_empty());
+        }
+        assert!(msgs[0].error.contains("neither a command nor a built-in kind"), "{}", msgs[0].error);
+        assert!(msgs[2].error.contains("declared twice"), "{}", msgs[2].error);
+    }
+
+    #[tokio::test]
+    async fn cached_inputs_are_linked_and_missing_ones_fail_the_attempt() {
+        let f = fixture();
+        let job = JobId::random();
+        let mut inputs = Vec::new();
+        for rank in 0..3u32 {
+            let id = ObjectId { job, task: "gen".into(), rank, name: "numbers".into() };
+            let src = f.layout.root().join("scratch");
+            std::fs::write(&src, format!("{rank}\n")).unwrap();
+            drop(f.cache.insert(&id, &src).unwrap());
+            inputs.push(Input { id, task: "gen".into(), rank, name: "numbers".into(), holders: vec![] });
+        }
+        let a = attempt(job, "sum");
+        let mut w = work(&a, sh("cat \"$PLEXUS_IN\"/gen/*/numbers > \"$PLEXUS_OUT/all\""));
+        w.inputs = inputs.clone();
+        w.outputs = vec!["all".into()];
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+        assert_eq!((r.fetch_ms, r.fetched_bytes), (0, 0));
+        let all = ObjectId { job, task: "sum".into(), rank: 2, name: "all".into() };
+        assert_eq!(std::fs::read_to_string(f.cache.path(&all)).unwrap(), "0\n1\n2\n");
+
+        let missing = ObjectId { job, task: "gen".into(), rank: 9, name: "numbers".into() };
+        let mut w = work(&attempt(job, "sum2"), sh("true"));
+        w.inputs = vec![Input {
+            id: missing.clone(),
+            task: "gen".into(),
+            rank: 9,
+            name: "numbers".into(),
+            holders: vec!["http://127.0.0.1:1".into()],
+        }];
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Failed);
+        assert!(r.error.starts_with(&format!("could not fetch input {missing}: http://127.0.0.1:1: ")), "{}", r.error);
+        assert_eq!(r.started_at, 0, "it never started");
+    }
+
+    #[tokio::test]
+    async fn inputs_are_fetched_from_a_peer_with_accounting() {
+        // The producer: a second cache behind a real PeerService.
+        let producer_dir = tempfile::tempdir().unwrap();
+        let producer = Layout::new(producer_dir.path());
+        let producer_cache = Cache::open(producer.cache_dir(), 1 << 30).unwrap();
+        let job = JobId::random();
+        let id = ObjectId { job, task: "gen".into(), rank: 5, name: "numbers".into() };
+        let data = vec![7u8; 3_000_000];
+        std::fs::write(producer.root().join("scratch"), &data).unwrap();
+        drop(producer_cache.insert(&id, &producer.root().join("scratch")).unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(peer::serve(listener, peer::PeerServer::new(producer_cache, producer), stop.clone()));
+
+        let f = fixture();
+        // A dead holder first: the next one must be tried.
+        let mut w = work(&attempt(job, "use"), sh("wc -c < \"$PLEXUS_IN/gen/5/numbers\" | tr -d ' ' > \"$PLEXUS_OUT/n\""));
+        w.inputs = vec![Input {
+            id: id.clone(),
+            task: "gen".into(),
+            rank: 5,
+            name: "numbers".into(),
+            holders: vec!["http://127.0.0.1:1".into(), url],
+        }];
+        w.outputs = vec!["n".into()];
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+        assert_eq!(r.fetched_bytes, 3_000_000);
+        assert!(f.cache.contains(&id), "the fetched input stays cached");
+        let n = ObjectId { job, task: "use".into(), rank: 2, name: "n".into() };
+        assert_eq!(std::fs::read_to_string(f.cache.path(&n)).unwrap().trim(), "3000000");
+        assert!(std::fs::read_dir(f.layout.tmp_dir()).unwrap().next().is_none(), "no partial downloads left");
+        stop.cancel();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn evictions_count_against_the_attempt_that_caused_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.tmp_dir()).unwrap();
+        let cache = Cache::open(layout.cache_dir(), 100).unwrap();
+        let attempts = Attempts::new(CancellationToken::new());
+        let runner = Runner::new(layout.clone(), cache.clone(), attempts, TaskTracker::new());
+        let job = JobId::random();
+        let old = ObjectId { job, task: "old".into(), rank: 0, name: "x".into() };
+        std::fs::write(layout.root().join("scratch"), [0u8; 80]).unwrap();
+        drop(cache.insert(&old, &layout.root().join("scratch")).unwrap());
+        let mut w = work(&attempt(job, "new"), sh("head -c 50 /dev/zero > \"$PLEXUS_OUT/y\""));
+        w.outputs = vec!["y".into()];
+        let r = runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+        assert_eq!(r.evicted_bytes, 80);
+        assert!(!cache.contains(&old));
+    }
+}

@@ -1,0 +1,235 @@
+//! The conversation with the coordinator (WorkerService), kept alive forever.
+//!
+//! One *connection* is: connect, `Register` (with every known attempt), open the `Assignments`
+//! stream, then run three loops side by side until one of them fails:
+//!
+//! - assignments: each `AssignmentBatch` starts its `assign` entries, then applies its `cancel`
+//!   entries (in that order, so a batch that assigns and cancels the same attempt cancels it);
+//! - heartbeats: every `heartbeat_interval_ms`, the node state; `reregister` ends the connection;
+//! - reports: every pending report in one `ReportTasks` call, again and again (see
+//!   [`crate::attempts`] for why this batches and how unacknowledged reports survive).
+//!
+//! The loops are futures of one `select!`, not spawned tasks, so when one fails the others are
+//! dropped with it; a report batch in flight then goes back to its queue. Any failure (connect,
+//! RPC error or timeout, stream end, `reregister`) starts a new connection after a backoff of
+//! 200 ms doubling to 2 s, reset by every successful registration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexus_proto::{WorkerId, pb};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info};
+
+use crate::attempts::Attempts;
+use crate::cache::Cache;
+use crate::error::{Error, Result};
+use crate::node::{self, CpuSampler};
+use crate::runner::Runner;
+
+/// First reconnect delay: short, so a restarted coordinator sees its workers again quickly.
+const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest reconnect delay: a coordinator that is down for long is retried every 2 s, which
+/// costs nothing and bounds how long a recovered coordinator waits for its workers.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How long connecting (TCP + HTTP/2) may take before it counts as a failure.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `Register` and opening the assignment stream may take: they are cheap for the
+/// coordinator, so a slower answer means it is in trouble and reconnecting is right.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one `ReportTasks` call may take. Generous because the coordinator persists the whole
+/// batch before answering; on expiry the batch is sent again on the next connection, so the
+/// coordinator must treat a repeated report as a no-op.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Heartbeat RPC timeout when the coordinator does not state `heartbeat_timeout_ms`.
+const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Heartbeat interval when the coordinator sends 0.
+const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// Bounds on the heartbeat interval a coordinator may ask for: below 10 ms heartbeats would be a
+/// load of their own, above a minute the node state would be too stale to place work by.
+const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(10);
+const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(60);
+/// HTTP/2 keep-alive pings detect a coordinator that vanished without closing the connection
+/// (host down, network cut) while the assignment stream is idle.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything the coordinator connection needs.
+#[derive(Debug)]
+pub struct Session {
+    pub coordinator: String,
+    pub worker_id: WorkerId,
+    pub session: String,
+    pub peer_addr: String,
+    pub capacity: pb::NodeCapacity,
+    pub attempts: Arc<Attempts>,
+    pub cache: Cache,
+    pub runner: Runner,
+    pub cpu: CpuSampler,
+}
+
+impl Session {
+    /// Talks to the coordinator until `shutdown` is cancelled, reconnecting forever.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut backoff = INITIAL_BACKOFF;
+        // Whether "not connected" was already logged at info since the last registration.
+        let mut announced = false;
+        loop {
+            let mut registered = false;
+            let result = tokio::select! {
+                () = shutdown.cancelled() => return,
+                r = self.connection(&mut registered) => r,
+            };
+            if registered {
+                backoff = INITIAL_BACKOFF;
+            }
+            let err = match result {
+                Ok(never) => match never {},
+                Err(e) => e,
+            };
+            // Log connection changes at info, and repeated failures to reconnect only at debug,
+            // so a coordinator that is down for an hour does not flood the log.
+            if registered || !announced {
+                info!(coordinator = %self.coordinator, error = %err, retry_in = ?backoff, "not connected to the coordinator");
+                announced = true;
+            } else {
+                debug!(coordinator = %self.coordinator, error = %err, retry_in = ?backoff, "still not connected to the coordinator");
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One connection; returns only with the error that ended it. Sets `registered` once
+    /// `Register` succeeded.
+    async fn connection(&self, registered: &mut bool) -> Result<std::convert::Infallible> {
+        let endpoint = Endpoint::from_shared(self.coordinator.clone())
+            .map_err(Error::connect(&self.coordinator))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
+        let channel = endpoint.connect().await.map_err(Error::connect(&self.coordinator))?;
+        let mut client = pb::worker_service_client::WorkerServiceClient::new(channel);
+
+        let known = self.attempts.known();
+        let request = pb::RegisterRequest {
+            worker_id: self.worker_id.to_string(),
+            session: self.session.clone(),
+            peer_addr: self.peer_addr.clone(),
+            capacity: Some(self.capacity.clone()),
+            state: Some(self.node_state()),
+            known: known.clone(),
+        };
+        let reply = with_timeout("Register", SETUP_TIMEOUT, client.register(request)).await?.into_inner();
+        *registered = true;
+        let interval = match reply.heartbeat_interval_ms {
+            0 => DEFAULT_HEARTBEAT_INTERVAL,
+            ms => Duration::from_millis(ms).clamp(MIN_HEARTBEAT_INTERVAL, MAX_HEARTBEAT_INTERVAL),
+        };
+        let hb_timeout = match reply.heartbeat_timeout_ms {
+            0 => DEFAULT_HEARTBEAT_TIMEOUT,
+            ms => Duration::from_millis(ms),
+        };
+        info!(
+            coordinator = %self.coordinator, worker_id = %self.worker_id, known = known.len(),
+            heartbeat = ?interval, "registered with the coordinator"
+        );
+
+        let stream_request = pb::AssignmentsRequest { worker_id: self.worker_id.to_string(), session: self.session.clone() };
+        let stream = with_timeout("Assignments", SETUP_TIMEOUT, client.assignments(stream_request)).await?.into_inner();
+        tokio::select! {
+            r = self.assignments(stream) => r,
+            r = self.heartbeats(client.clone(), interval, hb_timeout) => r,
+            r = self.reports(client.clone()) => r,
+        }
+    }
+
+    async fn assignments(&self, mut stream: tonic::Streaming<pb::AssignmentBatch>) -> Result<std::convert::Infallible> {
+        loop {
+            let Some(batch) = stream.message().await.map_err(Error::rpc("Assignments"))? else {
+                return Err(Error::StreamClosed);
+            };
+            if !batch.assign.is_empty() || !batch.cancel.is_empty() {
+                debug!(assign = batch.assign.len(), cancel = batch.cancel.len(), "assignment batch");
+            }
+            for a in batch.assign {
+                self.runner.assign(a);
+            }
+            for c in &batch.cancel {
+                self.runner.cancel(c);
+            }
+        }
+    }
+
+    async fn heartbeats(
+        &self,
+        mut client: pb::worker_service_client::WorkerServiceClient<Channel>,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Result<std::convert::Infallible> {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is immediate, and Register just carried the node state.
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let request = pb::HeartbeatRequest {
+                worker_id: self.worker_id.to_string(),
+                session: self.session.clone(),
+                state: Some(self.node_state()),
+            };
+            let reply = with_timeout("Heartbeat", timeout, client.heartbeat(request)).await?.into_inner();
+            if reply.reregister {
+                return Err(Error::Reregister);
+            }
+        }
+    }
+
+    async fn reports(
+        &self,
+        mut client: pb::worker_service_client::WorkerServiceClient<Channel>,
+    ) -> Result<std::convert::Infallible> {
+        loop {
+            self.attempts.reports_ready().await;
+            let Some(batch) = self.attempts.take_batch() else { continue };
+            let request = pb::ReportTasksRequest {
+                worker_id: self.worker_id.to_string(),
+                session: self.session.clone(),
+                reports: batch.messages(),
+            };
+            let n = batch.len();
+            // On any error `batch` is dropped unacknowledged and its reports go back to the queue.
+            let reply = with_timeout("ReportTasks", REPORT_TIMEOUT, client.report_tasks(request)).await?.into_inner();
+            if reply.reregister {
+                return Err(Error::Reregister);
+            }
+            batch.ack();
+            debug!(reports = n, "reports acknowledged");
+        }
+    }
+
+    fn node_state(&self) -> pb::NodeState {
+        pb::NodeState {
+            cpu_utilisation: self.cpu.sample(),
+            memory_free: node::available_memory(),
+            running: self.attempts.running(),
+            objects: self.cache.objects(),
+            cache_used: self.cache.used(),
+        }
+    }
+}
+
+/// Awaits a unary call with a deadline, naming the call in errors.
+async fn with_timeout<T>(
+    call: &'static str,
+    after: Duration,
+    fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
+) -> Result<T> {
+    tokio::time::timeout(after, fut).await.map_err(|_| Error::Timeout { call, after })?.map_err(Error::rpc(call))
+}
