@@ -1,1 +1,36 @@
-fn main() {}
+//! `plexus`: the command-line client of Plexus, and `plexus up`, a local cluster in one command.
+//!
+//! Layout: [`args`] declares the command line, [`cmd`] has one module per subcommand,
+//! [`client`] connects to the coordinator and renders errors, [`output`] formats tables and
+//! JSON. This file only parses, dispatches, and turns the outcome into an exit code:
+//! 0 success, 1 any failure (or a watched job that did not succeed), 2 usage errors (clap's).
+
+mod args;
+mod client;
+mod cmd;
+mod output;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    let url = client::normalise_url(&cli.coordinator);
+    // One thread is plenty for a client; `up` also relies on spawning children from the main
+    // thread (see `cmd::up`).
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(&format!("error: cannot start the async runtime: {e}")),
+    };
+    match runtime.block_on(cmd::run(cli.command, &url)) {
+        Ok(code) => code,
+        Err(e) => fail(&client::render_error(&e, &url)),
+    }
+}
+
+fn fail(line: &str) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "{line}");
+    ExitCode::FAILURE
+}

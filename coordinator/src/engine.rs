@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use plexus_proto::{JobId, WorkerId, pb};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -84,7 +84,20 @@ struct Delivery {
     pending: pb::AssignmentBatch,
 }
 
+/// Where the engine's time goes, logged when it stops (the control-plane benchmark reads it).
+#[derive(Default, Debug)]
+struct Stats {
+    rounds: u64,
+    commands: u64,
+    records: u64,
+    apply: Duration,
+    schedule: Duration,
+    commit: Duration,
+    dispatch: Duration,
+}
+
 struct Engine {
+    stats: Stats,
     core: Core,
     store: Box<dyn Store>,
     clock: fn() -> u64,
@@ -96,7 +109,7 @@ struct Engine {
 /// returned join handle yields the storage error in the latter case.
 pub fn start(core: Core, store: Box<dyn Store>, clock: fn() -> u64) -> (EngineHandle, std::thread::JoinHandle<Result<(), StoreError>>) {
     let (tx, rx) = std_mpsc::channel();
-    let engine = Engine { core, store, clock, delivery: HashMap::new(), watchers: HashMap::new() };
+    let engine = Engine { stats: Stats::default(), core, store, clock, delivery: HashMap::new(), watchers: HashMap::new() };
     let join = std::thread::Builder::new()
         .name("plexus-engine".into())
         .spawn(move || engine.run(rx))
@@ -119,21 +132,39 @@ impl Engine {
             let first = match rx.recv_timeout(TICK) {
                 Ok(c) => Some(c),
                 Err(std_mpsc::RecvTimeoutError::Timeout) => None,
-                Err(std_mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                    let s = &self.stats;
+                    tracing::info!(
+                        rounds = s.rounds,
+                        commands = s.commands,
+                        records = s.records,
+                        apply_ms = s.apply.as_millis() as u64,
+                        schedule_ms = s.schedule.as_millis() as u64,
+                        commit_ms = s.commit.as_millis() as u64,
+                        dispatch_ms = s.dispatch.as_millis() as u64,
+                        "engine stats"
+                    );
+                    return Ok(());
+                }
             };
             let now = (self.clock)();
             let mut replies: Vec<Deferred> = Vec::new();
             let mut next = first;
             let mut n = 0;
+            let t0 = Instant::now();
             while let Some(cmd) = next {
                 self.apply(cmd, now, &mut replies);
                 n += 1;
                 next = if n < MAX_BATCH { rx.try_recv().ok() } else { None };
             }
+            let t1 = Instant::now();
             self.core.tick(now);
             self.core.schedule(now);
             let out = self.core.take_outbox();
-            if let Err(e) = self.commit(&out) {
+            let t2 = Instant::now();
+            let committed = self.commit(&out);
+            let t3 = Instant::now();
+            if let Err(e) = committed {
                 // State in memory is ahead of the disk now; the only safe course is to stop and
                 // let a restart reload what is durable. Callers see their replies dropped.
                 tracing::error!(error = %e, "commit failed; stopping the engine");
@@ -144,6 +175,16 @@ impl Engine {
             }
             self.dispatch(&out);
             self.notify(&out);
+            let st = &mut self.stats;
+            if n > 0 || !out.is_empty() {
+                st.rounds += 1;
+            }
+            st.commands += n as u64;
+            st.records += (out.jobs.len() + out.subtasks.len() + out.placements.len() + out.workers.len()) as u64;
+            st.apply += t1 - t0;
+            st.schedule += t2 - t1;
+            st.commit += t3 - t2;
+            st.dispatch += t3.elapsed();
         }
     }
 

@@ -1,0 +1,237 @@
+//! The command-line syntax of `plexus`: every subcommand and flag, declared with clap's derive
+//! API. Job ids and task names are checked here, at parse time, so a malformed one is a usage
+//! error with a clear message and never costs a round trip to the coordinator.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use plexus_proto::{IdError, JobId};
+
+/// Where the coordinator listens unless told otherwise (the port `plexus up` uses by default).
+pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:50051";
+
+#[derive(Debug, Parser)]
+#[command(name = "plexus", version, about = "Submit, watch and inspect Plexus jobs, or run a local cluster")]
+pub struct Cli {
+    /// URL of the coordinator (`http://host:port`; a bare `host:port` means http).
+    #[arg(long, global = true, env = "PLEXUS_COORDINATOR", default_value = DEFAULT_COORDINATOR, value_name = "URL")]
+    pub coordinator: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a local cluster (a coordinator and N workers) until Ctrl-C.
+    Up(UpArgs),
+    /// Submit a job file (TOML, or JSON when it ends in .json); prints the job id.
+    Submit(SubmitArgs),
+    /// List jobs, or show one job with its task groups (and subtasks).
+    Status(StatusArgs),
+    /// Follow a job until it ends; exits 0 only if it succeeded.
+    Watch(WatchArgs),
+    /// Print the stdout and stderr of one subtask.
+    Logs(LogsArgs),
+    /// Cancel a job.
+    Cancel(CancelArgs),
+    /// List the workers known to the coordinator.
+    Workers(WorkersArgs),
+    /// Show why a subtask was placed where it was.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Number of workers to start.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=256))]
+    pub workers: u32,
+    /// Directory for the cluster's data and logs.
+    #[arg(long, default_value = ".plexus")]
+    pub dir: PathBuf,
+    /// Port of the coordinator on 127.0.0.1; 0 picks a free one.
+    #[arg(long, default_value_t = 50051)]
+    pub port: u16,
+    /// Placement policy of the coordinator (passed on as `--placer`).
+    #[arg(long, value_name = "NAME")]
+    pub placer: Option<String>,
+    /// Cores each worker offers (passed on as `--cpus`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub cpus: Option<u32>,
+    /// Object-cache bound of each worker, e.g. `512MiB` (passed on as `--cache`).
+    #[arg(long, value_name = "SIZE")]
+    pub cache: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The job file.
+    pub file: PathBuf,
+    /// Follow the job after submitting it, as `plexus watch` does.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The job; without it, every job is listed.
+    pub job: Option<JobId>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
+    /// Also show one row per subtask (always included in JSON).
+    #[arg(long)]
+    pub subtasks: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    pub job: JobId,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    pub job: JobId,
+    #[arg(value_parser = task_name)]
+    pub task: String,
+    /// Which replica of the task.
+    #[arg(long, default_value_t = 0)]
+    pub rank: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    pub job: JobId,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkersArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    pub job: JobId,
+    #[arg(value_parser = task_name)]
+    pub task: String,
+    /// Which replica of the task.
+    #[arg(long, default_value_t = 0)]
+    pub rank: u32,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+/// Checks a task name the way the coordinator does, so typos fail before any call.
+fn task_name(s: &str) -> Result<String, IdError> {
+    plexus_proto::ids::check_task_name(s)?;
+    Ok(s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    const JOB: &str = "job-0123456789abcdef0123456789abcdef";
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("plexus").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn up_defaults_and_flags() {
+        let Command::Up(a) = parse(&["up"]).unwrap().command else { panic!("not up") };
+        assert_eq!((a.workers, a.port), (3, 50051));
+        assert_eq!(a.dir, PathBuf::from(".plexus"));
+        assert!(a.placer.is_none() && a.cpus.is_none() && a.cache.is_none());
+
+        let cli = parse(&["up", "--workers", "5", "--dir", "/tmp/x", "--port", "0", "--placer", "greedy",
+                          "--cpus", "2", "--cache", "64MiB"]).unwrap();
+        let Command::Up(a) = cli.command else { panic!("not up") };
+        assert_eq!((a.workers, a.port, a.cpus), (5, 0, Some(2)));
+        assert_eq!(a.placer.as_deref(), Some("greedy"));
+        assert_eq!(a.cache.as_deref(), Some("64MiB"));
+        assert_eq!(a.dir, PathBuf::from("/tmp/x"));
+
+        assert_eq!(parse(&["up", "--cpus", "0"]).unwrap_err().kind(), ErrorKind::ValueValidation);
+        assert_eq!(parse(&["up", "--port", "70000"]).unwrap_err().kind(), ErrorKind::ValueValidation);
+    }
+
+    #[test]
+    fn coordinator_flag_is_global() {
+        let cli = parse(&["workers", "--coordinator", "http://h:1"]).unwrap();
+        assert_eq!(cli.coordinator, "http://h:1");
+        let cli = parse(&["--coordinator", "http://h:2", "status"]).unwrap();
+        assert_eq!(cli.coordinator, "http://h:2");
+    }
+
+    #[test]
+    fn submit_and_watch() {
+        let Command::Submit(a) = parse(&["submit", "job.toml", "--watch"]).unwrap().command else { panic!() };
+        assert_eq!(a.file, PathBuf::from("job.toml"));
+        assert!(a.watch);
+        assert_eq!(parse(&["submit"]).unwrap_err().kind(), ErrorKind::MissingRequiredArgument);
+        let Command::Watch(a) = parse(&["watch", JOB]).unwrap().command else { panic!() };
+        assert_eq!(a.job.to_string(), JOB);
+    }
+
+    #[test]
+    fn status_forms() {
+        let Command::Status(a) = parse(&["status"]).unwrap().command else { panic!() };
+        assert!(a.job.is_none() && !a.subtasks);
+        assert_eq!(a.output, OutputFormat::Table);
+        let Command::Status(a) = parse(&["status", JOB, "-o", "json", "--subtasks"]).unwrap().command else { panic!() };
+        assert_eq!(a.job.unwrap().to_string(), JOB);
+        assert_eq!(a.output, OutputFormat::Json);
+        assert!(a.subtasks);
+        assert_eq!(parse(&["status", "-o", "yaml"]).unwrap_err().kind(), ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn malformed_job_ids_are_usage_errors_naming_the_problem() {
+        let err = parse(&["watch", "wkr-0123456789abcdef0123456789abcdef"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ValueValidation);
+        assert!(err.to_string().contains("expected the prefix \"job-\""), "{err}");
+        let err = parse(&["cancel", "job-123"]).unwrap_err();
+        assert!(err.to_string().contains("32 hex digits"), "{err}");
+    }
+
+    #[test]
+    fn logs_and_explain() {
+        let Command::Logs(a) = parse(&["logs", JOB, "gen"]).unwrap().command else { panic!() };
+        assert_eq!((a.task.as_str(), a.rank), ("gen", 0));
+        let Command::Logs(a) = parse(&["logs", JOB, "gen", "--rank", "7"]).unwrap().command else { panic!() };
+        assert_eq!(a.rank, 7);
+        let err = parse(&["logs", JOB, "a/b"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ValueValidation);
+        let Command::Explain(a) = parse(&["explain", JOB, "sum", "--rank", "2", "-o", "json"]).unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!((a.task.as_str(), a.rank, a.output), ("sum", 2, OutputFormat::Json));
+    }
+
+    #[test]
+    fn workers_and_cancel() {
+        let Command::Workers(a) = parse(&["workers", "-o", "json"]).unwrap().command else { panic!() };
+        assert_eq!(a.output, OutputFormat::Json);
+        assert!(matches!(parse(&["cancel", JOB]).unwrap().command, Command::Cancel(_)));
+        assert_eq!(parse(&["frobnicate"]).unwrap_err().kind(), ErrorKind::InvalidSubcommand);
+    }
+}

@@ -1,0 +1,15 @@
+//! `plexus cancel JOB`: cancels a job and prints its resulting state as `job <id> <state>`.
+
+use std::process::ExitCode;
+
+use plexus_proto::JobId;
+use plexus_proto::pb::CancelJobRequest;
+
+use crate::{client, output};
+
+pub async fn run(url: &str, job: JobId) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(url).await?;
+    let status = client.cancel_job(CancelJobRequest { job_id: job.to_string() }).await?.into_inner();
+    output::print(&output::job_final_line(&status))?;
+    Ok(ExitCode::SUCCESS)
+}

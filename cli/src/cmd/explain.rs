@@ -1,0 +1,21 @@
+//! `plexus explain JOB TASK [--rank R] [-o table|json]`: why the placer put the subtask's latest
+//! attempt where it did, with every candidate it considered.
+
+use std::process::ExitCode;
+
+use plexus_proto::pb::ExplainPlacementRequest;
+
+use crate::args::{ExplainArgs, OutputFormat};
+use crate::{client, output};
+
+pub async fn run(url: &str, args: &ExplainArgs) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(url).await?;
+    let request = ExplainPlacementRequest { job_id: args.job.to_string(), task: args.task.clone(), rank: args.rank };
+    let explanation = client.explain_placement(request).await?.into_inner();
+    let text = match args.output {
+        OutputFormat::Table => output::explain_text(&explanation, plexus_proto::now_ms()),
+        OutputFormat::Json => output::json(&output::explain_view(&explanation)),
+    };
+    output::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,76 @@
+//! `plexus submit FILE [--watch]`: sends a job file to the coordinator, prints the job id alone
+//! on stdout (so `JOB=$(plexus submit job.toml)` works), and optionally follows the job.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use plexus_proto::JobId;
+use plexus_proto::pb::SubmitJobRequest;
+
+use crate::args::SubmitArgs;
+use crate::{client, output};
+
+pub async fn run(url: &str, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
+    let request = request_for(&args.file)?;
+    let mut client = client::connect(url).await?;
+    let response = client.submit_job(request).await?.into_inner();
+    output::print(&format!("{}\n", response.job_id))?;
+    if !args.watch {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let job: JobId = response
+        .job_id
+        .parse()
+        .with_context(|| format!("the coordinator answered with a malformed job id {:?}", response.job_id))?;
+    super::watch::watch_with(&mut client, job).await
+}
+
+/// Reads the file and builds the request; the coordinator parses and checks the job.
+fn request_for(path: &Path) -> anyhow::Result<SubmitJobRequest> {
+    let source =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read job file {}", path.display()))?;
+    Ok(SubmitJobRequest { source, format: format_of(path).to_string(), filename: path.display().to_string() })
+}
+
+/// `json` for a `.json` file (any case), else `toml`.
+fn format_of(path: &Path) -> &'static str {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("json") => "json",
+        _ => "toml",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_follows_the_extension() {
+        assert_eq!(format_of(Path::new("a/job.json")), "json");
+        assert_eq!(format_of(Path::new("JOB.JSON")), "json");
+        assert_eq!(format_of(Path::new("job.toml")), "toml");
+        assert_eq!(format_of(Path::new("job")), "toml");
+        assert_eq!(format_of(Path::new("json")), "toml");
+    }
+
+    #[test]
+    fn request_carries_source_format_and_filename() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.json");
+        std::fs::write(&path, "{\"name\": \"x\"}").unwrap();
+        let r = request_for(&path).unwrap();
+        assert_eq!(r.source, "{\"name\": \"x\"}");
+        assert_eq!(r.format, "json");
+        assert_eq!(r.filename, path.display().to_string());
+    }
+
+    #[test]
+    fn unreadable_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.toml");
+        let err = request_for(&path).unwrap_err();
+        let line = crate::client::render_error(&err, "http://x:1");
+        assert!(line.starts_with(&format!("error: cannot read job file {}: ", path.display())), "{line}");
+    }
+}
