@@ -53,6 +53,12 @@ pub enum Cmd {
     Heartbeat { worker: WorkerId, session: String, node: NodeReport, reply: Reply<bool> },
     Report { worker: WorkerId, session: String, reports: Vec<Report>, reply: Reply<bool> },
     OpenStream { worker: WorkerId, session: String, reply: Reply<Option<mpsc::UnboundedReceiver<pb::AssignmentBatch>>> },
+    /// Ends every assignment and watch stream, so a graceful shutdown has no open stream to wait
+    /// for. Workers reconnect to the next coordinator process; watchers see the stream end.
+    CloseStreams { reply: Reply<()> },
+    /// Stops the engine after this round. Connection tasks may still hold handles, so the engine
+    /// cannot wait for every handle to be dropped.
+    Stop,
 }
 
 /// A cloneable handle for sending commands to the engine thread.
@@ -67,6 +73,11 @@ pub struct EngineHandle {
 pub struct EngineStopped;
 
 impl EngineHandle {
+    /// Asks the engine to stop after its current round.
+    pub fn stop(&self) {
+        let _ = self.tx.send(Cmd::Stop);
+    }
+
     /// Sends a command built around a fresh reply channel and waits for the answer.
     pub async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T, EngineStopped> {
         let (tx, rx) = oneshot::channel();
@@ -133,17 +144,7 @@ impl Engine {
                 Ok(c) => Some(c),
                 Err(std_mpsc::RecvTimeoutError::Timeout) => None,
                 Err(std_mpsc::RecvTimeoutError::Disconnected) => {
-                    let s = &self.stats;
-                    tracing::info!(
-                        rounds = s.rounds,
-                        commands = s.commands,
-                        records = s.records,
-                        apply_ms = s.apply.as_millis() as u64,
-                        schedule_ms = s.schedule.as_millis() as u64,
-                        commit_ms = s.commit.as_millis() as u64,
-                        dispatch_ms = s.dispatch.as_millis() as u64,
-                        "engine stats"
-                    );
+                    self.log_stats();
                     return Ok(());
                 }
             };
@@ -151,8 +152,13 @@ impl Engine {
             let mut replies: Vec<Deferred> = Vec::new();
             let mut next = first;
             let mut n = 0;
+            let mut stop = false;
             let t0 = Instant::now();
             while let Some(cmd) = next {
+                if matches!(cmd, Cmd::Stop) {
+                    stop = true;
+                    break;
+                }
                 self.apply(cmd, now, &mut replies);
                 n += 1;
                 next = if n < MAX_BATCH { rx.try_recv().ok() } else { None };
@@ -185,7 +191,25 @@ impl Engine {
             st.schedule += t2 - t1;
             st.commit += t3 - t2;
             st.dispatch += t3.elapsed();
+            if stop {
+                self.log_stats();
+                return Ok(());
+            }
         }
+    }
+
+    fn log_stats(&self) {
+        let s = &self.stats;
+        tracing::info!(
+            rounds = s.rounds,
+            commands = s.commands,
+            records = s.records,
+            apply_ms = s.apply.as_millis() as u64,
+            schedule_ms = s.schedule.as_millis() as u64,
+            commit_ms = s.commit.as_millis() as u64,
+            dispatch_ms = s.dispatch.as_millis() as u64,
+            "engine stats"
+        );
     }
 
     fn commit(&mut self, out: &Outbox) -> Result<(), StoreError> {
@@ -279,6 +303,13 @@ impl Engine {
             Cmd::Report { worker, session, reports, reply } => {
                 let ok = core.report(worker, &session, reports, now);
                 replies.push(defer(reply, ok));
+            }
+            // Handled by the loop before `apply` is called.
+            Cmd::Stop => {}
+            Cmd::CloseStreams { reply } => {
+                self.delivery.clear();
+                self.watchers.clear();
+                replies.push(defer(reply, ()));
             }
             Cmd::OpenStream { worker, session, reply } => {
                 let registered = core.worker(worker).is_some_and(|w| w.connected && w.record.session == session);

@@ -19,6 +19,10 @@ use crate::Error;
 /// Largest gRPC message either way: a status of a 100,000-subtask job is ~10 MiB.
 pub const MAX_MESSAGE: usize = 64 << 20;
 
+/// How long a graceful shutdown waits for requests in flight. Every request the coordinator
+/// serves is short once streams are closed; five seconds covers a slow log proxy.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How a coordinator is started.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -66,21 +70,41 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         let _ = engine_done_tx.send(());
         r
     });
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let closer = handle.clone();
+    let closer_for_stop = handle.clone();
     let stop = async move {
         tokio::select! {
             _ = shutdown => tracing::info!("shutting down"),
             _ = engine_done_rx => tracing::error!("engine stopped; shutting down"),
         }
+        // Assignment and watch streams never end by themselves; end them so the graceful
+        // shutdown below has nothing to wait for.
+        let _ = closer.call(|reply| crate::engine::Cmd::CloseStreams { reply }).await;
+        let _ = stopping_tx.send(());
     };
 
     let jobs = JobServiceServer::new(JobApi { engine: handle.clone() }).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
     let workers = WorkerServiceServer::new(WorkerApi { engine: handle }).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
-    let served = tonic::transport::Server::builder()
+    let serve = tonic::transport::Server::builder()
         .add_service(jobs)
         .add_service(workers)
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), stop)
-        .await;
-    // The services (and their engine handles) are dropped now, which ends the engine loop.
+        // TCP_NODELAY: assignments and replies are small messages; Nagle's algorithm with delayed
+        // ACKs would hold each one back ~40 ms.
+        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)), stop);
+    // Requests in flight get a grace period once shutdown starts; past it they are dropped.
+    let grace = async {
+        let _ = stopping_rx.await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let served = tokio::select! {
+        r = serve => r,
+        _ = grace => {
+            tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; stopping anyway");
+            Ok(())
+        }
+    };
+    closer_for_stop.stop();
     let engine_result = engine_waiter.await.map_err(|e| Error::Engine(e.to_string()))?;
     served.map_err(Error::Transport)?;
     match engine_result {

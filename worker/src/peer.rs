@@ -129,7 +129,8 @@ pub async fn serve(listener: TcpListener, server: PeerServer, shutdown: Cancella
     info!(?addr, "peer service listening");
     Server::builder()
         .add_service(pb::peer_service_server::PeerServiceServer::new(server))
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        // TCP_NODELAY: log reads and the first chunk of an object should not wait on Nagle.
+        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown.cancelled_owned())
         .await
         .map_err(Error::Serve)
 }

@@ -14,6 +14,9 @@ use plexus_proto::pb;
 
 const SUBTASKS: u32 = 10_000;
 const RUNS: usize = 3;
+/// Single-subtask jobs submitted one after another, to measure the latency of one subtask on an
+/// idle control plane (the burst runs measure throughput).
+const SINGLES: usize = 200;
 
 struct Run {
     wall: Duration,
@@ -60,6 +63,26 @@ fn main() {
     // One warm-up job so connections and allocators are warm, then the measured runs.
     let _ = one_run(&c, 0);
     let runs: Vec<Run> = (1..=RUNS).map(|i| one_run(&c, i)).collect();
+
+    // Isolated subtasks: submit, wait until done, repeat.
+    let mut single_total = Vec::new();
+    let mut single_dispatch = Vec::new();
+    for i in 0..SINGLES {
+        let t0 = Instant::now();
+        let job = c.submit("one.toml", &format!("name = \"one-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\ncpu = 0\n"));
+        let st = loop {
+            let s = c.job(&job).expect("coordinator reachable");
+            if s.state != pb::JobState::Running as i32 {
+                break s;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        single_total.push(t0.elapsed().as_micros() as u64);
+        let s = &st.subtasks[0];
+        single_dispatch.push(s.started_at.saturating_sub(s.assigned_at));
+    }
+    single_total.sort_unstable();
+    single_dispatch.sort_unstable();
     c.stop_coordinator();
 
     println!("control plane: {SUBTASKS} no-op subtasks per job, 4 worker processes, 1 coordinator, loopback, 2-core machine");
@@ -85,6 +108,14 @@ fn main() {
     rates.sort_by(|a, b| a.total_cmp(b));
     let median = rates[rates.len() / 2];
     println!("(latencies in ms; queue = ready→placed+persisted, dispatch = placed→started on the worker, total = ready→done on the worker)");
+    println!();
+    println!("isolated subtasks ({SINGLES} one-subtask jobs, one at a time):");
+    println!(
+        "  client submit -> job done seen: p50 {:.2} ms, p99 {:.2} ms (includes the client's 0.2 ms polling)",
+        percentile(&single_total, 50.0) as f64 / 1000.0,
+        percentile(&single_total, 99.0) as f64 / 1000.0
+    );
+    println!("  placed -> started on the worker: p50 {} ms, p99 {} ms", percentile(&single_dispatch, 50.0), percentile(&single_dispatch, 99.0));
     println!();
     println!("{:<44} {:>12}", "system", "placements/s");
     println!("{:<44} {:>12.0}", "plexus (this run, median)", median);
