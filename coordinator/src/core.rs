@@ -162,6 +162,9 @@ pub struct CandidateRecord {
 /// The latest placement decision of a subtask, stored for `plexus explain`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PlacementRecord {
+    /// The decision id given to the placer (see `PlacementRequest::decision`).
+    #[serde(default)]
+    pub decision: u64,
     pub placer: String,
     pub attempt: u32,
     pub chosen: WorkerId,
@@ -380,6 +383,8 @@ pub struct Core {
     /// Which workers hold each object.
     holders: HashMap<ObjectId, BTreeSet<WorkerId>>,
     ready: VecDeque<(JobId, u32)>,
+    /// Next placement decision id.
+    next_decision: u64,
     out: Outbox,
 }
 
@@ -403,6 +408,7 @@ impl Core {
             workers: BTreeMap::new(),
             holders: HashMap::new(),
             ready: VecDeque::new(),
+            next_decision: 1,
             out: Outbox::default(),
         }
     }
@@ -435,6 +441,8 @@ impl Core {
             self.jobs.insert(id, Job::new(rec, subs.into_iter().map(|(_, s)| s).collect()));
         }
         for (job, idx, p) in snap.placements {
+            // Decision ids stay unique across restarts.
+            self.next_decision = self.next_decision.max(p.decision + 1);
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.placements.insert(idx, p);
             }
@@ -755,8 +763,11 @@ impl Core {
 
     fn feedback(&mut self, (job, idx): (JobId, u32), wid: WorkerId, succeeded: bool) {
         let util = self.cluster_utilisation();
-        let Some(s) = self.jobs.get(&job).map(|j| &j.subtasks[idx as usize]) else { return };
+        let Some(j) = self.jobs.get(&job) else { return };
+        let s = &j.subtasks[idx as usize];
+        let Some(decision) = j.placements.get(&idx).filter(|p| p.attempt == s.attempt).map(|p| p.decision) else { return };
         let outcome = Outcome {
+            decision,
             worker: wid,
             succeeded,
             wait_ms: s.started_at.saturating_sub(s.ready_at),
@@ -965,7 +976,10 @@ impl Core {
         if !candidates.iter().any(|c| c.feasible) {
             return false;
         }
+        let decision_id = self.next_decision;
+        self.next_decision += 1;
         let preq = PlacementRequest {
+            decision: decision_id,
             job_age_ms: now.saturating_sub(j.record.submitted_at),
             resources: req,
             input_bytes: inputs.iter().map(|(_, s)| *s).sum(),
@@ -980,6 +994,7 @@ impl Core {
         let wid = chosen.worker;
 
         let record = PlacementRecord {
+            decision: decision_id,
             placer: self.placer.name().to_string(),
             attempt: j.subtasks[idx as usize].attempt + 1,
             chosen: wid,

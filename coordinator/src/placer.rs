@@ -13,6 +13,9 @@ use rand::{Rng, SeedableRng};
 /// What is being placed.
 #[derive(Clone, Debug)]
 pub struct PlacementRequest {
+    /// Unique per decision; the [`Outcome`] of the placed attempt carries the same id, so a
+    /// learning placer can pair its decisions with their rewards.
+    pub decision: u64,
     pub job_age_ms: u64,
     pub resources: Resources,
     /// Total bytes of the subtask's inputs.
@@ -76,6 +79,8 @@ pub struct Decision {
 /// What was measured when a placed attempt ended; learned placers turn it into a reward.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// The [`PlacementRequest::decision`] this is the outcome of.
+    pub decision: u64,
     pub worker: WorkerId,
     pub succeeded: bool,
     pub wait_ms: u64,
@@ -230,7 +235,7 @@ mod tests {
     }
 
     fn req() -> PlacementRequest {
-        PlacementRequest { job_age_ms: 0, resources: Resources { cpu: 1.0, memory: 0, gpu: 0 }, input_bytes: 0, flops: None, writes: false }
+        PlacementRequest { decision: 0, job_age_ms: 0, resources: Resources { cpu: 1.0, memory: 0, gpu: 0 }, input_bytes: 0, flops: None, writes: false }
     }
 
     #[test]
