@@ -1,0 +1,171 @@
+//! Tests of the agent: real libtorch on the CPU, seeded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::seq::SliceRandom;
+
+use super::*;
+use crate::features::{NodeFeatures, TaskFeatures};
+
+fn small_config() -> PolicyConfig {
+    PolicyConfig { buffer: 64, batch: 16, batches_per_step: 4, sync_every: 8, device: Some(Device::Cpu), ..Default::default() }
+}
+
+fn obs(n: usize, feasible: impl Fn(usize) -> bool) -> Observation {
+    obs_v(n, 0, feasible)
+}
+
+/// An observation that differs for every `v`, so experiences built from it are not duplicates.
+fn obs_v(n: usize, v: u64, feasible: impl Fn(usize) -> bool) -> Observation {
+    let task = TaskFeatures { system_utilisation: (v % 97) as f64 / 97.0, flops: 1e9 + v as f64, input_bytes: 1 << 20, writes: false };
+    let nodes: Vec<NodeFeatures> = (0..n)
+        .map(|i| NodeFeatures { feasible: feasible(i), cache_bytes: 1 << 30, cache_used: (i as u64) << 24, local_input_bytes: 0, cpu_load: 0.1 * i as f64, cpu_utilisation: 0.2, gpu_free: false })
+        .collect();
+    Observation::build(&task, &nodes)
+}
+
+#[test]
+fn exploration_never_returns_the_best_and_has_rate_epsilon() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let feasible = [0, 2, 3, 5];
+    for _ in 0..2000 {
+        let (i, explored) = explore(&mut rng, 1.0, 3, &feasible);
+        assert!(explored && i != 3 && feasible.contains(&i));
+    }
+    assert_eq!(explore(&mut rng, 1.0, 2, &[2]), (2, false), "a lone feasible candidate is chosen");
+    let explored = (0..20_000).filter(|_| explore(&mut rng, 0.05, 0, &feasible).1).count();
+    assert!((800..1200).contains(&explored), "ε = 0.05 explored {explored} of 20000");
+}
+
+#[test]
+fn infeasible_candidates_are_masked() {
+    let mut p = DqnPolicy::new(PolicyConfig { epsilon: 1.0, ..small_config() }, None).unwrap();
+    for id in 0..200 {
+        let o = obs(6, |i| i % 2 == 0);
+        let c = p.decide(id, o).unwrap();
+        assert_eq!(c.index % 2, 0, "chose infeasible {}", c.index);
+        assert!(c.q[1].is_infinite() && c.q[1] < 0.0);
+    }
+    assert!(p.decide(999, obs(3, |_| false)).is_none());
+}
+
+/// Weights reach the inference network only at multiples of `sync_every` decisions.
+#[test]
+fn weights_are_copied_every_sync_every_decisions() {
+    let mut p = DqnPolicy::new(small_config(), None).unwrap();
+    let probe = obs(4, |_| true);
+    let mut id = 0;
+    // Feed decisions with rewards until the trainer has trained at least once.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while p.stats().training_steps.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "no training step");
+        let c = p.decide(id, obs_v(4, id, |_| true)).unwrap();
+        p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: if c.index == 0 { 0.0 } else { 100.0 }, evicted_bytes: 0 });
+        id += 1;
+        if p.decisions() % 8 == 7 {
+            // Give the trainer a moment so a step is usually ready before the next boundary.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // Step right up to a boundary without crossing it: nothing may change.
+    while (p.decisions() + 1) % 8 != 0 {
+        p.decide(id, obs(4, |_| true));
+        id += 1;
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let syncs = p.syncs();
+    let before = p.q_values(&probe);
+    p.decide(id, obs(4, |_| true)); // decision number 8k: the sync happens before the 8k+1-th
+    id += 1;
+    assert_eq!(p.q_values(&probe), before, "weights changed off the cadence");
+    assert_eq!(p.syncs(), syncs);
+    p.decide(id, obs(4, |_| true));
+    assert_eq!(p.syncs(), syncs + 1, "the published weights were swapped in at the boundary");
+    assert_ne!(p.q_values(&probe), before);
+}
+
+/// On a small seeded cluster where one node is clearly best (it holds the task's input, so the
+/// fetch is free), the learned policy converges to it.
+#[test]
+fn converges_to_the_clearly_best_node() {
+    let config = PolicyConfig { buffer: 256, batch: 64, batches_per_step: 4, sync_every: 256, epsilon: 0.05, device: Some(Device::Cpu), ..Default::default() };
+    let mut p = DqnPolicy::new(config, None).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 256 << 20, writes: false };
+    let mut greedy_hits = 0;
+    let mut greedy_total = 0;
+    for id in 0..6000u64 {
+        // Five nodes in a shuffled order; the one holding the input is "best".
+        let mut nodes: Vec<NodeFeatures> = (0..5)
+            .map(|i| NodeFeatures { feasible: true, cache_bytes: 1 << 30, cache_used: rng.random_range(0..1u64 << 29), local_input_bytes: if i == 0 { 256 << 20 } else { 0 }, cpu_load: rng.random_range(0.0..0.8), cpu_utilisation: rng.random_range(0.0..1.0), gpu_free: false })
+            .collect();
+        nodes.shuffle(&mut rng);
+        let best = nodes.iter().position(|n| n.local_input_bytes > 0).unwrap();
+        let c = p.decide(id, Observation::build(&task, &nodes)).unwrap();
+        let fetch = if c.index == best { 0.0 } else { 300.0 };
+        p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: fetch, evicted_bytes: 0 });
+        if id >= 5000 && !c.exploratory {
+            greedy_total += 1;
+            greedy_hits += (c.index == best) as u32;
+        }
+        if id % 256 == 255 {
+            // Let the training thread keep up, as it would between real decisions.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert!(p.stats().training_steps.load(Ordering::Relaxed) >= 5);
+    let rate = greedy_hits as f64 / greedy_total as f64;
+    assert!(rate > 0.95, "greedy choice hit the best node {greedy_hits}/{greedy_total}");
+}
+
+#[test]
+fn weights_and_experiences_persist_through_the_store() {
+    let store: Arc<MemPolicyStore> = Arc::new(MemPolicyStore::default());
+    let probe = obs(5, |_| true);
+    let q_trained;
+    {
+        let mut p = DqnPolicy::new(small_config(), Some(store.clone())).unwrap();
+        let mut id = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while p.stats().training_steps.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline);
+            p.decide(id, obs_v(5, id, |_| true));
+            p.observe(id, &RewardInputs { utilisation: 0.9, fetch_ms: 5.0, evicted_bytes: 0 });
+            id += 1;
+        }
+        // Experiences arriving after the step stay in the buffer and in the store.
+        for _ in 0..10 {
+            p.decide(id, obs_v(5, id, |i| i != (id as usize % 5)));
+            p.observe(id, &RewardInputs { utilisation: 0.1, fetch_ms: 50.0, evicted_bytes: 10 });
+            id += 1;
+        }
+        drop(p);
+        assert!(store.load_weights().unwrap().is_some());
+        // The restarted policy loads the trained (training-side) weights.
+        let restarted = DqnPolicy::new(small_config(), Some(store.clone())).unwrap();
+        q_trained = restarted.q_values(&probe);
+    }
+    let fresh = DqnPolicy::new(small_config(), None).unwrap();
+    assert_ne!(fresh.q_values(&probe), q_trained, "stored weights were used");
+    assert!(!store.load_experiences().unwrap().is_empty());
+}
+
+#[test]
+fn export_and_import_safetensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.safetensors");
+    let probe = obs(3, |_| true);
+    let a = DqnPolicy::new(PolicyConfig { seed: 5, ..small_config() }, None).unwrap();
+    a.export(&path).unwrap();
+    let mut b = DqnPolicy::new(PolicyConfig { seed: 6, ..small_config() }, None).unwrap();
+    assert_ne!(a.q_values(&probe), b.q_values(&probe));
+    b.import(&path).unwrap();
+    assert_eq!(a.q_values(&probe), b.q_values(&probe));
+    // A file for another network shape is refused with a message naming the tensor.
+    let mut wide = DqnPolicy::new(PolicyConfig { net: NetConfig { d_model: 32, ..NetConfig::default() }, ..small_config() }, None).unwrap();
+    let e = wide.import(&path).unwrap_err().to_string();
+    assert!(e.contains("has shape"), "{e}");
+    std::fs::write(dir.path().join("junk.safetensors"), b"not a safetensors file").unwrap();
+    assert!(wide.import(&dir.path().join("junk.safetensors")).is_err());
+}

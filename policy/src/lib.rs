@@ -1,0 +1,22 @@
+//! Learned placement: the dual-thread DQN policy of seed 001 on tch (libtorch).
+//!
+//! # Layout
+//! - [`features`]: the observation (one token per candidate node) and its normalisation.
+//! - [`reward`]: the reward of claims 8–10 from measured fetch latency, eviction and utilisation.
+//! - [`buffer`]: the experience buffer (dedupe on insert, removal on sample) and its codec.
+//! - [`net`]: the Transformer Q-network and the criticality loss.
+//! - [`agent`]: the decision side, the training thread, weight sync and persistence.
+//!
+//! Only this crate knows tch. It knows nothing of the coordinator: callers build observations
+//! from their own view of the cluster and persist through the [`agent::PolicyStore`] trait.
+
+pub mod agent;
+pub mod buffer;
+pub mod features;
+pub mod net;
+pub mod reward;
+
+pub use agent::{Choice, DqnPolicy, MemPolicyStore, PolicyConfig, PolicyError, PolicyStore};
+pub use features::{NodeFeatures, Observation, TaskFeatures};
+pub use net::NetConfig;
+pub use reward::{RewardConfig, RewardInputs};
