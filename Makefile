@@ -2,14 +2,19 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build release demo test test-unit bench-control fmt clippy clean
+.PHONY: all torch build release demo test test-unit bench-control fmt clippy clean
 
 all: build
 
-build:
+# libtorch (torch==2.13.0 from PyPI) in a venv outside the clone, linked at .plexus/libtorch;
+# idempotent, and only the first run on a machine downloads anything.
+torch:
+	bash scripts/setup-torch.sh
+
+build: torch
 	$(CARGO) build --workspace --bins
 
-release:
+release: torch
 	$(CARGO) build --release --workspace --bins
 
 # Build, start an embedded cluster (`plexus up`), run examples/fanout.toml, print its result, stop.
@@ -20,12 +25,11 @@ demo: release
 test: build
 	$(CARGO) test --workspace
 
-test-unit:
+test-unit: torch
 	$(CARGO) test --workspace --lib
 
 # Control-plane throughput: 10,000 no-op subtasks over 4 real worker processes.
-bench-control:
-	$(CARGO) build --release --workspace --bins
+bench-control: release
 	$(CARGO) run --release -p plexus-bench --bin control-plane
 
 fmt:
