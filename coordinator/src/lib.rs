@@ -4,7 +4,8 @@
 //! - [`spec`]: job files (TOML/JSON) parsed and validated into a `JobSpec`.
 //! - [`core`]: the pure scheduling core: DAG release, placement calls, retries, lost workers,
 //!   reconciliation after restarts. No I/O, no clock.
-//! - [`placer`]: the `Placer` trait and the heuristic placers.
+//! - [`placer`]: the `Placer` trait, the heuristic placers, and the adapter to the learned
+//!   placer of `plexus-policy` (`placer::learned`).
 //! - [`store`]: durable state in sled (the only module that knows sled).
 //! - [`engine`]: the thread that owns core and store: group commit, then replies and dispatch.
 //! - [`convert`]: proto ↔ domain conversion for the coordinator.
@@ -27,8 +28,8 @@ pub use server::{Config, run};
 pub enum Error {
     #[error("{0}: {1}")]
     Io(String, #[source] std::io::Error),
-    #[error("unknown placer {0:?} (known: least-loaded, round-robin, random, locality)")]
-    UnknownPlacer(String),
+    #[error("{0}")]
+    Placer(String),
     #[error("store: {0}")]
     Store(#[from] store::StoreError),
     #[error("restoring state: {0}")]

@@ -17,7 +17,7 @@ struct Args {
     /// Directory for durable state.
     #[arg(long, default_value = ".plexus/coordinator")]
     data_dir: PathBuf,
-    /// Placement policy: least-loaded, round-robin, random, locality.
+    /// Placement policy: least-loaded, round-robin, random, locality, or rl (the learned DQN).
     #[arg(long, default_value = "least-loaded")]
     placer: String,
     /// Seed for randomised placers.
@@ -41,6 +41,19 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// The learned placer's weights, kept in the store.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyAction {
+    /// Write the stored weights to a safetensors file.
+    Export { file: PathBuf },
+    /// Replace the stored weights with those of a safetensors file (made by `export`).
+    Import { file: PathBuf },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -72,6 +85,29 @@ fn main() -> anyhow::Result<()> {
             }
             for m in applied {
                 println!("applied: {} -> {}: {} ({} records)", m.to - 1, m.to, m.name, m.records);
+            }
+        }
+        return Ok(());
+    }
+
+    if let Some(Command::Policy { action }) = args.command {
+        let dir = server::store_dir(&args.data_dir);
+        let (store, _) = SledStore::open(&dir).with_context(|| format!("opening {}", dir.display()))?;
+        let policy_store = store.policy_store();
+        let config = plexus_policy::PolicyConfig { seed: args.seed, ..Default::default() };
+        let mut policy = plexus_policy::DqnPolicy::new(config, Some(policy_store.clone())).context("starting the policy")?;
+        match action {
+            PolicyAction::Export { file } => {
+                if policy_store.load_weights().map_err(anyhow::Error::msg)?.is_none() {
+                    anyhow::bail!("the store at {} holds no learned weights yet (run with --placer rl first)", dir.display());
+                }
+                policy.export(&file).with_context(|| format!("writing {}", file.display()))?;
+                println!("exported the learned placer's weights to {}", file.display());
+            }
+            PolicyAction::Import { file } => {
+                policy.import(&file).with_context(|| format!("reading {}", file.display()))?;
+                policy_store.save_weights(&policy.weights_bytes()?).map_err(anyhow::Error::msg)?;
+                println!("imported {} into the store at {}", file.display(), dir.display());
             }
         }
         return Ok(());

@@ -6,6 +6,11 @@
 //! comes from a seeded generator so runs repeat. The learned placer of seed 001 implements the
 //! same trait in the `policy` crate.
 
+pub mod learned;
+
+use std::sync::Arc;
+
+use plexus_policy::{PolicyConfig, PolicyStore};
 use plexus_proto::{Resources, WorkerId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -100,8 +105,20 @@ pub trait Placer: Send {
     fn observe(&mut self, _outcome: &Outcome) {}
 }
 
-/// Names accepted by `--placer`.
+/// Names accepted by `--placer` for the heuristics.
 pub const HEURISTICS: &[&str] = &["least-loaded", "round-robin", "random", "locality"];
+
+/// Every name accepted by `--placer`.
+pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "rl"];
+
+/// Builds a placer by name: a heuristic, or `rl`, the learned policy, persisting through `store`.
+pub fn by_name(name: &str, seed: u64, store: Option<Arc<dyn PolicyStore>>) -> Result<Box<dyn Placer>, String> {
+    if name == "rl" {
+        let config = PolicyConfig { seed, ..PolicyConfig::default() };
+        return learned::Learned::new(config, store).map(|l| Box::new(l) as Box<dyn Placer>).map_err(|e| format!("starting the learned placer: {e}"));
+    }
+    heuristic(name, seed).ok_or_else(|| format!("unknown placer {name:?} (known: {})", PLACERS.join(", ")))
+}
 
 /// Builds a heuristic placer by name, seeded.
 pub fn heuristic(name: &str, seed: u64) -> Option<Box<dyn Placer>> {

@@ -44,9 +44,8 @@ pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
 /// the port).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
-    let placer = placer::heuristic(&config.placer, config.seed).ok_or_else(|| Error::UnknownPlacer(config.placer.clone()))?;
-
     let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
+    let placer = placer::by_name(&config.placer, config.seed, Some(store.policy_store())).map_err(Error::Placer)?;
     for m in &applied {
         tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
     }

@@ -82,10 +82,56 @@ pub trait Store: Send {
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
 }
 
-/// The sled store: one database directory, one `state` tree.
+/// The sled store: one database directory, one `state` tree, and a `policy` tree for what the
+/// learned placer has learned.
 pub struct SledStore {
     db: sled::Db,
     state: sled::Tree,
+}
+
+/// Tree holding the learned placer's weights (`weights`) and experiences (`e` + id, u64 BE).
+pub const POLICY_TREE: &str = "policy";
+
+/// The learned placer's persistence, in its own tree. Writes are made durable by sled's periodic
+/// flush and by the engine's flush of every commit; losing the last fraction of a second of
+/// experiences in a crash only costs a little learning.
+struct SledPolicyStore {
+    tree: sled::Tree,
+}
+
+fn experience_key(id: u64) -> [u8; 9] {
+    let mut k = [b'e'; 9];
+    k[1..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+impl plexus_policy::PolicyStore for SledPolicyStore {
+    fn load_weights(&self) -> Result<Option<Vec<u8>>, String> {
+        self.tree.get(b"weights").map(|v| v.map(|v| v.to_vec())).map_err(|e| e.to_string())
+    }
+    fn save_weights(&self, bytes: &[u8]) -> Result<(), String> {
+        self.tree.insert(b"weights", bytes).map(|_| ()).map_err(|e| e.to_string())
+    }
+    fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, String> {
+        self.tree
+            .scan_prefix(b"e")
+            .map(|r| {
+                let (k, v) = r.map_err(|e| e.to_string())?;
+                let id = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or("bad experience key")?;
+                Ok((id, v.to_vec()))
+            })
+            .collect()
+    }
+    fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), String> {
+        self.tree.insert(experience_key(id), bytes).map(|_| ()).map_err(|e| e.to_string())
+    }
+    fn remove_experiences(&self, ids: &[u64]) -> Result<(), String> {
+        let mut b = sled::Batch::default();
+        for id in ids {
+            b.remove(&experience_key(*id));
+        }
+        self.tree.apply_batch(b).map_err(|e| e.to_string())
+    }
 }
 
 impl SledStore {
@@ -95,6 +141,17 @@ impl SledStore {
         let applied = mig::migrate(&db)?;
         let state = db.open_tree(mig::STATE_TREE)?;
         Ok((SledStore { db, state }, applied))
+    }
+
+    /// Persistence for the learned placer, in this database's `policy` tree.
+    pub fn policy_store(&self) -> std::sync::Arc<dyn plexus_policy::PolicyStore> {
+        match self.db.open_tree(POLICY_TREE) {
+            Ok(tree) => std::sync::Arc::new(SledPolicyStore { tree }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the policy tree; the learned placer will not persist");
+                std::sync::Arc::new(plexus_policy::MemPolicyStore::default())
+            }
+        }
     }
 
     /// Migrations that opening the store at `dir` would run, without running them.

@@ -13,7 +13,9 @@
 //!   JSON, `p` + job uuid + index → latest placement JSON. One tree, because sled applies a batch
 //!   to one tree atomically: the coordinator's group commit of many records is then all or
 //!   nothing across a crash. Subtasks are separate records so a state change rewrites one small
-//!   value, not a job of 10,000 subtasks.
+//!   value, not a job of 10,000 subtasks. Beside it, tree `policy` holds the learned placer's
+//!   weights (`weights`) and experiences (`e` + id); it was added within v2, as a new tree that
+//!   older v2 binaries never open.
 //!
 //! Migrations rewrite values as generic JSON, so they do not depend on the coordinator's types
 //! and keep working when those types change.

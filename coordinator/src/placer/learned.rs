@@ -1,0 +1,81 @@
+//! The learned placer (`--placer rl`): seed 001's DQN policy from `plexus-policy`, fed the same
+//! candidates the heuristics see. This adapter only translates: candidates become the policy's
+//! observation, Q-values become scores, outcomes become reward inputs.
+
+use std::sync::Arc;
+
+use plexus_policy::features::{NAMES, estimate_flops};
+use plexus_policy::{DqnPolicy, NodeFeatures, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures};
+
+use super::{Candidate, Decision, Outcome, PlacementRequest, Placer};
+
+pub struct Learned {
+    policy: DqnPolicy,
+}
+
+impl Learned {
+    pub fn new(config: PolicyConfig, store: Option<Arc<dyn PolicyStore>>) -> Result<Self, PolicyError> {
+        Ok(Learned { policy: DqnPolicy::new(config, store)? })
+    }
+
+    pub fn policy(&self) -> &DqnPolicy {
+        &self.policy
+    }
+
+    pub fn policy_mut(&mut self) -> &mut DqnPolicy {
+        &mut self.policy
+    }
+
+    /// The observation of one decision, as the policy sees it.
+    pub fn observation(req: &PlacementRequest, candidates: &[Candidate]) -> Observation {
+        let (used, total) = candidates.iter().fold((0.0, 0.0), |(u, t), c| (u + (c.capacity.cpu - c.free.cpu).max(0.0), t + c.capacity.cpu));
+        let task = TaskFeatures {
+            system_utilisation: if total > 0.0 { used / total } else { 0.0 },
+            flops: req.flops.unwrap_or_else(|| estimate_flops(req.resources.cpu, req.resources.gpu)),
+            input_bytes: req.input_bytes,
+            writes: req.writes,
+        };
+        let nodes: Vec<NodeFeatures> = candidates
+            .iter()
+            .map(|c| NodeFeatures {
+                feasible: c.feasible,
+                cache_bytes: c.cache_bytes,
+                cache_used: c.cache_used,
+                local_input_bytes: c.local_input_bytes,
+                cpu_load: c.cpu_load(),
+                cpu_utilisation: c.cpu_utilisation,
+                gpu_free: c.free.gpu > 0,
+            })
+            .collect();
+        Observation::build(&task, &nodes)
+    }
+}
+
+impl Placer for Learned {
+    fn name(&self) -> &'static str {
+        "rl"
+    }
+
+    fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
+        let obs = Self::observation(req, candidates);
+        let features = obs.tokens.iter().map(|t| NAMES.iter().zip(t).map(|(n, v)| (n.to_string(), *v as f64)).collect()).collect();
+        match self.policy.decide(req.decision, obs) {
+            Some(c) => Decision {
+                chosen: c.index,
+                scores: c.q.iter().map(|&q| if q.is_finite() { q as f64 } else { f64::NAN }).collect(),
+                exploratory: c.exploratory,
+                reason: if c.exploratory {
+                    "exploration: a random feasible candidate other than the highest Q-value".into()
+                } else {
+                    "highest Q-value".into()
+                },
+                features: Some(features),
+            },
+            None => Decision { chosen: usize::MAX, scores: vec![f64::NAN; candidates.len()], exploratory: false, reason: "no feasible candidate".into(), features: Some(features) },
+        }
+    }
+
+    fn observe(&mut self, o: &Outcome) {
+        self.policy.observe(o.decision, &RewardInputs { utilisation: o.cluster_utilisation, fetch_ms: o.fetch_ms as f64, evicted_bytes: o.evicted_bytes });
+    }
+}
