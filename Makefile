@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all torch build release demo test test-unit bench-control fmt clippy clean
+.PHONY: all torch deps build release demo test test-unit bench-control fmt clippy clean
 
 all: build
 
@@ -10,6 +10,11 @@ all: build
 # idempotent, and only the first run on a machine downloads anything.
 torch:
 	bash scripts/setup-torch.sh
+
+# System packages the rail rig needs (iproute2, iperf3); installs only what is missing. Without
+# root it cannot install, and the tests that need the rig skip with a printed reason.
+deps:
+	@bash scripts/deps-rails.sh || echo "make deps: could not install the rail rig's packages; rig tests will skip"
 
 build: torch
 	$(CARGO) build --workspace --bins
@@ -22,7 +27,7 @@ demo: release
 	bash scripts/demo.sh
 
 # Every test, unit and end-to-end. The end-to-end tests run the real binaries, so build them first.
-test: build
+test: build deps
 	$(CARGO) test --workspace
 
 test-unit: torch

@@ -1,0 +1,79 @@
+//! Counters an endpoint keeps, for benchmarks, tests and operators.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Per-rail counters (cumulative since the endpoint started).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RailStats {
+    /// Payload bytes written on this rail, resends included.
+    pub bytes_sent: u64,
+    pub segments_sent: u64,
+    /// Payload bytes received on this rail (verified or not).
+    pub bytes_received: u64,
+    /// Connections of this rail declared dead (write/read error, or no reply within
+    /// `rail_timeout`), and connection attempts that failed.
+    pub failures: u64,
+}
+
+/// A snapshot of an endpoint's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub rails: Vec<RailStats>,
+    /// Payload bytes the peers acknowledged (each segment counted once).
+    pub bytes_acked: u64,
+    /// Segments sent again: after a rail failure, a checksum failure, or a busy reply.
+    pub resent: u64,
+    /// Segments this endpoint received whose checksum did not match.
+    pub corrupt_received: u64,
+    pub messages_sent: u64,
+    pub messages_received: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct RailCounters {
+    pub bytes_sent: AtomicU64,
+    pub segments_sent: AtomicU64,
+    pub bytes_received: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub rails: Vec<RailCounters>,
+    pub bytes_acked: AtomicU64,
+    pub resent: AtomicU64,
+    pub corrupt_received: AtomicU64,
+    pub messages_sent: AtomicU64,
+    pub messages_received: AtomicU64,
+    /// Segment transmissions so far (numbers the transmissions for `Faults::corrupt`).
+    pub transmissions: AtomicU64,
+}
+
+impl Counters {
+    pub fn new(rails: usize) -> Counters {
+        Counters {
+            rails: (0..rails).map(|_| RailCounters::default()).collect(),
+            ..Default::default()
+        }
+    }
+
+    pub fn snapshot(&self) -> Stats {
+        Stats {
+            rails: self
+                .rails
+                .iter()
+                .map(|r| RailStats {
+                    bytes_sent: r.bytes_sent.load(Relaxed),
+                    segments_sent: r.segments_sent.load(Relaxed),
+                    bytes_received: r.bytes_received.load(Relaxed),
+                    failures: r.failures.load(Relaxed),
+                })
+                .collect(),
+            bytes_acked: self.bytes_acked.load(Relaxed),
+            resent: self.resent.load(Relaxed),
+            corrupt_received: self.corrupt_received.load(Relaxed),
+            messages_sent: self.messages_sent.load(Relaxed),
+            messages_received: self.messages_received.load(Relaxed),
+        }
+    }
+}

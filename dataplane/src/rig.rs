@@ -1,0 +1,183 @@
+//! Driving `scripts/rails-rig.sh` from Rust, for tests and benchmarks: a [`Rig`] is up while
+//! the value lives and is taken down when it drops, even when a test panics.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+/// The rig script, found from this crate's folder (tests and benchmarks run from the repo).
+pub fn script() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/rails-rig.sh"
+    ))
+}
+
+/// Why the rig cannot be used here, if it cannot: it needs root and the script.
+pub fn unavailable() -> Option<String> {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if uid.as_deref() != Some("0") {
+        return Some("the multi-rail rig needs root (network namespaces and tc)".into());
+    }
+    if !script().exists() {
+        return Some(format!("{} not found", script().display()));
+    }
+    for (tool, arg) in [("ip", "-V"), ("tc", "-V")] {
+        if Command::new(tool).arg(arg).output().is_err() {
+            return Some(format!("`{tool}` is not installed (scripts/deps-rails.sh installs iproute2)"));
+        }
+    }
+    None
+}
+
+/// A running rig. Host 0 is this process's own (root) namespace.
+pub struct Rig {
+    hosts: usize,
+    rails: usize,
+}
+
+impl Rig {
+    /// `rails` in the script's syntax, e.g. `"2gbit,500mbit"`.
+    pub fn up(hosts: usize, rails: &str) -> Result<Rig, String> {
+        run(&["up", "--hosts", &hosts.to_string(), "--rails", rails])?;
+        Ok(Rig {
+            hosts,
+            rails: rails.split(',').count(),
+        })
+    }
+
+    pub fn hosts(&self) -> usize {
+        self.hosts
+    }
+
+    /// Address of host `h` on rail `r`.
+    pub fn addr(&self, h: usize, r: usize) -> IpAddr {
+        IpAddr::from([10, 77, r as u8, h as u8 + 1])
+    }
+
+    /// Every rail address of host `h`, in rail order.
+    pub fn addrs(&self, h: usize) -> Vec<IpAddr> {
+        (0..self.rails).map(|r| self.addr(h, r)).collect()
+    }
+
+    pub fn set_rate(&self, h: usize, r: usize, rate: &str) -> Result<(), String> {
+        run(&["set-rate", &h.to_string(), &r.to_string(), rate])
+    }
+
+    pub fn cut(&self, h: usize, r: usize) -> Result<(), String> {
+        run(&["cut", &h.to_string(), &r.to_string()])
+    }
+
+    pub fn restore(&self, h: usize, r: usize) -> Result<(), String> {
+        run(&["restore", &h.to_string(), &r.to_string()])
+    }
+
+    /// Starts `program args` in host `h`'s namespace with piped stdin/stdout.
+    pub fn spawn(&self, h: usize, program: &str, args: &[String]) -> std::io::Result<Child> {
+        let mut c = if h == 0 {
+            Command::new(program)
+        } else {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &format!("plx-h{h}"), program]);
+            c
+        };
+        c.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Err(e) = run(&["down"]) {
+            eprintln!("rails-rig down failed: {e}");
+        }
+    }
+}
+
+fn run(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("bash")
+        .arg(script())
+        .args(args)
+        .output()
+        .map_err(|e| format!("rails-rig.sh: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "rails-rig.sh {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// A peer process (see [`crate::peer`]) with its stdout parsed. Dropping it closes its stdin,
+/// which stops it, and reaps it.
+pub struct PeerProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: std::io::Lines<std::io::BufReader<ChildStdout>>,
+    /// Its rail addresses, from its READY line.
+    pub addrs: Vec<std::net::SocketAddr>,
+}
+
+impl PeerProcess {
+    /// Takes a child started with piped stdin/stdout and waits for its READY line.
+    pub fn new(mut child: Child) -> Result<PeerProcess, String> {
+        use std::io::BufRead;
+        let stdin = child.stdin.take();
+        let mut lines =
+            std::io::BufReader::new(child.stdout.take().ok_or("peer stdout not piped")?).lines();
+        let first = lines
+            .next()
+            .ok_or("peer exited before READY")?
+            .map_err(|e| e.to_string())?;
+        let addrs = first
+            .strip_prefix("READY ")
+            .ok_or_else(|| format!("peer said {first:?}, not READY"))?
+            .split(',')
+            .map(|a| {
+                a.parse()
+                    .map_err(|e| format!("bad address {a:?} from peer: {e}"))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(PeerProcess {
+            child,
+            stdin,
+            lines,
+            addrs,
+        })
+    }
+
+    /// The next `GOT` line as (sender, tag, len, crc), blocking.
+    pub fn next_message(&mut self) -> Result<(String, u64, u64, u32), String> {
+        let line = self
+            .lines
+            .next()
+            .ok_or("peer exited")?
+            .map_err(|e| e.to_string())?;
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["GOT", from, tag, len, crc] => Ok((
+                from.to_string(),
+                tag.parse().map_err(|_| line.clone())?,
+                len.parse().map_err(|_| line.clone())?,
+                crc.parse().map_err(|_| line.clone())?,
+            )),
+            _ => Err(format!("unexpected line from peer: {line:?}")),
+        }
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
