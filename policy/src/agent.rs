@@ -122,6 +122,9 @@ struct Pending {
     next: Option<Observation>,
 }
 
+/// Scheduling niceness of the training thread (0 = normal, 19 = lowest).
+const TRAINING_NICE: i32 = 10;
+
 /// Decisions kept waiting for a reward at most; older ones are dropped (their attempts were
 /// lost or never finished), so memory stays bounded.
 const MAX_PENDING: usize = 100_000;
@@ -422,6 +425,13 @@ impl Trainer {
     }
 
     fn run(mut self, rx: mpsc::Receiver<ToTrainer>) {
+        // Training yields the CPU to decisions: on Linux, setpriority(PRIO_PROCESS, 0, …) applies
+        // to the calling thread only. Nice 10 keeps decision latency low on a small machine
+        // while training still gets every idle cycle. Failure only costs latency, so it is logged.
+        // SAFETY: setpriority has no memory-safety preconditions.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, TRAINING_NICE) } != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower the training thread's priority");
+        }
         while let Ok(ToTrainer::Experience(e)) = rx.recv() {
             let bytes = e.encode();
             if let Inserted::Added(id) = self.buffer.insert(e) {
