@@ -61,6 +61,12 @@ pub struct PolicyConfig {
     pub seed: u64,
     /// None: CUDA when available, else CPU.
     pub device: Option<Device>,
+    /// Simulation only: the decision side waits until the training thread has absorbed each
+    /// experience (and trained, when that filled the buffer). A simulator issues decisions far
+    /// faster than real time; without this the trainer falls behind, experiences arriving while
+    /// the buffer is full are dropped, and runs do not repeat. Never set in the coordinator,
+    /// where learning must not block decisions.
+    pub lockstep: bool,
 }
 
 impl Default for PolicyConfig {
@@ -79,6 +85,7 @@ impl Default for PolicyConfig {
             learning_rate: 1e-3,
             seed: 1,
             device: None,
+            lockstep: false,
         }
     }
 }
@@ -141,6 +148,8 @@ pub struct DqnPolicy {
     last_decision: Option<u64>,
     to_trainer: Option<mpsc::Sender<ToTrainer>>,
     from_trainer: mpsc::Receiver<Weights>,
+    /// In lockstep mode, one message per absorbed experience.
+    absorbed: Option<mpsc::Receiver<()>>,
     trainer: Option<JoinHandle<()>>,
     stats: Arc<Stats>,
 }
@@ -177,7 +186,10 @@ impl DqnPolicy {
         let (tx, rx) = mpsc::channel();
         let (wtx, wrx) = mpsc::channel();
         let stats = Arc::new(Stats::default());
+        let (atx, arx) = mpsc::channel();
         let mut trainer = Trainer::new(&config, device, &vs, store, wtx, stats.clone())?;
+        let lockstep = config.lockstep;
+        trainer.absorbed = lockstep.then_some(atx);
         trainer.restore_experiences();
         let handle = std::thread::Builder::new()
             .name("plexus-policy-train".into())
@@ -198,6 +210,7 @@ impl DqnPolicy {
             last_decision: None,
             to_trainer: Some(tx),
             from_trainer: wrx,
+            absorbed: lockstep.then_some(arx),
             trainer: Some(handle),
             stats,
         })
@@ -276,11 +289,13 @@ impl DqnPolicy {
         let Some(p) = self.pending.remove(&id) else { return };
         let (Some(reward), Some(next)) = (p.reward, p.next) else { return };
         let e = Experience { state: p.state, action: p.action, reward, next };
-        if let Some(tx) = &self.to_trainer
-            && tx.send(ToTrainer::Experience(e)).is_err()
-        {
-            tracing::warn!("policy training thread has stopped; experiences are dropped");
-            self.to_trainer = None;
+        if let Some(tx) = &self.to_trainer {
+            if tx.send(ToTrainer::Experience(e)).is_err() {
+                tracing::warn!("policy training thread has stopped; experiences are dropped");
+                self.to_trainer = None;
+            } else if let Some(absorbed) = &self.absorbed {
+                let _ = absorbed.recv();
+            }
         }
     }
 
@@ -374,6 +389,7 @@ struct Trainer {
     store: Option<Arc<dyn PolicyStore>>,
     publish: mpsc::Sender<Weights>,
     stats: Arc<Stats>,
+    absorbed: Option<mpsc::Sender<()>>,
 }
 
 impl Trainer {
@@ -398,6 +414,7 @@ impl Trainer {
             store,
             publish,
             stats,
+            absorbed: None,
         })
     }
 
@@ -444,6 +461,9 @@ impl Trainer {
             }
             if self.buffer.is_full() {
                 self.train_step();
+            }
+            if let Some(a) = &self.absorbed {
+                let _ = a.send(());
             }
         }
     }

@@ -1,0 +1,656 @@
+//! The discrete-event loop: arrivals, compute starts and completions in time order, a ready
+//! queue scanned after every instant, the placer asked for each task that some node has room
+//! for, and told the outcome when the task ends.
+//!
+//! # The model
+//! * A task holds its requested cores, memory and GPUs on one node from start to finish.
+//! * At start it brings in every input (its dataset objects and its dependencies' outputs) that
+//!   is not in the node's fast memory, one after another, each from its cheapest source: the
+//!   node's own slow memory if the node is the object's home (local tier), else any node holding
+//!   it in fast memory, or its home, over the rack or remote tier:
+//!   `fetch = Σ (latency_tier + bytes / bandwidth_tier)`.
+//!   Fetched objects enter the node's fast memory, and so does the task's output (its home
+//!   becomes this node); inserting evicts least-recently-used unpinned objects, and what a
+//!   running task reads or writes is pinned.
+//! * `run = fetch + evicted_bytes / eviction_bandwidth + compute`, with
+//!   `compute = flops / (gpus × gpu_flops)` for a task that requests GPUs and
+//!   `flops / (max(cores, 1) × core_flops)` otherwise. Cores count as busy (measured
+//!   utilisation) only during `compute`.
+//! * Bandwidth is not shared: concurrent fetches do not slow each other down.
+//! * The ready queue is scanned in FIFO order after each instant's events; a task no node has
+//!   room for stays queued and later tasks may pass it, as in `Core::schedule`.
+//! * Wait = ready → start (a job's first tasks are ready at its arrival, the others when their
+//!   last dependency finishes); response = ready → finish.
+//!
+//! Nothing here reads a clock or draws a random number: the report is a function of the
+//! configuration, the workload and the placer.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use plexus_coordinator::placer::{Candidate, Outcome, PlacementRequest, Placer};
+use plexus_proto::Resources;
+
+use crate::cache::Cache;
+use crate::config::{NodeSpec, SimConfig, Tier};
+use crate::report::{JobRecord, Report, TaskRecord, Utilisation, Window};
+use crate::workload::{Task, Workload};
+use crate::SimError;
+
+/// Runs `workload` on `config.cluster` with `placer`, numbering decisions from 0.
+pub fn simulate(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer) -> Result<Report, SimError> {
+    simulate_from(config, workload, placer, 0)
+}
+
+/// Like [`simulate`], numbering decisions from `first_decision`, so that a placer that runs
+/// several workloads in turn (a warm-up, then the measured one) never sees an id twice.
+pub fn simulate_from(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer, first_decision: u64) -> Result<Report, SimError> {
+    Sim::new(config, workload, first_decision)?.run(placer)
+}
+
+struct Node {
+    spec: NodeSpec,
+    allocated: Resources,
+    /// Cores of tasks that are computing (not fetching).
+    busy: f64,
+    assigned: u32,
+    cache: Cache,
+}
+
+impl Node {
+    fn free(&self) -> Resources {
+        self.spec.capacity.minus(&self.allocated)
+    }
+}
+
+struct Object {
+    bytes: u64,
+    home: usize,
+    /// Nodes holding it in fast memory, ascending.
+    holders: Vec<usize>,
+}
+
+struct Running {
+    node: usize,
+    decision: u64,
+    start_us: u64,
+    /// Objects this task pinned in the node's fast memory.
+    pinned: Vec<usize>,
+    fetch_us: u64,
+    evict_us: u64,
+    compute_us: u64,
+    fetched_bytes: u64,
+    evicted_bytes: u64,
+    hit_bytes: u64,
+    busy_integral_at_start: f64,
+}
+
+/// Events at the same time are handled in the order they were scheduled.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Arrive(usize),
+    /// The task has its inputs and starts computing.
+    Compute(usize),
+    Finish(usize),
+}
+
+/// Time integrals of allocated resources, for utilisation over any span.
+#[derive(Clone, Copy, Default)]
+struct Integrals {
+    at_us: u64,
+    cpu: f64,
+    busy: f64,
+    gpu: f64,
+    memory: f64,
+    cache: f64,
+}
+
+struct Sim<'a> {
+    config: &'a SimConfig,
+    workload: &'a Workload,
+    nodes: Vec<Node>,
+    objects: Vec<Object>,
+    /// Global task index → (job, task).
+    task_of: Vec<(usize, usize)>,
+    /// Job → global index of its first task.
+    offsets: Vec<usize>,
+    /// Global task → objects it reads (datasets, then dependency outputs), deduplicated.
+    inputs: Vec<Vec<usize>>,
+    input_bytes: Vec<u64>,
+    /// Global task → its output object.
+    output: Vec<Option<usize>>,
+    dependents: Vec<Vec<usize>>,
+    pending_deps: Vec<usize>,
+    ready_at: Vec<u64>,
+    running: Vec<Option<Running>>,
+    ready: VecDeque<usize>,
+    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    now: u64,
+    capacity: Utilisation,
+    in_use: Utilisation,
+    integrals: Integrals,
+    window_start: Integrals,
+    window_responses: Vec<u64>,
+    next_decision: u64,
+    first_decision: u64,
+    job_left: Vec<usize>,
+    jobs: Vec<JobRecord>,
+    done: Vec<TaskRecord>,
+    windows: Vec<Window>,
+}
+
+impl<'a> Sim<'a> {
+    fn new(config: &'a SimConfig, workload: &'a Workload, first_decision: u64) -> Result<Self, SimError> {
+        let specs = config.cluster.node_specs()?;
+        let n = specs.len();
+        let fits_somewhere = |r: &Resources| specs.iter().any(|s| r.fits_in(&s.capacity));
+
+        let mut objects: Vec<Object> = Vec::with_capacity(workload.objects.len() + workload.tasks());
+        for o in &workload.objects {
+            if o.home >= n {
+                return Err(SimError::BadLocation { object: o.name.clone(), node: o.home, nodes: n });
+            }
+            objects.push(Object { bytes: o.bytes, home: o.home, holders: Vec::new() });
+        }
+
+        let mut task_of = Vec::new();
+        let mut offsets = Vec::with_capacity(workload.jobs.len());
+        for (j, job) in workload.jobs.iter().enumerate() {
+            offsets.push(task_of.len());
+            for (t, task) in job.tasks.iter().enumerate() {
+                if !fits_somewhere(&task.resources) {
+                    let r = &task.resources;
+                    let needs = format!("{} cores, {} MiB, {} GPUs", r.cpu, r.memory >> 20, r.gpu);
+                    return Err(SimError::Unplaceable { job: job.name.clone(), task: task.name.clone(), needs });
+                }
+                if let Some(&bad) = task.deps.iter().find(|&&d| d >= job.tasks.len()) {
+                    return Err(SimError::Config(format!("job {:?} task {:?} depends on task #{bad}, which does not exist", job.name, task.name)));
+                }
+                if let Some(&bad) = task.inputs.iter().find(|&&o| o >= workload.objects.len()) {
+                    return Err(SimError::Config(format!("job {:?} task {:?} reads object #{bad}, which does not exist", job.name, task.name)));
+                }
+                task_of.push((j, t));
+            }
+        }
+        let total = task_of.len();
+
+        // Output objects follow the workload's objects; they get a home when their task starts.
+        let mut output = vec![None; total];
+        for (g, &(j, t)) in task_of.iter().enumerate() {
+            let bytes = workload.jobs[j].tasks[t].output_bytes;
+            if bytes > 0 {
+                output[g] = Some(objects.len());
+                objects.push(Object { bytes, home: usize::MAX, holders: Vec::new() });
+            }
+        }
+        let mut inputs = vec![Vec::new(); total];
+        let mut dependents = vec![Vec::new(); total];
+        let mut pending_deps = vec![0; total];
+        for (g, &(j, t)) in task_of.iter().enumerate() {
+            let task = &workload.jobs[j].tasks[t];
+            let mut deps = task.deps.clone();
+            deps.sort_unstable();
+            deps.dedup();
+            let mut ins: Vec<usize> = task.inputs.clone();
+            for &d in &deps {
+                let dg = offsets[j] + d;
+                dependents[dg].push(g);
+                ins.extend(output[dg]);
+            }
+            // Deduplicate, keeping first-mention order: an object read twice is fetched once.
+            let mut seen = std::collections::HashSet::new();
+            ins.retain(|o| seen.insert(*o));
+            inputs[g] = ins;
+            pending_deps[g] = deps.len();
+        }
+        let input_bytes = inputs.iter().map(|ins| ins.iter().map(|&o| objects[o].bytes).sum()).collect();
+
+        let mut nodes: Vec<Node> =
+            specs.into_iter().map(|spec| Node { cache: Cache::new(spec.cache_bytes), spec, allocated: Resources::default(), busy: 0.0, assigned: 0 }).collect();
+        // Initial locations: each workload object starts in its home's fast memory if it fits
+        // without evicting anything placed before it.
+        for (o, obj) in objects.iter_mut().enumerate().take(workload.objects.len()) {
+            let node = &mut nodes[obj.home];
+            if node.cache.used() + obj.bytes <= node.spec.cache_bytes {
+                node.cache.insert(o, obj.bytes, false);
+                obj.holders.push(obj.home);
+            }
+        }
+
+        let capacity = Utilisation {
+            cpu: nodes.iter().map(|n| n.spec.capacity.cpu).sum(),
+            busy: 0.0,
+            gpu: nodes.iter().map(|n| n.spec.capacity.gpu as f64).sum(),
+            memory: nodes.iter().map(|n| n.spec.capacity.memory as f64).sum(),
+            cache: nodes.iter().map(|n| n.spec.cache_bytes as f64).sum(),
+        };
+        let in_use = Utilisation { cache: nodes.iter().map(|n| n.cache.used() as f64).sum(), ..Default::default() };
+        let start = workload.jobs.iter().map(|j| j.arrival_us).min().unwrap_or(0);
+        let integrals = Integrals { at_us: start, ..Default::default() };
+
+        let mut sim = Sim {
+            config,
+            workload,
+            nodes,
+            objects,
+            task_of,
+            offsets,
+            inputs,
+            input_bytes,
+            output,
+            dependents,
+            pending_deps,
+            ready_at: vec![0; total],
+            running: (0..total).map(|_| None).collect(),
+            ready: VecDeque::new(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            now: start,
+            capacity,
+            in_use,
+            integrals,
+            window_start: integrals,
+            window_responses: Vec::new(),
+            next_decision: first_decision,
+            first_decision,
+            job_left: workload.jobs.iter().map(|j| j.tasks.len()).collect(),
+            jobs: workload.jobs.iter().map(|j| JobRecord { arrival_us: j.arrival_us, first_start_us: u64::MAX, finish_us: j.arrival_us }).collect(),
+            done: Vec::with_capacity(total),
+            windows: Vec::new(),
+        };
+        for (j, job) in workload.jobs.iter().enumerate() {
+            sim.push(job.arrival_us, Event::Arrive(j));
+        }
+        Ok(sim)
+    }
+
+    fn push(&mut self, at: u64, event: Event) {
+        self.events.push(Reverse((at, self.seq, event)));
+        self.seq += 1;
+    }
+
+    fn run(mut self, placer: &mut dyn Placer) -> Result<Report, SimError> {
+        while let Some(Reverse((t, _, event))) = self.events.pop() {
+            self.advance(t);
+            self.handle(event, placer);
+            while let Some(Reverse((t2, _, _))) = self.events.peek() {
+                if *t2 != t {
+                    break;
+                }
+                let Reverse((_, _, e)) = self.events.pop().expect("peeked");
+                self.handle(e, placer);
+            }
+            self.schedule(placer)?;
+        }
+        if self.done.len() < self.task_of.len() {
+            return Err(SimError::Stuck { at_us: self.now, unfinished: self.task_of.len() - self.done.len() });
+        }
+        let start_us = self.workload.jobs.iter().map(|j| j.arrival_us).min().unwrap_or(0);
+        let utilisation = self.utilisation_between(&Integrals { at_us: start_us, ..Default::default() }, (self.now - start_us) as f64);
+        // Jobs without tasks start and finish at arrival.
+        for j in &mut self.jobs {
+            if j.first_start_us == u64::MAX {
+                j.first_start_us = j.arrival_us;
+            }
+        }
+        Ok(Report {
+            placer: placer.name().to_string(),
+            tasks: self.done,
+            jobs: self.jobs,
+            utilisation,
+            windows: self.windows,
+            first_decision: self.first_decision,
+            placements: self.next_decision - self.first_decision,
+            start_us,
+            end_us: self.now,
+        })
+    }
+
+    /// Moves time to `t`, accumulating what was in use since the last event.
+    fn advance(&mut self, t: u64) {
+        let dt = t.saturating_sub(self.integrals.at_us) as f64;
+        let i = &mut self.integrals;
+        i.cpu += self.in_use.cpu * dt;
+        i.busy += self.in_use.busy * dt;
+        i.gpu += self.in_use.gpu * dt;
+        i.memory += self.in_use.memory * dt;
+        i.cache += self.in_use.cache * dt;
+        i.at_us = i.at_us.max(t);
+        self.now = i.at_us;
+    }
+
+    fn utilisation_between(&self, from: &Integrals, span_us: f64) -> Utilisation {
+        let share = |now: f64, then: f64, cap: f64| if span_us <= 0.0 || cap <= 0.0 { 0.0 } else { (now - then) / (cap * span_us) };
+        let (i, c) = (&self.integrals, &self.capacity);
+        Utilisation {
+            cpu: share(i.cpu, from.cpu, c.cpu),
+            busy: share(i.busy, from.busy, c.cpu),
+            gpu: share(i.gpu, from.gpu, c.gpu),
+            memory: share(i.memory, from.memory, c.memory),
+            cache: share(i.cache, from.cache, c.cache),
+        }
+    }
+
+    fn handle(&mut self, event: Event, placer: &mut dyn Placer) {
+        match event {
+            Event::Arrive(j) => {
+                for t in 0..self.workload.jobs[j].tasks.len() {
+                    let g = self.offsets[j] + t;
+                    if self.pending_deps[g] == 0 {
+                        self.ready_at[g] = self.now;
+                        self.ready.push_back(g);
+                    }
+                }
+            }
+            Event::Compute(g) => self.compute(g),
+            Event::Finish(g) => self.finish(g, placer),
+        }
+    }
+
+    /// Task `g` starts computing: its cores count as busy.
+    fn compute(&mut self, g: usize) {
+        let cpu = self.resources(g).cpu;
+        let n = self.running[g].as_ref().expect("computing tasks are running").node;
+        self.nodes[n].busy += cpu;
+        self.in_use.busy += cpu;
+    }
+
+    /// One pass over the ready queue in FIFO order; tasks that fit nowhere keep their place.
+    fn schedule(&mut self, placer: &mut dyn Placer) -> Result<(), SimError> {
+        let mut deferred = VecDeque::new();
+        let mut room = self.largest_free();
+        while let Some(g) = self.ready.pop_front() {
+            let req = self.resources(g);
+            // Cheap pre-check: no node has that much of some resource free.
+            if req.cpu > room.cpu + 1e-9 || req.memory > room.memory || req.gpu > room.gpu || !self.try_place(g, placer)? {
+                deferred.push_back(g);
+            } else {
+                room = self.largest_free();
+            }
+        }
+        self.ready = deferred;
+        Ok(())
+    }
+
+    /// The most of each resource that any one node has free.
+    fn largest_free(&self) -> Resources {
+        let mut r = Resources::default();
+        for n in &self.nodes {
+            let f = n.free();
+            r.cpu = r.cpu.max(f.cpu);
+            r.memory = r.memory.max(f.memory);
+            r.gpu = r.gpu.max(f.gpu);
+        }
+        r
+    }
+
+    fn resources(&self, g: usize) -> Resources {
+        let (j, t) = self.task_of[g];
+        self.workload.jobs[j].tasks[t].resources
+    }
+
+    /// Asks the placer; false if no node has room.
+    fn try_place(&mut self, g: usize, placer: &mut dyn Placer) -> Result<bool, SimError> {
+        let (j, t) = self.task_of[g];
+        let task = &self.workload.jobs[j].tasks[t];
+        let req = task.resources;
+        let candidates: Vec<Candidate> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let free = n.free();
+                let feasible = req.fits_in(&free);
+                let local = self.inputs[g]
+                    .iter()
+                    .filter(|&&o| self.objects[o].home == n.spec.index || self.objects[o].holders.binary_search(&n.spec.index).is_ok())
+                    .map(|&o| self.objects[o].bytes)
+                    .sum();
+                Candidate {
+                    worker: n.spec.worker,
+                    feasible,
+                    note: if feasible {
+                        String::new()
+                    } else {
+                        format!("needs {} cpu {} MiB {} gpu, has {} cpu {} MiB {} gpu free", req.cpu, req.memory >> 20, req.gpu, free.cpu, free.memory >> 20, free.gpu)
+                    },
+                    capacity: n.spec.capacity,
+                    free,
+                    assigned: n.assigned,
+                    // Measured utilisation: cores computing, not cores held while fetching.
+                    cpu_utilisation: if n.spec.capacity.cpu > 0.0 { n.busy / n.spec.capacity.cpu } else { 0.0 },
+                    local_input_bytes: local,
+                    cache_bytes: n.spec.cache_bytes,
+                    cache_used: n.cache.used(),
+                }
+            })
+            .collect();
+        if !candidates.iter().any(|c| c.feasible) {
+            return Ok(false);
+        }
+        let decision = self.next_decision;
+        self.next_decision += 1;
+        let request = PlacementRequest {
+            decision,
+            job_age_ms: (self.now - self.workload.jobs[j].arrival_us) / 1000,
+            resources: req,
+            input_bytes: self.input_bytes[g],
+            flops: Some(task.flops),
+            writes: task.output_bytes > 0,
+        };
+        let chosen = placer.place(&request, &candidates).chosen;
+        if !candidates.get(chosen).is_some_and(|c| c.feasible) {
+            return Err(SimError::InfeasibleChoice { placer: placer.name().to_string(), decision, chosen });
+        }
+        self.start(g, chosen, decision);
+        Ok(true)
+    }
+
+    fn tier(&self, to: usize, from: usize) -> &Tier {
+        let tiers = &self.config.cluster.tiers;
+        if to == from {
+            &tiers.local
+        } else if self.nodes[to].spec.rack == self.nodes[from].spec.rack {
+            &tiers.rack
+        } else {
+            &tiers.remote
+        }
+    }
+
+    /// The cheapest way to bring object `o` to node `n`, which does not hold it in fast memory.
+    fn fetch_cost(&self, o: usize, n: usize) -> u64 {
+        let obj = &self.objects[o];
+        let home = self.tier(n, obj.home).transfer_us(obj.bytes);
+        obj.holders.iter().map(|&h| self.tier(n, h).transfer_us(obj.bytes)).fold(home, u64::min)
+    }
+
+    /// Inserts `o` pinned into node `n`'s fast memory; returns the bytes evicted.
+    fn cache_insert(&mut self, n: usize, o: usize, pinned: &mut Vec<usize>) -> u64 {
+        let Some(evicted) = self.nodes[n].cache.insert(o, self.objects[o].bytes, true) else { return 0 };
+        let mut bytes = 0;
+        for (v, b) in evicted {
+            bytes += b;
+            let h = &mut self.objects[v].holders;
+            if let Ok(i) = h.binary_search(&n) {
+                h.remove(i);
+            }
+        }
+        if let Err(i) = self.objects[o].holders.binary_search(&n) {
+            self.objects[o].holders.insert(i, n);
+        }
+        pinned.push(o);
+        bytes
+    }
+
+    fn start(&mut self, g: usize, n: usize, decision: u64) {
+        let (j, t) = self.task_of[g];
+        let task = &self.workload.jobs[j].tasks[t];
+        let cache_before = self.nodes[n].cache.used();
+
+        // Pin what is already in fast memory first, so fetching the rest cannot evict it.
+        let mut pinned = Vec::new();
+        let mut missing = Vec::new();
+        let mut hit_bytes = 0;
+        for &o in &self.inputs[g] {
+            if self.nodes[n].cache.pin(o) {
+                pinned.push(o);
+                hit_bytes += self.objects[o].bytes;
+            } else {
+                missing.push(o);
+            }
+        }
+        let (mut fetch_us, mut fetched_bytes, mut evicted_bytes) = (0, 0, 0);
+        for o in missing {
+            fetch_us += self.fetch_cost(o, n);
+            fetched_bytes += self.objects[o].bytes;
+            evicted_bytes += self.cache_insert(n, o, &mut pinned);
+        }
+        if let Some(o) = self.output[g] {
+            self.objects[o].home = n;
+            evicted_bytes += self.cache_insert(n, o, &mut pinned);
+        }
+        let evict_us = (evicted_bytes as f64 * 1e6 / self.config.cluster.eviction_bytes_per_s).ceil() as u64;
+        let compute_us = compute_us(task, &self.nodes[n].spec);
+
+        let node = &mut self.nodes[n];
+        node.allocated.add(&task.resources);
+        node.assigned += 1;
+        self.in_use.cpu += task.resources.cpu;
+        self.in_use.gpu += task.resources.gpu as f64;
+        self.in_use.memory += task.resources.memory as f64;
+        self.in_use.cache += node.cache.used() as f64 - cache_before as f64;
+        let job = &mut self.jobs[j];
+        job.first_start_us = job.first_start_us.min(self.now);
+
+        self.running[g] = Some(Running {
+            node: n,
+            decision,
+            start_us: self.now,
+            pinned,
+            fetch_us,
+            evict_us,
+            compute_us,
+            fetched_bytes,
+            evicted_bytes,
+            hit_bytes,
+            busy_integral_at_start: self.integrals.busy,
+        });
+        let computing = self.now + fetch_us + evict_us;
+        if computing == self.now {
+            self.compute(g);
+        } else {
+            self.push(computing, Event::Compute(g));
+        }
+        self.push(computing + compute_us, Event::Finish(g));
+    }
+
+    fn finish(&mut self, g: usize, placer: &mut dyn Placer) {
+        let r = self.running[g].take().expect("a finish event follows a start");
+        let (j, t) = self.task_of[g];
+        let task = &self.workload.jobs[j].tasks[t];
+        let node = &mut self.nodes[r.node];
+        node.allocated.sub(&task.resources);
+        node.assigned -= 1;
+        for &o in &r.pinned {
+            node.cache.unpin(o);
+        }
+        node.busy -= task.resources.cpu;
+        self.in_use.cpu -= task.resources.cpu;
+        self.in_use.busy -= task.resources.cpu;
+        self.in_use.gpu -= task.resources.gpu as f64;
+        self.in_use.memory -= task.resources.memory as f64;
+
+        let run_us = self.now - r.start_us;
+        // The measured utilisation over the task's run, as a worker would sample it: the share
+        // of all cores computing (fetching holds cores but does not use them).
+        let cluster_utilisation = if run_us > 0 {
+            (self.integrals.busy - r.busy_integral_at_start) / (self.capacity.cpu * run_us as f64)
+        } else {
+            self.in_use.busy / self.capacity.cpu
+        };
+        let record = TaskRecord {
+            job: j,
+            task: t,
+            node: r.node,
+            decision: r.decision,
+            ready_us: self.ready_at[g],
+            start_us: r.start_us,
+            finish_us: self.now,
+            fetch_us: r.fetch_us,
+            evict_us: r.evict_us,
+            compute_us: r.compute_us,
+            fetched_bytes: r.fetched_bytes,
+            evicted_bytes: r.evicted_bytes,
+            hit_bytes: r.hit_bytes,
+        };
+        let ms = |us: u64| (us + 500) / 1000;
+        placer.observe(&Outcome {
+            decision: r.decision,
+            worker: self.nodes[r.node].spec.worker,
+            succeeded: true,
+            wait_ms: ms(record.wait_us()),
+            run_ms: ms(run_us),
+            fetch_ms: ms(r.fetch_us),
+            fetched_bytes: r.fetched_bytes,
+            evicted_bytes: r.evicted_bytes,
+            cluster_utilisation,
+        });
+
+        self.job_left[j] -= 1;
+        if self.job_left[j] == 0 {
+            self.jobs[j].finish_us = self.now;
+        }
+        for i in 0..self.dependents[g].len() {
+            let d = self.dependents[g][i];
+            self.pending_deps[d] -= 1;
+            if self.pending_deps[d] == 0 {
+                self.ready_at[d] = self.now;
+                self.ready.push_back(d);
+            }
+        }
+
+        self.window_responses.push(record.response_us());
+        self.done.push(record);
+        if self.window_responses.len() == self.config.window.max(1) {
+            let span = (self.now - self.window_start.at_us) as f64;
+            let n = self.window_responses.len();
+            self.windows.push(Window {
+                end_us: self.now,
+                tasks: n,
+                mean_response_ms: self.window_responses.iter().sum::<u64>() as f64 / n as f64 / 1e3,
+                utilisation: self.utilisation_between(&self.window_start, span),
+            });
+            self.window_responses.clear();
+            self.window_start = self.integrals;
+        }
+    }
+}
+
+/// Compute time of `task` on `node`: on its GPUs if it requests any, else on its cores (at
+/// least one core's worth: a fractional request is not slowed down).
+fn compute_us(task: &Task, node: &NodeSpec) -> u64 {
+    let rate = if task.resources.gpu > 0 { task.resources.gpu as f64 * node.gpu_flops } else { task.resources.cpu.max(1.0) * node.core_flops };
+    if task.flops <= 0.0 || rate <= 0.0 { 0 } else { (task.flops * 1e6 / rate).ceil() as u64 }
+}
+
+/// A lower bound on any placer's mean task response for `workload` on `config.cluster`, in
+/// milliseconds: every task on the fastest node class that could hold it, with no wait, no
+/// fetch and no eviction. What a placer can gain over another is bounded by how far that one
+/// is above this.
+pub fn response_bound_ms(config: &SimConfig, workload: &Workload) -> Result<f64, SimError> {
+    let specs = config.cluster.node_specs()?;
+    let (mut sum, mut n) = (0u128, 0u64);
+    for job in &workload.jobs {
+        for task in &job.tasks {
+            let best = specs
+                .iter()
+                .filter(|s| task.resources.fits_in(&s.capacity))
+                .map(|s| compute_us(task, s))
+                .min()
+                .ok_or_else(|| SimError::Unplaceable { job: job.name.clone(), task: task.name.clone(), needs: format!("{:?}", task.resources) })?;
+            sum += best as u128;
+            n += 1;
+        }
+    }
+    Ok(if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1e3 })
+}

@@ -1,0 +1,41 @@
+//! A deterministic cluster simulator that measures placers (issue 3).
+//!
+//! It runs any [`Placer`](plexus_coordinator::placer::Placer) — the coordinator's heuristics,
+//! or the learned placer of the `policy` crate — over the same jobs on the same simulated
+//! cluster and reports wait, response and utilisation side by side. Same configuration, same
+//! workload and same placer give the same report: time is simulated (integer microseconds),
+//! randomness comes only from seeded generators, and nothing runs on another thread.
+//!
+//! # Layout
+//! - [`config`]: the cluster (node classes, racks, memory tiers, eviction bandwidth) and the
+//!   workload mix, with the benchmark's defaults ([`SimConfig::new`]).
+//! - [`workload`]: jobs as DAGs of tasks and the data objects they read;
+//!   [`Workload::generate`] draws one from a seed.
+//! - `trace`: [`Workload::from_jsonl`] / [`Workload::to_jsonl`], JSON-lines replay.
+//! - `cache`: a node's fast memory, an LRU cache with pinning.
+//! - [`engine`]: the discrete-event loop, [`simulate`] (the model is described there).
+//! - [`report`]: what a run measured ([`Report`]) and its summary figures.
+//! - [`baseline`]: `locality+`, the locality placer with the tie-breaking tuned here.
+//! - [`compare`]: [`run_all`] over several [`Contender`]s with an optional online warm-up,
+//!   and [`print_table`].
+
+pub mod baseline;
+mod cache;
+pub mod compare;
+pub mod config;
+pub mod engine;
+mod error;
+pub mod report;
+mod trace;
+pub mod workload;
+
+pub use compare::{best_heuristic, describe, print_table, run_all, Contender, Run};
+pub use config::{ClusterConfig, Mix, NodeClass, NodeSpec, SimConfig, Tier, Tiers, WorkloadConfig, GIB, MIB};
+pub use engine::{response_bound_ms, simulate, simulate_from};
+pub use error::SimError;
+pub use report::{JobRecord, Report, TaskRecord, Utilisation, Window};
+pub use workload::{DataObject, Job, Task, Workload};
+
+/// The placement interface being measured, re-exported so users need not name the
+/// coordinator crate.
+pub use plexus_coordinator::placer;
