@@ -1,11 +1,4 @@
-//! Embeds an rpath to libtorch in this package's binaries and tests, so they find `libtorch*.so`
-//! without LD_LIBRARY_PATH. The path comes from LIBTORCH (set by .cargo/config.toml to the
-//! .plexus/libtorch link that scripts/setup-torch.sh makes), resolved to the real directory.
+//! Embeds the rpath to libtorch (see `plexus-build`).
 fn main() {
-    println!("cargo:rerun-if-env-changed=LIBTORCH");
-    if let Ok(dir) = std::env::var("LIBTORCH") {
-        let lib = std::path::Path::new(&dir).join("lib");
-        let lib = lib.canonicalize().unwrap_or(lib);
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
-    }
+    plexus_build::libtorch_rpath();
 }

@@ -6,6 +6,22 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// The rig script, found from this crate's folder (tests and benchmarks run from the repo).
+/// Deterministic test data: `len` bytes of a xorshift64 stream seeded by `seed`, so a receiver
+/// (or a test) can tell a message's bytes from any other's.
+pub fn pattern(len: usize, seed: u64) -> bytes::Bytes {
+    let mut v = Vec::with_capacity(len + 8);
+    // Never zero: xorshift would stay at zero forever.
+    let mut x = seed.wrapping_add(0x9e37_79b9_7f4a_7c15) | 1;
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    bytes::Bytes::from(v)
+}
+
 pub fn script() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),

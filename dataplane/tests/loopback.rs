@@ -5,20 +5,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use plexus_dataplane::rig::pattern;
 use plexus_dataplane::{Endpoint, EndpointConfig, Error, Faults, SchedulerKind};
 
-fn pattern(len: usize, seed: u64) -> Bytes {
-    let mut v = Vec::with_capacity(len + 8);
-    let mut x = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    Bytes::from(v)
-}
 
 fn rails(n: u8) -> Vec<IpAddr> {
     (1..=n).map(|i| IpAddr::from([127, 0, 0, i])).collect()

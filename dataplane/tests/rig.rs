@@ -3,22 +3,9 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use plexus_dataplane::rig::{self, PeerProcess, Rig};
+use plexus_dataplane::rig::{self, PeerProcess, Rig, pattern};
 use plexus_dataplane::{Endpoint, EndpointConfig, SchedulerKind};
 
-fn pattern(len: usize) -> Bytes {
-    let mut v = Vec::with_capacity(len + 8);
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    Bytes::from(v)
-}
 
 #[test]
 fn a_rail_cut_mid_transfer_still_delivers_the_message_intact() {
@@ -40,7 +27,7 @@ fn a_rail_cut_mid_transfer_still_delivers_the_message_intact() {
             .expect("spawn peer"),
     )
     .expect("peer ready");
-    let data = pattern(96 << 20);
+    let data = pattern(96 << 20, 0x2545_f491_4f6c_dd1d);
     let want_crc = plexus_dataplane::wire::checksum(&data);
     let rt = tokio::runtime::Runtime::new().unwrap();
     for kind in SchedulerKind::ALL {

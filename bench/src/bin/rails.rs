@@ -17,9 +17,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use plexus_dataplane::peer::{self, PeerOpts};
-use plexus_dataplane::rig::{self, PeerProcess, Rig};
+use plexus_dataplane::rig::{self, PeerProcess, Rig, pattern};
 use plexus_dataplane::{Endpoint, EndpointConfig, SchedulerKind};
 
 const MIB: u64 = 1 << 20;
@@ -320,7 +319,7 @@ async fn drive(
     dur: Duration,
     change: Option<(&Rig, Duration)>,
 ) -> RunResult {
-    let data = pattern(msg as usize);
+    let data = pattern(msg as usize, SEED);
     let ep = Endpoint::bind(cfg).await.expect("bind");
     let peer_pid = peer_pid_by_addr(peer);
     let peer_cpu_start = peer_pid.and_then(|p| cpu_secs(p).map(|c| (p, c)));
@@ -520,18 +519,6 @@ fn iperf3(rig: Option<&Rig>, to: &str, from: &str, secs: u32) -> Option<f64> {
         .ok()
 }
 
-fn pattern(len: usize) -> Bytes {
-    let mut v = Vec::with_capacity(len + 8);
-    let mut x = SEED.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    Bytes::from(v)
-}
 
 fn size(b: u64) -> String {
     if b >= MIB {
