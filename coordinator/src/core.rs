@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskKey, SubtaskState, WorkerId};
+use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 use serde::{Deserialize, Serialize};
 
 use crate::placer::{Candidate, Outcome, PlacementRequest, Placer};
@@ -1084,10 +1084,6 @@ impl Core {
         self.jobs.get(&job).and_then(|j| j.placements.get(&idx))
     }
 
-    /// The key of a subtask, for messages.
-    pub fn subtask_key(&self, job: JobId, idx: u32) -> Option<SubtaskKey> {
-        self.subtask(job, idx).map(|s| SubtaskKey { job, task: s.task.clone(), rank: s.rank })
-    }
 }
 
 fn fmt_res(r: &Resources) -> String {

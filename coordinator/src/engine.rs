@@ -363,9 +363,8 @@ impl Engine {
         if self.watchers.is_empty() {
             return;
         }
-        let mut changed: Vec<JobId> = out.jobs.iter().copied().collect();
-        changed.extend(out.subtasks.iter().map(|(j, _)| *j));
-        changed.dedup();
+        // Each changed job once, whether its record or only its subtasks changed.
+        let changed: std::collections::BTreeSet<JobId> = out.jobs.iter().copied().chain(out.subtasks.iter().map(|(j, _)| *j)).collect();
         for job in changed {
             let Some(tx) = self.watchers.get(&job) else { continue };
             let Some(j) = self.core.job(job) else { continue };
