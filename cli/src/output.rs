@@ -524,6 +524,8 @@ pub struct WorkerView {
     pub memory_bytes: u64,
     pub gpus: Vec<GpuView>,
     pub rails: Vec<String>,
+    /// The data plane's cumulative counters per rail, from the latest heartbeat.
+    pub rail_traffic: Vec<RailTrafficView>,
     pub assigned: u32,
     pub allocated: ResourcesView,
     pub cpu_utilisation: f64,
@@ -534,6 +536,14 @@ pub struct WorkerView {
     /// Attempts running or being prepared, as `<job>/<task>/<rank>#<attempt>`.
     pub running: Vec<String>,
     pub last_heartbeat_ms: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RailTrafficView {
+    pub addr: String,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub failures: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -570,6 +580,16 @@ pub fn worker_list_view(workers: &[pb::WorkerInfo]) -> WorkerList {
                     .map(|g| GpuView { index: g.index, name: g.name.clone(), memory_bytes: g.memory })
                     .collect(),
                 rails: cap.rails,
+                rail_traffic: state
+                    .rails
+                    .iter()
+                    .map(|r| RailTrafficView {
+                        addr: r.addr.clone(),
+                        bytes_sent: r.bytes_sent,
+                        bytes_received: r.bytes_received,
+                        failures: r.failures,
+                    })
+                    .collect(),
                 assigned: w.assigned,
                 allocated: ResourcesView { cpu: alloc.cpu, memory_bytes: alloc.memory, gpu: alloc.gpu },
                 cpu_utilisation: state.cpu_utilisation,
@@ -906,7 +926,7 @@ mod tests {
                 cpus: 4,
                 memory: 8 << 30,
                 gpus: vec![pb::GpuInfo { index: 0, name: "H100".into(), memory: 80 << 30 }],
-                rails: vec!["10.0.0.1".into(), "10.0.1.1".into()],
+                rails: vec!["10.0.0.1:7100".into(), "10.0.1.1:7100".into()],
                 cache_bytes: 1 << 30,
                 hostname: "node1".into(),
             }),
@@ -916,6 +936,7 @@ mod tests {
                 running: vec![pb::AttemptRef { job_id: J1.into(), task: "gen".into(), rank: 2, attempt: 1 }],
                 objects: vec![pb::ObjectInfo { object_id: "o".into(), size: 12 << 20 }],
                 cache_used: 12 << 20,
+                rails: vec![pb::RailCounters { addr: "10.0.0.1:7100".into(), bytes_sent: 5, bytes_received: 7, failures: 1 }],
             }),
             alive: true,
             last_heartbeat: NOW - 1_200,
@@ -945,7 +966,9 @@ mod tests {
                 "worker_id": W1, "alive": true, "peer_addr": "http://127.0.0.1:7001", "hostname": "node1",
                 "cpus": 4, "memory_bytes": 8u64 << 30,
                 "gpus": [{"index": 0, "name": "H100", "memory_bytes": 80u64 << 30}],
-                "rails": ["10.0.0.1", "10.0.1.1"], "assigned": 2,
+                "rails": ["10.0.0.1:7100", "10.0.1.1:7100"],
+                "rail_traffic": [{"addr": "10.0.0.1:7100", "bytes_sent": 5, "bytes_received": 7, "failures": 1}],
+                "assigned": 2,
                 "allocated": {"cpu": 1.5, "memory_bytes": 1u64 << 30, "gpu": 0},
                 "cpu_utilisation": 0.375, "memory_free_bytes": 6u64 << 30,
                 "cache_used_bytes": 12u64 << 20, "cache_bound_bytes": 1u64 << 30, "objects": 1,

@@ -4,7 +4,7 @@
 use plexus_proto::convert::{self as pc, ConvertError};
 use plexus_proto::{AttemptRef, JobState, ObjectId, SubtaskState, pb};
 
-use crate::core::{Assignment, Capacity, GpuRecord, Job, NodeReport, PlacementRecord, Registration, Report, Worker};
+use crate::core::{Assignment, Capacity, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
 use crate::spec::Work;
 
 /// The largest tail of a log the coordinator keeps per stream.
@@ -23,8 +23,22 @@ pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError
         running: s.running.iter().map(AttemptRef::try_from).collect::<Result<_, _>>()?,
         objects: objects(&s.objects)?,
         cache_used: s.cache_used,
+        rails: s
+            .rails
+            .iter()
+            .take(MAX_RAILS)
+            .map(|r| RailCounter {
+                addr: r.addr.chars().take(256).collect(),
+                bytes_sent: r.bytes_sent,
+                bytes_received: r.bytes_received,
+                failures: r.failures,
+            })
+            .collect(),
     })
 }
+
+/// The most rails a worker may report; more is a malformed report, cut rather than stored.
+const MAX_RAILS: usize = 64;
 
 pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertError> {
     let cap = r.capacity.as_ref().ok_or(ConvertError::Missing("capacity"))?;
@@ -33,6 +47,12 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
     }
     if !(r.peer_addr.starts_with("http://") || r.peer_addr.starts_with("https://")) {
         return Err(ConvertError::Invalid { field: "peer_addr", reason: format!("{:?} is not an http(s) URL", r.peer_addr) });
+    }
+    if cap.rails.len() > MAX_RAILS || cap.rails.iter().any(|r| r.len() > 256) {
+        return Err(ConvertError::Invalid {
+            field: "capacity.rails",
+            reason: format!("at most {MAX_RAILS} rail addresses of at most 256 characters"),
+        });
     }
     Ok(Registration {
         worker: pc::worker_id("worker_id", &r.worker_id)?,
@@ -103,7 +123,8 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
                 rank: i.object.rank,
                 name: i.object.name.clone(),
                 size: i.size,
-                holders: i.holders.clone(),
+                holders: i.holders.iter().map(|h| h.peer_addr.clone()).collect(),
+                sources: i.holders.iter().map(|h| pb::Holder { peer_addr: h.peer_addr.clone(), rails: h.rails.clone() }).collect(),
             })
             .collect(),
         outputs: a.outputs.clone(),
@@ -202,6 +223,17 @@ pub fn worker_info(w: &Worker) -> pb::WorkerInfo {
             running: w.node.running.iter().map(pb::AttemptRef::from).collect(),
             objects: w.objects.iter().map(|(o, s)| pb::ObjectInfo { object_id: o.to_string(), size: *s }).collect(),
             cache_used: w.node.cache_used,
+            rails: w
+                .node
+                .rails
+                .iter()
+                .map(|r| pb::RailCounters {
+                    addr: r.addr.clone(),
+                    bytes_sent: r.bytes_sent,
+                    bytes_received: r.bytes_received,
+                    failures: r.failures,
+                })
+                .collect(),
         }),
         alive: w.record.alive,
         last_heartbeat: w.record.last_heartbeat,

@@ -184,6 +184,17 @@ pub struct NodeReport {
     pub running: Vec<AttemptRef>,
     pub objects: Vec<(ObjectId, u64)>,
     pub cache_used: u64,
+    /// The data plane's per-rail counters, in rail order.
+    pub rails: Vec<RailCounter>,
+}
+
+/// Cumulative counters of one data-plane rail of a worker.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RailCounter {
+    pub addr: String,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub failures: u64,
 }
 
 /// A worker's (re-)registration.
@@ -220,8 +231,15 @@ pub struct Report {
 pub struct InputLocation {
     pub object: ObjectId,
     pub size: u64,
-    /// Peer URLs of live workers holding it.
-    pub holders: Vec<String>,
+    /// Live workers holding it.
+    pub holders: Vec<HolderLocation>,
+}
+
+/// A worker holding an input: its PeerService URL and its data-plane rails.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HolderLocation {
+    pub peer_addr: String,
+    pub rails: Vec<String>,
 }
 
 /// Work sent to a worker.
@@ -1020,7 +1038,12 @@ impl Core {
                 let holders = self
                     .holders
                     .get(&o)
-                    .map(|h| h.iter().filter_map(|w| self.workers.get(w)).filter(|w| w.record.alive).map(|w| w.record.peer_addr.clone()).collect())
+                    .map(|h| {
+                        h.iter()
+                            .filter_map(|w| self.workers.get(w)).filter(|w| w.record.alive)
+                            .map(|w| HolderLocation { peer_addr: w.record.peer_addr.clone(), rails: w.record.capacity.rails.clone() })
+                            .collect()
+                    })
                     .unwrap_or_default();
                 InputLocation { object: o, size, holders }
             })

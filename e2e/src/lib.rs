@@ -40,6 +40,8 @@ pub struct ClusterConfig {
     pub cache: String,
     /// `RUST_LOG` for the children.
     pub log: String,
+    /// Extra arguments for every worker (e.g. `--rail` addresses).
+    pub worker_args: Vec<String>,
 }
 
 impl Default for ClusterConfig {
@@ -52,6 +54,7 @@ impl Default for ClusterConfig {
             placer: "least-loaded".into(),
             cache: "256MiB".into(),
             log: "info".into(),
+            worker_args: vec![],
         }
     }
 }
@@ -130,6 +133,7 @@ impl Cluster {
             .args(["--coordinator", &self.url, "--data-dir"])
             .arg(self.worker_dir(i))
             .args(["--cpus", &self.config.cpus_per_worker.to_string(), "--cache", &self.config.cache])
+            .args(&self.config.worker_args)
             .env("RUST_LOG", &self.config.log)
             .stdout(log_file(&self.path(&format!("worker-{i}.log"))))
             .stderr(log_file(&self.path(&format!("worker-{i}.log"))))

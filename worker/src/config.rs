@@ -3,11 +3,12 @@
 //! `Args` is what clap parses; [`Args::into_config`] fills in the defaults that need the machine
 //! (core count, memory size) so that the rest of the worker only ever sees a complete `Config`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use bytesize::ByteSize;
 use clap::Parser;
+use plexus_dataplane::SchedulerKind;
 
 use crate::error::{Error, Result};
 use crate::node;
@@ -28,9 +29,24 @@ pub struct Args {
     #[arg(long, env = "PLEXUS_DATA_DIR")]
     pub data_dir: PathBuf,
 
-    /// Address of a network rail of this node (repeatable, in rail order). Default: 127.0.0.1.
+    /// IP address of a network rail of this node (repeatable, in rail order). The data plane
+    /// listens on each, and objects move between workers striped over all of them (rail i to
+    /// the peer's rail i). Default: 127.0.0.1.
     #[arg(long = "rail")]
-    pub rails: Vec<String>,
+    pub rails: Vec<IpAddr>,
+
+    /// Data-plane port on every rail; 0 lets each rail take a free port.
+    #[arg(long, default_value_t = 0)]
+    pub rail_port: u16,
+
+    /// How segments are spread over the rails: round-robin, weighted, q-learning or
+    /// q-learning-fresh.
+    #[arg(long, default_value = "weighted")]
+    pub rail_scheduler: SchedulerKind,
+
+    /// Largest data-plane segment, e.g. 1MiB.
+    #[arg(long, value_parser = parse_size, default_value = "1MiB")]
+    pub seg_max: u64,
 
     /// Cores offered to subtasks. Default: the number of cores available to this process.
     #[arg(long)]
@@ -83,7 +99,11 @@ pub struct Config {
     /// Root of everything the worker stores on disk (see the crate docs for the layout).
     pub data_dir: PathBuf,
     /// Network rail addresses, in rail order; never empty.
-    pub rails: Vec<String>,
+    pub rails: Vec<IpAddr>,
+    /// Data-plane port on every rail (0: any).
+    pub rail_port: u16,
+    pub rail_scheduler: SchedulerKind,
+    pub seg_max: u64,
     /// Cores offered to subtasks.
     pub cpus: u32,
     /// Memory offered to subtasks, in bytes.
@@ -103,6 +123,9 @@ impl Config {
             coordinator: coordinator.into(),
             data_dir: data_dir.into(),
             rails: vec![default_rail()],
+            rail_port: 0,
+            rail_scheduler: SchedulerKind::Weighted,
+            seg_max: 1 << 20,
             cpus: node::available_cpus(),
             memory: node::total_memory().unwrap_or(0),
             cache_bytes: DEFAULT_CACHE_BYTES,
@@ -112,8 +135,8 @@ impl Config {
     }
 }
 
-fn default_rail() -> String {
-    "127.0.0.1".to_string()
+fn default_rail() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::LOCALHOST)
 }
 
 impl Args {
@@ -133,10 +156,21 @@ impl Args {
             None => node::available_cpus(),
         };
         let rails = if self.rails.is_empty() { vec![default_rail()] } else { self.rails };
+        if let Some(ip) = rails.iter().find(|ip| ip.is_unspecified()) {
+            return Err(Error::Config(format!(
+                "--rail {ip} is not a usable rail: peers connect to a rail's address, so it must be a concrete one"
+            )));
+        }
+        if self.seg_max == 0 {
+            return Err(Error::Config("--seg-max must be at least 1 byte".into()));
+        }
         Ok(Config {
             coordinator,
             data_dir: self.data_dir,
             rails,
+            rail_port: self.rail_port,
+            rail_scheduler: self.rail_scheduler,
+            seg_max: self.seg_max,
             cpus,
             memory,
             cache_bytes: self.cache,
@@ -175,7 +209,8 @@ mod tests {
         ])
         .unwrap();
         let c = args.into_config().unwrap();
-        assert_eq!(c.rails, vec!["127.0.0.1".to_string()]);
+        assert_eq!(c.rails, vec![default_rail()]);
+        assert_eq!((c.rail_port, c.rail_scheduler, c.seg_max), (0, SchedulerKind::Weighted, 1 << 20));
         assert_eq!(c.cache_bytes, 1 << 30);
         assert_eq!(c.memory, 512 << 20);
         assert!(c.cpus >= 1);
@@ -199,7 +234,7 @@ mod tests {
         ])
         .unwrap();
         let c = args.into_config().unwrap();
-        assert_eq!(c.rails, vec!["10.0.0.1".to_string(), "10.0.1.1".to_string()]);
+        assert_eq!(c.rails, vec!["10.0.0.1".parse::<IpAddr>().unwrap(), "10.0.1.1".parse().unwrap()]);
         assert_eq!((c.cpus, c.memory, c.cache_bytes), (3, 1_000_000, 4 << 30));
         assert_eq!(c.advertise.as_deref(), Some("http://node1:7001"));
         assert!(Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cache=huge"]).is_err());
@@ -209,5 +244,17 @@ mod tests {
         assert!(bad.unwrap().into_config().is_err());
         let zero = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cpus=0", "--memory=1"]);
         assert!(zero.unwrap().into_config().is_err());
+        // Rails are IP addresses, concrete ones; the scheduler is one of the data plane's.
+        assert!(Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--rail=eth0"]).is_err());
+        let any = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--rail=0.0.0.0", "--memory=1"]);
+        let e = any.unwrap().into_config().unwrap_err().to_string();
+        assert!(e.contains("--rail 0.0.0.0"), "{e}");
+        let e = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--rail-scheduler=fastest"]).unwrap_err();
+        assert!(e.to_string().contains("unknown rail scheduler"), "{e}");
+        let q = Args::try_parse_from([
+            "plexus-worker", "--coordinator=x", "--data-dir=/d", "--memory=1", "--rail-scheduler=q-learning", "--rail-port=7100", "--seg-max=4MiB",
+        ]);
+        let c = q.unwrap().into_config().unwrap();
+        assert_eq!((c.rail_port, c.rail_scheduler, c.seg_max), (7100, SchedulerKind::QLearning, 4 << 20));
     }
 }

@@ -56,6 +56,10 @@ pub enum Error {
     #[error("object {object}: {reason}")]
     BadObject { object: String, reason: String },
 
+    /// The data plane (the rail endpoint) failed: binding a rail, or a transfer.
+    #[error("data plane: {0}")]
+    Dataplane(#[from] plexus_dataplane::Error),
+
     /// The PeerService server failed.
     #[error("peer server: {0}")]
     Serve(#[source] tonic::transport::Error),

@@ -9,7 +9,9 @@
 //!   utilisation sampler.
 //! - [`cache`]: the bounded, LRU-evicted object cache with pinning.
 //! - [`logs`]: reading the tails of attempt logs.
-//! - [`peer`]: the PeerService server (objects, logs) and the object-fetch client.
+//! - [`peer`]: the PeerService server (objects, logs) and the object-fetch client: objects move
+//!   over the data plane ([`plexus_dataplane::Endpoint`], striped over the node's rails), with
+//!   a gRPC stream as the fallback.
 //! - [`attempts`]: which attempts this process knows, and the batched report queue.
 //! - [`runner`]: running an assignment (built-in kinds and commands).
 //! - [`session`]: the coordinator connection (register, assignments, heartbeats, reports) and
@@ -30,7 +32,7 @@ pub mod runner;
 pub mod session;
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,28 +94,38 @@ impl Worker {
             Some(url) => url.clone(),
             None => default_advertise(local_addr, &config.rails),
         };
+        let rails = Arc::new(
+            plexus_dataplane::Endpoint::bind(plexus_dataplane::EndpointConfig {
+                rails: config.rails.clone(),
+                port: config.rail_port,
+                scheduler: config.rail_scheduler,
+                seg_max: config.seg_max,
+                ..Default::default()
+            })
+            .await?,
+        );
 
         let capacity = pb::NodeCapacity {
             cpus: config.cpus,
             memory: config.memory,
             gpus: node::detect_gpus().await,
-            rails: config.rails.clone(),
+            rails: rails.local_addrs().iter().map(ToString::to_string).collect(),
             cache_bytes: config.cache_bytes,
             hostname: node::hostname(),
         };
         info!(
             %worker_id, %session, peer_addr, data_dir = %layout.root().display(), cpus = capacity.cpus,
             memory = capacity.memory, gpus = capacity.gpus.len(), cache_bytes = capacity.cache_bytes,
-            "worker starting"
+            rails = ?capacity.rails, rail_scheduler = %config.rail_scheduler, "worker starting"
         );
 
         let shutdown = CancellationToken::new();
-        let server = PeerServer::new(cache.clone(), layout.clone());
+        let server = PeerServer::new(cache.clone(), layout.clone(), Arc::clone(&rails));
         let server_task = tokio::spawn(peer::serve(listener, server, shutdown.child_token()));
 
         let attempts = Attempts::new(shutdown.child_token());
         let attempt_tasks = TaskTracker::new();
-        let runner = Runner::new(layout.clone(), cache.clone(), Arc::clone(&attempts), attempt_tasks.clone());
+        let runner = Runner::new(layout.clone(), cache.clone(), Arc::clone(&attempts), attempt_tasks.clone(), Arc::clone(&rails));
         let session_loop = Session {
             coordinator,
             worker_id,
@@ -124,6 +136,7 @@ impl Worker {
             cache,
             runner,
             cpu: CpuSampler::new(),
+            rails,
         };
         let session_task = tokio::spawn(session_loop.run(shutdown.child_token()));
         Ok(Worker {
@@ -211,10 +224,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
 /// `http://<bound address>`, with an unspecified bind address (0.0.0.0, ::) replaced by the first
 /// rail, because peers cannot connect to "any address".
-fn default_advertise(bound: SocketAddr, rails: &[String]) -> String {
+fn default_advertise(bound: SocketAddr, rails: &[IpAddr]) -> String {
     let mut addr = bound;
     if addr.ip().is_unspecified()
-        && let Some(ip) = rails.first().and_then(|r| r.parse().ok())
+        && let Some(&ip) = rails.first()
     {
         addr.set_ip(ip);
     }
@@ -276,11 +289,10 @@ mod tests {
 
     #[test]
     fn the_advertised_address_is_reachable() {
-        let rails = vec!["10.1.2.3".to_string()];
+        let rails = vec!["10.1.2.3".parse().unwrap()];
         assert_eq!(default_advertise("127.0.0.1:7001".parse().unwrap(), &rails), "http://127.0.0.1:7001");
         assert_eq!(default_advertise("0.0.0.0:7001".parse().unwrap(), &rails), "http://10.1.2.3:7001");
-        assert_eq!(default_advertise("[::]:7001".parse().unwrap(), &["::1".to_string()]), "http://[::1]:7001");
-        assert_eq!(default_advertise("0.0.0.0:7001".parse().unwrap(), &["eth0".to_string()]), "http://0.0.0.0:7001");
+        assert_eq!(default_advertise("[::]:7001".parse().unwrap(), &["::1".parse().unwrap()]), "http://[::1]:7001");
     }
 
     #[test]

@@ -1,15 +1,27 @@
 //! The PeerService: this worker serving its cached objects and attempt logs to peers and to the
 //! coordinator ([`PeerServer`], [`serve`]), and the client side that fetches an object from a
-//! peer into a local file ([`fetch_object`]).
+//! peer into a local file.
+//!
+//! Objects move two ways:
+//! - over the data plane ([`fetch_object_rails`]): the requester calls `PushObject` with its
+//!   rail addresses and a fresh tag; the holder sends the object as tagged data-plane messages,
+//!   striped over every rail by the configured rail scheduler, and answers once the requester's
+//!   endpoint acknowledged every byte. This is the path between workers.
+//! - as a gRPC stream of 1 MiB chunks ([`fetch_object`]): the fallback when a holder has no
+//!   rails or the data-plane transfer failed.
 //!
 //! Object ids and attempts in requests are validated with `plexus_proto`'s typed ids before any
 //! path is built, so a request can never make the worker read outside its cache or log dirs.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
+use plexus_dataplane::PeerId;
 use plexus_proto::{ObjectId, convert, pb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -42,17 +54,48 @@ const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// a loaded peer reading 1 MiB from disk, short enough that a hung peer does not hold an attempt.
 const PEER_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `FetchObject` and `ReadLog` from this worker's cache and log dir.
+/// A data-plane transfer is cut into messages of at most this many bytes: the sender and the
+/// receiver each hold one piece in memory at a time (plus the receiver's queue of completed
+/// ones), and 64 MiB is 64 segments of the default `seg_max`, enough to balance any rail set.
+pub const PIECE_BYTES: u64 = 64 << 20;
+
+/// The size header at the start of a transfer's first message.
+const SIZE_HEADER: usize = 8;
+
+/// The most rail addresses a `PushObject` request may name.
+const MAX_RAILS: usize = 64;
+
+/// A worker holding an object, as an assignment names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// PeerService URL.
+    pub peer_addr: String,
+    /// Data-plane rails, in rail order; empty when the holder has none (or sent none usable).
+    pub rails: Vec<SocketAddr>,
+}
+
+/// Serves `FetchObject`, `PushObject` and `ReadLog` from this worker's cache and log dir.
 #[derive(Debug, Clone)]
 pub struct PeerServer {
     cache: Cache,
     layout: Layout,
+    rails: Arc<plexus_dataplane::Endpoint>,
 }
 
 impl PeerServer {
-    pub fn new(cache: Cache, layout: Layout) -> PeerServer {
-        PeerServer { cache, layout }
+    pub fn new(cache: Cache, layout: Layout, rails: Arc<plexus_dataplane::Endpoint>) -> PeerServer {
+        PeerServer { cache, layout, rails }
     }
+}
+
+/// Parses rail addresses from the network, naming the first bad one.
+pub fn parse_rails(list: &[String]) -> std::result::Result<Vec<SocketAddr>, String> {
+    if list.len() > MAX_RAILS {
+        return Err(format!("{} rail addresses; at most {MAX_RAILS}", list.len()));
+    }
+    list.iter()
+        .map(|r| r.parse::<SocketAddr>().map_err(|_| format!("rail address {r:?} is not ip:port")))
+        .collect()
 }
 
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<pb::ObjectChunk, Status>> + Send>>;
@@ -81,6 +124,56 @@ impl pb::peer_service_server::PeerService for PeerServer {
             .len();
         debug!(object = %id, total_size, "serving object");
         Ok(Response::new(chunks(file, total_size)))
+    }
+
+    async fn push_object(
+        &self,
+        request: Request<pb::PushObjectRequest>,
+    ) -> Result<Response<pb::PushObjectResponse>, Status> {
+        let req = request.into_inner();
+        let id = convert::object_id("object_id", &req.object_id)?;
+        let rails = parse_rails(&req.rails).map_err(Status::invalid_argument)?;
+        if rails.is_empty() {
+            return Err(Status::invalid_argument("PushObject needs the requester's rail addresses"));
+        }
+        let not_found = || Status::not_found(format!("object {id} is not in the cache of this worker"));
+        if !self.cache.contains(&id) {
+            return Err(not_found());
+        }
+        let path = self.cache.path(&id);
+        let mut file = match tokio::fs::File::open(&path).await {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+            Err(e) => return Err(Status::internal(format!("cannot open object {id}: {e}"))),
+        };
+        let size = file
+            .metadata()
+            .await
+            .map_err(|e| Status::internal(format!("cannot read the size of object {id}: {e}")))?
+            .len();
+        debug!(object = %id, size, to = %rails[0], tag = req.tag, "pushing object over the rails");
+        let mut sent = 0u64;
+        let mut first = true;
+        // The first message goes even for an empty object: it carries the size.
+        while first || sent < size {
+            let take = PIECE_BYTES.min(size - sent);
+            let header = if first { SIZE_HEADER } else { 0 };
+            let mut piece = BytesMut::with_capacity(header + take as usize);
+            if first {
+                piece.put_u64_le(size);
+            }
+            piece.resize(header + take as usize, 0);
+            file.read_exact(&mut piece[header..])
+                .await
+                .map_err(|e| Status::internal(format!("reading object {id}: {e}")))?;
+            self.rails
+                .send(&rails, req.tag, piece.freeze())
+                .await
+                .map_err(|e| Status::unavailable(format!("sending object {id} over the data plane: {e}")))?;
+            sent += take;
+            first = false;
+        }
+        Ok(Response::new(pb::PushObjectResponse { size }))
     }
 
     async fn read_log(&self, request: Request<pb::ReadLogRequest>) -> Result<Response<pb::ReadLogResponse>, Status> {
@@ -141,15 +234,89 @@ pub struct Fetched {
     pub bytes: u64,
 }
 
-/// Fetches object `id` from the PeerService at `holder` into the new file `dest`. On error the
-/// partial file may remain; the caller owns `dest` and removes it.
-pub async fn fetch_object(holder: &str, id: &ObjectId, dest: &Path) -> Result<Fetched> {
+/// A PeerService client for `holder`.
+async fn client(holder: &str) -> Result<pb::peer_service_client::PeerServiceClient<tonic::transport::Channel>> {
     let endpoint = Endpoint::from_shared(holder.to_string())
         .map_err(Error::connect(holder))?
         .connect_timeout(PEER_CONNECT_TIMEOUT)
         .tcp_nodelay(true);
     let channel = endpoint.connect().await.map_err(Error::connect(holder))?;
-    let mut client = pb::peer_service_client::PeerServiceClient::new(channel);
+    Ok(pb::peer_service_client::PeerServiceClient::new(channel))
+}
+
+/// Fetches object `id` from `holder` over the data plane into the new file `dest`: asks the
+/// holder to push it to this worker's rails, and writes the messages as they arrive. On error
+/// the partial file may remain; the caller owns `dest` and removes it.
+///
+/// Messages of an abandoned transfer that arrive later stay queued in the endpoint under their
+/// tag, which is never asked for again (tags are random 64-bit numbers).
+pub async fn fetch_object_rails(
+    rails: &plexus_dataplane::Endpoint,
+    holder: &Source,
+    id: &ObjectId,
+    dest: &Path,
+) -> Result<Fetched> {
+    let Some(&from) = holder.rails.first() else {
+        return Err(Error::BadObject { object: id.to_string(), reason: "the holder has no data-plane rails".into() });
+    };
+    let from = PeerId(from);
+    let tag = uuid::Uuid::new_v4().as_u64_pair().0;
+    let mut client = client(&holder.peer_addr).await?;
+    let request = pb::PushObjectRequest {
+        object_id: id.to_string(),
+        rails: rails.local_addrs().iter().map(ToString::to_string).collect(),
+        tag,
+    };
+    let push = async move {
+        client.push_object(request).await.map(|r| r.into_inner().size).map_err(Error::rpc("PushObject"))
+    };
+    let bad = |reason: String| Error::BadObject { object: id.to_string(), reason };
+    let receive = async {
+        let mut file = tokio::fs::File::create(dest).await.map_err(Error::io("create", dest))?;
+        let mut expected: Option<u64> = None;
+        let mut received = 0u64;
+        loop {
+            let msg = tokio::time::timeout(PEER_IDLE_TIMEOUT, rails.recv(from, tag))
+                .await
+                .map_err(|_| Error::Timeout { call: "PushObject (data plane)", after: PEER_IDLE_TIMEOUT })??;
+            let data: Bytes = match expected {
+                Some(_) => msg.freeze(),
+                None => {
+                    if msg.len() < SIZE_HEADER {
+                        return Err(bad(format!("the first message has {} bytes, less than its size header", msg.len())));
+                    }
+                    let mut msg = msg.freeze();
+                    let size = u64::from_le_bytes(msg.split_to(SIZE_HEADER)[..].try_into().expect("8 bytes"));
+                    expected = Some(size);
+                    msg
+                }
+            };
+            let total = expected.unwrap_or(0);
+            received += data.len() as u64;
+            if received > total {
+                return Err(bad(format!("the peer sent more than the announced {total} bytes")));
+            }
+            file.write_all(&data).await.map_err(Error::io("write", dest))?;
+            if received == total {
+                break;
+            }
+        }
+        file.flush().await.map_err(Error::io("write", dest))?;
+        Ok::<u64, Error>(received)
+    };
+    // The holder answers only after every message was acknowledged, so both finish; an early
+    // error on either side ends the fetch.
+    let (size, received) = tokio::try_join!(push, receive)?;
+    if size != received {
+        return Err(bad(format!("the peer announced {size} bytes and sent {received}")));
+    }
+    Ok(Fetched { bytes: received })
+}
+
+/// Fetches object `id` from the PeerService at `holder` into the new file `dest`, as a gRPC
+/// stream. On error the partial file may remain; the caller owns `dest` and removes it.
+pub async fn fetch_object(holder: &str, id: &ObjectId, dest: &Path) -> Result<Fetched> {
+    let mut client = client(holder).await?;
     let call = client.fetch_object(pb::FetchObjectRequest { object_id: id.to_string() });
     let mut stream = tokio::time::timeout(PEER_IDLE_TIMEOUT, call)
         .await
@@ -196,6 +363,7 @@ mod tests {
         url: String,
         stop: CancellationToken,
         task: tokio::task::JoinHandle<Result<()>>,
+        rails: Arc<plexus_dataplane::Endpoint>,
     }
 
     async fn peer() -> Peer {
@@ -205,8 +373,9 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let stop = CancellationToken::new();
-        let task = tokio::spawn(serve(listener, PeerServer::new(cache.clone(), layout.clone()), stop.clone()));
-        Peer { _dir: dir, cache, layout, url, stop, task }
+        let rails = Arc::new(plexus_dataplane::Endpoint::bind(Default::default()).await.unwrap());
+        let task = tokio::spawn(serve(listener, PeerServer::new(cache.clone(), layout.clone(), rails.clone()), stop.clone()));
+        Peer { _dir: dir, cache, layout, url, stop, task, rails }
     }
 
     impl Peer {
@@ -241,6 +410,40 @@ mod tests {
             let ins = b.cache.insert(id, &tmp).unwrap();
             assert_eq!(ins.size, expect.len() as u64);
             assert_eq!(std::fs::read(b.cache.path(id)).unwrap(), expect);
+        }
+        a.stop().await;
+        b.stop().await;
+    }
+
+    #[tokio::test]
+    async fn objects_move_over_the_data_plane_in_pieces() {
+        let a = peer().await;
+        let b = peer().await;
+        let job = JobId::random();
+        // More than one piece, and not a whole number of segments.
+        let data: Vec<u8> = (0..(PIECE_BYTES + 12_345)).map(|i| (i % 253) as u8).collect();
+        let big = ObjectId { job, task: "gen".into(), rank: 0, name: "big".into() };
+        let empty = ObjectId { job, task: "gen".into(), rank: 0, name: "empty".into() };
+        put(&a.cache, a.layout.root(), &big, &data);
+        put(&a.cache, a.layout.root(), &empty, b"");
+        let holder = Source { peer_addr: a.url.clone(), rails: a.rails.local_addrs() };
+        for (id, expect) in [(&big, &data[..]), (&empty, &b""[..])] {
+            let tmp = b.layout.root().join("download");
+            let got = fetch_object_rails(&b.rails, &holder, id, &tmp).await.unwrap();
+            assert_eq!(got.bytes, expect.len() as u64);
+            assert!(std::fs::read(&tmp).unwrap() == expect, "{id} arrived intact");
+        }
+        assert!(b.rails.stats().rails[0].bytes_received >= data.len() as u64);
+
+        // Missing objects and unusable rail addresses are refused by the holder, not hung on.
+        let absent = ObjectId { job, task: "gen".into(), rank: 1, name: "absent".into() };
+        let err = fetch_object_rails(&b.rails, &holder, &absent, &b.layout.root().join("x")).await.unwrap_err();
+        assert!(err.to_string().contains("not in the cache"), "{err}");
+        let mut client = pb::peer_service_client::PeerServiceClient::connect(a.url.clone()).await.unwrap();
+        for rails in [vec![], vec!["eth0".to_string()], vec!["127.0.0.1:1".to_string(); 65]] {
+            let req = pb::PushObjectRequest { object_id: big.to_string(), rails, tag: 1 };
+            let status = client.push_object(req).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
         }
         a.stop().await;
         b.stop().await;

@@ -67,7 +67,8 @@ pub struct Input {
     pub task: String,
     pub rank: u32,
     pub name: String,
-    pub holders: Vec<String>,
+    /// Workers holding it, best first.
+    pub holders: Vec<peer::Source>,
 }
 
 impl Work {
@@ -100,7 +101,18 @@ impl Work {
             let name = if i.name.is_empty() { id.name.clone() } else { i.name };
             check_task_name(&task)?;
             check_output_name(&name)?;
-            inputs.push(Input { id, task, rank, name, holders: i.holders });
+            // `sources` carries each holder's rails; a coordinator that sends only `holders`
+            // gets the gRPC path. Rail addresses that do not parse are dropped with the rails
+            // path for that holder, not the input.
+            let holders = if i.sources.is_empty() {
+                i.holders.into_iter().map(|peer_addr| peer::Source { peer_addr, rails: vec![] }).collect()
+            } else {
+                i.sources
+                    .into_iter()
+                    .map(|h| peer::Source { rails: peer::parse_rails(&h.rails).unwrap_or_default(), peer_addr: h.peer_addr })
+                    .collect()
+            };
+            inputs.push(Input { id, task, rank, name, holders });
         }
         let mut env: Vec<(String, String)> = a.env.into_iter().collect();
         env.sort();
@@ -135,6 +147,8 @@ struct Ctx {
     attempts: Arc<Attempts>,
     /// Owns every attempt task; the worker waits on it at shutdown.
     tracker: TaskTracker,
+    /// The data plane inputs are fetched over.
+    rails: Arc<plexus_dataplane::Endpoint>,
 }
 
 /// Fetch and eviction accounting of one attempt.
@@ -167,8 +181,14 @@ pub fn report(attempt: &AttemptRef, state: pb::SubtaskState) -> pb::TaskReport {
 }
 
 impl Runner {
-    pub fn new(layout: Layout, cache: Cache, attempts: Arc<Attempts>, tracker: TaskTracker) -> Runner {
-        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker }) }
+    pub fn new(
+        layout: Layout,
+        cache: Cache,
+        attempts: Arc<Attempts>,
+        tracker: TaskTracker,
+        rails: Arc<plexus_dataplane::Endpoint>,
+    ) -> Runner {
+        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker, rails }) }
     }
 
     /// Starts an assignment unless its attempt is already known. Never blocks: commands run in
@@ -407,19 +427,40 @@ impl Ctx {
         Ok(())
     }
 
-    /// Fetches an input from the first holder that can serve it, into the cache.
+    /// Fetches an input from the first holder that can serve it, into the cache: over the data
+    /// plane when the holder has rails, else (or when that fails) as a gRPC stream.
     async fn fetch(&self, input: &Input, acct: &mut Accounting) -> Result<Pin, String> {
         let started = std::time::Instant::now();
         let mut last_error = "no holder was given".to_string();
         let mut pin = None;
         for holder in &input.holders {
-            let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-            let fetched = match peer::fetch_object(holder, &input.id, &tmp.0).await {
-                Ok(f) => f,
-                Err(e) => {
-                    debug!(object = %input.id, holder, error = %e, "fetch from holder failed");
-                    last_error = format!("{holder}: {e}");
-                    continue;
+            let url = &holder.peer_addr;
+            let mut fetched = None;
+            if !holder.rails.is_empty() {
+                let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
+                match peer::fetch_object_rails(&self.rails, holder, &input.id, &tmp.0).await {
+                    Ok(f) => {
+                        debug!(object = %input.id, holder = url, bytes = f.bytes, "fetched over the data plane");
+                        fetched = Some((f, tmp));
+                    }
+                    Err(e) => {
+                        warn!(object = %input.id, holder = url, error = %e, "data-plane fetch failed; trying gRPC");
+                        last_error = format!("{url}: {e}");
+                    }
+                }
+            }
+            let (fetched, tmp) = match fetched {
+                Some(f) => f,
+                None => {
+                    let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
+                    match peer::fetch_object(url, &input.id, &tmp.0).await {
+                        Ok(f) => (f, tmp),
+                        Err(e) => {
+                            debug!(object = %input.id, holder = url, error = %e, "fetch from holder failed");
+                            last_error = format!("{url}: {e}");
+                            continue;
+                        }
+                    }
                 }
             };
             match self.cache.insert(&input.id, &tmp.0) {
@@ -557,17 +598,28 @@ mod tests {
         attempts: Arc<Attempts>,
         runner: Runner,
         tracker: TaskTracker,
+        rails: Arc<plexus_dataplane::Endpoint>,
     }
 
-    fn fixture() -> Fixture {
+    async fn fixture() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
         std::fs::create_dir_all(layout.tmp_dir()).unwrap();
         let cache = Cache::open(layout.cache_dir(), 1 << 30).unwrap();
         let attempts = Attempts::new(CancellationToken::new());
         let tracker = TaskTracker::new();
-        let runner = Runner::new(layout.clone(), cache.clone(), attempts.clone(), tracker.clone());
-        Fixture { _dir: dir, layout, cache, attempts, runner, tracker }
+        let rails = endpoint().await;
+        let runner = Runner::new(layout.clone(), cache.clone(), attempts.clone(), tracker.clone(), rails.clone());
+        Fixture { _dir: dir, layout, cache, attempts, runner, tracker, rails }
+    }
+
+    /// A data-plane endpoint on one loopback rail.
+    async fn endpoint() -> Arc<plexus_dataplane::Endpoint> {
+        Arc::new(plexus_dataplane::Endpoint::bind(Default::default()).await.unwrap())
+    }
+
+    fn grpc_only(url: &str) -> peer::Source {
+        peer::Source { peer_addr: url.into(), rails: vec![] }
     }
 
     fn attempt(job: JobId, task: &str) -> AttemptRef {
@@ -604,7 +656,7 @@ mod tests {
 
     #[tokio::test]
     async fn commands_see_their_environment_and_outputs_go_to_the_cache() {
-        let f = fixture();
+        let f = fixture().await;
         let a = attempt(JobId::random(), "gen");
         let mut w = work(&a, sh(r#"
             printf '%s %s %s %s %s %s' "$PLEXUS_JOB" "$PLEXUS_TASK" "$PLEXUS_RANK" "$PLEXUS_REPLICAS" "$PLEXUS_ATTEMPT" "$EXTRA" > "$PLEXUS_OUT/env"
@@ -634,7 +686,7 @@ mod tests {
 
     #[tokio::test]
     async fn failures_are_reported_with_their_cause() {
-        let f = fixture();
+        let f = fixture().await;
         let job = JobId::random();
         let cancel = CancellationToken::new();
 
@@ -666,7 +718,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_timeout_kills_the_whole_process_group() {
-        let f = fixture();
+        let f = fixture().await;
         let a = attempt(JobId::random(), "slow");
         let pid_file = f.layout.root().join("bg.pid");
         let script = format!("sleep 100 & echo $! > '{}'; wait", pid_file.display());
@@ -690,7 +742,7 @@ mod tests {
 
     #[tokio::test]
     async fn background_processes_do_not_outlive_a_successful_attempt() {
-        let f = fixture();
+        let f = fixture().await;
         let a = attempt(JobId::random(), "leaky");
         let pid_file = f.layout.root().join("bg.pid");
         let script = format!("sleep 100 & echo $! > '{}'", pid_file.display());
@@ -707,7 +759,7 @@ mod tests {
 
     #[tokio::test]
     async fn cancel_through_the_runner_kills_and_reports_cancelled() {
-        let f = fixture();
+        let f = fixture().await;
         let a = attempt(JobId::random(), "long");
         let pid_file = f.layout.root().join("pid");
         let assignment = pb::Assignment {
@@ -748,7 +800,7 @@ mod tests {
 
     #[tokio::test]
     async fn noop_and_unknown_kinds_finish_at_once() {
-        let f = fixture();
+        let f = fixture().await;
         let job = JobId::random();
         let noop = attempt(job, "n");
         let weird = attempt(job, "w");
@@ -773,7 +825,7 @@ mod tests {
 
     #[tokio::test]
     async fn invalid_assignments_fail_with_a_reason() {
-        let f = fixture();
+        let f = fixture().await;
         let a = attempt(JobId::random(), "bad");
         let base = pb::Assignment { attempt: Some(pb::AttemptRef::from(&a)), command: sh("true"), ..Default::default() };
         let cases = [
@@ -804,7 +856,7 @@ mod tests {
 
     #[tokio::test]
     async fn cached_inputs_are_linked_and_missing_ones_fail_the_attempt() {
-        let f = fixture();
+        let f = fixture().await;
         let job = JobId::random();
         let mut inputs = Vec::new();
         for rank in 0..3u32 {
@@ -831,7 +883,7 @@ mod tests {
             task: "gen".into(),
             rank: 9,
             name: "numbers".into(),
-            holders: vec!["http://127.0.0.1:1".into()],
+            holders: vec![grpc_only("http://127.0.0.1:1")],
         }];
         let r = f.runner.run(&w, &CancellationToken::new()).await;
         assert_eq!(state(&r), pb::SubtaskState::Failed);
@@ -853,17 +905,23 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let stop = CancellationToken::new();
-        let server = tokio::spawn(peer::serve(listener, peer::PeerServer::new(producer_cache, producer), stop.clone()));
+        let producer_rails = endpoint().await;
+        let server = tokio::spawn(peer::serve(
+            listener,
+            peer::PeerServer::new(producer_cache, producer, producer_rails.clone()),
+            stop.clone(),
+        ));
 
-        let f = fixture();
-        // A dead holder first: the next one must be tried.
+        let f = fixture().await;
+        // A dead holder first: the next one must be tried. The live one has rails, so the object
+        // comes over the data plane.
         let mut w = work(&attempt(job, "use"), sh("wc -c < \"$PLEXUS_IN/gen/5/numbers\" | tr -d ' ' > \"$PLEXUS_OUT/n\""));
         w.inputs = vec![Input {
             id: id.clone(),
             task: "gen".into(),
             rank: 5,
             name: "numbers".into(),
-            holders: vec!["http://127.0.0.1:1".into(), url],
+            holders: vec![grpc_only("http://127.0.0.1:1"), peer::Source { peer_addr: url, rails: producer_rails.local_addrs() }],
         }];
         w.outputs = vec!["n".into()];
         let r = f.runner.run(&w, &CancellationToken::new()).await;
@@ -873,6 +931,8 @@ mod tests {
         let n = ObjectId { job, task: "use".into(), rank: 2, name: "n".into() };
         assert_eq!(std::fs::read_to_string(f.cache.path(&n)).unwrap().trim(), "3000000");
         assert!(std::fs::read_dir(f.layout.tmp_dir()).unwrap().next().is_none(), "no partial downloads left");
+        let got: u64 = f.rails.stats().rails.iter().map(|r| r.bytes_received).sum();
+        assert!(got >= 3_000_000, "the object came over the data plane ({got} bytes received)");
         stop.cancel();
         server.await.unwrap().unwrap();
     }
@@ -884,7 +944,7 @@ mod tests {
         std::fs::create_dir_all(layout.tmp_dir()).unwrap();
         let cache = Cache::open(layout.cache_dir(), 100).unwrap();
         let attempts = Attempts::new(CancellationToken::new());
-        let runner = Runner::new(layout.clone(), cache.clone(), attempts, TaskTracker::new());
+        let runner = Runner::new(layout.clone(), cache.clone(), attempts, TaskTracker::new(), endpoint().await);
         let job = JobId::random();
         let old = ObjectId { job, task: "old".into(), rank: 0, name: "x".into() };
         std::fs::write(layout.root().join("scratch"), [0u8; 80]).unwrap();

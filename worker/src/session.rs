@@ -67,6 +67,8 @@ pub struct Session {
     pub cache: Cache,
     pub runner: Runner,
     pub cpu: CpuSampler,
+    /// The data plane, for its per-rail counters in every heartbeat.
+    pub rails: Arc<plexus_dataplane::Endpoint>,
 }
 
 impl Session {
@@ -221,8 +223,24 @@ impl Session {
             running: self.attempts.running(),
             objects: self.cache.objects(),
             cache_used: self.cache.used(),
+            rails: rail_counters(&self.rails),
         }
     }
+}
+
+/// The data plane's per-rail counters, as reported to the coordinator.
+fn rail_counters(ep: &plexus_dataplane::Endpoint) -> Vec<pb::RailCounters> {
+    let stats = ep.stats();
+    ep.local_addrs()
+        .iter()
+        .zip(stats.rails)
+        .map(|(addr, r)| pb::RailCounters {
+            addr: addr.to_string(),
+            bytes_sent: r.bytes_sent,
+            bytes_received: r.bytes_received,
+            failures: r.failures,
+        })
+        .collect()
 }
 
 /// Awaits a unary call with a deadline, naming the call in errors.

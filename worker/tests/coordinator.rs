@@ -188,7 +188,10 @@ async fn register_assign_heartbeat_report() {
     assert_eq!(reg.peer_addr, format!("http://{}", worker.local_addr()));
     let cap = reg.capacity.unwrap();
     assert!(cap.cpus >= 1 && cap.memory > 0);
-    assert_eq!(cap.rails, vec!["127.0.0.1".to_string()]);
+    // One data-plane rail on loopback, advertised with the port it listens on.
+    assert_eq!(cap.rails.len(), 1);
+    let rail: std::net::SocketAddr = cap.rails[0].parse().expect("a rail is ip:port");
+    assert!(rail.ip().is_loopback() && rail.port() != 0, "{rail}");
     assert_eq!(cap.cache_bytes, 1 << 30);
     assert!(reg.known.is_empty());
 

@@ -504,6 +504,15 @@ impl Endpoint {
     }
 }
 
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("rails", &self.inner.local)
+            .field("scheduler", &self.inner.cfg.scheduler)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.inner.cancel.cancel();
