@@ -129,6 +129,14 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
             .collect(),
         outputs: a.outputs.clone(),
         env: a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        collective: a.collective.as_ref().map(|c| pb::Collective {
+            members: c.members.iter().map(|rails| pb::Member { rails: rails.clone() }).collect(),
+            tag: c.tag,
+            dtype: c.spec.dtype.clone(),
+            op: c.spec.op.clone(),
+            root: c.spec.root,
+            algorithm: c.spec.algorithm.clone(),
+        }),
     }
 }
 

@@ -20,7 +20,7 @@ use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskStat
 use serde::{Deserialize, Serialize};
 
 use crate::placer::{Candidate, Outcome, PlacementRequest, Placer};
-use crate::spec::{JobSpec, Work};
+use crate::spec::{CollectiveSpec, JobSpec, Work};
 
 /// Timing of the worker protocol.
 #[derive(Clone, Debug)]
@@ -253,6 +253,17 @@ pub struct Assignment {
     pub inputs: Vec<InputLocation>,
     pub outputs: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// For the collective kinds: the communicator the member joins.
+    pub collective: Option<CollectiveAssignment>,
+}
+
+/// A collective member's communicator: every member's data-plane rails in rank order (the
+/// member's own rank is its subtask's rank) and the tag base of this gang.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollectiveAssignment {
+    pub spec: CollectiveSpec,
+    pub members: Vec<Vec<String>>,
+    pub tag: u64,
 }
 
 /// What a batch of calls changed: records to persist first, then messages to send.
@@ -512,6 +523,15 @@ impl Core {
                     r.gpu,
                     bytesize::ByteSize(max_mem).display().iec(),
                 ));
+            }
+            if t.collective.is_some() {
+                let able = self.workers.values().filter(|w| r.fits_in(&w.record.capacity.resources())).count();
+                if able < t.replicas as usize {
+                    return Some(format!(
+                        "task {:?} is a collective of {} members, each on its own worker, but only {able} registered worker(s) can fit a member",
+                        t.name, t.replicas
+                    ));
+                }
             }
         }
         None
@@ -940,6 +960,8 @@ impl Core {
             return;
         }
         let mut deferred = VecDeque::new();
+        // Gangs that could not be placed this round: their other members wait without retrying.
+        let mut gangs_waiting: HashSet<(JobId, usize)> = HashSet::new();
         let n = self.ready.len();
         for _ in 0..n {
             let Some((job, idx)) = self.ready.pop_front() else { break };
@@ -947,7 +969,16 @@ impl Core {
             if j.record.state != JobState::Running || j.subtasks[idx as usize].state != SubtaskState::Ready {
                 continue; // stale queue entry
             }
-            if !self.place(job, idx, now) {
+            let t = j.task_of(idx);
+            let placed = if j.record.spec.tasks[t].collective.is_some() {
+                !gangs_waiting.contains(&(job, t)) && self.place_gang(job, t, now)
+            } else {
+                self.place(job, idx, now)
+            };
+            if !placed {
+                if self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].collective.is_some()) {
+                    gangs_waiting.insert((job, t));
+                }
                 deferred.push_back((job, idx));
             }
         }
@@ -1069,6 +1100,7 @@ impl Core {
             inputs: input_locations,
             outputs: task.outputs.clone(),
             env: task.env.clone(),
+            collective: None,
         };
         j.placements.insert(idx, record);
         self.out.placements.insert((job, idx));
@@ -1077,6 +1109,139 @@ impl Core {
         w.allocated.add(&req);
         w.placed.insert((job, idx));
         self.out.assignments.push((wid, assignment));
+        true
+    }
+
+    /// Places every member of collective task `t` at once, each on its own worker, or none.
+    ///
+    /// A gang runs together or not at all: when some members are ready again (a failed or lost
+    /// member) while others are still placed, those are cancelled and made ready first, so the
+    /// whole gang is placed anew with one communicator. Members are placed where their input
+    /// (the producer replica of the same rank) is resident when that worker has room, else on
+    /// the feasible worker with the most free cores. False when the gang does not fit now (or
+    /// cannot be rerun); nothing is then placed.
+    fn place_gang(&mut self, job: JobId, t: usize, now: u64) -> bool {
+        let j = &self.jobs[&job];
+        let task = &j.record.spec.tasks[t];
+        let (start, n) = (j.offsets[t], task.replicas);
+        let members: Vec<u32> = (start..start + n).collect();
+
+        if let Some(&done) = members.iter().find(|&&i| j.subtasks[i as usize].state == SubtaskState::Succeeded) {
+            // A member that completed cannot join a new communicator; its result stands alone.
+            let (name, rank) = (task.name.clone(), j.subtasks[done as usize].rank);
+            let msg = format!("collective {name:?}: member {rank} completed but other members must run again; a partial gang cannot be rerun");
+            self.finish_job(job, JobState::Failed, msg, now);
+            return false;
+        }
+        let active: Vec<u32> = members.iter().copied().filter(|&i| j.subtasks[i as usize].state.is_placed()).collect();
+        for idx in active {
+            let s = &self.jobs[&job].subtasks[idx as usize];
+            if let Some(w) = s.worker {
+                let a = AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
+                self.out.cancels.push((w, a));
+            }
+            self.requeue(job, idx, now, "gang restarted: another member has to run again".into());
+        }
+
+        let j = &self.jobs[&job];
+        let task = &j.record.spec.tasks[t];
+        if members.iter().any(|&i| j.subtasks[i as usize].state != SubtaskState::Ready) {
+            return false;
+        }
+        let req = task.resources;
+        let input = &task.inputs[0];
+        let producer = j.task_index(&input.task);
+        let mut free: HashMap<WorkerId, Resources> =
+            self.workers.values().filter(|w| w.connected && w.record.alive).map(|w| (w.record.id, w.free())).collect();
+        let mut chosen: Vec<(WorkerId, ObjectId, u64, &'static str)> = Vec::with_capacity(members.len());
+        for rank in 0..n {
+            let size = producer
+                .map(|p| &j.subtasks[(j.offsets[p] + rank) as usize])
+                .and_then(|s| s.outputs.iter().find(|(o, _)| *o == input.output).map(|(_, sz)| *sz))
+                .unwrap_or(0);
+            let object = ObjectId { job, task: input.task.clone(), rank, name: input.output.clone() };
+            let taken = |w: &WorkerId| chosen.iter().any(|(c, ..)| c == w);
+            let holder = self.holders.get(&object).and_then(|h| {
+                h.iter().copied().find(|w| !taken(w) && free.get(w).is_some_and(|f| req.fits_in(f)))
+            });
+            let (wid, why) = match holder {
+                Some(w) => (w, "holds the member's input"),
+                None => {
+                    let best = free
+                        .iter()
+                        .filter(|(w, f)| !taken(w) && req.fits_in(f))
+                        .max_by(|(a, fa), (b, fb)| fa.cpu.total_cmp(&fb.cpu).then_with(|| b.cmp(a)));
+                    match best {
+                        Some((w, _)) => (*w, "most free cores"),
+                        None => return false,
+                    }
+                }
+            };
+            if let Some(f) = free.get_mut(&wid) {
+                f.cpu -= req.cpu;
+                f.memory = f.memory.saturating_sub(req.memory);
+                f.gpu = f.gpu.saturating_sub(req.gpu);
+            }
+            chosen.push((wid, object, size, why));
+        }
+
+        let spec = task.collective.clone().expect("a collective task");
+        let rails: Vec<Vec<String>> = chosen.iter().map(|(w, ..)| self.workers[w].record.capacity.rails.clone()).collect();
+        let generation = j.subtasks[start as usize].attempt + 1;
+        // The gang's tag base: distinct per job, task and generation, with the low 32 bits free
+        // for the communicator's own message numbering.
+        let tag = gang_tag(job, t, generation);
+        let task_name = task.name.clone();
+        for (rank, (wid, object, size, why)) in chosen.into_iter().enumerate() {
+            let idx = start + rank as u32;
+            let holders = self.holders.get(&object).map(|h| {
+                h.iter()
+                    .filter_map(|w| self.workers.get(w))
+                    .filter(|w| w.record.alive)
+                    .map(|w| HolderLocation { peer_addr: w.record.peer_addr.clone(), rails: w.record.capacity.rails.clone() })
+                    .collect()
+            });
+            let decision = self.next_decision;
+            self.next_decision += 1;
+            let j = self.jobs.get_mut(&job).expect("exists");
+            let task = &j.record.spec.tasks[t];
+            let s = &mut j.subtasks[idx as usize];
+            s.attempt += 1;
+            s.worker = Some(wid);
+            s.assigned_at = now;
+            s.started_at = 0;
+            s.finished_at = 0;
+            s.exit_code = 0;
+            s.error.clear();
+            let record = PlacementRecord {
+                decision,
+                placer: "gang".into(),
+                attempt: s.attempt,
+                chosen: wid,
+                exploratory: false,
+                reason: format!("member {rank} of {n} of collective {task_name:?}: {why}"),
+                decided_at: now,
+                candidates: Vec::new(),
+            };
+            let assignment = Assignment {
+                attempt: AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt },
+                replicas: task.replicas,
+                work: task.work.clone(),
+                resources: req,
+                timeout_ms: task.timeout_ms,
+                inputs: vec![InputLocation { object, size, holders: holders.unwrap_or_default() }],
+                outputs: task.outputs.clone(),
+                env: task.env.clone(),
+                collective: Some(CollectiveAssignment { spec: spec.clone(), members: rails.clone(), tag }),
+            };
+            j.placements.insert(idx, record);
+            self.out.placements.insert((job, idx));
+            self.set_state((job, idx), SubtaskState::Assigned, now, String::new());
+            let w = self.workers.get_mut(&wid).expect("candidate exists");
+            w.allocated.add(&req);
+            w.placed.insert((job, idx));
+            self.out.assignments.push((wid, assignment));
+        }
         true
     }
 
@@ -1107,6 +1272,19 @@ impl Core {
         self.jobs.get(&job).and_then(|j| j.placements.get(&idx))
     }
 
+}
+
+/// A collective gang's tag base: a 32-bit FNV-1a hash of (job, task, generation) in the high
+/// half, so concurrent gangs on the same workers use disjoint tags and a rerun never matches a
+/// message of the gang before it.
+fn gang_tag(job: JobId, task: usize, generation: u32) -> u64 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in job.to_string().bytes().chain((task as u64).to_le_bytes()).chain(generation.to_le_bytes()) {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    // Never 0: the high half of a random object-fetch tag is rarely 0, and 0 is easy to confuse.
+    u64::from(h.max(1)) << 32
 }
 
 fn fmt_res(r: &Resources) -> String {

@@ -15,7 +15,16 @@ use plexus_proto::ids::{check_output_name, check_task_name};
 use serde::{Deserialize, Serialize};
 
 /// Built-in task kinds the workers know. A kind runs inside the worker, not as a process.
-pub const BUILTIN_KINDS: &[&str] = &["noop"];
+pub const BUILTIN_KINDS: &[&str] = &["noop", "allreduce", "reduce"];
+
+/// The collective kinds: their members are placed together, one per replica of the task that
+/// produces their input, and exchange data over the workers' data plane.
+pub const COLLECTIVE_KINDS: &[&str] = &["allreduce", "reduce"];
+/// Element types, reduction operators and algorithms of the collective kinds (the data plane's
+/// names; the worker parses them again).
+pub const DTYPES: &[&str] = &["f32", "f64", "i32", "i64"];
+pub const REDUCE_OPS: &[&str] = &["sum", "min", "max", "prod"];
+pub const ALGORITHMS: &[&str] = &["halving", "ring"];
 
 /// Upper bounds that keep one job file from exhausting the coordinator's memory.
 pub const MAX_REPLICAS: u32 = 100_000;
@@ -99,6 +108,23 @@ pub struct TaskSpec {
     pub env: BTreeMap<String, String>,
     /// Operation-count hint for the learned placer; `None` = let it estimate.
     pub flops: Option<f64>,
+    /// Set for the collective kinds (`allreduce`, `reduce`).
+    #[serde(default)]
+    pub collective: Option<CollectiveSpec>,
+}
+
+/// What a collective task reduces and how. Its one input names, per member, the object of the
+/// producer replica with the member's rank; its one output is the result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectiveSpec {
+    /// `f32`, `f64`, `i32` or `i64`: the input objects are raw little-endian arrays of it.
+    pub dtype: String,
+    /// `sum`, `min`, `max` or `prod`.
+    pub op: String,
+    /// The rank that receives a `reduce`'s result (the others write an empty output).
+    pub root: u32,
+    /// `halving` (seed 003's pipelined recursive halving) or `ring`.
+    pub algorithm: String,
 }
 
 /// A validated job: tasks in file order, dependencies acyclic and resolved.
@@ -149,6 +175,10 @@ struct RawTask {
     #[serde(default)]
     env: BTreeMap<String, String>,
     flops: Option<f64>,
+    dtype: Option<String>,
+    op: Option<String>,
+    root: Option<u32>,
+    algorithm: Option<String>,
 }
 
 /// `command = ["prog", "arg"]` (argv), or `command = "shell text"` run with `sh -c`.
@@ -244,11 +274,15 @@ impl Validator<'_> {
             check_task_name(&t.name).map_err(|e| self.err(self.task_line(&t.name, 0), e.to_string()))?;
         }
         let outputs_of: HashMap<&str, &Vec<String>> = raw.task.iter().map(|t| (t.name.as_str(), &t.outputs)).collect();
+        // A collective without `replicas` has one member per producer replica; resolved through
+        // chains of collectives (whose producers are resolved first: there are no cycles among
+        // inputs once validation passes, and a chain deeper than the task count is one).
+        let replicas_of = declared_replicas(&raw.task);
 
         let mut tasks = Vec::with_capacity(raw.task.len());
         let mut total: u64 = 0;
         for t in &raw.task {
-            let task = self.task(t, &outputs_of)?;
+            let task = self.task(t, &outputs_of, &replicas_of)?;
             total += task.replicas as u64;
             if total > MAX_SUBTASKS {
                 return Err(self.err(self.task_line(&t.name, 0), format!("the job expands to more than {MAX_SUBTASKS} subtasks")));
@@ -262,7 +296,12 @@ impl Validator<'_> {
         Ok(JobSpec { name, tasks })
     }
 
-    fn task(&self, t: &RawTask, outputs_of: &HashMap<&str, &Vec<String>>) -> Result<TaskSpec, SpecError> {
+    fn task(
+        &self,
+        t: &RawTask,
+        outputs_of: &HashMap<&str, &Vec<String>>,
+        replicas_of: &HashMap<&str, u32>,
+    ) -> Result<TaskSpec, SpecError> {
         let line = self.task_line(&t.name, 0);
         let at = |msg: String| self.err(line, format!("task {:?}: {msg}", t.name));
 
@@ -375,6 +414,12 @@ impl Validator<'_> {
             }
         }
 
+        let collective = self.collective(t, &work, replicas, &inputs, replicas_of)?;
+        let replicas = match &collective {
+            Some(_) => replicas_of.get(inputs[0].task.as_str()).copied().unwrap_or(replicas),
+            None => replicas,
+        };
+
         Ok(TaskSpec {
             name: t.name.clone(),
             work,
@@ -387,8 +432,90 @@ impl Validator<'_> {
             timeout_ms,
             env: t.env.clone(),
             flops: t.flops,
+            collective,
         })
     }
+
+    /// Checks the fields of a collective kind (and that other tasks use none of them).
+    fn collective(
+        &self,
+        t: &RawTask,
+        work: &Work,
+        replicas: u32,
+        inputs: &[InputSpec],
+        replicas_of: &HashMap<&str, u32>,
+    ) -> Result<Option<CollectiveSpec>, SpecError> {
+        let at = |msg: String| self.err(self.task_line(&t.name, 0), format!("task {:?}: {msg}", t.name));
+        let kind = match work {
+            Work::Kind(k) if COLLECTIVE_KINDS.contains(&k.as_str()) => k.as_str(),
+            _ => {
+                let set: Vec<&str> = [("dtype", t.dtype.is_some()), ("op", t.op.is_some()), ("root", t.root.is_some()), ("algorithm", t.algorithm.is_some())]
+                    .into_iter()
+                    .filter(|(_, set)| *set)
+                    .map(|(name, _)| name)
+                    .collect();
+                if let Some(first) = set.first() {
+                    return Err(at(format!("`{first}` is only for the collective kinds ({})", COLLECTIVE_KINDS.join(", "))));
+                }
+                return Ok(None);
+            }
+        };
+        if inputs.len() != 1 {
+            return Err(at(format!(
+                "a {kind} takes exactly one input, the object each member reduces (e.g. inputs = [\"grads/grad\"]); it has {}",
+                inputs.len()
+            )));
+        }
+        if t.outputs.len() != 1 {
+            return Err(at(format!("a {kind} writes exactly one output, its result; it declares {}", t.outputs.len())));
+        }
+        let producer = inputs[0].task.as_str();
+        let members = replicas_of.get(producer).copied().unwrap_or(1);
+        if t.replicas.is_some() && replicas != members {
+            return Err(at(format!(
+                "replicas = {replicas}, but a {kind} has one member per replica of {producer:?}, which has {members}"
+            )));
+        }
+        let pick = |field: &str, value: &Option<String>, allowed: &[&str], default: Option<&str>| -> Result<String, SpecError> {
+            match (value.as_deref(), default) {
+                (Some(v), _) if allowed.contains(&v) => Ok(v.to_string()),
+                (Some(v), _) => Err(at(format!("{field} = {v:?} is not one of {}", allowed.join(", ")))),
+                (None, Some(d)) => Ok(d.to_string()),
+                (None, None) => Err(at(format!("a {kind} needs `{field}` (one of {})", allowed.join(", ")))),
+            }
+        };
+        let dtype = pick("dtype", &t.dtype, DTYPES, None)?;
+        let op = pick("op", &t.op, REDUCE_OPS, Some("sum"))?;
+        let algorithm = pick("algorithm", &t.algorithm, ALGORITHMS, Some("halving"))?;
+        let root = match (kind, t.root) {
+            ("allreduce", Some(_)) => return Err(at("`root` is only for a reduce (an allreduce leaves the result on every member)".into())),
+            (_, Some(r)) if r >= members => return Err(at(format!("root = {r} is not a member's rank (0..{members})"))),
+            (_, r) => r.unwrap_or(0),
+        };
+        Ok(Some(CollectiveSpec { dtype, op, root, algorithm }))
+    }
+}
+
+/// Each task's replica count: as declared, or for a collective kind without `replicas`, its
+/// input producer's (followed through chains of collectives; a cycle resolves to 1 and is
+/// reported by the cycle check).
+fn declared_replicas<'a>(tasks: &'a [RawTask]) -> HashMap<&'a str, u32> {
+    let by_name: HashMap<&'a str, &'a RawTask> = tasks.iter().map(|t| (t.name.as_str(), t)).collect();
+    let resolve = |mut t: &'a RawTask| -> u32 {
+        for _ in 0..=tasks.len() {
+            let collective = t.kind.as_deref().is_some_and(|k| COLLECTIVE_KINDS.contains(&k));
+            match (t.replicas, collective, t.inputs.first().and_then(|i| i.split_once('/'))) {
+                (Some(r), _, _) => return r,
+                (None, true, Some((producer, _))) => match by_name.get(producer) {
+                    Some(p) => t = p,
+                    None => return 1,
+                },
+                _ => return 1,
+            }
+        }
+        1
+    };
+    tasks.iter().map(|t| (t.name.as_str(), resolve(t))).collect()
 }
 
 fn list_or_none(v: &[String]) -> String {
@@ -573,6 +700,36 @@ cpu = 0.5
         }
         let self_loop = toml("[[task]]\nname = \"a\"\nkind = \"noop\"\nafter = [\"a\"]\n").unwrap_err();
         assert_eq!(self_loop.message, "dependency cycle: a -> a");
+    }
+
+    #[test]
+    fn collectives_take_one_member_per_producer_replica() {
+        let producer = "[[task]]\nname = \"g\"\ncommand = \"true\"\nreplicas = 4\noutputs = [\"x\"]\n";
+        let j = toml(&format!("{producer}[[task]]\nname = \"s\"\nkind = \"allreduce\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"f32\"\n")).unwrap();
+        let s = &j.tasks[1];
+        assert_eq!(s.replicas, 4);
+        assert_eq!(
+            s.collective,
+            Some(CollectiveSpec { dtype: "f32".into(), op: "sum".into(), root: 0, algorithm: "halving".into() })
+        );
+        assert_eq!(j.total_subtasks(), 8);
+        let r = toml(&format!(
+            "{producer}[[task]]\nname = \"r\"\nkind = \"reduce\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"i64\"\nop = \"max\"\nroot = 3\nalgorithm = \"ring\"\nreplicas = 4\n"
+        ))
+        .unwrap();
+        assert_eq!(r.tasks[1].collective.as_ref().map(|c| (c.op.as_str(), c.root, c.algorithm.as_str())), Some(("max", 3, "ring")));
+
+        let bad = |task: &str| toml(&format!("{producer}[[task]]\nname = \"s\"\n{task}")).unwrap_err().message;
+        let ar = "kind = \"allreduce\"\noutputs = [\"y\"]\n";
+        assert!(bad(&format!("{ar}inputs = [\"g/x\"]\n")).contains("needs `dtype`"));
+        assert!(bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f16\"\n")).contains("dtype = \"f16\" is not one of f32, f64, i32, i64"));
+        assert!(bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f32\"\nop = \"avg\"\n")).contains("op = \"avg\""));
+        assert!(bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f32\"\nroot = 1\n")).contains("`root` is only for a reduce"));
+        assert!(bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f32\"\nreplicas = 3\n")).contains("one member per replica of \"g\", which has 4"));
+        assert!(bad(&format!("{ar}dtype = \"f32\"\n")).contains("exactly one input"));
+        assert!(bad("kind = \"reduce\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"f32\"\nroot = 4\n").contains("root = 4 is not a member's rank"));
+        assert!(bad("kind = \"reduce\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\n").contains("exactly one output"));
+        assert!(bad("command = \"true\"\ndtype = \"f32\"\n").contains("`dtype` is only for the collective kinds"));
     }
 
     #[test]

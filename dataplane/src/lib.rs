@@ -11,11 +11,14 @@
 //!   parameter.
 //! * [`endpoint`] — the tokio transport that executes them: one listener and one TCP connection
 //!   per rail and peer, per-rail FCFS send queues, acknowledgements, resends.
+//! * [`collective`] — `reduce` and `allreduce` over a group of endpoints (seed 003's pipelined
+//!   recursive halving, and the ring): a pure round/slice plan, executed on the transport.
 //! * [`error`] — the crate's one error enum.
 //! * [`peer`] — a receiving peer in its own process (`plexus-rail-peer`), and [`rig`] — the
 //!   `scripts/rails-rig.sh` namespaces driven from Rust, with a drop guard; both for tests and
 //!   the `rails` benchmark.
 
+pub mod collective;
 pub mod endpoint;
 pub mod error;
 pub mod peer;
@@ -25,6 +28,7 @@ pub mod sched;
 pub mod segment;
 pub mod wire;
 
+pub use collective::{Algorithm, CollectiveConfig, Communicator, DType, Profile, ReduceOp};
 pub use endpoint::{Endpoint, EndpointConfig, Faults, PeerAddrs, RailStats, Stats};
 pub use error::{Error, Result};
 pub use sched::SchedulerKind;

@@ -78,3 +78,41 @@ fn objects_travel_between_workers_striped_over_both_rails() {
         assert_eq!(w["rail_traffic"].as_array().map(Vec::len), Some(2), "{w}");
     }
 }
+
+/// The examples' allreduce job: four producers, a built-in allreduce gang over the data plane,
+/// and a check of the sum against a sequential one, on four workers with two rails each.
+#[test]
+fn the_allreduce_example_sums_four_replicas_across_workers() {
+    let c = Cluster::start(ClusterConfig {
+        workers: 4,
+        cpus_per_worker: 1,
+        worker_args: ["--rail", "127.0.0.1", "--rail", "127.0.0.2"].map(String::from).to_vec(),
+        ..ClusterConfig::default()
+    });
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/allreduce.toml");
+    let source = std::fs::read_to_string(file).expect("the example");
+    let job = c.submit("allreduce.toml", &source);
+    let status = c.wait_job(&job, Duration::from_secs(120));
+    assert_eq!(status.state, pb::JobState::Succeeded as i32, "{status:?}\n{}", c.coordinator_log());
+
+    let logs = c.plexus(&["logs", &job, "check"]);
+    assert!(logs.status.success(), "{}", describe(&logs));
+    let out = String::from_utf8_lossy(&logs.stdout);
+    assert!(out.starts_with("ok: 262144 elements summed over 4 replicas"), "{out}");
+
+    // Each member ran where its input was, on four distinct workers, in one gang.
+    let members: Vec<&pb::SubtaskStatus> = status.subtasks.iter().filter(|s| s.task == "sum").collect();
+    assert_eq!(members.len(), 4);
+    let mut workers: Vec<&str> = members.iter().map(|s| s.worker_id.as_str()).collect();
+    workers.sort();
+    workers.dedup();
+    assert_eq!(workers.len(), 4, "{members:?}");
+    assert!(members.iter().all(|s| s.fetched_bytes == 0), "inputs were local: {members:?}");
+    let explain = c.plexus(&["explain", &job, "sum", "--rank", "2"]);
+    assert!(explain.status.success(), "{}", describe(&explain));
+    let text = String::from_utf8_lossy(&explain.stdout);
+    assert!(text.contains("gang") && text.contains("member 2 of 4"), "{text}");
+    let member_log = c.plexus(&["logs", &job, "sum", "--rank", "1"]);
+    let text = String::from_utf8_lossy(&member_log.stdout);
+    assert!(text.starts_with("allreduce f32 sum over 4 members (halving), rank 1: 1048576 bytes"), "{text}");
+}

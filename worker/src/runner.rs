@@ -24,12 +24,15 @@
 //! a RUNNING report, a task or a process, because the control-plane benchmark pushes thousands of
 //! them per second through each worker.
 
+use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use plexus_dataplane::{Algorithm, CollectiveConfig, Communicator, DType, ReduceOp};
 use plexus_proto::ids::{check_output_name, check_task_name};
 use plexus_proto::{AttemptRef, ObjectId, convert, now_ms, pb};
 use tokio::time::Instant;
@@ -47,17 +50,73 @@ use crate::peer;
 /// `exit_code` of a report when no process ran.
 pub const NO_EXIT_CODE: i32 = -1;
 
-/// A validated command assignment.
+/// A validated assignment: a command, or a collective member.
 #[derive(Debug, Clone)]
 pub struct Work {
     pub attempt: AttemptRef,
     pub replicas: u32,
+    /// The command; empty for a collective member.
     pub argv: Vec<String>,
+    /// Set for the collective kinds: the member's part, run inside the worker.
+    pub collective: Option<CollectiveWork>,
     /// `None`: no limit.
     pub timeout: Option<Duration>,
     pub inputs: Vec<Input>,
     pub outputs: Vec<String>,
     pub env: Vec<(String, String)>,
+}
+
+/// The kinds built into the worker that run as a collective member.
+pub const COLLECTIVE_KINDS: &[&str] = &["allreduce", "reduce"];
+
+/// A collective member's part: what it reduces and with whom.
+#[derive(Debug, Clone)]
+pub struct CollectiveWork {
+    /// `None`: allreduce (every member writes the result); `Some(root)`: reduce to `root` (the
+    /// other members write an empty output).
+    pub root: Option<usize>,
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub algorithm: Algorithm,
+    /// Every member's data-plane rails, in rank order; this member is `attempt.rank`.
+    pub members: Vec<Vec<SocketAddr>>,
+    pub tag: u64,
+}
+
+impl CollectiveWork {
+    fn from_pb(kind: &str, rank: u32, c: Option<pb::Collective>) -> Result<CollectiveWork> {
+        let invalid = |m: String| Error::InvalidAssignment(m);
+        let c = c.ok_or_else(|| invalid(format!("a {kind} assignment without its communicator")))?;
+        let members = c
+            .members
+            .iter()
+            .enumerate()
+            .map(|(r, m)| match peer::parse_rails(&m.rails) {
+                Ok(rails) if !rails.is_empty() => Ok(rails),
+                Ok(_) => Err(invalid(format!("collective member {r} has no rails"))),
+                Err(e) => Err(invalid(format!("collective member {r}: {e}"))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if rank as usize >= members.len() {
+            return Err(invalid(format!("rank {rank} is not a member of a collective of {}", members.len())));
+        }
+        let root = match kind {
+            "reduce" if c.root as usize >= members.len() => {
+                return Err(invalid(format!("reduce root {} is not a member of a collective of {}", c.root, members.len())));
+            }
+            "reduce" => Some(c.root as usize),
+            _ => None,
+        };
+        let named = |what: &str, e: plexus_dataplane::Error| invalid(format!("collective {what}: {e}"));
+        Ok(CollectiveWork {
+            root,
+            dtype: c.dtype.parse().map_err(|e| named("dtype", e))?,
+            op: c.op.parse().map_err(|e| named("op", e))?,
+            algorithm: c.algorithm.parse().map_err(|e| named("algorithm", e))?,
+            members,
+            tag: c.tag,
+        })
+    }
 }
 
 /// A validated input object and where it goes under `$PLEXUS_IN`.
@@ -74,13 +133,26 @@ pub struct Input {
 impl Work {
     /// Checks everything in a command assignment that will become a path, an argument or an
     /// environment variable.
-    pub fn from_pb(attempt: AttemptRef, a: pb::Assignment) -> Result<Work> {
+    pub fn from_pb(attempt: AttemptRef, mut a: pb::Assignment) -> Result<Work> {
         let invalid = |m: String| Err(Error::InvalidAssignment(m));
-        match a.command.first() {
-            None => return invalid("it has neither a command nor a built-in kind".into()),
-            Some(p) if p.is_empty() => return invalid("the program name (command[0]) is empty".into()),
-            Some(_) => {}
-        }
+        let collective = if COLLECTIVE_KINDS.contains(&a.kind.as_str()) {
+            if a.inputs.len() != 1 || a.outputs.len() != 1 {
+                return invalid(format!(
+                    "a {} member needs one input and one output, not {} and {}",
+                    a.kind,
+                    a.inputs.len(),
+                    a.outputs.len()
+                ));
+            }
+            Some(CollectiveWork::from_pb(&a.kind, attempt.rank, a.collective.take())?)
+        } else {
+            match a.command.first() {
+                None => return invalid("it has neither a command nor a built-in kind".into()),
+                Some(p) if p.is_empty() => return invalid("the program name (command[0]) is empty".into()),
+                Some(_) => {}
+            }
+            None
+        };
         if let Some(arg) = a.command.iter().find(|s| s.contains('\0')) {
             return invalid(format!("command argument {arg:?} contains a NUL byte"));
         }
@@ -125,7 +197,8 @@ impl Work {
         Ok(Work {
             attempt,
             replicas: a.replicas,
-            argv: a.command,
+            argv: if collective.is_some() { Vec::new() } else { a.command },
+            collective,
             timeout: (a.timeout_ms > 0).then(|| Duration::from_millis(a.timeout_ms)),
             inputs,
             outputs,
@@ -203,7 +276,7 @@ impl Runner {
             }
         };
         let attempts = &self.ctx.attempts;
-        if !a.kind.is_empty() {
+        if !a.kind.is_empty() && !COLLECTIVE_KINDS.contains(&a.kind.as_str()) {
             let now = now_ms();
             let r = match a.kind.as_str() {
                 "noop" => pb::TaskReport { started_at: now, finished_at: now, ..report(&attempt, pb::SubtaskState::Succeeded) },
@@ -330,6 +403,17 @@ impl Ctx {
             Ok(files) => files,
             Err(e) => return Outcome::failed(e.to_string(), started_at, NO_EXIT_CODE),
         };
+        if let Some(c) = &work.collective {
+            let ran = self.collective(work, c, &in_dir, &out_dir, stdout, cancel).await;
+            return match ran {
+                Ok(()) => match self.collect_outputs(work, &out_dir, acct, pins) {
+                    Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code: 0, error: String::new(), started_at, outputs },
+                    Err(e) => Outcome::failed(e, started_at, NO_EXIT_CODE),
+                },
+                Err(None) => self.cancelled(started_at, NO_EXIT_CODE),
+                Err(Some(e)) => Outcome::failed(e, started_at, NO_EXIT_CODE),
+            };
+        }
         let program = &work.argv[0];
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&work.argv[1..])
@@ -399,6 +483,78 @@ impl Ctx {
                 (None, None) => Outcome::failed(format!("ended with {status}"), started_at, exit_code),
             },
         }
+    }
+
+    /// Runs a collective member: reads its input, joins the gang's communicator on this worker's
+    /// data plane, and writes the result as its output. `Err(None)` means cancelled.
+    async fn collective(
+        &self,
+        work: &Work,
+        c: &CollectiveWork,
+        in_dir: &Path,
+        out_dir: &Path,
+        mut log: std::fs::File,
+        cancel: &CancellationToken,
+    ) -> Result<(), Option<String>> {
+        use std::io::Write as _;
+        let a = &work.attempt;
+        let input = &work.inputs[0];
+        let output = &work.outputs[0];
+        let path = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
+        let data = tokio::fs::read(&path).await.map_err(|e| Some(format!("could not read input {}: {e}", input.id)))?;
+        if data.len() % c.dtype.size() != 0 {
+            return Err(Some(format!(
+                "input {} has {} bytes, not a whole number of {} elements ({} bytes each)",
+                input.id,
+                data.len(),
+                c.dtype,
+                c.dtype.size()
+            )));
+        }
+        let cfg = CollectiveConfig { algorithm: c.algorithm, ..CollectiveConfig::default() };
+        let comm = Communicator::new(Arc::clone(&self.rails), c.members.clone(), a.rank as usize, c.tag, cfg)
+            .map_err(|e| Some(format!("could not form the communicator: {e}")))?;
+        let kind = if c.root.is_some() { "reduce" } else { "allreduce" };
+        let len = data.len();
+        let started = std::time::Instant::now();
+        let run = async {
+            match c.root {
+                None => comm.allreduce_bytes(Bytes::from(data), c.dtype, c.op).await.map(Some),
+                Some(root) => comm.reduce_bytes(Bytes::from(data), root, c.dtype, c.op).await,
+            }
+        };
+        let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
+        let result = tokio::select! {
+            r = run => r.map_err(|e| Some(format!("{kind} failed: {e}")))?,
+            () = sleep_until(deadline) => return Err(Some(format!("timed out after {:?}", work.timeout.unwrap_or_default()))),
+            () = cancel.cancelled() => return Err(None),
+        };
+        let took = started.elapsed();
+        let dest = out_dir.join(output);
+        let written = result.as_ref().map_or(0, Bytes::len);
+        tokio::fs::write(&dest, result.unwrap_or_default())
+            .await
+            .map_err(|e| Some(format!("could not write output {output:?}: {e}")))?;
+        let p = comm.last_profile();
+        let members = c.members.len();
+        // The member's log: what ran and where its time went, for `plexus logs`.
+        let _ = writeln!(
+            log,
+            "{kind} {} {} over {members} members ({}), rank {}: {len} bytes in {:.3} ms, algBW {:.3} GB/s; \
+             copy {:.3} ms, reduce {:.3} ms, wait {:.3} ms; sent {} B, received {} B; wrote {written} B",
+            c.dtype,
+            c.op,
+            c.algorithm,
+            a.rank,
+            took.as_secs_f64() * 1e3,
+            len as f64 / took.as_secs_f64().max(1e-9) / 1e9,
+            p.copy.as_secs_f64() * 1e3,
+            p.reduce.as_secs_f64() * 1e3,
+            p.wait.as_secs_f64() * 1e3,
+            p.bytes_sent,
+            p.bytes_received,
+        );
+        Ok(())
     }
 
     fn cancelled(&self, started_at: u64, exit_code: i32) -> Outcome {
@@ -635,6 +791,7 @@ mod tests {
             attempt: a.clone(),
             replicas: 4,
             argv,
+            collective: None,
             timeout: None,
             inputs: Vec::new(),
             outputs: Vec::new(),
@@ -955,5 +1112,98 @@ mod tests {
         assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
         assert_eq!(r.evicted_bytes, 80);
         assert!(!cache.contains(&old));
+    }
+
+    /// An allreduce assignment for `rank` of a gang over `members`, reading `gen/<rank>/g`.
+    fn member(job: JobId, rank: u32, kind: &str, members: &[Vec<std::net::SocketAddr>], dtype: &str) -> pb::Assignment {
+        let a = AttemptRef { job, task: "sum".into(), rank, attempt: 1 };
+        let id = ObjectId { job, task: "gen".into(), rank, name: "g".into() };
+        pb::Assignment {
+            attempt: Some(pb::AttemptRef::from(&a)),
+            kind: kind.into(),
+            replicas: members.len() as u32,
+            inputs: vec![pb::InputObject { object_id: id.to_string(), ..Default::default() }],
+            outputs: vec!["total".into()],
+            collective: Some(pb::Collective {
+                members: members.iter().map(|m| pb::Member { rails: m.iter().map(ToString::to_string).collect() }).collect(),
+                tag: 7 << 32,
+                dtype: dtype.into(),
+                op: "sum".into(),
+                root: 1,
+                algorithm: "halving".into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn collective_members_reduce_their_inputs_over_the_data_plane() {
+        let (f0, f1) = (fixture().await, fixture().await);
+        let job = JobId::random();
+        let members = vec![f0.rails.local_addrs(), f1.rails.local_addrs()];
+        for (rank, f) in [&f0, &f1].into_iter().enumerate() {
+            let id = ObjectId { job, task: "gen".into(), rank: rank as u32, name: "g".into() };
+            let values: Vec<u8> = (0..1000i32).flat_map(|i| (i * (rank as i32 + 1)).to_le_bytes()).collect();
+            std::fs::write(f.layout.root().join("scratch"), values).unwrap();
+            drop(f.cache.insert(&id, &f.layout.root().join("scratch")).unwrap());
+        }
+        for kind in ["allreduce", "reduce"] {
+            let job = if kind == "reduce" {
+                // A fresh job id keeps the two runs' attempts and outputs apart; same inputs.
+                let j2 = JobId::random();
+                for (rank, f) in [&f0, &f1].into_iter().enumerate() {
+                    let from = ObjectId { job, task: "gen".into(), rank: rank as u32, name: "g".into() };
+                    let to = ObjectId { job: j2, task: "gen".into(), rank: rank as u32, name: "g".into() };
+                    std::fs::copy(f.cache.path(&from), f.layout.root().join("scratch")).unwrap();
+                    drop(f.cache.insert(&to, &f.layout.root().join("scratch")).unwrap());
+                }
+                j2
+            } else {
+                job
+            };
+            let w0 = Work::from_pb(attempt_of(job, 0), member(job, 0, kind, &members, "i32")).unwrap();
+            let w1 = Work::from_pb(attempt_of(job, 1), member(job, 1, kind, &members, "i32")).unwrap();
+            let cancel = CancellationToken::new();
+            let (r0, r1) = tokio::join!(f0.runner.run(&w0, &cancel), f1.runner.run(&w1, &cancel));
+            for r in [&r0, &r1] {
+                assert_eq!(state(r), pb::SubtaskState::Succeeded, "{kind}: {}", r.error);
+            }
+            let expect: Vec<u8> = (0..1000i32).flat_map(|i| (i * 3).to_le_bytes()).collect();
+            let out = |f: &Fixture, rank| std::fs::read(f.cache.path(&ObjectId { job, task: "sum".into(), rank, name: "total".into() })).unwrap();
+            if kind == "allreduce" {
+                assert_eq!(out(&f0, 0), expect);
+                assert_eq!(out(&f1, 1), expect);
+            } else {
+                assert!(out(&f0, 0).is_empty(), "only the root holds a reduce's result");
+                assert_eq!(out(&f1, 1), expect);
+            }
+            let log = String::from_utf8_lossy(&r1.stdout_tail).to_string();
+            assert!(log.starts_with(&format!("{kind} i32 sum over 2 members")), "{log}");
+        }
+    }
+
+    fn attempt_of(job: JobId, rank: u32) -> AttemptRef {
+        AttemptRef { job, task: "sum".into(), rank, attempt: 1 }
+    }
+
+    #[test]
+    fn bad_collective_assignments_are_refused_with_a_reason() {
+        let job = JobId::random();
+        let members = vec![vec!["127.0.0.1:1".parse().unwrap()], vec!["127.0.0.1:2".parse().unwrap()]];
+        let err = |a: pb::Assignment| Work::from_pb(attempt_of(job, 0), a).unwrap_err().to_string();
+        let ok = member(job, 0, "allreduce", &members, "f32");
+        assert!(Work::from_pb(attempt_of(job, 0), ok.clone()).is_ok());
+        assert!(err(member(job, 0, "allreduce", &members, "f16")).contains("unknown dtype \"f16\""));
+        assert!(err(pb::Assignment { collective: None, ..ok.clone() }).contains("without its communicator"));
+        assert!(err(pb::Assignment { outputs: vec![], ..ok.clone() }).contains("one input and one output"));
+        let mut one = ok.clone();
+        one.collective.as_mut().unwrap().members.truncate(0);
+        assert!(err(one).contains("rank 0 is not a member of a collective of 0"));
+        let mut bad_rail = ok.clone();
+        bad_rail.collective.as_mut().unwrap().members[1].rails = vec!["nowhere".into()];
+        assert!(err(bad_rail).contains("collective member 1: rail address \"nowhere\""));
+        let mut root = member(job, 0, "reduce", &members, "f32");
+        root.collective.as_mut().unwrap().root = 2;
+        assert!(err(root).contains("reduce root 2"));
     }
 }

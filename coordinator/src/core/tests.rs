@@ -339,3 +339,117 @@ fn heartbeat_objects_feed_locality() {
     assert!(c.worker(holder_of_rank0).unwrap().objects.is_empty());
     let _ = job;
 }
+
+const GANG: &str = r#"
+name = "gang"
+[[task]]
+name = "gen"
+command = ["true"]
+replicas = 3
+outputs = ["numbers"]
+[[task]]
+name = "sum"
+kind = "allreduce"
+inputs = ["gen/numbers"]
+outputs = ["total"]
+dtype = "f32"
+max_retries = 1
+"#;
+
+fn session(w: WorkerId) -> String {
+    format!("s{}", w.as_bytes()[15])
+}
+
+/// Runs the gen replicas of GANG to success; returns where each rank ran.
+fn gens_done(c: &mut Core, now: u64) -> Vec<WorkerId> {
+    c.schedule(now);
+    let a = assigned(c);
+    assert_eq!(a.len(), 3);
+    let mut at = vec![wid(0); 3];
+    for (w, x) in &a {
+        at[x.attempt.rank as usize] = *w;
+        assert!(c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Succeeded)], now + 1));
+    }
+    at
+}
+
+#[test]
+fn a_collective_gang_is_placed_together_on_distinct_workers_near_its_inputs() {
+    let mut c = core();
+    for n in 1..=3 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let job = submit(&mut c, GANG, 0);
+    let gen_at = gens_done(&mut c, 1);
+    c.schedule(3);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 3, "every member at once");
+    let mut workers: Vec<WorkerId> = a.iter().map(|(w, _)| *w).collect();
+    let members = a[0].1.collective.clone().expect("a communicator");
+    for (w, x) in &a {
+        let coll = x.collective.as_ref().unwrap();
+        assert_eq!(coll, &members, "one communicator for the whole gang");
+        let r = x.attempt.rank as usize;
+        assert_eq!(*w, gen_at[r], "member {r} runs where its input is");
+        assert_eq!(x.inputs.len(), 1, "a member reads only its own rank's input");
+        assert_eq!(x.inputs[0].object.rank, x.attempt.rank);
+        assert_eq!(coll.members[r], c.workers().find(|v| v.record.id == *w).unwrap().record.capacity.rails);
+        assert_eq!(c.placement(job, 3 + r as u32).unwrap().placer, "gang");
+    }
+    assert_eq!(members.tag & 0xFFFF_FFFF, 0, "the low half is the communicator's");
+    workers.sort();
+    workers.dedup();
+    assert_eq!(workers.len(), 3, "each member on its own worker");
+    assert_eq!(members.spec.dtype, "f32");
+}
+
+#[test]
+fn a_gang_that_does_not_fit_waits_whole_and_a_too_small_cluster_is_refused() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    c.register(reg(2, "s2", 4, vec![]), 0);
+    let err = c.submit(JobId::random(), parse(GANG, Format::Toml, "t.toml").unwrap(), 0).unwrap_err();
+    assert!(err.to_string().contains("collective of 3 members"), "{err}");
+
+    c.register(reg(3, "s3", 4, vec![]), 0);
+    let job = submit(&mut c, GANG, 0);
+    gens_done(&mut c, 1);
+    // Worker 3 goes away: two workers cannot hold a gang of three, so nobody is placed.
+    c.tick(10_000);
+    c.register(reg(1, "s1b", 4, vec![]), 10_000);
+    c.register(reg(2, "s2b", 4, vec![]), 10_000);
+    c.schedule(10_001);
+    assert!(assigned(&mut c).iter().all(|(_, x)| x.collective.is_none()), "no member placed alone");
+    assert!((0..3).all(|r| state(&c, job, "sum", r) == SubtaskState::Ready));
+}
+
+#[test]
+fn a_failed_member_restarts_the_whole_gang_with_a_new_communicator() {
+    let mut c = core();
+    for n in 1..=3 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let job = submit(&mut c, GANG, 0);
+    gens_done(&mut c, 1);
+    c.schedule(3);
+    let first = assigned(&mut c);
+    let tag1 = first[0].1.collective.as_ref().unwrap().tag;
+    let (w0, m0) = first.iter().find(|(_, x)| x.attempt.rank == 0).unwrap().clone();
+    assert!(c.report(w0, &session(w0), vec![done(&m0.attempt, SubtaskState::Failed)], 4));
+    c.schedule(5);
+    let out = c.take_outbox();
+    assert_eq!(out.cancels.len(), 2, "the two running members are cancelled: {:?}", out.cancels);
+    assert_eq!(out.assignments.len(), 3, "and the whole gang placed again");
+    for (_, x) in &out.assignments {
+        assert_eq!(x.attempt.attempt, 2);
+        assert_ne!(x.collective.as_ref().unwrap().tag, tag1, "a new tag space per generation");
+    }
+    let j = c.job(job).unwrap();
+    let failures: Vec<u32> = (0..3).map(|r| j.subtasks[(3 + r) as usize].failures).collect();
+    assert_eq!(failures, vec![1, 0, 0], "only the member that failed counts a failure");
+    // Late CANCELLED reports of the first generation change nothing.
+    for (w, x) in first.iter().filter(|(_, x)| x.attempt.rank != 0) {
+        c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Cancelled)], 6);
+    }
+    assert!((0..3).all(|r| state(&c, job, "sum", r) == SubtaskState::Assigned));
+}
