@@ -59,7 +59,10 @@ impl Rope {
     pub fn take(&self, r: Range<usize>) -> (Bytes, bool) {
         let parts = self.parts(r.clone());
         if parts.len() == 1 {
-            return (parts.into_iter().next().map(|(_, b)| b).unwrap_or_default(), false);
+            return (
+                parts.into_iter().next().map(|(_, b)| b).unwrap_or_default(),
+                false,
+            );
         }
         let mut v = Vec::with_capacity(r.len());
         for (_, b) in parts {
@@ -117,6 +120,22 @@ impl Rope {
         copied
     }
 
+    /// The whole buffer as one `Bytes`, written into `target`'s allocation when no piece still
+    /// refers to it and nobody else holds it (e.g. the caller's input, once every range of it
+    /// was replaced); else as [`into_bytes`](Self::into_bytes).
+    pub fn into_bytes_reusing(self, target: Bytes) -> (Bytes, usize) {
+        if self.pieces.len() <= 1 || target.len() != self.len {
+            return self.into_bytes();
+        }
+        match target.try_into_mut() {
+            Ok(mut m) => {
+                let copied = self.write_to(&mut m, None);
+                (m.freeze(), copied)
+            }
+            Err(_) => self.into_bytes(),
+        }
+    }
+
     /// The whole buffer as one `Bytes`: the single piece if there is one, else a copy.
     pub fn into_bytes(self) -> (Bytes, usize) {
         if self.pieces.len() <= 1 {
@@ -146,7 +165,16 @@ mod tests {
         let mut model: Vec<u8> = (0u8..20).collect();
         let mut n = 100u8;
         // Overlapping puts of every shape against a flat model.
-        for (s, l) in [(3, 4), (0, 2), (5, 10), (19, 1), (2, 3), (0, 20), (7, 1), (6, 3)] {
+        for (s, l) in [
+            (3, 4),
+            (0, 2),
+            (5, 10),
+            (19, 1),
+            (2, 3),
+            (0, 20),
+            (7, 1),
+            (6, 3),
+        ] {
             let data: Vec<u8> = (0..l).map(|i| n.wrapping_add(i as u8)).collect();
             n = n.wrapping_add(30);
             rope.put(s, Bytes::from(data.clone()));
