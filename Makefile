@@ -2,7 +2,8 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all torch deps build release demo test test-unit bench-control fmt clippy clean
+.PHONY: all torch deps build release demo test test-unit bench-control fmt clippy clean \
+        images compose-up compose-down compose-test
 
 all: build
 
@@ -27,8 +28,17 @@ demo: release
 	bash scripts/demo.sh
 
 # Every test, unit and end-to-end. The end-to-end tests run the real binaries, so build them first.
+# Then the compose cluster's test, when a Docker engine answers, on the debug binaries just built
+# (images tagged :debug), so it costs no release build.
 test: build deps
 	$(CARGO) test --workspace
+	@if ! docker info >/dev/null 2>&1; then \
+	  echo "make test: compose-test skipped: no Docker engine answers ('docker info' failed)"; \
+	elif ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then \
+	  echo "make test: compose-test skipped: neither 'docker compose' nor 'docker-compose' is installed"; \
+	else \
+	  $(MAKE) --no-print-directory compose-test PLEXUS_PROFILE=debug; \
+	fi
 
 test-unit: torch
 	$(CARGO) test --workspace --lib
@@ -36,6 +46,25 @@ test-unit: torch
 # Control-plane throughput: 10,000 no-op subtasks over 4 real worker processes.
 bench-control: release
 	$(CARGO) run --release -p plexus-bench --bin control-plane
+
+# Container images of the compose cluster (docker-compose.yml): the base image (debootstrapped and
+# imported once when no registry has it), then plexus-coordinator and plexus-worker from this
+# checkout's binaries; only what is missing or changed is built. PLEXUS_PROFILE=debug: debug binaries.
+images: torch
+	bash scripts/docker-images.sh
+
+# The compose cluster: coordinator on 127.0.0.1:7070 (PLEXUS_PORT), 4 workers (PLEXUS_WORKERS).
+compose-up: torch
+	bash scripts/compose-up.sh
+
+# Stops it and removes its containers, networks and volumes (not the images).
+compose-down:
+	bash scripts/compose-down.sh
+
+# From nothing: up, fan-out and allreduce jobs from the host CLI, a worker container killed mid-job,
+# the coordinator container restarted mid-job, then everything torn down, even on failure.
+compose-test: torch
+	bash scripts/compose-test.sh
 
 fmt:
 	$(CARGO) fmt --all

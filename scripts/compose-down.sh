@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# `make compose-down`: stops the compose cluster and removes its containers, networks and volumes
+# (the images stay). Settings: scripts/compose-lib.sh.
+set -euo pipefail
+source "$(dirname "$0")/compose-lib.sh"
+compose down --volumes --remove-orphans --timeout 5

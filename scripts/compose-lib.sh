@@ -1,0 +1,50 @@
+# shellcheck shell=bash
+# Shared by scripts/compose-*.sh (sourced, not run): finds the compose command and the settings.
+#   COMPOSE_PROJECT_NAME  compose project (default plexus)
+#   PLEXUS_PORT           host port of the coordinator (default 7070, on PLEXUS_BIND=127.0.0.1)
+#   PLEXUS_WORKERS        number of workers (default 4)
+#   PLEXUS_PROFILE        cargo profile whose binaries the images and the host CLI come from
+#                         (release, default; debug reuses `make build`'s binaries)
+#   PLEXUS_IMAGE_TAG      tag of the images (default latest; debug for PLEXUS_PROFILE=debug)
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-plexus}
+export PLEXUS_PORT=${PLEXUS_PORT:-7070}
+export PLEXUS_BIND=${PLEXUS_BIND:-127.0.0.1}
+export PLEXUS_WORKERS=${PLEXUS_WORKERS:-4}
+export PLEXUS_PROFILE=${PLEXUS_PROFILE:-release}
+if [ "$PLEXUS_PROFILE" = release ]; then export PLEXUS_IMAGE_TAG=${PLEXUS_IMAGE_TAG:-latest}
+else export PLEXUS_IMAGE_TAG=${PLEXUS_IMAGE_TAG:-$PLEXUS_PROFILE}; fi
+DOCKER=${DOCKER:-docker}
+PLEXUS_CLI=${PLEXUS_CLI:-target/$PLEXUS_PROFILE/plexus}
+PLEXUS_URL=http://$PLEXUS_BIND:$PLEXUS_PORT
+[ "$PLEXUS_BIND" = 0.0.0.0 ] && PLEXUS_URL=http://127.0.0.1:$PLEXUS_PORT
+
+# `docker compose` (v2 plugin) where it exists, else `docker-compose` (v1); both read
+# docker-compose.yml the same way here.
+if $DOCKER compose version >/dev/null 2>&1; then
+  COMPOSE=("$DOCKER" compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+  COMPOSE=(docker-compose)
+else
+  COMPOSE=()
+fi
+compose() {
+  [ ${#COMPOSE[@]} -gt 0 ] || { echo "neither 'docker compose' nor 'docker-compose' is installed" >&2; return 1; }
+  "${COMPOSE[@]}" -p "$COMPOSE_PROJECT_NAME" -f docker-compose.yml "$@"
+}
+
+# The container id of the project's service $1 (first replica).
+service_container() { compose ps -q "$1" 2>/dev/null | head -n1; }
+
+# Waits up to $1 seconds until the coordinator answers and lists $2 live workers.
+wait_workers() {
+  local deadline=$(( $(date +%s) + $1 )) want=$2 alive=-1
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    alive=$("$PLEXUS_CLI" --coordinator "$PLEXUS_URL" workers -o json 2>/dev/null \
+            | python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin)["workers"] if w["alive"]))' 2>/dev/null) || alive=-1
+    [ "$alive" = "$want" ] && return 0
+    sleep 0.5
+  done
+  echo "the coordinator at $PLEXUS_URL lists $alive live workers, not $want, after $1 s" >&2
+  return 1
+}

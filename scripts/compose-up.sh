@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# `make compose-up`: builds what is missing (base image, binaries, images), starts the compose
+# cluster (coordinator + PLEXUS_WORKERS workers) in the background, waits until every worker has
+# registered, and prints how to use it. Settings: scripts/compose-lib.sh.
+set -euo pipefail
+source "$(dirname "$0")/compose-lib.sh"
+bash scripts/docker-images.sh
+[ -x "$PLEXUS_CLI" ] || PLEXUS_CLI=target/release/plexus
+compose up -d --scale "worker=$PLEXUS_WORKERS"
+wait_workers 90 "$PLEXUS_WORKERS"
+"$PLEXUS_CLI" --coordinator "$PLEXUS_URL" workers
+DOWN="make compose-down"
+[ "$COMPOSE_PROJECT_NAME" = plexus ] || DOWN="COMPOSE_PROJECT_NAME=$COMPOSE_PROJECT_NAME $DOWN"
+cat <<MSG
+
+Plexus is running in containers (project $COMPOSE_PROJECT_NAME): coordinator at $PLEXUS_URL, $PLEXUS_WORKERS workers.
+  export PLEXUS_COORDINATOR=$PLEXUS_URL
+  $PLEXUS_CLI submit examples/fanout.toml --watch
+  $PLEXUS_CLI status; $PLEXUS_CLI workers
+  ${COMPOSE[*]} -p $COMPOSE_PROJECT_NAME up -d --scale worker=6     # more (or fewer) workers
+  ${COMPOSE[*]} -p $COMPOSE_PROJECT_NAME logs -f coordinator
+  $DOWN      # stop; removes containers, networks, volumes
+MSG
