@@ -10,8 +10,9 @@
 //!   goodput before and after, and the time until goodput reaches 90 % of the new Σ rates.
 //!
 //! The sender runs in this process (host 0 of the rig is the root namespace); the receiver is
-//! this same binary re-executed as `rails --serve …` in host 1's namespace. Seeded; about three
-//! minutes in all.
+//! this same binary re-executed as `rails --serve …` in host 1's namespace. Seeded; about four
+//! minutes in all with the defaults. `rails --help` lists the options (which parts to run,
+//! which schedulers, how many repeats).
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Command, Stdio};
@@ -28,6 +29,8 @@ const MSG: u64 = 32 * MIB;
 const IN_FLIGHT: usize = 2;
 /// Seconds each static run issues messages (then waits for the ones in flight).
 const RUN: Duration = Duration::from_secs(5);
+/// Seconds each one-rail run issues messages.
+const ALONE_RUN: Duration = Duration::from_secs(3);
 /// The dynamic run: rail 0's rate drops at `DYN_CHANGE` of `DYN_RUN`.
 const DYN_RUN: Duration = Duration::from_secs(8);
 const DYN_CHANGE: Duration = Duration::from_secs(4);
@@ -37,6 +40,81 @@ const SEED: u64 = 1;
 /// Rig segment size: 1 MiB cuts a 32 MiB slice into 32 segments, enough to balance three
 /// rails; the loopback sweep shows larger segments buy little.
 const RIG_SEG: u64 = MIB;
+
+const USAGE: &str = "\
+usage: rails [--only loopback,2,3,dynamic] [--sched NAME,...] [--repeat N] [--queue-max N]
+  --only      parts to run (default all): loopback (iperf3 and the channel on 127.0.0.1),
+              2 (rig 2gbit,500mbit), 3 (rig 1500mbit,750mbit,250mbit), dynamic
+  --sched     schedulers to run (default all): round-robin, weighted, q-learning, q-learning-fresh
+  --repeat    runs per scheduler in the rig tables; the row shows the median run (default 1)
+  --queue-max segments per rail send queue (default: the endpoint's, 8)";
+
+/// What to run, from the command line.
+struct Opts {
+    parts: Vec<String>,
+    scheds: Vec<SchedulerKind>,
+    repeat: usize,
+    queue_max: Option<usize>,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Opts, String> {
+        let mut o = Opts {
+            parts: ["loopback", "2", "3", "dynamic"].map(String::from).to_vec(),
+            scheds: SchedulerKind::ALL.to_vec(),
+            repeat: 1,
+            queue_max: None,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
+            match a.as_str() {
+                "--help" | "-h" => {
+                    println!("{USAGE}");
+                    std::process::exit(0)
+                }
+                "--only" => {
+                    o.parts = val()?.split(',').map(String::from).collect();
+                    if let Some(p) = o
+                        .parts
+                        .iter()
+                        .find(|p| !["loopback", "2", "3", "dynamic"].contains(&p.as_str()))
+                    {
+                        return Err(format!("unknown part {p:?}"));
+                    }
+                }
+                "--sched" => {
+                    o.scheds = val()?
+                        .split(',')
+                        .map(str::parse)
+                        .collect::<Result<_, _>>()?
+                }
+                "--repeat" => {
+                    o.repeat = val()?
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or("--repeat needs a positive number")?
+                }
+                "--queue-max" => {
+                    o.queue_max = Some(
+                        val()?
+                            .parse()
+                            .ok()
+                            .filter(|&n| n > 0)
+                            .ok_or("--queue-max needs a positive number")?,
+                    )
+                }
+                _ => return Err(format!("unknown argument {a:?}\n{USAGE}")),
+            }
+        }
+        Ok(o)
+    }
+
+    fn runs(&self, part: &str) -> bool {
+        self.parts.iter().any(|p| p == part)
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -52,6 +130,10 @@ fn main() {
         }
         return;
     }
+    let opts = Opts::parse(&args).unwrap_or_else(|e| {
+        eprintln!("rails: {e}");
+        std::process::exit(2)
+    });
     let deps = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/deps-rails.sh");
     let _ = Command::new("bash").arg(deps).status();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -62,38 +144,56 @@ fn main() {
         MSG / MIB
     );
     println!(
-        "machine: {} cores, load average at start {}",
+        "machine: {} cores, load average at start {}; {} run(s) per scheduler (median shown), queue_max {}",
         cores(),
-        loadavg()
+        loadavg(),
+        opts.repeat,
+        opts.queue_max
+            .unwrap_or_else(|| EndpointConfig::default().queue_max)
     );
     println!();
 
-    loopback(&rt);
+    if opts.runs("loopback") {
+        loopback(&rt);
+    }
 
     match rig::unavailable() {
         Some(why) => println!("rig runs skipped: {why}"),
         None => {
-            let two = rig_table(&rt, &[("2gbit", 2e9), ("500mbit", 0.5e9)]);
-            let three = rig_table(
-                &rt,
-                &[
-                    ("1500mbit", 1.5e9),
-                    ("750mbit", 0.75e9),
-                    ("250mbit", 0.25e9),
-                ],
-            );
-            dynamic(&rt);
-            println!();
-            for (name, t) in [("2 rails", &two), ("3 rails", &three)] {
-                let g = |k: SchedulerKind| t.iter().find(|r| r.0 == k).map_or(0.0, |r| r.1);
-                let best = t.iter().max_by(|a, b| a.1.total_cmp(&b.1)).expect("rows");
-                println!(
-                    "{name}: best {} at {:.3} of Σ rates; q-learning ÷ round-robin = {:.2}×, q-learning-fresh ÷ round-robin = {:.2}×",
-                    best.0,
-                    best.2,
-                    g(SchedulerKind::QLearning) / g(SchedulerKind::RoundRobin),
-                    g(SchedulerKind::QLearningFresh) / g(SchedulerKind::RoundRobin)
+            let mut tables = vec![];
+            if opts.runs("2") {
+                let t = rig_table(&rt, &opts, &[("2gbit", 2e9), ("500mbit", 0.5e9)]);
+                tables.push(("2 rails", t));
+            }
+            if opts.runs("3") {
+                let t = rig_table(
+                    &rt,
+                    &opts,
+                    &[
+                        ("1500mbit", 1.5e9),
+                        ("750mbit", 0.75e9),
+                        ("250mbit", 0.25e9),
+                    ],
                 );
+                tables.push(("3 rails", t));
+            }
+            if opts.runs("dynamic") {
+                dynamic(&rt, &opts);
+            }
+            println!();
+            for (name, t) in &tables {
+                let g = |k: SchedulerKind| t.iter().find(|r| r.0 == k).map_or(f64::NAN, |r| r.1);
+                let Some(best) = t.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+                    continue;
+                };
+                let mut line = format!("{name}: best {} at {:.3} of Σ rates", best.0, best.2);
+                for q in [SchedulerKind::QLearning, SchedulerKind::QLearningFresh] {
+                    let ratio = g(q) / g(SchedulerKind::RoundRobin);
+                    if ratio.is_finite() {
+                        line += &format!("; {q} ÷ round-robin = {ratio:.2}×");
+                    }
+                }
+                println!("{line}");
             }
         }
     }
@@ -141,10 +241,12 @@ fn loopback(rt: &tokio::runtime::Runtime) {
     println!();
 }
 
-/// One rig configuration: iperf3 per rail, then every scheduler. Returns (scheduler,
-/// goodput bit/s, share of Σ rates).
+/// One rig configuration: iperf3 and the channel on each rail alone, then every scheduler on
+/// all rails (`opts.repeat` runs each, the median shown). Returns (scheduler, median goodput
+/// bit/s, share of Σ rates).
 fn rig_table(
     rt: &tokio::runtime::Runtime,
+    opts: &Opts,
     rails: &[(&str, f64)],
 ) -> Vec<(SchedulerKind, f64, f64)> {
     let spec: Vec<&str> = rails.iter().map(|r| r.0).collect();
@@ -153,13 +255,18 @@ fn rig_table(
     let fastest = rails.iter().map(|r| r.1).fold(0.0, f64::max);
     let rig = Rig::up(2, &spec).expect("rig up");
     println!(
-        "== rig: {} rails {spec} (Σ {:.2} Gbit/s), host 0 → host 1, seg_max {} ==",
+        "== rig: {} rails {spec} (Σ {:.2} Gbit/s), host 0 → host 1, seg_max {}; load average {} ==",
         rails.len(),
         sum / 1e9,
-        size(RIG_SEG)
+        size(RIG_SEG),
+        loadavg()
     );
+    // What each rail gives alone: iperf3 (one TCP stream), and the channel with one rail (the
+    // same messages, the same two processes), so the Σ of configured rates can be compared
+    // with what the shaped links actually carry.
     let mut per_rail = vec![];
-    for r in 0..rails.len() {
+    let mut alone = vec![];
+    for (r, &(_, rate)) in rails.iter().enumerate() {
         per_rail.push(
             iperf3(
                 Some(&rig),
@@ -169,62 +276,93 @@ fn rig_table(
             )
             .unwrap_or(0.0),
         );
+        let peer = spawn_peer(Some(&rig), &[rig.addr(1, r)]);
+        let mut cfg = rig_cfg(&rig, opts, SchedulerKind::RoundRobin, rate);
+        cfg.rails = vec![rig.addr(0, r)];
+        alone.push(
+            rt.block_on(drive(cfg, &peer.addrs, MSG, ALONE_RUN, None))
+                .goodput_bps(),
+        );
     }
-    let iperf_sum: f64 = per_rail.iter().sum();
+    for (name, figs) in [
+        ("iperf3, each alone", &per_rail),
+        ("plexus, each alone", &alone),
+    ] {
+        let total: f64 = figs.iter().sum();
+        println!(
+            "{:<18} {:>9.0} Mbit/s  {:>9.3}   per rail Mbit/s {} (of {})",
+            name,
+            total / 1e6,
+            total / sum,
+            figs.iter()
+                .map(|b| format!("{:.0}", b / 1e6))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            rails
+                .iter()
+                .map(|r| format!("{:.0}", r.1 / 1e6))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        );
+    }
+    let alone_sum: f64 = alone.iter().sum();
     println!(
-        "{:<18} {:>9.0} Mbit/s  {:>5.3} of Σ   per rail Mbit/s {}",
-        "iperf3, each alone",
-        iperf_sum / 1e6,
-        iperf_sum / sum,
-        per_rail
-            .iter()
-            .map(|b| format!("{:.0}", b / 1e6))
-            .collect::<Vec<_>>()
-            .join(" / ")
-    );
-    println!(
-        "{:<18} {:>16}  {:>9}   {:<26} {}",
-        "scheduler", "goodput", "÷ Σ rates", "MiB per rail", "cpu"
+        "{:<18} {:>16}  {:>9}  {:>9}   {:<22} {:<7} all runs ÷ Σ rates",
+        "scheduler", "goodput", "÷ Σ rates", "÷ Σ alone", "MiB per rail", "cpu"
     );
     let mut out = vec![];
-    for kind in SchedulerKind::ALL {
-        let mut peer = spawn_peer(Some(&rig), &rig.addrs(1));
-        let cfg = rig_cfg(&rig, kind, fastest);
-        let r = rt.block_on(drive(cfg, &peer.addrs, MSG, RUN, None));
-        let g = r.goodput_bps();
+    for &kind in &opts.scheds {
+        let mut runs = vec![];
+        for _ in 0..opts.repeat {
+            let mut peer = spawn_peer(Some(&rig), &rig.addrs(1));
+            let cfg = rig_cfg(&rig, opts, kind, fastest);
+            let r = rt.block_on(drive(cfg, &peer.addrs, MSG, RUN, None));
+            let cpu = r.cpu(peer_pid(&mut peer));
+            runs.push((r.goodput_bps(), r.rail_bytes, cpu));
+        }
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let all = runs
+            .iter()
+            .map(|r| format!("{:.3}", r.0 / sum))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let (g, rail_bytes, cpu) = &runs[runs.len() / 2];
         println!(
-            "{:<18} {:>9.0} Mbit/s  {:>9.3}   {:<26} {:.2} cores",
+            "{:<18} {:>9.0} Mbit/s  {:>9.3}  {:>9.3}   {:<22} {:<7} {all}",
             kind.name(),
             g / 1e6,
             g / sum,
-            r.rail_bytes
+            g / alone_sum,
+            rail_bytes
                 .iter()
                 .map(|b| (b / MIB).to_string())
                 .collect::<Vec<_>>()
                 .join(" / "),
-            r.cpu(peer_pid(&mut peer))
+            format!("{cpu:.2}"),
         );
-        out.push((kind, g, g / sum));
+        out.push((kind, *g, g / sum));
     }
     println!();
     out
 }
 
-fn rig_cfg(rig: &Rig, kind: SchedulerKind, fastest_bits: f64) -> EndpointConfig {
+fn rig_cfg(rig: &Rig, opts: &Opts, kind: SchedulerKind, fastest_bits: f64) -> EndpointConfig {
+    let d = EndpointConfig::default();
     EndpointConfig {
         rails: rig.addrs(0),
         scheduler: kind,
         seg_max: RIG_SEG,
+        queue_max: opts.queue_max.unwrap_or(d.queue_max),
         // The seed's `bandwidth` (one rail's theoretical rate) taken as the fastest rail's.
         bandwidth: fastest_bits / 8.0,
         seed: SEED,
-        ..Default::default()
+        ..d
     }
 }
 
 /// 2 rails (2 Gbit/s + 1 Gbit/s); rail 0 drops to 500 Mbit/s (a quarter) at DYN_CHANGE, so
 /// the faster rail becomes the slower one and a scheduler has to turn its split around.
-fn dynamic(rt: &tokio::runtime::Runtime) {
+fn dynamic(rt: &tokio::runtime::Runtime, opts: &Opts) {
     let rig = Rig::up(2, "2gbit,1gbit").expect("rig up");
     let (before_sum, after_sum) = (3.0e9, 1.5e9);
     println!(
@@ -241,10 +379,10 @@ fn dynamic(rt: &tokio::runtime::Runtime) {
         "after (5–8 s) Mbit/s",
         "time to 90 % of new Σ (0.5 s window)"
     );
-    for kind in SchedulerKind::ALL {
+    for &kind in &opts.scheds {
         let _peer = spawn_peer(Some(&rig), &rig.addrs(1));
         rig.set_rate(0, 0, "2gbit").expect("set-rate");
-        let cfg = rig_cfg(&rig, kind, 2e9);
+        let cfg = rig_cfg(&rig, opts, kind, 2e9);
         let r = rt.block_on(drive(
             cfg,
             &_peer.addrs,
@@ -258,11 +396,21 @@ fn dynamic(rt: &tokio::runtime::Runtime) {
         // later window (up to the end of issuing) ran at ≥ 90 % of the new Σ: sustained, so a
         // burst of data queued before the change does not count.
         let end = DYN_RUN.as_secs_f64();
-        let ends: Vec<f64> = r.timeline.iter().map(|&(t, _)| t).filter(|&t| t >= change + 0.5 && t <= end).collect();
-        let good: Vec<bool> = ends.iter().map(|&t| rate(t - 0.5, t) >= 0.9 * after_sum).collect();
+        let ends: Vec<f64> = r
+            .timeline
+            .iter()
+            .map(|&(t, _)| t)
+            .filter(|&t| t >= change + 0.5 && t <= end)
+            .collect();
+        let good: Vec<bool> = ends
+            .iter()
+            .map(|&t| rate(t - 0.5, t) >= 0.9 * after_sum)
+            .collect();
         let adapt = (0..ends.len())
             .find(|&i| good[i..].iter().all(|&g| g))
-            .map_or("not reached".to_string(), |i| format!("{:.1} s", ends[i] - 0.5 - change));
+            .map_or("not reached".to_string(), |i| {
+                format!("{:.1} s", ends[i] - 0.5 - change)
+            });
         println!(
             "{:<18} {:>24.0} {:>24.0} {:>30}",
             kind.name(),
@@ -518,7 +666,6 @@ fn iperf3(rig: Option<&Rig>, to: &str, from: &str, secs: u32) -> Option<f64> {
         .parse()
         .ok()
 }
-
 
 fn size(b: u64) -> String {
     if b >= MIB {

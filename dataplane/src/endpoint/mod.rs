@@ -3,9 +3,9 @@
 //! How a message travels:
 //! 1. [`Endpoint::send`] cuts it into segments of at most `seg_max` (CRC-32C computed here)
 //!    and, segment by segment, asks the rail scheduler for a rail with a snapshot of every
-//!    rail (up for this peer or not, queue length). A segment joins that rail's FCFS send
-//!    queue; if the queue already holds `queue_max`, the sender waits for it to drain (the
-//!    seed's step 8.1: the decision stands).
+//!    rail (up for this peer or not, segments and bytes queued, bytes unacknowledged). A
+//!    segment joins that rail's FCFS send queue; if the queue already holds `queue_max`, the
+//!    sender waits for it to drain (the seed's step 8.1: the decision stands).
 //! 2. One drain task per rail takes the head of its queue (the scheduler is told: `departed`),
 //!    finds or opens the connection to the segment's peer on that rail, and hands the segment
 //!    to the connection's writer, waiting until the socket took it all ("the NIC has room").
@@ -90,6 +90,10 @@ struct Inner {
     rail_ready: Vec<Notify>,
     /// Wakes senders waiting on rail i's full queue.
     rail_space: Vec<Notify>,
+    /// Bytes on rail i's connections written (or being written) and not yet answered: what the
+    /// schedulers see as [`RailView::in_flight_bytes`]. Added before a segment is tracked on a
+    /// connection, subtracted when it leaves the connection's in-flight map (reply or close).
+    in_flight: Vec<AtomicU64>,
     /// The connection used to send to (peer, rail).
     conns: Mutex<HashMap<(PeerId, usize), Arc<Conn>>>,
     /// Every live connection, for the watchdog (an accepted connection may be live without being
@@ -135,15 +139,27 @@ impl SchedState {
             .or_insert_with(|| vec![Health::default(); rails])
     }
 
-    /// Rails usable towards `peer`: up, and present on both sides.
-    fn views(&mut self, peer: PeerId, peer_rails: usize, now: Instant) -> Vec<RailView> {
+    /// Rails usable towards `peer` (up, and present on both sides), with their backlogs.
+    fn views(
+        &mut self,
+        peer: PeerId,
+        peer_rails: usize,
+        now: Instant,
+        in_flight: &[AtomicU64],
+    ) -> Vec<RailView> {
         let m = self.queues.len();
-        let queued: Vec<usize> = self.queues.iter().map(|q| q.len()).collect();
+        let queued: Vec<(usize, u64)> = self
+            .queues
+            .iter()
+            .map(|q| (q.len(), q.iter().map(|q| u64::from(q.seg.len)).sum()))
+            .collect();
         let health = self.health(peer, m);
         (0..m)
             .map(|i| RailView {
                 up: i < peer_rails && health[i].is_up(now),
-                queued: queued[i],
+                queued: queued[i].0,
+                queued_bytes: queued[i].1,
+                in_flight_bytes: in_flight[i].load(Relaxed),
             })
             .collect()
     }
@@ -336,6 +352,7 @@ impl Endpoint {
             }),
             rail_ready: (0..m).map(|_| Notify::new()).collect(),
             rail_space: (0..m).map(|_| Notify::new()).collect(),
+            in_flight: (0..m).map(|_| AtomicU64::new(0)).collect(),
             conns: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
             outgoing: Mutex::new(HashMap::new()),
@@ -569,7 +586,7 @@ impl Inner {
             self.check_stall(&seg.msg)?;
             let chosen = {
                 let mut st = self.sched.lock().expect("sched lock");
-                let views = st.views(peer, peer_rails, Instant::now());
+                let views = st.views(peer, peer_rails, Instant::now(), &self.in_flight);
                 if !views.iter().any(|v| v.up) {
                     None
                 } else {
@@ -602,7 +619,7 @@ impl Inner {
                 space.as_mut().enable();
                 {
                     let mut st = self.sched.lock().expect("sched lock");
-                    if !st.views(peer, peer_rails, Instant::now())[a].up {
+                    if !st.views(peer, peer_rails, Instant::now(), &self.in_flight)[a].up {
                         continue 'pick;
                     }
                     if st.queues[a].len() < self.cfg.queue_max {
@@ -676,7 +693,7 @@ impl Inner {
             let peer = seg.msg.peer;
             let up = {
                 let mut st = self.sched.lock().expect("sched lock");
-                st.views(peer, seg.msg.addrs.len(), Instant::now())[rail].up
+                st.views(peer, seg.msg.addrs.len(), Instant::now(), &self.in_flight)[rail].up
             };
             if !up {
                 self.reschedule(seg, Duration::ZERO);
@@ -691,7 +708,10 @@ impl Inner {
                     continue;
                 }
             };
+            let len = u64::from(seg.len);
+            self.in_flight[rail].fetch_add(len, Relaxed);
             if !conn.track(seg.clone(), self.now()) {
+                self.in_flight[rail].fetch_sub(len, Relaxed);
                 self.reschedule(seg, Duration::ZERO);
                 continue;
             }
@@ -856,6 +876,8 @@ impl Inner {
     /// peer with nothing in flight).
     fn fail_conn(self: &Arc<Self>, conn: &Arc<Conn>, why: String, hurt: bool) {
         let Some(segs) = conn.close() else { return };
+        let lost: u64 = segs.iter().map(|s| u64::from(s.len)).sum();
+        self.in_flight[conn.rail].fetch_sub(lost, Relaxed);
         {
             let mut conns = self.conns.lock().expect("conns lock");
             if conns
@@ -1119,6 +1141,7 @@ impl Inner {
         let Some((seg, sent_at)) = conn.untrack(r.msg_id, r.offset) else {
             return;
         };
+        self.in_flight[conn.rail].fetch_sub(u64::from(seg.len), Relaxed);
         match r.status {
             ReplyStatus::Ok => {
                 {
@@ -1175,4 +1198,69 @@ async fn skip(rd: &mut BufReader<OwnedReadHalf>, len: u64) -> std::io::Result<()
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rig::pattern;
+    use std::net::IpAddr;
+
+    fn cfg(faults: Faults) -> EndpointConfig {
+        EndpointConfig {
+            rails: (1..=3).map(|i| IpAddr::from([127, 0, 0, i])).collect(),
+            scheduler: sched::SchedulerKind::Weighted,
+            seg_max: 256 << 10,
+            queue_max: 4,
+            faults,
+            ..Default::default()
+        }
+    }
+
+    /// The schedulers' unacknowledged bytes go back to zero on every rail once everything is
+    /// acknowledged, including the segments lost with a connection that died mid-message: a
+    /// leak would make `weighted` see a phantom backlog on that rail forever.
+    #[tokio::test]
+    async fn in_flight_bytes_return_to_zero_after_a_rail_dies() {
+        let a = Endpoint::bind(cfg(Faults {
+            kill_rail: Some((1, 1 << 20)),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+        let b = Endpoint::bind(cfg(Faults::default())).await.unwrap();
+        for (tag, seed) in [(1, 3), (2, 4)] {
+            let data = pattern(8 << 20, seed);
+            let (sent, got) = tokio::join!(
+                a.send(&b.local_addrs(), tag, data.clone()),
+                b.recv(a.id(), tag)
+            );
+            sent.unwrap();
+            assert_eq!(got.unwrap(), data);
+        }
+        assert_eq!(a.stats().rails[1].failures, 1);
+        let in_flight =
+            || -> Vec<u64> { a.inner.in_flight.iter().map(|f| f.load(Relaxed)).collect() };
+        // A duplicate copy of a resent segment may still be answered after `send` returned.
+        for _ in 0..100 {
+            if in_flight().iter().all(|&f| f == 0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(in_flight(), [0, 0, 0]);
+        // And what the scheduler sees of the queues is empty too.
+        let views =
+            a.inner
+                .sched
+                .lock()
+                .unwrap()
+                .views(b.id(), 3, Instant::now(), &a.inner.in_flight);
+        assert!(
+            views
+                .iter()
+                .all(|v| v.backlog_bytes() == 0 && v.queued == 0),
+            "{views:?}"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! Rail schedulers: which rail carries the next segment.
 //!
 //! A scheduler sees a snapshot of every rail ([`RailView`]: in service or not, how many
-//! segments wait in its send queue) and answers with a rail index. The transport tells it when
+//! segments and bytes wait in its send queue, how many bytes it carries unacknowledged) and
+//! answers with a rail index. The transport tells it when
 //! a segment leaves a rail's queue ([`RailScheduler::departed`]) and when the peer acknowledged
 //! one ([`RailScheduler::delivered`]). Time is always a parameter (time since the endpoint
 //! started); schedulers read no clock and do no I/O, so they are tested with plain `#[test]`s
@@ -26,6 +27,18 @@ pub struct RailView {
     pub up: bool,
     /// Segments waiting in the rail's send queue (the seed's `counter[i]`).
     pub queued: usize,
+    /// Bytes of those segments.
+    pub queued_bytes: u64,
+    /// Bytes that left the queue on this rail (to any peer) and are not acknowledged yet: in
+    /// the socket buffer, on the wire, or awaiting their acknowledgement.
+    pub in_flight_bytes: u64,
+}
+
+impl RailView {
+    /// Bytes the rail must still carry before a segment queued now can be acknowledged.
+    pub fn backlog_bytes(&self) -> u64 {
+        self.queued_bytes + self.in_flight_bytes
+    }
 }
 
 /// A rail scheduler. The transport guarantees that at least one rail is up when it calls
@@ -51,7 +64,8 @@ pub trait RailScheduler: Send {
 pub enum SchedulerKind {
     /// The seed's baseline: rail i, then i+1 mod m.
     RoundRobin,
-    /// Split by measured per-rail throughput (bytes in proportion to each rail's delivery rate).
+    /// Earliest completion by measured per-rail throughput: each segment goes to the rail where
+    /// it would be acknowledged first, given that rail's backlog and delivery rate.
     Weighted,
     /// The seed's Q-learning scheduler, read literally (see [`QVariant::Seed`]).
     QLearning,
@@ -155,7 +169,12 @@ mod tests {
 
     #[test]
     fn next_up_skips_down_rails_cyclically() {
-        let v = |up: [bool; 3]| up.map(|up| RailView { up, queued: 0 });
+        let v = |up: [bool; 3]| {
+            up.map(|up| RailView {
+                up,
+                ..RailView::default()
+            })
+        };
         assert_eq!(next_up(&v([true, true, true]), 1), 1);
         assert_eq!(next_up(&v([true, false, true]), 1), 2);
         assert_eq!(next_up(&v([true, false, false]), 1), 0);

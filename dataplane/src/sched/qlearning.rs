@@ -301,6 +301,7 @@ impl RailScheduler for QLearning {
                 .map(|&q| RailView {
                     up: true,
                     queued: q,
+                    ..RailView::default()
                 })
                 .collect();
             let now_state = self.state(&views);
@@ -339,6 +340,7 @@ mod tests {
             .map(|&q| RailView {
                 up: true,
                 queued: q,
+                ..RailView::default()
             })
             .collect()
     }

@@ -71,7 +71,8 @@ mod tests {
                 let views = vec![
                     RailView {
                         up: true,
-                        queued: 0
+                        queued: 0,
+                        ..RailView::default()
                     };
                     m
                 ];
@@ -93,10 +94,12 @@ mod tests {
             RailView {
                 up: true,
                 queued: 100,
+                ..RailView::default()
             },
             RailView {
                 up: true,
                 queued: 0,
+                ..RailView::default()
             },
         ];
         let picks: Vec<_> = (0..4).map(|_| rr.pick(&views, 1, Duration::ZERO)).collect();
@@ -109,6 +112,7 @@ mod tests {
         let up = [RailView {
             up: true,
             queued: 0,
+            ..RailView::default()
         }; 3];
         let mut one_down = up;
         one_down[1].up = false;

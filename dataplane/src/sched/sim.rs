@@ -73,9 +73,12 @@ pub fn run(s: &mut dyn RailScheduler, cfg: &SimConfig) -> SimResult {
                 None => {
                     let views: Vec<RailView> = queue
                         .iter()
-                        .map(|q| RailView {
+                        .zip(&busy)
+                        .map(|(q, b)| RailView {
                             up: true,
                             queued: q.len(),
+                            queued_bytes: q.len() as u64 * cfg.seg,
+                            in_flight_bytes: if b.is_some() { cfg.seg } else { 0 },
                         })
                         .collect();
                     s.pick(&views, cfg.seg, d(t))
