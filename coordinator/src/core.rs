@@ -1065,34 +1065,14 @@ impl Core {
 
         let input_locations = inputs
             .into_iter()
-            .map(|(o, size)| {
-                let holders = self
-                    .holders
-                    .get(&o)
-                    .map(|h| {
-                        h.iter()
-                            .filter_map(|w| self.workers.get(w)).filter(|w| w.record.alive)
-                            .map(|w| HolderLocation { peer_addr: w.record.peer_addr.clone(), rails: w.record.capacity.rails.clone() })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                InputLocation { object: o, size, holders }
-            })
+            .map(|(o, size)| InputLocation { holders: self.holder_locations(&o), object: o, size })
             .collect();
 
-        let j = self.jobs.get_mut(&job).expect("exists");
-        let t = j.task_of(idx);
-        let task = &j.record.spec.tasks[t];
-        let s = &mut j.subtasks[idx as usize];
-        s.attempt += 1;
-        s.worker = Some(wid);
-        s.assigned_at = now;
-        s.started_at = 0;
-        s.finished_at = 0;
-        s.exit_code = 0;
-        s.error.clear();
+        let attempt = self.begin_attempt(job, idx, wid, now);
+        let j = &self.jobs[&job];
+        let task = &j.record.spec.tasks[j.task_of(idx)];
         let assignment = Assignment {
-            attempt: AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt },
+            attempt,
             replicas: task.replicas,
             work: task.work.clone(),
             resources: req,
@@ -1102,14 +1082,45 @@ impl Core {
             env: task.env.clone(),
             collective: None,
         };
-        j.placements.insert(idx, record);
+        self.dispatch((job, idx), wid, record, assignment, now);
+        true
+    }
+
+    /// Live workers holding `o`, with their rails: where an assignment's input can be fetched.
+    fn holder_locations(&self, o: &ObjectId) -> Vec<HolderLocation> {
+        let Some(h) = self.holders.get(o) else { return Vec::new() };
+        h.iter()
+            .filter_map(|w| self.workers.get(w))
+            .filter(|w| w.record.alive)
+            .map(|w| HolderLocation { peer_addr: w.record.peer_addr.clone(), rails: w.record.capacity.rails.clone() })
+            .collect()
+    }
+
+    /// Starts the next attempt of a subtask on `wid`: a new attempt number, outcome fields
+    /// cleared. Returns the attempt.
+    fn begin_attempt(&mut self, job: JobId, idx: u32, wid: WorkerId, now: u64) -> AttemptRef {
+        let s = &mut self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize];
+        s.attempt += 1;
+        s.worker = Some(wid);
+        s.assigned_at = now;
+        s.started_at = 0;
+        s.finished_at = 0;
+        s.exit_code = 0;
+        s.error.clear();
+        AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt }
+    }
+
+    /// Records a placement decided by [`Core::place`] or [`Core::place_gang`]: the subtask is
+    /// `Assigned`, the worker's allocation grows, and the assignment goes out.
+    fn dispatch(&mut self, (job, idx): (JobId, u32), wid: WorkerId, record: PlacementRecord, assignment: Assignment, now: u64) {
+        let req = assignment.resources;
+        self.jobs.get_mut(&job).expect("exists").placements.insert(idx, record);
         self.out.placements.insert((job, idx));
         self.set_state((job, idx), SubtaskState::Assigned, now, String::new());
         let w = self.workers.get_mut(&wid).expect("candidate exists");
         w.allocated.add(&req);
         w.placed.insert((job, idx));
         self.out.assignments.push((wid, assignment));
-        true
     }
 
     /// Places every member of collective task `t` at once, each on its own worker, or none.
@@ -1194,29 +1205,15 @@ impl Core {
         let task_name = task.name.clone();
         for (rank, (wid, object, size, why)) in chosen.into_iter().enumerate() {
             let idx = start + rank as u32;
-            let holders = self.holders.get(&object).map(|h| {
-                h.iter()
-                    .filter_map(|w| self.workers.get(w))
-                    .filter(|w| w.record.alive)
-                    .map(|w| HolderLocation { peer_addr: w.record.peer_addr.clone(), rails: w.record.capacity.rails.clone() })
-                    .collect()
-            });
+            let holders = self.holder_locations(&object);
             let decision = self.next_decision;
             self.next_decision += 1;
-            let j = self.jobs.get_mut(&job).expect("exists");
-            let task = &j.record.spec.tasks[t];
-            let s = &mut j.subtasks[idx as usize];
-            s.attempt += 1;
-            s.worker = Some(wid);
-            s.assigned_at = now;
-            s.started_at = 0;
-            s.finished_at = 0;
-            s.exit_code = 0;
-            s.error.clear();
+            let attempt = self.begin_attempt(job, idx, wid, now);
+            let task = &self.jobs[&job].record.spec.tasks[t];
             let record = PlacementRecord {
                 decision,
                 placer: "gang".into(),
-                attempt: s.attempt,
+                attempt: attempt.attempt,
                 chosen: wid,
                 exploratory: false,
                 reason: format!("member {rank} of {n} of collective {task_name:?}: {why}"),
@@ -1224,23 +1221,17 @@ impl Core {
                 candidates: Vec::new(),
             };
             let assignment = Assignment {
-                attempt: AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt },
+                attempt,
                 replicas: task.replicas,
                 work: task.work.clone(),
                 resources: req,
                 timeout_ms: task.timeout_ms,
-                inputs: vec![InputLocation { object, size, holders: holders.unwrap_or_default() }],
+                inputs: vec![InputLocation { object, size, holders }],
                 outputs: task.outputs.clone(),
                 env: task.env.clone(),
                 collective: Some(CollectiveAssignment { spec: spec.clone(), members: rails.clone(), tag }),
             };
-            j.placements.insert(idx, record);
-            self.out.placements.insert((job, idx));
-            self.set_state((job, idx), SubtaskState::Assigned, now, String::new());
-            let w = self.workers.get_mut(&wid).expect("candidate exists");
-            w.allocated.add(&req);
-            w.placed.insert((job, idx));
-            self.out.assignments.push((wid, assignment));
+            self.dispatch((job, idx), wid, record, assignment, now);
         }
         true
     }

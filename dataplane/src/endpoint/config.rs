@@ -17,9 +17,10 @@ pub struct EndpointConfig {
     pub port: u16,
     pub scheduler: SchedulerKind,
     /// Largest segment in bytes. The seed's range is 1–64 MiB. 1 MiB, its lower end, measured
-    /// best in the `rails` benchmark (on loopback 0.98 of iperf3 against 0.83 at 4 MiB and
-    /// 0.64 at 16 MiB: a segment is checksummed while it is still in cache), and cuts a 32 MiB
-    /// collective slice into 32 segments, enough to balance three rails.
+    /// best on loopback in the `rails` benchmark against 4 and 16 MiB (a segment is checksummed
+    /// while it is still in cache; the share of iperf3 it reaches varies with the machine's load,
+    /// 0.45–0.98 in runs here), and cuts a 32 MiB collective slice into 32 segments, enough to
+    /// balance three rails.
     pub seg_max: u64,
     /// At most this many segments wait in one rail's send queue; a sender that picked a full
     /// rail waits until it drains (the seed's step 8.1).
