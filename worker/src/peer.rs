@@ -88,6 +88,28 @@ impl PeerServer {
     }
 }
 
+impl PeerServer {
+    /// Opens a cached object for sending, with its size. An open file stays readable even if
+    /// the object is evicted while it is sent.
+    async fn open_object(&self, id: &ObjectId) -> Result<(tokio::fs::File, u64), Status> {
+        let not_found = || Status::not_found(format!("object {id} is not in the cache of this worker"));
+        if !self.cache.contains(id) {
+            return Err(not_found());
+        }
+        let file = match tokio::fs::File::open(self.cache.path(id)).await {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+            Err(e) => return Err(Status::internal(format!("cannot open object {id}: {e}"))),
+        };
+        let size = file
+            .metadata()
+            .await
+            .map_err(|e| Status::internal(format!("cannot read the size of object {id}: {e}")))?
+            .len();
+        Ok((file, size))
+    }
+}
+
 /// Parses rail addresses from the network, naming the first bad one.
 pub fn parse_rails(list: &[String]) -> std::result::Result<Vec<SocketAddr>, String> {
     if list.len() > MAX_RAILS {
@@ -106,22 +128,7 @@ impl pb::peer_service_server::PeerService for PeerServer {
 
     async fn fetch_object(&self, request: Request<pb::FetchObjectRequest>) -> Result<Response<ChunkStream>, Status> {
         let id = convert::object_id("object_id", &request.get_ref().object_id)?;
-        let not_found = || Status::not_found(format!("object {id} is not in the cache of this worker"));
-        if !self.cache.contains(&id) {
-            return Err(not_found());
-        }
-        // An open file stays readable even if the object is evicted while it streams.
-        let path = self.cache.path(&id);
-        let file = match tokio::fs::File::open(&path).await {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
-            Err(e) => return Err(Status::internal(format!("cannot open object {id}: {e}"))),
-        };
-        let total_size = file
-            .metadata()
-            .await
-            .map_err(|e| Status::internal(format!("cannot read the size of object {id}: {e}")))?
-            .len();
+        let (file, total_size) = self.open_object(&id).await?;
         debug!(object = %id, total_size, "serving object");
         Ok(Response::new(chunks(file, total_size)))
     }
@@ -136,21 +143,7 @@ impl pb::peer_service_server::PeerService for PeerServer {
         if rails.is_empty() {
             return Err(Status::invalid_argument("PushObject needs the requester's rail addresses"));
         }
-        let not_found = || Status::not_found(format!("object {id} is not in the cache of this worker"));
-        if !self.cache.contains(&id) {
-            return Err(not_found());
-        }
-        let path = self.cache.path(&id);
-        let mut file = match tokio::fs::File::open(&path).await {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
-            Err(e) => return Err(Status::internal(format!("cannot open object {id}: {e}"))),
-        };
-        let size = file
-            .metadata()
-            .await
-            .map_err(|e| Status::internal(format!("cannot read the size of object {id}: {e}")))?
-            .len();
+        let (mut file, size) = self.open_object(&id).await?;
         debug!(object = %id, size, to = %rails[0], tag = req.tag, "pushing object over the rails");
         let mut sent = 0u64;
         let mut first = true;
