@@ -13,6 +13,8 @@
 //!   per rail and peer, per-rail FCFS send queues, acknowledgements, resends.
 //! * [`collective`] — `reduce` and `allreduce` over a group of endpoints (seed 003's pipelined
 //!   recursive halving, and the ring): a pure round/slice plan, executed on the transport.
+//! * `shared_buf` — one allocation read and written by several tasks in ranges their protocol
+//!   keeps exclusive: an incoming message's buffer, a collective's working buffer.
 //! * [`error`] — the crate's one error enum.
 //! * [`peer`] — a receiving peer in its own process (`plexus-rail-peer`), and [`rig`] — the
 //!   `scripts/rails-rig.sh` namespaces driven from Rust, with a drop guard; both for tests and
@@ -26,6 +28,7 @@ pub mod reassembly;
 pub mod rig;
 pub mod sched;
 pub mod segment;
+mod shared_buf;
 pub mod wire;
 
 pub use collective::{Algorithm, CollectiveConfig, Communicator, DType, Profile, ReduceOp};

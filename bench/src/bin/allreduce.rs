@@ -7,8 +7,19 @@
 //! figures from `../shared/anchors/gloo_allreduce.py` with the ratio ours ÷ Gloo. For the
 //! largest size it also prints where rank 0's time went (copy, reduce, wait).
 //!
+//! It also measures, in the same run, how many bytes per second loopback TCP carries on this
+//! machine (one stream, sender and receiver on their own threads): every byte an allreduce
+//! sends crosses loopback once, all N ranks share the machine's cores, and a rank sends
+//! 2(N−1)/N of the buffer, so no TCP implementation's busBW can exceed capacity ÷ N. The table
+//! prints that bound beside ours and Gloo's.
+//!
+//! `--rig 2gbit,500mbit` instead runs every world on the rail rig (`scripts/rails-rig.sh`, as
+//! root): rank h in host h's namespace, first with only rail 0, then with every rail (the
+//! `weighted` scheduler stripes each message), and prints the gain of all rails over one.
+//!
 //! Flags: `--worlds 2,4` `--sizes 1,16,64,256` (MiB) `--iters 10` `--slices 4` `--window 1`
-//! `--seg-max 1` (MiB) `--no-gloo`.
+//! `--seg-max 1` (MiB, fractions allowed) `--algorithms halving,ring` `--no-gloo` `--rig SPEC`
+//! `--sndbuf KiB` (SO_SNDBUF of the rail connections; default: the kernel's autotuning).
 //!
 //! Workers learn each other's addresses through the parent: each prints `ADDRS <a>,<b>` on
 //! stdout, the parent writes every rank's list back on their stdin, one line.
@@ -21,8 +32,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_dataplane::collective::Profile;
+use plexus_dataplane::rig::Rig;
 use plexus_dataplane::{
     Algorithm, CollectiveConfig, Communicator, DType, Endpoint, EndpointConfig, ReduceOp,
+    SchedulerKind,
 };
 
 const MIB: usize = 1 << 20;
@@ -44,6 +57,12 @@ struct Opts {
     seg_max: u64,
     gloo: bool,
     algorithms: Vec<Algorithm>,
+    /// The rail rig's rails (`--rig`), for the parent.
+    rig: Option<String>,
+    /// This worker's rail addresses (`--rails`, given by the parent); empty: 127.0.0.1.
+    rails: Vec<IpAddr>,
+    /// SO_SNDBUF of the rail connections, KiB (`--sndbuf`); none: the kernel's autotuning.
+    sndbuf: Option<usize>,
 }
 
 fn parse_list<T: std::str::FromStr>(s: &str, flag: &str) -> Vec<T> {
@@ -68,6 +87,9 @@ impl Opts {
             seg_max: EndpointConfig::default().seg_max,
             gloo: true,
             algorithms: Algorithm::ALL.to_vec(),
+            rig: None,
+            rails: Vec::new(),
+            sndbuf: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -83,9 +105,12 @@ impl Opts {
                 "--iters" => o.iters = parse_list(&val(), a)[0],
                 "--slices" => o.slices = parse_list(&val(), a)[0],
                 "--window" => o.window = parse_list(&val(), a)[0],
-                "--seg-max" => o.seg_max = parse_list::<u64>(&val(), a)[0] * MIB as u64,
+                "--seg-max" => o.seg_max = (parse_list::<f64>(&val(), a)[0] * MIB as f64) as u64,
                 "--algorithms" => o.algorithms = parse_list(&val(), a),
                 "--no-gloo" => o.gloo = false,
+                "--rig" => o.rig = Some(val()),
+                "--rails" => o.rails = parse_list(&val(), a),
+                "--sndbuf" => o.sndbuf = Some(parse_list::<usize>(&val(), a)[0] << 10),
                 _ => {
                     eprintln!("allreduce: unknown flag {a}");
                     std::process::exit(2)
@@ -102,7 +127,7 @@ impl Opts {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        vec![
+        let mut args: Vec<String> = vec![
             "--sizes".into(),
             join(&self.sizes),
             "--iters".into(),
@@ -112,14 +137,18 @@ impl Opts {
             "--window".into(),
             self.window.to_string(),
             "--seg-max".into(),
-            (self.seg_max / MIB as u64).to_string(),
+            (self.seg_max as f64 / MIB as f64).to_string(),
             "--algorithms".into(),
             self.algorithms
                 .iter()
                 .map(|a| a.name())
                 .collect::<Vec<_>>()
                 .join(","),
-        ]
+        ];
+        if let Some(b) = self.sndbuf {
+            args.extend(["--sndbuf".into(), (b >> 10).to_string()]);
+        }
+        args
     }
 }
 
@@ -136,35 +165,57 @@ fn main() {
         return;
     }
     let opts = Opts::parse(&args);
+    if let Some(spec) = opts.rig.clone() {
+        rig_main(&opts, &spec);
+        return;
+    }
     println!(
         "Plexus collectives: allreduce f32 sum on loopback, N worker processes (seed {SEED}; slices {}, send window {}, seg_max {} MiB, {} iterations after {WARMUP} warm-up, median of the slowest rank)",
         opts.slices,
         opts.window,
-        opts.seg_max / MIB as u64,
+        opts.seg_max as f64 / MIB as f64,
         opts.iters
     );
     println!(
-        "machine: {} cores",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "machine: {} cores, load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        loadavg()
     );
     let started = Instant::now();
+    let capacity = tcp_capacity();
+    println!(
+        "loopback TCP capacity (best of 3 one-stream runs, measured now): {:.2} GB/s, so busBW ≤ {:.2} GB/s ÷ N for any TCP allreduce here",
+        capacity / 1e9,
+        capacity / 1e9
+    );
     let mut ours: Vec<Row> = Vec::new();
     for &n in &opts.worlds {
-        ours.extend(run_world(n, &opts));
+        ours.extend(run_world(n, &opts, None));
     }
     let gloo = if opts.gloo { gloo(&opts) } else { Vec::new() };
     println!();
     println!(
-        "{:>2} {:>8} {:>9} {:>10} {:>11} {:>11} {:>12} {:>8}",
-        "N", "size", "algorithm", "median_ms", "algBW_GB/s", "busBW_GB/s", "gloo_busBW", "÷ gloo"
+        "{:>2} {:>8} {:>9} {:>10} {:>11} {:>11} {:>12} {:>8} {:>11} {:>8} {:>8}",
+        "N",
+        "size",
+        "algorithm",
+        "median_ms",
+        "algBW_GB/s",
+        "busBW_GB/s",
+        "gloo_busBW",
+        "÷ gloo",
+        "TCP bound",
+        "÷ bound",
+        "gloo ÷"
     );
     for r in &ours {
         let g = gloo
             .iter()
             .find(|g| g.0 == r.n && g.1 == r.mib)
             .map(|g| g.2);
+        let bound = capacity / r.n as f64;
         println!(
-            "{:>2} {:>5}MiB {:>9} {:>10.2} {:>11.3} {:>11.3} {:>12} {:>8}",
+            "{:>2} {:>5}MiB {:>9} {:>10.2} {:>11.3} {:>11.3} {:>12} {:>8} {:>11.3} {:>8.2} {:>8}",
             r.n,
             r.mib,
             r.algorithm.name(),
@@ -173,32 +224,140 @@ fn main() {
             r.bus_bw() / 1e9,
             g.map_or("n/a".into(), |g| format!("{:.3}", g / 1e9)),
             g.map_or("n/a".into(), |g| format!("{:.2}×", r.bus_bw() / g)),
+            bound / 1e9,
+            r.bus_bw() / bound,
+            g.map_or("n/a".into(), |g| format!("{:.2}", g / bound)),
         );
     }
     if let Some(&mib) = opts.sizes.iter().max() {
-        println!();
-        println!(
-            "where rank 0's time goes at {mib} MiB (one iteration; parts overlap the transport, which runs beside them):"
-        );
-        for r in ours.iter().filter(|r| r.mib == mib) {
-            let p = &r.profile;
-            let ms = |d: Duration| d.as_secs_f64() * 1e3;
-            println!(
-                "  N={} {:>8}: total {:7.2} ms = wait {:7.2} + reduce {:6.2} ({:.2} GB/s) + copy {:6.2} ({} MiB) + final drain {:5.2} + other {:5.2}",
-                r.n,
-                r.algorithm.name(),
-                ms(p.total),
-                ms(p.wait),
-                ms(p.reduce),
-                p.reduced_bytes as f64 / p.reduce.as_secs_f64().max(1e-9) / 1e9,
-                ms(p.copy),
-                p.copied_bytes / MIB as u64,
-                ms(p.drain),
-                ms(p.total.saturating_sub(p.wait + p.reduce + p.copy + p.drain)),
-            );
-        }
+        print_profiles(&ours, mib);
     }
     println!("total bench time {:.0} s", started.elapsed().as_secs_f64());
+}
+
+fn print_profiles(rows: &[Row], mib: usize) {
+    println!();
+    println!(
+        "where rank 0's time goes at {mib} MiB (one iteration). Reductions run in the transport's connection readers, as each verified segment arrives, so they lie inside 'wait':"
+    );
+    for r in rows.iter().filter(|r| r.mib == mib) {
+        let p = &r.profile;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "  N={} {:>8} {:>7}: total {:7.2} ms = wait {:7.2} (of which reducing {:6.2}, {:.2} GB/s) + copy {:6.2} ({} MiB) + final drain {:5.2} + other {:5.2}",
+            r.n,
+            r.algorithm.name(),
+            r.label,
+            ms(p.total),
+            ms(p.wait),
+            ms(p.reduce),
+            p.reduced_bytes as f64 / p.reduce.as_secs_f64().max(1e-9) / 1e9,
+            ms(p.copy),
+            p.copied_bytes / MIB as u64,
+            ms(p.drain),
+            ms(p.total.saturating_sub(p.wait + p.copy + p.drain)),
+        );
+    }
+}
+
+/// `--rig`: every world on the rail rig, with rail 0 alone and then with every rail.
+fn rig_main(opts: &Opts, spec: &str) {
+    if let Some(why) = plexus_dataplane::rig::unavailable() {
+        println!("allreduce --rig: cannot run here: {why}");
+        std::process::exit(1);
+    }
+    let rails = spec.split(',').count();
+    println!(
+        "Plexus collectives on the rail rig ({spec}): allreduce f32 sum, rank h in host h's namespace, weighted rail scheduler (seed {SEED}; slices {}, send window {}, seg_max {} MiB, socket send buffer {}, {} iterations after {WARMUP} warm-up, median of the slowest rank)",
+        opts.slices,
+        opts.window,
+        opts.seg_max as f64 / MIB as f64,
+        opts.sndbuf
+            .map_or("autotuned".to_string(), |b| format!("{} KiB", b >> 10)),
+        opts.iters
+    );
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for &n in &opts.worlds {
+        let rig = Rig::up(n, spec).unwrap_or_else(|e| {
+            eprintln!("allreduce --rig: {e}");
+            std::process::exit(1)
+        });
+        for used in [1, rails] {
+            let mut rs = run_world(n, opts, Some((&rig, used)));
+            for r in &mut rs {
+                r.label = format!("{used} rail{}", if used == 1 { "" } else { "s" });
+            }
+            rows.extend(rs);
+        }
+        drop(rig);
+    }
+    println!();
+    println!(
+        "{:>2} {:>8} {:>9} {:>8} {:>10} {:>11} {:>11} {:>14}",
+        "N", "size", "algorithm", "rails", "median_ms", "algBW_GB/s", "busBW_GB/s", "gain ÷ 1 rail"
+    );
+    for r in &rows {
+        let one = rows
+            .iter()
+            .find(|o| {
+                o.n == r.n && o.mib == r.mib && o.algorithm == r.algorithm && o.label == "1 rail"
+            })
+            .map_or(f64::NAN, |o| o.median);
+        println!(
+            "{:>2} {:>5}MiB {:>9} {:>8} {:>10.2} {:>11.3} {:>11.3} {:>13.2}×",
+            r.n,
+            r.mib,
+            r.algorithm.name(),
+            r.label,
+            r.median * 1e3,
+            r.alg_bw() / 1e9,
+            r.bus_bw() / 1e9,
+            one / r.median,
+        );
+    }
+    if let Some(&mib) = opts.sizes.iter().max() {
+        print_profiles(&rows, mib);
+    }
+    println!("total bench time {:.0} s", started.elapsed().as_secs_f64());
+}
+
+/// Bytes per second one loopback TCP stream carries here, sender and receiver each on its own
+/// thread (so both cores work, as they do for the collectives): the best of three 1 s runs.
+fn tcp_capacity() -> f64 {
+    use std::io::{Read, Write as _};
+    let mut best: f64 = 0.0;
+    for _ in 0..3 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let addr = l.local_addr().expect("local addr");
+        let sink = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().expect("accept");
+            let mut buf = vec![0u8; MIB];
+            let mut n = 0u64;
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return n,
+                    Ok(k) => n += k as u64,
+                }
+            }
+        });
+        let mut s = std::net::TcpStream::connect(addr).expect("connect loopback");
+        let buf = vec![1u8; MIB];
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(1) {
+            s.write_all(&buf).expect("write loopback");
+        }
+        drop(s);
+        let n = sink.join().expect("sink thread");
+        best = best.max(n as f64 / t.elapsed().as_secs_f64());
+    }
+    best
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 struct Row {
@@ -207,6 +366,8 @@ struct Row {
     algorithm: Algorithm,
     median: f64,
     profile: Profile,
+    /// Which configuration (the rig's rail count), for the rig table.
+    label: String,
 }
 
 impl Row {
@@ -218,20 +379,30 @@ impl Row {
     }
 }
 
-/// Spawns `n` workers, introduces them, and collects rank 0's report lines.
-fn run_world(n: usize, opts: &Opts) -> Vec<Row> {
+/// Spawns `n` workers (on the rig, rank h in host h with its first `rails` rails), introduces
+/// them, and collects rank 0's report lines.
+fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>) -> Vec<Row> {
     let exe = std::env::current_exe().expect("own path");
     let mut children: Vec<Child> = (0..n)
         .map(|r| {
-            Command::new(&exe)
-                .arg("--worker")
-                .arg(r.to_string())
-                .args(opts.to_args())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn worker")
+            let mut args = vec!["--worker".to_string(), r.to_string()];
+            args.extend(opts.to_args());
+            match rig {
+                Some((rig, used)) => {
+                    let ips: Vec<String> =
+                        rig.addrs(r)[..used].iter().map(|a| a.to_string()).collect();
+                    args.extend(["--rails".to_string(), ips.join(",")]);
+                    rig.spawn(r, &exe.to_string_lossy(), &args)
+                        .expect("spawn worker in the rig")
+                }
+                None => Command::new(&exe)
+                    .args(&args)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("spawn worker"),
+            }
         })
         .collect();
     let mut readers: Vec<_> = children
@@ -277,6 +448,7 @@ fn run_world(n: usize, opts: &Opts) -> Vec<Row> {
                 drain: d(10),
                 ..Profile::default()
             },
+            label: String::new(),
         });
         eprintln!("N={n} {} {} MiB: median {:.2} ms", f[1], f[2], num(3) * 1e3);
     }
@@ -289,8 +461,14 @@ fn run_world(n: usize, opts: &Opts) -> Vec<Row> {
 /// One worker process: bind, learn the group, run every (algorithm, size), report from rank 0.
 async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
     let cfg = EndpointConfig {
-        rails: vec![IpAddr::from([127, 0, 0, 1])],
+        rails: if opts.rails.is_empty() {
+            vec![IpAddr::from([127, 0, 0, 1])]
+        } else {
+            opts.rails.clone()
+        },
+        scheduler: SchedulerKind::Weighted,
         seg_max: opts.seg_max,
+        send_buffer: opts.sndbuf,
         ..Default::default()
     };
     let ep = Arc::new(Endpoint::bind(cfg).await.map_err(|e| e.to_string())?);

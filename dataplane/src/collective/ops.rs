@@ -181,10 +181,22 @@ element!(i64, DType::I64);
 /// `acc[i] = op(acc[i], other[i])` over raw little-endian elements. The lengths are equal
 /// multiples of the element size (the executor checked them against the plan).
 pub fn reduce_into(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &[u8]) {
+    reduce::<false>(dtype, op, acc, other)
+}
+
+/// `acc[i] = op(first[i], acc[i])`: [`reduce_into`] with the operands swapped, for reducing a
+/// received segment (`first`) into the receiver's own data in the same operand order as
+/// reducing the receiver's data into the received buffer. (`min`/`max` of ±0 and NaN payloads
+/// of `sum` depend on the order, and every rank must reduce alike.)
+pub fn reduce_from(dtype: DType, op: ReduceOp, acc: &mut [u8], first: &[u8]) {
+    reduce::<true>(dtype, op, acc, first)
+}
+
+fn reduce<const SWAP: bool>(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &[u8]) {
     debug_assert_eq!(acc.len(), other.len());
     debug_assert_eq!(acc.len() % dtype.size(), 0);
     match dtype {
-        DType::F32 => typed::<f32>(
+        DType::F32 => typed::<f32, SWAP>(
             op,
             acc,
             other,
@@ -193,7 +205,7 @@ pub fn reduce_into(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &[u8]) {
             f32::min,
             f32::max,
         ),
-        DType::F64 => typed::<f64>(
+        DType::F64 => typed::<f64, SWAP>(
             op,
             acc,
             other,
@@ -202,7 +214,7 @@ pub fn reduce_into(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &[u8]) {
             f64::min,
             f64::max,
         ),
-        DType::I32 => typed::<i32>(
+        DType::I32 => typed::<i32, SWAP>(
             op,
             acc,
             other,
@@ -211,7 +223,7 @@ pub fn reduce_into(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &[u8]) {
             Ord::min,
             Ord::max,
         ),
-        DType::I64 => typed::<i64>(
+        DType::I64 => typed::<i64, SWAP>(
             op,
             acc,
             other,
@@ -225,7 +237,7 @@ pub fn reduce_into(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &[u8]) {
 
 /// One operator, monomorphised so the loop vectorises.
 #[inline(always)]
-fn typed<T: Element + Pod>(
+fn typed<T: Element + Pod, const SWAP: bool>(
     op: ReduceOp,
     acc: &mut [u8],
     other: &[u8],
@@ -235,10 +247,10 @@ fn typed<T: Element + Pod>(
     max: fn(T, T) -> T,
 ) {
     match op {
-        ReduceOp::Sum => apply(acc, other, sum),
-        ReduceOp::Prod => apply(acc, other, prod),
-        ReduceOp::Min => apply(acc, other, min),
-        ReduceOp::Max => apply(acc, other, max),
+        ReduceOp::Sum => apply::<T, SWAP>(acc, other, sum),
+        ReduceOp::Prod => apply::<T, SWAP>(acc, other, prod),
+        ReduceOp::Min => apply::<T, SWAP>(acc, other, min),
+        ReduceOp::Max => apply::<T, SWAP>(acc, other, max),
     }
 }
 
@@ -254,7 +266,8 @@ unsafe impl Pod for i32 {}
 unsafe impl Pod for i64 {}
 
 #[inline(always)]
-fn apply<T: Element + Pod>(acc: &mut [u8], other: &[u8], f: impl Fn(T, T) -> T) {
+fn apply<T: Element + Pod, const SWAP: bool>(acc: &mut [u8], other: &[u8], f: impl Fn(T, T) -> T) {
+    let f = |a: T, b: T| if SWAP { f(b, a) } else { f(a, b) };
     #[cfg(target_endian = "little")]
     {
         // SAFETY: T is Pod (any bits are a valid T); `align_to` only yields the aligned middle.
