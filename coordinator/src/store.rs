@@ -21,6 +21,36 @@ pub enum StoreError {
     Migration(#[from] mig::MigrationError),
     #[error("record {key}: {reason}")]
     Corrupt { key: String, reason: String },
+    #[error("the store at {dir} is in use by another process (its lock was still held after {waited_ms} ms); stop that coordinator or choose another data directory")]
+    Locked { dir: String, waited_ms: u64 },
+}
+
+/// How long [`open_db`] waits for another holder of the database lock to let go.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Opens the sled database at `dir`, waiting up to [`LOCK_WAIT`] while its file lock is held:
+/// a `Db` that was just dropped (or a coordinator that is still exiting) releases the lock only
+/// when sled's background flusher has finished, a moment later.
+fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
+    open_db_waiting(dir, LOCK_WAIT)
+}
+
+fn open_db_waiting(dir: &Path, wait: std::time::Duration) -> Result<sled::Db, StoreError> {
+    let start = std::time::Instant::now();
+    loop {
+        match sled::Config::new().path(dir).open() {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                if start.elapsed() >= wait {
+                    return Err(StoreError::Locked {
+                        dir: dir.display().to_string(),
+                        waited_ms: start.elapsed().as_millis() as u64,
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return Ok(r?),
+        }
+    }
 }
 
 /// Changed records, encoded, waiting to be committed together.
@@ -137,7 +167,7 @@ impl plexus_policy::PolicyStore for SledPolicyStore {
 impl SledStore {
     /// Opens (creating if needed) and migrates the store at `dir`.
     pub fn open(dir: &Path) -> Result<(SledStore, Vec<mig::Applied>), StoreError> {
-        let db = sled::Config::new().path(dir).open()?;
+        let db = open_db(dir)?;
         let applied = mig::migrate(&db)?;
         let state = db.open_tree(mig::STATE_TREE)?;
         Ok((SledStore { db, state }, applied))
@@ -156,7 +186,7 @@ impl SledStore {
 
     /// Migrations that opening the store at `dir` would run, without running them.
     pub fn pending(dir: &Path) -> Result<(Option<u32>, Vec<&'static mig::Migration>), StoreError> {
-        let db = sled::Config::new().path(dir).open()?;
+        let db = open_db(dir)?;
         Ok((mig::version(&db)?, mig::pending(&db)?))
     }
 }
@@ -271,6 +301,19 @@ mod tests {
         restored.restore(snap, 10).unwrap();
         assert_eq!(restored.job(job).unwrap().total(), 4);
         assert_eq!(restored.ready_len(), 4);
+    }
+
+    /// A database held open elsewhere is refused with an error naming the directory, after a
+    /// bounded wait; once its holder lets go it opens.
+    #[test]
+    fn a_store_held_elsewhere_is_named_not_hung_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (held, _) = SledStore::open(dir.path()).unwrap();
+        let e = open_db_waiting(dir.path(), std::time::Duration::from_millis(100)).unwrap_err();
+        assert!(matches!(e, StoreError::Locked { .. }), "{e}");
+        assert!(e.to_string().contains(&dir.path().display().to_string()), "{e}");
+        drop(held);
+        SledStore::open(dir.path()).expect("opens once the holder has let go");
     }
 
     /// A store written in the v1 layout (subtasks embedded in job records) opens, migrates and
