@@ -1020,6 +1020,10 @@ impl Core {
                 local_input_bytes: local,
                 cache_bytes: w.record.capacity.cache_bytes,
                 cache_used: w.node.cache_used,
+                // The coordinator knows neither the network between workers nor their engine
+                // speeds, so it estimates neither (the simulator does).
+                est_fetch_ms: None,
+                est_compute_ms: None,
             });
         }
         if !candidates.iter().any(|c| c.feasible) {

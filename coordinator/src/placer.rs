@@ -47,6 +47,14 @@ pub struct Candidate {
     pub local_input_bytes: u64,
     pub cache_bytes: u64,
     pub cache_used: u64,
+    /// Estimated milliseconds to bring the subtask's inputs that are not in this worker's fast
+    /// memory to it, from each object's cheapest source. Only a caller that knows the network
+    /// (tiers, racks, where every copy is) can say; the cluster simulator does, the coordinator
+    /// does not yet and leaves it `None`.
+    pub est_fetch_ms: Option<f64>,
+    /// Estimated milliseconds of compute for the subtask on this worker's engines, when their
+    /// speeds are known (the simulator's; the coordinator leaves it `None`).
+    pub est_compute_ms: Option<f64>,
 }
 
 impl Candidate {
@@ -66,6 +74,10 @@ impl Candidate {
             ("local_input_mib".into(), self.local_input_bytes as f64 / (1 << 20) as f64),
             ("cache_free_mib".into(), self.cache_bytes.saturating_sub(self.cache_used) as f64 / (1 << 20) as f64),
         ]
+        .into_iter()
+        .chain(self.est_fetch_ms.map(|v| ("est_fetch_ms".to_string(), v)))
+        .chain(self.est_compute_ms.map(|v| ("est_compute_ms".to_string(), v)))
+        .collect()
     }
 }
 
@@ -266,6 +278,8 @@ mod tests {
             local_input_bytes: local,
             cache_bytes: 1 << 30,
             cache_used: 0,
+            est_fetch_ms: None,
+            est_compute_ms: None,
         }
     }
 

@@ -7,7 +7,9 @@
 //!   send that never waits.
 //! * The **training thread** owns the *training network*, a target copy, the experience buffer
 //!   and the optimiser. When the buffer is full (1024) it runs a training step of 8 batches of
-//!   128 sampled (and removed) experiences, then publishes its weights.
+//!   128 sampled (and removed) experiences, then publishes its weights. With `passes` > 1 and
+//!   `history` > 0 (our departures, see [`PolicyConfig::passes`] and [`PolicyConfig::history`])
+//!   the step goes that many times over its batches and those of the steps before it.
 //! * Every `sync_every` (1024) decisions the decision side takes the newest published weights and
 //!   swaps them into its inference network between two decisions; no lock is held while deciding.
 //!
@@ -55,6 +57,20 @@ pub struct PolicyConfig {
     pub batch: usize,
     /// Batches per training step (the seed: 8).
     pub batches_per_step: usize,
+    /// Passes over a training step's batches (the seed: 1). Our departure, for online learning
+    /// from few decisions: the seed trains once per 1024 decisions and uses each experience
+    /// once, which is ~6 steps (48 gradient steps) in a few thousand decisions. With `passes` =
+    /// k a step still samples (and removes) its 8 × 128 experiences from the buffer exactly as
+    /// the seed says, then makes k gradient passes over them, refreshing the target network
+    /// after each pass (so a step is k rounds of fitted Q-iteration on its batches, not k
+    /// gradient steps towards one stale target). 1 is exactly the seed's schedule.
+    pub passes: usize,
+    /// Training steps whose batches are kept for later steps' passes (the seed: 0). Our
+    /// departure, with `passes`: a step's passes go over its own 8 batches and those of the
+    /// previous `history` steps, kept outside the experience buffer (which still gives every
+    /// sampled entry up, as the seed says). Fitting each step to only its 1024 newest
+    /// experiences many times over fits their noise; a window of several steps averages it.
+    pub history: usize,
     /// Decisions between weight copies into the inference network (the seed: 1024).
     pub sync_every: u64,
     pub learning_rate: f64,
@@ -79,6 +95,8 @@ impl Default for PolicyConfig {
             buffer: 1024,
             batch: 128,
             batches_per_step: 8,
+            passes: 1,
+            history: 0,
             sync_every: 1024,
             // Adam at 1e-3 is the usual step for small DQNs; plain SGD on this loss, whose gradient
             // is damped by the criticality factor, learns too slowly to adapt online.
@@ -104,6 +122,8 @@ pub struct Choice {
 pub struct Stats {
     pub experiences: AtomicU64,
     pub training_steps: AtomicU64,
+    /// Optimiser steps (one per batch per pass).
+    pub gradient_steps: AtomicU64,
     pub last_loss_micro: AtomicU64,
 }
 
@@ -390,6 +410,8 @@ struct Trainer {
     publish: mpsc::Sender<Weights>,
     stats: Arc<Stats>,
     absorbed: Option<mpsc::Sender<()>>,
+    /// The batches of the latest `1 + history` training steps, newest first.
+    history: std::collections::VecDeque<Vec<Vec<(u64, Experience)>>>,
 }
 
 impl Trainer {
@@ -415,6 +437,7 @@ impl Trainer {
             publish,
             stats,
             absorbed: None,
+            history: std::collections::VecDeque::new(),
         })
     }
 
@@ -469,27 +492,40 @@ impl Trainer {
     }
 
     /// One training step: `batches_per_step` batches, each sampled and removed from the buffer;
-    /// then the new weights are published, become the target, and are persisted.
+    /// `passes` passes over them and the batches of the `history` steps before (the target
+    /// refreshed after each pass); then the new weights are published and persisted.
     fn train_step(&mut self) {
-        let mut used = Vec::new();
-        let mut loss_sum = 0.0;
+        let mut batches = Vec::with_capacity(self.config.batches_per_step);
         for _ in 0..self.config.batches_per_step {
             let batch = self.buffer.sample(self.config.batch, &mut self.rng);
             if batch.is_empty() {
                 break;
             }
-            used.extend(batch.iter().map(|(id, _)| *id));
-            let exps: Vec<&Experience> = batch.iter().map(|(_, e)| e).collect();
-            let loss = self.loss(&exps);
-            self.opt.backward_step(&loss);
-            loss_sum += loss.double_value(&[]);
+            batches.push(batch);
         }
+        let used: Vec<u64> = batches.iter().flatten().map(|(id, _)| *id).collect();
         if let Some(s) = &self.store
             && let Err(e) = s.remove_experiences(&used)
         {
             tracing::warn!(error = %e, "could not remove sampled experiences from the store");
         }
-        let _ = self.target_vs.copy(&self.vs);
+        let mut loss_sum = 0.0;
+        let passes = self.config.passes.max(1);
+        self.history.push_front(batches);
+        self.history.truncate(self.config.history + 1);
+        for pass in 0..passes {
+            for batch in self.history.iter().flatten() {
+                let exps: Vec<&Experience> = batch.iter().map(|(_, e)| e).collect();
+                let loss = self.loss(&exps);
+                self.opt.backward_step(&loss);
+                self.stats.gradient_steps.fetch_add(1, Ordering::Relaxed);
+                // The mean reported is the last pass's, over all its batches.
+                if pass + 1 == passes {
+                    loss_sum += loss.double_value(&[]) / self.history.iter().map(Vec::len).sum::<usize>().max(1) as f64;
+                }
+            }
+            let _ = self.target_vs.copy(&self.vs);
+        }
         let weights: Weights = self.vs.variables().into_iter().map(|(n, t)| (n, t.detach().copy())).collect();
         let _ = self.publish.send(weights);
         if let Some(s) = &self.store {
@@ -504,7 +540,7 @@ impl Trainer {
             }
         }
         let steps = self.stats.training_steps.fetch_add(1, Ordering::Relaxed) + 1;
-        let mean = loss_sum / self.config.batches_per_step as f64;
+        let mean = loss_sum;
         self.stats.last_loss_micro.store((mean * 1e6) as u64, Ordering::Relaxed);
         tracing::debug!(steps, loss = mean, "policy training step");
     }

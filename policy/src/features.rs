@@ -15,12 +15,25 @@
 //! | 7 | node: measured cpu utilisation | fraction |
 //! | 8 | node: free fast memory in bytes | log2(1 + bytes) / 40 |
 //! | 9 | node: has a GPU free | 0 or 1 |
+//! | 10 | node: estimated fetch time of the task's inputs not in its fast memory | ms / (ms + 1 s) |
+//! | 11 | node: estimated compute time of the task on its engines | ms / (ms + 1 s) |
+//! | 12 | node: estimated fetch + compute above the best candidate's | excess / (best + 1 s), ≤ 1 |
+//! | 13 | node: bytes its fast memory would have to evict for the missing inputs | fraction of its cache |
+//! | 14 | node: the estimates (10–12) are known | 0 or 1 |
 //!
 //! Features 0–5 are the seed's six; 6–9 give the network the node state the heuristics use, so it
-//! is never worse informed than the baselines it is compared with.
+//! is never worse informed than the baselines it is compared with. 10–14 are our addition (not
+//! the seed's): the seed's observation says how much of a task's input a node holds, but not what
+//! the rest costs to bring there (same rack or across the spine) nor how fast the node's engines
+//! are, and without them the network can only learn "most resident bytes", which is the locality
+//! heuristic. The estimates come from the caller ([`NodeFeatures::est_fetch_ms`],
+//! [`NodeFeatures::est_compute_ms`]); where it has none they are 0 and feature 14 says so. Feature
+//! 12 is the only one that compares candidates with each other (over the feasible ones): the
+//! attention layers could learn that comparison, but online, with a few thousand decisions, a
+//! network learns a per-token feature far sooner than an argmin across tokens.
 
 /// Width of one token.
-pub const FEATURES: usize = 10;
+pub const FEATURES: usize = 15;
 
 /// Names of the token features, in order, for `plexus explain`.
 pub const NAMES: [&str; FEATURES] = [
@@ -34,7 +47,15 @@ pub const NAMES: [&str; FEATURES] = [
     "node_cpu_util",
     "node_cache_free_bytes",
     "node_gpu_free",
+    "node_fetch_est",
+    "node_compute_est",
+    "node_finish_excess",
+    "node_evict_est",
+    "node_estimates_known",
 ];
+
+/// Time scale of the estimate features: a 1 s estimate reads as 0.5.
+const EST_SCALE_MS: f64 = 1000.0;
 
 /// What is known about the task being placed.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -55,6 +76,18 @@ pub struct NodeFeatures {
     pub cpu_load: f64,
     pub cpu_utilisation: f64,
     pub gpu_free: bool,
+    /// Estimated milliseconds to fetch the task's inputs that are not in this node's fast memory
+    /// (None: the caller cannot estimate it).
+    pub est_fetch_ms: Option<f64>,
+    /// Estimated milliseconds of compute of the task on this node (None: unknown).
+    pub est_compute_ms: Option<f64>,
+}
+
+impl NodeFeatures {
+    /// Estimated fetch + compute, when both are known.
+    fn est_finish_ms(&self) -> Option<f64> {
+        Some(self.est_fetch_ms?.max(0.0) + self.est_compute_ms?.max(0.0))
+    }
 }
 
 /// A decision's input: one token per candidate and which candidates are feasible.
@@ -72,12 +105,20 @@ impl Observation {
             log2_norm(task.input_bytes),
             if task.writes { 1.0 } else { 0.0 },
         ];
+        // The best estimate among feasible candidates, for feature 12.
+        let best = nodes.iter().filter(|n| n.feasible).filter_map(NodeFeatures::est_finish_ms).fold(f64::INFINITY, f64::min);
         let tokens = nodes
             .iter()
             .map(|n| {
                 let free = n.cache_bytes.saturating_sub(n.cache_used);
                 let cache_free = if n.cache_bytes == 0 { 0.0 } else { free as f64 / n.cache_bytes as f64 };
                 let overlap = if task.input_bytes == 0 { 0.0 } else { n.local_input_bytes as f64 / task.input_bytes as f64 };
+                let missing = task.input_bytes.saturating_sub(n.local_input_bytes);
+                let evict = if n.cache_bytes == 0 { 0.0 } else { missing.saturating_sub(free) as f64 / n.cache_bytes as f64 };
+                let excess = match n.est_finish_ms() {
+                    Some(e) if best.is_finite() => (e - best).max(0.0) / (best + EST_SCALE_MS),
+                    _ => 0.0,
+                };
                 [
                     t[0],
                     t[1].min(1.0),
@@ -89,6 +130,11 @@ impl Observation {
                     clamp01(n.cpu_utilisation),
                     log2_norm(free),
                     if n.gpu_free { 1.0 } else { 0.0 },
+                    n.est_fetch_ms.map_or(0.0, time_norm),
+                    n.est_compute_ms.map_or(0.0, time_norm),
+                    clamp01(excess),
+                    clamp01(evict),
+                    if n.est_finish_ms().is_some() { 1.0 } else { 0.0 },
                 ]
             })
             .collect();
@@ -106,6 +152,12 @@ impl Observation {
 
 fn clamp01(x: f64) -> f32 {
     if x.is_finite() { x.clamp(0.0, 1.0) as f32 } else { 0.0 }
+}
+
+/// Milliseconds to [0, 1): ms / (ms + 1 s), monotone, so orderings survive.
+fn time_norm(ms: f64) -> f32 {
+    let ms = if ms.is_finite() { ms.max(0.0) } else { 0.0 };
+    (ms / (ms + EST_SCALE_MS)) as f32
 }
 
 fn log2_norm(bytes: u64) -> f32 {
@@ -126,7 +178,7 @@ mod tests {
     fn features_are_normalised() {
         let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 1 << 30, writes: true };
         let nodes = vec![
-            NodeFeatures { feasible: true, cache_bytes: 1 << 30, cache_used: 1 << 28, local_input_bytes: 1 << 29, cpu_load: 0.25, cpu_utilisation: 2.0, gpu_free: false },
+            NodeFeatures { feasible: true, cache_bytes: 1 << 30, cache_used: 1 << 28, local_input_bytes: 1 << 29, cpu_load: 0.25, cpu_utilisation: 2.0, gpu_free: false, est_fetch_ms: None, est_compute_ms: None },
             NodeFeatures { feasible: false, ..Default::default() },
         ];
         let o = Observation::build(&task, &nodes);
@@ -140,9 +192,46 @@ mod tests {
         assert_eq!(a[4], 0.75);
         assert_eq!(a[5], 0.5);
         assert_eq!(a[7], 1.0, "utilisation is clamped");
+        // Half the input (512 MiB) is missing and 768 MiB of cache is free: nothing to evict.
+        assert_eq!(a[13], 0.0);
+        assert_eq!(&a[10..13], &[0.0, 0.0, 0.0], "no estimates: zeros");
+        assert_eq!(a[14], 0.0, "and the flag says they are unknown");
         assert!(o.tokens.iter().flatten().all(|x| (0.0..=1.0).contains(x)));
         // No inputs: overlap is 0, not NaN.
         let o = Observation::build(&TaskFeatures::default(), &nodes);
         assert_eq!(o.tokens[0][5], 0.0);
+    }
+
+    #[test]
+    fn estimates_are_normalised_and_compared_among_feasible_candidates() {
+        let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 2 << 30, writes: false };
+        let node = |feasible, fetch: f64, compute: f64, cache_used: u64| NodeFeatures {
+            feasible,
+            cache_bytes: 1 << 30,
+            cache_used,
+            est_fetch_ms: Some(fetch),
+            est_compute_ms: Some(compute),
+            ..Default::default()
+        };
+        let nodes = vec![
+            node(true, 1000.0, 1000.0, 0),
+            node(true, 0.0, 1000.0, 1 << 29),
+            // Infeasible and faster than everyone: it must not set the best.
+            node(false, 0.0, 0.0, 0),
+        ];
+        let o = Observation::build(&task, &nodes);
+        let (a, b, c) = (o.tokens[0], o.tokens[1], o.tokens[2]);
+        assert_eq!((a[10], a[11]), (0.5, 0.5), "1 s reads as 0.5");
+        assert_eq!(b[10], 0.0);
+        // The best feasible estimate is b's 1 s; a's excess is 1 s / (1 s + 1 s).
+        assert_eq!((a[12], b[12], c[12]), (0.5, 0.0, 0.0));
+        // 2 GiB missing, 1 GiB free in a, 512 MiB free in b: evict 1 GiB (all of a's cache,
+        // clamped) and 1.5 GiB (clamped).
+        assert_eq!((a[13], b[13]), (1.0, 1.0));
+        assert!(o.tokens.iter().all(|t| t[14] == 1.0));
+        // With 1.5 GiB of the 2 GiB resident, a must evict nothing (1 GiB free).
+        let o = Observation::build(&task, &[NodeFeatures { local_input_bytes: 3 << 29, ..node(true, 0.0, 0.0, 0) }]);
+        assert_eq!(o.tokens[0][13], 0.0);
+        assert_eq!(o.tokens[0][12], 0.0, "a lone candidate is the best");
     }
 }

@@ -13,10 +13,28 @@
 //!   free fast memory gains about as little. Free cores win because a larger node is likelier
 //!   to keep room for the next task that wants its data and, in the default cluster, has
 //!   faster cores.
+//!
+//! `fastest` is the heuristic a topology-aware scheduler would write once candidates carry
+//! estimates (the simulator's do: fetch time from each input's cheapest copy over the tiers,
+//! compute time on the node's engines): the node where the task would finish soonest. It is
+//! here so that a learned placer that is given those estimates as features is measured against
+//! a baseline that uses them too, not only against ones that cannot see them.
 
 use std::cmp::Ordering;
 
 use plexus_coordinator::placer::{Candidate, Decision, PlacementRequest, Placer};
+
+/// The first feasible candidate that no later feasible one is `better` than (`usize::MAX` when
+/// none is feasible, which the simulator never asks).
+fn first_best(candidates: &[Candidate], better: impl Fn(&Candidate, &Candidate) -> bool) -> usize {
+    let mut chosen = usize::MAX;
+    for (i, c) in candidates.iter().enumerate().filter(|(_, c)| c.feasible) {
+        if chosen == usize::MAX || better(c, &candidates[chosen]) {
+            chosen = i;
+        }
+    }
+    chosen
+}
 
 /// Most input bytes resident, then most free cores; ties to the earliest candidate (lowest
 /// worker id). Compared as a pair, so both terms count.
@@ -36,12 +54,7 @@ impl Placer for LocalityPlus {
     }
 
     fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
-        let mut chosen = usize::MAX;
-        for (i, c) in candidates.iter().enumerate().filter(|(_, c)| c.feasible) {
-            if chosen == usize::MAX || Self::key(c).partial_cmp(&Self::key(&candidates[chosen])) == Some(Ordering::Greater) {
-                chosen = i;
-            }
-        }
+        let chosen = first_best(candidates, |a, b| Self::key(a).partial_cmp(&Self::key(b)) == Some(Ordering::Greater));
         // Scores are ranks: 1 for the choice, lower for worse keys, NaN for infeasible nodes.
         let scores = candidates
             .iter()
@@ -55,5 +68,40 @@ impl Placer for LocalityPlus {
             })
             .collect();
         Decision { chosen, scores, exploratory: false, reason: "most input bytes resident, then most free cores".into(), features: None }
+    }
+}
+
+/// Least estimated fetch + compute ([`Candidate::est_fetch_ms`] + [`Candidate::est_compute_ms`]);
+/// ties (and candidates without estimates, which compare equal) by the locality key: most input
+/// bytes resident, then most free cores; then the earliest candidate.
+pub struct Fastest;
+
+impl Fastest {
+    pub const NAME: &'static str = "fastest";
+
+    fn est(c: &Candidate) -> f64 {
+        c.est_fetch_ms.unwrap_or(0.0) + c.est_compute_ms.unwrap_or(0.0)
+    }
+
+    /// Whether `a` is strictly better than `b`.
+    fn better(a: &Candidate, b: &Candidate) -> bool {
+        match Self::est(a).partial_cmp(&Self::est(b)) {
+            Some(Ordering::Less) => true,
+            Some(Ordering::Equal) => LocalityPlus::key(a).partial_cmp(&LocalityPlus::key(b)) == Some(Ordering::Greater),
+            _ => false,
+        }
+    }
+}
+
+impl Placer for Fastest {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
+        let chosen = first_best(candidates, Self::better);
+        // Scores: minus the estimate (higher is better), NaN for infeasible nodes.
+        let scores = candidates.iter().map(|c| if c.feasible { -Self::est(c) } else { f64::NAN }).collect();
+        Decision { chosen, scores, exploratory: false, reason: "least estimated fetch + compute, then most input bytes resident, then most free cores".into(), features: None }
     }
 }

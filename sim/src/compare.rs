@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use plexus_coordinator::placer::{heuristic, Placer, HEURISTICS};
 
-use crate::baseline::LocalityPlus;
+use crate::baseline::{Fastest, LocalityPlus};
 use crate::config::{SimConfig, GIB};
 use crate::engine::simulate_from;
 use crate::report::Report;
@@ -31,11 +31,12 @@ impl Contender {
         HEURISTICS.iter().filter_map(|n| Self::heuristic(n, seed)).collect()
     }
 
-    /// Every coordinator heuristic, then the simulator-tuned [`LocalityPlus`]: the baselines a
-    /// learned placer is measured against.
+    /// Every coordinator heuristic, then the simulator's [`LocalityPlus`] and [`Fastest`]: the
+    /// baselines a learned placer is measured against.
     pub fn baselines(seed: u64) -> Vec<Self> {
         let mut v = Self::heuristics(seed);
         v.push(Contender { name: LocalityPlus::NAME.to_string(), placer: Box::new(LocalityPlus), learning: false });
+        v.push(Contender { name: Fastest::NAME.to_string(), placer: Box::new(Fastest), learning: false });
         v
     }
 

@@ -21,6 +21,9 @@
 //!   room for stays queued and later tasks may pass it, as in `Core::schedule`.
 //! * Wait = ready → start (a job's first tasks are ready at its arrival, the others when their
 //!   last dependency finishes); response = ready → finish.
+//! * Every candidate carries the estimates a topology-aware scheduler could make:
+//!   `est_fetch_ms`, exactly the fetch `start` would charge on that node at that instant, and
+//!   `est_compute_ms`, its compute there. Eviction is not estimated (it depends on LRU order).
 //!
 //! Nothing here reads a clock or draws a random number: the report is a function of the
 //! configuration, the workload and the placer.
@@ -422,6 +425,13 @@ impl<'a> Sim<'a> {
                     local_input_bytes: local,
                     cache_bytes: n.spec.cache_bytes,
                     cache_used: n.cache.used(),
+                    // What `start` would charge for the fetches and the compute if the task ran
+                    // here now (eviction aside): the simulator knows the tiers, every copy and
+                    // the engines, as a topology-aware scheduler would.
+                    est_fetch_ms: Some(
+                        self.inputs[g].iter().filter(|&&o| !n.cache.contains(o)).map(|&o| self.fetch_cost(o, n.spec.index)).sum::<u64>() as f64 / 1e3,
+                    ),
+                    est_compute_ms: Some(compute_us(task, &n.spec) as f64 / 1e3),
                 }
             })
             .collect();

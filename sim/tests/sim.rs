@@ -13,11 +13,13 @@ struct Checked {
     inner: Box<dyn Placer>,
     requests: Vec<u64>,
     outcomes: Vec<Outcome>,
+    /// Decision → the chosen candidate's (estimated fetch ms, estimated compute ms).
+    estimates: std::collections::HashMap<u64, (f64, f64)>,
 }
 
 impl Checked {
     fn new(inner: Box<dyn Placer>) -> Self {
-        Checked { inner, requests: Vec::new(), outcomes: Vec::new() }
+        Checked { inner, requests: Vec::new(), outcomes: Vec::new(), estimates: Default::default() }
     }
 }
 
@@ -33,10 +35,14 @@ impl Placer for Checked {
             assert_eq!(c.feasible, req.resources.fits_in(&c.free), "feasible means the request fits");
             assert!(c.cache_used <= c.cache_bytes, "fast memory over capacity");
             assert!(c.local_input_bytes <= req.input_bytes);
+            let (Some(f), Some(x)) = (c.est_fetch_ms, c.est_compute_ms) else { panic!("the simulator gives every candidate estimates") };
+            assert!(f >= 0.0 && x >= 0.0);
         }
         self.requests.push(req.decision);
         let d = self.inner.place(req, candidates);
         assert!(candidates[d.chosen].feasible, "{} chose an infeasible candidate", self.inner.name());
+        let c = &candidates[d.chosen];
+        self.estimates.insert(req.decision, (c.est_fetch_ms.unwrap_or(f64::NAN), c.est_compute_ms.unwrap_or(f64::NAN)));
         d
     }
 
@@ -176,6 +182,70 @@ fn locality_beats_random_on_a_locality_heavy_workload() {
     }
 }
 
+/// A candidate's estimates are what the engine then charges the task that runs there: its
+/// fetches exactly (same instant, same copies, same tiers) and its compute.
+#[test]
+fn candidate_estimates_match_what_the_chosen_node_charges() {
+    for (mix, placer) in [(Mix::LocalityHeavy, "locality"), (Mix::Mixed, "random")] {
+        let config = small(mix, 16, 4, 80);
+        let w = Workload::generate(&config).unwrap();
+        let mut p = Checked::new(heuristic(placer, 4).unwrap());
+        let r = simulate(&config, &w, &mut p).unwrap();
+        let mut fetched = 0;
+        for t in &r.tasks {
+            let (fetch, compute) = p.estimates[&t.decision];
+            assert_eq!(fetch, t.fetch_us as f64 / 1e3, "decision {}", t.decision);
+            assert_eq!(compute, t.compute_us as f64 / 1e3, "decision {}", t.decision);
+            fetched += (t.fetch_us > 0) as usize;
+        }
+        assert!(fetched > 0, "{placer}: some task fetched, so the fetch estimate was exercised");
+    }
+}
+
+/// A feasible 32-core candidate with worker id `n`, `free_cpu` cores free, `local` input bytes
+/// resident and no estimates.
+fn candidate(n: u8, free_cpu: f64, local: u64) -> Candidate {
+    let mut b = [0u8; 16];
+    b[15] = n;
+    Candidate {
+        worker: plexus_proto::WorkerId::from_bytes(b),
+        feasible: true,
+        note: String::new(),
+        capacity: Resources { cpu: 32.0, memory: 1 << 40, gpu: 0 },
+        free: Resources { cpu: free_cpu, memory: 1 << 40, gpu: 0 },
+        assigned: (32.0 - free_cpu) as u32,
+        cpu_utilisation: 0.0,
+        local_input_bytes: local,
+        cache_bytes: 1 << 35,
+        cache_used: 0,
+        est_fetch_ms: None,
+        est_compute_ms: None,
+    }
+}
+
+/// `fastest` takes the least estimated fetch + compute and breaks ties as `locality+`.
+#[test]
+fn fastest_takes_the_least_estimate_then_the_locality_key() {
+    let cand = |n: u8, free_cpu: f64, local: u64, fetch: f64, compute: f64| Candidate {
+        est_fetch_ms: Some(fetch),
+        est_compute_ms: Some(compute),
+        ..candidate(n, free_cpu, local)
+    };
+    let req = PlacementRequest { decision: 0, job_age_ms: 0, resources: Resources { cpu: 1.0, memory: 0, gpu: 0 }, input_bytes: GIB, flops: None, writes: false };
+    let mut f = plexus_sim::baseline::Fastest;
+    // The node holding the input is slower overall than a faster engine one rack away.
+    let c = vec![cand(1, 8.0, GIB, 0.0, 1000.0), cand(2, 8.0, 0, 400.0, 500.0)];
+    assert_eq!(f.place(&req, &c).chosen, 1);
+    // Equal estimates: most resident bytes, then most free cores.
+    let c = vec![cand(1, 8.0, 0, 0.0, 900.0), cand(2, 4.0, GIB, 100.0, 800.0), cand(3, 9.0, GIB, 200.0, 700.0)];
+    assert_eq!(f.place(&req, &c).chosen, 2);
+    let mut c = vec![cand(1, 1.0, 0, 0.0, 10.0), cand(2, 2.0, 0, 0.0, 20.0)];
+    c[0].feasible = false;
+    let d = f.place(&req, &c);
+    assert_eq!(d.chosen, 1);
+    assert!(d.scores[0].is_nan());
+}
+
 #[test]
 fn infeasible_candidates_are_never_chosen_and_a_placer_that_does_is_refused() {
     // Compute-heavy work has GPU tasks, for which every CPU-only node is infeasible.
@@ -211,7 +281,7 @@ fn run_all_warms_learning_contenders_up_and_continues_their_decision_ids() {
     let mut contenders = Contender::baselines(2);
     contenders.push(Contender::learning("learner", Box::new(Checked::new(heuristic("locality", 2).unwrap()))));
     let runs = run_all(&config, &w, Some(&warm), contenders).unwrap();
-    assert_eq!(runs.len(), HEURISTICS.len() + 2);
+    assert_eq!(runs.len(), HEURISTICS.len() + 3, "the heuristics, locality+, fastest and the learner");
     for r in &runs {
         assert_eq!(r.warmup.is_some(), r.learning, "{}", r.name);
         assert_eq!(r.report.tasks.len(), w.tasks());
@@ -322,22 +392,7 @@ fn simulation_refuses_workloads_that_do_not_fit_the_cluster() {
 
 #[test]
 fn locality_plus_breaks_ties_among_holders_by_free_cores() {
-    let cand = |n: u8, free_cpu: f64, local: u64| {
-        let mut b = [0u8; 16];
-        b[15] = n;
-        Candidate {
-            worker: plexus_proto::WorkerId::from_bytes(b),
-            feasible: true,
-            note: String::new(),
-            capacity: Resources { cpu: 32.0, memory: 1 << 40, gpu: 0 },
-            free: Resources { cpu: free_cpu, memory: 1 << 40, gpu: 0 },
-            assigned: (32.0 - free_cpu) as u32,
-            cpu_utilisation: 0.0,
-            local_input_bytes: local,
-            cache_bytes: 1 << 35,
-            cache_used: 0,
-        }
-    };
+    let cand = candidate;
     let req = PlacementRequest { decision: 0, job_age_ms: 0, resources: Resources { cpu: 1.0, memory: 0, gpu: 0 }, input_bytes: 2 * GIB, flops: None, writes: false };
     // Two nodes hold the same 1.5 GiB; the second is idle.
     let c = vec![cand(1, 2.0, 1536 * MIB), cand(2, 32.0, 1536 * MIB), cand(3, 32.0, 0)];

@@ -3,9 +3,11 @@
 //! summary of each placer's mean task response relative to the best baseline's.
 //!
 //! `cargo run --release -p plexus-bench --bin placement [-- --seeds N --scale F --nodes 16,64
-//! --mix locality-heavy,compute-heavy,mixed]`. `--scale` multiplies the number of jobs (the
-//! default is 24 a node). All figures are simulated time; the output is identical from run to
-//! run.
+//! --mix locality-heavy,compute-heavy,mixed --passes N --history N --run-weight W --rl-seed
+//! true]`. `--scale` multiplies the number of jobs (the default is 24 a node); the next three set
+//! the learned placer's departures from the seed (see [`PASSES`]); `--rl-seed true` also runs the
+//! learned placer with the seed's schedule and reward, as `rl-seed`. All figures are simulated
+//! time; the output is identical from run to run.
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -19,20 +21,35 @@ use plexus_sim::{
 };
 
 /// The placers compared on one workload: the coordinator's heuristics (seeded with the workload
-/// seed), the simulator-tuned `locality+`, and any learned placer.
-fn contenders(seed: u64, config: &SimConfig) -> Vec<Contender> {
+/// seed), the simulator's `locality+` and `fastest`, and the learned placer(s).
+fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
     // The learned placer of seed 001 (`--placer rl`), its reward's eviction bandwidth set to the
     // simulated cluster's. It runs the warm-up workload first (online, same instance), then the
     // measured one, and its learning curve is printed under the table.
-    let policy = PolicyConfig {
-        seed,
-        reward: RewardConfig { eviction_bandwidth: config.cluster.eviction_bytes_per_s as f64, ..RewardConfig::default() },
-        device: Some(tch::Device::Cpu),
-        lockstep: true,
-        ..PolicyConfig::default()
+    let learned = |passes: usize, history: usize, run_weight: f64| {
+        let policy = PolicyConfig {
+            seed,
+            reward: RewardConfig {
+                eviction_bandwidth: config.cluster.eviction_bytes_per_s,
+                run_weight,
+                ..RewardConfig::default()
+            },
+            passes,
+            history,
+            device: Some(tch::Device::Cpu),
+            lockstep: true,
+            ..PolicyConfig::default()
+        };
+        Box::new(Learned::new(policy, None).expect("starting the learned placer"))
     };
-    let learned = Learned::new(policy, None).expect("starting the learned placer");
-    Contender::baselines(seed).into_iter().chain([Contender::learning("rl", Box::new(learned))]).collect()
+    let mut v = Contender::baselines(seed);
+    if args.seed_rl {
+        // The seed's schedule and reward exactly (one pass, no history, no run-time term), for
+        // comparison; its observation has the estimate features too (they are not switchable).
+        v.push(Contender::learning("rl-seed", learned(1, 0, 0.0)));
+    }
+    v.push(Contender::learning("rl", learned(args.passes, args.history, args.run_weight)));
+    v
 }
 
 /// Warm-up workloads use these seeds (the measured seed plus this), never a measured one.
@@ -51,7 +68,23 @@ struct Args {
     scale: f64,
     nodes: Vec<usize>,
     mixes: Vec<Mix>,
+    /// `PolicyConfig::passes` of the `rl` contender.
+    passes: usize,
+    /// `PolicyConfig::history` of the `rl` contender.
+    history: usize,
+    /// `RewardConfig::run_weight` of the `rl` contender.
+    run_weight: f64,
+    /// Also run `rl-seed`: the seed's schedule and reward exactly.
+    seed_rl: bool,
 }
+
+/// The `rl` contender's departures from the seed's schedule and reward (see `ARCHITECTURE.md`),
+/// chosen with this benchmark on locality-heavy work at 16 nodes, seed 1 (measured in
+/// ARCHITECTURE.md): 4 passes over each step's batches and those of the 4 steps before it, and
+/// a run-time reward term of weight 2. `--passes 1 --history 0 --run-weight 0` is the seed's.
+const PASSES: usize = 4;
+const HISTORY: usize = 4;
+const RUN_WEIGHT: f64 = 2.0;
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -59,12 +92,20 @@ fn parse_args() -> Result<Args, String> {
         scale: 1.0,
         nodes: vec![16, 64],
         mixes: Mix::ALL.to_vec(),
+        passes: PASSES,
+        history: HISTORY,
+        run_weight: RUN_WEIGHT,
+        seed_rl: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
         match flag.as_str() {
+            "--passes" => a.passes = value.parse().map_err(|e| bad(&e))?,
+            "--history" => a.history = value.parse().map_err(|e| bad(&e))?,
+            "--run-weight" => a.run_weight = value.parse().map_err(|e| bad(&e))?,
+            "--rl-seed" => a.seed_rl = value.parse().map_err(|e| bad(&e))?,
             "--seeds" => a.seeds = value.parse().map_err(|e| bad(&e))?,
             "--scale" => a.scale = value.parse().map_err(|e| bad(&e))?,
             "--nodes" => {
@@ -87,7 +128,8 @@ fn parse_args() -> Result<Args, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown flag {flag} (known: --seeds, --scale, --nodes, --mix)"
+                    "unknown flag {flag} (known: --seeds, --scale, --nodes, --mix, --passes, \
+                     --history, --run-weight, --rl-seed true|false)"
                 ));
             }
         }
@@ -98,6 +140,15 @@ fn parse_args() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn Error>> {
     let args = parse_args()?;
     let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "rl: {} pass(es) per training step over its batches and those of {} earlier steps, \
+         run-time reward weight {}{}",
+        args.passes,
+        args.history,
+        args.run_weight,
+        if args.seed_rl { "; rl-seed: the seed's schedule and reward (1 pass, no history, no run-time term)" } else { "" }
+    )?;
     // (mix, nodes) → placer → mean response ÷ the best baseline's, one entry per seed.
     let mut ratios: BTreeMap<(usize, usize), BTreeMap<String, Vec<f64>>> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
@@ -120,7 +171,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                         describe(&config, &workload)
                     )?;
                 }
-                let runs = run_all(&config, &workload, Some(&warmup), contenders(seed, &config))?;
+                let runs = run_all(&config, &workload, Some(&warmup), contenders(seed, &config, &args))?;
                 let title = format!(
                     "\n{} · {nodes} nodes · seed {seed} · {} jobs, {} tasks",
                     mix.name(),

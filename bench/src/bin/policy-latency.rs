@@ -33,6 +33,8 @@ fn observation(rng: &mut StdRng, n: usize) -> Observation {
             cpu_load: rng.random_range(0.0..1.0),
             cpu_utilisation: rng.random_range(0.0..1.0),
             gpu_free: rng.random_bool(0.2),
+            est_fetch_ms: Some(rng.random_range(0.0..5000.0)),
+            est_compute_ms: Some(rng.random_range(0.0..5000.0)),
         })
         .collect();
     let mut o = Observation::build(&task, &nodes);
@@ -86,6 +88,8 @@ fn main() {
                         utilisation: rng.random_range(0.0..1.0),
                         fetch_ms: if c.index % 3 == 0 { 0.0 } else { 80.0 },
                         evicted_bytes: 0,
+                        run_ms: rng.random_range(100.0..5000.0),
+                        best_est_ms: Some(100.0),
                     },
                 );
             }

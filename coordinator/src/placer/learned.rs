@@ -2,6 +2,7 @@
 //! candidates the heuristics see. This adapter only translates: candidates become the policy's
 //! observation, Q-values become scores, outcomes become reward inputs.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use plexus_policy::features::{NAMES, estimate_flops};
@@ -11,11 +12,30 @@ use super::{Candidate, Decision, Outcome, PlacementRequest, Placer};
 
 pub struct Learned {
     policy: DqnPolicy,
+    /// Decision → the least estimated run among its feasible candidates, for decisions whose
+    /// candidates carried estimates and whose outcome has not arrived (the reward's per-decision
+    /// scale, see `RewardInputs::best_est_ms`).
+    best_est: BTreeMap<u64, f64>,
 }
+
+/// Decisions whose best estimate is kept while their outcome is awaited, at most; the oldest go
+/// first (their attempts were lost), so memory stays bounded.
+const MAX_AWAITED: usize = 100_000;
 
 impl Learned {
     pub fn new(config: PolicyConfig, store: Option<Arc<dyn PolicyStore>>) -> Result<Self, PolicyError> {
-        Ok(Learned { policy: DqnPolicy::new(config, store)? })
+        Ok(Learned { policy: DqnPolicy::new(config, store)?, best_est: BTreeMap::new() })
+    }
+
+    /// The least estimated fetch + compute among the feasible candidates, when every feasible
+    /// one has both estimates.
+    pub fn best_estimate(candidates: &[Candidate]) -> Option<f64> {
+        let mut best: Option<f64> = None;
+        for c in candidates.iter().filter(|c| c.feasible) {
+            let e = c.est_fetch_ms? + c.est_compute_ms?;
+            best = Some(best.map_or(e, |b| b.min(e)));
+        }
+        best
     }
 
     pub fn policy(&self) -> &DqnPolicy {
@@ -45,6 +65,8 @@ impl Learned {
                 cpu_load: c.cpu_load(),
                 cpu_utilisation: c.cpu_utilisation,
                 gpu_free: c.free.gpu > 0,
+                est_fetch_ms: c.est_fetch_ms,
+                est_compute_ms: c.est_compute_ms,
             })
             .collect();
         Observation::build(&task, &nodes)
@@ -58,6 +80,12 @@ impl Placer for Learned {
 
     fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
         let obs = Self::observation(req, candidates);
+        if let Some(b) = Self::best_estimate(candidates) {
+            self.best_est.insert(req.decision, b);
+            while self.best_est.len() > MAX_AWAITED {
+                self.best_est.pop_first();
+            }
+        }
         let features = obs.tokens.iter().map(|t| NAMES.iter().zip(t).map(|(n, v)| (n.to_string(), *v as f64)).collect()).collect();
         match self.policy.decide(req.decision, obs) {
             Some(c) => Decision {
@@ -76,6 +104,13 @@ impl Placer for Learned {
     }
 
     fn observe(&mut self, o: &Outcome) {
-        self.policy.observe(o.decision, &RewardInputs { utilisation: o.cluster_utilisation, fetch_ms: o.fetch_ms as f64, evicted_bytes: o.evicted_bytes });
+        let inputs = RewardInputs {
+            utilisation: o.cluster_utilisation,
+            fetch_ms: o.fetch_ms as f64,
+            evicted_bytes: o.evicted_bytes,
+            run_ms: o.run_ms as f64,
+            best_est_ms: self.best_est.remove(&o.decision),
+        };
+        self.policy.observe(o.decision, &inputs);
     }
 }

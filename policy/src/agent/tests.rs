@@ -20,7 +20,7 @@ fn obs(n: usize, feasible: impl Fn(usize) -> bool) -> Observation {
 fn obs_v(n: usize, v: u64, feasible: impl Fn(usize) -> bool) -> Observation {
     let task = TaskFeatures { system_utilisation: (v % 97) as f64 / 97.0, flops: 1e9 + v as f64, input_bytes: 1 << 20, writes: false };
     let nodes: Vec<NodeFeatures> = (0..n)
-        .map(|i| NodeFeatures { feasible: feasible(i), cache_bytes: 1 << 30, cache_used: (i as u64) << 24, local_input_bytes: 0, cpu_load: 0.1 * i as f64, cpu_utilisation: 0.2, gpu_free: false })
+        .map(|i| NodeFeatures { feasible: feasible(i), cache_bytes: 1 << 30, cache_used: (i as u64) << 24, local_input_bytes: 0, cpu_load: 0.1 * i as f64, cpu_utilisation: 0.2, gpu_free: false, ..Default::default() })
         .collect();
     Observation::build(&task, &nodes)
 }
@@ -61,7 +61,7 @@ fn weights_are_copied_every_sync_every_decisions() {
     while p.stats().training_steps.load(Ordering::Relaxed) == 0 {
         assert!(Instant::now() < deadline, "no training step");
         let c = p.decide(id, obs_v(4, id, |_| true)).unwrap();
-        p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: if c.index == 0 { 0.0 } else { 100.0 }, evicted_bytes: 0 });
+        p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: if c.index == 0 { 0.0 } else { 100.0 }, evicted_bytes: 0, ..Default::default() });
         id += 1;
         if p.decisions() % 8 == 7 {
             // Give the trainer a moment so a step is usually ready before the next boundary.
@@ -89,7 +89,9 @@ fn weights_are_copied_every_sync_every_decisions() {
 /// fetch is free), the learned policy converges to it.
 #[test]
 fn converges_to_the_clearly_best_node() {
-    let config = PolicyConfig { buffer: 256, batch: 64, batches_per_step: 4, sync_every: 256, epsilon: 0.05, device: Some(Device::Cpu), ..Default::default() };
+    // Lockstep: every experience is absorbed before the next decision, so the run repeats
+    // whatever else the machine is doing.
+    let config = PolicyConfig { buffer: 256, batch: 64, batches_per_step: 4, sync_every: 256, epsilon: 0.05, device: Some(Device::Cpu), lockstep: true, ..Default::default() };
     let mut p = DqnPolicy::new(config, None).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 256 << 20, writes: false };
@@ -98,20 +100,16 @@ fn converges_to_the_clearly_best_node() {
     for id in 0..6000u64 {
         // Five nodes in a shuffled order; the one holding the input is "best".
         let mut nodes: Vec<NodeFeatures> = (0..5)
-            .map(|i| NodeFeatures { feasible: true, cache_bytes: 1 << 30, cache_used: rng.random_range(0..1u64 << 29), local_input_bytes: if i == 0 { 256 << 20 } else { 0 }, cpu_load: rng.random_range(0.0..0.8), cpu_utilisation: rng.random_range(0.0..1.0), gpu_free: false })
+            .map(|i| NodeFeatures { feasible: true, cache_bytes: 1 << 30, cache_used: rng.random_range(0..1u64 << 29), local_input_bytes: if i == 0 { 256 << 20 } else { 0 }, cpu_load: rng.random_range(0.0..0.8), cpu_utilisation: rng.random_range(0.0..1.0), gpu_free: false, ..Default::default() })
             .collect();
         nodes.shuffle(&mut rng);
         let best = nodes.iter().position(|n| n.local_input_bytes > 0).unwrap();
         let c = p.decide(id, Observation::build(&task, &nodes)).unwrap();
         let fetch = if c.index == best { 0.0 } else { 300.0 };
-        p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: fetch, evicted_bytes: 0 });
+        p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: fetch, evicted_bytes: 0, ..Default::default() });
         if id >= 5000 && !c.exploratory {
             greedy_total += 1;
             greedy_hits += (c.index == best) as u32;
-        }
-        if id % 256 == 255 {
-            // Let the training thread keep up, as it would between real decisions.
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
     assert!(p.stats().training_steps.load(Ordering::Relaxed) >= 5);
@@ -131,13 +129,13 @@ fn weights_and_experiences_persist_through_the_store() {
         while p.stats().training_steps.load(Ordering::Relaxed) == 0 {
             assert!(Instant::now() < deadline);
             p.decide(id, obs_v(5, id, |_| true));
-            p.observe(id, &RewardInputs { utilisation: 0.9, fetch_ms: 5.0, evicted_bytes: 0 });
+            p.observe(id, &RewardInputs { utilisation: 0.9, fetch_ms: 5.0, evicted_bytes: 0, ..Default::default() });
             id += 1;
         }
         // Experiences arriving after the step stay in the buffer and in the store.
         for _ in 0..10 {
             p.decide(id, obs_v(5, id, |i| i != (id as usize % 5)));
-            p.observe(id, &RewardInputs { utilisation: 0.1, fetch_ms: 50.0, evicted_bytes: 10 });
+            p.observe(id, &RewardInputs { utilisation: 0.1, fetch_ms: 50.0, evicted_bytes: 10, ..Default::default() });
             id += 1;
         }
         drop(p);
@@ -168,4 +166,78 @@ fn export_and_import_safetensors() {
     assert!(e.contains("has shape"), "{e}");
     std::fs::write(dir.path().join("junk.safetensors"), b"not a safetensors file").unwrap();
     assert!(wide.import(&dir.path().join("junk.safetensors")).is_err());
+}
+
+/// `passes` repeats a step's gradient passes over the batches it sampled; the buffer still gives
+/// up exactly those batches (the seed's "sampled entries are removed").
+#[test]
+fn passes_repeat_a_steps_batches_without_resampling() {
+    for passes in [1usize, 3] {
+        let store: Arc<MemPolicyStore> = Arc::new(MemPolicyStore::default());
+        let config = PolicyConfig { passes, lockstep: true, ..small_config() };
+        let mut p = DqnPolicy::new(config, Some(store.clone())).unwrap();
+        // 64 distinct experiences fill the buffer exactly once: the 65th decision completes the
+        // 64th experience.
+        for id in 0..65 {
+            p.decide(id, obs_v(4, id, |_| true));
+            p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: 10.0, ..Default::default() });
+        }
+        let s = p.stats();
+        assert_eq!(s.experiences.load(Ordering::Relaxed), 64);
+        assert_eq!(s.training_steps.load(Ordering::Relaxed), 1);
+        // small_config: 4 batches of 16 per step.
+        assert_eq!(s.gradient_steps.load(Ordering::Relaxed), 4 * passes as u64);
+        assert!(store.load_experiences().unwrap().is_empty(), "every sampled experience left the buffer and the store");
+    }
+}
+
+/// The run-time term changes what is learned, as intended. One node holds the task's input but
+/// computes slowly (least fetch, longest run); another must fetch from its rack but finishes
+/// soonest; the rest must fetch across the spine. With the seed's reward (fetch latency only)
+/// the policy converges to the holder; with the run-time term and the estimate features, to the
+/// node that finishes soonest.
+#[test]
+fn run_time_term_moves_the_policy_from_the_holder_to_the_fastest_node() {
+    const DECISIONS: u64 = 8_000;
+    // Weight 6 makes the run-time term outweigh the seed's fetch term clearly here (rewards: holder
+    // 0.75 + 6·0.149, fastest 0.26 + 6·0.5, remote 0.25 + 6·0.35), so the test is about the
+    // direction learned, not about resolving small differences.
+    for (run_weight, want) in [(0.0, "holder"), (6.0, "fastest")] {
+        let reward = RewardConfig { run_weight, ..RewardConfig::default() };
+        let config = PolicyConfig { buffer: 256, batch: 64, batches_per_step: 4, sync_every: 256, passes: 2, history: 2, reward, lockstep: true, device: Some(Device::Cpu), ..Default::default() };
+        let mut p = DqnPolicy::new(config, None).unwrap();
+        let mut rng = StdRng::seed_from_u64(12);
+        let input = 1u64 << 30;
+        let task = TaskFeatures { system_utilisation: 0.5, flops: 1e11, input_bytes: input, writes: false };
+        // (name, resident bytes, fetch ms, compute ms)
+        let kinds = [("holder", input, 0.0, 8000.0), ("fastest", 0, 400.0, 1000.0), ("remote", 0, 1600.0, 1000.0), ("remote", 0, 1600.0, 1000.0), ("remote", 0, 1600.0, 1000.0)];
+        let (mut hits, mut total) = (0, 0);
+        for id in 0..DECISIONS {
+            let mut order: Vec<usize> = (0..kinds.len()).collect();
+            order.shuffle(&mut rng);
+            let nodes: Vec<NodeFeatures> = order
+                .iter()
+                .map(|&k| NodeFeatures {
+                    feasible: true,
+                    cache_bytes: 4 << 30,
+                    cache_used: rng.random_range(0..1u64 << 30),
+                    local_input_bytes: kinds[k].1,
+                    cpu_load: rng.random_range(0.0..0.8),
+                    cpu_utilisation: rng.random_range(0.0..1.0),
+                    gpu_free: false,
+                    est_fetch_ms: Some(kinds[k].2),
+                    est_compute_ms: Some(kinds[k].3),
+                })
+                .collect();
+            let c = p.decide(id, Observation::build(&task, &nodes)).unwrap();
+            let (name, _, fetch, compute) = kinds[order[c.index]];
+            p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: fetch, evicted_bytes: 0, run_ms: fetch + compute, best_est_ms: Some(1400.0) });
+            if id >= DECISIONS - 1500 && !c.exploratory {
+                total += 1;
+                hits += (name == want) as u32;
+            }
+        }
+        let rate = hits as f64 / total as f64;
+        assert!(rate > 0.85, "run_weight {run_weight}: greedy choice was the {want} node {hits}/{total}");
+    }
 }
