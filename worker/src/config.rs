@@ -44,9 +44,16 @@ pub struct Args {
     #[arg(long, default_value = "weighted")]
     pub rail_scheduler: SchedulerKind,
 
-    /// Largest data-plane segment, e.g. 1MiB.
+    /// Largest data-plane segment, e.g. 1MiB (a multiple of 8 bytes, at most 256 MiB). On slow
+    /// rails smaller segments (e.g. 256KiB) balance a message over the rails more finely.
     #[arg(long, value_parser = parse_size, default_value = "1MiB")]
     pub seg_max: u64,
+
+    /// Bound on each data-plane connection's kernel send buffer (SO_SNDBUF), e.g. 128KiB.
+    /// Default: the kernel's autotuning. A slow rail that carries data both ways wants a small
+    /// one, so acknowledgements do not queue behind megabytes of data.
+    #[arg(long, value_parser = parse_size)]
+    pub sndbuf: Option<u64>,
 
     /// Cores offered to subtasks. Default: the number of cores available to this process.
     #[arg(long)]
@@ -104,6 +111,8 @@ pub struct Config {
     pub rail_port: u16,
     pub rail_scheduler: SchedulerKind,
     pub seg_max: u64,
+    /// SO_SNDBUF of data-plane connections, bytes (`None`: the kernel's autotuning).
+    pub send_buffer: Option<usize>,
     /// Cores offered to subtasks.
     pub cpus: u32,
     /// Memory offered to subtasks, in bytes.
@@ -126,6 +135,7 @@ impl Config {
             rail_port: 0,
             rail_scheduler: SchedulerKind::Weighted,
             seg_max: 1 << 20,
+            send_buffer: None,
             cpus: node::available_cpus(),
             memory: node::total_memory().unwrap_or(0),
             cache_bytes: DEFAULT_CACHE_BYTES,
@@ -161,9 +171,18 @@ impl Args {
                 "--rail {ip} is not a usable rail: peers connect to a rail's address, so it must be a concrete one"
             )));
         }
-        if self.seg_max == 0 {
-            return Err(Error::Config("--seg-max must be at least 1 byte".into()));
+        if self.seg_max == 0 || self.seg_max > u64::from(plexus_dataplane::wire::MAX_SEGMENT_LEN) || !self.seg_max.is_multiple_of(8) {
+            return Err(Error::Config(format!(
+                "--seg-max {}: must be a multiple of 8 bytes between 8 and {} (the data plane's largest segment)",
+                self.seg_max,
+                plexus_dataplane::wire::MAX_SEGMENT_LEN
+            )));
         }
+        let send_buffer = match self.sndbuf {
+            None => None,
+            Some(n) if (4096..=1 << 30).contains(&n) => Some(n as usize),
+            Some(n) => return Err(Error::Config(format!("--sndbuf {n}: must be between 4KiB and 1GiB"))),
+        };
         Ok(Config {
             coordinator,
             data_dir: self.data_dir,
@@ -171,6 +190,7 @@ impl Args {
             rail_port: self.rail_port,
             rail_scheduler: self.rail_scheduler,
             seg_max: self.seg_max,
+            send_buffer,
             cpus,
             memory,
             cache_bytes: self.cache,
@@ -256,5 +276,21 @@ mod tests {
         ]);
         let c = q.unwrap().into_config().unwrap();
         assert_eq!((c.rail_port, c.rail_scheduler, c.seg_max), (7100, SchedulerKind::QLearning, 4 << 20));
+        assert_eq!(c.send_buffer, None, "the kernel's autotuning unless asked");
+    }
+
+    #[test]
+    fn rail_tuning_flags_are_checked_and_named() {
+        let parse = |extra: &[&str]| {
+            let mut v = vec!["plexus-worker", "--coordinator=x", "--data-dir=/d", "--memory=1"];
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v).unwrap().into_config()
+        };
+        let c = parse(&["--seg-max=256KiB", "--sndbuf=128KiB"]).unwrap();
+        assert_eq!((c.seg_max, c.send_buffer), (256 << 10, Some(128 << 10)));
+        for (flag, name) in [("--seg-max=1001", "--seg-max 1001"), ("--seg-max=0", "--seg-max 0"), ("--seg-max=1GiB", "--seg-max"), ("--sndbuf=100", "--sndbuf 100"), ("--sndbuf=2GiB", "--sndbuf")] {
+            let e = parse(&[flag]).unwrap_err().to_string();
+            assert!(e.contains(name), "{flag}: {e}");
+        }
     }
 }

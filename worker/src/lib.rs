@@ -100,6 +100,7 @@ impl Worker {
                 port: config.rail_port,
                 scheduler: config.rail_scheduler,
                 seg_max: config.seg_max,
+                send_buffer: config.send_buffer,
                 ..Default::default()
             })
             .await?,
