@@ -815,18 +815,8 @@ impl Inner {
         sock.bind(SocketAddr::new(self.cfg.rails[rail], 0))?;
         let mut stream = sock.connect(addr).await?;
         stream.set_nodelay(true)?;
-        stream
-            .write_all(
-                &Hello {
-                    peer: self.id,
-                    rail: rail as u16,
-                }
-                .encode(),
-            )
-            .await?;
-        let mut b = [0u8; HELLO_LEN];
-        stream.read_exact(&mut b).await?;
-        let h = Hello::decode(&b)?;
+        self.send_hello(&mut stream, rail).await?;
+        let h = read_hello(&mut stream).await?;
         if h.peer != peer || usize::from(h.rail) != rail {
             return Err(Error::Peer(format!(
                 "{addr} answered as {} rail {}, but rail {rail} of {peer} was expected",
@@ -874,26 +864,26 @@ impl Inner {
         }
     }
 
+    /// Announces this endpoint and the rail `stream` belongs to (both sides of the handshake).
+    async fn send_hello(&self, stream: &mut TcpStream, rail: usize) -> Result<()> {
+        let hello = Hello {
+            peer: self.id,
+            rail: rail as u16,
+        };
+        stream.write_all(&hello.encode()).await?;
+        Ok(())
+    }
+
     async fn handshake(&self, rail: usize, mut stream: TcpStream) -> Result<(TcpStream, PeerId)> {
         stream.set_nodelay(true)?;
-        let mut b = [0u8; HELLO_LEN];
-        stream.read_exact(&mut b).await?;
-        let h = Hello::decode(&b)?;
+        let h = read_hello(&mut stream).await?;
         if usize::from(h.rail) != rail {
             return Err(Error::Protocol(format!(
                 "peer {} connected to rail {rail} announcing rail {}",
                 h.peer, h.rail
             )));
         }
-        stream
-            .write_all(
-                &Hello {
-                    peer: self.id,
-                    rail: rail as u16,
-                }
-                .encode(),
-            )
-            .await?;
+        self.send_hello(&mut stream, rail).await?;
         // A peer that reaches us on this rail shows the rail works: offer it to the scheduler.
         let mut st = self.sched.lock().expect("sched lock");
         let m = st.queues.len();
@@ -1360,6 +1350,13 @@ async fn skip(rd: &mut BufReader<OwnedReadHalf>, len: u64) -> std::io::Result<()
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
     Ok(())
+}
+
+/// Reads the peer's half of the rail handshake.
+async fn read_hello(stream: &mut TcpStream) -> Result<Hello> {
+    let mut b = [0u8; HELLO_LEN];
+    stream.read_exact(&mut b).await?;
+    Ok(Hello::decode(&b)?)
 }
 
 #[cfg(test)]
