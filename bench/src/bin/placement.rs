@@ -3,8 +3,8 @@
 //! summary of each placer's mean task response relative to the best baseline's.
 //!
 //! `cargo run --release -p plexus-bench --bin placement [-- --seeds N --scale F --nodes 16,64
-//! --mix locality-heavy,compute-heavy,mixed --passes N --history N --run-weight W --rl-seed
-//! true]`. `--scale` multiplies the number of jobs (the default is 24 a node); the next three set
+//! --mix locality-heavy,compute-heavy,mixed --passes N --history N --run-weight W --epsilon E --rl-seed
+//! true]`. `--scale` multiplies the number of jobs (the default is 24 a node); the next four set
 //! the learned placer's departures from the seed (see [`PASSES`]); `--rl-seed true` also runs the
 //! learned placer with the seed's schedule and reward, as `rl-seed`. All figures are simulated
 //! time; the output is identical from run to run.
@@ -26,7 +26,7 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
     // The learned placer of seed 001 (`--placer rl`), its reward's eviction bandwidth set to the
     // simulated cluster's. It runs the warm-up workload first (online, same instance), then the
     // measured one, and its learning curve is printed under the table.
-    let learned = |passes: usize, history: usize, run_weight: f64| {
+    let learned = |passes: usize, history: usize, run_weight: f64, epsilon: f64| {
         let policy = PolicyConfig {
             seed,
             reward: RewardConfig {
@@ -36,6 +36,7 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
             },
             passes,
             history,
+            epsilon,
             device: Some(tch::Device::Cpu),
             lockstep: true,
             ..PolicyConfig::default()
@@ -46,9 +47,9 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
     if args.seed_rl {
         // The seed's schedule and reward exactly (one pass, no history, no run-time term), for
         // comparison; its observation has the estimate features too (they are not switchable).
-        v.push(Contender::learning("rl-seed", learned(1, 0, 0.0)));
+        v.push(Contender::learning("rl-seed", learned(1, 0, 0.0, PolicyConfig::default().epsilon)));
     }
-    v.push(Contender::learning("rl", learned(args.passes, args.history, args.run_weight)));
+    v.push(Contender::learning("rl", learned(args.passes, args.history, args.run_weight, args.epsilon)));
     v
 }
 
@@ -74,6 +75,9 @@ struct Args {
     history: usize,
     /// `RewardConfig::run_weight` of the `rl` contender.
     run_weight: f64,
+    /// `PolicyConfig::epsilon` of the `rl` contender (the seed's 0.05 by default; 0 shows what
+    /// the greedy policy alone reaches, without the cost of exploring).
+    epsilon: f64,
     /// Also run `rl-seed`: the seed's schedule and reward exactly.
     seed_rl: bool,
 }
@@ -96,6 +100,7 @@ fn parse_args() -> Result<Args, String> {
         history: HISTORY,
         run_weight: RUN_WEIGHT,
         seed_rl: false,
+        epsilon: PolicyConfig::default().epsilon,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -105,6 +110,12 @@ fn parse_args() -> Result<Args, String> {
             "--passes" => a.passes = value.parse().map_err(|e| bad(&e))?,
             "--history" => a.history = value.parse().map_err(|e| bad(&e))?,
             "--run-weight" => a.run_weight = value.parse().map_err(|e| bad(&e))?,
+            "--epsilon" => {
+                a.epsilon = value.parse().map_err(|e| bad(&e))?;
+                if !(0.0..1.0).contains(&a.epsilon) {
+                    return Err(format!("--epsilon {value}: must be in [0, 1)"));
+                }
+            }
             "--rl-seed" => a.seed_rl = value.parse().map_err(|e| bad(&e))?,
             "--seeds" => a.seeds = value.parse().map_err(|e| bad(&e))?,
             "--scale" => a.scale = value.parse().map_err(|e| bad(&e))?,
@@ -129,7 +140,7 @@ fn parse_args() -> Result<Args, String> {
             _ => {
                 return Err(format!(
                     "unknown flag {flag} (known: --seeds, --scale, --nodes, --mix, --passes, \
-                     --history, --run-weight, --rl-seed true|false)"
+                     --history, --run-weight, --epsilon, --rl-seed true|false)"
                 ));
             }
         }
@@ -143,10 +154,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     writeln!(
         out,
         "rl: {} pass(es) per training step over its batches and those of {} earlier steps, \
-         run-time reward weight {}{}",
+         run-time reward weight {}, exploration ε {}{}",
         args.passes,
         args.history,
         args.run_weight,
+        args.epsilon,
         if args.seed_rl { "; rl-seed: the seed's schedule and reward (1 pass, no history, no run-time term)" } else { "" }
     )?;
     // (mix, nodes) → placer → mean response ÷ the best baseline's, one entry per seed.
