@@ -637,6 +637,19 @@ impl Inner {
         Ok(())
     }
 
+    /// Appends `seg` to rail `a`'s send queue and wakes its writer, if the queue has room.
+    fn enqueue_if_room(&self, st: &mut SchedState, a: usize, seg: &Arc<Segment>) -> bool {
+        if st.queues[a].len() >= self.cfg.queue_max {
+            return false;
+        }
+        st.queues[a].push_back(Queued {
+            seg: seg.clone(),
+            entered: self.now(),
+        });
+        self.rail_ready[a].notify_one();
+        true
+    }
+
     /// Puts a segment on the send queue of the rail the scheduler picks.
     async fn schedule(self: &Arc<Self>, seg: Arc<Segment>) -> Result<()> {
         let peer = seg.msg.peer;
@@ -657,13 +670,7 @@ impl Inner {
                 } else {
                     let a = st.sched.pick(&views, u64::from(seg.len), self.now());
                     assert!(views[a].up, "scheduler picked rail {a}, which is down");
-                    if st.queues[a].len() < self.cfg.queue_max {
-                        st.queues[a].push_back(Queued {
-                            seg: seg.clone(),
-                            entered: self.now(),
-                        });
-                        drop(st);
-                        self.rail_ready[a].notify_one();
+                    if self.enqueue_if_room(&mut st, a, &seg) {
                         return Ok(());
                     }
                     Some(a)
@@ -687,13 +694,7 @@ impl Inner {
                     if !st.views(peer, peer_rails, Instant::now(), &self.in_flight)[a].up {
                         continue 'pick;
                     }
-                    if st.queues[a].len() < self.cfg.queue_max {
-                        st.queues[a].push_back(Queued {
-                            seg: seg.clone(),
-                            entered: self.now(),
-                        });
-                        drop(st);
-                        self.rail_ready[a].notify_one();
+                    if self.enqueue_if_room(&mut st, a, &seg) {
                         return Ok(());
                     }
                 }
