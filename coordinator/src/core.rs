@@ -20,7 +20,7 @@ use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskStat
 use serde::{Deserialize, Serialize};
 
 use crate::placer::{Candidate, Outcome, PlacementRequest, Placer};
-use crate::spec::{CollectiveSpec, JobSpec, Work};
+use crate::spec::{CollectiveSpec, JobSpec, TaskSpec, Work};
 
 /// Timing of the worker protocol.
 #[derive(Clone, Debug)]
@@ -255,6 +255,23 @@ pub struct Assignment {
     pub env: BTreeMap<String, String>,
     /// For the collective kinds: the communicator the member joins.
     pub collective: Option<CollectiveAssignment>,
+}
+
+impl Assignment {
+    /// The assignment of an attempt of `task` with the given resources, inputs and communicator.
+    fn of(task: &TaskSpec, attempt: AttemptRef, resources: Resources, inputs: Vec<InputLocation>, collective: Option<CollectiveAssignment>) -> Assignment {
+        Assignment {
+            attempt,
+            replicas: task.replicas,
+            work: task.work.clone(),
+            resources,
+            timeout_ms: task.timeout_ms,
+            inputs,
+            outputs: task.outputs.clone(),
+            env: task.env.clone(),
+            collective,
+        }
+    }
 }
 
 /// A collective member's communicator: every member's data-plane rails in rank order (the
@@ -1075,17 +1092,7 @@ impl Core {
         let attempt = self.begin_attempt(job, idx, wid, now);
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[j.task_of(idx)];
-        let assignment = Assignment {
-            attempt,
-            replicas: task.replicas,
-            work: task.work.clone(),
-            resources: req,
-            timeout_ms: task.timeout_ms,
-            inputs: input_locations,
-            outputs: task.outputs.clone(),
-            env: task.env.clone(),
-            collective: None,
-        };
+        let assignment = Assignment::of(task, attempt, req, input_locations, None);
         self.dispatch((job, idx), wid, record, assignment, now);
         true
     }
@@ -1224,17 +1231,8 @@ impl Core {
                 decided_at: now,
                 candidates: Vec::new(),
             };
-            let assignment = Assignment {
-                attempt,
-                replicas: task.replicas,
-                work: task.work.clone(),
-                resources: req,
-                timeout_ms: task.timeout_ms,
-                inputs: vec![InputLocation { object, size, holders }],
-                outputs: task.outputs.clone(),
-                env: task.env.clone(),
-                collective: Some(CollectiveAssignment { spec: spec.clone(), members: rails.clone(), tag }),
-            };
+            let collective = CollectiveAssignment { spec: spec.clone(), members: rails.clone(), tag };
+            let assignment = Assignment::of(task, attempt, req, vec![InputLocation { object, size, holders }], Some(collective));
             self.dispatch((job, idx), wid, record, assignment, now);
         }
         true
