@@ -512,12 +512,7 @@ impl Endpoint {
     /// The next message tagged `tag` from `from`, waiting for one. Messages with the same
     /// sender and tag are delivered in the order they completed.
     pub async fn recv(&self, from: PeerId, tag: u64) -> Result<BytesMut> {
-        let (_, landed) = self
-            .inner
-            .incoming
-            .recv(Some(from), tag, &self.inner.cancel)
-            .await?;
-        self.inner.counters.messages_received.fetch_add(1, Relaxed);
+        let landed = self.recv_landed(from, tag).await?;
         fresh(from, tag, landed)
     }
 
