@@ -311,14 +311,7 @@ mod tests {
         }
     }
 
-    fn bytes<T: Element>(v: &[T]) -> Vec<u8> {
-        let n = T::DTYPE.size();
-        let mut out = vec![0u8; v.len() * n];
-        for (x, c) in v.iter().zip(out.chunks_exact_mut(n)) {
-            x.to_le(c);
-        }
-        out
-    }
+    use crate::collective::to_bytes as bytes;
 
     #[test]
     fn kernels_compute_each_op_aligned_or_not() {
