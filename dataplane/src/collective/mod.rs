@@ -269,7 +269,7 @@ impl Communicator {
     pub async fn allreduce_bytes(&self, data: Bytes, dtype: DType, op: ReduceOp) -> Result<Bytes> {
         let work = self.own(data);
         let work = self.run(Kind::Allreduce, work, dtype, op).await?;
-        Ok(self.into_bytes(work).await)
+        Ok(self.result_bytes(work).await)
     }
 
     /// [`reduce`](Self::reduce) on an owned buffer: the result at the root, `None` elsewhere.
@@ -285,7 +285,7 @@ impl Communicator {
         if self.rank != root {
             return Ok(None);
         }
-        Ok(Some(self.into_bytes(work).await))
+        Ok(Some(self.result_bytes(work).await))
     }
 
     /// `data`'s allocation as the working buffer, if `data` is its only reference; else a copy.
@@ -305,7 +305,7 @@ impl Communicator {
 
     /// The finished working buffer as `Bytes`: its own allocation when nothing else holds it
     /// (the usual case), else a copy.
-    async fn into_bytes(&self, work: Arc<SharedBuf>) -> Bytes {
+    async fn result_bytes(&self, work: Arc<SharedBuf>) -> Bytes {
         match sole_owner(work).await {
             // SAFETY: we hold the only reference.
             Ok(w) => Bytes::from(unsafe { w.take() }),

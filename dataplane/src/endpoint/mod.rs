@@ -1352,7 +1352,7 @@ async fn skip(rd: &mut BufReader<OwnedReadHalf>, len: u64) -> std::io::Result<()
 async fn read_hello(stream: &mut TcpStream) -> Result<Hello> {
     let mut b = [0u8; HELLO_LEN];
     stream.read_exact(&mut b).await?;
-    Ok(Hello::decode(&b)?)
+    Hello::decode(&b)
 }
 
 #[cfg(test)]
