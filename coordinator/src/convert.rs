@@ -4,8 +4,25 @@
 use plexus_proto::convert::{self as pc, ConvertError};
 use plexus_proto::{AttemptRef, JobState, ObjectId, SubtaskState, pb};
 
-use crate::core::{Assignment, Capacity, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
-use crate::spec::Work;
+use plexus_proto::rules;
+use plexus_scheduler::core::{Assignment, Capacity, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
+use plexus_scheduler::spec::Work;
+
+/// How much of a job a status carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// Per-task counts only: what lists, watches and cancels return.
+    Summary,
+    /// Also every subtask with its history.
+    WithSubtasks,
+}
+
+impl Detail {
+    /// The detail a `GetJob` request asks for.
+    pub fn of_request(subtasks: bool) -> Detail {
+        if subtasks { Detail::WithSubtasks } else { Detail::Summary }
+    }
+}
 
 /// The largest tail of a log the coordinator keeps per stream.
 pub const LOG_TAIL_MAX: usize = 64 * 1024;
@@ -26,9 +43,9 @@ pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError
         rails: s
             .rails
             .iter()
-            .take(MAX_RAILS)
+            .take(rules::MAX_RAILS)
             .map(|r| RailCounter {
-                addr: r.addr.chars().take(256).collect(),
+                addr: r.addr.chars().take(rules::MAX_RAIL_ADDR_LEN).collect(),
                 bytes_sent: r.bytes_sent,
                 bytes_received: r.bytes_received,
                 failures: r.failures,
@@ -36,9 +53,6 @@ pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError
             .collect(),
     })
 }
-
-/// The most rails a worker may report; more is a malformed report, cut rather than stored.
-const MAX_RAILS: usize = 64;
 
 pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertError> {
     let cap = r.capacity.as_ref().ok_or(ConvertError::Missing("capacity"))?;
@@ -48,10 +62,10 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
     if !(r.peer_addr.starts_with("http://") || r.peer_addr.starts_with("https://")) {
         return Err(ConvertError::Invalid { field: "peer_addr", reason: format!("{:?} is not an http(s) URL", r.peer_addr) });
     }
-    if cap.rails.len() > MAX_RAILS || cap.rails.iter().any(|r| r.len() > 256) {
+    if !rules::rails_within_limits(&cap.rails) {
         return Err(ConvertError::Invalid {
             field: "capacity.rails",
-            reason: format!("at most {MAX_RAILS} rail addresses of at most 256 characters"),
+            reason: format!("at most {} rail addresses of at most {} characters", rules::MAX_RAILS, rules::MAX_RAIL_ADDR_LEN),
         });
     }
     Ok(Registration {
@@ -132,15 +146,15 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
         collective: a.collective.as_ref().map(|c| pb::Collective {
             members: c.members.iter().map(|rails| pb::Member { rails: rails.clone() }).collect(),
             tag: c.tag,
-            dtype: c.spec.dtype.clone(),
-            op: c.spec.op.clone(),
+            dtype: c.spec.dtype.to_string(),
+            op: c.spec.op.to_string(),
             root: c.spec.root,
-            algorithm: c.spec.algorithm.clone(),
+            algorithm: c.spec.algorithm.to_string(),
         }),
     }
 }
 
-pub fn job_status(job: &Job, with_subtasks: bool) -> pb::JobStatus {
+pub fn job_status(job: &Job, detail: Detail) -> pb::JobStatus {
     let r = &job.record;
     let groups = r
         .spec
@@ -163,7 +177,7 @@ pub fn job_status(job: &Job, with_subtasks: bool) -> pb::JobStatus {
             }
         })
         .collect();
-    let subtasks = if with_subtasks {
+    let subtasks = if detail == Detail::WithSubtasks {
         job.subtasks
             .iter()
             .map(|s| pb::SubtaskStatus {

@@ -13,10 +13,13 @@ use std::time::{Duration, Instant};
 use plexus_proto::{JobId, WorkerId, pb};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::convert;
-use crate::core::{Core, CoreError, NodeReport, Outbox, Registration, Report};
-use crate::spec::JobSpec;
-use crate::store::{Batch, Store, StoreError};
+use plexus_scheduler::Error as SchedulerError;
+use plexus_scheduler::core::{Core, NodeReport, Outbox, Registration, Report};
+use plexus_scheduler::spec::JobSpec;
+
+use crate::Error;
+use crate::convert::{self, Detail};
+use crate::store::{Batch, Store};
 
 /// How often the engine wakes with nothing to do, to detect lost workers. A tenth of a second
 /// keeps lost-worker detection within 100 ms of the heartbeat timeout at negligible cost.
@@ -41,14 +44,14 @@ pub type Reply<T> = oneshot::Sender<T>;
 
 /// A request to the engine.
 pub enum Cmd {
-    Submit { id: JobId, spec: JobSpec, reply: Reply<Result<u32, CoreError>> },
-    Cancel { job: JobId, reply: Reply<Result<pb::JobStatus, CoreError>> },
-    GetJob { job: JobId, subtasks: bool, reply: Reply<Result<pb::JobStatus, CoreError>> },
+    Submit { id: JobId, spec: JobSpec, reply: Reply<Result<u32, SchedulerError>> },
+    Cancel { job: JobId, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
+    GetJob { job: JobId, detail: Detail, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
     ListJobs { reply: Reply<Vec<pb::JobStatus>> },
-    Watch { job: JobId, reply: Reply<Result<watch::Receiver<pb::JobStatus>, CoreError>> },
+    Watch { job: JobId, reply: Reply<Result<watch::Receiver<pb::JobStatus>, SchedulerError>> },
     ListWorkers { reply: Reply<Vec<pb::WorkerInfo>> },
-    Explain { job: JobId, task: String, rank: u32, reply: Reply<Result<pb::ExplainPlacementResponse, CoreError>> },
-    Logs { job: JobId, task: String, rank: u32, reply: Reply<Result<LogSource, CoreError>> },
+    Explain { job: JobId, task: String, rank: u32, reply: Reply<Result<pb::ExplainPlacementResponse, SchedulerError>> },
+    Logs { job: JobId, task: String, rank: u32, reply: Reply<Result<LogSource, SchedulerError>> },
     Register { reg: Registration, reply: Reply<(u64, u64)> },
     Heartbeat { worker: WorkerId, session: String, node: NodeReport, reply: Reply<bool> },
     Report { worker: WorkerId, session: String, reports: Vec<Report>, reply: Reply<bool> },
@@ -67,11 +70,6 @@ pub struct EngineHandle {
     tx: std_mpsc::Sender<Cmd>,
 }
 
-/// The engine thread stopped (shutdown or a storage failure).
-#[derive(Debug, thiserror::Error)]
-#[error("the coordinator engine has stopped")]
-pub struct EngineStopped;
-
 impl EngineHandle {
     /// Asks the engine to stop after its current round.
     pub fn stop(&self) {
@@ -79,10 +77,11 @@ impl EngineHandle {
     }
 
     /// Sends a command built around a fresh reply channel and waits for the answer.
-    pub async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T, EngineStopped> {
+    /// Fails with [`Error::EngineStopped`] when the engine is gone.
+    pub async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T, Error> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(make(tx)).map_err(|_| EngineStopped)?;
-        rx.await.map_err(|_| EngineStopped)
+        self.tx.send(make(tx)).map_err(|_| Error::EngineStopped)?;
+        rx.await.map_err(|_| Error::EngineStopped)
     }
 }
 
@@ -118,7 +117,7 @@ struct Engine {
 
 /// Starts the engine thread. It runs until every handle is dropped, or a commit fails; the
 /// returned join handle yields the storage error in the latter case.
-pub fn start(core: Core, store: Box<dyn Store>, clock: fn() -> u64) -> (EngineHandle, std::thread::JoinHandle<Result<(), StoreError>>) {
+pub fn start(core: Core, store: Box<dyn Store>, clock: fn() -> u64) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
     let (tx, rx) = std_mpsc::channel();
     let engine = Engine { stats: Stats::default(), core, store, clock, delivery: HashMap::new(), watchers: HashMap::new() };
     let join = std::thread::Builder::new()
@@ -138,7 +137,7 @@ fn defer<T: Send + 'static>(reply: Reply<T>, value: T) -> Deferred {
 }
 
 impl Engine {
-    fn run(mut self, rx: std_mpsc::Receiver<Cmd>) -> Result<(), StoreError> {
+    fn run(mut self, rx: std_mpsc::Receiver<Cmd>) -> Result<(), Error> {
         loop {
             let first = match rx.recv_timeout(TICK) {
                 Ok(c) => Some(c),
@@ -212,7 +211,7 @@ impl Engine {
         );
     }
 
-    fn commit(&mut self, out: &Outbox) -> Result<(), StoreError> {
+    fn commit(&mut self, out: &Outbox) -> Result<(), Error> {
         let mut b = Batch::default();
         for id in &out.jobs {
             if let Some(j) = self.core.job(*id) {
@@ -248,22 +247,22 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::Cancel { job, reply } => {
-                let r = core.cancel(job, now).map(|_| convert::job_status(core.job(job).expect("cancelled job exists"), false));
+                let r = core.cancel(job, now).map(|_| convert::job_status(core.job(job).expect("cancelled job exists"), Detail::Summary));
                 replies.push(defer(reply, r));
             }
-            Cmd::GetJob { job, subtasks, reply } => {
-                let r = core.job(job).map(|j| convert::job_status(j, subtasks)).ok_or(CoreError::NoJob(job));
+            Cmd::GetJob { job, detail, reply } => {
+                let r = core.job(job).map(|j| convert::job_status(j, detail)).ok_or(SchedulerError::NoJob(job));
                 replies.push(defer(reply, r));
             }
             Cmd::ListJobs { reply } => {
-                let v = core.jobs().map(|j| convert::job_status(j, false)).collect();
+                let v = core.jobs().map(|j| convert::job_status(j, Detail::Summary)).collect();
                 replies.push(defer(reply, v));
             }
             Cmd::Watch { job, reply } => {
                 let r = match core.job(job) {
-                    None => Err(CoreError::NoJob(job)),
+                    None => Err(SchedulerError::NoJob(job)),
                     Some(j) => {
-                        let status = convert::job_status(j, false);
+                        let status = convert::job_status(j, Detail::Summary);
                         let final_already = j.record.state.is_final();
                         if final_already {
                             // Nothing will change: a channel whose sender is gone at once.
@@ -372,7 +371,7 @@ impl Engine {
                 self.watchers.remove(&job);
                 continue;
             }
-            tx.send_replace(convert::job_status(j, false));
+            tx.send_replace(convert::job_status(j, Detail::Summary));
             if j.record.state.is_final() {
                 // Dropping the sender ends every watch stream after its final status.
                 self.watchers.remove(&job);
@@ -381,14 +380,14 @@ impl Engine {
     }
 }
 
-fn log_source(core: &Core, job: JobId, task: &str, rank: u32) -> Result<LogSource, CoreError> {
-    let j = core.job(job).ok_or(CoreError::NoJob(job))?;
+fn log_source(core: &Core, job: JobId, task: &str, rank: u32) -> Result<LogSource, SchedulerError> {
+    let j = core.job(job).ok_or(SchedulerError::NoJob(job))?;
     let idx = j.subtask_index(task, rank)?;
     let s = &j.subtasks[idx as usize];
     // The latest attempt that reached a worker: the current one, or (after a requeue) the one
     // before it, whose logs are the most recent there are.
     let Some((w, attempt)) = s.worker.map(|w| (w, s.attempt)).or_else(|| s.history.iter().rev().find_map(|t| t.worker.map(|w| (w, t.attempt)))) else {
-        return Err(CoreError::NotPlaced(format!("task {task:?} rank {rank} of job {job} has not run yet ({})", s.state.as_str())));
+        return Err(SchedulerError::NotPlaced(format!("task {task:?} rank {rank} of job {job} has not run yet ({})", s.state.as_str())));
     };
     let peer = core.worker(w).filter(|w| w.record.alive).map(|w| w.record.peer_addr.clone());
     Ok(LogSource {

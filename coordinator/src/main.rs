@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use plexus_coordinator::core::CoreConfig;
+use plexus_scheduler::core::CoreConfig;
 use plexus_coordinator::{Config, run, server, store::SledStore};
 
 #[derive(Parser)]

@@ -11,12 +11,15 @@ use plexus_proto::pb::job_service_server::JobService;
 use plexus_proto::pb::peer_service_client::PeerServiceClient;
 use plexus_proto::pb::worker_service_server::WorkerService;
 use plexus_proto::{JobId, pb};
+use plexus_scheduler::Error as SchedulerError;
+use plexus_scheduler::spec::{self, Format};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
-use crate::convert;
-use crate::core::CoreError;
-use crate::engine::{Cmd, EngineHandle, EngineStopped};
-use crate::spec::{self, Format};
+use crate::Error;
+use crate::convert::{self, Detail};
+use crate::engine::{Cmd, EngineHandle};
 
 /// How long the coordinator waits on a worker when proxying a log read. Logs are small and the
 /// worker is local to the cluster; past this the coordinator serves the tail it keeps.
@@ -29,28 +32,93 @@ const WATCH_MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Largest job file accepted.
 const MAX_JOB_SOURCE: usize = 16 << 20;
 
-fn status(e: CoreError) -> Status {
-    match e {
-        CoreError::NoJob(_) | CoreError::NoTask { .. } | CoreError::NoRank { .. } | CoreError::NotPlaced(_) => Status::not_found(e.to_string()),
-        CoreError::JobFinished { .. } => Status::failed_precondition(e.to_string()),
-        CoreError::Unsatisfiable(_) => Status::invalid_argument(e.to_string()),
-        CoreError::Duplicate(_) => Status::already_exists(e.to_string()),
+/// The one place an error becomes a `Status`: the code says what kind of failure it is (the
+/// caller's mistake, something missing, a state conflict, the server's trouble), the message
+/// says which input.
+pub fn status(e: impl Into<Error>) -> Status {
+    let e = e.into();
+    let msg = e.to_string();
+    match &e {
+        Error::Scheduler(s) | Error::InFile { source: s, .. } => match s {
+            SchedulerError::NoJob(_) | SchedulerError::NoTask { .. } | SchedulerError::NoRank { .. } | SchedulerError::NotPlaced(_) => Status::not_found(msg),
+            SchedulerError::JobFinished { .. } => Status::failed_precondition(msg),
+            SchedulerError::Duplicate(_) => Status::already_exists(msg),
+            SchedulerError::Spec(_) | SchedulerError::Unsatisfiable(_) | SchedulerError::UnknownPlacer { .. } => Status::invalid_argument(msg),
+            SchedulerError::Restore(_) => Status::internal(msg),
+        },
+        Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
+        Error::Unavailable(_) | Error::EngineStopped | Error::ShuttingDown => Status::unavailable(msg),
+        Error::NotRegistered => Status::failed_precondition(msg),
+        Error::Io(..) | Error::Sled(_) | Error::Migration(_) | Error::Corrupt { .. } | Error::Locked { .. } | Error::Policy(_) | Error::Engine(_) | Error::Transport(_) => {
+            Status::internal(msg)
+        }
     }
 }
 
-impl From<EngineStopped> for Status {
-    fn from(e: EngineStopped) -> Self {
-        Status::unavailable(e.to_string())
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        status(e)
     }
 }
 
 fn job_id(s: &str) -> Result<JobId, Status> {
-    Ok(pc::job_id("job_id", s)?)
+    pc::job_id("job_id", s).map_err(status)
 }
 
 /// The client API.
 pub struct JobApi {
-    pub engine: EngineHandle,
+    engine: EngineHandle,
+    /// The tasks feeding `WatchJob` streams: cancelled and awaited at shutdown
+    /// ([`JobApi::stop_streams`]), so none outlives the server.
+    streams: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl JobApi {
+    pub fn new(engine: EngineHandle) -> JobApi {
+        JobApi { engine, streams: TaskTracker::new(), stop: CancellationToken::new() }
+    }
+
+    /// A handle that ends every watch stream, now and later, and waits for their tasks.
+    pub fn stream_stopper(&self) -> StreamStopper {
+        StreamStopper { streams: self.streams.clone(), stop: self.stop.clone() }
+    }
+
+    /// A stream fed by a tracked task through a bounded channel: the task stops when the client
+    /// goes away or the server shuts down (the client then gets UNAVAILABLE).
+    fn tracked_stream<F, Fut>(&self, f: F) -> WatchStream
+    where
+        F: FnOnce(tokio::sync::mpsc::Sender<Result<pb::JobStatus, Status>>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let stop = self.stop.clone();
+        let on_stop = tx.clone();
+        let work = f(tx);
+        self.streams.spawn(async move {
+            tokio::select! {
+                () = work => {}
+                () = stop.cancelled() => {
+                    let _ = on_stop.send(Err(status(Error::ShuttingDown))).await;
+                }
+            }
+        });
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+    }
+}
+
+/// Ends the `WatchJob` streams of a [`JobApi`] and waits for their tasks.
+pub struct StreamStopper {
+    streams: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl StreamStopper {
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.streams.close();
+        self.streams.wait().await;
+    }
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobStatus, Status>> + Send>>;
@@ -61,24 +129,24 @@ impl JobService for JobApi {
         let r = req.into_inner();
         let filename = if r.filename.is_empty() { "<job>".to_string() } else { r.filename.clone() };
         if r.source.len() > MAX_JOB_SOURCE {
-            return Err(Status::invalid_argument(format!("{filename}: job file is larger than {} MiB", MAX_JOB_SOURCE >> 20)));
+            return Err(status(Error::Invalid(format!("{filename}: job file is larger than {} MiB", MAX_JOB_SOURCE >> 20))));
         }
-        let format = Format::infer(&r.format, &filename).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let format = Format::infer(&r.format, &filename).map_err(|e| status(SchedulerError::from(e)))?;
         // Parsing happens here, on a tokio thread, so a large file does not stall the engine.
-        let spec = spec::parse(&r.source, format, &filename).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let spec = spec::parse(&r.source, format, &filename).map_err(|e| status(SchedulerError::from(e)))?;
         let id = JobId::random();
         let n = self
             .engine
             .call(|reply| Cmd::Submit { id, spec, reply })
             .await?
-            .map_err(|e| Status::invalid_argument(format!("{filename}: {e}")))?;
+            .map_err(|source| status(Error::InFile { file: filename.clone(), source }))?;
         Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n }))
     }
 
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
         let r = req.into_inner();
         let job = job_id(&r.job_id)?;
-        let s = self.engine.call(|reply| Cmd::GetJob { job, subtasks: r.subtasks, reply }).await?.map_err(status)?;
+        let s = self.engine.call(|reply| Cmd::GetJob { job, detail: Detail::of_request(r.subtasks), reply }).await?.map_err(status)?;
         Ok(Response::new(s))
     }
 
@@ -92,7 +160,7 @@ impl JobService for JobApi {
     async fn watch_job(&self, req: Request<pb::WatchJobRequest>) -> Result<Response<WatchStream>, Status> {
         let job = job_id(&req.into_inner().job_id)?;
         let mut rx = self.engine.call(|reply| Cmd::Watch { job, reply }).await?.map_err(status)?;
-        let stream = async_stream(move |tx| async move {
+        let stream = self.tracked_stream(move |tx| async move {
             loop {
                 let current = rx.borrow_and_update().clone();
                 let done = convert::is_final(&current);
@@ -107,7 +175,7 @@ impl JobService for JobApi {
                     if convert::is_final(&last) {
                         let _ = tx.send(Ok(last)).await;
                     } else {
-                        let _ = tx.send(Err(Status::unavailable("the coordinator is shutting down"))).await;
+                        let _ = tx.send(Err(status(Error::ShuttingDown))).await;
                     }
                     return;
                 }
@@ -130,7 +198,7 @@ impl JobService for JobApi {
         if let Some(peer) = &src.peer_addr {
             let attempt = pb::AttemptRef::from(&src.attempt_ref);
             let read = async {
-                let mut client = PeerServiceClient::connect(peer.clone()).await.map_err(|e| Status::unavailable(e.to_string()))?;
+                let mut client = PeerServiceClient::connect(peer.clone()).await.map_err(|e| status(Error::Unavailable(e.to_string())))?;
                 client.read_log(pb::ReadLogRequest { attempt: Some(attempt), max_bytes: 0 }).await
             };
             match tokio::time::timeout(LOG_PROXY_TIMEOUT, read).await {
@@ -149,10 +217,10 @@ impl JobService for JobApi {
             }
         }
         if src.stdout_tail.is_empty() && src.stderr_tail.is_empty() && src.peer_addr.is_none() {
-            return Err(Status::unavailable(format!(
+            return Err(status(Error::Unavailable(format!(
                 "the logs of task {:?} rank {} are on worker {}, which is not reachable, and no tail was kept",
                 r.task, r.rank, src.worker
-            )));
+            ))));
         }
         Ok(Response::new(pb::GetLogsResponse {
             stdout: src.stdout_tail.into_bytes(),
@@ -176,20 +244,15 @@ impl JobService for JobApi {
     }
 }
 
-/// A stream fed by a task through a bounded channel: the task stops when the client goes away.
-fn async_stream<F, Fut>(f: F) -> WatchStream
-where
-    F: FnOnce(tokio::sync::mpsc::Sender<Result<pb::JobStatus, Status>>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tokio::spawn(f(tx));
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
-}
-
 /// The worker-facing API.
 pub struct WorkerApi {
-    pub engine: EngineHandle,
+    engine: EngineHandle,
+}
+
+impl WorkerApi {
+    pub fn new(engine: EngineHandle) -> WorkerApi {
+        WorkerApi { engine }
+    }
 }
 
 type AssignmentStream = Pin<Box<dyn Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
@@ -197,15 +260,15 @@ type AssignmentStream = Pin<Box<dyn Stream<Item = Result<pb::AssignmentBatch, St
 #[tonic::async_trait]
 impl WorkerService for WorkerApi {
     async fn register(&self, req: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
-        let reg = convert::registration(&req.into_inner())?;
+        let reg = convert::registration(&req.into_inner()).map_err(status)?;
         let (interval, timeout) = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
         Ok(Response::new(pb::RegisterResponse { heartbeat_interval_ms: interval, heartbeat_timeout_ms: timeout }))
     }
 
     async fn heartbeat(&self, req: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let r = req.into_inner();
-        let worker = pc::worker_id("worker_id", &r.worker_id)?;
-        let node = convert::node_report(r.state.as_ref())?;
+        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
+        let node = convert::node_report(r.state.as_ref()).map_err(status)?;
         let ok = self.engine.call(|reply| Cmd::Heartbeat { worker, session: r.session, node, reply }).await?;
         Ok(Response::new(pb::HeartbeatResponse { reregister: !ok }))
     }
@@ -214,23 +277,167 @@ impl WorkerService for WorkerApi {
 
     async fn assignments(&self, req: Request<pb::AssignmentsRequest>) -> Result<Response<AssignmentStream>, Status> {
         let r = req.into_inner();
-        let worker = pc::worker_id("worker_id", &r.worker_id)?;
+        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
         let rx = self
             .engine
             .call(|reply| Cmd::OpenStream { worker, session: r.session, reply })
             .await?
-            .ok_or_else(|| Status::failed_precondition("this worker session is not registered; call Register first"))?;
+            .ok_or_else(|| status(Error::NotRegistered))?;
         let stream = futures::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), Ok);
         Ok(Response::new(Box::pin(stream)))
     }
 
     async fn report_tasks(&self, req: Request<pb::ReportTasksRequest>) -> Result<Response<pb::ReportTasksResponse>, Status> {
         let r = req.into_inner();
-        let worker = pc::worker_id("worker_id", &r.worker_id)?;
+        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
         // One bad report refuses the whole call: the worker keeps them all and the error names
         // the field, which is a bug on the worker's side to be fixed, not data to half-apply.
-        let reports = r.reports.iter().map(convert::report).collect::<Result<Vec<_>, _>>()?;
+        let reports = r.reports.iter().map(convert::report).collect::<Result<Vec<_>, _>>().map_err(status)?;
         let ok = self.engine.call(|reply| Cmd::Report { worker, session: r.session, reports, reply }).await?;
         Ok(Response::new(pb::ReportTasksResponse { reregister: !ok }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The handlers called directly with `Request::new`, over a real engine thread and an
+    //! in-memory store: no network, so each test is about what a handler answers.
+
+    use plexus_scheduler::core::{Core, CoreConfig};
+    use plexus_scheduler::placer::heuristic;
+    use tonic::Code;
+
+    use super::*;
+    use crate::engine;
+    use crate::store::MemStore;
+
+    type EngineThread = std::thread::JoinHandle<Result<(), Error>>;
+
+    fn engine() -> (JobApi, WorkerApi, EngineThread) {
+        let core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).expect("a heuristic"));
+        let (handle, thread) = engine::start(core, Box::new(MemStore::default()), plexus_proto::now_ms);
+        (JobApi::new(handle.clone()), WorkerApi::new(handle), thread)
+    }
+
+    fn apis() -> (JobApi, WorkerApi) {
+        let (jobs, workers, _thread) = engine();
+        (jobs, workers)
+    }
+
+    fn submit(source: &str) -> Request<pb::SubmitJobRequest> {
+        Request::new(pb::SubmitJobRequest { source: source.into(), filename: "job.toml".into(), format: String::new() })
+    }
+
+    fn register(worker: &str, cpus: u32) -> Request<pb::RegisterRequest> {
+        Request::new(pb::RegisterRequest {
+            worker_id: worker.into(),
+            session: "s1".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity: Some(pb::NodeCapacity { cpus, memory: 1 << 30, ..Default::default() }),
+            ..Default::default()
+        })
+    }
+
+    const ONE: &str = "[[task]]\nname = \"a\"\ncommand = [\"true\"]\n";
+
+    #[tokio::test]
+    async fn a_bad_job_file_is_invalid_argument_with_file_and_line() {
+        let (jobs, _) = apis();
+        let e = jobs.submit_job(submit("[[task]]\nname = \"a\"\ncommand = [\"true\"]\nafter = [\"b\"]\n")).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().starts_with("job.toml:4: ") && e.message().contains("unknown dependency \"b\""), "{}", e.message());
+        let huge = "#".repeat(MAX_JOB_SOURCE + 1);
+        let e = jobs.submit_job(submit(&huge)).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("larger than"), "{}", e.message());
+    }
+
+    #[tokio::test]
+    async fn an_unsatisfiable_job_names_its_file_and_is_invalid_argument() {
+        let (jobs, workers) = apis();
+        workers.register(register(&plexus_proto::WorkerId::random().to_string(), 2)).await.unwrap();
+        let e = jobs.submit_job(submit("[[task]]\nname = \"big\"\ncommand = [\"true\"]\ncpu = 64\n")).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().starts_with("job.toml: ") && e.message().contains("no registered worker can ever offer"), "{}", e.message());
+    }
+
+    #[tokio::test]
+    async fn unknown_and_finished_jobs_get_their_own_codes() {
+        let (jobs, _) = apis();
+        let unknown = JobId::random().to_string();
+        let e = jobs.get_job(Request::new(pb::GetJobRequest { job_id: unknown.clone(), subtasks: false })).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+        assert!(e.message().contains(&unknown), "{}", e.message());
+        let e = jobs.get_job(Request::new(pb::GetJobRequest { job_id: "wkr-00000000000000000000000000000000".into(), subtasks: false })).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "a worker id where a job id belongs: {}", e.message());
+        assert!(e.message().contains("job_id"), "the field is named: {}", e.message());
+
+        let id = jobs.submit_job(submit(ONE)).await.unwrap().into_inner().job_id;
+        let cancelled = jobs.cancel_job(Request::new(pb::CancelJobRequest { job_id: id.clone() })).await.unwrap().into_inner();
+        assert_eq!(cancelled.job_id, id);
+        let e = jobs.cancel_job(Request::new(pb::CancelJobRequest { job_id: id.clone() })).await.unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+        let e = jobs.explain_placement(Request::new(pb::ExplainPlacementRequest { job_id: id, task: "zz".into(), rank: 0 })).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+    }
+
+    #[tokio::test]
+    async fn get_job_returns_subtasks_only_when_asked() {
+        let (jobs, _) = apis();
+        let id = jobs.submit_job(submit("[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 3\n")).await.unwrap().into_inner().job_id;
+        let brief = jobs.get_job(Request::new(pb::GetJobRequest { job_id: id.clone(), subtasks: false })).await.unwrap().into_inner();
+        let full = jobs.get_job(Request::new(pb::GetJobRequest { job_id: id, subtasks: true })).await.unwrap().into_inner();
+        assert!(brief.subtasks.is_empty());
+        assert_eq!(full.subtasks.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn worker_messages_are_checked_and_name_the_field() {
+        let (_, workers) = apis();
+        let e = workers.register(register("job-00000000000000000000000000000000", 2)).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("worker_id"), "{}", e.message());
+        let mut r = register(&plexus_proto::WorkerId::random().to_string(), 2);
+        r.get_mut().capacity.as_mut().unwrap().rails = vec!["127.0.0.1:1".into(); plexus_proto::rules::MAX_RAILS + 1];
+        let e = workers.register(r).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().contains("capacity.rails"), "{}", e.message());
+        // An assignment stream for a session that never registered.
+        let e = workers
+            .assignments(Request::new(pb::AssignmentsRequest { worker_id: plexus_proto::WorkerId::random().to_string(), session: "x".into() }))
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(e.code(), Code::FailedPrecondition);
+    }
+
+    #[tokio::test]
+    async fn watch_streams_end_when_the_server_stops_them() {
+        let (jobs, _) = apis();
+        // No worker: the job stays running, so its watch stream would never end by itself.
+        let id = jobs.submit_job(submit(ONE)).await.unwrap().into_inner().job_id;
+        let mut stream = jobs.watch_job(Request::new(pb::WatchJobRequest { job_id: id })).await.unwrap().into_inner();
+        let first = futures::StreamExt::next(&mut stream).await.expect("a first status").expect("ok");
+        assert_eq!(first.state, pb::JobState::Running as i32);
+        jobs.stream_stopper().stop().await;
+        let mut last = None;
+        while let Some(item) = futures::StreamExt::next(&mut stream).await {
+            last = Some(item);
+        }
+        let e = last.expect("the stream says why it ended").expect_err("an error");
+        assert_eq!(e.code(), Code::Unavailable);
+        assert!(e.message().contains("shutting down"), "{}", e.message());
+        // And a watch opened after the stop ends at once, not never.
+        assert!(jobs.streams.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_stopped_engine_is_unavailable() {
+        let (jobs, _, thread) = engine();
+        jobs.engine.stop();
+        tokio::task::spawn_blocking(move || thread.join()).await.unwrap().expect("the engine thread ends").expect("cleanly");
+        let e = jobs.list_jobs(Request::new(pb::ListJobsRequest {})).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable);
+        assert!(e.message().contains("engine has stopped"), "{}", e.message());
     }
 }

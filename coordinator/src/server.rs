@@ -9,12 +9,13 @@ use plexus_proto::pb::job_service_server::JobServiceServer;
 use plexus_proto::pb::worker_service_server::WorkerServiceServer;
 use tokio::net::TcpListener;
 
-use crate::core::{Core, CoreConfig};
+use plexus_scheduler::core::{Core, CoreConfig};
+
+use crate::Error;
 use crate::engine;
-use crate::placer;
+use crate::learned;
 use crate::rpc::{JobApi, WorkerApi};
 use crate::store::{SledStore, Store};
-use crate::Error;
 
 /// Largest gRPC message either way: a status of a 100,000-subtask job is ~10 MiB.
 pub const MAX_MESSAGE: usize = 64 << 20;
@@ -45,14 +46,14 @@ pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
     let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
-    let placer = placer::by_name(&config.placer, config.seed, Some(store.policy_store())).map_err(Error::Placer)?;
+    let placer = learned::by_name(&config.placer, config.seed, Some(store.policy_store()))?;
     for m in &applied {
         tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
     }
     let snapshot = store.load()?;
     let (jobs, workers) = (snapshot.jobs.len(), snapshot.workers.len());
     let mut core = Core::new(config.core.clone(), placer);
-    core.restore(snapshot, plexus_proto::now_ms()).map_err(Error::Restore)?;
+    core.restore(snapshot, plexus_proto::now_ms())?;
     tracing::info!(jobs, workers, placer = core.placer_name(), "state restored");
 
     let (handle, engine_thread) = engine::start(core, Box::new(store) as Box<dyn Store>, plexus_proto::now_ms);
@@ -83,8 +84,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         let _ = stopping_tx.send(());
     };
 
-    let jobs = JobServiceServer::new(JobApi { engine: handle.clone() }).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
-    let workers = WorkerServiceServer::new(WorkerApi { engine: handle }).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
+    let job_api = JobApi::new(handle.clone());
+    let watch_streams = job_api.stream_stopper();
+    let jobs = JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
+    let workers = WorkerServiceServer::new(WorkerApi::new(handle)).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
     let serve = tonic::transport::Server::builder()
         .add_service(jobs)
         .add_service(workers)
@@ -103,12 +106,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
             Ok(())
         }
     };
+    // Watch streams still open (the grace period ran out) end now, and their tasks are awaited.
+    watch_streams.stop().await;
     closer_for_stop.stop();
     let engine_result = engine_waiter.await.map_err(|e| Error::Engine(e.to_string()))?;
     served.map_err(Error::Transport)?;
     match engine_result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Error::Store(e)),
+        Ok(r) => r,
         Err(_) => Err(Error::Engine("the engine thread panicked".into())),
     }
 }

@@ -11,19 +11,10 @@ use std::sync::Mutex;
 use plexus_migrations as mig;
 use plexus_proto::{JobId, WorkerId};
 
-use crate::core::{JobRecord, PlacementRecord, Snapshot, Subtask, WorkerRecord};
+use plexus_policy::StoreError;
+use plexus_scheduler::core::{JobRecord, PlacementRecord, Snapshot, Subtask, WorkerRecord};
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("sled: {0}")]
-    Sled(#[from] sled::Error),
-    #[error("schema: {0}")]
-    Migration(#[from] mig::MigrationError),
-    #[error("record {key}: {reason}")]
-    Corrupt { key: String, reason: String },
-    #[error("the store at {dir} is in use by another process (its lock was still held after {waited_ms} ms); stop that coordinator or choose another data directory")]
-    Locked { dir: String, waited_ms: u64 },
-}
+use crate::Error;
 
 /// How long [`open_db`] waits for another holder of the database lock to let go.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -31,17 +22,17 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Opens the sled database at `dir`, waiting up to [`LOCK_WAIT`] while its file lock is held:
 /// a `Db` that was just dropped (or a coordinator that is still exiting) releases the lock only
 /// when sled's background flusher has finished, a moment later.
-fn open_db(dir: &Path) -> Result<sled::Db, StoreError> {
+fn open_db(dir: &Path) -> Result<sled::Db, Error> {
     open_db_waiting(dir, LOCK_WAIT)
 }
 
-fn open_db_waiting(dir: &Path, wait: std::time::Duration) -> Result<sled::Db, StoreError> {
+fn open_db_waiting(dir: &Path, wait: std::time::Duration) -> Result<sled::Db, Error> {
     let start = std::time::Instant::now();
     loop {
         match sled::Config::new().path(dir).open() {
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
                 if start.elapsed() >= wait {
-                    return Err(StoreError::Locked {
+                    return Err(Error::Locked {
                         dir: dir.display().to_string(),
                         waited_ms: start.elapsed().as_millis() as u64,
                     });
@@ -107,9 +98,9 @@ fn key(prefix: u8, id: &[u8; 16], idx: Option<u32>) -> Vec<u8> {
 /// Durable state of the coordinator.
 pub trait Store: Send {
     /// Every record, decoded.
-    fn load(&self) -> Result<Snapshot, StoreError>;
+    fn load(&self) -> Result<Snapshot, Error>;
     /// Writes the batch atomically; when this returns Ok the records survive a crash.
-    fn commit(&self, batch: Batch) -> Result<(), StoreError>;
+    fn commit(&self, batch: Batch) -> Result<(), Error>;
 }
 
 /// The sled store: one database directory, one `state` tree, and a `policy` tree for what the
@@ -136,37 +127,37 @@ fn experience_key(id: u64) -> [u8; 9] {
 }
 
 impl plexus_policy::PolicyStore for SledPolicyStore {
-    fn load_weights(&self) -> Result<Option<Vec<u8>>, String> {
-        self.tree.get(b"weights").map(|v| v.map(|v| v.to_vec())).map_err(|e| e.to_string())
+    fn load_weights(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.tree.get(b"weights").map(|v| v.map(|v| v.to_vec())).map_err(StoreError::from)
     }
-    fn save_weights(&self, bytes: &[u8]) -> Result<(), String> {
-        self.tree.insert(b"weights", bytes).map(|_| ()).map_err(|e| e.to_string())
+    fn save_weights(&self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.tree.insert(b"weights", bytes).map(|_| ()).map_err(StoreError::from)
     }
-    fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, String> {
+    fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         self.tree
             .scan_prefix(b"e")
             .map(|r| {
-                let (k, v) = r.map_err(|e| e.to_string())?;
+                let (k, v) = r?;
                 let id = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or("bad experience key")?;
                 Ok((id, v.to_vec()))
             })
             .collect()
     }
-    fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), String> {
-        self.tree.insert(experience_key(id), bytes).map(|_| ()).map_err(|e| e.to_string())
+    fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.tree.insert(experience_key(id), bytes).map(|_| ()).map_err(StoreError::from)
     }
-    fn remove_experiences(&self, ids: &[u64]) -> Result<(), String> {
+    fn remove_experiences(&self, ids: &[u64]) -> Result<(), StoreError> {
         let mut b = sled::Batch::default();
         for id in ids {
             b.remove(&experience_key(*id));
         }
-        self.tree.apply_batch(b).map_err(|e| e.to_string())
+        self.tree.apply_batch(b).map_err(StoreError::from)
     }
 }
 
 impl SledStore {
     /// Opens (creating if needed) and migrates the store at `dir`.
-    pub fn open(dir: &Path) -> Result<(SledStore, Vec<mig::Applied>), StoreError> {
+    pub fn open(dir: &Path) -> Result<(SledStore, Vec<mig::Applied>), Error> {
         let db = open_db(dir)?;
         let applied = mig::migrate(&db)?;
         let state = db.open_tree(mig::STATE_TREE)?;
@@ -185,18 +176,18 @@ impl SledStore {
     }
 
     /// Migrations that opening the store at `dir` would run, without running them.
-    pub fn pending(dir: &Path) -> Result<(Option<u32>, Vec<&'static mig::Migration>), StoreError> {
+    pub fn pending(dir: &Path) -> Result<(Option<u32>, Vec<&'static mig::Migration>), Error> {
         let db = open_db(dir)?;
         Ok((mig::version(&db)?, mig::pending(&db)?))
     }
 }
 
 impl Store for SledStore {
-    fn load(&self) -> Result<Snapshot, StoreError> {
-        decode_all(self.state.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(StoreError::from)))
+    fn load(&self) -> Result<Snapshot, Error> {
+        decode_all(self.state.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Error::from)))
     }
 
-    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+    fn commit(&self, batch: Batch) -> Result<(), Error> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -219,23 +210,23 @@ pub struct MemStore {
 }
 
 impl Store for MemStore {
-    fn load(&self) -> Result<Snapshot, StoreError> {
-        let items = self.items.lock().map_err(|_| StoreError::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
+    fn load(&self) -> Result<Snapshot, Error> {
+        let items = self.items.lock().map_err(|_| Error::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
         decode_all(items.iter().map(|(k, v)| Ok((k.clone(), v.clone()))))
     }
 
-    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
-        let mut items = self.items.lock().map_err(|_| StoreError::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
+    fn commit(&self, batch: Batch) -> Result<(), Error> {
+        let mut items = self.items.lock().map_err(|_| Error::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
         items.extend(batch.items);
         Ok(())
     }
 }
 
-fn decode_all(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>>) -> Result<Snapshot, StoreError> {
+fn decode_all(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Error>>) -> Result<Snapshot, Error> {
     let mut snap = Snapshot::default();
     for item in items {
         let (k, v) = item?;
-        let corrupt = |reason: String| StoreError::Corrupt { key: k.iter().map(|b| format!("{b:02x}")).collect(), reason };
+        let corrupt = |reason: String| Error::Corrupt { key: k.iter().map(|b| format!("{b:02x}")).collect(), reason };
         let id = |k: &[u8]| -> Option<[u8; 16]> { k.get(1..17)?.try_into().ok() };
         let idx = |k: &[u8]| -> Option<u32> { Some(u32::from_be_bytes(k.get(17..21)?.try_into().ok()?)) };
         match k.first().copied() {
@@ -266,9 +257,9 @@ fn decode_all(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), StoreError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Core, CoreConfig};
-    use crate::placer::heuristic;
-    use crate::spec::{Format, parse};
+    use plexus_scheduler::core::{Core, CoreConfig};
+    use plexus_scheduler::placer::heuristic;
+    use plexus_scheduler::spec::{Format, parse};
     use serde_json::json;
 
     fn batch_of(core: &Core, job: JobId) -> Batch {
@@ -310,7 +301,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (held, _) = SledStore::open(dir.path()).unwrap();
         let e = open_db_waiting(dir.path(), std::time::Duration::from_millis(100)).unwrap_err();
-        assert!(matches!(e, StoreError::Locked { .. }), "{e}");
+        assert!(matches!(e, Error::Locked { .. }), "{e}");
         assert!(e.to_string().contains(&dir.path().display().to_string()), "{e}");
         drop(held);
         SledStore::open(dir.path()).expect("opens once the holder has let go");

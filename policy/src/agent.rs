@@ -33,14 +33,18 @@ use crate::features::{FEATURES, Observation};
 use crate::net::{NetConfig, QNet, criticality_loss};
 use crate::reward::{RewardConfig, RewardInputs};
 
-/// Durable storage for what the policy learned. Errors are reported as text: the policy logs
-/// them and goes on learning in memory rather than stopping placement.
+/// Whatever failed inside a [`PolicyStore`]: the store's own error, boxed, because the seam is
+/// implemented outside this crate (the coordinator's sled store). The policy only logs it.
+pub type StoreError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Durable storage for what the policy learned. The policy logs a store's errors and goes on
+/// learning in memory rather than stopping placement.
 pub trait PolicyStore: Send + Sync {
-    fn load_weights(&self) -> Result<Option<Vec<u8>>, String>;
-    fn save_weights(&self, bytes: &[u8]) -> Result<(), String>;
-    fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, String>;
-    fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), String>;
-    fn remove_experiences(&self, ids: &[u64]) -> Result<(), String>;
+    fn load_weights(&self) -> Result<Option<Vec<u8>>, StoreError>;
+    fn save_weights(&self, bytes: &[u8]) -> Result<(), StoreError>;
+    fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
+    fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), StoreError>;
+    fn remove_experiences(&self, ids: &[u64]) -> Result<(), StoreError>;
 }
 
 /// Everything that shapes the agent.
@@ -601,21 +605,21 @@ pub struct MemPolicyStore {
 }
 
 impl PolicyStore for MemPolicyStore {
-    fn load_weights(&self) -> Result<Option<Vec<u8>>, String> {
+    fn load_weights(&self) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.weights.lock().map_err(|e| e.to_string())?.clone())
     }
-    fn save_weights(&self, bytes: &[u8]) -> Result<(), String> {
+    fn save_weights(&self, bytes: &[u8]) -> Result<(), StoreError> {
         *self.weights.lock().map_err(|e| e.to_string())? = Some(bytes.to_vec());
         Ok(())
     }
-    fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, String> {
+    fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         Ok(self.experiences.lock().map_err(|e| e.to_string())?.iter().map(|(k, v)| (*k, v.clone())).collect())
     }
-    fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), String> {
+    fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), StoreError> {
         self.experiences.lock().map_err(|e| e.to_string())?.insert(id, bytes.to_vec());
         Ok(())
     }
-    fn remove_experiences(&self, ids: &[u64]) -> Result<(), String> {
+    fn remove_experiences(&self, ids: &[u64]) -> Result<(), StoreError> {
         let mut m = self.experiences.lock().map_err(|e| e.to_string())?;
         for id in ids {
             m.remove(id);

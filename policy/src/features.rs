@@ -26,11 +26,13 @@
 //! the seed's): the seed's observation says how much of a task's input a node holds, but not what
 //! the rest costs to bring there (same rack or across the spine) nor how fast the node's engines
 //! are, and without them the network can only learn "most resident bytes", which is the locality
-//! heuristic. The estimates come from the caller ([`NodeFeatures::est_fetch_ms`],
-//! [`NodeFeatures::est_compute_ms`]); where it has none they are 0 and feature 14 says so. Feature
+//! heuristic. The estimates come from the caller ([`Candidate::est_fetch_ms`],
+//! [`Candidate::est_compute_ms`]); where it has none they are 0 and feature 14 says so. Feature
 //! 12 is the only one that compares candidates with each other (over the feasible ones): the
 //! attention layers could learn that comparison, but online, with a few thousand decisions, a
 //! network learns a per-token feature far sooner than an argmin across tokens.
+
+use plexus_scheduler::placer::{Candidate, PlacementRequest};
 
 /// Width of one token.
 pub const FEATURES: usize = 15;
@@ -66,27 +68,17 @@ pub struct TaskFeatures {
     pub writes: bool,
 }
 
-/// What is known about one candidate node.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct NodeFeatures {
-    pub feasible: bool,
-    pub cache_bytes: u64,
-    pub cache_used: u64,
-    pub local_input_bytes: u64,
-    pub cpu_load: f64,
-    pub cpu_utilisation: f64,
-    pub gpu_free: bool,
-    /// Estimated milliseconds to fetch the task's inputs that are not in this node's fast memory
-    /// (None: the caller cannot estimate it).
-    pub est_fetch_ms: Option<f64>,
-    /// Estimated milliseconds of compute of the task on this node (None: unknown).
-    pub est_compute_ms: Option<f64>,
-}
-
-impl NodeFeatures {
-    /// Estimated fetch + compute, when both are known.
-    fn est_finish_ms(&self) -> Option<f64> {
-        Some(self.est_fetch_ms?.max(0.0) + self.est_compute_ms?.max(0.0))
+impl TaskFeatures {
+    /// The task side of a decision: the request, and the share of the candidates' cores already
+    /// promised (the seed's system utilisation).
+    pub fn of(req: &PlacementRequest, candidates: &[Candidate]) -> TaskFeatures {
+        let (used, total) = candidates.iter().fold((0.0, 0.0), |(u, t), c| (u + (c.capacity.cpu - c.free.cpu).max(0.0), t + c.capacity.cpu));
+        TaskFeatures {
+            system_utilisation: if total > 0.0 { used / total } else { 0.0 },
+            flops: req.flops.unwrap_or_else(|| estimate_flops(req.resources.cpu, req.resources.gpu)),
+            input_bytes: req.input_bytes,
+            writes: req.writes,
+        }
     }
 }
 
@@ -98,7 +90,9 @@ pub struct Observation {
 }
 
 impl Observation {
-    pub fn build(task: &TaskFeatures, nodes: &[NodeFeatures]) -> Observation {
+    /// One token per candidate, in the candidates' order: the scheduler's [`Candidate`] is read
+    /// directly, so the policy sees exactly what the heuristics see.
+    pub fn build(task: &TaskFeatures, nodes: &[Candidate]) -> Observation {
         let t = [
             clamp01(task.system_utilisation),
             ((1.0 + task.flops.max(0.0)).log10() / 15.0) as f32,
@@ -106,7 +100,7 @@ impl Observation {
             if task.writes { 1.0 } else { 0.0 },
         ];
         // The best estimate among feasible candidates, for feature 12.
-        let best = nodes.iter().filter(|n| n.feasible).filter_map(NodeFeatures::est_finish_ms).fold(f64::INFINITY, f64::min);
+        let best = nodes.iter().filter(|n| n.feasible).filter_map(Candidate::est_run_ms).fold(f64::INFINITY, f64::min);
         let tokens = nodes
             .iter()
             .map(|n| {
@@ -115,7 +109,7 @@ impl Observation {
                 let overlap = if task.input_bytes == 0 { 0.0 } else { n.local_input_bytes as f64 / task.input_bytes as f64 };
                 let missing = task.input_bytes.saturating_sub(n.local_input_bytes);
                 let evict = if n.cache_bytes == 0 { 0.0 } else { missing.saturating_sub(free) as f64 / n.cache_bytes as f64 };
-                let excess = match n.est_finish_ms() {
+                let excess = match n.est_run_ms() {
                     Some(e) if best.is_finite() => (e - best).max(0.0) / (best + EST_SCALE_MS),
                     _ => 0.0,
                 };
@@ -126,15 +120,15 @@ impl Observation {
                     t[3],
                     clamp01(cache_free),
                     clamp01(overlap),
-                    clamp01(n.cpu_load),
+                    clamp01(n.cpu_load()),
                     clamp01(n.cpu_utilisation),
                     log2_norm(free),
-                    if n.gpu_free { 1.0 } else { 0.0 },
+                    if n.free.gpu > 0 { 1.0 } else { 0.0 },
                     n.est_fetch_ms.map_or(0.0, time_norm),
                     n.est_compute_ms.map_or(0.0, time_norm),
                     clamp01(excess),
                     clamp01(evict),
-                    if n.est_finish_ms().is_some() { 1.0 } else { 0.0 },
+                    if n.est_run_ms().is_some() { 1.0 } else { 0.0 },
                 ]
             })
             .collect();
@@ -170,6 +164,29 @@ pub fn estimate_flops(cpu: f64, gpu: u32) -> f64 {
     1e9 * cpu.max(0.1) + 1e11 * gpu as f64
 }
 
+/// A candidate with the node features the observation reads, for tests and benchmarks that make
+/// up nodes: capacity 100 cores, so `cpu_load` is exact to two decimals; `gpu_free` gives it one
+/// free GPU.
+#[allow(clippy::too_many_arguments)]
+pub fn candidate(feasible: bool, cache_bytes: u64, cache_used: u64, local_input_bytes: u64, cpu_load: f64, cpu_utilisation: f64, gpu_free: bool, est: Option<(f64, f64)>) -> Candidate {
+    use plexus_proto::{Resources, WorkerId};
+    let gpu = u32::from(gpu_free);
+    Candidate {
+        worker: WorkerId::from_bytes([0; 16]),
+        feasible,
+        note: String::new(),
+        capacity: Resources { cpu: 100.0, memory: 0, gpu },
+        free: Resources { cpu: 100.0 * (1.0 - cpu_load), memory: 0, gpu },
+        assigned: 0,
+        cpu_utilisation,
+        local_input_bytes,
+        cache_bytes,
+        cache_used,
+        est_fetch_ms: est.map(|e| e.0),
+        est_compute_ms: est.map(|e| e.1),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,8 +195,8 @@ mod tests {
     fn features_are_normalised() {
         let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 1 << 30, writes: true };
         let nodes = vec![
-            NodeFeatures { feasible: true, cache_bytes: 1 << 30, cache_used: 1 << 28, local_input_bytes: 1 << 29, cpu_load: 0.25, cpu_utilisation: 2.0, gpu_free: false, est_fetch_ms: None, est_compute_ms: None },
-            NodeFeatures { feasible: false, ..Default::default() },
+            candidate(true, 1 << 30, 1 << 28, 1 << 29, 0.25, 2.0, false, None),
+            candidate(false, 0, 0, 0, 0.0, 0.0, false, None),
         ];
         let o = Observation::build(&task, &nodes);
         assert_eq!(o.len(), 2);
@@ -205,14 +222,7 @@ mod tests {
     #[test]
     fn estimates_are_normalised_and_compared_among_feasible_candidates() {
         let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 2 << 30, writes: false };
-        let node = |feasible, fetch: f64, compute: f64, cache_used: u64| NodeFeatures {
-            feasible,
-            cache_bytes: 1 << 30,
-            cache_used,
-            est_fetch_ms: Some(fetch),
-            est_compute_ms: Some(compute),
-            ..Default::default()
-        };
+        let node = |feasible, fetch: f64, compute: f64, cache_used: u64| candidate(feasible, 1 << 30, cache_used, 0, 0.0, 0.0, false, Some((fetch, compute)));
         let nodes = vec![
             node(true, 1000.0, 1000.0, 0),
             node(true, 0.0, 1000.0, 1 << 29),
@@ -230,7 +240,7 @@ mod tests {
         assert_eq!((a[13], b[13]), (1.0, 1.0));
         assert!(o.tokens.iter().all(|t| t[14] == 1.0));
         // With 1.5 GiB of the 2 GiB resident, a must evict nothing (1 GiB free).
-        let o = Observation::build(&task, &[NodeFeatures { local_input_bytes: 3 << 29, ..node(true, 0.0, 0.0, 0) }]);
+        let o = Observation::build(&task, &[Candidate { local_input_bytes: 3 << 29, ..node(true, 0.0, 0.0, 0) }]);
         assert_eq!(o.tokens[0][13], 0.0);
         assert_eq!(o.tokens[0][12], 0.0, "a lone candidate is the best");
     }

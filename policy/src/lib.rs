@@ -7,8 +7,9 @@
 //! - [`net`]: the Transformer Q-network and the criticality loss.
 //! - [`agent`]: the decision side, the training thread, weight sync and persistence.
 //!
-//! Only this crate knows tch. It knows nothing of the coordinator: callers build observations
-//! from their own view of the cluster and persist through the [`agent::PolicyStore`] trait.
+//! Only this crate knows tch. It knows nothing of the coordinator: it reads the scheduler's
+//! placement contract (`plexus_scheduler::placer::Candidate` and `PlacementRequest`) directly, and
+//! persists through the [`agent::PolicyStore`] trait.
 
 pub mod agent;
 pub mod buffer;
@@ -16,7 +17,7 @@ pub mod features;
 pub mod net;
 pub mod reward;
 
-pub use agent::{Choice, DqnPolicy, MemPolicyStore, PolicyConfig, PolicyError, PolicyStore};
-pub use features::{NodeFeatures, Observation, TaskFeatures};
+pub use agent::{Choice, DqnPolicy, MemPolicyStore, PolicyConfig, PolicyError, PolicyStore, StoreError};
+pub use features::{Observation, TaskFeatures};
 pub use net::NetConfig;
 pub use reward::{RewardConfig, RewardInputs};

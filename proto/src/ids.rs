@@ -102,16 +102,26 @@ typed_id!(WorkerId, "wkr-", "worker");
 
 /// Checks a task name: 1–64 characters of `[A-Za-z0-9_-]`, starting with a letter or digit.
 pub fn check_task_name(s: &str) -> Result<(), IdError> {
-    check_name("task name", s, false)
+    check_name(Name::Task, s)
 }
 
 /// Checks an output name: 1–128 characters of `[A-Za-z0-9_.-]`, not starting with a dot.
 pub fn check_output_name(s: &str) -> Result<(), IdError> {
-    check_name("output name", s, true)
+    check_name(Name::Output, s)
 }
 
-fn check_name(what: &'static str, s: &str, dots: bool) -> Result<(), IdError> {
-    let max = if dots { 128 } else { 64 };
+/// The two kinds of names, which differ in length and in whether dots are allowed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Name {
+    Task,
+    Output,
+}
+
+fn check_name(kind: Name, s: &str) -> Result<(), IdError> {
+    let (what, max, dots) = match kind {
+        Name::Task => ("task name", 64, false),
+        Name::Output => ("output name", 128, true),
+    };
     if s.is_empty() {
         return Err(IdError::new(what, s, "must not be empty"));
     }

@@ -5,20 +5,33 @@
 //! - [`ids`]: typed ids (`JobId`, `WorkerId`) with a checked, prefixed text form, and the
 //!   structured names of subtasks, attempts and data objects.
 //! - [`domain`]: the small domain enums and structs that every crate shares.
+//! - [`collective`]: the collective kinds' element types, operators and algorithms, named once.
+//! - [`rules`]: validation rules both the coordinator and the worker apply (env keys, collective
+//!   kinds, rail limits).
 //! - [`convert`]: the one place where proto types become domain types and back.
+//!
+//! `pb` and `convert` are behind the default `grpc` feature; without it this crate is pure (no
+//! tonic, no prost), which is how the scheduling core and the data plane depend on it.
 
+pub mod collective;
+#[cfg(feature = "grpc")]
 pub mod convert;
 pub mod domain;
 pub mod ids;
+pub mod rules;
 
 /// Generated from `proto/plexus.proto`.
+#[cfg(feature = "grpc")]
 #[allow(clippy::all, missing_docs)]
 pub mod pb {
     tonic::include_proto!("plexus.v1");
 }
 
+pub use collective::{Algorithm, DType, ReduceOp, UnknownName};
+#[cfg(feature = "grpc")]
 pub use convert::ConvertError;
 pub use domain::{JobState, Resources, SubtaskState};
+pub use rules::RuleError;
 pub use ids::{AttemptRef, IdError, JobId, ObjectId, SubtaskKey, WorkerId};
 
 /// Milliseconds since the Unix epoch, the time unit of the whole contract.

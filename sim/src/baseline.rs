@@ -22,7 +22,7 @@
 
 use std::cmp::Ordering;
 
-use plexus_coordinator::placer::{Candidate, Decision, PlacementRequest, Placer};
+use plexus_scheduler::placer::{Candidate, Decision, PlacementRequest, Placer};
 
 /// The first feasible candidate that no later feasible one is `better` than (`usize::MAX` when
 /// none is feasible, which the simulator never asks).

@@ -8,6 +8,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+/// Whether an inserted object is pinned (read or written by a running task) or only cached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pin {
+    Pinned,
+    Unpinned,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     bytes: u64,
@@ -64,11 +71,11 @@ impl Cache {
         }
     }
 
-    /// Inserts `object` pinned (or, if `pinned` is false, unpinned), evicting least recently
-    /// used unpinned objects to make room. Returns the evicted `(object, bytes)`, or `None` if
-    /// the object cannot be cached (then nothing was evicted). An object already cached is
-    /// only pinned.
-    pub fn insert(&mut self, object: usize, bytes: u64, pinned: bool) -> Option<Vec<(usize, u64)>> {
+    /// Inserts `object` pinned or unpinned, evicting least recently used unpinned objects to
+    /// make room. Returns the evicted `(object, bytes)`, or `None` if the object cannot be cached
+    /// (then nothing was evicted). An object already cached is only pinned (if asked).
+    pub fn insert(&mut self, object: usize, bytes: u64, pin: Pin) -> Option<Vec<(usize, u64)>> {
+        let pinned = pin == Pin::Pinned;
         if self.contains(object) {
             if pinned {
                 self.pin(object);
@@ -107,11 +114,11 @@ mod tests {
     #[test]
     fn evicts_least_recently_used_unpinned_objects() {
         let mut c = Cache::new(100);
-        assert_eq!(c.insert(1, 40, false), Some(vec![]));
-        assert_eq!(c.insert(2, 40, false), Some(vec![]));
+        assert_eq!(c.insert(1, 40, Pin::Unpinned), Some(vec![]));
+        assert_eq!(c.insert(2, 40, Pin::Unpinned), Some(vec![]));
         assert!(c.pin(1)); // 1 is now the most recently used, and pinned
         c.unpin(1);
-        assert_eq!(c.insert(3, 40, false), Some(vec![(2, 40)]));
+        assert_eq!(c.insert(3, 40, Pin::Unpinned), Some(vec![(2, 40)]));
         assert_eq!(c.used(), 80);
         assert!(c.contains(1) && c.contains(3) && !c.contains(2));
     }
@@ -119,13 +126,13 @@ mod tests {
     #[test]
     fn pinned_objects_stay_and_oversized_objects_are_not_cached() {
         let mut c = Cache::new(100);
-        c.insert(1, 60, true);
-        c.insert(2, 30, false);
-        assert_eq!(c.insert(3, 50, true), None, "only 40 bytes could be freed");
+        c.insert(1, 60, Pin::Pinned);
+        c.insert(2, 30, Pin::Unpinned);
+        assert_eq!(c.insert(3, 50, Pin::Pinned), None, "only 40 bytes could be freed");
         assert!(c.contains(2), "nothing is evicted for an object that is not cached");
-        assert_eq!(c.insert(3, 40, true), Some(vec![(2, 30)]));
+        assert_eq!(c.insert(3, 40, Pin::Pinned), Some(vec![(2, 30)]));
         c.unpin(1);
-        assert_eq!(c.insert(4, 60, false), Some(vec![(1, 60)]));
+        assert_eq!(c.insert(4, 60, Pin::Unpinned), Some(vec![(1, 60)]));
         assert_eq!(c.used(), 100);
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use plexus_coordinator::placer::{heuristic, Placer, HEURISTICS};
+use plexus_scheduler::placer::{heuristic, Placer, HEURISTICS};
 
 use crate::baseline::{Fastest, LocalityPlus};
 use crate::config::{SimConfig, GIB};

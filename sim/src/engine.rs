@@ -31,10 +31,10 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use plexus_coordinator::placer::{Candidate, Outcome, PlacementRequest, Placer};
+use plexus_scheduler::placer::{Candidate, Outcome, PlacementRequest, Placer};
 use plexus_proto::Resources;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Pin};
 use crate::config::{NodeSpec, SimConfig, Tier};
 use crate::report::{JobRecord, Report, TaskRecord, Utilisation, Window};
 use crate::workload::{Task, Workload};
@@ -216,7 +216,7 @@ impl<'a> Sim<'a> {
         for (o, obj) in objects.iter_mut().enumerate().take(workload.objects.len()) {
             let node = &mut nodes[obj.home];
             if node.cache.used() + obj.bytes <= node.spec.cache_bytes {
-                node.cache.insert(o, obj.bytes, false);
+                node.cache.insert(o, obj.bytes, Pin::Unpinned);
                 obj.holders.push(obj.home);
             }
         }
@@ -476,7 +476,7 @@ impl<'a> Sim<'a> {
 
     /// Inserts `o` pinned into node `n`'s fast memory; returns the bytes evicted.
     fn cache_insert(&mut self, n: usize, o: usize, pinned: &mut Vec<usize>) -> u64 {
-        let Some(evicted) = self.nodes[n].cache.insert(o, self.objects[o].bytes, true) else { return 0 };
+        let Some(evicted) = self.nodes[n].cache.insert(o, self.objects[o].bytes, Pin::Pinned) else { return 0 };
         let mut bytes = 0;
         for (v, b) in evicted {
             bytes += b;

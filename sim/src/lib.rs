@@ -1,6 +1,6 @@
 //! A deterministic cluster simulator that measures placers (issue 3).
 //!
-//! It runs any [`Placer`](plexus_coordinator::placer::Placer) — the coordinator's heuristics,
+//! It runs any [`Placer`](plexus_scheduler::placer::Placer) — the coordinator's heuristics,
 //! or the learned placer of the `policy` crate — over the same jobs on the same simulated
 //! cluster and reports wait, response and utilisation side by side. Same configuration, same
 //! workload and same placer give the same report: time is simulated (integer microseconds),
@@ -38,4 +38,4 @@ pub use workload::{DataObject, Job, Task, Workload};
 
 /// The placement interface being measured, re-exported so users need not name the
 /// coordinator crate.
-pub use plexus_coordinator::placer;
+pub use plexus_scheduler::placer;

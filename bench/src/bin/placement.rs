@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::error::Error;
 use std::io::Write;
 
-use plexus_coordinator::placer::learned::Learned;
+use plexus_coordinator::learned::Learned;
 use plexus_policy::{PolicyConfig, RewardConfig};
 use plexus_sim::{
     Contender, Mix, SimConfig, Workload, best_heuristic, describe, print_table, response_bound_ms,

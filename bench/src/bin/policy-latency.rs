@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use plexus_bench::percentile;
 use plexus_policy::{
-    DqnPolicy, NetConfig, NodeFeatures, Observation, PolicyConfig, RewardInputs, TaskFeatures,
+    DqnPolicy, NetConfig, Observation, PolicyConfig, RewardInputs, TaskFeatures,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -24,17 +24,14 @@ fn observation(rng: &mut StdRng, n: usize) -> Observation {
         input_bytes: rng.random_range(0..1u64 << 32),
         writes: rng.random_bool(0.5),
     };
-    let nodes: Vec<NodeFeatures> = (0..n)
-        .map(|_| NodeFeatures {
-            feasible: rng.random_bool(0.8),
-            cache_bytes: 8 << 30,
-            cache_used: rng.random_range(0..8u64 << 30),
-            local_input_bytes: rng.random_range(0..1u64 << 30),
-            cpu_load: rng.random_range(0.0..1.0),
-            cpu_utilisation: rng.random_range(0.0..1.0),
-            gpu_free: rng.random_bool(0.2),
-            est_fetch_ms: Some(rng.random_range(0.0..5000.0)),
-            est_compute_ms: Some(rng.random_range(0.0..5000.0)),
+    let nodes: Vec<_> = (0..n)
+        .map(|_| {
+            let feasible = rng.random_bool(0.8);
+            let cache_used = rng.random_range(0..8u64 << 30);
+            let local = rng.random_range(0..1u64 << 30);
+            let (load, util, gpu) = (rng.random_range(0.0..1.0), rng.random_range(0.0..1.0), rng.random_bool(0.2));
+            let est = (rng.random_range(0.0..5000.0), rng.random_range(0.0..5000.0));
+            plexus_policy::features::candidate(feasible, 8 << 30, cache_used, local, load, util, gpu, Some(est))
         })
         .collect();
     let mut o = Observation::build(&task, &nodes);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use rand::seq::SliceRandom;
 
 use super::*;
-use crate::features::{NodeFeatures, TaskFeatures};
+use crate::features::{TaskFeatures, candidate};
 
 fn small_config() -> PolicyConfig {
     PolicyConfig { buffer: 64, batch: 16, batches_per_step: 4, sync_every: 8, device: Some(Device::Cpu), ..Default::default() }
@@ -19,9 +19,7 @@ fn obs(n: usize, feasible: impl Fn(usize) -> bool) -> Observation {
 /// An observation that differs for every `v`, so experiences built from it are not duplicates.
 fn obs_v(n: usize, v: u64, feasible: impl Fn(usize) -> bool) -> Observation {
     let task = TaskFeatures { system_utilisation: (v % 97) as f64 / 97.0, flops: 1e9 + v as f64, input_bytes: 1 << 20, writes: false };
-    let nodes: Vec<NodeFeatures> = (0..n)
-        .map(|i| NodeFeatures { feasible: feasible(i), cache_bytes: 1 << 30, cache_used: (i as u64) << 24, local_input_bytes: 0, cpu_load: 0.1 * i as f64, cpu_utilisation: 0.2, gpu_free: false, ..Default::default() })
-        .collect();
+    let nodes: Vec<_> = (0..n).map(|i| candidate(feasible(i), 1 << 30, (i as u64) << 24, 0, 0.1 * i as f64, 0.2, false, None)).collect();
     Observation::build(&task, &nodes)
 }
 
@@ -99,8 +97,8 @@ fn converges_to_the_clearly_best_node() {
     let mut greedy_total = 0;
     for id in 0..6000u64 {
         // Five nodes in a shuffled order; the one holding the input is "best".
-        let mut nodes: Vec<NodeFeatures> = (0..5)
-            .map(|i| NodeFeatures { feasible: true, cache_bytes: 1 << 30, cache_used: rng.random_range(0..1u64 << 29), local_input_bytes: if i == 0 { 256 << 20 } else { 0 }, cpu_load: rng.random_range(0.0..0.8), cpu_utilisation: rng.random_range(0.0..1.0), gpu_free: false, ..Default::default() })
+        let mut nodes: Vec<_> = (0..5)
+            .map(|i| candidate(true, 1 << 30, rng.random_range(0..1u64 << 29), if i == 0 { 256 << 20 } else { 0 }, rng.random_range(0.0..0.8), rng.random_range(0.0..1.0), false, None))
             .collect();
         nodes.shuffle(&mut rng);
         let best = nodes.iter().position(|n| n.local_input_bytes > 0).unwrap();
@@ -215,18 +213,11 @@ fn run_time_term_moves_the_policy_from_the_holder_to_the_fastest_node() {
         for id in 0..DECISIONS {
             let mut order: Vec<usize> = (0..kinds.len()).collect();
             order.shuffle(&mut rng);
-            let nodes: Vec<NodeFeatures> = order
+            let nodes: Vec<_> = order
                 .iter()
-                .map(|&k| NodeFeatures {
-                    feasible: true,
-                    cache_bytes: 4 << 30,
-                    cache_used: rng.random_range(0..1u64 << 30),
-                    local_input_bytes: kinds[k].1,
-                    cpu_load: rng.random_range(0.0..0.8),
-                    cpu_utilisation: rng.random_range(0.0..1.0),
-                    gpu_free: false,
-                    est_fetch_ms: Some(kinds[k].2),
-                    est_compute_ms: Some(kinds[k].3),
+                .map(|&k| {
+                    let (cache_used, cpu_load, util) = (rng.random_range(0..1u64 << 30), rng.random_range(0.0..0.8), rng.random_range(0.0..1.0));
+                    candidate(true, 4 << 30, cache_used, kinds[k].1, cpu_load, util, false, Some((kinds[k].2, kinds[k].3)))
                 })
                 .collect();
             let c = p.decide(id, Observation::build(&task, &nodes)).unwrap();

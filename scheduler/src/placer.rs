@@ -4,13 +4,8 @@
 //! live worker (feasible or not, so explanations can say why a node was ruled out) and asks the
 //! [`Placer`] to choose among the feasible ones. Placers are pure: no I/O, no clock; randomness
 //! comes from a seeded generator so runs repeat. The learned placer of seed 001 implements the
-//! same trait in the `policy` crate.
+//! same trait in the coordinator (`plexus_coordinator::learned`, over the `policy` crate).
 
-pub mod learned;
-
-use std::sync::Arc;
-
-use plexus_policy::{PolicyConfig, PolicyStore};
 use plexus_proto::{Resources, WorkerId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -61,6 +56,11 @@ impl Candidate {
     /// Fraction of its cores already promised to placed attempts.
     pub fn cpu_load(&self) -> f64 {
         if self.capacity.cpu <= 0.0 { 0.0 } else { 1.0 - self.free.cpu / self.capacity.cpu }
+    }
+
+    /// Estimated fetch + compute, when both are known.
+    pub fn est_run_ms(&self) -> Option<f64> {
+        Some(self.est_fetch_ms?.max(0.0) + self.est_compute_ms?.max(0.0))
     }
 
     /// Named features shown by `plexus explain`.
@@ -119,18 +119,6 @@ pub trait Placer: Send {
 
 /// Names accepted by `--placer` for the heuristics.
 pub const HEURISTICS: &[&str] = &["least-loaded", "round-robin", "random", "locality"];
-
-/// Every name accepted by `--placer`.
-pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "rl"];
-
-/// Builds a placer by name: a heuristic, or `rl`, the learned policy, persisting through `store`.
-pub fn by_name(name: &str, seed: u64, store: Option<Arc<dyn PolicyStore>>) -> Result<Box<dyn Placer>, String> {
-    if name == "rl" {
-        let config = PolicyConfig { seed, ..PolicyConfig::default() };
-        return learned::Learned::new(config, store).map(|l| Box::new(l) as Box<dyn Placer>).map_err(|e| format!("starting the learned placer: {e}"));
-    }
-    heuristic(name, seed).ok_or_else(|| format!("unknown placer {name:?} (known: {})", PLACERS.join(", ")))
-}
 
 /// Builds a heuristic placer by name, seeded.
 pub fn heuristic(name: &str, seed: u64) -> Option<Box<dyn Placer>> {

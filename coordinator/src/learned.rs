@@ -1,14 +1,29 @@
 //! The learned placer (`--placer rl`): seed 001's DQN policy from `plexus-policy`, fed the same
-//! candidates the heuristics see. This adapter only translates: candidates become the policy's
-//! observation, Q-values become scores, outcomes become reward inputs.
+//! candidates the heuristics see. This adapter only translates: Q-values become scores,
+//! outcomes become reward inputs (the policy reads the candidates itself). [`by_name`] builds
+//! any placer, heuristic or learned, from its `--placer` name.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use plexus_policy::features::{NAMES, estimate_flops};
-use plexus_policy::{DqnPolicy, NodeFeatures, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures};
+use plexus_policy::features::NAMES;
+use plexus_policy::{DqnPolicy, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures};
+use plexus_scheduler::placer::{Candidate, Decision, HEURISTICS, Outcome, PlacementRequest, Placer, heuristic};
 
-use super::{Candidate, Decision, Outcome, PlacementRequest, Placer};
+use crate::Error;
+
+/// Every name accepted by `--placer`: the heuristics, and `rl`.
+pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "rl"];
+
+/// Builds a placer by name: a heuristic, or `rl`, the learned policy, persisting through `store`.
+pub fn by_name(name: &str, seed: u64, store: Option<Arc<dyn PolicyStore>>) -> Result<Box<dyn Placer>, Error> {
+    debug_assert!(HEURISTICS.iter().all(|h| PLACERS.contains(h)));
+    if name == "rl" {
+        let config = PolicyConfig { seed, ..PolicyConfig::default() };
+        return Ok(Box::new(Learned::new(config, store)?));
+    }
+    heuristic(name, seed).ok_or_else(|| Error::Scheduler(plexus_scheduler::Error::UnknownPlacer { name: name.to_string(), known: PLACERS.join(", ") }))
+}
 
 pub struct Learned {
     policy: DqnPolicy,
@@ -32,7 +47,7 @@ impl Learned {
     pub fn best_estimate(candidates: &[Candidate]) -> Option<f64> {
         let mut best: Option<f64> = None;
         for c in candidates.iter().filter(|c| c.feasible) {
-            let e = c.est_fetch_ms? + c.est_compute_ms?;
+            let e = c.est_run_ms()?;
             best = Some(best.map_or(e, |b| b.min(e)));
         }
         best
@@ -48,28 +63,7 @@ impl Learned {
 
     /// The observation of one decision, as the policy sees it.
     pub fn observation(req: &PlacementRequest, candidates: &[Candidate]) -> Observation {
-        let (used, total) = candidates.iter().fold((0.0, 0.0), |(u, t), c| (u + (c.capacity.cpu - c.free.cpu).max(0.0), t + c.capacity.cpu));
-        let task = TaskFeatures {
-            system_utilisation: if total > 0.0 { used / total } else { 0.0 },
-            flops: req.flops.unwrap_or_else(|| estimate_flops(req.resources.cpu, req.resources.gpu)),
-            input_bytes: req.input_bytes,
-            writes: req.writes,
-        };
-        let nodes: Vec<NodeFeatures> = candidates
-            .iter()
-            .map(|c| NodeFeatures {
-                feasible: c.feasible,
-                cache_bytes: c.cache_bytes,
-                cache_used: c.cache_used,
-                local_input_bytes: c.local_input_bytes,
-                cpu_load: c.cpu_load(),
-                cpu_utilisation: c.cpu_utilisation,
-                gpu_free: c.free.gpu > 0,
-                est_fetch_ms: c.est_fetch_ms,
-                est_compute_ms: c.est_compute_ms,
-            })
-            .collect();
-        Observation::build(&task, &nodes)
+        Observation::build(&TaskFeatures::of(req, candidates), candidates)
     }
 }
 

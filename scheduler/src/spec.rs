@@ -10,21 +10,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::Duration;
 
-use plexus_proto::Resources;
 use plexus_proto::ids::{check_output_name, check_task_name};
+use plexus_proto::rules::{self, BUILTIN_KINDS, COLLECTIVE_KINDS};
+use plexus_proto::{Algorithm, DType, ReduceOp, Resources};
 use serde::{Deserialize, Serialize};
 
-/// Built-in task kinds the workers know. A kind runs inside the worker, not as a process.
-pub const BUILTIN_KINDS: &[&str] = &["noop", "allreduce", "reduce"];
-
-/// The collective kinds: their members are placed together, one per replica of the task that
-/// produces their input, and exchange data over the workers' data plane.
-pub const COLLECTIVE_KINDS: &[&str] = &["allreduce", "reduce"];
-/// Element types, reduction operators and algorithms of the collective kinds (the data plane's
-/// names; the worker parses them again).
-pub const DTYPES: &[&str] = &["f32", "f64", "i32", "i64"];
-pub const REDUCE_OPS: &[&str] = &["sum", "min", "max", "prod"];
-pub const ALGORITHMS: &[&str] = &["halving", "ring"];
 
 /// Upper bounds that keep one job file from exhausting the coordinator's memory.
 pub const MAX_REPLICAS: u32 = 100_000;
@@ -50,8 +40,9 @@ impl Format {
     }
 }
 
-/// A job file that cannot be accepted.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A job file that cannot be accepted: the payload of [`crate::Error::Spec`], kept as a struct so
+/// the file, line and message can be read apart.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct SpecError {
     pub file: String,
     pub line: Option<usize>,
@@ -73,7 +64,6 @@ impl fmt::Display for SpecError {
     }
 }
 
-impl std::error::Error for SpecError {}
 
 /// What a subtask runs: a process, or a kind built into the worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -117,14 +107,14 @@ pub struct TaskSpec {
 /// producer replica with the member's rank; its one output is the result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CollectiveSpec {
-    /// `f32`, `f64`, `i32` or `i64`: the input objects are raw little-endian arrays of it.
-    pub dtype: String,
-    /// `sum`, `min`, `max` or `prod`.
-    pub op: String,
+    /// The input objects are raw little-endian arrays of it. Stored by name (`"f32"`), as before
+    /// it was an enum.
+    pub dtype: DType,
+    pub op: ReduceOp,
     /// The rank that receives a `reduce`'s result (the others write an empty output).
     pub root: u32,
     /// `halving` (seed 003's pipelined recursive halving) or `ring`.
-    pub algorithm: String,
+    pub algorithm: Algorithm,
 }
 
 /// A validated job: tasks in file order, dependencies acyclic and resolved.
@@ -335,7 +325,7 @@ impl Validator<'_> {
         let memory = match &t.memory {
             None => 0,
             Some(RawSize::Bytes(b)) => *b,
-            Some(RawSize::Text(s)) => parse_size(s).map_err(|e| at(format!("memory: {e}")))?,
+            Some(RawSize::Text(s)) => s.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| at(format!("memory: {s:?} is not a size ({e})")))?,
         };
         let replicas = t.replicas.unwrap_or(1);
         if replicas == 0 || replicas > MAX_REPLICAS {
@@ -406,12 +396,7 @@ impl Validator<'_> {
         }
 
         for (k, _) in &t.env {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(at(format!("env key {k:?} is not a valid variable name")));
-            }
-            if k.starts_with("PLEXUS_") {
-                return Err(at(format!("env key {k:?} is reserved (PLEXUS_* are set by the worker)")));
-            }
+            rules::check_env_key(k).map_err(|e| at(e.to_string()))?;
         }
 
         let collective = self.collective(t, &work, replicas, &inputs, replicas_of)?;
@@ -447,7 +432,7 @@ impl Validator<'_> {
     ) -> Result<Option<CollectiveSpec>, SpecError> {
         let at = |msg: String| self.err(self.task_line(&t.name, 0), format!("task {:?}: {msg}", t.name));
         let kind = match work {
-            Work::Kind(k) if COLLECTIVE_KINDS.contains(&k.as_str()) => k.as_str(),
+            Work::Kind(k) if rules::is_collective(k) => k.as_str(),
             _ => {
                 let set: Vec<&str> = [("dtype", t.dtype.is_some()), ("op", t.op.is_some()), ("root", t.root.is_some()), ("algorithm", t.algorithm.is_some())]
                     .into_iter()
@@ -476,17 +461,25 @@ impl Validator<'_> {
                 "replicas = {replicas}, but a {kind} has one member per replica of {producer:?}, which has {members}"
             )));
         }
-        let pick = |field: &str, value: &Option<String>, allowed: &[&str], default: Option<&str>| -> Result<String, SpecError> {
+        // Only the names themselves are accepted in a job file (not the data plane's aliases).
+        fn pick<T: std::str::FromStr>(
+            at: &dyn Fn(String) -> SpecError,
+            kind: &str,
+            field: &str,
+            value: &Option<String>,
+            allowed: &[&str],
+            default: Option<T>,
+        ) -> Result<T, SpecError> {
             match (value.as_deref(), default) {
-                (Some(v), _) if allowed.contains(&v) => Ok(v.to_string()),
+                (Some(v), _) if allowed.contains(&v) => v.parse().map_err(|_| at(format!("{field} = {v:?} is not one of {}", allowed.join(", ")))),
                 (Some(v), _) => Err(at(format!("{field} = {v:?} is not one of {}", allowed.join(", ")))),
-                (None, Some(d)) => Ok(d.to_string()),
+                (None, Some(d)) => Ok(d),
                 (None, None) => Err(at(format!("a {kind} needs `{field}` (one of {})", allowed.join(", ")))),
             }
-        };
-        let dtype = pick("dtype", &t.dtype, DTYPES, None)?;
-        let op = pick("op", &t.op, REDUCE_OPS, Some("sum"))?;
-        let algorithm = pick("algorithm", &t.algorithm, ALGORITHMS, Some("halving"))?;
+        }
+        let dtype: DType = pick(&at, kind, "dtype", &t.dtype, DType::NAMES, None)?;
+        let op = pick(&at, kind, "op", &t.op, ReduceOp::NAMES, Some(ReduceOp::Sum))?;
+        let algorithm = pick(&at, kind, "algorithm", &t.algorithm, Algorithm::NAMES, Some(Algorithm::Halving))?;
         let root = match (kind, t.root) {
             ("allreduce", Some(_)) => return Err(at("`root` is only for a reduce (an allreduce leaves the result on every member)".into())),
             (_, Some(r)) if r >= members => return Err(at(format!("root = {r} is not a member's rank (0..{members})"))),
@@ -503,7 +496,7 @@ fn declared_replicas<'a>(tasks: &'a [RawTask]) -> HashMap<&'a str, u32> {
     let by_name: HashMap<&'a str, &'a RawTask> = tasks.iter().map(|t| (t.name.as_str(), t)).collect();
     let resolve = |mut t: &'a RawTask| -> u32 {
         for _ in 0..=tasks.len() {
-            let collective = t.kind.as_deref().is_some_and(|k| COLLECTIVE_KINDS.contains(&k));
+            let collective = t.kind.as_deref().is_some_and(rules::is_collective);
             match (t.replicas, collective, t.inputs.first().and_then(|i| i.split_once('/'))) {
                 (Some(r), _, _) => return r,
                 (None, true, Some((producer, _))) => match by_name.get(producer) {
@@ -527,11 +520,6 @@ fn default_job_name(file: &str) -> String {
     let base = file.rsplit('/').next().unwrap_or(file);
     let stem = base.rsplit_once('.').map(|(s, _)| s).unwrap_or(base);
     if stem.is_empty() { "job".into() } else { stem.to_string() }
-}
-
-/// Parses `"512MiB"`, `"4 GiB"`, `"1000"` into bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    s.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| format!("{s:?} is not a size ({e})"))
 }
 
 fn line_of_offset(source: &str, offset: usize) -> usize {
@@ -710,14 +698,14 @@ cpu = 0.5
         assert_eq!(s.replicas, 4);
         assert_eq!(
             s.collective,
-            Some(CollectiveSpec { dtype: "f32".into(), op: "sum".into(), root: 0, algorithm: "halving".into() })
+            Some(CollectiveSpec { dtype: DType::F32, op: ReduceOp::Sum, root: 0, algorithm: Algorithm::Halving })
         );
         assert_eq!(j.total_subtasks(), 8);
         let r = toml(&format!(
             "{producer}[[task]]\nname = \"r\"\nkind = \"reduce\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"i64\"\nop = \"max\"\nroot = 3\nalgorithm = \"ring\"\nreplicas = 4\n"
         ))
         .unwrap();
-        assert_eq!(r.tasks[1].collective.as_ref().map(|c| (c.op.as_str(), c.root, c.algorithm.as_str())), Some(("max", 3, "ring")));
+        assert_eq!(r.tasks[1].collective.as_ref().map(|c| (c.op.name(), c.root, c.algorithm.name())), Some(("max", 3, "ring")));
 
         let bad = |task: &str| toml(&format!("{producer}[[task]]\nname = \"s\"\n{task}")).unwrap_err().message;
         let ar = "kind = \"allreduce\"\noutputs = [\"y\"]\n";

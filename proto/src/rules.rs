@@ -1,0 +1,89 @@
+//! Validation rules that both sides of the contract apply: the coordinator when it accepts a job
+//! file or a registration, the worker when it takes an assignment or a peer's request. Each rule
+//! is written here once so the two sides cannot drift apart.
+
+use std::net::SocketAddr;
+
+/// Built-in task kinds the workers know. A kind runs inside the worker, not as a process.
+pub const BUILTIN_KINDS: &[&str] = &["noop", "allreduce", "reduce"];
+
+/// The collective kinds: their members are placed together, one per replica of the task that
+/// produces their input, and exchange data over the workers' data plane.
+pub const COLLECTIVE_KINDS: &[&str] = &["allreduce", "reduce"];
+
+/// Whether `kind` is one of the [`COLLECTIVE_KINDS`].
+pub fn is_collective(kind: &str) -> bool {
+    COLLECTIVE_KINDS.contains(&kind)
+}
+
+/// The prefix of the variables the worker sets for a subtask; a job may not set them.
+pub const RESERVED_ENV_PREFIX: &str = "PLEXUS_";
+
+/// The most rail addresses a worker may register or a peer may name in one request.
+pub const MAX_RAILS: usize = 64;
+/// The longest rail address text accepted (an `ip:port`, with room to spare).
+pub const MAX_RAIL_ADDR_LEN: usize = 256;
+
+/// A value that breaks one of these rules; the text says which value and which rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    #[error("env key {0:?} is not a valid variable name")]
+    EnvKey(String),
+    #[error("env key {0:?} is reserved (PLEXUS_* are set by the worker)")]
+    ReservedEnvKey(String),
+    #[error("{0} rail addresses; at most {MAX_RAILS}")]
+    TooManyRails(usize),
+    #[error("rail address {0:?} is not ip:port")]
+    RailAddr(String),
+}
+
+/// An environment variable name a job may set: not empty, no `=` or NUL (which cannot be in a
+/// process's environment), and not one the worker reserves.
+pub fn check_env_key(k: &str) -> Result<(), RuleError> {
+    if k.is_empty() || k.contains('=') || k.contains('\0') {
+        return Err(RuleError::EnvKey(k.to_string()));
+    }
+    if k.starts_with(RESERVED_ENV_PREFIX) {
+        return Err(RuleError::ReservedEnvKey(k.to_string()));
+    }
+    Ok(())
+}
+
+/// Parses rail addresses from the network, naming the first bad one.
+pub fn parse_rails(list: &[String]) -> Result<Vec<SocketAddr>, RuleError> {
+    if list.len() > MAX_RAILS {
+        return Err(RuleError::TooManyRails(list.len()));
+    }
+    list.iter().map(|r| r.parse::<SocketAddr>().map_err(|_| RuleError::RailAddr(r.chars().take(MAX_RAIL_ADDR_LEN).collect()))).collect()
+}
+
+/// Whether a registered list of rail addresses is within the limits (count and length); their
+/// syntax is checked by whoever dials them, with [`parse_rails`].
+pub fn rails_within_limits(list: &[String]) -> bool {
+    list.len() <= MAX_RAILS && list.iter().all(|r| r.len() <= MAX_RAIL_ADDR_LEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_keys_are_checked_and_named() {
+        assert_eq!(check_env_key("OMP_NUM_THREADS"), Ok(()));
+        assert_eq!(check_env_key("A=B").unwrap_err().to_string(), "env key \"A=B\" is not a valid variable name");
+        assert!(matches!(check_env_key(""), Err(RuleError::EnvKey(_))));
+        assert!(matches!(check_env_key("X\0"), Err(RuleError::EnvKey(_))));
+        assert!(check_env_key("PLEXUS_OUT").unwrap_err().to_string().contains("reserved"));
+    }
+
+    #[test]
+    fn rails_are_parsed_within_limits() {
+        assert_eq!(parse_rails(&["127.0.0.1:9000".into()]).unwrap().len(), 1);
+        assert_eq!(parse_rails(&["nope".into()]), Err(RuleError::RailAddr("nope".into())));
+        let many: Vec<String> = (0..=MAX_RAILS).map(|i| format!("127.0.0.1:{}", 9000 + i)).collect();
+        assert_eq!(parse_rails(&many), Err(RuleError::TooManyRails(MAX_RAILS + 1)));
+        assert!(!rails_within_limits(&many));
+        assert!(!rails_within_limits(&["x".repeat(MAX_RAIL_ADDR_LEN + 1)]));
+        assert!(rails_within_limits(&many[..MAX_RAILS]));
+    }
+}

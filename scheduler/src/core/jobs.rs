@@ -1,0 +1,372 @@
+//! Jobs and subtasks: submission, cancellation, reports of attempts, retries, DAG release and
+//! the end of a job. Every subtask state change goes through `Core::set_state`.
+
+use std::collections::HashMap;
+
+use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, SubtaskState, WorkerId};
+
+use super::{Core, PlacementRecord, Report, Subtask, Transition, JobRecord};
+use crate::Error;
+use crate::spec::JobSpec;
+
+/// A job in memory: its record, its subtasks (task by task, rank by rank) and derived indexes.
+pub struct Job {
+    pub record: JobRecord,
+    pub subtasks: Vec<Subtask>,
+    pub placements: HashMap<u32, PlacementRecord>,
+    /// Index of the first subtask of each task.
+    pub(super) offsets: Vec<u32>,
+    /// counts[task][state as usize]
+    pub(super) counts: Vec<[u32; 7]>,
+    /// Tasks that list each task in `after`.
+    pub(super) dependents: Vec<Vec<usize>>,
+}
+
+pub(super) fn state_index(s: SubtaskState) -> usize {
+    s as usize
+}
+
+impl Job {
+    pub(super) fn new(record: JobRecord, subtasks: Vec<Subtask>) -> Job {
+        let spec = &record.spec;
+        let mut offsets = Vec::with_capacity(spec.tasks.len());
+        let mut off = 0u32;
+        for t in &spec.tasks {
+            offsets.push(off);
+            off += t.replicas;
+        }
+        let names: HashMap<&str, usize> = spec.tasks.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+        let mut dependents = vec![Vec::new(); spec.tasks.len()];
+        for (i, t) in spec.tasks.iter().enumerate() {
+            for a in &t.after {
+                if let Some(&j) = names.get(a.as_str()) {
+                    dependents[j].push(i);
+                }
+            }
+        }
+        let mut counts = vec![[0u32; 7]; spec.tasks.len()];
+        for s in &subtasks {
+            if let Some(&t) = names.get(s.task.as_str()) {
+                counts[t][state_index(s.state)] += 1;
+            }
+        }
+        Job { record, subtasks, placements: HashMap::new(), offsets, counts, dependents }
+    }
+
+    pub fn id(&self) -> JobId {
+        self.record.id
+    }
+
+    pub fn spec(&self) -> &JobSpec {
+        &self.record.spec
+    }
+
+    pub fn task_index(&self, name: &str) -> Option<usize> {
+        self.record.spec.tasks.iter().position(|t| t.name == name)
+    }
+
+    /// Index of a subtask, checking that the task and rank exist.
+    pub fn subtask_index(&self, task: &str, rank: u32) -> Result<u32, Error> {
+        let t = self.task_index(task).ok_or_else(|| Error::NoTask { job: self.id(), task: task.to_string() })?;
+        let replicas = self.record.spec.tasks[t].replicas;
+        if rank >= replicas {
+            return Err(Error::NoRank { job: self.id(), task: task.to_string(), rank, replicas });
+        }
+        Ok(self.offsets[t] + rank)
+    }
+
+    /// Subtasks of task `t` per state, indexed like [`SubtaskState`].
+    pub fn counts(&self, t: usize) -> [u32; 7] {
+        self.counts[t]
+    }
+
+    pub(super) fn task_of(&self, idx: u32) -> usize {
+        // offsets is sorted; the task is the last one starting at or before idx.
+        self.offsets.partition_point(|&o| o <= idx) - 1
+    }
+
+    pub(super) fn task_done(&self, t: usize) -> bool {
+        self.counts[t][state_index(SubtaskState::Succeeded)] == self.record.spec.tasks[t].replicas
+    }
+
+    pub(super) fn deps_done(&self, t: usize) -> bool {
+        self.record.spec.tasks[t].after.iter().all(|a| self.task_index(a).is_some_and(|j| self.task_done(j)))
+    }
+
+    pub fn succeeded(&self) -> u32 {
+        self.counts.iter().map(|c| c[state_index(SubtaskState::Succeeded)]).sum()
+    }
+
+    pub fn total(&self) -> u32 {
+        self.subtasks.len() as u32
+    }
+}
+
+impl Core {
+    /// Why no registered worker could ever run some task of `spec`, if that is so. With no
+    /// worker registered yet nothing can be judged, and the job waits for workers.
+    pub fn unsatisfiable(&self, spec: &JobSpec) -> Option<String> {
+        if self.workers.is_empty() {
+            return None;
+        }
+        for t in &spec.tasks {
+            let r = &t.resources;
+            if !self.workers.values().any(|w| r.fits_in(&w.record.capacity.resources())) {
+                let max_cpu = self.workers.values().map(|w| w.record.capacity.cpus).max().unwrap_or(0);
+                let max_mem = self.workers.values().map(|w| w.record.capacity.memory).max().unwrap_or(0);
+                let max_gpu = self.workers.values().map(|w| w.record.capacity.gpus.len()).max().unwrap_or(0);
+                return Some(format!(
+                    "task {:?} asks for cpu={}, memory={}, gpu={} but no registered worker can ever offer that (largest: cpu={max_cpu}, memory={}, gpu={max_gpu})",
+                    t.name,
+                    r.cpu,
+                    bytesize::ByteSize(r.memory).display().iec(),
+                    r.gpu,
+                    bytesize::ByteSize(max_mem).display().iec(),
+                ));
+            }
+            if t.collective.is_some() {
+                let able = self.workers.values().filter(|w| r.fits_in(&w.record.capacity.resources())).count();
+                if able < t.replicas as usize {
+                    return Some(format!(
+                        "task {:?} is a collective of {} members, each on its own worker, but only {able} registered worker(s) can fit a member",
+                        t.name, t.replicas
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// Accepts a validated job; returns its number of subtasks.
+    pub fn submit(&mut self, id: JobId, spec: JobSpec, now: u64) -> Result<u32, Error> {
+        if self.jobs.contains_key(&id) {
+            return Err(Error::Duplicate(id));
+        }
+        if let Some(why) = self.unsatisfiable(&spec) {
+            return Err(Error::Unsatisfiable(why));
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut subtasks = Vec::with_capacity(spec.total_subtasks() as usize);
+        for t in &spec.tasks {
+            for rank in 0..t.replicas {
+                subtasks.push(Subtask {
+                    task: t.name.clone(),
+                    rank,
+                    state: SubtaskState::Waiting,
+                    attempt: 0,
+                    failures: 0,
+                    worker: None,
+                    ready_at: 0,
+                    assigned_at: 0,
+                    started_at: 0,
+                    finished_at: 0,
+                    exit_code: 0,
+                    error: String::new(),
+                    fetch_ms: 0,
+                    fetched_bytes: 0,
+                    evicted_bytes: 0,
+                    outputs: Vec::new(),
+                    stdout_tail: String::new(),
+                    stderr_tail: String::new(),
+                    history: vec![Transition { state: SubtaskState::Waiting, at: now, attempt: 0, worker: None, note: String::new() }],
+                });
+            }
+        }
+        let n = subtasks.len() as u32;
+        let record = JobRecord { id, seq, spec, state: JobState::Running, submitted_at: now, finished_at: 0, error: String::new() };
+        let job = Job::new(record, subtasks);
+        for i in 0..n {
+            self.out.subtasks.insert((id, i));
+        }
+        let roots: Vec<usize> = (0..job.record.spec.tasks.len()).filter(|&t| job.record.spec.tasks[t].after.is_empty()).collect();
+        self.jobs.insert(id, job);
+        self.job_order.insert(seq, id);
+        self.out.jobs.insert(id);
+        for t in roots {
+            self.release_task(id, t, now);
+        }
+        Ok(n)
+    }
+
+    /// Cancels a running job: pending subtasks are cancelled, running ones killed.
+    pub fn cancel(&mut self, id: JobId, now: u64) -> Result<(), Error> {
+        let job = self.jobs.get(&id).ok_or(Error::NoJob(id))?;
+        if job.record.state.is_final() {
+            return Err(Error::JobFinished { job: id, state: job.record.state });
+        }
+        self.finish_job(id, JobState::Cancelled, "cancelled by request".into(), now);
+        Ok(())
+    }
+
+    /// Applies a worker's reports. Returns false if the worker must register again first.
+    pub fn report(&mut self, id: WorkerId, session: &str, reports: Vec<Report>, now: u64) -> bool {
+        match self.workers.get(&id) {
+            Some(w) if w.connected && w.record.session == session => {}
+            _ => return false,
+        }
+        for r in reports {
+            self.apply_report(id, r, now);
+        }
+        true
+    }
+
+    pub(super) fn apply_report(&mut self, wid: WorkerId, r: Report, now: u64) {
+        let (Some(a), Some(state)) = (r.attempt, r.state) else { return };
+        let Some(job) = self.jobs.get_mut(&a.job) else { return };
+        let Ok(idx) = job.subtask_index(&a.task, a.rank) else { return };
+        let s = &job.subtasks[idx as usize];
+        if s.attempt != a.attempt || s.worker != Some(wid) || !s.state.is_placed() {
+            tracing::debug!(attempt = %a, "stale report ignored");
+            return;
+        }
+        let key = (a.job, idx);
+        match state {
+            SubtaskState::Running => {
+                if s.state == SubtaskState::Assigned {
+                    let st = &mut job.subtasks[idx as usize];
+                    st.started_at = if r.started_at > 0 { r.started_at } else { now };
+                    self.set_state(key, SubtaskState::Running, now, String::new());
+                }
+            }
+            SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled => {
+                {
+                    let st = &mut job.subtasks[idx as usize];
+                    if r.started_at > 0 {
+                        st.started_at = r.started_at;
+                    }
+                    st.finished_at = if r.finished_at > 0 { r.finished_at } else { now };
+                    st.exit_code = r.exit_code;
+                    st.error = r.error.clone();
+                    st.fetch_ms = r.fetch_ms;
+                    st.fetched_bytes = r.fetched_bytes;
+                    st.evicted_bytes = r.evicted_bytes;
+                    st.stdout_tail = r.stdout_tail;
+                    st.stderr_tail = r.stderr_tail;
+                }
+                self.feedback(key, wid, state == SubtaskState::Succeeded);
+                match state {
+                    SubtaskState::Succeeded => self.succeed(key, wid, r.outputs, now),
+                    SubtaskState::Failed => self.fail_attempt(key, now, r.error),
+                    // Workers cancel only what we asked them to; any other cancellation (the
+                    // worker shutting down) is not the task's fault: place it again.
+                    _ => self.requeue(key.0, key.1, now, "cancelled on the worker".into()),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn succeed(&mut self, key: (JobId, u32), wid: WorkerId, outputs: Vec<(ObjectId, u64)>, now: u64) {
+        self.release_worker(key, wid);
+        let Some(job) = self.jobs.get_mut(&key.0) else { return };
+        let s = &mut job.subtasks[key.1 as usize];
+        s.outputs = outputs.iter().map(|(o, size)| (o.name.clone(), *size)).collect();
+        if let Some(w) = self.workers.get_mut(&wid) {
+            for (o, size) in outputs {
+                w.objects.insert(o.clone(), size);
+                self.holders.entry(o).or_default().insert(wid);
+            }
+        }
+        self.set_state(key, SubtaskState::Succeeded, now, String::new());
+        let job = &self.jobs[&key.0];
+        let t = job.task_of(key.1);
+        if job.task_done(t) {
+            for d in job.dependents[t].clone() {
+                if self.jobs[&key.0].deps_done(d) {
+                    self.release_task(key.0, d, now);
+                }
+            }
+        }
+        let job = &self.jobs[&key.0];
+        if job.succeeded() == job.total() {
+            self.finish_job(key.0, JobState::Succeeded, String::new(), now);
+        }
+    }
+
+    pub(super) fn fail_attempt(&mut self, key: (JobId, u32), now: u64, error: String) {
+        let Some(job) = self.jobs.get_mut(&key.0) else { return };
+        let max_retries = job.record.spec.tasks[job.task_of(key.1)].max_retries;
+        let s = &mut job.subtasks[key.1 as usize];
+        s.failures += 1;
+        let (failures, task, rank) = (s.failures, s.task.clone(), s.rank);
+        if failures <= max_retries {
+            self.requeue(key.0, key.1, now, format!("attempt failed ({error}); retry {failures} of {max_retries}"));
+        } else {
+            let wid = self.jobs[&key.0].subtasks[key.1 as usize].worker;
+            if let Some(w) = wid {
+                self.release_worker(key, w);
+            }
+            self.set_state(key, SubtaskState::Failed, now, error.clone());
+            let attempts = if failures == 1 { "1 attempt".to_string() } else { format!("{failures} attempts") };
+            self.finish_job(key.0, JobState::Failed, format!("task {task:?} rank {rank} failed after {attempts}: {error}"), now);
+        }
+    }
+
+    /// Takes an attempt off its worker and makes the subtask ready for a new attempt.
+    pub(super) fn requeue(&mut self, job: JobId, idx: u32, now: u64, note: String) {
+        let Some(j) = self.jobs.get(&job) else { return };
+        let s = &j.subtasks[idx as usize];
+        if s.state.is_final() {
+            return;
+        }
+        if let Some(w) = s.worker {
+            self.release_worker((job, idx), w);
+        }
+        if self.jobs[&job].record.state.is_final() {
+            return;
+        }
+        let j = self.jobs.get_mut(&job).expect("checked above");
+        let s = &mut j.subtasks[idx as usize];
+        s.worker = None;
+        s.ready_at = now;
+        self.set_state((job, idx), SubtaskState::Ready, now, note);
+        self.ready.push_back((job, idx));
+    }
+
+    pub(super) fn release_task(&mut self, job: JobId, t: usize, now: u64) {
+        let Some(j) = self.jobs.get(&job) else { return };
+        let start = j.offsets[t];
+        let n = j.record.spec.tasks[t].replicas;
+        for idx in start..start + n {
+            if self.jobs[&job].subtasks[idx as usize].state == SubtaskState::Waiting {
+                self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].ready_at = now;
+                self.set_state((job, idx), SubtaskState::Ready, now, String::new());
+                self.ready.push_back((job, idx));
+            }
+        }
+    }
+
+    pub(super) fn finish_job(&mut self, id: JobId, state: JobState, error: String, now: u64) {
+        let Some(job) = self.jobs.get(&id) else { return };
+        let open: Vec<u32> = (0..job.total()).filter(|&i| !job.subtasks[i as usize].state.is_final()).collect();
+        for idx in open {
+            let s = &self.jobs[&id].subtasks[idx as usize];
+            if s.state.is_placed()
+                && let Some(w) = s.worker
+            {
+                let a = AttemptRef { job: id, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
+                self.out.cancels.push((w, a));
+                self.release_worker((id, idx), w);
+            }
+            self.set_state((id, idx), SubtaskState::Cancelled, now, String::new());
+        }
+        let job = self.jobs.get_mut(&id).expect("exists");
+        job.record.state = state;
+        job.record.finished_at = now;
+        job.record.error = error;
+        self.out.jobs.insert(id);
+    }
+
+    /// The one place a subtask changes state: keeps counts and history, marks it dirty.
+    pub(super) fn set_state(&mut self, (job, idx): (JobId, u32), state: SubtaskState, now: u64, note: String) {
+        let Some(j) = self.jobs.get_mut(&job) else { return };
+        let t = j.task_of(idx);
+        let s = &mut j.subtasks[idx as usize];
+        j.counts[t][state_index(s.state)] -= 1;
+        j.counts[t][state_index(state)] += 1;
+        s.state = state;
+        s.history.push(Transition { state, at: now, attempt: s.attempt, worker: s.worker, note });
+        self.out.subtasks.insert((job, idx));
+    }
+}

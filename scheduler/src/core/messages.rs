@@ -1,0 +1,139 @@
+//! What crosses the core's boundary: reports from workers in, assignments and what changed
+//! (the [`Outbox`]) out.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use plexus_proto::{AttemptRef, JobId, ObjectId, Resources, SubtaskState, WorkerId};
+
+use super::records::Capacity;
+use crate::spec::{CollectiveSpec, TaskSpec, Work};
+
+
+/// Latest node state from a worker.
+#[derive(Clone, Debug, Default)]
+pub struct NodeReport {
+    pub cpu_utilisation: f64,
+    pub memory_free: u64,
+    pub running: Vec<AttemptRef>,
+    pub objects: Vec<(ObjectId, u64)>,
+    pub cache_used: u64,
+    /// The data plane's per-rail counters, in rail order.
+    pub rails: Vec<RailCounter>,
+}
+
+/// Cumulative counters of one data-plane rail of a worker.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RailCounter {
+    pub addr: String,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub failures: u64,
+}
+
+/// A worker's (re-)registration.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    pub worker: WorkerId,
+    pub session: String,
+    pub peer_addr: String,
+    pub capacity: Capacity,
+    pub state: NodeReport,
+    /// Attempts the worker process knows (running, or finished with a report to come).
+    pub known: Vec<AttemptRef>,
+}
+
+/// A status change of an attempt, from the worker running it.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub attempt: Option<AttemptRef>,
+    pub state: Option<SubtaskState>,
+    pub exit_code: i32,
+    pub error: String,
+    pub started_at: u64,
+    pub finished_at: u64,
+    pub fetch_ms: u64,
+    pub fetched_bytes: u64,
+    pub evicted_bytes: u64,
+    pub outputs: Vec<(ObjectId, u64)>,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+}
+
+/// An input object of an assignment and where to get it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputLocation {
+    pub object: ObjectId,
+    pub size: u64,
+    /// Live workers holding it.
+    pub holders: Vec<HolderLocation>,
+}
+
+/// A worker holding an input: its PeerService URL and its data-plane rails.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HolderLocation {
+    pub peer_addr: String,
+    pub rails: Vec<String>,
+}
+
+/// Work sent to a worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assignment {
+    pub attempt: AttemptRef,
+    pub replicas: u32,
+    pub work: Work,
+    pub resources: Resources,
+    pub timeout_ms: u64,
+    pub inputs: Vec<InputLocation>,
+    pub outputs: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// For the collective kinds: the communicator the member joins.
+    pub collective: Option<CollectiveAssignment>,
+}
+
+impl Assignment {
+    /// The assignment of an attempt of `task` with the given resources, inputs and communicator.
+    pub(super) fn of(task: &TaskSpec, attempt: AttemptRef, resources: Resources, inputs: Vec<InputLocation>, collective: Option<CollectiveAssignment>) -> Assignment {
+        Assignment {
+            attempt,
+            replicas: task.replicas,
+            work: task.work.clone(),
+            resources,
+            timeout_ms: task.timeout_ms,
+            inputs,
+            outputs: task.outputs.clone(),
+            env: task.env.clone(),
+            collective,
+        }
+    }
+}
+
+/// A collective member's communicator: every member's data-plane rails in rank order (the
+/// member's own rank is its subtask's rank) and the tag base of this gang.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollectiveAssignment {
+    pub spec: CollectiveSpec,
+    pub members: Vec<Vec<String>>,
+    pub tag: u64,
+}
+
+/// What a batch of calls changed: records to persist first, then messages to send.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    pub jobs: BTreeSet<JobId>,
+    pub subtasks: BTreeSet<(JobId, u32)>,
+    pub workers: BTreeSet<WorkerId>,
+    pub placements: BTreeSet<(JobId, u32)>,
+    pub assignments: Vec<(WorkerId, Assignment)>,
+    pub cancels: Vec<(WorkerId, AttemptRef)>,
+}
+
+impl Outbox {
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+            && self.subtasks.is_empty()
+            && self.workers.is_empty()
+            && self.placements.is_empty()
+            && self.assignments.is_empty()
+            && self.cancels.is_empty()
+    }
+}

@@ -1,0 +1,199 @@
+//! The scheduling core: jobs, subtasks, workers and every state transition between them.
+//!
+//! Pure: no I/O, no clock (every call takes `now` in ms), no tonic, no sled. Calls mutate the
+//! in-memory state and record what changed in an [`Outbox`]: records to persist, assignments and
+//! cancellations to send. The engine persists the outbox's records *before* it acts on the rest
+//! or answers anyone, which is what makes every acknowledged change durable.
+//!
+//! Invariants kept here:
+//! - A subtask's `attempt` grows by one on every placement; a report about any other attempt,
+//!   or from a worker that does not hold it, is stale and ignored. So a subtask is completed at
+//!   most once, however often a worker repeats itself.
+//! - A worker's `allocated` resources are exactly the sum of the requests of the attempts placed
+//!   on it (`placed`), and only feasible placements are made.
+//! - A subtask is released (`Waiting` → `Ready`) only when every task in its `after` list has
+//!   fully succeeded.
+
+//!
+//! # Layout
+//! - [`records`]: what the store keeps (jobs, subtasks, workers, placement decisions).
+//! - [`messages`]: what crosses the boundary: registrations and reports in, assignments and the
+//!   [`Outbox`] out.
+//! - `jobs`: submission, reports of attempts, retries, DAG release, the end of a job.
+//! - `workers`: registration and reconciliation, heartbeats, held objects, lost workers.
+//! - `placement`: the ready queue and single-subtask placement through the [`Placer`].
+//! - `gang`: collective members placed all at once, or none.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use plexus_proto::{JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
+
+use crate::Error;
+use crate::placer::Placer;
+
+/// Timing of the worker protocol.
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    pub heartbeat_interval_ms: u64,
+    pub heartbeat_timeout_ms: u64,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        // Heartbeats twice a second keep node state fresh for placement at negligible cost;
+        // six missed beats (3 s) declare a worker lost: long enough to ride out a stalled
+        // process on a busy 2-core machine, short enough that a dead node's work restarts soon.
+        CoreConfig { heartbeat_interval_ms: 500, heartbeat_timeout_ms: 3_000 }
+    }
+}
+
+mod gang;
+mod jobs;
+pub mod messages;
+mod placement;
+pub mod records;
+mod workers;
+
+pub use jobs::Job;
+pub use messages::{Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration, Report};
+pub use records::{Capacity, CandidateRecord, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition, WorkerRecord};
+pub use workers::Worker;
+
+/// The scheduling core.
+pub struct Core {
+    config: CoreConfig,
+    placer: Box<dyn Placer>,
+    jobs: HashMap<JobId, Job>,
+    job_order: BTreeMap<u64, JobId>,
+    next_seq: u64,
+    workers: BTreeMap<WorkerId, Worker>,
+    /// Which workers hold each object.
+    holders: HashMap<ObjectId, BTreeSet<WorkerId>>,
+    ready: VecDeque<(JobId, u32)>,
+    /// Next placement decision id.
+    next_decision: u64,
+    out: Outbox,
+}
+
+/// Everything loaded from the store at start.
+#[derive(Default, Debug)]
+pub struct Snapshot {
+    pub jobs: Vec<JobRecord>,
+    pub subtasks: Vec<(JobId, u32, Subtask)>,
+    pub workers: Vec<WorkerRecord>,
+    pub placements: Vec<(JobId, u32, PlacementRecord)>,
+}
+
+impl Core {
+    pub fn new(config: CoreConfig, placer: Box<dyn Placer>) -> Core {
+        Core {
+            config,
+            placer,
+            jobs: HashMap::new(),
+            job_order: BTreeMap::new(),
+            next_seq: 1,
+            workers: BTreeMap::new(),
+            holders: HashMap::new(),
+            ready: VecDeque::new(),
+            next_decision: 1,
+            out: Outbox::default(),
+        }
+    }
+
+    pub fn config(&self) -> &CoreConfig {
+        &self.config
+    }
+
+    pub fn placer_name(&self) -> &'static str {
+        self.placer.name()
+    }
+
+    /// Rebuilds the state from stored records. Workers are not connected until they register
+    /// again; each gets a full heartbeat timeout from `now` to do so before it is declared lost.
+    pub fn restore(&mut self, snap: Snapshot, now: u64) -> Result<(), Error> {
+        let mut subtasks: HashMap<JobId, Vec<(u32, Subtask)>> = HashMap::new();
+        for (job, idx, s) in snap.subtasks {
+            subtasks.entry(job).or_default().push((idx, s));
+        }
+        for rec in snap.jobs {
+            let mut subs = subtasks.remove(&rec.id).unwrap_or_default();
+            subs.sort_by_key(|(i, _)| *i);
+            let expected = rec.spec.total_subtasks();
+            if subs.len() as u64 != expected || subs.iter().enumerate().any(|(i, (idx, _))| i as u32 != *idx) {
+                return Err(Error::Restore(format!("job {}: store holds {} subtask records, the spec expands to {expected}", rec.id, subs.len())));
+            }
+            self.next_seq = self.next_seq.max(rec.seq + 1);
+            self.job_order.insert(rec.seq, rec.id);
+            let id = rec.id;
+            self.jobs.insert(id, Job::new(rec, subs.into_iter().map(|(_, s)| s).collect()));
+        }
+        for (job, idx, p) in snap.placements {
+            // Decision ids stay unique across restarts.
+            self.next_decision = self.next_decision.max(p.decision + 1);
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.placements.insert(idx, p);
+            }
+        }
+        for mut rec in snap.workers {
+            rec.last_heartbeat = now;
+            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new() };
+            self.workers.insert(w.record.id, w);
+        }
+        // Derived state: allocations, and the ready queue in submission order.
+        let order: Vec<JobId> = self.job_order.values().copied().collect();
+        for id in order {
+            let job = &self.jobs[&id];
+            let running = job.record.state == JobState::Running;
+            for (i, s) in job.subtasks.iter().enumerate() {
+                if s.state.is_placed()
+                    && let Some(w) = s.worker.and_then(|w| self.workers.get_mut(&w))
+                {
+                    w.allocated.add(&job.record.spec.tasks[job.task_of(i as u32)].resources);
+                    w.placed.insert((id, i as u32));
+                }
+                if running && s.state == SubtaskState::Ready {
+                    self.ready.push_back((id, i as u32));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    /// Jobs in submission order.
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.job_order.values().filter_map(|id| self.jobs.get(id))
+    }
+
+    pub fn workers(&self) -> impl Iterator<Item = &Worker> {
+        self.workers.values()
+    }
+
+    pub fn worker(&self, id: WorkerId) -> Option<&Worker> {
+        self.workers.get(&id)
+    }
+
+    /// The changes since the last call.
+    pub fn take_outbox(&mut self) -> Outbox {
+        std::mem::take(&mut self.out)
+    }
+
+    /// Number of subtasks waiting for a worker with room.
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    pub fn subtask(&self, job: JobId, idx: u32) -> Option<&Subtask> {
+        self.jobs.get(&job).and_then(|j| j.subtasks.get(idx as usize))
+    }
+
+    pub fn placement(&self, job: JobId, idx: u32) -> Option<&PlacementRecord> {
+        self.jobs.get(&job).and_then(|j| j.placements.get(&idx))
+    }
+}
+
+#[cfg(test)]
+mod tests;

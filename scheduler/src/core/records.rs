@@ -1,0 +1,123 @@
+//! The records the store keeps: jobs, subtasks, workers and placement decisions, as they are
+//! serialised.
+
+use plexus_proto::{JobId, JobState, Resources, SubtaskState, WorkerId};
+use serde::{Deserialize, Serialize};
+
+use crate::spec::JobSpec;
+
+
+/// A job as stored. Its subtasks are stored separately (one record each), so that a state change
+/// of one subtask rewrites one small record, not the whole job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    /// Submission order, for FIFO scheduling across jobs.
+    pub seq: u64,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub submitted_at: u64,
+    pub finished_at: u64,
+    pub error: String,
+}
+
+/// One state change of a subtask, kept in its history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Transition {
+    pub state: SubtaskState,
+    pub at: u64,
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerId>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+}
+
+/// A subtask as stored and as held in memory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Subtask {
+    pub task: String,
+    pub rank: u32,
+    pub state: SubtaskState,
+    /// 0 until first placed; +1 on every placement.
+    pub attempt: u32,
+    /// Failed attempts (a lost worker does not count).
+    pub failures: u32,
+    pub worker: Option<WorkerId>,
+    pub ready_at: u64,
+    pub assigned_at: u64,
+    pub started_at: u64,
+    pub finished_at: u64,
+    pub exit_code: i32,
+    pub error: String,
+    pub fetch_ms: u64,
+    pub fetched_bytes: u64,
+    pub evicted_bytes: u64,
+    /// (output name, size) of a succeeded attempt.
+    pub outputs: Vec<(String, u64)>,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    pub history: Vec<Transition>,
+}
+
+/// The hardware a worker offers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Capacity {
+    pub cpus: u32,
+    pub memory: u64,
+    pub gpus: Vec<GpuRecord>,
+    pub rails: Vec<String>,
+    pub cache_bytes: u64,
+    pub hostname: String,
+}
+
+impl Capacity {
+    pub fn resources(&self) -> Resources {
+        Resources { cpu: self.cpus as f64, memory: self.memory, gpu: self.gpus.len() as u32 }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuRecord {
+    pub index: u32,
+    pub name: String,
+    pub memory: u64,
+}
+
+/// A worker as stored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    pub id: WorkerId,
+    /// The worker process's session; a different one on re-registration means it restarted.
+    pub session: String,
+    pub peer_addr: String,
+    pub capacity: Capacity,
+    pub alive: bool,
+    pub registered_at: u64,
+    pub last_heartbeat: u64,
+}
+
+/// One candidate as recorded for `plexus explain`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CandidateRecord {
+    pub worker: WorkerId,
+    pub feasible: bool,
+    pub score: Option<f64>,
+    pub features: Vec<(String, f64)>,
+    pub note: String,
+}
+
+/// The latest placement decision of a subtask, stored for `plexus explain`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlacementRecord {
+    /// The decision id given to the placer (see `PlacementRequest::decision`).
+    #[serde(default)]
+    pub decision: u64,
+    pub placer: String,
+    pub attempt: u32,
+    pub chosen: WorkerId,
+    pub exploratory: bool,
+    pub reason: String,
+    pub decided_at: u64,
+    pub candidates: Vec<CandidateRecord>,
+}

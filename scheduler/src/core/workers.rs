@@ -1,0 +1,172 @@
+//! Workers: registration (and reconciliation after either side restarted), heartbeats, the
+//! objects they hold, loss after missed heartbeats, and the resources attempts hold on them.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use plexus_proto::{AttemptRef, JobId, ObjectId, Resources, WorkerId};
+
+use super::{Core, NodeReport, Registration, WorkerRecord};
+
+/// A worker in memory.
+pub struct Worker {
+    pub record: WorkerRecord,
+    /// Registered with this coordinator process (a session is live). False after a restart until
+    /// the worker registers again; assignments go only to connected workers.
+    pub connected: bool,
+    pub node: NodeReport,
+    pub allocated: Resources,
+    pub placed: BTreeSet<(JobId, u32)>,
+    pub objects: HashMap<ObjectId, u64>,
+}
+
+impl Worker {
+    pub fn free(&self) -> Resources {
+        self.record.capacity.resources().minus(&self.allocated)
+    }
+}
+
+impl Core {
+    /// Registers a worker or re-registers it after a restart of either side.
+    ///
+    /// If the worker process is new (another session), every attempt placed on its previous
+    /// process is lost and placed again. If it is the same process (the coordinator restarted or
+    /// the connection broke), placed attempts it does not list in `known` never reached it and are
+    /// placed again, and attempts it lists that are no longer current are cancelled on it.
+    pub fn register(&mut self, reg: Registration, now: u64) {
+        let id = reg.worker;
+        let same_process = self.workers.get(&id).is_some_and(|w| w.record.session == reg.session);
+        let known: HashSet<&AttemptRef> = reg.known.iter().collect();
+
+        if let Some(w) = self.workers.get(&id) {
+            let placed: Vec<(JobId, u32)> = w.placed.iter().copied().collect();
+            for (job, idx) in placed {
+                let Some(s) = self.jobs.get(&job).map(|j| &j.subtasks[idx as usize]) else { continue };
+                let current = AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
+                if !same_process {
+                    self.requeue(job, idx, now, "worker restarted".into());
+                } else if !known.contains(&current) {
+                    self.requeue(job, idx, now, "assignment never reached the worker".into());
+                }
+            }
+        }
+        // Attempts the worker runs that we no longer want there.
+        for a in &reg.known {
+            let wanted = self.jobs.get(&a.job).and_then(|j| {
+                let idx = j.subtask_index(&a.task, a.rank).ok()?;
+                let s = &j.subtasks[idx as usize];
+                (s.attempt == a.attempt && s.worker == Some(id) && s.state.is_placed()).then_some(())
+            });
+            if wanted.is_none() {
+                self.out.cancels.push((id, a.clone()));
+            }
+        }
+
+        let registered_at = self.workers.get(&id).map(|w| w.record.registered_at).unwrap_or(now);
+        let record = WorkerRecord {
+            id,
+            session: reg.session,
+            peer_addr: reg.peer_addr,
+            capacity: reg.capacity,
+            alive: true,
+            registered_at,
+            last_heartbeat: now,
+        };
+        let w = self.workers.entry(id).or_insert_with(|| Worker {
+            record: record.clone(),
+            connected: true,
+            node: NodeReport::default(),
+            allocated: Resources::default(),
+            placed: BTreeSet::new(),
+            objects: HashMap::new(),
+        });
+        w.record = record;
+        w.connected = true;
+        self.out.workers.insert(id);
+        self.update_node(id, reg.state);
+    }
+
+    /// A heartbeat; false if the worker must register again (unknown, or another session).
+    pub fn heartbeat(&mut self, id: WorkerId, session: &str, node: NodeReport, now: u64) -> bool {
+        let Some(w) = self.workers.get_mut(&id) else { return false };
+        if !w.connected || w.record.session != session {
+            return false;
+        }
+        w.record.last_heartbeat = now;
+        self.update_node(id, node);
+        true
+    }
+
+    pub(super) fn update_node(&mut self, id: WorkerId, node: NodeReport) {
+        let Some(w) = self.workers.get_mut(&id) else { return };
+        let new: HashMap<ObjectId, u64> = node.objects.iter().cloned().collect();
+        for o in w.objects.keys() {
+            if !new.contains_key(o)
+                && let Some(h) = self.holders.get_mut(o)
+            {
+                h.remove(&id);
+                if h.is_empty() {
+                    self.holders.remove(o);
+                }
+            }
+        }
+        for o in new.keys() {
+            if !w.objects.contains_key(o) {
+                self.holders.entry(o.clone()).or_default().insert(id);
+            }
+        }
+        w.objects = new;
+        w.node = node;
+    }
+
+    /// Declares workers whose heartbeats stopped lost and places their attempts again.
+    pub fn tick(&mut self, now: u64) {
+        let timeout = self.config.heartbeat_timeout_ms;
+        let lost: Vec<WorkerId> =
+            self.workers.values().filter(|w| w.record.alive && now.saturating_sub(w.record.last_heartbeat) > timeout).map(|w| w.record.id).collect();
+        for id in lost {
+            self.lose_worker(id, now);
+        }
+    }
+
+    pub(super) fn lose_worker(&mut self, id: WorkerId, now: u64) {
+        let Some(w) = self.workers.get_mut(&id) else { return };
+        tracing::warn!(worker = %id, "worker missed its heartbeats; declared lost");
+        w.record.alive = false;
+        w.connected = false;
+        let placed: Vec<(JobId, u32)> = w.placed.iter().copied().collect();
+        let objects: Vec<ObjectId> = w.objects.drain().map(|(o, _)| o).collect();
+        for o in objects {
+            if let Some(h) = self.holders.get_mut(&o) {
+                h.remove(&id);
+                if h.is_empty() {
+                    self.holders.remove(&o);
+                }
+            }
+        }
+        self.out.workers.insert(id);
+        for (job, idx) in placed {
+            self.requeue(job, idx, now, format!("worker {id} lost"));
+        }
+    }
+
+    /// Promised share of all live cores.
+    pub fn cluster_utilisation(&self) -> f64 {
+        let (used, total) = self
+            .workers
+            .values()
+            .filter(|w| w.record.alive)
+            .fold((0.0, 0.0), |(u, t), w| (u + w.allocated.cpu, t + w.record.capacity.cpus as f64));
+        if total > 0.0 { (used / total).min(1.0) } else { 0.0 }
+    }
+
+    /// Frees the resources an attempt held on a worker.
+    pub(super) fn release_worker(&mut self, (job, idx): (JobId, u32), wid: WorkerId) {
+        let Some(j) = self.jobs.get(&job) else { return };
+        let res = j.record.spec.tasks[j.task_of(idx)].resources;
+        if let Some(w) = self.workers.get_mut(&wid)
+            && w.placed.remove(&(job, idx))
+        {
+            w.allocated.sub(&res);
+        }
+    }
+}
