@@ -14,9 +14,9 @@ use tonic::transport::{Channel, Endpoint};
 /// How long to wait for a TCP connection to the coordinator before giving up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Responses such as a large job with every subtask, or a 1 MiB log tail of each stream, can
-/// exceed tonic's 4 MiB default.
-const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+// Responses such as a large job with every subtask, or a 1 MiB log tail of each stream, can
+// exceed tonic's 4 MiB default: the clients use the one message-size policy of the cluster.
+use plexus_proto::rules::MAX_MESSAGE;
 
 pub type Client = JobServiceClient<Channel>;
 

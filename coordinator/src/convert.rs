@@ -33,7 +33,11 @@ fn objects(list: &[pb::ObjectInfo]) -> Result<Vec<(ObjectId, u64)>, ConvertError
 
 pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError> {
     let Some(s) = s else { return Ok(NodeReport::default()) };
-    let util = if s.cpu_utilisation.is_finite() { s.cpu_utilisation.clamp(0.0, 1.0) } else { 0.0 };
+    // A fraction of the node's cores; rounding may put a busy node a hair above 1, nothing else.
+    if !(s.cpu_utilisation.is_finite() && (0.0..=1.0 + 1e-6).contains(&s.cpu_utilisation)) {
+        return Err(ConvertError::Invalid { field: "state.cpu_utilisation", reason: format!("{} is not a fraction in [0, 1]", s.cpu_utilisation) });
+    }
+    let util = s.cpu_utilisation.clamp(0.0, 1.0);
     Ok(NodeReport {
         cpu_utilisation: util,
         memory_free: s.memory_free,
@@ -61,6 +65,30 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
     }
     if !(r.peer_addr.starts_with("http://") || r.peer_addr.starts_with("https://")) {
         return Err(ConvertError::Invalid { field: "peer_addr", reason: format!("{:?} is not an http(s) URL", r.peer_addr) });
+    }
+    let invalid = |field: &'static str, reason: String| Err(ConvertError::Invalid { field, reason });
+    if cap.cpus > rules::MAX_NODE_CPUS {
+        return invalid("capacity.cpus", format!("{} is more than any node has (at most {})", cap.cpus, rules::MAX_NODE_CPUS));
+    }
+    for (field, v) in [("capacity.memory", cap.memory), ("capacity.cache_bytes", cap.cache_bytes)] {
+        if v > rules::MAX_NODE_BYTES {
+            return invalid(field, format!("{v} bytes is more than any node has (at most {} bytes)", rules::MAX_NODE_BYTES));
+        }
+    }
+    if cap.gpus.len() > rules::MAX_NODE_GPUS {
+        return invalid("capacity.gpus", format!("{} devices; at most {}", cap.gpus.len(), rules::MAX_NODE_GPUS));
+    }
+    let mut indices = std::collections::BTreeSet::new();
+    for g in &cap.gpus {
+        if !indices.insert(g.index) {
+            return invalid("capacity.gpus.index", format!("device {} is listed twice", g.index));
+        }
+        if g.memory > rules::MAX_NODE_BYTES || g.name.len() > rules::MAX_NAME_LEN {
+            return invalid("capacity.gpus", format!("device {}: memory or name out of bounds", g.index));
+        }
+    }
+    if cap.hostname.len() > rules::MAX_NAME_LEN || cap.hostname.chars().any(char::is_control) {
+        return invalid("capacity.hostname", format!("must be at most {} characters, none of them control characters", rules::MAX_NAME_LEN));
     }
     if !rules::rails_within_limits(&cap.rails) {
         return Err(ConvertError::Invalid {
@@ -321,5 +349,39 @@ mod tests {
         assert!(registration(&pb::RegisterRequest { capacity: None, ..good.clone() }).is_err());
         assert!(registration(&pb::RegisterRequest { peer_addr: "127.0.0.1:1".into(), ..good.clone() }).is_err());
         assert!(registration(&pb::RegisterRequest { worker_id: "job-1".into(), ..good }).is_err());
+    }
+
+    #[test]
+    fn absurd_capacities_and_utilisations_are_refused_naming_the_field() {
+        let good = pb::RegisterRequest {
+            worker_id: plexus_proto::WorkerId::random().to_string(),
+            session: "s".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity: Some(pb::NodeCapacity { cpus: 8, memory: 1 << 34, cache_bytes: 1 << 30, ..Default::default() }),
+            ..Default::default()
+        };
+        assert!(registration(&good).is_ok());
+        let with = |f: &dyn Fn(&mut pb::RegisterRequest)| {
+            let mut r = good.clone();
+            f(&mut r);
+            registration(&r).unwrap_err().to_string()
+        };
+        let e = with(&|r| r.capacity.as_mut().unwrap().cpus = u32::MAX);
+        assert!(e.contains("capacity.cpus") && e.contains("4294967295"), "{e}");
+        let e = with(&|r| r.capacity.as_mut().unwrap().memory = u64::MAX);
+        assert!(e.contains("capacity.memory"), "{e}");
+        let e = with(&|r| r.capacity.as_mut().unwrap().cache_bytes = u64::MAX);
+        assert!(e.contains("capacity.cache_bytes"), "{e}");
+        let gpu = pb::GpuInfo { index: 0, name: "A100".into(), memory: 1 << 34 };
+        let e = with(&|r| r.capacity.as_mut().unwrap().gpus = vec![gpu.clone(), gpu.clone()]);
+        assert!(e.contains("capacity.gpus.index") && e.contains("listed twice"), "{e}");
+        let e = with(&|r| r.capacity.as_mut().unwrap().hostname = "evil\u{1b}[2J".into());
+        assert!(e.contains("capacity.hostname"), "{e}");
+        for bad in [f64::NAN, f64::INFINITY, -0.5, 7.0] {
+            let e = with(&|r| r.state = Some(pb::NodeState { cpu_utilisation: bad, ..Default::default() }));
+            assert!(e.contains("state.cpu_utilisation"), "{bad}: {e}");
+            assert!(node_report(Some(&pb::NodeState { cpu_utilisation: bad, ..Default::default() })).is_err(), "heartbeats too: {bad}");
+        }
+        assert!(node_report(Some(&pb::NodeState { cpu_utilisation: 1.0, ..Default::default() })).is_ok());
     }
 }

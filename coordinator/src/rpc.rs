@@ -132,8 +132,13 @@ impl JobService for JobApi {
             return Err(status(Error::Invalid(format!("{filename}: job file is larger than {} MiB", MAX_JOB_SOURCE >> 20))));
         }
         let format = Format::infer(&r.format, &filename).map_err(|e| status(SchedulerError::from(e)))?;
-        // Parsing happens here, on a tokio thread, so a large file does not stall the engine.
-        let spec = spec::parse(&r.source, format, &filename).map_err(|e| status(SchedulerError::from(e)))?;
+        // Parsing happens off the engine and off the runtime's worker threads (a large file takes
+        // a moment), so neither heartbeats nor other requests wait for it.
+        let (source, file) = (r.source, filename.clone());
+        let spec = tokio::task::spawn_blocking(move || spec::parse(&source, format, &file))
+            .await
+            .map_err(|e| status(Error::Engine(format!("parsing the job file: {e}"))))?
+            .map_err(|e| status(SchedulerError::from(e)))?;
         let id = JobId::random();
         let n = self
             .engine

@@ -17,8 +17,8 @@ use crate::learned;
 use crate::rpc::{JobApi, WorkerApi};
 use crate::store::{SledStore, Store};
 
-/// Largest gRPC message either way: a status of a 100,000-subtask job is ~10 MiB.
-pub const MAX_MESSAGE: usize = 64 << 20;
+/// Largest gRPC message either way: the one policy of coordinator, workers and clients.
+pub use plexus_proto::rules::MAX_MESSAGE;
 
 /// How long a graceful shutdown waits for requests in flight. Every request the coordinator
 /// serves is short once streams are closed; five seconds covers a slow log proxy.

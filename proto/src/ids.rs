@@ -105,6 +105,12 @@ pub fn check_task_name(s: &str) -> Result<(), IdError> {
     check_name(Name::Task, s)
 }
 
+/// Checks a job name: the task-name rules (1–64 characters of `[A-Za-z0-9_-]`, starting with a
+/// letter, digit or underscore), because job names are printed in tables and terminals.
+pub fn check_job_name(s: &str) -> Result<(), IdError> {
+    check_name(Name::Job, s)
+}
+
 /// Checks an output name: 1–128 characters of `[A-Za-z0-9_.-]`, not starting with a dot.
 pub fn check_output_name(s: &str) -> Result<(), IdError> {
     check_name(Name::Output, s)
@@ -114,12 +120,14 @@ pub fn check_output_name(s: &str) -> Result<(), IdError> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Name {
     Task,
+    Job,
     Output,
 }
 
 fn check_name(kind: Name, s: &str) -> Result<(), IdError> {
     let (what, max, dots) = match kind {
         Name::Task => ("task name", 64, false),
+        Name::Job => ("job name", 64, false),
         Name::Output => ("output name", 128, true),
     };
     if s.is_empty() {

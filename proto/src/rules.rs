@@ -19,10 +19,29 @@ pub fn is_collective(kind: &str) -> bool {
 /// The prefix of the variables the worker sets for a subtask; a job may not set them.
 pub const RESERVED_ENV_PREFIX: &str = "PLEXUS_";
 
+/// The most bytes a task's command and environment may take (argv strings, env keys and values),
+/// checked when a job is submitted. Every assignment of the task carries them, and a gRPC
+/// message has a size limit ([`MAX_MESSAGE`]); a megabyte of command line is far past what any
+/// real command needs (Linux caps one argument at 128 KiB), data belongs in input objects.
+pub const MAX_TASK_SPEC_BYTES: usize = 1 << 20;
+
+/// The largest gRPC message either side sends or accepts, the one size policy of coordinator,
+/// workers and clients: a status of a 100,000-subtask job is ~10 MiB.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
 /// The most rail addresses a worker may register or a peer may name in one request.
 pub const MAX_RAILS: usize = 64;
 /// The longest rail address text accepted (an `ip:port`, with room to spare).
 pub const MAX_RAIL_ADDR_LEN: usize = 256;
+
+/// The largest node a worker may register: bounds that no real machine reaches, so a capacity
+/// beyond them is a bug or an attack, and refused before it can skew placement or overflow a sum.
+pub const MAX_NODE_CPUS: u32 = 16_384;
+/// 1 PiB: also the bound of a node's cache and of one GPU's memory.
+pub const MAX_NODE_BYTES: u64 = 1 << 50;
+pub const MAX_NODE_GPUS: usize = 256;
+/// Hostnames and GPU model names.
+pub const MAX_NAME_LEN: usize = 256;
 
 /// A value that breaks one of these rules; the text says which value and which rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::Duration;
 
-use plexus_proto::ids::{check_output_name, check_task_name};
+use plexus_proto::ids::{check_job_name, check_output_name, check_task_name};
 use plexus_proto::rules::{self, BUILTIN_KINDS, COLLECTIVE_KINDS};
 use plexus_proto::{Algorithm, DType, ReduceOp, Resources};
 use serde::{Deserialize, Serialize};
@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 /// Upper bounds that keep one job file from exhausting the coordinator's memory.
 pub const MAX_REPLICAS: u32 = 100_000;
 pub const MAX_SUBTASKS: u64 = 1_000_000;
+/// The most retries a task may ask for. A retry is a new attempt with its own placement; past a
+/// hundred, a task that keeps failing is not going to succeed, and an unbounded count turns a
+/// broken command into a loop that occupies the cluster.
+pub const MAX_RETRIES: u32 = 100;
 
 /// Format of a job file.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -213,13 +217,16 @@ pub fn parse(source: &str, format: Format, filename: &str) -> Result<JobSpec, Sp
             SpecError::new(filename, line, msg)
         })?,
     };
-    Validator { source, format, file: filename }.validate(raw)
+    Validator { source, file: filename, name_lines: task_name_lines(source, format) }.validate(raw)
 }
 
 struct Validator<'a> {
     source: &'a str,
-    format: Format,
     file: &'a str,
+    /// Every line where a task name is declared, by name, in file order: built in one pass so
+    /// that finding a task's line costs nothing per task (a per-task scan of the file made a
+    /// 5,000-task file take seconds).
+    name_lines: HashMap<&'a str, Vec<usize>>,
 }
 
 impl Validator<'_> {
@@ -229,10 +236,11 @@ impl Validator<'_> {
 
     /// Line of the `occurrence`-th (0-based) task named `name`.
     fn task_line(&self, name: &str, occurrence: usize) -> Option<usize> {
-        task_name_lines(self.source, self.format, name).get(occurrence).copied()
+        self.name_lines.get(name).and_then(|l| l.get(occurrence)).copied()
     }
 
-    /// Line of the first quoted `value` at or after the line where task `task` is named.
+    /// Line of the first quoted `value` at or after the line where task `task` is named. It scans
+    /// the file, so it is only called to report an error.
     fn value_line(&self, task: &str, value: &str) -> Option<usize> {
         let start = self.task_line(task, 0)?;
         let quoted = [format!("\"{value}\""), format!("'{value}'")];
@@ -248,10 +256,15 @@ impl Validator<'_> {
         if raw.task.is_empty() {
             return Err(self.err(None, "the job has no tasks (add at least one [[task]] table)"));
         }
-        let name = raw.name.unwrap_or_else(|| default_job_name(self.file));
-        if name.trim().is_empty() || name.len() > 128 {
-            return Err(self.err(None, "job name must be 1-128 characters"));
-        }
+        // A job name is printed in tables and terminals: it follows the task-name rules, so no
+        // control characters or escapes reach anyone's screen.
+        let name = match raw.name {
+            Some(n) => {
+                check_job_name(&n).map_err(|e| self.err(None, e.to_string()))?;
+                n
+            }
+            None => default_job_name(self.file),
+        };
 
         // Names first: every later check refers to tasks by name.
         let mut seen: HashMap<&str, usize> = HashMap::new();
@@ -349,6 +362,29 @@ impl Validator<'_> {
             return Err(at(format!("flops = {f} is not a non-negative number")));
         }
 
+        let max_retries = t.max_retries.unwrap_or(0);
+        if max_retries > MAX_RETRIES {
+            return Err(at(format!("max_retries = {max_retries} is out of range (0..={MAX_RETRIES})")));
+        }
+        if let Work::Command(argv) = &work
+            && let Some(i) = argv.iter().position(|a| a.contains('\0'))
+        {
+            return Err(at(format!("command argument {i} contains a NUL byte, which no process can receive")));
+        }
+        if let Some(k) = t.env.iter().find(|(_, v)| v.contains('\0')).map(|(k, _)| k) {
+            return Err(at(format!("env {k:?}: the value contains a NUL byte, which no process can receive")));
+        }
+        let spec_bytes = match &work {
+            Work::Command(argv) => argv.iter().map(String::len).sum::<usize>(),
+            Work::Kind(k) => k.len(),
+        } + t.env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        if spec_bytes > rules::MAX_TASK_SPEC_BYTES {
+            return Err(at(format!(
+                "command and env take {spec_bytes} bytes; at most {} KiB per task (put large data in an input object)",
+                rules::MAX_TASK_SPEC_BYTES >> 10
+            )));
+        }
+
         let mut outs = BTreeSet::new();
         for o in &t.outputs {
             check_output_name(o).map_err(|e| self.err(self.value_line(&t.name, o), format!("task {:?}: {e}", t.name)))?;
@@ -359,12 +395,12 @@ impl Validator<'_> {
 
         let mut after: Vec<String> = Vec::new();
         for dep in &t.after {
-            let dline = self.value_line(&t.name, dep);
+            let dline = || self.value_line(&t.name, dep);
             if dep == &t.name {
-                return Err(self.err(dline, format!("dependency cycle: {0} -> {0}", t.name)));
+                return Err(self.err(dline(), format!("dependency cycle: {0} -> {0}", t.name)));
             }
             if !outputs_of.contains_key(dep.as_str()) {
-                return Err(self.err(dline, format!("task {:?}: unknown dependency {dep:?} in `after`", t.name)));
+                return Err(self.err(dline(), format!("task {:?}: unknown dependency {dep:?} in `after`", t.name)));
             }
             if !after.contains(dep) {
                 after.push(dep.clone());
@@ -373,19 +409,19 @@ impl Validator<'_> {
 
         let mut inputs = Vec::new();
         for input in &t.inputs {
-            let iline = self.value_line(&t.name, input);
+            let iline = || self.value_line(&t.name, input);
             let Some((task, output)) = input.split_once('/') else {
-                return Err(self.err(iline, format!("task {:?}: input {input:?} must be written <task>/<output>", t.name)));
+                return Err(self.err(iline(), format!("task {:?}: input {input:?} must be written <task>/<output>", t.name)));
             };
             if task == t.name {
-                return Err(self.err(iline, format!("task {:?}: input {input:?} is its own output", t.name)));
+                return Err(self.err(iline(), format!("task {:?}: input {input:?} is its own output", t.name)));
             }
             let Some(produced) = outputs_of.get(task) else {
-                return Err(self.err(iline, format!("task {:?}: input {input:?}: no task named {task:?} produces it", t.name)));
+                return Err(self.err(iline(), format!("task {:?}: input {input:?}: no task named {task:?} produces it", t.name)));
             };
             if !produced.iter().any(|o| o == output) {
                 return Err(self.err(
-                    iline,
+                    iline(),
                     format!("task {:?}: input {input:?}: task {task:?} has no output {output:?} (its outputs: {})", t.name, list_or_none(produced)),
                 ));
             }
@@ -413,7 +449,7 @@ impl Validator<'_> {
             replicas,
             inputs,
             outputs: t.outputs.clone(),
-            max_retries: t.max_retries.unwrap_or(0),
+            max_retries,
             timeout_ms,
             env: t.env.clone(),
             flops: t.flops,
@@ -515,80 +551,93 @@ fn list_or_none(v: &[String]) -> String {
     if v.is_empty() { "none".into() } else { v.join(", ") }
 }
 
-/// A job without a `name` is named after its file.
+/// A job without a `name` is named after its file, with every character a name may not hold
+/// replaced by `-` (so the default always passes [`check_job_name`]).
 fn default_job_name(file: &str) -> String {
     let base = file.rsplit('/').next().unwrap_or(file);
     let stem = base.rsplit_once('.').map(|(s, _)| s).unwrap_or(base);
-    if stem.is_empty() { "job".into() } else { stem.to_string() }
+    if stem.is_empty() {
+        return "job".into();
+    }
+    let mut name: String = stem.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+        name.insert(0, '_');
+        name.truncate(64);
+    }
+    if check_job_name(&name).is_ok() { name } else { "job".into() }
 }
 
 fn line_of_offset(source: &str, offset: usize) -> usize {
     source.as_bytes()[..offset.min(source.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
-/// Lines (1-based) where a task named `name` is declared, in file order. The parsers do not
-/// keep positions of values, so the declaration is found in the text: `name = "x"` in TOML,
-/// `"name": "x"` in JSON.
-fn task_name_lines(source: &str, format: Format, name: &str) -> Vec<usize> {
-    let mut lines = Vec::new();
+/// Lines (1-based) where each task name is declared, in file order, found in one pass over the
+/// text. The parsers do not keep positions of values, so a declaration is found as `name = "x"`
+/// (or `'x'`) in TOML, `"name": "x"` in JSON.
+fn task_name_lines(source: &str, format: Format) -> HashMap<&str, Vec<usize>> {
+    // The job's own `name = ...` is a top-level key, which also matches in TOML; a task's
+    // declaration follows a `[[task]]` header, so lines before the first table are skipped.
+    let first_table = match format {
+        Format::Toml => source.lines().position(|l| l.trim_start().starts_with('[')).unwrap_or(usize::MAX),
+        Format::Json => 0,
+    };
+    let mut lines: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, line) in source.lines().enumerate() {
-        let mut rest = line.trim_start();
-        let key_ok = match format {
-            Format::Toml => rest.strip_prefix("name").map(|r| r.trim_start().strip_prefix('=')).flatten(),
+        if format == Format::Toml && i < first_table {
+            continue;
+        }
+        let rest = line.trim_start();
+        let after_key = match format {
+            Format::Toml => rest.strip_prefix("name").and_then(|r| r.trim_start().strip_prefix('=')),
             Format::Json => rest.find("\"name\"").and_then(|p| rest[p + 6..].trim_start().strip_prefix(':')),
         };
-        let Some(after_key) = key_ok else { continue };
-        rest = after_key.trim_start();
-        let quoted = [format!("\"{name}\""), format!("'{name}'")];
-        if quoted.iter().any(|q| rest.starts_with(q.as_str())) {
-            lines.push(i + 1);
+        let Some(value) = after_key.map(str::trim_start) else { continue };
+        let Some(quote) = value.chars().next().filter(|c| *c == '"' || *c == '\'') else { continue };
+        if let Some(end) = value[1..].find(quote) {
+            lines.entry(&value[1..1 + end]).or_default().push(i + 1);
         }
-    }
-    // The job's own `name = ...` is a top-level key, which also matches in TOML when a task has
-    // the job's name; a task's declaration follows a `[[task]]` header, so drop matches before it.
-    if format == Format::Toml
-        && let Some(first_table) = source.lines().position(|l| l.trim_start().starts_with('['))
-    {
-        lines.retain(|&l| l > first_table);
     }
     lines
 }
 
 /// Finds a dependency cycle and returns it as task names, first name repeated at the end.
+///
+/// A depth-first search with an explicit stack: a valid job may be a chain of 10,000 tasks, and
+/// recursion that deep overflows a thread's stack.
 fn find_cycle(tasks: &[TaskSpec]) -> Option<Vec<String>> {
     let index: HashMap<&str, usize> = tasks.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
     // 0 = unvisited, 1 = on the current path, 2 = done.
     let mut mark = vec![0u8; tasks.len()];
-    let mut path: Vec<usize> = Vec::new();
-
-    fn visit(i: usize, tasks: &[TaskSpec], index: &HashMap<&str, usize>, mark: &mut [u8], path: &mut Vec<usize>) -> Option<Vec<String>> {
-        mark[i] = 1;
-        path.push(i);
-        for dep in &tasks[i].after {
-            let j = index[dep.as_str()];
-            if mark[j] == 1 {
-                let start = path.iter().position(|&p| p == j).unwrap_or(0);
-                // The path runs from dependents to dependencies; print it in run order.
-                let mut names: Vec<String> = path[start..].iter().rev().map(|&p| tasks[p].name.clone()).collect();
-                names.push(names[0].clone());
-                return Some(names);
-            }
-            if mark[j] == 0
-                && let Some(c) = visit(j, tasks, index, mark, path)
-            {
-                return Some(c);
-            }
+    // The current path: (task, index of the next dependency to look at).
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    for root in 0..tasks.len() {
+        if mark[root] != 0 {
+            continue;
         }
-        path.pop();
-        mark[i] = 2;
-        None
-    }
-
-    for i in 0..tasks.len() {
-        if mark[i] == 0
-            && let Some(c) = visit(i, tasks, &index, &mut mark, &mut path)
-        {
-            return Some(c);
+        mark[root] = 1;
+        path.push((root, 0));
+        while let Some(&mut (i, ref mut next)) = path.last_mut() {
+            let Some(dep) = tasks[i].after.get(*next) else {
+                mark[i] = 2;
+                path.pop();
+                continue;
+            };
+            *next += 1;
+            let j = index[dep.as_str()];
+            match mark[j] {
+                1 => {
+                    let start = path.iter().position(|&(p, _)| p == j).unwrap_or(0);
+                    // The path runs from dependents to dependencies; print it in run order.
+                    let mut names: Vec<String> = path[start..].iter().rev().map(|&(p, _)| tasks[p].name.clone()).collect();
+                    names.push(names[0].clone());
+                    return Some(names);
+                }
+                0 => {
+                    mark[j] = 1;
+                    path.push((j, 0));
+                }
+                _ => {}
+            }
         }
     }
     None
@@ -766,5 +815,81 @@ cpu = 0.5
         assert_eq!(Format::infer("", "a.toml").unwrap(), Format::Toml);
         assert_eq!(Format::infer("json", "a.toml").unwrap(), Format::Json);
         assert!(Format::infer("yaml", "a").is_err());
+    }
+
+    /// A chain of `n` tasks as JSON, listed dependants-first (the order that made a recursive
+    /// cycle check recurse `n` deep), closed into a cycle when asked.
+    fn reversed_chain(n: usize, cycle: bool) -> String {
+        let tasks: Vec<String> = (0..n)
+            .rev()
+            .map(|i| {
+                let after = if i > 0 { format!("[\"t{}\"]", i - 1) } else if cycle { format!("[\"t{}\"]", n - 1) } else { "[]".into() };
+                format!("{{\"name\": \"t{i}\", \"command\": [\"true\"], \"after\": {after}}}")
+            })
+            .collect();
+        format!("{{\"name\": \"chain\", \"tasks\": [\n{}\n]}}", tasks.join(",\n"))
+    }
+
+    #[test]
+    fn a_ten_thousand_task_chain_listed_backwards_is_checked_without_recursion() {
+        // Run on a thread with a small stack: a recursive walk of 10,000 tasks would overflow it.
+        let check = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(|| {
+                let ok = parse(&reversed_chain(10_000, false), Format::Json, "chain.json").map(|j| j.tasks.len());
+                let cyclic = parse(&reversed_chain(10_000, true), Format::Json, "chain.json").map(|j| j.tasks.len());
+                (ok, cyclic)
+            })
+            .unwrap()
+            .join()
+            .expect("the check did not overflow its stack");
+        assert_eq!(check.0, Ok(10_000));
+        let e = check.1.unwrap_err();
+        assert!(e.message.starts_with("dependency cycle: "), "{e}");
+        assert_eq!(e.message.matches(" -> ").count(), 10_000, "every task of the ring is named once, the first twice");
+    }
+
+    #[test]
+    fn task_lines_are_found_for_every_task_of_a_large_file() {
+        // Lines come from one pass over the file; the last task's error still names its line.
+        let mut src = String::new();
+        for i in 0..5_000 {
+            src.push_str(&format!("[[task]]\nname = \"t{i}\"\ncommand = [\"true\"]\n"));
+        }
+        src.push_str("[[task]]\nname = \"last\"\ncommand = [\"true\"]\nafter = [\"nope\"]\n");
+        let e = toml(&src).unwrap_err();
+        assert_eq!(e.line, Some(15_004), "{e}");
+        assert!(e.message.contains("unknown dependency \"nope\""), "{e}");
+    }
+
+    #[test]
+    fn job_names_follow_the_task_name_rules() {
+        for bad in ["evil\u{1b}[31mred", "two\nlines", "nul\u{0}", "", "a b"] {
+            let src = format!("name = {}\n[[task]]\nname = \"a\"\ncommand = [\"true\"]\n", serde_json::to_string(bad).unwrap());
+            let e = toml(&src).unwrap_err();
+            assert!(e.message.contains("invalid job name"), "{bad:?}: {e}");
+        }
+        // A default name made from an odd file name is cleaned, not refused.
+        let j = parse("[[task]]\nname = \"a\"\ncommand = [\"true\"]\n", Format::Toml, "dir/my job.v2.toml").unwrap();
+        assert_eq!(j.name, "my-job-v2");
+        let j = parse("[[task]]\nname = \"a\"\ncommand = [\"true\"]\n", Format::Toml, ".toml").unwrap();
+        assert_eq!(j.name, "job");
+    }
+
+    #[test]
+    fn nul_bytes_huge_commands_and_endless_retries_are_refused_at_submit() {
+        let task = |extra: &str| format!("[[task]]\nname = \"a\"\n{extra}\n");
+        let e = toml(&task("command = [\"echo\", \"a\\u0000b\"]")).unwrap_err();
+        assert!(e.message.contains("command argument 1 contains a NUL byte"), "{e}");
+        let e = toml(&task("command = [\"true\"]\nenv = { X = \"a\\u0000\" }")).unwrap_err();
+        assert!(e.message.contains("env \"X\"") && e.message.contains("NUL"), "{e}");
+        let big = "x".repeat(rules::MAX_TASK_SPEC_BYTES + 1);
+        let e = toml(&task(&format!("command = \"echo {big}\""))).unwrap_err();
+        assert!(e.message.contains("at most 1024 KiB per task"), "{}", &e.message[..200.min(e.message.len())]);
+        let e = toml(&task(&format!("command = [\"true\"]\nenv = {{ BIG = \"{}\" }}", "y".repeat(rules::MAX_TASK_SPEC_BYTES)))).unwrap_err();
+        assert!(e.message.contains("per task"), "{}", &e.message[..200.min(e.message.len())]);
+        let e = toml(&task("command = [\"false\"]\nmax_retries = 4294967295")).unwrap_err();
+        assert!(e.message.contains("max_retries = 4294967295 is out of range (0..=100)"), "{e}");
+        assert_eq!(toml(&task("command = [\"false\"]\nmax_retries = 100")).unwrap().tasks[0].max_retries, 100);
     }
 }
