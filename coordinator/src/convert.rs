@@ -202,6 +202,7 @@ pub fn job_status(job: &Job, detail: Detail) -> pb::JobStatus {
                 succeeded: at(SubtaskState::Succeeded),
                 failed: at(SubtaskState::Failed),
                 cancelled: at(SubtaskState::Cancelled),
+                waiting_reason: job.waiting.get(&t).cloned().unwrap_or_default(),
             }
         })
         .collect();

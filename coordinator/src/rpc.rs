@@ -363,7 +363,7 @@ mod tests {
         workers.register(register(&plexus_proto::WorkerId::random().to_string(), 2)).await.unwrap();
         let e = jobs.submit_job(submit("[[task]]\nname = \"big\"\ncommand = [\"true\"]\ncpu = 64\n")).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument);
-        assert!(e.message().starts_with("job.toml: ") && e.message().contains("no registered worker can ever offer"), "{}", e.message());
+        assert!(e.message().starts_with("job.toml: ") && e.message().contains("no live worker can ever offer"), "{}", e.message());
     }
 
     #[tokio::test]

@@ -147,7 +147,7 @@ fn bad_job_files_are_refused_with_a_clear_error_and_nothing_is_stored() {
             "dependency cycle: ",
         ),
         ("input.toml", "[[task]]\nname = \"a\"\nkind = \"noop\"\ninputs = [\"gen/numbers\"]\n", "no task named \"gen\" produces it"),
-        ("huge.toml", "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 64\n", "no registered worker can ever offer that"),
+        ("huge.toml", "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 64\n", "no live worker can ever offer that"),
         ("gpu.toml", "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ngpu = 2\n", "asks for cpu=1, memory=0 B, gpu=2"),
         ("bad.json", "{\"tasks\": [{\"name\": \"a\"}]}", "needs a `command`"),
     ];

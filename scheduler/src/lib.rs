@@ -35,7 +35,7 @@ pub enum Error {
     NoRank { job: JobId, task: String, rank: u32, replicas: u32 },
     #[error("job {job} has already {}", state.as_str())]
     JobFinished { job: JobId, state: JobState },
-    /// No registered worker could ever run the job.
+    /// No set of live workers could ever run the job.
     #[error("{0}")]
     Unsatisfiable(String),
     #[error("job {0} already exists")]

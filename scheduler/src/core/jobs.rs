@@ -1,19 +1,22 @@
 //! Jobs and subtasks: submission, cancellation, reports of attempts, retries, DAG release and
 //! the end of a job. Every subtask state change goes through `Core::set_state`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, SubtaskState, WorkerId};
 
-use super::{Core, PlacementRecord, Report, Subtask, Transition, JobRecord};
+use super::{Core, JobRecord, PlacementRecord, Report, Subtask, Transition, Worker};
 use crate::Error;
-use crate::spec::JobSpec;
+use crate::spec::{JobSpec, TaskSpec};
 
 /// A job in memory: its record, its subtasks (task by task, rank by rank) and derived indexes.
 pub struct Job {
     pub record: JobRecord,
     pub subtasks: Vec<Subtask>,
     pub placements: HashMap<u32, PlacementRecord>,
+    /// Why tasks with ready subtasks are not placed (task index → reason), as of the last
+    /// scheduling round: derived state, shown by `plexus status`, not stored.
+    pub waiting: BTreeMap<usize, String>,
     /// Index of the first subtask of each task.
     pub(super) offsets: Vec<u32>,
     /// counts[task][state as usize]
@@ -50,7 +53,7 @@ impl Job {
                 counts[t][state_index(s.state)] += 1;
             }
         }
-        Job { record, subtasks, placements: HashMap::new(), offsets, counts, dependents }
+        Job { record, subtasks, placements: HashMap::new(), waiting: BTreeMap::new(), offsets, counts, dependents }
     }
 
     pub fn id(&self) -> JobId {
@@ -103,35 +106,52 @@ impl Job {
 }
 
 impl Core {
-    /// Why no registered worker could ever run some task of `spec`, if that is so. With no
-    /// worker registered yet nothing can be judged, and the job waits for workers.
+    /// Why no set of live workers could ever run some task of `spec`, if that is so. With no
+    /// worker registered yet nothing can be judged, and the job waits for workers; a worker that
+    /// was lost does not count (it may never come back).
     pub fn unsatisfiable(&self, spec: &JobSpec) -> Option<String> {
         if self.workers.is_empty() {
             return None;
         }
-        for t in &spec.tasks {
-            let r = &t.resources;
-            if !self.workers.values().any(|w| r.fits_in(&w.record.capacity.resources())) {
-                let max_cpu = self.workers.values().map(|w| w.record.capacity.cpus).max().unwrap_or(0);
-                let max_mem = self.workers.values().map(|w| w.record.capacity.memory).max().unwrap_or(0);
-                let max_gpu = self.workers.values().map(|w| w.record.capacity.gpus.len()).max().unwrap_or(0);
+        spec.tasks.iter().find_map(|t| self.unrunnable(t))
+    }
+
+    /// Why task `t` cannot run on the live workers whatever they are running now, if that is so.
+    pub(super) fn unrunnable(&self, t: &TaskSpec) -> Option<String> {
+        let alive: Vec<&Worker> = self.workers.values().filter(|w| w.record.alive).collect();
+        let r = &t.resources;
+        if alive.is_empty() {
+            return Some(format!(
+                "task {:?} needs a live worker, and none of the {} registered worker(s) is alive",
+                t.name,
+                self.workers.len()
+            ));
+        }
+        if !alive.iter().any(|w| r.fits_in(&w.record.capacity.resources())) {
+            let max_cpu = alive.iter().map(|w| w.record.capacity.cpus).max().unwrap_or(0);
+            let max_mem = alive.iter().map(|w| w.record.capacity.memory).max().unwrap_or(0);
+            let max_gpu = alive.iter().map(|w| w.record.capacity.gpus.len()).max().unwrap_or(0);
+            return Some(format!(
+                "task {:?} asks for cpu={}, memory={}, gpu={} but no live worker can ever offer that (largest: cpu={max_cpu}, memory={}, gpu={max_gpu})",
+                t.name,
+                r.cpu,
+                bytesize::ByteSize(r.memory).display().iec(),
+                r.gpu,
+                bytesize::ByteSize(max_mem).display().iec(),
+            ));
+        }
+        if t.collective.is_some() {
+            let able = alive.iter().filter(|w| r.fits_in(&w.record.capacity.resources())).count();
+            if able < t.replicas as usize {
                 return Some(format!(
-                    "task {:?} asks for cpu={}, memory={}, gpu={} but no registered worker can ever offer that (largest: cpu={max_cpu}, memory={}, gpu={max_gpu})",
+                    "needs {} workers for gang {:?} (a collective of {} members, one per worker, each able to fit cpu={} memory={} gpu={}), {able} alive",
+                    t.replicas,
                     t.name,
+                    t.replicas,
                     r.cpu,
                     bytesize::ByteSize(r.memory).display().iec(),
                     r.gpu,
-                    bytesize::ByteSize(max_mem).display().iec(),
                 ));
-            }
-            if t.collective.is_some() {
-                let able = self.workers.values().filter(|w| r.fits_in(&w.record.capacity.resources())).count();
-                if able < t.replicas as usize {
-                    return Some(format!(
-                        "task {:?} is a collective of {} members, each on its own worker, but only {able} registered worker(s) can fit a member",
-                        t.name, t.replicas
-                    ));
-                }
             }
         }
         None
@@ -352,6 +372,7 @@ impl Core {
             self.set_state((id, idx), SubtaskState::Cancelled, now, String::new());
         }
         let job = self.jobs.get_mut(&id).expect("exists");
+        job.waiting.clear();
         job.record.state = state;
         job.record.finished_at = now;
         job.record.error = error;
@@ -366,6 +387,11 @@ impl Core {
         j.counts[t][state_index(s.state)] -= 1;
         j.counts[t][state_index(state)] += 1;
         s.state = state;
+        // A subtask cancelled with its job ends now (any end time it has is an earlier
+        // attempt's); one that ends by a report already carries the worker's end time.
+        if state == SubtaskState::Cancelled || (state.is_final() && s.finished_at == 0) {
+            s.finished_at = now;
+        }
         s.history.push(Transition { state, at: now, attempt: s.attempt, worker: s.worker, note });
         self.out.subtasks.insert((job, idx));
     }

@@ -1,7 +1,7 @@
 //! Placement of single subtasks: the ready queue, candidates for the `Placer`, the decision's
 //! record for `plexus explain`, and the placer's feedback when an attempt ends.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
@@ -31,7 +31,18 @@ impl Core {
 
     /// Places ready subtasks on connected workers with room, oldest job first.
     pub fn schedule(&mut self, now: u64) {
-        if self.ready.is_empty() || !self.workers.values().any(|w| w.connected && w.record.alive) {
+        if self.ready.is_empty() {
+            return;
+        }
+        // Each (job, task) with ready subtasks is judged once per round: placed, or why not.
+        let mut judged: HashMap<(JobId, usize), bool> = HashMap::new();
+        if !self.workers.values().any(|w| w.connected && w.record.alive) {
+            for &(job, idx) in &self.ready {
+                if let Some(t) = self.jobs.get(&job).map(|j| j.task_of(idx)) {
+                    judged.insert((job, t), false);
+                }
+            }
+            self.explain_waiting(judged);
             return;
         }
         let mut deferred = VecDeque::new();
@@ -50,7 +61,9 @@ impl Core {
             } else {
                 self.place(job, idx, now)
             };
+            let seen = judged.entry((job, t)).or_insert(true);
             if !placed {
+                *seen = false;
                 if self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].collective.is_some()) {
                     gangs_waiting.insert((job, t));
                 }
@@ -59,6 +72,26 @@ impl Core {
         }
         deferred.append(&mut self.ready);
         self.ready = deferred;
+        self.explain_waiting(judged);
+    }
+
+    /// Records why each judged task that has subtasks left waiting is not placed: no set of live
+    /// workers can ever run it (the reason names what is missing), or none has room now. A task
+    /// whose every ready subtask was placed has no reason.
+    fn explain_waiting(&mut self, judged: HashMap<(JobId, usize), bool>) {
+        for ((job, t), _) in judged.iter().filter(|(_, all_placed)| **all_placed) {
+            if let Some(j) = self.jobs.get_mut(job) {
+                j.waiting.remove(t);
+            }
+        }
+        for ((job, t), _) in judged.into_iter().filter(|(_, all_placed)| !*all_placed) {
+            let Some(j) = self.jobs.get(&job) else { continue };
+            let task = &j.record.spec.tasks[t];
+            let reason = self.unrunnable(task).unwrap_or_else(|| format!("no live worker has room now for {}", fmt_res(&task.resources)));
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.waiting.insert(t, reason);
+            }
+        }
     }
 
     /// Places one subtask; false if no worker has room now.

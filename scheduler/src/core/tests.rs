@@ -454,3 +454,83 @@ fn a_failed_member_restarts_the_whole_gang_with_a_new_communicator() {
     }
     assert!((0..3).all(|r| state(&c, job, "sum", r) == SubtaskState::Assigned));
 }
+
+#[test]
+fn admission_counts_only_live_workers_and_a_waiting_gang_says_why() {
+    let mut c = core();
+    for n in 1..=3 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let job = submit(&mut c, GANG, 0);
+    // Workers 2 and 3 stop heartbeating and are lost; worker 1 keeps beating.
+    let t = CoreConfig::default().heartbeat_timeout_ms + 1;
+    assert!(c.heartbeat(wid(1), "s1", NodeReport::default(), t));
+    c.tick(t);
+    assert_eq!(c.workers().filter(|w| w.record.alive).count(), 1);
+
+    // A new job that only the lost workers could run is refused, naming what is missing.
+    let err = c.submit(JobId::random(), parse(GANG, Format::Toml, "t.toml").unwrap(), t).unwrap_err();
+    assert!(matches!(err, Error::Unsatisfiable(_)));
+    assert!(err.to_string().contains("needs 3 workers for gang \"sum\"") && err.to_string().ends_with("1 alive"), "{err}");
+
+    // The job accepted before says why its gang waits once its producers are done.
+    c.schedule(t + 1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 3, "the gen replicas all fit on worker 1");
+    for (w, x) in &a {
+        c.report(*w, "s1", vec![done(&x.attempt, SubtaskState::Succeeded)], t + 2);
+    }
+    c.schedule(t + 3);
+    assert!(assigned(&mut c).is_empty());
+    let j = c.job(job).unwrap();
+    let why = j.waiting.get(&1).expect("the gang's task has a reason");
+    assert!(why.starts_with("needs 3 workers for gang \"sum\"") && why.ends_with("1 alive"), "{why}");
+    assert!(!j.waiting.contains_key(&0), "gen has nothing waiting");
+
+    // Everybody comes back: the gang is placed and the reason goes away.
+    c.register(reg(2, "s2b", 4, vec![]), t + 4);
+    c.register(reg(3, "s3b", 4, vec![]), t + 4);
+    c.schedule(t + 5);
+    assert_eq!(assigned(&mut c).len(), 3);
+    assert!(c.job(job).unwrap().waiting.is_empty());
+}
+
+#[test]
+fn with_every_worker_lost_a_job_is_refused_and_ready_work_says_so() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 2\n", 0);
+    let t = CoreConfig::default().heartbeat_timeout_ms + 1;
+    c.tick(t);
+    c.schedule(t);
+    let why = &c.job(job).unwrap().waiting[&0];
+    assert!(why.contains("none of the 1 registered worker(s) is alive"), "{why}");
+    let err = c.submit(JobId::random(), parse("[[task]]\nname = \"x\"\ncommand = [\"true\"]\n", Format::Toml, "t.toml").unwrap(), t).unwrap_err();
+    assert!(err.to_string().contains("none of the 1 registered worker(s) is alive"), "{err}");
+}
+
+#[test]
+fn a_task_too_big_for_every_live_worker_is_refused_and_a_busy_one_waits_for_room() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    let err = c.submit(JobId::random(), parse("[[task]]\nname = \"x\"\ncommand = [\"true\"]\ncpu = 8\n", Format::Toml, "t.toml").unwrap(), 0).unwrap_err();
+    assert!(err.to_string().contains("no live worker can ever offer that (largest: cpu=4"), "{err}");
+    let job = submit(&mut c, "[[task]]\nname = \"x\"\ncommand = [\"true\"]\ncpu = 3\nreplicas = 2\n", 0);
+    c.schedule(1);
+    assert_eq!(assigned(&mut c).len(), 1);
+    let why = &c.job(job).unwrap().waiting[&0];
+    assert!(why.starts_with("no live worker has room now for cpu=3.00"), "{why}");
+}
+
+#[test]
+fn cancelled_subtasks_end_when_they_are_cancelled() {
+    let mut c = core();
+    c.register(reg(1, "s1", 1, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"x\"\ncommand = [\"true\"]\nreplicas = 2\n", 0);
+    c.schedule(1);
+    assert_eq!(assigned(&mut c).len(), 1);
+    c.cancel(job, 50).unwrap();
+    let j = c.job(job).unwrap();
+    assert!(j.subtasks.iter().all(|s| s.state == SubtaskState::Cancelled && s.finished_at == 50), "{:?}", j.subtasks.iter().map(|s| s.finished_at).collect::<Vec<_>>());
+    assert!(j.waiting.is_empty());
+}
