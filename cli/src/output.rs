@@ -232,8 +232,18 @@ pub fn jobs_table(jobs: &[pb::JobStatus], now_ms: u64) -> String {
     t.render()
 }
 
-/// `plexus status JOB [--subtasks]`: a header, the task groups, and optionally the subtasks.
-pub fn job_detail(job: &pb::JobStatus, with_subtasks: bool, now_ms: u64) -> String {
+/// How much of a job to show: its task groups only, or one row (or JSON object) per subtask too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// The header and the task groups (the job list, `status JOB`).
+    Summary,
+    /// Also every subtask (`status JOB --subtasks`, and every `-o json` of one job).
+    WithSubtasks,
+}
+
+/// `plexus status JOB [--subtasks]`: a header, the task groups, and with
+/// [`Detail::WithSubtasks`] the subtasks.
+pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
     let mut head = vec![
         ("job", job.job_id.clone()),
         ("name", job.name.clone()),
@@ -263,8 +273,11 @@ pub fn job_detail(job: &pb::JobStatus, with_subtasks: bool, now_ms: u64) -> Stri
     }
     out.push('\n');
     out.push_str(&groups.render());
+    for g in job.groups.iter().filter(|g| !g.waiting_reason.is_empty()) {
+        out.push_str(&format!("waiting: {}: {}\n", g.task, one_line(&g.waiting_reason)));
+    }
 
-    if with_subtasks {
+    if detail == Detail::WithSubtasks {
         let mut subs = Table::new(&["TASK", "RANK", "STATE", "ATTEMPT", "WORKER", "EXIT", "DURATION", "ERROR"]);
         for s in &job.subtasks {
             subs.row(vec![
@@ -318,6 +331,9 @@ pub struct GroupView {
     pub succeeded: u32,
     pub failed: u32,
     pub cancelled: u32,
+    /// Why ready subtasks of the task are not placed, when some wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_reason: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -348,7 +364,7 @@ pub struct ObjectView {
     pub size_bytes: u64,
 }
 
-pub fn job_view(job: &pb::JobStatus, with_subtasks: bool) -> JobView {
+pub fn job_view(job: &pb::JobStatus, detail: Detail) -> JobView {
     JobView {
         job_id: job.job_id.clone(),
         name: job.name.clone(),
@@ -373,9 +389,10 @@ pub fn job_view(job: &pb::JobStatus, with_subtasks: bool) -> JobView {
                 succeeded: g.succeeded,
                 failed: g.failed,
                 cancelled: g.cancelled,
+                waiting_reason: non_empty(&g.waiting_reason),
             })
             .collect(),
-        subtasks: with_subtasks.then(|| job.subtasks.iter().map(subtask_view).collect()),
+        subtasks: (detail == Detail::WithSubtasks).then(|| job.subtasks.iter().map(subtask_view).collect()),
     }
 }
 
@@ -404,7 +421,7 @@ fn subtask_view(s: &pb::SubtaskStatus) -> SubtaskView {
 pub fn job_list_view(jobs: &[pb::JobStatus]) -> JobList {
     let mut jobs: Vec<&pb::JobStatus> = jobs.iter().collect();
     jobs.sort_by(|a, b| (a.submitted_at, &a.job_id).cmp(&(b.submitted_at, &b.job_id)));
-    JobList { jobs: jobs.into_iter().map(|j| job_view(j, false)).collect() }
+    JobList { jobs: jobs.into_iter().map(|j| job_view(j, Detail::Summary)).collect() }
 }
 
 /// The last line of `watch` (and of `cancel`): `job <id> <state>`, then `: <error>` if any.
@@ -703,7 +720,7 @@ mod tests {
 
     fn group(task: &str, replicas: u32, counts: [u32; 7]) -> pb::TaskGroupStatus {
         let [waiting, ready, assigned, running, succeeded, failed, cancelled] = counts;
-        pb::TaskGroupStatus { task: task.into(), replicas, waiting, ready, assigned, running, succeeded, failed, cancelled }
+        pb::TaskGroupStatus { task: task.into(), replicas, waiting, ready, assigned, running, succeeded, failed, cancelled, waiting_reason: String::new() }
     }
 
     fn job() -> pb::JobStatus {
@@ -820,7 +837,7 @@ mod tests {
 
     #[test]
     fn job_detail_with_and_without_subtasks() {
-        let text = job_detail(&job(), false, NOW);
+        let text = job_detail(&job(), Detail::Summary, NOW);
         let expected = format!(
             "job:       {J1}\n\
              name:      demo\n\
@@ -835,9 +852,17 @@ mod tests {
         );
         assert_eq!(text, expected);
 
+        let mut waits = job();
+        waits.groups[1].waiting_reason = "needs 4 workers for gang \"sum\" (...), 2 alive".into();
+        let text = job_detail(&waits, Detail::Summary, NOW);
+        assert!(text.ends_with("sum   1         1        0      0        0          0       0\nwaiting: sum: needs 4 workers for gang \"sum\" (...), 2 alive\n"), "{text}");
+        let view = serde_json::to_value(job_view(&waits, Detail::Summary)).unwrap();
+        assert_eq!(view["groups"][1]["waiting_reason"], "needs 4 workers for gang \"sum\" (...), 2 alive");
+        assert!(view["groups"][0].get("waiting_reason").is_none());
+
         let mut failed = job();
         failed.error = "task gen failed".into();
-        let text = job_detail(&failed, true, NOW);
+        let text = job_detail(&failed, Detail::WithSubtasks, NOW);
         assert!(text.contains("\nerror:     task gen failed\n"), "{text}");
         let subtask_part = text.split("\n\n").nth(2).unwrap();
         let expected = format!(
@@ -853,7 +878,7 @@ mod tests {
 
     #[test]
     fn job_json_shape() {
-        let v = serde_json::to_value(job_view(&job(), true)).unwrap();
+        let v = serde_json::to_value(job_view(&job(), Detail::WithSubtasks)).unwrap();
         assert_eq!(v["job_id"], J1);
         assert_eq!(v["state"], "running");
         assert_eq!(v["submitted_at_ms"], NOW - 65_000);
@@ -897,8 +922,8 @@ mod tests {
         let mut j = job();
         j.state = 42;
         j.subtasks[0].state = 0;
-        assert_eq!(job_view(&j, true).state, "unknown");
-        assert!(job_detail(&j, true, NOW).contains("unknown"));
+        assert_eq!(job_view(&j, Detail::WithSubtasks).state, "unknown");
+        assert!(job_detail(&j, Detail::WithSubtasks, NOW).contains("unknown"));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use plexus_proto::pb::{GetJobRequest, ListJobsRequest};
 
 use crate::args::{OutputFormat, StatusArgs};
+use crate::output::Detail;
 use crate::{client, output};
 
 pub async fn run(url: &str, args: &StatusArgs) -> anyhow::Result<ExitCode> {
@@ -20,12 +21,15 @@ pub async fn run(url: &str, args: &StatusArgs) -> anyhow::Result<ExitCode> {
         }
         Some(job) => {
             // JSON always carries the subtasks: a script should not need a second call.
-            let subtasks = args.subtasks || args.output == OutputFormat::Json;
-            let request = GetJobRequest { job_id: job.to_string(), subtasks };
+            let detail = match (args.output, args.subtasks) {
+                (OutputFormat::Json, _) | (OutputFormat::Table, true) => Detail::WithSubtasks,
+                (OutputFormat::Table, false) => Detail::Summary,
+            };
+            let request = GetJobRequest { job_id: job.to_string(), subtasks: detail == Detail::WithSubtasks };
             let status = client.get_job(request).await?.into_inner();
             match args.output {
-                OutputFormat::Table => output::job_detail(&status, args.subtasks, now),
-                OutputFormat::Json => output::json(&output::job_view(&status, true)),
+                OutputFormat::Table => output::job_detail(&status, detail, now),
+                OutputFormat::Json => output::json(&output::job_view(&status, detail)),
             }
         }
     };
