@@ -293,6 +293,15 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
         }
         out.push('\n');
         out.push_str(&subs.render());
+        let failures: Vec<(&pb::SubtaskStatus, &pb::AttemptFailure)> = job.subtasks.iter().flat_map(|s| s.failed_attempts.iter().map(move |f| (s, f))).collect();
+        if !failures.is_empty() {
+            let mut t = Table::new(&["TASK", "RANK", "ATTEMPT", "WORKER", "EXIT", "ERROR"]);
+            for (s, f) in failures {
+                t.row(vec![s.task.clone(), s.rank.to_string(), f.attempt.to_string(), dash(non_empty(&f.worker_id)), f.exit_code.to_string(), one_line(&f.error)]);
+            }
+            out.push_str("\nfailed attempts:\n");
+            out.push_str(&t.render());
+        }
     }
     out
 }
@@ -331,6 +340,7 @@ pub struct GroupView {
     pub succeeded: u32,
     pub failed: u32,
     pub cancelled: u32,
+    pub failed_attempts: u32,
     /// Why ready subtasks of the task are not placed, when some wait.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_reason: Option<String>,
@@ -356,6 +366,19 @@ pub struct SubtaskView {
     pub fetched_bytes: u64,
     pub evicted_bytes: u64,
     pub outputs: Vec<ObjectView>,
+    /// Every failed attempt, oldest first.
+    pub failed_attempts: Vec<AttemptFailureView>,
+    /// A retry waiting out its back-off is not placed before this.
+    pub not_before_ms: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AttemptFailureView {
+    pub attempt: u32,
+    pub worker_id: Option<String>,
+    pub exit_code: i32,
+    pub error: String,
+    pub finished_at_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -389,6 +412,7 @@ pub fn job_view(job: &pb::JobStatus, detail: Detail) -> JobView {
                 succeeded: g.succeeded,
                 failed: g.failed,
                 cancelled: g.cancelled,
+                failed_attempts: g.failed_attempts,
                 waiting_reason: non_empty(&g.waiting_reason),
             })
             .collect(),
@@ -415,6 +439,18 @@ fn subtask_view(s: &pb::SubtaskStatus) -> SubtaskView {
         fetched_bytes: s.fetched_bytes,
         evicted_bytes: s.evicted_bytes,
         outputs: s.outputs.iter().map(|o| ObjectView { object_id: o.object_id.clone(), size_bytes: o.size }).collect(),
+        failed_attempts: s
+            .failed_attempts
+            .iter()
+            .map(|f| AttemptFailureView {
+                attempt: f.attempt,
+                worker_id: non_empty(&f.worker_id),
+                exit_code: f.exit_code,
+                error: f.error.clone(),
+                finished_at_ms: time(f.finished_at),
+            })
+            .collect(),
+        not_before_ms: time(s.not_before),
     }
 }
 
@@ -448,6 +484,8 @@ pub struct GroupCounts {
     pub running: u32,
     pub failed: u32,
     pub cancelled: u32,
+    /// Failed attempts, retried or not.
+    pub failed_attempts: u32,
 }
 
 impl From<&pb::TaskGroupStatus> for GroupCounts {
@@ -458,16 +496,22 @@ impl From<&pb::TaskGroupStatus> for GroupCounts {
             running: g.assigned + g.running,
             failed: g.failed,
             cancelled: g.cancelled,
+            failed_attempts: g.failed_attempts,
         }
     }
 }
 
 impl GroupCounts {
-    /// The bar message: `2 running, 0 failed` (`, 1 cancelled` only when some are).
+    /// The bar message: `2 running, 0 failed` (`, 1 cancelled` and `, 3 failed attempts` only
+    /// when there are some).
     pub fn message(&self) -> String {
         let mut s = format!("{} running, {} failed", self.running, self.failed);
         if self.cancelled > 0 {
             s.push_str(&format!(", {} cancelled", self.cancelled));
+        }
+        if self.failed_attempts > 0 {
+            let plural = if self.failed_attempts == 1 { "" } else { "s" };
+            s.push_str(&format!(", {} failed attempt{plural}", self.failed_attempts));
         }
         s
     }
@@ -720,7 +764,7 @@ mod tests {
 
     fn group(task: &str, replicas: u32, counts: [u32; 7]) -> pb::TaskGroupStatus {
         let [waiting, ready, assigned, running, succeeded, failed, cancelled] = counts;
-        pb::TaskGroupStatus { task: task.into(), replicas, waiting, ready, assigned, running, succeeded, failed, cancelled, waiting_reason: String::new() }
+        pb::TaskGroupStatus { task: task.into(), replicas, waiting, ready, assigned, running, succeeded, failed, cancelled, waiting_reason: String::new(), failed_attempts: 0 }
     }
 
     fn job() -> pb::JobStatus {
@@ -890,7 +934,7 @@ mod tests {
         assert_eq!(
             v["groups"][0],
             json!({"task": "gen", "replicas": 4, "waiting": 0, "ready": 0, "assigned": 1, "running": 1,
-                   "succeeded": 2, "failed": 0, "cancelled": 0})
+                   "succeeded": 2, "failed": 0, "cancelled": 0, "failed_attempts": 0})
         );
         assert_eq!(
             v["subtasks"][0],
@@ -899,7 +943,8 @@ mod tests {
                 "worker_id": W1, "ready_at_ms": NOW - 64_000, "assigned_at_ms": NOW - 63_900,
                 "started_at_ms": NOW - 63_000, "finished_at_ms": NOW - 60_500, "duration_ms": 2_500,
                 "exit_code": 0, "error": null, "fetch_ms": 0, "fetched_bytes": 0, "evicted_bytes": 0,
-                "outputs": [{"object_id": format!("{J1}/gen/0/numbers"), "size_bytes": 4096}]
+                "outputs": [{"object_id": format!("{J1}/gen/0/numbers"), "size_bytes": 4096}],
+                "failed_attempts": [], "not_before_ms": null
             })
         );
         assert_eq!(v["subtasks"][2]["worker_id"], serde_json::Value::Null);
@@ -1076,5 +1121,28 @@ mod tests {
             }
         }
         assert!(write_bytes(&mut Closed, b"x").is_ok());
+    }
+
+    #[test]
+    fn every_failed_attempt_is_shown_and_watch_counts_them() {
+        let mut j = job();
+        j.subtasks[1].failed_attempts = vec![
+            pb::AttemptFailure { attempt: 1, worker_id: W1.into(), exit_code: 2, error: "exit status 2".into(), finished_at: NOW - 62_000 },
+            pb::AttemptFailure { attempt: 2, worker_id: W2.into(), exit_code: 2, error: "exit status 2\nsee logs".into(), finished_at: NOW - 61_000 },
+        ];
+        j.groups[0].failed_attempts = 2;
+        let text = job_detail(&j, Detail::WithSubtasks, NOW);
+        let part = text.split("failed attempts:\n").nth(1).expect("a failed-attempts table");
+        let lines: Vec<&str> = part.lines().collect();
+        assert_eq!(lines.len(), 3, "{part}");
+        assert!(lines[1].starts_with("gen   1     1        ") && lines[1].ends_with("2     exit status 2"), "{part}");
+        assert!(lines[2].ends_with("exit status 2 see logs"), "{part}");
+        let v = serde_json::to_value(job_view(&j, Detail::WithSubtasks)).unwrap();
+        assert_eq!(v["subtasks"][1]["failed_attempts"][1]["attempt"], 2);
+        assert_eq!(v["subtasks"][1]["failed_attempts"][0]["error"], "exit status 2");
+        assert_eq!(v["groups"][0]["failed_attempts"], 2);
+        let c = GroupCounts::from(&j.groups[0]);
+        assert_eq!(c.line("gen"), "gen 2/4 succeeded, 2 running, 0 failed, 2 failed attempts");
+        assert!(!job_detail(&job(), Detail::WithSubtasks, NOW).contains("failed attempts:"), "no table without failures");
     }
 }

@@ -203,6 +203,7 @@ pub fn job_status(job: &Job, detail: Detail) -> pb::JobStatus {
                 failed: at(SubtaskState::Failed),
                 cancelled: at(SubtaskState::Cancelled),
                 waiting_reason: job.waiting.get(&t).cloned().unwrap_or_default(),
+                failed_attempts: job.failed_attempts(t),
             }
         })
         .collect();
@@ -230,6 +231,18 @@ pub fn job_status(job: &Job, detail: Detail) -> pb::JobStatus {
                     .iter()
                     .map(|(n, size)| pb::ObjectInfo { object_id: format!("{}/{}/{}/{}", r.id, s.task, s.rank, n), size: *size })
                     .collect(),
+                failed_attempts: s
+                    .failed_attempts
+                    .iter()
+                    .map(|f| pb::AttemptFailure {
+                        attempt: f.attempt,
+                        worker_id: f.worker.map(|w| w.to_string()).unwrap_or_default(),
+                        exit_code: f.exit_code,
+                        error: f.error.clone(),
+                        finished_at: f.finished_at,
+                    })
+                    .collect(),
+                not_before: s.not_before,
             })
             .collect()
     } else {

@@ -91,6 +91,7 @@ impl From<JobState> for pb::JobState {
             JobState::Succeeded => pb::JobState::Succeeded,
             JobState::Failed => pb::JobState::Failed,
             JobState::Cancelled => pb::JobState::Cancelled,
+            JobState::CompletedWithFailures => pb::JobState::CompletedWithFailures,
         }
     }
 }
@@ -102,6 +103,7 @@ pub fn job_state(field: &'static str, v: i32) -> Result<JobState, ConvertError> 
         Ok(pb::JobState::Succeeded) => JobState::Succeeded,
         Ok(pb::JobState::Failed) => JobState::Failed,
         Ok(pb::JobState::Cancelled) => JobState::Cancelled,
+        Ok(pb::JobState::CompletedWithFailures) => JobState::CompletedWithFailures,
         _ => return Err(ConvertError::Invalid { field, reason: format!("unknown job state {v}") }),
     })
 }

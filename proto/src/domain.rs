@@ -46,6 +46,8 @@ pub enum JobState {
     Succeeded,
     Failed,
     Cancelled,
+    /// Every subtask ended and some failed under `on_failure = "continue"`.
+    CompletedWithFailures,
 }
 
 impl JobState {
@@ -59,6 +61,7 @@ impl JobState {
             JobState::Succeeded => "succeeded",
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
+            JobState::CompletedWithFailures => "completed-with-failures",
         }
     }
 }

@@ -69,6 +69,41 @@ impl fmt::Display for SpecError {
 }
 
 
+/// What happens to the job when a subtask of a task fails past its retries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    /// The job fails and everything still running is cancelled (the default).
+    #[default]
+    FailJob,
+    /// The rest of the job runs: the tasks that depend on this one are skipped, and the job
+    /// ends `completed-with-failures`.
+    Continue,
+}
+
+impl OnFailure {
+    pub const NAMES: &[&str] = &["fail-job", "continue"];
+}
+
+/// The first retry waits this long by default; each further retry waits twice as long as the one
+/// before, up to [`MAX_RETRY_BACKOFF_MS`]. A second is long enough that a command failing at once
+/// does not spin (a hundred retries take ~8 minutes, not a moment), short enough that a transient
+/// failure costs little.
+pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 1_000;
+/// The longest wait between two attempts, unless the first wait is already longer.
+pub const MAX_RETRY_BACKOFF_MS: u64 = 5 * 60_000;
+
+/// How long a subtask that has failed `failures` times waits before its next attempt: `base`,
+/// doubling with every further failure, capped at [`MAX_RETRY_BACKOFF_MS`] (or `base` when that
+/// is longer).
+pub fn retry_delay_ms(base: u64, failures: u32) -> u64 {
+    if base == 0 || failures == 0 {
+        return 0;
+    }
+    let doubled = base.saturating_mul(1u64 << (failures - 1).min(40));
+    doubled.min(MAX_RETRY_BACKOFF_MS.max(base))
+}
+
 /// What a subtask runs: a process, or a kind built into the worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,6 +140,13 @@ pub struct TaskSpec {
     /// Set for the collective kinds (`allreduce`, `reduce`).
     #[serde(default)]
     pub collective: Option<CollectiveSpec>,
+    /// What a failure past the retries does to the job.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+    /// The wait before the first retry (doubling after each further failure); 0 = none. Jobs
+    /// stored before back-off existed read as 0.
+    #[serde(default)]
+    pub retry_backoff_ms: u64,
 }
 
 /// What a collective task reduces and how. Its one input names, per member, the object of the
@@ -169,6 +211,8 @@ struct RawTask {
     #[serde(default)]
     env: BTreeMap<String, String>,
     flops: Option<f64>,
+    on_failure: Option<String>,
+    retry_backoff: Option<RawDuration>,
     dtype: Option<String>,
     op: Option<String>,
     root: Option<u32>,
@@ -356,6 +400,19 @@ impl Validator<'_> {
                 d.as_millis().max(1) as u64
             }
         };
+        let on_failure = match t.on_failure.as_deref() {
+            None | Some("fail-job") => OnFailure::FailJob,
+            Some("continue") => OnFailure::Continue,
+            Some(v) => return Err(at(format!("on_failure = {v:?} is not one of {}", OnFailure::NAMES.join(", ")))),
+        };
+        let retry_backoff_ms = match &t.retry_backoff {
+            None => DEFAULT_RETRY_BACKOFF_MS,
+            Some(RawDuration::Seconds(s)) => s.saturating_mul(1000),
+            Some(RawDuration::Text(s)) => humantime::parse_duration(s).map_err(|e| at(format!("retry_backoff {s:?}: {e}")))?.as_millis() as u64,
+        };
+        if retry_backoff_ms > 24 * 3_600_000 {
+            return Err(at(format!("retry_backoff of {retry_backoff_ms} ms is longer than a day")));
+        }
         if let Some(f) = t.flops
             && (!f.is_finite() || f < 0.0)
         {
@@ -454,6 +511,8 @@ impl Validator<'_> {
             env: t.env.clone(),
             flops: t.flops,
             collective,
+            on_failure,
+            retry_backoff_ms,
         })
     }
 
@@ -891,5 +950,20 @@ cpu = 0.5
         let e = toml(&task("command = [\"false\"]\nmax_retries = 4294967295")).unwrap_err();
         assert!(e.message.contains("max_retries = 4294967295 is out of range (0..=100)"), "{e}");
         assert_eq!(toml(&task("command = [\"false\"]\nmax_retries = 100")).unwrap().tasks[0].max_retries, 100);
+    }
+
+    #[test]
+    fn failure_policy_and_back_off_are_parsed_and_checked() {
+        let t = |extra: &str| toml(&format!("[[task]]\nname = \"a\"\ncommand = [\"true\"]\n{extra}\n"));
+        let d = t("").unwrap();
+        assert_eq!((d.tasks[0].on_failure, d.tasks[0].retry_backoff_ms), (OnFailure::FailJob, DEFAULT_RETRY_BACKOFF_MS));
+        let c = t("on_failure = \"continue\"\nretry_backoff = \"250ms\"").unwrap();
+        assert_eq!((c.tasks[0].on_failure, c.tasks[0].retry_backoff_ms), (OnFailure::Continue, 250));
+        assert_eq!(t("retry_backoff = 0").unwrap().tasks[0].retry_backoff_ms, 0);
+        let e = t("on_failure = \"ignore\"").unwrap_err();
+        assert!(e.message.contains("on_failure = \"ignore\" is not one of fail-job, continue"), "{e}");
+        let e = t("retry_backoff = \"soon\"").unwrap_err();
+        assert!(e.message.contains("retry_backoff \"soon\""), "{e}");
+        assert!(t("retry_backoff = \"2days\"").unwrap_err().message.contains("longer than a day"));
     }
 }

@@ -41,7 +41,8 @@ impl Core {
 
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
-        if members.iter().any(|&i| j.subtasks[i as usize].state != SubtaskState::Ready) {
+        // Every member ready, and none still waiting out a retry's back-off.
+        if members.iter().any(|&i| j.subtasks[i as usize].state != SubtaskState::Ready || j.subtasks[i as usize].not_before > now) {
             return false;
         }
         let req = task.resources;

@@ -1,13 +1,13 @@
 //! Jobs and subtasks: submission, cancellation, reports of attempts, retries, DAG release and
 //! the end of a job. Every subtask state change goes through `Core::set_state`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, SubtaskState, WorkerId};
 
-use super::{Core, JobRecord, PlacementRecord, Report, Subtask, Transition, Worker};
+use super::{AttemptFailure, Core, JobRecord, PlacementRecord, Report, Subtask, Transition, Worker};
 use crate::Error;
-use crate::spec::{JobSpec, TaskSpec};
+use crate::spec::{JobSpec, OnFailure, TaskSpec, retry_delay_ms};
 
 /// A job in memory: its record, its subtasks (task by task, rank by rank) and derived indexes.
 pub struct Job {
@@ -21,6 +21,8 @@ pub struct Job {
     pub(super) offsets: Vec<u32>,
     /// counts[task][state as usize]
     pub(super) counts: Vec<[u32; 7]>,
+    /// Failed attempts per task (retried or not), for `plexus watch`.
+    pub(super) failed_attempts: Vec<u32>,
     /// Tasks that list each task in `after`.
     pub(super) dependents: Vec<Vec<usize>>,
 }
@@ -53,7 +55,13 @@ impl Job {
                 counts[t][state_index(s.state)] += 1;
             }
         }
-        Job { record, subtasks, placements: HashMap::new(), waiting: BTreeMap::new(), offsets, counts, dependents }
+        let mut failed_attempts = vec![0u32; spec.tasks.len()];
+        for s in &subtasks {
+            if let Some(&t) = names.get(s.task.as_str()) {
+                failed_attempts[t] += s.failures;
+            }
+        }
+        Job { record, subtasks, placements: HashMap::new(), waiting: BTreeMap::new(), offsets, counts, failed_attempts, dependents }
     }
 
     pub fn id(&self) -> JobId {
@@ -94,6 +102,16 @@ impl Job {
 
     pub(super) fn deps_done(&self, t: usize) -> bool {
         self.record.spec.tasks[t].after.iter().all(|a| self.task_index(a).is_some_and(|j| self.task_done(j)))
+    }
+
+    /// Failed attempts of task `t`'s subtasks so far, retried or not.
+    pub fn failed_attempts(&self, t: usize) -> u32 {
+        self.failed_attempts[t]
+    }
+
+    /// Subtasks that have ended (succeeded, failed or cancelled).
+    pub fn ended(&self) -> u32 {
+        self.counts.iter().map(|c| c[state_index(SubtaskState::Succeeded)] + c[state_index(SubtaskState::Failed)] + c[state_index(SubtaskState::Cancelled)]).sum()
     }
 
     pub fn succeeded(&self) -> u32 {
@@ -190,6 +208,8 @@ impl Core {
                     stdout_tail: String::new(),
                     stderr_tail: String::new(),
                     history: vec![Transition { state: SubtaskState::Waiting, at: now, attempt: 0, worker: None, note: String::new() }],
+                    not_before: 0,
+                    failed_attempts: Vec::new(),
                 });
             }
         }
@@ -298,33 +318,155 @@ impl Core {
                 }
             }
         }
-        let job = &self.jobs[&key.0];
+        self.finish_if_done(key.0, now);
+    }
+
+    /// Ends a job whose every subtask has ended: `Succeeded`, or `CompletedWithFailures` when some
+    /// failed (or were skipped) under `on_failure = "continue"`.
+    pub(super) fn finish_if_done(&mut self, id: JobId, now: u64) {
+        let Some(job) = self.jobs.get(&id) else { return };
+        if job.record.state.is_final() || job.ended() < job.total() {
+            return;
+        }
         if job.succeeded() == job.total() {
-            self.finish_job(key.0, JobState::Succeeded, String::new(), now);
+            self.finish_job(id, JobState::Succeeded, String::new(), now);
+        } else {
+            let error = job.record.error.clone();
+            self.finish_job(id, JobState::CompletedWithFailures, error, now);
         }
     }
 
+    /// Records a failed attempt, then retries it after its back-off, or — past `max_retries` —
+    /// applies the task's `on_failure`: fail the job, or skip what depends on the task and let
+    /// the rest run.
     pub(super) fn fail_attempt(&mut self, key: (JobId, u32), now: u64, error: String) {
         let Some(job) = self.jobs.get_mut(&key.0) else { return };
-        let max_retries = job.record.spec.tasks[job.task_of(key.1)].max_retries;
+        let t = job.task_of(key.1);
+        let spec = &job.record.spec.tasks[t];
+        let (max_retries, backoff, on_failure, collective) = (spec.max_retries, spec.retry_backoff_ms, spec.on_failure, spec.collective.is_some());
+        job.failed_attempts[t] += 1;
         let s = &mut job.subtasks[key.1 as usize];
         s.failures += 1;
+        s.failed_attempts.push(AttemptFailure { attempt: s.attempt, worker: s.worker, exit_code: s.exit_code, error: error.clone(), finished_at: s.finished_at });
         let (failures, task, rank) = (s.failures, s.task.clone(), s.rank);
         if failures <= max_retries {
-            self.requeue(key.0, key.1, now, format!("attempt failed ({error}); retry {failures} of {max_retries}"));
-        } else {
-            let wid = self.jobs[&key.0].subtasks[key.1 as usize].worker;
-            if let Some(w) = wid {
-                self.release_worker(key, w);
+            let at = now + retry_delay_ms(backoff, failures);
+            let wait = if at > now { format!(" in {} ms", at - now) } else { String::new() };
+            self.requeue_at(key.0, key.1, now, at, format!("attempt failed ({error}); retry {failures} of {max_retries}{wait}"));
+            if collective {
+                // The gang restarts whole: the members still placed stop now (a failure that is
+                // not theirs, so not counted) and wait out the same back-off.
+                self.restart_gang(key, now, at, format!("gang restarted: member {rank} failed"));
             }
-            self.set_state(key, SubtaskState::Failed, now, error.clone());
-            let attempts = if failures == 1 { "1 attempt".to_string() } else { format!("{failures} attempts") };
-            self.finish_job(key.0, JobState::Failed, format!("task {task:?} rank {rank} failed after {attempts}: {error}"), now);
+            return;
+        }
+        let wid = self.jobs[&key.0].subtasks[key.1 as usize].worker;
+        if let Some(w) = wid {
+            self.release_worker(key, w);
+        }
+        self.set_state(key, SubtaskState::Failed, now, error.clone());
+        let attempts = if failures == 1 { "1 attempt".to_string() } else { format!("{failures} attempts") };
+        let why = format!("task {task:?} rank {rank} failed after {attempts}: {error}");
+        match on_failure {
+            OnFailure::FailJob => self.finish_job(key.0, JobState::Failed, why, now),
+            OnFailure::Continue => {
+                let job = self.jobs.get_mut(&key.0).expect("exists");
+                if job.record.error.is_empty() {
+                    job.record.error = why;
+                    self.out.jobs.insert(key.0);
+                }
+                if collective {
+                    self.end_gang(key, now, format!("gang member {rank} failed"));
+                }
+                self.skip_dependants(key.0, t, now);
+                self.finish_if_done(key.0, now);
+            }
         }
     }
 
-    /// Takes an attempt off its worker and makes the subtask ready for a new attempt.
+    /// Stops the other members of the gang of subtask `key` that are placed, and makes them
+    /// ready again at `at` (with the failed member), without counting a failure.
+    fn restart_gang(&mut self, key: (JobId, u32), now: u64, at: u64, note: String) {
+        for idx in self.gang_members(key) {
+            let s = &self.jobs[&key.0].subtasks[idx as usize];
+            if !s.state.is_placed() {
+                continue;
+            }
+            if let Some(w) = s.worker {
+                let a = AttemptRef { job: key.0, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
+                self.out.cancels.push((w, a));
+            }
+            self.requeue_at(key.0, idx, now, at, note.clone());
+        }
+    }
+
+    /// Ends the other members of the gang of subtask `key`: a gang cannot complete without one
+    /// of its members.
+    fn end_gang(&mut self, key: (JobId, u32), now: u64, note: String) {
+        for idx in self.gang_members(key) {
+            let s = &self.jobs[&key.0].subtasks[idx as usize];
+            if s.state.is_final() {
+                continue;
+            }
+            if s.state.is_placed()
+                && let Some(w) = s.worker
+            {
+                let a = AttemptRef { job: key.0, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
+                self.out.cancels.push((w, a));
+                self.release_worker((key.0, idx), w);
+            }
+            self.set_state((key.0, idx), SubtaskState::Cancelled, now, note.clone());
+        }
+    }
+
+    /// The other subtasks of the task of `key`.
+    fn gang_members(&self, key: (JobId, u32)) -> Vec<u32> {
+        let j = &self.jobs[&key.0];
+        let t = j.task_of(key.1);
+        let start = j.offsets[t];
+        (start..start + j.record.spec.tasks[t].replicas).filter(|&i| i != key.1).collect()
+    }
+
+    /// Cancels, as skipped, every subtask of the tasks that depend on task `t`, directly or
+    /// through others (an explicit stack: dependency chains may be thousands deep).
+    fn skip_dependants(&mut self, job: JobId, t: usize, now: u64) {
+        let failed = self.jobs[&job].record.spec.tasks[t].name.clone();
+        let mut stack = self.jobs[&job].dependents[t].clone();
+        let mut seen = HashSet::new();
+        while let Some(d) = stack.pop() {
+            if !seen.insert(d) {
+                continue;
+            }
+            let j = &self.jobs[&job];
+            let start = j.offsets[d];
+            stack.extend(j.dependents[d].iter().copied());
+            for idx in start..start + j.record.spec.tasks[d].replicas {
+                let s = &self.jobs[&job].subtasks[idx as usize];
+                if s.state.is_final() {
+                    continue;
+                }
+                if s.state.is_placed()
+                    && let Some(w) = s.worker
+                {
+                    // Only a collective's own members can be placed before their task's
+                    // dependencies succeeded; nothing else reaches here placed.
+                    let a = AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
+                    self.out.cancels.push((w, a));
+                    self.release_worker((job, idx), w);
+                }
+                self.set_state((job, idx), SubtaskState::Cancelled, now, format!("skipped: task {failed:?} failed"));
+            }
+        }
+    }
+
+    /// Takes an attempt off its worker and makes the subtask ready for a new attempt at once.
     pub(super) fn requeue(&mut self, job: JobId, idx: u32, now: u64, note: String) {
+        self.requeue_at(job, idx, now, now, note);
+    }
+
+    /// Takes an attempt off its worker and makes the subtask ready for a new attempt, placed no
+    /// sooner than `at`.
+    pub(super) fn requeue_at(&mut self, job: JobId, idx: u32, now: u64, at: u64, note: String) {
         let Some(j) = self.jobs.get(&job) else { return };
         let s = &j.subtasks[idx as usize];
         if s.state.is_final() {
@@ -339,9 +481,14 @@ impl Core {
         let j = self.jobs.get_mut(&job).expect("checked above");
         let s = &mut j.subtasks[idx as usize];
         s.worker = None;
-        s.ready_at = now;
+        s.ready_at = at.max(now);
+        s.not_before = if at > now { at } else { 0 };
         self.set_state((job, idx), SubtaskState::Ready, now, note);
-        self.ready.push_back((job, idx));
+        if at > now {
+            self.delayed.insert((at, job, idx));
+        } else {
+            self.ready.push_back((job, idx));
+        }
     }
 
     pub(super) fn release_task(&mut self, job: JobId, t: usize, now: u64) {

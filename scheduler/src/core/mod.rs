@@ -56,7 +56,7 @@ mod workers;
 
 pub use jobs::Job;
 pub use messages::{Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration, Report};
-pub use records::{Capacity, CandidateRecord, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition, WorkerRecord};
+pub use records::{AttemptFailure, Capacity, CandidateRecord, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition, WorkerRecord};
 pub use workers::Worker;
 
 /// The scheduling core.
@@ -70,6 +70,9 @@ pub struct Core {
     /// Which workers hold each object.
     holders: HashMap<ObjectId, BTreeSet<WorkerId>>,
     ready: VecDeque<(JobId, u32)>,
+    /// Ready subtasks waiting out a retry back-off, by the time they may be placed: `tick` moves
+    /// the due ones to `ready`, so a waiting retry costs nothing per round.
+    delayed: BTreeSet<(u64, JobId, u32)>,
     /// Next placement decision id.
     next_decision: u64,
     out: Outbox,
@@ -95,6 +98,7 @@ impl Core {
             workers: BTreeMap::new(),
             holders: HashMap::new(),
             ready: VecDeque::new(),
+            delayed: BTreeSet::new(),
             next_decision: 1,
             out: Outbox::default(),
         }
@@ -152,7 +156,11 @@ impl Core {
                     w.placed.insert((id, i as u32));
                 }
                 if running && s.state == SubtaskState::Ready {
-                    self.ready.push_back((id, i as u32));
+                    if s.not_before > now {
+                        self.delayed.insert((s.not_before, id, i as u32));
+                    } else {
+                        self.ready.push_back((id, i as u32));
+                    }
                 }
             }
         }
@@ -184,6 +192,11 @@ impl Core {
     /// Number of subtasks waiting for a worker with room.
     pub fn ready_len(&self) -> usize {
         self.ready.len()
+    }
+
+    /// Number of subtasks waiting out a retry back-off.
+    pub fn delayed_len(&self) -> usize {
+        self.delayed.len()
     }
 
     pub fn subtask(&self, job: JobId, idx: u32) -> Option<&Subtask> {

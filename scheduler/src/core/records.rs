@@ -58,6 +58,22 @@ pub struct Subtask {
     pub stdout_tail: String,
     pub stderr_tail: String,
     pub history: Vec<Transition>,
+    /// A retry waiting out its back-off is not placed before this time (ms); 0 = at once.
+    #[serde(default)]
+    pub not_before: u64,
+    /// Every failed attempt, oldest first (at most `max_retries + 1`, which is bounded).
+    #[serde(default)]
+    pub failed_attempts: Vec<AttemptFailure>,
+}
+
+/// A failed attempt of a subtask, as `plexus status` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptFailure {
+    pub attempt: u32,
+    pub worker: Option<WorkerId>,
+    pub exit_code: i32,
+    pub error: String,
+    pub finished_at: u64,
 }
 
 /// The hardware a worker offers.

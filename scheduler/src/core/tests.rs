@@ -114,10 +114,14 @@ fn failure_is_retried_then_fails_the_job_and_cancels_the_rest() {
     c.report(wid(1), "s1", vec![done(&first, SubtaskState::Failed)], 2);
     assert_eq!(state(&c, job, "gen", first.rank), SubtaskState::Ready, "max_retries = 1 allows one retry");
     c.schedule(3);
+    assert!(assigned(&mut c).is_empty(), "the retry waits out its back-off");
+    let due = 2 + crate::spec::DEFAULT_RETRY_BACKOFF_MS;
+    c.tick(due);
+    c.schedule(due);
     let retry = assigned(&mut c);
     assert_eq!(retry.len(), 1);
     assert_eq!(retry[0].1.attempt.attempt, 2);
-    c.report(wid(1), "s1", vec![done(&retry[0].1.attempt, SubtaskState::Failed)], 4);
+    c.report(wid(1), "s1", vec![done(&retry[0].1.attempt, SubtaskState::Failed)], due + 1);
     let j = c.job(job).unwrap();
     assert_eq!(j.record.state, JobState::Failed);
     assert!(j.record.error.contains("task \"gen\" rank 0 failed after 2 attempts: exit code 1"), "{}", j.record.error);
@@ -137,7 +141,8 @@ fn stale_and_repeated_reports_complete_a_subtask_once() {
     c.schedule(1);
     let a = assigned(&mut c).remove(0).1.attempt;
     c.report(wid(1), "s1", vec![done(&a, SubtaskState::Failed)], 2);
-    c.schedule(3);
+    c.tick(3 + crate::spec::DEFAULT_RETRY_BACKOFF_MS);
+    c.schedule(3 + crate::spec::DEFAULT_RETRY_BACKOFF_MS);
     let b = assigned(&mut c).remove(0).1.attempt;
     assert_eq!(b.attempt, 2);
     // A late success of attempt 1 is stale.
@@ -440,6 +445,12 @@ fn a_failed_member_restarts_the_whole_gang_with_a_new_communicator() {
     c.schedule(5);
     let out = c.take_outbox();
     assert_eq!(out.cancels.len(), 2, "the two running members are cancelled: {:?}", out.cancels);
+    assert!(out.assignments.is_empty(), "the gang waits out the failed member's back-off together");
+    assert!((0..3).all(|r| state(&c, job, "sum", r) == SubtaskState::Ready));
+    let due = 4 + crate::spec::DEFAULT_RETRY_BACKOFF_MS;
+    c.tick(due);
+    c.schedule(due);
+    let out = c.take_outbox();
     assert_eq!(out.assignments.len(), 3, "and the whole gang placed again");
     for (_, x) in &out.assignments {
         assert_eq!(x.attempt.attempt, 2);
@@ -533,4 +544,105 @@ fn cancelled_subtasks_end_when_they_are_cancelled() {
     let j = c.job(job).unwrap();
     assert!(j.subtasks.iter().all(|s| s.state == SubtaskState::Cancelled && s.finished_at == 50), "{:?}", j.subtasks.iter().map(|s| s.finished_at).collect::<Vec<_>>());
     assert!(j.waiting.is_empty());
+}
+
+const CONTINUE: &str = r#"
+[[task]]
+name = "gen"
+command = ["true"]
+replicas = 3
+outputs = ["numbers"]
+on_failure = "continue"
+max_retries = 1
+retry_backoff = "2s"
+[[task]]
+name = "sum"
+command = ["true"]
+inputs = ["gen/numbers"]
+outputs = ["total"]
+[[task]]
+name = "report"
+command = ["true"]
+after = ["sum"]
+[[task]]
+name = "other"
+command = ["true"]
+"#;
+
+#[test]
+fn on_failure_continue_skips_dependants_and_completes_with_failures() {
+    let mut c = core();
+    c.register(reg(1, "s1", 8, vec![]), 0);
+    let job = submit(&mut c, CONTINUE, 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 4, "3 gen replicas and other");
+    let gen0 = a.iter().find(|(_, x)| x.attempt.task == "gen" && x.attempt.rank == 0).unwrap().1.attempt.clone();
+    c.report(wid(1), "s1", vec![done(&gen0, SubtaskState::Failed)], 10);
+    // The retry waits 2 s, then fails again: past max_retries.
+    c.tick(1_000);
+    c.schedule(1_000);
+    assert!(assigned(&mut c).is_empty());
+    c.tick(2_010);
+    c.schedule(2_010);
+    let retry = assigned(&mut c).remove(0).1.attempt;
+    assert_eq!((retry.rank, retry.attempt), (0, 2));
+    c.report(wid(1), "s1", vec![done(&retry, SubtaskState::Failed)], 2_020);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Running, "the rest of the job runs");
+    assert_eq!(state(&c, job, "gen", 0), SubtaskState::Failed);
+    for (task, rank) in [("sum", 0), ("report", 0)] {
+        assert_eq!(state(&c, job, task, rank), SubtaskState::Cancelled, "{task} depends on the failed task, directly or not");
+        let s = &j.subtasks[j.subtask_index(task, rank).unwrap() as usize];
+        assert_eq!(s.history.last().unwrap().note, "skipped: task \"gen\" failed");
+    }
+    let s0 = &j.subtasks[0];
+    assert_eq!(s0.failed_attempts.len(), 2, "every failed attempt is kept");
+    assert_eq!(s0.failed_attempts.iter().map(|f| f.attempt).collect::<Vec<_>>(), vec![1, 2]);
+    assert!(s0.failed_attempts.iter().all(|f| f.error == "exit code 1" && f.exit_code == 1 && f.worker == Some(wid(1))));
+    assert_eq!(j.failed_attempts(0), 2);
+    // The other gen replicas and the independent task finish: the job completes with failures.
+    for (_, x) in a.iter().filter(|(_, x)| !(x.attempt.task == "gen" && x.attempt.rank == 0)) {
+        c.report(wid(1), "s1", vec![done(&x.attempt, SubtaskState::Succeeded)], 2_030);
+    }
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::CompletedWithFailures);
+    assert!(j.record.error.contains("task \"gen\" rank 0 failed after 2 attempts"), "{}", j.record.error);
+    assert!(c.workers().all(|w| w.placed.is_empty()));
+}
+
+#[test]
+fn retry_back_off_doubles_and_is_capped() {
+    use crate::spec::{MAX_RETRY_BACKOFF_MS, retry_delay_ms};
+    assert_eq!((1..=4).map(|f| retry_delay_ms(1_000, f)).collect::<Vec<_>>(), vec![1_000, 2_000, 4_000, 8_000]);
+    assert_eq!(retry_delay_ms(1_000, 100), MAX_RETRY_BACKOFF_MS);
+    assert_eq!(retry_delay_ms(0, 5), 0, "no back-off asked, none given");
+    assert_eq!(retry_delay_ms(10 * MAX_RETRY_BACKOFF_MS, 3), 10 * MAX_RETRY_BACKOFF_MS, "a first wait longer than the cap is kept");
+    assert_eq!(retry_delay_ms(u64::MAX / 2, 64), u64::MAX / 2, "no overflow");
+}
+
+#[test]
+fn a_retry_waiting_out_its_back_off_survives_a_restart() {
+    let mut c = core();
+    c.register(reg(1, "s1", 8, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"false\"]\nmax_retries = 2\nretry_backoff = \"10s\"\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c).remove(0).1.attempt;
+    c.report(wid(1), "s1", vec![done(&a, SubtaskState::Failed)], 100);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.subtasks[0].not_before, 10_100);
+    assert_eq!(c.delayed_len(), 1);
+    let snap = Snapshot { jobs: vec![j.record.clone()], subtasks: vec![(job, 0, j.subtasks[0].clone())], workers: c.workers().map(|w| w.record.clone()).collect(), placements: vec![] };
+    let mut d = core();
+    d.restore(snap, 5_000).unwrap();
+    assert_eq!((d.ready_len(), d.delayed_len()), (0, 1), "still waiting after the restart");
+    d.register(reg(1, "s1b", 8, vec![]), 5_000);
+    assert!(d.heartbeat(wid(1), "s1b", NodeReport::default(), 7_500));
+    d.tick(9_000);
+    d.schedule(9_000);
+    assert!(assigned(&mut d).is_empty());
+    assert!(d.heartbeat(wid(1), "s1b", NodeReport::default(), 10_000));
+    d.tick(10_100);
+    d.schedule(10_100);
+    assert_eq!(assigned(&mut d).remove(0).1.attempt.attempt, 2);
 }

@@ -118,8 +118,16 @@ impl Core {
         w.node = node;
     }
 
-    /// Declares workers whose heartbeats stopped lost and places their attempts again.
+    /// Declares workers whose heartbeats stopped lost and places their attempts again, and makes
+    /// retries whose back-off is over ready.
     pub fn tick(&mut self, now: u64) {
+        while let Some(&(at, job, idx)) = self.delayed.first() {
+            if at > now {
+                break;
+            }
+            self.delayed.pop_first();
+            self.ready.push_back((job, idx));
+        }
         let timeout = self.config.heartbeat_timeout_ms;
         let lost: Vec<WorkerId> =
             self.workers.values().filter(|w| w.record.alive && now.saturating_sub(w.record.last_heartbeat) > timeout).map(|w| w.record.id).collect();
