@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use crate::wire::PeerId;
+use crate::peer_id::PeerId;
 
 /// Everything that can go wrong in the data plane, with the input that was wrong.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +49,33 @@ pub enum Error {
     /// An I/O error outside a rail connection (connection failures are handled, not returned).
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A rail scheduler name that is not one of
+    /// [`SchedulerKind::ALL`](crate::sched::SchedulerKind::ALL).
+    #[error("unknown rail scheduler {got:?} (one of: {expected})")]
+    UnknownScheduler { got: String, expected: String },
+    /// A command-line argument of the peer process (`plexus-rail-peer`, `rails --serve`) that
+    /// does not parse; the text names the argument.
+    #[error("{0}")]
+    Usage(String),
+    /// `scripts/rails-rig.sh` could not be started.
+    #[error("rails-rig.sh: {0}")]
+    RigStart(#[source] std::io::Error),
+    /// `scripts/rails-rig.sh` failed: its arguments and what it wrote to stderr.
+    #[error("rails-rig.sh {args}: {stderr}")]
+    Rig { args: String, stderr: String },
+    /// A peer process (see [`peer`](crate::peer)) did not follow its stdout protocol; the text
+    /// says what it said or did instead.
+    #[error("{0}")]
+    PeerProcess(String),
+}
+
+/// A collective parameter's name (dtype, reduce op, algorithm) that is not one of its names: a
+/// configuration error, with the text of [`plexus_proto::UnknownName`] (which names the value
+/// and the expected ones).
+impl From<plexus_proto::UnknownName> for Error {
+    fn from(e: plexus_proto::UnknownName) -> Error {
+        Error::Config(e.to_string())
+    }
 }
 
 /// The crate's result type.

@@ -1,8 +1,12 @@
 //! Plexus's data plane: the worker-to-worker transport.
 //!
 //! # Layout
+//! * [`peer_id`] — [`PeerId`], an endpoint's identity (its rail-0 listening address).
 //! * [`wire`] — the wire format: handshake, segment header (tag, message id, offset, length,
 //!   CRC-32C), replies. Pure encode/decode.
+//! * [`elem`] — element arithmetic below both the transport and the collectives: [`DType`],
+//!   [`ReduceOp`], [`Algorithm`] (defined once in `plexus_proto::collective`), the typed API's
+//!   `Element`, and the reduction kernels a posted reduction and the executor both run.
 //! * [`segment`] — cutting a message into segments of at most `seg_max`.
 //! * [`reassembly`] — the [`Reassembler`](reassembly::Reassembler): which ranges of an incoming
 //!   message are held or being written; accepts any order, refuses overlaps.
@@ -19,11 +23,19 @@
 //! * [`peer`] — a receiving peer in its own process (`plexus-rail-peer`), and [`rig`] — the
 //!   `scripts/rails-rig.sh` namespaces driven from Rust, with a drop guard; both for tests and
 //!   the `rails` benchmark.
+//!
+//! Modules depend on each other in one direction only, each only on modules of the groups
+//! before its own: `peer_id`; `error`; `segment`, `reassembly`, `shared_buf`; `wire`, `elem`,
+//! `sched`, `rig`; `endpoint`; `collective`, `peer`. Inside `endpoint/`, `collective/` and
+//! `sched/` a file imports its siblings, never its `mod.rs`. `tests/module_graph.rs` checks
+//! both and names any cycle.
 
 pub mod collective;
+pub mod elem;
 pub mod endpoint;
 pub mod error;
 pub mod peer;
+pub mod peer_id;
 pub mod reassembly;
 pub mod rig;
 pub mod sched;
@@ -31,8 +43,9 @@ pub mod segment;
 mod shared_buf;
 pub mod wire;
 
-pub use collective::{Algorithm, CollectiveConfig, Communicator, DType, Profile, ReduceOp};
+pub use collective::{CollectiveConfig, Communicator, Profile};
+pub use elem::{Algorithm, DType, ReduceOp};
 pub use endpoint::{Endpoint, EndpointConfig, Faults, PeerAddrs, RailStats, Stats};
 pub use error::{Error, Result};
+pub use peer_id::PeerId;
 pub use sched::SchedulerKind;
-pub use wire::PeerId;

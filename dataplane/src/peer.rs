@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use tokio::io::AsyncReadExt;
 
 use crate::endpoint::{Endpoint, EndpointConfig};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What the peer does.
 #[derive(Clone, Debug)]
@@ -29,7 +29,7 @@ pub struct PeerOpts {
 
 impl PeerOpts {
     /// Parses `--rail ADDR` (repeatable), `--port N`, `--tag N`, `--verify`, `--quiet`.
-    pub fn parse(args: impl IntoIterator<Item = String>) -> std::result::Result<PeerOpts, String> {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<PeerOpts> {
         let mut o = PeerOpts {
             rails: vec![],
             port: 0,
@@ -39,19 +39,23 @@ impl PeerOpts {
         };
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
-            let mut val = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+            let mut val = |name: &str| {
+                it.next()
+                    .ok_or_else(|| Error::Usage(format!("{name} needs a value")))
+            };
+            let bad = |name: &str, e: &dyn std::fmt::Display| Error::Usage(format!("{name}: {e}"));
             match a.as_str() {
                 "--rail" => o
                     .rails
-                    .push(val("--rail")?.parse().map_err(|e| format!("--rail: {e}"))?),
-                "--port" => o.port = val("--port")?.parse().map_err(|e| format!("--port: {e}"))?,
-                "--tag" => o.tag = val("--tag")?.parse().map_err(|e| format!("--tag: {e}"))?,
+                    .push(val("--rail")?.parse().map_err(|e| bad("--rail", &e))?),
+                "--port" => o.port = val("--port")?.parse().map_err(|e| bad("--port", &e))?,
+                "--tag" => o.tag = val("--tag")?.parse().map_err(|e| bad("--tag", &e))?,
                 "--verify" => o.verify = true,
                 "--quiet" => o.quiet = true,
                 other => {
-                    return Err(format!(
+                    return Err(Error::Usage(format!(
                         "unknown argument {other:?} (--rail ADDR… --port N --tag N --verify --quiet)"
-                    ));
+                    )));
                 }
             }
         }

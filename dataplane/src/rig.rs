@@ -1,9 +1,12 @@
 //! Driving `scripts/rails-rig.sh` from Rust, for tests and benchmarks: a [`Rig`] is up while
 //! the value lives and is taken down when it drops, even when a test panics.
 
+use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use crate::error::{Error, Result};
 
 /// The rig script, found from this crate's folder (tests and benchmarks run from the repo).
 /// Deterministic test data: `len` bytes of a xorshift64 stream seeded by `seed`, so a receiver
@@ -50,6 +53,20 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
+/// For a test that needs the rig: `false` if it can run here; else it says so and returns
+/// `true`, and the test returns without running. The line `SKIPPED <test>: <why>` is written
+/// straight to the process's stderr, not through `eprintln!`, which the test harness captures
+/// and hides for a passing test: a skipped test must be seen as skipped, not taken for a pass.
+pub fn skip_unless_available(test: &str) -> bool {
+    let Some(why) = unavailable() else {
+        return false;
+    };
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "SKIPPED {test}: {why}");
+    let _ = err.flush();
+    true
+}
+
 /// A running rig. Host 0 is this process's own (root) namespace.
 pub struct Rig {
     hosts: usize,
@@ -58,7 +75,7 @@ pub struct Rig {
 
 impl Rig {
     /// `rails` in the script's syntax, e.g. `"2gbit,500mbit"`.
-    pub fn up(hosts: usize, rails: &str) -> Result<Rig, String> {
+    pub fn up(hosts: usize, rails: &str) -> Result<Rig> {
         run(&["up", "--hosts", &hosts.to_string(), "--rails", rails])?;
         Ok(Rig {
             hosts,
@@ -80,15 +97,15 @@ impl Rig {
         (0..self.rails).map(|r| self.addr(h, r)).collect()
     }
 
-    pub fn set_rate(&self, h: usize, r: usize, rate: &str) -> Result<(), String> {
+    pub fn set_rate(&self, h: usize, r: usize, rate: &str) -> Result<()> {
         run(&["set-rate", &h.to_string(), &r.to_string(), rate])
     }
 
-    pub fn cut(&self, h: usize, r: usize) -> Result<(), String> {
+    pub fn cut(&self, h: usize, r: usize) -> Result<()> {
         run(&["cut", &h.to_string(), &r.to_string()])
     }
 
-    pub fn restore(&self, h: usize, r: usize) -> Result<(), String> {
+    pub fn restore(&self, h: usize, r: usize) -> Result<()> {
         run(&["restore", &h.to_string(), &r.to_string()])
     }
 
@@ -117,18 +134,17 @@ impl Drop for Rig {
     }
 }
 
-fn run(args: &[&str]) -> Result<(), String> {
+fn run(args: &[&str]) -> Result<()> {
     let out = Command::new("bash")
         .arg(script())
         .args(args)
         .output()
-        .map_err(|e| format!("rails-rig.sh: {e}"))?;
+        .map_err(Error::RigStart)?;
     if !out.status.success() {
-        return Err(format!(
-            "rails-rig.sh {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(Error::Rig {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(())
 }
@@ -145,24 +161,27 @@ pub struct PeerProcess {
 
 impl PeerProcess {
     /// Takes a child started with piped stdin/stdout and waits for its READY line.
-    pub fn new(mut child: Child) -> Result<PeerProcess, String> {
+    pub fn new(mut child: Child) -> Result<PeerProcess> {
         use std::io::BufRead;
         let stdin = child.stdin.take();
-        let mut lines =
-            std::io::BufReader::new(child.stdout.take().ok_or("peer stdout not piped")?).lines();
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| said("peer stdout not piped"))?;
+        let mut lines = std::io::BufReader::new(stdout).lines();
         let first = lines
             .next()
-            .ok_or("peer exited before READY")?
-            .map_err(|e| e.to_string())?;
+            .ok_or_else(|| said("peer exited before READY"))?
+            .map_err(|e| said(e.to_string()))?;
         let addrs = first
             .strip_prefix("READY ")
-            .ok_or_else(|| format!("peer said {first:?}, not READY"))?
+            .ok_or_else(|| said(format!("peer said {first:?}, not READY")))?
             .split(',')
             .map(|a| {
                 a.parse()
-                    .map_err(|e| format!("bad address {a:?} from peer: {e}"))
+                    .map_err(|e| said(format!("bad address {a:?} from peer: {e}")))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_>>()?;
         Ok(PeerProcess {
             child,
             stdin,
@@ -172,23 +191,28 @@ impl PeerProcess {
     }
 
     /// The next `GOT` line as (sender, tag, len, crc), blocking.
-    pub fn next_message(&mut self) -> Result<(String, u64, u64, u32), String> {
+    pub fn next_message(&mut self) -> Result<(String, u64, u64, u32)> {
         let line = self
             .lines
             .next()
-            .ok_or("peer exited")?
-            .map_err(|e| e.to_string())?;
+            .ok_or_else(|| said("peer exited"))?
+            .map_err(|e| said(e.to_string()))?;
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.as_slice() {
             ["GOT", from, tag, len, crc] => Ok((
                 from.to_string(),
-                tag.parse().map_err(|_| line.clone())?,
-                len.parse().map_err(|_| line.clone())?,
-                crc.parse().map_err(|_| line.clone())?,
+                tag.parse().map_err(|_| said(line.clone()))?,
+                len.parse().map_err(|_| said(line.clone()))?,
+                crc.parse().map_err(|_| said(line.clone()))?,
             )),
-            _ => Err(format!("unexpected line from peer: {line:?}")),
+            _ => Err(said(format!("unexpected line from peer: {line:?}"))),
         }
     }
+}
+
+/// A peer process that broke its stdout protocol, with what it said or did.
+fn said(what: impl Into<String>) -> Error {
+    Error::PeerProcess(what.into())
 }
 
 impl Drop for PeerProcess {

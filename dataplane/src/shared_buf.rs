@@ -51,17 +51,20 @@ impl SharedBuf {
         self.len
     }
 
+    /// `[offset, offset + len)` if it lies inside the buffer, else `None` (without overflowing
+    /// for any inputs). The accessors below refuse a range outside with a panic: their callers
+    /// compute ranges from a plan or a reservation already checked, so one outside is a bug.
+    pub fn bounds(&self, offset: usize, len: usize) -> Option<Range<usize>> {
+        (offset <= self.len && len <= self.len - offset).then(|| offset..offset + len)
+    }
+
     /// The bytes `[offset, offset + len)`, writable.
     ///
     /// # Safety
     /// Nothing else reads or writes any of these bytes until the slice is dropped.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn range_mut(&self, offset: usize, len: usize) -> &mut [u8] {
-        assert!(
-            offset <= self.len && len <= self.len - offset,
-            "range {offset}+{len} beyond {}",
-            self.len
-        );
+        self.check(offset, len);
         if len == 0 {
             return &mut [];
         }
@@ -74,16 +77,19 @@ impl SharedBuf {
     /// # Safety
     /// Nothing writes any of these bytes until the slice is dropped.
     pub unsafe fn range(&self, offset: usize, len: usize) -> &[u8] {
-        assert!(
-            offset <= self.len && len <= self.len - offset,
-            "range {offset}+{len} beyond {}",
-            self.len
-        );
+        self.check(offset, len);
         if len == 0 {
             return &[];
         }
         // SAFETY: in bounds (checked above); not written meanwhile by the caller's contract.
         unsafe { std::slice::from_raw_parts(self.ptr.add(offset), len) }
+    }
+
+    /// Panics unless `[offset, offset + len)` is inside the buffer (see [`bounds`](Self::bounds)).
+    fn check(&self, offset: usize, len: usize) {
+        if self.bounds(offset, len).is_none() {
+            panic!("range {offset}+{len} beyond {}", self.len);
+        }
     }
 
     /// `range` as `Bytes` that keep the buffer alive, without copying.
@@ -140,11 +146,14 @@ mod tests {
         assert_eq!(&v.slice(2..4)[..], &[12, 13]);
     }
 
+    /// The accessors refuse (by a panic) exactly the ranges `bounds` refuses.
     #[test]
-    #[should_panic(expected = "beyond")]
-    fn out_of_bounds_ranges_panic() {
+    fn out_of_bounds_ranges_are_refused() {
         let buf = SharedBuf::zeroed(8);
-        // SAFETY: single-threaded test.
-        let _ = unsafe { buf.range_mut(4, 5) };
+        assert_eq!(buf.bounds(4, 5), None);
+        assert_eq!(buf.bounds(9, 0), None);
+        assert_eq!(buf.bounds(usize::MAX, 2), None, "no overflow");
+        assert_eq!(buf.bounds(4, 4), Some(4..8));
+        assert_eq!(buf.bounds(8, 0), Some(8..8));
     }
 }

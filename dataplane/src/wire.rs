@@ -15,6 +15,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::error::{Error, Result};
+/// Re-exported: the handshake carries it, and `wire::PeerId` was its path before it had a
+/// module of its own.
+pub use crate::peer_id::PeerId;
 
 /// Identifies the four bytes a rail connection starts with.
 pub const MAGIC: [u8; 4] = *b"PLXD";
@@ -33,18 +36,6 @@ const KIND_REPLY: u8 = 2;
 pub const SEGMENT_BODY_LEN: usize = 8 + 8 + 8 + 8 + 4 + 4;
 /// Body length of a reply frame (after the kind byte).
 pub const REPLY_BODY_LEN: usize = 8 + 8 + 1;
-
-/// A stable peer identity: the address of the peer's rail-0 listener. Both sides of a
-/// connection announce theirs in the handshake, so an accepted connection can be reused for
-/// sending back to the peer that opened it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PeerId(pub SocketAddr);
-
-impl std::fmt::Display for PeerId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
 
 /// The handshake each side sends first on a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -152,8 +152,8 @@ async fn allreduce_everything(n: usize, cfg: CollectiveConfig) {
     let results = on_all(&comms, move |rank, c| async move {
         let mut out = Vec::new();
         let mut case = 0u64;
-        for dtype in DType::ALL {
-            for op in ReduceOp::ALL {
+        for &dtype in DType::ALL {
+            for &op in ReduceOp::ALL {
                 for len in lens(n) {
                     case += 1;
                     let mut buf = input(dtype, op, len, case, rank);
@@ -211,7 +211,7 @@ async fn odd_slice_counts_and_one_slice_still_reduce_correctly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reduce_reaches_every_root_and_leaves_other_buffers_alone() {
-    for algorithm in Algorithm::ALL {
+    for &algorithm in Algorithm::ALL {
         for n in [1, 2, 3, 5, 6, 8] {
             let comms = group(n, cfg(algorithm, 2)).await;
             on_all(&comms, move |rank, c| async move {
@@ -247,7 +247,7 @@ async fn reduce_reaches_every_root_and_leaves_other_buffers_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn larger_buffers_and_the_owned_and_typed_entry_points() {
-    for algorithm in Algorithm::ALL {
+    for &algorithm in Algorithm::ALL {
         for n in [2, 3, 4] {
             let comms = group(n, cfg(algorithm, 4)).await;
             let results = on_all(&comms, move |rank, c| async move {
@@ -287,7 +287,7 @@ async fn larger_buffers_and_the_owned_and_typed_entry_points() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranks_with_different_lengths_all_fail_instead_of_hanging() {
-    for algorithm in Algorithm::ALL {
+    for &algorithm in Algorithm::ALL {
         for n in [2, 3, 5] {
             let comms = group(n, cfg(algorithm, 2)).await;
             let results = on_all(&comms, move |rank, c| async move {

@@ -77,12 +77,12 @@ pub struct Args {
 }
 
 /// Parses a size such as `512MiB`, `4GiB`, `1.5GB` or `1000000` (bytes).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64> {
     let s = s.trim();
     if s.is_empty() {
-        return Err("a size must not be empty".to_string());
+        return Err(Error::Size { input: String::new(), reason: "a size must not be empty".into() });
     }
-    s.parse::<ByteSize>().map(|b| b.as_u64()).map_err(|e| format!("invalid size {s:?}: {e}"))
+    s.parse::<ByteSize>().map(|b| b.as_u64()).map_err(|reason| Error::Size { input: s.to_string(), reason })
 }
 
 /// Accepts `host:port` as shorthand for `http://host:port` and checks that the result is a URL
@@ -206,11 +206,11 @@ mod tests {
 
     #[test]
     fn sizes_parse_with_binary_and_decimal_units() {
-        assert_eq!(parse_size("512MiB"), Ok(512 * 1024 * 1024));
-        assert_eq!(parse_size("4GiB"), Ok(4 * 1024 * 1024 * 1024));
-        assert_eq!(parse_size("1000000"), Ok(1_000_000));
-        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
-        assert_eq!(parse_size(" 1 KiB "), Ok(1024));
+        assert_eq!(parse_size("512MiB").ok(), Some(512 * 1024 * 1024));
+        assert_eq!(parse_size("4GiB").ok(), Some(4 * 1024 * 1024 * 1024));
+        assert_eq!(parse_size("1000000").ok(), Some(1_000_000));
+        assert_eq!(parse_size("2GB").ok(), Some(2_000_000_000));
+        assert_eq!(parse_size(" 1 KiB ").ok(), Some(1024));
         assert!(parse_size("").is_err());
         assert!(parse_size("lots").is_err());
         assert!(parse_size("12 parsecs").is_err());

@@ -1,13 +1,17 @@
-//! The library's one error type.
+//! The library's one error type, and the one place it becomes a gRPC status.
 //!
 //! Every fallible operation of the worker returns [`Error`]. Errors that concern a single attempt
 //! (an input that cannot be fetched, a command that cannot be spawned) become the `error` text of
 //! that attempt's FAILED report; errors that concern the whole worker (the data dir cannot be
-//! created, the listen address cannot be bound) end [`crate::run`].
+//! created, the listen address cannot be bound) end [`crate::run`]; errors of a PeerService
+//! request become its `Status` through `impl From<Error> for Status` below, which picks the code.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
 
-use plexus_proto::{ConvertError, IdError};
+use plexus_proto::{ConvertError, IdError, ObjectId, RuleError};
 
 /// Everything that can go wrong in the worker.
 #[derive(Debug, thiserror::Error)]
@@ -24,13 +28,36 @@ pub enum Error {
     #[error(transparent)]
     Convert(#[from] ConvertError),
 
+    /// A request broke one of the rules shared with the coordinator (`plexus_proto::rules`), e.g.
+    /// too many rail addresses or one that is not `ip:port`.
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+
     /// An assignment that cannot be run as sent (e.g. neither a command nor a kind).
     #[error("invalid assignment: {0}")]
     InvalidAssignment(String),
 
+    /// An assignment that breaks one of the shared rules (e.g. an env key the coordinator would
+    /// have refused at submit: the worker does not trust the network).
+    #[error("invalid assignment: {0}")]
+    AssignmentRule(#[source] RuleError),
+
+    /// A collective assignment whose dtype, op or algorithm is not one of the names in
+    /// `plexus_proto::collective`.
+    #[error("invalid assignment: collective {field}: {source}")]
+    CollectiveName { field: &'static str, source: plexus_proto::UnknownName },
+
+    /// A `PushObject` request that names no rail to push to.
+    #[error("PushObject needs the requester's rail addresses")]
+    NoRequesterRails,
+
     /// A command-line or configuration value is unusable.
     #[error("invalid configuration: {0}")]
     Config(String),
+
+    /// A size on the command line (`--cache`, `--memory`, …) that does not parse.
+    #[error("invalid size {input:?}: {reason}")]
+    Size { input: String, reason: String },
 
     /// A peer or coordinator URL could not be used to connect.
     #[error("cannot connect to {url}: {reason}")]
@@ -42,7 +69,7 @@ pub enum Error {
 
     /// A gRPC call did not answer in time.
     #[error("{call} did not answer within {after:?}")]
-    Timeout { call: &'static str, after: std::time::Duration },
+    Timeout { call: &'static str, after: Duration },
 
     /// The coordinator does not know this worker's session and asked it to register again.
     #[error("the coordinator asked this worker to register again")]
@@ -52,6 +79,18 @@ pub enum Error {
     #[error("the coordinator closed the assignment stream")]
     StreamClosed,
 
+    /// A peer asked for an object this worker does not hold.
+    #[error("object {object} is not in the cache of this worker")]
+    ObjectNotFound { object: ObjectId },
+
+    /// A peer asked for the logs of an attempt this worker has none of.
+    #[error("this worker has no logs for attempt {attempt}")]
+    NoLogs { attempt: plexus_proto::AttemptRef },
+
+    /// Reading a cached object from the local disk failed (`action` is e.g. "cannot open").
+    #[error("{action} object {object}: {source}")]
+    ObjectIo { action: &'static str, object: ObjectId, source: std::io::Error },
+
     /// A peer sent an object that does not match what it announced.
     #[error("object {object}: {reason}")]
     BadObject { object: String, reason: String },
@@ -59,6 +98,79 @@ pub enum Error {
     /// The data plane (the rail endpoint) failed: binding a rail, or a transfer.
     #[error("data plane: {0}")]
     Dataplane(#[from] plexus_dataplane::Error),
+
+    /// Pushing an object to a peer over the data plane failed. (Boxed: the object id and the
+    /// data plane's error together would double the size of every `Result` in the crate.)
+    #[error("sending object {object} over the data plane: {source}")]
+    Push { object: ObjectId, source: Box<plexus_dataplane::Error> },
+
+    /// No holder of an input could serve it; `source` is why the last one tried failed.
+    #[error("could not fetch input {object}: {source}")]
+    FetchInput { object: ObjectId, source: Box<Error> },
+
+    /// An assignment listed an input without any worker holding it.
+    #[error("no holder was given")]
+    NoHolder,
+
+    /// One holder of an input could not serve it.
+    #[error("{url}: {source}")]
+    Holder { url: String, source: Box<Error> },
+
+    /// An input could not be linked (or copied) into the attempt's work dir.
+    #[error("could not place input {object} at {}: {source}", dest.display())]
+    PlaceInput { object: ObjectId, dest: PathBuf, source: std::io::Error },
+
+    /// A collective member's input could not be read from its work dir.
+    #[error("could not read input {object}: {source}")]
+    ReadInput { object: ObjectId, source: std::io::Error },
+
+    /// A collective member's input is not a whole number of elements of its dtype.
+    #[error("input {object} has {len} bytes, not a whole number of {dtype} elements ({} bytes each)", dtype.size())]
+    InputShape { object: ObjectId, len: usize, dtype: plexus_proto::DType },
+
+    /// The collective's communicator could not be formed from the assignment's members.
+    #[error("could not form the communicator: {0}")]
+    Communicator(#[source] plexus_dataplane::Error),
+
+    /// The collective (`allreduce` or `reduce`) itself failed.
+    #[error("{kind} failed: {source}")]
+    Collective { kind: &'static str, source: plexus_dataplane::Error },
+
+    /// A declared output was not written by the attempt.
+    #[error("declared output {name:?} was not written")]
+    OutputMissing { name: String },
+
+    /// A declared output is something other than a regular file (a link, a directory).
+    #[error("declared output {name:?} is not a regular file")]
+    OutputNotFile { name: String },
+
+    /// A collective member's output could not be written into its work dir.
+    #[error("could not write output {name:?}: {source}")]
+    WriteOutput { name: String, source: std::io::Error },
+
+    /// A declared output could not be moved into the cache.
+    #[error("could not move output {name:?} into the cache: {source}")]
+    StoreOutput { name: String, source: Box<Error> },
+
+    /// The attempt's command could not be started.
+    #[error("could not start {program:?}: {source}")]
+    Spawn { program: String, source: std::io::Error },
+
+    /// Waiting for the attempt's process failed.
+    #[error("could not wait for the process: {0}")]
+    Wait(#[source] std::io::Error),
+
+    /// The attempt's command ended unsuccessfully: a non-zero exit code, or a signal.
+    #[error("{}", exit_text(*status))]
+    Exit { status: ExitStatus },
+
+    /// The attempt ran past its `timeout_ms`.
+    #[error("timed out after {after:?}")]
+    TimedOut { after: Duration },
+
+    /// The attempt was cancelled (by the coordinator, or because the worker shuts down).
+    #[error("cancelled")]
+    Cancelled,
 
     /// The PeerService server failed.
     #[error("peer server: {0}")]
@@ -69,11 +181,26 @@ pub enum Error {
     Join(#[from] tokio::task::JoinError),
 }
 
+/// How a process that did not succeed ended, as a shell would say it.
+fn exit_text(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => format!("ended with {status}"),
+    }
+}
+
 impl Error {
     /// Wraps an I/O error with what was being done and to which path.
     pub fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { action, path, source }
+    }
+
+    /// Wraps an I/O error on a cached object with what was being done.
+    pub fn object_io(action: &'static str, object: &ObjectId) -> impl FnOnce(std::io::Error) -> Error {
+        let object = object.clone();
+        move |source| Error::ObjectIo { action, object, source }
     }
 
     /// A connection failure, with the whole cause chain: tonic's own message is just
@@ -102,7 +229,91 @@ impl Error {
     pub fn rpc(call: &'static str) -> impl FnOnce(tonic::Status) -> Error {
         move |status| Error::Rpc { call, status: Box::new(status) }
     }
+
+    /// The gRPC code this error is answered with when it ends a PeerService request: what the
+    /// caller asked for is absent (NOT_FOUND), the request itself is wrong (INVALID_ARGUMENT), the
+    /// data plane or another service failed (UNAVAILABLE), or this worker failed locally
+    /// (INTERNAL). Every variant is listed, so a new one has to choose.
+    pub fn code(&self) -> tonic::Code {
+        use tonic::Code;
+        match self {
+            Error::ObjectNotFound { .. } | Error::NoLogs { .. } => Code::NotFound,
+            Error::Id(_)
+            | Error::Convert(_)
+            | Error::Rule(_)
+            | Error::InvalidAssignment(_)
+            | Error::AssignmentRule(_)
+            | Error::CollectiveName { .. }
+            | Error::NoRequesterRails
+            | Error::Config(_)
+            | Error::Size { .. } => Code::InvalidArgument,
+            Error::Dataplane(_)
+            | Error::Push { .. }
+            | Error::Connect { .. }
+            | Error::Reregister
+            | Error::StreamClosed
+            | Error::Communicator(_)
+            | Error::Collective { .. } => Code::Unavailable,
+            // Another service's answer keeps its code: a peer's NOT_FOUND stays NOT_FOUND.
+            Error::Rpc { status, .. } => status.code(),
+            Error::Timeout { .. } | Error::TimedOut { .. } => Code::DeadlineExceeded,
+            Error::Cancelled => Code::Cancelled,
+            Error::FetchInput { source, .. } | Error::Holder { source, .. } => source.code(),
+            Error::NoHolder => Code::NotFound,
+            Error::Io { .. }
+            | Error::ObjectIo { .. }
+            | Error::BadObject { .. }
+            | Error::PlaceInput { .. }
+            | Error::ReadInput { .. }
+            | Error::InputShape { .. }
+            | Error::OutputMissing { .. }
+            | Error::OutputNotFile { .. }
+            | Error::WriteOutput { .. }
+            | Error::StoreOutput { .. }
+            | Error::Spawn { .. }
+            | Error::Wait(_)
+            | Error::Exit { .. }
+            | Error::Serve(_)
+            | Error::Join(_) => Code::Internal,
+        }
+    }
+}
+
+/// The one place a worker error becomes a gRPC status: the code from [`Error::code`], the
+/// message the error's text.
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> tonic::Status {
+        tonic::Status::new(e.code(), e.to_string())
+    }
 }
 
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexus_proto::JobId;
+
+    #[test]
+    fn each_kind_of_failure_gets_its_code_and_keeps_its_text() {
+        let object = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "x".into() };
+        let cases = [
+            (Error::ObjectNotFound { object: object.clone() }, tonic::Code::NotFound),
+            (Error::Rule(RuleError::TooManyRails(65)), tonic::Code::InvalidArgument),
+            (Error::NoRequesterRails, tonic::Code::InvalidArgument),
+            (Error::Push { object: object.clone(), source: Box::new(plexus_dataplane::Error::Shutdown) }, tonic::Code::Unavailable),
+            (Error::object_io("cannot open", &object)(std::io::ErrorKind::PermissionDenied.into()), tonic::Code::Internal),
+        ];
+        for (e, code) in cases {
+            let text = e.to_string();
+            let status = tonic::Status::from(e);
+            assert_eq!((status.code(), status.message()), (code, text.as_str()));
+        }
+        assert_eq!(
+            Error::ObjectNotFound { object: object.clone() }.to_string(),
+            format!("object {object} is not in the cache of this worker")
+        );
+        assert_eq!(Error::Rule(RuleError::TooManyRails(65)).to_string(), "65 rail addresses; at most 64");
+    }
+}

@@ -70,6 +70,9 @@ pub struct Worker {
     attempt_tasks: TaskTracker,
     session_task: JoinHandle<()>,
     server_task: JoinHandle<Result<()>>,
+    /// The data-plane endpoint the session, the runner and the PeerService share; stopped and
+    /// awaited last, when nothing uses it any more.
+    rails: Arc<plexus_dataplane::Endpoint>,
 }
 
 impl Worker {
@@ -137,7 +140,7 @@ impl Worker {
             cache,
             runner,
             cpu: CpuSampler::new(),
-            rails,
+            rails: Arc::clone(&rails),
         };
         let session_task = tokio::spawn(session_loop.run(shutdown.child_token()));
         Ok(Worker {
@@ -150,6 +153,7 @@ impl Worker {
             attempt_tasks,
             session_task,
             server_task,
+            rails,
         })
     }
 
@@ -182,7 +186,8 @@ impl Worker {
     }
 
     /// Kills every running process group (the attempts report CANCELLED into a queue that is
-    /// not sent any more), stops talking to the coordinator and stops the PeerService.
+    /// not sent any more), stops talking to the coordinator, stops the PeerService, then stops
+    /// the data-plane endpoint and waits for its tasks.
     pub async fn shutdown(self) -> Result<()> {
         info!("worker shutting down");
         self.shutdown.cancel();
@@ -198,6 +203,7 @@ impl Worker {
                 server_task.abort();
             }
         }
+        self.rails.shutdown().await;
         info!("worker stopped");
         Ok(())
     }
@@ -218,6 +224,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             worker.attempt_tasks.close();
             worker.attempt_tasks.wait().await;
             let _ = worker.session_task.await;
+            worker.rails.shutdown().await;
             e
         }
     }

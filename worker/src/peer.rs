@@ -11,7 +11,11 @@
 //!   rails or the data-plane transfer failed.
 //!
 //! Object ids and attempts in requests are validated with `plexus_proto`'s typed ids before any
-//! path is built, so a request can never make the worker read outside its cache or log dirs.
+//! path is built, so a request can never make the worker read outside its cache or log dirs;
+//! rail addresses with the rules shared with the coordinator (`plexus_proto::rules`).
+//!
+//! Each handler is a method returning the crate's [`Error`]; the `PeerService` impl only turns
+//! that into a `Status` (`impl From<Error> for Status` in [`crate::error`] picks the code).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -22,6 +26,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
 use plexus_dataplane::PeerId;
+use plexus_proto::rules::parse_rails;
 use plexus_proto::{ObjectId, convert, pb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -62,9 +67,6 @@ pub const PIECE_BYTES: u64 = 64 << 20;
 /// The size header at the start of a transfer's first message.
 const SIZE_HEADER: usize = 8;
 
-/// The most rail addresses a `PushObject` request may name.
-const MAX_RAILS: usize = 64;
-
 /// A worker holding an object, as an assignment names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
@@ -91,57 +93,35 @@ impl PeerServer {
 impl PeerServer {
     /// Opens a cached object for sending, with its size. An open file stays readable even if
     /// the object is evicted while it is sent.
-    async fn open_object(&self, id: &ObjectId) -> Result<(tokio::fs::File, u64), Status> {
-        let not_found = || Status::not_found(format!("object {id} is not in the cache of this worker"));
+    async fn open_object(&self, id: &ObjectId) -> Result<(tokio::fs::File, u64)> {
+        let not_found = || Error::ObjectNotFound { object: id.clone() };
         if !self.cache.contains(id) {
             return Err(not_found());
         }
         let file = match tokio::fs::File::open(self.cache.path(id)).await {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
-            Err(e) => return Err(Status::internal(format!("cannot open object {id}: {e}"))),
+            Err(e) => return Err(Error::object_io("cannot open", id)(e)),
         };
-        let size = file
-            .metadata()
-            .await
-            .map_err(|e| Status::internal(format!("cannot read the size of object {id}: {e}")))?
-            .len();
+        let size = file.metadata().await.map_err(Error::object_io("cannot read the size of", id))?.len();
         Ok((file, size))
     }
-}
 
-/// Parses rail addresses from the network, naming the first bad one.
-pub fn parse_rails(list: &[String]) -> std::result::Result<Vec<SocketAddr>, String> {
-    if list.len() > MAX_RAILS {
-        return Err(format!("{} rail addresses; at most {MAX_RAILS}", list.len()));
-    }
-    list.iter()
-        .map(|r| r.parse::<SocketAddr>().map_err(|_| format!("rail address {r:?} is not ip:port")))
-        .collect()
-}
-
-type ChunkStream = Pin<Box<dyn Stream<Item = Result<pb::ObjectChunk, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl pb::peer_service_server::PeerService for PeerServer {
-    type FetchObjectStream = ChunkStream;
-
-    async fn fetch_object(&self, request: Request<pb::FetchObjectRequest>) -> Result<Response<ChunkStream>, Status> {
-        let id = convert::object_id("object_id", &request.get_ref().object_id)?;
+    /// `FetchObject`: the object as a stream of chunks.
+    async fn serve_fetch(&self, req: pb::FetchObjectRequest) -> Result<ChunkStream> {
+        let id = convert::object_id("object_id", &req.object_id)?;
         let (file, total_size) = self.open_object(&id).await?;
         debug!(object = %id, total_size, "serving object");
-        Ok(Response::new(chunks(file, total_size)))
+        Ok(chunks(file, id, total_size))
     }
 
-    async fn push_object(
-        &self,
-        request: Request<pb::PushObjectRequest>,
-    ) -> Result<Response<pb::PushObjectResponse>, Status> {
-        let req = request.into_inner();
+    /// `PushObject`: the object sent over the data plane to the requester's rails; answers once
+    /// every byte was acknowledged.
+    async fn serve_push(&self, req: pb::PushObjectRequest) -> Result<pb::PushObjectResponse> {
         let id = convert::object_id("object_id", &req.object_id)?;
-        let rails = parse_rails(&req.rails).map_err(Status::invalid_argument)?;
+        let rails = parse_rails(&req.rails)?;
         if rails.is_empty() {
-            return Err(Status::invalid_argument("PushObject needs the requester's rail addresses"));
+            return Err(Error::NoRequesterRails);
         }
         let (mut file, size) = self.open_object(&id).await?;
         debug!(object = %id, size, to = %rails[0], tag = req.tag, "pushing object over the rails");
@@ -156,54 +136,74 @@ impl pb::peer_service_server::PeerService for PeerServer {
                 piece.put_u64_le(size);
             }
             piece.resize(header + take as usize, 0);
-            file.read_exact(&mut piece[header..])
-                .await
-                .map_err(|e| Status::internal(format!("reading object {id}: {e}")))?;
+            file.read_exact(&mut piece[header..]).await.map_err(Error::object_io("reading", &id))?;
             self.rails
                 .send(&rails, req.tag, piece.freeze())
                 .await
-                .map_err(|e| Status::unavailable(format!("sending object {id} over the data plane: {e}")))?;
+                .map_err(|e| Error::Push { object: id.clone(), source: Box::new(e) })?;
             sent += take;
             first = false;
         }
-        Ok(Response::new(pb::PushObjectResponse { size }))
+        Ok(pb::PushObjectResponse { size })
     }
 
-    async fn read_log(&self, request: Request<pb::ReadLogRequest>) -> Result<Response<pb::ReadLogResponse>, Status> {
-        let req = request.into_inner();
+    /// `ReadLog`: the tails of an attempt's stdout and stderr.
+    async fn serve_read_log(&self, req: pb::ReadLogRequest) -> Result<pb::ReadLogResponse> {
         let attempt = convert::attempt("attempt", req.attempt.as_ref())?;
         let max = match req.max_bytes {
             0 => DEFAULT_LOG_BYTES,
             n => n.min(MAX_LOG_BYTES),
         };
         let (out_path, err_path) = self.layout.log_files(&attempt);
-        let read = |p: std::path::PathBuf| async move {
-            read_tail(&p, max).await.map_err(|e| Status::internal(format!("cannot read {}: {e}", p.display())))
-        };
+        let read = |p: std::path::PathBuf| async move { read_tail(&p, max).await.map_err(Error::io("cannot read", p)) };
         let (out, err) = (read(out_path).await?, read(err_path).await?);
         if out.is_none() && err.is_none() {
-            return Err(Status::not_found(format!("this worker has no logs for attempt {attempt}")));
+            return Err(Error::NoLogs { attempt });
         }
         let (stdout, cut_out) = out.unwrap_or_default();
         let (stderr, cut_err) = err.unwrap_or_default();
-        Ok(Response::new(pb::ReadLogResponse { stdout, stderr, truncated: cut_out || cut_err }))
+        Ok(pb::ReadLogResponse { stdout, stderr, truncated: cut_out || cut_err })
+    }
+}
+
+type ChunkStream = Pin<Box<dyn Stream<Item = Result<pb::ObjectChunk, Status>> + Send>>;
+
+/// The gRPC adapter: each call runs its handler above, and an error becomes a `Status` only here,
+/// through `impl From<Error> for Status`.
+#[tonic::async_trait]
+impl pb::peer_service_server::PeerService for PeerServer {
+    type FetchObjectStream = ChunkStream;
+
+    async fn fetch_object(&self, request: Request<pb::FetchObjectRequest>) -> Result<Response<ChunkStream>, Status> {
+        Ok(Response::new(self.serve_fetch(request.into_inner()).await?))
+    }
+
+    async fn push_object(
+        &self,
+        request: Request<pb::PushObjectRequest>,
+    ) -> Result<Response<pb::PushObjectResponse>, Status> {
+        Ok(Response::new(self.serve_push(request.into_inner()).await?))
+    }
+
+    async fn read_log(&self, request: Request<pb::ReadLogRequest>) -> Result<Response<pb::ReadLogResponse>, Status> {
+        Ok(Response::new(self.serve_read_log(request.into_inner()).await?))
     }
 }
 
 /// The chunks of an open file; the first carries `total_size` and is sent even when empty, so an
 /// empty object still tells its size. The stream is driven by the response itself, so no task is
 /// spawned and a client that goes away simply stops it.
-fn chunks(file: tokio::fs::File, total_size: u64) -> ChunkStream {
-    let state = Some((file, true));
+fn chunks(file: tokio::fs::File, id: ObjectId, total_size: u64) -> ChunkStream {
+    let state = Some((file, id, true));
     Box::pin(futures::stream::unfold(state, move |state| async move {
-        let (mut file, first) = state?;
+        let (mut file, id, first) = state?;
         let mut data = Vec::with_capacity(CHUNK_BYTES.min(total_size) as usize);
         match (&mut file).take(CHUNK_BYTES).read_to_end(&mut data).await {
-            Err(e) => Some((Err(Status::internal(format!("reading object: {e}"))), None)),
+            Err(e) => Some((Err(Status::from(Error::object_io("reading", &id)(e))), None)),
             Ok(0) if !first => None,
             Ok(_) => {
                 let chunk = pb::ObjectChunk { data, total_size: if first { total_size } else { 0 } };
-                Some((Ok(chunk), Some((file, false))))
+                Some((Ok(chunk), Some((file, id, false))))
             }
         }
     }))
@@ -382,6 +382,111 @@ mod tests {
         let src = scratch.join("scratch");
         std::fs::write(&src, data).unwrap();
         drop(cache.insert(id, &src).unwrap());
+    }
+
+    /// A PeerServer over a temp cache and log dir, with no gRPC server in front of it: the tests
+    /// below call its handlers directly, as tonic would.
+    async fn handlers() -> (tempfile::TempDir, PeerServer) {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let cache = Cache::open(layout.cache_dir(), 1 << 30).unwrap();
+        let rails = Arc::new(plexus_dataplane::Endpoint::bind(Default::default()).await.unwrap());
+        (dir, PeerServer::new(cache, layout, rails))
+    }
+
+    /// The status of a call that must fail (the streaming response is not `Debug`, so no
+    /// `unwrap_err`).
+    fn refused<T>(r: Result<Response<T>, Status>) -> Status {
+        match r {
+            Ok(_) => panic!("the call succeeded"),
+            Err(status) => status,
+        }
+    }
+
+    fn absent_object() -> ObjectId {
+        ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "absent".into() }
+    }
+
+    #[tokio::test]
+    async fn handler_unknown_object_is_not_found_and_named() {
+        use pb::peer_service_server::PeerService;
+        let (_dir, server) = handlers().await;
+        let id = absent_object();
+        let status = refused(server.fetch_object(Request::new(pb::FetchObjectRequest { object_id: id.to_string() })).await);
+        assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+        assert_eq!(status.message(), format!("object {id} is not in the cache of this worker"));
+        let push = pb::PushObjectRequest { object_id: id.to_string(), rails: vec!["127.0.0.1:1".into()], tag: 1 };
+        let status = refused(server.push_object(Request::new(push)).await);
+        assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+        assert!(status.message().contains(&id.to_string()), "{status:?}");
+    }
+
+    #[tokio::test]
+    async fn handler_malformed_object_id_is_invalid_and_names_the_field() {
+        use pb::peer_service_server::PeerService;
+        let (_dir, server) = handlers().await;
+        for bad in ["../../etc/passwd", "", "job-x/gen/0/out"] {
+            let req = pb::FetchObjectRequest { object_id: bad.into() };
+            let status = refused(server.fetch_object(Request::new(req)).await);
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad:?}: {status:?}");
+            assert!(status.message().starts_with("field object_id: "), "{bad:?}: {status:?}");
+            let req = pb::PushObjectRequest { object_id: bad.into(), rails: vec!["127.0.0.1:1".into()], tag: 1 };
+            let status = refused(server.push_object(Request::new(req)).await);
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad:?}: {status:?}");
+            assert!(status.message().starts_with("field object_id: "), "{bad:?}: {status:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn handler_bad_rails_are_invalid_and_named() {
+        use pb::peer_service_server::PeerService;
+        let (_dir, server) = handlers().await;
+        let id = absent_object();
+        let push = |rails: Vec<String>| Request::new(pb::PushObjectRequest { object_id: id.to_string(), rails, tag: 1 });
+        let many = vec!["127.0.0.1:1".to_string(); plexus_proto::rules::MAX_RAILS + 1];
+        let cases = [
+            (many, "65 rail addresses; at most 64".to_string()),
+            (vec!["127.0.0.1:1".into(), "eth0".into()], "rail address \"eth0\" is not ip:port".to_string()),
+            (vec![], "PushObject needs the requester's rail addresses".to_string()),
+        ];
+        for (rails, message) in cases {
+            // The rails are checked before the cache is looked at: the object is absent, yet the
+            // answer is about the rails.
+            let status = refused(server.push_object(push(rails)).await);
+            assert_eq!((status.code(), status.message()), (tonic::Code::InvalidArgument, message.as_str()));
+        }
+    }
+
+    #[tokio::test]
+    async fn handler_read_log_of_an_unknown_attempt_is_not_found() {
+        use pb::peer_service_server::PeerService;
+        let (_dir, server) = handlers().await;
+        let attempt = AttemptRef { job: JobId::random(), task: "train".into(), rank: 1, attempt: 2 };
+        let req = pb::ReadLogRequest { attempt: Some(pb::AttemptRef::from(&attempt)), max_bytes: 0 };
+        let status = refused(server.read_log(Request::new(req)).await);
+        assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+        assert_eq!(status.message(), format!("this worker has no logs for attempt {attempt}"));
+        let status = refused(server.read_log(Request::new(pb::ReadLogRequest { attempt: None, max_bytes: 0 })).await);
+        assert_eq!((status.code(), status.message()), (tonic::Code::InvalidArgument, "field attempt is missing"));
+    }
+
+    #[tokio::test]
+    async fn handler_streams_a_present_object_byte_for_byte() {
+        use futures::StreamExt;
+        use pb::peer_service_server::PeerService;
+        let (dir, server) = handlers().await;
+        // Two and a half chunks, with a pattern that shows any reordering or loss.
+        let data: Vec<u8> = (0..(2 * CHUNK_BYTES + CHUNK_BYTES / 2)).map(|i| (i % 241) as u8).collect();
+        let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 1, name: "numbers".into() };
+        put(&server.cache, dir.path(), &id, &data);
+        let response = server.fetch_object(Request::new(pb::FetchObjectRequest { object_id: id.to_string() })).await;
+        let Ok(response) = response else { panic!("fetching a present object failed: {:?}", response.err()) };
+        let chunks: Vec<pb::ObjectChunk> = response.into_inner().map(Result::unwrap).collect().await;
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(chunks[0].total_size, data.len() as u64, "the first chunk carries the size");
+        assert!(chunks[1..].iter().all(|c| c.total_size == 0));
+        let got: Vec<u8> = chunks.into_iter().flat_map(|c| c.data).collect();
+        assert!(got == data, "the object came back with other bytes");
     }
 
     #[tokio::test]

@@ -32,9 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use plexus_dataplane::{Algorithm, CollectiveConfig, Communicator, DType, ReduceOp};
+use plexus_dataplane::{CollectiveConfig, Communicator};
 use plexus_proto::ids::{check_output_name, check_task_name};
-use plexus_proto::{AttemptRef, ObjectId, convert, now_ms, pb};
+use plexus_proto::rules::{check_env_key, is_collective, parse_rails};
+use plexus_proto::{Algorithm, AttemptRef, DType, ObjectId, ReduceOp, convert, now_ms, pb};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -66,9 +67,6 @@ pub struct Work {
     pub env: Vec<(String, String)>,
 }
 
-/// The kinds built into the worker that run as a collective member.
-pub const COLLECTIVE_KINDS: &[&str] = &["allreduce", "reduce"];
-
 /// A collective member's part: what it reduces and with whom.
 #[derive(Debug, Clone)]
 pub struct CollectiveWork {
@@ -91,7 +89,7 @@ impl CollectiveWork {
             .members
             .iter()
             .enumerate()
-            .map(|(r, m)| match peer::parse_rails(&m.rails) {
+            .map(|(r, m)| match parse_rails(&m.rails) {
                 Ok(rails) if !rails.is_empty() => Ok(rails),
                 Ok(_) => Err(invalid(format!("collective member {r} has no rails"))),
                 Err(e) => Err(invalid(format!("collective member {r}: {e}"))),
@@ -107,12 +105,14 @@ impl CollectiveWork {
             "reduce" => Some(c.root as usize),
             _ => None,
         };
-        let named = |what: &str, e: plexus_dataplane::Error| invalid(format!("collective {what}: {e}"));
+        // The names are parsed with the enums of `plexus_proto::collective`, which the data plane
+        // re-exports: one spelling of each name across job files, coordinator, worker and wire.
+        let named = |field: &'static str| move |source| Error::CollectiveName { field, source };
         Ok(CollectiveWork {
             root,
-            dtype: c.dtype.parse().map_err(|e| named("dtype", e))?,
-            op: c.op.parse().map_err(|e| named("op", e))?,
-            algorithm: c.algorithm.parse().map_err(|e| named("algorithm", e))?,
+            dtype: c.dtype.parse().map_err(named("dtype"))?,
+            op: c.op.parse().map_err(named("op"))?,
+            algorithm: c.algorithm.parse().map_err(named("algorithm"))?,
             members,
             tag: c.tag,
         })
@@ -135,7 +135,7 @@ impl Work {
     /// environment variable.
     pub fn from_pb(attempt: AttemptRef, mut a: pb::Assignment) -> Result<Work> {
         let invalid = |m: String| Err(Error::InvalidAssignment(m));
-        let collective = if COLLECTIVE_KINDS.contains(&a.kind.as_str()) {
+        let collective = if is_collective(&a.kind) {
             if a.inputs.len() != 1 || a.outputs.len() != 1 {
                 return invalid(format!(
                     "a {} member needs one input and one output, not {} and {}",
@@ -181,15 +181,17 @@ impl Work {
             } else {
                 i.sources
                     .into_iter()
-                    .map(|h| peer::Source { rails: peer::parse_rails(&h.rails).unwrap_or_default(), peer_addr: h.peer_addr })
+                    .map(|h| peer::Source { rails: parse_rails(&h.rails).unwrap_or_default(), peer_addr: h.peer_addr })
                     .collect()
             };
             inputs.push(Input { id, task, rank, name, holders });
         }
         let mut env: Vec<(String, String)> = a.env.into_iter().collect();
         env.sort();
-        if let Some((k, _)) = env.iter().find(|(k, _)| k.is_empty() || k.contains('=') || k.contains('\0')) {
-            return invalid(format!("environment variable name {k:?} is not valid"));
+        // The coordinator refuses these at submit; the worker checks again rather than trust
+        // the network with what becomes its child's environment.
+        for (k, _) in &env {
+            check_env_key(k).map_err(Error::AssignmentRule)?;
         }
         if let Some((k, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
             return invalid(format!("environment variable {k} contains a NUL byte"));
@@ -243,8 +245,9 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn failed(error: impl Into<String>, started_at: u64, exit_code: i32) -> Outcome {
-        Outcome { state: pb::SubtaskState::Failed, exit_code, error: error.into(), started_at, outputs: Vec::new() }
+    /// A FAILED attempt; the report's `error` is the error's text.
+    fn failed(error: Error, started_at: u64, exit_code: i32) -> Outcome {
+        Outcome { state: pb::SubtaskState::Failed, exit_code, error: error.to_string(), started_at, outputs: Vec::new() }
     }
 }
 
@@ -276,7 +279,7 @@ impl Runner {
             }
         };
         let attempts = &self.ctx.attempts;
-        if !a.kind.is_empty() && !COLLECTIVE_KINDS.contains(&a.kind.as_str()) {
+        if !a.kind.is_empty() && !is_collective(&a.kind) {
             let now = now_ms();
             let r = match a.kind.as_str() {
                 "noop" => pb::TaskReport { started_at: now, finished_at: now, ..report(&attempt, pb::SubtaskState::Succeeded) },
@@ -376,7 +379,7 @@ impl Ctx {
         let a = &work.attempt;
         let (in_dir, out_dir) = (workdir.join("in"), workdir.join("out"));
         if let Err(e) = prepare_work_dir(workdir, &in_dir, &out_dir).await {
-            return Outcome::failed(e.to_string(), 0, NO_EXIT_CODE);
+            return Outcome::failed(e, 0, NO_EXIT_CODE);
         }
         let materialised = tokio::select! {
             biased;
@@ -401,7 +404,7 @@ impl Ctx {
         let (out_log, err_log) = self.layout.log_files(a);
         let (stdout, stderr) = match open_logs(&out_log, &err_log) {
             Ok(files) => files,
-            Err(e) => return Outcome::failed(e.to_string(), started_at, NO_EXIT_CODE),
+            Err(e) => return Outcome::failed(e, started_at, NO_EXIT_CODE),
         };
         if let Some(c) = &work.collective {
             let ran = self.collective(work, c, &in_dir, &out_dir, stdout, cancel).await;
@@ -410,8 +413,8 @@ impl Ctx {
                     Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code: 0, error: String::new(), started_at, outputs },
                     Err(e) => Outcome::failed(e, started_at, NO_EXIT_CODE),
                 },
-                Err(None) => self.cancelled(started_at, NO_EXIT_CODE),
-                Err(Some(e)) => Outcome::failed(e, started_at, NO_EXIT_CODE),
+                Err(Error::Cancelled) => self.cancelled(started_at, NO_EXIT_CODE),
+                Err(e) => Outcome::failed(e, started_at, NO_EXIT_CODE),
             };
         }
         let program = &work.argv[0];
@@ -436,7 +439,7 @@ impl Ctx {
             .kill_on_drop(true);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
-            Err(e) => return Outcome::failed(format!("could not start {program:?}: {e}"), started_at, NO_EXIT_CODE),
+            Err(source) => return Outcome::failed(Error::Spawn { program: program.clone(), source }, started_at, NO_EXIT_CODE),
         };
         // With process_group(0) the group id is the leader's pid.
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
@@ -464,29 +467,25 @@ impl Ctx {
         };
         let status = match status {
             Ok(s) => s,
-            Err(e) => return Outcome::failed(format!("could not wait for the process: {e}"), started_at, NO_EXIT_CODE),
+            Err(e) => return Outcome::failed(Error::Wait(e), started_at, NO_EXIT_CODE),
         };
         let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
         match end {
             End::TimedOut => {
-                let limit = work.timeout.unwrap_or_default();
-                Outcome::failed(format!("timed out after {limit:?}"), started_at, exit_code)
+                let after = work.timeout.unwrap_or_default();
+                Outcome::failed(Error::TimedOut { after }, started_at, exit_code)
             }
             End::Cancelled => self.cancelled(started_at, exit_code),
-            End::Exited => match (status.code(), status.signal()) {
-                (Some(0), _) => match self.collect_outputs(work, &out_dir, acct, pins) {
-                    Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code, error: String::new(), started_at, outputs },
-                    Err(e) => Outcome::failed(e, started_at, exit_code),
-                },
-                (Some(code), _) => Outcome::failed(format!("exit code {code}"), started_at, exit_code),
-                (None, Some(sig)) => Outcome::failed(format!("killed by signal {sig}"), started_at, exit_code),
-                (None, None) => Outcome::failed(format!("ended with {status}"), started_at, exit_code),
+            End::Exited if status.success() => match self.collect_outputs(work, &out_dir, acct, pins) {
+                Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code, error: String::new(), started_at, outputs },
+                Err(e) => Outcome::failed(e, started_at, exit_code),
             },
+            End::Exited => Outcome::failed(Error::Exit { status }, started_at, exit_code),
         }
     }
 
     /// Runs a collective member: reads its input, joins the gang's communicator on this worker's
-    /// data plane, and writes the result as its output. `Err(None)` means cancelled.
+    /// data plane, and writes the result as its output. [`Error::Cancelled`] when cancelled.
     async fn collective(
         &self,
         work: &Work,
@@ -495,25 +494,19 @@ impl Ctx {
         out_dir: &Path,
         mut log: std::fs::File,
         cancel: &CancellationToken,
-    ) -> Result<(), Option<String>> {
+    ) -> Result<()> {
         use std::io::Write as _;
         let a = &work.attempt;
         let input = &work.inputs[0];
         let output = &work.outputs[0];
         let path = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
-        let data = tokio::fs::read(&path).await.map_err(|e| Some(format!("could not read input {}: {e}", input.id)))?;
+        let data = tokio::fs::read(&path).await.map_err(|source| Error::ReadInput { object: input.id.clone(), source })?;
         if data.len() % c.dtype.size() != 0 {
-            return Err(Some(format!(
-                "input {} has {} bytes, not a whole number of {} elements ({} bytes each)",
-                input.id,
-                data.len(),
-                c.dtype,
-                c.dtype.size()
-            )));
+            return Err(Error::InputShape { object: input.id.clone(), len: data.len(), dtype: c.dtype });
         }
         let cfg = CollectiveConfig { algorithm: c.algorithm, ..CollectiveConfig::default() };
         let comm = Communicator::new(Arc::clone(&self.rails), c.members.clone(), a.rank as usize, c.tag, cfg)
-            .map_err(|e| Some(format!("could not form the communicator: {e}")))?;
+            .map_err(Error::Communicator)?;
         let kind = if c.root.is_some() { "reduce" } else { "allreduce" };
         let len = data.len();
         let started = std::time::Instant::now();
@@ -525,16 +518,16 @@ impl Ctx {
         };
         let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
         let result = tokio::select! {
-            r = run => r.map_err(|e| Some(format!("{kind} failed: {e}")))?,
-            () = sleep_until(deadline) => return Err(Some(format!("timed out after {:?}", work.timeout.unwrap_or_default()))),
-            () = cancel.cancelled() => return Err(None),
+            r = run => r.map_err(|source| Error::Collective { kind, source })?,
+            () = sleep_until(deadline) => return Err(Error::TimedOut { after: work.timeout.unwrap_or_default() }),
+            () = cancel.cancelled() => return Err(Error::Cancelled),
         };
         let took = started.elapsed();
         let dest = out_dir.join(output);
         let written = result.as_ref().map_or(0, Bytes::len);
         tokio::fs::write(&dest, result.unwrap_or_default())
             .await
-            .map_err(|e| Some(format!("could not write output {output:?}: {e}")))?;
+            .map_err(|source| Error::WriteOutput { name: output.clone(), source })?;
         let p = comm.last_profile();
         let members = c.members.len();
         // The member's log: what ran and where its time went, for `plexus logs`.
@@ -569,7 +562,7 @@ impl Ctx {
         in_dir: &Path,
         acct: &mut Accounting,
         pins: &mut Vec<Pin>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         for input in inputs {
             let pin = match self.cache.pin(&input.id) {
                 Some(pin) => pin,
@@ -577,7 +570,7 @@ impl Ctx {
             };
             let dest = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
             link_or_copy(&self.cache.path(&input.id), &dest)
-                .map_err(|e| format!("could not place input {} at {}: {e}", input.id, dest.display()))?;
+                .map_err(|source| Error::PlaceInput { object: input.id.clone(), dest: dest.clone(), source })?;
             pins.push(pin);
         }
         Ok(())
@@ -585,9 +578,9 @@ impl Ctx {
 
     /// Fetches an input from the first holder that can serve it, into the cache: over the data
     /// plane when the holder has rails, else (or when that fails) as a gRPC stream.
-    async fn fetch(&self, input: &Input, acct: &mut Accounting) -> Result<Pin, String> {
+    async fn fetch(&self, input: &Input, acct: &mut Accounting) -> Result<Pin> {
         let started = std::time::Instant::now();
-        let mut last_error = "no holder was given".to_string();
+        let mut last_error = Error::NoHolder;
         let mut pin = None;
         for holder in &input.holders {
             let url = &holder.peer_addr;
@@ -601,7 +594,7 @@ impl Ctx {
                     }
                     Err(e) => {
                         warn!(object = %input.id, holder = url, error = %e, "data-plane fetch failed; trying gRPC");
-                        last_error = format!("{url}: {e}");
+                        last_error = Error::Holder { url: url.clone(), source: Box::new(e) };
                     }
                 }
             }
@@ -613,7 +606,7 @@ impl Ctx {
                         Ok(f) => (f, tmp),
                         Err(e) => {
                             debug!(object = %input.id, holder = url, error = %e, "fetch from holder failed");
-                            last_error = format!("{url}: {e}");
+                            last_error = Error::Holder { url: url.clone(), source: Box::new(e) };
                             continue;
                         }
                     }
@@ -626,11 +619,11 @@ impl Ctx {
                     pin = Some(ins.pin);
                     break;
                 }
-                Err(e) => last_error = e.to_string(),
+                Err(e) => last_error = e,
             }
         }
         acct.fetch_ms += u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        pin.ok_or_else(|| format!("could not fetch input {}: {last_error}", input.id))
+        pin.ok_or_else(|| Error::FetchInput { object: input.id.clone(), source: Box::new(last_error) })
     }
 
     /// Checks that every declared output was written, then moves them all into the cache.
@@ -640,13 +633,13 @@ impl Ctx {
         out_dir: &Path,
         acct: &mut Accounting,
         pins: &mut Vec<Pin>,
-    ) -> Result<Vec<pb::ObjectInfo>, String> {
+    ) -> Result<Vec<pb::ObjectInfo>> {
         // Check them all first, so a failed attempt leaves nothing in the cache.
         for name in &work.outputs {
             match std::fs::symlink_metadata(out_dir.join(name)) {
                 Ok(m) if m.is_file() => {}
-                Ok(_) => return Err(format!("declared output {name:?} is not a regular file")),
-                Err(_) => return Err(format!("declared output {name:?} was not written")),
+                Ok(_) => return Err(Error::OutputNotFile { name: name.clone() }),
+                Err(_) => return Err(Error::OutputMissing { name: name.clone() }),
             }
         }
         let a = &work.attempt;
@@ -656,7 +649,7 @@ impl Ctx {
             let ins = self
                 .cache
                 .insert(&id, &out_dir.join(name))
-                .map_err(|e| format!("could not move output {name:?} into the cache: {e}"))?;
+                .map_err(|e| Error::StoreOutput { name: name.clone(), source: Box::new(e) })?;
             acct.evicted_bytes += ins.evicted_bytes;
             infos.push(pb::ObjectInfo { object_id: id.to_string(), size: ins.size });
             pins.push(ins.pin);
@@ -895,6 +888,38 @@ mod tests {
             tries += 1;
         }
         assert!(process_gone(bg), "background process {bg} survived the timeout");
+    }
+
+    /// The timeout is measured on the runtime's clock: with the clock paused, an hour's limit is
+    /// reached as soon as the runtime has nothing else to do, the clock jumping to the deadline
+    /// while the process sleeps. (The test above keeps real time: it needs the shell to have
+    /// started its background process before the limit.)
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_is_measured_on_the_runtime_clock() {
+        let f = fixture().await;
+        let mut w = work(&attempt(JobId::random(), "hour"), vec!["sleep".into(), "100000".into()]);
+        w.timeout = Some(Duration::from_secs(3600));
+        let started = Instant::now();
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Failed);
+        assert_eq!(r.error, "timed out after 3600s");
+        assert_eq!(r.exit_code, 128 + libc::SIGKILL);
+        assert!(started.elapsed() >= Duration::from_secs(3600), "the limit was waited for on the runtime's clock");
+    }
+
+    #[test]
+    fn env_keys_are_checked_with_the_shared_rule() {
+        let a = attempt(JobId::random(), "env");
+        let base = pb::Assignment { attempt: Some(pb::AttemptRef::from(&a)), command: sh("true"), ..Default::default() };
+        let with_key = |k: &str| pb::Assignment { env: HashMap::from([(k.to_string(), "v".to_string())]), ..base.clone() };
+        assert!(Work::from_pb(a.clone(), with_key("OMP_NUM_THREADS")).is_ok());
+        for (key, text) in [
+            ("PLEXUS_OUT", "invalid assignment: env key \"PLEXUS_OUT\" is reserved (PLEXUS_* are set by the worker)"),
+            ("A=B", "invalid assignment: env key \"A=B\" is not a valid variable name"),
+            ("", "invalid assignment: env key \"\" is not a valid variable name"),
+        ] {
+            assert_eq!(Work::from_pb(a.clone(), with_key(key)).unwrap_err().to_string(), text);
+        }
     }
 
     #[tokio::test]

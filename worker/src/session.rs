@@ -12,7 +12,9 @@
 //! The loops are futures of one `select!`, not spawned tasks, so when one fails the others are
 //! dropped with it; a report batch in flight then goes back to its queue. Any failure (connect,
 //! RPC error or timeout, stream end, `reregister`) starts a new connection after a backoff of
-//! 200 ms doubling to 2 s, reset by every successful registration.
+//! 200 ms doubling to 2 s, reset by every successful registration ([`Backoff`] is that schedule;
+//! `reconnect` the loop, which takes the connection as a parameter so it runs in tests without a
+//! coordinator, on paused time).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,44 +73,94 @@ pub struct Session {
     pub rails: Arc<plexus_dataplane::Endpoint>,
 }
 
+/// The reconnect delays: [`INITIAL_BACKOFF`] doubling to [`MAX_BACKOFF`], back to the start
+/// after every successful registration. Pure: the caller sleeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff { next: INITIAL_BACKOFF }
+    }
+}
+
+impl Backoff {
+    /// The delay before the next reconnect; the one after it is twice as long, up to the cap.
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(MAX_BACKOFF);
+        delay
+    }
+
+    /// A registration succeeded: the next failure is retried quickly again.
+    pub fn reset(&mut self) {
+        self.next = INITIAL_BACKOFF;
+    }
+}
+
+/// How one connection to the coordinator ended.
+#[derive(Debug)]
+struct Ended {
+    /// Whether `Register` had succeeded before it ended (which resets the back-off).
+    registered: bool,
+    error: Error,
+}
+
+/// Runs `connection` again and again until `shutdown` is cancelled, waiting the [`Backoff`]
+/// between one connection's end and the next one's start.
+async fn reconnect<F, Fut>(shutdown: &CancellationToken, coordinator: &str, mut connection: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Ended>,
+{
+    let mut backoff = Backoff::default();
+    // Whether "not connected" was already logged at info since the last registration.
+    let mut announced = false;
+    loop {
+        let Ended { registered, error } = tokio::select! {
+            () = shutdown.cancelled() => return,
+            ended = connection() => ended,
+        };
+        if registered {
+            backoff.reset();
+        }
+        let retry_in = backoff.next_delay();
+        // Log connection changes at info, and repeated failures to reconnect only at debug,
+        // so a coordinator that is down for an hour does not flood the log.
+        if registered || !announced {
+            info!(coordinator = %coordinator, %error, ?retry_in, "not connected to the coordinator");
+            announced = true;
+        } else {
+            debug!(coordinator = %coordinator, %error, ?retry_in, "still not connected to the coordinator");
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(retry_in) => {}
+        }
+    }
+}
+
 impl Session {
     /// Talks to the coordinator until `shutdown` is cancelled, reconnecting forever.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut backoff = INITIAL_BACKOFF;
-        // Whether "not connected" was already logged at info since the last registration.
-        let mut announced = false;
-        loop {
-            let mut registered = false;
-            let result = tokio::select! {
-                () = shutdown.cancelled() => return,
-                r = self.connection(&mut registered) => r,
-            };
-            if registered {
-                backoff = INITIAL_BACKOFF;
-            }
-            let err = match result {
-                Ok(never) => match never {},
-                Err(e) => e,
-            };
-            // Log connection changes at info, and repeated failures to reconnect only at debug,
-            // so a coordinator that is down for an hour does not flood the log.
-            if registered || !announced {
-                info!(coordinator = %self.coordinator, error = %err, retry_in = ?backoff, "not connected to the coordinator");
-                announced = true;
-            } else {
-                debug!(coordinator = %self.coordinator, error = %err, retry_in = ?backoff, "still not connected to the coordinator");
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
+        reconnect(&shutdown, &self.coordinator, || self.connection()).await;
+    }
+
+    /// One connection, to its end.
+    async fn connection(&self) -> Ended {
+        let mut registered = false;
+        let error = match self.connect_and_serve(&mut registered).await {
+            Ok(never) => match never {},
+            Err(e) => e,
+        };
+        Ended { registered, error }
     }
 
     /// One connection; returns only with the error that ended it. Sets `registered` once
     /// `Register` succeeded.
-    async fn connection(&self, registered: &mut bool) -> Result<std::convert::Infallible> {
+    async fn connect_and_serve(&self, registered: &mut bool) -> Result<std::convert::Infallible> {
         let endpoint = Endpoint::from_shared(self.coordinator.clone())
             .map_err(Error::connect(&self.coordinator))?
             .connect_timeout(CONNECT_TIMEOUT)
@@ -250,4 +302,60 @@ async fn with_timeout<T>(
     fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
 ) -> Result<T> {
     tokio::time::timeout(after, fut).await.map_err(|_| Error::Timeout { call, after })?.map_err(Error::rpc(call))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tokio::time::Instant;
+
+    #[test]
+    fn the_backoff_doubles_to_its_cap_and_resets() {
+        let mut b = Backoff::default();
+        let ms = |b: &mut Backoff| b.next_delay().as_millis();
+        assert_eq!([ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b)], [200, 400, 800, 1600, 2000, 2000]);
+        b.reset();
+        assert_eq!([ms(&mut b), ms(&mut b)], [200, 400]);
+    }
+
+    /// The loop itself, on paused time: connections that fail at once are retried after 200 ms,
+    /// 400 ms, … up to 2 s; one that had registered makes the next retry quick again. No
+    /// coordinator and no sleeping: the clock jumps from one retry to the next.
+    #[tokio::test(start_paused = true)]
+    async fn reconnects_follow_the_backoff_schedule() {
+        let shutdown = CancellationToken::new();
+        let starts: Mutex<Vec<Instant>> = Mutex::default();
+        let t0 = Instant::now();
+        // The seventh connection registers before it fails; the tenth is the last one.
+        reconnect(&shutdown, "http://coordinator.test", || {
+            let mut starts = starts.lock().unwrap();
+            starts.push(Instant::now());
+            let n = starts.len();
+            if n == 10 {
+                shutdown.cancel();
+            }
+            std::future::ready(Ended { registered: n == 7, error: Error::StreamClosed })
+        })
+        .await;
+        let starts = starts.into_inner().unwrap();
+        let gaps: Vec<u128> = starts.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        assert_eq!(starts[0], t0, "the first connection is made at once");
+        assert_eq!(gaps, [200, 400, 800, 1600, 2000, 2000, 200, 400, 800]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_ends_the_wait_between_connections() {
+        let shutdown = CancellationToken::new();
+        let t0 = Instant::now();
+        let stop = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            shutdown.cancel();
+        };
+        let run = reconnect(&shutdown, "http://coordinator.test", || {
+            std::future::ready(Ended { registered: false, error: Error::StreamClosed })
+        });
+        tokio::join!(run, stop);
+        assert_eq!(t0.elapsed(), Duration::from_millis(50), "the 200 ms back-off was cut short");
+    }
 }

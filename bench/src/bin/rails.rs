@@ -87,7 +87,8 @@ impl Opts {
                     o.scheds = val()?
                         .split(',')
                         .map(str::parse)
-                        .collect::<Result<_, _>>()?
+                        .collect::<Result<_, plexus_dataplane::Error>>()
+                        .map_err(|e| e.to_string())?
                 }
                 "--repeat" => {
                     o.repeat = val()?

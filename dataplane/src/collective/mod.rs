@@ -5,8 +5,8 @@
 //! * [`plan`] — the pure round/slice plan: which ranges each rank sends and receives, in which
 //!   order, for the seed's pipelined recursive halving and for the ring. Tested exhaustively on
 //!   symbolic data.
-//! * [`ops`] — [`DType`], [`ReduceOp`], [`Algorithm`] (parsed from their names) and the
-//!   reduction kernels over raw little-endian bytes.
+//! * [`DType`], [`ReduceOp`], [`Algorithm`] and the reduction kernels are `crate::elem`'s
+//!   (the transport's posted reductions run the same kernels), re-exported here.
 //! * this module — the [`Communicator`] and the `Executor` that runs a plan on an
 //!   [`Endpoint`], in one working buffer.
 //!
@@ -22,7 +22,6 @@
 //! tells every other rank (an abort message in the same tag space), so a failure anywhere ends
 //! the collective everywhere.
 
-pub mod ops;
 pub mod plan;
 
 use std::net::SocketAddr;
@@ -34,13 +33,14 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-pub use ops::{Algorithm, DType, Element, ReduceOp, reduce_from, reduce_into};
+pub use crate::elem::{Algorithm, DType, Element, ReduceOp, reduce_from, reduce_into};
 pub use plan::{Kind, MAX_SLICES, PlanParams, Step};
 
+use crate::elem::{from_bytes, to_bytes};
 use crate::endpoint::{Endpoint, Landed, Posted};
 use crate::error::{Error, Result};
+use crate::peer_id::PeerId;
 use crate::shared_buf::SharedBuf;
-use crate::wire::PeerId;
 
 /// Tags a communicator uses: `[tag_base, tag_base + TAG_SPAN)`. Bits 32..56 number the
 /// collective (wrapping), bits 0..32 the message within it. Give each communicator that may
@@ -399,7 +399,9 @@ impl Communicator {
                 posted: Vec::new(),
             };
             let r = ex.execute(&mut prof).await;
-            ex.withdraw_posts();
+            // Withdraws the posts no message claimed; dropping `run`'s future mid-way does the
+            // same (see `Drop for Executor`).
+            drop(ex);
             r
         };
         prof.total = started.elapsed();
@@ -774,6 +776,18 @@ impl Executor<'_> {
     }
 }
 
+/// Whichever way the collective ends — finished, failed, or its future dropped mid-way (the
+/// caller's timeout, a cancelled task) — the receives it posted and no message claimed are
+/// withdrawn from the endpoint: each holds the working buffer, and a stale post would keep it
+/// alive for as long as the endpoint lives. (A post a message already claimed is left to that
+/// message, which holds its own reference to the buffer until it is delivered.) The sender task
+/// is aborted by its own guard, `SenderTask`.
+impl Drop for Executor<'_> {
+    fn drop(&mut self) {
+        self.withdraw_posts();
+    }
+}
+
 /// Aborts the sender task when the collective ends early (its owner is the executor).
 struct SenderTask(JoinHandle<Result<()>>);
 
@@ -915,7 +929,6 @@ fn describe_hello(b: &[u8]) -> String {
     let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
     let mut len = [0u8; 8];
     len.copy_from_slice(&b[4..12]);
-    let name = |all: &[&'static str], i: u8| all.get(usize::from(i)).copied().unwrap_or("?");
     let root = u32_at(16);
     format!(
         "{} {} elements of {} by {} ({}, {} slices, {} ranks)",
@@ -925,26 +938,62 @@ fn describe_hello(b: &[u8]) -> String {
             format!("reduce to rank {root} of")
         },
         u64::from_le_bytes(len),
-        name(&["f32", "f64", "i32", "i64"], b[12]),
-        name(&["sum", "min", "max", "prod"], b[13]),
-        name(&["halving", "ring"], b[14]),
+        DType::from_code(b[12]).map_or("?", DType::name),
+        ReduceOp::from_code(b[13]).map_or("?", ReduceOp::name),
+        Algorithm::from_code(b[14]).map_or("?", Algorithm::name),
         u32_at(20),
         u32_at(24),
     )
 }
 
-fn to_bytes<T: Element>(buf: &[T]) -> Vec<u8> {
-    let n = T::DTYPE.size();
-    let mut raw = vec![0u8; buf.len() * n];
-    for (x, c) in buf.iter().zip(raw.chunks_exact_mut(n)) {
-        x.to_le(c);
-    }
-    raw
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::EndpointConfig;
 
-fn from_bytes<T: Element>(raw: &[u8], buf: &mut [T]) {
-    let n = T::DTYPE.size();
-    for (x, c) in buf.iter_mut().zip(raw.chunks_exact(n)) {
-        *x = T::from_le(c);
+    /// A collective whose future is dropped while it waits for a peer that never sends (a
+    /// caller's timeout, a cancelled task) leaves no posted receive in the endpoint, and
+    /// nothing there keeps its working buffer alive.
+    #[tokio::test]
+    async fn a_cancelled_collective_withdraws_its_posts_and_releases_its_buffer() {
+        let a = Arc::new(Endpoint::bind(EndpointConfig::default()).await.unwrap());
+        // Rank 1's endpoint acknowledges what rank 0 sends but never joins the collective.
+        let b = Endpoint::bind(EndpointConfig::default()).await.unwrap();
+        let ranks = vec![a.local_addrs(), b.local_addrs()];
+        let comm = Communicator::new(a.clone(), ranks, 0, 0, CollectiveConfig::default()).unwrap();
+        let work = Arc::new(SharedBuf::from_vec(vec![0u8; 1 << 20]));
+
+        let posted = async {
+            while a.posted_receives() == 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::select! {
+            r = comm.run(Kind::Allreduce, work.clone(), DType::F32, ReduceOp::Sum) => {
+                panic!("the collective ended without its peer: {:?}", r.err());
+            }
+            () = posted => {}
+        }
+        // The collective's future is dropped here, mid-way, with its receives posted.
+        assert_eq!(
+            a.posted_receives(),
+            0,
+            "the cancelled collective's posts were withdrawn"
+        );
+
+        // The sends it had started are abandoned; the transport lets go of their views of the
+        // buffer once their segments are answered (real sockets: this waits for I/O, not for a
+        // timeout).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Arc::strong_count(&work) > 1 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            Arc::strong_count(&work),
+            1,
+            "nothing but the test holds the working buffer"
+        );
+        assert_eq!(a.posted_receives(), 0);
+        b.shutdown().await;
     }
 }

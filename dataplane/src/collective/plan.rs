@@ -30,7 +30,7 @@
 
 use std::ops::Range;
 
-use super::Algorithm;
+use crate::elem::Algorithm;
 
 /// Most slices per message range: the slice index lives in the low 12 bits of a step tag.
 pub const MAX_SLICES: usize = 1 << SLICE_BITS;

@@ -11,11 +11,12 @@ use bytes::BytesMut;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::collective::{DType, ReduceOp};
+use crate::elem::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::peer_id::PeerId;
 use crate::reassembly::{Admit, Reassembler};
 use crate::shared_buf::SharedBuf;
-use crate::wire::{PeerId, SegmentHeader};
+use crate::wire::SegmentHeader;
 
 /// Where a posted message's bytes go: `len` bytes at `offset` of `buf`.
 pub(crate) struct Posted {
@@ -282,5 +283,10 @@ impl Incoming {
     /// Messages being received (for tests and diagnostics).
     pub fn open(&self) -> usize {
         self.state.lock().expect("incoming lock").msgs.len()
+    }
+
+    /// Receives posted and not claimed by a message yet (for tests and diagnostics).
+    pub fn posted(&self) -> usize {
+        self.state.lock().expect("incoming lock").posts.len()
     }
 }

@@ -9,55 +9,18 @@
 //! and in the discrete-event simulator of [`sim`].
 
 mod qlearning;
+mod rail;
 mod round_robin;
 #[cfg(test)]
 mod sim;
 mod weighted;
 
-use std::time::Duration;
-
 pub use qlearning::{QConfig, QLearning, QVariant};
+pub use rail::{RailScheduler, RailView, SchedulerParams};
 pub use round_robin::RoundRobin;
 pub use weighted::Weighted;
 
-/// What a scheduler sees of one rail when it decides.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RailView {
-    /// The rail can carry segments to this peer now (its connection is not known to be dead).
-    pub up: bool,
-    /// Segments waiting in the rail's send queue (the seed's `counter[i]`).
-    pub queued: usize,
-    /// Bytes of those segments.
-    pub queued_bytes: u64,
-    /// Bytes that left the queue on this rail (to any peer) and are not acknowledged yet: in
-    /// the socket buffer, on the wire, or awaiting their acknowledgement.
-    pub in_flight_bytes: u64,
-}
-
-impl RailView {
-    /// Bytes the rail must still carry before a segment queued now can be acknowledged.
-    pub fn backlog_bytes(&self) -> u64 {
-        self.queued_bytes + self.in_flight_bytes
-    }
-}
-
-/// A rail scheduler. The transport guarantees that at least one rail is up when it calls
-/// [`pick`](Self::pick), and a scheduler must return an up rail.
-pub trait RailScheduler: Send {
-    /// Chooses the rail for the next segment, of `len` bytes, at time `now`.
-    fn pick(&mut self, rails: &[RailView], len: u64, now: Duration) -> usize;
-
-    /// A segment that joined `rail`'s queue at `entered` left it at `now` (it was handed to
-    /// the connection: the seed's "sent to the NIC").
-    fn departed(&mut self, rail: usize, entered: Duration, now: Duration) {
-        let _ = (rail, entered, now);
-    }
-
-    /// The peer acknowledged a segment of `bytes` that was handed to `rail` at `sent_at`.
-    fn delivered(&mut self, rail: usize, bytes: u64, sent_at: Duration, now: Duration) {
-        let _ = (rail, bytes, sent_at, now);
-    }
-}
+use crate::error::Error;
 
 /// The schedulers a worker can be configured with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,33 +62,19 @@ impl std::fmt::Display for SchedulerKind {
 }
 
 impl std::str::FromStr for SchedulerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
         SchedulerKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = SchedulerKind::ALL.iter().map(|k| k.name()).collect();
-                format!(
-                    "unknown rail scheduler {s:?} (one of: {})",
-                    names.join(", ")
-                )
+                Error::UnknownScheduler {
+                    got: s.to_string(),
+                    expected: names.join(", "),
+                }
             })
     }
-}
-
-/// Everything a scheduler may need, built from the endpoint configuration.
-#[derive(Clone, Debug)]
-pub struct SchedulerParams {
-    pub rails: usize,
-    pub seg_max: u64,
-    pub queue_max: usize,
-    /// Nominal bandwidth of one rail in bytes/s (the seed's `bandwidth`, used for
-    /// `time_interval`, and the weighted scheduler's prior before it has measured anything).
-    pub bandwidth: f64,
-    /// Q-learning: states per rail, in 8..=32.
-    pub k: usize,
-    pub seed: u64,
 }
 
 /// Builds the configured scheduler.
@@ -144,16 +93,6 @@ pub fn build(kind: SchedulerKind, p: &SchedulerParams) -> Box<dyn RailScheduler>
     }
 }
 
-/// The first up rail at or after `from`, cyclically. Shared by the schedulers that must skip
-/// rails taken out of service.
-pub(crate) fn next_up(rails: &[RailView], from: usize) -> usize {
-    let m = rails.len();
-    (0..m)
-        .map(|d| (from + d) % m)
-        .find(|&i| rails[i].up)
-        .expect("the transport calls pick only with a rail up")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,20 +102,7 @@ mod tests {
         for k in SchedulerKind::ALL {
             assert_eq!(k.name().parse::<SchedulerKind>().unwrap(), k);
         }
-        let e = "fastest".parse::<SchedulerKind>().unwrap_err();
+        let e = "fastest".parse::<SchedulerKind>().unwrap_err().to_string();
         assert!(e.contains("round-robin, weighted, q-learning"), "{e}");
-    }
-
-    #[test]
-    fn next_up_skips_down_rails_cyclically() {
-        let v = |up: [bool; 3]| {
-            up.map(|up| RailView {
-                up,
-                ..RailView::default()
-            })
-        };
-        assert_eq!(next_up(&v([true, true, true]), 1), 1);
-        assert_eq!(next_up(&v([true, false, true]), 1), 2);
-        assert_eq!(next_up(&v([true, false, false]), 1), 0);
     }
 }

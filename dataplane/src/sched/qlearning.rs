@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use super::{RailScheduler, RailView, SchedulerParams};
+use super::rail::{RailScheduler, RailView, SchedulerParams, next_up};
 
 /// Which reading of the seed to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,7 +245,7 @@ impl RailScheduler for QLearning {
         }
         if self.pairs.is_empty() {
             // One rail: nothing to choose, nothing to learn.
-            return super::next_up(rails, 0);
+            return next_up(rails, 0);
         }
         let (state, action) = match &self.prev {
             None => (vec![0; rails.len()], self.random_up(rails)),

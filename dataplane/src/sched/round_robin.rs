@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{RailScheduler, RailView, next_up};
+use super::rail::{RailScheduler, RailView, next_up};
 
 /// Round-robin over rails. The index is kept across messages, as in the seed (it is set to 0
 /// once, at start). A rail out of service is skipped, which is the only departure from the seed

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{RailScheduler, RailView};
+use super::rail::{RailScheduler, RailView};
 
 pub struct SimConfig {
     /// Bytes/s per rail.

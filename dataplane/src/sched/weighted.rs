@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{RailScheduler, RailView};
+use super::rail::{RailScheduler, RailView};
 
 /// Weight of a new rate sample in the running average. One eighth (the TCP SRTT gain) follows a
 /// rate change within a few dozen segments while smoothing the noise of single samples.

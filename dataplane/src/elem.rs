@@ -1,155 +1,10 @@
-//! Element types, reduction operators, algorithms — parsed from the names job files use — and
-//! the reduction kernels over raw little-endian bytes.
+//! Element arithmetic, below both the transport and the collectives: the element types,
+//! reduction operators and algorithms (defined once in [`plexus_proto::collective`] and
+//! re-exported here), the [`Element`] trait of the typed API, and the reduction kernels over raw
+//! little-endian bytes that a posted reduction (in the endpoint) and the collective executor both
+//! run.
 
-use std::fmt;
-use std::str::FromStr;
-
-use crate::error::{Error, Result};
-
-/// The element type of a buffer: raw little-endian arrays of one of these.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    F32,
-    F64,
-    I32,
-    I64,
-}
-
-impl DType {
-    pub const ALL: [DType; 4] = [DType::F32, DType::F64, DType::I32, DType::I64];
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-        }
-    }
-
-    pub(crate) fn code(self) -> u8 {
-        self as u8
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for DType {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<DType> {
-        DType::ALL
-            .into_iter()
-            .find(|d| d.name() == s)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "unknown dtype {s:?}; expected one of f32, f64, i32, i64"
-                ))
-            })
-    }
-}
-
-/// The reduction operator. Integer `sum` and `prod` wrap around (two's complement), so any
-/// order of reduction gives the same integers; float `min`/`max` ignore a NaN operand (IEEE
-/// minNum/maxNum, Rust's `f32::min`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    Min,
-    Max,
-    Prod,
-}
-
-impl ReduceOp {
-    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Prod];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Min => "min",
-            ReduceOp::Max => "max",
-            ReduceOp::Prod => "prod",
-        }
-    }
-
-    pub(crate) fn code(self) -> u8 {
-        self as u8
-    }
-}
-
-impl fmt::Display for ReduceOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for ReduceOp {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<ReduceOp> {
-        ReduceOp::ALL
-            .into_iter()
-            .find(|o| o.name() == s)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "unknown reduce op {s:?}; expected one of sum, min, max, prod"
-                ))
-            })
-    }
-}
-
-/// Which schedule of messages a collective uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Seed 003: pipelined recursive halving, then recursive doubling (or a binomial gather).
-    Halving,
-    /// Ring reduce-scatter then ring allgather (what NCCL and Gloo use for large buffers).
-    Ring,
-}
-
-impl Algorithm {
-    pub const ALL: [Algorithm; 2] = [Algorithm::Halving, Algorithm::Ring];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::Halving => "halving",
-            Algorithm::Ring => "ring",
-        }
-    }
-
-    pub(crate) fn code(self) -> u8 {
-        self as u8
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Algorithm> {
-        match s {
-            "halving" | "pairwise" | "seed003" => Ok(Algorithm::Halving),
-            "ring" => Ok(Algorithm::Ring),
-            _ => Err(Error::Config(format!(
-                "unknown collective algorithm {s:?}; expected halving (alias pairwise) or ring"
-            ))),
-        }
-    }
-}
+pub use plexus_proto::collective::{Algorithm, DType, ReduceOp, UnknownName};
 
 /// An element type the typed API accepts.
 pub trait Element: Copy + Send + Sync + 'static {
@@ -287,6 +142,24 @@ fn apply<T: Element + Pod, const SWAP: bool>(acc: &mut [u8], other: &[u8], f: im
     }
 }
 
+/// `buf` as raw little-endian bytes.
+pub(crate) fn to_bytes<T: Element>(buf: &[T]) -> Vec<u8> {
+    let n = T::DTYPE.size();
+    let mut raw = vec![0u8; buf.len() * n];
+    for (x, c) in buf.iter().zip(raw.chunks_exact_mut(n)) {
+        x.to_le(c);
+    }
+    raw
+}
+
+/// Fills `buf` from raw little-endian bytes.
+pub(crate) fn from_bytes<T: Element>(raw: &[u8], buf: &mut [T]) {
+    let n = T::DTYPE.size();
+    for (x, c) in buf.iter_mut().zip(raw.chunks_exact(n)) {
+        *x = T::from_le(c);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,15 +176,27 @@ mod tests {
         assert!(e.contains("\"avg\"") && e.contains("sum"), "{e}");
         let e = "tree".parse::<Algorithm>().unwrap_err().to_string();
         assert!(e.contains("\"tree\""), "{e}");
-        for d in DType::ALL {
+        for &d in DType::ALL {
             assert_eq!(d.to_string().parse::<DType>().unwrap(), d);
         }
-        for o in ReduceOp::ALL {
+        for &o in ReduceOp::ALL {
             assert_eq!(o.to_string().parse::<ReduceOp>().unwrap(), o);
         }
     }
 
-    use crate::collective::to_bytes as bytes;
+    /// Where the data plane reports a bad name, it is the configuration error it always was,
+    /// with the text naming the value and the expected names.
+    #[test]
+    fn unknown_names_become_configuration_errors() {
+        let e = crate::error::Error::from("f16".parse::<DType>().unwrap_err());
+        assert!(matches!(e, crate::error::Error::Config(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "invalid data-plane configuration: unknown dtype \"f16\"; expected one of f32, f64, i32, i64"
+        );
+    }
+
+    use super::to_bytes as bytes;
 
     #[test]
     fn kernels_compute_each_op_aligned_or_not() {

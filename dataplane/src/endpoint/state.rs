@@ -1,0 +1,177 @@
+//! The state an endpoint's tasks share ([`Inner`]): configuration, the rail scheduler with
+//! its send queues and each peer's rail health, the connections, the messages being sent and
+//! received, the counters, and the cancellation token and task tracker every task hangs off.
+//! The behaviour lives beside it, one file per job: `send` (the send path), `connect`
+//! (connections and the handshake), `receive` (the connection reader), `health` (failures,
+//! back-off and the watchdog).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::config::EndpointConfig;
+use super::conn::Conn;
+use super::incoming::Incoming;
+use super::outgoing::{OutMsg, Segment};
+use super::stats::Counters;
+use crate::error::{Error, Result};
+use crate::peer_id::PeerId;
+use crate::sched::{self, RailScheduler, RailView, SchedulerParams};
+
+/// How often waits re-check rail health and the watchdog looks for silent connections. 100 ms
+/// is small next to `rail_timeout` (seconds) and costs nothing measurable.
+pub(super) const POLL: Duration = Duration::from_millis(100);
+
+/// What every task of one endpoint shares; the [`Endpoint`](super::Endpoint) and each task hold
+/// it in an `Arc`.
+pub(super) struct Inner {
+    pub(super) cfg: EndpointConfig,
+    pub(super) id: PeerId,
+    pub(super) local: Vec<SocketAddr>,
+    pub(super) start: Instant,
+    pub(super) sched: Mutex<SchedState>,
+    /// Wakes rail i's drain task: its queue got a segment.
+    pub(super) rail_ready: Vec<Notify>,
+    /// Wakes senders waiting on rail i's full queue.
+    pub(super) rail_space: Vec<Notify>,
+    /// Bytes on rail i's connections written (or being written) and not yet answered: what the
+    /// schedulers see as [`RailView::in_flight_bytes`]. Added before a segment is tracked on a
+    /// connection, subtracted when it leaves the connection's in-flight map (reply or close).
+    pub(super) in_flight: Vec<AtomicU64>,
+    /// The connection used to send to (peer, rail).
+    pub(super) conns: Mutex<HashMap<(PeerId, usize), Arc<Conn>>>,
+    /// Every live connection, for the watchdog (an accepted connection may be live without being
+    /// the one in `conns`).
+    pub(super) live: Mutex<HashMap<u64, Arc<Conn>>>,
+    pub(super) outgoing: Mutex<HashMap<u64, Arc<OutMsg>>>,
+    pub(super) incoming: Incoming,
+    pub(super) counters: Counters,
+    pub(super) next_msg: AtomicU64,
+    pub(super) next_conn: AtomicU64,
+    pub(super) kill_fired: AtomicBool,
+    pub(super) cancel: CancellationToken,
+    pub(super) tasks: TaskTracker,
+}
+
+/// The rail scheduler and what it decides over, under one lock: the rails' send queues and
+/// each peer's rail health.
+pub(super) struct SchedState {
+    pub(super) sched: Box<dyn RailScheduler>,
+    pub(super) queues: Vec<VecDeque<Queued>>,
+    pub(super) health: HashMap<PeerId, Vec<Health>>,
+}
+
+/// A segment waiting in a rail's send queue since `entered` (endpoint time).
+pub(super) struct Queued {
+    pub(super) seg: Arc<Segment>,
+    pub(super) entered: Duration,
+}
+
+/// One rail's health towards one peer: out of service until `down_until`, after `failures`
+/// failures in a row (each doubles the back-off, see `health`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Health {
+    pub(super) down_until: Option<Instant>,
+    pub(super) failures: u32,
+}
+
+impl Health {
+    fn is_up(&self, now: Instant) -> bool {
+        self.down_until.is_none_or(|t| now >= t)
+    }
+}
+
+impl SchedState {
+    pub(super) fn health(&mut self, peer: PeerId, rails: usize) -> &mut Vec<Health> {
+        self.health
+            .entry(peer)
+            .or_insert_with(|| vec![Health::default(); rails])
+    }
+
+    /// Rails usable towards `peer` (up, and present on both sides), with their backlogs.
+    pub(super) fn views(
+        &mut self,
+        peer: PeerId,
+        peer_rails: usize,
+        now: Instant,
+        in_flight: &[AtomicU64],
+    ) -> Vec<RailView> {
+        let m = self.queues.len();
+        let queued: Vec<(usize, u64)> = self
+            .queues
+            .iter()
+            .map(|q| (q.len(), q.iter().map(|q| u64::from(q.seg.len)).sum()))
+            .collect();
+        let health = self.health(peer, m);
+        (0..m)
+            .map(|i| RailView {
+                up: i < peer_rails && health[i].is_up(now),
+                queued: queued[i].0,
+                queued_bytes: queued[i].1,
+                in_flight_bytes: in_flight[i].load(Relaxed),
+            })
+            .collect()
+    }
+}
+
+impl Inner {
+    /// The shared state of an endpoint whose rails listen on `local` (in rail order); its
+    /// tasks are started by [`Endpoint::bind`](super::Endpoint::bind).
+    pub(super) fn new(cfg: EndpointConfig, local: Vec<SocketAddr>) -> Inner {
+        let m = cfg.rails.len();
+        let params = SchedulerParams {
+            rails: m,
+            seg_max: cfg.seg_max,
+            queue_max: cfg.queue_max,
+            bandwidth: cfg.bandwidth,
+            k: cfg.k,
+            seed: cfg.seed,
+        };
+        Inner {
+            id: PeerId(local[0]),
+            local,
+            start: Instant::now(),
+            sched: Mutex::new(SchedState {
+                sched: sched::build(cfg.scheduler, &params),
+                queues: (0..m).map(|_| VecDeque::new()).collect(),
+                health: HashMap::new(),
+            }),
+            rail_ready: (0..m).map(|_| Notify::new()).collect(),
+            rail_space: (0..m).map(|_| Notify::new()).collect(),
+            in_flight: (0..m).map(|_| AtomicU64::new(0)).collect(),
+            conns: Mutex::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
+            outgoing: Mutex::new(HashMap::new()),
+            incoming: Incoming::default(),
+            counters: Counters::new(m),
+            next_msg: AtomicU64::new(0),
+            next_conn: AtomicU64::new(0),
+            kill_fired: AtomicBool::new(false),
+            cancel: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            cfg,
+        }
+    }
+
+    pub(super) fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    pub(super) fn check_stall(&self, msg: &OutMsg) -> Result<()> {
+        let idle = msg.stalled_for();
+        if idle >= self.cfg.stall_timeout {
+            return Err(Error::Stalled {
+                peer: msg.peer,
+                msg_id: msg.msg_id,
+                secs: idle.as_secs_f64(),
+            });
+        }
+        Ok(())
+    }
+}
