@@ -243,6 +243,7 @@ pub fn job_status(job: &Job, detail: Detail) -> pb::JobStatus {
                     })
                     .collect(),
                 not_before: s.not_before,
+                reruns: s.reruns,
             })
             .collect()
     } else {

@@ -112,11 +112,44 @@ pub enum Work {
     Kind(String),
 }
 
-/// An input: output `output` of every replica of task `task`.
+/// An input: output `output` of the replicas of task `task` that `rank` selects.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputSpec {
     pub task: String,
     pub output: String,
+    /// Which producer replicas: every one (`"gen/out"`), the consumer's own rank
+    /// (`"gen/out[rank]"`) or one fixed rank (`"gen/out[0]"`). Jobs stored before selectors
+    /// existed read as every one.
+    #[serde(default, skip_serializing_if = "InputRank::is_all")]
+    pub rank: InputRank,
+}
+
+/// Which replicas of the producer an input takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputRank {
+    /// Every replica's object, in rank order.
+    #[default]
+    All,
+    /// The object of the producer replica with the consumer's own rank.
+    Same,
+    /// The object of this one producer replica.
+    Fixed(u32),
+}
+
+impl InputRank {
+    pub fn is_all(&self) -> bool {
+        *self == InputRank::All
+    }
+
+    /// The producer ranks that a consumer of rank `rank` reads, of a producer with `replicas`.
+    pub fn ranks(self, rank: u32, replicas: u32) -> std::ops::Range<u32> {
+        match self {
+            InputRank::All => 0..replicas,
+            InputRank::Same => rank..rank + 1,
+            InputRank::Fixed(k) => k..k + 1,
+        }
+    }
 }
 
 /// One validated task of a job.
@@ -470,6 +503,15 @@ impl Validator<'_> {
             let Some((task, output)) = input.split_once('/') else {
                 return Err(self.err(iline(), format!("task {:?}: input {input:?} must be written <task>/<output>", t.name)));
             };
+            let (output, rank) = match output.split_once('[') {
+                None => (output, InputRank::All),
+                Some((o, sel)) => {
+                    let bad = || self.err(iline(), format!("task {:?}: input {input:?}: a rank selector is [rank] (the consumer's own) or [N] (one replica)", t.name));
+                    let sel = sel.strip_suffix(']').ok_or_else(bad)?;
+                    let rank = if sel == "rank" { InputRank::Same } else { InputRank::Fixed(sel.parse().map_err(|_| bad())?) };
+                    (o, rank)
+                }
+            };
             if task == t.name {
                 return Err(self.err(iline(), format!("task {:?}: input {input:?} is its own output", t.name)));
             }
@@ -482,10 +524,23 @@ impl Validator<'_> {
                     format!("task {:?}: input {input:?}: task {task:?} has no output {output:?} (its outputs: {})", t.name, list_or_none(produced)),
                 ));
             }
+            let producers = replicas_of.get(task).copied().unwrap_or(1);
+            match rank {
+                InputRank::Fixed(k) if k >= producers => {
+                    return Err(self.err(iline(), format!("task {:?}: input {input:?}: task {task:?} has {producers} replica(s), so there is no rank {k}", t.name)));
+                }
+                InputRank::Same if replicas > producers => {
+                    return Err(self.err(
+                        iline(),
+                        format!("task {:?}: input {input:?}: it has {replicas} replicas but task {task:?} has {producers}; [rank] needs a producer replica for every rank", t.name),
+                    ));
+                }
+                _ => {}
+            }
             if !after.iter().any(|a| a == task) {
                 after.push(task.to_string());
             }
-            inputs.push(InputSpec { task: task.to_string(), output: output.to_string() });
+            inputs.push(InputSpec { task: task.to_string(), output: output.to_string(), rank });
         }
 
         for (k, _) in &t.env {
@@ -548,6 +603,9 @@ impl Validator<'_> {
         }
         if t.outputs.len() != 1 {
             return Err(at(format!("a {kind} writes exactly one output, its result; it declares {}", t.outputs.len())));
+        }
+        if !inputs[0].rank.is_all() {
+            return Err(at(format!("a {kind} member already reads its own rank's object; write its input without a [..] selector")));
         }
         let producer = inputs[0].task.as_str();
         let members = replicas_of.get(producer).copied().unwrap_or(1);
@@ -743,7 +801,7 @@ cpu = 0.5
         let sum = &j.tasks[1];
         assert_eq!(sum.after, vec!["gen".to_string()], "an input implies a dependency");
         assert_eq!(sum.work, Work::Command(vec!["sh".into(), "-c".into(), "cat $PLEXUS_IN/gen/*/numbers | paste -sd+ | bc > $PLEXUS_OUT/total".into()]));
-        assert_eq!(sum.inputs, vec![InputSpec { task: "gen".into(), output: "numbers".into() }]);
+        assert_eq!(sum.inputs, vec![InputSpec { task: "gen".into(), output: "numbers".into(), rank: InputRank::All }]);
     }
 
     #[test]
@@ -965,5 +1023,35 @@ cpu = 0.5
         let e = t("retry_backoff = \"soon\"").unwrap_err();
         assert!(e.message.contains("retry_backoff \"soon\""), "{e}");
         assert!(t("retry_backoff = \"2days\"").unwrap_err().message.contains("longer than a day"));
+    }
+
+    #[test]
+    fn per_rank_inputs_are_parsed_and_checked_against_the_producer() {
+        let producer = "[[task]]\nname = \"prep\"\ncommand = [\"true\"]\nreplicas = 4\noutputs = [\"shard\"]\n";
+        let job = |consumer: &str| toml(&format!("{producer}[[task]]\nname = \"train\"\ncommand = [\"true\"]\n{consumer}\n"));
+        let j = job("replicas = 4\ninputs = [\"prep/shard[rank]\", \"prep/shard[0]\", \"prep/shard\"]").unwrap();
+        let ranks: Vec<InputRank> = j.tasks[1].inputs.iter().map(|i| i.rank).collect();
+        assert_eq!(ranks, vec![InputRank::Same, InputRank::Fixed(0), InputRank::All]);
+        assert!(j.tasks[1].inputs.iter().all(|i| i.output == "shard"));
+        assert_eq!(j.tasks[1].after, vec!["prep".to_string()]);
+        assert_eq!(InputRank::Same.ranks(2, 4), 2..3);
+        assert_eq!(InputRank::Fixed(0).ranks(2, 4), 0..1);
+        assert_eq!(InputRank::All.ranks(2, 4), 0..4);
+
+        let e = job("replicas = 5\ninputs = [\"prep/shard[rank]\"]").unwrap_err();
+        assert!(e.message.contains("it has 5 replicas but task \"prep\" has 4"), "{e}");
+        assert_eq!(e.line, Some(10), "{e}");
+        let e = job("inputs = [\"prep/shard[4]\"]").unwrap_err();
+        assert!(e.message.contains("task \"prep\" has 4 replica(s), so there is no rank 4"), "{e}");
+        for bad in ["prep/shard[", "prep/shard[r]", "prep/shard[-1]", "prep/shard[rank"] {
+            let e = job(&format!("inputs = [{bad:?}]")).unwrap_err();
+            assert!(e.message.contains("a rank selector is [rank]"), "{bad}: {e}");
+        }
+        let e = job("inputs = [\"prep/nope[rank]\"]").unwrap_err();
+        assert!(e.message.contains("has no output \"nope\""), "{e}");
+        // Stored jobs without a selector read as every replica.
+        let old: InputSpec = serde_json::from_str("{\"task\": \"a\", \"output\": \"b\"}").unwrap();
+        assert_eq!(old.rank, InputRank::All);
+        assert_eq!(serde_json::to_string(&old).unwrap(), "{\"task\":\"a\",\"output\":\"b\"}");
     }
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
+use super::lineage::Availability;
 use super::{Assignment, CollectiveAssignment, Core, InputLocation, PlacementRecord};
 
 impl Core {
@@ -46,6 +47,18 @@ impl Core {
             return false;
         }
         let req = task.resources;
+        let input = &task.inputs[0];
+        let objects: Vec<ObjectId> = (0..n).map(|rank| ObjectId { job, task: input.task.clone(), rank, name: input.output.clone() }).collect();
+        match self.input_availability(job, objects.iter()) {
+            Availability::Held => {}
+            Availability::Unknown => return false,
+            Availability::Lost(lost) => {
+                self.recover_inputs(job, &members, &lost, now);
+                return false;
+            }
+        }
+        let j = &self.jobs[&job];
+        let task = &j.record.spec.tasks[t];
         let input = &task.inputs[0];
         let producer = j.task_index(&input.task);
         let mut free: HashMap<WorkerId, Resources> =

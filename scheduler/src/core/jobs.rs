@@ -210,6 +210,7 @@ impl Core {
                     history: vec![Transition { state: SubtaskState::Waiting, at: now, attempt: 0, worker: None, note: String::new() }],
                     not_before: 0,
                     failed_attempts: Vec::new(),
+                    reruns: 0,
                 });
             }
         }
@@ -343,7 +344,7 @@ impl Core {
         let Some(job) = self.jobs.get_mut(&key.0) else { return };
         let t = job.task_of(key.1);
         let spec = &job.record.spec.tasks[t];
-        let (max_retries, backoff, on_failure, collective) = (spec.max_retries, spec.retry_backoff_ms, spec.on_failure, spec.collective.is_some());
+        let (max_retries, backoff, collective) = (spec.max_retries, spec.retry_backoff_ms, spec.collective.is_some());
         job.failed_attempts[t] += 1;
         let s = &mut job.subtasks[key.1 as usize];
         s.failures += 1;
@@ -360,13 +361,29 @@ impl Core {
             }
             return;
         }
-        let wid = self.jobs[&key.0].subtasks[key.1 as usize].worker;
+        let attempts = if failures == 1 { "1 attempt".to_string() } else { format!("{failures} attempts") };
+        self.fail_for_good(key, now, error.clone(), format!("task {task:?} rank {rank} failed after {attempts}: {error}"));
+    }
+
+    /// Fails a subtask that cannot run, without an attempt (its input is lost for good).
+    pub(super) fn give_up(&mut self, key: (JobId, u32), now: u64, error: String) {
+        let Some(s) = self.jobs.get(&key.0).map(|j| &j.subtasks[key.1 as usize]) else { return };
+        let why = format!("task {:?} rank {} cannot run: {error}", s.task, s.rank);
+        self.fail_for_good(key, now, error, why);
+    }
+
+    /// Marks a subtask `Failed` for good and applies its task's `on_failure`; `why` is the job's
+    /// error.
+    fn fail_for_good(&mut self, key: (JobId, u32), now: u64, error: String, why: String) {
+        let Some(job) = self.jobs.get(&key.0) else { return };
+        let t = job.task_of(key.1);
+        let (on_failure, collective) = (job.record.spec.tasks[t].on_failure, job.record.spec.tasks[t].collective.is_some());
+        let rank = job.subtasks[key.1 as usize].rank;
+        let wid = job.subtasks[key.1 as usize].worker.filter(|_| job.subtasks[key.1 as usize].state.is_placed());
         if let Some(w) = wid {
             self.release_worker(key, w);
         }
-        self.set_state(key, SubtaskState::Failed, now, error.clone());
-        let attempts = if failures == 1 { "1 attempt".to_string() } else { format!("{failures} attempts") };
-        let why = format!("task {task:?} rank {rank} failed after {attempts}: {error}");
+        self.set_state(key, SubtaskState::Failed, now, error);
         match on_failure {
             OnFailure::FailJob => self.finish_job(key.0, JobState::Failed, why, now),
             OnFailure::Continue => {

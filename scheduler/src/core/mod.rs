@@ -23,6 +23,7 @@
 //! - `workers`: registration and reconciliation, heartbeats, held objects, lost workers.
 //! - `placement`: the ready queue and single-subtask placement through the [`Placer`].
 //! - `gang`: collective members placed all at once, or none.
+//! - [`lineage`]: lost inputs recomputed by re-running their producers.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -49,6 +50,7 @@ impl Default for CoreConfig {
 
 mod gang;
 mod jobs;
+pub mod lineage;
 pub mod messages;
 mod placement;
 pub mod records;

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
+use super::lineage::Availability;
 use super::{Assignment, CandidateRecord, Core, HolderLocation, InputLocation, PlacementRecord};
 use crate::Error;
 use crate::placer::{Candidate, Outcome, PlacementRequest};
@@ -62,7 +63,10 @@ impl Core {
                 self.place(job, idx, now)
             };
             let seen = judged.entry((job, t)).or_insert(true);
-            if !placed {
+            // Not placed and still ready: it waits for room. (A subtask sent back to `Waiting`
+            // while its lost inputs are made again, or failed for good, leaves the queue.)
+            let still_ready = self.jobs.get(&job).is_some_and(|j| j.record.state == JobState::Running && j.subtasks[idx as usize].state == SubtaskState::Ready);
+            if !placed && still_ready {
                 *seen = false;
                 if self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].collective.is_some()) {
                     gangs_waiting.insert((job, t));
@@ -100,15 +104,23 @@ impl Core {
         let task = &j.record.spec.tasks[j.task_of(idx)];
         let req = task.resources;
 
-        // Inputs: every replica's output of each input task.
+        // Inputs: the selected replicas' output of each input task (every replica by default).
         let mut inputs: Vec<(ObjectId, u64)> = Vec::new();
         for input in &task.inputs {
             let Some(t) = j.task_index(&input.task) else { continue };
             let producer = &j.record.spec.tasks[t];
-            for rank in 0..producer.replicas {
+            for rank in input.rank.ranks(j.subtasks[idx as usize].rank, producer.replicas) {
                 let s = &j.subtasks[(j.offsets[t] + rank) as usize];
                 let size = s.outputs.iter().find(|(n, _)| *n == input.output).map(|(_, sz)| *sz).unwrap_or(0);
                 inputs.push((ObjectId { job, task: input.task.clone(), rank, name: input.output.clone() }, size));
+            }
+        }
+        match self.input_availability(job, inputs.iter().map(|(o, _)| o)) {
+            Availability::Held => {}
+            Availability::Unknown => return false,
+            Availability::Lost(lost) => {
+                self.recover_inputs(job, &[idx], &lost, now);
+                return false;
             }
         }
 

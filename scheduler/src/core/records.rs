@@ -64,6 +64,10 @@ pub struct Subtask {
     /// Every failed attempt, oldest first (at most `max_retries + 1`, which is bounded).
     #[serde(default)]
     pub failed_attempts: Vec<AttemptFailure>,
+    /// Times the subtask ran again after succeeding, to recompute outputs lost with a worker
+    /// (not failures).
+    #[serde(default)]
+    pub reruns: u32,
 }
 
 /// A failed attempt of a subtask, as `plexus status` shows it.

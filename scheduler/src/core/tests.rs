@@ -419,13 +419,30 @@ fn a_gang_that_does_not_fit_waits_whole_and_a_too_small_cluster_is_refused() {
 
     c.register(reg(3, "s3", 4, vec![]), 0);
     let job = submit(&mut c, GANG, 0);
-    gens_done(&mut c, 1);
-    // Worker 3 goes away: two workers cannot hold a gang of three, so nobody is placed.
+    let gen_at = gens_done(&mut c, 1);
+    // Worker 3 goes away: two workers cannot hold a gang of three, so nobody is placed. Workers
+    // 1 and 2 come back with what they held; what worker 3 held is made again first.
     c.tick(10_000);
-    c.register(reg(1, "s1b", 4, vec![]), 10_000);
-    c.register(reg(2, "s2b", 4, vec![]), 10_000);
+    for n in [1, 2] {
+        let mut r = reg(n, &format!("s{n}b"), 4, vec![]);
+        r.state.objects = (0..3u32)
+            .filter(|&k| gen_at[k as usize] == wid(n))
+            .map(|k| (ObjectId { job, task: "gen".into(), rank: k, name: "numbers".into() }, 10))
+            .collect();
+        c.register(r, 10_000);
+    }
+    // One round finds the inputs lost and re-runs the producer; the next places the re-run.
     c.schedule(10_001);
-    assert!(assigned(&mut c).iter().all(|(_, x)| x.collective.is_none()), "no member placed alone");
+    c.schedule(10_001);
+    let reruns = assigned(&mut c);
+    assert!(reruns.iter().all(|(_, x)| x.collective.is_none()), "no member placed alone");
+    let lost: Vec<u32> = (0..3u32).filter(|&k| gen_at[k as usize] == wid(3)).collect();
+    assert_eq!(reruns.iter().map(|(_, x)| x.attempt.rank).collect::<Vec<_>>(), lost, "only what worker 3 held is made again");
+    for (w, x) in &reruns {
+        c.report(*w, &format!("s{}b", w.as_bytes()[15]), vec![done(&x.attempt, SubtaskState::Succeeded)], 10_002);
+    }
+    c.schedule(10_003);
+    assert!(assigned(&mut c).is_empty(), "no member placed alone");
     assert!((0..3).all(|r| state(&c, job, "sum", r) == SubtaskState::Ready));
 }
 
@@ -645,4 +662,186 @@ fn a_retry_waiting_out_its_back_off_survives_a_restart() {
     d.tick(10_100);
     d.schedule(10_100);
     assert_eq!(assigned(&mut d).remove(0).1.attempt.attempt, 2);
+}
+
+/// Registers every worker in `ns` again with a new session, holding `objects` each.
+fn beat_all(c: &mut Core, ns: &[u8], now: u64) {
+    for &n in ns {
+        let w = wid(n);
+        let session = c.worker(w).unwrap().record.session.clone();
+        assert!(c.heartbeat(w, &session, NodeReport { objects: c.worker(w).unwrap().objects.iter().map(|(o, s)| (o.clone(), *s)).collect(), ..Default::default() }, now));
+    }
+}
+
+fn session_of(c: &Core, w: WorkerId) -> String {
+    c.worker(w).unwrap().record.session.clone()
+}
+
+#[test]
+fn an_output_lost_with_its_only_holder_is_made_again_by_its_producer() {
+    let mut c = core();
+    c.register(reg(1, "s1", 2, vec![]), 0);
+    c.register(reg(2, "s2", 2, vec![]), 0);
+    // sum waits for a slow task too, so gen's outputs are held a while before anyone reads them.
+    let job = submit(&mut c, &format!("{FAN}after = [\"slow\"]\n[[task]]\nname = \"slow\"\ncommand = [\"true\"]\ncpu = 0\n"), 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    let gens: Vec<&(WorkerId, Assignment)> = a.iter().filter(|(_, x)| x.attempt.task == "gen").collect();
+    for (w, x) in &gens {
+        c.report(*w, &session_of(&c, *w), vec![done(&x.attempt, SubtaskState::Succeeded)], 2);
+    }
+    let on_1: Vec<u32> = gens.iter().filter(|(w, _)| *w == wid(1)).map(|(_, x)| x.attempt.rank).collect();
+    assert!(!on_1.is_empty() && on_1.len() < 3, "least-loaded spread the gens: {on_1:?}");
+    // Worker 1 dies with its outputs; then the slow task ends and sum becomes ready.
+    let t = CoreConfig::default().heartbeat_timeout_ms + 10;
+    beat_all(&mut c, &[2], t - 5);
+    c.tick(t);
+    let (w, slow) = a.iter().find(|(_, x)| x.attempt.task == "slow").unwrap();
+    if *w == wid(2) {
+        c.report(*w, "s2", vec![done(&slow.attempt, SubtaskState::Succeeded)], t + 1);
+    }
+    c.schedule(t + 2);
+    c.schedule(t + 2);
+    let out = assigned(&mut c);
+    let rerun: Vec<u32> = out.iter().filter(|(_, x)| x.attempt.task == "gen").map(|(_, x)| x.attempt.rank).collect();
+    if *w == wid(1) {
+        // The slow task itself was lost with worker 1 and runs again (not a re-run of a success).
+        let (w2, slow2) = out.iter().find(|(_, x)| x.attempt.task == "slow").unwrap();
+        c.report(*w2, "s2", vec![done(&slow2.attempt, SubtaskState::Succeeded)], t + 3);
+    }
+    assert_eq!(rerun, on_1, "exactly the lost outputs' producers run again");
+    assert!(out.iter().all(|(w, _)| *w == wid(2)));
+    let j = c.job(job).unwrap();
+    assert_eq!(state(&c, job, "sum", 0), SubtaskState::Waiting, "sum waits for its inputs to be made again");
+    for &r in &on_1 {
+        let s = &j.subtasks[r as usize];
+        assert_eq!((s.reruns, s.failures), (1, 0), "a re-run is counted apart from failures");
+        assert!(s.history.iter().any(|h| h.note.contains("re-run: its output") && h.note.contains(&wid(1).to_string())), "{:?}", s.history);
+    }
+    for (w, x) in out.iter().filter(|(_, x)| x.attempt.task == "gen") {
+        c.report(*w, "s2", vec![done(&x.attempt, SubtaskState::Succeeded)], t + 4);
+    }
+    c.schedule(t + 5);
+    let sum = assigned(&mut c);
+    assert_eq!(sum.len(), 1);
+    assert!(sum[0].1.inputs.iter().all(|i| i.holders.len() == 1), "every input has a live holder now");
+    c.report(wid(2), "s2", vec![done(&sum[0].1.attempt, SubtaskState::Succeeded)], t + 6);
+    assert_eq!(c.job(job).unwrap().record.state, JobState::Succeeded);
+}
+
+#[test]
+fn recovery_walks_back_through_the_lineage() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    c.register(reg(2, "s2", 4, vec![]), 0);
+    let src = "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\n\
+               [[task]]\nname = \"b\"\ncommand = [\"true\"]\ninputs = [\"a/o\"]\noutputs = [\"o\"]\n\
+               [[task]]\nname = \"gate\"\ncommand = [\"true\"]\nafter = [\"b\"]\n\
+               [[task]]\nname = \"c\"\ncommand = [\"true\"]\ninputs = [\"b/o\"]\nafter = [\"gate\"]\n";
+    let job = submit(&mut c, src, 0);
+    let mut now = 1;
+    // Runs scheduling rounds until `task` is placed (recovery takes one round per level), then
+    // reports it done.
+    let run = |c: &mut Core, task: &str, now: &mut u64| -> WorkerId {
+        let mut a = Vec::new();
+        for _ in 0..4 {
+            c.schedule(*now);
+            a.extend(assigned(c));
+        }
+        let (w, x) = a.iter().find(|(_, x)| x.attempt.task == task).unwrap_or_else(|| panic!("{task} placed: {a:?}"));
+        let outputs = if task == "gate" || task == "c" { vec![] } else { vec![(ObjectId { job, task: task.into(), rank: 0, name: "o".into() }, 10)] };
+        *now += 1;
+        c.report(*w, &session_of(c, *w), vec![Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs, ..Default::default() }], *now);
+        *now += 1;
+        *w
+    };
+    let wa = run(&mut c, "a", &mut now);
+    let wb = run(&mut c, "b", &mut now);
+    // Both a's and b's outputs are lost; gate runs on the survivor.
+    let dead = if wa == wb { wa } else { wb };
+    let survivor = if dead == wid(1) { 2 } else { 1 };
+    if wa != wb {
+        // Make sure a's output is lost too: its holder is the other worker, which stays. Drop it
+        // by having that worker report an empty cache (evicted).
+        let w = wid(survivor);
+        assert!(c.heartbeat(w, &session_of(&c, w), NodeReport::default(), now));
+    }
+    let t = now + CoreConfig::default().heartbeat_timeout_ms + 1;
+    beat_all(&mut c, &[survivor], t - 1);
+    c.tick(t);
+    now = t;
+    run(&mut c, "gate", &mut now);
+    // c finds b/o lost: b re-runs, finds a/o lost: a re-runs; then b; then c.
+    let wa2 = run(&mut c, "a", &mut now);
+    assert_eq!(wa2, wid(survivor));
+    run(&mut c, "b", &mut now);
+    run(&mut c, "c", &mut now);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Succeeded);
+    assert_eq!((j.subtasks[0].reruns, j.subtasks[1].reruns, j.subtasks[2].reruns), (1, 1, 0));
+}
+
+#[test]
+fn a_lost_output_of_a_completed_gang_fails_its_consumer_naming_object_and_worker() {
+    let mut c = core();
+    for n in 1..=3 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let src = format!("{GANG}[[task]]\nname = \"check\"\ncommand = [\"true\"]\ninputs = [\"sum/total[1]\"]\nafter = [\"gate\"]\n[[task]]\nname = \"gate\"\ncommand = [\"true\"]\nafter = [\"sum\"]\ncpu = 0\n");
+    let job = submit(&mut c, &src, 0);
+    gens_done(&mut c, 1);
+    c.schedule(3);
+    let members = assigned(&mut c);
+    for (w, x) in &members {
+        c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Succeeded)], 4);
+    }
+    let holder = members.iter().find(|(_, x)| x.attempt.rank == 1).unwrap().0;
+    let others: Vec<u8> = (1..=3).filter(|&n| wid(n) != holder).collect();
+    let t = CoreConfig::default().heartbeat_timeout_ms + 10;
+    beat_all(&mut c, &others, t - 1);
+    c.tick(t);
+    c.schedule(t);
+    let gate = assigned(&mut c);
+    assert_eq!(gate.len(), 1);
+    c.report(gate[0].0, &session(gate[0].0), vec![done(&gate[0].1.attempt, SubtaskState::Succeeded)], t + 1);
+    c.schedule(t + 2);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Failed);
+    let want = format!("input {job}/sum/1/total was lost with worker {holder}, and its producer cannot be re-run");
+    assert!(j.record.error.contains(&want) && j.record.error.contains("partial gang"), "{}", j.record.error);
+    assert!(j.record.error.starts_with("task \"check\" rank 0 cannot run: "), "{}", j.record.error);
+}
+
+#[test]
+fn after_a_coordinator_restart_inputs_wait_for_their_holders_to_register() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    c.register(reg(2, "s2", 4, vec![]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\ncpu = 4\n[[task]]\nname = \"b\"\ncommand = [\"true\"]\ninputs = [\"a/o\"]\ncpu = 4\n", 0);
+    c.schedule(1);
+    let (wa, xa) = assigned(&mut c).remove(0);
+    c.report(wa, &session_of(&c, wa), vec![Report { attempt: Some(xa.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs: vec![(ObjectId { job, task: "a".into(), rank: 0, name: "o".into() }, 10)], ..Default::default() }], 2);
+    let j = c.job(job).unwrap();
+    let snap = Snapshot {
+        jobs: vec![j.record.clone()],
+        subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
+        workers: c.workers().map(|w| w.record.clone()).collect(),
+        placements: vec![],
+    };
+    let mut d = core();
+    d.restore(snap, 10).unwrap();
+    let other = if wa == wid(1) { 2 } else { 1 };
+    // The worker that does not hold a/o registers first: b must wait, not re-run a.
+    d.register(reg(other, &format!("s{other}"), 4, vec![]), 11);
+    d.schedule(12);
+    d.schedule(12);
+    assert!(assigned(&mut d).is_empty());
+    assert_eq!(d.job(job).unwrap().subtasks[0].reruns, 0);
+    let mut r = reg(wa.as_bytes()[15], "s-back", 4, vec![]);
+    r.state.objects = vec![(ObjectId { job, task: "a".into(), rank: 0, name: "o".into() }, 10)];
+    d.register(r, 13);
+    d.schedule(14);
+    let b = assigned(&mut d);
+    assert_eq!(b.len(), 1);
+    assert_eq!((b[0].0, b[0].1.attempt.task.as_str()), (wa, "b"));
 }

@@ -1,0 +1,109 @@
+//! Lineage re-execution: an input whose every holder is lost is made again by re-running the
+//! subtask that produced it, as Ray does, instead of failing its consumer.
+//!
+//! The check runs when a consumer is about to be placed. Each lost object's producer subtask goes
+//! from `Succeeded` back to `Ready` (a re-run, counted apart from failures), and the consumer goes
+//! back to `Waiting`: when the producer succeeds again its task is done again and the usual DAG
+//! release makes the consumer ready. A producer whose own inputs are gone meets the same check
+//! when it is placed, so recovery walks back through the lineage as far as it must, one
+//! scheduling round per level, without recursion. It gives up — failing the consumer, under its
+//! task's `on_failure`, with an error naming the object and the worker that held it — only when
+//! a producer cannot be re-run: a member of a collective whose gang completed (a partial gang
+//! cannot run), or a subtask re-run [`MAX_RERUNS`] times already.
+
+use plexus_proto::{JobId, ObjectId, SubtaskState};
+
+use super::Core;
+
+/// Whether a subtask's inputs can be fetched now.
+pub enum Availability {
+    /// Every input has a live holder.
+    Held,
+    /// Some input's holder has not registered again yet since a coordinator restart: wait.
+    Unknown,
+    /// These inputs have no live holder and none can come back: make them again.
+    Lost(Vec<ObjectId>),
+}
+
+/// The most times one subtask is re-run to recover lost outputs. Each re-run follows the loss of
+/// a worker; past this many the cluster is losing workers faster than the work can finish.
+pub const MAX_RERUNS: u32 = 10;
+
+impl Core {
+    /// Where the inputs of a subtask stand: every one held by a live worker, some that may still
+    /// be (their producer's worker is alive but has not registered again since the coordinator
+    /// restarted, so what it holds is not known yet), or some lost.
+    pub(super) fn input_availability<'a>(&self, job: JobId, inputs: impl Iterator<Item = &'a ObjectId>) -> Availability {
+        let mut lost = Vec::new();
+        for o in inputs {
+            let live = |w: &plexus_proto::WorkerId| self.workers.get(w).is_some_and(|w| w.record.alive);
+            if self.holders.get(o).is_some_and(|h| h.iter().any(live)) {
+                continue;
+            }
+            let producer_worker = self.jobs.get(&job).and_then(|j| j.subtask_index(&o.task, o.rank).ok().and_then(|p| j.subtasks[p as usize].worker));
+            if producer_worker.and_then(|w| self.workers.get(&w)).is_some_and(|w| w.record.alive && !w.connected) {
+                return Availability::Unknown;
+            }
+            lost.push(o.clone());
+        }
+        if lost.is_empty() { Availability::Held } else { Availability::Lost(lost) }
+    }
+
+    /// Starts recovering the lost inputs of the subtasks `consumers` (one subtask, or a gang's
+    /// members): re-runs their producers and sends the consumers back to `Waiting`, or gives up
+    /// on the first consumer when a producer cannot be re-run.
+    pub(super) fn recover_inputs(&mut self, job: JobId, consumers: &[u32], lost: &[ObjectId], now: u64) {
+        for o in lost {
+            let Some(j) = self.jobs.get(&job) else { return };
+            let Ok(p) = j.subtask_index(&o.task, o.rank) else { continue };
+            let producer = &j.subtasks[p as usize];
+            let held_by = producer.worker.map_or_else(|| "an unknown worker".to_string(), |w| format!("worker {w}"));
+            match producer.state {
+                SubtaskState::Succeeded => {
+                    let collective = j.record.spec.tasks[j.task_of(p)].collective.is_some();
+                    let cannot = if collective {
+                        Some("it is a member of a collective whose gang completed, and a partial gang cannot run".to_string())
+                    } else if producer.reruns >= MAX_RERUNS {
+                        Some(format!("it was re-run {MAX_RERUNS} times already"))
+                    } else {
+                        None
+                    };
+                    if let Some(why) = cannot {
+                        let consumer = consumers[0];
+                        let error = format!("input {o} was lost with {held_by}, and its producer cannot be re-run: {why}");
+                        self.give_up((job, consumer), now, error);
+                        return;
+                    }
+                    self.rerun(job, p, now, format!("re-run: its output {o} was lost with {held_by}"));
+                }
+                // Already being made again (another consumer found it lost first).
+                SubtaskState::Waiting | SubtaskState::Ready | SubtaskState::Assigned | SubtaskState::Running => {}
+                SubtaskState::Failed | SubtaskState::Cancelled => {
+                    let error = format!("input {o} was lost with {held_by}, and its producer {} ended {}", producer.task, producer.state.as_str());
+                    self.give_up((job, consumers[0]), now, error);
+                    return;
+                }
+            }
+        }
+        for &c in consumers {
+            let s = &self.jobs[&job].subtasks[c as usize];
+            if s.state == SubtaskState::Ready {
+                let note = format!("waiting: input {} is being made again", lost[0]);
+                self.set_state((job, c), SubtaskState::Waiting, now, note);
+            }
+        }
+    }
+
+    /// Makes a succeeded subtask ready again to recompute its outputs.
+    fn rerun(&mut self, job: JobId, idx: u32, now: u64, note: String) {
+        let j = self.jobs.get_mut(&job).expect("exists");
+        let s = &mut j.subtasks[idx as usize];
+        s.reruns += 1;
+        s.outputs.clear();
+        s.worker = None;
+        s.ready_at = now;
+        s.not_before = 0;
+        self.set_state((job, idx), SubtaskState::Ready, now, note);
+        self.ready.push_back((job, idx));
+    }
+}
