@@ -179,6 +179,7 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
             root: c.spec.root,
             algorithm: c.spec.algorithm.to_string(),
         }),
+        gpus: a.gpus.clone(),
     }
 }
 

@@ -210,6 +210,7 @@ impl Core {
                     history: vec![Transition { state: SubtaskState::Waiting, at: now, attempt: 0, worker: None, note: String::new() }],
                     not_before: 0,
                     failed_attempts: Vec::new(),
+                    gpus: Vec::new(),
                     reruns: 0,
                 });
             }

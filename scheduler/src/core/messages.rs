@@ -88,6 +88,8 @@ pub struct Assignment {
     pub env: BTreeMap<String, String>,
     /// For the collective kinds: the communicator the member joins.
     pub collective: Option<CollectiveAssignment>,
+    /// The worker's GPU devices that are this attempt's alone (filled in when it is dispatched).
+    pub gpus: Vec<u32>,
 }
 
 impl Assignment {
@@ -103,6 +105,7 @@ impl Assignment {
             outputs: task.outputs.clone(),
             env: task.env.clone(),
             collective,
+            gpus: Vec::new(),
         }
     }
 }

@@ -142,7 +142,7 @@ impl Core {
         }
         for mut rec in snap.workers {
             rec.last_heartbeat = now;
-            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new() };
+            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new(), gpus_used: BTreeSet::new() };
             self.workers.insert(w.record.id, w);
         }
         // Derived state: allocations, and the ready queue in submission order.
@@ -156,6 +156,7 @@ impl Core {
                 {
                     w.allocated.add(&job.record.spec.tasks[job.task_of(i as u32)].resources);
                     w.placed.insert((id, i as u32));
+                    w.gpus_used.extend(s.gpus.iter().copied());
                 }
                 if running && s.state == SubtaskState::Ready {
                     if s.not_before > now {

@@ -226,14 +226,22 @@ impl Core {
 
     /// Records a placement decided by [`Core::place`] or [`Core::place_gang`]: the subtask is
     /// `Assigned`, the worker's allocation grows, and the assignment goes out.
-    pub(super) fn dispatch(&mut self, (job, idx): (JobId, u32), wid: WorkerId, record: PlacementRecord, assignment: Assignment, now: u64) {
+    pub(super) fn dispatch(&mut self, (job, idx): (JobId, u32), wid: WorkerId, record: PlacementRecord, mut assignment: Assignment, now: u64) {
         let req = assignment.resources;
-        self.jobs.get_mut(&job).expect("exists").placements.insert(idx, record);
-        self.out.placements.insert((job, idx));
-        self.set_state((job, idx), SubtaskState::Assigned, now, String::new());
         let w = self.workers.get_mut(&wid).expect("candidate exists");
+        // A worker's GPUs are individual devices: the attempt gets the lowest free indices. The
+        // count fits (the placement was feasible, and allocated.gpu counts exactly the devices
+        // in gpus_used), so this finds them.
+        let gpus = w.free_gpus(req.gpu).unwrap_or_default();
+        w.gpus_used.extend(gpus.iter().copied());
         w.allocated.add(&req);
         w.placed.insert((job, idx));
+        assignment.gpus = gpus.clone();
+        let j = self.jobs.get_mut(&job).expect("exists");
+        j.placements.insert(idx, record);
+        j.subtasks[idx as usize].gpus = gpus;
+        self.out.placements.insert((job, idx));
+        self.set_state((job, idx), SubtaskState::Assigned, now, String::new());
         self.out.assignments.push((wid, assignment));
     }
 

@@ -64,6 +64,10 @@ pub struct Subtask {
     /// Every failed attempt, oldest first (at most `max_retries + 1`, which is bounded).
     #[serde(default)]
     pub failed_attempts: Vec<AttemptFailure>,
+    /// The GPU device indices of the worker that the current attempt holds (as many as it asked
+    /// for); empty when it holds none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
     /// Times the subtask ran again after succeeding, to recompute outputs lost with a worker
     /// (not failures).
     #[serde(default)]

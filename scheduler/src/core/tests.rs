@@ -845,3 +845,51 @@ fn after_a_coordinator_restart_inputs_wait_for_their_holders_to_register() {
     assert_eq!(b.len(), 1);
     assert_eq!((b[0].0, b[0].1.attempt.task.as_str()), (wa, "b"));
 }
+
+fn gpu_worker(n: u8, indices: &[u32]) -> Registration {
+    let mut r = reg(n, &format!("s{n}"), 8, vec![]);
+    r.capacity.gpus = indices.iter().map(|&index| GpuRecord { index, name: "H100".into(), memory: 80 << 30 }).collect();
+    r
+}
+
+#[test]
+fn gpu_tasks_get_their_own_devices() {
+    let mut c = core();
+    c.register(gpu_worker(1, &[0, 2]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"train\"\ncommand = [\"true\"]\ngpu = 1\nreplicas = 3\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 2, "two devices, two concurrent tasks");
+    let mut devices: Vec<Vec<u32>> = a.iter().map(|(_, x)| x.gpus.clone()).collect();
+    devices.sort();
+    assert_eq!(devices, vec![vec![0], vec![2]], "each gets one of the worker's own indices, none shared");
+    // The one holding device 2 ends: the third replica gets device 2, not 0.
+    let (_, on2) = a.iter().find(|(_, x)| x.gpus == vec![2]).unwrap();
+    c.report(wid(1), "s1", vec![done(&on2.attempt, SubtaskState::Succeeded)], 2);
+    c.schedule(3);
+    let b = assigned(&mut c);
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].1.gpus, vec![2]);
+    // Devices held by placed attempts survive a restart.
+    let j = c.job(job).unwrap();
+    let snap = Snapshot { jobs: vec![j.record.clone()], subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(), workers: c.workers().map(|w| w.record.clone()).collect(), placements: vec![] };
+    let mut d = core();
+    d.restore(snap, 5).unwrap();
+    assert_eq!(d.worker(wid(1)).unwrap().gpus_used, [0u32, 2].into_iter().collect());
+    assert_eq!(d.worker(wid(1)).unwrap().free_gpus(1), None);
+}
+
+#[test]
+fn a_two_gpu_task_gets_two_distinct_devices_and_frees_them() {
+    let mut c = core();
+    c.register(gpu_worker(1, &[0, 1, 2, 3]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"t\"\ncommand = [\"true\"]\ngpu = 2\nreplicas = 2\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    let mut all: Vec<u32> = a.iter().flat_map(|(_, x)| x.gpus.clone()).collect();
+    all.sort();
+    assert_eq!(all, vec![0, 1, 2, 3]);
+    c.cancel(job, 2).unwrap();
+    assert!(c.worker(wid(1)).unwrap().gpus_used.is_empty());
+    assert_eq!(c.worker(wid(1)).unwrap().free_gpus(4), Some(vec![0, 1, 2, 3]));
+}

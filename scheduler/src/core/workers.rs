@@ -17,11 +17,19 @@ pub struct Worker {
     pub allocated: Resources,
     pub placed: BTreeSet<(JobId, u32)>,
     pub objects: HashMap<ObjectId, u64>,
+    /// GPU device indices held by placed attempts: each device belongs to one attempt at a time.
+    pub gpus_used: BTreeSet<u32>,
 }
 
 impl Worker {
     pub fn free(&self) -> Resources {
         self.record.capacity.resources().minus(&self.allocated)
+    }
+
+    /// The `n` lowest device indices no placed attempt holds, or `None` if fewer are free.
+    pub fn free_gpus(&self, n: u32) -> Option<Vec<u32>> {
+        let free: Vec<u32> = self.record.capacity.gpus.iter().map(|g| g.index).filter(|i| !self.gpus_used.contains(i)).take(n as usize).collect();
+        (free.len() == n as usize).then_some(free)
     }
 }
 
@@ -78,6 +86,7 @@ impl Core {
             allocated: Resources::default(),
             placed: BTreeSet::new(),
             objects: HashMap::new(),
+            gpus_used: BTreeSet::new(),
         });
         w.record = record;
         w.connected = true;
@@ -171,10 +180,14 @@ impl Core {
     pub(super) fn release_worker(&mut self, (job, idx): (JobId, u32), wid: WorkerId) {
         let Some(j) = self.jobs.get(&job) else { return };
         let res = j.record.spec.tasks[j.task_of(idx)].resources;
+        let gpus = std::mem::take(&mut self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus);
         if let Some(w) = self.workers.get_mut(&wid)
             && w.placed.remove(&(job, idx))
         {
             w.allocated.sub(&res);
+            for g in gpus {
+                w.gpus_used.remove(&g);
+            }
         }
     }
 }
