@@ -65,9 +65,19 @@ fn job_id(s: &str) -> Result<JobId, Status> {
     pc::job_id("job_id", s).map_err(status)
 }
 
+/// What the running coordinator tells administrative commands about its store, which they cannot
+/// open themselves while it holds the lock.
+#[derive(Clone)]
+pub struct StoreAccess {
+    pub dir: String,
+    pub schema_version: u32,
+    pub policy: std::sync::Arc<dyn plexus_policy::PolicyStore>,
+}
+
 /// The client API.
 pub struct JobApi {
     engine: EngineHandle,
+    store: Option<StoreAccess>,
     /// The tasks feeding `WatchJob` streams: cancelled and awaited at shutdown
     /// ([`JobApi::stop_streams`]), so none outlives the server.
     streams: TaskTracker,
@@ -76,7 +86,17 @@ pub struct JobApi {
 
 impl JobApi {
     pub fn new(engine: EngineHandle) -> JobApi {
-        JobApi { engine, streams: TaskTracker::new(), stop: CancellationToken::new() }
+        JobApi { engine, store: None, streams: TaskTracker::new(), stop: CancellationToken::new() }
+    }
+
+    /// Also answers `GetStoreInfo` and `ExportPolicy` from this store.
+    pub fn with_store(mut self, store: StoreAccess) -> JobApi {
+        self.store = Some(store);
+        self
+    }
+
+    fn store(&self) -> Result<&StoreAccess, Status> {
+        self.store.as_ref().ok_or_else(|| status(Error::Unavailable("this coordinator serves no store information".into())))
     }
 
     /// A handle that ends every watch stream, now and later, and waits for their tasks.
@@ -239,6 +259,20 @@ impl JobService for JobApi {
     async fn list_workers(&self, _req: Request<pb::ListWorkersRequest>) -> Result<Response<pb::ListWorkersResponse>, Status> {
         let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
         Ok(Response::new(pb::ListWorkersResponse { workers }))
+    }
+
+    async fn get_store_info(&self, _req: Request<pb::GetStoreInfoRequest>) -> Result<Response<pb::StoreInfo>, Status> {
+        let s = self.store()?;
+        Ok(Response::new(pb::StoreInfo { dir: s.dir.clone(), schema_version: s.schema_version, binary_version: plexus_migrations::CURRENT }))
+    }
+
+    async fn export_policy(&self, _req: Request<pb::ExportPolicyRequest>) -> Result<Response<pb::ExportPolicyResponse>, Status> {
+        let policy = self.store()?.policy.clone();
+        let weights = tokio::task::spawn_blocking(move || policy.load_weights())
+            .await
+            .map_err(|e| status(Error::Engine(format!("reading the policy weights: {e}"))))?
+            .map_err(|e| status(Error::Unavailable(format!("reading the policy weights: {e}"))))?;
+        Ok(Response::new(pb::ExportPolicyResponse { weights: weights.unwrap_or_default() }))
     }
 
     async fn explain_placement(&self, req: Request<pb::ExplainPlacementRequest>) -> Result<Response<pb::ExplainPlacementResponse>, Status> {

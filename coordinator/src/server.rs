@@ -46,7 +46,13 @@ pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
     let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
-    let placer = learned::by_name(&config.placer, config.seed, Some(store.policy_store()))?;
+    let policy_store = store.policy_store();
+    let placer = learned::by_name(&config.placer, config.seed, Some(policy_store.clone()))?;
+    let store_access = crate::rpc::StoreAccess {
+        dir: store_dir(&config.data_dir).display().to_string(),
+        schema_version: plexus_migrations::CURRENT,
+        policy: policy_store,
+    };
     for m in &applied {
         tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
     }
@@ -84,7 +90,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         let _ = stopping_tx.send(());
     };
 
-    let job_api = JobApi::new(handle.clone());
+    let job_api = JobApi::new(handle.clone()).with_store(store_access);
     let watch_streams = job_api.stream_stopper();
     let jobs = JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
     let workers = WorkerServiceServer::new(WorkerApi::new(handle)).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);

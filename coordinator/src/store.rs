@@ -16,15 +16,10 @@ use plexus_scheduler::core::{JobRecord, PlacementRecord, Snapshot, Subtask, Work
 
 use crate::Error;
 
-/// How long [`open_db`] waits for another holder of the database lock to let go.
+/// How long [`SledStore::open`] waits for another holder of the database lock to let go: a `Db`
+/// that was just dropped (or a coordinator that is still exiting) releases the lock only when
+/// sled's background flusher has finished, a moment later.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Opens the sled database at `dir`, waiting up to [`LOCK_WAIT`] while its file lock is held:
-/// a `Db` that was just dropped (or a coordinator that is still exiting) releases the lock only
-/// when sled's background flusher has finished, a moment later.
-fn open_db(dir: &Path) -> Result<sled::Db, Error> {
-    open_db_waiting(dir, LOCK_WAIT)
-}
 
 fn open_db_waiting(dir: &Path, wait: std::time::Duration) -> Result<sled::Db, Error> {
     let start = std::time::Instant::now();
@@ -158,7 +153,13 @@ impl plexus_policy::PolicyStore for SledPolicyStore {
 impl SledStore {
     /// Opens (creating if needed) and migrates the store at `dir`.
     pub fn open(dir: &Path) -> Result<(SledStore, Vec<mig::Applied>), Error> {
-        let db = open_db(dir)?;
+        Self::open_waiting(dir, LOCK_WAIT)
+    }
+
+    /// [`SledStore::open`], waiting at most `wait` for another process to release the store: an
+    /// administrative command asks the running coordinator instead of waiting long.
+    pub fn open_waiting(dir: &Path, wait: std::time::Duration) -> Result<(SledStore, Vec<mig::Applied>), Error> {
+        let db = open_db_waiting(dir, wait)?;
         let applied = mig::migrate(&db)?;
         let state = db.open_tree(mig::STATE_TREE)?;
         Ok((SledStore { db, state }, applied))
@@ -176,8 +177,8 @@ impl SledStore {
     }
 
     /// Migrations that opening the store at `dir` would run, without running them.
-    pub fn pending(dir: &Path) -> Result<(Option<u32>, Vec<&'static mig::Migration>), Error> {
-        let db = open_db(dir)?;
+    pub fn pending(dir: &Path, wait: std::time::Duration) -> Result<(Option<u32>, Vec<&'static mig::Migration>), Error> {
+        let db = open_db_waiting(dir, wait)?;
         Ok((mig::version(&db)?, mig::pending(&db)?))
     }
 }

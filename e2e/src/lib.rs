@@ -229,12 +229,15 @@ impl Cluster {
 
     /// Submits a job file's text over gRPC; returns the job id.
     pub fn submit(&self, name: &str, source: &str) -> String {
+        self.try_submit(name, source).unwrap_or_else(|e| panic!("submit failed: {}", e.message()))
+    }
+
+    /// Submits a job file's text over gRPC; returns the job id, or the refusal.
+    pub fn try_submit(&self, name: &str, source: &str) -> Result<String, tonic::Status> {
         let mut c = self.client();
-        let r = self
-            .rt
+        self.rt
             .block_on(c.submit_job(pb::SubmitJobRequest { source: source.into(), format: String::new(), filename: name.into() }))
-            .unwrap_or_else(|e| panic!("submit failed: {}", e.message()));
-        r.into_inner().job_id
+            .map(|r| r.into_inner().job_id)
     }
 
     /// The job's status with subtasks, or None if the coordinator is unreachable.
