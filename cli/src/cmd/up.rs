@@ -290,6 +290,35 @@ impl Signals {
     }
 }
 
+/// How many earlier runs' logs `plexus up` keeps beside the current one (`x.log.1` is the run
+/// before, up to `x.log.5`): enough to look back at a crash after a restart or two, bounded so a
+/// cluster restarted in a loop does not fill the disk.
+const KEPT_LOGS: usize = 5;
+
+/// Moves `log` to `log.1`, `log.1` to `log.2`, … keeping `keep` old ones (the oldest is dropped).
+/// A missing file is not an error: there was no earlier run.
+fn rotate(log: &Path, keep: usize) -> std::io::Result<()> {
+    let numbered = |n: usize| {
+        let mut name = log.as_os_str().to_owned();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    };
+    if keep == 0 || !log.exists() {
+        return Ok(());
+    }
+    match std::fs::remove_file(numbered(keep)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    for n in (1..keep).rev() {
+        match std::fs::rename(numbered(n), numbered(n + 1)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    std::fs::rename(log, numbered(1))
+}
+
 /// The child processes of `up`.
 #[derive(Default)]
 struct Cluster {
@@ -305,6 +334,7 @@ struct Member {
 
 impl Cluster {
     fn spawn(&mut self, name: String, program: &Path, args: &[OsString], log: PathBuf) -> anyhow::Result<()> {
+        rotate(&log, KEPT_LOGS).with_context(|| format!("cannot rotate the previous run's log {}", log.display()))?;
         let out = File::create(&log).with_context(|| format!("cannot create the log file {}", log.display()))?;
         let err = out.try_clone().with_context(|| format!("cannot open the log file {}", log.display()))?;
         let mut cmd = Command::new(program);
@@ -385,6 +415,22 @@ impl Cluster {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn logs_of_earlier_runs_are_rotated_not_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("coordinator.log");
+        rotate(&log, 2).unwrap(); // nothing yet: nothing to do
+        for run in 1..=4 {
+            rotate(&log, 2).unwrap();
+            std::fs::write(&log, format!("run {run}")).unwrap();
+        }
+        let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).ok();
+        assert_eq!(read("coordinator.log").as_deref(), Some("run 4"));
+        assert_eq!(read("coordinator.log.1").as_deref(), Some("run 3"));
+        assert_eq!(read("coordinator.log.2").as_deref(), Some("run 2"));
+        assert_eq!(read("coordinator.log.3"), None, "only two earlier runs are kept");
+    }
+
     use super::*;
 
     fn os(v: &[&str]) -> Vec<OsString> {
