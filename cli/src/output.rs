@@ -541,15 +541,17 @@ pub fn watch_header(job: &pb::JobStatus) -> String {
 // Workers
 // ---------------------------------------------------------------------------------------------
 
-/// `plexus workers`.
+/// `plexus workers`: one row per worker, then, when any worker has GPUs, one row per device with
+/// its model and its load from the latest heartbeat.
 pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
     if workers.is_empty() {
         return "no workers\n".to_string();
     }
     let mut t = Table::new(&[
-        "ID", "ALIVE", "PEER", "CPUS", "MEMORY", "GPUS", "RAILS", "ASSIGNED", "ALLOC CPU", "CPU UTIL", "CACHE",
-        "OBJECTS", "HEARTBEAT",
+        "ID", "ALIVE", "PEER", "CPUS", "MEMORY", "GPUS", "RAILS", "ISOLATION", "ASSIGNED", "ALLOC CPU", "CPU UTIL",
+        "CACHE", "OBJECTS", "HEARTBEAT",
     ]);
+    let mut devices = Table::new(&["WORKER", "GPU", "MODEL", "UTIL", "MEMORY"]);
     for w in workers {
         let cap = w.capacity.clone().unwrap_or_default();
         let state = w.state.clone().unwrap_or_default();
@@ -562,6 +564,7 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
             human_size(cap.memory),
             cap.gpus.len().to_string(),
             cap.rails.len().to_string(),
+            dash(non_empty(&cap.isolation)),
             w.assigned.to_string(),
             number(alloc.cpu),
             format!("{:.0}%", state.cpu_utilisation * 100.0),
@@ -569,8 +572,25 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
             state.objects.len().to_string(),
             age(w.last_heartbeat, now_ms),
         ]);
+        for g in &cap.gpus {
+            let load = state.gpus.iter().find(|s| s.index == g.index);
+            devices.row(vec![
+                w.worker_id.clone(),
+                g.index.to_string(),
+                g.name.clone(),
+                load.map_or("-".into(), |s| format!("{:.0}%", s.utilisation * 100.0)),
+                match load {
+                    Some(s) => format!("{}/{}", human_size(s.memory_used), human_size(g.memory)),
+                    None => format!("-/{}", human_size(g.memory)),
+                },
+            ]);
+        }
     }
-    t.render()
+    if workers.iter().any(|w| w.capacity.as_ref().is_some_and(|c| !c.gpus.is_empty())) {
+        format!("{}\n{}", t.render(), devices.render())
+    } else {
+        t.render()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -587,6 +607,9 @@ pub struct WorkerView {
     pub cpus: u32,
     pub memory_bytes: u64,
     pub gpus: Vec<GpuView>,
+    /// How the worker confines subtasks: `cgroup-v2`, `cgroup-v1` or `process-group`; null when
+    /// it does not say.
+    pub isolation: Option<String>,
     pub rails: Vec<String>,
     /// The data plane's cumulative counters per rail, from the latest heartbeat.
     pub rail_traffic: Vec<RailTrafficView>,
@@ -613,8 +636,12 @@ pub struct RailTrafficView {
 #[derive(Debug, Serialize)]
 pub struct GpuView {
     pub index: u32,
+    /// The model, as nvidia-smi names it.
     pub name: String,
     pub memory_bytes: u64,
+    /// 0..1, from the latest heartbeat; null before the first sample.
+    pub utilisation: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -641,8 +668,18 @@ pub fn worker_list_view(workers: &[pb::WorkerInfo]) -> WorkerList {
                 gpus: cap
                     .gpus
                     .iter()
-                    .map(|g| GpuView { index: g.index, name: g.name.clone(), memory_bytes: g.memory })
+                    .map(|g| {
+                        let load = state.gpus.iter().find(|s| s.index == g.index);
+                        GpuView {
+                            index: g.index,
+                            name: g.name.clone(),
+                            memory_bytes: g.memory,
+                            utilisation: load.map(|s| s.utilisation),
+                            memory_used_bytes: load.map(|s| s.memory_used),
+                        }
+                    })
                     .collect(),
+                isolation: non_empty(&cap.isolation),
                 rails: cap.rails,
                 rail_traffic: state
                     .rails
@@ -998,10 +1035,11 @@ mod tests {
             capacity: Some(pb::NodeCapacity {
                 cpus: 4,
                 memory: 8 << 30,
-                gpus: vec![pb::GpuInfo { index: 0, name: "H100".into(), memory: 80 << 30 }],
+                gpus: vec![pb::GpuInfo { index: 0, name: "H100".into(), memory: 80 << 30 }, pb::GpuInfo { index: 2, name: "H100".into(), memory: 80 << 30 }],
                 rails: vec!["10.0.0.1:7100".into(), "10.0.1.1:7100".into()],
                 cache_bytes: 1 << 30,
                 hostname: "node1".into(),
+                isolation: "cgroup-v1".into(),
             }),
             state: Some(pb::NodeState {
                 cpu_utilisation: 0.375,
@@ -1010,6 +1048,8 @@ mod tests {
                 objects: vec![pb::ObjectInfo { object_id: "o".into(), size: 12 << 20 }],
                 cache_used: 12 << 20,
                 rails: vec![pb::RailCounters { addr: "10.0.0.1:7100".into(), bytes_sent: 5, bytes_received: 7, failures: 1 }],
+                gpus: vec![pb::GpuState { index: 0, utilisation: 0.37, memory_used: 12 << 30 }],
+                isolation: "cgroup-v1".into(),
             }),
             alive: true,
             last_heartbeat: NOW - 1_200,
@@ -1022,15 +1062,22 @@ mod tests {
     fn workers_table_and_json() {
         let text = workers_table(&workers(), NOW);
         let expected = format!(
-            "ID{p}ALIVE  PEER                   CPUS  MEMORY   GPUS  RAILS  ASSIGNED  ALLOC CPU  CPU UTIL  CACHE             OBJECTS  HEARTBEAT\n\
-             {W1}  yes    http://127.0.0.1:7001  4     8.0 GiB  1     2      2         1.5        38%       12.0 MiB/1.0 GiB  1        1.2s ago\n",
-            p = " ".repeat(36)
+            "ID{p}ALIVE  PEER                   CPUS  MEMORY   GPUS  RAILS  ISOLATION  ASSIGNED  ALLOC CPU  CPU UTIL  CACHE             OBJECTS  HEARTBEAT\n\
+             {W1}  yes    http://127.0.0.1:7001  4     8.0 GiB  2     2      cgroup-v1  2         1.5        38%       12.0 MiB/1.0 GiB  1        1.2s ago\n\
+             \n\
+             WORKER{w}GPU  MODEL  UTIL  MEMORY\n\
+             {W1}  0    H100   37%   12.0 GiB/80.0 GiB\n\
+             {W1}  2    H100   -     -/80.0 GiB\n",
+            p = " ".repeat(36),
+            w = " ".repeat(32)
         );
         assert_eq!(text, expected);
         assert_eq!(workers_table(&[], NOW), "no workers\n");
-        // A worker that has not reported yet has no capacity or state: still a row, no panic.
+        // A worker that has not reported yet has no capacity or state: still a row, no panic, and
+        // no device table without GPUs.
         let bare = pb::WorkerInfo { worker_id: W2.into(), ..Default::default() };
-        assert!(workers_table(&[bare], NOW).contains("0 B/0 B"));
+        let text = workers_table(&[bare], NOW);
+        assert!(text.contains("0 B/0 B") && text.lines().count() == 2, "{text}");
 
         let v = serde_json::to_value(worker_list_view(&workers())).unwrap();
         assert_eq!(
@@ -1038,7 +1085,11 @@ mod tests {
             json!({
                 "worker_id": W1, "alive": true, "peer_addr": "http://127.0.0.1:7001", "hostname": "node1",
                 "cpus": 4, "memory_bytes": 8u64 << 30,
-                "gpus": [{"index": 0, "name": "H100", "memory_bytes": 80u64 << 30}],
+                "gpus": [
+                    {"index": 0, "name": "H100", "memory_bytes": 80u64 << 30, "utilisation": 0.37, "memory_used_bytes": 12u64 << 30},
+                    {"index": 2, "name": "H100", "memory_bytes": 80u64 << 30, "utilisation": null, "memory_used_bytes": null}
+                ],
+                "isolation": "cgroup-v1",
                 "rails": ["10.0.0.1:7100", "10.0.1.1:7100"],
                 "rail_traffic": [{"addr": "10.0.0.1:7100", "bytes_sent": 5, "bytes_received": 7, "failures": 1}],
                 "assigned": 2,

@@ -5,6 +5,7 @@ use plexus_proto::convert::{self as pc, ConvertError};
 use plexus_proto::{AttemptRef, JobState, ObjectId, SubtaskState, pb};
 
 use plexus_proto::rules;
+use plexus_scheduler::core::messages::GpuUsage;
 use plexus_scheduler::core::{Assignment, Capacity, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
 use plexus_scheduler::spec::Work;
 
@@ -31,13 +32,39 @@ fn objects(list: &[pb::ObjectInfo]) -> Result<Vec<(ObjectId, u64)>, ConvertError
     list.iter().map(|o| Ok((pc::object_id("object_id", &o.object_id)?, o.size))).collect()
 }
 
+/// A fraction in [0, 1]; rounding may put a busy device a hair above 1, nothing else.
+fn fraction(field: &'static str, v: f64) -> Result<f64, ConvertError> {
+    if !(v.is_finite() && (0.0..=1.0 + 1e-6).contains(&v)) {
+        return Err(ConvertError::Invalid { field, reason: format!("{v} is not a fraction in [0, 1]") });
+    }
+    Ok(v.clamp(0.0, 1.0))
+}
+
+/// How a worker confines its subtasks (`cgroup-v2`, `cgroup-v1`, `process-group`; empty from a
+/// worker that does not say): a short name, shown in tables, so nothing else is accepted.
+fn isolation(field: &'static str, s: &str) -> Result<String, ConvertError> {
+    if s.len() > 32 || !s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+        return Err(ConvertError::Invalid { field, reason: "must be at most 32 characters of a-z, 0-9 and '-'".into() });
+    }
+    Ok(s.to_string())
+}
+
 pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError> {
     let Some(s) = s else { return Ok(NodeReport::default()) };
-    // A fraction of the node's cores; rounding may put a busy node a hair above 1, nothing else.
-    if !(s.cpu_utilisation.is_finite() && (0.0..=1.0 + 1e-6).contains(&s.cpu_utilisation)) {
-        return Err(ConvertError::Invalid { field: "state.cpu_utilisation", reason: format!("{} is not a fraction in [0, 1]", s.cpu_utilisation) });
+    let util = fraction("state.cpu_utilisation", s.cpu_utilisation)?;
+    if s.gpus.len() > rules::MAX_NODE_GPUS {
+        return Err(ConvertError::Invalid { field: "state.gpus", reason: format!("{} devices; at most {}", s.gpus.len(), rules::MAX_NODE_GPUS) });
     }
-    let util = s.cpu_utilisation.clamp(0.0, 1.0);
+    let gpus = s
+        .gpus
+        .iter()
+        .map(|g| {
+            if g.memory_used > rules::MAX_NODE_BYTES {
+                return Err(ConvertError::Invalid { field: "state.gpus.memory_used", reason: format!("{} bytes on device {}", g.memory_used, g.index) });
+            }
+            Ok(GpuUsage { index: g.index, utilisation: fraction("state.gpus.utilisation", g.utilisation)?, memory_used: g.memory_used })
+        })
+        .collect::<Result<_, _>>()?;
     Ok(NodeReport {
         cpu_utilisation: util,
         memory_free: s.memory_free,
@@ -55,6 +82,8 @@ pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError
                 failures: r.failures,
             })
             .collect(),
+        gpus,
+        isolation: isolation("state.isolation", &s.isolation)?,
     })
 }
 
@@ -96,6 +125,11 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
             reason: format!("at most {} rail addresses of at most {} characters", rules::MAX_RAILS, rules::MAX_RAIL_ADDR_LEN),
         });
     }
+    let declared = isolation("capacity.isolation", &cap.isolation)?;
+    let mut state = node_report(r.state.as_ref())?;
+    if !declared.is_empty() {
+        state.isolation = declared;
+    }
     Ok(Registration {
         worker: pc::worker_id("worker_id", &r.worker_id)?,
         session: r.session.clone(),
@@ -108,7 +142,7 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
             cache_bytes: cap.cache_bytes,
             hostname: cap.hostname.clone(),
         },
-        state: node_report(r.state.as_ref())?,
+        state,
         known: r.known.iter().map(AttemptRef::try_from).collect::<Result<_, _>>()?,
     })
 }
@@ -275,6 +309,7 @@ fn capacity(c: &Capacity) -> pb::NodeCapacity {
         rails: c.rails.clone(),
         cache_bytes: c.cache_bytes,
         hostname: c.hostname.clone(),
+        isolation: String::new(),
     }
 }
 
@@ -282,7 +317,8 @@ pub fn worker_info(w: &Worker) -> pb::WorkerInfo {
     pb::WorkerInfo {
         worker_id: w.record.id.to_string(),
         peer_addr: w.record.peer_addr.clone(),
-        capacity: Some(capacity(&w.record.capacity)),
+        // The stored capacity has no isolation: the latest node state carries it.
+        capacity: Some(pb::NodeCapacity { isolation: w.node.isolation.clone(), ..capacity(&w.record.capacity) }),
         state: Some(pb::NodeState {
             cpu_utilisation: w.node.cpu_utilisation,
             memory_free: w.node.memory_free,
@@ -300,6 +336,8 @@ pub fn worker_info(w: &Worker) -> pb::WorkerInfo {
                     failures: r.failures,
                 })
                 .collect(),
+            gpus: w.node.gpus.iter().map(|g| pb::GpuState { index: g.index, utilisation: g.utilisation, memory_used: g.memory_used }).collect(),
+            isolation: w.node.isolation.clone(),
         }),
         alive: w.record.alive,
         last_heartbeat: w.record.last_heartbeat,
@@ -399,5 +437,37 @@ mod tests {
             assert!(node_report(Some(&pb::NodeState { cpu_utilisation: bad, ..Default::default() })).is_err(), "heartbeats too: {bad}");
         }
         assert!(node_report(Some(&pb::NodeState { cpu_utilisation: 1.0, ..Default::default() })).is_ok());
+    }
+
+    #[test]
+    fn gpu_states_and_isolation_are_checked_and_kept() {
+        let gpu = |utilisation, memory_used| pb::GpuState { index: 1, utilisation, memory_used };
+        let state = pb::NodeState { gpus: vec![gpu(0.25, 1 << 30)], isolation: "cgroup-v1".into(), ..Default::default() };
+        let n = node_report(Some(&state)).unwrap();
+        assert_eq!(n.gpus, [GpuUsage { index: 1, utilisation: 0.25, memory_used: 1 << 30 }]);
+        assert_eq!(n.isolation, "cgroup-v1");
+        for bad in [f64::NAN, -0.1, 1.5] {
+            let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(bad, 0)], ..Default::default() })).unwrap_err().to_string();
+            assert!(e.contains("state.gpus.utilisation"), "{bad}: {e}");
+        }
+        let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(0.0, u64::MAX)], ..Default::default() })).unwrap_err().to_string();
+        assert!(e.contains("state.gpus.memory_used"), "{e}");
+        let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(0.0, 0); 257], ..Default::default() })).unwrap_err().to_string();
+        assert!(e.contains("state.gpus") && e.contains("257"), "{e}");
+        let e = node_report(Some(&pb::NodeState { isolation: "evil\u{1b}[2J".into(), ..Default::default() })).unwrap_err().to_string();
+        assert!(e.contains("state.isolation"), "{e}");
+
+        // The capacity's isolation is what the registration declares; it lands in the node state.
+        let reg = pb::RegisterRequest {
+            worker_id: plexus_proto::WorkerId::random().to_string(),
+            session: "s".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity: Some(pb::NodeCapacity { cpus: 2, isolation: "process-group".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(registration(&reg).unwrap().state.isolation, "process-group");
+        let mut bad = reg.clone();
+        bad.capacity.as_mut().unwrap().isolation = "x".repeat(33);
+        assert!(registration(&bad).unwrap_err().to_string().contains("capacity.isolation"));
     }
 }

@@ -324,7 +324,7 @@ mod tests {
             db.open_tree("jobs").unwrap().insert(job.as_bytes(), serde_json::to_vec(&v).unwrap()).unwrap();
             plexus_migrations::set_version(&db, 1).unwrap();
         }
-        let (_, pending) = SledStore::pending(dir.path()).unwrap();
+        let (_, pending) = SledStore::pending(dir.path(), LOCK_WAIT).unwrap();
         assert_eq!(pending.len(), 1);
         let (store, applied) = SledStore::open(dir.path()).unwrap();
         assert_eq!(applied.len(), 1);

@@ -42,6 +42,8 @@ pub struct ClusterConfig {
     pub log: String,
     /// Extra arguments for every worker (e.g. `--rail` addresses).
     pub worker_args: Vec<String>,
+    /// Extra environment for every worker (e.g. a `PATH` with a fake `nvidia-smi` first).
+    pub worker_env: Vec<(String, String)>,
 }
 
 impl Default for ClusterConfig {
@@ -55,6 +57,7 @@ impl Default for ClusterConfig {
             cache: "256MiB".into(),
             log: "info".into(),
             worker_args: vec![],
+            worker_env: vec![],
         }
     }
 }
@@ -134,12 +137,18 @@ impl Cluster {
             .arg(self.worker_dir(i))
             .args(["--cpus", &self.config.cpus_per_worker.to_string(), "--cache", &self.config.cache])
             .args(&self.config.worker_args)
+            .envs(self.config.worker_env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", &self.config.log)
             .stdout(log_file(&self.path(&format!("worker-{i}.log"))))
             .stderr(log_file(&self.path(&format!("worker-{i}.log"))))
             .spawn()
             .expect("spawning plexus-worker");
         self.workers[i] = Some(child);
+    }
+
+    /// What worker `i` has logged so far (all its runs).
+    pub fn worker_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.path(&format!("worker-{i}.log"))).unwrap_or_default()
     }
 
     /// The stable id of worker `i` (from its data dir).
@@ -272,12 +281,64 @@ impl Drop for Cluster {
             let _ = w.kill();
             let _ = w.wait();
         }
+        // A worker killed with `kill -9` (and not restarted) leaves its cgroups, and maybe
+        // processes in them, until its next start; there is none for a test's worker.
+        for i in 0..self.workers.len() {
+            remove_worker_cgroups(&self.worker_id(i));
+        }
         self.kill_coordinator();
         if std::env::var_os("PLEXUS_KEEP_TEST_DIR").is_some() {
             let p = self.dir.path().to_path_buf();
             eprintln!("keeping {}", p.display());
             std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir")));
         }
+    }
+}
+
+/// Kills whatever is left in the cgroups of worker `id` (`<cgroup mount>/plexus/<id>/…`, in every
+/// cgroup hierarchy mounted here) and removes them, and the shared `plexus` parent if it is empty
+/// then. What the worker's next start would do; a test's worker has none.
+pub fn remove_worker_cgroups(id: &str) {
+    if !id.starts_with("wkr-") || id.contains('/') {
+        return;
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in mounts.lines() {
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        if !(right.starts_with("cgroup ") || right.starts_with("cgroup2 ")) {
+            continue;
+        }
+        let Some(point) = left.split(' ').nth(4) else { continue };
+        let shared = Path::new(point).join("plexus");
+        let parent = shared.join(id);
+        // Parents before children, then removed children first.
+        let mut dirs = Vec::new();
+        let mut stack = vec![parent];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&d) else { continue };
+            stack.extend(rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+            dirs.push(d);
+        }
+        for d in dirs.iter().rev() {
+            for _ in 0..100 {
+                let pids: Vec<i32> = std::fs::read_to_string(d.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .filter(|&p: &i32| p > 1 && p != std::process::id() as i32)
+                    .collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for p in pids {
+                    // SAFETY: kill(2); the pid is in a cgroup a test's worker made for its tasks.
+                    unsafe { libc::kill(p, libc::SIGKILL) };
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = std::fs::remove_dir(d);
+        }
+        let _ = std::fs::remove_dir(&shared);
     }
 }
 

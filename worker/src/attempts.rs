@@ -25,10 +25,11 @@ use tokio_util::sync::CancellationToken;
 /// for a few megabytes of memory.
 const RECENT_FINISHED: usize = 100_000;
 
-/// The most a batch of reports may weigh, encoded. tonic (on both ends) refuses messages over
-/// 4 MiB by default, and a batch it refuses would be retried forever; 3 MiB leaves room for the
-/// request's other fields. One report is at most two 64 KiB log tails plus its outputs, so a
-/// single report always fits.
+/// The most a batch of reports may weigh, encoded. Far under the one message limit both ends
+/// apply (`plexus_proto::rules::MAX_MESSAGE`, 64 MiB; a batch over it would be refused and
+/// retried forever): the coordinator persists a whole batch before it answers, and a few MiB keep
+/// that call short. One report is at most two 64 KiB log tails plus its outputs, so a single
+/// report always fits.
 pub const MAX_BATCH_BYTES: usize = 3 << 20;
 
 /// Attempt bookkeeping and the report queue. Shared as `Arc<Attempts>`.

@@ -11,7 +11,8 @@ use clap::Parser;
 use plexus_dataplane::SchedulerKind;
 
 use crate::error::{Error, Result};
-use crate::node;
+use crate::isolation::Choice;
+use crate::node::{self, GpuSelection};
 
 /// The default object cache bound: large enough for typical intermediate data, small enough not to
 /// fill a laptop's disk by surprise.
@@ -74,6 +75,16 @@ pub struct Args {
     /// The PeerService URL reported to the coordinator. Default: http://<bound address>.
     #[arg(long)]
     pub advertise: Option<String>,
+
+    /// GPUs offered to subtasks: all (those nvidia-smi lists), none, or device indices as
+    /// nvidia-smi numbers them, e.g. 0,2.
+    #[arg(long, value_parser = node::parse_gpu_selection, default_value = "all")]
+    pub gpus: GpuSelection,
+
+    /// How subtasks are confined: auto (cgroup v2, else cgroup v1, else process groups),
+    /// cgroup-v2, cgroup-v1 or process-group.
+    #[arg(long, default_value = "auto")]
+    pub isolation: Choice,
 }
 
 /// Parses a size such as `512MiB`, `4GiB`, `1.5GB` or `1000000` (bytes).
@@ -123,6 +134,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The PeerService URL to report; `None` derives it from the bound address.
     pub advertise: Option<String>,
+    /// Which of the node's GPUs are offered.
+    pub gpus: GpuSelection,
+    /// How subtasks are confined.
+    pub isolation: Choice,
 }
 
 impl Config {
@@ -141,6 +156,8 @@ impl Config {
             cache_bytes: DEFAULT_CACHE_BYTES,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise: None,
+            gpus: GpuSelection::All,
+            isolation: Choice::Auto,
         }
     }
 }
@@ -196,6 +213,8 @@ impl Args {
             cache_bytes: self.cache,
             listen: self.listen,
             advertise,
+            gpus: self.gpus,
+            isolation: self.isolation,
         })
     }
 }
@@ -236,6 +255,23 @@ mod tests {
         assert!(c.cpus >= 1);
         assert_eq!(c.listen, "127.0.0.1:0".parse().unwrap());
         assert_eq!(c.advertise, None);
+        assert_eq!((c.gpus, c.isolation), (GpuSelection::All, Choice::Auto));
+    }
+
+    #[test]
+    fn gpus_and_isolation_are_parsed_and_checked() {
+        let parse = |extra: &[&str]| {
+            let mut v = vec!["plexus-worker", "--coordinator=x", "--data-dir=/d", "--memory=1"];
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v).map(|a| a.into_config().unwrap())
+        };
+        assert_eq!(parse(&["--gpus", "0,2"]).unwrap().gpus, GpuSelection::Only(vec![0, 2]));
+        assert_eq!(parse(&["--gpus=none"]).unwrap().gpus, GpuSelection::None);
+        let e = parse(&["--gpus=0,x"]).unwrap_err().to_string();
+        assert!(e.contains("\"x\" is not a GPU index"), "{e}");
+        assert_eq!(parse(&["--isolation=process-group"]).unwrap().isolation, Choice::Only(crate::isolation::Mode::ProcessGroup));
+        let e = parse(&["--isolation=chroot"]).unwrap_err().to_string();
+        assert!(e.contains("unknown isolation \"chroot\""), "{e}");
     }
 
     #[test]

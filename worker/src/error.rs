@@ -55,6 +55,18 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
+    /// Another worker process holds the data dir's lock: two workers on one data dir would share
+    /// one worker id and evict each other.
+    #[error(
+        "another worker process{} holds the data dir {} (its lock file {} is locked); a data dir serves one worker at a time",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), dir.display(), dir.join("lock").display()
+    )]
+    DataDirLocked { dir: PathBuf, pid: Option<u32> },
+
+    /// The isolation asked for with `--isolation` cannot be had here; `reason` says why.
+    #[error("cannot use {mode} isolation: {reason}")]
+    Isolation { mode: &'static str, reason: String },
+
     /// A size on the command line (`--cache`, `--memory`, …) that does not parse.
     #[error("invalid size {input:?}: {reason}")]
     Size { input: String, reason: String },
@@ -164,6 +176,11 @@ pub enum Error {
     #[error("{}", exit_text(*status))]
     Exit { status: ExitStatus },
 
+    /// The kernel killed a process of the attempt for exceeding its memory limit (its cgroup's
+    /// OOM-kill count went up), rather than it dying of SIGKILL for another reason.
+    #[error("killed: out of memory (limit {})", crate::isolation::human_bytes(*limit))]
+    OutOfMemory { limit: u64 },
+
     /// The attempt ran past its `timeout_ms`.
     #[error("timed out after {after:?}")]
     TimedOut { after: Duration },
@@ -247,6 +264,8 @@ impl Error {
             | Error::NoRequesterRails
             | Error::Config(_)
             | Error::Size { .. } => Code::InvalidArgument,
+            Error::DataDirLocked { .. } => Code::FailedPrecondition,
+            Error::OutOfMemory { .. } => Code::ResourceExhausted,
             Error::Dataplane(_)
             | Error::Push { .. }
             | Error::Connect { .. }
@@ -272,6 +291,7 @@ impl Error {
             | Error::StoreOutput { .. }
             | Error::Spawn { .. }
             | Error::Wait(_)
+            | Error::Isolation { .. }
             | Error::Exit { .. }
             | Error::Serve(_)
             | Error::Join(_) => Code::Internal,

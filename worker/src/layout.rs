@@ -2,6 +2,9 @@
 //!
 //! ```text
 //! DIR/worker-id                                    the stable worker id (`wkr-…`), created once
+//! DIR/lock                                         flock'ed by the worker process that uses DIR
+//! DIR/procs/<job>.<task>.<rank>.<attempt>          pid record of an attempt run as a bare process
+//!                                                  group (no cgroups): `<pgid> <start time>`
 //! DIR/cache/<job>/<task>/<rank>/<name>             cached data objects (read-only files)
 //! DIR/tmp/                                         partial downloads; emptied at start
 //! DIR/work/<job>/<task>/<rank>.<attempt>/          an attempt's working directory, removed after it
@@ -37,6 +40,16 @@ impl Layout {
         self.root.join("worker-id")
     }
 
+    /// The lock file one worker process holds for as long as it runs.
+    pub fn lock_file(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+
+    /// Pid records of attempts confined only by their process group (see `isolation`).
+    pub fn pid_records_dir(&self) -> PathBuf {
+        self.root.join("procs")
+    }
+
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")
     }
@@ -56,6 +69,12 @@ impl Layout {
     /// The working directory of one attempt.
     pub fn work_dir(&self, a: &AttemptRef) -> PathBuf {
         self.work_root().join(a.job.to_string()).join(&a.task).join(format!("{}.{}", a.rank, a.attempt))
+    }
+
+    /// One attempt's name as a single path component, `<job>.<task>.<rank>.<attempt>`: its
+    /// cgroup's and its pid record's name. Task names have no dots, so it is unambiguous.
+    pub fn attempt_name(a: &AttemptRef) -> String {
+        format!("{}.{}.{}.{}", a.job, a.task, a.rank, a.attempt)
     }
 
     /// The stdout and stderr files of one attempt.

@@ -5,8 +5,10 @@
 //! - [`config`]: the command line and the resolved [`Config`].
 //! - [`error`]: the library's error type.
 //! - [`layout`]: where everything lives under the data dir (the one place that builds paths).
-//! - [`node`]: capacity detection (cores, memory, GPUs via `nvidia-smi`, hostname) and the CPU
-//!   utilisation sampler.
+//! - [`isolation`]: confining subtasks (a cgroup per attempt, v2 or v1, or a recorded process
+//!   group), their cpu and memory limits, and killing what a previous process left running.
+//! - [`node`]: capacity detection (cores, memory, GPUs via `nvidia-smi`, hostname), `--gpus`, and
+//!   the CPU and GPU samplers.
 //! - [`cache`]: the bounded, LRU-evicted object cache with pinning.
 //! - [`logs`]: reading the tails of attempt logs.
 //! - [`peer`]: the PeerService server (objects, logs) and the object-fetch client: objects move
@@ -17,13 +19,15 @@
 //! - [`session`]: the coordinator connection (register, assignments, heartbeats, reports) and
 //!   its reconnect loop.
 //!
-//! [`run`] ties these together: [`Worker::start`] brings everything up, [`Worker::shutdown`]
-//! kills every running process group and stops the servers.
+//! [`run`] ties these together: [`Worker::start`] locks the data dir, kills what a previous
+//! process on it left running, then brings everything up; [`Worker::shutdown`] kills every
+//! running attempt (its whole cgroup) and stops the servers.
 
 pub mod attempts;
 pub mod cache;
 pub mod config;
 pub mod error;
+pub mod isolation;
 pub mod layout;
 pub mod logs;
 pub mod node;
@@ -47,15 +51,20 @@ pub use error::{Error, Result};
 
 use crate::attempts::Attempts;
 use crate::cache::Cache;
+use crate::isolation::Isolation;
 use crate::layout::Layout;
-use crate::node::CpuSampler;
+use crate::node::{CpuSampler, GpuDevice, GpuSampler};
 use crate::peer::PeerServer;
-use crate::runner::Runner;
+use crate::runner::{NodeGpus, Runner};
 use crate::session::Session;
 
 /// How long the PeerService may take to finish the transfers in progress at shutdown before it is
 /// abandoned: a peer fetching a large object should not delay a SIGTERM for long.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the GPUs' load is sampled for the heartbeats: nvidia-smi takes tens of
+/// milliseconds, and placement needs a GPU's load to within seconds, not to each heartbeat.
+const GPU_SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// A running worker. [`Worker::shutdown`] is how it should end; merely dropping it cancels
 /// everything (attempt process groups are killed by their tasks) without waiting for it.
@@ -70,20 +79,79 @@ pub struct Worker {
     attempt_tasks: TaskTracker,
     session_task: JoinHandle<()>,
     server_task: JoinHandle<Result<()>>,
+    gpu_task: JoinHandle<()>,
+    /// How attempts are confined; its parent cgroups are removed at shutdown.
+    isolation: Arc<Isolation>,
+    /// The data dir's lock, held for the life of the process (closing the file releases it).
+    _lock: std::fs::File,
     /// The data-plane endpoint the session, the runner and the PeerService share; stopped and
     /// awaited last, when nothing uses it any more.
     rails: Arc<plexus_dataplane::Endpoint>,
 }
 
 impl Worker {
-    /// Prepares the data dir, opens the cache, binds the PeerService and starts talking to the
-    /// coordinator (in the background; an unreachable coordinator is retried forever).
+    /// Locks the data dir, kills whatever a previous worker process on it left running, prepares
+    /// it, opens the cache, binds the PeerService and starts talking to the coordinator (in the
+    /// background; an unreachable coordinator is retried forever).
     pub async fn start(config: Config) -> Result<Worker> {
         let coordinator = config::normalise_url("the coordinator URL", &config.coordinator)?;
         let data_dir = std::path::absolute(&config.data_dir).map_err(Error::io("resolve", &config.data_dir))?;
         let layout = Layout::new(data_dir);
-        prepare_data_dir(&layout)?;
+        std::fs::create_dir_all(layout.root()).map_err(Error::io("create", layout.root()))?;
+        // Before anything in the dir is touched: a second worker on it must not clear the first
+        // one's work dirs, or register with its id.
+        let lock = lock_data_dir(&layout)?;
         let worker_id = load_or_create_worker_id(&layout)?;
+        let isolation = {
+            let (choice, id, records) = (config.isolation, worker_id.to_string(), layout.pid_records_dir());
+            // Blocking: creating cgroups, and killing a previous process's leftovers, which waits
+            // until they are gone. All of it before registering, so no attempt of this worker's
+            // id ever runs twice on this node.
+            tokio::task::spawn_blocking(move || {
+                let iso = Isolation::setup(choice, &id, records)?;
+                let reaped = iso.reap_leftovers();
+                Ok::<_, Error>((iso, reaped))
+            })
+            .await??
+        };
+        let (isolation, reaped) = (Arc::new(isolation.0), isolation.1);
+        if reaped > 0 {
+            warn!(reaped, "killed processes that a previous worker process on this data dir left running");
+        }
+        if let Some(why) = isolation.fallback_reason() {
+            warn!(
+                reason = why,
+                "no cgroup could be made: subtasks run as process groups, without cpu or memory limits, \
+                 and a daemon that calls setsid escapes the kill at their end"
+            );
+        }
+        match (isolation.mode(), isolation.fallback_reason()) {
+            (isolation::Mode::ProcessGroup, None) => warn!(
+                "subtasks run as process groups (--isolation process-group): without cpu or memory limits, \
+                 and a daemon that calls setsid escapes the kill at their end"
+            ),
+            (isolation::Mode::ProcessGroup, Some(_)) => {}
+            (mode, _) => isolation.gaps().iter().for_each(|gap| warn!(%mode, "not enforced: {gap}")),
+        }
+        match Worker::bring_up(config, coordinator, layout, lock, worker_id, Arc::clone(&isolation)).await {
+            Ok(w) => Ok(w),
+            Err(e) => {
+                close_isolation(&isolation).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The rest of [`Worker::start`], once the data dir is locked and the isolation ready.
+    async fn bring_up(
+        config: Config,
+        coordinator: String,
+        layout: Layout,
+        lock: std::fs::File,
+        worker_id: WorkerId,
+        isolation: Arc<Isolation>,
+    ) -> Result<Worker> {
+        prepare_data_dir(&layout)?;
         let session = uuid::Uuid::new_v4().to_string();
         let cache = Cache::open(layout.cache_dir(), config.cache_bytes)?;
 
@@ -109,27 +177,46 @@ impl Worker {
             .await?,
         );
 
+        let detected = node::detect_gpus().await;
+        let offered = config.gpus.apply(&detected).map_err(Error::Config)?;
         let capacity = pb::NodeCapacity {
             cpus: config.cpus,
             memory: config.memory,
-            gpus: node::detect_gpus().await,
+            gpus: offered.iter().map(GpuDevice::info).collect(),
             rails: rails.local_addrs().iter().map(ToString::to_string).collect(),
             cache_bytes: config.cache_bytes,
             hostname: node::hostname(),
+            isolation: isolation.mode().as_str().to_string(),
         };
         info!(
             %worker_id, %session, peer_addr, data_dir = %layout.root().display(), cpus = capacity.cpus,
-            memory = capacity.memory, gpus = capacity.gpus.len(), cache_bytes = capacity.cache_bytes,
-            rails = ?capacity.rails, rail_scheduler = %config.rail_scheduler, "worker starting"
+            memory = capacity.memory, gpus = ?offered.iter().map(|g| g.index).collect::<Vec<_>>(),
+            gpus_present = detected.len(), cache_bytes = capacity.cache_bytes, rails = ?capacity.rails,
+            rail_scheduler = %config.rail_scheduler, isolation = %isolation.mode(), "worker starting"
         );
 
         let shutdown = CancellationToken::new();
         let server = PeerServer::new(cache.clone(), layout.clone(), Arc::clone(&rails));
         let server_task = tokio::spawn(peer::serve(listener, server, shutdown.child_token()));
 
+        let gpus = Arc::new(GpuSampler::new(&offered));
+        let gpu_task = tokio::spawn({
+            let (gpus, stop) = (Arc::clone(&gpus), shutdown.child_token());
+            async move { gpus.run(GPU_SAMPLE_INTERVAL, stop).await }
+        });
+
         let attempts = Attempts::new(shutdown.child_token());
         let attempt_tasks = TaskTracker::new();
-        let runner = Runner::new(layout.clone(), cache.clone(), Arc::clone(&attempts), attempt_tasks.clone(), Arc::clone(&rails));
+        let node_gpus = NodeGpus { offered: offered.iter().map(|g| g.index).collect(), present: !detected.is_empty() };
+        let runner = Runner::new(
+            layout.clone(),
+            cache.clone(),
+            Arc::clone(&attempts),
+            attempt_tasks.clone(),
+            Arc::clone(&rails),
+            Arc::clone(&isolation),
+            node_gpus,
+        );
         let session_loop = Session {
             coordinator,
             worker_id,
@@ -140,6 +227,8 @@ impl Worker {
             cache,
             runner,
             cpu: CpuSampler::new(),
+            gpus,
+            isolation: isolation.mode().as_str(),
             rails: Arc::clone(&rails),
         };
         let session_task = tokio::spawn(session_loop.run(shutdown.child_token()));
@@ -153,6 +242,9 @@ impl Worker {
             attempt_tasks,
             session_task,
             server_task,
+            gpu_task,
+            isolation,
+            _lock: lock,
             rails,
         })
     }
@@ -185,15 +277,18 @@ impl Worker {
         }
     }
 
-    /// Kills every running process group (the attempts report CANCELLED into a queue that is
-    /// not sent any more), stops talking to the coordinator, stops the PeerService, then stops
-    /// the data-plane endpoint and waits for its tasks.
+    /// Kills every running attempt, all of its processes (the attempts report CANCELLED into a
+    /// queue that is not sent any more), removes the worker's cgroups, stops talking to the
+    /// coordinator, stops the PeerService, then stops the data-plane endpoint and waits for its
+    /// tasks.
     pub async fn shutdown(self) -> Result<()> {
         info!("worker shutting down");
         self.shutdown.cancel();
-        // Each attempt task kills its process group and reaps it when its token is cancelled.
+        // Each attempt task kills its cgroup (or process group) when its token is cancelled.
         self.attempt_tasks.close();
         self.attempt_tasks.wait().await;
+        close_isolation(&self.isolation).await;
+        self.gpu_task.await?;
         self.session_task.await?;
         let mut server_task = self.server_task;
         match tokio::time::timeout(SERVER_STOP_TIMEOUT, &mut server_task).await {
@@ -223,6 +318,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             worker.shutdown.cancel();
             worker.attempt_tasks.close();
             worker.attempt_tasks.wait().await;
+            close_isolation(&worker.isolation).await;
+            let _ = worker.gpu_task.await;
             let _ = worker.session_task.await;
             worker.rails.shutdown().await;
             e
@@ -240,6 +337,35 @@ fn default_advertise(bound: SocketAddr, rails: &[IpAddr]) -> String {
         addr.set_ip(ip);
     }
     format!("http://{addr}")
+}
+
+/// Removes the worker's parent cgroups, off the async threads.
+async fn close_isolation(isolation: &Arc<Isolation>) {
+    let iso = Arc::clone(isolation);
+    if let Err(e) = tokio::task::spawn_blocking(move || iso.close()).await {
+        warn!(error = %e, "could not remove the worker's cgroups");
+    }
+}
+
+/// Takes the data dir's lock (an exclusive `flock` on `DIR/lock`), held until the returned file
+/// is closed, which the kernel does when the process ends however it ends. The holder's pid is
+/// written into the file, for the error a second worker gets.
+fn lock_data_dir(layout: &Layout) -> Result<std::fs::File> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let path = layout.lock_file();
+    let mut file = std::fs::File::options().read(true).write(true).create(true).truncate(false).open(&path).map_err(Error::io("open", &path))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(Error::DataDirLocked { dir: layout.root().to_path_buf(), pid: text.trim().parse().ok() });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(Error::Io { action: "lock", path, source: e }),
+    }
+    let written = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
+    written.map_err(Error::io("write", &path))?;
+    Ok(file)
 }
 
 /// Creates the data dir's directories and clears what a previous process left half-done.
@@ -315,5 +441,18 @@ mod tests {
         assert!(std::fs::read_dir(layout.work_root()).unwrap().next().is_none());
         assert!(std::fs::read_dir(layout.tmp_dir()).unwrap().next().is_none());
         assert!(layout.logs_root().join("j").exists(), "logs stay");
+    }
+
+    #[test]
+    fn a_data_dir_serves_one_worker_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let first = lock_data_dir(&layout).unwrap();
+        let e = lock_data_dir(&layout).unwrap_err();
+        assert!(matches!(e, Error::DataDirLocked { pid: Some(p), .. } if p == std::process::id()), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains(&dir.path().display().to_string()) && text.starts_with("another worker process"), "{text}");
+        drop(first);
+        lock_data_dir(&layout).expect("free again once the holder is gone");
     }
 }

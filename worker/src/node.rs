@@ -1,5 +1,6 @@
 //! What this node has and how busy it is: cores, memory, GPUs, hostname ([`detect_gpus`],
-//! [`total_memory`], ...) and the CPU-utilisation sampler behind the heartbeats ([`CpuSampler`]).
+//! [`total_memory`], ...), which GPUs it offers (`--gpus`, [`GpuSelection`]), and the samplers
+//! behind the heartbeats ([`CpuSampler`], [`GpuSampler`]).
 //!
 //! Everything read from `/proc` or from `nvidia-smi` is parsed defensively: a missing file, an
 //! unexpected line or a failing command means "unknown" (or "no GPUs"), never a panic.
@@ -60,12 +61,38 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// What `nvidia-smi` is asked for: one line per device.
+const NVIDIA_SMI_QUERY: &str = "--query-gpu=index,name,memory.total,memory.used,utilization.gpu";
+
+/// One GPU as `nvidia-smi` describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuDevice {
+    /// The device index as nvidia-smi numbers it (PCI bus order).
+    pub index: u32,
+    /// The model, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Bytes.
+    pub memory_total: u64,
+    /// Bytes.
+    pub memory_used: u64,
+    /// 0..1, over the driver's last sample period.
+    pub utilisation: f64,
+}
+
+impl GpuDevice {
+    pub fn info(&self) -> pb::GpuInfo {
+        pb::GpuInfo { index: self.index, name: self.name.clone(), memory: self.memory_total }
+    }
+
+    pub fn state(&self) -> pb::GpuState {
+        pb::GpuState { index: self.index, utilisation: self.utilisation, memory_used: self.memory_used }
+    }
+}
+
 /// The GPUs `nvidia-smi` reports, or none when the command is absent, fails or hangs.
-pub async fn detect_gpus() -> Vec<pb::GpuInfo> {
+pub async fn detect_gpus() -> Vec<GpuDevice> {
     let mut cmd = tokio::process::Command::new("nvidia-smi");
-    cmd.args(["--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
+    cmd.args([NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"]).stdin(std::process::Stdio::null()).kill_on_drop(true);
     match tokio::time::timeout(NVIDIA_SMI_TIMEOUT, cmd.output()).await {
         Err(_) => {
             warn!("nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT:?}; assuming no GPUs");
@@ -83,10 +110,11 @@ pub async fn detect_gpus() -> Vec<pb::GpuInfo> {
     }
 }
 
-/// Parses `nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits` output:
-/// one `index, name, MiB` line per GPU. A line without a numeric index is skipped; a memory that is
-/// not a number (e.g. `[N/A]`) is reported as 0 because the device is still there.
-pub fn parse_nvidia_smi(text: &str) -> Vec<pb::GpuInfo> {
+/// Parses `nvidia-smi --query-gpu=index,name,memory.total,memory.used,utilization.gpu
+/// --format=csv,noheader,nounits` output: one `index, name, MiB, MiB, percent` line per GPU. A
+/// line without a numeric index is skipped; a number that is not one (`[N/A]`, `[Not
+/// Supported]`) reads as 0, because the device is still there.
+pub fn parse_nvidia_smi(text: &str) -> Vec<GpuDevice> {
     let mut gpus = Vec::new();
     for line in text.lines() {
         let line = line.trim();
@@ -94,24 +122,124 @@ pub fn parse_nvidia_smi(text: &str) -> Vec<pb::GpuInfo> {
             continue;
         }
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if fields.len() < 3 {
-            warn!(line, "unexpected nvidia-smi line (expected index, name, memory)");
+        if fields.len() < 5 {
+            warn!(line, "unexpected nvidia-smi line (expected index, name, memory total, memory used, utilisation)");
             continue;
         }
         let Ok(index) = fields[0].parse::<u32>() else {
             warn!(line, "unexpected nvidia-smi line (index is not a number)");
             continue;
         };
-        // A name may itself contain commas; everything between the first and last field is it.
-        let name = fields[1..fields.len() - 1].join(", ");
-        let memory = fields[fields.len() - 1]
-            .parse::<u64>()
-            .ok()
-            .and_then(|mib| mib.checked_mul(1024 * 1024))
-            .unwrap_or(0);
-        gpus.push(pb::GpuInfo { index, name, memory });
+        let n = fields.len();
+        // A name may itself contain commas; everything between the index and the three numbers is it.
+        let name = fields[1..n - 3].join(", ");
+        let mib = |s: &str| s.parse::<u64>().ok().and_then(|m| m.checked_mul(1024 * 1024)).unwrap_or(0);
+        let utilisation = fields[n - 1].parse::<f64>().ok().filter(|u| u.is_finite()).map_or(0.0, |u| (u / 100.0).clamp(0.0, 1.0));
+        gpus.push(GpuDevice { index, name, memory_total: mib(fields[n - 3]), memory_used: mib(fields[n - 2]), utilisation });
     }
     gpus
+}
+
+/// Which of the node's GPUs the worker offers (`--gpus`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum GpuSelection {
+    /// Every GPU nvidia-smi lists (the default).
+    #[default]
+    All,
+    /// None (`--gpus none`): subtasks see no GPU at all.
+    None,
+    /// These indices, as nvidia-smi numbers them (`--gpus 0,2`).
+    Only(Vec<u32>),
+}
+
+/// Parses `--gpus`: `all`, `none`, or comma-separated device indices (`0,2`).
+pub fn parse_gpu_selection(s: &str) -> Result<GpuSelection, String> {
+    match s.trim() {
+        "all" => return Ok(GpuSelection::All),
+        "none" => return Ok(GpuSelection::None),
+        "" => return Err("expected all, none or device indices such as 0,2".into()),
+        _ => {}
+    }
+    let mut list = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let i: u32 = part.parse().map_err(|_| format!("{part:?} is not a GPU index (expected all, none or indices such as 0,2)"))?;
+        if list.contains(&i) {
+            return Err(format!("GPU {i} is listed twice"));
+        }
+        list.push(i);
+    }
+    Ok(GpuSelection::Only(list))
+}
+
+impl GpuSelection {
+    /// The devices offered out of those detected, in index order; an index the node does not
+    /// have is an error naming it.
+    pub fn apply(&self, detected: &[GpuDevice]) -> Result<Vec<GpuDevice>, String> {
+        let mut offered: Vec<GpuDevice> = match self {
+            GpuSelection::All => detected.to_vec(),
+            GpuSelection::None => Vec::new(),
+            GpuSelection::Only(list) => {
+                let mut v = Vec::new();
+                for i in list {
+                    match detected.iter().find(|d| d.index == *i) {
+                        Some(d) => v.push(d.clone()),
+                        None => {
+                            let have: Vec<String> = detected.iter().map(|d| d.index.to_string()).collect();
+                            let have = if have.is_empty() { "none".to_string() } else { have.join(", ") };
+                            return Err(format!("--gpus: this node has no GPU {i} (nvidia-smi lists: {have})"));
+                        }
+                    }
+                }
+                v
+            }
+        };
+        offered.sort_by_key(|d| d.index);
+        Ok(offered)
+    }
+}
+
+/// The latest load of the offered GPUs, refreshed in the background for the heartbeats (running
+/// nvidia-smi takes tens of milliseconds, too long for every heartbeat).
+#[derive(Debug, Default)]
+pub struct GpuSampler {
+    offered: Vec<u32>,
+    latest: Mutex<Vec<pb::GpuState>>,
+}
+
+impl GpuSampler {
+    pub fn new(offered: &[GpuDevice]) -> GpuSampler {
+        GpuSampler { offered: offered.iter().map(|d| d.index).collect(), latest: Mutex::new(offered.iter().map(GpuDevice::state).collect()) }
+    }
+
+    /// The latest sample, in index order.
+    pub fn latest(&self) -> Vec<pb::GpuState> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Keeps the offered devices of a fresh detection (a device that vanished drops out of the
+    /// heartbeats until it is back).
+    pub fn update(&self, detected: &[GpuDevice]) {
+        let states = detected.iter().filter(|d| self.offered.contains(&d.index)).map(GpuDevice::state).collect();
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = states;
+    }
+
+    /// Samples every `interval` until `stop` is cancelled. Nothing to do without GPUs.
+    pub async fn run(&self, interval: Duration, stop: tokio_util::sync::CancellationToken) {
+        if self.offered.is_empty() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(interval) => {}
+            }
+            let detected = tokio::select! {
+                () = stop.cancelled() => return,
+                d = detect_gpus() => d,
+            };
+            self.update(&detected);
+        }
+    }
 }
 
 /// Aggregate CPU time counters from the first line of `/proc/stat`.
@@ -184,24 +312,62 @@ mod tests {
 
     #[test]
     fn nvidia_smi_output_is_parsed() {
-        let text = "0, NVIDIA H100 80GB HBM3, 81559\n1, NVIDIA H100 80GB HBM3, 81559\n";
+        let text = "0, NVIDIA H100 80GB HBM3, 81559, 1024, 37\n1, NVIDIA H100 80GB HBM3, 81559, 0, 0\n";
         let gpus = parse_nvidia_smi(text);
         assert_eq!(gpus.len(), 2);
-        assert_eq!(gpus[0].index, 0);
-        assert_eq!(gpus[1].index, 1);
+        assert_eq!((gpus[0].index, gpus[1].index), (0, 1));
         assert_eq!(gpus[0].name, "NVIDIA H100 80GB HBM3");
-        assert_eq!(gpus[0].memory, 81559 * 1024 * 1024);
+        assert_eq!((gpus[0].memory_total, gpus[0].memory_used), (81559 << 20, 1024 << 20));
+        assert!((gpus[0].utilisation - 0.37).abs() < 1e-9);
+        assert_eq!(gpus[0].info(), pb::GpuInfo { index: 0, name: "NVIDIA H100 80GB HBM3".into(), memory: 81559 << 20 });
+        assert_eq!(gpus[1].state(), pb::GpuState { index: 1, utilisation: 0.0, memory_used: 0 });
     }
 
     #[test]
     fn nvidia_smi_parser_is_defensive() {
-        let text = "\n  garbage line\nX, name, 10\n3, Tesla, V100, with commas, [N/A]\n2, A100 , 40536 \n";
+        let text = "\n  garbage line\nX, name, 10, 1, 1\n3, Tesla, V100, with commas, [N/A], [N/A], [Not Supported]\n2, A100 , 40536 , 7, 250\n0, old, 10\n";
         let gpus = parse_nvidia_smi(text);
         assert_eq!(gpus.len(), 2, "{gpus:?}");
-        assert_eq!((gpus[0].index, gpus[0].name.as_str(), gpus[0].memory), (3, "Tesla, V100, with commas", 0));
-        assert_eq!((gpus[1].index, gpus[1].name.as_str(), gpus[1].memory), (2, "A100", 40536 << 20));
+        assert_eq!((gpus[0].index, gpus[0].name.as_str(), gpus[0].memory_total, gpus[0].utilisation), (3, "Tesla, V100, with commas", 0, 0.0));
+        assert_eq!((gpus[1].index, gpus[1].name.as_str(), gpus[1].memory_total, gpus[1].memory_used), (2, "A100", 40536 << 20, 7 << 20));
+        assert_eq!(gpus[1].utilisation, 1.0, "clamped");
         assert!(parse_nvidia_smi("").is_empty());
         assert!(parse_nvidia_smi("No devices were found").is_empty());
+    }
+
+    fn device(index: u32) -> GpuDevice {
+        GpuDevice { index, name: "G".into(), memory_total: 1 << 30, memory_used: 0, utilisation: 0.0 }
+    }
+
+    #[test]
+    fn gpu_selections_parse_and_name_what_is_missing() {
+        assert_eq!(parse_gpu_selection("all"), Ok(GpuSelection::All));
+        assert_eq!(parse_gpu_selection("none"), Ok(GpuSelection::None));
+        assert_eq!(parse_gpu_selection("0,2"), Ok(GpuSelection::Only(vec![0, 2])));
+        assert_eq!(parse_gpu_selection(" 3 , 1 "), Ok(GpuSelection::Only(vec![3, 1])));
+        assert!(parse_gpu_selection("").is_err());
+        assert!(parse_gpu_selection("0,,1").unwrap_err().contains("\"\" is not a GPU index"));
+        assert!(parse_gpu_selection("gpu0").unwrap_err().contains("\"gpu0\" is not a GPU index"));
+        assert_eq!(parse_gpu_selection("1,1").unwrap_err(), "GPU 1 is listed twice");
+
+        let node = [device(0), device(1), device(2)];
+        let idx = |v: Vec<GpuDevice>| v.iter().map(|d| d.index).collect::<Vec<_>>();
+        assert_eq!(idx(GpuSelection::All.apply(&node).unwrap()), [0, 1, 2]);
+        assert_eq!(idx(GpuSelection::None.apply(&node).unwrap()), Vec::<u32>::new());
+        assert_eq!(idx(GpuSelection::Only(vec![2, 0]).apply(&node).unwrap()), [0, 2]);
+        assert_eq!(GpuSelection::Only(vec![0, 5]).apply(&node).unwrap_err(), "--gpus: this node has no GPU 5 (nvidia-smi lists: 0, 1, 2)");
+        assert_eq!(GpuSelection::Only(vec![0]).apply(&[]).unwrap_err(), "--gpus: this node has no GPU 0 (nvidia-smi lists: none)");
+    }
+
+    #[test]
+    fn the_sampler_keeps_only_offered_devices() {
+        let s = GpuSampler::new(&[device(0), device(2)]);
+        assert_eq!(s.latest().len(), 2);
+        let mut busy = device(2);
+        busy.utilisation = 0.5;
+        busy.memory_used = 5 << 20;
+        s.update(&[device(0), device(1), busy]);
+        assert_eq!(s.latest(), [device(0).state(), pb::GpuState { index: 2, utilisation: 0.5, memory_used: 5 << 20 }]);
     }
 
     #[test]

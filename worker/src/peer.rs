@@ -26,7 +26,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
 use plexus_dataplane::PeerId;
-use plexus_proto::rules::parse_rails;
+use plexus_proto::rules::{MAX_MESSAGE, parse_rails};
 use plexus_proto::{ObjectId, convert, pb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -214,7 +214,11 @@ pub async fn serve(listener: TcpListener, server: PeerServer, shutdown: Cancella
     let addr = listener.local_addr().ok();
     info!(?addr, "peer service listening");
     Server::builder()
-        .add_service(pb::peer_service_server::PeerServiceServer::new(server))
+        .add_service(
+            pb::peer_service_server::PeerServiceServer::new(server)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE),
+        )
         // TCP_NODELAY: log reads and the first chunk of an object should not wait on Nagle.
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown.cancelled_owned())
         .await
@@ -234,7 +238,7 @@ async fn client(holder: &str) -> Result<pb::peer_service_client::PeerServiceClie
         .connect_timeout(PEER_CONNECT_TIMEOUT)
         .tcp_nodelay(true);
     let channel = endpoint.connect().await.map_err(Error::connect(holder))?;
-    Ok(pb::peer_service_client::PeerServiceClient::new(channel))
+    Ok(pb::peer_service_client::PeerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE))
 }
 
 /// Fetches object `id` from `holder` over the data plane into the new file `dest`: asks the

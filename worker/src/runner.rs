@@ -8,10 +8,13 @@
 //!    linking fails), after fetching them from the first holder that can serve them when they are
 //!    not cached. They stay pinned in the cache until the attempt's final report is built.
 //! 3. Only now is RUNNING reported (with `started_at`), then the process is spawned in its own
-//!    process group with the `PLEXUS_*` environment, stdout/stderr going to the log files.
-//! 4. The process ends, times out, or is cancelled; in the latter two cases its whole process group
-//!    is SIGKILLed. In every case the group is SIGKILLed after the leader is gone, so that
-//!    background processes a command leaves behind do not outlive its attempt.
+//!    process group and its own confinement ([`crate::isolation`]: a cgroup with the cpu and
+//!    memory requests as limits, or a recorded process group), with the environment of
+//!    [`task_env`], stdout/stderr going to the log files.
+//! 4. The process ends, times out, or is cancelled; in every case everything still in its cgroup
+//!    (or process group) is then SIGKILLed, so that nothing a command started — background
+//!    processes, daemons — outlives its attempt. A command that died while its cgroup counted an
+//!    OOM kill failed with `killed: out of memory (limit …)`.
 //! 5. On exit 0 every declared output must be a regular file in `out/`; they move into the cache.
 //! 6. The final report carries the tails of the logs and the fetch/eviction accounting, and the
 //!    work dir is removed (the logs stay).
@@ -44,6 +47,7 @@ use tracing::{debug, info, warn};
 use crate::attempts::Attempts;
 use crate::cache::{Cache, Pin};
 use crate::error::{Error, Result};
+use crate::isolation::{Confinement, Isolation, Limits, join_cgroups, kill_group};
 use crate::layout::Layout;
 use crate::logs::{REPORT_TAIL_BYTES, tail_or_empty};
 use crate::peer;
@@ -65,6 +69,12 @@ pub struct Work {
     pub inputs: Vec<Input>,
     pub outputs: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Requested cores (the cgroup's cpu limit, and the thread count libraries are told).
+    pub cpu: f64,
+    /// Requested bytes (the cgroup's memory limit); 0 = none.
+    pub memory: u64,
+    /// The GPU device indices that are this attempt's alone.
+    pub gpus: Vec<u32>,
 }
 
 /// A collective member's part: what it reduces and with whom.
@@ -196,6 +206,13 @@ impl Work {
         if let Some((k, _)) = env.iter().find(|(_, v)| v.contains('\0')) {
             return invalid(format!("environment variable {k} contains a NUL byte"));
         }
+        let res = a.resources.unwrap_or_default();
+        if a.gpus.len() != res.gpu as usize {
+            return invalid(format!("it asks for {} GPUs but is given {} devices ({:?})", res.gpu, a.gpus.len(), a.gpus));
+        }
+        if let Some(i) = a.gpus.iter().enumerate().find_map(|(n, g)| a.gpus[..n].contains(g).then_some(*g)) {
+            return invalid(format!("GPU {i} is given twice"));
+        }
         Ok(Work {
             attempt,
             replicas: a.replicas,
@@ -205,8 +222,71 @@ impl Work {
             inputs,
             outputs,
             env,
+            cpu: if res.cpu.is_finite() && res.cpu > 0.0 { res.cpu } else { 0.0 },
+            memory: res.memory,
+            gpus: a.gpus,
         })
     }
+
+    /// Checks the GPUs given against those this worker offers: the coordinator assigns only
+    /// those, so another index is a confused coordinator, not a device to hand out.
+    pub fn check_gpus(&self, node: &NodeGpus) -> Result<()> {
+        match self.gpus.iter().find(|g| !node.offered.contains(g)) {
+            None => Ok(()),
+            Some(g) => Err(Error::InvalidAssignment(format!("GPU {g} is not one this worker offers ({:?})", node.offered))),
+        }
+    }
+}
+
+/// The node's GPUs as subtasks' environments need them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeGpus {
+    /// The device indices this worker offers (`--gpus`), as nvidia-smi numbers them.
+    pub offered: Vec<u32>,
+    /// Whether the node has any GPU at all, offered or not: then every subtask is told which it
+    /// may use, an empty list included, so one without GPUs cannot touch them.
+    pub present: bool,
+}
+
+/// The variables a command runs with on top of the worker's own environment, in the order they
+/// are applied (a later one wins), each key once:
+///
+/// 1. the job's `env`;
+/// 2. `OMP_NUM_THREADS` and `MKL_NUM_THREADS` as the cpu request rounded up (at least 1), unless
+///    the job's env sets them: thread pools sized for the whole machine would fight the cgroup's
+///    cpu limit;
+/// 3. when the attempt has GPUs or the node has any: `CUDA_VISIBLE_DEVICES` as its device indices
+///    (empty without GPUs), `CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers devices as
+///    nvidia-smi does; these override the job's env, as the device assignment is the
+///    coordinator's, not the job's;
+/// 4. `PLEXUS_GPUS` (the same indices, also without GPUs on the node) and the other `PLEXUS_*`.
+pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = work.env.clone();
+    let set = |env: &mut Vec<(String, String)>, k: &str, v: String| {
+        env.retain(|(key, _)| key != k);
+        env.push((k.to_string(), v));
+    };
+    let threads = (work.cpu.ceil() as u64).max(1).to_string();
+    for k in ["OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
+        if !work.env.iter().any(|(key, _)| key == k) {
+            set(&mut env, k, threads.clone());
+        }
+    }
+    let devices = work.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    if !work.gpus.is_empty() || gpus.present {
+        set(&mut env, "CUDA_VISIBLE_DEVICES", devices.clone());
+        set(&mut env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
+    }
+    let a = &work.attempt;
+    set(&mut env, "PLEXUS_GPUS", devices);
+    set(&mut env, "PLEXUS_JOB", a.job.to_string());
+    set(&mut env, "PLEXUS_TASK", a.task.clone());
+    set(&mut env, "PLEXUS_RANK", a.rank.to_string());
+    set(&mut env, "PLEXUS_REPLICAS", work.replicas.to_string());
+    set(&mut env, "PLEXUS_ATTEMPT", a.attempt.to_string());
+    set(&mut env, "PLEXUS_OUT", out_dir.display().to_string());
+    set(&mut env, "PLEXUS_IN", in_dir.display().to_string());
+    env
 }
 
 /// Starts and cancels attempts. Cheap to clone.
@@ -224,6 +304,9 @@ struct Ctx {
     tracker: TaskTracker,
     /// The data plane inputs are fetched over.
     rails: Arc<plexus_dataplane::Endpoint>,
+    /// How commands are confined (cgroups or process groups).
+    isolation: Arc<Isolation>,
+    gpus: NodeGpus,
 }
 
 /// Fetch and eviction accounting of one attempt.
@@ -263,8 +346,10 @@ impl Runner {
         attempts: Arc<Attempts>,
         tracker: TaskTracker,
         rails: Arc<plexus_dataplane::Endpoint>,
+        isolation: Arc<Isolation>,
+        gpus: NodeGpus,
     ) -> Runner {
-        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker, rails }) }
+        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker, rails, isolation, gpus }) }
     }
 
     /// Starts an assignment unless its attempt is already known. Never blocks: commands run in
@@ -299,7 +384,7 @@ impl Runner {
             debug!(%attempt, "ignoring an assignment of an attempt already known");
             return;
         };
-        let work = match Work::from_pb(attempt.clone(), a) {
+        let work = match Work::from_pb(attempt.clone(), a).and_then(|w| w.check_gpus(&self.ctx.gpus).map(|()| w)) {
             Ok(w) => w,
             Err(e) => {
                 warn!(%attempt, error = %e, "refusing an invalid assignment");
@@ -418,32 +503,43 @@ impl Ctx {
             };
         }
         let program = &work.argv[0];
+        let mut confinement = match confine(&self.isolation, Layout::attempt_name(a), Limits::new(work.cpu, work.memory)).await {
+            Ok(c) => c,
+            Err(e) => return Outcome::failed(e, started_at, NO_EXIT_CODE),
+        };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&work.argv[1..])
             .current_dir(workdir)
-            .envs(work.env.iter().map(|(k, v)| (k, v)))
-            // Set after the assignment's own variables so that these always win.
-            .env("PLEXUS_JOB", a.job.to_string())
-            .env("PLEXUS_TASK", &a.task)
-            .env("PLEXUS_RANK", a.rank.to_string())
-            .env("PLEXUS_REPLICAS", work.replicas.to_string())
-            .env("PLEXUS_ATTEMPT", a.attempt.to_string())
-            .env("PLEXUS_OUT", &out_dir)
-            .env("PLEXUS_IN", &in_dir)
+            .envs(task_env(work, &self.gpus, &in_dir, &out_dir))
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
-            // Its own process group, so that a timeout or cancel can kill everything it started.
+            // Its own process group, so that a timeout or cancel can signal everything it started
+            // (and, without cgroups, so that a restarted worker can find it by its record).
             .process_group(0)
             // A backstop in case this future is dropped: the leader at least does not leak.
             .kill_on_drop(true);
+        let cgroups = confinement.procs_files();
+        if !cgroups.is_empty() {
+            // SAFETY: `join_cgroups` only makes async-signal-safe system calls on memory prepared
+            // before the fork, as code between fork and exec must.
+            unsafe {
+                cmd.pre_exec(move || join_cgroups(&cgroups));
+            }
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
-            Err(source) => return Outcome::failed(Error::Spawn { program: program.clone(), source }, started_at, NO_EXIT_CODE),
+            Err(source) => {
+                release(confinement).await;
+                return Outcome::failed(Error::Spawn { program: program.clone(), source }, started_at, NO_EXIT_CODE);
+            }
         };
         // With process_group(0) the group id is the leader's pid.
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-        debug!(attempt = %a, pid = ?pgid, "process started");
+        if let Some(pid) = pgid {
+            confinement.started(pid);
+        }
+        debug!(attempt = %a, pid = ?pgid, isolation = %self.isolation.mode(), "process started");
 
         enum End {
             Exited,
@@ -456,15 +552,23 @@ impl Ctx {
             () = sleep_until(deadline) => (End::TimedOut, None),
             () = cancel.cancelled() => (End::Cancelled, None),
         };
-        // On timeout or cancel this is the point; after a normal exit it removes background
-        // processes the command left behind, so that nothing outlives its attempt.
+        // On timeout or cancel this is the point; after a normal exit it removes whatever the
+        // command left behind (background processes, daemons), so that nothing outlives its
+        // attempt.
         if let Some(pgid) = pgid {
             kill_group(pgid);
         }
+        let confinement = kill(confinement).await;
         let status = match waited {
             Some(s) => s,
             None => child.wait().await,
         };
+        let failed = !matches!(&status, Ok(s) if s.success());
+        let memory_limit = confinement.as_ref().and_then(Confinement::memory_limit);
+        let oom = failed && confinement.as_ref().is_some_and(Confinement::oom_killed);
+        if let Some(c) = confinement {
+            release(c).await;
+        }
         let status = match status {
             Ok(s) => s,
             Err(e) => return Outcome::failed(Error::Wait(e), started_at, NO_EXIT_CODE),
@@ -480,7 +584,10 @@ impl Ctx {
                 Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code, error: String::new(), started_at, outputs },
                 Err(e) => Outcome::failed(e, started_at, exit_code),
             },
-            End::Exited => Outcome::failed(Error::Exit { status }, started_at, exit_code),
+            End::Exited => match memory_limit {
+                Some(limit) if oom => Outcome::failed(Error::OutOfMemory { limit }, started_at, exit_code),
+                _ => Outcome::failed(Error::Exit { status }, started_at, exit_code),
+            },
         }
     }
 
@@ -718,25 +825,40 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// SIGKILLs a process group; a group that is already gone is fine.
-pub fn kill_group(pgid: i32) {
-    if pgid <= 1 {
-        // killpg(0 or 1) would hit our own group or be meaningless; never do that.
-        return;
-    }
-    // SAFETY: killpg has no memory-safety preconditions.
-    let rc = unsafe { libc::killpg(pgid, libc::SIGKILL) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ESRCH) {
-            warn!(pgid, error = %e, "could not kill a process group");
+/// Creates an attempt's confinement (its cgroups and their limits), off the async threads.
+async fn confine(isolation: &Arc<Isolation>, name: String, limits: Limits) -> Result<Confinement> {
+    let iso = Arc::clone(isolation);
+    tokio::task::spawn_blocking(move || iso.confine(&name, &limits)).await?
+}
+
+/// Kills everything in an attempt's confinement, off the async threads (it waits, for
+/// milliseconds, until the processes are gone), and hands the confinement back.
+async fn kill(c: Confinement) -> Option<Confinement> {
+    let killed = tokio::task::spawn_blocking(move || {
+        c.kill();
+        c
+    });
+    match killed.await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            // The confinement was dropped with the task, which kills and removes it again.
+            warn!(error = %e, "killing an attempt's processes failed");
+            None
         }
+    }
+}
+
+/// Removes an attempt's confinement (cgroups or pid record), off the async threads.
+async fn release(c: Confinement) {
+    if let Err(e) = tokio::task::spawn_blocking(move || c.release()).await {
+        warn!(error = %e, "removing an attempt's cgroup failed");
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::isolation::{Choice, Mode};
     use plexus_proto::JobId;
     use std::collections::HashMap;
 
@@ -750,7 +872,13 @@ mod tests {
         rails: Arc<plexus_dataplane::Endpoint>,
     }
 
+    /// A runner whose commands run as bare process groups (no cgroups needed).
     async fn fixture() -> Fixture {
+        fixture_with(Choice::Only(Mode::ProcessGroup), NodeGpus::default()).await.0
+    }
+
+    /// A runner with the given isolation and GPUs; the isolation is returned too, to close it.
+    async fn fixture_with(choice: Choice, gpus: NodeGpus) -> (Fixture, Arc<Isolation>) {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
         std::fs::create_dir_all(layout.tmp_dir()).unwrap();
@@ -758,8 +886,11 @@ mod tests {
         let attempts = Attempts::new(CancellationToken::new());
         let tracker = TaskTracker::new();
         let rails = endpoint().await;
-        let runner = Runner::new(layout.clone(), cache.clone(), attempts.clone(), tracker.clone(), rails.clone());
-        Fixture { _dir: dir, layout, cache, attempts, runner, tracker, rails }
+        // A worker name of its own per fixture, so tests running side by side never share cgroups.
+        let name = format!("test-{}", uuid::Uuid::new_v4());
+        let isolation = Arc::new(Isolation::setup(choice, &name, layout.pid_records_dir()).unwrap());
+        let runner = Runner::new(layout.clone(), cache.clone(), attempts.clone(), tracker.clone(), rails.clone(), isolation.clone(), gpus);
+        (Fixture { _dir: dir, layout, cache, attempts, runner, tracker, rails }, isolation)
     }
 
     /// A data-plane endpoint on one loopback rail.
@@ -789,6 +920,9 @@ mod tests {
             inputs: Vec::new(),
             outputs: Vec::new(),
             env: Vec::new(),
+            cpu: 1.0,
+            memory: 0,
+            gpus: Vec::new(),
         }
     }
 
@@ -980,6 +1114,159 @@ mod tests {
         }
     }
 
+    fn env_of(work: &Work, gpus: &NodeGpus) -> HashMap<String, String> {
+        let env = task_env(work, gpus, Path::new("/w/in"), Path::new("/w/out"));
+        let map: HashMap<String, String> = env.iter().cloned().collect();
+        assert_eq!(map.len(), env.len(), "each key once: {env:?}");
+        map
+    }
+
+    #[test]
+    fn thread_counts_follow_the_cpu_request_unless_the_job_sets_them() {
+        let a = attempt(JobId::random(), "env");
+        let mut w = work(&a, sh("true"));
+        for (cpu, threads) in [(0.0, "1"), (0.5, "1"), (1.0, "1"), (2.5, "3"), (8.0, "8")] {
+            w.cpu = cpu;
+            let env = env_of(&w, &NodeGpus::default());
+            assert_eq!((env["OMP_NUM_THREADS"].as_str(), env["MKL_NUM_THREADS"].as_str()), (threads, threads), "cpu {cpu}");
+        }
+        w.env = vec![("OMP_NUM_THREADS".into(), "16".into()), ("OTHER".into(), "x".into())];
+        let env = env_of(&w, &NodeGpus::default());
+        assert_eq!((env["OMP_NUM_THREADS"].as_str(), env["MKL_NUM_THREADS"].as_str(), env["OTHER"].as_str()), ("16", "8", "x"));
+        // The PLEXUS_* variables are the worker's, whatever the env says.
+        w.env = vec![("PLEXUS_RANK".into(), "99".into())];
+        let env = env_of(&w, &NodeGpus::default());
+        assert_eq!((env["PLEXUS_RANK"].as_str(), env["PLEXUS_OUT"].as_str(), env["PLEXUS_IN"].as_str()), ("2", "/w/out", "/w/in"));
+        assert_eq!(env["PLEXUS_JOB"], a.job.to_string());
+    }
+
+    #[test]
+    fn gpus_are_exposed_as_assigned_and_hidden_otherwise() {
+        let a = attempt(JobId::random(), "gpu");
+        let node = NodeGpus { offered: vec![0, 1, 2, 3], present: true };
+        let mut w = work(&a, sh("true"));
+        w.gpus = vec![1, 3];
+        // The job's own value loses: the devices are the coordinator's to give.
+        w.env = vec![("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into()), ("CUDA_DEVICE_ORDER".into(), "FASTEST_FIRST".into())];
+        let env = env_of(&w, &node);
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "1,3");
+        assert_eq!(env["PLEXUS_GPUS"], "1,3");
+        assert_eq!(env["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+
+        // No GPUs on a node that has some: an empty list, so it can touch none.
+        w.gpus = vec![];
+        let env = env_of(&w, &node);
+        assert_eq!((env["CUDA_VISIBLE_DEVICES"].as_str(), env["PLEXUS_GPUS"].as_str()), ("", ""));
+        // A node offering none (`--gpus none`) still has devices to hide.
+        let env = env_of(&w, &NodeGpus { offered: vec![], present: true });
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "");
+
+        // A node without GPUs leaves CUDA alone (the job may set it for its own reasons).
+        w.env = vec![("CUDA_VISIBLE_DEVICES".into(), "x".into())];
+        let env = env_of(&w, &NodeGpus::default());
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "x");
+        assert!(!env.contains_key("CUDA_DEVICE_ORDER"));
+        assert_eq!(env["PLEXUS_GPUS"], "");
+    }
+
+    #[test]
+    fn gpu_assignments_are_checked() {
+        let a = attempt(JobId::random(), "gpu");
+        let base = pb::Assignment {
+            attempt: Some(pb::AttemptRef::from(&a)),
+            command: sh("true"),
+            resources: Some(pb::Resources { cpu: 0.5, memory: 64 << 20, gpu: 2 }),
+            gpus: vec![2, 0],
+            ..Default::default()
+        };
+        let w = Work::from_pb(a.clone(), base.clone()).unwrap();
+        assert_eq!((w.cpu, w.memory, w.gpus.clone()), (0.5, 64 << 20, vec![2, 0]));
+        let node = NodeGpus { offered: vec![0, 1, 2], present: true };
+        assert!(w.check_gpus(&node).is_ok());
+        let e = w.check_gpus(&NodeGpus { offered: vec![0, 1], present: true }).unwrap_err().to_string();
+        assert_eq!(e, "invalid assignment: GPU 2 is not one this worker offers ([0, 1])");
+        let e = Work::from_pb(a.clone(), pb::Assignment { gpus: vec![0], ..base.clone() }).unwrap_err().to_string();
+        assert_eq!(e, "invalid assignment: it asks for 2 GPUs but is given 1 devices ([0])");
+        let e = Work::from_pb(a.clone(), pb::Assignment { gpus: vec![1, 1], ..base.clone() }).unwrap_err().to_string();
+        assert_eq!(e, "invalid assignment: GPU 1 is given twice");
+        let w = Work::from_pb(a.clone(), pb::Assignment { resources: None, gpus: vec![], ..base }).unwrap();
+        assert_eq!((w.cpu, w.memory), (0.0, 0), "no resources: no limits");
+    }
+
+    /// The assignment path (`Runner::assign`) refuses GPUs the worker does not offer.
+    #[tokio::test]
+    async fn an_attempt_given_a_gpu_the_worker_lacks_fails() {
+        let (f, _iso) = fixture_with(Choice::Only(Mode::ProcessGroup), NodeGpus { offered: vec![0], present: true }).await;
+        let a = attempt(JobId::random(), "gpu");
+        f.runner.assign(pb::Assignment {
+            attempt: Some(pb::AttemptRef::from(&a)),
+            command: sh("true"),
+            resources: Some(pb::Resources { cpu: 1.0, memory: 0, gpu: 1 }),
+            gpus: vec![5],
+            ..Default::default()
+        });
+        let msgs = f.attempts.take_batch().unwrap().messages();
+        assert_eq!(state(&msgs[0]), pb::SubtaskState::Failed);
+        assert_eq!(msgs[0].error, "invalid assignment: GPU 5 is not one this worker offers ([0])");
+    }
+
+    /// With cgroups, a daemon (setsid, so out of the process group) dies with its attempt:
+    /// when the attempt is cancelled, and when it simply exits.
+    #[tokio::test]
+    async fn daemons_do_not_outlive_their_attempt() {
+        let (f, iso) = fixture_with(Choice::Auto, NodeGpus::default()).await;
+        let Some(_closing) = crate::isolation::tests::guard("daemons_do_not_outlive_their_attempt", &iso) else { return };
+        let job = JobId::random();
+        for cancelled in [true, false] {
+            let pid_file = f.layout.root().join(format!("daemon-{cancelled}"));
+            let tail = if cancelled { "exec sleep 100" } else { "exit 0" };
+            let script = format!("setsid sh -c 'echo $$ > {}; exec sleep 100' & while [ ! -s {} ]; do sleep 0.01; done; {tail}", pid_file.display(), pid_file.display());
+            let w = work(&attempt(job, &format!("d{cancelled}")), sh(&script));
+            let cancel = CancellationToken::new();
+            let run = f.runner.run(&w, &cancel);
+            let stop = async {
+                let daemon = loop {
+                    if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<i32>().ok()) {
+                        break pid;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                };
+                if cancelled {
+                    cancel.cancel();
+                }
+                daemon
+            };
+            let (r, daemon) = tokio::join!(run, stop);
+            let expected = if cancelled { pb::SubtaskState::Cancelled } else { pb::SubtaskState::Succeeded };
+            assert_eq!(state(&r), expected, "{}", r.error);
+            assert!(process_gone(daemon) || { tokio::time::sleep(Duration::from_millis(200)).await; process_gone(daemon) }, "daemon {daemon} survived (cancelled: {cancelled})");
+        }
+    }
+
+    /// A command over its memory limit is killed by the kernel and reported as such, not as
+    /// "killed by signal 9"; the same command under a larger limit succeeds.
+    #[tokio::test]
+    async fn memory_over_the_limit_is_reported_as_out_of_memory() {
+        let (f, iso) = fixture_with(Choice::Auto, NodeGpus::default()).await;
+        let Some(_closing) = crate::isolation::tests::guard("memory_over_the_limit_is_reported_as_out_of_memory", &iso) else { return };
+        let job = JobId::random();
+        // tail keeps a line in memory until its end; /dev/zero has no newline.
+        let mut w = work(&attempt(job, "hog"), sh("head -c 256M /dev/zero | tail > /dev/null"));
+        w.memory = 64 << 20;
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Failed);
+        assert_eq!(r.error, "killed: out of memory (limit 64 MiB)");
+        let mut w = work(&attempt(job, "fits"), sh("head -c 16M /dev/zero | tail > /dev/null"));
+        w.memory = 64 << 20;
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+        // A plain SIGKILL under a limit is still just that.
+        let mut w = work(&attempt(job, "shot"), sh("kill -9 $$"));
+        w.memory = 64 << 20;
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(r.error, "killed by signal 9");
+    }
+
     #[tokio::test]
     async fn noop_and_unknown_kinds_finish_at_once() {
         let f = fixture().await;
@@ -1126,7 +1413,8 @@ mod tests {
         std::fs::create_dir_all(layout.tmp_dir()).unwrap();
         let cache = Cache::open(layout.cache_dir(), 100).unwrap();
         let attempts = Attempts::new(CancellationToken::new());
-        let runner = Runner::new(layout.clone(), cache.clone(), attempts, TaskTracker::new(), endpoint().await);
+        let isolation = Arc::new(Isolation::setup(Choice::Only(Mode::ProcessGroup), "test", layout.pid_records_dir()).unwrap());
+        let runner = Runner::new(layout.clone(), cache.clone(), attempts, TaskTracker::new(), endpoint().await, isolation, NodeGpus::default());
         let job = JobId::random();
         let old = ObjectId { job, task: "old".into(), rank: 0, name: "x".into() };
         std::fs::write(layout.root().join("scratch"), [0u8; 80]).unwrap();

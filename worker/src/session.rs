@@ -19,6 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use plexus_proto::rules::MAX_MESSAGE;
 use plexus_proto::{WorkerId, pb};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
@@ -27,7 +28,7 @@ use tracing::{debug, info};
 use crate::attempts::Attempts;
 use crate::cache::Cache;
 use crate::error::{Error, Result};
-use crate::node::{self, CpuSampler};
+use crate::node::{self, CpuSampler, GpuSampler};
 use crate::runner::Runner;
 
 /// First reconnect delay: short, so a restarted coordinator sees its workers again quickly.
@@ -69,6 +70,10 @@ pub struct Session {
     pub cache: Cache,
     pub runner: Runner,
     pub cpu: CpuSampler,
+    /// The offered GPUs' latest load.
+    pub gpus: Arc<GpuSampler>,
+    /// How attempts are confined (`Mode::as_str`), repeated in every node state.
+    pub isolation: &'static str,
     /// The data plane, for its per-rail counters in every heartbeat.
     pub rails: Arc<plexus_dataplane::Endpoint>,
 }
@@ -169,7 +174,10 @@ impl Session {
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
         let channel = endpoint.connect().await.map_err(Error::connect(&self.coordinator))?;
-        let mut client = pb::worker_service_client::WorkerServiceClient::new(channel);
+        // The one message-size policy: the coordinator sends assignments up to this size.
+        let mut client = pb::worker_service_client::WorkerServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
 
         let known = self.attempts.known();
         let request = pb::RegisterRequest {
@@ -276,6 +284,8 @@ impl Session {
             objects: self.cache.objects(),
             cache_used: self.cache.used(),
             rails: rail_counters(&self.rails),
+            gpus: self.gpus.latest(),
+            isolation: self.isolation.to_string(),
         }
     }
 }

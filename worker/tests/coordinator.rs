@@ -328,6 +328,22 @@ async fn shutdown_kills_running_process_groups() {
     wait_until("the background process to be gone", || process_gone(bg).then_some(())).await;
 }
 
+/// The coordinator sends messages up to `plexus_proto::rules::MAX_MESSAGE` (64 MiB); the worker
+/// used to decode at tonic's default 4 MiB, so a larger assignment batch broke the stream again
+/// and again and its work never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn assignment_batches_past_4_mib_are_received() {
+    let fake = Fake::start("127.0.0.1:0".parse().unwrap(), true);
+    let dir = tempfile::tempdir().unwrap();
+    let worker = Worker::start(config(fake.url(), dir.path())).await.unwrap();
+    let a = attempt(JobId::random(), "big", 0);
+    let mut big = noop(&a);
+    big.env = std::collections::HashMap::from([("PAD".to_string(), "x".repeat(6 << 20))]);
+    fake.send(pb::AssignmentBatch { assign: vec![big], cancel: vec![] }).await;
+    wait_until("the report of the 6 MiB assignment", || fake.with(|r| find(&r.accepted, &a, pb::SubtaskState::Succeeded))).await;
+    worker.shutdown().await.unwrap();
+}
+
 /// Whether a process is gone (a zombie waiting for a non-reaping init counts as gone).
 fn process_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

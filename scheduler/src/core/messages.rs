@@ -19,6 +19,20 @@ pub struct NodeReport {
     pub cache_used: u64,
     /// The data plane's per-rail counters, in rail order.
     pub rails: Vec<RailCounter>,
+    /// Each offered GPU's load, for `plexus workers` (placement does not read it).
+    pub gpus: Vec<GpuUsage>,
+    /// How the worker confines subtasks (`cgroup-v2`, `cgroup-v1`, `process-group`), for display.
+    pub isolation: String,
+}
+
+/// The load of one GPU of a worker, from its latest heartbeat.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuUsage {
+    pub index: u32,
+    /// 0..1.
+    pub utilisation: f64,
+    /// Bytes.
+    pub memory_used: u64,
 }
 
 /// Cumulative counters of one data-plane rail of a worker.

@@ -1,0 +1,250 @@
+//! End-to-end: trustworthy execution on real workers (issue 12, the worker's part). Nothing a
+//! task starts outlives its attempt or its worker — a `kill -9`'d worker's task dies when the
+//! worker comes back, a daemon dies with its cancelled job —, memory requests are limits the
+//! kernel enforces and reports, GPU tasks see only their own devices, and a data dir serves one
+//! worker at a time.
+//!
+//! The tests that need cgroups say `SKIPPED <test>: <reason>` on stderr where a worker could make
+//! none (it then runs subtasks as process groups, `isolation: process-group`).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use plexus_e2e::{Cluster, ClusterConfig, describe};
+use plexus_proto::pb;
+
+const SUCCEEDED: i32 = pb::JobState::Succeeded as i32;
+
+/// Whether the cluster's workers confine tasks in cgroups; if not, says on stderr that `test` is
+/// skipped. (A worker that reports no isolation at all predates it: it is tested, and fails.)
+fn cgroups_or_skip(c: &Cluster, test: &str) -> bool {
+    let workers = c.workers().expect("the worker list");
+    let modes: Vec<String> = workers.iter().map(|w| w.capacity.clone().unwrap_or_default().isolation).collect();
+    if modes.iter().any(|m| m == "process-group") {
+        let why = c.worker_log(0).lines().find(|l| l.contains("no cgroup could be made")).unwrap_or("").to_string();
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: the workers could make no cgroup here ({why})");
+        return false;
+    }
+    true
+}
+
+/// Gone, or a zombie (an init that does not reap leaves dead orphans as zombies).
+fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn read_pid(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+fn wait_pid(c: &Cluster, file: &Path) -> i32 {
+    c.wait_for(&format!("a pid in {}", file.display()), Duration::from_secs(30), |_| read_pid(file))
+}
+
+fn lines(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+fn subtask<'a>(j: &'a pb::JobStatus, task: &str, rank: u32) -> &'a pb::SubtaskStatus {
+    j.subtasks.iter().find(|s| s.task == task && s.rank == rank).unwrap_or_else(|| panic!("no subtask {task}/{rank} in {j:?}"))
+}
+
+/// Kills (SIGKILL) a test's stray process if it is still there, so a failed test leaves nothing.
+struct Reap(Vec<PathBuf>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            if let Some(pid) = read_pid(f).filter(|&p| p > 1 && !process_gone(p)) {
+                // SAFETY: kill(2); the pid is one our test's task wrote.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// `kill -9` a worker in the middle of a task; the task runs again elsewhere (attempt 2); the
+/// worker comes back on the same data dir. Its first attempt must be dead within a heartbeat
+/// timeout of the restart (before: it ran on, reparented to init, and finished its work a second
+/// time beside attempt 2).
+#[test]
+fn a_killed_workers_task_dies_when_the_worker_restarts_and_its_work_is_done_once() {
+    let mut c = Cluster::start(ClusterConfig { workers: 2, ..Default::default() });
+    let test = "a_killed_workers_task_dies_when_the_worker_restarts_and_its_work_is_done_once";
+    if !cgroups_or_skip(&c, test) {
+        return;
+    }
+    let (marks, leader, bg) = (c.path("marks"), c.path("leader.pid"), c.path("bg.pid"));
+    let _reap = Reap(vec![leader.clone(), bg.clone()]);
+    // Attempt 1 records its shell and a background sleep, and would mark "late" when its sleep
+    // ends; any later attempt just marks its start.
+    let script = format!(
+        "echo \"start $PLEXUS_ATTEMPT\" >> {m}; if [ \"$PLEXUS_ATTEMPT\" = 1 ]; then echo $$ > {l}; sleep 12 & echo $! > {b}; wait; echo \"late $PLEXUS_ATTEMPT\" >> {m}; fi",
+        m = marks.display(),
+        l = leader.display(),
+        b = bg.display()
+    );
+    let src = format!("[[task]]\nname = \"long\"\ncommand = {script:?}\ncpu = 0.5\n");
+    let job = c.submit("long.toml", &src);
+    let started = Instant::now();
+    let (leader_pid, bg_pid) = (wait_pid(&c, &leader), wait_pid(&c, &bg));
+    let holder = c.job(&job).map(|j| subtask(&j, "long", 0).worker_id.clone()).unwrap();
+    let i = c.worker_index(&holder).expect("the worker running attempt 1");
+    c.kill_worker(i);
+    // Attempt 2 runs on the other worker once the coordinator has declared this one lost.
+    let status = c.wait_job(&job, Duration::from_secs(60));
+    assert_eq!(status.state, SUCCEEDED, "{status:?}");
+    assert_eq!(subtask(&status, "long", 0).attempt, 2);
+    assert!(!process_gone(leader_pid), "the test needs attempt 1 still running when its worker comes back");
+
+    let restarted = Instant::now();
+    c.start_worker(i);
+    let timeout = Duration::from_millis(c.config.heartbeat_timeout_ms);
+    c.wait_for("attempt 1 to be killed by its restarted worker", timeout, |_| (process_gone(leader_pid) && process_gone(bg_pid)).then_some(()));
+    assert!(restarted.elapsed() <= timeout);
+    c.wait_workers_alive(2);
+
+    // Past the end of attempt 1's sleep: it never got to mark "late".
+    let end = started + Duration::from_secs(13);
+    std::thread::sleep(end.saturating_duration_since(Instant::now()));
+    assert_eq!(lines(&marks), ["start 1", "start 2"]);
+    let log = c.worker_log(i);
+    assert!(log.contains("killed processes that a previous worker process on this data dir left running"), "{log}");
+}
+
+/// A task that starts a daemon (`setsid`: a session and process group of its own) and is then
+/// cancelled: the daemon dies with it (before: killing the task's process group missed it).
+#[test]
+fn a_daemon_started_by_a_task_dies_when_its_job_is_cancelled() {
+    let c = Cluster::start(ClusterConfig { workers: 1, ..Default::default() });
+    if !cgroups_or_skip(&c, "a_daemon_started_by_a_task_dies_when_its_job_is_cancelled") {
+        return;
+    }
+    let daemon_file = c.path("daemon.pid");
+    let _reap = Reap(vec![daemon_file.clone()]);
+    let script = format!("setsid sh -c 'echo $$ > {}; exec sleep 60' & exec sleep 60", daemon_file.display());
+    let job = c.submit("daemon.toml", &format!("[[task]]\nname = \"d\"\ncommand = {script:?}\ncpu = 0.5\n"));
+    let daemon = wait_pid(&c, &daemon_file);
+    let out = c.plexus(&["cancel", &job]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let status = c.wait_job(&job, Duration::from_secs(30));
+    assert_eq!(status.state, pb::JobState::Cancelled as i32, "{status:?}");
+    c.wait_for(&format!("daemon {daemon} to die"), Duration::from_secs(5), |_| process_gone(daemon).then_some(()));
+}
+
+/// Two GPU tasks at once on a worker whose `nvidia-smi` (a fake, first on its PATH) lists two
+/// devices: each sees its own device, whatever the job's env says; a task without GPUs sees
+/// none. `plexus workers` shows each device with its model and load, and the isolation.
+#[test]
+fn gpu_tasks_see_only_their_own_devices() {
+    let fake = tempfile::tempdir().unwrap();
+    let smi = fake.path().join("nvidia-smi");
+    std::fs::write(&smi, "#!/bin/sh\nprintf '0, Fake GPU A, 16384, 1024, 25\\n1, Fake GPU B, 16384, 2048, 50\\n'\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", fake.path().display(), std::env::var("PATH").unwrap_or_default());
+    let c = Cluster::start(ClusterConfig { workers: 1, worker_env: vec![("PATH".into(), path)], ..Default::default() });
+
+    let dir = c.path("seen");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Each GPU replica writes what it sees, then waits for the other's file: they run together.
+    let gpu = format!(
+        "printf %s \"${{CUDA_VISIBLE_DEVICES-unset}}\" > {d}/g.$PLEXUS_RANK; printf %s \"$PLEXUS_GPUS\" > {d}/p.$PLEXUS_RANK; \
+         n=0; while [ ! -e {d}/g.0 ] || [ ! -e {d}/g.1 ]; do n=$((n+1)); [ $n -gt 400 ] && exit 1; sleep 0.05; done",
+        d = dir.display()
+    );
+    let plain = format!("printf %s \"${{CUDA_VISIBLE_DEVICES-unset}}\" > {d}/n", d = dir.display());
+    let src = format!(
+        "[[task]]\nname = \"g\"\ncommand = {gpu:?}\nreplicas = 2\ngpu = 1\ncpu = 0.5\nenv = {{ CUDA_VISIBLE_DEVICES = \"0,1\" }}\n\
+         [[task]]\nname = \"n\"\ncommand = {plain:?}\ncpu = 0.5\n"
+    );
+    let job = c.submit("gpus.toml", &src);
+    let status = c.wait_job(&job, Duration::from_secs(60));
+    assert_eq!(status.state, SUCCEEDED, "{status:?}");
+    let seen = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let mut devices = [seen("g.0"), seen("g.1")];
+    devices.sort();
+    assert_eq!(devices, ["0", "1"], "each GPU task sees its own device");
+    assert_eq!((seen("p.0"), seen("p.1")), (seen("g.0"), seen("g.1")), "PLEXUS_GPUS names the same device");
+    assert_eq!(seen("n"), "", "a task without GPUs sees none");
+
+    let out = c.plexus(&["workers", "-o", "json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = &v["workers"][0];
+    assert_eq!(w["gpus"][0]["name"], "Fake GPU A", "{w}");
+    assert_eq!(w["gpus"][1]["memory_bytes"], 16384u64 << 20, "{w}");
+    assert_eq!(w["gpus"][1]["utilisation"], 0.5, "the heartbeat carries each device's load: {w}");
+    assert_eq!(w["gpus"][1]["memory_used_bytes"], 2048u64 << 20, "{w}");
+    assert!(["cgroup-v2", "cgroup-v1", "process-group"].contains(&w["isolation"].as_str().unwrap_or("")), "{w}");
+    let table = c.plexus(&["workers"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("ISOLATION") && text.contains("Fake GPU B") && text.contains("50%"), "{text}");
+}
+
+/// A task whose memory request is 64 MiB allocates 256 MiB: the kernel kills it and the report
+/// says so; the task beside it and the worker carry on (before: it simply succeeded).
+#[test]
+fn a_task_over_its_memory_is_killed_and_reported_out_of_memory() {
+    let c = Cluster::start(ClusterConfig { workers: 1, ..Default::default() });
+    if !cgroups_or_skip(&c, "a_task_over_its_memory_is_killed_and_reported_out_of_memory") {
+        return;
+    }
+    // tail keeps a line until its end, and /dev/zero has no newline: 256 MiB in tail.
+    let src = "[[task]]\nname = \"hog\"\ncommand = \"head -c 256M /dev/zero | tail > /dev/null\"\nmemory = \"64MiB\"\ncpu = 0.5\non_failure = \"continue\"\n\
+               [[task]]\nname = \"calm\"\ncommand = \"sleep 1; head -c 16M /dev/zero | tail > /dev/null; sleep 1\"\nmemory = \"64MiB\"\ncpu = 0.5\n";
+    let job = c.submit("hog.toml", src);
+    let status = c.wait_job(&job, Duration::from_secs(60));
+    let hog = subtask(&status, "hog", 0);
+    assert_eq!(hog.state, pb::SubtaskState::Failed as i32, "{status:?}");
+    assert_eq!(hog.error, "killed: out of memory (limit 64 MiB)");
+    assert_eq!(subtask(&status, "calm", 0).state, pb::SubtaskState::Succeeded as i32, "{status:?}");
+    assert_eq!(status.state, pb::JobState::CompletedWithFailures as i32);
+    // The worker is unharmed: alive, and running the next job.
+    let next = c.submit("next.toml", "[[task]]\nname = \"t\"\ncommand = \"true\"\n");
+    assert_eq!(c.wait_job(&next, Duration::from_secs(30)).state, SUCCEEDED);
+    assert!(c.workers().unwrap().iter().all(|w| w.alive));
+}
+
+/// Two worker processes on one data dir would share an id and evict each other: the second
+/// refuses to start, naming the dir; the first carries on.
+#[test]
+fn a_second_worker_on_the_same_data_dir_refuses_to_start() {
+    let c = Cluster::start(ClusterConfig { workers: 1, ..Default::default() });
+    let dir = c.worker_dir(0);
+    let id = c.worker_id(0);
+    let mut second = std::process::Command::new(c.bin.join("plexus-worker"))
+        .args(["--coordinator", &c.url, "--data-dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning a second plexus-worker");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = second.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            let _ = second.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(second.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let status = status.unwrap_or_else(|| panic!("the second worker kept running; its log:\n{stderr}"));
+    assert!(!status.success());
+    assert!(stderr.contains("another worker process") && stderr.contains(&dir.display().to_string()), "{stderr}");
+    // The first is untouched: same id, alive, the only worker.
+    let workers = c.workers().unwrap();
+    assert_eq!(workers.len(), 1);
+    assert!(workers[0].alive && workers[0].worker_id == id);
+    let job = c.submit("after.toml", "[[task]]\nname = \"t\"\ncommand = \"true\"\n");
+    assert_eq!(c.wait_job(&job, Duration::from_secs(30)).state, SUCCEEDED);
+}
