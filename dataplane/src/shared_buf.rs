@@ -4,15 +4,19 @@
 //! Two users:
 //! * the endpoint's reassembly: several connection readers write the segments of one incoming
 //!   message, each into the range its [`Reassembler`](crate::reassembly::Reassembler)
-//!   reservation gives it alone;
+//!   reservation gives it alone. That buffer starts uninitialised (every byte is written before
+//!   anything reads it) and grows as the message arrives ([`SharedBuf::grown`]), so a peer
+//!   that announces a huge message makes the receiver allocate only what it sent plus a step;
 //! * a running collective: its working buffer, from which sends take zero-copy views
 //!   ([`SharedBuf::view`]) while posted receives land in (or are reduced into) other ranges.
 //!   The collective's executor orders every step so that no range is written while anything
 //!   else reads or writes it (see `collective::Executor`).
 //!
-//! Every access goes through an `unsafe` method whose contract is that exclusivity.
+//! Every access goes through an `unsafe` method whose contract is that exclusivity (and, for
+//! the reading ones, that the bytes were written).
 
 use std::cell::UnsafeCell;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -21,7 +25,9 @@ use bytes::Bytes;
 pub(crate) struct SharedBuf {
     ptr: *mut u8,
     len: usize,
-    vec: UnsafeCell<Vec<u8>>,
+    /// The allocation; its length is `len`. `MaybeUninit`, so that a buffer may be allocated
+    /// and grown without writing it first (a grown `Vec` keeps its first `len` elements).
+    vec: UnsafeCell<Vec<MaybeUninit<u8>>>,
 }
 
 // SAFETY: every access is through the unsafe methods below, whose callers guarantee that
@@ -31,20 +37,51 @@ unsafe impl Send for SharedBuf {}
 unsafe impl Sync for SharedBuf {}
 
 impl SharedBuf {
-    /// A buffer of `len` zero bytes.
-    pub fn zeroed(len: usize) -> SharedBuf {
-        // Zeroed allocation: for large buffers the allocator maps fresh zero pages, which costs
-        // nothing until written.
-        SharedBuf::from_vec(vec![0u8; len])
+    /// Takes over `vec`'s allocation (its contents stay).
+    pub fn from_vec(vec: Vec<u8>) -> SharedBuf {
+        let mut vec = ManuallyDrop::new(vec);
+        // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; the allocation, length and capacity
+        // are `vec`'s, which is not dropped.
+        let vec =
+            unsafe { Vec::from_raw_parts(vec.as_mut_ptr().cast(), vec.len(), vec.capacity()) };
+        SharedBuf::from_uninit(vec)
     }
 
-    /// Takes over `vec`'s allocation (its contents stay).
-    pub fn from_vec(mut vec: Vec<u8>) -> SharedBuf {
+    /// A buffer of `len` bytes that are not initialised, or `None` if the allocation fails
+    /// (the caller refuses whatever asked for it instead of aborting the process). Large
+    /// buffers come from fresh pages that cost nothing until written.
+    pub fn try_uninit(len: usize) -> Option<SharedBuf> {
+        let mut vec: Vec<MaybeUninit<u8>> = Vec::new();
+        vec.try_reserve_exact(len).ok()?;
+        // SAFETY: the capacity is at least `len`, and `MaybeUninit` needs no initialisation.
+        unsafe { vec.set_len(len) };
+        Some(SharedBuf::from_uninit(vec))
+    }
+
+    fn from_uninit(mut vec: Vec<MaybeUninit<u8>>) -> SharedBuf {
         SharedBuf {
-            ptr: vec.as_mut_ptr(),
+            ptr: vec.as_mut_ptr().cast(),
             len: vec.len(),
             vec: UnsafeCell::new(vec),
         }
+    }
+
+    /// This buffer's allocation grown to `len` bytes, its first `self.len()` bytes as they
+    /// were and the rest uninitialised; `self` is left empty. `None` if the allocation fails
+    /// (`self` is then unchanged). The allocator may grow the block in place or move it; large
+    /// blocks are remapped, not copied.
+    ///
+    /// # Safety
+    /// Nothing reads or writes `self`'s bytes now or later (other holders of `self` only keep
+    /// it alive), and `len >= self.len()`.
+    pub unsafe fn grown(&self, len: usize) -> Option<SharedBuf> {
+        assert!(len >= self.len, "a buffer only grows");
+        // SAFETY: by the caller's contract nobody else uses the allocation.
+        let vec = unsafe { &mut *self.vec.get() };
+        vec.try_reserve_exact(len - self.len).ok()?;
+        // SAFETY: the capacity is at least `len`, and `MaybeUninit` needs no initialisation.
+        unsafe { vec.set_len(len) };
+        Some(SharedBuf::from_uninit(std::mem::take(vec)))
     }
 
     pub fn len(&self) -> usize {
@@ -61,7 +98,8 @@ impl SharedBuf {
     /// The bytes `[offset, offset + len)`, writable.
     ///
     /// # Safety
-    /// Nothing else reads or writes any of these bytes until the slice is dropped.
+    /// Nothing else reads or writes any of these bytes until the slice is dropped, and they
+    /// were written before (a buffer made by `from_vec`, or a range a writer filled).
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn range_mut(&self, offset: usize, len: usize) -> &mut [u8] {
         self.check(offset, len);
@@ -72,10 +110,25 @@ impl SharedBuf {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset), len) }
     }
 
+    /// The bytes `[offset, offset + len)`, to be filled: a reader from the socket writes them
+    /// without reading them first (`tokio::io::ReadBuf::uninit`).
+    ///
+    /// # Safety
+    /// Nothing else reads or writes any of these bytes until the slice is dropped.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn range_uninit(&self, offset: usize, len: usize) -> &mut [MaybeUninit<u8>] {
+        self.check(offset, len);
+        if len == 0 {
+            return &mut [];
+        }
+        // SAFETY: in bounds (checked above); exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(offset).cast(), len) }
+    }
+
     /// The bytes `[offset, offset + len)`, read-only.
     ///
     /// # Safety
-    /// Nothing writes any of these bytes until the slice is dropped.
+    /// Nothing writes any of these bytes until the slice is dropped, and they were written.
     pub unsafe fn range(&self, offset: usize, len: usize) -> &[u8] {
         self.check(offset, len);
         if len == 0 {
@@ -110,10 +163,14 @@ impl SharedBuf {
     ///
     /// # Safety
     /// No other reference to the buffer's bytes exists or will be used (the caller holds the
-    /// only `Arc`, or the others will never read or write again).
+    /// only `Arc`, or the others will never read or write again), and every byte was written.
     pub unsafe fn take(&self) -> Vec<u8> {
         // SAFETY: by the caller's contract nobody else uses the bytes.
-        unsafe { std::mem::take(&mut *self.vec.get()) }
+        let vec = ManuallyDrop::new(unsafe { std::mem::take(&mut *self.vec.get()) });
+        let (ptr, len, cap) = (vec.as_ptr().cast_mut(), vec.len(), vec.capacity());
+        // SAFETY: the same allocation, length and capacity, as `u8`, whose layout
+        // `MaybeUninit<u8>` has; every byte is initialised by the caller's contract.
+        unsafe { Vec::from_raw_parts(ptr.cast(), len, cap) }
     }
 }
 
@@ -146,10 +203,40 @@ mod tests {
         assert_eq!(&v.slice(2..4)[..], &[12, 13]);
     }
 
+    /// A buffer allocated uninitialised and grown keeps what was written into it, and hands
+    /// over its allocation once every byte was written.
+    #[test]
+    fn a_grown_buffer_keeps_its_written_prefix() {
+        let small = SharedBuf::try_uninit(3).unwrap();
+        // SAFETY: nothing else uses these buffers; every byte is written before it is read.
+        unsafe {
+            for (b, v) in small.range_uninit(0, 3).iter_mut().zip([1u8, 2, 3]) {
+                b.write(v);
+            }
+            let big = small.grown(1 << 20).unwrap();
+            assert_eq!(
+                small.vec.get().as_ref().unwrap().len(),
+                0,
+                "the old one is empty"
+            );
+            assert_eq!(big.len(), 1 << 20);
+            assert_eq!(big.range(0, 3), &[1, 2, 3]);
+            for b in big.range_uninit(3, (1 << 20) - 3) {
+                b.write(9);
+            }
+            let v = big.take();
+            assert_eq!((&v[..4], v.len()), (&[1u8, 2, 3, 9][..], 1 << 20));
+        }
+        assert!(
+            SharedBuf::try_uninit(usize::MAX).is_none(),
+            "a failed allocation is None"
+        );
+    }
+
     /// The accessors refuse (by a panic) exactly the ranges `bounds` refuses.
     #[test]
     fn out_of_bounds_ranges_are_refused() {
-        let buf = SharedBuf::zeroed(8);
+        let buf = SharedBuf::from_vec(vec![0; 8]);
         assert_eq!(buf.bounds(4, 5), None);
         assert_eq!(buf.bounds(9, 0), None);
         assert_eq!(buf.bounds(usize::MAX, 2), None, "no overflow");

@@ -1439,7 +1439,10 @@ mod tests {
             outputs: vec!["total".into()],
             collective: Some(pb::Collective {
                 members: members.iter().map(|m| pb::Member { rails: m.iter().map(ToString::to_string).collect() }).collect(),
-                tag: 7 << 32,
+                // Each gang has its own tag space, as the coordinator gives it (a hash of job, task
+                // and generation): the data plane refuses a second message under a tag that was
+                // delivered to a posted receive, so two collectives must not share one.
+                tag: gang_tag_of(job),
                 dtype: dtype.into(),
                 op: "sum".into(),
                 root: 1,
@@ -1493,6 +1496,10 @@ mod tests {
             let log = String::from_utf8_lossy(&r1.stdout_tail).to_string();
             assert!(log.starts_with(&format!("{kind} i32 sum over 2 members")), "{log}");
         }
+    }
+
+    fn gang_tag_of(job: JobId) -> u64 {
+        u64::from(u32::from_le_bytes(job.as_bytes()[..4].try_into().unwrap()).max(1)) << 32
     }
 
     fn attempt_of(job: JobId, rank: u32) -> AttemptRef {

@@ -724,6 +724,12 @@ impl Executor<'_> {
         let size = self.dtype.size();
         let comm = self.comm;
         unposted.retain(|&j| {
+            // A receive already delivered (its message beat its post and was taken from its
+            // own buffer) is never posted: a post made now would lend its range, which later
+            // steps use, to whatever message arrives next under its tag.
+            if recvs_done.is_some_and(|r| j <= r) {
+                return false;
+            }
             let (ls, lr) = deps[j];
             let ready =
                 ls.is_none_or(|s| s < sends_done) && lr.is_none_or(|r| Some(r) <= recvs_done);

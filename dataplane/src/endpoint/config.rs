@@ -43,9 +43,47 @@ pub struct EndpointConfig {
     pub connect_timeout: Duration,
     /// A `send` that gets no acknowledgement at all for this long fails.
     pub stall_timeout: Duration,
-    /// Incoming messages larger than this are refused (the receiver allocates a message's whole
-    /// buffer when its first segment arrives).
+    /// Incoming messages larger than this are refused. (What the receiver allocates is bounded
+    /// by `alloc_ahead` and the open-bytes caps, not by this.)
     pub max_message: u64,
+    /// An incoming message's buffer is allocated at most this far ahead of the bytes that
+    /// arrived (plus the segment being received), and grows as segments arrive, so a peer
+    /// that announces a huge message costs what it sent, not what it announced. A segment that
+    /// starts further ahead than this is answered busy (the sender retries it). 64 MiB: a
+    /// message up to that size is allocated whole at its first segment (an object piece, a
+    /// collective slice of a 512 MiB buffer), and it is more than the segments that can be in
+    /// flight out of order on the rails at once with the default `queue_max` and `seg_max`
+    /// (8 queued segments of 1 MiB per rail, plus a few MiB of socket buffers).
+    pub alloc_ahead: u64,
+    /// The bytes one peer may hold in this endpoint at once: the buffers of its half-received
+    /// messages and of its messages nobody has taken yet (posted receives, which use the
+    /// receiver's own memory, count only their bookkeeping). A segment that would go over it
+    /// is refused and its connection dropped (counted in `Stats::dropped_over_budget`). 2 GiB:
+    /// a peer is at most about one round ahead in a collective, so what arrives before its
+    /// post is at most half the buffer (buffers of up to 4 GiB pass); and it is 32 object
+    /// pieces of 64 MiB waiting for their fetcher, which is then stuck rather than slow.
+    pub max_open_bytes_per_peer: u64,
+    /// The same bound for all peers together. A peer's id is what it announces in its
+    /// handshake, not proven, so without this a peer could claim ever new ids. 8 GiB: four
+    /// peers at their cap at once; a node with less memory to spare should lower it.
+    pub max_open_bytes: u64,
+    /// Connections accepted from one IP address at once (handshakes included); one more is
+    /// closed at once (counted in `Stats::refused_connections`). 64: an address hosts a few
+    /// endpoints (a worker, benchmark ranks on one host), each with one connection per rail to
+    /// us plus a replaced one while a rail reconnects; 64 covers 16 of them with room to spare,
+    /// while a flood from one address costs at most 64 sockets and tasks.
+    pub max_conns_per_addr: usize,
+    /// A half-received message with no segment for this long is dropped, its memory freed
+    /// (counted in `Stats::expired_partial`). 60 s: twice `stall_timeout`, after which its
+    /// sender has given up on it (a sender fails a message after 30 s without progress), so
+    /// nothing will complete it.
+    pub partial_expiry: Duration,
+    /// A complete message that nobody took (`recv`) for this long is dropped (counted in
+    /// `Stats::expired_unclaimed`): the tail of an abandoned object fetch, the messages of a
+    /// collective that failed. 10 min: a collective's rank may start long after its peers sent
+    /// it their first messages (it fetched bigger inputs first), and must still find them; the
+    /// open-bytes caps bound the memory meanwhile.
+    pub unclaimed_expiry: Duration,
     /// A segment whose checksum fails at the receiver this many times fails its message.
     pub max_attempts: u32,
     /// SO_SNDBUF of every rail connection, bytes; `None` leaves it to the kernel's
@@ -86,6 +124,12 @@ impl Default for EndpointConfig {
             connect_timeout: Duration::from_secs(1),
             stall_timeout: Duration::from_secs(30),
             max_message: 64 << 30,
+            alloc_ahead: 64 << 20,
+            max_open_bytes_per_peer: 2 << 30,
+            max_open_bytes: 8 << 30,
+            max_conns_per_addr: 64,
+            partial_expiry: Duration::from_secs(60),
+            unclaimed_expiry: Duration::from_secs(600),
             max_attempts: 8,
             send_buffer: None,
             faults: Faults::default(),
@@ -143,10 +187,22 @@ impl EndpointConfig {
         if self.max_attempts == 0 {
             return Err(Error::Config("max_attempts must be at least 1".into()));
         }
+        for (name, n) in [
+            ("alloc_ahead", self.alloc_ahead),
+            ("max_open_bytes_per_peer", self.max_open_bytes_per_peer),
+            ("max_open_bytes", self.max_open_bytes),
+            ("max_conns_per_addr", self.max_conns_per_addr as u64),
+        ] {
+            if n == 0 {
+                return Err(Error::Config(format!("{name} must be at least 1")));
+            }
+        }
         for (name, d) in [
             ("rail_timeout", self.rail_timeout),
             ("connect_timeout", self.connect_timeout),
             ("stall_timeout", self.stall_timeout),
+            ("partial_expiry", self.partial_expiry),
+            ("unclaimed_expiry", self.unclaimed_expiry),
         ] {
             if d.is_zero() {
                 return Err(Error::Config(format!("{name} must be positive")));
@@ -183,5 +239,11 @@ mod tests {
         assert!(bad(|c| c.bandwidth = 0.0).contains("bandwidth"));
         assert!(bad(|c| c.rail_timeout = Duration::ZERO).contains("rail_timeout"));
         assert!(bad(|c| c.max_attempts = 0).contains("max_attempts"));
+        assert!(bad(|c| c.alloc_ahead = 0).contains("alloc_ahead"));
+        assert!(bad(|c| c.max_open_bytes_per_peer = 0).contains("max_open_bytes_per_peer"));
+        assert!(bad(|c| c.max_open_bytes = 0).contains("max_open_bytes"));
+        assert!(bad(|c| c.max_conns_per_addr = 0).contains("max_conns_per_addr"));
+        assert!(bad(|c| c.partial_expiry = Duration::ZERO).contains("partial_expiry"));
+        assert!(bad(|c| c.unclaimed_expiry = Duration::ZERO).contains("unclaimed_expiry"));
     }
 }

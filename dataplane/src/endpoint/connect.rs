@@ -1,7 +1,8 @@
 //! Connections and the handshake: the connection to a peer on a rail, opened lazily (bound to
 //! the local rail address, so the traffic leaves through that rail's NIC); the accept loop of
-//! each rail's listener; the `Hello` exchange both sides start with; and the start of a
-//! connection's reader and writer tasks.
+//! each rail's listener (at most `max_conns_per_addr` connections from one address at once);
+//! the `Hello` exchange both sides start with; and the start of a connection's reader and
+//! writer tasks.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::conn::Conn;
-use super::state::{Health, Inner, POLL};
+use super::state::{Health, InboundSlot, Inner, POLL};
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
 use crate::wire::{HELLO_LEN, Hello};
@@ -35,7 +36,7 @@ impl Inner {
         let stream = tokio::time::timeout(self.cfg.connect_timeout, self.connect(peer, rail, addr))
             .await
             .map_err(|_| Error::Peer(format!("connecting rail {rail} to {addr} timed out")))??;
-        Ok(self.start_conn(stream, peer, rail))
+        Ok(self.start_conn(stream, peer, rail, None))
     }
 
     async fn connect(&self, peer: PeerId, rail: usize, addr: SocketAddr) -> Result<TcpStream> {
@@ -67,6 +68,13 @@ impl Inner {
             };
             match accepted {
                 Ok((stream, from)) => {
+                    let Some(slot) = self.inbound_slot(from.ip()) else {
+                        // Debug, not warn: a flood would otherwise flood the log too.
+                        self.counters.refused_connections.fetch_add(1, Relaxed);
+                        debug!(%from, rail, "refused a rail connection: its address has max_conns_per_addr already");
+                        drop(stream);
+                        continue;
+                    };
                     let inner = self.clone();
                     self.tasks.spawn(async move {
                         let r = tokio::time::timeout(
@@ -76,7 +84,7 @@ impl Inner {
                         .await;
                         match r {
                             Ok(Ok((stream, peer))) => {
-                                inner.start_conn(stream, peer, rail);
+                                inner.start_conn(stream, peer, rail, Some(slot));
                             }
                             Ok(Err(e)) => {
                                 warn!(%from, rail, error = %e, "refused a rail connection")
@@ -124,8 +132,15 @@ impl Inner {
         Ok((stream, h.peer))
     }
 
-    /// Registers a connected, handshaken stream and starts its reader and writer.
-    fn start_conn(self: &Arc<Self>, stream: TcpStream, peer: PeerId, rail: usize) -> Arc<Conn> {
+    /// Registers a connected, handshaken stream and starts its reader and writer; an accepted
+    /// one's `slot` lives as long as its reader.
+    fn start_conn(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        peer: PeerId,
+        rail: usize,
+        slot: Option<InboundSlot>,
+    ) -> Arc<Conn> {
         if let Some(n) = self.cfg.send_buffer
             && let Err(e) = socket2::SockRef::from(&stream).set_send_buffer_size(n)
         {
@@ -154,7 +169,8 @@ impl Inner {
             .insert(conn.id, conn.clone());
         self.tasks
             .spawn(self.clone().writer(conn.clone(), wr, reply_rx, seg_rx));
-        self.tasks.spawn(self.clone().reader(conn.clone(), rd));
+        self.tasks
+            .spawn(self.clone().reader(conn.clone(), rd, slot));
         debug!(%peer, rail, conn = conn.id, "rail connection up");
         conn
     }

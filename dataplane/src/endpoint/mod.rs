@@ -21,6 +21,13 @@
 //!    corrupt one sends the segment again through the scheduler; when every segment is
 //!    acknowledged, `send` returns. The receiver hands the complete message to `recv`.
 //!
+//! Bounds: what a peer may cost the receiver is limited (see `incoming`): a message's buffer
+//! grows as it arrives, at most `alloc_ahead` ahead; a peer's half-received and untaken
+//! messages stay under `max_open_bytes_per_peer` (all peers under `max_open_bytes`); an address
+//! has at most `max_conns_per_addr` connections accepted; the reaper drops messages idle past
+//! `partial_expiry` / `unclaimed_expiry`; and a second message under a posted (sender, tag) is
+//! refused. A refused segment closes its connection, counted in [`Stats`].
+//!
 //! Failures: a connection that errors, closes, or has unacknowledged segments and no reply for
 //! `rail_timeout` is closed; its rail is out of service for that peer for a back-off (250 ms,
 //! doubling to 4 s); every segment it had not had acknowledged is scheduled again on the rails
@@ -41,7 +48,9 @@
 //! * `connect` — connections and the handshake: lazy connect, accept loops, `Hello`.
 //! * `receive` — the connection reader: segments into reassembly or posted memory, replies.
 //! * `health` — failed connections, rail back-off, the watchdog.
-//! * `incoming` — reassembly, posted receives and the mailbox `recv` matches on.
+//! * `incoming` — reassembly, posted receives and the mailbox `recv` matches on, with the
+//!   bounds on what a peer may hold there.
+//! * `reaper` — the task that expires idle incoming messages.
 //! * `config`, `stats` — [`EndpointConfig`] and [`Stats`].
 //!
 //! Children import only siblings (shared types are in `state`, `outgoing`, `conn`), never this
@@ -51,8 +60,11 @@ mod config;
 mod conn;
 mod connect;
 mod health;
+#[cfg(test)]
+mod hostile;
 mod incoming;
 mod outgoing;
+mod reaper;
 mod receive;
 mod send;
 mod state;
@@ -104,6 +116,7 @@ impl Endpoint {
             inner.tasks.spawn(inner.clone().drain(rail));
         }
         inner.tasks.spawn(inner.clone().watchdog());
+        inner.tasks.spawn(inner.clone().reaper());
         Ok(Endpoint { inner })
     }
 
@@ -170,7 +183,8 @@ impl Endpoint {
     ///
     /// # Safety
     /// As [`Incoming::post`](incoming::Incoming::post): nothing else touches the posted bytes
-    /// until the message was delivered or [`unpost`](Self::unpost) returned true.
+    /// until the message was delivered (in place, or in its own buffer, which withdraws the
+    /// post) or [`unpost`](Self::unpost) returned true.
     pub(crate) unsafe fn post(&self, from: PeerId, tag: u64, post: Posted) {
         // SAFETY: forwarded contract.
         unsafe { self.inner.incoming.post(from, tag, post) }
@@ -183,7 +197,10 @@ impl Endpoint {
 
     /// A snapshot of the endpoint's counters.
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot()
+        Stats {
+            open_bytes: self.inner.incoming.open_bytes(),
+            ..self.inner.counters.snapshot()
+        }
     }
 
     /// Messages partly received and not yet complete.
@@ -255,7 +272,7 @@ mod tests {
     /// A posted reduction: every segment is verified before it touches the receiver's memory,
     /// so a segment corrupted on the wire (and resent) is reduced in exactly once, and the
     /// result is `op(remote, local)` element for element. A message that arrives before its
-    /// post lands in its own buffer instead, and the post stays unclaimed.
+    /// post lands in its own buffer instead, and taking it withdraws the post.
     #[tokio::test]
     async fn posted_receives_land_in_place_and_reduce_only_verified_segments() {
         use crate::elem::{DType, ReduceOp};
@@ -314,7 +331,11 @@ mod tests {
             Landed::Fresh(m) => assert_eq!(m, data),
             Landed::InPlace { .. } => panic!("a message complete before its post landed in place"),
         }
-        assert!(b.unpost(a.id(), 8));
+        assert!(
+            !b.unpost(a.id(), 8),
+            "taking the message withdrew the post that came too late"
+        );
+        assert_eq!(b.posted_receives(), 0);
     }
 
     /// The schedulers' unacknowledged bytes go back to zero on every rail once everything is

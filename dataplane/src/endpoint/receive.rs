@@ -2,20 +2,24 @@
 //! admitted into the incoming reassembly (or a posted receive), its payload read straight into
 //! the message buffer while it is checksummed piece by piece (or, for a posted reduction, read
 //! into the connection's scratch buffer, verified, and reduced into place), and answered ok,
-//! corrupt or busy. A reply to one of our own segments acknowledges it, or sends it again.
+//! corrupt or busy. A segment the incoming side refuses (malformed, over its peer's open-bytes
+//! cap, a second message under a posted tag) closes the connection, counted by reason. A
+//! reply to one of our own segments acknowledges it, or sends it again.
 
+use std::mem::MaybeUninit;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, BufReader, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
 use tracing::warn;
 
 use super::conn::Conn;
 use super::health::Closing;
-use super::incoming::{Admission, Incoming};
-use super::state::Inner;
+use super::incoming::{Admission, Incoming, Refusal};
+use super::state::{InboundSlot, Inner};
 use crate::elem::reduce_from;
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
@@ -25,6 +29,8 @@ use crate::wire::{
 
 /// A segment answered "busy" is retried after this long: enough for the racing original (a
 /// segment being read on another rail) to finish on any rail faster than ~1 Gbit/s per 4 MiB.
+/// A segment whose message's buffer must grow waits at most this long for the segments being
+/// written into it to finish (they are the same racing reads), then is answered busy.
 const BUSY_RETRY: Duration = Duration::from_millis(30);
 /// Read buffer of a connection. Payloads at least this large bypass it and go straight from the
 /// socket into the message buffer; headers and replies are parsed from it.
@@ -34,7 +40,15 @@ const READ_BUF: usize = 64 << 10;
 const CHECK_PIECE: usize = 256 << 10;
 
 impl Inner {
-    pub(super) async fn reader(self: Arc<Self>, conn: Arc<Conn>, rd: OwnedReadHalf) {
+    /// Reads the connection until it closes. An accepted connection's `slot` counts it
+    /// against its address's `max_conns_per_addr` until then.
+    pub(super) async fn reader(
+        self: Arc<Self>,
+        conn: Arc<Conn>,
+        rd: OwnedReadHalf,
+        slot: Option<InboundSlot>,
+    ) {
+        let _slot = slot;
         let mut rd = BufReader::with_capacity(READ_BUF, rd);
         let mut scratch = Vec::new();
         let r = tokio::select! {
@@ -105,7 +119,7 @@ impl Inner {
         self.counters.rails[conn.rail]
             .bytes_received
             .fetch_add(len, Relaxed);
-        let status = match self.incoming.admit(conn.peer, conn.id, &h)? {
+        let status = match self.admit(conn, &h).await? {
             Admission::Fresh { buf, at, reduce } => {
                 let mut guard = Reservation {
                     incoming: &self.incoming,
@@ -120,14 +134,20 @@ impl Inner {
                         // SAFETY: `admit` reserved exactly this range for us (of a buffer of
                         // our own, or of posted memory nothing else touches meanwhile); the
                         // slice is dropped before the guard commits or aborts it.
-                        let dst = unsafe { buf.range_mut(at, n) };
+                        let dst = unsafe { buf.range_uninit(at, n) };
                         read_checked(rd, dst).await? == h.crc
                     }
                     Some((dtype, op)) => {
                         if scratch.len() < n {
                             scratch.resize(n, 0);
                         }
-                        let ok = read_checked(rd, &mut scratch[..n]).await? == h.crc;
+                        // SAFETY: the scratch bytes are initialised, and reading only writes
+                        // initialised bytes into them.
+                        let dst = unsafe {
+                            &mut *(std::ptr::from_mut(&mut scratch[..n])
+                                as *mut [MaybeUninit<u8>])
+                        };
+                        let ok = read_checked(rd, dst).await? == h.crc;
                         if ok {
                             let t = Instant::now();
                             // SAFETY: as above: this range of the posted memory is ours until
@@ -154,6 +174,10 @@ impl Inner {
                 skip(rd, len).await?;
                 ReplyStatus::Ok
             }
+            Admission::Later | Admission::Grow => {
+                skip(rd, len).await?;
+                ReplyStatus::Busy
+            }
             Admission::Busy(holder) => {
                 skip(rd, len).await?;
                 // A sender resends a segment only after giving up on the copy it sent before
@@ -179,6 +203,39 @@ impl Inner {
             status,
         });
         Ok(())
+    }
+
+    /// Admits a segment into the incoming side. While its message's buffer must grow and other
+    /// segments of the message are being written, waits for them up to `BUSY_RETRY`, then
+    /// answers busy ([`Admission::Later`]). A refusal is counted by its reason and becomes the
+    /// error that closes the connection.
+    async fn admit(&self, conn: &Conn, h: &SegmentHeader) -> Result<Admission> {
+        let deadline = Instant::now() + BUSY_RETRY;
+        loop {
+            let released = self.incoming.released().notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match self.incoming.admit(conn.peer, conn.id, h, Instant::now()) {
+                Ok(Admission::Grow) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || tokio::time::timeout(left, released).await.is_err() {
+                        return Ok(Admission::Later);
+                    }
+                }
+                Ok(a) => return Ok(a),
+                Err(refusal) => {
+                    let counter = match &refusal {
+                        Refusal::Malformed(_) => None,
+                        Refusal::DuplicateTag(_) => Some(&self.counters.dropped_duplicate_tag),
+                        Refusal::OverBudget(_) => Some(&self.counters.dropped_over_budget),
+                    };
+                    if let Some(c) = counter {
+                        c.fetch_add(1, Relaxed);
+                    }
+                    return Err(Error::Protocol(refusal.to_string()));
+                }
+            }
+        }
     }
 
     fn on_reply(self: &Arc<Self>, conn: &Conn, r: Reply) {
@@ -237,12 +294,23 @@ impl Drop for Reservation<'_> {
 }
 
 /// Fills `dst` from the socket, checksumming it piece by piece while each piece is in cache;
-/// returns the CRC-32C of all of it.
-async fn read_checked<R: AsyncRead + Unpin>(rd: &mut R, dst: &mut [u8]) -> std::io::Result<u32> {
+/// returns the CRC-32C of all of it. `dst` need not be initialised (a message buffer is
+/// allocated without writing it): only bytes the socket wrote are read.
+async fn read_checked<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    dst: &mut [MaybeUninit<u8>],
+) -> std::io::Result<u32> {
     let mut crc = Checksum::new();
     for piece in dst.chunks_mut(CHECK_PIECE) {
-        rd.read_exact(piece).await?;
-        crc.update(piece);
+        let mut buf = ReadBuf::uninit(piece);
+        while buf.remaining() > 0 {
+            let before = buf.filled().len();
+            std::future::poll_fn(|cx| Pin::new(&mut *rd).poll_read(cx, &mut buf)).await?;
+            if buf.filled().len() == before {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        crc.update(buf.filled());
     }
     Ok(crc.value())
 }

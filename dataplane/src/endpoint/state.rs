@@ -6,7 +6,7 @@
 //! back-off and the watchdog).
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use super::config::EndpointConfig;
 use super::conn::Conn;
-use super::incoming::Incoming;
+use super::incoming::{Incoming, Limits};
 use super::outgoing::{OutMsg, Segment};
 use super::stats::Counters;
 use crate::error::{Error, Result};
@@ -49,6 +49,8 @@ pub(super) struct Inner {
     /// Every live connection, for the watchdog (an accepted connection may be live without being
     /// the one in `conns`).
     pub(super) live: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// Accepted connections per remote address, handshakes included (see [`InboundSlot`]).
+    pub(super) inbound: Mutex<HashMap<IpAddr, usize>>,
     pub(super) outgoing: Mutex<HashMap<u64, Arc<OutMsg>>>,
     pub(super) incoming: Incoming,
     pub(super) counters: Counters,
@@ -148,7 +150,14 @@ impl Inner {
             conns: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
             outgoing: Mutex::new(HashMap::new()),
-            incoming: Incoming::default(),
+            inbound: Mutex::new(HashMap::new()),
+            incoming: Incoming::new(Limits {
+                alloc_ahead: cfg.alloc_ahead,
+                per_peer: cfg.max_open_bytes_per_peer,
+                total: cfg.max_open_bytes,
+                partial_expiry: cfg.partial_expiry,
+                unclaimed_expiry: cfg.unclaimed_expiry,
+            }),
             counters: Counters::new(m),
             next_msg: AtomicU64::new(0),
             next_conn: AtomicU64::new(0),
@@ -157,6 +166,21 @@ impl Inner {
             tasks: TaskTracker::new(),
             cfg,
         }
+    }
+
+    /// A slot for a connection accepted from `ip`, or `None` if that address already has
+    /// `max_conns_per_addr`.
+    pub(super) fn inbound_slot(self: &Arc<Self>, ip: IpAddr) -> Option<InboundSlot> {
+        let mut inbound = self.inbound.lock().expect("inbound lock");
+        let n = inbound.entry(ip).or_default();
+        if *n >= self.cfg.max_conns_per_addr {
+            return None;
+        }
+        *n += 1;
+        Some(InboundSlot {
+            inner: self.clone(),
+            ip,
+        })
     }
 
     pub(super) fn now(&self) -> Duration {
@@ -173,5 +197,24 @@ impl Inner {
             });
         }
         Ok(())
+    }
+}
+
+/// One accepted connection counted against its address's `max_conns_per_addr`, from the
+/// accept to the end of its reader (or of its handshake, if that fails).
+pub(super) struct InboundSlot {
+    inner: Arc<Inner>,
+    ip: IpAddr,
+}
+
+impl Drop for InboundSlot {
+    fn drop(&mut self) {
+        let mut inbound = self.inner.inbound.lock().expect("inbound lock");
+        if let Some(n) = inbound.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                inbound.remove(&self.ip);
+            }
+        }
     }
 }

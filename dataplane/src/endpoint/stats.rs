@@ -27,6 +27,22 @@ pub struct Stats {
     pub corrupt_received: u64,
     pub messages_sent: u64,
     pub messages_received: u64,
+    /// Bytes held now for incoming messages nobody has taken yet: the buffers of half-received
+    /// and unclaimed messages, plus a fixed bookkeeping cost per message (a gauge, not a
+    /// counter).
+    pub open_bytes: u64,
+    /// Connections dropped because a segment on them would have taken its peer over
+    /// `max_open_bytes_per_peer`, or all peers over `max_open_bytes`.
+    pub dropped_over_budget: u64,
+    /// Connections dropped because a peer sent a second message under a (sender, tag) whose
+    /// receive was posted: one already open, waiting to be taken, or delivered to the post.
+    pub dropped_duplicate_tag: u64,
+    /// Connections closed at once because their address already had `max_conns_per_addr`.
+    pub refused_connections: u64,
+    /// Half-received messages dropped after `partial_expiry` without a segment.
+    pub expired_partial: u64,
+    /// Complete messages dropped after `unclaimed_expiry` without being taken.
+    pub expired_unclaimed: u64,
 }
 
 #[derive(Default)]
@@ -45,6 +61,11 @@ pub(crate) struct Counters {
     pub corrupt_received: AtomicU64,
     pub messages_sent: AtomicU64,
     pub messages_received: AtomicU64,
+    pub dropped_over_budget: AtomicU64,
+    pub dropped_duplicate_tag: AtomicU64,
+    pub refused_connections: AtomicU64,
+    pub expired_partial: AtomicU64,
+    pub expired_unclaimed: AtomicU64,
     /// Segment transmissions so far (numbers the transmissions for `Faults::corrupt`).
     pub transmissions: AtomicU64,
 }
@@ -57,6 +78,7 @@ impl Counters {
         }
     }
 
+    /// The counters; `open_bytes` is the caller's to fill (the incoming state keeps it).
     pub fn snapshot(&self) -> Stats {
         Stats {
             rails: self
@@ -74,6 +96,12 @@ impl Counters {
             corrupt_received: self.corrupt_received.load(Relaxed),
             messages_sent: self.messages_sent.load(Relaxed),
             messages_received: self.messages_received.load(Relaxed),
+            open_bytes: 0,
+            dropped_over_budget: self.dropped_over_budget.load(Relaxed),
+            dropped_duplicate_tag: self.dropped_duplicate_tag.load(Relaxed),
+            refused_connections: self.refused_connections.load(Relaxed),
+            expired_partial: self.expired_partial.load(Relaxed),
+            expired_unclaimed: self.expired_unclaimed.load(Relaxed),
         }
     }
 }
