@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
+use plexus_proto::{JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
 use super::lineage::Availability;
 use super::{Assignment, CollectiveAssignment, Core, InputLocation, PlacementRecord};
@@ -32,11 +32,7 @@ impl Core {
         }
         let active: Vec<u32> = members.iter().copied().filter(|&i| j.subtasks[i as usize].state.is_placed()).collect();
         for idx in active {
-            let s = &self.jobs[&job].subtasks[idx as usize];
-            if let Some(w) = s.worker {
-                let a = AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
-                self.out.cancels.push((w, a));
-            }
+            self.stop_attempt((job, idx));
             self.requeue(job, idx, now, "gang restarted: another member has to run again".into());
         }
 

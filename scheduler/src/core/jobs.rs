@@ -406,34 +406,38 @@ impl Core {
     /// ready again at `at` (with the failed member), without counting a failure.
     fn restart_gang(&mut self, key: (JobId, u32), now: u64, at: u64, note: String) {
         for idx in self.gang_members(key) {
-            let s = &self.jobs[&key.0].subtasks[idx as usize];
-            if !s.state.is_placed() {
-                continue;
+            if self.jobs[&key.0].subtasks[idx as usize].state.is_placed() {
+                self.stop_attempt((key.0, idx));
+                self.requeue_at(key.0, idx, now, at, note.clone());
             }
-            if let Some(w) = s.worker {
-                let a = AttemptRef { job: key.0, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
-                self.out.cancels.push((w, a));
-            }
-            self.requeue_at(key.0, idx, now, at, note.clone());
         }
     }
 
     /// Ends the other members of the gang of subtask `key`: a gang cannot complete without one
     /// of its members.
     fn end_gang(&mut self, key: (JobId, u32), now: u64, note: String) {
-        for idx in self.gang_members(key) {
-            let s = &self.jobs[&key.0].subtasks[idx as usize];
-            if s.state.is_final() {
+        let members = self.gang_members(key);
+        self.cancel_subtasks(key.0, members, now, &note);
+    }
+
+    /// Asks the worker running subtask `key`'s current attempt to stop it and frees what the
+    /// attempt holds there; nothing when the subtask is not placed.
+    pub(super) fn stop_attempt(&mut self, (job, idx): (JobId, u32)) {
+        let Some(s) = self.jobs.get(&job).map(|j| &j.subtasks[idx as usize]) else { return };
+        let Some(w) = s.worker.filter(|_| s.state.is_placed()) else { return };
+        let a = AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
+        self.out.cancels.push((w, a));
+        self.release_worker((job, idx), w);
+    }
+
+    /// Cancels every subtask of `idxs` that has not ended (stopping placed attempts), noting why.
+    fn cancel_subtasks(&mut self, job: JobId, idxs: impl IntoIterator<Item = u32>, now: u64, note: &str) {
+        for idx in idxs {
+            if self.jobs[&job].subtasks[idx as usize].state.is_final() {
                 continue;
             }
-            if s.state.is_placed()
-                && let Some(w) = s.worker
-            {
-                let a = AttemptRef { job: key.0, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
-                self.out.cancels.push((w, a));
-                self.release_worker((key.0, idx), w);
-            }
-            self.set_state((key.0, idx), SubtaskState::Cancelled, now, note.clone());
+            self.stop_attempt((job, idx));
+            self.set_state((job, idx), SubtaskState::Cancelled, now, note.to_string());
         }
     }
 
@@ -458,22 +462,8 @@ impl Core {
             let j = &self.jobs[&job];
             let start = j.offsets[d];
             stack.extend(j.dependents[d].iter().copied());
-            for idx in start..start + j.record.spec.tasks[d].replicas {
-                let s = &self.jobs[&job].subtasks[idx as usize];
-                if s.state.is_final() {
-                    continue;
-                }
-                if s.state.is_placed()
-                    && let Some(w) = s.worker
-                {
-                    // Only a collective's own members can be placed before their task's
-                    // dependencies succeeded; nothing else reaches here placed.
-                    let a = AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
-                    self.out.cancels.push((w, a));
-                    self.release_worker((job, idx), w);
-                }
-                self.set_state((job, idx), SubtaskState::Cancelled, now, format!("skipped: task {failed:?} failed"));
-            }
+            let replicas = j.record.spec.tasks[d].replicas;
+            self.cancel_subtasks(job, start..start + replicas, now, &format!("skipped: task {failed:?} failed"));
         }
     }
 
@@ -524,18 +514,8 @@ impl Core {
 
     pub(super) fn finish_job(&mut self, id: JobId, state: JobState, error: String, now: u64) {
         let Some(job) = self.jobs.get(&id) else { return };
-        let open: Vec<u32> = (0..job.total()).filter(|&i| !job.subtasks[i as usize].state.is_final()).collect();
-        for idx in open {
-            let s = &self.jobs[&id].subtasks[idx as usize];
-            if s.state.is_placed()
-                && let Some(w) = s.worker
-            {
-                let a = AttemptRef { job: id, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
-                self.out.cancels.push((w, a));
-                self.release_worker((id, idx), w);
-            }
-            self.set_state((id, idx), SubtaskState::Cancelled, now, String::new());
-        }
+        let all = 0..job.total();
+        self.cancel_subtasks(id, all, now, "");
         let job = self.jobs.get_mut(&id).expect("exists");
         job.waiting.clear();
         job.record.state = state;
