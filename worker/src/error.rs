@@ -107,6 +107,21 @@ pub enum Error {
     #[error("object {object}: {reason}")]
     BadObject { object: String, reason: String },
 
+    /// A holder announced an object of another size than the assignment said it has: refused
+    /// before anything is written, so a hostile or stale holder cannot fill the disk.
+    #[error("object {object}: holder {holder} announced {announced} bytes, but the assignment says it has {expected}")]
+    SizeMismatch { object: ObjectId, holder: String, announced: u64, expected: u64 },
+
+    /// A holder sent more bytes of an object than it announced (which, when the assignment gave
+    /// the size, is that size); the transfer was cut off there, before writing the excess.
+    #[error("object {object}: holder {holder} sent more than the {announced} bytes it announced; cut off")]
+    TooMuchData { object: ObjectId, holder: String, announced: u64 },
+
+    /// This worker is already serving as many requests of a kind as it allows at once, and none
+    /// finished within the wait.
+    #[error("this worker is busy: {limit} {call} requests are already being served and none finished within {waited:?}; try another holder or later")]
+    Busy { call: &'static str, limit: usize, waited: Duration },
+
     /// The data plane (the rail endpoint) failed: binding a rail, or a transfer.
     #[error("data plane: {0}")]
     Dataplane(#[from] plexus_dataplane::Error),
@@ -249,8 +264,9 @@ impl Error {
 
     /// The gRPC code this error is answered with when it ends a PeerService request: what the
     /// caller asked for is absent (NOT_FOUND), the request itself is wrong (INVALID_ARGUMENT), the
-    /// data plane or another service failed (UNAVAILABLE), or this worker failed locally
-    /// (INTERNAL). Every variant is listed, so a new one has to choose.
+    /// data plane or another service failed (UNAVAILABLE), this worker is at a limit on what it
+    /// serves at once (RESOURCE_EXHAUSTED: the caller may try another holder), or this worker
+    /// failed locally (INTERNAL). Every variant is listed, so a new one has to choose.
     pub fn code(&self) -> tonic::Code {
         use tonic::Code;
         match self {
@@ -265,7 +281,7 @@ impl Error {
             | Error::Config(_)
             | Error::Size { .. } => Code::InvalidArgument,
             Error::DataDirLocked { .. } => Code::FailedPrecondition,
-            Error::OutOfMemory { .. } => Code::ResourceExhausted,
+            Error::OutOfMemory { .. } | Error::Busy { .. } => Code::ResourceExhausted,
             Error::Dataplane(_)
             | Error::Push { .. }
             | Error::Connect { .. }
@@ -282,6 +298,8 @@ impl Error {
             Error::Io { .. }
             | Error::ObjectIo { .. }
             | Error::BadObject { .. }
+            | Error::SizeMismatch { .. }
+            | Error::TooMuchData { .. }
             | Error::PlaceInput { .. }
             | Error::ReadInput { .. }
             | Error::InputShape { .. }
@@ -324,6 +342,7 @@ mod tests {
             (Error::NoRequesterRails, tonic::Code::InvalidArgument),
             (Error::Push { object: object.clone(), source: Box::new(plexus_dataplane::Error::Shutdown) }, tonic::Code::Unavailable),
             (Error::object_io("cannot open", &object)(std::io::ErrorKind::PermissionDenied.into()), tonic::Code::Internal),
+            (Error::Busy { call: "PushObject", limit: 4, waited: Duration::from_secs(30) }, tonic::Code::ResourceExhausted),
         ];
         for (e, code) in cases {
             let text = e.to_string();

@@ -30,6 +30,7 @@ use plexus_proto::rules::{MAX_MESSAGE, parse_rails};
 use plexus_proto::{ObjectId, convert, pb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Endpoint, Server};
 use tonic::{Request, Response, Status};
@@ -76,17 +77,52 @@ pub struct Source {
     pub rails: Vec<SocketAddr>,
 }
 
+/// How many `PushObject` requests a worker serves at once. Each holds one piece of up to
+/// [`PIECE_BYTES`] in memory until the requester acknowledged it, so this bounds what pushes can
+/// cost a worker to 4 × 64 MiB = 256 MiB however many peers ask. More would not move data faster:
+/// every push is already striped over all rails, and 4 at once keep them busy.
+///
+/// `FetchObject` streams are not bounded this way: they hold one 1 MiB chunk each, read only
+/// when the client pulls the next one (the response stream is driven by gRPC flow control).
+pub const MAX_CONCURRENT_PUSHES: usize = 4;
+
+/// How long a `PushObject` beyond [`MAX_CONCURRENT_PUSHES`] waits for a slot before it is refused
+/// with RESOURCE_EXHAUSTED (and the requester tries another holder, or the gRPC stream): the data
+/// plane's default `stall_timeout`, so a slot held by a requester that stopped acknowledging is
+/// free by then, while a request does not hang on a worker that stays busy.
+pub const PUSH_SLOT_WAIT: Duration = Duration::from_secs(30);
+
 /// Serves `FetchObject`, `PushObject` and `ReadLog` from this worker's cache and log dir.
 #[derive(Debug, Clone)]
 pub struct PeerServer {
     cache: Cache,
     layout: Layout,
     rails: Arc<plexus_dataplane::Endpoint>,
+    /// One permit per push being served: see [`MAX_CONCURRENT_PUSHES`]. Shared by the clones
+    /// tonic makes of the server.
+    push_slots: Arc<Semaphore>,
+    push_limit: usize,
+    push_wait: Duration,
 }
 
 impl PeerServer {
     pub fn new(cache: Cache, layout: Layout, rails: Arc<plexus_dataplane::Endpoint>) -> PeerServer {
-        PeerServer { cache, layout, rails }
+        PeerServer {
+            cache,
+            layout,
+            rails,
+            push_slots: Arc::new(Semaphore::new(MAX_CONCURRENT_PUSHES)),
+            push_limit: MAX_CONCURRENT_PUSHES,
+            push_wait: PUSH_SLOT_WAIT,
+        }
+    }
+
+    /// The same server serving at most `limit` (at least 1) pushes at once, refusing one that
+    /// waited `wait` for a slot; the defaults are [`MAX_CONCURRENT_PUSHES`] and
+    /// [`PUSH_SLOT_WAIT`].
+    pub fn with_push_limit(self, limit: usize, wait: Duration) -> PeerServer {
+        let limit = limit.max(1);
+        PeerServer { push_slots: Arc::new(Semaphore::new(limit)), push_limit: limit, push_wait: wait, ..self }
     }
 }
 
@@ -116,13 +152,20 @@ impl PeerServer {
     }
 
     /// `PushObject`: the object sent over the data plane to the requester's rails; answers once
-    /// every byte was acknowledged.
+    /// every byte was acknowledged. At most `push_limit` run at once (see
+    /// [`MAX_CONCURRENT_PUSHES`]); one more waits up to `push_wait` for a slot, then is refused.
     async fn serve_push(&self, req: pb::PushObjectRequest) -> Result<pb::PushObjectResponse> {
         let id = convert::object_id("object_id", &req.object_id)?;
         let rails = parse_rails(&req.rails)?;
         if rails.is_empty() {
             return Err(Error::NoRequesterRails);
         }
+        // The request is checked before it waits for a slot: a bad one is answered at once.
+        let busy = || Error::Busy { call: "PushObject", limit: self.push_limit, waited: self.push_wait };
+        let _slot = tokio::time::timeout(self.push_wait, self.push_slots.acquire())
+            .await
+            .map_err(|_| busy())?
+            .expect("the push semaphore is never closed");
         let (mut file, size) = self.open_object(&id).await?;
         debug!(object = %id, size, to = %rails[0], tag = req.tag, "pushing object over the rails");
         let mut sent = 0u64;
@@ -241,9 +284,24 @@ async fn client(holder: &str) -> Result<pb::peer_service_client::PeerServiceClie
     Ok(pb::peer_service_client::PeerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE))
 }
 
+/// Checks the size a holder announced against the one the assignment gave (`expected`; `None`
+/// when the coordinator does not know it, which it sends as 0).
+fn check_announced(id: &ObjectId, holder: &str, announced: u64, expected: Option<u64>) -> Result<()> {
+    match expected {
+        Some(expected) if announced != expected => {
+            Err(Error::SizeMismatch { object: id.clone(), holder: holder.to_string(), announced, expected })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Fetches object `id` from `holder` over the data plane into the new file `dest`: asks the
 /// holder to push it to this worker's rails, and writes the messages as they arrive. On error
 /// the partial file may remain; the caller owns `dest` and removes it.
+///
+/// `expected` is the object's size as the assignment gives it (`None`: unknown). A holder that
+/// announces another size is refused before anything is written, and nothing beyond the
+/// announced size is ever written: a holder cannot make this worker fill its disk.
 ///
 /// Messages of an abandoned transfer that arrive later stay queued in the endpoint under their
 /// tag, which is never asked for again (tags are random 64-bit numbers).
@@ -251,6 +309,7 @@ pub async fn fetch_object_rails(
     rails: &plexus_dataplane::Endpoint,
     holder: &Source,
     id: &ObjectId,
+    expected: Option<u64>,
     dest: &Path,
 ) -> Result<Fetched> {
     let Some(&from) = holder.rails.first() else {
@@ -270,13 +329,13 @@ pub async fn fetch_object_rails(
     let bad = |reason: String| Error::BadObject { object: id.to_string(), reason };
     let receive = async {
         let mut file = tokio::fs::File::create(dest).await.map_err(Error::io("create", dest))?;
-        let mut expected: Option<u64> = None;
+        let mut announced: Option<u64> = None;
         let mut received = 0u64;
         loop {
             let msg = tokio::time::timeout(PEER_IDLE_TIMEOUT, rails.recv(from, tag))
                 .await
                 .map_err(|_| Error::Timeout { call: "PushObject (data plane)", after: PEER_IDLE_TIMEOUT })??;
-            let data: Bytes = match expected {
+            let data: Bytes = match announced {
                 Some(_) => msg.freeze(),
                 None => {
                     if msg.len() < SIZE_HEADER {
@@ -284,14 +343,15 @@ pub async fn fetch_object_rails(
                     }
                     let mut msg = msg.freeze();
                     let size = u64::from_le_bytes(msg.split_to(SIZE_HEADER)[..].try_into().expect("8 bytes"));
-                    expected = Some(size);
+                    check_announced(id, &holder.peer_addr, size, expected)?;
+                    announced = Some(size);
                     msg
                 }
             };
-            let total = expected.unwrap_or(0);
+            let total = announced.unwrap_or(0);
             received += data.len() as u64;
             if received > total {
-                return Err(bad(format!("the peer sent more than the announced {total} bytes")));
+                return Err(Error::TooMuchData { object: id.clone(), holder: holder.peer_addr.clone(), announced: total });
             }
             file.write_all(&data).await.map_err(Error::io("write", dest))?;
             if received == total {
@@ -312,7 +372,10 @@ pub async fn fetch_object_rails(
 
 /// Fetches object `id` from the PeerService at `holder` into the new file `dest`, as a gRPC
 /// stream. On error the partial file may remain; the caller owns `dest` and removes it.
-pub async fn fetch_object(holder: &str, id: &ObjectId, dest: &Path) -> Result<Fetched> {
+///
+/// `expected` as for [`fetch_object_rails`]: a first chunk announcing another size is refused
+/// before it is written, and the stream is cut off as soon as more bytes arrive than announced.
+pub async fn fetch_object(holder: &str, id: &ObjectId, expected: Option<u64>, dest: &Path) -> Result<Fetched> {
     let mut client = client(holder).await?;
     let call = client.fetch_object(pb::FetchObjectRequest { object_id: id.to_string() });
     let mut stream = tokio::time::timeout(PEER_IDLE_TIMEOUT, call)
@@ -330,18 +393,24 @@ pub async fn fetch_object(holder: &str, id: &ObjectId, dest: &Path) -> Result<Fe
             .map_err(|_| Error::Timeout { call: "FetchObject", after: PEER_IDLE_TIMEOUT })?
             .map_err(Error::rpc("FetchObject"))?;
         let Some(chunk) = next else { break };
-        let expected = *total.get_or_insert(chunk.total_size);
+        let announced = match total {
+            Some(t) => t,
+            None => {
+                check_announced(id, holder, chunk.total_size, expected)?;
+                *total.insert(chunk.total_size)
+            }
+        };
         received += chunk.data.len() as u64;
-        if received > expected {
-            return Err(bad(format!("the peer sent more than the announced {expected} bytes")));
+        if received > announced {
+            return Err(Error::TooMuchData { object: id.clone(), holder: holder.to_string(), announced });
         }
         file.write_all(&chunk.data).await.map_err(Error::io("write", dest))?;
     }
-    let Some(expected) = total else {
+    let Some(announced) = total else {
         return Err(bad("the peer sent no data".into()));
     };
-    if received != expected {
-        return Err(bad(format!("the peer sent {received} of the announced {expected} bytes")));
+    if received != announced {
+        return Err(bad(format!("the peer sent {received} of the announced {announced} bytes")));
     }
     file.flush().await.map_err(Error::io("write", dest))?;
     Ok(Fetched { bytes: received })
@@ -507,7 +576,7 @@ mod tests {
 
         for (id, expect) in [(&big, &data[..]), (&empty, &b""[..])] {
             let tmp = b.layout.root().join("download");
-            let got = fetch_object(&a.url, id, &tmp).await.unwrap();
+            let got = fetch_object(&a.url, id, Some(expect.len() as u64), &tmp).await.unwrap();
             assert_eq!(got.bytes, expect.len() as u64);
             let ins = b.cache.insert(id, &tmp).unwrap();
             assert_eq!(ins.size, expect.len() as u64);
@@ -531,7 +600,7 @@ mod tests {
         let holder = Source { peer_addr: a.url.clone(), rails: a.rails.local_addrs() };
         for (id, expect) in [(&big, &data[..]), (&empty, &b""[..])] {
             let tmp = b.layout.root().join("download");
-            let got = fetch_object_rails(&b.rails, &holder, id, &tmp).await.unwrap();
+            let got = fetch_object_rails(&b.rails, &holder, id, Some(expect.len() as u64), &tmp).await.unwrap();
             assert_eq!(got.bytes, expect.len() as u64);
             assert!(std::fs::read(&tmp).unwrap() == expect, "{id} arrived intact");
         }
@@ -539,7 +608,7 @@ mod tests {
 
         // Missing objects and unusable rail addresses are refused by the holder, not hung on.
         let absent = ObjectId { job, task: "gen".into(), rank: 1, name: "absent".into() };
-        let err = fetch_object_rails(&b.rails, &holder, &absent, &b.layout.root().join("x")).await.unwrap_err();
+        let err = fetch_object_rails(&b.rails, &holder, &absent, None, &b.layout.root().join("x")).await.unwrap_err();
         assert!(err.to_string().contains("not in the cache"), "{err}");
         let mut client = pb::peer_service_client::PeerServiceClient::connect(a.url.clone()).await.unwrap();
         for rails in [vec![], vec!["eth0".to_string()], vec!["127.0.0.1:1".to_string(); 65]] {
@@ -552,11 +621,152 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn pushes_beyond_the_limit_wait_then_are_refused_as_resource_exhausted() {
+        use pb::peer_service_server::PeerService;
+        let (dir, server) = handlers().await;
+        let wait = Duration::from_millis(300);
+        let server = server.with_push_limit(2, wait);
+        let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "x".into() };
+        put(&server.cache, dir.path(), &id, b"hello");
+        let requester = plexus_dataplane::Endpoint::bind(Default::default()).await.unwrap();
+        let push = |tag| {
+            let rails = requester.local_addrs().iter().map(ToString::to_string).collect();
+            Request::new(pb::PushObjectRequest { object_id: id.to_string(), rails, tag })
+        };
+        // Two pushes in flight hold both slots (the permits they would hold, taken here).
+        let in_flight = Arc::clone(&server.push_slots).acquire_many_owned(2).await.unwrap();
+
+        // A third waits out its wait, then is refused, without having sent anything.
+        let started = std::time::Instant::now();
+        let status = refused(server.push_object(push(1)).await);
+        assert!(started.elapsed() >= wait, "it waited for a slot ({:?})", started.elapsed());
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("2 PushObject requests"), "{status:?}");
+        assert_eq!(requester.stats().rails[0].bytes_received, 0);
+
+        // A bad request is still answered at once, not after the wait.
+        let started = std::time::Instant::now();
+        let bad = Request::new(pb::PushObjectRequest { object_id: id.to_string(), rails: vec![], tag: 2 });
+        assert_eq!(refused(server.push_object(bad).await).code(), tonic::Code::InvalidArgument);
+        assert!(started.elapsed() < wait);
+
+        // One that finds a slot freed while it waits goes through.
+        let from = PeerId(server.rails.local_addrs()[0]);
+        let (pushed, received) = tokio::join!(server.push_object(push(3)), async {
+            tokio::time::sleep(wait / 3).await;
+            drop(in_flight);
+            requester.recv(from, 3).await.unwrap()
+        });
+        assert_eq!(pushed.unwrap().into_inner().size, 5);
+        assert_eq!(&received[SIZE_HEADER..], b"hello");
+    }
+
+    #[tokio::test]
+    async fn a_holder_announcing_another_size_than_expected_is_refused_before_writing() {
+        let a = peer().await;
+        let b = peer().await;
+        let data = vec![7u8; 3 * CHUNK_BYTES as usize];
+        let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "big".into() };
+        put(&a.cache, a.layout.root(), &id, &data);
+        let holder = Source { peer_addr: a.url.clone(), rails: a.rails.local_addrs() };
+        let dest = b.layout.root().join("download");
+        // The assignment says 1 MiB (or 4 MiB); the holder has (and announces) 3 MiB.
+        for expected in [CHUNK_BYTES, 4 * CHUNK_BYTES] {
+            let over_rails = fetch_object_rails(&b.rails, &holder, &id, Some(expected), &dest).await.unwrap_err();
+            let written_rails = std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
+            let _ = std::fs::remove_file(&dest);
+            let over_grpc = fetch_object(&a.url, &id, Some(expected), &dest).await.unwrap_err();
+            let written_grpc = std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
+            let _ = std::fs::remove_file(&dest);
+            for (err, written) in [(over_rails, written_rails), (over_grpc, written_grpc)] {
+                assert!(matches!(err, Error::SizeMismatch { .. }), "{err:?}");
+                assert_eq!(
+                    err.to_string(),
+                    format!("object {id}: holder {} announced {} bytes, but the assignment says it has {expected}", a.url, data.len())
+                );
+                assert_eq!(written, 0, "nothing was written");
+            }
+        }
+        // Unknown (None) or matching, the same object comes.
+        for expected in [None, Some(data.len() as u64)] {
+            assert_eq!(fetch_object_rails(&b.rails, &holder, &id, expected, &dest).await.unwrap().bytes, data.len() as u64);
+            assert_eq!(fetch_object(&a.url, &id, expected, &dest).await.unwrap().bytes, data.len() as u64);
+        }
+        a.stop().await;
+        b.stop().await;
+    }
+
+    /// A hostile holder: its `FetchObject` announces `announced` bytes and then streams up to
+    /// `chunks` chunks of 4 KiB, counting how many the client made it produce.
+    struct Liar {
+        announced: u64,
+        chunks: usize,
+        produced: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    #[tonic::async_trait]
+    impl pb::peer_service_server::PeerService for Liar {
+        type FetchObjectStream = ChunkStream;
+
+        async fn fetch_object(&self, _: Request<pb::FetchObjectRequest>) -> Result<Response<ChunkStream>, Status> {
+            let (announced, produced) = (self.announced, Arc::clone(&self.produced));
+            let stream = futures::StreamExt::map(futures::stream::iter(0..self.chunks), move |i| {
+                produced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(pb::ObjectChunk { data: vec![1u8; 4096], total_size: if i == 0 { announced } else { 0 } })
+            });
+            Ok(Response::new(Box::pin(stream)))
+        }
+
+        async fn push_object(&self, _: Request<pb::PushObjectRequest>) -> Result<Response<pb::PushObjectResponse>, Status> {
+            Err(Status::unimplemented("liar"))
+        }
+
+        async fn read_log(&self, _: Request<pb::ReadLogRequest>) -> Result<Response<pb::ReadLogResponse>, Status> {
+            Err(Status::unimplemented("liar"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_grpc_stream_sending_more_than_expected_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "x".into() };
+        let expected = 10_000u64;
+        // Announcing 1 TiB, or announcing the expected size; either way it sends 4 MiB.
+        for announced in [1 << 40, expected] {
+            let produced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let liar = Liar { announced, chunks: 1024, produced: Arc::clone(&produced) };
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let stop = CancellationToken::new();
+            let server = tokio::spawn(
+                Server::builder()
+                    .add_service(pb::peer_service_server::PeerServiceServer::new(liar))
+                    .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), stop.clone().cancelled_owned()),
+            );
+            let dest = dir.path().join("download");
+            let err = fetch_object(&url, &id, Some(expected), &dest).await.unwrap_err();
+            let written = std::fs::metadata(&dest).unwrap().len();
+            assert!(written <= expected, "{written} bytes written, more than the expected {expected}");
+            let want = if announced == expected {
+                format!("object {id}: holder {url} sent more than the {expected} bytes it announced; cut off")
+            } else {
+                format!("object {id}: holder {url} announced {announced} bytes, but the assignment says it has {expected}")
+            };
+            assert_eq!(err.to_string(), want);
+            stop.cancel();
+            server.await.unwrap().unwrap();
+            let produced = produced.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(produced < 1024, "the stream was cut off, not drained ({produced} chunks)");
+            let _ = std::fs::remove_file(&dest);
+        }
+    }
+
+    #[tokio::test]
     async fn missing_objects_and_bad_ids_are_refused() {
         let a = peer().await;
         let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "absent".into() };
         let tmp = a.layout.root().join("download");
-        let err = fetch_object(&a.url, &id, &tmp).await.unwrap_err();
+        let err = fetch_object(&a.url, &id, None, &tmp).await.unwrap_err();
         assert!(err.to_string().contains("not in the cache"), "{err}");
 
         let mut client = pb::peer_service_client::PeerServiceClient::connect(a.url.clone()).await.unwrap();
@@ -575,8 +785,8 @@ mod tests {
         let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let dead_url = format!("http://{}", dead.local_addr().unwrap());
         drop(dead);
-        assert!(fetch_object(&dead_url, &id, &tmp).await.is_err());
-        assert!(fetch_object("not a url", &id, &tmp).await.is_err());
+        assert!(fetch_object(&dead_url, &id, None, &tmp).await.is_err());
+        assert!(fetch_object("not a url", &id, None, &tmp).await.is_err());
         a.stop().await;
     }
 

@@ -138,6 +138,16 @@ pub struct Input {
     pub name: String,
     /// Workers holding it, best first.
     pub holders: Vec<peer::Source>,
+    /// Its size as the assignment gives it; 0 when the coordinator does not know it (it sends 0
+    /// for an output whose size no report gave). A holder announcing another size is refused.
+    pub size: u64,
+}
+
+impl Input {
+    /// The size a holder must announce, when known.
+    fn expected_size(&self) -> Option<u64> {
+        (self.size > 0).then_some(self.size)
+    }
 }
 
 impl Work {
@@ -194,7 +204,7 @@ impl Work {
                     .map(|h| peer::Source { rails: parse_rails(&h.rails).unwrap_or_default(), peer_addr: h.peer_addr })
                     .collect()
             };
-            inputs.push(Input { id, task, rank, name, holders });
+            inputs.push(Input { id, task, rank, name, holders, size: i.size });
         }
         let mut env: Vec<(String, String)> = a.env.into_iter().collect();
         env.sort();
@@ -694,7 +704,7 @@ impl Ctx {
             let mut fetched = None;
             if !holder.rails.is_empty() {
                 let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-                match peer::fetch_object_rails(&self.rails, holder, &input.id, &tmp.0).await {
+                match peer::fetch_object_rails(&self.rails, holder, &input.id, input.expected_size(), &tmp.0).await {
                     Ok(f) => {
                         debug!(object = %input.id, holder = url, bytes = f.bytes, "fetched over the data plane");
                         fetched = Some((f, tmp));
@@ -709,7 +719,7 @@ impl Ctx {
                 Some(f) => f,
                 None => {
                     let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-                    match peer::fetch_object(url, &input.id, &tmp.0).await {
+                    match peer::fetch_object(url, &input.id, input.expected_size(), &tmp.0).await {
                         Ok(f) => (f, tmp),
                         Err(e) => {
                             debug!(object = %input.id, holder = url, error = %e, "fetch from holder failed");
@@ -1333,7 +1343,7 @@ mod tests {
             let src = f.layout.root().join("scratch");
             std::fs::write(&src, format!("{rank}\n")).unwrap();
             drop(f.cache.insert(&id, &src).unwrap());
-            inputs.push(Input { id, task: "gen".into(), rank, name: "numbers".into(), holders: vec![] });
+            inputs.push(Input { id, task: "gen".into(), rank, name: "numbers".into(), holders: vec![], size: 2 });
         }
         let a = attempt(job, "sum");
         let mut w = work(&a, sh("cat \"$PLEXUS_IN\"/gen/*/numbers > \"$PLEXUS_OUT/all\""));
@@ -1353,6 +1363,7 @@ mod tests {
             rank: 9,
             name: "numbers".into(),
             holders: vec![grpc_only("http://127.0.0.1:1")],
+            size: 0,
         }];
         let r = f.runner.run(&w, &CancellationToken::new()).await;
         assert_eq!(state(&r), pb::SubtaskState::Failed);
@@ -1391,6 +1402,7 @@ mod tests {
             rank: 5,
             name: "numbers".into(),
             holders: vec![grpc_only("http://127.0.0.1:1"), peer::Source { peer_addr: url, rails: producer_rails.local_addrs() }],
+            size: 3_000_000,
         }];
         w.outputs = vec!["n".into()];
         let r = f.runner.run(&w, &CancellationToken::new()).await;
