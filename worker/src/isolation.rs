@@ -372,24 +372,19 @@ impl Isolation {
         let mut iso = Isolation { backend: Backend::ProcessGroup, records, leftover_parents, fallback_reason: None };
         let unavailable = |mode: Mode, reason: String| Error::Isolation { mode: mode.as_str(), reason };
         let mut reasons = Vec::new();
-        if matches!(choice, Choice::Auto | Choice::Only(Mode::CgroupV2)) {
-            match setup_v2(mounts, worker) {
-                Ok(b) => {
-                    iso.backend = b;
-                    return Ok(iso);
-                }
-                Err(reason) if choice == Choice::Auto => reasons.push(format!("cgroup v2: {reason}")),
-                Err(reason) => return Err(unavailable(Mode::CgroupV2, reason)),
+        // v2 first, then v1: the first that can be set up (or only the one asked for).
+        type Setup = fn(&Mounts, &str) -> std::result::Result<Backend, String>;
+        for (mode, label, setup) in [(Mode::CgroupV2, "cgroup v2", setup_v2 as Setup), (Mode::CgroupV1, "cgroup v1", setup_v1 as Setup)] {
+            if !(choice == Choice::Auto || choice == Choice::Only(mode)) {
+                continue;
             }
-        }
-        if matches!(choice, Choice::Auto | Choice::Only(Mode::CgroupV1)) {
-            match setup_v1(mounts, worker) {
+            match setup(mounts, worker) {
                 Ok(b) => {
                     iso.backend = b;
                     return Ok(iso);
                 }
-                Err(reason) if choice == Choice::Auto => reasons.push(format!("cgroup v1: {reason}")),
-                Err(reason) => return Err(unavailable(Mode::CgroupV1, reason)),
+                Err(reason) if choice == Choice::Auto => reasons.push(format!("{label}: {reason}")),
+                Err(reason) => return Err(unavailable(mode, reason)),
             }
         }
         if !reasons.is_empty() {
