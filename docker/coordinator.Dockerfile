@@ -6,8 +6,12 @@ ARG BASE=debian:bookworm-slim
 FROM ${BASE}
 COPY lib/ /opt/plexus/lib/
 COPY bin/ /usr/local/bin/
+# The CLI inside the container (health check, `docker exec … plexus`) talks TLS with the
+# cluster CA and the first admin token, both in the data dir.
 ENV LD_LIBRARY_PATH=/opt/plexus/lib \
-    PLEXUS_COORDINATOR=http://127.0.0.1:50051
+    PLEXUS_COORDINATOR=https://127.0.0.1:50051 \
+    PLEXUS_CA=/var/lib/plexus/ca.pem \
+    PLEXUS_TOKEN_FILE=/var/lib/plexus/admin.token
 RUN mkdir -p /var/lib/plexus
 VOLUME /var/lib/plexus
 EXPOSE 50051

@@ -13,7 +13,9 @@
 #     replica N's identity.
 #
 # Environment (all optional):
-#   PLEXUS_COORDINATOR      coordinator URL (default http://coordinator:50051)
+#   PLEXUS_COORDINATOR      coordinator URL (default https://coordinator:50051)
+#   PLEXUS_JOIN_DIR         where the coordinator shares ca.pem and join.token (default
+#                           /var/lib/plexus-join): the worker joins with them on its first start
 #   PLEXUS_DATA_ROOT        the shared volume (default /var/lib/plexus-worker)
 #   PLEXUS_PEER_PORT        PeerService port (default 7001)
 #   PLEXUS_CONTROL_NETWORK  network whose address is advertised (default control)
@@ -25,7 +27,8 @@
 # Arguments are passed on to plexus-worker.
 set -eu
 
-COORDINATOR=${PLEXUS_COORDINATOR:-http://coordinator:50051}
+COORDINATOR=${PLEXUS_COORDINATOR:-https://coordinator:50051}
+JOIN_DIR=${PLEXUS_JOIN_DIR:-/var/lib/plexus-join}
 DATA_ROOT=${PLEXUS_DATA_ROOT:-/var/lib/plexus-worker}
 PORT=${PLEXUS_PEER_PORT:-7001}
 CONTROL_NET=${PLEXUS_CONTROL_NETWORK:-control}
@@ -78,9 +81,10 @@ NAME=${NAME:-$(hostname)}
 DIR=$DATA_ROOT/$NAME
 mkdir -p "$DIR"
 echo "$DIR" > /run/plexus-worker-dir
-ADVERTISE=${PLEXUS_ADVERTISE:-http://$CONTROL_IP:$PORT}
+ADVERTISE=${PLEXUS_ADVERTISE:-https://$CONTROL_IP:$PORT}
 
-set -- --coordinator "$COORDINATOR" --data-dir "$DIR" --listen "0.0.0.0:$PORT" --advertise "$ADVERTISE" "$@"
+set -- --coordinator "$COORDINATOR" --data-dir "$DIR" --listen "0.0.0.0:$PORT" --advertise "$ADVERTISE" \
+  --ca "$JOIN_DIR/ca.pem" --join-token-file "$JOIN_DIR/join.token" "$@"
 for r in $RAILS; do set -- "$@" --rail "$r"; done
 [ -n "${PLEXUS_WORKER_CPUS:-}" ] && set -- "$@" --cpus "$PLEXUS_WORKER_CPUS"
 [ -n "${PLEXUS_WORKER_MEMORY:-}" ] && set -- "$@" --memory "$PLEXUS_WORKER_MEMORY"

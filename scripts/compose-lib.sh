@@ -16,8 +16,10 @@ if [ "$PLEXUS_PROFILE" = release ]; then export PLEXUS_IMAGE_TAG=${PLEXUS_IMAGE_
 else export PLEXUS_IMAGE_TAG=${PLEXUS_IMAGE_TAG:-$PLEXUS_PROFILE}; fi
 DOCKER=${DOCKER:-docker}
 PLEXUS_CLI=${PLEXUS_CLI:-target/$PLEXUS_PROFILE/plexus}
-PLEXUS_URL=http://$PLEXUS_BIND:$PLEXUS_PORT
-[ "$PLEXUS_BIND" = 0.0.0.0 ] && PLEXUS_URL=http://127.0.0.1:$PLEXUS_PORT
+PLEXUS_URL=https://$PLEXUS_BIND:$PLEXUS_PORT
+[ "$PLEXUS_BIND" = 0.0.0.0 ] && PLEXUS_URL=https://127.0.0.1:$PLEXUS_PORT
+# Where the host CLI keeps this project's CA certificate and admin token (fetched_credentials).
+PLEXUS_CRED_DIR=${PLEXUS_CRED_DIR:-.plexus/compose-$COMPOSE_PROJECT_NAME}
 
 # `docker compose` (v2 plugin) where it exists, else `docker-compose` (v1); both read
 # docker-compose.yml the same way here.
@@ -36,9 +38,33 @@ compose() {
 # The container id of the project's service $1 (first replica).
 service_container() { compose ps -q "$1" 2>/dev/null | head -n1; }
 
+# Copies the coordinator's CA certificate and first admin token out of its container into
+# $PLEXUS_CRED_DIR (the token mode 0600) and exports PLEXUS_CA and PLEXUS_TOKEN_FILE for the host
+# CLI. The coordinator writes both before it listens; waits up to $1 seconds for them.
+fetch_credentials() {
+  local deadline=$(( $(date +%s) + ${1:-60} ))
+  mkdir -p "$PLEXUS_CRED_DIR"
+  chmod 700 "$PLEXUS_CRED_DIR"
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    if compose exec -T coordinator cat /var/lib/plexus/ca.pem > "$PLEXUS_CRED_DIR/ca.pem.new" 2>/dev/null \
+       && (umask 077; compose exec -T coordinator cat /var/lib/plexus/admin.token > "$PLEXUS_CRED_DIR/admin.token.new" 2>/dev/null) \
+       && [ -s "$PLEXUS_CRED_DIR/ca.pem.new" ] && [ -s "$PLEXUS_CRED_DIR/admin.token.new" ]; then
+      mv "$PLEXUS_CRED_DIR/ca.pem.new" "$PLEXUS_CRED_DIR/ca.pem"
+      mv "$PLEXUS_CRED_DIR/admin.token.new" "$PLEXUS_CRED_DIR/admin.token"
+      export PLEXUS_CA=$PWD/$PLEXUS_CRED_DIR/ca.pem PLEXUS_TOKEN_FILE=$PWD/$PLEXUS_CRED_DIR/admin.token
+      return 0
+    fi
+    sleep 0.5
+  done
+  rm -f "$PLEXUS_CRED_DIR"/*.new
+  echo "the coordinator container did not show its ca.pem and admin.token within ${1:-60} s" >&2
+  return 1
+}
+
 # Waits up to $1 seconds until the coordinator answers and lists $2 live workers.
 wait_workers() {
   local deadline=$(( $(date +%s) + $1 )) want=$2 alive=-1
+  fetch_credentials "$1" || return 1
   while [ "$(date +%s)" -lt "$deadline" ]; do
     alive=$("$PLEXUS_CLI" --coordinator "$PLEXUS_URL" workers -o json 2>/dev/null \
             | python3 -c 'import json,sys; print(sum(1 for w in json.load(sys.stdin)["workers"] if w["alive"]))' 2>/dev/null) || alive=-1

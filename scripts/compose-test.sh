@@ -2,6 +2,8 @@
 # `make compose-test`: the compose cluster end to end, from nothing, driven from the host CLI.
 #   1. images      base image, binaries and images (only what is missing or changed)
 #   2. up          coordinator + 4 workers on control, rail-a and rail-b; all registered, 2 rails each
+#   3. security    the CLI without a token is refused (and says what to do); without the CA it
+#                  cannot connect; the workers talk https to each other
 #   3. fanout      examples/fanout.toml succeeds and sums to 32004000
 #   4. allreduce   examples/allreduce.toml succeeds (only when that file exists)
 #   5. kill-worker docker/jobs/naps.toml; a worker container running some of its subtasks is
@@ -116,6 +118,20 @@ for w in ws:
 rails = [r for w in ws for r in w["rails"]]
 assert len(set(rails)) == len(rails), "rail addresses repeat: %s" % rails
 ' || fail "the workers do not each advertise two distinct rail addresses"
+
+step security
+CLI_ABS=$(realpath "$PLEXUS_CLI")
+SCRATCH=$(mktemp -d)
+out=$(cd "$SCRATCH" && env -u PLEXUS_TOKEN -u PLEXUS_TOKEN_FILE "$CLI_ABS" --coordinator "$PLEXUS_URL" workers 2>&1) \
+  && fail "a call without a token succeeded: $out"
+case "$out" in *"the coordinator requires a token"*) ;; *) fail "a call without a token was refused with: $out" ;; esac
+out=$(cd "$SCRATCH" && env -u PLEXUS_CA "$CLI_ABS" --coordinator "$PLEXUS_URL" workers 2>&1) && fail "a call without the CA succeeded: $out"
+rmdir "$SCRATCH"
+cli workers -o json | py '
+import json, sys
+ws = json.load(sys.stdin)["workers"]
+assert all(w["peer_addr"].startswith("https://") for w in ws), [w["peer_addr"] for w in ws]
+' || fail "workers do not serve their PeerService over https"
 
 step fanout
 JOB=$(submit examples/fanout.toml)

@@ -14,7 +14,8 @@ DOWN="make compose-down"
 cat <<MSG
 
 Plexus is running in containers (project $COMPOSE_PROJECT_NAME): coordinator at $PLEXUS_URL, $PLEXUS_WORKERS workers.
-  export PLEXUS_COORDINATOR=$PLEXUS_URL
+  export PLEXUS_COORDINATOR=$PLEXUS_URL PLEXUS_CA=$PLEXUS_CA PLEXUS_TOKEN_FILE=$PLEXUS_TOKEN_FILE
+  (or: eval "\$(bash scripts/compose-credentials.sh)")
   $PLEXUS_CLI submit examples/fanout.toml --watch
   $PLEXUS_CLI status; $PLEXUS_CLI workers
   ${COMPOSE[*]} -p $COMPOSE_PROJECT_NAME up -d --scale worker=6     # more (or fewer) workers

@@ -14,13 +14,14 @@ trap stop EXIT
 
 URL=
 for _ in $(seq 1 300); do
-  URL=$(sed -n 's/^coordinator: \(http:[^ ]*\).*/\1/p' "$DIR/up.out" | head -n1)
+  URL=$(sed -n 's/^coordinator: \(https\{0,1\}:[^ ]*\).*/\1/p' "$DIR/up.out" | head -n1)
   [ -n "$URL" ] && break
   kill -0 "$UP" 2>/dev/null || { cat "$DIR/up.out"; echo "plexus up exited early" >&2; exit 1; }
   sleep 0.1
 done
 [ -n "$URL" ] || { cat "$DIR/up.out"; echo "plexus up did not print the coordinator URL in 30 s" >&2; exit 1; }
-export PLEXUS_COORDINATOR=$URL
+# The coordinator, its CA and the admin token's file, as `plexus up` printed them.
+eval "$(grep '^export PLEXUS_' "$DIR/up.out")"
 echo "cluster up at $URL (state and logs in $DIR)"
 "$BIN/plexus" workers
 

@@ -8,14 +8,29 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use plexus_proto::{IdError, JobId};
 
 /// Where the coordinator listens unless told otherwise (the port `plexus up` uses by default).
-pub const DEFAULT_COORDINATOR: &str = "http://127.0.0.1:50051";
+pub const DEFAULT_COORDINATOR: &str = "127.0.0.1:50051";
 
 #[derive(Debug, Parser)]
 #[command(name = "plexus", version, about = "Submit, watch and inspect Plexus jobs, or run a local cluster")]
 pub struct Cli {
-    /// URL of the coordinator (`http://host:port`; a bare `host:port` means http).
+    /// URL of the coordinator (`https://host:port`; a bare `host:port` means https, or http
+    /// with --insecure).
     #[arg(long, global = true, env = "PLEXUS_COORDINATOR", default_value = DEFAULT_COORDINATOR, value_name = "URL")]
     pub coordinator: String,
+
+    /// A file holding a token (`plexus token create`). `PLEXUS_TOKEN` may hold the token
+    /// itself; without either, a `plexus up` cluster's admin token in ./.plexus is used.
+    #[arg(long, global = true, env = "PLEXUS_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// The cluster CA's certificate (ca.pem in the coordinator's data dir); default: a
+    /// `plexus up` cluster's in ./.plexus.
+    #[arg(long, global = true, env = "PLEXUS_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+
+    /// For a coordinator run with --insecure: plaintext, no token.
+    #[arg(long, global = true)]
+    pub insecure: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -39,6 +54,30 @@ pub enum Command {
     Workers(WorkersArgs),
     /// Show why a subtask was placed where it was.
     Explain(ExplainArgs),
+    /// Make, list and revoke tokens (needs an admin token).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token and print it: the one time it is shown (the coordinator keeps its hash).
+    Create {
+        /// read (status, logs, watch, explain, workers), submit (read + submit, cancel),
+        /// admin (submit + tokens, policy export), or worker (a join token for workers).
+        #[arg(long, default_value = "submit")]
+        scope: String,
+        /// A label shown by `plexus token list`.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Expire after this long, e.g. 30d or 12h (default: never).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
+    },
+    /// List tokens: ids, scopes, names and times, never secrets.
+    List,
+    /// Revoke a token by id (the 12 hex digits after plx_): it stops working at once.
+    Revoke { id: String },
 }
 
 #[derive(Debug, Args)]

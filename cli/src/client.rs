@@ -8,7 +8,12 @@ use std::error::Error as _;
 use std::fmt;
 use std::time::Duration;
 
+use std::path::{Path, PathBuf};
+
 use plexus_proto::pb::job_service_client::JobServiceClient;
+use plexus_security::Token;
+use plexus_security::tls::Bearer;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 /// How long to wait for a TCP connection to the coordinator before giving up.
@@ -18,7 +23,73 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 // exceed tonic's 4 MiB default: the clients use the one message-size policy of the cluster.
 use plexus_proto::rules::MAX_MESSAGE;
 
-pub type Client = JobServiceClient<Channel>;
+pub type Client = JobServiceClient<InterceptedService<Channel, Bearer>>;
+
+/// Where `plexus up` keeps its cluster by default: the CLI looks there for the CA and the admin
+/// token when it is given neither.
+pub const UP_DIR: &str = ".plexus";
+
+/// A coordinator and how to talk to it: TLS checked against the cluster CA, and a bearer token.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub url: String,
+    /// The CA certificate (PEM); `None` with `--insecure`.
+    pub ca: Option<String>,
+    pub token: Option<Token>,
+}
+
+/// Where the credentials come from, as the command line and environment say.
+#[derive(Clone, Debug, Default)]
+pub struct Sources {
+    pub insecure: bool,
+    pub ca_file: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+    /// `$PLEXUS_TOKEN`.
+    pub token: Option<String>,
+}
+
+impl Target {
+    /// Resolves the credentials: the token from `$PLEXUS_TOKEN`, else `--token-file`, else the
+    /// admin token of a `plexus up` cluster in `./.plexus`; the CA from `--ca` / `$PLEXUS_CA`,
+    /// else that cluster's. A missing token is not an error here: the coordinator says whether
+    /// a call needs one.
+    pub fn resolve(url: &str, sources: &Sources) -> anyhow::Result<Target> {
+        let url = normalise_url(url, sources.insecure)?;
+        if sources.insecure {
+            return Ok(Target { url, ca: None, token: None });
+        }
+        let up = Path::new(UP_DIR).join("coordinator");
+        let read = |p: &Path, what: &str| std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {what} {}: {e}", p.display()));
+        let token_text = match (&sources.token, &sources.token_file) {
+            (Some(t), _) if !t.trim().is_empty() => Some(t.clone()),
+            (_, Some(f)) => Some(read(f, "the token file")?),
+            _ => std::fs::read_to_string(up.join("admin.token")).ok(),
+        };
+        let token = token_text.map(|t| Token::parse(&t)).transpose().map_err(|e| anyhow::anyhow!("the token: {e}"))?;
+        let ca = match &sources.ca_file {
+            Some(f) => Some(read(f, "the CA certificate")?),
+            None => std::fs::read_to_string(up.join("ca.pem")).ok(),
+        };
+        Ok(Target { url, ca, token })
+    }
+
+    /// The target of a `plexus up` cluster whose coordinator keeps its data in `dir`.
+    pub fn of_up(url: String, dir: &Path) -> anyhow::Result<Target> {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).with_context_msg(dir.join(name));
+        let token = Token::parse(&read("admin.token")?).map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("admin.token").display()))?;
+        Ok(Target { url, ca: Some(read("ca.pem")?), token: Some(token) })
+    }
+}
+
+trait ReadContext<T> {
+    fn with_context_msg(self, path: PathBuf) -> anyhow::Result<T>;
+}
+
+impl<T> ReadContext<T> for std::io::Result<T> {
+    fn with_context_msg(self, path: PathBuf) -> anyhow::Result<T> {
+        self.map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))
+    }
+}
 
 /// The coordinator did not answer at all.
 #[derive(Debug)]
@@ -35,27 +106,45 @@ impl fmt::Display for Unreachable {
 
 impl std::error::Error for Unreachable {}
 
-/// Adds `http://` to a bare `host:port`, the form people type most; an empty value (an
-/// exported but empty `PLEXUS_COORDINATOR`) means the default.
-pub fn normalise_url(url: &str) -> String {
+/// Adds `https://` (`http://` when `insecure`) to a bare `host:port`, the form people type
+/// most; an empty value (an exported but empty `PLEXUS_COORDINATOR`) means the default. A
+/// scheme that contradicts `insecure` is an error that says which flag to change.
+pub fn normalise_url(url: &str, insecure: bool) -> anyhow::Result<String> {
     let url = url.trim();
-    if url.is_empty() {
-        crate::args::DEFAULT_COORDINATOR.to_string()
+    let scheme = if insecure { "http" } else { "https" };
+    let url = if url.is_empty() {
+        format!("{scheme}://{}", crate::args::DEFAULT_COORDINATOR)
     } else if url.contains("://") {
         url.to_string()
     } else {
-        format!("http://{url}")
+        format!("{scheme}://{url}")
+    };
+    if !insecure && url.starts_with("http://") {
+        anyhow::bail!("the coordinator URL {url} is plaintext http: write https:// (the default), or pass --insecure for a coordinator run with --insecure");
     }
+    if insecure && url.starts_with("https://") {
+        anyhow::bail!("the coordinator URL {url} is https, and --insecure turns TLS off: write http://");
+    }
+    Ok(url)
 }
 
 /// Connects eagerly, so an unreachable coordinator is reported as such before any call.
-pub async fn connect(url: &str) -> anyhow::Result<Client> {
-    let url = normalise_url(url);
-    let endpoint = Endpoint::from_shared(url.clone())
+pub async fn connect(target: &Target) -> anyhow::Result<Client> {
+    let url = target.url.clone();
+    let mut endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| anyhow::anyhow!("invalid coordinator URL {url:?}: {e}"))?
         .connect_timeout(CONNECT_TIMEOUT);
+    if url.starts_with("https://") {
+        let Some(ca) = &target.ca else {
+            anyhow::bail!(
+                "no CA certificate to check the coordinator with: pass --ca FILE or set PLEXUS_CA (ca.pem in the coordinator's data dir), \
+                 or --insecure for a coordinator run with --insecure"
+            );
+        };
+        endpoint = endpoint.tls_config(plexus_security::tls::client(ca, plexus_security::tls::COORDINATOR_NAME, None))?;
+    }
     let channel = endpoint.connect().await.map_err(|e| Unreachable { url: url.clone(), cause: root_cause(&e) })?;
-    Ok(JobServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE))
+    Ok(JobServiceClient::with_interceptor(channel, Bearer::new(target.token.as_ref())).max_decoding_message_size(MAX_MESSAGE))
 }
 
 /// The innermost error of a chain: tonic's outer layers only say "transport error", the useful
@@ -145,15 +234,30 @@ mod tests {
 
     #[test]
     fn urls_get_a_scheme() {
-        assert_eq!(normalise_url("127.0.0.1:7000"), "http://127.0.0.1:7000");
-        assert_eq!(normalise_url(" http://h:1 "), "http://h:1");
-        assert_eq!(normalise_url("https://h:1"), "https://h:1");
-        assert_eq!(normalise_url(""), crate::args::DEFAULT_COORDINATOR);
+        assert_eq!(normalise_url("127.0.0.1:7000", false).unwrap(), "https://127.0.0.1:7000");
+        assert_eq!(normalise_url("127.0.0.1:7000", true).unwrap(), "http://127.0.0.1:7000");
+        assert_eq!(normalise_url(" http://h:1 ", true).unwrap(), "http://h:1");
+        assert_eq!(normalise_url("https://h:1", false).unwrap(), "https://h:1");
+        assert_eq!(normalise_url("", false).unwrap(), format!("https://{}", crate::args::DEFAULT_COORDINATOR));
+        let e = normalise_url("http://h:1", false).unwrap_err().to_string();
+        assert!(e.contains("plaintext") && e.contains("--insecure"), "{e}");
+        assert!(normalise_url("https://h:1", true).is_err());
+    }
+
+    fn insecure(url: &str) -> Target {
+        Target { url: url.to_string(), ca: None, token: None }
+    }
+
+    #[tokio::test]
+    async fn https_without_a_ca_says_where_to_find_one() {
+        let err = connect(&insecure("https://127.0.0.1:1")).await.unwrap_err();
+        let line = render_error(&err, URL);
+        assert!(line.contains("--ca") && line.contains("PLEXUS_CA"), "{line}");
     }
 
     #[tokio::test]
     async fn bad_url_is_a_clear_error() {
-        let err = connect("http://exa mple:1").await.unwrap_err();
+        let err = connect(&insecure("http://exa mple:1")).await.unwrap_err();
         assert!(render_error(&err, URL).starts_with("error: invalid coordinator URL"), "{err:#}");
     }
 
@@ -162,7 +266,7 @@ mod tests {
         // A port that was just free: nothing listens there, so the connection is refused at once.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}");
-        let err = connect(&url).await.unwrap_err();
+        let err = connect(&insecure(&url)).await.unwrap_err();
         let line = render_error(&err, &url);
         assert!(line.starts_with(&format!("error: cannot reach the coordinator at {url}: ")), "{line}");
     }

@@ -17,16 +17,25 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    let url = client::normalise_url(&cli.coordinator);
+    let sources = client::Sources {
+        insecure: cli.insecure,
+        ca_file: cli.ca.clone(),
+        token_file: cli.token_file.clone(),
+        token: std::env::var("PLEXUS_TOKEN").ok(),
+    };
     // One thread is plenty for a client; `up` also relies on spawning children from the main
     // thread (see `cmd::up`).
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(&format!("error: cannot start the async runtime: {e}")),
     };
-    match runtime.block_on(cmd::run(cli.command, &url)) {
+    let target = match client::Target::resolve(&cli.coordinator, &sources) {
+        Ok(t) => t,
+        Err(e) => return fail(&client::render_error(&e, &cli.coordinator)),
+    };
+    match runtime.block_on(cmd::run(cli.command, &target)) {
         Ok(code) => code,
-        Err(e) => fail(&client::render_error(&e, &url)),
+        Err(e) => fail(&client::render_error(&e, &target.url)),
     }
 }
 

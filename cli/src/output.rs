@@ -1050,6 +1050,7 @@ mod tests {
                 rails: vec![pb::RailCounters { addr: "10.0.0.1:7100".into(), bytes_sent: 5, bytes_received: 7, failures: 1 }],
                 gpus: vec![pb::GpuState { index: 0, utilisation: 0.37, memory_used: 12 << 30 }],
                 isolation: "cgroup-v1".into(),
+                rails_refused: 0,
             }),
             alive: true,
             last_heartbeat: NOW - 1_200,

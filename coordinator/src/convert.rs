@@ -84,6 +84,7 @@ pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError
             .collect(),
         gpus,
         isolation: isolation("state.isolation", &s.isolation)?,
+        rails_refused: s.rails_refused,
     })
 }
 
@@ -338,6 +339,7 @@ pub fn worker_info(w: &Worker) -> pb::WorkerInfo {
                 .collect(),
             gpus: w.node.gpus.iter().map(|g| pb::GpuState { index: g.index, utilisation: g.utilisation, memory_used: g.memory_used }).collect(),
             isolation: w.node.isolation.clone(),
+            rails_refused: w.node.rails_refused,
         }),
         alive: w.record.alive,
         last_heartbeat: w.record.last_heartbeat,

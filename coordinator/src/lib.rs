@@ -5,6 +5,7 @@
 //! and a learned placer.
 //!
 //! # Layout
+//! - [`auth`]: the cluster CA, tokens, and the layer that checks every call's caller.
 //! - [`store`]: durable state in sled (the only module that opens sled).
 //! - [`engine`]: the thread that owns core and store: group commit, then replies and dispatch.
 //! - [`convert`]: proto ↔ domain conversion for the coordinator.
@@ -14,6 +15,7 @@
 //!   and [`learned::by_name`], which builds any placer from its `--placer` name.
 //! - [`server`]: start-up and shutdown.
 
+pub mod auth;
 pub mod convert;
 pub mod engine;
 pub mod learned;
@@ -21,7 +23,7 @@ pub mod rpc;
 pub mod server;
 pub mod store;
 
-pub use server::{Config, run};
+pub use server::{Config, SecurityMode, run};
 
 /// Everything that can go wrong in the coordinator, from start-up to a request.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use plexus_scheduler::core::CoreConfig;
-use plexus_coordinator::{Config, run, server, store::SledStore};
+use plexus_coordinator::{Config, SecurityMode, auth, run, server, store::SledStore};
+use plexus_proto::pb::job_service_client::JobServiceClient;
+use plexus_security::tls::Bearer;
+use tonic::service::interceptor::InterceptedService;
 
 #[derive(Parser)]
 #[command(name = "plexus-coordinator", version, about = "The Plexus control plane")]
@@ -29,10 +32,27 @@ struct Args {
     /// A worker silent for longer than this (ms) is lost and its subtasks are placed again.
     #[arg(long, default_value_t = CoreConfig::default().heartbeat_timeout_ms)]
     heartbeat_timeout_ms: u64,
-    /// For `migrate --dry-run` and `policy export` while a coordinator runs on this data dir:
-    /// its URL (default: http:// and the --listen address, 0.0.0.0 read as 127.0.0.1).
+    /// For `migrate --dry-run`, `policy export` and `token` while a coordinator runs on this
+    /// data dir: its URL (default: the --listen address, 0.0.0.0 read as 127.0.0.1). These
+    /// commands authenticate with the data dir's admin.token and ca.pem (or $PLEXUS_TOKEN).
     #[arg(long)]
     coordinator: Option<String>,
+    /// Development only: no TLS and no tokens, so anyone who reaches the port runs commands on
+    /// every worker. Refused on a non-loopback --listen address without --insecure-i-know.
+    #[arg(long)]
+    insecure: bool,
+    /// With --insecure: listen on a non-loopback address anyway.
+    #[arg(long, requires = "insecure")]
+    insecure_i_know: bool,
+    /// A host name or IP address clients use to reach the coordinator, added to its
+    /// certificate (repeatable). Clients check the fixed name coordinator.plexus, so this is
+    /// only needed by clients that check the address they dial.
+    #[arg(long = "tls-san", value_name = "NAME")]
+    tls_sans: Vec<String>,
+    /// A directory shared with workers (the compose cluster's volume): ca.pem and join.token
+    /// are copied there at every start, for workers to join with.
+    #[arg(long, value_name = "DIR")]
+    join_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -49,19 +69,42 @@ impl Args {
             if addr.ip().is_unspecified() {
                 addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
-            format!("http://{addr}")
+            let scheme = if self.insecure { "http" } else { "https" };
+            format!("{scheme}://{addr}")
         })
     }
 }
 
+/// A client of the coordinator that runs on `data_dir`, authenticated as its admin: the CA and
+/// the admin token from the data dir (`$PLEXUS_TOKEN` first), unless `--insecure`.
+async fn admin_client(url: &str, data_dir: &std::path::Path, insecure: bool) -> anyhow::Result<JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>> {
+    let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_string()).with_context(|| format!("{url} is not a URL"))?;
+    let mut token = None;
+    if !insecure {
+        let ca = plexus_security::files::read(&data_dir.join(auth::CA_FILE), "reading the CA certificate").map_err(anyhow::Error::msg)?;
+        endpoint = endpoint.tls_config(plexus_security::tls::client(&ca, plexus_security::tls::COORDINATOR_NAME, None))?;
+        let text = match std::env::var("PLEXUS_TOKEN") {
+            Ok(t) if !t.trim().is_empty() => t,
+            _ => plexus_security::files::read(&data_dir.join(auth::ADMIN_TOKEN_FILE), "reading the admin token (set PLEXUS_TOKEN to use another)")
+                .map_err(anyhow::Error::msg)?,
+        };
+        token = Some(plexus_security::Token::parse(&text).map_err(anyhow::Error::msg)?);
+    }
+    let channel = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("the store is held by another process, and no coordinator answers at {url} (pass --coordinator URL)"))?;
+    Ok(JobServiceClient::with_interceptor(channel, Bearer::new(token.as_ref())).max_decoding_message_size(plexus_proto::rules::MAX_MESSAGE))
+}
+
+type AdminClient = JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>;
+
 /// Asks the coordinator that holds the store; `what` names the command for the error.
-fn ask_running<T>(url: &str, what: &str, call: impl AsyncFnOnce(plexus_proto::pb::job_service_client::JobServiceClient<tonic::transport::Channel>) -> Result<T, tonic::Status>) -> anyhow::Result<T> {
+fn ask_running<T>(args: &Args, what: &str, call: impl AsyncFnOnce(AdminClient) -> Result<T, tonic::Status>) -> anyhow::Result<T> {
+    let url = args.coordinator_url();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     rt.block_on(async {
-        let client = plexus_proto::pb::job_service_client::JobServiceClient::connect(url.to_string())
-            .await
-            .with_context(|| format!("the store is held by another process, and no coordinator answers at {url} (pass --coordinator URL) for {what}"))?
-            .max_decoding_message_size(plexus_proto::rules::MAX_MESSAGE);
+        let client = admin_client(&url, &args.data_dir, args.insecure).await.with_context(|| what.to_string())?;
         call(client).await.map_err(|e| anyhow::anyhow!("{what}: the running coordinator at {url} answered: {}", e.message()))
     })
 }
@@ -79,6 +122,34 @@ enum Command {
         #[command(subcommand)]
         action: PolicyAction,
     },
+    /// Bearer tokens: join tokens for workers (`--scope worker`) and user tokens. Works on the
+    /// store directly, or through the running coordinator when it holds the store.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenAction {
+    /// Make a token and print it (only its hash is kept: this is the one time it is shown).
+    Create {
+        /// read, submit, admin, or worker (a join token).
+        #[arg(long, alias = "role", default_value = "worker")]
+        scope: String,
+        /// A label shown by `token list`.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Expire after this long, e.g. 24h (default: never).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<std::time::Duration>,
+    },
+    /// List tokens (ids, scopes, names; never secrets).
+    List,
+    /// Revoke a token by its id: it stops working at once.
+    Revoke { id: String },
+    /// Revoke a worker's certificate: its next call is refused, and it must join again.
+    RevokeWorker { worker_id: String },
 }
 
 #[derive(Subcommand)]
@@ -98,6 +169,7 @@ fn main() -> anyhow::Result<()> {
         .init();
 
     let url = args.coordinator_url();
+    let url = url.as_str();
     if let Some(Command::Migrate { dry_run }) = &args.command {
         let dir = server::store_dir(&args.data_dir);
         if *dry_run {
@@ -116,7 +188,7 @@ fn main() -> anyhow::Result<()> {
                 }
                 Err(plexus_coordinator::Error::Locked { .. }) => {
                     // The running coordinator migrated its store when it started.
-                    let info = ask_running(&url, "migrate --dry-run", async |mut c| Ok(c.get_store_info(plexus_proto::pb::GetStoreInfoRequest {}).await?.into_inner()))?;
+                    let info = ask_running(&args, "migrate --dry-run", async |mut c| Ok(c.get_store_info(plexus_proto::pb::GetStoreInfoRequest {}).await?.into_inner()))?;
                     println!("store {} (in use by the coordinator at {url}): schema version {}, this binary uses {}", info.dir, info.schema_version, plexus_migrations::CURRENT);
                     if info.schema_version == plexus_migrations::CURRENT {
                         println!("no pending migrations");
@@ -157,7 +229,7 @@ fn main() -> anyhow::Result<()> {
             }
             Err(plexus_coordinator::Error::Locked { .. }) => match action {
                 PolicyAction::Export { file } => {
-                    let weights = ask_running(&url, "policy export", async |mut c| Ok(c.export_policy(plexus_proto::pb::ExportPolicyRequest {}).await?.into_inner().weights))?;
+                    let weights = ask_running(&args, "policy export", async |mut c| Ok(c.export_policy(plexus_proto::pb::ExportPolicyRequest {}).await?.into_inner().weights))?;
                     // The policy is rebuilt here from the bytes the running coordinator stored.
                     let mem: std::sync::Arc<dyn plexus_policy::PolicyStore> = std::sync::Arc::new(plexus_policy::MemPolicyStore::default());
                     if !weights.is_empty() {
@@ -175,7 +247,17 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
 
+    if let Some(Command::Token { action }) = &args.command {
+        return token_command(&args, action);
+    }
+
+    let security = if args.insecure {
+        SecurityMode::Insecure { anywhere: args.insecure_i_know }
+    } else {
+        SecurityMode::Secure { names: args.tls_sans.clone(), join_dir: args.join_dir.clone() }
+    };
     let config = Config {
+        security,
         listen: args.listen,
         data_dir: args.data_dir,
         placer: args.placer,
@@ -185,6 +267,71 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(run(config, shutdown_signal()))?;
     Ok(())
+}
+
+/// `token create|list|revoke`: on the store when it is free, else through the running
+/// coordinator.
+fn token_command(args: &Args, action: &TokenAction) -> anyhow::Result<()> {
+    let dir = server::store_dir(&args.data_dir);
+    let now = plexus_proto::now_ms();
+    let show = |t: &plexus_proto::pb::TokenInfo| {
+        let at = |ms: u64| if ms == 0 { "-".to_string() } else { humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string() };
+        println!("{}  {:<7} created {}  expires {}  revoked {}  {}", t.id, t.scope, at(t.created_ms), at(t.expires_ms), at(t.revoked_ms), t.name);
+    };
+    match SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT) {
+        Ok((store, _)) => {
+            let (security, first) = auth::Security::open(store.security_store()?, &[], now)?;
+            security.write_files(&args.data_dir, first.as_ref())?;
+            match action {
+                TokenAction::Create { scope, name, ttl } => {
+                    let scope = scope.parse::<plexus_security::Scope>().map_err(anyhow::Error::msg)?;
+                    let ttl_ms = ttl.map(|d| d.as_millis() as u64).unwrap_or(0);
+                    let (token, _) = security.create_token(scope, name, ttl_ms, now)?;
+                    println!("{}", token.expose());
+                }
+                TokenAction::List => {
+                    for t in security.list_tokens()? {
+                        show(&t.info());
+                    }
+                }
+                TokenAction::Revoke { id } => show(&security.revoke(id, now)?.info()),
+                TokenAction::RevokeWorker { worker_id } => {
+                    let worker = worker_id.parse::<plexus_proto::WorkerId>().map_err(anyhow::Error::msg)?;
+                    revoked_worker(worker_id, security.revoke_worker(worker)?);
+                }
+            }
+        }
+        Err(plexus_coordinator::Error::Locked { .. }) => match action {
+            TokenAction::Create { scope, name, ttl } => {
+                let req = plexus_proto::pb::CreateTokenRequest { scope: scope.clone(), name: name.clone(), ttl_ms: ttl.map(|d| d.as_millis() as u64).unwrap_or(0) };
+                let r = ask_running(args, "token create", async |mut c| Ok(c.create_token(req).await?.into_inner()))?;
+                println!("{}", r.token);
+            }
+            TokenAction::List => {
+                for t in ask_running(args, "token list", async |mut c| Ok(c.list_tokens(plexus_proto::pb::ListTokensRequest {}).await?.into_inner().tokens))? {
+                    show(&t);
+                }
+            }
+            TokenAction::Revoke { id } => {
+                let req = plexus_proto::pb::RevokeTokenRequest { id: id.clone() };
+                show(&ask_running(args, "token revoke", async |mut c| Ok(c.revoke_token(req).await?.into_inner()))?);
+            }
+            TokenAction::RevokeWorker { worker_id } => {
+                let req = plexus_proto::pb::RevokeWorkerRequest { worker_id: worker_id.clone() };
+                revoked_worker(worker_id, ask_running(args, "token revoke-worker", async |mut c| Ok(c.revoke_worker(req).await?.into_inner().revoked))?);
+            }
+        },
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {}", dir.display()))),
+    }
+    Ok(())
+}
+
+fn revoked_worker(worker: &str, revoked: bool) {
+    if revoked {
+        println!("revoked the certificate of {worker}: it must join again with a join token");
+    } else {
+        println!("{worker} has no current certificate");
+    }
 }
 
 /// Writes the policy's weights as safetensors; without stored weights (no training step has run

@@ -3,6 +3,7 @@
 //! engine, and maps errors to a `Status` in one place ([`status`]).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
@@ -18,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use crate::Error;
+use crate::auth::{self, Security};
 use crate::convert::{self, Detail};
 use crate::engine::{Cmd, EngineHandle};
 
@@ -78,6 +80,9 @@ pub struct StoreAccess {
 pub struct JobApi {
     engine: EngineHandle,
     store: Option<StoreAccess>,
+    /// The cluster's trust: tokens, and the certificate the log proxy shows workers. `None`:
+    /// the coordinator runs with `--insecure`.
+    security: Option<Arc<Security>>,
     /// The tasks feeding `WatchJob` streams: cancelled and awaited at shutdown
     /// ([`JobApi::stop_streams`]), so none outlives the server.
     streams: TaskTracker,
@@ -86,7 +91,29 @@ pub struct JobApi {
 
 impl JobApi {
     pub fn new(engine: EngineHandle) -> JobApi {
-        JobApi { engine, store: None, streams: TaskTracker::new(), stop: CancellationToken::new() }
+        JobApi { engine, store: None, security: None, streams: TaskTracker::new(), stop: CancellationToken::new() }
+    }
+
+    /// Serves the token RPCs from `security`, and reads logs from workers over mutual TLS.
+    pub fn with_security(mut self, security: Option<Arc<Security>>) -> JobApi {
+        self.security = security;
+        self
+    }
+
+    fn security(&self) -> Result<&Arc<Security>, Status> {
+        self.security
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("this coordinator runs with --insecure: it has no tokens (restart it without --insecure)"))
+    }
+
+    /// A client of a worker's `PeerService`, over mutual TLS unless the coordinator is insecure.
+    async fn peer_client(&self, peer: &str) -> Result<PeerServiceClient<tonic::transport::Channel>, Status> {
+        let unavailable = |e: tonic::transport::Error| status(Error::Unavailable(format!("connecting to worker {peer}: {e}")));
+        let mut endpoint = tonic::transport::Endpoint::from_shared(peer.to_string()).map_err(unavailable)?;
+        if let Some(s) = &self.security {
+            endpoint = endpoint.tls_config(s.peer_tls()).map_err(unavailable)?;
+        }
+        Ok(PeerServiceClient::new(endpoint.connect().await.map_err(unavailable)?))
     }
 
     /// Also answers `GetStoreInfo` and `ExportPolicy` from this store.
@@ -223,7 +250,7 @@ impl JobService for JobApi {
         if let Some(peer) = &src.peer_addr {
             let attempt = pb::AttemptRef::from(&src.attempt_ref);
             let read = async {
-                let mut client = PeerServiceClient::connect(peer.clone()).await.map_err(|e| status(Error::Unavailable(e.to_string())))?;
+                let mut client = self.peer_client(peer).await?;
                 client.read_log(pb::ReadLogRequest { attempt: Some(attempt), max_bytes: 0 }).await
             };
             match tokio::time::timeout(LOG_PROXY_TIMEOUT, read).await {
@@ -275,6 +302,49 @@ impl JobService for JobApi {
         Ok(Response::new(pb::ExportPolicyResponse { weights: weights.unwrap_or_default() }))
     }
 
+    async fn create_token(&self, req: Request<pb::CreateTokenRequest>) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        let security = Arc::clone(self.security()?);
+        let r = req.into_inner();
+        let scope = r.scope.parse::<plexus_security::Scope>().map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (token, record) = tokio::task::spawn_blocking(move || security.create_token(scope, &r.name, r.ttl_ms, plexus_proto::now_ms()))
+            .await
+            .map_err(|e| status(Error::Engine(e.to_string())))?
+            .map_err(status)?;
+        tracing::info!(id = record.id, scope = record.scope, name = record.name, "token created");
+        Ok(Response::new(pb::CreateTokenResponse { token: token.expose(), info: Some(record.info()) }))
+    }
+
+    async fn list_tokens(&self, _req: Request<pb::ListTokensRequest>) -> Result<Response<pb::ListTokensResponse>, Status> {
+        let security = Arc::clone(self.security()?);
+        let tokens = tokio::task::spawn_blocking(move || security.list_tokens()).await.map_err(|e| status(Error::Engine(e.to_string())))?.map_err(status)?;
+        Ok(Response::new(pb::ListTokensResponse { tokens: tokens.iter().map(auth::TokenRecord::info).collect() }))
+    }
+
+    async fn revoke_token(&self, req: Request<pb::RevokeTokenRequest>) -> Result<Response<pb::TokenInfo>, Status> {
+        let security = Arc::clone(self.security()?);
+        let id = req.into_inner().id;
+        let record = tokio::task::spawn_blocking(move || security.revoke(&id, plexus_proto::now_ms()))
+            .await
+            .map_err(|e| status(Error::Engine(e.to_string())))?
+            .map_err(|e| match e {
+                Error::Unavailable(m) => Status::not_found(m),
+                e => status(e),
+            })?;
+        tracing::info!(id = record.id, "token revoked");
+        Ok(Response::new(record.info()))
+    }
+
+    async fn revoke_worker(&self, req: Request<pb::RevokeWorkerRequest>) -> Result<Response<pb::RevokeWorkerResponse>, Status> {
+        let security = Arc::clone(self.security()?);
+        let worker = pc::worker_id("worker_id", &req.into_inner().worker_id).map_err(status)?;
+        let revoked = tokio::task::spawn_blocking(move || security.revoke_worker(worker))
+            .await
+            .map_err(|e| status(Error::Engine(e.to_string())))?
+            .map_err(status)?;
+        tracing::info!(%worker, revoked, "worker certificate revoked");
+        Ok(Response::new(pb::RevokeWorkerResponse { revoked }))
+    }
+
     async fn explain_placement(&self, req: Request<pb::ExplainPlacementRequest>) -> Result<Response<pb::ExplainPlacementResponse>, Status> {
         let r = req.into_inner();
         let job = job_id(&r.job_id)?;
@@ -286,11 +356,26 @@ impl JobService for JobApi {
 /// The worker-facing API.
 pub struct WorkerApi {
     engine: EngineHandle,
+    /// `None`: the coordinator runs with `--insecure` (no certificates, no rail key).
+    security: Option<Arc<Security>>,
 }
 
 impl WorkerApi {
     pub fn new(engine: EngineHandle) -> WorkerApi {
-        WorkerApi { engine }
+        WorkerApi { engine, security: None }
+    }
+
+    /// Issues certificates to joining workers, hands out the rail key, and checks that every
+    /// call's worker id is the caller's certificate's.
+    pub fn with_security(mut self, security: Option<Arc<Security>>) -> WorkerApi {
+        self.security = security;
+        self
+    }
+
+    fn check<T>(&self, req: &Request<T>, claimed: &str) -> Result<plexus_proto::WorkerId, Status> {
+        let worker = pc::worker_id("worker_id", claimed).map_err(status)?;
+        auth::check_worker(req, worker, self.security.is_some())?;
+        Ok(worker)
     }
 }
 
@@ -299,14 +384,46 @@ type AssignmentStream = Pin<Box<dyn Stream<Item = Result<pb::AssignmentBatch, St
 #[tonic::async_trait]
 impl WorkerService for WorkerApi {
     async fn register(&self, req: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
+        self.check(&req, &req.get_ref().worker_id)?;
         let reg = convert::registration(&req.into_inner()).map_err(status)?;
         let (interval, timeout) = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
-        Ok(Response::new(pb::RegisterResponse { heartbeat_interval_ms: interval, heartbeat_timeout_ms: timeout }))
+        let rail_key = self.security.as_ref().map(|s| s.rail_key.clone()).unwrap_or_default();
+        Ok(Response::new(pb::RegisterResponse { heartbeat_interval_ms: interval, heartbeat_timeout_ms: timeout, rail_key }))
+    }
+
+    async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinResponse>, Status> {
+        let Some(security) = self.security.clone() else {
+            return Err(Status::failed_precondition("this coordinator runs with --insecure: workers need no certificate (start the worker with --insecure)"));
+        };
+        let r = req.into_inner();
+        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
+        let certificate = tokio::task::spawn_blocking(move || security.issue_worker(worker, &r.public_key).map(|c| (c, security.ca_pem().to_string())))
+            .await
+            .map_err(|e| status(Error::Engine(e.to_string())))?
+            .map_err(status)?;
+        tracing::info!(%worker, "issued a worker certificate");
+        Ok(Response::new(pb::JoinResponse { certificate: certificate.0, ca: certificate.1 }))
+    }
+
+    async fn resolve_peer(&self, req: Request<pb::ResolvePeerRequest>) -> Result<Response<pb::ResolvePeerResponse>, Status> {
+        let Some(security) = &self.security else {
+            return Err(Status::failed_precondition("this coordinator runs with --insecure: there are no certificates to resolve"));
+        };
+        let fp = plexus_security::Fingerprint(req.into_inner().fingerprint);
+        let worker = security.worker_of(&fp).ok_or_else(|| Status::not_found(format!("no current worker certificate has fingerprint {fp}")))?;
+        let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
+        let rails = workers
+            .into_iter()
+            .find(|w| w.worker_id == worker.to_string() && w.alive)
+            .and_then(|w| w.capacity)
+            .map(|c| c.rails)
+            .unwrap_or_default();
+        Ok(Response::new(pb::ResolvePeerResponse { worker_id: worker.to_string(), rails }))
     }
 
     async fn heartbeat(&self, req: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let worker = self.check(&req, &req.get_ref().worker_id)?;
         let r = req.into_inner();
-        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
         let node = convert::node_report(r.state.as_ref()).map_err(status)?;
         let ok = self.engine.call(|reply| Cmd::Heartbeat { worker, session: r.session, node, reply }).await?;
         Ok(Response::new(pb::HeartbeatResponse { reregister: !ok }))
@@ -315,8 +432,8 @@ impl WorkerService for WorkerApi {
     type AssignmentsStream = AssignmentStream;
 
     async fn assignments(&self, req: Request<pb::AssignmentsRequest>) -> Result<Response<AssignmentStream>, Status> {
+        let worker = self.check(&req, &req.get_ref().worker_id)?;
         let r = req.into_inner();
-        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
         let rx = self
             .engine
             .call(|reply| Cmd::OpenStream { worker, session: r.session, reply })
@@ -327,8 +444,8 @@ impl WorkerService for WorkerApi {
     }
 
     async fn report_tasks(&self, req: Request<pb::ReportTasksRequest>) -> Result<Response<pb::ReportTasksResponse>, Status> {
+        let worker = self.check(&req, &req.get_ref().worker_id)?;
         let r = req.into_inner();
-        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
         // One bad report refuses the whole call: the worker keeps them all and the error names
         // the field, which is a bug on the worker's side to be fixed, not data to half-apply.
         let reports = r.reports.iter().map(convert::report).collect::<Result<Vec<_>, _>>().map_err(status)?;

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use plexus_proto::pb::job_service_server::JobServiceServer;
 use plexus_proto::pb::worker_service_server::WorkerServiceServer;
@@ -12,6 +13,7 @@ use tokio::net::TcpListener;
 use plexus_scheduler::core::{Core, CoreConfig};
 
 use crate::Error;
+use crate::auth::{AuthLayer, Security};
 use crate::engine;
 use crate::learned;
 use crate::rpc::{JobApi, WorkerApi};
@@ -33,7 +35,29 @@ pub struct Config {
     /// Seed of the placer's random choices, so runs repeat.
     pub seed: u64,
     pub core: CoreConfig,
+    pub security: SecurityMode,
 }
+
+/// Whether the coordinator checks its callers.
+#[derive(Clone, Debug)]
+pub enum SecurityMode {
+    /// Mutual TLS and tokens (the default). `names`: host names and addresses besides the
+    /// fixed one to put in the coordinator's certificate. `join_dir`: a directory shared with
+    /// workers (the compose cluster's volume) that gets `ca.pem` and `join.token` at every start.
+    Secure { names: Vec<String>, join_dir: Option<PathBuf> },
+    /// No TLS, no tokens: anyone who reaches the port runs commands on every worker. Only on a
+    /// loopback address, unless `anywhere` (`--insecure-i-know`).
+    Insecure { anywhere: bool },
+}
+
+impl SecurityMode {
+    pub fn is_secure(&self) -> bool {
+        matches!(self, SecurityMode::Secure { .. })
+    }
+}
+
+/// How often an insecure coordinator says so in its log.
+const INSECURE_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Where the sled database lives inside the data dir.
 pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
@@ -44,8 +68,27 @@ pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
 /// on stdout once it accepts connections (with `--listen 127.0.0.1:0` that is how a caller learns
 /// the port).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+    if let SecurityMode::Insecure { anywhere: false } = config.security
+        && !config.listen.ip().is_loopback()
+    {
+        return Err(Error::Invalid(format!(
+            "--insecure lets anyone who reaches {} run commands on every worker, so it listens only on a loopback address; add --insecure-i-know to listen there anyway",
+            config.listen
+        )));
+    }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
     let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
+    let security = match &config.security {
+        SecurityMode::Secure { names, join_dir } => {
+            let (security, first) = Security::open(store.security_store()?, names, plexus_proto::now_ms())?;
+            security.write_files(&config.data_dir, first.as_ref())?;
+            if let Some(dir) = join_dir {
+                security.write_join_files(&config.data_dir, dir)?;
+            }
+            Some(Arc::new(security))
+        }
+        SecurityMode::Insecure { .. } => None,
+    };
     let policy_store = store.policy_store();
     let placer = learned::by_name(&config.placer, config.seed, Some(policy_store.clone()))?;
     let store_access = crate::rpc::StoreAccess {
@@ -90,11 +133,27 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         let _ = stopping_tx.send(());
     };
 
-    let job_api = JobApi::new(handle.clone()).with_store(store_access);
+    let job_api = JobApi::new(handle.clone()).with_store(store_access).with_security(security.clone());
     let watch_streams = job_api.stream_stopper();
     let jobs = JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
-    let workers = WorkerServiceServer::new(WorkerApi::new(handle)).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
-    let serve = tonic::transport::Server::builder()
+    let workers = WorkerServiceServer::new(WorkerApi::new(handle).with_security(security.clone()))
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let mut builder = tonic::transport::Server::builder();
+    let warner = match &security {
+        Some(s) => {
+            builder = builder.tls_config(s.server_tls()).map_err(Error::Transport)?;
+            None
+        }
+        None => Some(tokio::spawn(async move {
+            loop {
+                tracing::warn!(%addr, "running with --insecure: no TLS and no tokens; anyone who reaches this address can run commands on every worker");
+                tokio::time::sleep(INSECURE_WARNING_EVERY).await;
+            }
+        })),
+    };
+    let serve = builder
+        .layer(AuthLayer::new(security))
         .add_service(jobs)
         .add_service(workers)
         // TCP_NODELAY: assignments and replies are small messages; Nagle's algorithm with delayed
@@ -112,6 +171,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
             Ok(())
         }
     };
+    if let Some(w) = warner {
+        w.abort();
+    }
     // Watch streams still open (the grace period ran out) end now, and their tasks are awaited.
     watch_streams.stop().await;
     closer_for_stop.stop();

@@ -108,6 +108,48 @@ pub struct SledStore {
 /// Tree holding the learned placer's weights (`weights`) and experiences (`e` + id, u64 BE).
 pub const POLICY_TREE: &str = "policy";
 
+/// Tree holding the cluster's trust: the CA's certificate and key, the rail key, token hashes,
+/// and the fingerprints of the certificates issued to workers (see `crate::auth`).
+pub const SECURITY_TREE: &str = "security";
+
+/// The `security` tree: small records, each written durably (flushed) before the call that
+/// made it returns, because a token handed out or a certificate issued must survive a crash.
+#[derive(Clone)]
+pub struct SecurityStore {
+    tree: sled::Tree,
+}
+
+impl SecurityStore {
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.tree.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Writes and flushes.
+    pub fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        self.tree.insert(key, value)?;
+        self.tree.flush()?;
+        Ok(())
+    }
+
+    /// Removes and flushes.
+    pub fn remove(&self, key: &str) -> Result<(), Error> {
+        self.tree.remove(key)?;
+        self.tree.flush()?;
+        Ok(())
+    }
+
+    /// Every record whose key starts with `prefix`.
+    pub fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        self.tree
+            .scan_prefix(prefix)
+            .map(|r| {
+                let (k, v) = r?;
+                Ok((String::from_utf8_lossy(&k).into_owned(), v.to_vec()))
+            })
+            .collect()
+    }
+}
+
 /// The learned placer's persistence, in its own tree. Writes are made durable by sled's periodic
 /// flush and by the engine's flush of every commit; losing the last fraction of a second of
 /// experiences in a crash only costs a little learning.
@@ -174,6 +216,11 @@ impl SledStore {
                 std::sync::Arc::new(plexus_policy::MemPolicyStore::default())
             }
         }
+    }
+
+    /// The cluster's credentials, in this database's `security` tree.
+    pub fn security_store(&self) -> Result<SecurityStore, Error> {
+        Ok(SecurityStore { tree: self.db.open_tree(SECURITY_TREE)? })
     }
 
     /// Migrations that opening the store at `dir` would run, without running them.

@@ -43,6 +43,21 @@ pub enum Error {
         msg_id: u64,
         secs: f64,
     },
+    /// A rail key that is not exactly 32 bytes long.
+    #[error("a rail key is exactly 32 bytes, got {0}")]
+    BadRailKey(usize),
+    /// The endpoint requires the rail key ([`RailAuth::Pending`](crate::auth::RailAuth::Pending))
+    /// and has none yet, so it cannot open a rail connection.
+    #[error("no rail key yet: the worker has not registered with the coordinator")]
+    NoRailKey,
+    /// A rail connection's peer failed the rail handshake in a way only a peer without this
+    /// endpoint's rail key does (its MAC was wrong): the message is failed, not retried.
+    #[error("rail handshake with {addr} (rail {rail}) failed: {reason}")]
+    Handshake {
+        addr: SocketAddr,
+        rail: usize,
+        reason: String,
+    },
     /// The endpoint was shut down while the call was waiting.
     #[error("endpoint shut down")]
     Shutdown,

@@ -4,6 +4,11 @@
 //! * [`peer_id`] — [`PeerId`], an endpoint's identity (its rail-0 listening address).
 //! * [`wire`] — the wire format: handshake, segment header (tag, message id, offset, length,
 //!   CRC-32C), replies. Pure encode/decode.
+//! * [`auth`] — the cluster's [`RailKey`], an endpoint's [`RailAuth`] mode, and the messages of
+//!   the authenticated rail handshake (HMAC-SHA256 over both sides' nonces, one round trip) that
+//!   proves both ends of a connection hold the key before anything else is read. It
+//!   authenticates a connection's start, not each byte: see the module for what it does not
+//!   protect. Pure: the endpoint does the I/O.
 //! * [`elem`] — element arithmetic below both the transport and the collectives: [`DType`],
 //!   [`ReduceOp`], [`Algorithm`] (defined once in `plexus_proto::collective`), the typed API's
 //!   `Element`, and the reduction kernels a posted reduction and the executor both run.
@@ -26,10 +31,11 @@
 //!
 //! Modules depend on each other in one direction only, each only on modules of the groups
 //! before its own: `peer_id`; `error`; `segment`, `reassembly`, `shared_buf`; `wire`, `elem`,
-//! `sched`, `rig`; `endpoint`; `collective`, `peer`. Inside `endpoint/`, `collective/` and
+//! `sched`, `rig`, `auth`; `endpoint`; `collective`, `peer`. Inside `endpoint/`, `collective/` and
 //! `sched/` a file imports its siblings, never its `mod.rs`. `tests/module_graph.rs` checks
 //! both and names any cycle.
 
+pub mod auth;
 pub mod collective;
 pub mod elem;
 pub mod endpoint;
@@ -43,6 +49,7 @@ pub mod segment;
 mod shared_buf;
 pub mod wire;
 
+pub use auth::{RailAuth, RailKey};
 pub use collective::{CollectiveConfig, Communicator, Profile};
 pub use elem::{Algorithm, DType, ReduceOp};
 pub use endpoint::{Endpoint, EndpointConfig, Faults, PeerAddrs, RailStats, Stats};

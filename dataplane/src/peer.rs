@@ -5,12 +5,17 @@
 //! Protocol on stdout, one line each: `READY <addr>,<addr>,…` once bound, then for every
 //! message `GOT <sender> <tag> <len> <crc32c>` (the CRC only with `verify`, else 0). It stops
 //! when its standard input closes, so it never outlives the process that started it.
+//!
+//! With `--rail-key-env NAME` it requires the authenticated rail handshake (see
+//! [`auth`](crate::auth)) under the key in the environment variable `NAME` (64 hex digits):
+//! the environment, unlike the command line, is not readable by other users.
 
 use std::io::Write;
 use std::net::IpAddr;
 
 use tokio::io::AsyncReadExt;
 
+use crate::auth::{RailAuth, RailKey};
 use crate::endpoint::{Endpoint, EndpointConfig};
 use crate::error::{Error, Result};
 
@@ -25,10 +30,13 @@ pub struct PeerOpts {
     pub verify: bool,
     /// Print nothing per message (benchmarks: nobody reads the lines).
     pub quiet: bool,
+    /// The endpoint's rail authentication (`--rail-key-env`; default open).
+    pub auth: RailAuth,
 }
 
 impl PeerOpts {
-    /// Parses `--rail ADDR` (repeatable), `--port N`, `--tag N`, `--verify`, `--quiet`.
+    /// Parses `--rail ADDR` (repeatable), `--port N`, `--tag N`, `--verify`, `--quiet`,
+    /// `--rail-key-env NAME`.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<PeerOpts> {
         let mut o = PeerOpts {
             rails: vec![],
@@ -36,6 +44,7 @@ impl PeerOpts {
             tag: 0,
             verify: false,
             quiet: false,
+            auth: RailAuth::Open,
         };
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
@@ -52,9 +61,18 @@ impl PeerOpts {
                 "--tag" => o.tag = val("--tag")?.parse().map_err(|e| bad("--tag", &e))?,
                 "--verify" => o.verify = true,
                 "--quiet" => o.quiet = true,
+                "--rail-key-env" => {
+                    let name = val("--rail-key-env")?;
+                    let hex = std::env::var(&name)
+                        .map_err(|e| bad("--rail-key-env", &format!("{name}: {e}")))?;
+                    o.auth = RailAuth::Key(
+                        key_from_hex(&hex)
+                            .map_err(|e| bad("--rail-key-env", &format!("{name}: {e}")))?,
+                    );
+                }
                 other => {
                     return Err(Error::Usage(format!(
-                        "unknown argument {other:?} (--rail ADDR… --port N --tag N --verify --quiet)"
+                        "unknown argument {other:?} (--rail ADDR… --port N --tag N --verify --quiet --rail-key-env NAME)"
                     )));
                 }
             }
@@ -68,6 +86,7 @@ pub async fn serve(opts: PeerOpts) -> Result<()> {
     let ep = Endpoint::bind(EndpointConfig {
         rails: opts.rails.clone(),
         port: opts.port,
+        auth: opts.auth.clone(),
         ..Default::default()
     })
     .await?;
@@ -96,8 +115,45 @@ pub async fn serve(opts: PeerOpts) -> Result<()> {
     Ok(())
 }
 
+/// A rail key written as 64 hex digits.
+fn key_from_hex(hex: &str) -> Result<RailKey> {
+    let hex = hex.trim();
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Error::Usage(
+            "a rail key is written as 64 hex digits".into(),
+        ));
+    }
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digits"))
+        .collect();
+    RailKey::from_bytes(&bytes)
+}
+
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_comes_from_the_environment_as_hex() {
+        let k = key_from_hex(&"0f".repeat(32)).unwrap();
+        assert_eq!(k.as_bytes(), &[0x0f; 32]);
+        assert!(matches!(
+            key_from_hex(&"0f".repeat(31)),
+            Err(Error::BadRailKey(31))
+        ));
+        assert!(key_from_hex("zz").is_err());
+        assert!(key_from_hex("abc").is_err());
+        let e = PeerOpts::parse(["--rail-key-env".into(), "PLEXUS_TEST_NO_SUCH_VAR".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PLEXUS_TEST_NO_SUCH_VAR"), "{e}");
+        assert!(matches!(PeerOpts::parse([]).unwrap().auth, RailAuth::Open));
+    }
 }

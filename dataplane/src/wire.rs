@@ -1,7 +1,8 @@
 //! The wire format of a rail connection: a handshake, then frames in both directions.
 //!
 //! Every integer is big-endian. A connection starts with each side sending one [`Hello`]
-//! (the connecting side first); after that either side sends frames, each a kind byte followed
+//! (the connecting side first) — with a rail key, right after the authenticated exchange of
+//! [`auth`](crate::auth), which this module does not see; after that either side sends frames, each a kind byte followed
 //! by a fixed-size body:
 //!
 //! | kind | frame | body |

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use plexus_proto::pb;
 use plexus_proto::pb::job_service_client::JobServiceClient;
+use plexus_security::tls::Bearer;
+use tonic::service::interceptor::InterceptedService;
 
 /// Where the Plexus binaries are.
 pub fn bin_dir() -> PathBuf {
@@ -44,6 +46,9 @@ pub struct ClusterConfig {
     pub worker_args: Vec<String>,
     /// Extra environment for every worker (e.g. a `PATH` with a fake `nvidia-smi` first).
     pub worker_env: Vec<(String, String)>,
+    /// Run everything with `--insecure` (no TLS, no tokens). Default: secure, as the product
+    /// is: workers join with the coordinator's join token, clients use its admin token.
+    pub insecure: bool,
 }
 
 impl Default for ClusterConfig {
@@ -58,6 +63,7 @@ impl Default for ClusterConfig {
             log: "info".into(),
             worker_args: vec![],
             worker_env: vec![],
+            insecure: false,
         }
     }
 }
@@ -68,6 +74,9 @@ pub struct Cluster {
     pub bin: PathBuf,
     pub url: String,
     port: u16,
+    /// The cluster CA (PEM) and the admin token, read from the coordinator's data dir.
+    pub ca: Option<String>,
+    pub admin_token: Option<String>,
     coordinator: Option<Child>,
     workers: Vec<Option<Child>>,
     rt: tokio::runtime::Runtime,
@@ -82,7 +91,7 @@ impl Cluster {
     pub fn start(config: ClusterConfig) -> Cluster {
         let dir = tempfile::Builder::new().prefix("plexus-e2e-").tempdir().expect("a temp dir");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-        let mut c = Cluster { config, dir, bin: bin_dir(), url: String::new(), port: 0, coordinator: None, workers: Vec::new(), rt };
+        let mut c = Cluster { config, dir, bin: bin_dir(), url: String::new(), port: 0, ca: None, admin_token: None, coordinator: None, workers: Vec::new(), rt };
         c.start_coordinator();
         for i in 0..c.config.workers {
             c.workers.push(None);
@@ -100,6 +109,7 @@ impl Cluster {
     pub fn start_coordinator(&mut self) {
         let listen = format!("127.0.0.1:{}", self.port);
         let mut child = Command::new(self.bin.join("plexus-coordinator"))
+            .args(self.config.insecure.then_some("--insecure"))
             .args(["--listen", &listen, "--data-dir"])
             .arg(self.path("coordinator"))
             .args(["--placer", &self.config.placer])
@@ -118,8 +128,50 @@ impl Cluster {
             .unwrap_or_else(|| panic!("coordinator did not start: {line:?}; log:\n{}", self.coordinator_log()))
             .to_string();
         self.port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port in the listen line");
-        self.url = format!("http://{addr}");
+        self.url = format!("{}://{addr}", if self.config.insecure { "http" } else { "https" });
+        if !self.config.insecure {
+            // Written before the coordinator listens (the token files on its first start only).
+            self.ca = Some(std::fs::read_to_string(self.ca_file()).expect("the coordinator's ca.pem"));
+            self.admin_token = Some(std::fs::read_to_string(self.admin_token_file()).expect("the coordinator's admin.token").trim().to_string());
+        }
         self.coordinator = Some(child);
+    }
+
+    /// The CA certificate the coordinator wrote into its data dir.
+    pub fn ca_file(&self) -> PathBuf {
+        self.path("coordinator").join("ca.pem")
+    }
+
+    /// The first admin token, written on the coordinator's first start.
+    pub fn admin_token_file(&self) -> PathBuf {
+        self.path("coordinator").join("admin.token")
+    }
+
+    /// The join token for workers, written on the coordinator's first start.
+    pub fn join_token_file(&self) -> PathBuf {
+        self.path("coordinator").join("join.token")
+    }
+
+    /// A channel to the coordinator as a client sees it: TLS checked against the cluster CA
+    /// (none when insecure).
+    pub fn channel(&self) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+        let mut endpoint = tonic::transport::Endpoint::from_shared(self.url.clone())?.connect_timeout(Duration::from_secs(2));
+        if let Some(ca) = &self.ca {
+            endpoint = endpoint.tls_config(plexus_security::tls::client(ca, plexus_security::tls::COORDINATOR_NAME, None))?;
+        }
+        self.rt.block_on(endpoint.connect())
+    }
+
+    /// A JobService client presenting `token` (none: no authorization header).
+    pub fn client_with(&self, token: Option<&str>) -> JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>> {
+        let token = token.map(|t| plexus_security::Token::parse(t).expect("a well-formed token"));
+        JobServiceClient::with_interceptor(self.channel().expect("connecting to the coordinator"), Bearer::new(token.as_ref()))
+            .max_decoding_message_size(64 << 20)
+    }
+
+    /// Runs `f` on the harness's runtime (for calls made with [`Cluster::client_with`]).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
     }
 
     pub fn coordinator_log(&self) -> String {
@@ -132,9 +184,15 @@ impl Cluster {
 
     /// Starts (or restarts) worker `i`.
     pub fn start_worker(&mut self, i: usize) {
+        let trust: Vec<std::ffi::OsString> = if self.config.insecure {
+            vec!["--insecure".into()]
+        } else {
+            vec!["--ca".into(), self.ca_file().into(), "--join-token-file".into(), self.join_token_file().into()]
+        };
         let child = Command::new(self.bin.join("plexus-worker"))
             .args(["--coordinator", &self.url, "--data-dir"])
             .arg(self.worker_dir(i))
+            .args(trust)
             .args(["--cpus", &self.config.cpus_per_worker.to_string(), "--cache", &self.config.cache])
             .args(&self.config.worker_args)
             .envs(self.config.worker_env.iter().map(|(k, v)| (k, v)))
@@ -192,13 +250,8 @@ impl Cluster {
         }
     }
 
-    fn client(&self) -> JobServiceClient<tonic::transport::Channel> {
-        let url = self.url.clone();
-        self.rt.block_on(async move {
-            let ch = tonic::transport::Endpoint::from_shared(url).expect("a valid URL").connect_timeout(Duration::from_secs(2)).connect().await?;
-            Ok::<_, tonic::transport::Error>(JobServiceClient::new(ch).max_decoding_message_size(64 << 20))
-        })
-        .expect("connecting to the coordinator")
+    fn client(&self) -> JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>> {
+        self.client_with(self.admin_token.as_deref())
     }
 
     /// Polls `f` every 50 ms until it returns Some, or panics after `timeout` naming `what`.
@@ -220,13 +273,9 @@ impl Cluster {
         self.rt.block_on(c.list_workers(pb::ListWorkersRequest {})).ok().map(|r| r.into_inner().workers)
     }
 
-    fn client_opt(&self) -> Option<JobServiceClient<tonic::transport::Channel>> {
-        let url = self.url.clone();
-        self.rt
-            .block_on(async move {
-                let ch = tonic::transport::Endpoint::from_shared(url).ok()?.connect_timeout(Duration::from_secs(2)).connect().await.ok()?;
-                Some(JobServiceClient::new(ch).max_decoding_message_size(64 << 20))
-            })
+    fn client_opt(&self) -> Option<JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>> {
+        let token = self.admin_token.as_deref().map(|t| plexus_security::Token::parse(t).expect("a well-formed token"));
+        Some(JobServiceClient::with_interceptor(self.channel().ok()?, Bearer::new(token.as_ref())).max_decoding_message_size(64 << 20))
     }
 
     pub fn wait_workers_alive(&self, n: usize) {
@@ -260,9 +309,16 @@ impl Cluster {
         self.wait_for(&format!("job {id} to end"), timeout, |c| c.job(id).filter(|j| j.state != pb::JobState::Running as i32))
     }
 
-    /// Runs the `plexus` CLI against this cluster.
+    /// Runs the `plexus` CLI against this cluster, as its admin.
     pub fn plexus(&self, args: &[&str]) -> Output {
-        Command::new(self.bin.join("plexus")).args(args).env("PLEXUS_COORDINATOR", &self.url).output().expect("running plexus")
+        let mut cmd = Command::new(self.bin.join("plexus"));
+        cmd.env("PLEXUS_COORDINATOR", &self.url).env_remove("PLEXUS_TOKEN");
+        if self.config.insecure {
+            cmd.arg("--insecure");
+        } else {
+            cmd.env("PLEXUS_CA", self.ca_file()).env("PLEXUS_TOKEN_FILE", self.admin_token_file());
+        }
+        cmd.args(args).output().expect("running plexus")
     }
 }
 

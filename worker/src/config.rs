@@ -85,6 +85,21 @@ pub struct Args {
     /// cgroup-v2, cgroup-v1 or process-group.
     #[arg(long, default_value = "auto")]
     pub isolation: Choice,
+
+    /// The cluster CA's certificate (ca.pem in the coordinator's data dir): the coordinator is
+    /// checked against it when joining. Needed until the worker has joined.
+    #[arg(long, env = "PLEXUS_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+
+    /// A file holding a join token (`plexus-coordinator token create --scope worker`), used
+    /// once, to obtain this worker's certificate. `PLEXUS_JOIN_TOKEN` may hold the token itself.
+    #[arg(long, env = "PLEXUS_JOIN_TOKEN_FILE", value_name = "FILE")]
+    pub join_token_file: Option<PathBuf>,
+
+    /// Development only, for a coordinator run with --insecure: no TLS, no certificate, no rail
+    /// handshake.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Parses a size such as `512MiB`, `4GiB`, `1.5GB` or `1000000` (bytes).
@@ -96,14 +111,22 @@ pub fn parse_size(s: &str) -> Result<u64> {
     s.parse::<ByteSize>().map(|b| b.as_u64()).map_err(|reason| Error::Size { input: s.to_string(), reason })
 }
 
-/// Accepts `host:port` as shorthand for `http://host:port` and checks that the result is a URL
-/// a gRPC client can connect to.
-pub fn normalise_url(what: &str, s: &str) -> Result<String> {
+/// Accepts `host:port` as shorthand for `https://host:port` (`http://` when `insecure`) and
+/// checks that the result is a URL a gRPC client can connect to, with the scheme that matches.
+pub fn normalise_url(what: &str, s: &str, insecure: bool) -> Result<String> {
     let s = s.trim();
     if s.is_empty() {
         return Err(Error::Config(format!("{what} must not be empty")));
     }
-    let url = if s.contains("://") { s.to_string() } else { format!("http://{s}") };
+    let scheme = if insecure { "http" } else { "https" };
+    let url = if s.contains("://") { s.to_string() } else { format!("{scheme}://{s}") };
+    match (insecure, url.split("://").next()) {
+        (false, Some("http")) => {
+            return Err(Error::Config(format!("{what} {s:?} is plaintext http, and this worker uses TLS: write https://, or pass --insecure (development only)")));
+        }
+        (true, Some("https")) => return Err(Error::Config(format!("{what} {s:?} is https, and --insecure turns TLS off: write http://"))),
+        _ => {}
+    }
     tonic::transport::Endpoint::from_shared(url.clone())
         .map_err(|e| Error::Config(format!("{what} {s:?} is not a usable URL: {e}")))?;
     Ok(url)
@@ -138,10 +161,14 @@ pub struct Config {
     pub gpus: GpuSelection,
     /// How subtasks are confined.
     pub isolation: Choice,
+    /// TLS and the join token, or `--insecure`.
+    pub trust: crate::credentials::TrustConfig,
 }
 
 impl Config {
     /// A configuration with the machine's defaults, for the given coordinator and data dir.
+    /// Insecure (no TLS, `http://`): what in-process tests against an insecure coordinator
+    /// use; the binary is secure unless `--insecure` is given.
     pub fn new(coordinator: impl Into<String>, data_dir: impl Into<PathBuf>) -> Config {
         Config {
             coordinator: coordinator.into(),
@@ -158,6 +185,7 @@ impl Config {
             advertise: None,
             gpus: GpuSelection::All,
             isolation: Choice::Auto,
+            trust: crate::credentials::TrustConfig { insecure: true, ..Default::default() },
         }
     }
 }
@@ -169,8 +197,13 @@ fn default_rail() -> IpAddr {
 impl Args {
     /// Resolves the defaults that depend on the machine and checks what clap cannot.
     pub fn into_config(self) -> Result<Config> {
-        let coordinator = normalise_url("--coordinator", &self.coordinator)?;
-        let advertise = self.advertise.map(|a| normalise_url("--advertise", &a)).transpose()?;
+        let coordinator = normalise_url("--coordinator", &self.coordinator, self.insecure)?;
+        let advertise = self.advertise.map(|a| normalise_url("--advertise", &a, self.insecure)).transpose()?;
+        let join_token = match (&self.join_token_file, std::env::var("PLEXUS_JOIN_TOKEN").ok().filter(|t| !t.trim().is_empty())) {
+            (Some(p), _) => Some(std::fs::read_to_string(p).map_err(|e| Error::Config(format!("cannot read the join token --join-token-file {}: {e}", p.display())))?),
+            (None, t) => t,
+        };
+        let trust = crate::credentials::TrustConfig { insecure: self.insecure, ca_file: self.ca.clone(), join_token };
         let memory = match self.memory {
             Some(m) => m,
             None => node::total_memory().ok_or_else(|| {
@@ -215,6 +248,7 @@ impl Args {
             advertise,
             gpus: self.gpus,
             isolation: self.isolation,
+            trust,
         })
     }
 }
@@ -240,7 +274,7 @@ mod tests {
         let args = Args::try_parse_from([
             "plexus-worker",
             "--coordinator",
-            "http://127.0.0.1:7000",
+            "https://127.0.0.1:7000",
             "--data-dir",
             "/tmp/x",
             "--memory",
@@ -278,7 +312,7 @@ mod tests {
     fn args_take_repeated_rails_and_sizes() {
         let args = Args::try_parse_from([
             "plexus-worker",
-            "--coordinator=http://c:1",
+            "--coordinator=https://c:1",
             "--data-dir=/d",
             "--rail=10.0.0.1",
             "--rail=10.0.1.1",
@@ -286,16 +320,22 @@ mod tests {
             "--memory=1000000",
             "--cache=4GiB",
             "--listen=0.0.0.0:7001",
-            "--advertise=http://node1:7001",
+            "--advertise=https://node1:7001",
         ])
         .unwrap();
         let c = args.into_config().unwrap();
         assert_eq!(c.rails, vec!["10.0.0.1".parse::<IpAddr>().unwrap(), "10.0.1.1".parse().unwrap()]);
         assert_eq!((c.cpus, c.memory, c.cache_bytes), (3, 1_000_000, 4 << 30));
-        assert_eq!(c.advertise.as_deref(), Some("http://node1:7001"));
+        assert_eq!(c.advertise.as_deref(), Some("https://node1:7001"));
+        assert!(!c.trust.insecure, "secure unless --insecure");
         assert!(Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cache=huge"]).is_err());
         let short = Args::try_parse_from(["plexus-worker", "--coordinator=10.0.0.5:7000", "--data-dir=/d", "--memory=1"]);
-        assert_eq!(short.unwrap().into_config().unwrap().coordinator, "http://10.0.0.5:7000");
+        assert_eq!(short.unwrap().into_config().unwrap().coordinator, "https://10.0.0.5:7000");
+        let insecure = Args::try_parse_from(["plexus-worker", "--coordinator=10.0.0.5:7000", "--data-dir=/d", "--memory=1", "--insecure"]);
+        assert_eq!(insecure.unwrap().into_config().unwrap().coordinator, "http://10.0.0.5:7000");
+        let plain = Args::try_parse_from(["plexus-worker", "--coordinator=http://c:1", "--data-dir=/d", "--memory=1"]);
+        let e = plain.unwrap().into_config().unwrap_err().to_string();
+        assert!(e.contains("plaintext http") && e.contains("--insecure"), "{e}");
         let bad = Args::try_parse_from(["plexus-worker", "--coordinator=http://a b", "--data-dir=/d", "--memory=1"]);
         assert!(bad.unwrap().into_config().is_err());
         let zero = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cpus=0", "--memory=1"]);

@@ -2,6 +2,9 @@
 //!
 //! ```text
 //! DIR/worker-id                                    the stable worker id (`wkr-…`), created once
+//! DIR/tls/worker.key, worker.pem, ca.pem            this worker's key (0600) and certificate, the
+//!                                                  cluster CA (secure clusters; see `credentials`)
+//! DIR/registered                                  exists while the worker is registered (health checks)
 //! DIR/lock                                         flock'ed by the worker process that uses DIR
 //! DIR/procs/<job>.<task>.<rank>.<attempt>          pid record of an attempt run as a bare process
 //!                                                  group (no cgroups): `<pgid> <start time>`
@@ -38,6 +41,16 @@ impl Layout {
 
     pub fn worker_id_file(&self) -> PathBuf {
         self.root.join("worker-id")
+    }
+
+    /// The worker's key, certificate and the cluster CA.
+    pub fn tls_dir(&self) -> PathBuf {
+        self.root.join("tls")
+    }
+
+    /// Exists while the worker is registered with the coordinator.
+    pub fn registered_file(&self) -> PathBuf {
+        self.root.join("registered")
     }
 
     /// The lock file one worker process holds for as long as it runs.

@@ -26,6 +26,7 @@
 pub mod attempts;
 pub mod cache;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod isolation;
 pub mod layout;
@@ -94,7 +95,7 @@ impl Worker {
     /// it, opens the cache, binds the PeerService and starts talking to the coordinator (in the
     /// background; an unreachable coordinator is retried forever).
     pub async fn start(config: Config) -> Result<Worker> {
-        let coordinator = config::normalise_url("the coordinator URL", &config.coordinator)?;
+        let coordinator = config::normalise_url("the coordinator URL", &config.coordinator, config.trust.insecure)?;
         let data_dir = std::path::absolute(&config.data_dir).map_err(Error::io("resolve", &config.data_dir))?;
         let layout = Layout::new(data_dir);
         std::fs::create_dir_all(layout.root()).map_err(Error::io("create", layout.root()))?;
@@ -152,6 +153,8 @@ impl Worker {
         isolation: Arc<Isolation>,
     ) -> Result<Worker> {
         prepare_data_dir(&layout)?;
+        // Before anything listens: a worker of a secure cluster serves peers only over TLS.
+        let credentials = credentials::obtain(&config.trust, &layout, worker_id, &coordinator).await?;
         let session = uuid::Uuid::new_v4().to_string();
         let cache = Cache::open(layout.cache_dir(), config.cache_bytes)?;
 
@@ -163,7 +166,7 @@ impl Worker {
         let local_addr = listener.local_addr().map_err(Error::io("read the bound address of", config.listen.to_string()))?;
         let peer_addr = match &config.advertise {
             Some(url) => url.clone(),
-            None => default_advertise(local_addr, &config.rails),
+            None => default_advertise(local_addr, &config.rails, credentials.is_some()),
         };
         let rails = Arc::new(
             plexus_dataplane::Endpoint::bind(plexus_dataplane::EndpointConfig {
@@ -172,6 +175,8 @@ impl Worker {
                 scheduler: config.rail_scheduler,
                 seg_max: config.seg_max,
                 send_buffer: config.send_buffer,
+                // The rail key arrives with the registration; until then rails refuse everything.
+                auth: if credentials.is_some() { plexus_dataplane::RailAuth::Pending } else { plexus_dataplane::RailAuth::Open },
                 ..Default::default()
             })
             .await?,
@@ -196,8 +201,20 @@ impl Worker {
         );
 
         let shutdown = CancellationToken::new();
-        let server = PeerServer::new(cache.clone(), layout.clone(), Arc::clone(&rails));
-        let server_task = tokio::spawn(peer::serve(listener, server, shutdown.child_token()));
+        let mut server = PeerServer::new(cache.clone(), layout.clone(), Arc::clone(&rails));
+        let mut coordinator_tls = None;
+        if let Some(c) = &credentials {
+            let tls = c.coordinator_tls();
+            let channel = tonic::transport::Endpoint::from_shared(coordinator.clone())
+                .map_err(Error::connect(&coordinator))?
+                .tls_config(tls.clone())
+                .map_err(Error::connect(&coordinator))?
+                .connect_lazy();
+            server = server.with_push_guard(Arc::new(peer::PushGuard::new(channel)));
+            coordinator_tls = Some(tls);
+        }
+        let server_tls = credentials.as_ref().map(credentials::Credentials::peer_server_tls);
+        let server_task = tokio::spawn(peer::serve(listener, server, server_tls, shutdown.child_token()));
 
         let gpus = Arc::new(GpuSampler::new(&offered));
         let gpu_task = tokio::spawn({
@@ -216,7 +233,8 @@ impl Worker {
             Arc::clone(&rails),
             Arc::clone(&isolation),
             node_gpus,
-        );
+        )
+        .with_peer_tls(credentials.as_ref().map(credentials::Credentials::peer_client_tls));
         let session_loop = Session {
             coordinator,
             worker_id,
@@ -230,6 +248,8 @@ impl Worker {
             gpus,
             isolation: isolation.mode().as_str(),
             rails: Arc::clone(&rails),
+            tls: coordinator_tls,
+            registered_file: layout.registered_file(),
         };
         let session_task = tokio::spawn(session_loop.run(shutdown.child_token()));
         Ok(Worker {
@@ -329,14 +349,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
 /// `http://<bound address>`, with an unspecified bind address (0.0.0.0, ::) replaced by the first
 /// rail, because peers cannot connect to "any address".
-fn default_advertise(bound: SocketAddr, rails: &[IpAddr]) -> String {
+fn default_advertise(bound: SocketAddr, rails: &[IpAddr], tls: bool) -> String {
     let mut addr = bound;
     if addr.ip().is_unspecified()
         && let Some(&ip) = rails.first()
     {
         addr.set_ip(ip);
     }
-    format!("http://{addr}")
+    format!("{}://{addr}", if tls { "https" } else { "http" })
 }
 
 /// Removes the worker's parent cgroups, off the async threads.
@@ -383,6 +403,8 @@ fn prepare_data_dir(layout: &Layout) -> Result<()> {
         }
         std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
     }
+    // A marker a killed process left says nothing about this one.
+    let _ = std::fs::remove_file(layout.registered_file());
     Ok(())
 }
 
@@ -424,9 +446,9 @@ mod tests {
     #[test]
     fn the_advertised_address_is_reachable() {
         let rails = vec!["10.1.2.3".parse().unwrap()];
-        assert_eq!(default_advertise("127.0.0.1:7001".parse().unwrap(), &rails), "http://127.0.0.1:7001");
-        assert_eq!(default_advertise("0.0.0.0:7001".parse().unwrap(), &rails), "http://10.1.2.3:7001");
-        assert_eq!(default_advertise("[::]:7001".parse().unwrap(), &["::1".parse().unwrap()]), "http://[::1]:7001");
+        assert_eq!(default_advertise("127.0.0.1:7001".parse().unwrap(), &rails, false), "http://127.0.0.1:7001");
+        assert_eq!(default_advertise("0.0.0.0:7001".parse().unwrap(), &rails, true), "https://10.1.2.3:7001");
+        assert_eq!(default_advertise("[::]:7001".parse().unwrap(), &["::1".parse().unwrap()], false), "http://[::1]:7001");
     }
 
     #[test]

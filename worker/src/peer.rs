@@ -32,7 +32,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Endpoint, Server};
+use tonic::transport::{ClientTlsConfig, Endpoint, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tracing::{debug, info};
 
@@ -103,6 +103,8 @@ pub struct PeerServer {
     push_slots: Arc<Semaphore>,
     push_limit: usize,
     push_wait: Duration,
+    /// Checks a push's rails against those its caller registered (secure clusters).
+    guard: Option<Arc<PushGuard>>,
 }
 
 impl PeerServer {
@@ -114,7 +116,13 @@ impl PeerServer {
             push_slots: Arc::new(Semaphore::new(MAX_CONCURRENT_PUSHES)),
             push_limit: MAX_CONCURRENT_PUSHES,
             push_wait: PUSH_SLOT_WAIT,
+            guard: None,
         }
+    }
+
+    /// The same server pushing only to rails its caller registered with the coordinator.
+    pub fn with_push_guard(self, guard: Arc<PushGuard>) -> PeerServer {
+        PeerServer { guard: Some(guard), ..self }
     }
 
     /// The same server serving at most `limit` (at least 1) pushes at once, refusing one that
@@ -209,6 +217,75 @@ impl PeerServer {
     }
 }
 
+/// How long what the coordinator said about a caller's rails is trusted before a push to a
+/// rail not among them asks again (a worker that restarted registers new rail ports).
+const GUARD_REFRESH: Duration = Duration::from_secs(1);
+
+/// Pushes go only to rails the calling worker registered: the caller is known by its client
+/// certificate, and the coordinator (`ResolvePeer`) says which worker that certificate is and
+/// which rails it registered. Without this, any worker could make another send data anywhere.
+#[derive(Debug)]
+pub struct PushGuard {
+    coordinator: pb::worker_service_client::WorkerServiceClient<tonic::transport::Channel>,
+    /// By certificate fingerprint: what the coordinator last said.
+    known: std::sync::Mutex<std::collections::HashMap<String, Resolved>>,
+}
+
+/// A caller's certificate resolved by the coordinator.
+#[derive(Debug)]
+struct Resolved {
+    worker: String,
+    rails: Vec<String>,
+    at: std::time::Instant,
+}
+
+impl PushGuard {
+    /// A guard asking the coordinator over `channel` (this worker's mutual-TLS connection).
+    pub fn new(channel: tonic::transport::Channel) -> PushGuard {
+        PushGuard { coordinator: pb::worker_service_client::WorkerServiceClient::new(channel), known: Default::default() }
+    }
+
+    /// Ok when every rail of `rails` was registered by the worker whose certificate is `cert`.
+    pub async fn check(&self, cert: Option<&[u8]>, rails: &[String]) -> std::result::Result<(), Status> {
+        let Some(cert) = cert else {
+            return Err(Status::unauthenticated("PushObject needs a worker's certificate"));
+        };
+        let fp = plexus_security::Fingerprint::of_der(cert).0;
+        let fresh = |entry: Option<&Resolved>| {
+            entry.map(|e| (e.worker.clone(), rails.iter().all(|r| e.rails.contains(r)), e.at.elapsed() < GUARD_REFRESH))
+        };
+        let cached = fresh(self.known.lock().unwrap_or_else(|p| p.into_inner()).get(&fp));
+        let worker = match cached {
+            Some((_, true, _)) => return Ok(()),
+            // Refused a moment ago: do not ask the coordinator again for every retry.
+            Some((w, false, true)) => w,
+            _ => {
+                let reply = self
+                    .coordinator
+                    .clone()
+                    .resolve_peer(pb::ResolvePeerRequest { fingerprint: fp.clone() })
+                    .await
+                    .map_err(|s| Status::permission_denied(format!("cannot check the caller of PushObject with the coordinator: {}", s.message())))?
+                    .into_inner();
+                let ok = rails.iter().all(|r| reply.rails.contains(r));
+                let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+                // Bounded: one entry per worker certificate, forgotten when it gets full.
+                if known.len() >= 10_000 {
+                    known.clear();
+                }
+                known.insert(fp, Resolved { worker: reply.worker_id.clone(), rails: reply.rails, at: std::time::Instant::now() });
+                if ok {
+                    return Ok(());
+                }
+                reply.worker_id
+            }
+        };
+        Err(Status::permission_denied(format!(
+            "PushObject to rails {rails:?}: not all of them are registered by the calling worker {worker}; pushes go only to the caller's own rails"
+        )))
+    }
+}
+
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<pb::ObjectChunk, Status>> + Send>>;
 
 /// The gRPC adapter: each call runs its handler above, and an error becomes a `Status` only here,
@@ -225,6 +302,10 @@ impl pb::peer_service_server::PeerService for PeerServer {
         &self,
         request: Request<pb::PushObjectRequest>,
     ) -> Result<Response<pb::PushObjectResponse>, Status> {
+        if let Some(guard) = &self.guard {
+            let cert = request.peer_certs().and_then(|c| c.first().map(|c| c.as_ref().to_vec()));
+            guard.check(cert.as_deref(), &request.get_ref().rails).await?;
+        }
         Ok(Response::new(self.serve_push(request.into_inner()).await?))
     }
 
@@ -252,11 +333,16 @@ fn chunks(file: tokio::fs::File, id: ObjectId, total_size: u64) -> ChunkStream {
     }))
 }
 
-/// Runs the PeerService on `listener` until `shutdown` is cancelled.
-pub async fn serve(listener: TcpListener, server: PeerServer, shutdown: CancellationToken) -> Result<()> {
+/// Runs the PeerService on `listener` until `shutdown` is cancelled; with `tls`, only to clients
+/// with a certificate of the cluster CA (peers and the coordinator).
+pub async fn serve(listener: TcpListener, server: PeerServer, tls: Option<ServerTlsConfig>, shutdown: CancellationToken) -> Result<()> {
     let addr = listener.local_addr().ok();
-    info!(?addr, "peer service listening");
-    Server::builder()
+    info!(?addr, tls = tls.is_some(), "peer service listening");
+    let mut builder = Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).map_err(Error::Serve)?;
+    }
+    builder
         .add_service(
             pb::peer_service_server::PeerServiceServer::new(server)
                 .max_decoding_message_size(MAX_MESSAGE)
@@ -274,12 +360,15 @@ pub struct Fetched {
     pub bytes: u64,
 }
 
-/// A PeerService client for `holder`.
-async fn client(holder: &str) -> Result<pb::peer_service_client::PeerServiceClient<tonic::transport::Channel>> {
-    let endpoint = Endpoint::from_shared(holder.to_string())
+/// A PeerService client for `holder`, over mutual TLS with `tls` (this worker's certificate).
+async fn client(holder: &str, tls: Option<&ClientTlsConfig>) -> Result<pb::peer_service_client::PeerServiceClient<tonic::transport::Channel>> {
+    let mut endpoint = Endpoint::from_shared(holder.to_string())
         .map_err(Error::connect(holder))?
         .connect_timeout(PEER_CONNECT_TIMEOUT)
         .tcp_nodelay(true);
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls.clone()).map_err(Error::connect(holder))?;
+    }
     let channel = endpoint.connect().await.map_err(Error::connect(holder))?;
     Ok(pb::peer_service_client::PeerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE))
 }
@@ -307,6 +396,7 @@ fn check_announced(id: &ObjectId, holder: &str, announced: u64, expected: Option
 /// tag, which is never asked for again (tags are random 64-bit numbers).
 pub async fn fetch_object_rails(
     rails: &plexus_dataplane::Endpoint,
+    tls: Option<&ClientTlsConfig>,
     holder: &Source,
     id: &ObjectId,
     expected: Option<u64>,
@@ -317,7 +407,7 @@ pub async fn fetch_object_rails(
     };
     let from = PeerId(from);
     let tag = uuid::Uuid::new_v4().as_u64_pair().0;
-    let mut client = client(&holder.peer_addr).await?;
+    let mut client = client(&holder.peer_addr, tls).await?;
     let request = pb::PushObjectRequest {
         object_id: id.to_string(),
         rails: rails.local_addrs().iter().map(ToString::to_string).collect(),
@@ -375,8 +465,8 @@ pub async fn fetch_object_rails(
 ///
 /// `expected` as for [`fetch_object_rails`]: a first chunk announcing another size is refused
 /// before it is written, and the stream is cut off as soon as more bytes arrive than announced.
-pub async fn fetch_object(holder: &str, id: &ObjectId, expected: Option<u64>, dest: &Path) -> Result<Fetched> {
-    let mut client = client(holder).await?;
+pub async fn fetch_object(holder: &str, tls: Option<&ClientTlsConfig>, id: &ObjectId, expected: Option<u64>, dest: &Path) -> Result<Fetched> {
+    let mut client = client(holder, tls).await?;
     let call = client.fetch_object(pb::FetchObjectRequest { object_id: id.to_string() });
     let mut stream = tokio::time::timeout(PEER_IDLE_TIMEOUT, call)
         .await
@@ -440,7 +530,7 @@ mod tests {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let stop = CancellationToken::new();
         let rails = Arc::new(plexus_dataplane::Endpoint::bind(Default::default()).await.unwrap());
-        let task = tokio::spawn(serve(listener, PeerServer::new(cache.clone(), layout.clone(), rails.clone()), stop.clone()));
+        let task = tokio::spawn(serve(listener, PeerServer::new(cache.clone(), layout.clone(), rails.clone()), None, stop.clone()));
         Peer { _dir: dir, cache, layout, url, stop, task, rails }
     }
 
@@ -576,7 +666,7 @@ mod tests {
 
         for (id, expect) in [(&big, &data[..]), (&empty, &b""[..])] {
             let tmp = b.layout.root().join("download");
-            let got = fetch_object(&a.url, id, Some(expect.len() as u64), &tmp).await.unwrap();
+            let got = fetch_object(&a.url, None, id, Some(expect.len() as u64), &tmp).await.unwrap();
             assert_eq!(got.bytes, expect.len() as u64);
             let ins = b.cache.insert(id, &tmp).unwrap();
             assert_eq!(ins.size, expect.len() as u64);
@@ -600,7 +690,7 @@ mod tests {
         let holder = Source { peer_addr: a.url.clone(), rails: a.rails.local_addrs() };
         for (id, expect) in [(&big, &data[..]), (&empty, &b""[..])] {
             let tmp = b.layout.root().join("download");
-            let got = fetch_object_rails(&b.rails, &holder, id, Some(expect.len() as u64), &tmp).await.unwrap();
+            let got = fetch_object_rails(&b.rails, None, &holder, id, Some(expect.len() as u64), &tmp).await.unwrap();
             assert_eq!(got.bytes, expect.len() as u64);
             assert!(std::fs::read(&tmp).unwrap() == expect, "{id} arrived intact");
         }
@@ -608,7 +698,7 @@ mod tests {
 
         // Missing objects and unusable rail addresses are refused by the holder, not hung on.
         let absent = ObjectId { job, task: "gen".into(), rank: 1, name: "absent".into() };
-        let err = fetch_object_rails(&b.rails, &holder, &absent, None, &b.layout.root().join("x")).await.unwrap_err();
+        let err = fetch_object_rails(&b.rails, None, &holder, &absent, None, &b.layout.root().join("x")).await.unwrap_err();
         assert!(err.to_string().contains("not in the cache"), "{err}");
         let mut client = pb::peer_service_client::PeerServiceClient::connect(a.url.clone()).await.unwrap();
         for rails in [vec![], vec!["eth0".to_string()], vec!["127.0.0.1:1".to_string(); 65]] {
@@ -672,10 +762,10 @@ mod tests {
         let dest = b.layout.root().join("download");
         // The assignment says 1 MiB (or 4 MiB); the holder has (and announces) 3 MiB.
         for expected in [CHUNK_BYTES, 4 * CHUNK_BYTES] {
-            let over_rails = fetch_object_rails(&b.rails, &holder, &id, Some(expected), &dest).await.unwrap_err();
+            let over_rails = fetch_object_rails(&b.rails, None, &holder, &id, Some(expected), &dest).await.unwrap_err();
             let written_rails = std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
             let _ = std::fs::remove_file(&dest);
-            let over_grpc = fetch_object(&a.url, &id, Some(expected), &dest).await.unwrap_err();
+            let over_grpc = fetch_object(&a.url, None, &id, Some(expected), &dest).await.unwrap_err();
             let written_grpc = std::fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
             let _ = std::fs::remove_file(&dest);
             for (err, written) in [(over_rails, written_rails), (over_grpc, written_grpc)] {
@@ -689,8 +779,8 @@ mod tests {
         }
         // Unknown (None) or matching, the same object comes.
         for expected in [None, Some(data.len() as u64)] {
-            assert_eq!(fetch_object_rails(&b.rails, &holder, &id, expected, &dest).await.unwrap().bytes, data.len() as u64);
-            assert_eq!(fetch_object(&a.url, &id, expected, &dest).await.unwrap().bytes, data.len() as u64);
+            assert_eq!(fetch_object_rails(&b.rails, None, &holder, &id, expected, &dest).await.unwrap().bytes, data.len() as u64);
+            assert_eq!(fetch_object(&a.url, None, &id, expected, &dest).await.unwrap().bytes, data.len() as u64);
         }
         a.stop().await;
         b.stop().await;
@@ -744,7 +834,7 @@ mod tests {
                     .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), stop.clone().cancelled_owned()),
             );
             let dest = dir.path().join("download");
-            let err = fetch_object(&url, &id, Some(expected), &dest).await.unwrap_err();
+            let err = fetch_object(&url, None, &id, Some(expected), &dest).await.unwrap_err();
             let written = std::fs::metadata(&dest).unwrap().len();
             assert!(written <= expected, "{written} bytes written, more than the expected {expected}");
             let want = if announced == expected {
@@ -766,7 +856,7 @@ mod tests {
         let a = peer().await;
         let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "absent".into() };
         let tmp = a.layout.root().join("download");
-        let err = fetch_object(&a.url, &id, None, &tmp).await.unwrap_err();
+        let err = fetch_object(&a.url, None, &id, None, &tmp).await.unwrap_err();
         assert!(err.to_string().contains("not in the cache"), "{err}");
 
         let mut client = pb::peer_service_client::PeerServiceClient::connect(a.url.clone()).await.unwrap();
@@ -785,8 +875,8 @@ mod tests {
         let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let dead_url = format!("http://{}", dead.local_addr().unwrap());
         drop(dead);
-        assert!(fetch_object(&dead_url, &id, None, &tmp).await.is_err());
-        assert!(fetch_object("not a url", &id, None, &tmp).await.is_err());
+        assert!(fetch_object(&dead_url, None, &id, None, &tmp).await.is_err());
+        assert!(fetch_object("not a url", None, &id, None, &tmp).await.is_err());
         a.stop().await;
     }
 

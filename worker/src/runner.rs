@@ -317,6 +317,8 @@ struct Ctx {
     /// How commands are confined (cgroups or process groups).
     isolation: Arc<Isolation>,
     gpus: NodeGpus,
+    /// This worker's certificate for fetching from peers (`None`: an insecure cluster).
+    peer_tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 /// Fetch and eviction accounting of one attempt.
@@ -359,7 +361,17 @@ impl Runner {
         isolation: Arc<Isolation>,
         gpus: NodeGpus,
     ) -> Runner {
-        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker, rails, isolation, gpus }) }
+        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker, rails, isolation, gpus, peer_tls: None }) }
+    }
+
+    /// The same runner fetching inputs from peers over mutual TLS with `tls`. Call before any
+    /// assignment (it needs the only reference to the shared context).
+    pub fn with_peer_tls(mut self, tls: Option<tonic::transport::ClientTlsConfig>) -> Runner {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.peer_tls = tls,
+            None => tracing::error!("Runner::with_peer_tls called after the runner was shared; not applied"),
+        }
+        self
     }
 
     /// Starts an assignment unless its attempt is already known. Never blocks: commands run in
@@ -704,7 +716,7 @@ impl Ctx {
             let mut fetched = None;
             if !holder.rails.is_empty() {
                 let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-                match peer::fetch_object_rails(&self.rails, holder, &input.id, input.expected_size(), &tmp.0).await {
+                match peer::fetch_object_rails(&self.rails, self.peer_tls.as_ref(), holder, &input.id, input.expected_size(), &tmp.0).await {
                     Ok(f) => {
                         debug!(object = %input.id, holder = url, bytes = f.bytes, "fetched over the data plane");
                         fetched = Some((f, tmp));
@@ -719,7 +731,7 @@ impl Ctx {
                 Some(f) => f,
                 None => {
                     let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-                    match peer::fetch_object(url, &input.id, input.expected_size(), &tmp.0).await {
+                    match peer::fetch_object(url, self.peer_tls.as_ref(), &input.id, input.expected_size(), &tmp.0).await {
                         Ok(f) => (f, tmp),
                         Err(e) => {
                             debug!(object = %input.id, holder = url, error = %e, "fetch from holder failed");
@@ -1389,6 +1401,7 @@ mod tests {
         let server = tokio::spawn(peer::serve(
             listener,
             peer::PeerServer::new(producer_cache, producer, producer_rails.clone()),
+            None,
             stop.clone(),
         ));
 

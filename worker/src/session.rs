@@ -74,8 +74,14 @@ pub struct Session {
     pub gpus: Arc<GpuSampler>,
     /// How attempts are confined (`Mode::as_str`), repeated in every node state.
     pub isolation: &'static str,
-    /// The data plane, for its per-rail counters in every heartbeat.
+    /// The data plane, for its per-rail counters in every heartbeat, and the rail key every
+    /// registration brings.
     pub rails: Arc<plexus_dataplane::Endpoint>,
+    /// Mutual TLS with this worker's certificate (`None`: an insecure cluster).
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
+    /// Exists while this worker is registered (`Layout::registered_file`): what a container
+    /// health check reads without credentials of its own.
+    pub registered_file: std::path::PathBuf,
 }
 
 /// The reconnect delays: [`INITIAL_BACKOFF`] doubling to [`MAX_BACKOFF`], back to the start
@@ -160,6 +166,9 @@ impl Session {
             Ok(never) => match never {},
             Err(e) => e,
         };
+        if registered {
+            let _ = std::fs::remove_file(&self.registered_file);
+        }
         Ended { registered, error }
     }
 
@@ -173,6 +182,10 @@ impl Session {
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
+        let endpoint = match &self.tls {
+            Some(tls) => endpoint.tls_config(tls.clone()).map_err(Error::connect(&self.coordinator))?,
+            None => endpoint,
+        };
         let channel = endpoint.connect().await.map_err(Error::connect(&self.coordinator))?;
         // The one message-size policy: the coordinator sends assignments up to this size.
         let mut client = pb::worker_service_client::WorkerServiceClient::new(channel)
@@ -190,6 +203,15 @@ impl Session {
         };
         let reply = with_timeout("Register", SETUP_TIMEOUT, client.register(request)).await?.into_inner();
         *registered = true;
+        if !reply.rail_key.is_empty() {
+            let key = plexus_dataplane::RailKey::from_bytes(&reply.rail_key).map_err(|e| Error::Config(format!("the coordinator sent an unusable rail key: {e}")))?;
+            self.rails.set_rail_key(key);
+        } else if self.tls.is_some() {
+            return Err(Error::Config("the coordinator sent no rail key over a secure connection; is it running with --insecure?".into()));
+        }
+        if let Err(e) = std::fs::write(&self.registered_file, format!("{} {}\n", self.session, self.coordinator)) {
+            debug!(error = %e, "cannot write the registered marker");
+        }
         let interval = match reply.heartbeat_interval_ms {
             0 => DEFAULT_HEARTBEAT_INTERVAL,
             ms => Duration::from_millis(ms).clamp(MIN_HEARTBEAT_INTERVAL, MAX_HEARTBEAT_INTERVAL),
@@ -286,6 +308,7 @@ impl Session {
             rails: rail_counters(&self.rails),
             gpus: self.gpus.latest(),
             isolation: self.isolation.to_string(),
+            rails_refused: self.rails.handshake_failures(),
         }
     }
 }

@@ -43,7 +43,16 @@ struct FakeService(Arc<Shared>);
 impl pb::worker_service_server::WorkerService for FakeService {
     async fn register(&self, r: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
         self.0.rec.lock().unwrap().registers.push(r.into_inner());
-        Ok(Response::new(pb::RegisterResponse { heartbeat_interval_ms: 50, heartbeat_timeout_ms: 5000 }))
+        Ok(Response::new(pb::RegisterResponse { heartbeat_interval_ms: 50, heartbeat_timeout_ms: 5000, rail_key: vec![] }))
+    }
+
+    /// An insecure coordinator's answers: these tests drive the worker with `--insecure`.
+    async fn join(&self, _: Request<pb::JoinRequest>) -> Result<Response<pb::JoinResponse>, Status> {
+        Err(Status::failed_precondition("this fake coordinator is insecure"))
+    }
+
+    async fn resolve_peer(&self, _: Request<pb::ResolvePeerRequest>) -> Result<Response<pb::ResolvePeerResponse>, Status> {
+        Err(Status::failed_precondition("this fake coordinator is insecure"))
     }
 
     async fn heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {

@@ -3,6 +3,10 @@
 //! persisted), plus dispatch latency percentiles and where the coordinator's engine spent its
 //! time. Run with `make bench-control` (release build).
 //!
+//! The whole measurement runs twice, on a secure cluster (mutual TLS between workers and
+//! coordinator, TLS and a bearer token on every client call: the default) and on one started
+//! with `--insecure`, and the table shows both side by side with their ratio.
+//!
 //! Figures for other schedulers are the ones their projects published (cited, not measured here):
 //! they are printed for scale, not as a same-machine comparison.
 
@@ -55,9 +59,22 @@ fn one_run(c: &Cluster, i: usize) -> Run {
     r
 }
 
-fn main() {
-    let config = ClusterConfig { workers: 4, log: "warn,plexus_coordinator::engine=info".into(), ..Default::default() };
-    eprintln!("starting a coordinator and {} workers (release binaries from {})", config.workers, plexus_e2e::bin_dir().display());
+/// Everything measured on one cluster.
+struct Measured {
+    runs: Vec<Run>,
+    single_total: Vec<u64>,
+    single_dispatch: Vec<u64>,
+    engine: Option<String>,
+}
+
+fn measure(insecure: bool) -> Measured {
+    let config = ClusterConfig { workers: 4, log: "warn,plexus_coordinator::engine=info".into(), insecure, ..Default::default() };
+    eprintln!(
+        "starting a coordinator and {} workers ({}; release binaries from {})",
+        config.workers,
+        if insecure { "--insecure" } else { "TLS and tokens" },
+        plexus_e2e::bin_dir().display()
+    );
     let mut c = Cluster::start(config);
 
     // One warm-up job so connections and allocators are warm, then the measured runs.
@@ -84,41 +101,61 @@ fn main() {
     single_total.sort_unstable();
     single_dispatch.sort_unstable();
     c.stop_coordinator();
+    let engine = c.coordinator_log().lines().rev().find(|l| l.contains("engine stats")).map(str::to_string);
+    Measured { runs, single_total, single_dispatch, engine }
+}
+
+fn median_rate(m: &Measured) -> f64 {
+    let mut rates: Vec<f64> = m.runs.iter().map(|r| SUBTASKS as f64 / r.wall.as_secs_f64()).collect();
+    rates.sort_by(|a, b| a.total_cmp(b));
+    rates[rates.len() / 2]
+}
+
+fn main() {
+    let modes = [("tls", measure(false)), ("insecure", measure(true))];
 
     println!("control plane: {SUBTASKS} no-op subtasks per job, 4 worker processes, 1 coordinator, loopback, 2-core machine");
+    println!("tls = the default (mutual TLS worker<->coordinator, TLS + bearer token for the client); insecure = --insecure");
     println!();
-    println!("{:>4} {:>9} {:>12} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}", "run", "wall_ms", "subtasks/s", "queue_p50", "queue_p99", "dispatch_p50", "dispatch_p99", "total_p50", "total_p99");
-    let mut rates = Vec::new();
-    for (i, r) in runs.iter().enumerate() {
-        let rate = SUBTASKS as f64 / r.wall.as_secs_f64();
-        rates.push(rate);
-        println!(
-            "{:>4} {:>9} {:>12.0} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
-            i + 1,
-            r.wall.as_millis(),
-            rate,
-            percentile(&r.queue, 50.0),
-            percentile(&r.queue, 99.0),
-            percentile(&r.dispatch, 50.0),
-            percentile(&r.dispatch, 99.0),
-            percentile(&r.total, 50.0),
-            percentile(&r.total, 99.0),
-        );
+    println!(
+        "{:<9} {:>4} {:>9} {:>12} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
+        "mode", "run", "wall_ms", "subtasks/s", "queue_p50", "queue_p99", "dispatch_p50", "dispatch_p99", "total_p50", "total_p99"
+    );
+    for (mode, m) in &modes {
+        for (i, r) in m.runs.iter().enumerate() {
+            println!(
+                "{:<9} {:>4} {:>9} {:>12.0} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
+                mode,
+                i + 1,
+                r.wall.as_millis(),
+                SUBTASKS as f64 / r.wall.as_secs_f64(),
+                percentile(&r.queue, 50.0),
+                percentile(&r.queue, 99.0),
+                percentile(&r.dispatch, 50.0),
+                percentile(&r.dispatch, 99.0),
+                percentile(&r.total, 50.0),
+                percentile(&r.total, 99.0),
+            );
+        }
     }
-    rates.sort_by(|a, b| a.total_cmp(b));
-    let median = rates[rates.len() / 2];
     println!("(latencies in ms; queue = ready→placed+persisted, dispatch = placed→started on the worker, total = ready→done on the worker)");
     println!();
     println!("isolated subtasks ({SINGLES} one-subtask jobs, one at a time):");
-    println!(
-        "  client submit -> job done seen: p50 {:.2} ms, p99 {:.2} ms (includes the client's 0.2 ms polling)",
-        percentile(&single_total, 50.0) as f64 / 1000.0,
-        percentile(&single_total, 99.0) as f64 / 1000.0
-    );
-    println!("  placed -> started on the worker: p50 {} ms, p99 {} ms", percentile(&single_dispatch, 50.0), percentile(&single_dispatch, 99.0));
+    for (mode, m) in &modes {
+        println!(
+            "  {mode:<9} client submit -> job done seen: p50 {:.2} ms, p99 {:.2} ms (includes 0.2 ms polling); placed -> started: p50 {} ms, p99 {} ms",
+            percentile(&m.single_total, 50.0) as f64 / 1000.0,
+            percentile(&m.single_total, 99.0) as f64 / 1000.0,
+            percentile(&m.single_dispatch, 50.0),
+            percentile(&m.single_dispatch, 99.0)
+        );
+    }
     println!();
+    let (tls, insecure) = (median_rate(&modes[0].1), median_rate(&modes[1].1));
     println!("{:<44} {:>12}", "system", "placements/s");
-    println!("{:<44} {:>12.0}", "plexus (this run, median)", median);
+    println!("{:<44} {:>12.0}", "plexus, TLS + tokens (this run, median)", tls);
+    println!("{:<44} {:>12.0}", "plexus, --insecure (this run, median)", insecure);
+    println!("{:<44} {:>12.2}", "ratio TLS / insecure (target >= 0.80)", tls / insecure);
     println!("{:<44} {:>12}", "target", 10_000);
     println!("{:<44} {:>12}", "Nomad C1M (published; 5 servers)", 3_750);
     println!("{:<44} {:>12}", "Slurm (documented jobs/s)", 500);
@@ -126,16 +163,17 @@ fn main() {
     println!();
 
     // Where the coordinator's engine thread spent its time over all runs (warm-up included).
-    let log = c.coordinator_log();
-    match log.lines().rev().find(|l| l.contains("engine stats")) {
-        Some(line) => {
-            println!("coordinator engine, all jobs (warm-up included):");
-            for field in ["rounds", "commands", "records", "apply_ms", "schedule_ms", "commit_ms", "dispatch_ms"] {
-                if let Some(v) = line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{field}="))) {
-                    println!("  {field:<12} {v}");
+    for (mode, m) in &modes {
+        match &m.engine {
+            Some(line) => {
+                println!("coordinator engine ({mode}), all jobs (warm-up included):");
+                for field in ["rounds", "commands", "records", "apply_ms", "schedule_ms", "commit_ms", "dispatch_ms"] {
+                    if let Some(v) = line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{field}="))) {
+                        println!("  {field:<12} {v}");
+                    }
                 }
             }
+            None => println!("(no engine stats line in the {mode} coordinator log)"),
         }
-        None => println!("(no engine stats line in the coordinator log)"),
     }
 }

@@ -10,9 +10,14 @@
 //!   goodput before and after, and the time until goodput reaches 90 % of the new Σ rates.
 //!
 //! The sender runs in this process (host 0 of the rig is the root namespace); the receiver is
-//! this same binary re-executed as `rails --serve …` in host 1's namespace. Seeded; about four
-//! minutes in all with the defaults. `rails --help` lists the options (which parts to run,
-//! which schedulers, how many repeats).
+//! this same binary re-executed as `rails --serve …` in host 1's namespace. Seeded. `rails
+//! --help` lists the options (which parts to run, which schedulers, how many repeats).
+//!
+//! `--auth open,key` (the default) runs everything twice, without and with the authenticated
+//! rail handshake (`plexus_dataplane::auth`, a fresh random key that the receiver gets through
+//! its environment, `PLEXUS_BENCH_RAIL_KEY`): the loopback table shows both side by side with
+//! their ratio, the rig tables one row per scheduler and mode (`+key`). About eight minutes in
+//! all with the defaults, four with `--auth open`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Command, Stdio};
@@ -20,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use plexus_dataplane::peer::{self, PeerOpts};
 use plexus_dataplane::rig::{self, PeerProcess, Rig, pattern};
-use plexus_dataplane::{Endpoint, EndpointConfig, SchedulerKind};
+use plexus_dataplane::{Endpoint, EndpointConfig, RailAuth, RailKey, SchedulerKind};
 
 const MIB: u64 = 1 << 20;
 /// Messages the size of a collective's slice (a 256 MiB buffer reduce-scattered over 8
@@ -40,14 +45,23 @@ const SEED: u64 = 1;
 /// Rig segment size: 1 MiB cuts a 32 MiB slice into 32 segments, enough to balance three
 /// rails; the loopback sweep shows larger segments buy little.
 const RIG_SEG: u64 = MIB;
+/// The environment variable that carries the key to the receiving process (`--rail-key-env`):
+/// not its command line, which every user of the machine can read.
+const KEY_ENV: &str = "PLEXUS_BENCH_RAIL_KEY";
 
 const USAGE: &str = "\
 usage: rails [--only loopback,2,3,dynamic] [--sched NAME,...] [--repeat N] [--queue-max N]
+             [--auth open,key] [--seg MiB,...] [--secs S]
   --only      parts to run (default all): loopback (iperf3 and the channel on 127.0.0.1),
               2 (rig 2gbit,500mbit), 3 (rig 1500mbit,750mbit,250mbit), dynamic
   --sched     schedulers to run (default all): round-robin, weighted, q-learning, q-learning-fresh
-  --repeat    runs per scheduler in the rig tables; the row shows the median run (default 1)
-  --queue-max segments per rail send queue (default: the endpoint's, 8)";
+  --repeat    runs per scheduler (rig tables) and per seg_max and mode (loopback); the row
+              shows the median run (default 1)
+  --queue-max segments per rail send queue (default: the endpoint's, 8)
+  --auth      rail handshake modes to run (default open,key): open (none), key (the
+              authenticated handshake under a random rail key); loopback runs them alternately
+  --seg       loopback seg_max values, MiB, fractions allowed (default 0.25,1,4,16)
+  --secs      seconds each loopback run issues messages (default 3)";
 
 /// What to run, from the command line.
 struct Opts {
@@ -55,6 +69,26 @@ struct Opts {
     scheds: Vec<SchedulerKind>,
     repeat: usize,
     queue_max: Option<usize>,
+    /// Handshake modes, each run in turn: false open, true with the rail key.
+    auth: Vec<bool>,
+    loopback_segs: Vec<u64>,
+    loopback_run: Duration,
+}
+
+/// The sender's side of a mode, and the receiver's arguments for it.
+fn auth_mode(key: &RailKey, keyed: bool) -> (RailAuth, Vec<String>) {
+    if keyed {
+        (
+            RailAuth::Key(key.clone()),
+            vec!["--rail-key-env".to_string(), KEY_ENV.to_string()],
+        )
+    } else {
+        (RailAuth::Open, vec![])
+    }
+}
+
+fn mode_name(keyed: bool) -> &'static str {
+    if keyed { "key" } else { "open" }
 }
 
 impl Opts {
@@ -64,6 +98,9 @@ impl Opts {
             scheds: SchedulerKind::ALL.to_vec(),
             repeat: 1,
             queue_max: None,
+            auth: vec![false, true],
+            loopback_segs: vec![256 << 10, MIB, 4 * MIB, 16 * MIB],
+            loopback_run: Duration::from_secs(3),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -106,6 +143,37 @@ impl Opts {
                             .ok_or("--queue-max needs a positive number")?,
                     )
                 }
+                "--auth" => {
+                    o.auth = val()?
+                        .split(',')
+                        .map(|m| match m {
+                            "open" => Ok(false),
+                            "key" => Ok(true),
+                            _ => Err(format!("unknown --auth mode {m:?} (open or key)")),
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "--seg" => {
+                    o.loopback_segs = val()?
+                        .split(',')
+                        .map(|m| {
+                            m.parse::<f64>()
+                                .ok()
+                                .map(|m| (m * MIB as f64) as u64 / 8 * 8)
+                                .filter(|&b| b > 0)
+                                .ok_or_else(|| format!("bad --seg value {m:?}"))
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "--secs" => {
+                    o.loopback_run = Duration::from_secs_f64(
+                        val()?
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|&s| s > 0.0)
+                            .ok_or("--secs needs a positive number")?,
+                    )
+                }
                 _ => return Err(format!("unknown argument {a:?}\n{USAGE}")),
             }
         }
@@ -135,6 +203,11 @@ fn main() {
         eprintln!("rails: {e}");
         std::process::exit(2)
     });
+    let key = RailKey::random();
+    let hex: String = key.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    // SAFETY: no other thread exists yet (the runtime is made below), so nothing reads the
+    // environment concurrently. Every receiver process inherits it (`--rail-key-env`).
+    unsafe { std::env::set_var(KEY_ENV, hex) };
     let deps = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/deps-rails.sh");
     let _ = Command::new("bash").arg(deps).status();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -145,17 +218,22 @@ fn main() {
         MSG / MIB
     );
     println!(
-        "machine: {} cores, load average at start {}; {} run(s) per scheduler (median shown), queue_max {}",
+        "machine: {} cores, load average at start {}; {} run(s) per scheduler (median shown), queue_max {}; rail handshake: {}",
         cores(),
         loadavg(),
         opts.repeat,
         opts.queue_max
-            .unwrap_or_else(|| EndpointConfig::default().queue_max)
+            .unwrap_or_else(|| EndpointConfig::default().queue_max),
+        opts.auth
+            .iter()
+            .map(|&k| mode_name(k))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!();
 
     if opts.runs("loopback") {
-        loopback(&rt);
+        loopback(&rt, &opts, &key);
     }
 
     match rig::unavailable() {
@@ -163,13 +241,14 @@ fn main() {
         None => {
             let mut tables = vec![];
             if opts.runs("2") {
-                let t = rig_table(&rt, &opts, &[("2gbit", 2e9), ("500mbit", 0.5e9)]);
+                let t = rig_table(&rt, &opts, &key, &[("2gbit", 2e9), ("500mbit", 0.5e9)]);
                 tables.push(("2 rails", t));
             }
             if opts.runs("3") {
                 let t = rig_table(
                     &rt,
                     &opts,
+                    &key,
                     &[
                         ("1500mbit", 1.5e9),
                         ("750mbit", 0.75e9),
@@ -179,7 +258,7 @@ fn main() {
                 tables.push(("3 rails", t));
             }
             if opts.runs("dynamic") {
-                dynamic(&rt, &opts);
+                dynamic(&rt, &opts, &key);
             }
             println!();
             for (name, t) in &tables {
@@ -201,8 +280,10 @@ fn main() {
     println!("total bench time {:.0} s", started.elapsed().as_secs_f64());
 }
 
-/// iperf3 and the channel between two processes on 127.0.0.1.
-fn loopback(rt: &tokio::runtime::Runtime) {
+/// iperf3 and the channel between two processes on 127.0.0.1, at each seg_max, in each
+/// handshake mode side by side (the modes alternate run by run, so a drift of the machine's
+/// load spreads over both; each column is the median of `--repeat` runs).
+fn loopback(rt: &tokio::runtime::Runtime, opts: &Opts, key: &RailKey) {
     println!("== loopback: one rail (127.0.0.1), no shaping, two processes ==");
     let iperf = iperf3(None, "127.0.0.1", "127.0.0.1", 4);
     match iperf {
@@ -214,30 +295,69 @@ fn loopback(rt: &tokio::runtime::Runtime) {
         None => println!("{:<34} {:>9}", "iperf3", "n/a (not installed)"),
     }
     let local: IpAddr = "127.0.0.1".parse().unwrap();
-    for seg in [256 << 10, MIB, 4 * MIB, 16 * MIB] {
-        let mut peer = spawn_peer(None, &[local]);
-        let cfg = EndpointConfig {
-            rails: vec![local],
-            seg_max: seg,
-            seed: SEED,
-            ..Default::default()
-        };
-        let r = rt.block_on(drive(
-            cfg,
-            &peer.addrs,
-            64 * MIB,
-            Duration::from_secs(3),
-            None,
-        ));
-        let share = iperf.map_or(String::new(), |i| {
-            format!("{:.2} of iperf3", r.goodput_bps() / i)
-        });
-        let cpu = r.cpu(peer_pid(&mut peer));
-        println!(
-            "{:<34} {:>9.2} Gbit/s   {share}   cpu {cpu:.2} cores",
-            format!("plexus, seg_max {}", size(seg)),
-            r.goodput_bps() / 1e9
+    let mut head = format!("{:<24}", "plexus, seg_max");
+    for &k in &opts.auth {
+        head += &format!(
+            " {:>13} {:>8} {:>6}",
+            format!("{} Gbit/s", mode_name(k)),
+            "÷ iperf3",
+            "cpu"
         );
+    }
+    if opts.auth.len() == 2 {
+        head += &format!(
+            " {:>12}",
+            format!("{} ÷ {}", mode_name(opts.auth[1]), mode_name(opts.auth[0]))
+        );
+    }
+    println!("{head}   all runs Gbit/s");
+    for &seg in &opts.loopback_segs {
+        // runs[mode] = (goodput bit/s, cpu cores) of each repeat.
+        let mut runs: Vec<Vec<(f64, f64)>> = vec![vec![]; opts.auth.len()];
+        for _ in 0..opts.repeat {
+            for (m, &keyed) in opts.auth.iter().enumerate() {
+                let (auth, peer_args) = auth_mode(key, keyed);
+                let mut peer = spawn_peer(None, &[local], &peer_args);
+                let cfg = EndpointConfig {
+                    rails: vec![local],
+                    seg_max: seg,
+                    seed: SEED,
+                    auth,
+                    ..Default::default()
+                };
+                let r = rt.block_on(drive(cfg, &peer.addrs, 64 * MIB, opts.loopback_run, None));
+                let cpu = r.cpu(peer_pid(&mut peer));
+                runs[m].push((r.goodput_bps(), cpu));
+            }
+        }
+        let mut line = format!("{:<24}", size(seg));
+        let mut medians = vec![];
+        for m in &mut runs {
+            m.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (g, cpu) = m[m.len() / 2];
+            medians.push(g);
+            let share = iperf.map_or("n/a".to_string(), |i| format!("{:.2}", g / i));
+            line += &format!(" {:>13.2} {share:>8} {cpu:>6.2}", g / 1e9);
+        }
+        if medians.len() == 2 {
+            line += &format!(" {:>12.3}", medians[1] / medians[0]);
+        }
+        let all = runs
+            .iter()
+            .zip(&opts.auth)
+            .map(|(m, &k)| {
+                format!(
+                    "{} {}",
+                    mode_name(k),
+                    m.iter()
+                        .map(|r| format!("{:.2}", r.0 / 1e9))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        println!("{line}   {all}");
     }
     println!();
 }
@@ -248,6 +368,7 @@ fn loopback(rt: &tokio::runtime::Runtime) {
 fn rig_table(
     rt: &tokio::runtime::Runtime,
     opts: &Opts,
+    key: &RailKey,
     rails: &[(&str, f64)],
 ) -> Vec<(SchedulerKind, f64, f64)> {
     let spec: Vec<&str> = rails.iter().map(|r| r.0).collect();
@@ -277,8 +398,10 @@ fn rig_table(
             )
             .unwrap_or(0.0),
         );
-        let peer = spawn_peer(Some(&rig), &[rig.addr(1, r)]);
-        let mut cfg = rig_cfg(&rig, opts, SchedulerKind::RoundRobin, rate);
+        // In the first mode of `--auth`.
+        let (auth, peer_args) = auth_mode(key, opts.auth[0]);
+        let peer = spawn_peer(Some(&rig), &[rig.addr(1, r)], &peer_args);
+        let mut cfg = rig_cfg(&rig, opts, SchedulerKind::RoundRobin, rate, auth);
         cfg.rails = vec![rig.addr(0, r)];
         alone.push(
             rt.block_on(drive(cfg, &peer.addrs, MSG, ALONE_RUN, None))
@@ -312,11 +435,16 @@ fn rig_table(
         "scheduler", "goodput", "÷ Σ rates", "÷ Σ alone", "MiB per rail", "cpu"
     );
     let mut out = vec![];
-    for &kind in &opts.scheds {
+    for (&kind, &keyed) in opts
+        .scheds
+        .iter()
+        .flat_map(|k| opts.auth.iter().map(move |a| (k, a)))
+    {
         let mut runs = vec![];
         for _ in 0..opts.repeat {
-            let mut peer = spawn_peer(Some(&rig), &rig.addrs(1));
-            let cfg = rig_cfg(&rig, opts, kind, fastest);
+            let (auth, peer_args) = auth_mode(key, keyed);
+            let mut peer = spawn_peer(Some(&rig), &rig.addrs(1), &peer_args);
+            let cfg = rig_cfg(&rig, opts, kind, fastest, auth);
             let r = rt.block_on(drive(cfg, &peer.addrs, MSG, RUN, None));
             let cpu = r.cpu(peer_pid(&mut peer));
             runs.push((r.goodput_bps(), r.rail_bytes, cpu));
@@ -330,7 +458,7 @@ fn rig_table(
         let (g, rail_bytes, cpu) = &runs[runs.len() / 2];
         println!(
             "{:<18} {:>9.0} Mbit/s  {:>9.3}  {:>9.3}   {:<22} {:<7} {all}",
-            kind.name(),
+            row_name(kind, keyed, opts),
             g / 1e6,
             g / sum,
             g / alone_sum,
@@ -341,15 +469,34 @@ fn rig_table(
                 .join(" / "),
             format!("{cpu:.2}"),
         );
-        out.push((kind, *g, g / sum));
+        // The summary compares schedulers in the first mode of `--auth`.
+        if keyed == opts.auth[0] {
+            out.push((kind, *g, g / sum));
+        }
     }
     println!();
     out
 }
 
-fn rig_cfg(rig: &Rig, opts: &Opts, kind: SchedulerKind, fastest_bits: f64) -> EndpointConfig {
+/// A rig row's name: the scheduler, `+key` with the rail key when both modes run.
+fn row_name(kind: SchedulerKind, keyed: bool, opts: &Opts) -> String {
+    if keyed && opts.auth.len() > 1 {
+        format!("{} +key", kind.name())
+    } else {
+        kind.name().to_string()
+    }
+}
+
+fn rig_cfg(
+    rig: &Rig,
+    opts: &Opts,
+    kind: SchedulerKind,
+    fastest_bits: f64,
+    auth: RailAuth,
+) -> EndpointConfig {
     let d = EndpointConfig::default();
     EndpointConfig {
+        auth,
         rails: rig.addrs(0),
         scheduler: kind,
         seg_max: RIG_SEG,
@@ -363,7 +510,7 @@ fn rig_cfg(rig: &Rig, opts: &Opts, kind: SchedulerKind, fastest_bits: f64) -> En
 
 /// 2 rails (2 Gbit/s + 1 Gbit/s); rail 0 drops to 500 Mbit/s (a quarter) at DYN_CHANGE, so
 /// the faster rail becomes the slower one and a scheduler has to turn its split around.
-fn dynamic(rt: &tokio::runtime::Runtime, opts: &Opts) {
+fn dynamic(rt: &tokio::runtime::Runtime, opts: &Opts, key: &RailKey) {
     let rig = Rig::up(2, "2gbit,1gbit").expect("rig up");
     let (before_sum, after_sum) = (3.0e9, 1.5e9);
     println!(
@@ -380,10 +527,15 @@ fn dynamic(rt: &tokio::runtime::Runtime, opts: &Opts) {
         "after (5–8 s) Mbit/s",
         "time to 90 % of new Σ (0.5 s window)"
     );
-    for &kind in &opts.scheds {
-        let _peer = spawn_peer(Some(&rig), &rig.addrs(1));
+    for (&kind, &keyed) in opts
+        .scheds
+        .iter()
+        .flat_map(|k| opts.auth.iter().map(move |a| (k, a)))
+    {
+        let (auth, peer_args) = auth_mode(key, keyed);
+        let _peer = spawn_peer(Some(&rig), &rig.addrs(1), &peer_args);
         rig.set_rate(0, 0, "2gbit").expect("set-rate");
-        let cfg = rig_cfg(&rig, opts, kind, 2e9);
+        let cfg = rig_cfg(&rig, opts, kind, 2e9, auth);
         let r = rt.block_on(drive(
             cfg,
             &_peer.addrs,
@@ -414,7 +566,7 @@ fn dynamic(rt: &tokio::runtime::Runtime, opts: &Opts) {
             });
         println!(
             "{:<18} {:>24.0} {:>24.0} {:>30}",
-            kind.name(),
+            row_name(kind, keyed, opts),
             rate(1.0, change) / 1e6,
             rate(change + 1.0, DYN_RUN.as_secs_f64()) / 1e6,
             adapt
@@ -547,8 +699,9 @@ async fn join_all<F: std::future::Future<Output = u64>>(fs: Vec<F>) -> Vec<u64> 
     out
 }
 
-/// Starts `rails --serve` in host `h` of the rig (or here, for loopback).
-fn spawn_peer(rig: Option<&Rig>, rails: &[IpAddr]) -> PeerProcess {
+/// Starts `rails --serve` in host `h` of the rig (or here, for loopback), with `extra`
+/// arguments (the handshake mode's).
+fn spawn_peer(rig: Option<&Rig>, rails: &[IpAddr], extra: &[String]) -> PeerProcess {
     let exe = std::env::current_exe()
         .expect("own path")
         .to_string_lossy()
@@ -557,6 +710,7 @@ fn spawn_peer(rig: Option<&Rig>, rails: &[IpAddr]) -> PeerProcess {
     for r in rails {
         args.extend(["--rail".to_string(), r.to_string()]);
     }
+    args.extend(extra.iter().cloned());
     let child = match rig {
         Some(rig) => rig.spawn(1, &exe, &args).expect("spawn peer"),
         None => Command::new(&exe)

@@ -7,8 +7,8 @@ use plexus_proto::pb::CancelJobRequest;
 
 use crate::{client, output};
 
-pub async fn run(url: &str, job: JobId) -> anyhow::Result<ExitCode> {
-    let mut client = client::connect(url).await?;
+pub async fn run(target: &crate::client::Target, job: JobId) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
     let status = client.cancel_job(CancelJobRequest { job_id: job.to_string() }).await?.into_inner();
     output::print(&output::job_final_line(&status))?;
     Ok(ExitCode::SUCCESS)

@@ -8,8 +8,8 @@ use plexus_proto::pb::ExplainPlacementRequest;
 use crate::args::{ExplainArgs, OutputFormat};
 use crate::{client, output};
 
-pub async fn run(url: &str, args: &ExplainArgs) -> anyhow::Result<ExitCode> {
-    let mut client = client::connect(url).await?;
+pub async fn run(target: &crate::client::Target, args: &ExplainArgs) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
     let request = ExplainPlacementRequest { job_id: args.job.to_string(), task: args.task.clone(), rank: args.rank };
     let explanation = client.explain_placement(request).await?.into_inner();
     let text = match args.output {

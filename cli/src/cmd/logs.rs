@@ -9,8 +9,8 @@ use plexus_proto::pb::GetLogsRequest;
 use crate::args::LogsArgs;
 use crate::{client, output};
 
-pub async fn run(url: &str, args: &LogsArgs) -> anyhow::Result<ExitCode> {
-    let mut client = client::connect(url).await?;
+pub async fn run(target: &crate::client::Target, args: &LogsArgs) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
     let request = GetLogsRequest { job_id: args.job.to_string(), task: args.task.clone(), rank: args.rank };
     let logs = client.get_logs(request).await?.into_inner();
     output::write_bytes(&mut io::stdout().lock(), &logs.stdout)?;

@@ -4,26 +4,29 @@
 use std::process::ExitCode;
 
 use crate::args::Command;
+use crate::client::Target;
 
 pub mod cancel;
 pub mod explain;
 pub mod logs;
 pub mod status;
 pub mod submit;
+pub mod token;
 pub mod up;
 pub mod watch;
 pub mod workers;
 
-/// Runs one command against the coordinator at `url` (`up` starts its own and ignores `url`).
-pub async fn run(command: Command, url: &str) -> anyhow::Result<ExitCode> {
+/// Runs one command against the coordinator `target` (`up` starts its own and ignores it).
+pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Token(t) => token::run(target, t).await,
         Command::Up(a) => up::run(&a).await,
-        Command::Submit(a) => submit::run(url, &a).await,
-        Command::Status(a) => status::run(url, &a).await,
-        Command::Watch(a) => watch::run(url, a.job).await,
-        Command::Logs(a) => logs::run(url, &a).await,
-        Command::Cancel(a) => cancel::run(url, a.job).await,
-        Command::Workers(a) => workers::run(url, &a).await,
-        Command::Explain(a) => explain::run(url, &a).await,
+        Command::Submit(a) => submit::run(target, &a).await,
+        Command::Status(a) => status::run(target, &a).await,
+        Command::Watch(a) => watch::run(target, a.job).await,
+        Command::Logs(a) => logs::run(target, &a).await,
+        Command::Cancel(a) => cancel::run(target, a.job).await,
+        Command::Workers(a) => workers::run(target, &a).await,
+        Command::Explain(a) => explain::run(target, &a).await,
     }
 }

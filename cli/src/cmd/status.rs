@@ -8,8 +8,8 @@ use crate::args::{OutputFormat, StatusArgs};
 use crate::output::Detail;
 use crate::{client, output};
 
-pub async fn run(url: &str, args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let mut client = client::connect(url).await?;
+pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
     let now = plexus_proto::now_ms();
     let text = match args.job {
         None => {

@@ -11,9 +11,9 @@ use plexus_proto::pb::SubmitJobRequest;
 use crate::args::SubmitArgs;
 use crate::{client, output};
 
-pub async fn run(url: &str, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
     let request = request_for(&args.file)?;
-    let mut client = client::connect(url).await?;
+    let mut client = client::connect(target).await?;
     let response = client.submit_job(request).await?.into_inner();
     output::print(&format!("{}\n", response.job_id))?;
     if !args.watch {

@@ -62,7 +62,12 @@ struct Plan<'a> {
 
 impl Plan<'_> {
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The coordinator's data dir, where it writes `ca.pem`, `admin.token` and `join.token`.
+    fn coordinator_dir(&self) -> PathBuf {
+        self.args.dir.join("coordinator")
     }
 }
 
@@ -77,7 +82,7 @@ async fn run_cluster(plan: &Plan<'_>, cluster: &mut Cluster, signals: &mut Signa
         &coordinator_args(plan.port, &a.dir, a.placer.as_deref()),
         plan.log_dir.join("coordinator.log"),
     )?;
-    let Some(mut client) = wait_for_coordinator(cluster, signals, &url).await? else { return Ok(()) };
+    let Some(mut client) = wait_for_coordinator(cluster, signals, &url, &plan.coordinator_dir()).await? else { return Ok(()) };
 
     // Workers start only once the coordinator answers, so their first registration succeeds.
     if let Some(worker_bin) = &plan.worker_bin {
@@ -94,7 +99,7 @@ async fn run_cluster(plan: &Plan<'_>, cluster: &mut Cluster, signals: &mut Signa
         return Ok(());
     }
 
-    output::print(&ready_lines(&url))?;
+    output::print(&ready_lines(&url, &std::path::absolute(plan.coordinator_dir()).unwrap_or_else(|_| plan.coordinator_dir())))?;
     note(&format!(
         "coordinator and {} worker(s) running; data and logs in {}; press Ctrl-C to stop",
         a.workers,
@@ -120,9 +125,16 @@ async fn run_cluster(plan: &Plan<'_>, cluster: &mut Cluster, signals: &mut Signa
     }
 }
 
-/// The lines scripts read: `coordinator: <URL>` and the export hint.
-fn ready_lines(url: &str) -> String {
-    format!("coordinator: {url}\nexport PLEXUS_COORDINATOR={url}\n")
+/// The lines scripts read: `coordinator: <URL>`, and the exports that let the CLI reach the
+/// cluster from any directory (the CA, and the admin token's file, in the coordinator's dir).
+fn ready_lines(url: &str, coordinator_dir: &Path) -> String {
+    let ca = coordinator_dir.join("ca.pem");
+    let token = coordinator_dir.join("admin.token");
+    format!(
+        "coordinator: {url}\nexport PLEXUS_COORDINATOR={url}\nexport PLEXUS_CA={}\nexport PLEXUS_TOKEN_FILE={}\n",
+        ca.display(),
+        token.display()
+    )
 }
 
 /// Polls `ListWorkers` until the coordinator answers. `None`: a signal came first.
@@ -130,6 +142,7 @@ async fn wait_for_coordinator(
     cluster: &mut Cluster,
     signals: &mut Signals,
     url: &str,
+    coordinator_dir: &Path,
 ) -> anyhow::Result<Option<Client>> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let log = cluster.log_of("coordinator");
@@ -137,7 +150,9 @@ async fn wait_for_coordinator(
         if let Some((name, status, log)) = cluster.reap().into_iter().next() {
             bail!("the {name} exited ({status}) before it answered; see {}", log.display());
         }
-        let last_error = match list_workers(url).await {
+        // The coordinator writes its CA and admin token before it listens.
+        let target = client::Target::of_up(url.to_string(), coordinator_dir);
+        let last_error = match async { list_workers(&target?).await }.await {
             Ok(client) => return Ok(Some(client)),
             Err(e) => client::render_error(&e, url).trim_start_matches("error: ").to_string(),
         };
@@ -159,8 +174,8 @@ async fn wait_for_coordinator(
 }
 
 /// A client, once the coordinator has answered a call.
-async fn list_workers(url: &str) -> anyhow::Result<Client> {
-    let mut client = client::connect(url).await?;
+async fn list_workers(target: &client::Target) -> anyhow::Result<Client> {
+    let mut client = client::connect(target).await?;
     client.list_workers(ListWorkersRequest {}).await?;
     Ok(client)
 }
@@ -221,9 +236,20 @@ fn coordinator_args(port: u16, dir: &Path, placer: Option<&str>) -> Vec<OsString
     args
 }
 
+/// A worker of the cluster: it joins with the coordinator's join token the first time, and
+/// keeps its certificate in its data dir after that.
 fn worker_args(url: &str, dir: &Path, i: u32, cpus: Option<u32>, cache: Option<&str>) -> Vec<OsString> {
-    let mut args: Vec<OsString> =
-        vec!["--coordinator".into(), url.into(), "--data-dir".into(), dir.join(format!("worker-{i}")).into()];
+    let coordinator = dir.join("coordinator");
+    let mut args: Vec<OsString> = vec![
+        "--coordinator".into(),
+        url.into(),
+        "--data-dir".into(),
+        dir.join(format!("worker-{i}")).into(),
+        "--ca".into(),
+        coordinator.join("ca.pem").into(),
+        "--join-token-file".into(),
+        coordinator.join("join.token").into(),
+    ];
     if let Some(c) = cpus {
         args.extend(["--cpus".into(), c.to_string().into()]);
     }
@@ -452,21 +478,45 @@ mod tests {
     #[test]
     fn worker_command_line() {
         assert_eq!(
-            worker_args("http://127.0.0.1:50051", Path::new(".plexus"), 2, None, None),
-            os(&["--coordinator", "http://127.0.0.1:50051", "--data-dir", ".plexus/worker-2"])
+            worker_args("https://127.0.0.1:50051", Path::new(".plexus"), 2, None, None),
+            os(&[
+                "--coordinator",
+                "https://127.0.0.1:50051",
+                "--data-dir",
+                ".plexus/worker-2",
+                "--ca",
+                ".plexus/coordinator/ca.pem",
+                "--join-token-file",
+                ".plexus/coordinator/join.token"
+            ])
         );
         assert_eq!(
-            worker_args("http://127.0.0.1:9", Path::new("/d"), 1, Some(4), Some("256MiB")),
-            os(&["--coordinator", "http://127.0.0.1:9", "--data-dir", "/d/worker-1", "--cpus", "4", "--cache", "256MiB"])
+            worker_args("https://127.0.0.1:9", Path::new("/d"), 1, Some(4), Some("256MiB")),
+            os(&[
+                "--coordinator",
+                "https://127.0.0.1:9",
+                "--data-dir",
+                "/d/worker-1",
+                "--ca",
+                "/d/coordinator/ca.pem",
+                "--join-token-file",
+                "/d/coordinator/join.token",
+                "--cpus",
+                "4",
+                "--cache",
+                "256MiB"
+            ])
         );
     }
 
     #[test]
     fn ready_lines_are_parseable() {
-        let text = ready_lines("http://127.0.0.1:4242");
+        let text = ready_lines("https://127.0.0.1:4242", Path::new("/d/coordinator"));
         let mut lines = text.lines();
-        assert_eq!(lines.next(), Some("coordinator: http://127.0.0.1:4242"));
-        assert_eq!(lines.next(), Some("export PLEXUS_COORDINATOR=http://127.0.0.1:4242"));
+        assert_eq!(lines.next(), Some("coordinator: https://127.0.0.1:4242"));
+        assert_eq!(lines.next(), Some("export PLEXUS_COORDINATOR=https://127.0.0.1:4242"));
+        assert_eq!(lines.next(), Some("export PLEXUS_CA=/d/coordinator/ca.pem"));
+        assert_eq!(lines.next(), Some("export PLEXUS_TOKEN_FILE=/d/coordinator/admin.token"));
         assert_eq!(lines.next(), None);
     }
 

@@ -15,8 +15,8 @@ use plexus_proto::{JobId, JobState, convert};
 use crate::client::{self, Client};
 use crate::output::{self, GroupCounts};
 
-pub async fn run(url: &str, job: JobId) -> anyhow::Result<ExitCode> {
-    let mut client = client::connect(url).await?;
+pub async fn run(target: &crate::client::Target, job: JobId) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
     watch_with(&mut client, job).await
 }
 

@@ -7,8 +7,8 @@ use plexus_proto::pb::ListWorkersRequest;
 use crate::args::{OutputFormat, WorkersArgs};
 use crate::{client, output};
 
-pub async fn run(url: &str, args: &WorkersArgs) -> anyhow::Result<ExitCode> {
-    let mut client = client::connect(url).await?;
+pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
     let workers = client.list_workers(ListWorkersRequest {}).await?.into_inner().workers;
     let text = match args.output {
         OutputFormat::Table => output::workers_table(&workers, plexus_proto::now_ms()),

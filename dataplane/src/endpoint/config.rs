@@ -3,6 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use crate::auth::RailAuth;
 use crate::error::{Error, Result};
 use crate::sched::SchedulerKind;
 use crate::wire::MAX_SEGMENT_LEN;
@@ -93,6 +94,12 @@ pub struct EndpointConfig {
     /// stalls: on the rail rig (2 Gbit/s + 500 Mbit/s) an N = 2 allreduce gained nothing from
     /// the second rail with autotuning and 1.15–1.20× with 128 KiB (see the README).
     pub send_buffer: Option<usize>,
+    /// Whether rail connections start with the authenticated handshake (see
+    /// [`auth`](crate::auth)): [`RailAuth::Open`] (the default) sends none of its bytes,
+    /// [`RailAuth::Key`] requires it on every connection in and out, [`RailAuth::Pending`]
+    /// refuses every connection until [`Endpoint::set_rail_key`](super::Endpoint::set_rail_key)
+    /// gives the key. This is the endpoint's starting mode; `set_rail_key` changes it later.
+    pub auth: RailAuth,
     /// Faults to inject, for tests.
     pub faults: Faults,
 }
@@ -132,6 +139,7 @@ impl Default for EndpointConfig {
             unclaimed_expiry: Duration::from_secs(600),
             max_attempts: 8,
             send_buffer: None,
+            auth: RailAuth::Open,
             faults: Faults::default(),
         }
     }

@@ -28,6 +28,16 @@
 //! `partial_expiry` / `unclaimed_expiry`; and a second message under a posted (sender, tag) is
 //! refused. A refused segment closes its connection, counted in [`Stats`].
 //!
+//! Authentication: with a rail key ([`RailAuth::Key`]), every connection, in and out, starts
+//! with the handshake of [`auth`](crate::auth), which proves that both ends hold the key
+//! before a frame is read; a connection that fails it, or does not finish it within
+//! `connect_timeout`, is dropped and counted ([`Endpoint::handshake_failures`]). It
+//! authenticates a connection's start, not each byte after it: an on-path attacker who can
+//! hijack an established TCP connection is out of scope (see [`auth`](crate::auth)). A
+//! `send` to a peer that proves it holds another key fails with [`Error::Handshake`]; one made
+//! while the endpoint waits for its key ([`RailAuth::Pending`]) fails with
+//! [`Error::NoRailKey`]. [`RailAuth::Open`], the default, adds no byte to the wire.
+//!
 //! Failures: a connection that errors, closes, or has unacknowledged segments and no reply for
 //! `rail_timeout` is closed; its rail is out of service for that peer for a back-off (250 ms,
 //! doubling to 4 s); every segment it had not had acknowledged is scheduled again on the rails
@@ -45,7 +55,8 @@
 //! * `outgoing` — the record of a message being sent and of its segments.
 //! * `conn` — the record of one rail connection: writer channels, segments in flight.
 //! * `send` — the send path: cutting, scheduling, per-rail drains, the connection writer.
-//! * `connect` — connections and the handshake: lazy connect, accept loops, `Hello`.
+//! * `connect` — connections and the handshake: lazy connect, accept loops, the rail-key
+//!   exchange and `Hello`.
 //! * `receive` — the connection reader: segments into reassembly or posted memory, replies.
 //! * `health` — failed connections, rail back-off, the watchdog.
 //! * `incoming` — reassembly, posted receives and the mailbox `recv` matches on, with the
@@ -62,6 +73,8 @@ mod connect;
 mod health;
 #[cfg(test)]
 mod hostile;
+#[cfg(test)]
+mod hostile_auth;
 mod incoming;
 mod outgoing;
 mod reaper;
@@ -82,6 +95,7 @@ pub(crate) use incoming::{Landed, Posted};
 use state::Inner;
 pub use stats::{RailStats, Stats};
 
+use crate::auth::{RailAuth, RailKey};
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
 use crate::sched;
@@ -203,6 +217,20 @@ impl Endpoint {
         }
     }
 
+    /// Sets the rail key: from now on every new connection, in and out, must pass the handshake
+    /// under it. Turns a [`RailAuth::Pending`] endpoint into a working one, replaces the key of
+    /// a [`RailAuth::Key`] one, and turns authentication on for a [`RailAuth::Open`] one.
+    /// Connections already established are kept (they passed the handshake of their time).
+    pub fn set_rail_key(&self, key: RailKey) {
+        *self.inner.auth.write().expect("auth lock") = RailAuth::Key(key);
+    }
+
+    /// Rail connections dropped because they failed the handshake or did not finish it within
+    /// `connect_timeout`, incoming and outgoing (also in [`Stats::handshake_failures`]).
+    pub fn handshake_failures(&self) -> u64 {
+        self.inner.counters.handshake_failures.load(Relaxed)
+    }
+
     /// Messages partly received and not yet complete.
     pub fn open_incoming(&self) -> usize {
         self.inner.incoming.open()
@@ -230,6 +258,7 @@ impl std::fmt::Debug for Endpoint {
         f.debug_struct("Endpoint")
             .field("rails", &self.inner.local)
             .field("scheduler", &self.inner.cfg.scheduler)
+            .field("auth", &*self.inner.auth.read().expect("auth lock"))
             .finish_non_exhaustive()
     }
 }

@@ -257,6 +257,18 @@ impl Inner {
             }
             let conn = match self.connection(peer, rail, &seg.msg.addrs).await {
                 Ok(c) => c,
+                // No key to connect with: the message fails at once (no rail is at fault).
+                Err(e @ Error::NoRailKey) => {
+                    seg.msg.fail(e);
+                    continue;
+                }
+                // The peer proved it does not hold our key: retrying cannot help, so the message
+                // fails with that reason instead of stalling; the rail backs off for the others.
+                Err(e @ Error::Handshake { .. }) => {
+                    self.rail_down(peer, rail);
+                    seg.msg.fail(e);
+                    continue;
+                }
                 Err(e) => {
                     debug!(%peer, rail, error = %e, "cannot connect rail");
                     self.rail_down(peer, rail);

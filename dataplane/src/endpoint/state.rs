@@ -8,9 +8,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use ring::rand::SystemRandom;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -20,6 +21,7 @@ use super::conn::Conn;
 use super::incoming::{Incoming, Limits};
 use super::outgoing::{OutMsg, Segment};
 use super::stats::Counters;
+use crate::auth::RailAuth;
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
 use crate::sched::{self, RailScheduler, RailView, SchedulerParams};
@@ -27,6 +29,11 @@ use crate::sched::{self, RailScheduler, RailView, SchedulerParams};
 /// How often waits re-check rail health and the watchdog looks for silent connections. 100 ms
 /// is small next to `rail_timeout` (seconds) and costs nothing measurable.
 pub(super) const POLL: Duration = Duration::from_millis(100);
+
+/// At most one warning per this long about refused rail connections (failed handshakes);
+/// the next one says how many were not logged meanwhile. A flood of bad connections costs the
+/// log one line a second, not one per connection.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// What every task of one endpoint shares; the [`Endpoint`](super::Endpoint) and each task hold
 /// it in an `Arc`.
@@ -57,6 +64,14 @@ pub(super) struct Inner {
     pub(super) next_msg: AtomicU64,
     pub(super) next_conn: AtomicU64,
     pub(super) kill_fired: AtomicBool,
+    /// The current authentication mode: `cfg.auth` at first, then what
+    /// [`Endpoint::set_rail_key`](super::Endpoint::set_rail_key) set. Read once per connection,
+    /// at the start of its handshake.
+    pub(super) auth: RwLock<RailAuth>,
+    /// The handshake's nonces.
+    pub(super) rng: SystemRandom,
+    /// Limits the warnings about refused rail connections (see [`LogLimit`]).
+    pub(super) refusals: LogLimit,
     pub(super) cancel: CancellationToken,
     pub(super) tasks: TaskTracker,
 }
@@ -162,6 +177,9 @@ impl Inner {
             next_msg: AtomicU64::new(0),
             next_conn: AtomicU64::new(0),
             kill_fired: AtomicBool::new(false),
+            auth: RwLock::new(cfg.auth.clone()),
+            rng: SystemRandom::new(),
+            refusals: LogLimit::new(REFUSAL_LOG_EVERY),
             cancel: CancellationToken::new(),
             tasks: TaskTracker::new(),
             cfg,
@@ -181,6 +199,11 @@ impl Inner {
             inner: self.clone(),
             ip,
         })
+    }
+
+    /// The current authentication mode.
+    pub(super) fn rail_auth(&self) -> RailAuth {
+        self.auth.read().expect("auth lock").clone()
     }
 
     pub(super) fn now(&self) -> Duration {
@@ -216,5 +239,36 @@ impl Drop for InboundSlot {
                 inbound.remove(&self.ip);
             }
         }
+    }
+}
+
+/// Rate limit for a kind of log line: at most one per `every`, counting the ones left out.
+pub(super) struct LogLimit {
+    every: Duration,
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl LogLimit {
+    pub(super) fn new(every: Duration) -> LogLimit {
+        LogLimit {
+            every,
+            state: Mutex::new((None, 0)),
+        }
+    }
+
+    /// `Some(n)` if a line may be logged now, `n` being how many were left out since the last
+    /// one; `None` (and counted) if not.
+    pub(super) fn admit(&self) -> Option<u64> {
+        let mut st = self.state.lock().expect("log limit lock");
+        let now = Instant::now();
+        if st
+            .0
+            .is_some_and(|last| now.duration_since(last) < self.every)
+        {
+            st.1 += 1;
+            return None;
+        }
+        st.0 = Some(now);
+        Some(std::mem::take(&mut st.1))
     }
 }

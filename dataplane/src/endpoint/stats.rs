@@ -39,6 +39,11 @@ pub struct Stats {
     pub dropped_duplicate_tag: u64,
     /// Connections closed at once because their address already had `max_conns_per_addr`.
     pub refused_connections: u64,
+    /// Rail connections dropped because they failed the handshake or took longer than
+    /// `connect_timeout` for it (the rail-key exchange, see [`auth`](crate::auth), and the
+    /// `Hello`s), incoming and outgoing; incoming ones refused while the endpoint waits for its
+    /// rail key included.
+    pub handshake_failures: u64,
     /// Half-received messages dropped after `partial_expiry` without a segment.
     pub expired_partial: u64,
     /// Complete messages dropped after `unclaimed_expiry` without being taken.
@@ -64,6 +69,7 @@ pub(crate) struct Counters {
     pub dropped_over_budget: AtomicU64,
     pub dropped_duplicate_tag: AtomicU64,
     pub refused_connections: AtomicU64,
+    pub handshake_failures: AtomicU64,
     pub expired_partial: AtomicU64,
     pub expired_unclaimed: AtomicU64,
     /// Segment transmissions so far (numbers the transmissions for `Faults::corrupt`).
@@ -100,6 +106,7 @@ impl Counters {
             dropped_over_budget: self.dropped_over_budget.load(Relaxed),
             dropped_duplicate_tag: self.dropped_duplicate_tag.load(Relaxed),
             refused_connections: self.refused_connections.load(Relaxed),
+            handshake_failures: self.handshake_failures.load(Relaxed),
             expired_partial: self.expired_partial.load(Relaxed),
             expired_unclaimed: self.expired_unclaimed.load(Relaxed),
         }

@@ -23,6 +23,8 @@ pub struct NodeReport {
     pub gpus: Vec<GpuUsage>,
     /// How the worker confines subtasks (`cgroup-v2`, `cgroup-v1`, `process-group`), for display.
     pub isolation: String,
+    /// Rail connections the worker dropped because they failed the rail handshake.
+    pub rails_refused: u64,
 }
 
 /// The load of one GPU of a worker, from its latest heartbeat.

@@ -1,0 +1,531 @@
+//! Who may call what: the cluster CA, tokens, and the check in front of every call.
+//!
+//! [`Security`] is the coordinator's trust, kept in the store's `security` tree:
+//!
+//! - `meta/cluster`, `meta/ca_cert`, `meta/ca_key`, `meta/rail_key`: made on the first start
+//!   ([`Security::open`]) and never changed by a restart. The CA's key lives only there, under
+//!   the store's durability rules (flushed before anything that depends on it is handed out).
+//! - `token/<id>`: a [`TokenRecord`] — scope, name, times, and the SHA-256 of the secret, never
+//!   the secret.
+//! - `cert/<fingerprint>` → worker id, and `worker/<worker id>` → its current fingerprint: the
+//!   certificates issued to workers. A worker that joins again gets a new certificate and its
+//!   old one stops being recognised.
+//!
+//! [`AuthLayer`] runs before every call: it looks up what the called method needs ([`need`]),
+//! checks the bearer token (looked up in the store on every call, so a revoked token stops at
+//! once) or the client certificate, and leaves a [`Caller`] in the request for the handlers,
+//! which compare a worker id in a message with the certificate's. Anything not in the table is
+//! refused.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+
+use plexus_proto::WorkerId;
+use plexus_security::pki::Issued;
+use plexus_security::{ClusterCa, Fingerprint, Scope, Token};
+use tonic::Status;
+use tonic::codegen::http;
+
+use crate::Error;
+use crate::store::SecurityStore;
+
+/// The file, in the data dir, that holds the CA certificate clients and workers trust.
+pub const CA_FILE: &str = "ca.pem";
+/// The first admin token, written (mode 0600) on the first start only.
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+/// A join token for the workers of `plexus up` and the compose cluster, written (mode 0600) on
+/// the first start only.
+pub const JOIN_TOKEN_FILE: &str = "join.token";
+
+/// The message of a call that needs a token and has none; the CLI shows it as it is.
+pub const NEED_TOKEN: &str = "the coordinator requires a token: set PLEXUS_TOKEN or pass --token-file (plexus token create)";
+
+/// A token as stored.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct TokenRecord {
+    pub id: String,
+    pub name: String,
+    pub scope: String,
+    /// SHA-256 of the secret, hex.
+    pub hash: String,
+    pub created_ms: u64,
+    /// 0: never.
+    #[serde(default)]
+    pub expires_ms: u64,
+    /// 0: not revoked.
+    #[serde(default)]
+    pub revoked_ms: u64,
+}
+
+impl TokenRecord {
+    pub fn info(&self) -> plexus_proto::pb::TokenInfo {
+        plexus_proto::pb::TokenInfo {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            scope: self.scope.clone(),
+            created_ms: self.created_ms,
+            expires_ms: self.expires_ms,
+            revoked_ms: self.revoked_ms,
+        }
+    }
+}
+
+/// Tokens made on the first start, to be written to the data dir.
+pub struct FirstStart {
+    pub admin: Token,
+    pub join: Token,
+}
+
+/// The cluster's trust, as the running coordinator holds it.
+pub struct Security {
+    store: SecurityStore,
+    ca: ClusterCa,
+    /// The rail handshake's key, sent to every registered worker.
+    pub rail_key: Vec<u8>,
+    /// The coordinator's certificate, issued at this start.
+    pub identity: Issued,
+    /// `cert/…` records, in memory for the per-call lookup.
+    certs: RwLock<HashMap<Fingerprint, WorkerId>>,
+}
+
+impl std::fmt::Debug for Security {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Security").finish_non_exhaustive()
+    }
+}
+
+fn corrupt(key: &str, reason: impl std::fmt::Display) -> Error {
+    Error::Corrupt { key: format!("security/{key}"), reason: reason.to_string() }
+}
+
+fn text(store: &SecurityStore, key: &str) -> Result<Option<String>, Error> {
+    store.get(key)?.map(|v| String::from_utf8(v).map_err(|e| corrupt(key, e))).transpose()
+}
+
+fn security_error(e: plexus_security::Error) -> Error {
+    Error::Invalid(e.to_string())
+}
+
+impl Security {
+    /// Loads the cluster's trust, making it on the first start (then also an admin token and a
+    /// join token, returned once). The coordinator's certificate is issued anew for `names`
+    /// (extra host names and addresses; the fixed name clients check is always in it).
+    pub fn open(store: SecurityStore, names: &[String], now_ms: u64) -> Result<(Security, Option<FirstStart>), Error> {
+        let mut first = None;
+        let ca = match (text(&store, "meta/cluster")?, text(&store, "meta/ca_cert")?, text(&store, "meta/ca_key")?) {
+            (Some(cluster), Some(cert), Some(key)) => ClusterCa::load(&cluster, &cert, &key).map_err(|e| corrupt("meta/ca_key", e))?,
+            (None, None, None) => {
+                let cluster = plexus_security::hex(&plexus_security::random_bytes::<8>());
+                let ca = ClusterCa::create(&cluster).map_err(security_error)?;
+                store.put("meta/rail_key", &plexus_security::random_bytes::<32>())?;
+                store.put("meta/ca_key", ca.key_pem().as_bytes())?;
+                store.put("meta/ca_cert", ca.cert_pem().as_bytes())?;
+                // Written last: its presence says the rest is there.
+                store.put("meta/cluster", cluster.as_bytes())?;
+                first = Some(());
+                tracing::info!(cluster, "made the cluster CA");
+                ca
+            }
+            _ => return Err(corrupt("meta", "the cluster CA is half there (cluster id, certificate and key must all be present)")),
+        };
+        let rail_key = store.get("meta/rail_key")?.filter(|k| k.len() == 32).ok_or_else(|| corrupt("meta/rail_key", "missing or not 32 bytes"))?;
+        let identity = ca.issue_coordinator(names).map_err(security_error)?;
+        let mut certs = HashMap::new();
+        for (key, worker) in store.scan("cert/")? {
+            let fp = Fingerprint(key["cert/".len()..].to_string());
+            let worker = String::from_utf8_lossy(&worker).parse::<WorkerId>().map_err(|e| corrupt(&key, e))?;
+            certs.insert(fp, worker);
+        }
+        let security = Security { store, ca, rail_key, identity, certs: RwLock::new(certs) };
+        if first.is_some() {
+            let (admin, _) = security.create_token(Scope::Admin, "bootstrap admin token", 0, now_ms)?;
+            let (join, _) = security.create_token(Scope::Worker, "bootstrap join token", 0, now_ms)?;
+            return Ok((security, Some(FirstStart { admin, join })));
+        }
+        Ok((security, None))
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// Writes `ca.pem` (every start) and, on the first start, `admin.token` and `join.token`
+    /// (mode 0600) into `dir`, and prints the admin token once on stderr.
+    pub fn write_files(&self, dir: &Path, first: Option<&FirstStart>) -> Result<(), Error> {
+        let io = |e: plexus_security::Error| Error::Invalid(e.to_string());
+        plexus_security::files::write(&dir.join(CA_FILE), self.ca_pem(), 0o644).map_err(io)?;
+        if let Some(first) = first {
+            let admin = dir.join(ADMIN_TOKEN_FILE);
+            plexus_security::files::write_secret(&admin, &format!("{}\n", first.admin.expose())).map_err(io)?;
+            plexus_security::files::write_secret(&dir.join(JOIN_TOKEN_FILE), &format!("{}\n", first.join.expose())).map_err(io)?;
+            // Shown once, as `nomad acl bootstrap` does; the file keeps it.
+            eprintln!("plexus-coordinator: first start: the admin token (also in {}, mode 0600) is\n  {}", admin.display(), first.admin.expose());
+        }
+        Ok(())
+    }
+
+    /// Copies what a worker needs to join — `ca.pem`, and the data dir's `join.token` when it
+    /// still has one — into `dir`, a directory shared with workers.
+    pub fn write_join_files(&self, data_dir: &Path, dir: &Path) -> Result<(), Error> {
+        let io = |e: plexus_security::Error| Error::Invalid(e.to_string());
+        std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("creating {}", dir.display()), e))?;
+        plexus_security::files::write(&dir.join(CA_FILE), self.ca_pem(), 0o644).map_err(io)?;
+        match std::fs::read_to_string(data_dir.join(JOIN_TOKEN_FILE)) {
+            Ok(token) => plexus_security::files::write_secret(&dir.join(JOIN_TOKEN_FILE), &token).map_err(io)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::warn!(dir = %dir.display(), "no join.token in the data dir to share; make one with `plexus-coordinator token create --scope worker`")
+            }
+            Err(e) => return Err(Error::Io(format!("reading {}", data_dir.join(JOIN_TOKEN_FILE).display()), e)),
+        }
+        Ok(())
+    }
+
+    /// A new token; the whole token is returned once and only its hash is kept.
+    pub fn create_token(&self, scope: Scope, name: &str, ttl_ms: u64, now_ms: u64) -> Result<(Token, TokenRecord), Error> {
+        if name.len() > 200 || name.chars().any(char::is_control) {
+            return Err(Error::Invalid("a token name is at most 200 characters, without control characters".into()));
+        }
+        let token = Token::generate();
+        let record = TokenRecord {
+            id: token.id.clone(),
+            name: name.to_string(),
+            scope: scope.as_str().to_string(),
+            hash: plexus_security::hex(&token.hash()),
+            created_ms: now_ms,
+            expires_ms: if ttl_ms == 0 { 0 } else { now_ms.saturating_add(ttl_ms) },
+            revoked_ms: 0,
+        };
+        self.store.put(&format!("token/{}", token.id), &serde_json::to_vec(&record).map_err(|e| Error::Invalid(e.to_string()))?)?;
+        Ok((token, record))
+    }
+
+    fn token_record(&self, id: &str) -> Result<Option<TokenRecord>, Error> {
+        let key = format!("token/{id}");
+        self.store.get(&key)?.map(|v| serde_json::from_slice(&v).map_err(|e| corrupt(&key, e))).transpose()
+    }
+
+    pub fn list_tokens(&self) -> Result<Vec<TokenRecord>, Error> {
+        self.store
+            .scan("token/")?
+            .into_iter()
+            .map(|(k, v)| serde_json::from_slice::<TokenRecord>(&v).map_err(|e| corrupt(&k, e)))
+            .collect()
+    }
+
+    /// Revokes token `id` (at once: every call looks its token up).
+    pub fn revoke(&self, id: &str, now_ms: u64) -> Result<TokenRecord, Error> {
+        if !Token::is_id(id) {
+            return Err(Error::Invalid(format!("{id:?} is not a token id (12 hex digits, as `plexus token list` shows)")));
+        }
+        let mut record = self.token_record(id)?.ok_or_else(|| Error::Unavailable(format!("no token {id}")))?;
+        if record.revoked_ms == 0 {
+            record.revoked_ms = now_ms;
+            self.store.put(&format!("token/{id}"), &serde_json::to_vec(&record).map_err(|e| Error::Invalid(e.to_string()))?)?;
+        }
+        Ok(record)
+    }
+
+    /// The scope of a presented token, or the status that refuses it.
+    pub fn authenticate(&self, token: &Token, now_ms: u64) -> Result<Scope, Status> {
+        let record = self
+            .token_record(&token.id)
+            .map_err(|e| Status::internal(e.to_string()))?
+            .filter(|r| token.matches(&hex_bytes(&r.hash)))
+            .ok_or_else(|| Status::unauthenticated(format!("token {} is not known to this coordinator", token.id)))?;
+        if record.revoked_ms != 0 {
+            return Err(Status::unauthenticated(format!("token {} was revoked", token.id)));
+        }
+        if record.expires_ms != 0 && now_ms >= record.expires_ms {
+            return Err(Status::unauthenticated(format!("token {} has expired", token.id)));
+        }
+        record.scope.parse::<Scope>().map_err(|e| Status::internal(format!("token {}: {e}", token.id)))
+    }
+
+    /// Signs a joining worker's public key; its previous certificate stops being recognised.
+    pub fn issue_worker(&self, worker: WorkerId, public_key: &[u8]) -> Result<String, Error> {
+        let pem = self.ca.issue_worker(&worker.to_string(), public_key).map_err(security_error)?;
+        let fp = Fingerprint::of_pem(&pem).map_err(security_error)?;
+        let mut certs = self.certs.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = text(&self.store, &format!("worker/{worker}"))? {
+            self.store.remove(&format!("cert/{old}"))?;
+            certs.remove(&Fingerprint(old));
+        }
+        self.store.put(&format!("cert/{fp}"), worker.to_string().as_bytes())?;
+        self.store.put(&format!("worker/{worker}"), fp.0.as_bytes())?;
+        certs.insert(fp, worker);
+        Ok(pem)
+    }
+
+    /// Revokes the current certificate of `worker`; false when it had none.
+    pub fn revoke_worker(&self, worker: WorkerId) -> Result<bool, Error> {
+        let mut certs = self.certs.write().unwrap_or_else(|p| p.into_inner());
+        let Some(fp) = text(&self.store, &format!("worker/{worker}"))? else { return Ok(false) };
+        self.store.remove(&format!("cert/{fp}"))?;
+        self.store.remove(&format!("worker/{worker}"))?;
+        certs.remove(&Fingerprint(fp));
+        Ok(true)
+    }
+
+    /// The worker a certificate was issued to, if it is current.
+    pub fn worker_of(&self, fp: &Fingerprint) -> Option<WorkerId> {
+        self.certs.read().unwrap_or_else(|p| p.into_inner()).get(fp).copied()
+    }
+
+    /// The TLS settings of the coordinator's server: its certificate; a client certificate is
+    /// optional (CLI users bring a token instead) but must be of this CA when presented.
+    pub fn server_tls(&self) -> tonic::transport::ServerTlsConfig {
+        plexus_security::tls::server(&self.identity, self.ca_pem(), true)
+    }
+
+    /// The TLS settings of the coordinator's calls to workers (log reads).
+    pub fn peer_tls(&self) -> tonic::transport::ClientTlsConfig {
+        plexus_security::tls::client(self.ca_pem(), plexus_security::tls::WORKER_NAME, Some(&self.identity))
+    }
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).filter_map(|i| s.get(2 * i..2 * i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
+}
+
+/// What a method needs of its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// A bearer token of (at least) this scope.
+    Token(Scope),
+    /// A worker certificate issued by this coordinator.
+    WorkerCert,
+}
+
+/// What each method of the coordinator's services needs; `None`: not a method it serves.
+pub fn need(path: &str) -> Option<Need> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    Some(match (service, method) {
+        ("plexus.v1.JobService", "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "ListWorkers" | "ExplainPlacement" | "GetStoreInfo") => Need::Token(Scope::Read),
+        ("plexus.v1.JobService", "SubmitJob" | "CancelJob") => Need::Token(Scope::Submit),
+        ("plexus.v1.JobService", "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker") => Need::Token(Scope::Admin),
+        ("plexus.v1.WorkerService", "Join") => Need::Token(Scope::Worker),
+        ("plexus.v1.WorkerService", "Register" | "Heartbeat" | "Assignments" | "ReportTasks" | "ResolvePeer") => Need::WorkerCert,
+        _ => return None,
+    })
+}
+
+/// Who made a call, as [`AuthLayer`] established it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    User { token: String, scope: Scope },
+    Worker(WorkerId),
+}
+
+/// Checks that a worker call's `worker_id` is the caller's. `secure`: the coordinator checks
+/// callers (without it there is no [`Caller`] and nothing to compare).
+pub fn check_worker<T>(req: &tonic::Request<T>, claimed: WorkerId, secure: bool) -> Result<(), Status> {
+    match req.extensions().get::<Caller>() {
+        Some(Caller::Worker(id)) if *id == claimed => Ok(()),
+        Some(Caller::Worker(id)) => {
+            Err(Status::permission_denied(format!("worker id {claimed} in the request does not match the caller's certificate, which was issued to {id}")))
+        }
+        Some(Caller::User { .. }) => Err(Status::permission_denied("worker calls need a worker's certificate, not a user token")),
+        None if secure => Err(Status::unauthenticated("worker calls need a worker's certificate")),
+        None => Ok(()),
+    }
+}
+
+/// Decides one call: the [`Caller`] or the refusal.
+fn decide<B>(security: &Security, req: &http::Request<B>) -> Result<Caller, Status> {
+    let path = req.uri().path();
+    let Some(need) = need(path) else {
+        return Err(Status::permission_denied(format!("{path} is not a method this coordinator serves to anyone")));
+    };
+    match need {
+        Need::Token(scope) => {
+            let header = req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+            let token = plexus_security::tls::bearer_of(header).map_err(Status::unauthenticated)?.ok_or_else(|| {
+                if scope == Scope::Worker { Status::unauthenticated("joining needs a join token (plexus-coordinator token create --scope worker)") } else { Status::unauthenticated(NEED_TOKEN) }
+            })?;
+            let have = security.authenticate(&token, plexus_proto::now_ms())?;
+            if !have.allows(scope) {
+                let method = path.rsplit('/').next().unwrap_or(path);
+                return Err(Status::permission_denied(format!("token {} has scope {have}; {method} needs {scope}", token.id)));
+            }
+            Ok(Caller::User { token: token.id, scope: have })
+        }
+        Need::WorkerCert => {
+            let certs = req
+                .extensions()
+                .get::<tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>>()
+                .and_then(|i| i.peer_certs());
+            let Some(cert) = certs.as_ref().and_then(|c| c.first()) else {
+                return Err(Status::unauthenticated("worker calls need the worker's certificate: start the worker with a join token (--join-token-file)"));
+            };
+            let fp = Fingerprint::of_der(cert.as_ref());
+            security
+                .worker_of(&fp)
+                .map(Caller::Worker)
+                .ok_or_else(|| Status::unauthenticated("this certificate is not a current worker certificate (the worker joined again, or was issued by another cluster); join again with a join token"))
+        }
+    }
+}
+
+/// The tower layer that runs [`decide`] before every call of the coordinator; without a
+/// [`Security`] (`--insecure`) it lets every call through.
+#[derive(Clone)]
+pub struct AuthLayer {
+    security: Option<Arc<Security>>,
+}
+
+impl AuthLayer {
+    pub fn new(security: Option<Arc<Security>>) -> AuthLayer {
+        AuthLayer { security }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = Authenticated<S>;
+    fn layer(&self, inner: S) -> Authenticated<S> {
+        Authenticated { inner, security: self.security.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct Authenticated<S> {
+    inner: S,
+    security: Option<Arc<Security>>,
+}
+
+impl<S, B, RB> tower::Service<http::Request<B>> for Authenticated<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+    RB: Default + Send + 'static,
+{
+    type Response = http::Response<RB>;
+    type Error = S::Error;
+    type Future = futures::future::Either<S::Future, futures::future::Ready<Result<http::Response<RB>, S::Error>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let Some(security) = &self.security else {
+            return futures::future::Either::Left(self.inner.call(req));
+        };
+        match decide(security, &req) {
+            Ok(caller) => {
+                req.extensions_mut().insert(caller);
+                futures::future::Either::Left(self.inner.call(req))
+            }
+            Err(status) => {
+                tracing::debug!(path = req.uri().path(), code = ?status.code(), message = status.message(), "call refused");
+                futures::future::Either::Right(futures::future::ready(Ok(status.into_http())))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SledStore;
+
+    fn open(dir: &Path) -> (SledStore, Security, Option<FirstStart>) {
+        let (store, _) = SledStore::open(&dir.join("state.sled")).unwrap();
+        let (security, first) = Security::open(store.security_store().unwrap(), &["node7".into()], 1_000).unwrap();
+        (store, security, first)
+    }
+
+    #[test]
+    fn the_ca_and_tokens_survive_a_restart_and_only_the_first_start_bootstraps() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, security, first) = open(dir.path());
+        let first = first.expect("the first start makes the bootstrap tokens");
+        assert_eq!(security.authenticate(&first.admin, 2_000).unwrap(), Scope::Admin);
+        assert_eq!(security.authenticate(&first.join, 2_000).unwrap(), Scope::Worker);
+        security.write_files(dir.path(), Some(&first)).unwrap();
+        let mode = |f: &str| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.path().join(f)).unwrap().permissions()) & 0o777;
+        assert_eq!(mode(ADMIN_TOKEN_FILE), 0o600);
+        assert_eq!(mode(JOIN_TOKEN_FILE), 0o600);
+        let ca = security.ca_pem().to_string();
+        let key = security.rail_key.clone();
+        drop((security, store));
+
+        let (_store, again, first_again) = open(dir.path());
+        assert!(first_again.is_none(), "a restart must not make new bootstrap tokens");
+        assert_eq!(again.ca_pem(), ca, "the CA is kept across restarts");
+        assert_eq!(again.rail_key, key);
+        assert_eq!(again.authenticate(&first.admin, 3_000).unwrap(), Scope::Admin);
+        // The stored record never holds the secret.
+        let stored = again.store.scan("token/").unwrap();
+        let secret = &first.admin.expose()[17..];
+        assert!(stored.iter().all(|(_, v)| !String::from_utf8_lossy(v).contains(secret)));
+    }
+
+    #[test]
+    fn unknown_wrong_revoked_and_expired_tokens_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, security, _) = open(dir.path());
+        let (token, record) = security.create_token(Scope::Read, "ci", 500, 1_000).unwrap();
+        assert_eq!(record.expires_ms, 1_500);
+        assert_eq!(security.authenticate(&token, 1_200).unwrap(), Scope::Read);
+        let err = security.authenticate(&token, 1_500).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unauthenticated);
+        assert!(err.message().contains("expired"), "{}", err.message());
+
+        let (token, _) = security.create_token(Scope::Submit, "bot", 0, 1_000).unwrap();
+        // Right id, wrong secret.
+        let forged = Token::parse(&format!("plx_{}_{}", token.id, "0".repeat(64))).unwrap();
+        assert!(security.authenticate(&forged, 1_000).unwrap_err().message().contains("not known"));
+        assert!(security.authenticate(&Token::generate(), 1_000).is_err());
+        security.revoke(&token.id, 2_000).unwrap();
+        assert!(security.authenticate(&token, 2_001).unwrap_err().message().contains("revoked"));
+        assert!(security.revoke("nope", 1).is_err());
+        assert!(matches!(security.revoke("0123456789ab", 1), Err(Error::Unavailable(_))));
+        assert!(security.create_token(Scope::Read, "bad\nname", 0, 1).is_err());
+    }
+
+    #[test]
+    fn a_worker_that_joins_again_loses_its_old_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, security, _) = open(dir.path());
+        let worker = WorkerId::random();
+        let key = plexus_security::WorkerKey::generate().unwrap();
+        let first = Fingerprint::of_pem(&security.issue_worker(worker, &key.public_key()).unwrap()).unwrap();
+        assert_eq!(security.worker_of(&first), Some(worker));
+        let second = Fingerprint::of_pem(&security.issue_worker(worker, &key.public_key()).unwrap()).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(security.worker_of(&first), None);
+        assert_eq!(security.worker_of(&second), Some(worker));
+        assert!(security.issue_worker(worker, &[1, 2, 3]).is_err());
+        assert!(security.revoke_worker(worker).unwrap());
+        assert_eq!(security.worker_of(&second), None);
+        assert!(!security.revoke_worker(worker).unwrap());
+    }
+
+    /// Every method of the proto's coordinator services is in [`need`]'s table.
+    #[test]
+    fn every_coordinator_method_has_a_requirement() {
+        let proto = include_str!("../../proto/proto/plexus.proto");
+        let mut checked = 0;
+        let mut service = None;
+        for line in proto.lines().map(str::trim) {
+            if let Some(name) = line.strip_prefix("service ").and_then(|l| l.split_whitespace().next()) {
+                service = Some(name.to_string());
+            } else if line == "}" {
+                service = None;
+            } else if let (Some(s), Some(rest)) = (&service, line.strip_prefix("rpc ")) {
+                if s == "PeerService" {
+                    continue;
+                }
+                let method = rest.split('(').next().unwrap().trim();
+                assert!(need(&format!("/plexus.v1.{s}/{method}")).is_some(), "{s}.{method} has no entry in auth::need");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 19, "found only {checked} methods: the proto parse is broken");
+        assert_eq!(need("/plexus.v1.JobService/Nope"), None);
+        assert_eq!(need("/plexus.v1.PeerService/FetchObject"), None);
+        assert_eq!(need("garbage"), None);
+    }
+}

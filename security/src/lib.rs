@@ -1,0 +1,55 @@
+//! The trust of a Plexus cluster, shared by the coordinator, the worker and the CLI.
+//!
+//! - [`pki`]: the cluster CA (made once by the coordinator, kept in its store), the
+//!   certificates it issues (the coordinator's, and one per worker whose identity is the worker
+//!   id), and the fingerprints by which the coordinator recognises a worker's certificate.
+//! - [`token`]: bearer tokens — their text form, their hash (the only thing stored), and the
+//!   [`token::Scope`] each one carries.
+//! - [`tls`]: the tonic TLS settings every component uses, and the names certificates are
+//!   checked against.
+//! - [`files`]: credential files written owner-only (mode 0600) and atomically.
+//!
+//! Nothing here opens a socket or a store: the coordinator keeps the CA and the token hashes in
+//! sled, the worker keeps its certificate in its data dir.
+
+pub mod files;
+pub mod pki;
+pub mod tls;
+pub mod token;
+
+pub use pki::{ClusterCa, Fingerprint, Issued, WorkerKey};
+pub use token::{Scope, Token};
+
+/// Everything that can go wrong making or reading credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("certificate: {0}")]
+    Certificate(String),
+    #[error("{0}")]
+    Token(String),
+    #[error("{what} {path}: {source}")]
+    Io { what: &'static str, path: String, source: std::io::Error },
+}
+
+impl From<rcgen::Error> for Error {
+    fn from(e: rcgen::Error) -> Error {
+        Error::Certificate(e.to_string())
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// `n` bytes from the operating system's random source.
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    use ring::rand::SecureRandom;
+    let mut out = [0u8; N];
+    ring::rand::SystemRandom::new().fill(&mut out).expect("the operating system's random source failed");
+    out
+}
