@@ -19,6 +19,7 @@
 //!
 //! Flags: `--worlds 2,4` `--sizes 1,16,64,256` (MiB) `--iters 10` `--slices 4` `--window 1`
 //! `--seg-max 1` (MiB, fractions allowed) `--algorithms halving,ring` `--no-gloo` `--rig SPEC`
+//! `--auth open,key` (rails without / with the rail handshake, side by side; default `key`)
 //! `--sndbuf KiB` (SO_SNDBUF of the rail connections; default: the kernel's autotuning).
 //!
 //! Workers learn each other's addresses through the parent: each prints `ADDRS <a>,<b>` on
@@ -34,8 +35,8 @@ use bytes::Bytes;
 use plexus_dataplane::collective::Profile;
 use plexus_dataplane::rig::Rig;
 use plexus_dataplane::{
-    Algorithm, CollectiveConfig, Communicator, DType, Endpoint, EndpointConfig, ReduceOp,
-    SchedulerKind,
+    Algorithm, CollectiveConfig, Communicator, DType, Endpoint, EndpointConfig, RailAuth, RailKey,
+    ReduceOp, SchedulerKind,
 };
 
 const MIB: usize = 1 << 20;
@@ -63,6 +64,10 @@ struct Opts {
     rails: Vec<IpAddr>,
     /// SO_SNDBUF of the rail connections, KiB (`--sndbuf`); none: the kernel's autotuning.
     sndbuf: Option<usize>,
+    /// Rail authentication modes to measure (`--auth open,key`; default `key`, the product's).
+    auth: Vec<String>,
+    /// This worker's rail key, hex (`--rail-key`, given by the parent for `key`); none: open.
+    rail_key: Option<String>,
 }
 
 fn parse_list<T: std::str::FromStr>(s: &str, flag: &str) -> Vec<T> {
@@ -90,6 +95,8 @@ impl Opts {
             rig: None,
             rails: Vec::new(),
             sndbuf: None,
+            auth: vec!["key".into()],
+            rail_key: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -111,6 +118,14 @@ impl Opts {
                 "--rig" => o.rig = Some(val()),
                 "--rails" => o.rails = parse_list(&val(), a),
                 "--sndbuf" => o.sndbuf = Some(parse_list::<usize>(&val(), a)[0] << 10),
+                "--auth" => {
+                    o.auth = parse_list(&val(), a);
+                    if let Some(bad) = o.auth.iter().find(|m| *m != "open" && *m != "key") {
+                        eprintln!("allreduce: --auth takes open and/or key, not {bad:?}");
+                        std::process::exit(2)
+                    }
+                }
+                "--rail-key" => o.rail_key = Some(val()),
                 _ => {
                     eprintln!("allreduce: unknown flag {a}");
                     std::process::exit(2)
@@ -190,15 +205,22 @@ fn main() {
     );
     let mut ours: Vec<Row> = Vec::new();
     for &n in &opts.worlds {
-        ours.extend(run_world(n, &opts, None));
+        for auth in &opts.auth {
+            let mut rows = run_world(n, &opts, None, auth);
+            for r in &mut rows {
+                r.label = auth.clone();
+            }
+            ours.extend(rows);
+        }
     }
     let gloo = if opts.gloo { gloo(&opts) } else { Vec::new() };
     println!();
     println!(
-        "{:>2} {:>8} {:>9} {:>10} {:>11} {:>11} {:>12} {:>8} {:>11} {:>8} {:>8}",
+        "{:>2} {:>8} {:>9} {:>5} {:>10} {:>11} {:>11} {:>12} {:>8} {:>11} {:>8} {:>8}",
         "N",
         "size",
         "algorithm",
+        "rails",
         "median_ms",
         "algBW_GB/s",
         "busBW_GB/s",
@@ -215,10 +237,11 @@ fn main() {
             .map(|g| g.2);
         let bound = capacity / r.n as f64;
         println!(
-            "{:>2} {:>5}MiB {:>9} {:>10.2} {:>11.3} {:>11.3} {:>12} {:>8} {:>11.3} {:>8.2} {:>8}",
+            "{:>2} {:>5}MiB {:>9} {:>5} {:>10.2} {:>11.3} {:>11.3} {:>12} {:>8} {:>11.3} {:>8.2} {:>8}",
             r.n,
             r.mib,
             r.algorithm.name(),
+            r.label,
             r.median * 1e3,
             r.alg_bw() / 1e9,
             r.bus_bw() / 1e9,
@@ -228,6 +251,17 @@ fn main() {
             r.bus_bw() / bound,
             g.map_or("n/a".into(), |g| format!("{:.2}", g / bound)),
         );
+    }
+    if opts.auth.len() == 2 {
+        // The handshake costs one round trip per connection, in the untimed warm-up; this is
+        // the check that nothing per byte crept in.
+        println!();
+        println!("busBW with the rail handshake (key) ÷ without (open), same N, size and algorithm:");
+        for k in ours.iter().filter(|r| r.label == "key") {
+            if let Some(o) = ours.iter().find(|o| o.label == "open" && o.n == k.n && o.mib == k.mib && o.algorithm == k.algorithm) {
+                println!("  N={} {:>4} MiB {:>9}: {:.3}", k.n, k.mib, k.algorithm.name(), k.bus_bw() / o.bus_bw());
+            }
+        }
     }
     if let Some(&mib) = opts.sizes.iter().max() {
         print_profiles(&ours, mib);
@@ -284,7 +318,7 @@ fn rig_main(opts: &Opts, spec: &str) {
             std::process::exit(1)
         });
         for used in [1, rails] {
-            let mut rs = run_world(n, opts, Some((&rig, used)));
+            let mut rs = run_world(n, opts, Some((&rig, used)), opts.auth.last().map_or("key", String::as_str));
             for r in &mut rs {
                 r.label = format!("{used} rail{}", if used == 1 { "" } else { "s" });
             }
@@ -381,12 +415,21 @@ impl Row {
 
 /// Spawns `n` workers (on the rig, rank h in host h with its first `rails` rails), introduces
 /// them, and collects rank 0's report lines.
-fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>) -> Vec<Row> {
+/// A fresh rail key for one world, hex, or none for `open`.
+fn world_key(auth: &str) -> Option<String> {
+    (auth == "key").then(|| RailKey::random().as_bytes().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>, auth: &str) -> Vec<Row> {
     let exe = std::env::current_exe().expect("own path");
+    let key = world_key(auth);
     let mut children: Vec<Child> = (0..n)
         .map(|r| {
             let mut args = vec!["--worker".to_string(), r.to_string()];
             args.extend(opts.to_args());
+            if let Some(k) = &key {
+                args.extend(["--rail-key".to_string(), k.clone()]);
+            }
             match rig {
                 Some((rig, used)) => {
                     let ips: Vec<String> =
@@ -469,6 +512,15 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
         scheduler: SchedulerKind::Weighted,
         seg_max: opts.seg_max,
         send_buffer: opts.sndbuf,
+        auth: match &opts.rail_key {
+            Some(hex) => {
+                let bytes: Vec<u8> = (0..hex.len() / 2)
+                    .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| format!("--rail-key: {e}")))
+                    .collect::<Result<_, _>>()?;
+                RailAuth::Key(RailKey::from_bytes(&bytes).map_err(|e| e.to_string())?)
+            }
+            None => RailAuth::Open,
+        },
         ..Default::default()
     };
     let ep = Arc::new(Endpoint::bind(cfg).await.map_err(|e| e.to_string())?);
