@@ -613,6 +613,8 @@ pub struct WorkerView {
     pub rails: Vec<String>,
     /// The data plane's cumulative counters per rail, from the latest heartbeat.
     pub rail_traffic: Vec<RailTrafficView>,
+    /// Rail connections the worker dropped because they failed the rail handshake.
+    pub rails_refused: u64,
     pub assigned: u32,
     pub allocated: ResourcesView,
     pub cpu_utilisation: f64,
@@ -681,6 +683,7 @@ pub fn worker_list_view(workers: &[pb::WorkerInfo]) -> WorkerList {
                     .collect(),
                 isolation: non_empty(&cap.isolation),
                 rails: cap.rails,
+                rails_refused: state.rails_refused,
                 rail_traffic: state
                     .rails
                     .iter()
@@ -1050,7 +1053,7 @@ mod tests {
                 rails: vec![pb::RailCounters { addr: "10.0.0.1:7100".into(), bytes_sent: 5, bytes_received: 7, failures: 1 }],
                 gpus: vec![pb::GpuState { index: 0, utilisation: 0.37, memory_used: 12 << 30 }],
                 isolation: "cgroup-v1".into(),
-                rails_refused: 0,
+                rails_refused: 3,
             }),
             alive: true,
             last_heartbeat: NOW - 1_200,
@@ -1093,6 +1096,7 @@ mod tests {
                 "isolation": "cgroup-v1",
                 "rails": ["10.0.0.1:7100", "10.0.1.1:7100"],
                 "rail_traffic": [{"addr": "10.0.0.1:7100", "bytes_sent": 5, "bytes_received": 7, "failures": 1}],
+                "rails_refused": 3,
                 "assigned": 2,
                 "allocated": {"cpu": 1.5, "memory_bytes": 1u64 << 30, "gpu": 0},
                 "cpu_utilisation": 0.375, "memory_free_bytes": 6u64 << 30,
