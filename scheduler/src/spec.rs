@@ -180,6 +180,37 @@ pub struct TaskSpec {
     /// stored before back-off existed read as 0.
     #[serde(default)]
     pub retry_backoff_ms: u64,
+    /// Set when the task's replicas are (part of) a gang: `min_members`, `gang_timeout` or
+    /// `gang` in the file, and always for the collective kinds (every member, the default
+    /// deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<GangSpec>,
+}
+
+/// A gang: members (the replicas of one task, or of several tasks of one job that name the same
+/// `gang`) of which `min_members` start together or none does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GangSpec {
+    /// Unique in its job: the `gang` field, else the task's name.
+    pub name: String,
+    /// How many members, over all the gang's tasks, must hold a reservation before any starts;
+    /// the rest start as room appears.
+    pub min_members: u32,
+    /// The deadline for reaching `min_members`, counted from the gang's first reservation; then
+    /// every reservation is rolled back and the gang retries after a back-off.
+    pub timeout_ms: u64,
+}
+
+/// A gang's deadline when the file gives none (and a collective's): long enough for running
+/// work to end on the workers it waits for, short enough that a gang that cannot fill lets
+/// others go (YuniKorn's placeholders wait 15 minutes; most gangs here are smaller).
+pub const DEFAULT_GANG_TIMEOUT_MS: u64 = 120_000;
+
+/// The queue a job is in when its file names none.
+pub const DEFAULT_QUEUE: &str = "default";
+
+fn default_queue() -> String {
+    DEFAULT_QUEUE.to_string()
 }
 
 /// What a collective task reduces and how. Its one input names, per member, the object of the
@@ -201,6 +232,12 @@ pub struct CollectiveSpec {
 pub struct JobSpec {
     pub name: String,
     pub tasks: Vec<TaskSpec>,
+    /// Higher first; ties go to the older job. Jobs stored before priorities existed read as 0.
+    #[serde(default)]
+    pub priority: i64,
+    /// The queue the job waits in: one gang at a time reserves per queue.
+    #[serde(default = "default_queue")]
+    pub queue: String,
 }
 
 impl JobSpec {
@@ -219,6 +256,8 @@ impl JobSpec {
 #[serde(deny_unknown_fields)]
 struct RawJob {
     name: Option<String>,
+    priority: Option<i64>,
+    queue: Option<String>,
     #[serde(alias = "tasks", default)]
     task: Vec<RawTask>,
 }
@@ -250,6 +289,9 @@ struct RawTask {
     op: Option<String>,
     root: Option<u32>,
     algorithm: Option<String>,
+    min_members: Option<u32>,
+    gang_timeout: Option<RawDuration>,
+    gang: Option<String>,
 }
 
 /// `command = ["prog", "arg"]` (argv), or `command = "shell text"` run with `sh -c`.
@@ -373,7 +415,15 @@ impl Validator<'_> {
             let line = self.task_line(&cycle[0], 0);
             return Err(self.err(line, format!("dependency cycle: {}", cycle.join(" -> "))));
         }
-        Ok(JobSpec { name, tasks })
+        self.gangs(&raw.task, &mut tasks)?;
+        let queue = match raw.queue {
+            Some(q) => {
+                check_task_name(&q).map_err(|e| self.err(self.line_of_key("queue"), format!("queue {q:?}: {e}")))?;
+                q
+            }
+            None => DEFAULT_QUEUE.to_string(),
+        };
+        Ok(JobSpec { name, tasks, priority: raw.priority.unwrap_or(0), queue })
     }
 
     fn task(
@@ -568,7 +618,92 @@ impl Validator<'_> {
             collective,
             on_failure,
             retry_backoff_ms,
+            gang: None,
         })
+    }
+
+    /// Line of the first top-level `key = …` (for job-level fields), if any.
+    fn line_of_key(&self, key: &str) -> Option<usize> {
+        self.source.lines().position(|l| l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('='))).map(|i| i + 1)
+    }
+
+    /// Resolves `min_members`, `gang_timeout` and `gang` into each task's [`GangSpec`]: tasks
+    /// naming one gang must become ready together (the same `after`), and agree on what they
+    /// both set; `min_members` counts over all of them. Collectives are gangs of all their
+    /// members and take none of these fields.
+    fn gangs(&self, raw: &[RawTask], tasks: &mut [TaskSpec]) -> Result<(), SpecError> {
+        // Gang name → the indices of its tasks, in file order.
+        let mut members: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, t) in raw.iter().enumerate() {
+            let at = |msg: String| self.err(self.task_line(&t.name, 0), format!("task {:?}: {msg}", t.name));
+            let asks = t.min_members.is_some() || t.gang_timeout.is_some() || t.gang.is_some();
+            if tasks[i].collective.is_some() {
+                if asks {
+                    return Err(at("a collective is already a gang of all its members; `min_members`, `gang_timeout` and `gang` are not for it".into()));
+                }
+                let n = tasks[i].replicas;
+                tasks[i].gang = Some(GangSpec { name: tasks[i].name.clone(), min_members: n, timeout_ms: DEFAULT_GANG_TIMEOUT_MS });
+                continue;
+            }
+            if !asks {
+                continue;
+            }
+            let name = t.gang.clone().unwrap_or_else(|| t.name.clone());
+            check_task_name(&name).map_err(|e| at(format!("gang {name:?}: {e}")))?;
+            match members.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.push(i),
+                None => members.push((name, vec![i])),
+            }
+        }
+        for (name, idx) in members {
+            let first = &raw[idx[0]];
+            let line = self.task_line(&first.name, 0);
+            let at = |msg: String| self.err(line, format!("gang {name:?}: {msg}"));
+            if let Some(other) = tasks.iter().find(|t| t.name == name && !idx.iter().any(|&i| tasks[i].name == t.name)) {
+                return Err(at(format!("is also the name of task {:?}, which is not in it; name the gang differently", other.name)));
+            }
+            let after = |i: usize| tasks[i].after.iter().collect::<std::collections::BTreeSet<_>>();
+            if let Some(&odd) = idx.iter().find(|&&i| after(i) != after(idx[0])) {
+                return Err(at(format!(
+                    "its tasks do not become ready together: {:?} waits for {:?}, {:?} for {:?} (give them the same `after` and inputs)",
+                    tasks[idx[0]].name, tasks[idx[0]].after, tasks[odd].name, tasks[odd].after
+                )));
+            }
+            let total: u32 = idx.iter().map(|&i| tasks[i].replicas).sum();
+            let mut min = None;
+            let mut timeout = None;
+            for &i in &idx {
+                let t = &raw[i];
+                if let Some(k) = t.min_members {
+                    if min.is_some_and(|m| m != k) {
+                        return Err(at(format!("its tasks set different min_members ({} and {k})", min.unwrap_or(0))));
+                    }
+                    min = Some(k);
+                }
+                if let Some(d) = &t.gang_timeout {
+                    let ms = match d {
+                        RawDuration::Seconds(s) => s.saturating_mul(1000),
+                        RawDuration::Text(s) => humantime::parse_duration(s).map_err(|e| at(format!("gang_timeout {s:?}: {e}")))?.as_millis() as u64,
+                    };
+                    if ms == 0 || ms > 24 * 3_600_000 {
+                        return Err(at(format!("gang_timeout must be between 1 ms and a day, not {ms} ms")));
+                    }
+                    if timeout.is_some_and(|m| m != ms) {
+                        return Err(at("its tasks set different gang_timeout".into()));
+                    }
+                    timeout = Some(ms);
+                }
+            }
+            let min_members = min.unwrap_or(total);
+            if min_members < 1 || min_members > total {
+                return Err(at(format!("min_members = {min_members} is out of range (1..={total}, the gang's replicas)")));
+            }
+            let gang = GangSpec { name: name.clone(), min_members, timeout_ms: timeout.unwrap_or(DEFAULT_GANG_TIMEOUT_MS) };
+            for &i in &idx {
+                tasks[i].gang = Some(gang.clone());
+            }
+        }
+        Ok(())
     }
 
     /// Checks the fields of a collective kind (and that other tasks use none of them).

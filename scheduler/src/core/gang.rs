@@ -1,14 +1,256 @@
-//! Gangs: the members of a collective task placed all at once on distinct workers, or none,
-//! and restarted whole.
+//! Gangs (seed 002's batch module): members that start together or not at all.
+//!
+//! A gang is the replicas of one task, or of several tasks of a job that name the same `gang`,
+//! of which `min_members` (K) must be placed together; a collective is a gang of all its
+//! members, placed on distinct workers and restarted whole.
+//!
+//! - **One head per queue.** In each round, walking the ready queue in priority-then-age order,
+//!   the first unbound gang of each queue is its head; only heads reserve. Two gangs never hold
+//!   partial reservations against each other (the deadlock of kube-batch#158 and of
+//!   Coscheduling's Permit, scheduler-plugins#114/#117).
+//! - **Reservations.** The head reserves members one by one on the best-scoring feasible worker
+//!   (through the `Placer`, so `locality`, `rl` and `explain` apply): the member's request is
+//!   set aside on that worker (`Worker::reserved`, `Subtask::reserved_on`), durable with the
+//!   rest of the round's changes. When K are reserved the gang is bound: they are dispatched
+//!   together, and the rest start as room appears. No member starts before (Volcano's partial
+//!   starts, volcano#2462, cannot happen). Every check is per worker, never an aggregate
+//!   (volcano#665).
+//! - **Holding, then backfill.** While the head waits, it holds, for each member it still needs,
+//!   a worker where that member will fit once running work ends; work after it in the order
+//!   places only on other workers. Small tasks thus use what the gang cannot (Slurm's backfill
+//!   around a reservation), and cannot starve it (kueue#8309).
+//! - **Deadline.** If K are not reserved within `gang_timeout` of the first reservation, every
+//!   reservation is released and the gang backs off (1 s doubling to 60 s) before it may be a
+//!   head again, and says so; the next gang of the queue gets its turn. A worker lost, or a
+//!   coordinator restart, before binding rolls the gang back too: no reservation leaks
+//!   (kueue#14811).
 
 use std::collections::HashMap;
 
 use plexus_proto::{JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
 use super::lineage::Availability;
+use super::placement::Placed;
 use super::{Assignment, CollectiveAssignment, Core, InputLocation, PlacementRecord};
+use crate::spec::GangSpec;
+
+/// The longest back-off of a gang that was rolled back.
+pub const MAX_GANG_BACKOFF_MS: u64 = 60_000;
+
+/// The back-off after a gang's `n`-th rollback: 1 s, doubling, at most [`MAX_GANG_BACKOFF_MS`].
+pub fn gang_backoff_ms(n: u32) -> u64 {
+    1_000u64.saturating_mul(1u64 << n.saturating_sub(1).min(16)).min(MAX_GANG_BACKOFF_MS)
+}
 
 impl Core {
+    /// The tasks (indices) of job `job` in gang `name`.
+    pub(super) fn gang_tasks(&self, job: JobId, name: &str) -> Vec<usize> {
+        let Some(j) = self.jobs.get(&job) else { return Vec::new() };
+        j.record.spec.tasks.iter().enumerate().filter(|(_, t)| t.gang.as_ref().is_some_and(|g| g.name == name)).map(|(i, _)| i).collect()
+    }
+
+    /// Every member (subtask index) of gang `name`, task by task, rank by rank.
+    pub(super) fn gang_member_idxs(&self, job: JobId, name: &str) -> Vec<u32> {
+        let j = &self.jobs[&job];
+        self.gang_tasks(job, name).into_iter().flat_map(|t| j.offsets[t]..j.offsets[t] + j.record.spec.tasks[t].replicas).collect()
+    }
+
+    /// One round's turn of an unbound gang (or a collective): true when it was placed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn schedule_gang(
+        &mut self,
+        job: JobId,
+        t: usize,
+        g: &GangSpec,
+        queue: &str,
+        now: u64,
+        held: &mut HashMap<WorkerId, String>,
+        heads: &mut std::collections::HashSet<String>,
+    ) -> bool {
+        let state = self.jobs[&job].record.gangs.get(&g.name).cloned().unwrap_or_default();
+        if state.retry_at > now {
+            return false; // backing off after a rollback: not a head now
+        }
+        if !heads.insert(queue.to_string()) {
+            return false; // waits behind its queue's head
+        }
+        if state.reserving_since > 0 && now >= state.reserving_since.saturating_add(g.timeout_ms) {
+            let have = self.gang_member_idxs(job, &g.name).iter().filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).count();
+            let why = format!("deadline: {have} of {} members reserved within {} ms", g.min_members, g.timeout_ms);
+            self.rollback_gang(job, &g.name, why, now);
+            return false;
+        }
+        let label = format!("gang {:?} of job {job}", g.name);
+        let req = self.jobs[&job].record.spec.tasks[t].resources;
+        if self.jobs[&job].record.spec.tasks[t].collective.is_some() {
+            if self.place_gang(job, t, now, held) {
+                self.set_gang(job, &g.name, |s| s.reserving_since = 0);
+                return true;
+            }
+            // Waiting counts towards the deadline from the first round it is a head.
+            if state.reserving_since == 0 && self.jobs[&job].record.state == JobState::Running {
+                self.set_gang(job, &g.name, |s| s.reserving_since = now);
+            }
+            let n = self.jobs[&job].record.spec.tasks[t].replicas;
+            self.hold_for(req, n, true, &label, held);
+            return false;
+        }
+        match self.reserve_gang(job, g, now, held) {
+            Some(needed) => {
+                self.hold_for(req, needed, false, &label, held);
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Reserves members of gang `g` until `min_members` hold one, then binds them. `None`: bound
+    /// (now or before); `Some(n)`: still `n` members short.
+    fn reserve_gang(&mut self, job: JobId, g: &GangSpec, now: u64, held: &HashMap<WorkerId, String>) -> Option<u32> {
+        let members = self.gang_member_idxs(job, &g.name);
+        let mut reserved = members.iter().filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).count() as u32;
+        for &idx in &members {
+            if reserved >= g.min_members {
+                break;
+            }
+            let s = &self.jobs[&job].subtasks[idx as usize];
+            if s.state != SubtaskState::Ready || s.reserved_on.is_some() || s.not_before > now {
+                continue;
+            }
+            let note = format!("reserved for gang {:?} ({} of {} needed)", g.name, reserved + 1, g.min_members);
+            match self.choose(job, idx, now, held, &note) {
+                Ok((wid, record)) => {
+                    self.reserve(job, idx, wid, record, now);
+                    reserved += 1;
+                }
+                Err(Placed::NoRoom) => break,
+                Err(_) => {}
+            }
+            if self.jobs[&job].record.state != JobState::Running {
+                return Some(g.min_members.saturating_sub(reserved));
+            }
+        }
+        if reserved < g.min_members {
+            return Some(g.min_members - reserved);
+        }
+        // Bound: every reservation becomes an attempt, in one round.
+        for idx in members {
+            let s = &self.jobs[&job].subtasks[idx as usize];
+            let Some(wid) = s.reserved_on else { continue };
+            let record = self.jobs[&job].placements.get(&idx).cloned();
+            self.unreserve((job, idx));
+            match record {
+                Some(r) if r.chosen == wid => self.assign(job, idx, wid, r, now),
+                _ => tracing::error!(%job, idx, "a reserved gang member has no matching placement record; left ready"),
+            }
+        }
+        self.set_gang(job, &g.name, |s| {
+            s.bound_at = now;
+            s.reserving_since = 0;
+        });
+        tracing::info!(%job, gang = g.name, min_members = g.min_members, "gang bound");
+        None
+    }
+
+    /// Sets aside a member's request on `wid`.
+    fn reserve(&mut self, job: JobId, idx: u32, wid: WorkerId, record: PlacementRecord, now: u64) {
+        let j = self.jobs.get_mut(&job).expect("exists");
+        let t = j.task_of(idx);
+        let req = j.record.spec.tasks[t].resources;
+        let gang = j.record.spec.tasks[t].gang.as_ref().map(|g| g.name.clone()).unwrap_or_default();
+        j.subtasks[idx as usize].reserved_on = Some(wid);
+        j.placements.insert(idx, record);
+        if let Some(w) = self.workers.get_mut(&wid) {
+            w.allocated.add(&req);
+            w.reserved.insert((job, idx));
+        }
+        self.out.subtasks.insert((job, idx));
+        self.out.placements.insert((job, idx));
+        self.set_gang(job, &gang, |s| {
+            if s.reserving_since == 0 {
+                s.reserving_since = now;
+            }
+        });
+    }
+
+    /// Releases a member's reservation, if it holds one.
+    pub(super) fn unreserve(&mut self, (job, idx): (JobId, u32)) {
+        let Some(j) = self.jobs.get_mut(&job) else { return };
+        let Some(wid) = j.subtasks[idx as usize].reserved_on.take() else { return };
+        let req = j.record.spec.tasks[j.task_of(idx)].resources;
+        if let Some(w) = self.workers.get_mut(&wid)
+            && w.reserved.remove(&(job, idx))
+        {
+            w.allocated.sub(&req);
+        }
+        self.out.subtasks.insert((job, idx));
+    }
+
+    /// Releases every reservation of a gang, and backs it off before it may reserve again.
+    pub(super) fn rollback_gang(&mut self, job: JobId, name: &str, reason: String, now: u64) {
+        for idx in self.gang_member_idxs(job, name) {
+            self.unreserve((job, idx));
+        }
+        let Some(j) = self.jobs.get(&job) else { return };
+        let rollbacks = j.record.gangs.get(name).map_or(0, |s| s.rollbacks) + 1;
+        let retry_at = now + gang_backoff_ms(rollbacks);
+        tracing::info!(%job, gang = name, rollbacks, retry_in_ms = retry_at - now, reason, "gang rolled back");
+        self.set_gang(job, name, |s| {
+            s.reserving_since = 0;
+            s.rollbacks = rollbacks;
+            s.rolled_back_at = now;
+            s.retry_at = retry_at;
+            s.reason = reason;
+        });
+    }
+
+    /// Changes a gang's state (made if absent) and marks the job for the store.
+    pub(super) fn set_gang(&mut self, job: JobId, name: &str, f: impl FnOnce(&mut super::records::GangState)) {
+        let Some(j) = self.jobs.get_mut(&job) else { return };
+        let before = j.record.gangs.get(name).cloned();
+        let s = j.record.gangs.entry(name.to_string()).or_default();
+        f(s);
+        if before.as_ref() != Some(s) {
+            self.out.jobs.insert(job);
+        }
+    }
+
+    /// Holds workers for `needed` more members asking `req` each: those where a member fits once
+    /// the work running there ends (capacity less other reservations), preferring the most free
+    /// now; one member per worker when `distinct` (a collective). Nothing after the gang in the
+    /// order may place on them this round.
+    fn hold_for(&self, req: Resources, needed: u32, distinct: bool, label: &str, held: &mut HashMap<WorkerId, String>) {
+        let mut room: Vec<(WorkerId, Resources, Resources)> = self
+            .workers
+            .values()
+            .filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id))
+            .map(|w| {
+                let mut reserved = Resources::default();
+                for (j, i) in &w.reserved {
+                    if let Some(job) = self.jobs.get(j) {
+                        reserved.add(&job.record.spec.tasks[job.task_of(*i)].resources);
+                    }
+                }
+                (w.record.id, w.record.capacity.resources().minus(&reserved), w.free())
+            })
+            .collect();
+        for _ in 0..needed {
+            let best = room
+                .iter_mut()
+                .filter(|(_, cap, _)| req.fits_in(cap))
+                .max_by(|(a, _, fa), (b, _, fb)| fa.cpu.total_cmp(&fb.cpu).then_with(|| b.cmp(a)));
+            let Some((wid, cap, free)) = best else { return };
+            held.insert(*wid, label.to_string());
+            if distinct {
+                *cap = Resources::default();
+                cap.cpu = -1.0;
+            } else {
+                *cap = cap.minus(&req);
+                *free = free.minus(&req);
+            }
+        }
+    }
+
     /// Places every member of collective task `t` at once, each on its own worker, or none.
     ///
     /// A gang runs together or not at all: when some members are ready again (a failed or lost
@@ -17,7 +259,7 @@ impl Core {
     /// (the producer replica of the same rank) is resident when that worker has room, else on
     /// the feasible worker with the most free cores. False when the gang does not fit now (or
     /// cannot be rerun); nothing is then placed.
-    pub(super) fn place_gang(&mut self, job: JobId, t: usize, now: u64) -> bool {
+    pub(super) fn place_gang(&mut self, job: JobId, t: usize, now: u64, held: &HashMap<WorkerId, String>) -> bool {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
         let (start, n) = (j.offsets[t], task.replicas);
@@ -57,8 +299,12 @@ impl Core {
         let task = &j.record.spec.tasks[t];
         let input = &task.inputs[0];
         let producer = j.task_index(&input.task);
-        let mut free: HashMap<WorkerId, Resources> =
-            self.workers.values().filter(|w| w.connected && w.record.alive).map(|w| (w.record.id, w.free())).collect();
+        let mut free: HashMap<WorkerId, Resources> = self
+            .workers
+            .values()
+            .filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id))
+            .map(|w| (w.record.id, w.free()))
+            .collect();
         let mut chosen: Vec<(WorkerId, ObjectId, u64, &'static str)> = Vec::with_capacity(members.len());
         for rank in 0..n {
             let size = producer

@@ -131,7 +131,39 @@ impl Core {
         if self.workers.is_empty() {
             return None;
         }
-        spec.tasks.iter().find_map(|t| self.unrunnable(t))
+        spec.tasks.iter().find_map(|t| self.unrunnable(t)).or_else(|| self.gang_too_big(spec))
+    }
+
+    /// Why a gang of `spec` cannot ever have `min_members` members placed at once on the live
+    /// workers, checked per worker (first-fit by size, largest members first), if that is so.
+    fn gang_too_big(&self, spec: &JobSpec) -> Option<String> {
+        let alive: Vec<&Worker> = self.workers.values().filter(|w| w.record.alive).collect();
+        let mut names: Vec<&str> = spec.tasks.iter().filter(|t| t.collective.is_none()).filter_map(|t| t.gang.as_ref().map(|g| g.name.as_str())).collect();
+        names.dedup();
+        for name in names {
+            let tasks: Vec<&TaskSpec> = spec.tasks.iter().filter(|t| t.gang.as_ref().is_some_and(|g| g.name == name)).collect();
+            let k = tasks[0].gang.as_ref().map_or(0, |g| g.min_members);
+            let mut members: Vec<plexus_proto::Resources> = tasks.iter().flat_map(|t| std::iter::repeat_n(t.resources, t.replicas as usize)).collect();
+            members.sort_by(|a, b| b.cpu.total_cmp(&a.cpu).then(b.memory.cmp(&a.memory)).then(b.gpu.cmp(&a.gpu)));
+            let mut room: Vec<plexus_proto::Resources> = alive.iter().map(|w| w.record.capacity.resources()).collect();
+            let mut fit = 0u32;
+            for m in &members {
+                if fit >= k {
+                    break;
+                }
+                if let Some(r) = room.iter_mut().find(|r| m.fits_in(r)) {
+                    r.sub(m);
+                    fit += 1;
+                }
+            }
+            if fit < k {
+                return Some(format!(
+                    "gang {name:?} needs {k} members placed at once, and the {} live worker(s) can hold at most {fit} of them together",
+                    alive.len()
+                ));
+            }
+        }
+        None
     }
 
     /// Why task `t` cannot run on the live workers whatever they are running now, if that is so.
@@ -212,11 +244,12 @@ impl Core {
                     failed_attempts: Vec::new(),
                     gpus: Vec::new(),
                     reruns: 0,
+                    reserved_on: None,
                 });
             }
         }
         let n = subtasks.len() as u32;
-        let record = JobRecord { id, seq, spec, state: JobState::Running, submitted_at: now, finished_at: 0, error: String::new() };
+        let record = JobRecord { id, seq, spec, state: JobState::Running, submitted_at: now, finished_at: 0, error: String::new(), gangs: Default::default() };
         let job = Job::new(record, subtasks);
         for i in 0..n {
             self.out.subtasks.insert((id, i));
@@ -495,7 +528,7 @@ impl Core {
         if at > now {
             self.delayed.insert((at, job, idx));
         } else {
-            self.ready.push_back((job, idx));
+            self.push_ready(job, idx);
         }
     }
 
@@ -507,7 +540,7 @@ impl Core {
             if self.jobs[&job].subtasks[idx as usize].state == SubtaskState::Waiting {
                 self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].ready_at = now;
                 self.set_state((job, idx), SubtaskState::Ready, now, String::new());
-                self.ready.push_back((job, idx));
+                self.push_ready(job, idx);
             }
         }
     }
@@ -526,6 +559,10 @@ impl Core {
 
     /// The one place a subtask changes state: keeps counts and history, marks it dirty.
     pub(super) fn set_state(&mut self, (job, idx): (JobId, u32), state: SubtaskState, now: u64, note: String) {
+        // A reservation belongs to a ready member: whatever else it becomes, it is released.
+        if state != SubtaskState::Ready {
+            self.unreserve((job, idx));
+        }
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let t = j.task_of(idx);
         let s = &mut j.subtasks[idx as usize];

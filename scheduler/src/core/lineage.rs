@@ -104,6 +104,6 @@ impl Core {
         s.ready_at = now;
         s.not_before = 0;
         self.set_state((job, idx), SubtaskState::Ready, now, note);
-        self.ready.push_back((job, idx));
+        self.push_ready(job, idx);
     }
 }

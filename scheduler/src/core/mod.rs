@@ -22,10 +22,12 @@
 //! - `jobs`: submission, reports of attempts, retries, DAG release, the end of a job.
 //! - `workers`: registration and reconciliation, heartbeats, held objects, lost workers.
 //! - `placement`: the ready queue and single-subtask placement through the [`Placer`].
-//! - `gang`: collective members placed all at once, or none.
+//! - `queue`: the ready queue, in priority-then-age order, one entry per task.
+//! - `gang`: gangs — reservations, binding, holding workers for the head gang, deadlines and
+//!   rollbacks — and collectives placed all at once, or none.
 //! - [`lineage`]: lost inputs recomputed by re-running their producers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use plexus_proto::{JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
@@ -53,6 +55,7 @@ mod jobs;
 pub mod lineage;
 pub mod messages;
 mod placement;
+mod queue;
 pub mod records;
 mod workers;
 
@@ -71,7 +74,7 @@ pub struct Core {
     workers: BTreeMap<WorkerId, Worker>,
     /// Which workers hold each object.
     holders: HashMap<ObjectId, BTreeSet<WorkerId>>,
-    ready: VecDeque<(JobId, u32)>,
+    ready: queue::ReadyQueue,
     /// Ready subtasks waiting out a retry back-off, by the time they may be placed: `tick` moves
     /// the due ones to `ready`, so a waiting retry costs nothing per round.
     delayed: BTreeSet<(u64, JobId, u32)>,
@@ -99,7 +102,7 @@ impl Core {
             next_seq: 1,
             workers: BTreeMap::new(),
             holders: HashMap::new(),
-            ready: VecDeque::new(),
+            ready: queue::ReadyQueue::default(),
             delayed: BTreeSet::new(),
             next_decision: 1,
             out: Outbox::default(),
@@ -142,11 +145,12 @@ impl Core {
         }
         for mut rec in snap.workers {
             rec.last_heartbeat = now;
-            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new(), gpus_used: BTreeSet::new() };
+            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new(), gpus_used: BTreeSet::new(), reserved: BTreeSet::new() };
             self.workers.insert(w.record.id, w);
         }
         // Derived state: allocations, and the ready queue in submission order.
         let order: Vec<JobId> = self.job_order.values().copied().collect();
+        let mut ready = Vec::new();
         for id in order {
             let job = &self.jobs[&id];
             let running = job.record.state == JobState::Running;
@@ -162,12 +166,56 @@ impl Core {
                     if s.not_before > now {
                         self.delayed.insert((s.not_before, id, i as u32));
                     } else {
-                        self.ready.push_back((id, i as u32));
+                        ready.push((id, i as u32));
                     }
                 }
             }
         }
+        for (id, i) in ready {
+            self.push_ready(id, i);
+        }
+        // Reservations of gangs that were not bound are rolled back: the workers they were on
+        // may not come back, and the gang reserves again from nothing (at once). Stored with
+        // the first round's commit.
+        let unbound: Vec<(JobId, String)> = self
+            .jobs
+            .values()
+            .flat_map(|j| j.record.gangs.iter().filter(|(_, g)| g.bound_at == 0 && g.reserving_since > 0).map(move |(n, _)| (j.record.id, n.clone())))
+            .collect();
+        let mut stray = Vec::new();
+        for j in self.jobs.values_mut() {
+            for (i, s) in j.subtasks.iter_mut().enumerate() {
+                if s.reserved_on.take().is_some() {
+                    stray.push((j.record.id, i as u32));
+                }
+            }
+        }
+        for key in stray {
+            self.out.subtasks.insert(key);
+        }
+        for (job, name) in unbound {
+            self.set_gang(job, &name, |g| {
+                g.reserving_since = 0;
+                g.rollbacks += 1;
+                g.rolled_back_at = now;
+                g.retry_at = now;
+                g.reason = "the coordinator restarted before the gang was bound".into();
+            });
+        }
         Ok(())
+    }
+
+    /// Where subtask `idx` of `job` sits in the scheduling order.
+    fn order_key(&self, job: JobId, idx: u32) -> Option<queue::OrderKey> {
+        let j = self.jobs.get(&job)?;
+        Some(queue::OrderKey { priority: std::cmp::Reverse(j.record.spec.priority), seq: j.record.seq, task: j.task_of(idx) as u32, job })
+    }
+
+    /// Queues a ready subtask for placement.
+    pub(super) fn push_ready(&mut self, job: JobId, idx: u32) {
+        if let Some(k) = self.order_key(job, idx) {
+            self.ready.push(k, idx);
+        }
     }
 
     pub fn job(&self, id: JobId) -> Option<&Job> {
@@ -213,3 +261,5 @@ impl Core {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod gang_tests;

@@ -1,7 +1,7 @@
 //! Placement of single subtasks: the ready queue, candidates for the `Placer`, the decision's
 //! record for `plexus explain`, and the placer's feedback when an attempt ends.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
@@ -9,6 +9,16 @@ use super::lineage::Availability;
 use super::{Assignment, CandidateRecord, Core, HolderLocation, InputLocation, PlacementRecord};
 use crate::Error;
 use crate::placer::{Candidate, Outcome, PlacementRequest};
+
+/// What one try to place a subtask came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Placed {
+    Yes,
+    /// No worker has room for it now (or only workers held for a gang ahead of it).
+    NoRoom,
+    /// Not now for another reason (its inputs are being located or made again).
+    NotNow,
+}
 
 impl Core {
     pub(super) fn feedback(&mut self, (job, idx): (JobId, u32), wid: WorkerId, succeeded: bool) {
@@ -30,7 +40,13 @@ impl Core {
         self.placer.observe(&outcome);
     }
 
-    /// Places ready subtasks on connected workers with room, oldest job first.
+    /// Places ready subtasks on connected workers with room: tasks in priority order (then
+    /// oldest job first), each placed until a subtask does not fit. A gang that is not bound
+    /// yet goes through [`Core::schedule_gang`]: only the first of each queue reserves, and the
+    /// workers it still needs are held from everything after it in the order. The cost of a
+    /// round grows with the tasks that have ready work and the placements made, not with the
+    /// queue's depth: a task that finds no room ends its turn, and a later task asking for at
+    /// least as much is not tried at all.
     pub fn schedule(&mut self, now: u64) {
         if self.ready.is_empty() {
             return;
@@ -38,44 +54,81 @@ impl Core {
         // Each (job, task) with ready subtasks is judged once per round: placed, or why not.
         let mut judged: HashMap<(JobId, usize), bool> = HashMap::new();
         if !self.workers.values().any(|w| w.connected && w.record.alive) {
-            for &(job, idx) in &self.ready {
-                if let Some(t) = self.jobs.get(&job).map(|j| j.task_of(idx)) {
-                    judged.insert((job, t), false);
-                }
+            for (key, _) in self.ready.entries() {
+                judged.insert((key.job, key.task as usize), false);
             }
             self.explain_waiting(judged);
             return;
         }
-        let mut deferred = VecDeque::new();
-        // Gangs that could not be placed this round: their other members wait without retrying.
-        let mut gangs_waiting: HashSet<(JobId, usize)> = HashSet::new();
-        let n = self.ready.len();
-        for _ in 0..n {
-            let Some((job, idx)) = self.ready.pop_front() else { break };
-            let Some(j) = self.jobs.get(&job) else { continue };
-            if j.record.state != JobState::Running || j.subtasks[idx as usize].state != SubtaskState::Ready {
-                continue; // stale queue entry
-            }
-            let t = j.task_of(idx);
-            let placed = if j.record.spec.tasks[t].collective.is_some() {
-                !gangs_waiting.contains(&(job, t)) && self.place_gang(job, t, now)
-            } else {
-                self.place(job, idx, now)
+        // Workers held for gangs at the head of their queue, and for which gang.
+        let mut held: HashMap<WorkerId, String> = HashMap::new();
+        let mut heads: HashSet<String> = HashSet::new();
+        let mut gangs_seen: HashSet<(JobId, String)> = HashSet::new();
+        // Requests that found no room this round: anything asking for as much waits too.
+        let mut full: Vec<Resources> = Vec::new();
+        for key in self.ready.keys() {
+            let (job, t) = (key.job, key.task as usize);
+            let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
+                self.ready.remove_task(&key);
+                continue;
             };
-            let seen = judged.entry((job, t)).or_insert(true);
-            // Not placed and still ready: it waits for room. (A subtask sent back to `Waiting`
-            // while its lost inputs are made again, or failed for good, leaves the queue.)
-            let still_ready = self.jobs.get(&job).is_some_and(|j| j.record.state == JobState::Running && j.subtasks[idx as usize].state == SubtaskState::Ready);
-            if !placed && still_ready {
-                *seen = false;
-                if self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].collective.is_some()) {
-                    gangs_waiting.insert((job, t));
+            let task = &j.record.spec.tasks[t];
+            let gang = task.gang.clone().filter(|g| task.collective.is_some() || j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0));
+            if let Some(g) = gang {
+                // Only a gang with a member still ready takes its turn (entries of members
+                // placed since are dropped here).
+                let set: BTreeSet<u32> = self.ready.take(&key).into_iter().filter(|&i| j.subtasks[i as usize].state == SubtaskState::Ready).collect();
+                let live = !set.is_empty();
+                self.ready.put_back(key, set);
+                if !live || !gangs_seen.insert((job, g.name.clone())) {
+                    continue; // judged with the gang's first task
                 }
-                deferred.push_back((job, idx));
+                let queue = j.record.spec.queue.clone();
+                let placed = self.schedule_gang(job, t, &g, &queue, now, &mut held, &mut heads);
+                for gt in self.gang_tasks(job, &g.name) {
+                    judged.insert((job, gt), placed);
+                }
+                continue;
             }
+            let req = task.resources;
+            if full.iter().any(|f| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu) {
+                judged.insert((job, t), false);
+                continue;
+            }
+            let mut set = self.ready.take(&key);
+            let mut skipped = BTreeSet::new();
+            let mut all = true;
+            while let Some(idx) = set.pop_first() {
+                let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
+                    set.clear();
+                    break;
+                };
+                if j.subtasks[idx as usize].state != SubtaskState::Ready {
+                    continue; // stale entry
+                }
+                match self.place(job, idx, now, &held) {
+                    Placed::Yes => {}
+                    Placed::NotNow => {
+                        all = false;
+                        // Still ready (its inputs are being located): it stays queued. Sent
+                        // back to `Waiting` while lost inputs are made again: it leaves.
+                        if self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Ready) {
+                            skipped.insert(idx);
+                        }
+                    }
+                    Placed::NoRoom => {
+                        all = false;
+                        set.insert(idx);
+                        full.push(req);
+                        break;
+                    }
+                }
+            }
+            set.extend(skipped);
+            self.ready.put_back(key, set);
+            let seen = judged.entry((job, t)).or_insert(true);
+            *seen &= all;
         }
-        deferred.append(&mut self.ready);
-        self.ready = deferred;
         self.explain_waiting(judged);
     }
 
@@ -98,13 +151,11 @@ impl Core {
         }
     }
 
-    /// Places one subtask; false if no worker has room now.
-    pub(super) fn place(&mut self, job: JobId, idx: u32, now: u64) -> bool {
+    /// The objects a subtask reads, with their sizes: the selected replicas' output of each
+    /// input task (every replica by default).
+    pub(super) fn inputs_of(&self, job: JobId, idx: u32) -> Vec<(ObjectId, u64)> {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[j.task_of(idx)];
-        let req = task.resources;
-
-        // Inputs: the selected replicas' output of each input task (every replica by default).
         let mut inputs: Vec<(ObjectId, u64)> = Vec::new();
         for input in &task.inputs {
             let Some(t) = j.task_index(&input.task) else { continue };
@@ -115,24 +166,51 @@ impl Core {
                 inputs.push((ObjectId { job, task: input.task.clone(), rank, name: input.output.clone() }, size));
             }
         }
+        inputs
+    }
+
+    /// Places one subtask, on a worker not in `held`.
+    pub(super) fn place(&mut self, job: JobId, idx: u32, now: u64, held: &HashMap<WorkerId, String>) -> Placed {
+        match self.choose(job, idx, now, held, "") {
+            Ok((wid, record)) => {
+                self.assign(job, idx, wid, record, now);
+                Placed::Yes
+            }
+            Err(p) => p,
+        }
+    }
+
+    /// Picks a worker for one subtask through the `Placer`, among the connected workers with
+    /// room that are not `held` (for a gang ahead of it), and the decision's record. `note`
+    /// goes into the record's reason (a gang reservation says so).
+    pub(super) fn choose(&mut self, job: JobId, idx: u32, now: u64, held: &HashMap<WorkerId, String>, note: &str) -> Result<(WorkerId, PlacementRecord), Placed> {
+        let inputs = self.inputs_of(job, idx);
         match self.input_availability(job, inputs.iter().map(|(o, _)| o)) {
             Availability::Held => {}
-            Availability::Unknown => return false,
+            Availability::Unknown => return Err(Placed::NotNow),
             Availability::Lost(lost) => {
                 self.recover_inputs(job, &[idx], &lost, now);
-                return false;
+                return Err(Placed::NotNow);
             }
         }
+        let j = &self.jobs[&job];
+        let task = &j.record.spec.tasks[j.task_of(idx)];
+        let req = task.resources;
 
         let mut candidates = Vec::new();
         for w in self.workers.values().filter(|w| w.connected && w.record.alive) {
             let free = w.free();
-            let fits = req.fits_in(&free);
+            let gang = held.get(&w.record.id);
+            let fits = req.fits_in(&free) && gang.is_none();
             let local: u64 = inputs.iter().filter(|(o, _)| w.objects.contains_key(o)).map(|(_, s)| *s).sum();
             candidates.push(Candidate {
                 worker: w.record.id,
                 feasible: fits,
-                note: if fits { String::new() } else { format!("needs {} free, has {}", fmt_res(&req), fmt_res(&free)) },
+                note: match gang {
+                    Some(g) => format!("held for {g}, which is ahead in the queue"),
+                    None if fits => String::new(),
+                    None => format!("needs {} free, has {}", fmt_res(&req), fmt_res(&free)),
+                },
                 capacity: w.record.capacity.resources(),
                 free,
                 assigned: w.placed.len() as u32,
@@ -147,7 +225,7 @@ impl Core {
             });
         }
         if !candidates.iter().any(|c| c.feasible) {
-            return false;
+            return Err(Placed::NoRoom);
         }
         let decision_id = self.next_decision;
         self.next_decision += 1;
@@ -162,17 +240,17 @@ impl Core {
         let decision = self.placer.place(&preq, &candidates);
         let Some(chosen) = candidates.get(decision.chosen).filter(|c| c.feasible) else {
             tracing::error!(placer = self.placer.name(), "placer chose an infeasible or missing candidate; subtask left ready");
-            return false;
+            return Err(Placed::NotNow);
         };
         let wid = chosen.worker;
-
+        let reason = if note.is_empty() { decision.reason.clone() } else { format!("{note}; {}", decision.reason) };
         let record = PlacementRecord {
             decision: decision_id,
             placer: self.placer.name().to_string(),
             attempt: j.subtasks[idx as usize].attempt + 1,
             chosen: wid,
             exploratory: decision.exploratory,
-            reason: decision.reason.clone(),
+            reason,
             decided_at: now,
             candidates: candidates
                 .iter()
@@ -186,18 +264,21 @@ impl Core {
                 })
                 .collect(),
         };
+        Ok((wid, record))
+    }
 
-        let input_locations = inputs
+    /// Starts the next attempt of a subtask on `wid` as decided by `record`, and sends it.
+    pub(super) fn assign(&mut self, job: JobId, idx: u32, wid: WorkerId, record: PlacementRecord, now: u64) {
+        let input_locations = self
+            .inputs_of(job, idx)
             .into_iter()
             .map(|(o, size)| InputLocation { holders: self.holder_locations(&o), object: o, size })
             .collect();
-
         let attempt = self.begin_attempt(job, idx, wid, now);
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[j.task_of(idx)];
-        let assignment = Assignment::of(task, attempt, req, input_locations, None);
+        let assignment = Assignment::of(task, attempt, task.resources, input_locations, None);
         self.dispatch((job, idx), wid, record, assignment, now);
-        true
     }
 
     /// Live workers holding `o`, with their rails: where an assignment's input can be fetched.
@@ -255,6 +336,6 @@ impl Core {
     }
 }
 
-fn fmt_res(r: &Resources) -> String {
+pub(super) fn fmt_res(r: &Resources) -> String {
     format!("cpu={:.2} memory={} gpu={}", r.cpu, bytesize::ByteSize(r.memory).display().iec(), r.gpu)
 }

@@ -19,6 +19,35 @@ pub struct JobRecord {
     pub submitted_at: u64,
     pub finished_at: u64,
     pub error: String,
+    /// Each gang of the job that has started reserving, been bound or rolled back, by name.
+    /// Stored with the job, in the same commit as the reservations, so a restart sees both.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub gangs: std::collections::BTreeMap<String, GangState>,
+}
+
+/// Where a gang stands: reserving (since `reserving_since`), bound (`bound_at`), or rolled
+/// back and waiting to try again (`retry_at`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GangState {
+    /// When its first current reservation was made (0: it holds none); the deadline counts
+    /// from here.
+    #[serde(default)]
+    pub reserving_since: u64,
+    /// When `min_members` members were bound and dispatched (0: not yet). Members beyond the
+    /// minimum then start as room appears.
+    #[serde(default)]
+    pub bound_at: u64,
+    /// Times every reservation was rolled back.
+    #[serde(default)]
+    pub rollbacks: u32,
+    #[serde(default)]
+    pub rolled_back_at: u64,
+    /// Not before this time does it reserve again (exponential back-off after a rollback).
+    #[serde(default)]
+    pub retry_at: u64,
+    /// Why the last rollback happened.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 /// One state change of a subtask, kept in its history.
@@ -72,6 +101,10 @@ pub struct Subtask {
     /// (not failures).
     #[serde(default)]
     pub reruns: u32,
+    /// The worker holding a reservation for this `Ready` gang member (resources set aside, not
+    /// yet dispatched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_on: Option<WorkerId>,
 }
 
 /// A failed attempt of a subtask, as `plexus status` shows it.

@@ -19,6 +19,9 @@ pub struct Worker {
     pub objects: HashMap<ObjectId, u64>,
     /// GPU device indices held by placed attempts: each device belongs to one attempt at a time.
     pub gpus_used: BTreeSet<u32>,
+    /// Gang members holding a reservation here: their requests are in `allocated` too, so
+    /// `allocated` = placed + reserved.
+    pub reserved: BTreeSet<(JobId, u32)>,
 }
 
 impl Worker {
@@ -87,6 +90,7 @@ impl Core {
             placed: BTreeSet::new(),
             objects: HashMap::new(),
             gpus_used: BTreeSet::new(),
+            reserved: BTreeSet::new(),
         });
         w.record = record;
         w.connected = true;
@@ -135,7 +139,7 @@ impl Core {
                 break;
             }
             self.delayed.pop_first();
-            self.ready.push_back((job, idx));
+            self.push_ready(job, idx);
         }
         let timeout = self.config.heartbeat_timeout_ms;
         let lost: Vec<WorkerId> =
@@ -161,6 +165,15 @@ impl Core {
             }
         }
         self.out.workers.insert(id);
+        // A gang that had a reservation there is rolled back whole: it was not bound.
+        let reserved: Vec<(JobId, u32)> = self.workers.get(&id).map(|w| w.reserved.iter().copied().collect()).unwrap_or_default();
+        for (job, idx) in reserved {
+            let gang = self.jobs.get(&job).and_then(|j| j.record.spec.tasks[j.task_of(idx)].gang.as_ref().map(|g| g.name.clone()));
+            match gang {
+                Some(name) => self.rollback_gang(job, &name, format!("worker {id} was lost before the gang was bound"), now),
+                None => self.unreserve((job, idx)),
+            }
+        }
         for (job, idx) in placed {
             self.requeue(job, idx, now, format!("worker {id} lost"));
         }
