@@ -255,6 +255,12 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
     head.push(("submitted", age(job.submitted_at, now_ms)));
     head.push(("duration", dash(job_duration(job, now_ms).map(human_duration))));
     head.push(("progress", format!("{}/{} succeeded", succeeded(job), total(job))));
+    if job.priority != 0 {
+        head.push(("priority", job.priority.to_string()));
+    }
+    if !job.queue.is_empty() && job.queue != "default" {
+        head.push(("queue", job.queue.clone()));
+    }
     let mut out = fields(&head);
 
     let mut groups =
@@ -275,6 +281,12 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
     out.push_str(&groups.render());
     for g in job.groups.iter().filter(|g| !g.waiting_reason.is_empty()) {
         out.push_str(&format!("waiting: {}: {}\n", g.task, one_line(&g.waiting_reason)));
+    }
+    // A finished job's gangs have nothing to say beyond its tasks.
+    if job_state_name(job.state) == "running" {
+        for g in &job.gangs {
+            out.push_str(&format!("gang {}: {}\n", g.name, gang_line(g, now_ms)));
+        }
     }
 
     if detail == Detail::WithSubtasks {
@@ -306,6 +318,48 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
     out
 }
 
+/// One gang's state in words: `3/4 reserved, deadline in 12 s`, `bound`, `rolled back at
+/// 10:41:07 (deadline: …), retry in 4 s`, or `waiting (0/4 reserved)`.
+pub fn gang_line(g: &pb::GangStatus, now_ms: u64) -> String {
+    let secs = |ms: u64| format!("{} s", ms.saturating_sub(now_ms).div_ceil(1000));
+    match g.phase.as_str() {
+        "bound" => format!("bound ({} of {} members needed to start)", g.min_members, g.members),
+        "reserving" => format!("{}/{} reserved, deadline in {}", g.reserved, g.min_members, secs(g.deadline)),
+        "backing off" => format!(
+            "rolled back at {} ({}), retry in {}",
+            clock_time(g.rolled_back_at),
+            one_line(&g.reason),
+            secs(g.retry_at)
+        ),
+        _ if g.rollbacks > 0 => format!("waiting ({}/{} reserved; rolled back {} time(s), last: {})", g.reserved, g.min_members, g.rollbacks, one_line(&g.reason)),
+        _ => format!("waiting ({}/{} reserved)", g.reserved, g.min_members),
+    }
+}
+
+/// HH:MM:SS (UTC) of a time in ms since the epoch.
+fn clock_time(ms: u64) -> String {
+    let s = ms / 1000 % 86_400;
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+#[derive(Debug, Serialize)]
+pub struct GangView {
+    pub name: String,
+    pub tasks: Vec<String>,
+    pub min_members: u32,
+    pub members: u32,
+    pub reserved: u32,
+    /// waiting, reserving, bound or backing off.
+    pub phase: String,
+    pub deadline_ms: Option<u64>,
+    pub bound_at_ms: Option<u64>,
+    pub rolled_back_at_ms: Option<u64>,
+    pub retry_at_ms: Option<u64>,
+    pub rollbacks: u32,
+    pub reason: Option<String>,
+    pub timeout_ms: u64,
+}
+
 #[derive(Debug, Serialize)]
 pub struct JobList {
     pub jobs: Vec<JobView>,
@@ -324,6 +378,9 @@ pub struct JobView {
     pub total_subtasks: u32,
     pub succeeded_subtasks: u32,
     pub groups: Vec<GroupView>,
+    pub priority: i64,
+    pub queue: String,
+    pub gangs: Vec<GangView>,
     /// Present for one job (`status JOB -o json`), absent in the job list.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subtasks: Option<Vec<SubtaskView>>,
@@ -416,6 +473,27 @@ pub fn job_view(job: &pb::JobStatus, detail: Detail) -> JobView {
                 cancelled: g.cancelled,
                 failed_attempts: g.failed_attempts,
                 waiting_reason: non_empty(&g.waiting_reason),
+            })
+            .collect(),
+        priority: job.priority,
+        queue: job.queue.clone(),
+        gangs: job
+            .gangs
+            .iter()
+            .map(|g| GangView {
+                name: g.name.clone(),
+                tasks: g.tasks.clone(),
+                min_members: g.min_members,
+                members: g.members,
+                reserved: g.reserved,
+                phase: g.phase.clone(),
+                deadline_ms: time(g.deadline),
+                bound_at_ms: time(g.bound_at),
+                rolled_back_at_ms: time(g.rolled_back_at),
+                retry_at_ms: time(g.retry_at),
+                rollbacks: g.rollbacks,
+                reason: non_empty(&g.reason),
+                timeout_ms: g.timeout_ms,
             })
             .collect(),
         subtasks: (detail == Detail::WithSubtasks).then(|| job.subtasks.iter().map(subtask_view).collect()),
@@ -819,6 +897,9 @@ mod tests {
             finished_at: 0,
             error: String::new(),
             groups: vec![group("gen", 4, [0, 0, 1, 1, 2, 0, 0]), group("sum", 1, [1, 0, 0, 0, 0, 0, 0])],
+            gangs: vec![],
+            priority: 0,
+            queue: "default".into(),
             subtasks: vec![
                 pb::SubtaskStatus {
                     task: "gen".into(),
@@ -923,6 +1004,40 @@ mod tests {
     }
 
     #[test]
+    fn gangs_say_where_they_stand() {
+        let g = |phase: &str| pb::GangStatus {
+            name: "train".into(),
+            tasks: vec!["w".into()],
+            min_members: 4,
+            members: 4,
+            reserved: 3,
+            phase: phase.into(),
+            deadline: NOW + 11_500,
+            rolled_back_at: 1_700_000_067_000,
+            retry_at: NOW + 4_000,
+            rollbacks: 1,
+            reason: "deadline: 3 of 4 members reserved within 30000 ms".into(),
+            timeout_ms: 30_000,
+            ..Default::default()
+        };
+        assert_eq!(gang_line(&g("reserving"), NOW), "3/4 reserved, deadline in 12 s");
+        assert_eq!(gang_line(&g("bound"), NOW), "bound (4 of 4 members needed to start)");
+        assert_eq!(
+            gang_line(&g("backing off"), NOW),
+            "rolled back at 22:14:27 (deadline: 3 of 4 members reserved within 30000 ms), retry in 4 s"
+        );
+        let mut j = job();
+        j.gangs = vec![g("reserving")];
+        j.priority = 10;
+        assert!(job_detail(&j, Detail::Summary, NOW).contains("gang train: 3/4 reserved, deadline in 12 s\n"));
+        assert!(job_detail(&j, Detail::Summary, NOW).contains("priority:  10"));
+        let v = serde_json::to_value(job_view(&j, Detail::Summary)).unwrap();
+        assert_eq!(v["gangs"][0]["phase"], "reserving");
+        assert_eq!(v["gangs"][0]["deadline_ms"], NOW + 11_500);
+        assert_eq!(v["priority"], 10);
+    }
+
+    #[test]
     fn job_detail_with_and_without_subtasks() {
         let text = job_detail(&job(), Detail::Summary, NOW);
         let expected = format!(
@@ -1000,8 +1115,8 @@ mod tests {
         keys.sort_unstable();
         assert_eq!(
             keys,
-            ["duration_ms", "error", "finished_at_ms", "groups", "job_id", "name", "state", "submitted_at_ms",
-             "succeeded_subtasks", "total_subtasks"]
+            ["duration_ms", "error", "finished_at_ms", "gangs", "groups", "job_id", "name", "priority", "queue", "state",
+             "submitted_at_ms", "succeeded_subtasks", "total_subtasks"]
         );
     }
 

@@ -6,7 +6,7 @@ use plexus_proto::{AttemptRef, JobState, ObjectId, SubtaskState, pb};
 
 use plexus_proto::rules;
 use plexus_scheduler::core::messages::GpuUsage;
-use plexus_scheduler::core::{Assignment, Capacity, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
+use plexus_scheduler::core::{Assignment, Capacity, GangPhase, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
 use plexus_scheduler::spec::Work;
 
 /// How much of a job a status carries.
@@ -218,7 +218,7 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
     }
 }
 
-pub fn job_status(job: &Job, detail: Detail) -> pb::JobStatus {
+pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
     let r = &job.record;
     let groups = r
         .spec
@@ -295,6 +295,34 @@ pub fn job_status(job: &Job, detail: Detail) -> pb::JobStatus {
         groups,
         subtasks,
         total_subtasks: job.total(),
+        gangs: job
+            .gangs(now)
+            .into_iter()
+            .map(|g| {
+                let (deadline, bound_at) = match g.phase {
+                    GangPhase::Reserving { deadline } => (deadline, 0),
+                    GangPhase::Bound { at } => (0, at),
+                    _ => (0, 0),
+                };
+                pb::GangStatus {
+                    name: g.name,
+                    tasks: g.tasks,
+                    min_members: g.min_members,
+                    members: g.members,
+                    reserved: g.reserved,
+                    phase: g.phase.as_str().to_string(),
+                    deadline,
+                    bound_at,
+                    rolled_back_at: g.state.rolled_back_at,
+                    retry_at: g.state.retry_at,
+                    rollbacks: g.state.rollbacks,
+                    reason: g.state.reason,
+                    timeout_ms: g.timeout_ms,
+                }
+            })
+            .collect(),
+        priority: r.spec.priority,
+        queue: r.spec.queue.clone(),
     }
 }
 

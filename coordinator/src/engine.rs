@@ -179,7 +179,7 @@ impl Engine {
                 r();
             }
             self.dispatch(&out);
-            self.notify(&out);
+            self.notify(&out, now);
             let st = &mut self.stats;
             if n > 0 || !out.is_empty() {
                 st.rounds += 1;
@@ -247,22 +247,22 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::Cancel { job, reply } => {
-                let r = core.cancel(job, now).map(|_| convert::job_status(core.job(job).expect("cancelled job exists"), Detail::Summary));
+                let r = core.cancel(job, now).map(|_| convert::job_status(core.job(job).expect("cancelled job exists"), Detail::Summary, now));
                 replies.push(defer(reply, r));
             }
             Cmd::GetJob { job, detail, reply } => {
-                let r = core.job(job).map(|j| convert::job_status(j, detail)).ok_or(SchedulerError::NoJob(job));
+                let r = core.job(job).map(|j| convert::job_status(j, detail, now)).ok_or(SchedulerError::NoJob(job));
                 replies.push(defer(reply, r));
             }
             Cmd::ListJobs { reply } => {
-                let v = core.jobs().map(|j| convert::job_status(j, Detail::Summary)).collect();
+                let v = core.jobs().map(|j| convert::job_status(j, Detail::Summary, now)).collect();
                 replies.push(defer(reply, v));
             }
             Cmd::Watch { job, reply } => {
                 let r = match core.job(job) {
                     None => Err(SchedulerError::NoJob(job)),
                     Some(j) => {
-                        let status = convert::job_status(j, Detail::Summary);
+                        let status = convert::job_status(j, Detail::Summary, now);
                         let final_already = j.record.state.is_final();
                         if final_already {
                             // Nothing will change: a channel whose sender is gone at once.
@@ -358,7 +358,7 @@ impl Engine {
     }
 
     /// Wakes the watchers of every job that changed.
-    fn notify(&mut self, out: &Outbox) {
+    fn notify(&mut self, out: &Outbox, now: u64) {
         if self.watchers.is_empty() {
             return;
         }
@@ -371,7 +371,7 @@ impl Engine {
                 self.watchers.remove(&job);
                 continue;
             }
-            tx.send_replace(convert::job_status(j, Detail::Summary));
+            tx.send_replace(convert::job_status(j, Detail::Summary, now));
             if j.record.state.is_final() {
                 // Dropping the sender ends every watch stream after its final status.
                 self.watchers.remove(&job);

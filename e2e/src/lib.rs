@@ -204,6 +204,14 @@ impl Cluster {
         self.workers[i] = Some(child);
     }
 
+    /// Starts one more worker; returns its index.
+    pub fn add_worker(&mut self) -> usize {
+        let i = self.workers.len();
+        self.workers.push(None);
+        self.start_worker(i);
+        i
+    }
+
     /// What worker `i` has logged so far (all its runs).
     pub fn worker_log(&self, i: usize) -> String {
         std::fs::read_to_string(self.path(&format!("worker-{i}.log"))).unwrap_or_default()

@@ -31,7 +31,80 @@ pub(super) fn state_index(s: SubtaskState) -> usize {
     s as usize
 }
 
+/// A gang of a job as `plexus status` shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GangView {
+    pub name: String,
+    pub tasks: Vec<String>,
+    pub min_members: u32,
+    pub members: u32,
+    pub reserved: u32,
+    pub timeout_ms: u64,
+    pub phase: GangPhase,
+    pub state: super::records::GangState,
+}
+
+/// Where a gang stands, for display.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GangPhase {
+    /// Not reserving: not at its queue's head yet, or not released.
+    Waiting,
+    /// Holding reservations until the deadline.
+    Reserving { deadline: u64 },
+    Bound { at: u64 },
+    /// Rolled back, not reserving before `retry_at`.
+    BackingOff { retry_at: u64 },
+}
+
+impl GangPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GangPhase::Waiting => "waiting",
+            GangPhase::Reserving { .. } => "reserving",
+            GangPhase::Bound { .. } => "bound",
+            GangPhase::BackingOff { .. } => "backing off",
+        }
+    }
+}
+
 impl Job {
+    /// The job's gangs, in file order of their first task, as of `now`.
+    pub fn gangs(&self, now: u64) -> Vec<GangView> {
+        let mut out: Vec<GangView> = Vec::new();
+        for (t, task) in self.record.spec.tasks.iter().enumerate() {
+            let Some(g) = &task.gang else { continue };
+            let range = self.offsets[t]..self.offsets[t] + task.replicas;
+            let reserved = range.clone().filter(|&i| self.subtasks[i as usize].reserved_on.is_some()).count() as u32;
+            if let Some(v) = out.iter_mut().find(|v| v.name == g.name) {
+                v.tasks.push(task.name.clone());
+                v.members += task.replicas;
+                v.reserved += reserved;
+                continue;
+            }
+            let state = self.record.gangs.get(&g.name).cloned().unwrap_or_default();
+            let phase = if state.bound_at > 0 && task.collective.is_none() {
+                GangPhase::Bound { at: state.bound_at }
+            } else if state.retry_at > now {
+                GangPhase::BackingOff { retry_at: state.retry_at }
+            } else if state.reserving_since > 0 {
+                GangPhase::Reserving { deadline: state.reserving_since.saturating_add(g.timeout_ms) }
+            } else {
+                GangPhase::Waiting
+            };
+            out.push(GangView {
+                name: g.name.clone(),
+                tasks: vec![task.name.clone()],
+                min_members: g.min_members,
+                members: task.replicas,
+                reserved,
+                timeout_ms: g.timeout_ms,
+                phase,
+                state,
+            });
+        }
+        out
+    }
+
     pub(super) fn new(record: JobRecord, subtasks: Vec<Subtask>) -> Job {
         let spec = &record.spec;
         let mut offsets = Vec::with_capacity(spec.tasks.len());

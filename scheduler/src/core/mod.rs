@@ -59,7 +59,7 @@ mod queue;
 pub mod records;
 mod workers;
 
-pub use jobs::Job;
+pub use jobs::{GangPhase, GangView, Job};
 pub use messages::{Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration, Report};
 pub use records::{AttemptFailure, Capacity, CandidateRecord, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition, WorkerRecord};
 pub use workers::Worker;
