@@ -183,7 +183,9 @@ fn cancelling_a_running_job_kills_its_processes() {
     let needle = ["sleep", "31.4159"];
     let job = c.submit("long.toml", "[[task]]\nname = \"long\"\nreplicas = 2\ncommand = [\"sleep\", \"31.4159\"]\n");
     c.wait_for("both replicas to run", Duration::from_secs(20), |c| c.job(&job).filter(|j| running(j) == 2));
-    assert_eq!(processes_with(&needle), 2);
+    // Reported running as the worker starts the process: on a loaded machine `exec` of `sleep`
+    // may come a moment later.
+    c.wait_for("both sleep processes", Duration::from_secs(10), |_| (processes_with(&needle) == 2).then_some(()));
     let out = c.plexus(&["cancel", &job]);
     assert!(out.status.success(), "{}", describe(&out));
     let status = c.job(&job).unwrap();
