@@ -43,7 +43,9 @@ test: build deps
 test-unit: torch
 	$(CARGO) test --workspace --lib
 
-# Control-plane throughput: 10,000 no-op subtasks over 4 real worker processes.
+# Control-plane throughput: 10,000 no-op subtasks over 4 real worker processes, with TLS and
+# --insecure side by side; then the deep queue: 1k, 10k and 100k one-core replicas (plain, and
+# mixed with priority-10 gangs) on 4 workers x 16 cores. `--deep-only` / `--no-deep` for one part.
 bench-control: release
 	$(CARGO) run --release -p plexus-bench --bin control-plane
 
