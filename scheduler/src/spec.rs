@@ -593,7 +593,7 @@ impl Validator<'_> {
             inputs.push(InputSpec { task: task.to_string(), output: output.to_string(), rank });
         }
 
-        for (k, _) in &t.env {
+        for k in t.env.keys() {
             rules::check_env_key(k).map_err(|e| at(e.to_string()))?;
         }
 

@@ -67,6 +67,9 @@ impl Core {
         held: &mut HashMap<WorkerId, String>,
         heads: &mut std::collections::HashSet<String>,
     ) -> bool {
+        if self.jobs[&job].record.spec.tasks[t].collective.is_some() && !self.restart_collective(job, t, now) {
+            return false;
+        }
         let state = self.jobs[&job].record.gangs.get(&g.name).cloned().unwrap_or_default();
         if state.retry_at > now {
             return false; // backing off after a rollback: not a head now
@@ -251,15 +254,12 @@ impl Core {
         }
     }
 
-    /// Places every member of collective task `t` at once, each on its own worker, or none.
-    ///
-    /// A gang runs together or not at all: when some members are ready again (a failed or lost
-    /// member) while others are still placed, those are cancelled and made ready first, so the
-    /// whole gang is placed anew with one communicator. Members are placed where their input
-    /// (the producer replica of the same rank) is resident when that worker has room, else on
-    /// the feasible worker with the most free cores. False when the gang does not fit now (or
-    /// cannot be rerun); nothing is then placed.
-    pub(super) fn place_gang(&mut self, job: JobId, t: usize, now: u64, held: &HashMap<WorkerId, String>) -> bool {
+    /// A collective with a member ready again (failed or lost) while others are placed: those
+    /// are cancelled and made ready too, so the gang restarts whole with one communicator. Done
+    /// at once, whether or not the gang may be placed now, so no member waits on a dead peer.
+    /// False when the job failed instead (a member that completed cannot join a new
+    /// communicator).
+    fn restart_collective(&mut self, job: JobId, t: usize, now: u64) -> bool {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
         let (start, n) = (j.offsets[t], task.replicas);
@@ -277,6 +277,26 @@ impl Core {
             self.stop_attempt((job, idx));
             self.requeue(job, idx, now, "gang restarted: another member has to run again".into());
         }
+
+        true
+    }
+
+    /// Places every member of collective task `t` at once, each on its own worker, or none.
+    ///
+    /// A gang runs together or not at all: when some members are ready again (a failed or lost
+    /// member) while others are still placed, those are cancelled and made ready first, so the
+    /// whole gang is placed anew with one communicator. Members are placed where their input
+    /// (the producer replica of the same rank) is resident when that worker has room, else on
+    /// the feasible worker with the most free cores. False when the gang does not fit now (or
+    /// cannot be rerun); nothing is then placed.
+    pub(super) fn place_gang(&mut self, job: JobId, t: usize, now: u64, held: &HashMap<WorkerId, String>) -> bool {
+        if !self.restart_collective(job, t, now) {
+            return false;
+        }
+        let j = &self.jobs[&job];
+        let task = &j.record.spec.tasks[t];
+        let (start, n) = (j.offsets[t], task.replicas);
+        let members: Vec<u32> = (start..start + n).collect();
 
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
