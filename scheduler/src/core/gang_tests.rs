@@ -6,36 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use plexus_proto::AttemptRef;
 use rand::{Rng, SeedableRng};
 
+use super::tests::{core, reg, session, submit, wid};
 use super::*;
-use crate::placer::heuristic;
 use crate::spec::{Format, parse};
-
-fn core() -> Core {
-    Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap())
-}
-
-fn wid(n: u8) -> WorkerId {
-    let mut b = [0u8; 16];
-    b[15] = n;
-    WorkerId::from_bytes(b)
-}
-
-fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Registration {
-    Registration {
-        worker: wid(n),
-        session: session.into(),
-        peer_addr: format!("http://127.0.0.1:{}", 7000 + n as u16),
-        capacity: Capacity { cpus, memory: 8 << 30, gpus: vec![], rails: vec!["127.0.0.1:1".into()], cache_bytes: 1 << 30, hostname: "h".into() },
-        state: NodeReport::default(),
-        known,
-    }
-}
-
-fn submit(c: &mut Core, src: &str, now: u64) -> JobId {
-    let id = JobId::random();
-    c.submit(id, parse(src, Format::Toml, "t.toml").unwrap(), now).unwrap();
-    id
-}
 
 fn ok(a: &AttemptRef) -> Report {
     Report { attempt: Some(a.clone()), state: Some(SubtaskState::Succeeded), ..Default::default() }
@@ -45,10 +18,6 @@ fn gang_job(name: &str, replicas: u32, min: u32, timeout: &str, priority: i64) -
     format!(
         "name = \"{name}\"\npriority = {priority}\n[[task]]\nname = \"m\"\nkind = \"noop\"\nreplicas = {replicas}\nmin_members = {min}\ngang_timeout = \"{timeout}\"\n"
     )
-}
-
-fn session(w: WorkerId) -> String {
-    format!("s{}", w.as_bytes()[15])
 }
 
 /// kube-batch#158: two jobs each larger than half the cluster deadlocked when both reserved.
@@ -179,14 +148,8 @@ fn a_worker_lost_before_binding_rolls_the_gang_back_and_a_restart_rolls_back_too
     assert_eq!(c.worker(free).unwrap().reserved.len(), 1);
 
     // Restart: the store's records, restored: the reservation is rolled back, not leaked.
-    let snap = |c: &Core| Snapshot {
-        jobs: c.jobs().map(|j| j.record.clone()).collect(),
-        subtasks: c.jobs().flat_map(|j| j.subtasks.iter().enumerate().map(move |(i, s)| (j.id(), i as u32, s.clone()))).collect(),
-        workers: c.workers().map(|w| w.record.clone()).collect(),
-        placements: c.jobs().flat_map(|j| j.placements.iter().map(move |(i, p)| (j.id(), *i, p.clone()))).collect(),
-    };
     let mut r = core();
-    r.restore(snap(&c), 10).unwrap();
+    r.restore(snapshot(&c), 10).unwrap();
     assert!(r.workers().all(|w| w.reserved.is_empty()));
     assert!(r.job(g).unwrap().subtasks.iter().all(|s| s.reserved_on.is_none()));
     let st = &r.job(g).unwrap().record.gangs["m"];

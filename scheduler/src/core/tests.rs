@@ -20,17 +20,17 @@ inputs = ["gen/numbers"]
 outputs = ["total"]
 "#;
 
-fn core() -> Core {
+pub(super) fn core() -> Core {
     Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap())
 }
 
-fn wid(n: u8) -> WorkerId {
+pub(super) fn wid(n: u8) -> WorkerId {
     let mut b = [0u8; 16];
     b[15] = n;
     WorkerId::from_bytes(b)
 }
 
-fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Registration {
+pub(super) fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Registration {
     Registration {
         worker: wid(n),
         session: session.into(),
@@ -41,7 +41,7 @@ fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Registration 
     }
 }
 
-fn submit(c: &mut Core, src: &str, now: u64) -> JobId {
+pub(super) fn submit(c: &mut Core, src: &str, now: u64) -> JobId {
     let id = JobId::random();
     c.submit(id, parse(src, Format::Toml, "t.toml").unwrap(), now).unwrap();
     id
@@ -362,7 +362,7 @@ dtype = "f32"
 max_retries = 1
 "#;
 
-fn session(w: WorkerId) -> String {
+pub(super) fn session(w: WorkerId) -> String {
     format!("s{}", w.as_bytes()[15])
 }
 
