@@ -18,6 +18,9 @@
 //! - [`baseline`]: `locality+`, the locality placer with the tie-breaking tuned here.
 //! - [`compare`]: [`run_all`] over several [`Contender`]s with an optional online warm-up,
 //!   and [`print_table`].
+//! - [`gangs`]: gang scheduling (issue 14): the scheduling core itself driven in simulated
+//!   time, against a naive scheduler and strict FIFO, on seeded workloads of gangs and small
+//!   tasks.
 
 pub mod baseline;
 mod cache;
@@ -25,6 +28,7 @@ pub mod compare;
 pub mod config;
 pub mod engine;
 mod error;
+pub mod gangs;
 pub mod report;
 mod trace;
 pub mod workload;

@@ -19,8 +19,9 @@
 //!   a worker where that member will fit once running work ends; work after it in the order
 //!   places only on other workers. Small tasks thus use what the gang cannot (Slurm's backfill
 //!   around a reservation), and cannot starve it (kueue#8309).
-//! - **Deadline.** If K are not reserved within `gang_timeout` of the first reservation, every
-//!   reservation is released and the gang backs off (1 s doubling to 60 s) before it may be a
+//! - **Deadline.** If K are not reserved within `gang_timeout` of the first round the gang is its
+//!   queue's head (reserved or not: a head that cannot reserve anything must not hold its queue
+//!   forever), every reservation is released and the gang backs off (1 s doubling to 60 s) before it may be a
 //!   head again, and says so; the next gang of the queue gets its turn. A worker lost, or a
 //!   coordinator restart, before binding rolls the gang back too: no reservation leaks
 //!   (kueue#14811).
@@ -71,13 +72,19 @@ impl Core {
             return false;
         }
         let state = self.jobs[&job].record.gangs.get(&g.name).cloned().unwrap_or_default();
-        if state.retry_at > now {
-            return false; // backing off after a rollback: not a head now
+        if state.retry_at > now || heads.contains(queue) {
+            // Not its queue's head this round (backing off, or another gang is ahead): only a
+            // head holds reservations, so whatever it holds goes back, and its clock stops. Two
+            // gangs holding part of what each needs would otherwise wait for each other forever.
+            self.yield_gang(job, &g.name);
+            return false;
         }
-        if !heads.insert(queue.to_string()) {
-            return false; // waits behind its queue's head
-        }
-        if state.reserving_since > 0 && now >= state.reserving_since.saturating_add(g.timeout_ms) {
+        heads.insert(queue.to_string());
+        // The deadline counts from the first round the gang is head, reserved or not: a head
+        // that cannot reserve anything would otherwise hold its queue forever.
+        if state.reserving_since == 0 {
+            self.set_gang(job, &g.name, |s| s.reserving_since = now);
+        } else if now >= state.reserving_since.saturating_add(g.timeout_ms) {
             let have = self.gang_member_idxs(job, &g.name).iter().filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).count();
             let why = format!("deadline: {have} of {} members reserved within {} ms", g.min_members, g.timeout_ms);
             self.rollback_gang(job, &g.name, why, now);
@@ -89,10 +96,6 @@ impl Core {
             if self.place_gang(job, t, now, held) {
                 self.set_gang(job, &g.name, |s| s.reserving_since = 0);
                 return true;
-            }
-            // Waiting counts towards the deadline from the first round it is a head.
-            if state.reserving_since == 0 && self.jobs[&job].record.state == JobState::Running {
-                self.set_gang(job, &g.name, |s| s.reserving_since = now);
             }
             let n = self.jobs[&job].record.spec.tasks[t].replicas;
             self.hold_for(req, n, true, &label, held);
@@ -123,7 +126,7 @@ impl Core {
             let note = format!("reserved for gang {:?} ({} of {} needed)", g.name, reserved + 1, g.min_members);
             match self.choose(job, idx, now, held, &note) {
                 Ok((wid, record)) => {
-                    self.reserve(job, idx, wid, record, now);
+                    self.reserve(job, idx, wid, record);
                     reserved += 1;
                 }
                 Err(Placed::NoRoom) => break,
@@ -156,7 +159,7 @@ impl Core {
     }
 
     /// Sets aside a member's request on `wid`.
-    fn reserve(&mut self, job: JobId, idx: u32, wid: WorkerId, record: PlacementRecord, now: u64) {
+    fn reserve(&mut self, job: JobId, idx: u32, wid: WorkerId, record: PlacementRecord) {
         let j = self.jobs.get_mut(&job).expect("exists");
         let t = j.task_of(idx);
         let req = j.record.spec.tasks[t].resources;
@@ -169,11 +172,6 @@ impl Core {
         }
         self.out.subtasks.insert((job, idx));
         self.out.placements.insert((job, idx));
-        self.set_gang(job, &gang, |s| {
-            if s.reserving_since == 0 {
-                s.reserving_since = now;
-            }
-        });
     }
 
     /// Releases a member's reservation, if it holds one.
@@ -187,6 +185,18 @@ impl Core {
             w.allocated.sub(&req);
         }
         self.out.subtasks.insert((job, idx));
+    }
+
+    /// A gang that is not its queue's head any more gives back what it reserved, without a
+    /// back-off (it did nothing wrong): it starts again from nothing when it is head again.
+    fn yield_gang(&mut self, job: JobId, name: &str) {
+        let held = self.gang_member_idxs(job, name).into_iter().filter(|&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).collect::<Vec<_>>();
+        for idx in held {
+            self.unreserve((job, idx));
+        }
+        if self.jobs[&job].record.gangs.get(name).is_some_and(|s| s.reserving_since > 0) {
+            self.set_gang(job, name, |s| s.reserving_since = 0);
+        }
     }
 
     /// Releases every reservation of a gang, and backs it off before it may reserve again.

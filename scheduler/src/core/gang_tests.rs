@@ -239,6 +239,16 @@ fn check_invariants(c: &Core, seed: u64, step: usize, bound_before: &HashMap<(Jo
             assert_eq!(s.reserved_on, Some(w.record.id), "seed {seed} step {step}");
         }
     }
+    // Only a queue's head holds reservations: at most one unbound gang per queue.
+    let mut holders: HashMap<String, Vec<String>> = HashMap::new();
+    for j in c.jobs() {
+        if j.subtasks.iter().any(|s| s.reserved_on.is_some()) {
+            holders.entry(j.record.spec.queue.clone()).or_default().push(j.record.spec.name.clone());
+        }
+    }
+    for (q, h) in &holders {
+        assert!(h.len() <= 1, "seed {seed} step {step}: queue {q:?} has several gangs holding reservations: {h:?}");
+    }
     for j in c.jobs() {
         for (i, s) in j.subtasks.iter().enumerate() {
             if let Some(w) = s.reserved_on {
@@ -308,14 +318,20 @@ fn scenario(seed: u64, cov: &mut Coverage) {
         // New jobs.
         if chaos && jobs.len() < 6 && rng.random_bool(0.08) {
             let priority = rng.random_range(0..=2);
+            // Members of one or two cores, so gangs can hold parts of what others need; a second
+            // queue now and then.
+            let cpu = rng.random_range(1..=2);
+            let queue = if rng.random_bool(0.2) { "b" } else { "default" };
             let src = if rng.random_bool(0.5) {
                 let replicas = rng.random_range(2..=total_cpus.clamp(2, 5));
                 let min = rng.random_range(1..=replicas);
                 let timeout = rng.random_range(1..=5);
-                format!("priority = {priority}\n[[task]]\nname = \"g\"\nkind = \"noop\"\nreplicas = {replicas}\nmin_members = {min}\ngang_timeout = \"{timeout}s\"\n")
+                format!(
+                    "priority = {priority}\nqueue = \"{queue}\"\n[[task]]\nname = \"g\"\nkind = \"noop\"\ncpu = {cpu}\nreplicas = {replicas}\nmin_members = {min}\ngang_timeout = \"{timeout}s\"\n"
+                )
             } else {
                 let replicas = rng.random_range(1..=6);
-                format!("priority = {priority}\n[[task]]\nname = \"p\"\nkind = \"noop\"\nreplicas = {replicas}\n")
+                format!("priority = {priority}\nqueue = \"{queue}\"\n[[task]]\nname = \"p\"\nkind = \"noop\"\ncpu = {cpu}\nreplicas = {replicas}\n")
             };
             let id = JobId::random();
             if c.submit(id, parse(&src, Format::Toml, "r.toml").unwrap(), now).is_ok() {

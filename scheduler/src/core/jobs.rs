@@ -17,6 +17,10 @@ pub struct Job {
     /// Why tasks with ready subtasks are not placed (task index → reason), as of the last
     /// scheduling round: derived state, shown by `plexus status`, not stored.
     pub waiting: BTreeMap<usize, String>,
+    /// The `Core::worker_epoch` each `waiting` reason was worked out at: it is worked out again
+    /// only when the workers changed, not every round (thousands of waiting tasks made that the
+    /// bulk of a round).
+    pub(super) waiting_epoch: BTreeMap<usize, u64>,
     /// Index of the first subtask of each task.
     pub(super) offsets: Vec<u32>,
     /// counts[task][state as usize]
@@ -134,7 +138,7 @@ impl Job {
                 failed_attempts[t] += s.failures;
             }
         }
-        Job { record, subtasks, placements: HashMap::new(), waiting: BTreeMap::new(), offsets, counts, failed_attempts, dependents }
+        Job { record, subtasks, placements: HashMap::new(), waiting: BTreeMap::new(), waiting_epoch: BTreeMap::new(), offsets, counts, failed_attempts, dependents }
     }
 
     pub fn id(&self) -> JobId {
@@ -624,6 +628,7 @@ impl Core {
         self.cancel_subtasks(id, all, now, "");
         let job = self.jobs.get_mut(&id).expect("exists");
         job.waiting.clear();
+        job.waiting_epoch.clear();
         job.record.state = state;
         job.record.finished_at = now;
         job.record.error = error;

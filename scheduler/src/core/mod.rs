@@ -80,6 +80,8 @@ pub struct Core {
     delayed: BTreeSet<(u64, JobId, u32)>,
     /// Next placement decision id.
     next_decision: u64,
+    /// Bumped whenever a worker registers or is lost: what a waiting task's reason depends on.
+    worker_epoch: u64,
     out: Outbox,
 }
 
@@ -105,6 +107,7 @@ impl Core {
             ready: queue::ReadyQueue::default(),
             delayed: BTreeSet::new(),
             next_decision: 1,
+            worker_epoch: 0,
             out: Outbox::default(),
         }
     }

@@ -141,12 +141,17 @@ impl Core {
                 j.waiting.remove(t);
             }
         }
+        let epoch = self.worker_epoch;
         for ((job, t), _) in judged.into_iter().filter(|(_, all_placed)| !*all_placed) {
             let Some(j) = self.jobs.get(&job) else { continue };
+            if j.waiting.contains_key(&t) && j.waiting_epoch.get(&t) == Some(&epoch) {
+                continue; // the same workers: the same reason
+            }
             let task = &j.record.spec.tasks[t];
             let reason = self.unrunnable(task).unwrap_or_else(|| format!("no live worker has room now for {}", fmt_res(&task.resources)));
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.waiting.insert(t, reason);
+                j.waiting_epoch.insert(t, epoch);
             }
         }
     }

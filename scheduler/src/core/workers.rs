@@ -44,6 +44,7 @@ impl Core {
     /// the connection broke), placed attempts it does not list in `known` never reached it and are
     /// placed again, and attempts it lists that are no longer current are cancelled on it.
     pub fn register(&mut self, reg: Registration, now: u64) {
+        self.worker_epoch += 1;
         let id = reg.worker;
         let same_process = self.workers.get(&id).is_some_and(|w| w.record.session == reg.session);
         let known: HashSet<&AttemptRef> = reg.known.iter().collect();
@@ -151,6 +152,7 @@ impl Core {
 
     pub(super) fn lose_worker(&mut self, id: WorkerId, now: u64) {
         let Some(w) = self.workers.get_mut(&id) else { return };
+        self.worker_epoch += 1;
         tracing::warn!(worker = %id, "worker missed its heartbeats; declared lost");
         w.record.alive = false;
         w.connected = false;

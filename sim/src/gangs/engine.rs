@@ -1,0 +1,286 @@
+//! The one event loop every gang scheduler runs under, and what it measures.
+//!
+//! Time moves on a grid of rounds (`round_ms`, 100 ms by default). At each round, in order:
+//! members whose item's run time is over finish (the scheduler is told), arrivals up to now are
+//! submitted, and the scheduler's round returns the members it starts. The loop keeps its own
+//! account of every worker's cores and refuses a start that does not fit (a scheduler bug, not a
+//! figure). Rounds in which nothing can differ from the last are skipped: the next round is at
+//! the next completion, arrival or scheduler timer (a gang's deadline or back-off), or at once
+//! after a round that changed the scheduler's state. `every_round` turns skipping off (the
+//! figures must not change).
+//!
+//! An item makes progress only while all its members run: it finishes its `duration_ms` after
+//! its last member started. A gang with some but not all members running is a *partial start*
+//! (counted once per gang). Members never stop before their item finishes (no preemption), so
+//! the loop can tell when partially started gangs can never complete — a *deadlock*: the
+//! cores that running work will give back, and the free ones, cannot hold the missing members
+//! of any of them even if one after another completed. The run then ends there and reports it;
+//! it also ends, as stalled, if nothing is left to happen with work unfinished, or at the
+//! horizon.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+use super::workload::{GangWorkload, Item, Kind};
+use super::{GangError, GangReport, End};
+
+/// A member a scheduler starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Start {
+    pub item: usize,
+    pub member: u32,
+    /// Index of the worker (0..workers).
+    pub worker: usize,
+}
+
+/// A scheduler under the loop.
+pub trait GangScheduler {
+    fn name(&self) -> &'static str;
+    /// An arrival, at the round it is noticed.
+    fn submit(&mut self, item: &Item, now: u64) -> Result<(), GangError>;
+    /// A member finished (its item ran its duration); its cores are free.
+    fn finished(&mut self, item: &Item, member: u32, now: u64);
+    /// One scheduling round: the members it starts now.
+    fn round(&mut self, now: u64) -> Vec<Start>;
+    /// Whether the last round changed the scheduler's state (a start, a reservation, a
+    /// rollback): when not, and nothing happens before the next timer, the next round would
+    /// change nothing either.
+    fn changed(&self) -> bool;
+    /// The earliest time after `now` at which the scheduler acts on its own (a deadline, the
+    /// end of a back-off).
+    fn next_timer(&self, now: u64) -> Option<u64>;
+    /// Gang rollbacks (at deadlines) so far, where the scheduler has them.
+    fn rollbacks(&self) -> u64 {
+        0
+    }
+    /// Anything the scheduler saw that should not happen (a refused report, an over-committed
+    /// worker in its own books).
+    fn anomalies(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Σ cores × time set aside by reservations for gangs not running yet (ours only).
+    fn reserved_core_ms(&self) -> u64 {
+        0
+    }
+    /// Observations worth printing under the scheduler's row.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// How the loop runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The round grid, ms.
+    pub round_ms: u64,
+    /// Run every round on the grid rather than skipping the ones where nothing can change.
+    pub every_round: bool,
+    /// Give up at this time (ms); `None`: 50 × the last arrival, at least an hour past it.
+    pub horizon_ms: Option<u64>,
+    /// The heuristic that places single members, for all three schedulers.
+    pub placer: &'static str,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { round_ms: 100, every_round: false, horizon_ms: None, placer: "least-loaded" }
+    }
+}
+
+/// The loop's view of one item.
+#[derive(Clone, Debug)]
+struct Run {
+    /// The worker of each member that runs.
+    workers: Vec<Option<usize>>,
+    running: u32,
+    /// When its last member started.
+    all_at: Option<u64>,
+    done_at: Option<u64>,
+    partial: bool,
+}
+
+/// Runs `workload` under `sched`.
+pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Options) -> Result<GangReport, GangError> {
+    let round = opts.round_ms.max(1);
+    let grid = |t: u64| t.div_ceil(round) * round;
+    let items = &workload.items;
+    let last_arrival = items.last().map_or(0, |i| i.arrival_ms);
+    let horizon = opts.horizon_ms.unwrap_or_else(|| (last_arrival.saturating_mul(50)).max(last_arrival + 3_600_000));
+    let cap = workload.cores;
+    let mut free: Vec<u32> = vec![cap; workload.workers as usize];
+    let mut runs: Vec<Run> = items.iter().map(|i| Run { workers: vec![None; i.members as usize], running: 0, all_at: None, done_at: None, partial: false }).collect();
+    let mut ends: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let mut partial: BTreeSet<usize> = BTreeSet::new();
+    let mut touched: BTreeSet<usize> = BTreeSet::new();
+    let mut next_arrival = 0usize;
+    let mut done = 0usize;
+    let (mut allocated, mut held_core_ms, mut useful_core_ms) = (0u64, 0u64, 0u64);
+    let (mut rounds, mut partial_starts) = (0u64, 0usize);
+    let mut now = grid(items.first().map_or(0, |i| i.arrival_ms));
+    let mut last_t = now;
+    let mut makespan = 0u64;
+    let end: End;
+    loop {
+        held_core_ms += allocated * (now - last_t);
+        last_t = now;
+        let mut moved = false;
+        // Completions.
+        while let Some(&Reverse((at, i))) = ends.peek() {
+            if at > now {
+                break;
+            }
+            ends.pop();
+            let item = &items[i];
+            for m in 0..item.members {
+                let w = runs[i].workers[m as usize].take().expect("a finishing member runs");
+                free[w] += item.cores;
+                allocated -= u64::from(item.cores);
+                sched.finished(item, m, now);
+            }
+            runs[i].running = 0;
+            runs[i].done_at = Some(at);
+            useful_core_ms += item.core_ms();
+            makespan = makespan.max(at);
+            done += 1;
+            moved = true;
+        }
+        // Arrivals.
+        while next_arrival < items.len() && items[next_arrival].arrival_ms <= now {
+            sched.submit(&items[next_arrival], now)?;
+            next_arrival += 1;
+        }
+        // The round.
+        rounds += 1;
+        for s in sched.round(now) {
+            let item = items.get(s.item).ok_or_else(|| GangError::Scheduler(format!("{} started item {} of {}", sched.name(), s.item, items.len())))?;
+            let r = &mut runs[s.item];
+            let slot = r.workers.get_mut(s.member as usize).ok_or_else(|| GangError::Scheduler(format!("{} started member {} of item {} ({} members)", sched.name(), s.member, s.item, item.members)))?;
+            if slot.is_some() || r.done_at.is_some() {
+                return Err(GangError::Scheduler(format!("{} started member {} of item {} twice (at {now} ms)", sched.name(), s.member, s.item)));
+            }
+            if s.worker >= free.len() || free[s.worker] < item.cores {
+                return Err(GangError::Scheduler(format!(
+                    "{} started member {} of item {} ({} cores) on worker {} with {} cores free at {now} ms",
+                    sched.name(),
+                    s.member,
+                    s.item,
+                    item.cores,
+                    s.worker,
+                    free.get(s.worker).copied().unwrap_or(0)
+                )));
+            }
+            free[s.worker] -= item.cores;
+            allocated += u64::from(item.cores);
+            *slot = Some(s.worker);
+            r.running += 1;
+            moved = true;
+            touched.insert(s.item);
+        }
+        // Judged once the round's starts are all in: a gang whose members all started in this
+        // round started whole.
+        for i in std::mem::take(&mut touched) {
+            let (item, r) = (&items[i], &mut runs[i]);
+            if r.running == item.members {
+                r.all_at = Some(now);
+                ends.push(Reverse((now + item.duration_ms, i)));
+                partial.remove(&i);
+            } else {
+                if !r.partial {
+                    r.partial = true;
+                    partial_starts += 1;
+                }
+                partial.insert(i);
+            }
+        }
+        if done == items.len() {
+            end = End::Finished;
+            break;
+        }
+        if moved && !partial.is_empty() {
+            let stuck = deadlocked(workload, &runs, &partial);
+            if !stuck.is_empty() {
+                end = End::Deadlock { at_ms: now, gangs: stuck };
+                makespan = now;
+                break;
+            }
+        }
+        let mut next: Option<u64> = ends.peek().map(|Reverse((at, _))| grid(*at).max(now + round));
+        let mut consider = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
+        if let Some(i) = items.get(next_arrival) {
+            consider(grid(i.arrival_ms).max(now + round));
+        }
+        if let Some(t) = sched.next_timer(now) {
+            consider(grid(t).max(now + round));
+        }
+        if opts.every_round || sched.changed() {
+            consider(now + round);
+        }
+        match next {
+            None => {
+                end = End::Stalled { at_ms: now };
+                makespan = now;
+                break;
+            }
+            Some(t) if t > horizon => {
+                end = End::Horizon { at_ms: now };
+                makespan = now;
+                break;
+            }
+            Some(t) => now = t,
+        }
+    }
+    held_core_ms += allocated * (makespan.max(last_t) - last_t);
+    // Work done by items still running when the run ended early.
+    for (i, r) in runs.iter().enumerate() {
+        if let (Some(at), None) = (r.all_at, r.done_at) {
+            let item = &items[i];
+            useful_core_ms += u64::from(item.members) * u64::from(item.cores) * makespan.saturating_sub(at).min(item.duration_ms);
+        }
+    }
+    let wait = |i: &Item| runs[i.id].all_at.map(|at| at - i.arrival_ms);
+    Ok(GangReport {
+        scheduler: sched.name().to_string(),
+        end,
+        gang_ids: items.iter().filter(|i| i.kind == Kind::Gang).map(|i| i.id).collect(),
+        gang_wait_ms: items.iter().filter(|i| i.kind == Kind::Gang).map(wait).collect(),
+        small_wait_ms: items.iter().filter(|i| i.kind == Kind::Small).map(wait).collect(),
+        completed: done,
+        items: items.len(),
+        partial_starts,
+        makespan_ms: makespan,
+        useful_core_ms,
+        held_core_ms,
+        cores: workload.total_cores(),
+        rounds,
+        rollbacks: sched.rollbacks(),
+        anomalies: sched.anomalies(),
+        reserved_core_ms: sched.reserved_core_ms(),
+        notes: sched.notes(),
+    })
+}
+
+/// The partially started gangs that can never complete: repeatedly, a gang whose missing
+/// members fit into the room that is or will be free — every core not held by a partially
+/// started gang — could complete and give its cores back; the ones left never can.
+fn deadlocked(workload: &GangWorkload, runs: &[Run], partial: &BTreeSet<usize>) -> Vec<usize> {
+    let mut room: Vec<u32> = vec![workload.cores; workload.workers as usize];
+    for &g in partial {
+        for w in runs[g].workers.iter().flatten() {
+            room[*w] -= workload.items[g].cores;
+        }
+    }
+    let mut pending: Vec<usize> = partial.iter().copied().collect();
+    loop {
+        // Members of a gang are alike, so they fit iff Σ ⌊room / cores⌋ covers the missing.
+        let can = pending.iter().position(|&g| {
+            let item = &workload.items[g];
+            let missing = item.members - runs[g].running;
+            room.iter().map(|r| r / item.cores).sum::<u32>() >= missing
+        });
+        let Some(p) = can else { return pending };
+        let g = pending.swap_remove(p);
+        for w in runs[g].workers.iter().flatten() {
+            room[*w] += workload.items[g].cores;
+        }
+    }
+}
