@@ -163,7 +163,6 @@ impl Core {
         let j = self.jobs.get_mut(&job).expect("exists");
         let t = j.task_of(idx);
         let req = j.record.spec.tasks[t].resources;
-        let gang = j.record.spec.tasks[t].gang.as_ref().map(|g| g.name.clone()).unwrap_or_default();
         j.subtasks[idx as usize].reserved_on = Some(wid);
         j.placements.insert(idx, record);
         if let Some(w) = self.workers.get_mut(&wid) {
@@ -247,7 +246,16 @@ impl Core {
                 (w.record.id, w.record.capacity.resources().minus(&reserved), w.free())
             })
             .collect();
-        for _ in 0..needed {
+        // One worker per member still needed, and as many again as spares while at most half of
+        // the other workers that could take a member are held: the first of several busy
+        // workers to free up serves the gang (without run-time estimates the coordinator cannot
+        // tell which will be first), while small work keeps flowing on the rest. (Holding one
+        // per member made gangs wait on a worker busy with a long task until their deadline:
+        // in the gang simulator, mean gang wait 183 s against strict FIFO's 70 s at 64 workers;
+        // with the spares, 71 s.)
+        let eligible = room.iter().filter(|(_, cap, _)| req.fits_in(cap)).count() as u32;
+        let hold = needed + needed.min(eligible.saturating_sub(needed) / 2);
+        for _ in 0..hold {
             let best = room
                 .iter_mut()
                 .filter(|(_, cap, _)| req.fits_in(cap))
