@@ -16,8 +16,9 @@
 //!   starts, volcano#2462, cannot happen). Every check is per worker, never an aggregate
 //!   (volcano#665).
 //! - **Holding, then backfill.** While the head waits, it holds, for each member it still needs,
-//!   a worker where that member will fit once running work ends; work after it in the order
-//!   places only on other workers. Small tasks thus use what the gang cannot (Slurm's backfill
+//!   a worker where that member will fit once running work ends, and as many spares while at
+//!   most half of the other such workers are held; work after it in the order places only on
+//!   other workers. Small tasks thus use what the gang cannot (Slurm's backfill
 //!   around a reservation), and cannot starve it (kueue#8309).
 //! - **Deadline.** If K are not reserved within `gang_timeout` of the first round the gang is its
 //!   queue's head (reserved or not: a head that cannot reserve anything must not hold its queue
