@@ -21,7 +21,8 @@
 //! * [`endpoint`] — the tokio transport that executes them: one listener and one TCP connection
 //!   per rail and peer, per-rail FCFS send queues, acknowledgements, resends.
 //! * [`collective`] — `reduce` and `allreduce` over a group of endpoints (seed 003's pipelined
-//!   recursive halving, and the ring): a pure round/slice plan, executed on the transport.
+//!   recursive halving, and the ring): a pure round/slice plan, executed on the transport; and
+//!   `alltoall`/`alltoallv` (seed 004): contention-free schedules, pure, run by an `Exchanger`.
 //! * `shared_buf` — one allocation read and written by several tasks in ranges their protocol
 //!   keeps exclusive: an incoming message's buffer, a collective's working buffer.
 //! * [`error`] — the crate's one error enum.
@@ -50,6 +51,9 @@ mod shared_buf;
 pub mod wire;
 
 pub use auth::{RailAuth, RailKey};
+pub use collective::alltoall::Exchanger;
+pub use collective::redistribution::{BlockCyclic, Placement};
+pub use collective::schedule::{ComTable, Schedule, ScheduleKind};
 pub use collective::{CollectiveConfig, Communicator, Profile};
 pub use elem::{Algorithm, DType, ReduceOp};
 pub use endpoint::{Endpoint, EndpointConfig, Faults, PeerAddrs, RailStats, Stats};

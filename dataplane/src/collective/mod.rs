@@ -9,6 +9,10 @@
 //!   (the transport's posted reductions run the same kernels), re-exported here.
 //! * this module — the [`Communicator`] and the `Executor` that runs a plan on an
 //!   [`Endpoint`], in one working buffer.
+//! * [`schedule`], [`redistribution`], [`alltoall`] — personalised all-to-all exchange (seed
+//!   004): contention-free schedules of a communication table (shift, pairwise, css) and of
+//!   block-cyclic redistributions (the seed's Algorithms 1 and 2), pure; and the
+//!   [`Exchanger`](alltoall::Exchanger) that runs them on an [`Endpoint`].
 //!
 //! How a collective runs: every rank computes its plan (the same parameters everywhere but its
 //! rank), sends a small header describing the call to its right neighbour (so ranks that were
@@ -22,7 +26,10 @@
 //! tells every other rank (an abort message in the same tag space), so a failure anywhere ends
 //! the collective everywhere.
 
+pub mod alltoall;
 pub mod plan;
+pub mod redistribution;
+pub mod schedule;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -45,6 +52,9 @@ use crate::shared_buf::SharedBuf;
 /// Tags a communicator uses: `[tag_base, tag_base + TAG_SPAN)`. Bits 32..56 number the
 /// collective (wrapping), bits 0..32 the message within it. Give each communicator that may
 /// share an endpoint with another a base in its own span, e.g. `group << 56`.
+/// The low 32 bits `0xFFFF_F000..` are left to `alltoall::Exchanger`, which may share a
+/// `tag_base` with a communicator: `plan.rs`'s phase limit keeps collectives below them (a test
+/// in `dataplane/tests/alltoall.rs` checks it).
 pub const TAG_SPAN: u64 = 1 << 56;
 const SEQ_MASK: u64 = (1 << 24) - 1;
 /// Step tags of the plan stay below these two (see `plan::MAX_PHASE`).
