@@ -5,9 +5,9 @@
 //! points; errors on every rank instead of hangs when ranks disagree or a call is malformed;
 //! tags shared with a communicator; a cancelled exchange leaves nothing posted.
 
-use std::future::Future;
+mod common;
+use common::on_all;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use plexus_dataplane::{
@@ -16,7 +16,6 @@ use plexus_dataplane::{
 };
 
 /// Generous bound for a whole group's work: a hang fails the test instead of blocking it.
-const DEADLINE: Duration = Duration::from_secs(60);
 
 async fn endpoints(n: usize) -> Vec<Arc<Endpoint>> {
     let mut eps = Vec::new();
@@ -41,30 +40,6 @@ async fn group(n: usize) -> Vec<Arc<Exchanger>> {
         .collect()
 }
 
-/// Runs `f(rank, x)` on every rank at once; returns the results in rank order.
-async fn on_all<X, T, F, Fut>(xs: &[Arc<X>], f: F) -> Vec<T>
-where
-    X: Send + Sync + 'static,
-    T: Send + 'static,
-    F: Fn(usize, Arc<X>) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-{
-    let handles: Vec<_> = xs
-        .iter()
-        .enumerate()
-        .map(|(r, x)| tokio::spawn(f(r, x.clone())))
-        .collect();
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(
-            tokio::time::timeout(DEADLINE, h)
-                .await
-                .expect("a rank hung")
-                .unwrap(),
-        );
-    }
-    out
-}
 
 /// The bytes rank `from` sends rank `to` in case `case`: seeded, different for every triple.
 fn payload(case: u64, from: usize, to: usize, len: u64) -> Bytes {

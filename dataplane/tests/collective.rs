@@ -8,7 +8,8 @@
 //! type's machine epsilon), and `prod` by N·ε·|reference|; `min`, `max` and every integer
 //! result must match exactly.
 
-use std::future::Future;
+mod common;
+use common::on_all;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,6 @@ use plexus_dataplane::{
 };
 
 /// Generous bound for a whole group's work: a hang fails the test instead of blocking it.
-const DEADLINE: Duration = Duration::from_secs(60);
 
 async fn group(n: usize, cfg: CollectiveConfig) -> Vec<Arc<Communicator>> {
     let mut eps = Vec::new();
@@ -38,29 +38,6 @@ async fn group(n: usize, cfg: CollectiveConfig) -> Vec<Arc<Communicator>> {
         .collect()
 }
 
-/// Runs `f(rank, comm)` on every rank at once; returns the results in rank order.
-async fn on_all<T, F, Fut>(comms: &[Arc<Communicator>], f: F) -> Vec<T>
-where
-    T: Send + 'static,
-    F: Fn(usize, Arc<Communicator>) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-{
-    let handles: Vec<_> = comms
-        .iter()
-        .enumerate()
-        .map(|(r, c)| tokio::spawn(f(r, c.clone())))
-        .collect();
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(
-            tokio::time::timeout(DEADLINE, h)
-                .await
-                .expect("a rank hung")
-                .unwrap(),
-        );
-    }
-    out
-}
 
 /// Seeded input of rank `rank` for case `case`: `len` elements. Floats in ±[0.5, 2) (positive
 /// for prod, so products stay finite), integers over their whole range (they wrap).
