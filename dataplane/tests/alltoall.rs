@@ -15,8 +15,6 @@ use plexus_dataplane::{
     Exchanger, Placement, ReduceOp, Schedule, ScheduleKind,
 };
 
-/// Generous bound for a whole group's work: a hang fails the test instead of blocking it.
-
 async fn endpoints(n: usize) -> Vec<Arc<Endpoint>> {
     let mut eps = Vec::new();
     for _ in 0..n {

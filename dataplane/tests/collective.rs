@@ -18,8 +18,6 @@ use plexus_dataplane::{
     Algorithm, CollectiveConfig, Communicator, DType, Endpoint, EndpointConfig, Error, ReduceOp,
 };
 
-/// Generous bound for a whole group's work: a hang fails the test instead of blocking it.
-
 async fn group(n: usize, cfg: CollectiveConfig) -> Vec<Arc<Communicator>> {
     let mut eps = Vec::new();
     for _ in 0..n {
