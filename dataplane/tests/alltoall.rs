@@ -6,28 +6,15 @@
 //! tags shared with a communicator; a cancelled exchange leaves nothing posted.
 
 mod common;
-use common::on_all;
+use common::{endpoints, on_all};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use plexus_dataplane::{
-    BlockCyclic, CollectiveConfig, ComTable, Communicator, Endpoint, EndpointConfig, Error,
+    BlockCyclic, CollectiveConfig, ComTable, Communicator, Error,
     Exchanger, Placement, ReduceOp, Schedule, ScheduleKind,
 };
 
-async fn endpoints(n: usize) -> Vec<Arc<Endpoint>> {
-    let mut eps = Vec::new();
-    for _ in 0..n {
-        let ep = Endpoint::bind(EndpointConfig {
-            seg_max: 64 << 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        eps.push(Arc::new(ep));
-    }
-    eps
-}
 
 async fn group(n: usize) -> Vec<Arc<Exchanger>> {
     let eps = endpoints(n).await;

@@ -9,7 +9,7 @@
 //! result must match exactly.
 
 mod common;
-use common::on_all;
+use common::{endpoints, on_all};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,16 +19,7 @@ use plexus_dataplane::{
 };
 
 async fn group(n: usize, cfg: CollectiveConfig) -> Vec<Arc<Communicator>> {
-    let mut eps = Vec::new();
-    for _ in 0..n {
-        let ep = Endpoint::bind(EndpointConfig {
-            seg_max: 64 << 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        eps.push(Arc::new(ep));
-    }
+    let eps = endpoints(n).await;
     let ranks: Vec<_> = eps.iter().map(|e| e.local_addrs()).collect();
     eps.into_iter()
         .enumerate()

@@ -97,6 +97,13 @@ struct Call<'a> {
     sends: Vec<Bytes>,
 }
 
+impl<'a> Call<'a> {
+    /// A call along the schedule of `kind` built for `table` now.
+    fn built(table: &'a ComTable, kind: ScheduleKind, sends: Vec<Bytes>) -> Call<'a> {
+        Call { table: Cow::Borrowed(table), schedule: Cow::Owned(Schedule::build(kind, table)), kind: kind.code(), sends }
+    }
+}
+
 impl Exchanger {
     /// An exchanger over `ranks` (each rank's rail addresses, what its
     /// [`Endpoint::local_addrs`] returned), in which this endpoint is `rank`, using the tags
@@ -191,13 +198,7 @@ impl Exchanger {
     ) -> Result<Vec<Bytes>> {
         self.run(|| {
             self.check_table(table)?;
-            let schedule = Schedule::build(kind, table);
-            Ok(Call {
-                table: Cow::Borrowed(table),
-                schedule: Cow::Owned(schedule),
-                kind: kind.code(),
-                sends,
-            })
+            Ok(Call::built(table, kind, sends))
         })
         .await
     }
@@ -213,13 +214,7 @@ impl Exchanger {
         self.run(|| {
             self.check_table(table)?;
             let sends = self.split(table, &send)?;
-            let schedule = Schedule::build(kind, table);
-            Ok(Call {
-                table: Cow::Borrowed(table),
-                schedule: Cow::Owned(schedule),
-                kind: kind.code(),
-                sends,
-            })
+            Ok(Call::built(table, kind, sends))
         })
         .await
     }

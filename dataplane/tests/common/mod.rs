@@ -4,6 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plexus_dataplane::{Endpoint, EndpointConfig};
+
 /// How long one rank of a test may take before the test calls it hung.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -22,4 +24,13 @@ where
         out.push(tokio::time::timeout(DEADLINE, h).await.unwrap_or_else(|_| panic!("rank {r} hung")).unwrap());
     }
     out
+}
+
+/// `n` endpoints on loopback with 64 KiB segments, so modest messages span many segments.
+pub async fn endpoints(n: usize) -> Vec<Arc<Endpoint>> {
+    let mut eps = Vec::new();
+    for _ in 0..n {
+        eps.push(Arc::new(Endpoint::bind(EndpointConfig { seg_max: 64 << 10, ..Default::default() }).await.unwrap()));
+    }
+    eps
 }
