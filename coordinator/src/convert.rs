@@ -213,6 +213,15 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
             op: c.spec.op.to_string(),
             root: c.spec.root,
             algorithm: c.spec.algorithm.to_string(),
+            schedule: c.spec.exchange.as_ref().map(|e| e.schedule.to_string()).unwrap_or_default(),
+            split: c.spec.exchange.as_ref().map(|e| e.split.to_string()).unwrap_or_default(),
+            counts: c.spec.exchange.as_ref().map(|e| e.counts.clone()).unwrap_or_default(),
+            redistribute: c.spec.exchange.as_ref().and_then(|e| e.redistribute).map(|r| pb::Redistribution {
+                senders: r.senders,
+                from_block: r.from_block,
+                receivers: r.receivers,
+                to_block: r.to_block,
+            }),
         }),
         gpus: a.gpus.clone(),
     }

@@ -52,7 +52,7 @@ pub mod wire;
 
 pub use auth::{RailAuth, RailKey};
 pub use collective::alltoall::Exchanger;
-pub use collective::redistribution::{BlockCyclic, Placement};
+pub use collective::redistribution::{BlockCyclic, CyclicLayout, Placement};
 pub use collective::schedule::{ComTable, Schedule, ScheduleKind};
 pub use collective::{CollectiveConfig, Communicator, Profile};
 pub use elem::{Algorithm, DType, ReduceOp};

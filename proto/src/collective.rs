@@ -119,6 +119,34 @@ named_enum! {
     }
 }
 
+named_enum! {
+    /// The order of messages of an `alltoall` or a `redistribute` (seed 004); the data plane's
+    /// schedules of the same names.
+    ExchangeSchedule, "all-to-all schedule" {
+        /// Contention-free: the demand split into max-degree matchings, similar sizes together.
+        Css = "css",
+        /// The seed's baseline: step p, sender i sends to (i + p) mod N.
+        Shift = "shift",
+        /// MPICH's pairwise exchange (XOR partners for powers of two).
+        Pairwise = "pairwise",
+        /// A `redistribute` only: the seed's closed form (Algorithm 1) where its condition holds,
+        /// else its greedy sort-and-fill (Algorithm 2).
+        Seed = "seed",
+    }
+}
+
+named_enum! {
+    /// How an `alltoall` member cuts its input into one part per member.
+    Split, "split" {
+        /// As equal as possible, in whole elements (the first `len mod N` parts one larger).
+        Equal = "equal",
+        /// The job file's `counts` table: elements sender i sends receiver j.
+        Counts = "counts",
+        /// The producer's split file, the member's second input: N counts in elements.
+        File = "file",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

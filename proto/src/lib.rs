@@ -27,7 +27,7 @@ pub mod pb {
     tonic::include_proto!("plexus.v1");
 }
 
-pub use collective::{Algorithm, DType, ReduceOp, UnknownName};
+pub use collective::{Algorithm, DType, ExchangeSchedule, ReduceOp, Split, UnknownName};
 #[cfg(feature = "grpc")]
 pub use convert::ConvertError;
 pub use domain::{JobState, Resources, SubtaskState};

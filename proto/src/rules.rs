@@ -5,11 +5,23 @@
 use std::net::SocketAddr;
 
 /// Built-in task kinds the workers know. A kind runs inside the worker, not as a process.
-pub const BUILTIN_KINDS: &[&str] = &["noop", "allreduce", "reduce"];
+pub const BUILTIN_KINDS: &[&str] = &["noop", "allreduce", "reduce", "alltoall", "redistribute"];
 
 /// The collective kinds: their members are placed together, one per replica of the task that
-/// produces their input, and exchange data over the workers' data plane.
-pub const COLLECTIVE_KINDS: &[&str] = &["allreduce", "reduce"];
+/// produces their input (a `redistribute`: max(P, Q)), and exchange data over the workers' data
+/// plane.
+pub const COLLECTIVE_KINDS: &[&str] = &["allreduce", "reduce", "alltoall", "redistribute"];
+
+/// The collective kinds that reduce (`op`, `algorithm`, and `root` for a reduce).
+pub const REDUCING_KINDS: &[&str] = &["allreduce", "reduce"];
+
+/// The most members of an `alltoall` whose `counts` table is written in the job file: the
+/// table has N² entries and travels in every member's assignment.
+pub const MAX_COUNTS_MEMBERS: usize = 256;
+
+/// The largest `from_block` / `to_block` of a `redistribute`, in elements: far beyond any real
+/// block, and small enough that one period's table (seed 004) is cheap to compute.
+pub const MAX_REDISTRIBUTE_BLOCK: u64 = 1 << 24;
 
 /// Whether `kind` is one of the [`COLLECTIVE_KINDS`].
 pub fn is_collective(kind: &str) -> bool {

@@ -11,8 +11,8 @@ use std::fmt;
 use std::time::Duration;
 
 use plexus_proto::ids::{check_job_name, check_output_name, check_task_name};
-use plexus_proto::rules::{self, BUILTIN_KINDS, COLLECTIVE_KINDS};
-use plexus_proto::{Algorithm, DType, ReduceOp, Resources};
+use plexus_proto::rules::{self, BUILTIN_KINDS, COLLECTIVE_KINDS, MAX_COUNTS_MEMBERS, MAX_REDISTRIBUTE_BLOCK, REDUCING_KINDS};
+use plexus_proto::{Algorithm, DType, ExchangeSchedule, ReduceOp, Resources, Split};
 use serde::{Deserialize, Serialize};
 
 
@@ -170,7 +170,7 @@ pub struct TaskSpec {
     pub env: BTreeMap<String, String>,
     /// Operation-count hint for the learned placer; `None` = let it estimate.
     pub flops: Option<f64>,
-    /// Set for the collective kinds (`allreduce`, `reduce`).
+    /// Set for the collective kinds (`allreduce`, `reduce`, `alltoall`, `redistribute`).
     #[serde(default)]
     pub collective: Option<CollectiveSpec>,
     /// What a failure past the retries does to the job.
@@ -213,18 +213,50 @@ fn default_queue() -> String {
     DEFAULT_QUEUE.to_string()
 }
 
-/// What a collective task reduces and how. Its one input names, per member, the object of the
+/// What a collective task computes and how. Its input names, per member, the object of the
 /// producer replica with the member's rank; its one output is the result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CollectiveSpec {
     /// The input objects are raw little-endian arrays of it. Stored by name (`"f32"`), as before
     /// it was an enum.
     pub dtype: DType,
+    /// A reducing kind's operator (`sum` for the others, unused).
     pub op: ReduceOp,
     /// The rank that receives a `reduce`'s result (the others write an empty output).
     pub root: u32,
-    /// `halving` (seed 003's pipelined recursive halving) or `ring`.
+    /// `halving` (seed 003's pipelined recursive halving) or `ring`; a reducing kind's only.
     pub algorithm: Algorithm,
+    /// Set for `alltoall` and `redistribute` (seed 004). Jobs stored before they existed have
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<ExchangeSpec>,
+}
+
+/// An `alltoall`'s or a `redistribute`'s exchange.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExchangeSpec {
+    /// The order of the messages (default `css`).
+    pub schedule: ExchangeSchedule,
+    /// An `alltoall`'s cut of each input into N parts (`equal` for a `redistribute`, unused).
+    pub split: Split,
+    /// `split = counts`: elements sender i sends receiver j, row-major, N × N.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counts: Vec<u64>,
+    /// Set for a `redistribute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redistribute: Option<Redistribution>,
+}
+
+/// A `redistribute`: a 1-D array distributed cyclic(`from_block`) over the producer's `senders`
+/// replicas becomes cyclic(`to_block`) over `receivers` members. The gang has
+/// max(senders, receivers) members: those at or past `senders` have no input and only receive,
+/// those at or past `receivers` only send and write an empty output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redistribution {
+    pub senders: u32,
+    pub from_block: u64,
+    pub receivers: u32,
+    pub to_block: u64,
 }
 
 /// A validated job: tasks in file order, dependencies acyclic and resolved.
@@ -289,6 +321,11 @@ struct RawTask {
     op: Option<String>,
     root: Option<u32>,
     algorithm: Option<String>,
+    schedule: Option<String>,
+    split: Option<String>,
+    counts: Option<Vec<Vec<u64>>>,
+    from_block: Option<i64>,
+    to_block: Option<i64>,
     min_members: Option<u32>,
     gang_timeout: Option<RawDuration>,
     gang: Option<String>,
@@ -599,7 +636,10 @@ impl Validator<'_> {
 
         let collective = self.collective(t, &work, replicas, &inputs, replicas_of)?;
         let replicas = match &collective {
-            Some(_) => replicas_of.get(inputs[0].task.as_str()).copied().unwrap_or(replicas),
+            Some(c) => match c.exchange.as_ref().and_then(|e| e.redistribute) {
+                Some(r) => r.senders.max(r.receivers),
+                None => replicas_of.get(inputs[0].task.as_str()).copied().unwrap_or(replicas),
+            },
             None => replicas,
         };
 
@@ -706,7 +746,8 @@ impl Validator<'_> {
         Ok(())
     }
 
-    /// Checks the fields of a collective kind (and that other tasks use none of them).
+    /// Checks the fields of a collective kind (and that other tasks, and the other collective
+    /// kinds, use none of its fields).
     fn collective(
         &self,
         t: &RawTask,
@@ -716,38 +757,36 @@ impl Validator<'_> {
         replicas_of: &HashMap<&str, u32>,
     ) -> Result<Option<CollectiveSpec>, SpecError> {
         let at = |msg: String| self.err(self.task_line(&t.name, 0), format!("task {:?}: {msg}", t.name));
+        let fields = [
+            ("dtype", t.dtype.is_some()),
+            ("op", t.op.is_some()),
+            ("root", t.root.is_some()),
+            ("algorithm", t.algorithm.is_some()),
+            ("schedule", t.schedule.is_some()),
+            ("split", t.split.is_some()),
+            ("counts", t.counts.is_some()),
+            ("from_block", t.from_block.is_some()),
+            ("to_block", t.to_block.is_some()),
+        ];
+        let set = |names: &[&str]| fields.iter().find(|(n, set)| *set && names.contains(n)).map(|(n, _)| *n);
         let kind = match work {
             Work::Kind(k) if rules::is_collective(k) => k.as_str(),
             _ => {
-                let set: Vec<&str> = [("dtype", t.dtype.is_some()), ("op", t.op.is_some()), ("root", t.root.is_some()), ("algorithm", t.algorithm.is_some())]
-                    .into_iter()
-                    .filter(|(_, set)| *set)
-                    .map(|(name, _)| name)
-                    .collect();
-                if let Some(first) = set.first() {
+                if let Some(first) = fields.iter().find(|(_, set)| *set).map(|(n, _)| n) {
                     return Err(at(format!("`{first}` is only for the collective kinds ({})", COLLECTIVE_KINDS.join(", "))));
                 }
                 return Ok(None);
             }
         };
-        if inputs.len() != 1 {
-            return Err(at(format!(
-                "a {kind} takes exactly one input, the object each member reduces (e.g. inputs = [\"grads/grad\"]); it has {}",
-                inputs.len()
-            )));
-        }
-        if t.outputs.len() != 1 {
-            return Err(at(format!("a {kind} writes exactly one output, its result; it declares {}", t.outputs.len())));
-        }
-        if !inputs[0].rank.is_all() {
-            return Err(at(format!("a {kind} member already reads its own rank's object; write its input without a [..] selector")));
-        }
-        let producer = inputs[0].task.as_str();
-        let members = replicas_of.get(producer).copied().unwrap_or(1);
-        if t.replicas.is_some() && replicas != members {
-            return Err(at(format!(
-                "replicas = {replicas}, but a {kind} has one member per replica of {producer:?}, which has {members}"
-            )));
+        let a_kind = if kind.starts_with('a') { format!("an {kind}") } else { format!("a {kind}") };
+        // Which fields belong to which kind.
+        let (foreign, owner): (&[&str], &str) = match kind {
+            "allreduce" | "reduce" => (&["schedule", "split", "counts", "from_block", "to_block"], "alltoall and redistribute"),
+            "alltoall" => (&["op", "root", "algorithm", "from_block", "to_block"], "the other collective kinds"),
+            _ => (&["op", "root", "algorithm", "split", "counts"], "the other collective kinds"),
+        };
+        if let Some(f) = set(foreign) {
+            return Err(at(format!("`{f}` is not a field of {a_kind} (it belongs to {owner})")));
         }
         // Only the names themselves are accepted in a job file (not the data plane's aliases).
         fn pick<T: std::str::FromStr>(
@@ -762,18 +801,94 @@ impl Validator<'_> {
                 (Some(v), _) if allowed.contains(&v) => v.parse().map_err(|_| at(format!("{field} = {v:?} is not one of {}", allowed.join(", ")))),
                 (Some(v), _) => Err(at(format!("{field} = {v:?} is not one of {}", allowed.join(", ")))),
                 (None, Some(d)) => Ok(d),
-                (None, None) => Err(at(format!("a {kind} needs `{field}` (one of {})", allowed.join(", ")))),
+                (None, None) => Err(at(format!("{kind} needs `{field}` (one of {})", allowed.join(", ")))),
             }
         }
-        let dtype: DType = pick(&at, kind, "dtype", &t.dtype, DType::NAMES, None)?;
-        let op = pick(&at, kind, "op", &t.op, ReduceOp::NAMES, Some(ReduceOp::Sum))?;
-        let algorithm = pick(&at, kind, "algorithm", &t.algorithm, Algorithm::NAMES, Some(Algorithm::Halving))?;
-        let root = match (kind, t.root) {
-            ("allreduce", Some(_)) => return Err(at("`root` is only for a reduce (an allreduce leaves the result on every member)".into())),
-            (_, Some(r)) if r >= members => return Err(at(format!("root = {r} is not a member's rank (0..{members})"))),
-            (_, r) => r.unwrap_or(0),
+        let split = match (kind, &t.counts) {
+            ("alltoall", Some(_)) => pick(&at, &a_kind, "split", &t.split, &["counts"], Some(Split::Counts))?,
+            ("alltoall", None) => pick(&at, &a_kind, "split", &t.split, Split::NAMES, Some(Split::Equal))?,
+            _ => Split::Equal,
         };
-        Ok(Some(CollectiveSpec { dtype, op, root, algorithm }))
+        if split == Split::Counts && t.counts.is_none() {
+            return Err(at("split = \"counts\" needs a `counts` table (counts[i][j]: elements member i sends member j)".into()));
+        }
+        if split == Split::File {
+            if inputs.len() != 2 {
+                return Err(at(format!(
+                    "split = \"file\" takes two inputs, the data and the split file of the same producer (e.g. inputs = [\"p/data\", \"p/split\"]); it has {}",
+                    inputs.len()
+                )));
+            }
+            if inputs[1].task != inputs[0].task {
+                return Err(at(format!(
+                    "split = \"file\": the split file must come from the data's producer {:?}, not {:?}",
+                    inputs[0].task, inputs[1].task
+                )));
+            }
+        } else if inputs.len() != 1 {
+            let what = if REDUCING_KINDS.contains(&kind) { "the object each member reduces" } else { "the object each member sends" };
+            return Err(at(format!("{a_kind} takes exactly one input, {what} (e.g. inputs = [\"grads/grad\"]); it has {}", inputs.len())));
+        }
+        if t.outputs.len() != 1 {
+            return Err(at(format!("{a_kind} writes exactly one output, its result; it declares {}", t.outputs.len())));
+        }
+        if inputs.iter().any(|i| !i.rank.is_all()) {
+            return Err(at(format!("{a_kind} member already reads its own rank's object; write its input without a [..] selector")));
+        }
+        let producer = inputs[0].task.as_str();
+        let members = replicas_of.get(producer).copied().unwrap_or(1);
+        if t.replicas.is_some() && replicas != members && kind != "redistribute" {
+            return Err(at(format!(
+                "replicas = {replicas}, but {a_kind} has one member per replica of {producer:?}, which has {members}"
+            )));
+        }
+        let dtype: DType = pick(&at, &a_kind, "dtype", &t.dtype, DType::NAMES, None)?;
+        if REDUCING_KINDS.contains(&kind) {
+            let op = pick(&at, &a_kind, "op", &t.op, ReduceOp::NAMES, Some(ReduceOp::Sum))?;
+            let algorithm = pick(&at, &a_kind, "algorithm", &t.algorithm, Algorithm::NAMES, Some(Algorithm::Halving))?;
+            let root = match (kind, t.root) {
+                ("allreduce", Some(_)) => return Err(at("`root` is only for a reduce (an allreduce leaves the result on every member)".into())),
+                (_, Some(r)) if r >= members => return Err(at(format!("root = {r} is not a member's rank (0..{members})"))),
+                (_, r) => r.unwrap_or(0),
+            };
+            return Ok(Some(CollectiveSpec { dtype, op, root, algorithm, exchange: None }));
+        }
+        let schedules: &[&str] = if kind == "redistribute" { ExchangeSchedule::NAMES } else { &["css", "shift", "pairwise"] };
+        let schedule = pick(&at, &a_kind, "schedule", &t.schedule, schedules, Some(ExchangeSchedule::Css))?;
+        let mut counts = Vec::new();
+        if let Some(table) = &t.counts {
+            let n = members as usize;
+            if n > MAX_COUNTS_MEMBERS {
+                return Err(at(format!("a `counts` table is for at most {MAX_COUNTS_MEMBERS} members; this alltoall has {n} (use split = \"file\")")));
+            }
+            if table.len() != n {
+                return Err(at(format!("counts has {} rows; it needs one per member ({n}, the replicas of {producer:?})", table.len())));
+            }
+            if let Some((i, row)) = table.iter().enumerate().find(|(_, r)| r.len() != n) {
+                return Err(at(format!("counts[{i}] has {} entries; it needs one per member ({n})", row.len())));
+            }
+            let limit = rules::MAX_NODE_BYTES / dtype.size() as u64;
+            if let Some((i, _)) = table.iter().enumerate().find(|(_, r)| r.iter().try_fold(0u64, |a, &c| a.checked_add(c)).is_none_or(|sum| sum > limit)) {
+                return Err(at(format!("counts[{i}] adds up to more elements than any input can hold")));
+            }
+            counts = table.concat();
+        }
+        let redistribute = if kind == "redistribute" {
+            let block = |field: &str, v: Option<i64>| match v {
+                None => Err(at(format!("a redistribute needs `{field}`, the block size in elements"))),
+                Some(b) if b <= 0 => Err(at(format!("{field} = {b}: a block size must be at least 1 element"))),
+                Some(b) if b as u64 > MAX_REDISTRIBUTE_BLOCK => Err(at(format!("{field} = {b} is larger than the largest block ({MAX_REDISTRIBUTE_BLOCK} elements)"))),
+                Some(b) => Ok(b as u64),
+            };
+            let from_block = block("from_block", t.from_block)?;
+            let to_block = block("to_block", t.to_block)?;
+            let receivers = t.replicas.unwrap_or(members);
+            Some(Redistribution { senders: members, from_block, receivers, to_block })
+        } else {
+            None
+        };
+        let exchange = ExchangeSpec { schedule, split, counts, redistribute };
+        Ok(Some(CollectiveSpec { dtype, op: ReduceOp::Sum, root: 0, algorithm: Algorithm::Halving, exchange: Some(exchange) }))
     }
 }
 
@@ -782,21 +897,24 @@ impl Validator<'_> {
 /// reported by the cycle check).
 fn declared_replicas<'a>(tasks: &'a [RawTask]) -> HashMap<&'a str, u32> {
     let by_name: HashMap<&'a str, &'a RawTask> = tasks.iter().map(|t| (t.name.as_str(), t)).collect();
-    let resolve = |mut t: &'a RawTask| -> u32 {
-        for _ in 0..=tasks.len() {
-            let collective = t.kind.as_deref().is_some_and(rules::is_collective);
-            match (t.replicas, collective, t.inputs.first().and_then(|i| i.split_once('/'))) {
-                (Some(r), _, _) => return r,
-                (None, true, Some((producer, _))) => match by_name.get(producer) {
-                    Some(p) => t = p,
-                    None => return 1,
-                },
-                _ => return 1,
-            }
+    fn resolve(by_name: &HashMap<&str, &RawTask>, t: &RawTask, depth: usize) -> u32 {
+        if depth > by_name.len() {
+            return 1;
         }
-        1
-    };
-    tasks.iter().map(|t| (t.name.as_str(), resolve(t))).collect()
+        let collective = t.kind.as_deref().is_some_and(rules::is_collective);
+        let producer = t.inputs.first().and_then(|i| i.split_once('/')).and_then(|(p, _)| by_name.get(p));
+        match (t.replicas, collective, producer) {
+            // A redistribute's gang is max(P, Q): its producer's replicas and its own.
+            (r, true, Some(p)) if t.kind.as_deref() == Some("redistribute") => {
+                let senders = resolve(by_name, p, depth + 1);
+                r.unwrap_or(senders).max(senders)
+            }
+            (Some(r), _, _) => r,
+            (None, true, Some(p)) => resolve(by_name, p, depth + 1),
+            _ => 1,
+        }
+    }
+    tasks.iter().map(|t| (t.name.as_str(), resolve(&by_name, t, 0))).collect()
 }
 
 fn list_or_none(v: &[String]) -> String {
@@ -999,7 +1117,7 @@ cpu = 0.5
         assert_eq!(s.replicas, 4);
         assert_eq!(
             s.collective,
-            Some(CollectiveSpec { dtype: DType::F32, op: ReduceOp::Sum, root: 0, algorithm: Algorithm::Halving })
+            Some(CollectiveSpec { dtype: DType::F32, op: ReduceOp::Sum, root: 0, algorithm: Algorithm::Halving, exchange: None })
         );
         assert_eq!(j.total_subtasks(), 8);
         let r = toml(&format!(
@@ -1019,6 +1137,69 @@ cpu = 0.5
         assert!(bad("kind = \"reduce\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"f32\"\nroot = 4\n").contains("root = 4 is not a member's rank"));
         assert!(bad("kind = \"reduce\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\n").contains("exactly one output"));
         assert!(bad("command = \"true\"\ndtype = \"f32\"\n").contains("`dtype` is only for the collective kinds"));
+    }
+
+    #[test]
+    fn alltoall_and_redistribute_are_gangs_with_their_own_fields() {
+        let producer = "[[task]]\nname = \"g\"\ncommand = \"true\"\nreplicas = 4\noutputs = [\"x\", \"split\"]\n";
+        let job = |task: &str| toml(&format!("{producer}[[task]]\nname = \"s\"\noutputs = [\"y\"]\n{task}"));
+        let a = job("kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\n").unwrap();
+        let s = &a.tasks[1];
+        let x = s.collective.as_ref().and_then(|c| c.exchange.clone()).expect("an exchange");
+        assert_eq!((s.replicas, x.schedule, x.split), (4, ExchangeSchedule::Css, Split::Equal));
+        assert_eq!(s.gang.as_ref().map(|g| g.min_members), Some(4), "a gang of all its members");
+        let t = job("kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"f64\"\nschedule = \"shift\"\ncounts = [[1,2,3,4],[0,0,0,0],[5,5,5,5],[9,0,0,1]]\n").unwrap();
+        let x = t.tasks[1].collective.as_ref().and_then(|c| c.exchange.clone()).unwrap();
+        assert_eq!((x.split, x.schedule, x.counts.len(), x.counts[8]), (Split::Counts, ExchangeSchedule::Shift, 16, 5));
+        let f = job("kind = \"alltoall\"\ninputs = [\"g/x\", \"g/split\"]\ndtype = \"i64\"\nsplit = \"file\"\n").unwrap();
+        assert_eq!(f.tasks[1].inputs.len(), 2);
+
+        // A redistribute's gang is max(P, Q).
+        let r = job("kind = \"redistribute\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\nfrom_block = 3\nto_block = 5\nreplicas = 6\n").unwrap();
+        let red = r.tasks[1].collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|x| x.redistribute).unwrap();
+        assert_eq!((r.tasks[1].replicas, red), (6, Redistribution { senders: 4, from_block: 3, receivers: 6, to_block: 5 }));
+        let r = job("kind = \"redistribute\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\nfrom_block = 3\nto_block = 5\nreplicas = 2\nschedule = \"seed\"\n").unwrap();
+        assert_eq!(r.tasks[1].replicas, 4);
+        // A collective over a redistribute's output has one member per member of its gang.
+        let chained = toml(&format!(
+            "{producer}[[task]]\nname = \"r\"\nkind = \"redistribute\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"f32\"\nfrom_block = 1\nto_block = 2\nreplicas = 7\n\
+             [[task]]\nname = \"s\"\nkind = \"allreduce\"\ninputs = [\"r/y\"]\noutputs = [\"z\"]\ndtype = \"f32\"\n"
+        ))
+        .unwrap();
+        assert_eq!(chained.tasks[2].replicas, 7);
+
+        let bad = |task: &str| job(task).unwrap_err().message;
+        let a2a = "kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\n";
+        let red = "kind = \"redistribute\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\n";
+        for (task, want) in [
+            (format!("{a2a}counts = [[1,2,3,4],[1,2,3,4]]\n"), "counts has 2 rows; it needs one per member (4"),
+            (format!("{a2a}counts = [[1,2,3,4],[1,2,3],[1,2,3,4],[1,2,3,4]]\n"), "counts[1] has 3 entries"),
+            (format!("{a2a}split = \"counts\"\n"), "split = \"counts\" needs a `counts` table"),
+            (format!("{a2a}split = \"equal\"\ncounts = [[1]]\n"), "split = \"equal\" is not one of counts"),
+            (format!("{a2a}split = \"file\"\n"), "split = \"file\" takes two inputs"),
+            (format!("{a2a}split = \"thirds\"\n"), "split = \"thirds\" is not one of equal, counts, file"),
+            (format!("{a2a}schedule = \"seed\"\n"), "schedule = \"seed\" is not one of css, shift, pairwise"),
+            (format!("{a2a}op = \"sum\"\n"), "`op` is not a field of an alltoall"),
+            (format!("{a2a}from_block = 2\n"), "`from_block` is not a field of an alltoall"),
+            (format!("{a2a}replicas = 2\n"), "one member per replica of \"g\", which has 4"),
+            ("kind = \"alltoall\"\ninputs = [\"g/x\"]\n".to_string(), "needs `dtype`"),
+            (format!("{red}to_block = 5\n"), "a redistribute needs `from_block`"),
+            (format!("{red}from_block = 5\n"), "a redistribute needs `to_block`"),
+            (format!("{red}from_block = 0\nto_block = 5\n"), "from_block = 0: a block size must be at least 1 element"),
+            (format!("{red}from_block = 2\nto_block = -5\n"), "to_block = -5: a block size must be at least 1 element"),
+            (format!("{red}from_block = 2\nto_block = 99999999999\n"), "to_block = 99999999999 is larger than the largest block"),
+            (format!("{red}from_block = 2\nto_block = 2\nsplit = \"equal\"\n"), "`split` is not a field of a redistribute"),
+            (format!("{red}from_block = 2\nto_block = 2\nalgorithm = \"ring\"\n"), "`algorithm` is not a field of a redistribute"),
+            ("kind = \"allreduce\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\nschedule = \"css\"\n".to_string(), "`schedule` is not a field of an allreduce"),
+            ("command = \"true\"\nfrom_block = 3\n".to_string(), "`from_block` is only for the collective kinds"),
+        ] {
+            let e = bad(&task);
+            assert!(e.contains(want), "{task}: {e}");
+        }
+        let e = toml(&format!("{producer}[[task]]\nname = \"h\"\ncommand = \"true\"\noutputs = [\"s\"]\n[[task]]\nname = \"s\"\noutputs = [\"y\"]\nkind = \"alltoall\"\ninputs = [\"g/x\", \"h/s\"]\ndtype = \"i32\"\nsplit = \"file\"\n"))
+            .unwrap_err()
+            .message;
+        assert!(e.contains("the split file must come from the data's producer \"g\", not \"h\""), "{e}");
     }
 
     #[test]

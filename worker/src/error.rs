@@ -155,6 +155,11 @@ pub enum Error {
     #[error("input {object} has {len} bytes, not a whole number of {dtype} elements ({} bytes each)", dtype.size())]
     InputShape { object: ObjectId, len: usize, dtype: plexus_proto::DType },
 
+    /// An `alltoall`'s or `redistribute`'s input does not fit what the job declared (its split,
+    /// its counts, its layout); the text names the field.
+    #[error("{0}")]
+    ExchangeInput(String),
+
     /// The collective's communicator could not be formed from the assignment's members.
     #[error("could not form the communicator: {0}")]
     Communicator(#[source] plexus_dataplane::Error),
@@ -303,6 +308,7 @@ impl Error {
             | Error::PlaceInput { .. }
             | Error::ReadInput { .. }
             | Error::InputShape { .. }
+            | Error::ExchangeInput(_)
             | Error::OutputMissing { .. }
             | Error::OutputNotFile { .. }
             | Error::WriteOutput { .. }

@@ -28,6 +28,7 @@ pub mod cache;
 pub mod config;
 pub mod credentials;
 pub mod error;
+pub mod exchange;
 pub mod isolation;
 pub mod layout;
 pub mod logs;

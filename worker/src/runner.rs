@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use plexus_dataplane::{CollectiveConfig, Communicator};
+use plexus_dataplane::{CollectiveConfig, Communicator, Exchanger};
 use plexus_proto::ids::{check_output_name, check_task_name};
 use plexus_proto::rules::{check_env_key, is_collective, parse_rails};
 use plexus_proto::{Algorithm, AttemptRef, DType, ObjectId, ReduceOp, convert, now_ms, pb};
@@ -47,6 +47,7 @@ use tracing::{debug, info, warn};
 use crate::attempts::Attempts;
 use crate::cache::{Cache, Pin};
 use crate::error::{Error, Result};
+use crate::exchange::Exchange;
 use crate::isolation::{Confinement, Isolation, Limits, join_cgroups, kill_group};
 use crate::layout::Layout;
 use crate::logs::{REPORT_TAIL_BYTES, tail_or_empty};
@@ -89,6 +90,8 @@ pub struct CollectiveWork {
     /// Every member's data-plane rails, in rank order; this member is `attempt.rank`.
     pub members: Vec<Vec<SocketAddr>>,
     pub tag: u64,
+    /// Set for `alltoall` and `redistribute`, which exchange rather than reduce.
+    pub exchange: Option<Exchange>,
 }
 
 impl CollectiveWork {
@@ -118,13 +121,19 @@ impl CollectiveWork {
         // The names are parsed with the enums of `plexus_proto::collective`, which the data plane
         // re-exports: one spelling of each name across job files, coordinator, worker and wire.
         let named = |field: &'static str| move |source| Error::CollectiveName { field, source };
+        let exchange = match kind {
+            "alltoall" | "redistribute" => Some(Exchange::from_pb(kind, members.len(), &c)?),
+            _ => None,
+        };
+        let reducing = exchange.is_none();
         Ok(CollectiveWork {
             root,
             dtype: c.dtype.parse().map_err(named("dtype"))?,
-            op: c.op.parse().map_err(named("op"))?,
-            algorithm: c.algorithm.parse().map_err(named("algorithm"))?,
+            op: if reducing { c.op.parse().map_err(named("op"))? } else { ReduceOp::Sum },
+            algorithm: if reducing { c.algorithm.parse().map_err(named("algorithm"))? } else { Algorithm::Halving },
             members,
             tag: c.tag,
+            exchange,
         })
     }
 }
@@ -156,15 +165,18 @@ impl Work {
     pub fn from_pb(attempt: AttemptRef, mut a: pb::Assignment) -> Result<Work> {
         let invalid = |m: String| Err(Error::InvalidAssignment(m));
         let collective = if is_collective(&a.kind) {
-            if a.inputs.len() != 1 || a.outputs.len() != 1 {
+            let c = CollectiveWork::from_pb(&a.kind, attempt.rank, a.collective.take())?;
+            let inputs = c.exchange.as_ref().map_or(1, |x| x.inputs(attempt.rank as usize));
+            if a.inputs.len() != inputs || a.outputs.len() != 1 {
                 return invalid(format!(
-                    "a {} member needs one input and one output, not {} and {}",
+                    "a {} member of rank {} needs {inputs} input(s) and one output, not {} and {}",
                     a.kind,
+                    attempt.rank,
                     a.inputs.len(),
                     a.outputs.len()
                 ));
             }
-            Some(CollectiveWork::from_pb(&a.kind, attempt.rank, a.collective.take())?)
+            Some(c)
         } else {
             match a.command.first() {
                 None => return invalid("it has neither a command nor a built-in kind".into()),
@@ -625,11 +637,13 @@ impl Ctx {
         cancel: &CancellationToken,
     ) -> Result<()> {
         use std::io::Write as _;
+        if let Some(x) = &c.exchange {
+            return self.exchange(work, c, x, in_dir, out_dir, log, cancel).await;
+        }
         let a = &work.attempt;
         let input = &work.inputs[0];
         let output = &work.outputs[0];
-        let path = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
-        let data = tokio::fs::read(&path).await.map_err(|source| Error::ReadInput { object: input.id.clone(), source })?;
+        let data = read_input(input, in_dir).await?;
         if data.len() % c.dtype.size() != 0 {
             return Err(Error::InputShape { object: input.id.clone(), len: data.len(), dtype: c.dtype });
         }
@@ -675,6 +689,56 @@ impl Ctx {
             p.wait.as_secs_f64() * 1e3,
             p.bytes_sent,
             p.bytes_received,
+        );
+        Ok(())
+    }
+
+    /// Runs an `alltoall` or `redistribute` member ([`crate::exchange`]): reads its inputs,
+    /// joins the gang's exchanger on this worker's data plane, writes what it received.
+    #[allow(clippy::too_many_arguments)]
+    async fn exchange(
+        &self,
+        work: &Work,
+        c: &CollectiveWork,
+        x: &Exchange,
+        in_dir: &Path,
+        out_dir: &Path,
+        mut log: std::fs::File,
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        use std::io::Write as _;
+        let a = &work.attempt;
+        let output = &work.outputs[0];
+        let data = match work.inputs.first() {
+            Some(input) => read_input(input, in_dir).await?,
+            None => Vec::new(),
+        };
+        let split_file = match work.inputs.get(1) {
+            Some(input) => Some(read_input(input, in_dir).await?),
+            None => None,
+        };
+        let kind = x.kind();
+        let exchanger = Exchanger::new(Arc::clone(&self.rails), c.members.clone(), a.rank as usize, c.tag).map_err(Error::Communicator)?;
+        let len = data.len();
+        let started = std::time::Instant::now();
+        let run = x.run(&exchanger, c.dtype, Bytes::from(data), work.inputs.first().map(|i| &i.id), split_file.as_deref());
+        let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
+        let result = tokio::select! {
+            r = run => r?,
+            () = sleep_until(deadline) => return Err(Error::TimedOut { after: work.timeout.unwrap_or_default() }),
+            () = cancel.cancelled() => return Err(Error::Cancelled),
+        };
+        let took = started.elapsed();
+        let written = result.len();
+        tokio::fs::write(out_dir.join(output), result).await.map_err(|source| Error::WriteOutput { name: output.clone(), source })?;
+        let _ = writeln!(
+            log,
+            "{kind} {} {}, schedule {}, rank {}: sent {len} bytes, wrote {written} bytes in {:.3} ms",
+            c.dtype,
+            x.describe(c.members.len()),
+            x.schedule,
+            a.rank,
+            took.as_secs_f64() * 1e3,
         );
         Ok(())
     }
@@ -875,6 +939,12 @@ async fn release(c: Confinement) {
     if let Err(e) = tokio::task::spawn_blocking(move || c.release()).await {
         warn!(error = %e, "removing an attempt's cgroup failed");
     }
+}
+
+/// A collective member's input, as materialised in its work dir.
+async fn read_input(input: &Input, in_dir: &Path) -> Result<Vec<u8>> {
+    let path = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
+    tokio::fs::read(&path).await.map_err(|source| Error::ReadInput { object: input.id.clone(), source })
 }
 
 #[cfg(test)]
@@ -1472,6 +1542,7 @@ mod tests {
                 op: "sum".into(),
                 root: 1,
                 algorithm: "halving".into(),
+                ..Default::default()
             }),
             ..Default::default()
         }
@@ -1540,7 +1611,7 @@ mod tests {
         assert!(Work::from_pb(attempt_of(job, 0), ok.clone()).is_ok());
         assert!(err(member(job, 0, "allreduce", &members, "f16")).contains("unknown dtype \"f16\""));
         assert!(err(pb::Assignment { collective: None, ..ok.clone() }).contains("without its communicator"));
-        assert!(err(pb::Assignment { outputs: vec![], ..ok.clone() }).contains("one input and one output"));
+        assert!(err(pb::Assignment { outputs: vec![], ..ok.clone() }).contains("needs 1 input(s) and one output"));
         let mut one = ok.clone();
         one.collective.as_mut().unwrap().members.truncate(0);
         assert!(err(one).contains("rank 0 is not a member of a collective of 0"));

@@ -259,6 +259,23 @@ impl BlockCyclic {
         })
     }
 
+    /// The seed's schedule for `table`, the exchange of an actual array (whole periods and
+    /// perhaps part of one, so every pair it sends is a pair of one period's table): Algorithm 1
+    /// where it applies, else Algorithm 2, without the pairs that carry nothing in `table` and
+    /// the steps left empty.
+    pub fn seed_schedule(&self, table: &ComTable, placement: Placement) -> Result<Schedule> {
+        let full = self.algorithm1(placement).unwrap_or_else(|| self.algorithm2(placement));
+        let steps: Vec<Vec<(usize, usize)>> = full
+            .steps()
+            .iter()
+            .map(|step| step.iter().copied().filter(|&(i, j)| table.get(i, j) > 0).collect::<Vec<_>>())
+            .filter(|step| !step.is_empty())
+            .collect();
+        let schedule = Schedule::from_steps(table.n(), steps)?;
+        schedule.check(table)?;
+        Ok(schedule)
+    }
+
     /// Whether Algorithm 1 applies: gcd(m, P) = 1 and Q / gcd(Q, n) = P.
     pub fn algorithm1_applies(&self) -> bool {
         self.g1 == 1 && self.q / gcd(self.q, self.n) == self.p
@@ -370,6 +387,156 @@ fn mod_inverse(a: usize, m: usize) -> usize {
     }
     debug_assert_eq!(r0, 1, "{a} has no inverse modulo {m}");
     t0.rem_euclid(m as i128) as usize
+}
+
+/// The element-level layout of a redistribution of one array of `n` elements from cyclic(x)
+/// over P ranks to cyclic(y) over Q ranks: what each source sends each destination, and where a
+/// destination puts what it receives. A rank's local array holds its blocks in global order.
+///
+/// Both directions walk *runs*: the longest stretches of a rank's local array that stay in one
+/// block of the other distribution, so copying costs O(len / min(x, y)) slices, not one per
+/// element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CyclicLayout {
+    pub p: usize,
+    pub x: u64,
+    pub q: usize,
+    pub y: u64,
+}
+
+impl CyclicLayout {
+    pub fn new(p: usize, x: u64, q: usize, y: u64) -> Result<CyclicLayout> {
+        if p == 0 || q == 0 || x == 0 || y == 0 {
+            return Err(Error::Config(format!(
+                "a redistribution from cyclic({x}) over {p} to cyclic({y}) over {q}: every count must be at least 1"
+            )));
+        }
+        Ok(CyclicLayout { p, x, q, y })
+    }
+
+    /// How many of `n` elements rank `r` of a cyclic(`block`) distribution over `procs` holds.
+    pub fn local_len(n: u64, procs: usize, block: u64, r: usize) -> u64 {
+        let cycle = procs as u64 * block;
+        let (full, rest) = (n / cycle, n % cycle);
+        full * block + rest.saturating_sub(r as u64 * block).min(block)
+    }
+
+    /// The array's length from the sources' local lengths, when they are those of one array
+    /// distributed cyclic(x) over P; else an error naming the first source that does not fit.
+    pub fn check_sources(&self, lens: &[u64]) -> Result<u64> {
+        if lens.len() != self.p {
+            return Err(Error::Config(format!("{} source lengths for {} sources", lens.len(), self.p)));
+        }
+        let n = lens.iter().try_fold(0u64, |a, &l| a.checked_add(l)).ok_or_else(|| Error::Config("the sources hold more than 2⁶⁴ elements".into()))?;
+        for (r, &l) in lens.iter().enumerate() {
+            let want = Self::local_len(n, self.p, self.x, r);
+            if l != want {
+                return Err(Error::Config(format!(
+                    "the inputs are not one array distributed cyclic({}) over {}: source {r} holds {l} elements, an array of {n} elements gives it {want}",
+                    self.x, self.p
+                )));
+            }
+        }
+        Ok(n)
+    }
+
+    /// Source `src`'s runs, `(local offset, length, destination)`, over its `len` elements.
+    fn source_runs(&self, src: usize, len: u64) -> Runs {
+        Runs { rank: src as u64, procs: self.p as u64, block: self.x, other_procs: self.q as u64, other_block: self.y, len, k: 0 }
+    }
+
+    /// Destination `dst`'s runs, `(local offset, length, source)`, over its `len` elements.
+    fn destination_runs(&self, dst: usize, len: u64) -> Runs {
+        Runs { rank: dst as u64, procs: self.q as u64, block: self.y, other_procs: self.p as u64, other_block: self.x, len, k: 0 }
+    }
+
+    /// Elements source `src`, holding `len`, sends each destination (Q counts).
+    pub fn send_counts(&self, src: usize, len: u64) -> Vec<u64> {
+        let mut counts = vec![0u64; self.q];
+        for (_, l, d) in self.source_runs(src, len) {
+            counts[d] += l;
+        }
+        counts
+    }
+
+    /// Source `src`'s local array (`elem` bytes an element) cut into what each destination
+    /// receives, in the destination's order (Q parts).
+    pub fn pack(&self, src: usize, local: &[u8], elem: usize) -> Result<Vec<Vec<u8>>> {
+        if elem == 0 || !local.len().is_multiple_of(elem) {
+            return Err(Error::Config(format!("a local array of {} bytes is not whole elements of {elem} bytes", local.len())));
+        }
+        let len = (local.len() / elem) as u64;
+        let mut parts: Vec<Vec<u8>> = self.send_counts(src, len).into_iter().map(|c| Vec::with_capacity(c as usize * elem)).collect();
+        for (k, l, d) in self.source_runs(src, len) {
+            parts[d].extend_from_slice(&local[k as usize * elem..(k + l) as usize * elem]);
+        }
+        Ok(parts)
+    }
+
+    /// Destination `dst`'s local array from what each source sent it (P parts, in source order),
+    /// checking that each part is exactly what the layout takes from that source.
+    pub fn unpack(&self, dst: usize, parts: &[&[u8]], elem: usize) -> Result<Vec<u8>> {
+        if parts.len() != self.p {
+            return Err(Error::Config(format!("{} parts for {} sources", parts.len(), self.p)));
+        }
+        if elem == 0 {
+            return Err(Error::Config("an element of 0 bytes".into()));
+        }
+        let total: usize = parts.iter().map(|b| b.len()).sum();
+        if let Some((s, b)) = parts.iter().enumerate().find(|(_, b)| !b.len().is_multiple_of(elem)) {
+            return Err(Error::Config(format!("source {s} sent {} bytes, not whole elements of {elem} bytes", b.len())));
+        }
+        let mut out = vec![0u8; total];
+        let mut at = vec![0usize; self.p];
+        for (k, l, s) in self.destination_runs(dst, (total / elem) as u64) {
+            let (from, bytes) = (at[s], l as usize * elem);
+            let Some(run) = parts[s].get(from..from + bytes) else {
+                return Err(Error::Config(format!(
+                    "destination {dst} needs more elements from source {s} than the {} it sent",
+                    parts[s].len() / elem
+                )));
+            };
+            out[k as usize * elem..k as usize * elem + bytes].copy_from_slice(run);
+            at[s] += bytes;
+        }
+        if let Some(s) = (0..self.p).find(|&s| at[s] != parts[s].len()) {
+            return Err(Error::Config(format!(
+                "source {s} sent destination {dst} {} elements, its layout takes {}",
+                parts[s].len() / elem,
+                at[s] / elem
+            )));
+        }
+        Ok(out)
+    }
+}
+
+/// The runs of one rank's local array: see [`CyclicLayout`].
+struct Runs {
+    rank: u64,
+    procs: u64,
+    block: u64,
+    other_procs: u64,
+    other_block: u64,
+    len: u64,
+    k: u64,
+}
+
+impl Iterator for Runs {
+    /// (local offset, length, owner under the other distribution)
+    type Item = (u64, u64, usize);
+
+    fn next(&mut self) -> Option<(u64, u64, usize)> {
+        if self.k >= self.len {
+            return None;
+        }
+        let (b, off) = (self.k / self.block, self.k % self.block);
+        let g = (b * self.procs + self.rank) * self.block + off;
+        let l = (self.block - off).min(self.other_block - g % self.other_block).min(self.len - self.k);
+        let owner = ((g / self.other_block) % self.other_procs) as usize;
+        let run = (self.k, l, owner);
+        self.k += l;
+        Some(run)
+    }
 }
 
 #[cfg(test)]
@@ -681,5 +848,64 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("pieces"), "{e}");
+    }
+
+    /// A reference: the whole array, distributed element by element.
+    fn cyclic_reference(n: u64, procs: usize, block: u64) -> Vec<Vec<u32>> {
+        let mut local = vec![Vec::new(); procs];
+        for g in 0..n {
+            local[((g / block) % procs as u64) as usize].push(g as u32);
+        }
+        local
+    }
+
+    #[test]
+    fn cyclic_layout_moves_every_element_to_its_place() {
+        let bytes = |v: &[u32]| v.iter().flat_map(|e| e.to_le_bytes()).collect::<Vec<u8>>();
+        for (p, x, q, y) in [(4, 3, 3, 5), (1, 1, 1, 1), (3, 2, 5, 7), (5, 4, 2, 1), (2, 8, 8, 2), (6, 1, 4, 6)] {
+            let layout = CyclicLayout::new(p, x, q, y).unwrap();
+            for n in [0u64, 1, 7, 59, 60, 61, 1000] {
+                let src = cyclic_reference(n, p, x);
+                let dst = cyclic_reference(n, q, y);
+                let lens: Vec<u64> = src.iter().map(|v| v.len() as u64).collect();
+                assert_eq!(layout.check_sources(&lens).unwrap(), n);
+                for (r, v) in src.iter().enumerate() {
+                    assert_eq!(CyclicLayout::local_len(n, p, x, r), v.len() as u64);
+                }
+                let packed: Vec<Vec<Vec<u8>>> = (0..p).map(|s| layout.pack(s, &bytes(&src[s]), 4).unwrap()).collect();
+                for d in 0..q {
+                    let parts: Vec<&[u8]> = (0..p).map(|s| packed[s][d].as_slice()).collect();
+                    assert_eq!(layout.unpack(d, &parts, 4).unwrap(), bytes(&dst[d]), "({p},{x})->({q},{y}) n={n} dst {d}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cyclic_layout_refuses_inputs_that_are_not_one_array() {
+        let layout = CyclicLayout::new(2, 1, 1, 1).unwrap();
+        let e = layout.check_sources(&[3, 5]).unwrap_err().to_string();
+        assert!(e.contains("source 0 holds 3 elements, an array of 8 elements gives it 4"), "{e}");
+        let e = layout.unpack(0, &[&[0u8; 12], &[0u8; 20]], 4).unwrap_err().to_string();
+        assert!(e.contains("source 0"), "{e}");
+        assert!(layout.pack(0, &[0u8; 5], 4).is_err());
+        assert!(CyclicLayout::new(2, 0, 1, 1).is_err());
+    }
+
+    #[test]
+    fn the_seed_schedule_of_an_actual_array_carries_exactly_its_table() {
+        for (p, x, q, y) in [(4, 3, 3, 5), (4, 2, 4, 3), (2, 1, 6, 1), (3, 5, 3, 5), (5, 7, 2, 3)] {
+            let b = BlockCyclic::new(p, x, q, y).unwrap();
+            let layout = CyclicLayout::new(p, x, q, y).unwrap();
+            let ranks = p.max(q);
+            for n in [1u64, 17, 10_007] {
+                let table = ComTable::from_fn(ranks, |i, j| {
+                    if i < p && j < q { layout.send_counts(i, CyclicLayout::local_len(n, p, x, i))[j] * 8 } else { 0 }
+                })
+                .unwrap();
+                let s = b.seed_schedule(&table, Placement::Shared).unwrap();
+                s.check(&table).unwrap();
+            }
+        }
     }
 }

@@ -324,9 +324,17 @@ impl Core {
             return false;
         }
         let req = task.resources;
-        let input = &task.inputs[0];
-        let objects: Vec<ObjectId> = (0..n).map(|rank| ObjectId { job, task: input.task.clone(), rank, name: input.output.clone() }).collect();
-        match self.input_availability(job, objects.iter()) {
+        // Member `rank`'s input objects: of each input, the producer replica of its rank, when
+        // the producer has one (a redistribute's members past the producer's replicas have none).
+        let senders = task.collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|e| e.redistribute).map_or(n, |r| r.senders);
+        let inputs_of = |rank: u32| -> Vec<ObjectId> {
+            if rank >= senders {
+                return Vec::new();
+            }
+            task.inputs.iter().map(|i| ObjectId { job, task: i.task.clone(), rank, name: i.output.clone() }).collect()
+        };
+        let objects: Vec<Vec<ObjectId>> = (0..n).map(inputs_of).collect();
+        match self.input_availability(job, objects.iter().flatten()) {
             Availability::Held => {}
             Availability::Unknown => return false,
             Availability::Lost(lost) => {
@@ -336,23 +344,28 @@ impl Core {
         }
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
-        let input = &task.inputs[0];
-        let producer = j.task_index(&input.task);
         let mut free: HashMap<WorkerId, Resources> = self
             .workers
             .values()
             .filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id))
             .map(|w| (w.record.id, w.free()))
             .collect();
-        let mut chosen: Vec<(WorkerId, ObjectId, u64, &'static str)> = Vec::with_capacity(members.len());
-        for rank in 0..n {
-            let size = producer
-                .map(|p| &j.subtasks[(j.offsets[p] + rank) as usize])
-                .and_then(|s| s.outputs.iter().find(|(o, _)| *o == input.output).map(|(_, sz)| *sz))
-                .unwrap_or(0);
-            let object = ObjectId { job, task: input.task.clone(), rank, name: input.output.clone() };
+        let mut chosen: Vec<(WorkerId, Vec<(ObjectId, u64)>, &'static str)> = Vec::with_capacity(members.len());
+        for objects in objects {
+            let sized: Vec<(ObjectId, u64)> = objects
+                .into_iter()
+                .map(|o| {
+                    let size = j
+                        .task_index(&o.task)
+                        .map(|p| &j.subtasks[(j.offsets[p] + o.rank) as usize])
+                        .and_then(|s| s.outputs.iter().find(|(name, _)| *name == o.name).map(|(_, sz)| *sz))
+                        .unwrap_or(0);
+                    (o, size)
+                })
+                .collect();
             let taken = |w: &WorkerId| chosen.iter().any(|(c, ..)| c == w);
-            let holder = self.holders.get(&object).and_then(|h| {
+            // Near the member's (first) input when its holder has room.
+            let holder = sized.first().and_then(|(o, _)| self.holders.get(o)).and_then(|h| {
                 h.iter().copied().find(|w| !taken(w) && free.get(w).is_some_and(|f| req.fits_in(f)))
             });
             let (wid, why) = match holder {
@@ -373,7 +386,7 @@ impl Core {
                 f.memory = f.memory.saturating_sub(req.memory);
                 f.gpu = f.gpu.saturating_sub(req.gpu);
             }
-            chosen.push((wid, object, size, why));
+            chosen.push((wid, sized, why));
         }
 
         let spec = task.collective.clone().expect("a collective task");
@@ -383,9 +396,10 @@ impl Core {
         // for the communicator's own message numbering.
         let tag = gang_tag(job, t, generation);
         let task_name = task.name.clone();
-        for (rank, (wid, object, size, why)) in chosen.into_iter().enumerate() {
+        for (rank, (wid, objects, why)) in chosen.into_iter().enumerate() {
             let idx = start + rank as u32;
-            let holders = self.holder_locations(&object);
+            let inputs: Vec<InputLocation> =
+                objects.into_iter().map(|(object, size)| InputLocation { holders: self.holder_locations(&object), object, size }).collect();
             let decision = self.next_decision;
             self.next_decision += 1;
             let attempt = self.begin_attempt(job, idx, wid, now);
@@ -401,7 +415,7 @@ impl Core {
                 candidates: Vec::new(),
             };
             let collective = CollectiveAssignment { spec: spec.clone(), members: rails.clone(), tag };
-            let assignment = Assignment::of(task, attempt, req, vec![InputLocation { object, size, holders }], Some(collective));
+            let assignment = Assignment::of(task, attempt, req, inputs, Some(collective));
             self.dispatch((job, idx), wid, record, assignment, now);
         }
         true

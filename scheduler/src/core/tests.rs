@@ -409,6 +409,54 @@ fn a_collective_gang_is_placed_together_on_distinct_workers_near_its_inputs() {
     assert_eq!(members.spec.dtype, plexus_proto::DType::F32);
 }
 
+/// A redistribute from the 3 replicas of `gen` to 5 members is one gang of max(3, 5): members
+/// 0..3 read their rank's input, members 3 and 4 none; an alltoall with a split file reads two
+/// inputs of its rank.
+#[test]
+fn exchange_gangs_give_each_member_the_inputs_of_its_rank() {
+    let mut c = core();
+    for n in 1..=5 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let file = GANG.replace("outputs = [\"numbers\"]", "outputs = [\"numbers\", \"split\"]").replace(
+        "kind = \"allreduce\"\ninputs = [\"gen/numbers\"]\noutputs = [\"total\"]\ndtype = \"f32\"\n",
+        "kind = \"redistribute\"\ninputs = [\"gen/numbers\"]\noutputs = [\"total\"]\ndtype = \"f32\"\nfrom_block = 2\nto_block = 3\nreplicas = 5\n\
+         [[task]]\nname = \"x\"\nkind = \"alltoall\"\ninputs = [\"gen/numbers\", \"gen/split\"]\noutputs = [\"parts\"]\ndtype = \"i32\"\nsplit = \"file\"\n",
+    );
+    let job = submit(&mut c, &file, 0);
+    c.schedule(1);
+    for (w, x) in assigned(&mut c) {
+        let mut report = done(&x.attempt, SubtaskState::Succeeded);
+        report.outputs.push((ObjectId { name: "split".into(), ..report.outputs[0].0.clone() }, 4));
+        assert!(c.report(w, &session(w), vec![report], 2));
+    }
+    c.schedule(3);
+    let a = assigned(&mut c);
+    let redist: Vec<&Assignment> = a.iter().map(|(_, x)| x).filter(|x| x.attempt.task == "sum").collect();
+    assert_eq!(redist.len(), 5, "one gang of max(P, Q) members: {a:?}");
+    let mut workers: Vec<WorkerId> = a.iter().filter(|(_, x)| x.attempt.task == "sum").map(|(w, _)| *w).collect();
+    workers.sort();
+    workers.dedup();
+    assert_eq!(workers.len(), 5, "each member on its own worker");
+    for x in &redist {
+        let r = x.attempt.rank;
+        let objects: Vec<(u32, &str)> = x.inputs.iter().map(|i| (i.object.rank, i.object.name.as_str())).collect();
+        let want: Vec<(u32, &str)> = if r < 3 { vec![(r, "numbers")] } else { vec![] };
+        assert_eq!(objects, want, "member {r}");
+        let layout = x.collective.as_ref().and_then(|c| c.spec.exchange.as_ref()).and_then(|e| e.redistribute).unwrap();
+        assert_eq!((layout.senders, layout.receivers, layout.from_block, layout.to_block), (3, 5, 2, 3));
+    }
+    c.schedule(4);
+    let later = assigned(&mut c);
+    let x: Vec<&Assignment> = a.iter().chain(later.iter()).map(|(_, x)| x).filter(|x| x.attempt.task == "x").collect();
+    assert_eq!(x.len(), 3, "the alltoall gang, when there is room: {later:?}");
+    for m in x {
+        let objects: Vec<(u32, &str)> = m.inputs.iter().map(|i| (i.object.rank, i.object.name.as_str())).collect();
+        assert_eq!(objects, vec![(m.attempt.rank, "numbers"), (m.attempt.rank, "split")]);
+    }
+    assert!(c.job(job).is_some());
+}
+
 #[test]
 fn a_gang_that_does_not_fit_waits_whole_and_a_too_small_cluster_is_refused() {
     let mut c = core();
