@@ -14,6 +14,7 @@
 //! - [`Error`]: the one error type of the crate.
 
 pub mod core;
+pub mod gpu;
 pub mod placer;
 pub mod spec;
 
