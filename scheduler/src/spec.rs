@@ -185,6 +185,37 @@ pub struct TaskSpec {
     /// deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<GangSpec>,
+    /// What the task says of its GPU use (`gpu_share`, `gpu_memory`, `gpu_util`, `model_size`),
+    /// for GPU sharing and the interference model (issue 16); `None` when it says nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_profile: Option<GpuProfile>,
+}
+
+/// A GPU task's own description of its GPU use.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuProfile {
+    /// `gpu_share = true`: its one GPU may be shared with other sharing tasks, as long as their
+    /// `gpu_memory` fits the device. Such a task holds no whole device: its `resources.gpu` is
+    /// 0 and its assignment still names the one device it runs on.
+    pub share: bool,
+    /// `gpu_memory`: the device memory it needs, bytes (required to share; 0 = not said).
+    pub memory: u64,
+    /// `gpu_util`: its GPU utilisation when alone, 0 < u ≤ 1, until one is measured.
+    pub utilisation: Option<f64>,
+    /// `model_size`: bytes it synchronises with its gang each iteration (0 = not said).
+    pub model_bytes: u64,
+}
+
+impl TaskSpec {
+    /// Whether the task shares its GPU (`gpu_share = true`).
+    pub fn shares_gpu(&self) -> bool {
+        self.gpu_profile.is_some_and(|p| p.share)
+    }
+
+    /// The device memory a sharing task needs on its GPU (0 for the others).
+    pub fn shared_gpu_memory(&self) -> u64 {
+        self.gpu_profile.filter(|p| p.share).map_or(0, |p| p.memory)
+    }
 }
 
 /// A gang: members (the replicas of one task, or of several tasks of one job that name the same
@@ -326,6 +357,10 @@ struct RawTask {
     counts: Option<Vec<Vec<u64>>>,
     from_block: Option<i64>,
     to_block: Option<i64>,
+    gpu_share: Option<bool>,
+    gpu_memory: Option<RawSize>,
+    gpu_util: Option<f64>,
+    model_size: Option<RawSize>,
     min_members: Option<u32>,
     gang_timeout: Option<RawDuration>,
     gang: Option<String>,
@@ -539,6 +574,42 @@ impl Validator<'_> {
             return Err(at(format!("flops = {f} is not a non-negative number")));
         }
 
+        let size = |field: &str, v: &Option<RawSize>| -> Result<Option<u64>, SpecError> {
+            match v {
+                None => Ok(None),
+                Some(RawSize::Bytes(b)) => Ok(Some(*b)),
+                Some(RawSize::Text(s)) => s.trim().parse::<bytesize::ByteSize>().map(|b| Some(b.as_u64())).map_err(|e| at(format!("{field}: {s:?} is not a size ({e})"))),
+            }
+        };
+        let gpu_memory = size("gpu_memory", &t.gpu_memory)?;
+        let model_size = size("model_size", &t.model_size)?;
+        let share = t.gpu_share.unwrap_or(false);
+        let mut gpu = t.gpu.unwrap_or(0);
+        let gpu_profile = if share || gpu_memory.is_some() || t.gpu_util.is_some() || model_size.is_some() {
+            if share {
+                match (t.gpu, gpu_memory) {
+                    (Some(g), _) if g != 1 => return Err(at(format!("gpu_share = true shares one GPU; gpu = {g} asks for {g} whole devices"))),
+                    (_, None | Some(0)) => return Err(at("gpu_share = true needs `gpu_memory`, the device memory the task needs (e.g. gpu_memory = \"10GiB\")".into())),
+                    _ => {}
+                }
+                gpu = 0;
+            } else if gpu == 0 {
+                let field = if gpu_memory.is_some() { "gpu_memory" } else if t.gpu_util.is_some() { "gpu_util" } else { "model_size" };
+                return Err(at(format!("`{field}` describes GPU use; the task asks for no GPU (set gpu = 1, or gpu_share = true)")));
+            }
+            if let Some(u) = t.gpu_util
+                && !(u.is_finite() && u > 0.0 && u <= 1.0)
+            {
+                return Err(at(format!("gpu_util = {u} is not a utilisation in (0, 1]")));
+            }
+            if gpu_memory.is_some_and(|m| m > rules::MAX_NODE_BYTES) {
+                return Err(at("gpu_memory is larger than any GPU".into()));
+            }
+            Some(GpuProfile { share, memory: gpu_memory.unwrap_or(0), utilisation: t.gpu_util, model_bytes: model_size.unwrap_or(0) })
+        } else {
+            None
+        };
+
         let max_retries = t.max_retries.unwrap_or(0);
         if max_retries > MAX_RETRIES {
             return Err(at(format!("max_retries = {max_retries} is out of range (0..={MAX_RETRIES})")));
@@ -646,7 +717,7 @@ impl Validator<'_> {
         Ok(TaskSpec {
             name: t.name.clone(),
             work,
-            resources: Resources { cpu, memory, gpu: t.gpu.unwrap_or(0) },
+            resources: Resources { cpu, memory, gpu },
             after,
             replicas,
             inputs,
@@ -659,6 +730,7 @@ impl Validator<'_> {
             on_failure,
             retry_backoff_ms,
             gang: None,
+            gpu_profile,
         })
     }
 
@@ -1200,6 +1272,30 @@ cpu = 0.5
             .unwrap_err()
             .message;
         assert!(e.contains("the split file must come from the data's producer \"g\", not \"h\""), "{e}");
+    }
+
+    #[test]
+    fn gpu_sharing_and_profile_fields_are_checked() {
+        let one = |extra: &str| toml(&format!("[[task]]\nname = \"t\"\ncommand = \"true\"\n{extra}"));
+        let t = one("gpu_share = true\ngpu_memory = \"10GiB\"\ngpu_util = 0.6\nmodel_size = \"100MiB\"\n").unwrap();
+        let task = &t.tasks[0];
+        assert_eq!(task.resources.gpu, 0, "a sharing task holds no whole device");
+        assert!(task.shares_gpu());
+        assert_eq!(task.gpu_profile, Some(GpuProfile { share: true, memory: 10 << 30, utilisation: Some(0.6), model_bytes: 100 << 20 }));
+        let t = one("gpu = 2\nmodel_size = 1000\n").unwrap();
+        assert_eq!((t.tasks[0].resources.gpu, t.tasks[0].shares_gpu(), t.tasks[0].shared_gpu_memory()), (2, false, 0));
+        assert_eq!(one("gpu = 1\n").unwrap().tasks[0].gpu_profile, None);
+        for (extra, want) in [
+            ("gpu_share = true\n", "gpu_share = true needs `gpu_memory`"),
+            ("gpu_share = true\ngpu = 2\ngpu_memory = \"1GiB\"\n", "gpu_share = true shares one GPU; gpu = 2"),
+            ("gpu_memory = \"1GiB\"\n", "`gpu_memory` describes GPU use; the task asks for no GPU"),
+            ("gpu = 1\ngpu_util = 1.5\n", "gpu_util = 1.5 is not a utilisation in (0, 1]"),
+            ("gpu = 1\ngpu_util = 0\n", "gpu_util = 0 is not a utilisation"),
+            ("gpu = 1\ngpu_memory = \"lots\"\n", "gpu_memory: \"lots\" is not a size"),
+        ] {
+            let e = one(extra).unwrap_err().message;
+            assert!(e.contains(want), "{extra}: {e}");
+        }
     }
 
     #[test]

@@ -145,7 +145,10 @@ impl Core {
             let s = &self.jobs[&job].subtasks[idx as usize];
             let Some(wid) = s.reserved_on else { continue };
             let record = self.jobs[&job].placements.get(&idx).cloned();
+            // A sharing member keeps the device its reservation set memory aside on.
+            let plan = self.jobs[&job].subtasks[idx as usize].gpus.clone();
             self.unreserve((job, idx));
+            self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = plan;
             match record {
                 Some(r) if r.chosen == wid => self.assign(job, idx, wid, r, now),
                 _ => tracing::error!(%job, idx, "a reserved gang member has no matching placement record; left ready"),
@@ -164,11 +167,23 @@ impl Core {
         let j = self.jobs.get_mut(&job).expect("exists");
         let t = j.task_of(idx);
         let req = j.record.spec.tasks[t].resources;
+        let share = j.record.spec.tasks[t].shares_gpu().then(|| j.record.spec.tasks[t].shared_gpu_memory());
         j.subtasks[idx as usize].reserved_on = Some(wid);
         j.placements.insert(idx, record);
+        let planned = j.subtasks[idx as usize].gpus.first().copied();
         if let Some(w) = self.workers.get_mut(&wid) {
             w.allocated.add(&req);
             w.reserved.insert((job, idx));
+            // A sharing member sets its memory aside on one device: the one planned for it (a
+            // GPU gang's search), else the least shared.
+            if let Some(memory) = share {
+                let room = w.shareable_gpus(memory);
+                let device = planned.filter(|g| room.contains(g)).or_else(|| room.iter().copied().min_by_key(|g| (w.gpu_shared.get(g).map_or(0, |s| s.1), *g)));
+                if let Some(g) = device {
+                    w.share_gpu(g, memory);
+                }
+                self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = device.into_iter().collect();
+            }
         }
         self.out.subtasks.insert((job, idx));
         self.out.placements.insert((job, idx));
@@ -179,10 +194,17 @@ impl Core {
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let Some(wid) = j.subtasks[idx as usize].reserved_on.take() else { return };
         let req = j.record.spec.tasks[j.task_of(idx)].resources;
+        let share = j.record.spec.tasks[j.task_of(idx)].shares_gpu().then(|| j.record.spec.tasks[j.task_of(idx)].shared_gpu_memory());
+        let planned = std::mem::take(&mut j.subtasks[idx as usize].gpus);
         if let Some(w) = self.workers.get_mut(&wid)
             && w.reserved.remove(&(job, idx))
         {
             w.allocated.sub(&req);
+            if let Some(memory) = share {
+                for g in planned {
+                    w.unshare_gpu(g, memory);
+                }
+            }
         }
         self.out.subtasks.insert((job, idx));
     }

@@ -267,6 +267,18 @@ impl Core {
                 bytesize::ByteSize(max_mem).display().iec(),
             ));
         }
+        if t.shares_gpu() {
+            let m = t.shared_gpu_memory();
+            if !alive.iter().any(|w| w.record.capacity.gpus.iter().any(|g| g.memory == 0 || g.memory >= m)) {
+                let largest = alive.iter().flat_map(|w| w.record.capacity.gpus.iter().map(|g| g.memory)).max();
+                return Some(format!(
+                    "task {:?} shares a GPU with gpu_memory = {} but no live worker has a GPU that large ({})",
+                    t.name,
+                    bytesize::ByteSize(m).display().iec(),
+                    largest.map_or("no live worker has a GPU".to_string(), |l| format!("largest: {}", bytesize::ByteSize(l).display().iec())),
+                ));
+            }
+        }
         if t.collective.is_some() {
             let able = alive.iter().filter(|w| r.fits_in(&w.record.capacity.resources())).count();
             if able < t.replicas as usize {

@@ -123,6 +123,15 @@ impl Assignment {
             collective,
             gpus: Vec::new(),
         }
+        .sharing(task)
+    }
+
+    /// A sharing task holds no whole device, but runs on one: the worker is told `gpu = 1`.
+    fn sharing(mut self, task: &TaskSpec) -> Assignment {
+        if task.shares_gpu() {
+            self.resources.gpu = 1;
+        }
+        self
     }
 }
 

@@ -148,7 +148,7 @@ impl Core {
         }
         for mut rec in snap.workers {
             rec.last_heartbeat = now;
-            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new(), gpus_used: BTreeSet::new(), reserved: BTreeSet::new() };
+            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new(), gpus_used: BTreeSet::new(), reserved: BTreeSet::new(), gpu_shared: Default::default() };
             self.workers.insert(w.record.id, w);
         }
         // Derived state: allocations, and the ready queue in submission order.
@@ -161,9 +161,16 @@ impl Core {
                 if s.state.is_placed()
                     && let Some(w) = s.worker.and_then(|w| self.workers.get_mut(&w))
                 {
-                    w.allocated.add(&job.record.spec.tasks[job.task_of(i as u32)].resources);
+                    let task = &job.record.spec.tasks[job.task_of(i as u32)];
+                    w.allocated.add(&task.resources);
                     w.placed.insert((id, i as u32));
-                    w.gpus_used.extend(s.gpus.iter().copied());
+                    if task.shares_gpu() {
+                        for &g in &s.gpus {
+                            w.share_gpu(g, task.shared_gpu_memory());
+                        }
+                    } else {
+                        w.gpus_used.extend(s.gpus.iter().copied());
+                    }
                 }
                 if running && s.state == SubtaskState::Ready {
                     if s.not_before > now {
@@ -189,6 +196,8 @@ impl Core {
         for j in self.jobs.values_mut() {
             for (i, s) in j.subtasks.iter_mut().enumerate() {
                 if s.reserved_on.take().is_some() {
+                    // A sharing member's planned device goes with its reservation.
+                    s.gpus.clear();
                     stray.push((j.record.id, i as u32));
                 }
             }

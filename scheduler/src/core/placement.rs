@@ -201,12 +201,14 @@ impl Core {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[j.task_of(idx)];
         let req = task.resources;
+        let share = task.shares_gpu().then(|| task.shared_gpu_memory());
 
         let mut candidates = Vec::new();
         for w in self.workers.values().filter(|w| w.connected && w.record.alive) {
             let free = w.free();
             let gang = held.get(&w.record.id);
-            let fits = req.fits_in(&free) && gang.is_none();
+            let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());
+            let fits = req.fits_in(&free) && gpu_room && gang.is_none();
             let local: u64 = inputs.iter().filter(|(o, _)| w.objects.contains_key(o)).map(|(_, s)| *s).sum();
             candidates.push(Candidate {
                 worker: w.record.id,
@@ -214,6 +216,7 @@ impl Core {
                 note: match gang {
                     Some(g) => format!("held for {g}, which is ahead in the queue"),
                     None if fits => String::new(),
+                    None if !gpu_room => format!("no GPU with {} of memory free to share", bytesize::ByteSize(share.unwrap_or(0)).display().iec()),
                     None => format!("needs {} free, has {}", fmt_res(&req), fmt_res(&free)),
                 },
                 capacity: w.record.capacity.resources(),
@@ -313,13 +316,33 @@ impl Core {
     /// Records a placement decided by [`Core::place`] or [`Core::place_gang`]: the subtask is
     /// `Assigned`, the worker's allocation grows, and the assignment goes out.
     pub(super) fn dispatch(&mut self, (job, idx): (JobId, u32), wid: WorkerId, record: PlacementRecord, mut assignment: Assignment, now: u64) {
-        let req = assignment.resources;
+        let task = &self.jobs[&job].record.spec.tasks[self.jobs[&job].task_of(idx)];
+        let (req, share) = (task.resources, task.shares_gpu().then(|| task.shared_gpu_memory()));
+        let planned = self.jobs[&job].subtasks[idx as usize].gpus.clone();
         let w = self.workers.get_mut(&wid).expect("candidate exists");
-        // A worker's GPUs are individual devices: the attempt gets the lowest free indices. The
-        // count fits (the placement was feasible, and allocated.gpu counts exactly the devices
-        // in gpus_used), so this finds them.
-        let gpus = w.free_gpus(req.gpu).unwrap_or_default();
-        w.gpus_used.extend(gpus.iter().copied());
+        let gpus = match share {
+            // A sharing attempt joins one device with room for its memory: the one a gang's
+            // search chose for it, else the least shared.
+            Some(memory) => {
+                let room = w.shareable_gpus(memory);
+                let device = planned.first().copied().filter(|g| room.contains(g)).or_else(|| {
+                    room.iter().copied().min_by_key(|g| (w.gpu_shared.get(g).map_or(0, |s| s.1), *g))
+                });
+                let gpus: Vec<u32> = device.into_iter().collect();
+                for &g in &gpus {
+                    w.share_gpu(g, memory);
+                }
+                gpus
+            }
+            // A worker's GPUs are individual devices: the attempt gets the lowest free indices.
+            // The count fits (the placement was feasible, and allocated.gpu plus the shared
+            // devices count exactly the devices taken), so this finds them.
+            None => {
+                let gpus = w.free_gpus(req.gpu).unwrap_or_default();
+                w.gpus_used.extend(gpus.iter().copied());
+                gpus
+            }
+        };
         w.allocated.add(&req);
         w.placed.insert((job, idx));
         assignment.gpus = gpus.clone();

@@ -900,6 +900,61 @@ fn gpu_worker(n: u8, indices: &[u32]) -> Registration {
     r
 }
 
+/// `gpu_share`: sharing tasks join a device while their `gpu_memory` fits it (spread over the
+/// least shared devices first); a whole-device task never gets a shared device, and sharing
+/// tasks never join a device held whole; memory and devices come back when they end.
+#[test]
+fn sharing_tasks_fit_their_gpu_memory_and_never_meet_whole_device_tasks() {
+    let mut c = core();
+    c.register(gpu_worker(1, &[0, 1]), 0);
+    let share = |name: &str, mem: &str, n: u32| format!("[[task]]\nname = \"{name}\"\ncommand = [\"true\"]\ncpu = 0\ngpu_share = true\ngpu_memory = \"{mem}\"\nreplicas = {n}\n");
+    let job = submit(&mut c, &share("s", "30GiB", 4), 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 4, "two 30 GiB tasks on each 80 GiB device: {a:?}");
+    let mut devices: Vec<u32> = a.iter().map(|(_, x)| {
+        assert_eq!((x.resources.gpu, x.gpus.len()), (1, 1), "the worker is told one device");
+        x.gpus[0]
+    }).collect();
+    devices.sort();
+    assert_eq!(devices, vec![0, 0, 1, 1]);
+    let w = c.worker(wid(1)).unwrap();
+    assert_eq!((w.free().gpu, w.gpus_used.len()), (0, 0), "shared devices are taken for whole-device tasks");
+    assert_eq!(w.gpu_shared.get(&0), Some(&((60u64) << 30, 2)));
+
+    // A third 30 GiB task does not fit (20 GiB left on each); a whole-device task waits too.
+    let more = submit(&mut c, &share("t", "30GiB", 1), 2);
+    let whole = submit(&mut c, "[[task]]\nname = \"w\"\ncommand = [\"true\"]\ncpu = 0\ngpu = 1\n", 2);
+    c.schedule(3);
+    assert!(assigned(&mut c).is_empty());
+    assert_eq!(state(&c, more, "t", 0), SubtaskState::Ready);
+    let why = c.explain(more, "t", 0).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(why.contains("not been placed"), "{why}");
+
+    // Both tasks of device 1 end: the older waiting job, the sharing one, joins it; the
+    // whole-device task still finds no device free of sharers.
+    for (w, x) in a.iter().filter(|(_, x)| x.gpus[0] == 1) {
+        assert!(c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Succeeded)], 4));
+    }
+    c.schedule(5);
+    let b = assigned(&mut c);
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!((b[0].1.attempt.job, b[0].1.gpus.clone()), (more, vec![1]));
+    assert_eq!(state(&c, whole, "w", 0), SubtaskState::Ready);
+    // The first job's sharers of device 0 end (cancelled): the whole-device task takes it.
+    c.cancel(job, 6).unwrap();
+    let w = c.worker(wid(1)).unwrap();
+    assert_eq!(w.gpu_shared.keys().copied().collect::<Vec<_>>(), vec![1], "{:?}", w.gpu_shared);
+    c.schedule(7);
+    let d = assigned(&mut c);
+    assert_eq!((d.len(), d[0].1.attempt.job, d[0].1.gpus.clone()), (1, whole, vec![0]));
+    assert!(c.worker(wid(1)).unwrap().shareable_gpus(1).iter().all(|&g| g == 1), "device 0 is held whole");
+
+    // Admission: no GPU is as large as asked.
+    let e = c.submit(JobId::random(), parse(&share("huge", "100GiB", 1), Format::Toml, "t.toml").unwrap(), 8).unwrap_err();
+    assert!(e.to_string().contains("gpu_memory = 100.0 GiB but no live worker has a GPU that large (largest: 80.0 GiB)"), "{e}");
+}
+
 #[test]
 fn gpu_tasks_get_their_own_devices() {
     let mut c = core();

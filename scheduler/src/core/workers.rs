@@ -1,7 +1,7 @@
 //! Workers: registration (and reconciliation after either side restarted), heartbeats, the
 //! objects they hold, loss after missed heartbeats, and the resources attempts hold on them.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use plexus_proto::{AttemptRef, JobId, ObjectId, Resources, WorkerId};
 
@@ -22,17 +22,67 @@ pub struct Worker {
     /// Gang members holding a reservation here: their requests are in `allocated` too, so
     /// `allocated` = placed + reserved.
     pub reserved: BTreeSet<(JobId, u32)>,
+    /// Devices shared by `gpu_share` attempts (placed or reserved): device → (their
+    /// `gpu_memory` summed, how many). A shared device is in no one's `gpus_used` and counts as
+    /// taken for whole-device requests.
+    pub gpu_shared: BTreeMap<u32, (u64, u32)>,
 }
 
 impl Worker {
     pub fn free(&self) -> Resources {
-        self.record.capacity.resources().minus(&self.allocated)
+        let mut free = self.record.capacity.resources().minus(&self.allocated);
+        free.gpu = free.gpu.saturating_sub(self.gpu_shared.len() as u32);
+        free
     }
 
-    /// The `n` lowest device indices no placed attempt holds, or `None` if fewer are free.
+    /// The `n` lowest device indices no placed attempt holds and none shares, or `None` if
+    /// fewer are free.
     pub fn free_gpus(&self, n: u32) -> Option<Vec<u32>> {
-        let free: Vec<u32> = self.record.capacity.gpus.iter().map(|g| g.index).filter(|i| !self.gpus_used.contains(i)).take(n as usize).collect();
+        let free: Vec<u32> = self
+            .record
+            .capacity
+            .gpus
+            .iter()
+            .map(|g| g.index)
+            .filter(|i| !self.gpus_used.contains(i) && !self.gpu_shared.contains_key(i))
+            .take(n as usize)
+            .collect();
         (free.len() == n as usize).then_some(free)
+    }
+
+    /// The devices a sharing task needing `memory` bytes could join now: not held whole, and
+    /// with that much memory left after the sharing attempts already there (a device whose
+    /// memory the worker did not report is taken at its word: any amount fits).
+    pub fn shareable_gpus(&self, memory: u64) -> Vec<u32> {
+        self.record
+            .capacity
+            .gpus
+            .iter()
+            .filter(|g| !self.gpus_used.contains(&g.index))
+            .filter(|g| {
+                let used = self.gpu_shared.get(&g.index).map_or(0, |s| s.0);
+                g.memory == 0 || used.saturating_add(memory) <= g.memory
+            })
+            .map(|g| g.index)
+            .collect()
+    }
+
+    /// A sharing attempt of `memory` bytes joins device `gpu`.
+    pub fn share_gpu(&mut self, gpu: u32, memory: u64) {
+        let s = self.gpu_shared.entry(gpu).or_insert((0, 0));
+        s.0 = s.0.saturating_add(memory);
+        s.1 += 1;
+    }
+
+    /// A sharing attempt of `memory` bytes leaves device `gpu`.
+    pub fn unshare_gpu(&mut self, gpu: u32, memory: u64) {
+        if let Some(s) = self.gpu_shared.get_mut(&gpu) {
+            s.0 = s.0.saturating_sub(memory);
+            s.1 = s.1.saturating_sub(1);
+            if s.1 == 0 {
+                self.gpu_shared.remove(&gpu);
+            }
+        }
     }
 }
 
@@ -91,6 +141,7 @@ impl Core {
             placed: BTreeSet::new(),
             objects: HashMap::new(),
             gpus_used: BTreeSet::new(),
+            gpu_shared: BTreeMap::new(),
             reserved: BTreeSet::new(),
         });
         w.record = record;
@@ -195,13 +246,19 @@ impl Core {
     pub(super) fn release_worker(&mut self, (job, idx): (JobId, u32), wid: WorkerId) {
         let Some(j) = self.jobs.get(&job) else { return };
         let res = j.record.spec.tasks[j.task_of(idx)].resources;
+        let shared = j.record.spec.tasks[j.task_of(idx)].shares_gpu().then(|| j.record.spec.tasks[j.task_of(idx)].shared_gpu_memory());
         let gpus = std::mem::take(&mut self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus);
         if let Some(w) = self.workers.get_mut(&wid)
             && w.placed.remove(&(job, idx))
         {
             w.allocated.sub(&res);
             for g in gpus {
-                w.gpus_used.remove(&g);
+                match shared {
+                    Some(memory) => w.unshare_gpu(g, memory),
+                    None => {
+                        w.gpus_used.remove(&g);
+                    }
+                }
             }
         }
     }
