@@ -6,6 +6,8 @@
 //! - [`buffer`]: the experience buffer (dedupe on insert, removal on sample) and its codec.
 //! - [`net`]: the Transformer Q-network and the criticality loss.
 //! - [`agent`]: the decision side, the training thread, weight sync and persistence.
+//! - [`interference`]: seed 002's interference model, an MLP predicting the slowdowns of tasks
+//!   sharing a GPU (`plexus_scheduler::gpu::InterferenceModel`), trained online, persisted as bytes.
 //!
 //! Only this crate knows tch. It knows nothing of the coordinator: it reads the scheduler's
 //! placement contract (`plexus_scheduler::placer::Candidate` and `PlacementRequest`) directly, and
@@ -14,10 +16,12 @@
 pub mod agent;
 pub mod buffer;
 pub mod features;
+pub mod interference;
 pub mod net;
 pub mod reward;
 
 pub use agent::{Choice, DqnPolicy, MemPolicyStore, PolicyConfig, PolicyError, PolicyStore, StoreError};
 pub use features::{Observation, TaskFeatures};
+pub use interference::{InterferenceConfig, InterferenceError, InterferenceMlp, Predictor, Sample};
 pub use net::NetConfig;
 pub use reward::{RewardConfig, RewardInputs};
