@@ -1158,6 +1158,7 @@ mod tests {
                 cache_bytes: 1 << 30,
                 hostname: "node1".into(),
                 isolation: "cgroup-v1".into(),
+                ..Default::default()
             }),
             state: Some(pb::NodeState {
                 cpu_utilisation: 0.375,

@@ -5,8 +5,10 @@ use plexus_proto::convert::{self as pc, ConvertError};
 use plexus_proto::{AttemptRef, JobState, ObjectId, SubtaskState, pb};
 
 use plexus_proto::rules;
+use plexus_proto::topology::{self as topo, GpuLink, LinkLevel};
 use plexus_scheduler::core::messages::GpuUsage;
 use plexus_scheduler::core::{Assignment, Capacity, GangPhase, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
+use plexus_scheduler::gpu::topology::NodeTopology;
 use plexus_scheduler::spec::Work;
 
 /// How much of a job a status carries.
@@ -88,6 +90,50 @@ pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError
     })
 }
 
+/// The labels and GPU topology a worker registers (issue 16), checked: at most one link per pair
+/// of two distinct offered devices, each with a link level other than `X`; labels by the shared
+/// label rules; NUMA nodes of offered devices only.
+fn node_topology(cap: &pb::NodeCapacity, offered: &std::collections::BTreeSet<u32>) -> Result<NodeTopology, ConvertError> {
+    let invalid = |field: &'static str, reason: String| ConvertError::Invalid { field, reason };
+    let pairs = offered.len() * offered.len().saturating_sub(1) / 2;
+    if cap.gpu_links.len() > pairs {
+        return Err(invalid("capacity.gpu_links", format!("{} links for {} devices; at most {pairs}", cap.gpu_links.len(), offered.len())));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut gpu_links = Vec::with_capacity(cap.gpu_links.len());
+    for l in &cap.gpu_links {
+        let level: LinkLevel = l.level.parse().map_err(|e: topo::TopoError| invalid("capacity.gpu_links.level", e.to_string()))?;
+        if l.a == l.b || level == LinkLevel::SameGpu {
+            return Err(invalid("capacity.gpu_links", format!("GPU{}/GPU{} {level}: a link joins two distinct devices", l.a, l.b)));
+        }
+        if !offered.contains(&l.a) || !offered.contains(&l.b) {
+            return Err(invalid("capacity.gpu_links", format!("GPU{}/GPU{}: not a pair of offered devices", l.a, l.b)));
+        }
+        let (a, b) = (l.a.min(l.b), l.a.max(l.b));
+        if !seen.insert((a, b)) {
+            return Err(invalid("capacity.gpu_links", format!("GPU{a}/GPU{b} is listed twice")));
+        }
+        gpu_links.push(GpuLink { a, b, level });
+    }
+    gpu_links.sort();
+    if cap.labels.len() > topo::MAX_LABELS {
+        return Err(invalid("capacity.labels", format!("{} labels; at most {}", cap.labels.len(), topo::MAX_LABELS)));
+    }
+    let mut labels = std::collections::BTreeMap::new();
+    for (k, v) in &cap.labels {
+        topo::check_label(k, v).map_err(|e| invalid("capacity.labels", e.to_string()))?;
+        labels.insert(k.clone(), v.clone());
+    }
+    let mut gpu_numa = std::collections::BTreeMap::new();
+    for (&device, &node) in &cap.gpu_numa {
+        if !offered.contains(&device) || node > topo::MAX_NUMA_NODE {
+            return Err(invalid("capacity.gpu_numa", format!("GPU{device} on NUMA node {node}: not an offered device, or a node past {}", topo::MAX_NUMA_NODE)));
+        }
+        gpu_numa.insert(device, node);
+    }
+    Ok(NodeTopology { labels, gpu_links, gpu_numa })
+}
+
 pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertError> {
     let cap = r.capacity.as_ref().ok_or(ConvertError::Missing("capacity"))?;
     if r.session.is_empty() || r.session.len() > 128 {
@@ -127,6 +173,7 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
         });
     }
     let declared = isolation("capacity.isolation", &cap.isolation)?;
+    let topology = node_topology(cap, &indices)?;
     let mut state = node_report(r.state.as_ref())?;
     if !declared.is_empty() {
         state.isolation = declared;
@@ -142,6 +189,7 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
             rails: cap.rails.clone(),
             cache_bytes: cap.cache_bytes,
             hostname: cap.hostname.clone(),
+            topology,
         },
         state,
         known: r.known.iter().map(AttemptRef::try_from).collect::<Result<_, _>>()?,
@@ -176,6 +224,8 @@ pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
         outputs,
         stdout_tail: tail(&r.stdout_tail),
         stderr_tail: tail(&r.stderr_tail),
+        // A figure from the network: anything but a plausible time is no figure.
+        iter_ms: if r.iter_ms.is_finite() && r.iter_ms > 0.0 && r.iter_ms < 86_400_000.0 { r.iter_ms } else { 0.0 },
     })
 }
 
@@ -348,6 +398,9 @@ fn capacity(c: &Capacity) -> pb::NodeCapacity {
         cache_bytes: c.cache_bytes,
         hostname: c.hostname.clone(),
         isolation: String::new(),
+        gpu_links: c.topology.gpu_links.iter().map(|l| pb::GpuLink { a: l.a, b: l.b, level: l.level.to_string() }).collect(),
+        labels: c.topology.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        gpu_numa: c.topology.gpu_numa.iter().map(|(&d, &n)| (d, n)).collect(),
     }
 }
 
@@ -476,6 +529,74 @@ mod tests {
             assert!(node_report(Some(&pb::NodeState { cpu_utilisation: bad, ..Default::default() })).is_err(), "heartbeats too: {bad}");
         }
         assert!(node_report(Some(&pb::NodeState { cpu_utilisation: 1.0, ..Default::default() })).is_ok());
+    }
+
+    #[test]
+    fn gpu_topology_and_labels_are_checked_and_kept() {
+        let gpu = |index| pb::GpuInfo { index, name: "V100".into(), memory: 16 << 30 };
+        let link = |a, b, level: &str| pb::GpuLink { a, b, level: level.into() };
+        let good = pb::RegisterRequest {
+            worker_id: plexus_proto::WorkerId::random().to_string(),
+            session: "s".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity: Some(pb::NodeCapacity {
+                cpus: 8,
+                gpus: vec![gpu(0), gpu(3), gpu(5)],
+                gpu_links: vec![link(3, 0, "NV2"), link(0, 5, "SYS"), link(3, 5, "SOC")],
+                labels: [("rack".to_string(), "r1".to_string())].into(),
+                gpu_numa: [(0, 0), (5, 1)].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let reg = registration(&good).unwrap();
+        let t = &reg.capacity.topology;
+        assert_eq!(t.rack(), Some("r1"));
+        assert_eq!(
+            t.gpu_links,
+            [GpuLink { a: 0, b: 3, level: LinkLevel::NvLink(2) }, GpuLink { a: 0, b: 5, level: LinkLevel::Sys }, GpuLink { a: 3, b: 5, level: LinkLevel::Sys }]
+        );
+        assert_eq!(t.gpu_numa.get(&5), Some(&1));
+        // And back out, as `plexus workers` sees it.
+        let out = capacity(&reg.capacity);
+        assert_eq!(out.labels.get("rack").map(String::as_str), Some("r1"));
+        assert_eq!(out.gpu_links[0], link(0, 3, "NV2"));
+        assert_eq!(out.gpu_numa.get(&0), Some(&0));
+
+        let with = |f: &dyn Fn(&mut pb::NodeCapacity)| {
+            let mut r = good.clone();
+            f(r.capacity.as_mut().unwrap());
+            registration(&r).unwrap_err().to_string()
+        };
+        let e = with(&|c| c.gpu_links[0].level = "NV99".into());
+        assert!(e.contains("capacity.gpu_links.level") && e.contains("\"NV99\""), "{e}");
+        let e = with(&|c| c.gpu_links[0].level = "\u{1b}[2J".repeat(1000));
+        assert!(e.contains("capacity.gpu_links.level") && e.len() < 300 && !e.contains('\u{1b}'), "{e}");
+        let e = with(&|c| c.gpu_links[0] = link(3, 3, "NV2"));
+        assert!(e.contains("capacity.gpu_links") && e.contains("distinct"), "{e}");
+        let e = with(&|c| c.gpu_links[0] = link(0, 3, "X"));
+        assert!(e.contains("distinct"), "{e}");
+        let e = with(&|c| c.gpu_links[0] = link(0, 7, "PIX"));
+        assert!(e.contains("not a pair of offered devices"), "{e}");
+        let e = with(&|c| c.gpu_links[2] = link(3, 0, "PIX"));
+        assert!(e.contains("GPU0/GPU3 is listed twice"), "{e}");
+        let e = with(&|c| c.gpu_links = vec![link(0, 3, "PIX"); 4]);
+        assert!(e.contains("4 links for 3 devices; at most 3"), "{e}");
+        let e = with(&|c| c.labels = [("rack".to_string(), "r 1".to_string())].into());
+        assert!(e.contains("capacity.labels") && e.contains("the value must be"), "{e}");
+        let e = with(&|c| c.labels = [("x".repeat(100_000), "v".to_string())].into());
+        assert!(e.contains("capacity.labels") && e.len() < 400, "{}", e.len());
+        let e = with(&|c| c.labels = (0..33).map(|i| (format!("k{i}"), "v".to_string())).collect());
+        assert!(e.contains("33 labels; at most 32"), "{e}");
+        let e = with(&|c| c.gpu_numa = [(9, 0)].into());
+        assert!(e.contains("capacity.gpu_numa"), "{e}");
+        let e = with(&|c| c.gpu_numa = [(0, u32::MAX)].into());
+        assert!(e.contains("capacity.gpu_numa"), "{e}");
+        // A worker that reports nothing of it (an older one, or no nvidia-smi) registers as before.
+        let mut bare = good.clone();
+        let c = bare.capacity.as_mut().unwrap();
+        (c.gpu_links, c.labels, c.gpu_numa) = (vec![], Default::default(), Default::default());
+        assert_eq!(registration(&bare).unwrap().capacity.topology, NodeTopology::default());
     }
 
     #[test]

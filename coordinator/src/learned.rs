@@ -108,3 +108,144 @@ impl Placer for Learned {
         self.policy.observe(o.decision, &inputs);
     }
 }
+
+/// The GPU learner (issue 16): seed 002's interference MLP from `plexus-policy`, fed the
+/// slowdowns the core measures (a shared run's time ÷ its signature's solo time), with the solo
+/// times, persisted in the store's `policy` tree (keys `interference` and `gpu-solo`). Until the
+/// MLP has learnt from [`MIN_SAMPLES`] shared runs it predicts with the analytic
+/// [`ContentionModel`], whose guess is better than an untrained network's.
+pub struct LearnedGpu {
+    mlp: plexus_policy::InterferenceMlp,
+    fallback: ContentionModel,
+    tree: Option<sled::Tree>,
+    /// Runs observed since the last save.
+    unsaved: u32,
+}
+
+use plexus_scheduler::gpu::learner::{ContentionModel, GpuLearner, GpuRun, SoloTimes};
+use plexus_scheduler::gpu::{InterferenceModel, TaskVector};
+
+/// Shared runs the MLP learns from before its predictions are used.
+pub const MIN_SAMPLES: u64 = 64;
+/// Training steps after each shared run.
+const STEPS_PER_SAMPLE: usize = 8;
+/// Runs between saves of the model (a crash loses at most this much learning).
+const SAVE_EVERY: u32 = 16;
+const MODEL_KEY: &[u8] = b"interference";
+const SOLO_KEY: &[u8] = b"gpu-solo";
+
+impl LearnedGpu {
+    /// The learner, restored from `tree` when it holds one (a corrupt value is logged and
+    /// replaced by a fresh model, like the placement policy's weights).
+    pub fn open(tree: Option<sled::Tree>, seed: u64) -> Result<LearnedGpu, plexus_policy::InterferenceError> {
+        let config = plexus_policy::InterferenceConfig { seed, ..plexus_policy::InterferenceConfig::default() };
+        let stored = tree.as_ref().and_then(|t| t.get(MODEL_KEY).ok().flatten());
+        let mlp = match stored.map(|b| plexus_policy::InterferenceMlp::from_bytes(&b)) {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "the stored interference model cannot be read; starting a new one");
+                plexus_policy::InterferenceMlp::new(config)?
+            }
+            None => plexus_policy::InterferenceMlp::new(config)?,
+        };
+        let solo = tree.as_ref().and_then(|t| t.get(SOLO_KEY).ok().flatten()).and_then(|b| SoloTimes::from_bytes(&b)).unwrap_or_default();
+        Ok(LearnedGpu { mlp, fallback: ContentionModel { solo }, tree, unsaved: 0 })
+    }
+
+    pub fn model(&self) -> &plexus_policy::InterferenceMlp {
+        &self.mlp
+    }
+
+    fn save(&mut self) {
+        if let Some(t) = &self.tree {
+            let r = t.insert(MODEL_KEY, self.mlp.to_bytes()).and_then(|_| t.insert(SOLO_KEY, self.fallback.solo.to_bytes()));
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "could not save the interference model");
+            }
+        }
+        self.unsaved = 0;
+    }
+}
+
+impl InterferenceModel for LearnedGpu {
+    fn predict(&self, tasks: &[TaskVector]) -> Vec<f64> {
+        if self.mlp.observed() >= MIN_SAMPLES { self.mlp.predict(tasks) } else { self.fallback.predict(tasks) }
+    }
+}
+
+impl GpuLearner for LearnedGpu {
+    fn observe(&mut self, run: &GpuRun) {
+        let task = self.fallback.complete(run.task);
+        let Some(slowdown) = self.fallback.solo.record(run) else {
+            self.unsaved += 1;
+            if self.unsaved >= SAVE_EVERY {
+                self.save();
+            }
+            return;
+        };
+        // The measured task first, its co-runners as context (a partial sample).
+        let mut tasks = vec![task];
+        tasks.extend(run.peers.iter().map(|p| self.fallback.complete(*p)));
+        let sample = plexus_policy::Sample { tasks, slowdowns: vec![slowdown], weight: 1.0 };
+        match self.mlp.observe(sample).and_then(|()| self.mlp.train_steps(STEPS_PER_SAMPLE)) {
+            Ok(loss) => tracing::debug!(slowdown, ?loss, observed = self.mlp.observed(), "interference model trained"),
+            Err(e) => tracing::warn!(error = %e, "interference sample refused"),
+        }
+        self.unsaved += 1;
+        if self.unsaved >= SAVE_EVERY {
+            self.save();
+        }
+    }
+
+    fn complete(&self, v: TaskVector) -> TaskVector {
+        self.fallback.complete(v)
+    }
+
+    fn name(&self) -> &str {
+        if self.mlp.observed() >= MIN_SAMPLES { "interference-mlp" } else { "contention (the MLP is still learning)" }
+    }
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::*;
+
+    fn v(sig: u64, u: f64) -> TaskVector {
+        TaskVector { gpu_memory: 8 << 30, device_memory: 80 << 30, utilisation: u, solo_ms: 0.0, model_bytes: 100 << 20, signature: sig }
+    }
+
+    /// Solo runs teach solo times, shared runs train the MLP, which takes over after
+    /// MIN_SAMPLES, and everything survives a reopen of the store with identical predictions.
+    #[test]
+    fn the_gpu_learner_learns_from_runs_and_persists_in_the_policy_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("policy").unwrap();
+        let mut l = LearnedGpu::open(Some(tree.clone()), 7).unwrap();
+        assert!(l.name().starts_with("contention"));
+        for sig in 1..=4u64 {
+            l.observe(&GpuRun { task: v(sig, 0.2 * sig as f64), measured_ms: 10.0 * sig as f64, per_iteration: true, peers: vec![] });
+        }
+        assert_eq!(l.complete(v(3, 0.6)).solo_ms, 30.0);
+        for i in 0..(MIN_SAMPLES + 16) {
+            let (a, b) = (1 + i % 4, 1 + (i / 4) % 4);
+            // The truth: slowdown = 1 + u_a·u_b.
+            let (ua, ub) = (0.2 * a as f64, 0.2 * b as f64);
+            let run = GpuRun { task: v(a, ua), measured_ms: 10.0 * a as f64 * (1.0 + ua * ub), per_iteration: true, peers: vec![v(b, ub)] };
+            l.observe(&run);
+        }
+        assert_eq!(l.name(), "interference-mlp");
+        let probe = [l.complete(v(4, 0.8)), l.complete(v(3, 0.6))];
+        let before = l.predict(&probe);
+        assert!(before.iter().all(|s| s.is_finite() && *s >= 1.0), "{before:?}");
+        l.save();
+        drop(l);
+        let back = LearnedGpu::open(Some(tree.clone()), 7).unwrap();
+        assert_eq!(back.predict(&probe), before);
+        assert_eq!(back.complete(v(3, 0.6)).solo_ms, 30.0);
+        // A corrupt value is replaced, not fatal.
+        tree.insert(MODEL_KEY, &b"garbage"[..]).unwrap();
+        let fresh = LearnedGpu::open(Some(tree), 7).unwrap();
+        assert!(fresh.name().starts_with("contention"));
+    }
+}

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use plexus_scheduler::core::CoreConfig;
+use plexus_scheduler::gpu::topology::MscCosts;
 use plexus_coordinator::{Config, SecurityMode, auth, run, server, store::SledStore};
 use plexus_proto::pb::job_service_client::JobServiceClient;
 use plexus_security::tls::Bearer;
@@ -32,6 +33,12 @@ struct Args {
     /// A worker silent for longer than this (ms) is lost and its subtasks are placed again.
     #[arg(long, default_value_t = CoreConfig::default().heartbeat_timeout_ms)]
     heartbeat_timeout_ms: u64,
+    /// The model-synchronisation cost of each level of the GPU topology tree, for GPU gang
+    /// placement: any of nvlink (per bonded link), pix (PIX/PXB), phb (PHB/NODE), sys, same-rack,
+    /// cross-rack, as key=value pairs; the rest keep their defaults. Costs must be finite, ≥ 0,
+    /// and not decrease in that order.
+    #[arg(long, value_name = "KEY=COST,...", default_value_t = MscCosts::default())]
+    msc: MscCosts,
     /// For `migrate --dry-run`, `policy export` and `token` while a coordinator runs on this
     /// data dir: its URL (default: the --listen address, 0.0.0.0 read as 127.0.0.1). These
     /// commands authenticate with the data dir's admin.token and ca.pem (or $PLEXUS_TOKEN).
@@ -263,6 +270,7 @@ fn main() -> anyhow::Result<()> {
         placer: args.placer,
         seed: args.seed,
         core: CoreConfig { heartbeat_interval_ms: args.heartbeat_interval_ms, heartbeat_timeout_ms: args.heartbeat_timeout_ms },
+        msc: args.msc,
     };
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(run(config, shutdown_signal()))?;

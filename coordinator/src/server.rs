@@ -11,6 +11,7 @@ use plexus_proto::pb::worker_service_server::WorkerServiceServer;
 use tokio::net::TcpListener;
 
 use plexus_scheduler::core::{Core, CoreConfig};
+use plexus_scheduler::gpu::topology::MscCosts;
 
 use crate::Error;
 use crate::auth::{AuthLayer, Security};
@@ -36,6 +37,9 @@ pub struct Config {
     pub seed: u64,
     pub core: CoreConfig,
     pub security: SecurityMode,
+    /// The model-synchronisation cost of each level of the GPU topology tree (`--msc`), for GPU
+    /// gang placement (issue 16); validated when parsed.
+    pub msc: MscCosts,
 }
 
 /// Whether the coordinator checks its callers.
@@ -102,8 +106,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let snapshot = store.load()?;
     let (jobs, workers) = (snapshot.jobs.len(), snapshot.workers.len());
     let mut core = Core::new(config.core.clone(), placer);
+    match learned::LearnedGpu::open(store.policy_tree(), config.seed) {
+        Ok(gpu) => core.set_gpu_learner(Box::new(gpu)),
+        Err(e) => tracing::warn!(error = %e, "the GPU interference model cannot start; GPU sharing uses the contention model"),
+    }
     core.restore(snapshot, plexus_proto::now_ms())?;
     tracing::info!(jobs, workers, placer = core.placer_name(), "state restored");
+    // Not yet read by placement: GPU gang placement (issue 16, item 4) takes it from here.
+    tracing::info!(msc = %config.msc, "GPU topology costs");
 
     let (handle, engine_thread) = engine::start(core, Box::new(store) as Box<dyn Store>, plexus_proto::now_ms);
 

@@ -218,6 +218,12 @@ impl SledStore {
         }
     }
 
+    /// The `policy` tree itself, for learners that keep one value each (the GPU interference
+    /// model); `None` (logged) when it cannot be opened.
+    pub fn policy_tree(&self) -> Option<sled::Tree> {
+        self.db.open_tree(POLICY_TREE).map_err(|e| tracing::warn!(error = %e, "cannot open the policy tree; the GPU learner will not persist")).ok()
+    }
+
     /// The cluster's credentials, in this database's `security` tree.
     pub fn security_store(&self) -> Result<SecurityStore, Error> {
         Ok(SecurityStore { tree: self.db.open_tree(SECURITY_TREE)? })

@@ -8,6 +8,7 @@
 //! - [`collective`]: the collective kinds' element types, operators and algorithms, named once.
 //! - [`rules`]: validation rules both the coordinator and the worker apply (env keys, collective
 //!   kinds, rail limits).
+//! - [`topology`]: GPU link levels, the parser of `nvidia-smi topo -m`, and worker labels.
 //! - [`convert`]: the one place where proto types become domain types and back.
 //!
 //! `pb` and `convert` are behind the default `grpc` feature; without it this crate is pure (no
@@ -19,6 +20,7 @@ pub mod convert;
 pub mod domain;
 pub mod ids;
 pub mod rules;
+pub mod topology;
 
 /// Generated from `proto/plexus.proto`.
 #[cfg(feature = "grpc")]

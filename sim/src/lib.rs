@@ -21,6 +21,8 @@
 //! - [`gangs`]: gang scheduling (issue 14): the scheduling core itself driven in simulated
 //!   time, against a naive scheduler and strict FIFO, on seeded workloads of gangs and small
 //!   tasks.
+//! - [`gpu`]: GPU group placement (issue 16): a seeded ground-truth interference model, task
+//!   kinds, and simulated GPU clusters (NVLink and PCIe nodes in racks) with busy GPUs.
 
 pub mod baseline;
 mod cache;
@@ -29,6 +31,7 @@ pub mod config;
 pub mod engine;
 mod error;
 pub mod gangs;
+pub mod gpu;
 pub mod report;
 mod trace;
 pub mod workload;

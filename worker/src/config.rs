@@ -3,12 +3,14 @@
 //! `Args` is what clap parses; [`Args::into_config`] fills in the defaults that need the machine
 //! (core count, memory size) so that the rest of the worker only ever sees a complete `Config`.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use bytesize::ByteSize;
 use clap::Parser;
 use plexus_dataplane::SchedulerKind;
+use plexus_proto::topology::{self, parse_label};
 
 use crate::error::{Error, Result};
 use crate::isolation::Choice;
@@ -80,6 +82,13 @@ pub struct Args {
     /// nvidia-smi numbers them, e.g. 0,2.
     #[arg(long, value_parser = node::parse_gpu_selection, default_value = "all")]
     pub gpus: GpuSelection,
+
+    /// A label of this node, key=value (repeatable), e.g. --label rack=r1: `rack` places the
+    /// node in a rack of the cluster's GPU topology. Keys and values: 1-63 characters of A-Z,
+    /// a-z, 0-9, '.', '_' and '-', starting with a letter or digit; at most 32 labels.
+    // Checked in `into_config`, not by clap, whose errors repeat a bad value whole and raw.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
 
     /// How subtasks are confined: auto (cgroup v2, else cgroup v1, else process groups),
     /// cgroup-v2, cgroup-v1 or process-group.
@@ -159,6 +168,8 @@ pub struct Config {
     pub advertise: Option<String>,
     /// Which of the node's GPUs are offered.
     pub gpus: GpuSelection,
+    /// The node's labels (`--label`), checked.
+    pub labels: BTreeMap<String, String>,
     /// How subtasks are confined.
     pub isolation: Choice,
     /// TLS and the join token, or `--insecure`.
@@ -184,6 +195,7 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise: None,
             gpus: GpuSelection::All,
+            labels: BTreeMap::new(),
             isolation: Choice::Auto,
             trust: crate::credentials::TrustConfig { insecure: true, ..Default::default() },
         }
@@ -228,6 +240,17 @@ impl Args {
                 plexus_dataplane::wire::MAX_SEGMENT_LEN
             )));
         }
+        if self.labels.len() > topology::MAX_LABELS {
+            return Err(Error::Config(format!("{} --label flags; at most {}", self.labels.len(), topology::MAX_LABELS)));
+        }
+        let mut labels = BTreeMap::new();
+        for label in &self.labels {
+            let (key, value) = parse_label(label).map_err(|e| Error::Config(format!("--label: {e}")))?;
+            if labels.contains_key(&key) {
+                return Err(Error::Config(format!("--label {key} is given twice")));
+            }
+            labels.insert(key, value);
+        }
         let send_buffer = match self.sndbuf {
             None => None,
             Some(n) if (4096..=1 << 30).contains(&n) => Some(n as usize),
@@ -247,6 +270,7 @@ impl Args {
             listen: self.listen,
             advertise,
             gpus: self.gpus,
+            labels,
             isolation: self.isolation,
             trust,
         })
@@ -306,6 +330,32 @@ mod tests {
         assert_eq!(parse(&["--isolation=process-group"]).unwrap().isolation, Choice::Only(crate::isolation::Mode::ProcessGroup));
         let e = parse(&["--isolation=chroot"]).unwrap_err().to_string();
         assert!(e.contains("unknown isolation \"chroot\""), "{e}");
+    }
+
+    #[test]
+    fn labels_are_parsed_and_checked() {
+        let parse = |extra: &[&str]| {
+            let mut v = vec!["plexus-worker", "--coordinator=x", "--data-dir=/d", "--memory=1"];
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v).map_err(|e| e.to_string()).and_then(|a| a.into_config().map_err(|e| e.to_string()))
+        };
+        let c = parse(&["--label", "rack=r1", "--label=zone=eu-1"]).unwrap();
+        assert_eq!(c.labels, BTreeMap::from([("rack".to_string(), "r1".to_string()), ("zone".to_string(), "eu-1".to_string())]));
+        assert!(parse(&[]).unwrap().labels.is_empty());
+        let e = parse(&["--label", "rack"]).unwrap_err();
+        assert!(e.contains("expected key=value"), "{e}");
+        let e = parse(&["--label", "rack=r 1"]).unwrap_err();
+        assert!(e.contains("the value must be"), "{e}");
+        let e = parse(&["--label", "=r1"]).unwrap_err();
+        assert!(e.contains("the key must be"), "{e}");
+        let huge = format!("rack={}", "r".repeat(1 << 20));
+        let e = parse(&["--label", &huge]).unwrap_err();
+        assert!(e.contains("(1048581 characters)") && e.len() < 1000, "not echoed whole: {} bytes", e.len());
+        let e = parse(&["--label", "rack=r1", "--label", "rack=r2"]).unwrap_err();
+        assert!(e.contains("--label rack is given twice"), "{e}");
+        let many: Vec<String> = (0..33).map(|i| format!("--label=k{i}=v")).collect();
+        let e = parse(&many.iter().map(String::as_str).collect::<Vec<_>>()).unwrap_err();
+        assert!(e.contains("33 --label flags; at most 32"), "{e}");
     }
 
     #[test]

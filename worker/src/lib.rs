@@ -185,6 +185,24 @@ impl Worker {
 
         let detected = node::detect_gpus().await;
         let offered = config.gpus.apply(&detected).map_err(Error::Config)?;
+        let offered_indices: Vec<u32> = offered.iter().map(|g| g.index).collect();
+        let (gpu_links, gpu_numa) = if offered.is_empty() {
+            Default::default()
+        } else {
+            match node::detect_topology().await {
+                Ok(topo) => {
+                    let missing: Vec<u32> = offered_indices.iter().copied().filter(|&d| !topo.gpus().iter().any(|g| g.index == d)).collect();
+                    if !missing.is_empty() {
+                        warn!(?missing, "nvidia-smi topo -m does not list these offered GPUs; their links are unknown (counted as SYS)");
+                    }
+                    node::topology_report(&topo, &offered_indices)
+                }
+                Err(e) => {
+                    warn!(error = %e, "no GPU topology: reporting no links (the coordinator counts every pair of GPUs as SYS)");
+                    Default::default()
+                }
+            }
+        };
         let capacity = pb::NodeCapacity {
             cpus: config.cpus,
             memory: config.memory,
@@ -193,10 +211,13 @@ impl Worker {
             cache_bytes: config.cache_bytes,
             hostname: node::hostname(),
             isolation: isolation.mode().as_str().to_string(),
+            gpu_links,
+            labels: config.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            gpu_numa,
         };
         info!(
             %worker_id, %session, peer_addr, data_dir = %layout.root().display(), cpus = capacity.cpus,
-            memory = capacity.memory, gpus = ?offered.iter().map(|g| g.index).collect::<Vec<_>>(),
+            memory = capacity.memory, gpus = ?offered_indices, gpu_links = capacity.gpu_links.len(), labels = ?config.labels,
             gpus_present = detected.len(), cache_bytes = capacity.cache_bytes, rails = ?capacity.rails,
             rail_scheduler = %config.rail_scheduler, isolation = %isolation.mode(), "worker starting"
         );

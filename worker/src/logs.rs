@@ -38,9 +38,41 @@ pub async fn tail_or_empty(path: &Path, max: u64) -> Vec<u8> {
     }
 }
 
+/// The prefix of the lines a task prints to report one iteration's time in milliseconds:
+/// `plexus:iter_ms=12.5`.
+pub const ITER_MS_PREFIX: &str = "plexus:iter_ms=";
+
+/// The median of the iteration times a task printed (lines starting with [`ITER_MS_PREFIX`],
+/// values finite, positive and below a day) in `stdout`, and how many there were; (0, 0) when
+/// none.
+pub fn iteration_times(stdout: &[u8]) -> (f64, u32) {
+    let mut v: Vec<f64> = stdout
+        .split(|&b| b == b'\n')
+        .filter_map(|line| std::str::from_utf8(line).ok())
+        .filter_map(|line| line.trim().strip_prefix(ITER_MS_PREFIX))
+        .filter_map(|ms| ms.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms > 0.0 && *ms < 86_400_000.0)
+        .collect();
+    if v.is_empty() {
+        return (0.0, 0);
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+    (median, u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iteration_times_are_the_median_of_well_formed_lines() {
+        let out = b"epoch 1\nplexus:iter_ms=12.5\nplexus:iter_ms=10\n  plexus:iter_ms=11 \nplexus:iter_ms=NaN\nplexus:iter_ms=-3\nplexus:iter_ms=x\nplexus:iter_ms=14\n";
+        assert_eq!(iteration_times(out), (11.75, 4));
+        assert_eq!(iteration_times(b"no lines\n"), (0.0, 0));
+        assert_eq!(iteration_times(b"plexus:iter_ms=1e300\n\xff\xfe\n"), (0.0, 0));
+    }
 
     #[tokio::test]
     async fn tails_are_cut_from_the_end() {

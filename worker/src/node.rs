@@ -1,14 +1,17 @@
 //! What this node has and how busy it is: cores, memory, GPUs, hostname ([`detect_gpus`],
-//! [`total_memory`], ...), which GPUs it offers (`--gpus`, [`GpuSelection`]), and the samplers
-//! behind the heartbeats ([`CpuSampler`], [`GpuSampler`]).
+//! [`total_memory`], ...), which GPUs it offers (`--gpus`, [`GpuSelection`]), how they connect
+//! ([`detect_topology`], [`topology_report`]), and the samplers behind the heartbeats
+//! ([`CpuSampler`], [`GpuSampler`]).
 //!
 //! Everything read from `/proc` or from `nvidia-smi` is parsed defensively: a missing file, an
 //! unexpected line or a failing command means "unknown" (or "no GPUs"), never a panic.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use plexus_proto::pb;
+use plexus_proto::topology::{GpuTopo, MAX_TOPO_BYTES, parse_topo_matrix};
 use tracing::{debug, warn};
 
 /// How long `nvidia-smi` may take before we give up on it: it normally answers in well under a
@@ -138,6 +141,54 @@ pub fn parse_nvidia_smi(text: &str) -> Vec<GpuDevice> {
         gpus.push(GpuDevice { index, name, memory_total: mib(fields[n - 3]), memory_used: mib(fields[n - 2]), utilisation });
     }
     gpus
+}
+
+/// How long `nvidia-smi topo -m` may take before the worker gives up on it: it asks the driver
+/// about every pair of devices and NICs, a second or two on an 8-GPU node with many NICs; a
+/// wedged driver must not keep the worker from starting, so past this it reports no links.
+const NVIDIA_SMI_TOPO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads this node's GPU topology from `nvidia-smi topo -m`, bounded in time
+/// ([`NVIDIA_SMI_TOPO_TIMEOUT`]) and output ([`MAX_TOPO_BYTES`]). An error says why (no
+/// nvidia-smi, a failure, a hang, too much or unreadable output); the caller logs it and reports
+/// no links, which the coordinator reads as every pair at `SYS`.
+pub async fn detect_topology() -> Result<GpuTopo, String> {
+    read_topology("nvidia-smi", &["topo", "-m"], NVIDIA_SMI_TOPO_TIMEOUT).await
+}
+
+/// [`detect_topology`] with the command and the time limit as parameters, for tests.
+async fn read_topology(program: &str, args: &[&str], limit: Duration) -> Result<GpuTopo, String> {
+    use tokio::io::AsyncReadExt;
+    let what = std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {what}: {e}"))?;
+    let stdout = child.stdout.take().ok_or_else(|| format!("{what}: no stdout"))?;
+    let run = async {
+        let mut out = Vec::new();
+        // One byte past the bound tells "too much" from "exactly the bound".
+        stdout.take(MAX_TOPO_BYTES as u64 + 1).read_to_end(&mut out).await.map_err(|e| format!("reading {what}: {e}"))?;
+        if out.len() > MAX_TOPO_BYTES {
+            return Err(format!("{what} printed more than {MAX_TOPO_BYTES} bytes"));
+        }
+        let status = child.wait().await.map_err(|e| format!("waiting for {what}: {e}"))?;
+        if !status.success() {
+            return Err(format!("{what} failed ({status})"));
+        }
+        Ok(out)
+    };
+    // On every early return the child is dropped, and `kill_on_drop` ends it.
+    let out = tokio::time::timeout(limit, run).await.map_err(|_| format!("{what} did not answer within {limit:?}"))??;
+    parse_topo_matrix(&String::from_utf8_lossy(&out)).map_err(|e| format!("cannot read {what}: {e}"))
+}
+
+/// What the registration reports of the offered GPUs' topology: the links among them
+/// (`NodeCapacity.gpu_links`, `a < b`) and their NUMA nodes where known (`gpu_numa`). An offered
+/// device the matrix does not list has no links (the coordinator counts its pairs as `SYS`).
+pub fn topology_report(topo: &GpuTopo, offered: &[u32]) -> (Vec<pb::GpuLink>, HashMap<u32, u32>) {
+    let links = topo.links_among(offered).into_iter().map(|l| pb::GpuLink { a: l.a, b: l.b, level: l.level.to_string() }).collect();
+    let numa = offered.iter().filter_map(|&d| Some((d, topo.numa(d)?))).collect();
+    (links, numa)
 }
 
 /// Which of the node's GPUs the worker offers (`--gpus`).
@@ -392,6 +443,44 @@ mod tests {
         let s = CpuSampler::new();
         let u = s.sample();
         assert!((0.0..=1.0).contains(&u));
+    }
+
+    fn fixture(name: &str) -> String {
+        format!("{}/../proto/tests/fixtures/nvidia-smi-topo/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    #[tokio::test]
+    async fn the_topology_is_read_from_the_command_and_cut_to_the_offered_gpus() {
+        let path = fixture("dgx1-v100.txt");
+        let topo = read_topology("cat", &[&path], Duration::from_secs(10)).await.unwrap();
+        assert_eq!(topo.gpus().len(), 8);
+        // `--gpus 0,3,5`: only their pairs.
+        let (links, numa) = topology_report(&topo, &[0, 3, 5]);
+        let named: Vec<(u32, u32, &str)> = links.iter().map(|l| (l.a, l.b, l.level.as_str())).collect();
+        assert_eq!(named, [(0, 3, "NV2"), (0, 5, "SYS"), (3, 5, "SYS")]);
+        assert!(numa.is_empty(), "this output has no NUMA Affinity column");
+        let topo = read_topology("cat", &[&fixture("pcie-8x-rtx4090.txt")], Duration::from_secs(10)).await.unwrap();
+        let (links, numa) = topology_report(&topo, &[1, 6, 9]);
+        assert_eq!(links, [pb::GpuLink { a: 1, b: 6, level: "SYS".into() }], "GPU9 is not in the matrix");
+        assert_eq!(numa, HashMap::from([(1, 0), (6, 1)]));
+    }
+
+    #[tokio::test]
+    async fn a_broken_topology_command_is_an_error_not_a_hang() {
+        let e = read_topology("/nonexistent/nvidia-smi", &["topo", "-m"], Duration::from_secs(10)).await.unwrap_err();
+        assert!(e.starts_with("cannot run /nonexistent/nvidia-smi topo -m"), "{e}");
+        let e = read_topology("false", &[], Duration::from_secs(10)).await.unwrap_err();
+        assert!(e.contains("false failed"), "{e}");
+        let e = read_topology("echo", &["No devices were found"], Duration::from_secs(10)).await.unwrap_err();
+        assert!(e.contains("no matrix header"), "{e}");
+        let e = read_topology("sh", &["-c", "printf '  GPU0 GPU1\\nGPU0 X NV9000\\nGPU1 NV1 X\\n'"], Duration::from_secs(10)).await.unwrap_err();
+        assert!(e.contains("line 2") && e.contains("NV9000"), "{e}");
+        // Endless output is cut at the bound, and the command is killed.
+        let e = read_topology("yes", &["GPU0"], Duration::from_secs(30)).await.unwrap_err();
+        assert!(e.contains(&format!("printed more than {MAX_TOPO_BYTES} bytes")), "{e}");
+        // A command that never answers: the limit (short here, so the test does not wait).
+        let e = read_topology("sleep", &["30"], Duration::from_millis(200)).await.unwrap_err();
+        assert!(e.contains("did not answer within 200ms"), "{e}");
     }
 
     #[test]

@@ -50,7 +50,7 @@ use crate::error::{Error, Result};
 use crate::exchange::Exchange;
 use crate::isolation::{Confinement, Isolation, Limits, join_cgroups, kill_group};
 use crate::layout::Layout;
-use crate::logs::{REPORT_TAIL_BYTES, tail_or_empty};
+use crate::logs::{REPORT_TAIL_BYTES, iteration_times, tail_or_empty};
 use crate::peer;
 
 /// `exit_code` of a report when no process ran.
@@ -465,6 +465,8 @@ impl Ctx {
         let mut pins = Vec::new();
         let outcome = self.execute(work, &workdir, cancel, &mut acct, &mut pins).await;
         let (out_log, err_log) = self.layout.log_files(a);
+        let stdout_tail = tail_or_empty(&out_log, REPORT_TAIL_BYTES).await;
+        let (iter_ms, iters) = iteration_times(&stdout_tail);
         let r = pb::TaskReport {
             exit_code: outcome.exit_code,
             error: outcome.error,
@@ -474,8 +476,10 @@ impl Ctx {
             fetched_bytes: acct.fetched_bytes,
             evicted_bytes: acct.evicted_bytes,
             outputs: outcome.outputs,
-            stdout_tail: tail_or_empty(&out_log, REPORT_TAIL_BYTES).await,
+            stdout_tail,
             stderr_tail: tail_or_empty(&err_log, REPORT_TAIL_BYTES).await,
+            iter_ms,
+            iters,
             ..report(a, outcome.state)
         };
         drop(pins);

@@ -134,6 +134,52 @@ fn small_tasks_backfill_around_a_waiting_gang_but_not_onto_its_workers() {
     assert!(out.iter().filter(|(_, x)| x.attempt.job == small).all(|(wk, _)| *wk != *w && *wk != idle));
 }
 
+/// Slurm's backfill: a worker held for a waiting gang still takes work whose `timeout` ends
+/// before the gang can expect the worker (when what runs there ends, by its timeout); work
+/// that would end later, or has no timeout, goes elsewhere or waits.
+#[test]
+fn work_that_ends_before_the_gang_needs_a_held_worker_backfills_onto_it() {
+    let mut c = core();
+    for n in 1..=3 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let _long = submit(&mut c, "[[task]]\nname = \"long\"\nkind = \"noop\"\ncpu = 2\nreplicas = 2\ntimeout = \"100s\"\n", 0);
+    c.schedule(1);
+    let long = c.take_outbox().assignments;
+    let busy: Vec<WorkerId> = long.iter().map(|(w, _)| *w).collect();
+    assert_ne!(busy[0], busy[1], "one long task per worker");
+    let g = submit(&mut c, "name = \"g\"\npriority = 5\n[[task]]\nname = \"m\"\nkind = \"noop\"\ncpu = 4\nreplicas = 2\nmin_members = 2\ngang_timeout = \"300s\"\n", 2);
+    c.schedule(3);
+    assert!(c.take_outbox().assignments.is_empty(), "the gang waits");
+    assert!(c.job(g).unwrap().subtasks.iter().all(|s| s.state == SubtaskState::Ready));
+    // By the timeouts, the gang can start at 100 s on the idle worker and the busy one expected
+    // first (both at 100 s: the lower id): it reserves nothing yet (the idle worker's cores
+    // would sit idle), holds both, and its deadline's clock does not run.
+    assert!(c.workers().all(|w| w.reserved.is_empty()));
+    let held = *busy.iter().min().unwrap();
+    let other = *busy.iter().max().unwrap();
+    let idle = (1..=3).map(wid).find(|w| !busy.contains(w)).unwrap();
+    let late = submit(&mut c, "name = \"late\"\n[[task]]\nname = \"l\"\nkind = \"noop\"\ncpu = 2\nreplicas = 2\ntimeout = \"200s\"\n", 4);
+    let short = submit(&mut c, "name = \"short\"\n[[task]]\nname = \"s\"\nkind = \"noop\"\ncpu = 1\nreplicas = 2\ntimeout = \"10s\"\n", 4);
+    c.schedule(5);
+    let out = c.take_outbox().assignments;
+    let on = |job: JobId| out.iter().filter(|(_, x)| x.attempt.job == job).map(|(w, _)| *w).collect::<Vec<_>>();
+    assert_eq!(on(late), vec![other], "long work only where the gang holds nothing; the second waits: {out:?}");
+    assert_eq!(on(short).len(), 2, "{out:?}");
+    assert!(on(short).iter().all(|w| *w == held || *w == idle), "short work backfills onto the held workers: {out:?}");
+    let why = c.explain(late, "l", 1).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(why.contains("not been placed"), "{why}");
+    // When the long task on the held worker ends (and the short ones), the gang binds there.
+    let (w, x) = long.iter().find(|(w, _)| *w == held).unwrap();
+    c.report(*w, &session(*w), vec![ok(&x.attempt)], 6);
+    for (w, x) in out.iter().filter(|(_, x)| x.attempt.job == short) {
+        c.report(*w, &session(*w), vec![ok(&x.attempt)], 7);
+    }
+    c.schedule(8);
+    let bound = c.take_outbox().assignments;
+    assert_eq!(bound.iter().filter(|(_, x)| x.attempt.job == g).count(), 2, "{bound:?}");
+}
+
 #[test]
 fn a_worker_lost_before_binding_rolls_the_gang_back_and_a_restart_rolls_back_too() {
     let mut c = core();

@@ -334,6 +334,7 @@ impl Core {
                     gpus: Vec::new(),
                     reruns: 0,
                     reserved_on: None,
+                    iter_ms: 0.0,
                 });
             }
         }
@@ -407,6 +408,7 @@ impl Core {
                     st.evicted_bytes = r.evicted_bytes;
                     st.stdout_tail = r.stdout_tail;
                     st.stderr_tail = r.stderr_tail;
+                    st.iter_ms = r.iter_ms;
                 }
                 self.feedback(key, wid, state == SubtaskState::Succeeded);
                 match state {
@@ -422,6 +424,7 @@ impl Core {
     }
 
     pub(super) fn succeed(&mut self, key: (JobId, u32), wid: WorkerId, outputs: Vec<(ObjectId, u64)>, now: u64) {
+        self.learn_gpu_run(key, wid);
         self.release_worker(key, wid);
         let Some(job) = self.jobs.get_mut(&key.0) else { return };
         let s = &mut job.subtasks[key.1 as usize];

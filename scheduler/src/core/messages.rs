@@ -73,6 +73,8 @@ pub struct Report {
     pub outputs: Vec<(ObjectId, u64)>,
     pub stdout_tail: String,
     pub stderr_tail: String,
+    /// The median iteration time the task printed (`plexus:iter_ms=`), ms; 0 = none.
+    pub iter_ms: f64,
 }
 
 /// An input object of an assignment and where to get it.

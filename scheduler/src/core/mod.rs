@@ -51,6 +51,7 @@ impl Default for CoreConfig {
 }
 
 mod gang;
+mod gpus;
 mod jobs;
 pub mod lineage;
 pub mod messages;
@@ -83,6 +84,8 @@ pub struct Core {
     /// Bumped whenever a worker registers or is lost: what a waiting task's reason depends on.
     worker_epoch: u64,
     out: Outbox,
+    /// Learns solo times and slowdowns from GPU attempts, predicts interference (issue 16).
+    gpu_learner: Box<dyn crate::gpu::learner::GpuLearner>,
 }
 
 /// Everything loaded from the store at start.
@@ -108,6 +111,7 @@ impl Core {
             delayed: BTreeSet::new(),
             next_decision: 1,
             worker_epoch: 0,
+            gpu_learner: Box::new(crate::gpu::learner::ContentionModel::default()),
             out: Outbox::default(),
         }
     }
@@ -148,7 +152,7 @@ impl Core {
         }
         for mut rec in snap.workers {
             rec.last_heartbeat = now;
-            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new(), gpus_used: BTreeSet::new(), reserved: BTreeSet::new(), gpu_shared: Default::default() };
+            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new(), gpus_used: BTreeSet::new(), reserved: BTreeSet::new(), gpu_shared: Default::default(), gpu_peers: HashMap::new() };
             self.workers.insert(w.record.id, w);
         }
         // Derived state: allocations, and the ready queue in submission order.

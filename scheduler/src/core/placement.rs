@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
+use super::gang::Held;
 use super::lineage::Availability;
 use super::{Assignment, CandidateRecord, Core, HolderLocation, InputLocation, PlacementRecord};
 use crate::Error;
@@ -61,11 +62,11 @@ impl Core {
             return;
         }
         // Workers held for gangs at the head of their queue, and for which gang.
-        let mut held: HashMap<WorkerId, String> = HashMap::new();
+        let mut held: Held = HashMap::new();
         let mut heads: HashSet<String> = HashSet::new();
         let mut gangs_seen: HashSet<(JobId, String)> = HashSet::new();
         // Requests that found no room this round: anything asking for as much waits too.
-        let mut full: Vec<Resources> = Vec::new();
+        let mut full: Vec<(Resources, u64)> = Vec::new();
         for key in self.ready.keys() {
             let (job, t) = (key.job, key.task as usize);
             let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
@@ -91,7 +92,9 @@ impl Core {
                 continue;
             }
             let req = task.resources;
-            if full.iter().any(|f| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu) {
+            // A longer (or no) timeout backfills nowhere a shorter one could not.
+            let span = if task.timeout_ms == 0 { u64::MAX } else { task.timeout_ms };
+            if full.iter().any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan) {
                 judged.insert((job, t), false);
                 continue;
             }
@@ -119,7 +122,10 @@ impl Core {
                     Placed::NoRoom => {
                         all = false;
                         set.insert(idx);
-                        full.push(req);
+                        // (A sharing task may lack GPU memory, which `full` cannot express.)
+                        if !self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].shares_gpu()) {
+                            full.push((req, span));
+                        }
                         break;
                     }
                 }
@@ -175,7 +181,7 @@ impl Core {
     }
 
     /// Places one subtask, on a worker not in `held`.
-    pub(super) fn place(&mut self, job: JobId, idx: u32, now: u64, held: &HashMap<WorkerId, String>) -> Placed {
+    pub(super) fn place(&mut self, job: JobId, idx: u32, now: u64, held: &Held) -> Placed {
         match self.choose(job, idx, now, held, "") {
             Ok((wid, record)) => {
                 self.assign(job, idx, wid, record, now);
@@ -188,7 +194,7 @@ impl Core {
     /// Picks a worker for one subtask through the `Placer`, among the connected workers with
     /// room that are not `held` (for a gang ahead of it), and the decision's record. `note`
     /// goes into the record's reason (a gang reservation says so).
-    pub(super) fn choose(&mut self, job: JobId, idx: u32, now: u64, held: &HashMap<WorkerId, String>, note: &str) -> Result<(WorkerId, PlacementRecord), Placed> {
+    pub(super) fn choose(&mut self, job: JobId, idx: u32, now: u64, held: &Held, note: &str) -> Result<(WorkerId, PlacementRecord), Placed> {
         let inputs = self.inputs_of(job, idx);
         match self.input_availability(job, inputs.iter().map(|(o, _)| o)) {
             Availability::Held => {}
@@ -206,7 +212,8 @@ impl Core {
         let mut candidates = Vec::new();
         for w in self.workers.values().filter(|w| w.connected && w.record.alive) {
             let free = w.free();
-            let gang = held.get(&w.record.id);
+            // A worker held for a gang ahead takes only work that ends before the gang needs it.
+            let gang = held.get(&w.record.id).filter(|h| !h.admits(task.timeout_ms, now));
             let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());
             let fits = req.fits_in(&free) && gpu_room && gang.is_none();
             let local: u64 = inputs.iter().filter(|(o, _)| w.objects.contains_key(o)).map(|(_, s)| *s).sum();
@@ -214,7 +221,10 @@ impl Core {
                 worker: w.record.id,
                 feasible: fits,
                 note: match gang {
-                    Some(g) => format!("held for {g}, which is ahead in the queue"),
+                    Some(g) => match g.until {
+                        Some(u) if task.timeout_ms > 0 => format!("held for {}, which is ahead in the queue and expects it in {} ms, before this task's timeout would end", g.label, u.saturating_sub(now)),
+                        _ => format!("held for {}, which is ahead in the queue", g.label),
+                    },
                     None if fits => String::new(),
                     None if !gpu_room => format!("no GPU with {} of memory free to share", bytesize::ByteSize(share.unwrap_or(0)).display().iec()),
                     None => format!("needs {} free, has {}", fmt_res(&req), fmt_res(&free)),
@@ -346,6 +356,10 @@ impl Core {
         w.allocated.add(&req);
         w.placed.insert((job, idx));
         assignment.gpus = gpus.clone();
+        if let (Some(_), Some(&g)) = (share, gpus.first()) {
+            self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = gpus.clone();
+            self.met_on_gpu(wid, (job, idx), g);
+        }
         let j = self.jobs.get_mut(&job).expect("exists");
         j.placements.insert(idx, record);
         j.subtasks[idx as usize].gpus = gpus;

@@ -105,6 +105,14 @@ pub struct Subtask {
     /// yet dispatched).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reserved_on: Option<WorkerId>,
+    /// The latest attempt's median iteration time as it printed it (`plexus:iter_ms=`), ms;
+    /// 0 = none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub iter_ms: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// A failed attempt of a subtask, as `plexus status` shows it.
@@ -126,6 +134,9 @@ pub struct Capacity {
     pub rails: Vec<String>,
     pub cache_bytes: u64,
     pub hostname: String,
+    /// Its labels and how its GPUs connect (issue 16); absent from records stored before.
+    #[serde(default)]
+    pub topology: crate::gpu::topology::NodeTopology,
 }
 
 impl Capacity {

@@ -35,7 +35,7 @@ pub(super) fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Re
         worker: wid(n),
         session: session.into(),
         peer_addr: format!("http://127.0.0.1:{}", 7000 + n as u16),
-        capacity: Capacity { cpus, memory: 8 << 30, gpus: vec![], rails: vec!["127.0.0.1".into()], cache_bytes: 1 << 30, hostname: "h".into() },
+        capacity: Capacity { cpus, memory: 8 << 30, gpus: vec![], rails: vec!["127.0.0.1".into()], cache_bytes: 1 << 30, hostname: "h".into(), topology: Default::default() },
         state: NodeReport::default(),
         known,
     }
@@ -953,6 +953,44 @@ fn sharing_tasks_fit_their_gpu_memory_and_never_meet_whole_device_tasks() {
     // Admission: no GPU is as large as asked.
     let e = c.submit(JobId::random(), parse(&share("huge", "100GiB", 1), Format::Toml, "t.toml").unwrap(), 8).unwrap_err();
     assert!(e.to_string().contains("gpu_memory = 100.0 GiB but no live worker has a GPU that large (largest: 80.0 GiB)"), "{e}");
+}
+
+/// GPU runs teach the core's learner: a run alone gives its signature's solo time (its printed
+/// iteration time when it has one), which every later vector of the same work carries; sharing
+/// attempts on one device are each other's peers.
+#[test]
+fn gpu_runs_teach_solo_times_and_sharers_meet() {
+    let mut c = core();
+    c.register(gpu_worker(1, &[0]), 0);
+    let file = "[[task]]\nname = \"train\"\ncommand = [\"python\", \"train.py\"]\ncpu = 0\ngpu_share = true\ngpu_memory = \"10GiB\"\ngpu_util = 0.7\n";
+    let first = submit(&mut c, file, 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    let report = Report { iter_ms: 12.5, started_at: 1, finished_at: 1001, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
+    assert!(c.report(a[0].0, &session(a[0].0), vec![report], 1002));
+    let spec = c.job(first).unwrap().record.spec.tasks[0].clone();
+    let v = c.task_vector(&spec, 80 << 30);
+    assert_eq!((v.solo_ms, v.utilisation, v.gpu_memory, v.device_memory), (12.5, 0.7, 10 << 30, 80 << 30));
+    // The same work in another job (another name) has the same signature.
+    let renamed = parse(&file.replace("train\"\ncommand", "again\"\ncommand"), Format::Toml, "t.toml").unwrap();
+    assert_eq!(c.task_vector(&renamed.tasks[0], 80 << 30).signature, v.signature);
+
+    // Two sharers on the one device meet; each knows the other as a peer.
+    submit(&mut c, &file.replace("cpu = 0", "cpu = 0\nreplicas = 2"), 2000);
+    c.schedule(2001);
+    let b = assigned(&mut c);
+    assert_eq!(b.len(), 2);
+    let w = c.worker(wid(1)).unwrap();
+    let keys: Vec<_> = w.gpu_peers.keys().copied().collect();
+    assert_eq!(keys.len(), 2);
+    for k in &keys {
+        assert_eq!(w.gpu_peers[k].len(), 1, "{:?}", w.gpu_peers);
+        assert!(!w.gpu_peers[k].contains(k));
+    }
+    for (wk, x) in &b {
+        assert!(c.report(*wk, &session(*wk), vec![done(&x.attempt, SubtaskState::Succeeded)], 3000));
+    }
+    assert!(c.worker(wid(1)).unwrap().gpu_peers.is_empty(), "released with their attempts");
 }
 
 #[test]

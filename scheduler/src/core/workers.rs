@@ -26,6 +26,9 @@ pub struct Worker {
     /// `gpu_memory` summed, how many). A shared device is in no one's `gpus_used` and counts as
     /// taken for whole-device requests.
     pub gpu_shared: BTreeMap<u32, (u64, u32)>,
+    /// For each sharing attempt placed here, the sharing attempts it met on its device (in
+    /// memory only: what the GPU learner is told when it ends).
+    pub gpu_peers: HashMap<(JobId, u32), BTreeSet<(JobId, u32)>>,
 }
 
 impl Worker {
@@ -142,6 +145,7 @@ impl Core {
             objects: HashMap::new(),
             gpus_used: BTreeSet::new(),
             gpu_shared: BTreeMap::new(),
+            gpu_peers: HashMap::new(),
             reserved: BTreeSet::new(),
         });
         w.record = record;
@@ -251,6 +255,7 @@ impl Core {
         if let Some(w) = self.workers.get_mut(&wid)
             && w.placed.remove(&(job, idx))
         {
+            w.gpu_peers.remove(&(job, idx));
             w.allocated.sub(&res);
             for g in gpus {
                 match shared {

@@ -9,13 +9,21 @@
 //!   `plexus-policy`, which links libtorch; this crate does not).
 //! - `topology`: the cluster's GPU topology tree, from each worker's `nvidia-smi topo -m` link
 //!   levels and its `rack` label, and `msc(i, j)` from it.
-//! - `search`: the objective and the searches over assignments of a gang's members to GPUs
+//! - [`objective`]: the objective `α·I(M) + β·C(M)` of a gang on candidate GPUs
+//!   ([`objective::Problem`]), evaluated with a cache of the model's predictions
+//!   ([`objective::Evaluator`]).
+//! - [`search`]: the searches over assignments of a gang's members to GPUs
 //!   (the seed's shuffled frog leaping, and greedy, topology-greedy, random and exhaustive).
 
 use serde::{Deserialize, Serialize};
 
+pub mod learner;
+pub mod objective;
 pub mod search;
 pub mod topology;
+
+#[cfg(test)]
+mod search_tests;
 
 /// What the scheduler knows of a task that may share a GPU: the interference model's input.
 /// Unknown measurements are 0.

@@ -42,15 +42,16 @@ fn session(n: usize) -> String {
 
 /// The job file of an arrival.
 pub fn job_file(item: &Item) -> String {
+    let limit = if item.limit_ms > 0 { format!("timeout = \"{}ms\"\n", item.limit_ms) } else { String::new() };
     match item.kind {
         Kind::Gang => format!(
-            "name = \"gang-{id}\"\n[[task]]\nname = \"{GANG_TASK}\"\nkind = \"noop\"\ncpu = {cores}\nreplicas = {k}\nmin_members = {k}\ngang_timeout = \"{t}ms\"\n",
+            "name = \"gang-{id}\"\n[[task]]\nname = \"{GANG_TASK}\"\nkind = \"noop\"\ncpu = {cores}\nreplicas = {k}\nmin_members = {k}\ngang_timeout = \"{t}ms\"\n{limit}",
             id = item.id,
             cores = item.cores,
             k = item.members,
             t = item.timeout_ms,
         ),
-        Kind::Small => format!("name = \"small-{}\"\n[[task]]\nname = \"t\"\nkind = \"noop\"\ncpu = {}\n", item.id, item.cores),
+        Kind::Small => format!("name = \"small-{}\"\n[[task]]\nname = \"t\"\nkind = \"noop\"\ncpu = {}\n{limit}", item.id, item.cores),
     }
 }
 
@@ -90,7 +91,7 @@ impl Ours {
                     worker: id,
                     session: session(n),
                     peer_addr: format!("http://sim-{n}:7000"),
-                    capacity: Capacity { cpus: cores, memory: WORKER_MEMORY, gpus: vec![], rails: vec![], cache_bytes: 0, hostname: format!("sim-{n}") },
+                    capacity: Capacity { cpus: cores, memory: WORKER_MEMORY, gpus: vec![], rails: vec![], cache_bytes: 0, hostname: format!("sim-{n}"), topology: Default::default() },
                     state: NodeReport::default(),
                     known: vec![],
                 },

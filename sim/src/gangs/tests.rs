@@ -6,11 +6,11 @@ use super::*;
 const S: u64 = 1_000;
 
 fn gang(at: u64, members: u32, cores: u32, dur: u64, timeout: u64) -> Item {
-    Item { id: 0, kind: Kind::Gang, arrival_ms: at, members, cores, duration_ms: dur, timeout_ms: timeout }
+    Item { id: 0, kind: Kind::Gang, arrival_ms: at, members, cores, duration_ms: dur, timeout_ms: timeout, limit_ms: 0 }
 }
 
 fn small(at: u64, dur: u64) -> Item {
-    Item { id: 0, kind: Kind::Small, arrival_ms: at, members: 1, cores: 1, duration_ms: dur, timeout_ms: 0 }
+    Item { id: 0, kind: Kind::Small, arrival_ms: at, members: 1, cores: 1, duration_ms: dur, timeout_ms: 0, limit_ms: 0 }
 }
 
 fn run(w: &GangWorkload, p: Policy) -> GangReport {
@@ -85,6 +85,30 @@ fn ours_backfills_small_tasks_that_strict_fifo_holds_back() {
     assert_eq!(naive.partial_starts, 1);
 }
 
+/// With time limits (each item's run time × 2, declared as `timeout`), the head gang plans its
+/// start from the limits of what runs: it reserves nothing while it waits (no core sits idle),
+/// holds the workers it will use, and short work whose limit ends before then runs on them too;
+/// it still starts when the long tasks end.
+#[test]
+fn with_time_limits_the_head_plans_its_start_and_short_work_uses_its_workers() {
+    let limited = |mut i: Item| {
+        i.limit_ms = 2 * i.duration_ms;
+        i
+    };
+    let mut items = vec![limited(small(0, 100 * S)), limited(small(0, 100 * S)), limited(gang(1_000, 2, 2, 50 * S, 120 * S))];
+    items.extend((0..10).map(|i| limited(small(2_000 + i * 5 * S, 5 * S))));
+    let w = GangWorkload::from_items(3, 2, items).unwrap();
+    let ours = run(&w, Policy::Ours);
+    let fifo = run(&w, Policy::StrictFifo);
+    assert_eq!(ours.end, End::Finished);
+    assert_eq!(ours.reserved_core_ms, 0, "nothing reserved idle while the start was planned");
+    let g = ours.gang_wait_ms[0].unwrap();
+    assert!(g <= fifo.gang_wait_ms[0].unwrap() + 120 * S, "{g}");
+    let waits: Vec<u64> = ours.small_wait_ms.iter().map(|w| w.unwrap()).collect();
+    assert!(waits[2..].iter().all(|&w| w <= 100), "short work starts within a round: {waits:?}");
+    assert!(targets(&w, &ours, &fifo).iter().all(|t| t.pass), "{:?}", targets(&w, &ours, &fifo));
+}
+
 /// A head that cannot fill within its deadline gives its reservation back and backs off (the
 /// core's rollback, seen from the simulator); it still runs once room appears.
 #[test]
@@ -122,6 +146,7 @@ fn skipping_idle_rounds_changes_no_figure() {
     let mut config = GangConfig::new(4, 1.0);
     config.window_s = 600;
     config.gang_timeout_ms = 10 * S; // rollbacks and back-offs: timers the skipping must honour
+    config.time_limits = false; // (with limits, gangs plan their start instead of rolling back)
     let w = GangWorkload::generate(&config, 3).unwrap();
     let every = Options { every_round: true, ..Options::default() };
     let mut rolled_back = false;

@@ -34,6 +34,9 @@ pub struct GangConfig {
     pub small_s: (u64, u64),
     /// Every gang's `gang_timeout`: the deadline for all its members to be reserved.
     pub gang_timeout_ms: u64,
+    /// Whether items declare time limits (`timeout`, their run time over-estimated, see
+    /// [`time_limit_ms`]), as users of batch schedulers do.
+    pub time_limits: bool,
 }
 
 impl GangConfig {
@@ -52,6 +55,7 @@ impl GangConfig {
             gang_s: (60, 600),
             small_s: (5, 60),
             gang_timeout_ms: plexus_scheduler::spec::DEFAULT_GANG_TIMEOUT_MS,
+            time_limits: true,
         }
     }
 
@@ -107,6 +111,22 @@ pub struct Item {
     pub duration_ms: u64,
     /// A gang's deadline for reserving all its members (unused for a small task).
     pub timeout_ms: u64,
+    /// The time limit its job file declares (`timeout`), which the core takes as an upper
+    /// bound of its run time for backfill; 0 = none.
+    pub limit_ms: u64,
+}
+
+/// The time limit a user declares for item `id` running `duration_ms`: the run time
+/// over-estimated by a factor between 1.2 and 3 (users of batch schedulers over-estimate,
+/// typically by 2× or more, so limits are upper bounds, never exact), drawn from a hash of the
+/// id so that the workload's own random draws stay as they were.
+pub fn time_limit_ms(id: usize, duration_ms: u64) -> u64 {
+    let mut h: u64 = 0x9E37_79B9_7F4A_7C15 ^ id as u64;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    let factor = 1.2 + 1.8 * (h % 1_000_000) as f64 / 1_000_000.0;
+    ((duration_ms.max(1) as f64) * factor).ceil() as u64
 }
 
 impl Item {
@@ -171,16 +191,19 @@ impl GangWorkload {
             let most = config.workers * (config.cores / cores);
             let members = rng.random_range(config.members.0..=config.members.1).min(most);
             let duration_ms = uniform(&mut rng, config.gang_s) * 1_000;
-            items.push(Item { id: 0, kind: Kind::Gang, arrival_ms: at, members, cores, duration_ms, timeout_ms: config.gang_timeout_ms });
+            items.push(Item { id: 0, kind: Kind::Gang, arrival_ms: at, members, cores, duration_ms, timeout_ms: config.gang_timeout_ms, limit_ms: 0 });
         }
         for at in poisson(&mut rng, small_rate, window_ms) {
             let duration_ms = uniform(&mut rng, config.small_s) * 1_000;
-            items.push(Item { id: 0, kind: Kind::Small, arrival_ms: at, members: 1, cores: 1, duration_ms, timeout_ms: 0 });
+            items.push(Item { id: 0, kind: Kind::Small, arrival_ms: at, members: 1, cores: 1, duration_ms, timeout_ms: 0, limit_ms: 0 });
         }
         // Stable: at equal times gangs (drawn first) come first.
         items.sort_by_key(|i| i.arrival_ms);
         for (n, i) in items.iter_mut().enumerate() {
             i.id = n;
+            if config.time_limits {
+                i.limit_ms = time_limit_ms(n, i.duration_ms);
+            }
         }
         Ok(GangWorkload { workers: config.workers, cores: config.cores, items, seed })
     }
