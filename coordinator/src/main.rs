@@ -269,7 +269,7 @@ fn main() -> anyhow::Result<()> {
         data_dir: args.data_dir,
         placer: args.placer,
         seed: args.seed,
-        core: CoreConfig { heartbeat_interval_ms: args.heartbeat_interval_ms, heartbeat_timeout_ms: args.heartbeat_timeout_ms },
+        core: CoreConfig { heartbeat_interval_ms: args.heartbeat_interval_ms, heartbeat_timeout_ms: args.heartbeat_timeout_ms, msc: args.msc.clone() },
         msc: args.msc,
     };
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;

@@ -155,6 +155,48 @@ impl Core {
     fn reserve_gang(&mut self, job: JobId, g: &GangSpec, now: u64, held: &Held) -> Option<u32> {
         let members = self.gang_member_idxs(job, &g.name);
         let mut reserved = members.iter().filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).count() as u32;
+        // A GPU gang's members go where seed 002's search puts the group (interference and
+        // communication together), when it finds room for all it still needs now.
+        let todo: Vec<u32> = members
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let s = &self.jobs[&job].subtasks[i as usize];
+                s.state == SubtaskState::Ready && s.reserved_on.is_none() && s.not_before <= now
+            })
+            .take(g.min_members.saturating_sub(reserved) as usize)
+            .collect();
+        if !todo.is_empty()
+            && reserved + todo.len() as u32 >= g.min_members
+            && let Some(plan) = self.plan_gpu_gang(job, &todo, held)
+        {
+            for (idx, wid, device, reason) in plan {
+                let task = &self.jobs[&job].record.spec.tasks[self.jobs[&job].task_of(idx)];
+                let (req, share) = (task.resources, task.shares_gpu().then(|| task.shared_gpu_memory()));
+                let Some(w) = self.workers.get(&wid) else { break };
+                let device_ok = match share {
+                    Some(m) => w.shareable_gpus(m).contains(&device),
+                    None => w.free_devices().contains(&device),
+                };
+                if !req.fits_in(&w.free()) || !device_ok {
+                    break; // the rest reserve one by one below
+                }
+                let record = PlacementRecord {
+                    decision: self.next_decision,
+                    placer: "sfla".into(),
+                    attempt: self.jobs[&job].subtasks[idx as usize].attempt + 1,
+                    chosen: wid,
+                    exploratory: false,
+                    reason: format!("reserved for gang {:?}; {reason}", g.name),
+                    decided_at: now,
+                    candidates: Vec::new(),
+                };
+                self.next_decision += 1;
+                self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = vec![device];
+                self.reserve(job, idx, wid, record);
+                reserved += 1;
+            }
+        }
         for &idx in &members {
             if reserved >= g.min_members {
                 break;

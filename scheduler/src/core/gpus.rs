@@ -112,3 +112,119 @@ pub fn signature(task: &TaskSpec) -> u64 {
     }
     h
 }
+
+/// A GPU gang's members placed by the search: (member, worker, device, its decision's reason).
+pub(super) type GpuPlan = Vec<(u32, WorkerId, u32, String)>;
+
+impl Core {
+    /// Plans where members `todo` of a GPU gang go (each asking one whole GPU, or one shared
+    /// GPU), by seed 002's objective `α·I + β·C` searched with SFLA over the GPUs of connected
+    /// workers not `held`, with greedy's objective for comparison in every reason. `None` when
+    /// the members are not all one GPU task, or no feasible assignment exists now (the caller
+    /// reserves member by member as for any gang).
+    pub(super) fn plan_gpu_gang(&self, job: JobId, todo: &[u32], held: &super::gang::Held) -> Option<GpuPlan> {
+        use crate::gpu::objective::{Evaluator, GpuCandidate, Problem, Weights};
+        use crate::gpu::search::{SflaParams, greedy, sfla};
+        use crate::gpu::topology::ClusterTopology;
+
+        let j = self.jobs.get(&job)?;
+        let t = j.task_of(*todo.first()?);
+        if todo.iter().any(|&i| j.task_of(i) != t) {
+            return None;
+        }
+        let task = &j.record.spec.tasks[t];
+        let share = task.shares_gpu().then(|| task.shared_gpu_memory());
+        if share.is_none() && task.resources.gpu != 1 {
+            return None;
+        }
+        let mut host = task.resources;
+        host.gpu = 0;
+        let k = todo.len();
+        // Candidate GPUs: (worker, device, candidate), members per worker bounded by its cores
+        // and memory.
+        let mut places: Vec<(WorkerId, u32)> = Vec::new();
+        let mut cands: Vec<GpuCandidate> = Vec::new();
+        for w in self.workers.values().filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id)) {
+            let mut free = w.free();
+            free.gpu = 0;
+            let mut fit = 0usize;
+            while fit < k && host.fits_in(&free) {
+                free = free.minus(&host);
+                fit += 1;
+            }
+            if fit == 0 {
+                continue;
+            }
+            let devices: Vec<(u32, u64)> = match share {
+                Some(memory) => w
+                    .shareable_gpus(memory)
+                    .into_iter()
+                    .map(|g| {
+                        let total = self.device_memory(w.record.id, g);
+                        let used = w.gpu_shared.get(&g).map_or(0, |s| s.0);
+                        (g, if total == 0 { u64::MAX } else { total - used.min(total) })
+                    })
+                    .collect(),
+                // (Every free device: a worker's cores bound how many members it takes, which a
+                // plan that puts more there does not get: its reservations stop there.)
+                None => w.free_devices().into_iter().take(w.free().gpu as usize).map(|g| (g, u64::MAX)).collect(),
+            };
+            for (g, free_memory) in devices {
+                let memory = self.device_memory(w.record.id, g);
+                let resident: Vec<TaskVector> = w
+                    .placed
+                    .iter()
+                    .filter_map(|(pj, pi)| {
+                        let job = self.jobs.get(pj)?;
+                        let pt = &job.record.spec.tasks[job.task_of(*pi)];
+                        (pt.shares_gpu() && job.subtasks[*pi as usize].gpus.first() == Some(&g)).then(|| self.task_vector(pt, memory))
+                    })
+                    .collect();
+                places.push((w.record.id, g));
+                cands.push(GpuCandidate { resident, free_memory, slots: if share.is_some() { fit } else { 1 } });
+            }
+        }
+        if cands.is_empty() {
+            return None;
+        }
+        let memory = places.first().map_or(0, |(w, g)| self.device_memory(*w, *g));
+        let member = self.task_vector(task, memory);
+        let topo = ClusterTopology::from_capacities(self.workers.values().map(|w| (w.record.id, &w.record.capacity)), self.config.msc.clone());
+        let index: Vec<usize> = places.iter().map(|(w, g)| topo.index_of(*w, *g).unwrap_or(usize::MAX)).collect();
+        let msc = |a: usize, b: usize| match (index[a], index[b]) {
+            (x, y) if x == usize::MAX || y == usize::MAX => topo.costs().sys,
+            (x, y) => topo.msc(x, y),
+        };
+        let problem = Problem::new(vec![member; k], cands, msc, Weights::default()).ok()?;
+        let started = std::time::Instant::now();
+        let mut eval = Evaluator::new(&problem, self.gpu_learner.as_ref());
+        let seed = u64::from_le_bytes(job.as_bytes()[..8].try_into().unwrap_or_default()) ^ u64::from(todo[0]);
+        let best = sfla(&mut eval, &SflaParams::default(), seed).ok()?;
+        let took = started.elapsed();
+        let alternative = greedy(&mut eval).ok().map(|g| g.objective);
+        let b = eval.breakdown(&best.assignment);
+        let n = problem.gpus().len();
+        Some(
+            todo.iter()
+                .zip(&best.assignment)
+                .enumerate()
+                .map(|(m, (&idx, &c))| {
+                    let (wid, g) = places[c];
+                    let reason = format!(
+                        "GPU gang placed by SFLA over {n} candidate GPUs in {:.1} ms: this member on GPU {g}, predicted slowdown {:.3} ({}); \
+                         the group's I = {:.3}, C = {:.3} (normalised {:.3}), objective α·I + β·C = {:.3}; greedy's would be {}",
+                        took.as_secs_f64() * 1e3,
+                        b.slowdowns[m],
+                        self.gpu_learner.name(),
+                        b.interference,
+                        b.communication,
+                        b.communication_norm,
+                        b.objective,
+                        alternative.map_or("infeasible".to_string(), |o| format!("{o:.3}")),
+                    );
+                    (idx, wid, g, reason)
+                })
+                .collect(),
+        )
+    }
+}

@@ -39,6 +39,8 @@ use crate::placer::Placer;
 pub struct CoreConfig {
     pub heartbeat_interval_ms: u64,
     pub heartbeat_timeout_ms: u64,
+    /// The GPU topology's model-synchronisation costs, for GPU gangs (issue 16).
+    pub msc: crate::gpu::topology::MscCosts,
 }
 
 impl Default for CoreConfig {
@@ -46,7 +48,7 @@ impl Default for CoreConfig {
         // Heartbeats twice a second keep node state fresh for placement at negligible cost;
         // six missed beats (3 s) declare a worker lost: long enough to ride out a stalled
         // process on a busy 2-core machine, short enough that a dead node's work restarts soon.
-        CoreConfig { heartbeat_interval_ms: 500, heartbeat_timeout_ms: 3_000 }
+        CoreConfig { heartbeat_interval_ms: 500, heartbeat_timeout_ms: 3_000, msc: Default::default() }
     }
 }
 

@@ -347,8 +347,9 @@ impl Core {
             // A worker's GPUs are individual devices: the attempt gets the lowest free indices.
             // The count fits (the placement was feasible, and allocated.gpu plus the shared
             // devices count exactly the devices taken), so this finds them.
+            // (A GPU gang member gets the device its search planned, when that is still free.)
             None => {
-                let gpus = w.free_gpus(req.gpu).unwrap_or_default();
+                let gpus = if req.gpu == 1 && planned.len() == 1 && w.free_devices().contains(&planned[0]) { planned } else { w.free_gpus(req.gpu).unwrap_or_default() };
                 w.gpus_used.extend(gpus.iter().copied());
                 gpus
             }

@@ -993,6 +993,41 @@ fn gpu_runs_teach_solo_times_and_sharers_meet() {
     assert!(c.worker(wid(1)).unwrap().gpu_peers.is_empty(), "released with their attempts");
 }
 
+/// Issue 16, item 4: a GPU gang goes where seed 002's search puts the group. On a worker whose
+/// GPUs 2 and 3 are joined by NVLink (the others by SYS), beside a worker whose GPUs are all
+/// SYS-linked, a 2-member gang that synchronises a large model takes the NVLink pair, each
+/// member's decision says why (SFLA, predicted slowdown, I, C, objective, greedy's objective).
+#[test]
+fn a_gpu_gang_is_placed_by_the_search_on_the_best_connected_gpus() {
+    use plexus_proto::topology::{GpuLink, LinkLevel};
+    let mut c = core();
+    let mut nv = gpu_worker(1, &[0, 1, 2, 3]);
+    let mut links = Vec::new();
+    for a in 0..4u32 {
+        for b in a + 1..4 {
+            links.push(GpuLink { a, b, level: if (a, b) == (2, 3) { LinkLevel::NvLink(2) } else { LinkLevel::Sys } });
+        }
+    }
+    nv.capacity.topology.gpu_links = links;
+    c.register(nv, 0);
+    c.register(gpu_worker(2, &[0, 1, 2, 3]), 0);
+    let job = submit(&mut c, "[[task]]\nname = \"train\"\ncommand = [\"true\"]\ncpu = 1\ngpu = 1\nmodel_size = \"1GiB\"\nreplicas = 2\nmin_members = 2\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 2, "bound whole: {a:?}");
+    let mut at: Vec<(WorkerId, Vec<u32>)> = a.iter().map(|(w, x)| (*w, x.gpus.clone())).collect();
+    at.sort();
+    let why = c.explain(job, "train", 0).map(|p| p.reason.clone()).unwrap_or_default();
+    assert_eq!(at, vec![(wid(1), vec![2]), (wid(1), vec![3])], "the NVLink pair: {why}");
+    for r in 0..2 {
+        let p = c.explain(job, "train", r).unwrap();
+        assert_eq!(p.placer, "sfla");
+        for part in ["SFLA over", "predicted slowdown", "I = ", "C = ", "objective", "greedy's would be"] {
+            assert!(p.reason.contains(part), "{part}: {}", p.reason);
+        }
+    }
+}
+
 #[test]
 fn gpu_tasks_get_their_own_devices() {
     let mut c = core();

@@ -53,6 +53,11 @@ impl Worker {
         (free.len() == n as usize).then_some(free)
     }
 
+    /// Every device index no placed attempt holds and none shares.
+    pub fn free_devices(&self) -> Vec<u32> {
+        self.record.capacity.gpus.iter().map(|g| g.index).filter(|i| !self.gpus_used.contains(i) && !self.gpu_shared.contains_key(i)).collect()
+    }
+
     /// The devices a sharing task needing `memory` bytes could join now: not held whole, and
     /// with that much memory left after the sharing attempts already there (a device whose
     /// memory the worker did not report is taken at its word: any amount fits).
