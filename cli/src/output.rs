@@ -688,6 +688,10 @@ pub struct WorkerView {
     /// How the worker confines subtasks: `cgroup-v2`, `cgroup-v1` or `process-group`; null when
     /// it does not say.
     pub isolation: Option<String>,
+    /// The worker's `--label`s (`rack=r1`).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// How its GPUs connect, from `nvidia-smi topo -m`: one entry per pair, `"0-1": "NV2"`.
+    pub gpu_links: std::collections::BTreeMap<String, String>,
     pub rails: Vec<String>,
     /// The data plane's cumulative counters per rail, from the latest heartbeat.
     pub rail_traffic: Vec<RailTrafficView>,
@@ -719,6 +723,8 @@ pub struct GpuView {
     /// The model, as nvidia-smi names it.
     pub name: String,
     pub memory_bytes: u64,
+    /// Its NUMA node, when the worker reported one.
+    pub numa: Option<u32>,
     /// 0..1, from the latest heartbeat; null before the first sample.
     pub utilisation: Option<f64>,
     pub memory_used_bytes: Option<u64>,
@@ -754,12 +760,15 @@ pub fn worker_list_view(workers: &[pb::WorkerInfo]) -> WorkerList {
                             index: g.index,
                             name: g.name.clone(),
                             memory_bytes: g.memory,
+                            numa: cap.gpu_numa.get(&g.index).copied(),
                             utilisation: load.map(|s| s.utilisation),
                             memory_used_bytes: load.map(|s| s.memory_used),
                         }
                     })
                     .collect(),
                 isolation: non_empty(&cap.isolation),
+                labels: cap.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                gpu_links: cap.gpu_links.iter().map(|l| (format!("{}-{}", l.a, l.b), l.level.clone())).collect(),
                 rails: cap.rails,
                 rails_refused: state.rails_refused,
                 rail_traffic: state
@@ -1158,7 +1167,9 @@ mod tests {
                 cache_bytes: 1 << 30,
                 hostname: "node1".into(),
                 isolation: "cgroup-v1".into(),
-                ..Default::default()
+                gpu_links: vec![pb::GpuLink { a: 0, b: 2, level: "NV2".into() }],
+                labels: [("rack".to_string(), "r1".to_string())].into(),
+                gpu_numa: [(0, 1)].into(),
             }),
             state: Some(pb::NodeState {
                 cpu_utilisation: 0.375,
@@ -1206,10 +1217,12 @@ mod tests {
                 "worker_id": W1, "alive": true, "peer_addr": "http://127.0.0.1:7001", "hostname": "node1",
                 "cpus": 4, "memory_bytes": 8u64 << 30,
                 "gpus": [
-                    {"index": 0, "name": "H100", "memory_bytes": 80u64 << 30, "utilisation": 0.37, "memory_used_bytes": 12u64 << 30},
-                    {"index": 2, "name": "H100", "memory_bytes": 80u64 << 30, "utilisation": null, "memory_used_bytes": null}
+                    {"index": 0, "name": "H100", "memory_bytes": 80u64 << 30, "numa": 1, "utilisation": 0.37, "memory_used_bytes": 12u64 << 30},
+                    {"index": 2, "name": "H100", "memory_bytes": 80u64 << 30, "numa": null, "utilisation": null, "memory_used_bytes": null}
                 ],
                 "isolation": "cgroup-v1",
+                "labels": {"rack": "r1"},
+                "gpu_links": {"0-2": "NV2"},
                 "rails": ["10.0.0.1:7100", "10.0.1.1:7100"],
                 "rail_traffic": [{"addr": "10.0.0.1:7100", "bytes_sent": 5, "bytes_received": 7, "failures": 1}],
                 "rails_refused": 3,
