@@ -50,6 +50,9 @@ pub enum Cmd {
     ListJobs { reply: Reply<Vec<pb::JobStatus>> },
     Watch { job: JobId, reply: Reply<Result<watch::Receiver<pb::JobStatus>, SchedulerError>> },
     ListWorkers { reply: Reply<Vec<pb::WorkerInfo>> },
+    /// Sets (`Some`) or clears a queue's share; replies with every queue's share and use.
+    SetQueue { name: String, share: Option<f64>, reply: Reply<Result<Vec<pb::QueueInfo>, String>> },
+    ListQueues { reply: Reply<Vec<pb::QueueInfo>> },
     Explain { job: JobId, task: String, rank: u32, reply: Reply<Result<pb::ExplainPlacementResponse, SchedulerError>> },
     Logs { job: JobId, task: String, rank: u32, reply: Reply<Result<LogSource, SchedulerError>> },
     Register { reg: Registration, reply: Reply<(u64, u64)> },
@@ -278,6 +281,13 @@ impl Engine {
                 let v = core.workers().map(convert::worker_info).collect();
                 replies.push(defer(reply, v));
             }
+            Cmd::SetQueue { name, share, reply } => {
+                let r = core.set_queue_share(&name, share).map(|()| queue_list(&core));
+                replies.push(defer(reply, r));
+            }
+            Cmd::ListQueues { reply } => {
+                replies.push(defer(reply, queue_list(&core)));
+            }
             Cmd::Explain { job, task, rank, reply } => {
                 let r = core.explain(job, &task, rank).map(convert::explanation);
                 replies.push(defer(reply, r));
@@ -398,4 +408,9 @@ fn log_source(core: &Core, job: JobId, task: &str, rank: u32) -> Result<LogSourc
         stdout_tail: s.stdout_tail.clone(),
         stderr_tail: s.stderr_tail.clone(),
     })
+}
+
+/// Every queue with a share, with the cores its placed attempts hold.
+fn queue_list(core: &Core) -> Vec<pb::QueueInfo> {
+    core.queue_shares().iter().map(|(name, share)| pb::QueueInfo { name: name.clone(), share: *share, used_cpu: core.queue_usage(name) }).collect()
 }

@@ -135,6 +135,26 @@ enum Command {
         #[command(subcommand)]
         action: TokenAction,
     },
+    /// Queues' shares of the cluster's cores: a queue over its share waits while another queue
+    /// has work waiting. Works on the store, or through the running coordinator.
+    Queue {
+        #[command(subcommand)]
+        action: QueueAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum QueueAction {
+    /// Give a queue a share of the cluster's cores (0 < share ≤ 1), or `--clear` it.
+    Set {
+        name: String,
+        #[arg(long, required_unless_present = "clear")]
+        share: Option<f64>,
+        #[arg(long, conflicts_with = "share")]
+        clear: bool,
+    },
+    /// Every queue with a share, and the cores its attempts hold.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -257,6 +277,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(Command::Token { action }) = &args.command {
         return token_command(&args, action);
     }
+    if let Some(Command::Queue { action }) = &args.command {
+        return queue_command(&args, action);
+    }
 
     let security = if args.insecure {
         SecurityMode::Insecure { anywhere: args.insecure_i_know }
@@ -329,6 +352,44 @@ fn token_command(args: &Args, action: &TokenAction) -> anyhow::Result<()> {
                 revoked_worker(worker_id, ask_running(args, "token revoke-worker", async |mut c| Ok(c.revoke_worker(req).await?.into_inner().revoked))?);
             }
         },
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {}", dir.display()))),
+    }
+    Ok(())
+}
+
+/// `queue set|list`: on the store when it is free (checked with the core's own rules), else
+/// through the running coordinator, which applies it at once.
+fn queue_command(args: &Args, action: &QueueAction) -> anyhow::Result<()> {
+    let dir = server::store_dir(&args.data_dir);
+    let show = |queues: &[plexus_proto::pb::QueueInfo]| {
+        if queues.is_empty() {
+            println!("no queue has a share (every queue only orders its jobs)");
+        }
+        for q in queues {
+            println!("{:<24} share {:.3}  using {:.1} cores", q.name, q.share, q.used_cpu);
+        }
+    };
+    let share = |s: &Option<f64>, clear: bool| if clear { None } else { *s };
+    match SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT) {
+        Ok((store, _)) => {
+            if let QueueAction::Set { name, share: s, clear } = action {
+                let mut check = plexus_scheduler::core::Core::new(Default::default(), plexus_scheduler::placer::heuristic("least-loaded", 0).expect("a heuristic"));
+                check.set_queue_share(name, share(s, *clear)).map_err(anyhow::Error::msg)?;
+                store.set_queue_share(name, share(s, *clear))?;
+            }
+            let queues: Vec<_> = store.queue_shares()?.into_iter().map(|(name, share)| plexus_proto::pb::QueueInfo { name, share, used_cpu: 0.0 }).collect();
+            show(&queues);
+        }
+        Err(plexus_coordinator::Error::Locked { .. }) => {
+            let queues = match action {
+                QueueAction::Set { name, share: s, clear } => {
+                    let req = plexus_proto::pb::SetQueueRequest { name: name.clone(), share: s.unwrap_or(0.0), clear: *clear };
+                    ask_running(args, "queue set", async |mut c| Ok(c.set_queue(req).await?.into_inner().queues))?
+                }
+                QueueAction::List => ask_running(args, "queue list", async |mut c| Ok(c.list_queues(plexus_proto::pb::ListQueuesRequest {}).await?.into_inner().queues))?,
+            };
+            show(&queues);
+        }
         Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {}", dir.display()))),
     }
     Ok(())

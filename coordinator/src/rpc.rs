@@ -74,6 +74,8 @@ pub struct StoreAccess {
     pub dir: String,
     pub schema_version: u32,
     pub policy: std::sync::Arc<dyn plexus_policy::PolicyStore>,
+    /// Where `SetQueue` keeps the queues' shares; `None`: they last until a restart.
+    pub queues: Option<sled::Tree>,
 }
 
 /// The client API.
@@ -332,6 +334,33 @@ impl JobService for JobApi {
             })?;
         tracing::info!(id = record.id, "token revoked");
         Ok(Response::new(record.info()))
+    }
+
+    async fn set_queue(&self, req: Request<pb::SetQueueRequest>) -> Result<Response<pb::QueueList>, Status> {
+        let r = req.into_inner();
+        let share = (!r.clear).then_some(r.share);
+        let name = r.name.clone();
+        let queues = self.engine.call(|reply| Cmd::SetQueue { name: r.name, share, reply }).await?.map_err(Status::invalid_argument)?;
+        if let Some(tree) = self.store.as_ref().and_then(|s| s.queues.clone()) {
+            let key = name.clone();
+            tokio::task::spawn_blocking(move || -> Result<(), sled::Error> {
+                match share {
+                    Some(s) => tree.insert(key.as_bytes(), &s.to_le_bytes())?,
+                    None => tree.remove(key.as_bytes())?,
+                };
+                tree.flush().map(|_| ())
+            })
+            .await
+            .map_err(|e| status(Error::Engine(e.to_string())))?
+            .map_err(|e| Status::internal(format!("the share of queue {name:?} applies, but could not be stored (it lasts until a restart): {e}")))?;
+        }
+        tracing::info!(queue = name, ?share, "queue share set");
+        Ok(Response::new(pb::QueueList { queues }))
+    }
+
+    async fn list_queues(&self, _req: Request<pb::ListQueuesRequest>) -> Result<Response<pb::QueueList>, Status> {
+        let queues = self.engine.call(|reply| Cmd::ListQueues { reply }).await?;
+        Ok(Response::new(pb::QueueList { queues }))
     }
 
     async fn revoke_worker(&self, req: Request<pb::RevokeWorkerRequest>) -> Result<Response<pb::RevokeWorkerResponse>, Status> {

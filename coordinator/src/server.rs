@@ -99,6 +99,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         dir: store_dir(&config.data_dir).display().to_string(),
         schema_version: plexus_migrations::CURRENT,
         policy: policy_store,
+        queues: store.queues_tree().map_err(|e| tracing::warn!(error = %e, "cannot open the queues tree; queue shares will not persist")).ok(),
     };
     for m in &applied {
         tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
@@ -111,6 +112,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         Err(e) => tracing::warn!(error = %e, "the GPU interference model cannot start; GPU sharing uses the contention model"),
     }
     core.restore(snapshot, plexus_proto::now_ms())?;
+    for (name, share) in store.queue_shares()? {
+        if let Err(e) = core.set_queue_share(&name, Some(share)) {
+            tracing::warn!(queue = name, error = e, "a stored queue share is not valid; ignored");
+        }
+    }
     tracing::info!(jobs, workers, placer = core.placer_name(), "state restored");
     // Not yet read by placement: GPU gang placement (issue 16, item 4) takes it from here.
     tracing::info!(msc = %config.msc, "GPU topology costs");

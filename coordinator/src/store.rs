@@ -107,6 +107,8 @@ pub struct SledStore {
 
 /// Tree holding the learned placer's weights (`weights`) and experiences (`e` + id, u64 BE).
 pub const POLICY_TREE: &str = "policy";
+/// Tree holding the queues' shares (`plexus-coordinator queue set`).
+pub const QUEUES_TREE: &str = "queues";
 
 /// Tree holding the cluster's trust: the CA's certificate and key, the rail key, token hashes,
 /// and the fingerprints of the certificates issued to workers (see `crate::auth`).
@@ -222,6 +224,36 @@ impl SledStore {
     /// model); `None` (logged) when it cannot be opened.
     pub fn policy_tree(&self) -> Option<sled::Tree> {
         self.db.open_tree(POLICY_TREE).map_err(|e| tracing::warn!(error = %e, "cannot open the policy tree; the GPU learner will not persist")).ok()
+    }
+
+    /// The queues' shares, in this database's `queues` tree (name → share, f64 LE).
+    pub fn queue_shares(&self) -> Result<Vec<(String, f64)>, Error> {
+        let tree = self.db.open_tree(QUEUES_TREE)?;
+        let mut out = Vec::new();
+        for r in tree.iter() {
+            let (k, v) = r?;
+            match (std::str::from_utf8(&k), <[u8; 8]>::try_from(v.as_ref())) {
+                (Ok(name), Ok(b)) => out.push((name.to_string(), f64::from_le_bytes(b))),
+                _ => tracing::warn!("a queue record that is not name -> share; ignored"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stores (`Some`) or removes a queue's share, durably.
+    pub fn set_queue_share(&self, name: &str, share: Option<f64>) -> Result<(), Error> {
+        let tree = self.db.open_tree(QUEUES_TREE)?;
+        match share {
+            Some(s) => tree.insert(name.as_bytes(), &s.to_le_bytes())?,
+            None => tree.remove(name.as_bytes())?,
+        };
+        tree.flush()?;
+        Ok(())
+    }
+
+    /// A handle on the `queues` tree, for the running coordinator's `SetQueue`.
+    pub fn queues_tree(&self) -> Result<sled::Tree, Error> {
+        Ok(self.db.open_tree(QUEUES_TREE)?)
     }
 
     /// The cluster's credentials, in this database's `security` tree.

@@ -98,3 +98,31 @@ fn a_priority_ten_job_submitted_later_starts_first() {
     let out = c.plexus(&["status", &high]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("priority:  10"), "{}", describe(&out));
 }
+
+/// `plexus-coordinator queue set NAME --share S` reaches the running coordinator (with the data
+/// dir's admin token), applies at once, is refused with a reason when invalid, and survives a
+/// restart of the coordinator (kept in the store).
+#[test]
+fn queue_shares_are_set_on_the_running_coordinator_and_survive_a_restart() {
+    let mut c = Cluster::start(ClusterConfig { workers: 1, ..ClusterConfig::default() });
+    let admin = |c: &Cluster, args: &[&str]| {
+        std::process::Command::new(plexus_e2e::bin_dir().join("plexus-coordinator"))
+            .args(["--coordinator", &c.url, "--data-dir"])
+            .arg(c.path("coordinator"))
+            .args(args)
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .expect("running plexus-coordinator")
+    };
+    let out = admin(&c, &["queue", "set", "batch", "--share", "0.5"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("batch                    share 0.500"), "{}", describe(&out));
+    let out = admin(&c, &["queue", "set", "batch", "--share", "2"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("share 2 of queue \"batch\" is not in (0, 1]"), "{}", describe(&out));
+    c.stop_coordinator();
+    c.start_coordinator();
+    let out = admin(&c, &["queue", "list"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("batch                    share 0.500  using 0.0 cores"), "{}", describe(&out));
+}

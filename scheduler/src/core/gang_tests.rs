@@ -180,6 +180,34 @@ fn work_that_ends_before_the_gang_needs_a_held_worker_backfills_onto_it() {
     assert_eq!(bound.iter().filter(|(_, x)| x.attempt.job == g).count(), 2, "{bound:?}");
 }
 
+/// `plexus-coordinator queue set batch --share 0.5`: while another queue has work waiting, the
+/// batch queue holds at most half the cores (and says why it waits); alone, it uses them all.
+#[test]
+fn a_queue_over_its_share_waits_only_while_another_queue_has_work() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    assert!(c.set_queue_share("batch", Some(0.5)).is_ok());
+    assert!(c.set_queue_share("batch", Some(1.5)).unwrap_err().contains("not in (0, 1]"));
+    assert!(c.set_queue_share("bad name", Some(0.5)).is_err());
+    let job = |name: &str, queue: &str, n: u32| format!("name = \"{name}\"\nqueue = \"{queue}\"\n[[task]]\nname = \"t\"\nkind = \"noop\"\nreplicas = {n}\n");
+    let alone = submit(&mut c, &job("alone", "batch", 4), 0);
+    c.schedule(1);
+    assert_eq!(c.take_outbox().assignments.len(), 4, "alone, the batch queue uses every core");
+    assert_eq!(c.queue_usage("batch"), 4.0);
+    c.cancel(alone, 2).unwrap();
+    assert_eq!(c.queue_usage("batch"), 0.0);
+    let batch = submit(&mut c, &job("b", "batch", 4), 3);
+    let other = submit(&mut c, &job("o", "default", 4), 4);
+    c.schedule(5);
+    let out = c.take_outbox().assignments;
+    let of = |j: JobId| out.iter().filter(|(_, x)| x.attempt.job == j).count();
+    assert_eq!((of(batch), of(other)), (2, 2), "batch stops at its share while the default queue waits");
+    let waiting = c.job(batch).unwrap().waiting.get(&0).cloned().unwrap_or_default();
+    assert!(waiting.contains("queue \"batch\" holds 2.0 of its share 0.5 × 4 cores"), "{waiting}");
+    c.set_queue_share("batch", None).unwrap();
+    assert!(c.queue_shares().is_empty());
+}
+
 #[test]
 fn a_worker_lost_before_binding_rolls_the_gang_back_and_a_restart_rolls_back_too() {
     let mut c = core();

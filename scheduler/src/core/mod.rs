@@ -58,6 +58,7 @@ mod jobs;
 pub mod lineage;
 pub mod messages;
 mod placement;
+mod queues;
 mod queue;
 pub mod records;
 mod workers;
@@ -88,6 +89,10 @@ pub struct Core {
     out: Outbox,
     /// Learns solo times and slowdowns from GPU attempts, predicts interference (issue 16).
     gpu_learner: Box<dyn crate::gpu::learner::GpuLearner>,
+    /// Queues' shares of the cluster's cores (`plexus-coordinator queue set`), and the cores each
+    /// queue's placed and reserved attempts hold.
+    queue_shares: BTreeMap<String, f64>,
+    queue_cpu: HashMap<String, f64>,
 }
 
 /// Everything loaded from the store at start.
@@ -114,6 +119,8 @@ impl Core {
             next_decision: 1,
             worker_epoch: 0,
             gpu_learner: Box::new(crate::gpu::learner::ContentionModel::default()),
+            queue_shares: BTreeMap::new(),
+            queue_cpu: HashMap::new(),
             out: Outbox::default(),
         }
     }
@@ -169,6 +176,7 @@ impl Core {
                 {
                     let task = &job.record.spec.tasks[job.task_of(i as u32)];
                     w.allocated.add(&task.resources);
+                    *self.queue_cpu.entry(job.record.spec.queue.clone()).or_default() += task.resources.cpu;
                     w.placed.insert((id, i as u32));
                     if task.shares_gpu() {
                         for &g in &s.gpus {

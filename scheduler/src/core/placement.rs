@@ -65,6 +65,14 @@ impl Core {
         let mut held: Held = HashMap::new();
         let mut heads: HashSet<String> = HashSet::new();
         let mut gangs_seen: HashSet<(JobId, String)> = HashSet::new();
+        // With queue shares: the queues that have ready work this round (a queue over its
+        // share waits only while another queue has work waiting).
+        let waiting_queues: HashSet<String> = if self.queue_shares.is_empty() {
+            HashSet::new()
+        } else {
+            self.ready.keys().into_iter().filter_map(|k| self.jobs.get(&k.job).map(|j| j.record.spec.queue.clone())).collect()
+        };
+        let mut over: Vec<(JobId, usize, String)> = Vec::new();
         // Requests that found no room this round: anything asking for as much waits too.
         let mut full: Vec<(Resources, u64)> = Vec::new();
         for key in self.ready.keys() {
@@ -74,6 +82,13 @@ impl Core {
                 continue;
             };
             let task = &j.record.spec.tasks[t];
+            if !self.queue_shares.is_empty()
+                && let Some(why) = self.over_share(&j.record.spec.queue, task.resources.cpu, &waiting_queues)
+            {
+                judged.insert((job, t), false);
+                over.push((job, t, why));
+                continue;
+            }
             let gang = task.gang.clone().filter(|g| task.collective.is_some() || j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0));
             if let Some(g) = gang {
                 // Only a gang with a member still ready takes its turn (entries of members
@@ -109,6 +124,14 @@ impl Core {
                 if j.subtasks[idx as usize].state != SubtaskState::Ready {
                     continue; // stale entry
                 }
+                if !self.queue_shares.is_empty()
+                    && let Some(why) = self.over_share(&j.record.spec.queue, req.cpu, &waiting_queues)
+                {
+                    all = false;
+                    set.insert(idx);
+                    over.push((job, t, why));
+                    break;
+                }
                 match self.place(job, idx, now, &held) {
                     Placed::Yes => {}
                     Placed::NotNow => {
@@ -136,6 +159,12 @@ impl Core {
             *seen &= all;
         }
         self.explain_waiting(judged);
+        for (job, t, why) in over {
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.waiting.insert(t, why);
+                j.waiting_epoch.remove(&t);
+            }
+        }
     }
 
     /// Records why each judged task that has subtasks left waiting is not placed: no set of live
@@ -357,6 +386,7 @@ impl Core {
         w.allocated.add(&req);
         w.placed.insert((job, idx));
         assignment.gpus = gpus.clone();
+        self.count_queue(job, idx, 1.0);
         if let (Some(_), Some(&g)) = (share, gpus.first()) {
             self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = gpus.clone();
             self.met_on_gpu(wid, (job, idx), g);

@@ -270,6 +270,7 @@ impl Core {
                     }
                 }
             }
+            self.count_queue(job, idx, -1.0);
         }
     }
 }
