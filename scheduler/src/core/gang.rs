@@ -381,8 +381,8 @@ impl Core {
     }
 
     /// When `k` members asking `req` each (one per worker when `distinct`) will fit at once on
-    /// workers not `held`, by the estimated ends of what runs there, and on which workers (one
-    /// entry per member); `None` when that depends on an attempt without a timeout.
+    /// workers not `held`, by the estimated ends of what runs there, and the workers to hold for
+    /// them (with spares); `None` when that depends on an attempt without a timeout.
     fn planned_start(&self, req: Resources, k: u32, distinct: bool, now: u64, held: &Held) -> Option<(u64, Vec<WorkerId>)> {
         let mut slots: Vec<(u64, WorkerId)> = Vec::new();
         for w in self.workers.values().filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id)) {
@@ -400,9 +400,25 @@ impl Core {
             return None;
         }
         slots.sort();
-        slots.truncate(k as usize);
-        let start = slots.last().map_or(now, |s| s.0);
-        Some((start, slots.into_iter().map(|(_, w)| w).collect()))
+        let start = slots[k as usize - 1].0;
+        // The workers of the first k slots, then as spares the next ones expected soonest, as
+        // many as members while at most half of the other workers are held: time limits are
+        // upper bounds, so another worker may well free up first, and the gang should get it.
+        let mut workers: Vec<WorkerId> = Vec::new();
+        for (_, w) in &slots[..k as usize] {
+            if !workers.contains(w) {
+                workers.push(*w);
+            }
+        }
+        let mut others: Vec<WorkerId> = Vec::new();
+        for (_, w) in &slots[k as usize..] {
+            if !workers.contains(w) && !others.contains(w) {
+                others.push(*w);
+            }
+        }
+        let spares = (workers.len()).min(others.len() / 2);
+        workers.extend(others.into_iter().take(spares));
+        Some((start, workers))
     }
 
     /// When `req` will fit in `free` on `w`, by the estimated ends (`timeout` after the attempt started)
