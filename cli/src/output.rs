@@ -325,6 +325,10 @@ pub fn gang_line(g: &pb::GangStatus, now_ms: u64) -> String {
     match g.phase.as_str() {
         "bound" => format!("bound ({} of {} members needed to start)", g.min_members, g.members),
         "reserving" => format!("{}/{} reserved, deadline in {}", g.reserved, g.min_members, secs(g.deadline)),
+        "planned" => format!(
+            "planned: starts in about {} by the time limits of what runs where it will (those workers take only work that ends sooner)",
+            secs(g.planned_start)
+        ),
         "backing off" => format!(
             "rolled back at {} ({}), retry in {}",
             clock_time(g.rolled_back_at),
@@ -349,8 +353,10 @@ pub struct GangView {
     pub min_members: u32,
     pub members: u32,
     pub reserved: u32,
-    /// waiting, reserving, bound or backing off.
+    /// waiting, planned, reserving, bound or backing off.
     pub phase: String,
+    /// planned: when it is expected to start.
+    pub planned_start_ms: Option<u64>,
     pub deadline_ms: Option<u64>,
     pub bound_at_ms: Option<u64>,
     pub rolled_back_at_ms: Option<u64>,
@@ -487,6 +493,7 @@ pub fn job_view(job: &pb::JobStatus, detail: Detail) -> JobView {
                 members: g.members,
                 reserved: g.reserved,
                 phase: g.phase.clone(),
+                planned_start_ms: time(g.planned_start),
                 deadline_ms: time(g.deadline),
                 bound_at_ms: time(g.bound_at),
                 rolled_back_at_ms: time(g.rolled_back_at),

@@ -363,6 +363,10 @@ pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
                     GangPhase::Bound { at } => (0, at),
                     _ => (0, 0),
                 };
+                let planned_start = match g.phase {
+                    GangPhase::Planned { start } => start,
+                    _ => 0,
+                };
                 pb::GangStatus {
                     name: g.name,
                     tasks: g.tasks,
@@ -370,6 +374,7 @@ pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
                     members: g.members,
                     reserved: g.reserved,
                     phase: g.phase.as_str().to_string(),
+                    planned_start,
                     deadline,
                     bound_at,
                     rolled_back_at: g.state.rolled_back_at,

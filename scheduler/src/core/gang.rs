@@ -116,12 +116,14 @@ impl Core {
             && start > now
         {
             self.yield_gang(job, &g.name);
+            self.jobs.get_mut(&job).expect("exists").planned.insert(g.name.clone(), start);
             let until = start.min(now.saturating_add(g.timeout_ms / 2));
             for wid in workers {
                 held.insert(wid, Hold { label: label.clone(), until: Some(until) });
             }
             return false;
         }
+        self.jobs.get_mut(&job).expect("exists").planned.remove(&g.name);
         // The deadline counts from the first round the gang is head, reserved or not: a head
         // that cannot reserve anything would otherwise hold its queue forever.
         if state.reserving_since == 0 {

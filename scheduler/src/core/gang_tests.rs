@@ -156,6 +156,8 @@ fn work_that_ends_before_the_gang_needs_a_held_worker_backfills_onto_it() {
     // first (both at 100 s: the lower id): it reserves nothing yet (the idle worker's cores
     // would sit idle), holds both, and its deadline's clock does not run.
     assert!(c.workers().all(|w| w.reserved.is_empty()));
+    let view = c.job(g).unwrap().gangs(3);
+    assert_eq!(view[0].phase, GangPhase::Planned { start: 1 + 100_000 }, "status shows the planned start");
     let held = *busy.iter().min().unwrap();
     let other = *busy.iter().max().unwrap();
     let idle = (1..=3).map(wid).find(|w| !busy.contains(w)).unwrap();

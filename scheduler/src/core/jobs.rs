@@ -21,6 +21,9 @@ pub struct Job {
     /// only when the workers changed, not every round (thousands of waiting tasks made that the
     /// bulk of a round).
     pub(super) waiting_epoch: BTreeMap<usize, u64>,
+    /// Gangs at their queue's head whose start the time limits of what runs put later (gang →
+    /// that time): they reserve nothing yet and hold the workers they will use. Derived.
+    pub(super) planned: BTreeMap<String, u64>,
     /// Index of the first subtask of each task.
     pub(super) offsets: Vec<u32>,
     /// counts[task][state as usize]
@@ -58,6 +61,9 @@ pub enum GangPhase {
     Bound { at: u64 },
     /// Rolled back, not reserving before `retry_at`.
     BackingOff { retry_at: u64 },
+    /// At its queue's head, expected to start at `start` by the time limits of what runs on
+    /// the workers it holds (open meanwhile to work that ends before).
+    Planned { start: u64 },
 }
 
 impl GangPhase {
@@ -67,6 +73,7 @@ impl GangPhase {
             GangPhase::Reserving { .. } => "reserving",
             GangPhase::Bound { .. } => "bound",
             GangPhase::BackingOff { .. } => "backing off",
+            GangPhase::Planned { .. } => "planned",
         }
     }
 }
@@ -92,6 +99,8 @@ impl Job {
                 GangPhase::BackingOff { retry_at: state.retry_at }
             } else if state.reserving_since > 0 {
                 GangPhase::Reserving { deadline: state.reserving_since.saturating_add(g.timeout_ms) }
+            } else if let Some(&start) = self.planned.get(&g.name) {
+                GangPhase::Planned { start }
             } else {
                 GangPhase::Waiting
             };
@@ -138,7 +147,7 @@ impl Job {
                 failed_attempts[t] += s.failures;
             }
         }
-        Job { record, subtasks, placements: HashMap::new(), waiting: BTreeMap::new(), waiting_epoch: BTreeMap::new(), offsets, counts, failed_attempts, dependents }
+        Job { record, subtasks, placements: HashMap::new(), waiting: BTreeMap::new(), waiting_epoch: BTreeMap::new(), planned: BTreeMap::new(), offsets, counts, failed_attempts, dependents }
     }
 
     pub fn id(&self) -> JobId {
