@@ -9,14 +9,21 @@
 //! - [`cluster`]: simulated clusters of 8-GPU nodes (DGX-1 NVLink cube-mesh or PCIe only) in
 //!   racks, with a dense msc matrix and GPUs already running tasks, drawn from a seed, and the
 //!   search problem of a gang on one.
+//! - [`jct`]: a GPU training workload in simulated time (gangs that synchronise every
+//!   iteration, some sharing GPUs), placed by a search and timed by the truth: job completion
+//!   times per placer.
 //!
 //! Everything is a function of its seed.
 
 pub mod cluster;
+pub mod jct;
 pub mod truth;
 
+#[cfg(test)]
+mod jct_tests;
 #[cfg(test)]
 mod tests;
 
 pub use cluster::{gang, GpuCluster, GpuClusterConfig, Link, MscLevels, NodeKind, SimGpu};
+pub use jct::{GangJob, JctConfig, JctError, JctReport, JctWorkload, JobOutcome, Placer, Search};
 pub use truth::{GroundTruth, Kind, Profile};
