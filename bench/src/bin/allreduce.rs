@@ -15,7 +15,9 @@
 //!
 //! `--rig 2gbit,500mbit` instead runs every world on the rail rig (`scripts/rails-rig.sh`, as
 //! root): rank h in host h's namespace, first with only rail 0, then with every rail (the
-//! `weighted` scheduler stripes each message), and prints the gain of all rails over one.
+//! `weighted` scheduler stripes each message), and prints the gain of all rails over one, and
+//! beside it Gloo's busBW on rail 0 (`../shared/anchors/gloo_collective.py` in rank mode, rank h
+//! in host h's namespace; Gloo does not stripe) with ours ÷ Gloo.
 //!
 //! Flags: `--worlds 2,4` `--sizes 1,16,64,256` (MiB) `--iters 10` `--slices 4` `--window 1`
 //! `--seg-max 1` (MiB, fractions allowed) `--algorithms halving,ring` `--no-gloo` `--rig SPEC`
@@ -312,6 +314,7 @@ fn rig_main(opts: &Opts, spec: &str) {
     );
     let started = Instant::now();
     let mut rows = Vec::new();
+    let mut gloo = Vec::new();
     for &n in &opts.worlds {
         let rig = Rig::up(n, spec).unwrap_or_else(|e| {
             eprintln!("allreduce --rig: {e}");
@@ -324,12 +327,15 @@ fn rig_main(opts: &Opts, spec: &str) {
             }
             rows.extend(rs);
         }
+        if opts.gloo {
+            gloo.extend(gloo_on_rig(&rig, opts));
+        }
         drop(rig);
     }
     println!();
     println!(
-        "{:>2} {:>8} {:>9} {:>8} {:>10} {:>11} {:>11} {:>14}",
-        "N", "size", "algorithm", "rails", "median_ms", "algBW_GB/s", "busBW_GB/s", "gain ÷ 1 rail"
+        "{:>2} {:>8} {:>9} {:>8} {:>10} {:>11} {:>11} {:>14} {:>12} {:>8}",
+        "N", "size", "algorithm", "rails", "median_ms", "algBW_GB/s", "busBW_GB/s", "gain ÷ 1 rail", "gloo_busBW", "÷ gloo"
     );
     for r in &rows {
         let one = rows
@@ -338,8 +344,12 @@ fn rig_main(opts: &Opts, spec: &str) {
                 o.n == r.n && o.mib == r.mib && o.algorithm == r.algorithm && o.label == "1 rail"
             })
             .map_or(f64::NAN, |o| o.median);
+        let g = gloo
+            .iter()
+            .find(|g| g.0 == r.n && g.1 == r.mib)
+            .map(|g| g.2);
         println!(
-            "{:>2} {:>5}MiB {:>9} {:>8} {:>10.2} {:>11.3} {:>11.3} {:>13.2}×",
+            "{:>2} {:>5}MiB {:>9} {:>8} {:>10.2} {:>11.3} {:>11.3} {:>13.2}× {:>12} {:>8}",
             r.n,
             r.mib,
             r.algorithm.name(),
@@ -348,7 +358,12 @@ fn rig_main(opts: &Opts, spec: &str) {
             r.alg_bw() / 1e9,
             r.bus_bw() / 1e9,
             one / r.median,
+            g.map_or("n/a".into(), |g| format!("{:.3}", g / 1e9)),
+            g.map_or("n/a".into(), |g| format!("{:.2}×", r.bus_bw() / g)),
         );
+    }
+    if opts.gloo {
+        println!("gloo_busBW: Gloo's allreduce (../shared/anchors/gloo_collective.py, one process per rank in its host's namespace) on rail 0 alone, since Gloo does not stripe; ÷ gloo is our busBW ÷ that.");
     }
     if let Some(&mib) = opts.sizes.iter().max() {
         print_profiles(&rows, mib);
@@ -672,6 +687,51 @@ fn gloo(opts: &Opts) -> Vec<(usize, usize, f64)> {
                         r["mib"].as_u64()? as usize,
                         r["busbw_MBps"].as_f64()? * 1e6,
                     ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Gloo's allreduce on the rig, rail 0, one process per rank in its host's namespace, every
+/// size: (N, MiB, busBW bytes/s).
+fn gloo_on_rig(rig: &Rig, opts: &Opts) -> Vec<(usize, usize, f64)> {
+    let n = rig.hosts();
+    let join = |v: &[usize]| {
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let job = plexus_bench::gloo::Job {
+        args: vec!["allreduce".into()],
+        env: vec![
+            ("WARMUP", WARMUP.to_string()),
+            ("ITERS", opts.iters.to_string()),
+            ("SIZES_MIB", join(&opts.sizes)),
+        ],
+        // A failed rank leaves the others waiting for it. At N = 2 on a 2 Gbit/s rail the whole
+        // run (four sizes up to 256 MiB, 13 iterations each, Python start-up included) took
+        // about 25 s here; larger worlds and slower rails take a few times that.
+        timeout: Duration::from_secs(900),
+    };
+    eprintln!("running Gloo on rail 0 of the rig: N={n} ({} {})", plexus_bench::gloo::python(), plexus_bench::gloo::SCRIPT);
+    let v = match plexus_bench::gloo::on_rig(rig, &job) {
+        Ok(v) => v,
+        Err(e) => {
+            println!("gloo: N={n} on the rig: the anchor script did not run: {e}");
+            return Vec::new();
+        }
+    };
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| {
+                    if r["correct"].as_bool() != Some(true) {
+                        println!("gloo: N={n} {} MiB on the rig: Gloo's result was wrong", r["mib"]);
+                        return None;
+                    }
+                    Some((n, r["mib"].as_f64()? as usize, r["busbw_GBps"].as_f64()? * 1e9))
                 })
                 .collect()
         })
