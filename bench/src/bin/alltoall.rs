@@ -121,6 +121,9 @@ impl std::str::FromStr for TableKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sched {
     Kind(ScheduleKind),
+    /// css with overlapped steps (`Exchanger::with_overlap`): a step's acknowledgements overlap
+    /// the next step's transfer.
+    CssOverlap,
     Alg1,
     Alg2,
     /// Not an exchanger's: every message at once through `Endpoint::send`/`recv`, what Gloo's
@@ -134,6 +137,7 @@ impl Sched {
         Sched::Kind(ScheduleKind::Shift),
         Sched::Kind(ScheduleKind::Pairwise),
         Sched::Kind(ScheduleKind::Css),
+        Sched::CssOverlap,
         Sched::Alg1,
         Sched::Alg2,
         Sched::Direct,
@@ -142,6 +146,7 @@ impl Sched {
     fn name(self) -> &'static str {
         match self {
             Sched::Kind(k) => k.name(),
+            Sched::CssOverlap => "css-ov",
             Sched::Alg1 => "alg1",
             Sched::Alg2 => "alg2",
             Sched::Direct => "direct",
@@ -157,7 +162,7 @@ impl std::str::FromStr for Sched {
             .iter()
             .copied()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown schedule {s:?} (shift, pairwise, css, alg1, alg2, direct)"))
+            .ok_or_else(|| format!("unknown schedule {s:?} (shift, pairwise, css, css-ov, alg1, alg2, direct)"))
     }
 }
 
@@ -318,6 +323,7 @@ impl Case {
             .filter_map(|&s| {
                 let built = match (s, &redistribution) {
                     (Sched::Kind(k), _) => Schedule::build(k, &table),
+                    (Sched::CssOverlap, _) => Schedule::build(ScheduleKind::Css, &table),
                     // Its "schedule" is only for the table's columns: every pair in one step
                     // is no schedule, so shift's stands in (the model column says n/a).
                     (Sched::Direct, _) => Schedule::build(ScheduleKind::Shift, &table),
@@ -976,6 +982,8 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
     // The exchanges use tags from 0, the barriers and the time reductions the next span, the
     // `direct` exchanges the one after (a tag per call).
     let x = Exchanger::new(ep.clone(), ranks.clone(), rank, 0).map_err(|e| e.to_string())?;
+    // The same group with overlapped steps, in its own tag span.
+    let xo = Exchanger::new(ep.clone(), ranks.clone(), rank, 3 << 56).map_err(|e| e.to_string())?.with_overlap(true);
     let comm = Communicator::new(ep.clone(), ranks.clone(), rank, 1 << 56, CollectiveConfig::default())
         .map_err(|e| e.to_string())?;
     let mut direct_tag = 2u64 << 56;
@@ -993,6 +1001,7 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                     let t0 = Instant::now();
                     let got = match s {
                         Sched::Kind(kind) => x.alltoallv(&c.table, sends.clone(), *kind).await,
+                        Sched::CssOverlap => xo.alltoallv(&c.table, sends.clone(), ScheduleKind::Css).await,
                         Sched::Alg1 | Sched::Alg2 => {
                             x.alltoallv_with(&c.table, schedule, sends.clone()).await
                         }

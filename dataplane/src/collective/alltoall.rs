@@ -85,6 +85,8 @@ pub struct Exchanger {
     tag_base: u64,
     seq: AtomicU64,
     serial: tokio::sync::Mutex<()>,
+    /// See [`Exchanger::with_overlap`].
+    overlap: bool,
 }
 
 /// One call, checked: what every rank exchanges, in which steps, and this rank's buffers.
@@ -147,7 +149,19 @@ impl Exchanger {
             tag_base,
             seq: AtomicU64::new(0),
             serial: tokio::sync::Mutex::new(()),
+            overlap: false,
         })
+    }
+
+    /// With `overlap`, a rank starts step k + 1 once step k's receive is done and step k − 1's
+    /// send is acknowledged, instead of waiting for step k's send to be acknowledged too: the
+    /// acknowledgements of one step overlap the next step's transfer (at most two senders write
+    /// to a receiver at once, at the tail of a step). Off by default: the seed's steps. Every
+    /// rank of a call must choose the same... it need not: the schedule and the data are the
+    /// same either way, only the pacing differs.
+    pub fn with_overlap(mut self, overlap: bool) -> Exchanger {
+        self.overlap = overlap;
+        self
     }
 
     pub fn rank(&self) -> usize {
@@ -416,33 +430,55 @@ impl Exchanger {
             tokio::spawn(async move { ep.send(&addrs, base.wrapping_add(HELLO), h).await })
         });
         let mut hello_checked = false;
+        let mut in_flight: Option<Task<Result<()>>> = None;
         for step in call.schedule.rank_steps(me) {
             if step.recv_from.is_some() && !hello_checked {
                 self.check_hello(left, base, &hello).await?;
                 hello_checked = true;
             }
-            let send = async {
-                match step.send_to {
-                    Some(to) => {
-                        self.endpoint
-                            .send(&self.ranks[to], tag, call.sends[to].clone())
-                            .await
-                    }
-                    None => Ok(()),
-                }
-            };
             let recv = async {
                 match step.recv_from {
                     Some(from) => self.recv_or_abort(from, tag, base).await.map(Some),
                     None => Ok(None),
                 }
             };
-            let ((), landed) = tokio::try_join!(send, recv)?;
+            let landed = if self.overlap {
+                // This step's send runs on; the previous one's must be acknowledged.
+                let next = step.send_to.map(|to| {
+                    let (ep, addrs, data) = (self.endpoint.clone(), self.ranks[to].clone(), call.sends[to].clone());
+                    Task(tokio::spawn(async move { ep.send(&addrs, tag, data).await }))
+                });
+                let previous = async {
+                    match in_flight.take() {
+                        Some(mut t) => (&mut t.0).await.map_err(|e| Error::Peer(format!("exchange send task: {e}")))?,
+                        None => Ok(()),
+                    }
+                };
+                let ((), landed) = tokio::try_join!(previous, recv)?;
+                in_flight = next;
+                landed
+            } else {
+                let send = async {
+                    match step.send_to {
+                        Some(to) => {
+                            self.endpoint
+                                .send(&self.ranks[to], tag, call.sends[to].clone())
+                                .await
+                        }
+                        None => Ok(()),
+                    }
+                };
+                let ((), landed) = tokio::try_join!(send, recv)?;
+                landed
+            };
             if let (Some(from), Some(landed)) = (step.recv_from, landed) {
                 posts.pending.retain(|&p| p != self.ids[from]);
                 let range = offsets[from]..offsets[from + 1];
                 land(&buf, from, range, landed).await?;
             }
+        }
+        if let Some(mut t) = in_flight.take() {
+            (&mut t.0).await.map_err(|e| Error::Peer(format!("exchange send task: {e}")))??;
         }
         if !hello_checked {
             self.check_hello(left, base, &hello).await?;
