@@ -9,6 +9,65 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
+/// Worlds of worker processes: copies of the running benchmark binary started as `--worker R`,
+/// one per rank (on the rail rig, rank r in host r's namespace with its first rails), which
+/// each print `ADDRS <their rail addresses>` and then read every rank's on stdin.
+pub mod world {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Child, ChildStdout, Command, Stdio};
+
+    use plexus_dataplane::RailKey;
+    use plexus_dataplane::rig::Rig;
+
+    /// A fresh rail key for one world, hex, or none for `open`.
+    pub fn key(auth: &str) -> Option<String> {
+        (auth == "key").then(|| RailKey::random().as_bytes().iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// Starts `n` workers with `args` (and `--rail-key`, and on the rig `--rails`), introduces
+    /// them to each other, and returns them with their stdout.
+    pub fn spawn(n: usize, args: &[String], key: Option<&str>, rig: Option<(&Rig, usize)>) -> (Vec<Child>, Vec<BufReader<ChildStdout>>) {
+        let exe = std::env::current_exe().expect("own path");
+        let mut children: Vec<Child> = (0..n)
+            .map(|r| {
+                let mut a = vec!["--worker".to_string(), r.to_string()];
+                a.extend(args.iter().cloned());
+                if let Some(k) = key {
+                    a.extend(["--rail-key".to_string(), k.to_string()]);
+                }
+                match rig {
+                    Some((rig, used)) => {
+                        let ips: Vec<String> = rig.addrs(r)[..used].iter().map(|a| a.to_string()).collect();
+                        a.extend(["--rails".to_string(), ips.join(",")]);
+                        rig.spawn(r, &exe.to_string_lossy(), &a).expect("spawn worker in the rig")
+                    }
+                    None => Command::new(&exe)
+                        .args(&a)
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::inherit())
+                        .spawn()
+                        .expect("spawn worker"),
+                }
+            })
+            .collect();
+        let mut readers: Vec<_> = children.iter_mut().map(|c| BufReader::new(c.stdout.take().expect("piped"))).collect();
+        let mut addrs = Vec::new();
+        for rd in &mut readers {
+            let mut line = String::new();
+            rd.read_line(&mut line).expect("worker stdout");
+            let a = line.trim().strip_prefix("ADDRS ").unwrap_or_else(|| panic!("worker said {line:?} instead of its addresses"));
+            addrs.push(a.to_string());
+        }
+        let all = addrs.join(";");
+        for c in &mut children {
+            let stdin = c.stdin.as_mut().expect("piped");
+            writeln!(stdin, "{all}").expect("worker stdin");
+        }
+        (children, readers)
+    }
+}
+
 /// Gloo's collectives as anchors, in the same run as ours: `../shared/anchors/gloo_collective.py`
 /// run with the project's torch venv (`scripts/setup-torch.sh`), on loopback in its spawn mode
 /// or on the rail rig one process per rank, rank r in host r's namespace on rail 0 only (Gloo

@@ -57,9 +57,8 @@
 //! Workers learn each other's addresses through the parent: each prints `ADDRS <a>,<b>` on
 //! stdout, the parent writes every rank's list back on their stdin, one line.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufRead;
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -604,63 +603,14 @@ struct GlooRow {
     correct: bool,
 }
 
-/// A fresh rail key for one world, hex, or none for `open`.
-fn world_key(auth: &str) -> Option<String> {
-    (auth == "key").then(|| RailKey::random().as_bytes().iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// Spawns `n` workers (on the rig, rank h in host h with its first `rails` rails), introduces
 /// them, and collects rank 0's results; false if a worker failed. It says how busy the
 /// machine's cores were meanwhile (whoever kept them busy): near 100 %, the exchanges were
 /// bound by CPU, not by the links.
 fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>) -> (Vec<Row>, bool) {
-    let exe = std::env::current_exe().expect("own path");
     let cpu0 = cpu_ticks();
-    let key = world_key(&opts.auth);
-    let mut children: Vec<Child> = (0..n)
-        .map(|r| {
-            let mut args = vec!["--worker".to_string(), r.to_string()];
-            args.extend(opts.to_args());
-            if let Some(k) = &key {
-                args.extend(["--rail-key".to_string(), k.clone()]);
-            }
-            match rig {
-                Some((rig, used)) => {
-                    let ips: Vec<String> =
-                        rig.addrs(r)[..used].iter().map(|a| a.to_string()).collect();
-                    args.extend(["--rails".to_string(), ips.join(",")]);
-                    rig.spawn(r, &exe.to_string_lossy(), &args)
-                        .expect("spawn worker in the rig")
-                }
-                None => Command::new(&exe)
-                    .args(&args)
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::inherit())
-                    .spawn()
-                    .expect("spawn worker"),
-            }
-        })
-        .collect();
-    let mut readers: Vec<_> = children
-        .iter_mut()
-        .map(|c| BufReader::new(c.stdout.take().expect("piped")))
-        .collect();
-    let mut addrs = Vec::new();
-    for rd in &mut readers {
-        let mut line = String::new();
-        rd.read_line(&mut line).expect("worker stdout");
-        let a = line
-            .trim()
-            .strip_prefix("ADDRS ")
-            .unwrap_or_else(|| panic!("worker said {line:?} instead of its addresses"));
-        addrs.push(a.to_string());
-    }
-    let all = addrs.join(";");
-    for c in &mut children {
-        let stdin = c.stdin.as_mut().expect("piped");
-        writeln!(stdin, "{all}").expect("worker stdin");
-    }
+    let key = plexus_bench::world::key(&opts.auth);
+    let (children, mut readers) = plexus_bench::world::spawn(n, &opts.to_args(), key.as_deref(), rig);
     let rails = rig.map_or(0, |r| r.1);
     // A worker that fails (its exchange's abort could not reach a rank, or the network went
     // away) would leave the others waiting for it forever: the watchdog then ends them all, so
