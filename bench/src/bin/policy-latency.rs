@@ -1,11 +1,13 @@
-//! Decision latency of the learned placer: p50/p99 of `DqnPolicy::decide` at 16 and 64
-//! candidate nodes, measured while the training thread is training, for several network widths
-//! (the default, and the seed's 512/4). The target is p99 < 1 ms on this machine.
+//! Decision latency of the learned placer: p50/p99/max of `DqnPolicy::decide` at 16 and 64
+//! candidate nodes, measured while the training thread is really training (the buffer is
+//! filled first, and the measurement runs on until training steps complete during it), for
+//! several network widths (the default, and the seed's 512/4). The target (issue 17) is
+//! p99 < 1 ms at 64 candidates on this machine.
 //!
 //! `cargo run --release -p plexus-bench --bin policy-latency`
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use plexus_bench::percentile;
 use plexus_policy::{
@@ -14,8 +16,6 @@ use plexus_policy::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const WARMUP: u64 = 1_500;
-const MEASURED: u64 = 4_000;
 
 fn observation(rng: &mut StdRng, n: usize) -> Observation {
     let task = TaskFeatures {
@@ -39,6 +39,14 @@ fn observation(rng: &mut StdRng, n: usize) -> Observation {
     o
 }
 
+/// Decisions measured at least, per case.
+const MEASURED_MIN: u64 = 4_000;
+/// Training steps that must complete while a case is measured, so the decisions really compete
+/// with training for the cores.
+const STEPS_DURING: u64 = 2;
+/// The longest a case's warm-up or measurement may take.
+const CASE_LIMIT: Duration = Duration::from_secs(60);
+
 fn main() {
     let configs = [
         ("default d=64 h=4 ff=128", NetConfig::default()),
@@ -53,15 +61,19 @@ fn main() {
         ("seed d=512 h=4 ff=2048", NetConfig::seed()),
     ];
     println!(
-        "learned placer decision latency (decide(): features → Q-values → ε-greedy), CPU, 1 intra-op thread, training thread running"
+        "learned placer decision latency (decide(): features → Q-values → ε-greedy), CPU, 1 intra-op thread, measured while the training thread trains"
     );
     println!(
-        "{:<26} {:>6} {:>9} {:>9} {:>9} {:>15}",
-        "network", "nodes", "p50_us", "p99_us", "max_us", "train_steps"
+        "(warm-up until the first training step completed; then at least {MEASURED_MIN} decisions, and on until {STEPS_DURING} more training steps completed, each refilling the 1024-experience buffer; at most {} s a phase)",
+        CASE_LIMIT.as_secs()
     );
+    println!(
+        "{:<26} {:>6} {:>10} {:>9} {:>9} {:>9} {:>13} {:>10}",
+        "network", "nodes", "decisions", "p50_us", "p99_us", "max_us", "steps_during", "measure_s"
+    );
+    let mut p99_at_64 = None;
     for (name, net) in configs {
         for n in [16usize, 64] {
-            // Small syncs so the inference network really is swapped during the measurement.
             let config = PolicyConfig {
                 net: net.clone(),
                 device: Some(tch::Device::Cpu),
@@ -69,16 +81,13 @@ fn main() {
             };
             let mut p = DqnPolicy::new(config, None).expect("policy");
             let mut rng = StdRng::seed_from_u64(7);
-            let mut lat = Vec::with_capacity(MEASURED as usize);
-            let steps_before_measure;
-            for id in 0..WARMUP + MEASURED {
-                let o = observation(&mut rng, n);
+            let steps = |p: &DqnPolicy| p.stats().training_steps.load(Ordering::Relaxed);
+            let mut id = 0u64;
+            let one = |p: &mut DqnPolicy, rng: &mut StdRng, id: u64| -> Duration {
+                let o = observation(rng, n);
                 let t0 = Instant::now();
                 let c = p.decide(id, o).expect("a feasible node");
                 let dt = t0.elapsed();
-                if id >= WARMUP {
-                    lat.push(dt.as_micros() as u64);
-                }
                 p.observe(
                     id,
                     &RewardInputs {
@@ -89,21 +98,51 @@ fn main() {
                         best_est_ms: Some(100.0),
                     },
                 );
+                dt
+            };
+            // Warm-up: fill the buffer until the trainer has completed a step.
+            let began = Instant::now();
+            while steps(&p) == 0 && began.elapsed() < CASE_LIMIT {
+                one(&mut p, &mut rng, id);
+                id += 1;
+                if id % 256 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
-            steps_before_measure = p.stats().training_steps.load(Ordering::Relaxed);
+            let before = steps(&p);
+            let began = Instant::now();
+            let mut lat = Vec::with_capacity(MEASURED_MIN as usize);
+            while ((lat.len() as u64) < MEASURED_MIN || steps(&p) < before + STEPS_DURING) && began.elapsed() < CASE_LIMIT {
+                lat.push(one(&mut p, &mut rng, id).as_micros() as u64);
+                id += 1;
+                // Decisions arrive as placements do, not in one burst: the trainer keeps a core.
+                if id % 64 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            let during = steps(&p) - before;
+            let took = began.elapsed();
             lat.sort_unstable();
+            let p99 = percentile(&lat, 99.0);
+            if n == 64 && p99_at_64.is_none() {
+                p99_at_64 = Some((p99, during));
+            }
             println!(
-                "{:<26} {:>6} {:>9} {:>9} {:>9} {:>15}",
+                "{:<26} {:>6} {:>10} {:>9} {:>9} {:>9} {:>13} {:>10.1}",
                 name,
                 n,
+                lat.len(),
                 percentile(&lat, 50.0),
-                percentile(&lat, 99.0),
+                p99,
                 lat.last().copied().unwrap_or(0),
-                steps_before_measure
+                during,
+                took.as_secs_f64()
             );
         }
     }
-    println!(
-        "(train_steps: training steps the training thread completed during the run; each is 8 batches of 128)"
-    );
+    println!("(steps_during: training steps the training thread completed while the decisions were measured; each is 8 batches of 128)");
+    if let Some((p99, during)) = p99_at_64 {
+        let verdict = if p99 < 1_000 && during > 0 { "PASS" } else { "FAIL" };
+        println!("target: p99 < 1 ms at 64 candidates with training running (default network): {p99} µs with {during} training steps during the measurement: {verdict}");
+    }
 }
