@@ -24,6 +24,45 @@ pub mod world {
         (auth == "key").then(|| RailKey::random().as_bytes().iter().map(|b| format!("{b:02x}")).collect())
     }
 
+    /// A worker's side: binds its endpoint on `rails` (loopback when none) with the weighted
+    /// scheduler and the rail key given as hex (none: open rails), prints its addresses, and
+    /// reads every rank's from stdin.
+    pub async fn join(
+        rails: &[std::net::IpAddr],
+        seg_max: u64,
+        send_buffer: Option<usize>,
+        rail_key: Option<&str>,
+    ) -> Result<(std::sync::Arc<plexus_dataplane::Endpoint>, Vec<Vec<std::net::SocketAddr>>), String> {
+        use plexus_dataplane::{Endpoint, EndpointConfig, RailAuth, SchedulerKind};
+        let cfg = EndpointConfig {
+            rails: if rails.is_empty() { vec![std::net::IpAddr::from([127, 0, 0, 1])] } else { rails.to_vec() },
+            scheduler: SchedulerKind::Weighted,
+            seg_max,
+            send_buffer,
+            auth: match rail_key {
+                Some(hex) => {
+                    let bytes: Vec<u8> = (0..hex.len() / 2)
+                        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16).map_err(|e| format!("--rail-key: {e}")))
+                        .collect::<Result<_, _>>()?;
+                    RailAuth::Key(RailKey::from_bytes(&bytes).map_err(|e| e.to_string())?)
+                }
+                None => RailAuth::Open,
+            },
+            ..Default::default()
+        };
+        let ep = std::sync::Arc::new(Endpoint::bind(cfg).await.map_err(|e| e.to_string())?);
+        let mine: Vec<String> = ep.local_addrs().iter().map(|a| a.to_string()).collect();
+        println!("ADDRS {}", mine.join(","));
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map_err(|e| e.to_string())?;
+        let ranks = line
+            .trim()
+            .split(';')
+            .map(|r| r.split(',').map(|a| a.parse().map_err(|e| format!("{a}: {e}"))).collect())
+            .collect::<Result<_, String>>()?;
+        Ok((ep, ranks))
+    }
+
     /// Starts `n` workers with `args` (and `--rail-key`, and on the rig `--rails`), introduces
     /// them to each other, and returns them with their stdout.
     pub fn spawn(n: usize, args: &[String], key: Option<&str>, rig: Option<(&Rig, usize)>) -> (Vec<Child>, Vec<BufReader<ChildStdout>>) {

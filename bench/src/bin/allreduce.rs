@@ -28,17 +28,15 @@
 //! stdout, the parent writes every rank's list back on their stdin, one line.
 
 use std::io::BufRead;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_dataplane::collective::Profile;
 use plexus_dataplane::rig::Rig;
 use plexus_dataplane::{
-    Algorithm, CollectiveConfig, Communicator, DType, Endpoint, EndpointConfig, RailAuth, RailKey,
-    ReduceOp, SchedulerKind,
+    Algorithm, CollectiveConfig, Communicator, DType, EndpointConfig, ReduceOp,
 };
 
 const MIB: usize = 1 << 20;
@@ -469,42 +467,7 @@ fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>, auth: &str) -> V
 
 /// One worker process: bind, learn the group, run every (algorithm, size), report from rank 0.
 async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
-    let cfg = EndpointConfig {
-        rails: if opts.rails.is_empty() {
-            vec![IpAddr::from([127, 0, 0, 1])]
-        } else {
-            opts.rails.clone()
-        },
-        scheduler: SchedulerKind::Weighted,
-        seg_max: opts.seg_max,
-        send_buffer: opts.sndbuf,
-        auth: match &opts.rail_key {
-            Some(hex) => {
-                let bytes: Vec<u8> = (0..hex.len() / 2)
-                    .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| format!("--rail-key: {e}")))
-                    .collect::<Result<_, _>>()?;
-                RailAuth::Key(RailKey::from_bytes(&bytes).map_err(|e| e.to_string())?)
-            }
-            None => RailAuth::Open,
-        },
-        ..Default::default()
-    };
-    let ep = Arc::new(Endpoint::bind(cfg).await.map_err(|e| e.to_string())?);
-    let mine: Vec<String> = ep.local_addrs().iter().map(|a| a.to_string()).collect();
-    println!("ADDRS {}", mine.join(","));
-    let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let ranks: Vec<Vec<SocketAddr>> = line
-        .trim()
-        .split(';')
-        .map(|r| {
-            r.split(',')
-                .map(|a| a.parse().map_err(|e| format!("{a}: {e}")))
-                .collect()
-        })
-        .collect::<Result<_, String>>()?;
+    let (ep, ranks) = plexus_bench::world::join(&opts.rails, opts.seg_max, opts.sndbuf, opts.rail_key.as_deref()).await?;
     let n = ranks.len();
     for (i, &algorithm) in opts.algorithms.iter().enumerate() {
         let comm = Communicator::new(

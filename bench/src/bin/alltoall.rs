@@ -67,7 +67,7 @@ use plexus_bench::gloo;
 use plexus_dataplane::rig::Rig;
 use plexus_dataplane::{
     BlockCyclic, CollectiveConfig, ComTable, Communicator, Endpoint, EndpointConfig, Exchanger,
-    PeerId, Placement, RailAuth, RailKey, ReduceOp, Schedule, ScheduleKind, SchedulerKind,
+    PeerId, Placement, ReduceOp, Schedule, ScheduleKind,
 };
 
 const MIB: usize = 1 << 20;
@@ -892,42 +892,7 @@ fn print_targets(opts: &Opts, rows: &[Row], gloo_rows: &[GlooRow], all_rails: us
 /// One worker process: bind, learn the group, run every (size, table, schedule), report from
 /// rank 0.
 async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
-    let cfg = EndpointConfig {
-        rails: if opts.rails.is_empty() {
-            vec![IpAddr::from([127, 0, 0, 1])]
-        } else {
-            opts.rails.clone()
-        },
-        scheduler: SchedulerKind::Weighted,
-        seg_max: opts.seg_max,
-        send_buffer: opts.sndbuf,
-        auth: match &opts.rail_key {
-            Some(hex) => {
-                let bytes: Vec<u8> = (0..hex.len() / 2)
-                    .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| format!("--rail-key: {e}")))
-                    .collect::<Result<_, _>>()?;
-                RailAuth::Key(RailKey::from_bytes(&bytes).map_err(|e| e.to_string())?)
-            }
-            None => RailAuth::Open,
-        },
-        ..Default::default()
-    };
-    let ep = Arc::new(Endpoint::bind(cfg).await.map_err(|e| e.to_string())?);
-    let mine: Vec<String> = ep.local_addrs().iter().map(|a| a.to_string()).collect();
-    println!("ADDRS {}", mine.join(","));
-    let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
-    let ranks: Vec<Vec<SocketAddr>> = line
-        .trim()
-        .split(';')
-        .map(|r| {
-            r.split(',')
-                .map(|a| a.parse().map_err(|e| format!("{a}: {e}")))
-                .collect()
-        })
-        .collect::<Result<_, String>>()?;
+    let (ep, ranks) = plexus_bench::world::join(&opts.rails, opts.seg_max, opts.sndbuf, opts.rail_key.as_deref()).await?;
     let n = ranks.len();
     // The exchanges use tags from 0, the barriers and the time reductions the next span, the
     // `direct` exchanges the one after (a tag per call).
