@@ -627,20 +627,23 @@ pub fn watch_header(job: &pb::JobStatus) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// `plexus workers`: one row per worker, then, when any worker has GPUs, one row per device with
-/// its model and its load from the latest heartbeat.
+/// its model and its load from the latest heartbeat. SPEED and FETCH IN are what the coordinator
+/// measured (issue 17): its run times against the cluster's mean for the same tasks (`1.5x`:
+/// faster), and the mean throughput of the fetches to it; `-` until measured.
 pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
     if workers.is_empty() {
         return "no workers\n".to_string();
     }
     let mut t = Table::new(&[
         "ID", "ALIVE", "PEER", "CPUS", "MEMORY", "GPUS", "RAILS", "ISOLATION", "ASSIGNED", "ALLOC CPU", "CPU UTIL",
-        "CACHE", "OBJECTS", "HEARTBEAT",
+        "CACHE", "OBJECTS", "SPEED", "FETCH IN", "HEARTBEAT",
     ]);
     let mut devices = Table::new(&["WORKER", "GPU", "MODEL", "UTIL", "MEMORY"]);
     for w in workers {
         let cap = w.capacity.clone().unwrap_or_default();
         let state = w.state.clone().unwrap_or_default();
         let alloc = w.allocated.unwrap_or_default();
+        let speed = speed_view(w.speed.as_ref());
         t.row(vec![
             w.worker_id.clone(),
             yes_no(w.alive).to_string(),
@@ -655,6 +658,8 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
             format!("{:.0}%", state.cpu_utilisation * 100.0),
             format!("{}/{}", human_size(state.cache_used), human_size(cap.cache_bytes)),
             state.objects.len().to_string(),
+            speed.relative_speed.map_or("-".into(), |v| format!("{v:.2}x")),
+            speed.fetch_bytes_per_s.map_or("-".into(), |v| format!("{}/s", human_size(v as u64))),
             age(w.last_heartbeat, now_ms),
         ]);
         for g in &cap.gpus {
@@ -714,6 +719,44 @@ pub struct WorkerView {
     /// Attempts running or being prepared, as `<job>/<task>/<rank>#<attempt>`.
     pub running: Vec<String>,
     pub last_heartbeat_ms: Option<u64>,
+    /// What the coordinator measured of its speed.
+    pub speed: SpeedView,
+}
+
+/// A worker's measured speed (issue 17); null where nothing was measured. `*_samples` are
+/// effective sample counts (recency-weighted, at most 10 per estimate).
+#[derive(Debug, Default, Serialize, PartialEq)]
+pub struct SpeedView {
+    /// Its run times against the cluster's mean for the same tasks (geometric mean; > 1 faster).
+    pub relative_speed: Option<f64>,
+    /// Kinds of task (command or kind, and requests) with measured run times here.
+    pub signatures: u32,
+    pub run_samples: f64,
+    /// Compute per 10⁹ flops, from tasks with a `flops` hint.
+    pub ms_per_gflop: Option<f64>,
+    pub flop_samples: f64,
+    /// Holders whose fetches to it were measured, and their mean throughput and latency.
+    pub fetch_pairs: u32,
+    pub fetch_bytes_per_s: Option<f64>,
+    pub fetch_latency_ms: Option<f64>,
+    pub fetch_samples: f64,
+}
+
+/// 0 on the wire is "not measured".
+fn speed_view(s: Option<&pb::WorkerSpeed>) -> SpeedView {
+    let Some(s) = s else { return SpeedView::default() };
+    let measured = |v: f64| (v > 0.0 && v.is_finite()).then_some(v);
+    SpeedView {
+        relative_speed: measured(s.relative_speed),
+        signatures: s.signatures,
+        run_samples: s.run_samples,
+        ms_per_gflop: measured(s.ms_per_gflop),
+        flop_samples: s.flop_samples,
+        fetch_pairs: s.fetch_pairs,
+        fetch_bytes_per_s: measured(s.fetch_bytes_per_ms).map(|v| v * 1000.0),
+        fetch_latency_ms: (s.fetch_pairs > 0).then_some(s.fetch_latency_ms),
+        fetch_samples: s.fetch_samples,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -801,6 +844,7 @@ pub fn worker_list_view(workers: &[pb::WorkerInfo]) -> WorkerList {
                     .map(|a| format!("{}/{}/{}#{}", a.job_id, a.task, a.rank, a.attempt))
                     .collect(),
                 last_heartbeat_ms: time(w.last_heartbeat),
+                speed: speed_view(w.speed.as_ref()),
             }
         })
         .collect();
@@ -811,7 +855,15 @@ pub fn worker_list_view(workers: &[pb::WorkerInfo]) -> WorkerList {
 // Placement explanations
 // ---------------------------------------------------------------------------------------------
 
+/// A candidate's estimated fetch and compute, ms, from its features (issue 17).
+fn estimates_of(c: &pb::CandidateScore) -> (Option<f64>, Option<f64>) {
+    let get = |name: &str| c.features.iter().find(|f| f.name == name).map(|f| f.value);
+    (get("est_fetch_ms"), get("est_compute_ms"))
+}
+
 /// `plexus explain`: the decision, then one row per candidate with the chosen one marked `*`.
+/// When candidates carry estimates, EST MS is their fetch + compute (each also in FEATURES, with
+/// the samples behind it).
 pub fn explain_text(e: &pb::ExplainPlacementResponse, now_ms: u64) -> String {
     let mut out = fields(&[
         ("placer", e.placer.clone()),
@@ -825,19 +877,31 @@ pub fn explain_text(e: &pb::ExplainPlacementResponse, now_ms: u64) -> String {
         out.push_str("\nno candidates recorded\n");
         return out;
     }
-    let mut t = Table::new(&["", "WORKER", "FEASIBLE", "SCORE", "FEATURES", "NOTE"]);
+    let estimated = e.candidates.iter().any(|c| matches!(estimates_of(c), (Some(_), Some(_))));
+    let mut header = vec!["", "WORKER", "FEASIBLE", "SCORE"];
+    if estimated {
+        header.push("EST MS");
+    }
+    header.extend(["FEATURES", "NOTE"]);
+    let mut t = Table::new(&header);
     for c in &e.candidates {
         let chosen = !e.chosen_worker.is_empty() && c.worker_id == e.chosen_worker;
         let features: Vec<String> = c.features.iter().map(|f| format!("{}={}", f.name, number(f.value))).collect();
-        t.row(vec![
+        let mut row = vec![
             if chosen { "*" } else { "" }.to_string(),
             c.worker_id.clone(),
             yes_no(c.feasible).to_string(),
             // An infeasible candidate was never scored in earnest.
             if c.feasible { number(c.score) } else { "-".to_string() },
-            features.join(" "),
-            one_line(&c.note),
-        ]);
+        ];
+        if estimated {
+            row.push(match estimates_of(c) {
+                (Some(f), Some(x)) => number(f + x),
+                _ => "-".to_string(),
+            });
+        }
+        row.extend([features.join(" "), one_line(&c.note)]);
+        t.row(row);
     }
     out.push('\n');
     out.push_str(&t.render());
@@ -862,6 +926,9 @@ pub struct CandidateView {
     pub feasible: bool,
     pub score: f64,
     pub features: BTreeMap<String, f64>,
+    /// Its estimated fetch and compute, ms (also in `features`); null where none was made.
+    pub est_fetch_ms: Option<f64>,
+    pub est_compute_ms: Option<f64>,
     pub note: Option<String>,
 }
 
@@ -882,6 +949,8 @@ pub fn explain_view(e: &pb::ExplainPlacementResponse) -> ExplainView {
                 feasible: c.feasible,
                 score: c.score,
                 features: c.features.iter().map(|f| (f.name.clone(), f.value)).collect(),
+                est_fetch_ms: estimates_of(c).0,
+                est_compute_ms: estimates_of(c).1,
                 note: non_empty(&c.note),
             })
             .collect(),
@@ -1193,6 +1262,16 @@ mod tests {
             last_heartbeat: NOW - 1_200,
             allocated: Some(pb::Resources { cpu: 1.5, memory: 1 << 30, gpu: 0 }),
             assigned: 2,
+            speed: Some(pb::WorkerSpeed {
+                relative_speed: 1.25,
+                signatures: 2,
+                run_samples: 3.5,
+                fetch_pairs: 1,
+                fetch_bytes_per_ms: 1048.576,
+                fetch_latency_ms: 2.5,
+                fetch_samples: 1.9,
+                ..Default::default()
+            }),
         }]
     }
 
@@ -1200,8 +1279,8 @@ mod tests {
     fn workers_table_and_json() {
         let text = workers_table(&workers(), NOW);
         let expected = format!(
-            "ID{p}ALIVE  PEER                   CPUS  MEMORY   GPUS  RAILS  ISOLATION  ASSIGNED  ALLOC CPU  CPU UTIL  CACHE             OBJECTS  HEARTBEAT\n\
-             {W1}  yes    http://127.0.0.1:7001  4     8.0 GiB  2     2      cgroup-v1  2         1.5        38%       12.0 MiB/1.0 GiB  1        1.2s ago\n\
+            "ID{p}ALIVE  PEER                   CPUS  MEMORY   GPUS  RAILS  ISOLATION  ASSIGNED  ALLOC CPU  CPU UTIL  CACHE             OBJECTS  SPEED  FETCH IN   HEARTBEAT\n\
+             {W1}  yes    http://127.0.0.1:7001  4     8.0 GiB  2     2      cgroup-v1  2         1.5        38%       12.0 MiB/1.0 GiB  1        1.25x  1.0 MiB/s  1.2s ago\n\
              \n\
              WORKER{w}GPU  MODEL  UTIL  MEMORY\n\
              {W1}  0    H100   37%   12.0 GiB/80.0 GiB\n\
@@ -1237,7 +1316,9 @@ mod tests {
                 "allocated": {"cpu": 1.5, "memory_bytes": 1u64 << 30, "gpu": 0},
                 "cpu_utilisation": 0.375, "memory_free_bytes": 6u64 << 30,
                 "cache_used_bytes": 12u64 << 20, "cache_bound_bytes": 1u64 << 30, "objects": 1,
-                "running": [format!("{J1}/gen/2#1")], "last_heartbeat_ms": NOW - 1_200
+                "running": [format!("{J1}/gen/2#1")], "last_heartbeat_ms": NOW - 1_200,
+                "speed": {"relative_speed": 1.25, "signatures": 2, "run_samples": 3.5, "ms_per_gflop": null, "flop_samples": 0.0,
+                          "fetch_pairs": 1, "fetch_bytes_per_s": 1048576.0, "fetch_latency_ms": 2.5, "fetch_samples": 1.9}
             })
         );
     }
@@ -1299,9 +1380,28 @@ mod tests {
         assert_eq!(
             v["candidates"][1],
             json!({"worker_id": W2, "chosen": true, "feasible": true, "score": 0.8125,
-                   "features": {"free_cpu": 3.0, "local_bytes": 4096.0}, "note": null})
+                   "features": {"free_cpu": 3.0, "local_bytes": 4096.0}, "est_fetch_ms": null, "est_compute_ms": null, "note": null})
         );
         assert_eq!(v["candidates"][0]["chosen"], false);
+    }
+
+    /// Candidates with measured estimates (issue 17) get an EST MS column (fetch + compute) and
+    /// the estimates in their JSON.
+    #[test]
+    fn explain_shows_each_candidates_estimates() {
+        let feature = |name: &str, value: f64| pb::Feature { name: name.into(), value };
+        let mut e = explanation();
+        e.candidates[1].features = vec![feature("est_fetch_ms", 12.5), feature("est_fetch_samples", 1.9), feature("est_compute_ms", 40.0)];
+        let text = explain_text(&e, NOW);
+        let rows: Vec<&str> = text.lines().skip(7).collect();
+        assert!(rows[0].contains("EST MS") && rows[0].find("EST MS") < rows[0].find("FEATURES"), "{text}");
+        assert!(rows[1].contains("  -  "), "no estimate: {text}");
+        assert!(rows[2].contains("52.5") && rows[2].contains("est_fetch_samples=1.9"), "{text}");
+        let v = serde_json::to_value(explain_view(&e)).unwrap();
+        assert_eq!((v["candidates"][1]["est_fetch_ms"].clone(), v["candidates"][1]["est_compute_ms"].clone()), (json!(12.5), json!(40.0)));
+        assert_eq!(v["candidates"][0]["est_fetch_ms"], json!(null));
+        // Without estimates the table is as before.
+        assert!(!explain_text(&explanation(), NOW).contains("EST MS"));
     }
 
     #[test]

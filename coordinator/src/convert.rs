@@ -6,6 +6,7 @@ use plexus_proto::{AttemptRef, JobState, ObjectId, SubtaskState, pb};
 
 use plexus_proto::rules;
 use plexus_proto::topology::{self as topo, GpuLink, LinkLevel};
+use plexus_scheduler::core::estimates::WorkerSpeed;
 use plexus_scheduler::core::messages::GpuUsage;
 use plexus_scheduler::core::{Assignment, Capacity, GangPhase, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
 use plexus_scheduler::gpu::topology::NodeTopology;
@@ -409,7 +410,8 @@ fn capacity(c: &Capacity) -> pb::NodeCapacity {
     }
 }
 
-pub fn worker_info(w: &Worker) -> pb::WorkerInfo {
+/// A worker for `plexus workers`, with what was measured of its speed (`None`: nothing yet).
+pub fn worker_info(w: &Worker, speed: Option<&WorkerSpeed>) -> pb::WorkerInfo {
     pb::WorkerInfo {
         worker_id: w.record.id.to_string(),
         peer_addr: w.record.peer_addr.clone(),
@@ -440,6 +442,22 @@ pub fn worker_info(w: &Worker) -> pb::WorkerInfo {
         last_heartbeat: w.record.last_heartbeat,
         allocated: Some((&w.allocated).into()),
         assigned: w.placed.len() as u32,
+        speed: speed.map(worker_speed),
+    }
+}
+
+/// A measured speed; "not measured" is 0 on the wire.
+pub fn worker_speed(s: &WorkerSpeed) -> pb::WorkerSpeed {
+    pb::WorkerSpeed {
+        ms_per_gflop: s.ms_per_gflop.unwrap_or(0.0),
+        flop_samples: s.flop_samples,
+        signatures: s.signatures,
+        run_samples: s.run_samples,
+        relative_speed: s.relative_speed.unwrap_or(0.0),
+        fetch_pairs: s.fetch_pairs,
+        fetch_bytes_per_ms: s.fetch_bytes_per_ms.unwrap_or(0.0),
+        fetch_latency_ms: s.fetch_latency_ms.unwrap_or(0.0),
+        fetch_samples: s.fetch_samples,
     }
 }
 

@@ -29,6 +29,12 @@ const TICK: Duration = Duration::from_millis(100);
 /// under a flood of requests.
 const MAX_BATCH: usize = 4096;
 
+/// How often the measured speeds are saved (when they changed), and at stop. Not with every
+/// round: they change with every finished attempt and are rewritten whole (up to about 2 MB at
+/// their bounds). A crash loses at most this much measuring, which only costs estimates that a
+/// few more attempts teach again.
+const SAVE_ESTIMATES_EVERY_MS: u64 = 30_000;
+
 /// Where to find the logs of a subtask's latest attempt.
 pub struct LogSource {
     pub attempt: u32,
@@ -116,13 +122,16 @@ struct Engine {
     clock: fn() -> u64,
     delivery: HashMap<WorkerId, Delivery>,
     watchers: HashMap<JobId, watch::Sender<pb::JobStatus>>,
+    /// The estimates' revision last saved, and when.
+    estimates_saved: (u64, u64),
 }
 
 /// Starts the engine thread. It runs until every handle is dropped, or a commit fails; the
 /// returned join handle yields the storage error in the latter case.
 pub fn start(core: Core, store: Box<dyn Store>, clock: fn() -> u64) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
     let (tx, rx) = std_mpsc::channel();
-    let engine = Engine { stats: Stats::default(), core, store, clock, delivery: HashMap::new(), watchers: HashMap::new() };
+    let estimates_saved = (core.estimates().revision(), clock());
+    let engine = Engine { stats: Stats::default(), core, store, clock, delivery: HashMap::new(), watchers: HashMap::new(), estimates_saved };
     let join = std::thread::Builder::new()
         .name("plexus-engine".into())
         .spawn(move || engine.run(rx))
@@ -146,6 +155,7 @@ impl Engine {
                 Ok(c) => Some(c),
                 Err(std_mpsc::RecvTimeoutError::Timeout) => None,
                 Err(std_mpsc::RecvTimeoutError::Disconnected) => {
+                    self.save_estimates((self.clock)(), true);
                     self.log_stats();
                     return Ok(());
                 }
@@ -183,6 +193,7 @@ impl Engine {
             }
             self.dispatch(&out);
             self.notify(&out, now);
+            self.save_estimates(now, stop);
             let st = &mut self.stats;
             if n > 0 || !out.is_empty() {
                 st.rounds += 1;
@@ -197,6 +208,21 @@ impl Engine {
                 self.log_stats();
                 return Ok(());
             }
+        }
+    }
+
+    /// Saves the measured speeds when they changed and it is time (or `now_anyway`, at stop).
+    fn save_estimates(&mut self, now: u64, now_anyway: bool) {
+        let revision = self.core.estimates().revision();
+        let (saved, at) = self.estimates_saved;
+        if revision == saved || (!now_anyway && now < at.saturating_add(SAVE_ESTIMATES_EVERY_MS)) {
+            return;
+        }
+        if crate::store::save_estimates(self.store.as_ref(), self.core.estimates()) {
+            self.estimates_saved = (revision, now);
+        } else {
+            // Try again at the next period, not at every round.
+            self.estimates_saved.1 = now;
         }
     }
 
@@ -278,7 +304,8 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::ListWorkers { reply } => {
-                let v = core.workers().map(convert::worker_info).collect();
+                let speeds = core.estimates().speeds();
+                let v = core.workers().map(|w| convert::worker_info(w, speeds.get(&w.record.id))).collect();
                 replies.push(defer(reply, v));
             }
             Cmd::SetQueue { name, share, reply } => {
@@ -413,4 +440,45 @@ fn log_source(core: &Core, job: JobId, task: &str, rank: u32) -> Result<LogSourc
 /// Every queue with a share, with the cores its placed attempts hold.
 fn queue_list(core: &Core) -> Vec<pb::QueueInfo> {
     core.queue_shares().iter().map(|(name, share)| pb::QueueInfo { name: name.clone(), share: *share, used_cpu: core.queue_usage(name) }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use plexus_proto::{AttemptRef, SubtaskState};
+    use plexus_scheduler::core::{Capacity, CoreConfig};
+    use plexus_scheduler::placer::heuristic;
+    use plexus_scheduler::spec::{Format, parse};
+
+    use super::*;
+    use crate::store::{MemStore, load_estimates};
+
+    /// What a worker's succeeded attempt teaches reaches `plexus workers`, and is saved when the
+    /// engine stops, so the next coordinator starts from it.
+    #[tokio::test]
+    async fn measured_speeds_are_listed_and_saved_at_stop() {
+        let store = Arc::new(MemStore::default());
+        let core = Core::new(CoreConfig::default(), heuristic("fastest", 1).expect("a heuristic"));
+        let (handle, thread) = start(core, Box::new(store.clone()), plexus_proto::now_ms);
+        let worker = WorkerId::random();
+        let capacity = Capacity { cpus: 2, memory: 1 << 30, ..Default::default() };
+        let reg = Registration { worker, session: "s".into(), peer_addr: "http://127.0.0.1:1".into(), capacity, state: NodeReport::default(), known: vec![] };
+        handle.call(|reply| Cmd::Register { reg, reply }).await.unwrap();
+        let job = JobId::random();
+        let spec = parse("[[task]]\nname = \"a\"\ncommand = [\"work\"]\n", Format::Toml, "j.toml").unwrap();
+        handle.call(|reply| Cmd::Submit { id: job, spec, reply }).await.unwrap().unwrap();
+        let attempt = AttemptRef { job, task: "a".into(), rank: 0, attempt: 1 };
+        let report = Report { attempt: Some(attempt), state: Some(SubtaskState::Succeeded), started_at: 1_000, finished_at: 1_250, ..Default::default() };
+        assert!(handle.call(|reply| Cmd::Report { worker, session: "s".into(), reports: vec![report], reply }).await.unwrap());
+        let workers = handle.call(|reply| Cmd::ListWorkers { reply }).await.unwrap();
+        let speed = workers[0].speed.expect("measured");
+        assert_eq!((speed.signatures, speed.run_samples), (1, 1.0));
+        assert!(store.load_estimates().unwrap().is_none(), "not saved with every round");
+        handle.stop();
+        tokio::task::spawn_blocking(move || thread.join()).await.unwrap().expect("the engine thread ends").expect("cleanly");
+        let saved = load_estimates(store.as_ref());
+        assert_eq!(saved.speeds()[&worker].signatures, 1);
+        assert!(saved.revision() > 0);
+    }
 }

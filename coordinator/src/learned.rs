@@ -13,7 +13,7 @@ use plexus_scheduler::placer::{Candidate, Decision, HEURISTICS, Outcome, Placeme
 use crate::Error;
 
 /// Every name accepted by `--placer`: the heuristics, and `rl`.
-pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "rl"];
+pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "fastest", "rl"];
 
 /// Builds a placer by name: a heuristic, or `rl`, the learned policy, persisting through `store`.
 pub fn by_name(name: &str, seed: u64, store: Option<Arc<dyn PolicyStore>>) -> Result<Box<dyn Placer>, Error> {

@@ -21,7 +21,8 @@ struct Args {
     /// Directory for durable state.
     #[arg(long, default_value = ".plexus/coordinator")]
     data_dir: PathBuf,
-    /// Placement policy: least-loaded, round-robin, random, locality, or rl (the learned DQN).
+    /// Placement policy: least-loaded, round-robin, random, locality, fastest (least measured
+    /// fetch + compute), or rl (the learned DQN).
     #[arg(long, default_value = "least-loaded")]
     placer: String,
     /// Seed for randomised placers.

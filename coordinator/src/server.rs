@@ -112,12 +112,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         Err(e) => tracing::warn!(error = %e, "the GPU interference model cannot start; GPU sharing uses the contention model"),
     }
     core.restore(snapshot, plexus_proto::now_ms())?;
+    core.set_estimates(crate::store::load_estimates(&store));
     for (name, share) in store.queue_shares()? {
         if let Err(e) = core.set_queue_share(&name, Some(share)) {
             tracing::warn!(queue = name, error = e, "a stored queue share is not valid; ignored");
         }
     }
-    tracing::info!(jobs, workers, placer = core.placer_name(), "state restored");
+    tracing::info!(jobs, workers, placer = core.placer_name(), estimates = core.estimates().revision(), "state restored");
     // Not yet read by placement: GPU gang placement (issue 16, item 4) takes it from here.
     tracing::info!(msc = %config.msc, "GPU topology costs");
 

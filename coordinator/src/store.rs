@@ -12,6 +12,7 @@ use plexus_migrations as mig;
 use plexus_proto::{JobId, WorkerId};
 
 use plexus_policy::StoreError;
+use plexus_scheduler::core::estimates::Estimates;
 use plexus_scheduler::core::{JobRecord, PlacementRecord, Snapshot, Subtask, WorkerRecord};
 
 use crate::Error;
@@ -96,14 +97,40 @@ pub trait Store: Send {
     fn load(&self) -> Result<Snapshot, Error>;
     /// Writes the batch atomically; when this returns Ok the records survive a crash.
     fn commit(&self, batch: Batch) -> Result<(), Error>;
+    /// The measured speeds last saved (`core::estimates::Estimates` as JSON), if any.
+    fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error>;
+    /// Replaces the saved speeds. Durable with the next commit's flush (or sled's own periodic
+    /// one): a crash loses at most the last few measurements, which costs only estimates.
+    fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error>;
 }
 
-/// The sled store: one database directory, one `state` tree, and a `policy` tree for what the
-/// learned placer has learned.
+impl<S: Store + Sync> Store for std::sync::Arc<S> {
+    fn load(&self) -> Result<Snapshot, Error> {
+        (**self).load()
+    }
+    fn commit(&self, batch: Batch) -> Result<(), Error> {
+        (**self).commit(batch)
+    }
+    fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error> {
+        (**self).load_estimates()
+    }
+    fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error> {
+        (**self).save_estimates(bytes)
+    }
+}
+
+/// The sled store: one database directory, one `state` tree, a `policy` tree for what the
+/// learned placer has learned, and an `estimates` tree for the measured speeds.
 pub struct SledStore {
     db: sled::Db,
     state: sled::Tree,
+    estimates: sled::Tree,
 }
+
+/// Tree holding the cluster's measured speeds (issue 17): one value, under [`ESTIMATES_KEY`].
+/// Not in `state`: it is rewritten whole every so often, not with each round's records.
+pub const ESTIMATES_TREE: &str = "estimates";
+pub const ESTIMATES_KEY: &[u8] = b"cluster";
 
 /// Tree holding the learned placer's weights (`weights`) and experiences (`e` + id, u64 BE).
 pub const POLICY_TREE: &str = "policy";
@@ -206,7 +233,8 @@ impl SledStore {
         let db = open_db_waiting(dir, wait)?;
         let applied = mig::migrate(&db)?;
         let state = db.open_tree(mig::STATE_TREE)?;
-        Ok((SledStore { db, state }, applied))
+        let estimates = db.open_tree(ESTIMATES_TREE)?;
+        Ok((SledStore { db, state, estimates }, applied))
     }
 
     /// Persistence for the learned placer, in this database's `policy` tree.
@@ -287,12 +315,22 @@ impl Store for SledStore {
         self.db.flush()?;
         Ok(())
     }
+
+    fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.estimates.get(ESTIMATES_KEY)?.map(|v| v.to_vec()))
+    }
+
+    fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.estimates.insert(ESTIMATES_KEY, bytes)?;
+        Ok(())
+    }
 }
 
 /// A store in memory, for tests of the engine.
 #[derive(Default)]
 pub struct MemStore {
     items: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+    estimates: Mutex<Option<Vec<u8>>>,
 }
 
 impl Store for MemStore {
@@ -305,6 +343,44 @@ impl Store for MemStore {
         let mut items = self.items.lock().map_err(|_| Error::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
         items.extend(batch.items);
         Ok(())
+    }
+
+    fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.estimates.lock().map_err(|_| Error::Corrupt { key: "estimates".into(), reason: "poisoned".into() })?.clone())
+    }
+
+    fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error> {
+        *self.estimates.lock().map_err(|_| Error::Corrupt { key: "estimates".into(), reason: "poisoned".into() })? = Some(bytes.to_vec());
+        Ok(())
+    }
+}
+
+/// The measured speeds saved in `store`, or fresh ones when none were saved, or when what was
+/// saved cannot be read (logged: losing them costs only estimates, which are learnt again).
+pub fn load_estimates(store: &dyn Store) -> Estimates {
+    match store.load_estimates() {
+        Ok(None) => Estimates::new(),
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the saved speed estimates cannot be read; starting with none");
+            Estimates::new()
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, "the saved speed estimates cannot be loaded; starting with none");
+            Estimates::new()
+        }
+    }
+}
+
+/// Saves `estimates` in `store`. A failure is logged, not fatal: the estimates stay in memory and
+/// the next save tries again.
+pub fn save_estimates(store: &dyn Store, estimates: &Estimates) -> bool {
+    let saved = serde_json::to_vec(estimates).map_err(|e| e.to_string()).and_then(|b| store.save_estimates(&b).map_err(|e| e.to_string()));
+    match saved {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "the speed estimates could not be saved");
+            false
+        }
     }
 }
 
@@ -416,6 +492,32 @@ mod tests {
         let mut restored = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
         restored.restore(store.load().unwrap(), 10).unwrap();
         assert_eq!(restored.job(job).unwrap().subtasks.len(), 3);
+    }
+
+    /// Saved speeds come back after a reopen; unreadable ones give fresh estimates, not an error.
+    #[test]
+    fn estimates_are_saved_in_their_tree_and_damage_starts_fresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (WorkerId::random(), WorkerId::random());
+        let mut e = Estimates::new();
+        e.observe_run(a, 7, None, 120.0);
+        e.observe_fetch(a, b, None, 1, 1 << 20, 40.0);
+        {
+            let (store, _) = SledStore::open(dir.path()).unwrap();
+            assert!(load_estimates(&store).is_empty(), "nothing saved yet");
+            assert!(save_estimates(&store, &e));
+            store.db.flush().unwrap();
+        }
+        let (store, _) = SledStore::open(dir.path()).unwrap();
+        let back = load_estimates(&store);
+        assert_eq!(back.revision(), e.revision());
+        assert_eq!(back.compute(a, 7, None), e.compute(a, 7, None));
+        assert_eq!(back.link(a, b, None), e.link(a, b, None));
+        store.save_estimates(b"{not json").unwrap();
+        assert!(load_estimates(&store).is_empty());
+        let mem = MemStore::default();
+        mem.save_estimates(br#"{"format": 99, "revision": 1, "runs": [], "flop_rates": [], "links": []}"#).unwrap();
+        assert!(load_estimates(&mem).is_empty(), "another format starts fresh");
     }
 
     #[test]

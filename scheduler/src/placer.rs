@@ -43,12 +43,13 @@ pub struct Candidate {
     pub cache_bytes: u64,
     pub cache_used: u64,
     /// Estimated milliseconds to bring the subtask's inputs that are not in this worker's fast
-    /// memory to it, from each object's cheapest source. Only a caller that knows the network
-    /// (tiers, racks, where every copy is) can say; the cluster simulator does, the coordinator
-    /// does not yet and leaves it `None`.
+    /// memory to it, from each object's cheapest source. The cluster simulator knows them
+    /// exactly; the coordinator estimates them from measured fetches (`core::estimates`), and
+    /// leaves `None` until some fetch was measured (`Some(0.0)` when nothing is to be fetched).
     pub est_fetch_ms: Option<f64>,
-    /// Estimated milliseconds of compute for the subtask on this worker's engines, when their
-    /// speeds are known (the simulator's; the coordinator leaves it `None`).
+    /// Estimated milliseconds of compute for the subtask on this worker: the simulator's engine
+    /// speeds, or the coordinator's measured run times (`None` until the same work, or work with
+    /// a `flops` hint, has run somewhere).
     pub est_compute_ms: Option<f64>,
 }
 
@@ -118,7 +119,7 @@ pub trait Placer: Send {
 }
 
 /// Names accepted by `--placer` for the heuristics.
-pub const HEURISTICS: &[&str] = &["least-loaded", "round-robin", "random", "locality"];
+pub const HEURISTICS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "fastest"];
 
 /// Builds a heuristic placer by name, seeded.
 pub fn heuristic(name: &str, seed: u64) -> Option<Box<dyn Placer>> {
@@ -127,6 +128,7 @@ pub fn heuristic(name: &str, seed: u64) -> Option<Box<dyn Placer>> {
         "round-robin" => Box::new(RoundRobin::default()),
         "random" => Box::new(RandomPlacer::new(seed)),
         "locality" | "data-locality" => Box::new(Locality),
+        "fastest" => Box::new(Fastest),
         _ => return None,
     })
 }
@@ -248,6 +250,49 @@ impl Placer for Locality {
     }
 }
 
+/// Fastest: the feasible worker where the subtask is estimated to be done soonest, the least
+/// [`Candidate::est_fetch_ms`] + [`Candidate::est_compute_ms`] (the coordinator's measured
+/// estimates, `core::estimates`; the simulator's exact ones there). Ties go to the most input
+/// bytes resident, then the most free cores, then the earliest candidate: the simulator's
+/// `fastest` rule, so both decide alike on the same estimates. When a feasible candidate has no
+/// estimate (nothing like the subtask has run yet, or no fetch was ever measured) it places as
+/// [`LeastLoaded`], and says so.
+pub struct Fastest;
+
+impl Fastest {
+    /// Whether `a` is strictly better than `b`, both with estimates.
+    fn better(a: &Candidate, b: &Candidate, ea: f64, eb: f64) -> bool {
+        match ea.partial_cmp(&eb) {
+            Some(std::cmp::Ordering::Less) => true,
+            Some(std::cmp::Ordering::Equal) => (a.local_input_bytes, a.free.cpu).partial_cmp(&(b.local_input_bytes, b.free.cpu)) == Some(std::cmp::Ordering::Greater),
+            _ => false,
+        }
+    }
+}
+
+impl Placer for Fastest {
+    fn name(&self) -> &'static str {
+        "fastest"
+    }
+    fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
+        let estimates: Option<Vec<f64>> = candidates.iter().map(|c| if c.feasible { c.est_run_ms() } else { Some(f64::NAN) }).collect();
+        let Some(est) = estimates else {
+            let mut d = LeastLoaded.place(req, candidates);
+            d.reason = format!("no estimate for every feasible worker yet, so as least-loaded: {}", d.reason);
+            return d;
+        };
+        let mut chosen = usize::MAX;
+        for (i, c) in candidates.iter().enumerate().filter(|(_, c)| c.feasible) {
+            if chosen == usize::MAX || Self::better(c, &candidates[chosen], est[i], est[chosen]) {
+                chosen = i;
+            }
+        }
+        // Scores: minus the estimate (higher is better), NaN for infeasible workers.
+        let scores = est.iter().map(|e| -e).collect();
+        Decision { chosen, scores, exploratory: false, reason: "least estimated fetch + compute, then most input bytes resident, then most free cores".into(), features: None }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +356,50 @@ mod tests {
         // Equal (large) resident bytes: the freer node wins, whatever its id.
         let c = vec![cand(1, 0.5, 6, 3 << 30), cand(2, 3.5, 1, 3 << 30)];
         assert_eq!(Locality.place(&req(), &c).chosen, 1);
+    }
+
+    #[test]
+    fn fastest_takes_the_least_estimated_fetch_plus_compute() {
+        let est = |mut c: Candidate, fetch: f64, compute: f64| {
+            c.est_fetch_ms = Some(fetch);
+            c.est_compute_ms = Some(compute);
+            c
+        };
+        // 10 + 50 beats 0 + 70 (local data, slow node) and 40 + 30 (fast node, far data).
+        let c = vec![est(cand(1, 4.0, 0, 100), 0.0, 70.0), est(cand(2, 4.0, 0, 0), 10.0, 50.0), est(cand(3, 4.0, 0, 0), 40.0, 30.0)];
+        let d = Fastest.place(&req(), &c);
+        assert_eq!(d.chosen, 1);
+        assert_eq!(d.scores, vec![-70.0, -60.0, -70.0]);
+        // The best estimate on an infeasible worker does not count.
+        let mut c2 = c.clone();
+        c2[1].feasible = false;
+        let d = Fastest.place(&req(), &c2);
+        assert_eq!(d.chosen, 0, "tied at 70: more input bytes resident");
+        assert!(d.scores[1].is_nan());
+        // Equal estimates and resident bytes: the most free cores, then the earliest.
+        let c = vec![est(cand(1, 1.0, 0, 0), 5.0, 5.0), est(cand(2, 3.0, 0, 0), 5.0, 5.0), est(cand(3, 3.0, 0, 0), 5.0, 5.0)];
+        assert_eq!(Fastest.place(&req(), &c).chosen, 1);
+    }
+
+    #[test]
+    fn fastest_without_estimates_places_as_least_loaded() {
+        let with = |mut c: Candidate| {
+            c.est_fetch_ms = Some(0.0);
+            c.est_compute_ms = Some(1.0);
+            c
+        };
+        // Worker 3 would be fastest, but worker 2 has no compute estimate: least-loaded decides.
+        let mut c = vec![with(cand(1, 1.0, 3, 0)), cand(2, 3.0, 1, 0), with(cand(3, 2.0, 0, 0))];
+        c[1].est_fetch_ms = Some(0.0);
+        let d = Fastest.place(&req(), &c);
+        assert_eq!(d.chosen, LeastLoaded.place(&req(), &c).chosen);
+        assert_eq!(d.chosen, 1);
+        assert!(d.reason.starts_with("no estimate"), "{}", d.reason);
+        // An infeasible worker without estimates does not matter.
+        c[1].feasible = false;
+        let d = Fastest.place(&req(), &c);
+        assert_eq!(d.chosen, 2);
+        assert!(d.reason.starts_with("least estimated"), "{}", d.reason);
     }
 
     #[test]

@@ -344,6 +344,7 @@ impl Core {
                     reruns: 0,
                     reserved_on: None,
                     iter_ms: 0.0,
+                    fetch_plan: None,
                 });
             }
         }
@@ -434,6 +435,7 @@ impl Core {
 
     pub(super) fn succeed(&mut self, key: (JobId, u32), wid: WorkerId, outputs: Vec<(ObjectId, u64)>, now: u64) {
         self.learn_gpu_run(key, wid);
+        self.learn_speeds(key, wid);
         self.release_worker(key, wid);
         let Some(job) = self.jobs.get_mut(&key.0) else { return };
         let s = &mut job.subtasks[key.1 as usize];

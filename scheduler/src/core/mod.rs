@@ -26,6 +26,8 @@
 //! - `gang`: gangs — reservations, binding, holding workers for the head gang, deadlines and
 //!   rollbacks — and collectives placed all at once, or none.
 //! - [`lineage`]: lost inputs recomputed by re-running their producers.
+//! - [`estimates`]: measured compute and fetch speeds (issue 17), learnt from succeeded attempts
+//!   and read by placement for each candidate's estimates.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -52,6 +54,7 @@ impl Default for CoreConfig {
     }
 }
 
+pub mod estimates;
 mod gang;
 mod gpus;
 mod jobs;
@@ -65,7 +68,7 @@ mod workers;
 
 pub use jobs::{GangPhase, GangView, Job};
 pub use messages::{Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration, Report};
-pub use records::{AttemptFailure, Capacity, CandidateRecord, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition, WorkerRecord};
+pub use records::{AttemptFailure, Capacity, CandidateRecord, FetchPlan, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition, WorkerRecord};
 pub use workers::Worker;
 
 /// The scheduling core.
@@ -93,6 +96,8 @@ pub struct Core {
     /// queue's placed and reserved attempts hold.
     queue_shares: BTreeMap<String, f64>,
     queue_cpu: HashMap<String, f64>,
+    /// Measured compute and fetch speeds (issue 17): candidates' estimates come from here.
+    estimates: estimates::Estimates,
 }
 
 /// Everything loaded from the store at start.
@@ -121,6 +126,7 @@ impl Core {
             gpu_learner: Box::new(crate::gpu::learner::ContentionModel::default()),
             queue_shares: BTreeMap::new(),
             queue_cpu: HashMap::new(),
+            estimates: estimates::Estimates::new(),
             out: Outbox::default(),
         }
     }
@@ -131,6 +137,16 @@ impl Core {
 
     pub fn placer_name(&self) -> &'static str {
         self.placer.name()
+    }
+
+    /// The cluster's measured speeds, for display and for the coordinator to save.
+    pub fn estimates(&self) -> &estimates::Estimates {
+        &self.estimates
+    }
+
+    /// Replaces the measured speeds (the coordinator's, loaded at start).
+    pub fn set_estimates(&mut self, e: estimates::Estimates) {
+        self.estimates = e;
     }
 
     /// Rebuilds the state from stored records. Workers are not connected until they register

@@ -1,5 +1,7 @@
-//! Placement of single subtasks: the ready queue, candidates for the `Placer`, the decision's
-//! record for `plexus explain`, and the placer's feedback when an attempt ends.
+//! Placement of single subtasks: the ready queue, candidates for the `Placer` (with their fetch
+//! and compute estimates from the measured speeds, `estimates`), the decision's record for
+//! `plexus explain`, and what is learnt when an attempt ends: the placer's feedback, and the
+//! measured speeds.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -7,9 +9,21 @@ use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskStat
 
 use super::gang::Held;
 use super::lineage::Availability;
-use super::{Assignment, CandidateRecord, Core, HolderLocation, InputLocation, PlacementRecord};
+use super::gpus::signature;
+use super::{Assignment, CandidateRecord, Core, FetchPlan, HolderLocation, InputLocation, PlacementRecord};
 use crate::Error;
 use crate::placer::{Candidate, Outcome, PlacementRequest};
+
+/// Live holders of an input whose fetch is estimated for each candidate, and which are ranked
+/// best-first for the worker an attempt goes to (the others follow in id order). Bounds a
+/// candidate's cost to O(inputs) however widely an input is cached; 8 is more copies than most
+/// objects have.
+const RANKED_HOLDERS: usize = 8;
+
+/// Whether two workers share a rack: `None` unless both carry a `rack` label.
+fn same_rack(a: Option<&str>, b: Option<&str>) -> Option<bool> {
+    Some(a? == b?)
+}
 
 /// What one try to place a subtask came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +53,101 @@ impl Core {
             cluster_utilisation: util,
         };
         self.placer.observe(&outcome);
+    }
+
+    /// An attempt succeeded on `wid`: its run time and its fetch go into the measured speeds.
+    /// Call before its worker is released.
+    pub(super) fn learn_speeds(&mut self, (job, idx): (JobId, u32), wid: WorkerId) {
+        let Some(j) = self.jobs.get(&job) else { return };
+        let task = &j.record.spec.tasks[j.task_of(idx)];
+        // A collective member's time is its gang's (and its inputs travel in the collective).
+        if task.collective.is_some() {
+            return;
+        }
+        let s = &j.subtasks[idx as usize];
+        let (sig, flops, plan) = (signature(task), task.flops, s.fetch_plan);
+        // The worker starts its clock once the inputs are fetched: this is compute.
+        let run = (s.started_at > 0 && s.finished_at >= s.started_at).then(|| (s.finished_at - s.started_at) as f64);
+        let fetched = (s.fetched_bytes > 0 || s.fetch_ms > 0).then_some((s.fetched_bytes, s.fetch_ms));
+        if let Some(ms) = run {
+            self.estimates.observe_run(wid, sig, flops, ms);
+        }
+        let Some((bytes, ms)) = fetched else { return };
+        // An attempt dispatched without a plan (by a coordinator before this one) is counted as
+        // fetched from the holder its inputs would come from now.
+        let plan = plan.or_else(|| {
+            let ranked: Vec<(ObjectId, u64, Vec<WorkerId>)> = self
+                .inputs_of(job, idx)
+                .into_iter()
+                .map(|(o, size)| {
+                    let holders = self.ranked_holders(&o, size, wid);
+                    (o, size, holders)
+                })
+                .collect();
+            self.fetch_plan(wid, &ranked, false)
+        });
+        if let Some(p) = plan.filter(|p| p.from != wid) {
+            let relation = same_rack(self.rack_of(p.from), self.rack_of(wid));
+            self.estimates.observe_fetch(p.from, wid, relation, p.objects.max(1), bytes, ms as f64);
+        }
+    }
+
+    fn rack_of(&self, w: WorkerId) -> Option<&str> {
+        self.workers.get(&w).and_then(|w| w.record.capacity.topology.rack())
+    }
+
+    /// The live holders of `o` in the order an attempt on `dst` should try them: the first
+    /// [`RANKED_HOLDERS`] (in id order) by estimated fetch of `size` bytes to `dst`, least first,
+    /// then the rest; holders without an estimate, and `dst` itself, keep their id order after
+    /// the estimated ones. With nothing measured this is id order.
+    pub(super) fn ranked_holders(&self, o: &ObjectId, size: u64, dst: WorkerId) -> Vec<WorkerId> {
+        let Some(h) = self.holders.get(o) else { return Vec::new() };
+        let mut live: Vec<WorkerId> = h.iter().copied().filter(|w| self.workers.get(w).is_some_and(|w| w.record.alive)).collect();
+        let n = live.len().min(RANKED_HOLDERS);
+        if n > 1 && !self.estimates.is_empty() {
+            let dst_rack = self.rack_of(dst);
+            let cost = |h: &WorkerId| match *h == dst {
+                true => f64::INFINITY,
+                false => self.estimates.link(*h, dst, same_rack(self.rack_of(*h), dst_rack)).map_or(f64::INFINITY, |l| l.fetch_ms(size)),
+            };
+            let mut keyed: Vec<(f64, WorkerId)> = live[..n].iter().map(|h| (cost(h), *h)).collect();
+            // Stable: equal costs (and the unestimated) keep id order.
+            keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for (slot, (_, h)) in live[..n].iter_mut().zip(keyed) {
+                *slot = h;
+            }
+        }
+        live
+    }
+
+    /// What an attempt on `wid` reading `inputs` (each with its holders as its assignment lists
+    /// them) is expected to fetch: the inputs `wid` does not hold (every input, when
+    /// `skip_resident` is false), each from its first holder other than `wid`, counted as coming
+    /// from the holder of most of those bytes (ties: the first met). `None` when nothing is
+    /// fetched.
+    fn fetch_plan(&self, wid: WorkerId, inputs: &[(ObjectId, u64, Vec<WorkerId>)], skip_resident: bool) -> Option<FetchPlan> {
+        let w = self.workers.get(&wid)?;
+        let mut from: Vec<(WorkerId, u64)> = Vec::new();
+        let (mut objects, mut bytes) = (0u32, 0u64);
+        for (o, size, holders) in inputs {
+            if skip_resident && w.objects.contains_key(o) {
+                continue;
+            }
+            let Some(h) = holders.iter().find(|h| **h != wid) else { continue };
+            objects += 1;
+            bytes += size;
+            match from.iter_mut().find(|(f, _)| f == h) {
+                Some(f) => f.1 += size,
+                None => from.push((*h, *size)),
+            }
+        }
+        let mut best: Option<(WorkerId, u64)> = None;
+        for (h, b) in from {
+            if best.is_none_or(|(_, bb)| b > bb) {
+                best = Some((h, b));
+            }
+        }
+        best.map(|(from, _)| FetchPlan { from, objects, bytes })
     }
 
     /// Places ready subtasks on connected workers with room: tasks in priority order (then
@@ -237,15 +346,53 @@ impl Core {
         let task = &j.record.spec.tasks[j.task_of(idx)];
         let req = task.resources;
         let share = task.shares_gpu().then(|| task.shared_gpu_memory());
+        // For the estimates: the task's signature, and each input's first live holders with
+        // their racks, once per decision, so that each candidate costs O(inputs).
+        let sig = signature(task);
+        let sources: Vec<Vec<(WorkerId, Option<&str>)>> = inputs
+            .iter()
+            .map(|(o, _)| {
+                self.holders.get(o).map_or_else(Vec::new, |h| {
+                    h.iter().filter_map(|w| self.workers.get(w)).filter(|w| w.record.alive).take(RANKED_HOLDERS).map(|w| (w.record.id, w.record.capacity.topology.rack())).collect()
+                })
+            })
+            .collect();
 
         let mut candidates = Vec::new();
+        // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
+        let mut samples: Vec<(Option<f64>, Option<f64>)> = Vec::new();
         for w in self.workers.values().filter(|w| w.connected && w.record.alive) {
             let free = w.free();
             // A worker held for a gang ahead takes only work that ends before the gang needs it.
             let gang = held.get(&w.record.id).filter(|h| !h.admits(task.timeout_ms, now));
             let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());
             let fits = req.fits_in(&free) && gpu_room && gang.is_none();
-            let local: u64 = inputs.iter().filter(|(o, _)| w.objects.contains_key(o)).map(|(_, s)| *s).sum();
+            let (id, rack) = (w.record.id, w.record.capacity.topology.rack());
+            let mut local = 0u64;
+            // Each missing input from its best holder; unknown if any has no estimate.
+            let mut fetch = Some(0.0);
+            let mut fetch_samples: Option<f64> = None;
+            for ((o, size), from) in inputs.iter().zip(&sources) {
+                if w.objects.contains_key(o) {
+                    local += size;
+                    continue;
+                }
+                let Some(total) = fetch.as_mut() else { continue };
+                let best = from
+                    .iter()
+                    .filter(|(h, _)| *h != id)
+                    .filter_map(|(h, r)| self.estimates.link(*h, id, same_rack(*r, rack)))
+                    .min_by(|a, b| a.fetch_ms(*size).total_cmp(&b.fetch_ms(*size)));
+                match best {
+                    Some(l) => {
+                        *total += l.fetch_ms(*size);
+                        fetch_samples = Some(fetch_samples.map_or(l.samples, |s: f64| s.min(l.samples)));
+                    }
+                    None => fetch = None,
+                }
+            }
+            let compute = self.estimates.compute(id, sig, task.flops);
+            samples.push((fetch.and(fetch_samples), compute.map(|c| c.samples)));
             candidates.push(Candidate {
                 worker: w.record.id,
                 feasible: fits,
@@ -265,10 +412,8 @@ impl Core {
                 local_input_bytes: local,
                 cache_bytes: w.record.capacity.cache_bytes,
                 cache_used: w.node.cache_used,
-                // The coordinator knows neither the network between workers nor their engine
-                // speeds, so it estimates neither (the simulator does).
-                est_fetch_ms: None,
-                est_compute_ms: None,
+                est_fetch_ms: fetch,
+                est_compute_ms: compute.map(|c| c.ms),
             });
         }
         if !candidates.iter().any(|c| c.feasible) {
@@ -306,7 +451,7 @@ impl Core {
                     worker: c.worker,
                     feasible: c.feasible,
                     score: decision.scores.get(i).copied().filter(|s| !s.is_nan()),
-                    features: decision.features.as_ref().and_then(|f| f.get(i).cloned()).unwrap_or_else(|| c.features()),
+                    features: with_estimates(decision.features.as_ref().and_then(|f| f.get(i).cloned()).unwrap_or_else(|| c.features()), c, samples[i]),
                     note: c.note.clone(),
                 })
                 .collect(),
@@ -315,13 +460,32 @@ impl Core {
     }
 
     /// Starts the next attempt of a subtask on `wid` as decided by `record`, and sends it.
+    /// Each input's holders are listed best-first for `wid` (the worker tries them in order), and
+    /// the attempt keeps its [`FetchPlan`], to which its measured fetch is attributed.
     pub(super) fn assign(&mut self, job: JobId, idx: u32, wid: WorkerId, record: PlacementRecord, now: u64) {
-        let input_locations = self
+        let ranked: Vec<(ObjectId, u64, Vec<WorkerId>)> = self
             .inputs_of(job, idx)
             .into_iter()
-            .map(|(o, size)| InputLocation { holders: self.holder_locations(&o), object: o, size })
+            .map(|(o, size)| {
+                let holders = self.ranked_holders(&o, size, wid);
+                (o, size, holders)
+            })
+            .collect();
+        let plan = self.fetch_plan(wid, &ranked, true);
+        let input_locations = ranked
+            .into_iter()
+            .map(|(object, size, holders)| InputLocation {
+                holders: holders
+                    .iter()
+                    .filter_map(|h| self.workers.get(h))
+                    .map(|w| HolderLocation { peer_addr: w.record.peer_addr.clone(), rails: w.record.capacity.rails.clone() })
+                    .collect(),
+                object,
+                size,
+            })
             .collect();
         let attempt = self.begin_attempt(job, idx, wid, now);
+        self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].fetch_plan = plan;
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[j.task_of(idx)];
         let assignment = Assignment::of(task, attempt, task.resources, input_locations, None);
@@ -349,6 +513,7 @@ impl Core {
         s.finished_at = 0;
         s.exit_code = 0;
         s.error.clear();
+        s.fetch_plan = None;
         AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt }
     }
 
@@ -407,6 +572,24 @@ impl Core {
             .get(&idx)
             .ok_or_else(|| Error::NotPlaced(format!("task {task:?} rank {rank} of job {job} has not been placed yet ({})", j.subtasks[idx as usize].state.as_str())))
     }
+}
+
+/// A candidate's recorded features with its estimates and the samples behind them: the
+/// estimates are added when the placer scored other features (the learned placer), and
+/// `est_fetch_samples` / `est_compute_samples` (0: derived from other workers or pairs) always
+/// go with them, so `plexus explain` shows how far to trust each.
+fn with_estimates(mut features: Vec<(String, f64)>, c: &Candidate, (fetch, compute): (Option<f64>, Option<f64>)) -> Vec<(String, f64)> {
+    let estimates = [("est_fetch_ms", "est_fetch_samples", c.est_fetch_ms, fetch), ("est_compute_ms", "est_compute_samples", c.est_compute_ms, compute)];
+    for (name, samples_name, value, samples) in estimates {
+        let Some(v) = value else { continue };
+        if !features.iter().any(|(n, _)| n == name) {
+            features.push((name.to_string(), v));
+        }
+        if let Some(s) = samples {
+            features.push((samples_name.to_string(), s));
+        }
+    }
+    features
 }
 
 pub(super) fn fmt_res(r: &Resources) -> String {

@@ -109,6 +109,20 @@ pub struct Subtask {
     /// 0 = none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub iter_ms: f64,
+    /// Where the current attempt's missing inputs were expected to come from when it was
+    /// dispatched: what its measured fetch is attributed to (`core::estimates`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_plan: Option<FetchPlan>,
+}
+
+/// The inputs an attempt was expected to fetch when it was dispatched: how many and how many
+/// bytes, and the holder it would fetch most of those bytes from (the first holder its
+/// assignment lists for each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchPlan {
+    pub from: WorkerId,
+    pub objects: u32,
+    pub bytes: u64,
 }
 
 fn is_zero(v: &f64) -> bool {

@@ -1069,3 +1069,127 @@ fn a_two_gpu_task_gets_two_distinct_devices_and_frees_them() {
     assert!(c.worker(wid(1)).unwrap().gpus_used.is_empty());
     assert_eq!(c.worker(wid(1)).unwrap().free_gpus(4), Some(vec![0, 1, 2, 3]));
 }
+
+fn racked(n: u8, session: &str, rack: &str) -> Registration {
+    let mut r = reg(n, session, 4, vec![]);
+    r.capacity.topology.labels.insert("rack".into(), rack.into());
+    r
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+fn feature(r: &PlacementRecord, w: WorkerId, name: &str) -> Option<f64> {
+    r.candidates.iter().find(|c| c.worker == w)?.features.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+}
+
+/// Issue 17: run times reported by workers become each worker's compute estimate; `fastest`
+/// places on them, a worker that never ran the task is taken to be typical, and `explain` shows
+/// the estimates with the samples behind them.
+#[test]
+fn measured_run_times_become_estimates_that_fastest_places_on() {
+    let mut c = Core::new(CoreConfig::default(), heuristic("fastest", 1).unwrap());
+    for n in 1..=3 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    const WORK: &str = "[[task]]\nname = \"w\"\ncommand = [\"work\"]\nreplicas = 3\n";
+    let job = submit(&mut c, WORK, 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    let p = c.explain(job, "w", 0).unwrap();
+    assert!(p.reason.starts_with("no estimate"), "nothing measured: placed as least-loaded: {}", p.reason);
+    assert_eq!(feature(p, wid(1), "est_fetch_ms"), Some(0.0), "no inputs: nothing to fetch");
+    assert_eq!(feature(p, wid(1), "est_compute_ms"), None);
+    // Least-loaded spread them: worker 1 runs it in 100 ms, 2 in 300, 3 in 200.
+    assert_eq!(a.iter().map(|(w, _)| *w).collect::<BTreeSet<_>>().len(), 3);
+    for (w, x) in &a {
+        let ms = [100, 300, 200][w.as_bytes()[15] as usize - 1];
+        let r = Report { started_at: 1_000, finished_at: 1_000 + ms, ..done(&x.attempt, SubtaskState::Succeeded) };
+        c.report(*w, &format!("s{}", w.as_bytes()[15]), vec![r], 2);
+    }
+    assert_eq!(c.job(job).unwrap().record.state, JobState::Succeeded);
+    let job = submit(&mut c, &WORK.replace("replicas = 3", "replicas = 1"), 3);
+    c.schedule(3);
+    let a = assigned(&mut c);
+    assert_eq!(a[0].0, wid(1), "the fastest measured worker");
+    let p = c.explain(job, "w", 0).unwrap();
+    assert!(p.reason.starts_with("least estimated"), "{}", p.reason);
+    for (n, ms) in [(1, 100.0), (2, 300.0), (3, 200.0)] {
+        assert_eq!(feature(p, wid(n), "est_compute_ms"), Some(ms));
+        assert_eq!(feature(p, wid(n), "est_compute_samples"), Some(1.0));
+    }
+    // A new worker has run nothing: it is taken to be typical, the mean of the others.
+    c.register(reg(4, "s4", 4, vec![]), 4);
+    let sig = gpus::signature(&c.job(job).unwrap().record.spec.tasks[0]);
+    assert_eq!(c.estimates().compute(wid(4), sig, None).map(|e| (e.ms, e.samples)), Some((200.0, 0.0)));
+    // A second run on worker 1 moves its mean by recency weight: (0.9·100 + 160) / 1.9.
+    let r = Report { started_at: 5_000, finished_at: 5_160, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
+    c.report(wid(1), "s1", vec![r], 5);
+    let e = c.estimates().compute(wid(1), sig, None).unwrap();
+    assert!(close(e.ms, 250.0 / 1.9) && close(e.samples, 1.9), "{e:?}");
+    let speeds = c.estimates().speeds();
+    assert_eq!(speeds[&wid(2)].signatures, 1);
+    assert!(speeds[&wid(1)].relative_speed.unwrap() > 1.0 && speeds[&wid(2)].relative_speed.unwrap() < 1.0);
+}
+
+/// Issue 17: a candidate's fetch estimate takes each missing input from its best holder; the
+/// assignment lists that holder first; and the attempt's measured fetch is attributed to it.
+/// Unmeasured pairs fall back to their rack class, then to the cluster's mean.
+#[test]
+fn measured_fetches_rank_holders_and_are_attributed_to_the_main_holder() {
+    let mut c = Core::new(CoreConfig::default(), heuristic("fastest", 1).unwrap());
+    c.register(racked(1, "s1", "r1"), 0);
+    c.register(racked(2, "s2", "r2"), 0);
+    c.register(racked(3, "s3", "r2"), 0);
+    let src = "[[task]]\nname = \"gen\"\ncommand = [\"gen\"]\noutputs = [\"numbers\"]\n[[task]]\nname = \"sum\"\ncommand = [\"sum\"]\ninputs = [\"gen/numbers\"]\n";
+    let job = submit(&mut c, src, 0);
+    let (gen_sig, sum_sig) = {
+        let spec = &c.job(job).unwrap().record.spec;
+        (gpus::signature(&spec.tasks[0]), gpus::signature(&spec.tasks[1]))
+    };
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a[0].0, wid(1), "nothing measured: least-loaded's first");
+    let object = ObjectId { job, task: "gen".into(), rank: 0, name: "numbers".into() };
+    let gen_done = Report { outputs: vec![(object.clone(), 1 << 20)], started_at: 10, finished_at: 20, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
+    c.report(wid(1), "s1", vec![gen_done], 2);
+    // Worker 2 holds a copy too.
+    assert!(c.heartbeat(wid(2), "s2", NodeReport { objects: vec![(object.clone(), 1 << 20)], ..Default::default() }, 2));
+    // What was measured before: worker 3 computes `sum` in 10 ms, 1 and 2 in 1000 ms; worker 1
+    // sends 1 MiB to worker 3 in 500 ms, worker 2 (its rack) in 20 ms.
+    let mut e = c.estimates().clone();
+    e.observe_run(wid(1), sum_sig, None, 1_000.0);
+    e.observe_run(wid(2), sum_sig, None, 1_000.0);
+    e.observe_run(wid(3), sum_sig, None, 10.0);
+    e.observe_fetch(wid(1), wid(3), Some(false), 1, 1 << 20, 500.0);
+    e.observe_fetch(wid(2), wid(3), Some(true), 1, 1 << 20, 20.0);
+    c.set_estimates(e);
+    c.schedule(3);
+    let a = assigned(&mut c);
+    // Worker 3: 20 (from worker 2) + 10 beats 0 + 1000 on either holder.
+    assert_eq!(a[0].0, wid(3));
+    let holders: Vec<&str> = a[0].1.inputs[0].holders.iter().map(|h| h.peer_addr.as_str()).collect();
+    assert_eq!(holders, vec!["http://127.0.0.1:7002", "http://127.0.0.1:7001"], "the faster holder first");
+    let p = c.explain(job, "sum", 0).unwrap();
+    assert_eq!((feature(p, wid(3), "est_fetch_ms"), feature(p, wid(3), "est_fetch_samples")), (Some(20.0), Some(1.0)));
+    assert_eq!((feature(p, wid(1), "est_fetch_ms"), feature(p, wid(1), "est_fetch_samples")), (Some(0.0), None), "resident");
+    let j = c.job(job).unwrap();
+    assert_eq!(j.subtasks[1].fetch_plan, Some(FetchPlan { from: wid(2), objects: 1, bytes: 1 << 20 }));
+    // The attempt fetched 1 MiB in 30 ms and ran 12 ms: the pair 2 → 3 now has two samples.
+    let r = Report { started_at: 100, finished_at: 112, fetch_ms: 30, fetched_bytes: 1 << 20, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
+    c.report(wid(3), "s3", vec![r], 4);
+    let l = c.estimates().link(wid(2), wid(3), Some(true)).unwrap();
+    // Both samples are 1 object of 1 MiB: all throughput, (0.9·20 + 30) / 1.9 ms per MiB.
+    assert!(close(l.fetch_ms(1 << 20), 48.0 / 1.9) && close(l.samples, 1.9) && l.latency_ms == 0.0, "{l:?}");
+    let e = c.estimates().compute(wid(3), sum_sig, None).unwrap();
+    assert!(close(e.ms, 21.0 / 1.9), "{e:?}");
+    assert!(c.estimates().compute(wid(1), gen_sig, None).is_some_and(|e| e.ms == 10.0));
+    // Pairs never measured: their rack class's mean (same rack: 2 → 3 only), else the cluster's.
+    let same = c.estimates().link(wid(3), wid(2), Some(true)).unwrap();
+    assert!(close(same.ms_per_byte, l.ms_per_byte) && same.samples == 0.0);
+    let other = c.estimates().link(wid(3), wid(1), Some(false)).unwrap();
+    assert!(close(other.ms_per_byte, 500.0 / (1 << 20) as f64), "the other-rack class is 1 → 3 alone: {other:?}");
+    let unlabelled = c.estimates().link(wid(9), wid(8), None).unwrap();
+    assert!(close(unlabelled.ms_per_byte, (500.0 / (1 << 20) as f64 + l.ms_per_byte) / 2.0));
+}
