@@ -9,6 +9,19 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
+/// A comma-separated list of `T` from a flag's value; a bad item ends `prog` with a message
+/// naming it.
+pub fn parse_list<T: std::str::FromStr>(prog: &str, s: &str, flag: &str) -> Vec<T> {
+    s.split(',')
+        .map(|x| {
+            x.trim().parse().unwrap_or_else(|_| {
+                eprintln!("{prog}: bad value {x:?} for {flag}");
+                std::process::exit(2)
+            })
+        })
+        .collect()
+}
+
 /// Worlds of worker processes: copies of the running benchmark binary started as `--worker R`,
 /// one per rank (on the rail rig, rank r in host r's namespace with its first rails), which
 /// each print `ADDRS <their rail addresses>` and then read every rank's on stdin.

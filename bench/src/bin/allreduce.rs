@@ -71,14 +71,7 @@ struct Opts {
 }
 
 fn parse_list<T: std::str::FromStr>(s: &str, flag: &str) -> Vec<T> {
-    s.split(',')
-        .map(|x| {
-            x.trim().parse().unwrap_or_else(|_| {
-                eprintln!("allreduce: bad value {x:?} for {flag}");
-                std::process::exit(2)
-            })
-        })
-        .collect()
+    plexus_bench::parse_list("allreduce", s, flag)
 }
 
 impl Opts {

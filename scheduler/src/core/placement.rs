@@ -75,17 +75,7 @@ impl Core {
         let Some((bytes, ms)) = fetched else { return };
         // An attempt dispatched without a plan (by a coordinator before this one) is counted as
         // fetched from the holder its inputs would come from now.
-        let plan = plan.or_else(|| {
-            let ranked: Vec<(ObjectId, u64, Vec<WorkerId>)> = self
-                .inputs_of(job, idx)
-                .into_iter()
-                .map(|(o, size)| {
-                    let holders = self.ranked_holders(&o, size, wid);
-                    (o, size, holders)
-                })
-                .collect();
-            self.fetch_plan(wid, &ranked, false)
-        });
+        let plan = plan.or_else(|| self.fetch_plan(wid, &self.ranked_inputs(job, idx, wid), false));
         if let Some(p) = plan.filter(|p| p.from != wid) {
             let relation = same_rack(self.rack_of(p.from), self.rack_of(wid));
             self.estimates.observe_fetch(p.from, wid, relation, p.objects.max(1), bytes, ms as f64);
@@ -459,18 +449,22 @@ impl Core {
         Ok((wid, record))
     }
 
-    /// Starts the next attempt of a subtask on `wid` as decided by `record`, and sends it.
-    /// Each input's holders are listed best-first for `wid` (the worker tries them in order), and
-    /// the attempt keeps its [`FetchPlan`], to which its measured fetch is attributed.
-    pub(super) fn assign(&mut self, job: JobId, idx: u32, wid: WorkerId, record: PlacementRecord, now: u64) {
-        let ranked: Vec<(ObjectId, u64, Vec<WorkerId>)> = self
-            .inputs_of(job, idx)
+    /// A subtask's inputs with their sizes and their holders best-first for `wid`.
+    fn ranked_inputs(&self, job: JobId, idx: u32, wid: WorkerId) -> Vec<(ObjectId, u64, Vec<WorkerId>)> {
+        self.inputs_of(job, idx)
             .into_iter()
             .map(|(o, size)| {
                 let holders = self.ranked_holders(&o, size, wid);
                 (o, size, holders)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Starts the next attempt of a subtask on `wid` as decided by `record`, and sends it.
+    /// Each input's holders are listed best-first for `wid` (the worker tries them in order), and
+    /// the attempt keeps its [`FetchPlan`], to which its measured fetch is attributed.
+    pub(super) fn assign(&mut self, job: JobId, idx: u32, wid: WorkerId, record: PlacementRecord, now: u64) {
+        let ranked = self.ranked_inputs(job, idx, wid);
         let plan = self.fetch_plan(wid, &ranked, true);
         let input_locations = ranked
             .into_iter()
