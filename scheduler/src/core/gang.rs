@@ -260,11 +260,7 @@ impl Core {
             // A sharing member sets its memory aside on one device: the one planned for it (a
             // GPU gang's search), else the least shared.
             if let Some(memory) = share {
-                let room = w.shareable_gpus(memory);
-                let device = planned.filter(|g| room.contains(g)).or_else(|| room.iter().copied().min_by_key(|g| (w.gpu_shared.get(g).map_or(0, |s| s.1), *g)));
-                if let Some(g) = device {
-                    w.share_gpu(g, memory);
-                }
+                let device = w.join_shared_gpu(memory, planned);
                 self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = device.into_iter().collect();
             }
         }

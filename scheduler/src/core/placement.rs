@@ -521,17 +521,7 @@ impl Core {
         let gpus = match share {
             // A sharing attempt joins one device with room for its memory: the one a gang's
             // search chose for it, else the least shared.
-            Some(memory) => {
-                let room = w.shareable_gpus(memory);
-                let device = planned.first().copied().filter(|g| room.contains(g)).or_else(|| {
-                    room.iter().copied().min_by_key(|g| (w.gpu_shared.get(g).map_or(0, |s| s.1), *g))
-                });
-                let gpus: Vec<u32> = device.into_iter().collect();
-                for &g in &gpus {
-                    w.share_gpu(g, memory);
-                }
-                gpus
-            }
+            Some(memory) => w.join_shared_gpu(memory, planned.first().copied()).into_iter().collect(),
             // A worker's GPUs are individual devices: the attempt gets the lowest free indices.
             // The count fits (the placement was feasible, and allocated.gpu plus the shared
             // devices count exactly the devices taken), so this finds them.

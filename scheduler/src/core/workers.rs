@@ -75,6 +75,15 @@ impl Worker {
             .collect()
     }
 
+    /// Where a sharing attempt of `memory` bytes joins, and joins it: `planned` (a GPU gang's
+    /// search's choice) when it still has room, else the least shared device with room.
+    pub fn join_shared_gpu(&mut self, memory: u64, planned: Option<u32>) -> Option<u32> {
+        let room = self.shareable_gpus(memory);
+        let device = planned.filter(|g| room.contains(g)).or_else(|| room.iter().copied().min_by_key(|g| (self.gpu_shared.get(g).map_or(0, |s| s.1), *g)))?;
+        self.share_gpu(device, memory);
+        Some(device)
+    }
+
     /// A sharing attempt of `memory` bytes joins device `gpu`.
     pub fn share_gpu(&mut self, gpu: u32, memory: u64) {
         let s = self.gpu_shared.entry(gpu).or_insert((0, 0));
