@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use plexus_policy::features::NAMES;
 use plexus_policy::{DqnPolicy, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures};
-use plexus_scheduler::placer::{Candidate, Decision, HEURISTICS, Outcome, PlacementRequest, Placer, heuristic};
+use plexus_scheduler::placer::{Candidate, Decision, HEURISTICS, Outcome, PlacementRequest, Placer, ReadyWork, heuristic, shortest_remaining_first};
 
 use crate::Error;
 
@@ -19,8 +19,9 @@ pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "localit
 pub fn by_name(name: &str, seed: u64, store: Option<Arc<dyn PolicyStore>>) -> Result<Box<dyn Placer>, Error> {
     debug_assert!(HEURISTICS.iter().all(|h| PLACERS.contains(h)));
     if name == "rl" {
-        let config = PolicyConfig { seed, ..PolicyConfig::default() };
-        return Ok(Box::new(Learned::new(config, store)?));
+        // Ours, not the seed's: the departures on, and the choice of which work goes next.
+        let config = PolicyConfig { seed, ..PolicyConfig::ours() };
+        return Ok(Box::new(Learned::new(config, store)?.ordering(true)));
     }
     heuristic(name, seed).ok_or_else(|| Error::Scheduler(plexus_scheduler::Error::UnknownPlacer { name: name.to_string(), known: PLACERS.join(", ") }))
 }
@@ -31,6 +32,9 @@ pub struct Learned {
     /// candidates carried estimates and whose outcome has not arrived (the reward's per-decision
     /// scale, see `RewardInputs::best_est_ms`).
     best_est: BTreeMap<u64, f64>,
+    /// Whether it chooses which ready work goes next (shortest remaining job first on the
+    /// measured estimates, `Placer::order`); off is the seed's placer, which only picks nodes.
+    order_work: bool,
 }
 
 /// Decisions whose best estimate is kept while their outcome is awaited, at most; the oldest go
@@ -39,7 +43,13 @@ const MAX_AWAITED: usize = 100_000;
 
 impl Learned {
     pub fn new(config: PolicyConfig, store: Option<Arc<dyn PolicyStore>>) -> Result<Self, PolicyError> {
-        Ok(Learned { policy: DqnPolicy::new(config, store)?, best_est: BTreeMap::new() })
+        Ok(Learned { policy: DqnPolicy::new(config, store)?, best_est: BTreeMap::new(), order_work: false })
+    }
+
+    /// Turns the choice of which work goes next on or off (off by default: the seed's placer).
+    pub fn ordering(mut self, on: bool) -> Self {
+        self.order_work = on;
+        self
     }
 
     /// The least estimated fetch + compute among the feasible candidates, when every feasible
@@ -95,6 +105,14 @@ impl Placer for Learned {
             },
             None => Decision { chosen: usize::MAX, scores: vec![f64::NAN; candidates.len()], exploratory: false, reason: "no feasible candidate".into(), features: Some(features) },
         }
+    }
+
+    fn orders_work(&self) -> bool {
+        self.order_work
+    }
+
+    fn order(&mut self, work: &[ReadyWork]) -> Option<Vec<usize>> {
+        if self.order_work { shortest_remaining_first(work) } else { None }
     }
 
     fn observe(&mut self, o: &Outcome) {

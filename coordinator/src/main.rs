@@ -240,7 +240,7 @@ fn main() -> anyhow::Result<()> {
 
     if let Some(Command::Policy { action }) = &args.command {
         let dir = server::store_dir(&args.data_dir);
-        let config = plexus_policy::PolicyConfig { seed: args.seed, ..Default::default() };
+        let config = plexus_policy::PolicyConfig { seed: args.seed, ..plexus_policy::PolicyConfig::ours() };
         match SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT) {
             Ok((store, _)) => {
                 let policy_store = store.policy_store();

@@ -112,6 +112,16 @@ impl Default for PolicyConfig {
     }
 }
 
+impl PolicyConfig {
+    /// Our departures from the seed on (ARCHITECTURE.md, "Departures"): 4 passes over each
+    /// step's batches and those of the 4 steps before it, and the run-time reward term at
+    /// weight 2 — chosen with `bench --bin placement`. What `--placer rl` runs; `default()`
+    /// is the seed's schedule and reward (`rl-seed` in the benchmarks).
+    pub fn ours() -> Self {
+        PolicyConfig { passes: 4, history: 4, reward: RewardConfig { run_weight: 2.0, ..RewardConfig::default() }, ..PolicyConfig::default() }
+    }
+}
+
 /// The choice for one decision.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Choice {

@@ -116,6 +116,75 @@ pub trait Placer: Send {
     fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision;
     /// Feedback about an earlier decision; heuristics ignore it.
     fn observe(&mut self, _outcome: &Outcome) {}
+    /// Which work goes next: the order in which to consider `work` (given in queue order), as
+    /// a permutation of its indices; `None` keeps queue order (every heuristic). Only called
+    /// when [`Placer::orders_work`] is true. The caller passes tasks of one priority with no
+    /// gang between them, at most [`ORDER_WINDOW`], and applies [`bounded_order`]: whatever a
+    /// placer answers, no task is overtaken more than [`MAX_OVERTAKEN`] times.
+    fn order(&mut self, _work: &[ReadyWork]) -> Option<Vec<usize>> {
+        None
+    }
+    /// Whether [`Placer::order`] may answer anything but queue order (so callers skip building
+    /// [`ReadyWork`] for placers that never reorder).
+    fn orders_work(&self) -> bool {
+        false
+    }
+}
+
+/// A task with ready subtasks, as a placer that chooses which work goes next sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadyWork {
+    /// How long its job has existed.
+    pub job_age_ms: u64,
+    /// Its subtasks ready now.
+    pub ready: u32,
+    /// Subtasks of its job that have not ended (ready, waiting or running), this task's included.
+    pub job_remaining: u32,
+    /// The least estimated run of one of its subtasks on any live worker (measured speeds), when
+    /// known.
+    pub est_run_ms: Option<f64>,
+    /// Rounds in which work queued after it went first while it was left waiting.
+    pub overtaken: u32,
+}
+
+/// Tasks at the head of the ready queue a placer may reorder (the rest keep queue order).
+pub const ORDER_WINDOW: usize = 32;
+
+/// Rounds a task may be overtaken (work queued after it considered first while it is left
+/// waiting) before it takes its queue-order place again ahead of all later work: the bound that
+/// keeps a reordering placer from starving any job.
+pub const MAX_OVERTAKEN: u32 = 16;
+
+/// The order to consider `work` in (given in queue order), from a placer's answer: the tasks
+/// overtaken [`MAX_OVERTAKEN`] times or more first, in queue order; then the others in the
+/// placer's order. An answer that is not a permutation of `0..work.len()` is ignored (queue
+/// order), so a wrong placer cannot lose or duplicate work.
+pub fn bounded_order(work: &[ReadyWork], answer: Option<Vec<usize>>) -> Vec<usize> {
+    let n = work.len();
+    let mut order: Vec<usize> = match answer {
+        Some(a) if a.len() == n && { let mut seen = vec![false; n]; a.iter().all(|&i| i < n && !std::mem::replace(&mut seen[i], true)) } => a,
+        _ => (0..n).collect(),
+    };
+    // Stable: the starved keep queue order among themselves, the rest the placer's.
+    order.sort_by_key(|&i| if work[i].overtaken >= MAX_OVERTAKEN { (0, i) } else { (1, 0) });
+    order
+}
+
+/// Shortest remaining job first, on the measured estimates: each task scored by its job's
+/// remaining subtasks × the estimated run of one of its subtasks (a task without an estimate
+/// takes the mean of the known ones), least first, queue order among equals; `None` (queue
+/// order) when no task has an estimate. The learned placer's choice of which work goes next
+/// (Decima's lever: finishing short jobs first cuts the mean completion time the most).
+pub fn shortest_remaining_first(work: &[ReadyWork]) -> Option<Vec<usize>> {
+    let known: Vec<f64> = work.iter().filter_map(|w| w.est_run_ms).filter(|e| e.is_finite()).collect();
+    if known.is_empty() {
+        return None;
+    }
+    let mean = known.iter().sum::<f64>() / known.len() as f64;
+    let score = |w: &ReadyWork| f64::from(w.job_remaining.max(1)) * w.est_run_ms.filter(|e| e.is_finite()).unwrap_or(mean).max(0.0);
+    let mut order: Vec<usize> = (0..work.len()).collect();
+    order.sort_by(|&a, &b| score(&work[a]).total_cmp(&score(&work[b])).then(a.cmp(&b)));
+    Some(order)
 }
 
 /// Names accepted by `--placer` for the heuristics.
@@ -296,6 +365,29 @@ impl Placer for Fastest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn work(job_remaining: u32, est: Option<f64>, overtaken: u32) -> ReadyWork {
+        ReadyWork { job_age_ms: 0, ready: 1, job_remaining, est_run_ms: est, overtaken }
+    }
+
+    #[test]
+    fn shortest_remaining_first_scores_remaining_subtasks_times_estimate() {
+        // Scores: 3 × 100 = 300, 1 × 500 = 500, 2 × (mean of 100, 500, 50 = 216.67) = 433.3,
+        // 10 × 50 = 500 (ties with the second: queue order).
+        let w = [work(3, Some(100.0), 0), work(1, Some(500.0), 0), work(2, None, 0), work(10, Some(50.0), 0)];
+        assert_eq!(shortest_remaining_first(&w), Some(vec![0, 2, 1, 3]));
+        assert_eq!(shortest_remaining_first(&[work(1, None, 0), work(2, None, 0)]), None, "nothing measured: queue order");
+    }
+
+    #[test]
+    fn bounded_order_puts_the_starved_first_and_ignores_a_wrong_answer() {
+        let w = [work(1, None, 0), work(1, None, MAX_OVERTAKEN), work(1, None, 3), work(1, None, MAX_OVERTAKEN + 4)];
+        assert_eq!(bounded_order(&w, Some(vec![3, 2, 1, 0])), vec![1, 3, 2, 0], "starved in queue order, then the placer's");
+        assert_eq!(bounded_order(&w, None), vec![1, 3, 0, 2]);
+        for bad in [vec![0, 1, 2], vec![0, 0, 1, 2], vec![0, 1, 2, 9]] {
+            assert_eq!(bounded_order(&w, Some(bad.clone())), vec![1, 3, 0, 2], "{bad:?} is not a permutation");
+        }
+    }
 
     fn cand(n: u8, free_cpu: f64, assigned: u32, local: u64) -> Candidate {
         let mut b = [0u8; 16];

@@ -98,6 +98,9 @@ pub struct Core {
     queue_cpu: HashMap<String, f64>,
     /// Measured compute and fetch speeds (issue 17): candidates' estimates come from here.
     estimates: estimates::Estimates,
+    /// Rounds each task with ready work was overtaken by work queued after it (a reordering
+    /// placer, `Placer::order`); derived, bounded by the queue.
+    overtaken: HashMap<queue::OrderKey, u32>,
 }
 
 /// Everything loaded from the store at start.
@@ -127,6 +130,7 @@ impl Core {
             queue_shares: BTreeMap::new(),
             queue_cpu: HashMap::new(),
             estimates: estimates::Estimates::new(),
+            overtaken: HashMap::new(),
             out: Outbox::default(),
         }
     }

@@ -12,7 +12,7 @@ use super::lineage::Availability;
 use super::gpus::signature;
 use super::{Assignment, CandidateRecord, Core, FetchPlan, HolderLocation, InputLocation, PlacementRecord};
 use crate::Error;
-use crate::placer::{Candidate, Outcome, PlacementRequest};
+use crate::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, ReadyWork, bounded_order};
 
 /// Live holders of an input whose fetch is estimated for each candidate, and which are ranked
 /// best-first for the worker an attempt goes to (the others follow in id order). Bounds a
@@ -174,7 +174,8 @@ impl Core {
         let mut over: Vec<(JobId, usize, String)> = Vec::new();
         // Requests that found no room this round: anything asking for as much waits too.
         let mut full: Vec<(Resources, u64)> = Vec::new();
-        for key in self.ready.keys() {
+        let (keys, overtaken) = self.ordered_keys(now);
+        for key in keys {
             let (job, t) = (key.job, key.task as usize);
             let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
                 self.ready.remove_task(&key);
@@ -257,12 +258,92 @@ impl Core {
             let seen = judged.entry((job, t)).or_insert(true);
             *seen &= all;
         }
+        // A task left waiting in a round where later work went first counts it; one that left
+        // the queue forgets.
+        for key in overtaken {
+            if self.ready.contains(&key) {
+                *self.overtaken.entry(key).or_insert(0) += 1;
+            }
+        }
+        let ready = &self.ready;
+        self.overtaken.retain(|k, _| ready.contains(k));
         self.explain_waiting(judged);
         for (job, t, why) in over {
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.waiting.insert(t, why);
                 j.waiting_epoch.remove(&t);
             }
+        }
+    }
+
+    /// The ready queue's task keys in the order this round considers them: queue order, except
+    /// that a placer that chooses which work goes next (`Placer::orders_work`) reorders, among
+    /// the first [`ORDER_WINDOW`] keys, each run of plain tasks of one priority (never across a
+    /// gang, so a gang's holds still bind what queues after it); [`bounded_order`] puts tasks
+    /// overtaken `MAX_OVERTAKEN` times first. Also the keys that work queued after them
+    /// overtook this round.
+    fn ordered_keys(&mut self, now: u64) -> (Vec<super::queue::OrderKey>, Vec<super::queue::OrderKey>) {
+        let mut keys = self.ready.keys();
+        let mut overtaken = Vec::new();
+        if !self.placer.orders_work() || keys.len() < 2 {
+            return (keys, overtaken);
+        }
+        let window = keys.len().min(ORDER_WINDOW);
+        let plain = |c: &Core, k: &super::queue::OrderKey| {
+            c.jobs.get(&k.job).is_some_and(|j| {
+                let t = &j.record.spec.tasks[k.task as usize];
+                j.record.state == JobState::Running && t.gang.is_none() && t.collective.is_none()
+            })
+        };
+        let mut start = 0;
+        while start < window {
+            if !plain(self, &keys[start]) {
+                start += 1;
+                continue;
+            }
+            let mut end = start + 1;
+            while end < window && plain(self, &keys[end]) && keys[end].priority == keys[start].priority {
+                end += 1;
+            }
+            if end - start >= 2 {
+                let work: Vec<ReadyWork> = keys[start..end].iter().map(|k| self.ready_work(k, now)).collect();
+                let answer = self.placer.order(&work);
+                let order = bounded_order(&work, answer);
+                let segment: Vec<super::queue::OrderKey> = order.iter().map(|&i| keys[start + i]).collect();
+                // Overtaken: a task placed after one that queued after it.
+                let mut latest = 0usize;
+                for &i in &order {
+                    if i < latest {
+                        overtaken.push(keys[start + i]);
+                    }
+                    latest = latest.max(i);
+                }
+                keys[start..end].copy_from_slice(&segment);
+            }
+            start = end;
+        }
+        (keys, overtaken)
+    }
+
+    /// What a reordering placer sees of a task with ready work.
+    fn ready_work(&self, key: &super::queue::OrderKey, now: u64) -> ReadyWork {
+        let j = &self.jobs[&key.job];
+        let t = key.task as usize;
+        let task = &j.record.spec.tasks[t];
+        let sig = signature(task);
+        let total: u32 = j.record.spec.tasks.iter().map(|t| t.replicas).sum();
+        let est_run_ms = self
+            .workers
+            .values()
+            .filter(|w| w.connected && w.record.alive)
+            .filter_map(|w| self.estimates.compute(w.record.id, sig, task.flops).map(|e| e.ms))
+            .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.min(e))));
+        ReadyWork {
+            job_age_ms: now.saturating_sub(j.record.submitted_at),
+            ready: j.counts(t)[SubtaskState::Ready as usize],
+            job_remaining: total.saturating_sub(j.ended()),
+            est_run_ms,
+            overtaken: self.overtaken.get(key).copied().unwrap_or(0),
         }
     }
 

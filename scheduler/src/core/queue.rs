@@ -72,6 +72,11 @@ impl ReadyQueue {
         }
     }
 
+    /// Whether the task has subtasks queued (stale entries included).
+    pub fn contains(&self, key: &OrderKey) -> bool {
+        self.tasks.contains_key(key)
+    }
+
     pub fn remove_task(&mut self, key: &OrderKey) {
         self.take(key);
     }

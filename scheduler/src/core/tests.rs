@@ -1193,3 +1193,80 @@ fn measured_fetches_rank_holders_and_are_attributed_to_the_main_holder() {
     let unlabelled = c.estimates().link(wid(9), wid(8), None).unwrap();
     assert!(close(unlabelled.ms_per_byte, (500.0 / (1 << 20) as f64 + l.ms_per_byte) / 2.0));
 }
+
+/// A placer that places like least-loaded and orders the ready work with `by` (issue 17: the
+/// learned placer's choice of which work goes next, and an adversary for the starvation bound).
+struct Reorder {
+    by: fn(&[crate::placer::ReadyWork]) -> Option<Vec<usize>>,
+}
+
+impl crate::placer::Placer for Reorder {
+    fn name(&self) -> &'static str {
+        "reorder"
+    }
+    fn place(&mut self, req: &crate::placer::PlacementRequest, candidates: &[crate::placer::Candidate]) -> crate::placer::Decision {
+        crate::placer::LeastLoaded.place(req, candidates)
+    }
+    fn orders_work(&self) -> bool {
+        true
+    }
+    fn order(&mut self, work: &[crate::placer::ReadyWork]) -> Option<Vec<usize>> {
+        (self.by)(work)
+    }
+}
+
+fn one_task(name: &str) -> String {
+    format!("name = \"{name}\"\n[[task]]\nname = \"{name}\"\ncommand = [\"{name}\"]\ncpu = 1\n")
+}
+
+#[test]
+fn a_reordering_placer_runs_the_shortest_job_first() {
+    let mut c = Core::new(CoreConfig::default(), Box::new(Reorder { by: crate::placer::shortest_remaining_first }));
+    c.register(reg(1, "s1", 1, vec![]), 0);
+    let long = submit(&mut c, &one_task("long"), 1);
+    let short = submit(&mut c, &one_task("short"), 2);
+    let sig = |c: &Core, j: JobId| gpus::signature(&c.job(j).unwrap().record.spec.tasks[0]);
+    let mut e = c.estimates().clone();
+    e.observe_run(wid(1), sig(&c, long), None, 60_000.0);
+    e.observe_run(wid(1), sig(&c, short), None, 50.0);
+    c.set_estimates(e);
+    c.schedule(3);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 1, "one core");
+    assert_eq!(a[0].1.attempt.job, short, "the 50 ms job goes before the older 60 s one");
+    // Queue order (least-loaded does not reorder) would have run the older one.
+    let mut q = core();
+    q.register(reg(1, "s1", 1, vec![]), 0);
+    let first = submit(&mut q, &one_task("long"), 1);
+    submit(&mut q, &one_task("short"), 2);
+    q.schedule(3);
+    assert_eq!(assigned(&mut q)[0].1.attempt.job, first);
+}
+
+#[test]
+fn a_reordering_placer_overtakes_a_task_at_most_max_overtaken_rounds() {
+    // The adversary always puts the oldest work last. One core; every round a new one-core job
+    // arrives and the running one ends. The first job is overtaken round after round until the
+    // bound puts it first.
+    let reverse: fn(&[crate::placer::ReadyWork]) -> Option<Vec<usize>> = |w| Some((0..w.len()).rev().collect());
+    let mut c = Core::new(CoreConfig::default(), Box::new(Reorder { by: reverse }));
+    c.register(reg(1, "s1", 1, vec![]), 0);
+    let old = submit(&mut c, &one_task("old"), 1);
+    let mut now = 2;
+    let mut started = None;
+    for round in 1..=(crate::placer::MAX_OVERTAKEN as u64 + 3) {
+        submit(&mut c, &one_task(&format!("new{round}")), now);
+        c.schedule(now);
+        let a = assigned(&mut c);
+        assert_eq!(a.len(), 1, "round {round}: one core, one placement");
+        if a[0].1.attempt.job == old {
+            started = Some(round);
+            break;
+        }
+        now += 1;
+        assert!(c.report(wid(1), "s1", vec![Report { attempt: Some(a[0].1.attempt.clone()), state: Some(SubtaskState::Succeeded), finished_at: now, ..Default::default() }], now));
+        now += 1;
+    }
+    let started = started.expect("the oldest job started within the bound");
+    assert_eq!(started, crate::placer::MAX_OVERTAKEN as u64 + 1, "overtaken exactly MAX_OVERTAKEN rounds, then first");
+}
