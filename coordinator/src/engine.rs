@@ -59,6 +59,8 @@ pub enum Cmd {
     /// Sets (`Some`) or clears a queue's share; replies with every queue's share and use.
     SetQueue { name: String, share: Option<f64>, reply: Reply<Result<Vec<pb::QueueInfo>, String>> },
     ListQueues { reply: Reply<Vec<pb::QueueInfo>> },
+    /// The metrics in the Prometheus text format.
+    Metrics { reply: Reply<String> },
     Explain { job: JobId, task: String, rank: u32, reply: Reply<Result<pb::ExplainPlacementResponse, SchedulerError>> },
     Logs { job: JobId, task: String, rank: u32, reply: Reply<Result<LogSource, SchedulerError>> },
     Register { reg: Registration, reply: Reply<(u64, u64)> },
@@ -124,6 +126,7 @@ struct Engine {
     watchers: HashMap<JobId, watch::Sender<pb::JobStatus>>,
     /// The estimates' revision last saved, and when.
     estimates_saved: (u64, u64),
+    metrics: crate::metrics::Metrics,
 }
 
 /// Starts the engine thread. It runs until every handle is dropped, or a commit fails; the
@@ -131,7 +134,8 @@ struct Engine {
 pub fn start(core: Core, store: Box<dyn Store>, clock: fn() -> u64) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
     let (tx, rx) = std_mpsc::channel();
     let estimates_saved = (core.estimates().revision(), clock());
-    let engine = Engine { stats: Stats::default(), core, store, clock, delivery: HashMap::new(), watchers: HashMap::new(), estimates_saved };
+    let metrics = crate::metrics::Metrics::new(core.placer_name());
+    let engine = Engine { stats: Stats::default(), core, store, clock, delivery: HashMap::new(), watchers: HashMap::new(), estimates_saved, metrics };
     let join = std::thread::Builder::new()
         .name("plexus-engine".into())
         .spawn(move || engine.run(rx))
@@ -188,6 +192,7 @@ impl Engine {
                 tracing::error!(error = %e, "commit failed; stopping the engine");
                 return Err(e);
             }
+            self.metrics.observe_round(&self.core, &out, (t2 - t0).as_secs_f64(), (t3 - t2).as_secs_f64());
             for r in replies {
                 r();
             }
@@ -311,6 +316,10 @@ impl Engine {
             Cmd::SetQueue { name, share, reply } => {
                 let r = core.set_queue_share(&name, share).map(|()| queue_list(&core));
                 replies.push(defer(reply, r));
+            }
+            Cmd::Metrics { reply } => {
+                let text = self.metrics.render(&self.core);
+                replies.push(defer(reply, text));
             }
             Cmd::ListQueues { reply } => {
                 replies.push(defer(reply, queue_list(&core)));

@@ -18,7 +18,9 @@
 pub mod auth;
 pub mod convert;
 pub mod engine;
+pub mod http;
 pub mod learned;
+pub mod metrics;
 pub mod rpc;
 pub mod server;
 pub mod store;

@@ -18,6 +18,10 @@ struct Args {
     /// Address to serve gRPC on (port 0 picks a free port, printed on stdout).
     #[arg(long, default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
+    /// Address to serve HTTP on (`/metrics`, Prometheus text; with security on it needs a
+    /// token, `Authorization: Bearer`), or `none`. Port 0 picks a free port, printed on stdout.
+    #[arg(long, default_value = "127.0.0.1:8265", value_parser = parse_http)]
+    http: HttpAddr,
     /// Directory for durable state.
     #[arg(long, default_value = ".plexus/coordinator")]
     data_dir: PathBuf,
@@ -290,6 +294,7 @@ fn main() -> anyhow::Result<()> {
     let config = Config {
         security,
         listen: args.listen,
+        http: args.http.0,
         data_dir: args.data_dir,
         placer: args.placer,
         seed: args.seed,
@@ -418,6 +423,17 @@ fn export(policy: &plexus_policy::DqnPolicy, file: &std::path::Path, trained: bo
         );
     }
     Ok(())
+}
+
+/// `--http`: an address, or `none`.
+#[derive(Clone, Debug)]
+struct HttpAddr(Option<SocketAddr>);
+
+fn parse_http(s: &str) -> Result<HttpAddr, String> {
+    if s == "none" {
+        return Ok(HttpAddr(None));
+    }
+    s.parse().map(|a| HttpAddr(Some(a))).map_err(|e| format!("{e}: expected an address such as 127.0.0.1:8265, or none"))
 }
 
 /// Ctrl-C or SIGTERM.

@@ -31,6 +31,8 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// Where to serve HTTP (`/metrics`); `None`: nowhere.
+    pub http: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub placer: String,
     /// Seed of the placer's random choices, so runs repeat.
@@ -150,6 +152,32 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         let _ = stopping_tx.send(());
     };
 
+    let http = match config.http {
+        Some(at) => {
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            match crate::http::serve(at, handle.clone(), security.clone(), async move {
+                let _ = rx.await;
+            })
+            .await
+            {
+                Ok((bound, task)) => {
+                    // After the "listening on" line, which some callers read alone before
+                    // closing the pipe: a closed stdout must not stop the coordinator.
+                    let _ = std::io::Write::write_fmt(&mut std::io::stdout(), format_args!("plexus-coordinator http on {bound}\n"));
+                    tracing::info!(%bound, "serving /metrics");
+                    Some((tx, task))
+                }
+                // The API still serves: a second coordinator on one machine, or a port in use,
+                // should not stop the control plane for want of metrics.
+                Err(e) => {
+                    tracing::error!(%at, error = %e, "cannot serve HTTP (/metrics) there; pass --http ADDR (port 0: any free port) or --http none");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+
     let job_api = JobApi::new(handle.clone()).with_store(store_access).with_security(security.clone());
     let watch_streams = job_api.stream_stopper();
     let jobs = JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
@@ -190,6 +218,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     };
     if let Some(w) = warner {
         w.abort();
+    }
+    if let Some((stop_http, task)) = http {
+        let _ = stop_http.send(());
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, task).await;
     }
     // Watch streams still open (the grace period ran out) end now, and their tasks are awaited.
     watch_streams.stop().await;

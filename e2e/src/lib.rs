@@ -73,6 +73,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub bin: PathBuf,
     pub url: String,
+    /// The coordinator's HTTP side (`/metrics`), `http://ADDR`.
+    pub http: Option<String>,
     port: u16,
     /// The cluster CA (PEM) and the admin token, read from the coordinator's data dir.
     pub ca: Option<String>,
@@ -91,7 +93,7 @@ impl Cluster {
     pub fn start(config: ClusterConfig) -> Cluster {
         let dir = tempfile::Builder::new().prefix("plexus-e2e-").tempdir().expect("a temp dir");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-        let mut c = Cluster { config, dir, bin: bin_dir(), url: String::new(), port: 0, ca: None, admin_token: None, coordinator: None, workers: Vec::new(), rt };
+        let mut c = Cluster { config, dir, bin: bin_dir(), url: String::new(), http: None, port: 0, ca: None, admin_token: None, coordinator: None, workers: Vec::new(), rt };
         c.start_coordinator();
         for i in 0..c.config.workers {
             c.workers.push(None);
@@ -114,6 +116,7 @@ impl Cluster {
             .arg(self.path("coordinator"))
             .args(["--placer", &self.config.placer])
             .args(["--heartbeat-timeout-ms", &self.config.heartbeat_timeout_ms.to_string()])
+            .args(["--http", "127.0.0.1:0"])
             .env("RUST_LOG", &self.config.log)
             .stdout(Stdio::piped())
             .stderr(log_file(&self.path("coordinator.log")))
@@ -121,7 +124,11 @@ impl Cluster {
             .expect("spawning plexus-coordinator");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("reading the coordinator's first line");
+        let mut out = BufReader::new(stdout);
+        out.read_line(&mut line).expect("reading the coordinator's first line");
+        let mut http = String::new();
+        out.read_line(&mut http).expect("reading the coordinator's second line");
+        self.http = http.trim().strip_prefix("plexus-coordinator http on ").map(|a| format!("http://{a}"));
         let addr = line
             .trim()
             .strip_prefix("plexus-coordinator listening on ")

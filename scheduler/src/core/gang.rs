@@ -237,6 +237,7 @@ impl Core {
                 _ => tracing::error!(%job, idx, "a reserved gang member has no matching placement record; left ready"),
             }
         }
+        self.counters.gangs_bound += 1;
         self.set_gang(job, &g.name, |s| {
             s.bound_at = now;
             s.reserving_since = 0;
@@ -252,6 +253,7 @@ impl Core {
         let req = j.record.spec.tasks[t].resources;
         let share = j.record.spec.tasks[t].shares_gpu().then(|| j.record.spec.tasks[t].shared_gpu_memory());
         j.subtasks[idx as usize].reserved_on = Some(wid);
+        self.counters.gang_reservations += 1;
         j.placements.insert(idx, record);
         let planned = j.subtasks[idx as usize].gpus.first().copied();
         if let Some(w) = self.workers.get_mut(&wid) {
@@ -307,6 +309,8 @@ impl Core {
         }
         let Some(j) = self.jobs.get(&job) else { return };
         let rollbacks = j.record.gangs.get(name).map_or(0, |s| s.rollbacks) + 1;
+        self.counters.gang_rollbacks += 1;
+        self.counters.gang_timeouts += u64::from(reason.starts_with("deadline"));
         let retry_at = now + gang_backoff_ms(rollbacks);
         tracing::info!(%job, gang = name, rollbacks, retry_in_ms = retry_at - now, reason, "gang rolled back");
         self.set_gang(job, name, |s| {

@@ -101,6 +101,21 @@ pub struct Core {
     /// Rounds each task with ready work was overtaken by work queued after it (a reordering
     /// placer, `Placer::order`); derived, bounded by the queue.
     overtaken: HashMap<queue::OrderKey, u32>,
+    /// Events counted since start, for metrics.
+    counters: Counters,
+}
+
+/// Events the core counts since it started (the coordinator's `/metrics` exports them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Members reserved for gangs.
+    pub gang_reservations: u64,
+    /// Gangs bound (their `min_members` reserved and dispatched together).
+    pub gangs_bound: u64,
+    /// Gangs rolled back, for any reason.
+    pub gang_rollbacks: u64,
+    /// Of those, at their deadline.
+    pub gang_timeouts: u64,
 }
 
 /// Everything loaded from the store at start.
@@ -131,6 +146,7 @@ impl Core {
             queue_cpu: HashMap::new(),
             estimates: estimates::Estimates::new(),
             overtaken: HashMap::new(),
+            counters: Counters::default(),
             out: Outbox::default(),
         }
     }
@@ -144,6 +160,11 @@ impl Core {
     }
 
     /// The cluster's measured speeds, for display and for the coordinator to save.
+    /// Events counted since start.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
     pub fn estimates(&self) -> &estimates::Estimates {
         &self.estimates
     }

@@ -1,0 +1,229 @@
+//! The coordinator's Prometheus metrics (issue 18), served as text at `/metrics` on `--http`.
+//!
+//! Names follow Prometheus conventions: the `plexus_` prefix, base units (seconds, bytes),
+//! `_total` on counters, and no job ids in labels (a label per job would grow without bound).
+//! The engine thread owns [`Metrics`]: it observes each round's placements and starts as they
+//! happen, and at a scrape refreshes the gauges from the core's state (O(jobs × tasks +
+//! workers)) before encoding.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+use plexus_proto::{JobState, SubtaskState};
+use plexus_scheduler::core::{Core, Counters, Outbox};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlacementLabels {
+    placer: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    worker: String,
+    gpu: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+/// Why a ready subtask is not placed yet, in the few classes `plexus_subtasks_pending` uses.
+pub const PENDING_REASONS: &[&str] = &["dependencies", "placing", "no_room", "gang", "queue_share", "unsatisfiable"];
+
+/// Every metric the coordinator exports.
+pub struct Metrics {
+    registry: Registry,
+    jobs: Family<StateLabel, Gauge>,
+    subtasks: Family<StateLabel, Gauge>,
+    pending: Family<ReasonLabel, Gauge>,
+    workers: Family<StateLabel, Gauge>,
+    placements: Family<PlacementLabels, Counter>,
+    submit_to_placed: Histogram,
+    placed_to_running: Histogram,
+    round: Histogram,
+    commit: Histogram,
+    gang_reservations: Counter,
+    gangs_bound: Counter,
+    gang_rollbacks: Counter,
+    gang_timeouts: Counter,
+    gpu_utilisation: Family<GpuLabels, Gauge<f64, AtomicU64>>,
+    /// The core's counters at the last refresh (the counters above advance by the difference).
+    seen: Counters,
+    placer: &'static str,
+}
+
+/// Buckets from 1 ms to ~33 s (×2): placement latencies and engine rounds alike.
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+impl Metrics {
+    pub fn new(placer: &'static str) -> Metrics {
+        let mut r = Registry::default();
+        let m = Metrics {
+            jobs: Family::default(),
+            subtasks: Family::default(),
+            pending: Family::default(),
+            workers: Family::default(),
+            placements: Family::default(),
+            submit_to_placed: latency(),
+            placed_to_running: latency(),
+            round: latency(),
+            commit: latency(),
+            gang_reservations: Counter::default(),
+            gangs_bound: Counter::default(),
+            gang_rollbacks: Counter::default(),
+            gang_timeouts: Counter::default(),
+            gpu_utilisation: Family::default(),
+            seen: Counters::default(),
+            placer,
+            registry: Registry::default(),
+        };
+        r.register("plexus_jobs", "Jobs known to the coordinator, by state", m.jobs.clone());
+        r.register("plexus_subtasks", "Subtasks of jobs known to the coordinator, by state", m.subtasks.clone());
+        r.register(
+            "plexus_subtasks_pending",
+            "Subtasks not placed yet, by why: dependencies (inputs not produced), placing (ready, not judged yet), no_room, gang (waiting for its gang), queue_share, unsatisfiable (no live worker could ever run it)",
+            m.pending.clone(),
+        );
+        r.register("plexus_workers", "Workers by state: alive (connected), disconnected (alive, stream closed), lost", m.workers.clone());
+        r.register("plexus_placements", "Subtasks placed on a worker, by placer and result", m.placements.clone());
+        r.register_with_unit("plexus_submit_to_placed", "Time from a job's submission to each of its subtasks' placement", Unit::Seconds, m.submit_to_placed.clone());
+        r.register_with_unit("plexus_placed_to_running", "Time from a subtask's placement to its worker reporting it running", Unit::Seconds, m.placed_to_running.clone());
+        r.register_with_unit("plexus_engine_round", "Time the engine spends applying commands and scheduling in one round", Unit::Seconds, m.round.clone());
+        r.register_with_unit("plexus_store_commit", "Time of one group commit to the store (sled, flushed)", Unit::Seconds, m.commit.clone());
+        r.register("plexus_gang_reservations", "Gang members reserved", m.gang_reservations.clone());
+        r.register("plexus_gangs_bound", "Gangs whose min_members were reserved and dispatched together", m.gangs_bound.clone());
+        r.register("plexus_gang_rollbacks", "Gangs rolled back (deadline, worker lost before binding, restart)", m.gang_rollbacks.clone());
+        r.register("plexus_gang_timeouts", "Gangs rolled back at their deadline", m.gang_timeouts.clone());
+        r.register("plexus_gpu_utilisation_ratio", "Each worker GPU's utilisation (0..1), from the worker's last heartbeat", m.gpu_utilisation.clone());
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
+        r.register("plexus_build_info", "The coordinator's build: always 1, with its version as a label", build);
+        Metrics { registry: r, ..m }
+    }
+
+    /// What one round did: its placements (submission → placement latency), the subtasks that
+    /// started running (placement → running), and how long it took.
+    pub fn observe_round(&mut self, core: &Core, out: &Outbox, round_s: f64, commit_s: f64) {
+        if !out.assignments.is_empty() {
+            let placed = self.placements.get_or_create(&PlacementLabels { placer: self.placer.to_string(), result: "assigned".into() });
+            for (_, a) in &out.assignments {
+                placed.inc();
+                let at = &a.attempt;
+                if let (Some(j), Some(s)) = (core.job(at.job), core.job(at.job).and_then(|j| j.subtask_index(&at.task, at.rank).ok()).and_then(|i| core.subtask(at.job, i))) {
+                    self.submit_to_placed.observe(s.assigned_at.saturating_sub(j.record.submitted_at) as f64 / 1e3);
+                }
+            }
+        }
+        for (job, idx) in &out.subtasks {
+            if let Some(s) = core.subtask(*job, *idx)
+                && s.state == SubtaskState::Running
+                && s.started_at >= s.assigned_at
+                && s.assigned_at > 0
+            {
+                self.placed_to_running.observe((s.started_at - s.assigned_at) as f64 / 1e3);
+            }
+        }
+        self.round.observe(round_s);
+        if !out.is_empty() {
+            self.commit.observe(commit_s);
+        }
+    }
+
+    /// Brings the gauges and the core's counters up to date, and encodes everything.
+    pub fn render(&mut self, core: &Core) -> String {
+        self.refresh(core);
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+
+    fn refresh(&mut self, core: &Core) {
+        let mut jobs = [0i64; 5];
+        let mut subtasks = [0i64; 7];
+        let mut pending = [0i64; 6];
+        for j in core.jobs() {
+            jobs[job_slot(j.record.state)] += 1;
+            for (t, task) in j.record.spec.tasks.iter().enumerate() {
+                let c = j.counts(t);
+                for (n, v) in c.iter().enumerate() {
+                    subtasks[n] += i64::from(*v);
+                }
+                if j.record.state != JobState::Running {
+                    continue;
+                }
+                pending[0] += i64::from(c[SubtaskState::Waiting as usize]);
+                let ready = i64::from(c[SubtaskState::Ready as usize]);
+                let class = match j.waiting.get(&t) {
+                    _ if task.gang.as_ref().is_some_and(|g| j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0)) => 3,
+                    None => 1,
+                    Some(r) if r.starts_with("no live worker has room") => 2,
+                    Some(r) if r.starts_with("queue ") => 4,
+                    Some(_) => 5,
+                };
+                pending[class] += ready;
+            }
+        }
+        for (n, name) in JOB_STATES.iter().enumerate() {
+            self.jobs.get_or_create(&StateLabel { state: name.to_string() }).set(jobs[n]);
+        }
+        for (n, name) in SUBTASK_STATES.iter().enumerate() {
+            self.subtasks.get_or_create(&StateLabel { state: name.to_string() }).set(subtasks[n]);
+        }
+        for (n, name) in PENDING_REASONS.iter().enumerate() {
+            self.pending.get_or_create(&ReasonLabel { reason: name.to_string() }).set(pending[n]);
+        }
+        let mut workers = [0i64; 3];
+        self.gpu_utilisation.clear();
+        for w in core.workers() {
+            workers[if !w.record.alive { 2 } else if w.connected { 0 } else { 1 }] += 1;
+            if w.record.alive {
+                for g in &w.node.gpus {
+                    self.gpu_utilisation.get_or_create(&GpuLabels { worker: w.record.id.to_string(), gpu: g.index.to_string() }).set(g.utilisation);
+                }
+            }
+        }
+        for (n, name) in ["alive", "disconnected", "lost"].iter().enumerate() {
+            self.workers.get_or_create(&StateLabel { state: name.to_string() }).set(workers[n]);
+        }
+        let now = core.counters();
+        self.gang_reservations.inc_by(now.gang_reservations.saturating_sub(self.seen.gang_reservations));
+        self.gangs_bound.inc_by(now.gangs_bound.saturating_sub(self.seen.gangs_bound));
+        self.gang_rollbacks.inc_by(now.gang_rollbacks.saturating_sub(self.seen.gang_rollbacks));
+        self.gang_timeouts.inc_by(now.gang_timeouts.saturating_sub(self.seen.gang_timeouts));
+        self.seen = now;
+    }
+}
+
+const JOB_STATES: [&str; 5] = ["running", "succeeded", "failed", "cancelled", "completed_with_failures"];
+const SUBTASK_STATES: [&str; 7] = ["waiting", "ready", "assigned", "running", "succeeded", "failed", "cancelled"];
+
+fn job_slot(s: JobState) -> usize {
+    match s {
+        JobState::Running => 0,
+        JobState::Succeeded => 1,
+        JobState::Failed => 2,
+        JobState::Cancelled => 3,
+        JobState::CompletedWithFailures => 4,
+    }
+}

@@ -1,0 +1,94 @@
+//! End-to-end: the coordinator's `/metrics` (issue 18) on a real cluster, scraped over HTTP
+//! while jobs run, parsed by a real parser of the Prometheus text format (`prometheus-parse`),
+//! with security on: no token, a bad token and a worker's join token are refused.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use plexus_e2e::{Cluster, ClusterConfig};
+
+const JOB: &str = r#"
+name = "metered"
+
+[[task]]
+name = "gen"
+command = "head -c 65536 /dev/zero > $PLEXUS_OUT/blob"
+replicas = 4
+outputs = ["blob"]
+
+[[task]]
+name = "sum"
+command = "cat $PLEXUS_IN/gen/*/blob | wc -c"
+inputs = ["gen/blob"]
+"#;
+
+/// One GET over a fresh connection: (status code, body).
+fn get(base: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let addr = base.strip_prefix("http://").expect("an http:// URL");
+    let mut s = TcpStream::connect(addr).expect("connecting to the coordinator's HTTP side");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("reading the response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a header and a body");
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status code");
+    assert!(!head.to_ascii_lowercase().contains("transfer-encoding: chunked") || code != 200, "expected a sized body: {head}");
+    (code, body.to_string())
+}
+
+fn scrape(c: &Cluster) -> prometheus_parse::Scrape {
+    let (code, body) = get(c.http.as_deref().expect("the coordinator serves HTTP"), "/metrics", c.admin_token.as_deref());
+    assert_eq!(code, 200, "{body}");
+    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("valid Prometheus text")
+}
+
+/// The value of `name` whose labels include every pair of `labels`; histograms give their count.
+fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    s.samples.iter().find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))).map(|x| match &x.value {
+        prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => *v,
+        prometheus_parse::Value::Histogram(b) => b.last().map_or(0.0, |b| b.count),
+        prometheus_parse::Value::Summary(_) => f64::NAN,
+    })
+}
+
+#[test]
+fn coordinator_metrics_move_with_the_work_and_need_a_token() {
+    let c = Cluster::start(ClusterConfig { workers: 2, ..ClusterConfig::default() });
+    let base = c.http.clone().expect("the coordinator printed its HTTP address");
+    // Security is on: refused without a token, with a malformed or unknown one, and with the
+    // workers' join token.
+    assert_eq!(get(&base, "/metrics", None).0, 401);
+    assert_eq!(get(&base, "/metrics", Some("not-a-token")).0, 401);
+    let join = std::fs::read_to_string(c.join_token_file()).unwrap();
+    let (code, body) = get(&base, "/metrics", Some(join.trim()));
+    assert_eq!(code, 401, "a join token reads nothing: {body}");
+    assert_eq!(get(&base, "/nothing-here", c.admin_token.as_deref()).0, 404);
+
+    let before = scrape(&c);
+    assert_eq!(value(&before, "plexus_build_info", &[("version", env!("CARGO_PKG_VERSION"))]), Some(1.0));
+    assert_eq!(value(&before, "plexus_workers", &[("state", "alive")]), Some(2.0));
+    assert_eq!(value(&before, "plexus_placements_total", &[("placer", "least-loaded")]).unwrap_or(0.0), 0.0);
+
+    let id = c.submit("metered.toml", JOB);
+    let status = c.wait_job(&id, Duration::from_secs(60));
+    assert_eq!(status.state, plexus_proto::pb::JobState::Succeeded as i32, "{status:?}");
+    let after = scrape(&c);
+    assert_eq!(value(&after, "plexus_placements_total", &[("placer", "least-loaded"), ("result", "assigned")]), Some(5.0), "4 gen + 1 sum placed");
+    assert_eq!(value(&after, "plexus_submit_to_placed_seconds", &[]), Some(5.0), "one latency per placement");
+    assert!(value(&after, "plexus_placed_to_running_seconds", &[]).unwrap() >= 1.0, "starts observed");
+    assert_eq!(value(&after, "plexus_jobs", &[("state", "succeeded")]), Some(1.0));
+    assert_eq!(value(&after, "plexus_subtasks", &[("state", "succeeded")]), Some(5.0));
+    assert_eq!(value(&after, "plexus_subtasks_pending", &[("reason", "no_room")]), Some(0.0));
+    assert!(value(&after, "plexus_engine_round_seconds", &[]).unwrap() > value(&before, "plexus_engine_round_seconds", &[]).unwrap());
+    assert!(value(&after, "plexus_store_commit_seconds", &[]).unwrap() > 0.0);
+    // Conventions: every family is plexus_-prefixed, counters end in _total, no job ids.
+    for s in &after.samples {
+        assert!(s.metric.starts_with("plexus_"), "{}", s.metric);
+        assert!(!s.labels.values().any(|v| v.starts_with("job-")), "{s:?}");
+        if let prometheus_parse::Value::Counter(_) = s.value {
+            assert!(s.metric.ends_with("_total"), "{}", s.metric);
+        }
+    }
+}
