@@ -74,6 +74,11 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
 
+    /// Where to serve `/metrics` (Prometheus text, unauthenticated: counts and rail addresses,
+    /// no job ids), or `none`. Default: loopback, any free port (logged as "serving /metrics").
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_metrics)]
+    pub metrics: MetricsAddr,
+
     /// The PeerService URL reported to the coordinator. Default: http://<bound address>.
     #[arg(long)]
     pub advertise: Option<String>,
@@ -164,6 +169,8 @@ pub struct Config {
     pub cache_bytes: u64,
     /// Where the PeerService server binds.
     pub listen: SocketAddr,
+    /// Where `/metrics` is served; `None`: nowhere.
+    pub metrics: Option<SocketAddr>,
     /// The PeerService URL to report; `None` derives it from the bound address.
     pub advertise: Option<String>,
     /// Which of the node's GPUs are offered.
@@ -174,6 +181,17 @@ pub struct Config {
     pub isolation: Choice,
     /// TLS and the join token, or `--insecure`.
     pub trust: crate::credentials::TrustConfig,
+}
+
+/// `--metrics`: an address, or `none`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricsAddr(pub Option<SocketAddr>);
+
+fn parse_metrics(s: &str) -> std::result::Result<MetricsAddr, String> {
+    if s == "none" {
+        return Ok(MetricsAddr(None));
+    }
+    s.parse().map(|a| MetricsAddr(Some(a))).map_err(|e| format!("{e}: expected an address such as 127.0.0.1:9265, or none"))
 }
 
 impl Config {
@@ -193,6 +211,7 @@ impl Config {
             memory: node::total_memory().unwrap_or(0),
             cache_bytes: DEFAULT_CACHE_BYTES,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics: None,
             advertise: None,
             gpus: GpuSelection::All,
             labels: BTreeMap::new(),
@@ -268,6 +287,7 @@ impl Args {
             memory,
             cache_bytes: self.cache,
             listen: self.listen,
+            metrics: self.metrics.0,
             advertise,
             gpus: self.gpus,
             labels,

@@ -32,6 +32,7 @@ pub mod exchange;
 pub mod isolation;
 pub mod layout;
 pub mod logs;
+pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod runner;
@@ -89,6 +90,8 @@ pub struct Worker {
     /// The data-plane endpoint the session, the runner and the PeerService share; stopped and
     /// awaited last, when nothing uses it any more.
     rails: Arc<plexus_dataplane::Endpoint>,
+    /// Where `/metrics` is served, if anywhere.
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Worker {
@@ -244,6 +247,7 @@ impl Worker {
             async move { gpus.run(GPU_SAMPLE_INTERVAL, stop).await }
         });
 
+        let counters = Arc::new(metrics::Counters::default());
         let attempts = Attempts::new(shutdown.child_token());
         let attempt_tasks = TaskTracker::new();
         let node_gpus = NodeGpus { offered: offered.iter().map(|g| g.index).collect(), present: !detected.is_empty() };
@@ -256,7 +260,25 @@ impl Worker {
             Arc::clone(&isolation),
             node_gpus,
         )
-        .with_peer_tls(credentials.as_ref().map(credentials::Credentials::peer_client_tls));
+        .with_peer_tls(credentials.as_ref().map(credentials::Credentials::peer_client_tls))
+        .with_counters(Arc::clone(&counters));
+        let metrics_addr = match config.metrics {
+            Some(at) => {
+                let sources = metrics::Sources { counters, rails: Arc::clone(&rails), cache: cache.clone(), gpus: Arc::clone(&gpus) };
+                match metrics::serve(at, sources, shutdown.child_token()).await {
+                    Ok((bound, _task)) => {
+                        info!(%bound, "serving /metrics");
+                        Some(bound)
+                    }
+                    // The worker still works: metrics are not worth refusing work for.
+                    Err(e) => {
+                        warn!(%at, error = %e, "cannot serve /metrics there; pass --metrics ADDR (port 0: any free port) or --metrics none");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
         let session_loop = Session {
             coordinator,
             worker_id,
@@ -288,6 +310,7 @@ impl Worker {
             isolation,
             _lock: lock,
             rails,
+            metrics_addr,
         })
     }
 
@@ -303,6 +326,11 @@ impl Worker {
     /// The PeerService URL reported to the coordinator.
     pub fn peer_addr(&self) -> &str {
         &self.peer_addr
+    }
+
+    /// Where `/metrics` is served (`--metrics`), if anywhere.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Where the PeerService is actually bound.

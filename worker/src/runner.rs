@@ -331,6 +331,8 @@ struct Ctx {
     gpus: NodeGpus,
     /// This worker's certificate for fetching from peers (`None`: an insecure cluster).
     peer_tls: Option<tonic::transport::ClientTlsConfig>,
+    /// What `/metrics` reports of the runner's work.
+    counters: Arc<crate::metrics::Counters>,
 }
 
 /// Fetch and eviction accounting of one attempt.
@@ -373,11 +375,20 @@ impl Runner {
         isolation: Arc<Isolation>,
         gpus: NodeGpus,
     ) -> Runner {
-        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker, rails, isolation, gpus, peer_tls: None }) }
+        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker, rails, isolation, gpus, peer_tls: None, counters: Arc::default() }) }
     }
 
     /// The same runner fetching inputs from peers over mutual TLS with `tls`. Call before any
     /// assignment (it needs the only reference to the shared context).
+    /// Counts into `counters` (the worker's `/metrics`) instead of a private set.
+    pub fn with_counters(mut self, counters: Arc<crate::metrics::Counters>) -> Runner {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.counters = counters,
+            None => tracing::error!("Runner::with_counters called after the runner was shared; not applied"),
+        }
+        self
+    }
+
     pub fn with_peer_tls(mut self, tls: Option<tonic::transport::ClientTlsConfig>) -> Runner {
         match Arc::get_mut(&mut self.ctx) {
             Some(ctx) => ctx.peer_tls = tls,
@@ -484,6 +495,15 @@ impl Ctx {
         };
         drop(pins);
         remove_dir(workdir).await;
+        let slot = match outcome.state {
+            pb::SubtaskState::Succeeded => Some(0),
+            pb::SubtaskState::Failed => Some(1),
+            pb::SubtaskState::Cancelled => Some(2),
+            _ => None,
+        };
+        if let Some(n) = slot {
+            self.counters.attempts[n].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         match outcome.state {
             pb::SubtaskState::Succeeded => info!(attempt = %a, "attempt succeeded"),
             _ => info!(attempt = %a, state = ?outcome.state, error = %r.error, "attempt ended"),
@@ -670,6 +690,7 @@ impl Ctx {
             () = cancel.cancelled() => return Err(Error::Cancelled),
         };
         let took = started.elapsed();
+        self.counters.collective(kind, len as u64, u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
         let dest = out_dir.join(output);
         let written = result.as_ref().map_or(0, Bytes::len);
         tokio::fs::write(&dest, result.unwrap_or_default())
@@ -733,6 +754,7 @@ impl Ctx {
             () = cancel.cancelled() => return Err(Error::Cancelled),
         };
         let took = started.elapsed();
+        self.counters.collective(kind, len as u64, u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
         let written = result.len();
         tokio::fs::write(out_dir.join(output), result).await.map_err(|source| Error::WriteOutput { name: output.clone(), source })?;
         let _ = writeln!(
@@ -762,7 +784,10 @@ impl Ctx {
     ) -> Result<()> {
         for input in inputs {
             let pin = match self.cache.pin(&input.id) {
-                Some(pin) => pin,
+                Some(pin) => {
+                    self.counters.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    pin
+                }
                 None => self.fetch(input, acct).await?,
             };
             let dest = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
@@ -813,6 +838,8 @@ impl Ctx {
                 Ok(ins) => {
                     acct.fetched_bytes += fetched.bytes;
                     acct.evicted_bytes += ins.evicted_bytes;
+                    self.counters.fetched_bytes.fetch_add(fetched.bytes, std::sync::atomic::Ordering::Relaxed);
+                    self.counters.evicted_bytes.fetch_add(ins.evicted_bytes, std::sync::atomic::Ordering::Relaxed);
                     pin = Some(ins.pin);
                     break;
                 }
@@ -820,6 +847,19 @@ impl Ctx {
             }
         }
         acct.fetch_ms += u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            let c = &self.counters;
+            c.fetch_us.fetch_add(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX), Relaxed);
+            match &pin {
+                Some(_) => {
+                    c.fetches.fetch_add(1, Relaxed);
+                }
+                None => {
+                    c.fetch_failures.fetch_add(1, Relaxed);
+                }
+            }
+        }
         pin.ok_or_else(|| Error::FetchInput { object: input.id.clone(), source: Box::new(last_error) })
     }
 
@@ -848,6 +888,7 @@ impl Ctx {
                 .insert(&id, &out_dir.join(name))
                 .map_err(|e| Error::StoreOutput { name: name.clone(), source: Box::new(e) })?;
             acct.evicted_bytes += ins.evicted_bytes;
+            self.counters.evicted_bytes.fetch_add(ins.evicted_bytes, std::sync::atomic::Ordering::Relaxed);
             infos.push(pb::ObjectInfo { object_id: id.to_string(), size: ins.size });
             pins.push(ins.pin);
         }
