@@ -318,7 +318,7 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::Metrics { reply } => {
-                let text = self.metrics.render(&self.core);
+                let text = self.metrics.render(&mut self.core);
                 replies.push(defer(reply, text));
             }
             Cmd::ListQueues { reply } => {

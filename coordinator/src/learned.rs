@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use plexus_policy::features::NAMES;
 use plexus_policy::{DqnPolicy, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures};
-use plexus_scheduler::placer::{Candidate, Decision, HEURISTICS, Outcome, PlacementRequest, Placer, ReadyWork, heuristic, shortest_remaining_first};
+use plexus_scheduler::placer::{Candidate, Decision, HEURISTICS, LearningStats, MAX_DECISION_TIMES, Outcome, PlacementRequest, Placer, ReadyWork, heuristic, shortest_remaining_first};
 
 use crate::Error;
 
@@ -35,6 +35,9 @@ pub struct Learned {
     /// Whether it chooses which ready work goes next (shortest remaining job first on the
     /// measured estimates, `Placer::order`); off is the seed's placer, which only picks nodes.
     order_work: bool,
+    exploratory: u64,
+    /// Seconds each decision took since metrics last read them.
+    decision_seconds: Vec<f64>,
 }
 
 /// Decisions whose best estimate is kept while their outcome is awaited, at most; the oldest go
@@ -43,7 +46,7 @@ const MAX_AWAITED: usize = 100_000;
 
 impl Learned {
     pub fn new(config: PolicyConfig, store: Option<Arc<dyn PolicyStore>>) -> Result<Self, PolicyError> {
-        Ok(Learned { policy: DqnPolicy::new(config, store)?, best_est: BTreeMap::new(), order_work: false })
+        Ok(Learned { policy: DqnPolicy::new(config, store)?, best_est: BTreeMap::new(), order_work: false, exploratory: 0, decision_seconds: Vec::new() })
     }
 
     /// Turns the choice of which work goes next on or off (off by default: the seed's placer).
@@ -91,7 +94,13 @@ impl Placer for Learned {
             }
         }
         let features = obs.tokens.iter().map(|t| NAMES.iter().zip(t).map(|(n, v)| (n.to_string(), *v as f64)).collect()).collect();
-        match self.policy.decide(req.decision, obs) {
+        let started = std::time::Instant::now();
+        let choice = self.policy.decide(req.decision, obs);
+        if self.decision_seconds.len() < MAX_DECISION_TIMES {
+            self.decision_seconds.push(started.elapsed().as_secs_f64());
+        }
+        self.exploratory += u64::from(choice.as_ref().is_some_and(|c| c.exploratory));
+        match choice {
             Some(c) => Decision {
                 chosen: c.index,
                 scores: c.q.iter().map(|&q| if q.is_finite() { q as f64 } else { f64::NAN }).collect(),
@@ -109,6 +118,18 @@ impl Placer for Learned {
 
     fn orders_work(&self) -> bool {
         self.order_work
+    }
+
+    fn learning(&mut self) -> Option<LearningStats> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = self.policy.stats();
+        Some(LearningStats {
+            decisions: self.policy.decisions(),
+            exploratory: self.exploratory,
+            experiences: s.experiences.load(Relaxed),
+            training_steps: s.training_steps.load(Relaxed),
+            decision_seconds: std::mem::take(&mut self.decision_seconds),
+        })
     }
 
     fn order(&mut self, work: &[ReadyWork]) -> Option<Vec<usize>> {

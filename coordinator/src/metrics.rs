@@ -65,6 +65,13 @@ pub struct Metrics {
     gang_rollbacks: Counter,
     gang_timeouts: Counter,
     gpu_utilisation: Family<GpuLabels, Gauge<f64, AtomicU64>>,
+    policy_decisions: Counter,
+    policy_exploratory: Counter,
+    policy_experiences: Counter,
+    policy_training_steps: Counter,
+    policy_decision: Histogram,
+    /// The learning placer's counters at the last refresh.
+    seen_policy: plexus_scheduler::placer::LearningStats,
     /// The core's counters at the last refresh (the counters above advance by the difference).
     seen: Counters,
     placer: &'static str,
@@ -93,6 +100,13 @@ impl Metrics {
             gang_rollbacks: Counter::default(),
             gang_timeouts: Counter::default(),
             gpu_utilisation: Family::default(),
+            policy_decisions: Counter::default(),
+            policy_exploratory: Counter::default(),
+            policy_experiences: Counter::default(),
+            policy_training_steps: Counter::default(),
+            // 10 µs to ~0.33 s (×2): the decision target is < 1 ms.
+            policy_decision: Histogram::new(exponential_buckets(1e-5, 2.0, 16)),
+            seen_policy: Default::default(),
             seen: Counters::default(),
             placer,
             registry: Registry::default(),
@@ -115,6 +129,13 @@ impl Metrics {
         r.register("plexus_gang_rollbacks", "Gangs rolled back (deadline, worker lost before binding, restart)", m.gang_rollbacks.clone());
         r.register("plexus_gang_timeouts", "Gangs rolled back at their deadline", m.gang_timeouts.clone());
         r.register("plexus_gpu_utilisation_ratio", "Each worker GPU's utilisation (0..1), from the worker's last heartbeat", m.gpu_utilisation.clone());
+        if placer == "rl" {
+            r.register("plexus_policy_decisions", "Placements the learned placer decided", m.policy_decisions.clone());
+            r.register("plexus_policy_exploratory_decisions", "Of those, exploratory (ε-greedy) ones", m.policy_exploratory.clone());
+            r.register("plexus_policy_experiences", "Experiences (decision, reward, next state) sent to training", m.policy_experiences.clone());
+            r.register("plexus_policy_training_steps", "Training steps the learned placer's training thread completed", m.policy_training_steps.clone());
+            r.register_with_unit("plexus_policy_decision", "Time of one learned placement decision (inference and choice)", Unit::Seconds, m.policy_decision.clone());
+        }
         let build: Family<BuildLabels, Gauge> = Family::default();
         build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
         r.register("plexus_build_info", "The coordinator's build: always 1, with its version as a label", build);
@@ -150,7 +171,18 @@ impl Metrics {
     }
 
     /// Brings the gauges and the core's counters up to date, and encodes everything.
-    pub fn render(&mut self, core: &Core) -> String {
+    pub fn render(&mut self, core: &mut Core) -> String {
+        if let Some(l) = core.placer_learning() {
+            let p = &self.seen_policy;
+            self.policy_decisions.inc_by(l.decisions.saturating_sub(p.decisions));
+            self.policy_exploratory.inc_by(l.exploratory.saturating_sub(p.exploratory));
+            self.policy_experiences.inc_by(l.experiences.saturating_sub(p.experiences));
+            self.policy_training_steps.inc_by(l.training_steps.saturating_sub(p.training_steps));
+            for s in &l.decision_seconds {
+                self.policy_decision.observe(*s);
+            }
+            self.seen_policy = plexus_scheduler::placer::LearningStats { decision_seconds: Vec::new(), ..l };
+        }
         self.refresh(core);
         let mut text = String::new();
         // Writing into a String cannot fail.

@@ -141,3 +141,24 @@ fn coordinator_metrics_move_with_the_work_and_need_a_token() {
         assert!(!s.labels.values().any(|v| v.starts_with("job-")), "{s:?}");
     }
 }
+
+#[test]
+fn the_learned_placer_reports_its_decisions_and_an_insecure_coordinator_needs_no_token() {
+    let c = Cluster::start(ClusterConfig { workers: 2, placer: "rl".into(), insecure: true, ..ClusterConfig::default() });
+    let base = c.http.clone().expect("the coordinator printed its HTTP address");
+    let id = c.submit("metered.toml", JOB);
+    let status = c.wait_job(&id, Duration::from_secs(60));
+    assert_eq!(status.state, plexus_proto::pb::JobState::Succeeded as i32, "{status:?}");
+    let (code, body) = get(&base, "/metrics", None);
+    assert_eq!(code, 200, "{body}");
+    conventions(&body);
+    let s = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("valid Prometheus text");
+    assert_eq!(value(&s, "plexus_policy_decisions_total", &[]), Some(5.0), "{body}");
+    assert_eq!(value(&s, "plexus_policy_decision_seconds", &[]), Some(5.0), "one time per decision");
+    assert_eq!(value(&s, "plexus_placements_total", &[("placer", "rl")]), Some(5.0));
+    // Read once: a second scrape does not count the same decisions again.
+    let again = get(&base, "/metrics", None).1;
+    let s2 = prometheus_parse::Scrape::parse(again.lines().map(|l| Ok(l.to_string()))).unwrap();
+    assert_eq!(value(&s2, "plexus_policy_decision_seconds", &[]), Some(5.0));
+    assert_eq!(value(&s2, "plexus_policy_decisions_total", &[]), Some(5.0));
+}

@@ -124,12 +124,32 @@ pub trait Placer: Send {
     fn order(&mut self, _work: &[ReadyWork]) -> Option<Vec<usize>> {
         None
     }
+    /// A learning placer's counters for metrics (and the decision times measured since the
+    /// last call, which it then forgets); `None` for heuristics.
+    fn learning(&mut self) -> Option<LearningStats> {
+        None
+    }
     /// Whether [`Placer::order`] may answer anything but queue order (so callers skip building
     /// [`ReadyWork`] for placers that never reorder).
     fn orders_work(&self) -> bool {
         false
     }
 }
+
+/// What a learning placer reports for metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LearningStats {
+    pub decisions: u64,
+    pub exploratory: u64,
+    /// Experiences sent to training, and training steps completed.
+    pub experiences: u64,
+    pub training_steps: u64,
+    /// Seconds each decision took since the last report (at most [`MAX_DECISION_TIMES`]).
+    pub decision_seconds: Vec<f64>,
+}
+
+/// Decision times a learning placer keeps between two reports; later ones are not timed.
+pub const MAX_DECISION_TIMES: usize = 65_536;
 
 /// A task with ready subtasks, as a placer that chooses which work goes next sees it.
 #[derive(Clone, Debug, PartialEq)]

@@ -160,6 +160,11 @@ impl Core {
     }
 
     /// The cluster's measured speeds, for display and for the coordinator to save.
+    /// The placer's learning counters, if it learns (its decision times since the last call).
+    pub fn placer_learning(&mut self) -> Option<crate::placer::LearningStats> {
+        self.placer.learning()
+    }
+
     /// Events counted since start.
     pub fn counters(&self) -> Counters {
         self.counters
