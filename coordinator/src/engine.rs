@@ -126,15 +126,21 @@ struct Engine {
     watchers: HashMap<JobId, watch::Sender<pb::JobStatus>>,
     /// The estimates' revision last saved, and when.
     estimates_saved: (u64, u64),
-    metrics: crate::metrics::Metrics,
+    /// `None`: metrics off (no `--http`), so they cost nothing.
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 /// Starts the engine thread. It runs until every handle is dropped, or a commit fails; the
 /// returned join handle yields the storage error in the latter case.
 pub fn start(core: Core, store: Box<dyn Store>, clock: fn() -> u64) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
+    start_with(core, store, clock, true)
+}
+
+/// [`start`], with metrics kept (`metrics`) or not observed at all.
+pub fn start_with(core: Core, store: Box<dyn Store>, clock: fn() -> u64, metrics: bool) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
     let (tx, rx) = std_mpsc::channel();
     let estimates_saved = (core.estimates().revision(), clock());
-    let metrics = crate::metrics::Metrics::new(core.placer_name());
+    let metrics = metrics.then(|| crate::metrics::Metrics::new(core.placer_name()));
     let engine = Engine { stats: Stats::default(), core, store, clock, delivery: HashMap::new(), watchers: HashMap::new(), estimates_saved, metrics };
     let join = std::thread::Builder::new()
         .name("plexus-engine".into())
@@ -192,7 +198,9 @@ impl Engine {
                 tracing::error!(error = %e, "commit failed; stopping the engine");
                 return Err(e);
             }
-            self.metrics.observe_round(&self.core, &out, (t2 - t0).as_secs_f64(), (t3 - t2).as_secs_f64());
+            if let Some(m) = &mut self.metrics {
+                m.observe_round(&self.core, &out, (t2 - t0).as_secs_f64(), (t3 - t2).as_secs_f64());
+            }
             for r in replies {
                 r();
             }
@@ -318,7 +326,10 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::Metrics { reply } => {
-                let text = self.metrics.render(&mut self.core);
+                let text = match &mut self.metrics {
+                    Some(m) => m.render(&mut self.core),
+                    None => "# metrics are off on this coordinator (started with --http none)\n".to_string(),
+                };
                 replies.push(defer(reply, text));
             }
             Cmd::ListQueues { reply } => {

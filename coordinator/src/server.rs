@@ -124,7 +124,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     // Not yet read by placement: GPU gang placement (issue 16, item 4) takes it from here.
     tracing::info!(msc = %config.msc, "GPU topology costs");
 
-    let (handle, engine_thread) = engine::start(core, Box::new(store) as Box<dyn Store>, plexus_proto::now_ms);
+    let (handle, engine_thread) = engine::start_with(core, Box::new(store) as Box<dyn Store>, plexus_proto::now_ms, config.http.is_some());
 
     let listener = TcpListener::bind(config.listen).await.map_err(|e| Error::Io(format!("binding {}", config.listen), e))?;
     let addr = listener.local_addr().map_err(|e| Error::Io("reading the bound address".into(), e))?;

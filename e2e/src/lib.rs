@@ -44,6 +44,8 @@ pub struct ClusterConfig {
     pub log: String,
     /// Extra arguments for every worker (e.g. `--rail` addresses).
     pub worker_args: Vec<String>,
+    /// Extra arguments for the coordinator (`--http none` turns its HTTP side and metrics off).
+    pub coordinator_args: Vec<String>,
     /// Extra environment for every worker (e.g. a `PATH` with a fake `nvidia-smi` first).
     pub worker_env: Vec<(String, String)>,
     /// Run everything with `--insecure` (no TLS, no tokens). Default: secure, as the product
@@ -62,6 +64,7 @@ impl Default for ClusterConfig {
             cache: "256MiB".into(),
             log: "info".into(),
             worker_args: vec![],
+            coordinator_args: vec![],
             worker_env: vec![],
             insecure: false,
         }
@@ -116,7 +119,8 @@ impl Cluster {
             .arg(self.path("coordinator"))
             .args(["--placer", &self.config.placer])
             .args(["--heartbeat-timeout-ms", &self.config.heartbeat_timeout_ms.to_string()])
-            .args(["--http", "127.0.0.1:0"])
+            .args(if self.config.coordinator_args.iter().any(|a| a == "--http") { vec![] } else { vec!["--http", "127.0.0.1:0"] })
+            .args(&self.config.coordinator_args)
             .env("RUST_LOG", &self.config.log)
             .stdout(Stdio::piped())
             .stderr(log_file(&self.path("coordinator.log")))
@@ -127,7 +131,9 @@ impl Cluster {
         let mut out = BufReader::new(stdout);
         out.read_line(&mut line).expect("reading the coordinator's first line");
         let mut http = String::new();
-        out.read_line(&mut http).expect("reading the coordinator's second line");
+        if !self.config.coordinator_args.windows(2).any(|w| w[0] == "--http" && w[1] == "none") {
+            out.read_line(&mut http).expect("reading the coordinator's second line");
+        }
         self.http = http.trim().strip_prefix("plexus-coordinator http on ").map(|a| format!("http://{a}"));
         let addr = line
             .trim()

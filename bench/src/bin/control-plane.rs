@@ -5,7 +5,9 @@
 //!
 //! The whole measurement runs twice, on a secure cluster (mutual TLS between workers and
 //! coordinator, TLS and a bearer token on every client call: the default) and on one started
-//! with `--insecure`, and the table shows both side by side with their ratio.
+//! with `--insecure`, and the table shows both side by side with their ratio; and a third time
+//! on a secure cluster with metrics off (`--http none`), while the first two are scraped every
+//! second, so the table shows what metrics cost (issue 18: < 5 % of throughput).
 //!
 //! Then a deep-queue run (issue 14): one secure cluster of 4 workers offering 16 cores each (64
 //! one-core slots) is given a job of N one-core no-op replicas for N = 1,000, 10,000 and 100,000,
@@ -77,15 +79,58 @@ struct Measured {
     engine: Option<String>,
 }
 
-fn measure(insecure: bool) -> Measured {
-    let config = ClusterConfig { workers: 4, log: "warn,plexus_coordinator::engine=info".into(), insecure, ..Default::default() };
+/// Scrapes the coordinator's `/metrics` every [`SCRAPE_EVERY`] until dropped, as Prometheus
+/// would (with the admin token when there is one): metrics cost what keeping and serving them costs.
+struct Scraper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+const SCRAPE_EVERY: Duration = Duration::from_secs(1);
+
+impl Scraper {
+    fn start(c: &Cluster) -> Option<Scraper> {
+        let addr = c.http.as_deref()?.strip_prefix("http://")?.to_string();
+        let auth = c.admin_token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let mut ok = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut body = String::new();
+                    if write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").is_ok() && s.read_to_string(&mut body).is_ok() && body.starts_with("HTTP/1.1 200") {
+                        ok += 1;
+                    }
+                }
+                std::thread::sleep(SCRAPE_EVERY);
+            }
+            ok
+        });
+        Some(Scraper { stop, thread: Some(thread) })
+    }
+
+    /// Stops, and says how many scrapes succeeded.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0)
+    }
+}
+
+fn measure(insecure: bool, metrics: bool) -> Measured {
+    let coordinator_args = if metrics { vec![] } else { vec!["--http".to_string(), "none".to_string()] };
+    let config = ClusterConfig { workers: 4, log: "warn,plexus_coordinator::engine=info".into(), insecure, coordinator_args, ..Default::default() };
     eprintln!(
-        "starting a coordinator and {} workers ({}; release binaries from {})",
+        "starting a coordinator and {} workers ({}, metrics {}; release binaries from {})",
         config.workers,
         if insecure { "--insecure" } else { "TLS and tokens" },
+        if metrics { "on, scraped every second" } else { "off (--http none)" },
         plexus_e2e::bin_dir().display()
     );
     let mut c = Cluster::start(config);
+    let scraper = if metrics { Some(Scraper::start(&c).expect("the coordinator serves /metrics")) } else { None };
 
     // One warm-up job so connections and allocators are warm, then the measured runs.
     let _ = one_run(&c, 0);
@@ -110,6 +155,11 @@ fn measure(insecure: bool) -> Measured {
     }
     single_total.sort_unstable();
     single_dispatch.sort_unstable();
+    if let Some(s) = scraper {
+        let n = s.finish();
+        assert!(n > 0, "no scrape of /metrics succeeded during the runs");
+        eprintln!("{n} scrapes of /metrics during the runs");
+    }
     c.stop_coordinator();
     let engine = c.coordinator_log().lines().rev().find(|l| l.contains("engine stats")).map(str::to_string);
     Measured { runs, single_total, single_dispatch, engine }
@@ -146,10 +196,10 @@ fn main() {
 
 /// The 10,000-subtask bursts and isolated subtasks, TLS and `--insecure` side by side.
 fn tls_vs_insecure() {
-    let modes = [("tls", measure(false)), ("insecure", measure(true))];
+    let modes = [("tls", measure(false, true)), ("insecure", measure(true, true)), ("no-metrics", measure(false, false))];
 
     println!("control plane: {SUBTASKS} no-op subtasks per job, 4 worker processes, 1 coordinator, loopback, 2-core machine");
-    println!("tls = the default (mutual TLS worker<->coordinator, TLS + bearer token for the client); insecure = --insecure");
+    println!("tls = the default (mutual TLS worker<->coordinator, TLS + bearer token for the client), with /metrics scraped every second; insecure = --insecure (metrics on, scraped); no-metrics = tls with --http none (metrics not kept)");
     println!();
     println!(
         "{:<9} {:>4} {:>9} {:>12} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
@@ -190,6 +240,9 @@ fn tls_vs_insecure() {
     println!("{:<44} {:>12.0}", "plexus, TLS + tokens (this run, median)", tls);
     println!("{:<44} {:>12.0}", "plexus, --insecure (this run, median)", insecure);
     println!("{:<44} {:>12.2}", "ratio TLS / insecure (target >= 0.80)", tls / insecure);
+    let off = median_rate(&modes[2].1);
+    println!("{:<44} {:>12.0}", "plexus, TLS, metrics off (this run, median)", off);
+    println!("{:<44} {:>12.2}", "ratio metrics on / off (target >= 0.95)", tls / off);
     println!("{:<44} {:>12}", "target", 10_000);
     println!("{:<44} {:>12}", "Nomad C1M (published; 5 servers)", 3_750);
     println!("{:<44} {:>12}", "Slurm (documented jobs/s)", 500);
