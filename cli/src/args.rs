@@ -5,7 +5,43 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use plexus_proto::{IdError, JobId};
+use plexus_proto::IdError;
+
+/// A job as named on the command line: its id (`job-` + 32 hex digits), a unique prefix of it
+/// (`job-1cb6`, or just `1cb6`), or its name when one job has it. Resolved against the
+/// coordinator's job list ([`crate::client::resolve_job`]); only the form is checked here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRef(pub String);
+
+/// The longest job reference accepted (a name is at most this long anyway).
+const MAX_JOB_REF: usize = 256;
+
+impl std::str::FromStr for JobRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<JobRef, String> {
+        if s.is_empty() {
+            return Err("an empty job reference: give a job id, a unique prefix of one, or a job's name".into());
+        }
+        if s.len() > MAX_JOB_REF || s.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(format!("{s:?} is not a job id, prefix or name (at most {MAX_JOB_REF} characters, no spaces)"));
+        }
+        if s.starts_with("wkr-") {
+            return Err(format!("{s:?} is a worker id; expected the prefix \"job-\" (or a job's name)"));
+        }
+        if let Some(hex) = s.strip_prefix("job-") {
+            if hex.len() > 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(format!("{s:?}: after \"job-\" a job id has up to 32 hex digits"));
+            }
+        }
+        Ok(JobRef(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for JobRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// Where the coordinator listens unless told otherwise (the port `plexus up` uses by default).
 pub const DEFAULT_COORDINATOR: &str = "127.0.0.1:50051";
@@ -57,6 +93,13 @@ pub enum Command {
     /// Make, list and revoke tokens (needs an admin token).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Print a shell completion script: `source <(plexus completions bash)`, or write it where
+    /// your shell loads completions from (zsh: a file `_plexus` on `$fpath`; fish:
+    /// `~/.config/fish/completions/plexus.fish`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -120,8 +163,17 @@ pub enum OutputFormat {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The job; without it, every job is listed.
-    pub job: Option<JobId>,
+    /// The job (id, unique id prefix, or name); without it, jobs are listed.
+    pub job: Option<JobRef>,
+    /// List only jobs in this state.
+    #[arg(long, value_enum)]
+    pub state: Option<StateFilter>,
+    /// List only jobs whose name contains this.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// List at most this many jobs, the newest.
+    #[arg(long)]
+    pub limit: Option<usize>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -130,14 +182,24 @@ pub struct StatusArgs {
     pub subtasks: bool,
 }
 
+/// Job states `plexus status --state` filters by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateFilter {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    CompletedWithFailures,
+}
+
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    pub job: JobId,
+    pub job: JobRef,
 }
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    pub job: JobId,
+    pub job: JobRef,
     #[arg(value_parser = task_name)]
     pub task: String,
     /// Which replica of the task.
@@ -147,7 +209,7 @@ pub struct LogsArgs {
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
-    pub job: JobId,
+    pub job: JobRef,
 }
 
 #[derive(Debug, Args)]
@@ -159,7 +221,7 @@ pub struct WorkersArgs {
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    pub job: JobId,
+    pub job: JobRef,
     #[arg(value_parser = task_name)]
     pub task: String,
     /// Which replica of the task.
@@ -243,12 +305,28 @@ mod tests {
     }
 
     #[test]
-    fn malformed_job_ids_are_usage_errors_naming_the_problem() {
+    fn malformed_job_references_are_usage_errors_naming_the_problem() {
         let err = parse(&["watch", "wkr-0123456789abcdef0123456789abcdef"]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::ValueValidation);
         assert!(err.to_string().contains("expected the prefix \"job-\""), "{err}");
-        let err = parse(&["cancel", "job-123"]).unwrap_err();
+        let err = parse(&["cancel", "job-12x"]).unwrap_err();
         assert!(err.to_string().contains("32 hex digits"), "{err}");
+        let err = parse(&["cancel", "job-0123456789abcdef0123456789abcdef0"]).unwrap_err();
+        assert!(err.to_string().contains("32 hex digits"), "{err}");
+        assert!(parse(&["cancel", ""]).unwrap_err().to_string().contains("empty job reference"));
+        assert!(parse(&["cancel", "a b"]).unwrap_err().to_string().contains("no spaces"));
+        // Prefixes and names are accepted as written; the coordinator's list resolves them.
+        let Command::Cancel(a) = parse(&["cancel", "job-1cb6"]).unwrap().command else { panic!() };
+        assert_eq!(a.job, JobRef("job-1cb6".into()));
+        let Command::Cancel(a) = parse(&["cancel", "nightly-etl"]).unwrap().command else { panic!() };
+        assert_eq!(a.job.0, "nightly-etl");
+    }
+
+    #[test]
+    fn status_filters() {
+        let Command::Status(a) = parse(&["status", "--state", "running", "--name", "etl", "--limit", "5"]).unwrap().command else { panic!() };
+        assert_eq!((a.state, a.name.as_deref(), a.limit), (Some(StateFilter::Running), Some("etl"), Some(5)));
+        assert_eq!(parse(&["status", "--state", "sleeping"]).unwrap_err().kind(), ErrorKind::InvalidValue);
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub struct Unreachable {
 
 impl fmt::Display for Unreachable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot reach the coordinator at {}: {}", self.url, self.cause)
+        write!(f, "cannot reach the coordinator at {}: {} (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)", self.url, self.cause)
     }
 }
 
@@ -145,6 +145,31 @@ pub async fn connect(target: &Target) -> anyhow::Result<Client> {
     }
     let channel = endpoint.connect().await.map_err(|e| Unreachable { url: url.clone(), cause: root_cause(&e) })?;
     Ok(JobServiceClient::with_interceptor(channel, Bearer::new(target.token.as_ref())).max_decoding_message_size(MAX_MESSAGE))
+}
+
+/// The job a [`JobRef`](crate::args::JobRef) names: a full id as is; else the one job whose id
+/// starts with it (with or without `job-`) or whose name it is, from the coordinator's list. No
+/// match, or several, is an error that says which and what to type instead.
+pub async fn resolve_job(client: &mut Client, r: &crate::args::JobRef) -> anyhow::Result<plexus_proto::JobId> {
+    if let Ok(id) = r.0.parse::<plexus_proto::JobId>() {
+        return Ok(id);
+    }
+    let jobs = client.list_jobs(plexus_proto::pb::ListJobsRequest {}).await?.into_inner().jobs;
+    let hex = r.0.strip_prefix("job-").unwrap_or(&r.0).to_ascii_lowercase();
+    let by_id = hex.chars().all(|c| c.is_ascii_hexdigit()) && (r.0.starts_with("job-") || !hex.is_empty());
+    let matches: Vec<&plexus_proto::pb::JobStatus> = jobs
+        .iter()
+        .filter(|j| (by_id && j.job_id.strip_prefix("job-").is_some_and(|h| h.starts_with(&hex))) || j.name == r.0)
+        .collect();
+    match matches.as_slice() {
+        [one] => one.job_id.parse().map_err(|e| anyhow::anyhow!("the coordinator listed a malformed job id {:?}: {e}", one.job_id)),
+        [] => anyhow::bail!("no job matches {:?}: it is neither a prefix of a job id nor a job's name (`plexus status` lists the jobs)", r.0),
+        many => {
+            let shown: Vec<String> = many.iter().take(5).map(|j| format!("{} ({})", j.job_id, j.name)).collect();
+            let more = if many.len() > 5 { format!(" and {} more", many.len() - 5) } else { String::new() };
+            anyhow::bail!("{:?} matches {} jobs: {}{more}; give more of the id", r.0, many.len(), shown.join(", "))
+        }
+    }
 }
 
 /// The innermost error of a chain: tonic's outer layers only say "transport error", the useful
@@ -221,13 +246,13 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused (os error 111)");
         let status = tonic::Status::from_error(Box::new(io));
         let line = render_error(&status.into(), URL);
-        assert_eq!(line, format!("error: cannot reach the coordinator at {URL}: Connection refused (os error 111)"));
+        assert_eq!(line, format!("error: cannot reach the coordinator at {URL}: Connection refused (os error 111) (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)"));
     }
 
     #[test]
     fn unreachable_and_context_chains_render_on_one_line() {
         let err = anyhow::Error::from(Unreachable { url: URL.into(), cause: "timeout expired".into() });
-        assert_eq!(render_error(&err, URL), format!("error: cannot reach the coordinator at {URL}: timeout expired"));
+        assert_eq!(render_error(&err, URL), format!("error: cannot reach the coordinator at {URL}: timeout expired (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)"));
         let err = anyhow::anyhow!("No such file or directory (os error 2)").context("cannot read job file \"a.toml\"");
         assert_eq!(render_error(&err, URL), "error: cannot read job file \"a.toml\": No such file or directory (os error 2)");
     }

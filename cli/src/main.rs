@@ -17,6 +17,10 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
+    if let args::Command::Completions { shell } = cli.command {
+        // No coordinator involved: the script comes from the command line's own definition.
+        return cmd::completions(shell);
+    }
     let sources = client::Sources {
         insecure: cli.insecure,
         ca_file: cli.ca.clone(),

@@ -10,7 +10,8 @@ use crate::{client, output};
 
 pub async fn run(target: &crate::client::Target, args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
-    let request = ExplainPlacementRequest { job_id: args.job.to_string(), task: args.task.clone(), rank: args.rank };
+    let job = client::resolve_job(&mut client, &args.job).await?;
+    let request = ExplainPlacementRequest { job_id: job.to_string(), task: args.task.clone(), rank: args.rank };
     let explanation = client.explain_placement(request).await?.into_inner();
     let text = match args.output {
         OutputFormat::Table => output::explain_text(&explanation, plexus_proto::now_ms()),

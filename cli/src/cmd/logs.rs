@@ -11,7 +11,8 @@ use crate::{client, output};
 
 pub async fn run(target: &crate::client::Target, args: &LogsArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
-    let request = GetLogsRequest { job_id: args.job.to_string(), task: args.task.clone(), rank: args.rank };
+    let job = client::resolve_job(&mut client, &args.job).await?;
+    let request = GetLogsRequest { job_id: job.to_string(), task: args.task.clone(), rank: args.rank };
     let logs = client.get_logs(request).await?.into_inner();
     output::write_bytes(&mut io::stdout().lock(), &logs.stdout)?;
     output::write_bytes(&mut io::stderr().lock(), &logs.stderr)?;

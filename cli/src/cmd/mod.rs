@@ -23,10 +23,17 @@ pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> 
         Command::Up(a) => up::run(&a).await,
         Command::Submit(a) => submit::run(target, &a).await,
         Command::Status(a) => status::run(target, &a).await,
-        Command::Watch(a) => watch::run(target, a.job).await,
+        Command::Watch(a) => watch::run(target, &a.job).await,
         Command::Logs(a) => logs::run(target, &a).await,
-        Command::Cancel(a) => cancel::run(target, a.job).await,
+        Command::Cancel(a) => cancel::run(target, &a.job).await,
         Command::Workers(a) => workers::run(target, &a).await,
         Command::Explain(a) => explain::run(target, &a).await,
+        Command::Completions { shell } => Ok(completions(shell)),
     }
+}
+
+/// Prints the completion script for `shell` (no coordinator involved).
+pub fn completions(shell: clap_complete::Shell) -> ExitCode {
+    clap_complete::generate(shell, &mut <crate::args::Cli as clap::CommandFactory>::command(), "plexus", &mut std::io::stdout());
+    ExitCode::SUCCESS
 }

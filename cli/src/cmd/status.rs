@@ -4,22 +4,25 @@ use std::process::ExitCode;
 
 use plexus_proto::pb::{GetJobRequest, ListJobsRequest};
 
-use crate::args::{OutputFormat, StatusArgs};
+use crate::args::{OutputFormat, StateFilter, StatusArgs};
+use plexus_proto::pb::{JobState, JobStatus};
 use crate::output::Detail;
 use crate::{client, output};
 
 pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
     let now = plexus_proto::now_ms();
-    let text = match args.job {
+    let text = match &args.job {
         None => {
-            let jobs = client.list_jobs(ListJobsRequest {}).await?.into_inner().jobs;
+            let mut jobs = client.list_jobs(ListJobsRequest {}).await?.into_inner().jobs;
+            filter_jobs(&mut jobs, args);
             match args.output {
                 OutputFormat::Table => output::jobs_table(&jobs, now),
                 OutputFormat::Json => output::json(&output::job_list_view(&jobs)),
             }
         }
         Some(job) => {
+            let job = client::resolve_job(&mut client, job).await?;
             // JSON always carries the subtasks: a script should not need a second call.
             let detail = match (args.output, args.subtasks) {
                 (OutputFormat::Json, _) | (OutputFormat::Table, true) => Detail::WithSubtasks,
@@ -35,4 +38,70 @@ pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::R
     };
     output::print(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--state`, `--name` (substring) and `--limit` (the newest N, by submission time) on the list.
+pub fn filter_jobs(jobs: &mut Vec<JobStatus>, args: &StatusArgs) {
+    if let Some(state) = args.state {
+        let want = match state {
+            StateFilter::Running => JobState::Running,
+            StateFilter::Succeeded => JobState::Succeeded,
+            StateFilter::Failed => JobState::Failed,
+            StateFilter::Cancelled => JobState::Cancelled,
+            StateFilter::CompletedWithFailures => JobState::CompletedWithFailures,
+        };
+        jobs.retain(|j| j.state == want as i32);
+    }
+    if let Some(name) = &args.name {
+        jobs.retain(|j| j.name.contains(name.as_str()));
+    }
+    if let Some(limit) = args.limit
+        && jobs.len() > limit
+    {
+        // Keep the newest `limit`, in the order listed.
+        let mut newest_first: Vec<usize> = (0..jobs.len()).collect();
+        newest_first.sort_by_key(|&i| std::cmp::Reverse(jobs[i].submitted_at));
+        let keep: std::collections::HashSet<usize> = newest_first.into_iter().take(limit).collect();
+        let mut i = 0;
+        jobs.retain(|_| {
+            i += 1;
+            keep.contains(&(i - 1))
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn job(name: &str, state: JobState, at: u64) -> JobStatus {
+        JobStatus { job_id: format!("job-{at:032x}"), name: name.into(), state: state as i32, submitted_at: at, ..Default::default() }
+    }
+
+    fn args(extra: &[&str]) -> StatusArgs {
+        let cli = crate::args::Cli::try_parse_from([&["plexus", "status"], extra].concat()).unwrap();
+        match cli.command {
+            crate::args::Command::Status(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn filters_by_state_name_and_newest() {
+        let all = vec![job("etl-a", JobState::Running, 1), job("train", JobState::Running, 5), job("etl-b", JobState::Failed, 3), job("etl-c", JobState::Running, 4)];
+        let names = |v: &[JobStatus]| v.iter().map(|j| j.name.clone()).collect::<Vec<_>>();
+        let mut v = all.clone();
+        filter_jobs(&mut v, &args(&["--state", "running", "--name", "etl"]));
+        assert_eq!(names(&v), ["etl-a", "etl-c"]);
+        let mut v = all.clone();
+        filter_jobs(&mut v, &args(&["--limit", "2"]));
+        assert_eq!(names(&v), ["train", "etl-c"], "the two newest, in listed order");
+        let mut v = all.clone();
+        filter_jobs(&mut v, &args(&["--limit", "0"]));
+        assert!(v.is_empty());
+        let mut v = all;
+        filter_jobs(&mut v, &args(&["--state", "cancelled"]));
+        assert!(v.is_empty());
+    }
 }

@@ -15,8 +15,9 @@ use plexus_proto::{JobId, JobState, convert};
 use crate::client::{self, Client};
 use crate::output::{self, GroupCounts};
 
-pub async fn run(target: &crate::client::Target, job: JobId) -> anyhow::Result<ExitCode> {
+pub async fn run(target: &crate::client::Target, job: &crate::args::JobRef) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
+    let job = client::resolve_job(&mut client, job).await?;
     watch_with(&mut client, job).await
 }
 

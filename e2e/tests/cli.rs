@@ -1,0 +1,82 @@
+//! End-to-end: the CLI habits of issue 18 against a real cluster — jobs named by unique id
+//! prefix or by name (ambiguous and unknown ones refused, naming the matches), `plexus status`
+//! filters, completion scripts, and the hint when no coordinator answers.
+
+use std::time::Duration;
+
+use plexus_e2e::{Cluster, ClusterConfig, describe};
+use plexus_proto::pb;
+
+fn job(name: &str, command: &str) -> String {
+    format!("name = \"{name}\"\n[[task]]\nname = \"t\"\ncommand = \"{command}\"\n")
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn jobs_by_prefix_and_name_filters_and_completions() {
+    let c = Cluster::start(ClusterConfig { workers: 1, ..ClusterConfig::default() });
+    let ok = c.submit("ok.toml", &job("nightly-etl", "echo hello"));
+    let bad = c.submit("bad.toml", &job("broken", "exit 3"));
+    let twin_a = c.submit("a.toml", &job("twin", "true"));
+    let twin_b = c.submit("b.toml", &job("twin", "true"));
+    for id in [&ok, &bad, &twin_a, &twin_b] {
+        c.wait_job(id, Duration::from_secs(60));
+    }
+
+    // By name, and by a unique prefix with and without "job-".
+    let o = c.plexus(&["logs", "nightly-etl", "t"]);
+    assert!(o.status.success() && stdout(&o).contains("hello"), "{}", describe(&o));
+    let prefix = &ok[..ok.len() - 20];
+    let o = c.plexus(&["status", prefix, "-o", "json"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["job_id"], ok.as_str(), "{v}");
+    let o = c.plexus(&["status", &bad["job-".len()..bad.len() - 16], "-o", "json"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["job_id"], bad.as_str());
+
+    // Two jobs share a name: refused, naming both.
+    let o = c.plexus(&["status", "twin"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("matches 2 jobs") && err.contains(&twin_a) && err.contains(&twin_b), "{}", describe(&o));
+    // Nothing matches: says so.
+    let o = c.plexus(&["cancel", "no-such-job"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no job matches \"no-such-job\""), "{}", describe(&o));
+    // The empty prefix "job-" matches every job: ambiguous, not the first one.
+    let o = c.plexus(&["status", "job-"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("matches 4 jobs"), "{}", describe(&o));
+
+    // Filters.
+    let o = c.plexus(&["status", "--state", "failed", "-o", "json"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids: Vec<&str> = v["jobs"].as_array().expect("a list of jobs").iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![bad.as_str()]);
+    let o = c.plexus(&["status", "--name", "twin", "--limit", "1", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["jobs"].as_array().expect("a list of jobs").len(), 1, "{v}");
+    let o = c.plexus(&["status", "--state", "succeeded"]);
+    let table = stdout(&o);
+    assert!(table.contains("nightly-etl") && !table.contains("broken"), "{table}");
+    assert_eq!(c.job(&ok).unwrap().state, pb::JobState::Succeeded as i32);
+
+    // Completion scripts, with no coordinator involved.
+    for (shell, marker) in [("bash", "_plexus()"), ("zsh", "#compdef plexus"), ("fish", "complete -c plexus")] {
+        let o = std::process::Command::new(c.bin.join("plexus")).args(["completions", shell]).env("PLEXUS_COORDINATOR", "https://127.0.0.1:1").output().unwrap();
+        assert!(o.status.success() && stdout(&o).contains(marker) && stdout(&o).contains("explain"), "{shell}: {}", describe(&o));
+    }
+}
+
+#[test]
+fn an_unreachable_coordinator_says_what_to_do() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let o = std::process::Command::new(plexus_e2e::bin_dir().join("plexus"))
+        .args(["--insecure", "--coordinator", &format!("http://127.0.0.1:{port}"), "status"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("plexus up") && err.contains("PLEXUS_COORDINATOR"), "{}", describe(&o));
+}
