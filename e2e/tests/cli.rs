@@ -80,3 +80,33 @@ fn an_unreachable_coordinator_says_what_to_do() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("plexus up") && err.contains("PLEXUS_COORDINATOR"), "{}", describe(&o));
 }
+
+#[test]
+fn watch_rides_through_a_coordinator_kill_and_restart() {
+    let mut c = Cluster::start(ClusterConfig { workers: 1, ..ClusterConfig::default() });
+    let id = c.submit("slow.toml", &job("slow", "sleep 4; echo done"));
+    let mut watch = std::process::Command::new(c.bin.join("plexus"))
+        .args(["watch", &id])
+        .env("PLEXUS_COORDINATOR", &c.url)
+        .env_remove("PLEXUS_TOKEN")
+        .env("PLEXUS_CA", c.ca_file())
+        .env("PLEXUS_TOKEN_FILE", c.admin_token_file())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    c.kill_coordinator(); // kill -9
+    std::thread::sleep(Duration::from_millis(700));
+    c.start_coordinator();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while watch.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the watch did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = watch.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "the watch ends 0 when the job succeeds: {}", describe(&o));
+    assert!(err.contains("lost the coordinator") && err.contains("reconnecting in") && err.contains("reconnected"), "{}", describe(&o));
+    assert!(stdout(&o).trim_end().ends_with(&format!("job {id} succeeded")), "{}", describe(&o));
+}

@@ -23,7 +23,7 @@ pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::R
         .job_id
         .parse()
         .with_context(|| format!("the coordinator answered with a malformed job id {:?}", response.job_id))?;
-    super::watch::watch_with(&mut client, job).await
+    super::watch::watch_with(target, &mut client, job).await
 }
 
 /// Reads the file and builds the request; the coordinator parses and checks the job.

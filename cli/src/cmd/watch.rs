@@ -1,7 +1,9 @@
 //! `plexus watch JOB`: follows `WatchJob` until the job ends. On a terminal it draws one
 //! progress bar per task group; otherwise (CI logs, pipes) it prints a plain line whenever a
 //! group's counts change. Either way the last stdout line is `job <id> <state>[: <error>]`, and
-//! the exit code is 0 only if the job succeeded.
+//! the exit code is 0 only if the job succeeded. A coordinator that goes away before the job
+//! ends (a restart, `kill -9`, a dropped connection) is reconnected to with back-off, said on
+//! stderr, for up to ten minutes.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -18,24 +20,76 @@ use crate::output::{self, GroupCounts};
 pub async fn run(target: &crate::client::Target, job: &crate::args::JobRef) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
     let job = client::resolve_job(&mut client, job).await?;
-    watch_with(&mut client, job).await
+    watch_with(target, &mut client, job).await
 }
 
-/// Follows `job` on an existing connection (`submit --watch` reuses its own).
-pub async fn watch_with(client: &mut Client, job: JobId) -> anyhow::Result<ExitCode> {
-    let mut stream = client.watch_job(WatchJobRequest { job_id: job.to_string() }).await?.into_inner();
+/// The first wait before reconnecting to a coordinator that went away, doubled after each failed
+/// try up to [`RECONNECT_MAX`].
+const RECONNECT_FIRST: Duration = Duration::from_millis(200);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// How long the watch keeps trying without reaching the coordinator before it gives up.
+const RECONNECT_FOR: Duration = Duration::from_secs(600);
+
+/// Whether a failed call or stream may succeed against the coordinator once it is back (a
+/// restart, a dropped connection), as opposed to an answer (no such job, no permission).
+fn retryable(status: &tonic::Status) -> bool {
+    matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::Aborted)
+}
+
+/// Follows `job` on an existing connection (`submit --watch` reuses its own). When the
+/// coordinator goes away before the job ends (restarted, killed, the connection dropped), it
+/// says so on stderr and reconnects with back-off for up to [`RECONNECT_FOR`].
+pub async fn watch_with(target: &crate::client::Target, client: &mut Client, job: JobId) -> anyhow::Result<ExitCode> {
     let mut view = if std::io::stdout().is_terminal() { View::Bars(Bars::default()) } else { View::Lines(Lines::default()) };
     let mut last: Option<JobStatus> = None;
-    loop {
-        match stream.message().await {
-            Ok(Some(status)) => {
-                view.update(&status)?;
-                last = Some(status);
+    let mut wait = RECONNECT_FIRST;
+    let mut lost_since: Option<std::time::Instant> = None;
+    'watching: loop {
+        let why = match client.watch_job(WatchJobRequest { job_id: job.to_string() }).await {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
+                if lost_since.take().is_some() {
+                    eprintln_quiet("plexus: reconnected; watching again");
+                }
+                wait = RECONNECT_FIRST;
+                loop {
+                    match stream.message().await {
+                        Ok(Some(status)) => {
+                            view.update(&status)?;
+                            last = Some(status);
+                        }
+                        Ok(None) if last.as_ref().is_some_and(|l| convert::job_state("state", l.state).is_ok_and(|s| s != JobState::Running)) => break 'watching,
+                        Ok(None) => break "the coordinator ended the watch before the job finished".to_string(),
+                        Err(status) if retryable(&status) => break client::one_line(status.message()),
+                        Err(status) => {
+                            view.finish();
+                            return Err(status.into());
+                        }
+                    }
+                }
             }
-            Ok(None) => break,
+            Err(status) if retryable(&status) => client::one_line(status.message()),
             Err(status) => {
                 view.finish();
                 return Err(status.into());
+            }
+        };
+        // Lost: reconnect with back-off, for a bounded time.
+        let since = *lost_since.get_or_insert_with(std::time::Instant::now);
+        loop {
+            if since.elapsed() > RECONNECT_FOR {
+                view.finish();
+                anyhow::bail!("lost the coordinator at {} for {} s while watching {job} ({why}); the job may still be running: plexus watch {job}", target.url, RECONNECT_FOR.as_secs());
+            }
+            eprintln_quiet(&format!("plexus: lost the coordinator at {} ({why}); reconnecting in {:.1} s", target.url, wait.as_secs_f64()));
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RECONNECT_MAX);
+            match client::connect(target).await {
+                Ok(c) => {
+                    *client = c;
+                    continue 'watching;
+                }
+                Err(e) => eprintln_quiet(&format!("plexus: {}", client::render_error(&e, &target.url).trim_start_matches("error: "))),
             }
         }
     }
@@ -45,9 +99,6 @@ pub async fn watch_with(client: &mut Client, job: JobId) -> anyhow::Result<ExitC
     };
     output::print(&output::job_final_line(&last))?;
     let state = convert::job_state("state", last.state).ok();
-    if state == Some(JobState::Running) {
-        eprintln_quiet("note: the coordinator ended the watch before the job finished");
-    }
     Ok(if state == Some(JobState::Succeeded) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
