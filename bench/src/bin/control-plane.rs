@@ -202,13 +202,13 @@ fn tls_vs_insecure() {
     println!("tls = the default (mutual TLS worker<->coordinator, TLS + bearer token for the client), with /metrics scraped every second; insecure = --insecure (metrics on, scraped); no-metrics = tls with --http none (metrics not kept)");
     println!();
     println!(
-        "{:<9} {:>4} {:>9} {:>12} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
+        "{:<10} {:>4} {:>9} {:>12} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
         "mode", "run", "wall_ms", "subtasks/s", "queue_p50", "queue_p99", "dispatch_p50", "dispatch_p99", "total_p50", "total_p99"
     );
     for (mode, m) in &modes {
         for (i, r) in m.runs.iter().enumerate() {
             println!(
-                "{:<9} {:>4} {:>9} {:>12.0} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
+                "{:<10} {:>4} {:>9} {:>12.0} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
                 mode,
                 i + 1,
                 r.wall.as_millis(),
@@ -227,7 +227,7 @@ fn tls_vs_insecure() {
     println!("isolated subtasks ({SINGLES} one-subtask jobs, one at a time):");
     for (mode, m) in &modes {
         println!(
-            "  {mode:<9} client submit -> job done seen: p50 {:.2} ms, p99 {:.2} ms (includes 0.2 ms polling); placed -> started: p50 {} ms, p99 {} ms",
+            "  {mode:<10} client submit -> job done seen: p50 {:.2} ms, p99 {:.2} ms (includes 0.2 ms polling); placed -> started: p50 {} ms, p99 {} ms",
             percentile(&m.single_total, 50.0) as f64 / 1000.0,
             percentile(&m.single_total, 99.0) as f64 / 1000.0,
             percentile(&m.single_dispatch, 50.0),
