@@ -2,6 +2,7 @@
 # Shared by scripts/compose-*.sh (sourced, not run): finds the compose command and the settings.
 #   COMPOSE_PROJECT_NAME  compose project (default plexus)
 #   PLEXUS_PORT           host port of the coordinator (default 7070, on PLEXUS_BIND=127.0.0.1)
+#   PLEXUS_HTTP_PORT      host port of its dashboard and /metrics (default 8265)
 #   PLEXUS_WORKERS        number of workers (default 4)
 #   PLEXUS_PROFILE        cargo profile whose binaries the images and the host CLI come from
 #                         (release, default; debug reuses `make build`'s binaries)
@@ -9,6 +10,7 @@
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-plexus}
 export PLEXUS_PORT=${PLEXUS_PORT:-7070}
+export PLEXUS_HTTP_PORT=${PLEXUS_HTTP_PORT:-8265}
 export PLEXUS_BIND=${PLEXUS_BIND:-127.0.0.1}
 export PLEXUS_WORKERS=${PLEXUS_WORKERS:-4}
 export PLEXUS_PROFILE=${PLEXUS_PROFILE:-release}

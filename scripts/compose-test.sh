@@ -20,6 +20,8 @@ export COMPOSE_PROJECT_NAME=${PLEXUS_TEST_PROJECT:-plexus-test}
 export PLEXUS_WORKERS=4 PLEXUS_WORKER_CPUS=2 PLEXUS_BIND=127.0.0.1
 PLEXUS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export PLEXUS_PORT
+PLEXUS_HTTP_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export PLEXUS_HTTP_PORT
 source "$(dirname "$0")/compose-lib.sh"
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
@@ -132,6 +134,17 @@ import json, sys
 ws = json.load(sys.stdin)["workers"]
 assert all(w["peer_addr"].startswith("https://") for w in ws), [w["peer_addr"] for w in ws]
 ' || fail "workers do not serve their PeerService over https"
+
+step dashboard
+HTTP_URL=http://127.0.0.1:$PLEXUS_HTTP_PORT
+code=$(curl -s -o /dev/null -w '%{http_code}' "$HTTP_URL/metrics") || fail "the dashboard port $PLEXUS_HTTP_PORT does not answer"
+[ "$code" = 401 ] || fail "/metrics without a token answered $code, not 401"
+AUTH="Authorization: Bearer $(cat "$PLEXUS_TOKEN_FILE")"
+metrics=$(curl -sf -H "$AUTH" "$HTTP_URL/metrics") || fail "/metrics with the admin token failed"
+grep -q "^plexus_workers{state=\"alive\"} $PLEXUS_WORKERS\$" <<<"$metrics" || fail "/metrics does not count $PLEXUS_WORKERS alive workers"
+page=$(curl -sf -H "$AUTH" "$HTTP_URL/workers") || fail "the dashboard's workers page failed"
+[ "$(grep -o 'data-worker=' <<<"$page" | wc -l)" = "$PLEXUS_WORKERS" ] || fail "the dashboard's workers page does not list $PLEXUS_WORKERS workers"
+echo "  dashboard and /metrics at $HTTP_URL (token needed)"
 
 step fanout
 JOB=$(submit examples/fanout.toml)

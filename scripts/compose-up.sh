@@ -14,6 +14,7 @@ DOWN="make compose-down"
 cat <<MSG
 
 Plexus is running in containers (project $COMPOSE_PROJECT_NAME): coordinator at $PLEXUS_URL, $PLEXUS_WORKERS workers.
+  dashboard: http://127.0.0.1:$PLEXUS_HTTP_PORT/login?token=\$(cat $PLEXUS_TOKEN_FILE)   (metrics at /metrics)
   export PLEXUS_COORDINATOR=$PLEXUS_URL PLEXUS_CA=$PLEXUS_CA PLEXUS_TOKEN_FILE=$PLEXUS_TOKEN_FILE
   (or: eval "\$(bash scripts/compose-credentials.sh)")
   $PLEXUS_CLI submit examples/fanout.toml --watch

@@ -970,7 +970,7 @@ mod tests {
 
     fn group(task: &str, replicas: u32, counts: [u32; 7]) -> pb::TaskGroupStatus {
         let [waiting, ready, assigned, running, succeeded, failed, cancelled] = counts;
-        pb::TaskGroupStatus { task: task.into(), replicas, waiting, ready, assigned, running, succeeded, failed, cancelled, waiting_reason: String::new(), failed_attempts: 0 }
+        pb::TaskGroupStatus { task: task.into(), replicas, waiting, ready, assigned, running, succeeded, failed, cancelled, waiting_reason: String::new(), failed_attempts: 0, after: vec![] }
     }
 
     fn job() -> pb::JobStatus {

@@ -300,6 +300,7 @@ pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
                 cancelled: at(SubtaskState::Cancelled),
                 waiting_reason: job.waiting.get(&t).cloned().unwrap_or_default(),
                 failed_attempts: job.failed_attempts(t),
+                after: spec.after.clone(),
             }
         })
         .collect();

@@ -61,6 +61,8 @@ pub enum Cmd {
     ListQueues { reply: Reply<Vec<pb::QueueInfo>> },
     /// The metrics in the Prometheus text format.
     Metrics { reply: Reply<String> },
+    /// The learning placer's counters (`None`: a heuristic, or metrics off), and the placer's name.
+    Learning { reply: Reply<(&'static str, Option<plexus_scheduler::placer::LearningStats>)> },
     Explain { job: JobId, task: String, rank: u32, reply: Reply<Result<pb::ExplainPlacementResponse, SchedulerError>> },
     Logs { job: JobId, task: String, rank: u32, reply: Reply<Result<LogSource, SchedulerError>> },
     Register { reg: Registration, reply: Reply<(u64, u64)> },
@@ -331,6 +333,10 @@ impl Engine {
                     None => "# metrics are off on this coordinator (started with --http none)\n".to_string(),
                 };
                 replies.push(defer(reply, text));
+            }
+            Cmd::Learning { reply } => {
+                let l = self.metrics.as_mut().and_then(|m| m.learning(&mut self.core));
+                replies.push(defer(reply, (self.core.placer_name(), l)));
             }
             Cmd::ListQueues { reply } => {
                 replies.push(defer(reply, queue_list(&core)));

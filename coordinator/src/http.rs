@@ -1,14 +1,16 @@
 //! The coordinator's HTTP side (`--http`, default `127.0.0.1:8265`): `/metrics` in the
-//! Prometheus text format. Plain HTTP; with security on (no `--insecure`) every request needs
-//! `Authorization: Bearer <token>` with a token of the API (read scope or more; a worker's
-//! join token is refused), as the gRPC API does.
+//! Prometheus text format, and the web dashboard (`crate::dashboard`). Plain HTTP; with
+//! security on (no `--insecure`) every request but `/login` and the script needs a token of
+//! the API (read scope or more; a worker's join token is refused), as the gRPC API does: an
+//! `Authorization: Bearer` header, or the cookie `/login` sets.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -16,18 +18,25 @@ use tokio::net::TcpListener;
 use plexus_security::{Scope, Token};
 
 use crate::auth::Security;
+use crate::dashboard::{self, Board};
 use crate::engine::{Cmd, EngineHandle};
 
+/// The cookie the dashboard keeps a token in.
+pub const TOKEN_COOKIE: &str = "plexus_token";
+
+/// What every HTTP handler shares.
 #[derive(Clone)]
-struct Http {
-    engine: EngineHandle,
-    security: Option<Arc<Security>>,
+pub struct Http {
+    pub engine: EngineHandle,
+    pub security: Option<Arc<Security>>,
+    pub board: Arc<Board>,
 }
 
 /// The content type of the Prometheus text format, version 0.0.4.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Binds `addr` and serves until `shutdown`; returns the bound address and the server task.
+/// Binds `addr` and serves until `shutdown`; returns the bound address and the server task (the
+/// learned placer's sampler for the dashboard runs beside it and stops with it).
 pub async fn serve(
     addr: SocketAddr,
     engine: EngineHandle,
@@ -36,33 +45,84 @@ pub async fn serve(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let app = Router::new().route("/metrics", get(metrics)).with_state(Http { engine, security });
+    let state = Http { engine: engine.clone(), security, board: Arc::new(Board::default()) };
+    let guarded = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/", get(dashboard::jobs_page))
+        .route("/jobs/{id}", get(dashboard::job_page))
+        .route("/jobs/{id}/explain/{task}/{rank}", get(dashboard::explain_page))
+        .route("/jobs/{id}/logs/{task}/{rank}", get(dashboard::logs_page))
+        .route("/workers", get(dashboard::workers_page))
+        .route("/policy", get(dashboard::policy_page))
+        .route("/api/jobs", get(dashboard::api_jobs))
+        .route("/api/jobs/{id}", get(dashboard::api_job))
+        .route("/api/workers", get(dashboard::api_workers))
+        .route("/api/policy", get(dashboard::api_policy))
+        .route_layer(middleware::from_fn_with_state(state.clone(), guard));
+    let app = guarded.route("/login", get(dashboard::login)).route("/static/app.js", get(dashboard::app_js)).with_state(state.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sampler = tokio::spawn(dashboard::sample(engine, state.board.clone(), stop_rx));
     let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        let _ = stop_tx.send(true);
+        let _ = sampler.await;
+        if let Err(e) = served {
             tracing::warn!(error = %e, "the HTTP server stopped");
         }
     });
     Ok((bound, task))
 }
 
-/// Refuses a request without a valid API token when security is on.
-fn authorise(http: &Http, headers: &HeaderMap) -> Result<(), Response> {
+/// The token a request presents: its `Authorization: Bearer` header, else the cookie.
+fn presented(headers: &HeaderMap) -> Result<Option<String>, String> {
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let text = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or("the Authorization header is not \"Bearer <token>\"")?;
+        return Ok(Some(text.trim().to_string()));
+    }
+    for cookies in headers.get_all(header::COOKIE) {
+        let Ok(cookies) = cookies.to_str() else { continue };
+        for c in cookies.split(';') {
+            if let Some(v) = c.trim().strip_prefix(TOKEN_COOKIE).and_then(|r| r.strip_prefix('=')) {
+                return Ok(Some(v.to_string()));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Refuses a request without a valid API token when security is on: the reason, for a 401.
+pub fn check(http: &Http, headers: &HeaderMap) -> Result<(), String> {
     let Some(security) = &http.security else { return Ok(()) };
-    let refuse = |why: String| (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], why).into_response();
-    let value = headers.get(header::AUTHORIZATION).ok_or_else(|| refuse("this coordinator requires a token: send Authorization: Bearer <token> (plexus-coordinator token create --scope read)\n".into()))?;
-    let text = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or_else(|| refuse("the Authorization header is not \"Bearer <token>\"\n".into()))?;
-    let token = Token::parse(text).map_err(|e| refuse(format!("{e}\n")))?;
+    let text = presented(headers)?.ok_or("this coordinator requires a token: send Authorization: Bearer <token> (plexus-coordinator token create --scope read)")?;
+    let token = Token::parse(&text).map_err(|e| e.to_string())?;
     match security.authenticate(&token, plexus_proto::now_ms()) {
-        Ok(Scope::Worker) => Err(refuse("a worker's join token cannot read metrics\n".into())),
+        Ok(Scope::Worker) => Err("a worker's join token cannot read the dashboard or metrics".into()),
         Ok(_) => Ok(()),
-        Err(status) => Err(refuse(format!("{}\n", status.message()))),
+        Err(status) => Err(status.message().to_string()),
     }
 }
 
-async fn metrics(State(http): State<Http>, headers: HeaderMap) -> Response {
-    if let Err(refused) = authorise(&http, &headers) {
-        return refused;
+/// [`check`] as a response: a 401 with the reason.
+pub fn authorise(http: &Http, headers: &HeaderMap) -> Result<(), Response> {
+    check(http, headers).map_err(|why| (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response())
+}
+
+/// Every guarded route: pages answer a sign-in form without a token, the rest a plain 401.
+async fn guard(State(http): State<Http>, req: Request, next: Next) -> Response {
+    match check(&http, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(why) => {
+            let path = req.uri().path();
+            if path == "/metrics" || path.starts_with("/api/") {
+                (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response()
+            } else {
+                dashboard::login_form(&why)
+            }
+        }
     }
+}
+
+async fn metrics(State(http): State<Http>) -> Response {
     match http.engine.call(|reply| Cmd::Metrics { reply }).await {
         Ok(text) => ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),

@@ -128,6 +128,7 @@ impl Placer for Learned {
             exploratory: self.exploratory,
             experiences: s.experiences.load(Relaxed),
             training_steps: s.training_steps.load(Relaxed),
+            loss: (s.training_steps.load(Relaxed) > 0).then(|| s.last_loss_micro.load(Relaxed) as f64 / 1e6),
             decision_seconds: std::mem::take(&mut self.decision_seconds),
         })
     }

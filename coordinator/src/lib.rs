@@ -17,6 +17,7 @@
 
 pub mod auth;
 pub mod convert;
+pub mod dashboard;
 pub mod engine;
 pub mod http;
 pub mod learned;

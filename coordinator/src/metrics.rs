@@ -172,6 +172,17 @@ impl Metrics {
 
     /// Brings the gauges and the core's counters up to date, and encodes everything.
     pub fn render(&mut self, core: &mut Core) -> String {
+        self.learning(core);
+        self.refresh(core);
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+
+    /// The learning placer's counters since start (its decision times go into the histogram
+    /// here, so a scrape and the dashboard can both read them); `None` for a heuristic.
+    pub fn learning(&mut self, core: &mut Core) -> Option<plexus_scheduler::placer::LearningStats> {
         if let Some(l) = core.placer_learning() {
             let p = &self.seen_policy;
             self.policy_decisions.inc_by(l.decisions.saturating_sub(p.decisions));
@@ -182,12 +193,9 @@ impl Metrics {
                 self.policy_decision.observe(*s);
             }
             self.seen_policy = plexus_scheduler::placer::LearningStats { decision_seconds: Vec::new(), ..l };
+            return Some(self.seen_policy.clone());
         }
-        self.refresh(core);
-        let mut text = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut text, &self.registry);
-        text
+        None
     }
 
     fn refresh(&mut self, core: &Core) {

@@ -144,6 +144,8 @@ pub struct LearningStats {
     /// Experiences sent to training, and training steps completed.
     pub experiences: u64,
     pub training_steps: u64,
+    /// The latest training loss, once a step ran.
+    pub loss: Option<f64>,
     /// Seconds each decision took since the last report (at most [`MAX_DECISION_TIMES`]).
     pub decision_seconds: Vec<f64>,
 }

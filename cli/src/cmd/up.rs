@@ -40,12 +40,14 @@ pub async fn run(args: &UpArgs) -> anyhow::Result<ExitCode> {
     let coordinator_bin = find_binary(COORDINATOR_BIN)?;
     let worker_bin = if args.workers > 0 { Some(find_binary(WORKER_BIN)?) } else { None };
     let port = choose_port(args.port)?;
+    // The dashboard and /metrics: the usual 8265 when free, else any free port.
+    let http_port = choose_port(DASHBOARD_PORT).or_else(|_| choose_port(0))?;
     let log_dir = args.dir.join("logs");
     std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     // Installed before any child starts, so a Ctrl-C during start-up still stops them cleanly.
     let mut signals = Signals::new()?;
 
-    let plan = Plan { coordinator_bin, worker_bin, port, args, log_dir };
+    let plan = Plan { coordinator_bin, worker_bin, port, http_port, args, log_dir };
     let mut cluster = Cluster::default();
     let result = run_cluster(&plan, &mut cluster, &mut signals).await;
     cluster.stop(STOP_GRACE).await;
@@ -56,6 +58,7 @@ struct Plan<'a> {
     coordinator_bin: PathBuf,
     worker_bin: Option<PathBuf>,
     port: u16,
+    http_port: u16,
     args: &'a UpArgs,
     log_dir: PathBuf,
 }
@@ -79,7 +82,7 @@ async fn run_cluster(plan: &Plan<'_>, cluster: &mut Cluster, signals: &mut Signa
     cluster.spawn(
         "coordinator".to_string(),
         &plan.coordinator_bin,
-        &coordinator_args(plan.port, &a.dir, a.placer.as_deref()),
+        &coordinator_args(plan.port, plan.http_port, &a.dir, a.placer.as_deref()),
         plan.log_dir.join("coordinator.log"),
     )?;
     let Some(mut client) = wait_for_coordinator(cluster, signals, &url, &plan.coordinator_dir()).await? else { return Ok(()) };
@@ -100,6 +103,11 @@ async fn run_cluster(plan: &Plan<'_>, cluster: &mut Cluster, signals: &mut Signa
     }
 
     output::print(&ready_lines(&url, &std::path::absolute(plan.coordinator_dir()).unwrap_or_else(|_| plan.coordinator_dir())))?;
+    note(&format!(
+        "dashboard: http://127.0.0.1:{}/login?token=$(cat {}) (metrics at /metrics)",
+        plan.http_port,
+        plan.coordinator_dir().join("admin.token").display()
+    ));
     note(&format!(
         "coordinator and {} worker(s) running; data and logs in {}; press Ctrl-C to stop",
         a.workers,
@@ -223,10 +231,15 @@ fn note(msg: &str) {
     let _ = writeln!(std::io::stderr(), "plexus up: {msg}");
 }
 
-fn coordinator_args(port: u16, dir: &Path, placer: Option<&str>) -> Vec<OsString> {
+/// Where `plexus up` serves the dashboard when the port is free (as the coordinator's default).
+const DASHBOARD_PORT: u16 = 8265;
+
+fn coordinator_args(port: u16, http_port: u16, dir: &Path, placer: Option<&str>) -> Vec<OsString> {
     let mut args: Vec<OsString> = vec![
         "--listen".into(),
         format!("127.0.0.1:{port}").into(),
+        "--http".into(),
+        format!("127.0.0.1:{http_port}").into(),
         "--data-dir".into(),
         dir.join("coordinator").into(),
     ];
@@ -466,12 +479,12 @@ mod tests {
     #[test]
     fn coordinator_command_line() {
         assert_eq!(
-            coordinator_args(50051, Path::new(".plexus"), None),
-            os(&["--listen", "127.0.0.1:50051", "--data-dir", ".plexus/coordinator"])
+            coordinator_args(50051, 8265, Path::new(".plexus"), None),
+            os(&["--listen", "127.0.0.1:50051", "--http", "127.0.0.1:8265", "--data-dir", ".plexus/coordinator"])
         );
         assert_eq!(
-            coordinator_args(7, Path::new("/d"), Some("learned")),
-            os(&["--listen", "127.0.0.1:7", "--data-dir", "/d/coordinator", "--placer", "learned"])
+            coordinator_args(7, 8, Path::new("/d"), Some("learned")),
+            os(&["--listen", "127.0.0.1:7", "--http", "127.0.0.1:8", "--data-dir", "/d/coordinator", "--placer", "learned"])
         );
     }
 

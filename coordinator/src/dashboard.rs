@@ -1,0 +1,641 @@
+//! The web dashboard (issue 18), served with `/metrics` on `--http`: HTML rendered on the
+//! server (`maud`), a small hand-written script (`app.js`, no framework, no npm) that polls the
+//! JSON under `/api/` every second and updates the page in place.
+//!
+//! Pages: `/` jobs (state filter, search by name, live progress); `/jobs/{id}` one job (its DAG
+//! as an SVG graph coloured by progress, task groups with why they wait, gangs, subtasks with
+//! attempts and errors, links to logs and placements); `/jobs/{id}/explain/{task}/{rank}` a
+//! placement with every candidate's features and score (Q-values for `rl`);
+//! `/jobs/{id}/logs/{task}/{rank}` the kept log tails; `/workers` resources, GPUs, rails with
+//! live traffic, cache; `/policy` the learned placer (learning curve, decisions per second,
+//! training steps, exploration rate).
+//!
+//! With security on, every page and API needs an API token: an `Authorization: Bearer` header,
+//! or the `plexus_token` cookie that `/login?token=…` sets (HttpOnly, SameSite=Strict, 12 hours) before
+//! redirecting, so the token leaves the address bar.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use plexus_proto::pb;
+use serde_json::{Value, json};
+
+use crate::convert::Detail;
+use crate::engine::{Cmd, EngineHandle};
+
+
+/// Points of the learning curve kept (one every [`SAMPLE_EVERY`]: about two hours).
+const CURVE_POINTS: usize = 3_600;
+const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+/// Subtask rows a job page shows (the rest are counted).
+const MAX_ROWS: usize = 500;
+/// Jobs the jobs page lists (the newest).
+const MAX_JOBS: usize = 1_000;
+
+/// One sample of the learned placer's counters.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub at_ms: u64,
+    pub decisions: u64,
+    pub exploratory: u64,
+    pub training_steps: u64,
+    pub loss: Option<f64>,
+}
+
+/// What the dashboard keeps between requests: the learning curve.
+#[derive(Default)]
+pub struct Board {
+    curve: Mutex<VecDeque<Sample>>,
+}
+
+impl Board {
+    fn push(&self, s: Sample) {
+        let mut c = self.curve.lock().unwrap_or_else(|p| p.into_inner());
+        if c.len() == CURVE_POINTS {
+            c.pop_front();
+        }
+        c.push_back(s);
+    }
+
+    fn curve(&self) -> Vec<Sample> {
+        self.curve.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
+    }
+}
+
+/// Samples the learned placer's counters every [`SAMPLE_EVERY`] until `stop`.
+pub async fn sample(engine: EngineHandle, board: Arc<Board>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if let Ok((_, Some(l))) = engine.call(|reply| Cmd::Learning { reply }).await {
+            board.push(Sample { at_ms: plexus_proto::now_ms(), decisions: l.decisions, exploratory: l.exploratory, training_steps: l.training_steps, loss: l.loss });
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SAMPLE_EVERY) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// The dashboard's handlers' shared state: the HTTP side's.
+type Dash = crate::http::Http;
+
+fn page(title: &str, nav: &str, live: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Plexus" }
+                style { (PreEscaped(CSS)) }
+            }
+            body data-live=(live) data-updates="0" {
+                header {
+                    b { "Plexus" }
+                    @for (href, name) in [("/", "Jobs"), ("/workers", "Workers"), ("/policy", "Learned placer")] {
+                        a href=(href) class=(if nav == name { "on" } else { "" }) { (name) }
+                    }
+                    span #live { "live" }
+                }
+                main { (body) }
+                script src="/static/app.js" {}
+            }
+        }
+    }
+}
+
+const CSS: &str = include_str!("../static/dashboard.css");
+
+/// A number of bytes, for people.
+fn bytes(n: u64) -> String {
+    bytesize::ByteSize(n).display().iec().to_string()
+}
+
+fn state_name(s: i32) -> &'static str {
+    match pb::JobState::try_from(s) {
+        Ok(pb::JobState::Running) => "running",
+        Ok(pb::JobState::Succeeded) => "succeeded",
+        Ok(pb::JobState::Failed) => "failed",
+        Ok(pb::JobState::Cancelled) => "cancelled",
+        Ok(pb::JobState::CompletedWithFailures) => "completed_with_failures",
+        _ => "unknown",
+    }
+}
+
+fn subtask_state_name(s: i32) -> &'static str {
+    match pb::SubtaskState::try_from(s) {
+        Ok(pb::SubtaskState::Waiting) => "waiting",
+        Ok(pb::SubtaskState::Ready) => "ready",
+        Ok(pb::SubtaskState::Assigned) => "assigned",
+        Ok(pb::SubtaskState::Running) => "running",
+        Ok(pb::SubtaskState::Succeeded) => "succeeded",
+        Ok(pb::SubtaskState::Failed) => "failed",
+        Ok(pb::SubtaskState::Cancelled) => "cancelled",
+        _ => "unknown",
+    }
+}
+
+/// A task group's state for colouring: failed if any failed, succeeded when all did, running
+/// while any is placed or running, else waiting.
+fn group_state(g: &pb::TaskGroupStatus) -> &'static str {
+    if g.failed > 0 {
+        "failed"
+    } else if g.succeeded == g.replicas {
+        "succeeded"
+    } else if g.running + g.assigned > 0 || g.succeeded > 0 {
+        "running"
+    } else if g.cancelled > 0 {
+        "cancelled"
+    } else {
+        "waiting"
+    }
+}
+
+fn job_counts(j: &pb::JobStatus) -> (u32, u32) {
+    let total: u32 = j.groups.iter().map(|g| g.replicas).sum();
+    let done: u32 = j.groups.iter().map(|g| g.succeeded).sum();
+    (done, total)
+}
+
+fn progress(done: u32, total: u32) -> Markup {
+    let pct = if total == 0 { 0.0 } else { f64::from(done) * 100.0 / f64::from(total) };
+    html! { span.bar { i style=(format!("width:{pct:.1}%")) {} } " " span.count { (done) "/" (total) } }
+}
+
+fn short(id: &str) -> &str {
+    let hex = id.strip_prefix("job-").or_else(|| id.strip_prefix("wkr-")).unwrap_or(id);
+    &id[..(id.len() - hex.len() + hex.len().min(8))]
+}
+
+fn ago(now: u64, at: u64) -> String {
+    if at == 0 {
+        return "-".into();
+    }
+    let s = now.saturating_sub(at) / 1000;
+    match s {
+        0..=59 => format!("{s} s ago"),
+        60..=3599 => format!("{} min ago", s / 60),
+        _ => format!("{} h ago", s / 3600),
+    }
+}
+
+fn not_found(what: String) -> Response {
+    (StatusCode::NOT_FOUND, Html(page("Not found", "", "", html! { p.err { (what) } }).into_string())).into_response()
+}
+
+fn unavailable(e: crate::Error) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, Html(page("Unavailable", "", "", html! { p.err { (e.to_string()) } }).into_string())).into_response()
+}
+
+#[derive(serde::Deserialize, Default)]
+pub struct JobsQuery {
+    state: Option<String>,
+    q: Option<String>,
+}
+
+async fn list_jobs(d: &Dash, query: &JobsQuery) -> Result<Vec<pb::JobStatus>, crate::Error> {
+    let mut jobs = d.engine.call(|reply| Cmd::ListJobs { reply }).await?;
+    if let Some(s) = query.state.as_deref().filter(|s| !s.is_empty()) {
+        jobs.retain(|j| state_name(j.state) == s);
+    }
+    if let Some(q) = query.q.as_deref().filter(|q| !q.is_empty()) {
+        jobs.retain(|j| j.name.contains(q) || j.job_id.contains(q));
+    }
+    jobs.sort_by(|a, b| (b.submitted_at, &b.job_id).cmp(&(a.submitted_at, &a.job_id)));
+    jobs.truncate(MAX_JOBS);
+    Ok(jobs)
+}
+
+pub async fn jobs_page(State(d): State<Dash>, Query(query): Query<JobsQuery>) -> Response {
+    let jobs = match list_jobs(&d, &query).await {
+        Ok(j) => j,
+        Err(e) => return unavailable(e),
+    };
+    let now = plexus_proto::now_ms();
+    let states = ["", "running", "succeeded", "failed", "cancelled", "completed_with_failures"];
+    let body = html! {
+        h2 { "Jobs" }
+        form.filters method="get" action="/" {
+            label { "State " select name="state" {
+                @for s in states {
+                    option value=(s) selected[query.state.as_deref().unwrap_or("") == s] { (if s.is_empty() { "any" } else { s }) }
+                }
+            } }
+            label { "Name " input type="search" name="q" value=(query.q.clone().unwrap_or_default()) placeholder="search by name"; }
+            button type="submit" { "Filter" }
+        }
+        table #jobs {
+            thead { tr { th { "Job" } th { "Name" } th { "State" } th { "Progress" } th { "Submitted" } th { "Error" } } }
+            tbody {
+                @for j in &jobs {
+                    @let (done, total) = job_counts(j);
+                    tr data-job=(j.job_id) {
+                        td { a href=(format!("/jobs/{}", j.job_id)) { (short(&j.job_id)) } }
+                        td { (j.name) }
+                        td.state class=(format!("state-{}", state_name(j.state))) { (state_name(j.state)) }
+                        td.progress { (progress(done, total)) }
+                        td { (ago(now, j.submitted_at)) }
+                        td.err { (j.error) }
+                    }
+                }
+            }
+        }
+        @if jobs.is_empty() { p #empty { "No jobs" @if query.state.is_some() || query.q.is_some() { " match these filters" } "." } }
+    };
+    Html(page("Jobs", "Jobs", "jobs", body).into_string()).into_response()
+}
+
+fn job_json(j: &pb::JobStatus) -> Value {
+    let (done, total) = job_counts(j);
+    json!({
+        "job_id": j.job_id, "name": j.name, "state": state_name(j.state), "error": j.error,
+        "done": done, "total": total, "submitted_at": j.submitted_at,
+        "groups": j.groups.iter().map(|g| json!({
+            "task": g.task, "replicas": g.replicas, "waiting": g.waiting, "ready": g.ready, "assigned": g.assigned,
+            "running": g.running, "succeeded": g.succeeded, "failed": g.failed, "cancelled": g.cancelled,
+            "state": group_state(g), "waiting_reason": g.waiting_reason, "after": g.after,
+        })).collect::<Vec<_>>(),
+        "gangs": j.gangs.iter().map(|g| json!({"name": g.name, "phase": g.phase, "reserved": g.reserved, "min_members": g.min_members, "reason": g.reason})).collect::<Vec<_>>(),
+        "subtasks": j.subtasks.iter().take(MAX_ROWS).map(|s| json!({
+            "task": s.task, "rank": s.rank, "state": subtask_state_name(s.state), "attempt": s.attempt,
+            "worker": s.worker_id, "error": s.error,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub async fn api_jobs(State(d): State<Dash>, Query(query): Query<JobsQuery>) -> Response {
+    match list_jobs(&d, &query).await {
+        Ok(jobs) => axum::Json(json!({ "jobs": jobs.iter().map(job_json).collect::<Vec<_>>() })).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}
+
+async fn get_job(d: &Dash, id: &str) -> Result<pb::JobStatus, Response> {
+    let job: plexus_proto::JobId = id.parse().map_err(|e| not_found(format!("{id:?} is not a job id: {e}")))?;
+    match d.engine.call(|reply| Cmd::GetJob { job, detail: Detail::WithSubtasks, reply }).await {
+        Ok(Ok(j)) => Ok(j),
+        Ok(Err(e)) => Err(not_found(e.to_string())),
+        Err(e) => Err(unavailable(e)),
+    }
+}
+
+/// A short fingerprint of what the job page shows of a job's progress (state and every
+/// group's counts): a page that asks with the one it has is answered when it changes.
+fn version(j: &pb::JobStatus) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    j.state.hash(&mut h);
+    j.error.hash(&mut h);
+    for g in &j.groups {
+        (g.waiting, g.ready, g.assigned, g.running, g.succeeded, g.failed, g.cancelled, &g.waiting_reason).hash(&mut h);
+    }
+    format!("{:016x}", h.finish())
+}
+
+/// How long `/api/jobs/{id}?wait=V` holds a request while nothing changes.
+const LONG_POLL: Duration = Duration::from_secs(10);
+
+#[derive(serde::Deserialize, Default)]
+pub struct WaitQuery {
+    wait: Option<String>,
+}
+
+/// A job as JSON. With `?wait=V` (the `version` the page has) it answers when the job's
+/// progress differs from V, or after [`LONG_POLL`]: pages update as soon as something changes
+/// without polling hard.
+pub async fn api_job(State(d): State<Dash>, Path(id): Path<String>, Query(q): Query<WaitQuery>) -> Response {
+    let mut j = match get_job(&d, &id).await {
+        Ok(j) => j,
+        Err(r) => return r,
+    };
+    if let (Some(seen), Ok(job)) = (q.wait.as_deref(), id.parse::<plexus_proto::JobId>())
+        && seen == version(&j)
+        && let Ok(Ok(mut rx)) = d.engine.call(|reply| Cmd::Watch { job, reply }).await
+    {
+        let changed = tokio::time::timeout(LONG_POLL, async {
+            while rx.changed().await.is_ok() {
+                if version(&rx.borrow_and_update()) != seen {
+                    return;
+                }
+            }
+        })
+        .await;
+        if changed.is_ok() {
+            match get_job(&d, &id).await {
+                Ok(now) => j = now,
+                Err(r) => return r,
+            }
+        }
+    }
+    let mut v = job_json(&j);
+    v["version"] = json!(version(&j));
+    axum::Json(v).into_response()
+}
+
+/// The job's DAG: one node per task, laid out in columns by depth (longest chain of `after`
+/// before it), an edge from each task it waits for.
+fn dag(j: &pb::JobStatus) -> Markup {
+    let index: BTreeMap<&str, usize> = j.groups.iter().enumerate().map(|(i, g)| (g.task.as_str(), i)).collect();
+    // Depth by repeated relaxation (the spec is acyclic; bounded by the task count anyway).
+    let mut depth = vec![0usize; j.groups.len()];
+    for _ in 0..j.groups.len() {
+        let mut changed = false;
+        for (i, g) in j.groups.iter().enumerate() {
+            let d = g.after.iter().filter_map(|a| index.get(a.as_str())).map(|&p| depth[p] + 1).max().unwrap_or(0);
+            if d > depth[i] {
+                depth[i] = d;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let (w, h, gx, gy) = (170.0, 52.0, 70.0, 22.0);
+    let mut row = vec![0usize; j.groups.len()];
+    let mut per_depth: BTreeMap<usize, usize> = BTreeMap::new();
+    for (i, d) in depth.iter().enumerate() {
+        let r = per_depth.entry(*d).or_insert(0);
+        row[i] = *r;
+        *r += 1;
+    }
+    let pos = |i: usize| (10.0 + depth[i] as f64 * (w + gx), 40.0 + row[i] as f64 * (h + gy));
+    let width = 20.0 + (depth.iter().max().copied().unwrap_or(0) + 1) as f64 * (w + gx);
+    let height = 50.0 + per_depth.values().max().copied().unwrap_or(1) as f64 * (h + gy);
+    html! {
+        svg #dag xmlns="http://www.w3.org/2000/svg" width=(width) height=(height) viewBox=(format!("0 0 {width} {height}")) {
+            defs { marker #arrow viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" markerHeight="6" orient="auto" { path d="M0,0 L10,5 L0,10 z" fill="#8a93a6" {} } }
+            @for (i, g) in j.groups.iter().enumerate() {
+                @for a in &g.after {
+                    @if let Some(&p) = index.get(a.as_str()) {
+                        @let ((x1, y1), (x2, y2)) = (pos(p), pos(i));
+                        // An edge that skips a column arcs over the boxes between.
+                        @let (ya, yb, lift) = if depth[i] > depth[p] + 1 { (y1 + 10.0, y2 + 10.0, 34.0) } else { (y1 + h / 2.0, y2 + h / 2.0, 0.0) };
+                        path.edge data-from=(a) data-to=(g.task) d=(format!("M{:.0},{:.0} C{:.0},{:.0} {:.0},{:.0} {:.0},{:.0}", x1 + w, ya, x1 + w + gx, ya - lift, x2 - gx, yb - lift, x2, yb)) {}
+                    }
+                }
+            }
+            @for (i, g) in j.groups.iter().enumerate() {
+                @let (x, y) = pos(i);
+                @let frac = if g.replicas == 0 { 0.0 } else { f64::from(g.succeeded) / f64::from(g.replicas) };
+                g.node data-task=(g.task) data-state=(group_state(g)) data-after=(g.after.join(",")) transform=(format!("translate({x:.0},{y:.0})")) {
+                    rect.box width=(w) height=(h) rx="6" {}
+                    rect.done x="0" y=(h - 6.0) height="6" width=(format!("{:.1}", w * frac)) fill="#1a7f37" {}
+                    text x="8" y="18" font-weight="600" { (g.task) }
+                    text.counts x="8" y="36" { (g.succeeded) "/" (g.replicas) " done" @if g.running > 0 { ", " (g.running) " running" } @if g.failed > 0 { ", " (g.failed) " failed" } }
+                }
+            }
+        }
+    }
+}
+
+pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response {
+    let j = match get_job(&d, &id).await {
+        Ok(j) => j,
+        Err(r) => return r,
+    };
+    let now = plexus_proto::now_ms();
+    let (done, total) = job_counts(&j);
+    let body = html! {
+        h2 { "Job " (j.name) }
+        p { code { (j.job_id) } " · " span #job-state class=(format!("state-{}", state_name(j.state))) { (state_name(j.state)) } " · submitted " (ago(now, j.submitted_at)) " · " span #job-progress { (progress(done, total)) } }
+        @if !j.error.is_empty() { p.err #job-error { (j.error) } }
+        h3 { "Tasks" }
+        (dag(&j))
+        table #groups {
+            thead { tr { th { "Task" } th { "Replicas" } th { "Waiting" } th { "Ready" } th { "Running" } th { "Succeeded" } th { "Failed" } th { "Why it waits" } } }
+            tbody { @for g in &j.groups {
+                tr data-task=(g.task) {
+                    td { (g.task) } td { (g.replicas) } td.waiting { (g.waiting) } td.ready { (g.ready) } td.running { (g.running + g.assigned) }
+                    td.succeeded { (g.succeeded) } td.failed { (g.failed) } td.reason { (g.waiting_reason) }
+                }
+            } }
+        }
+        @if !j.gangs.is_empty() {
+            h3 { "Gangs" }
+            table #gangs { thead { tr { th { "Gang" } th { "Tasks" } th { "Phase" } th { "Reserved" } th { "Last rollback" } } }
+                tbody { @for g in &j.gangs { tr { td { (g.name) } td { (g.tasks.join(", ")) } td { (g.phase) } td { (g.reserved) "/" (g.min_members) } td { (g.reason) } } } } }
+        }
+        h3 { "Subtasks" }
+        table #subtasks {
+            thead { tr { th { "Task" } th { "Rank" } th { "State" } th { "Attempt" } th { "Worker" } th { "Error" } th {} } }
+            tbody { @for s in j.subtasks.iter().take(MAX_ROWS) {
+                tr data-subtask=(format!("{}/{}", s.task, s.rank)) {
+                    td { (s.task) } td { (s.rank) } td.state class=(format!("state-{}", subtask_state_name(s.state))) { (subtask_state_name(s.state)) }
+                    td.attempt { (s.attempt) } td.worker { (short(&s.worker_id)) }
+                    td.err { (s.error) @for f in &s.failed_attempts { br; "attempt " (f.attempt) ": " (f.error) } }
+                    td { a href=(format!("/jobs/{}/logs/{}/{}", j.job_id, s.task, s.rank)) { "logs" } " " a href=(format!("/jobs/{}/explain/{}/{}", j.job_id, s.task, s.rank)) { "placement" } }
+                }
+            } }
+        }
+        @if j.subtasks.len() > MAX_ROWS { p { "… and " (j.subtasks.len() - MAX_ROWS) " more subtasks (plexus status " (j.job_id) " --subtasks lists them all)" } }
+    };
+    Html(page(&format!("Job {}", j.name), "Jobs", "job", html! { div #job data-job=(j.job_id) { (body) } }).into_string()).into_response()
+}
+
+pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(String, String, u32)>) -> Response {
+    let Ok(job) = id.parse::<plexus_proto::JobId>() else { return not_found(format!("{id:?} is not a job id")) };
+    let e = match d.engine.call(|reply| Cmd::Explain { job, task: task.clone(), rank, reply }).await {
+        Ok(Ok(e)) => e,
+        Ok(Err(e)) => return not_found(e.to_string()),
+        Err(e) => return unavailable(e),
+    };
+    let names: Vec<String> = {
+        let mut n: Vec<String> = Vec::new();
+        for c in &e.candidates {
+            for f in &c.features {
+                if !n.contains(&f.name) {
+                    n.push(f.name.clone());
+                }
+            }
+        }
+        n
+    };
+    let body = html! {
+        h2 { "Placement of " (task) "/" (rank) }
+        p { a href=(format!("/jobs/{id}")) { "back to the job" } }
+        p { "Placer " b { (e.placer) } ", attempt " (e.attempt) ": " code { (e.chosen_worker) } " — " (e.reason) @if e.exploratory { " (exploratory)" } }
+        table #candidates {
+            thead { tr { th { "Worker" } th { "Feasible" } th { (if e.placer == "rl" { "Q-value" } else { "Score" }) } @for n in &names { th { (n) } } th { "Note" } } }
+            tbody { @for c in &e.candidates {
+                tr class=(if c.worker_id == e.chosen_worker { "chosen" } else { "" }) {
+                    td { (short(&c.worker_id)) @if c.worker_id == e.chosen_worker { " ✓" } }
+                    td { (c.feasible) }
+                    td { (if c.score.is_finite() { format!("{:.4}", c.score) } else { "-".into() }) }
+                    @for n in &names { td { (c.features.iter().find(|f| &f.name == n).map(|f| format!("{:.3}", f.value)).unwrap_or_default()) } }
+                    td { (c.note) }
+                }
+            } }
+        }
+    };
+    Html(page("Placement", "Jobs", "", body).into_string()).into_response()
+}
+
+pub async fn logs_page(State(d): State<Dash>, Path((id, task, rank)): Path<(String, String, u32)>) -> Response {
+    let Ok(job) = id.parse::<plexus_proto::JobId>() else { return not_found(format!("{id:?} is not a job id")) };
+    let src = match d.engine.call(|reply| Cmd::Logs { job, task: task.clone(), rank, reply }).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return not_found(e.to_string()),
+        Err(e) => return unavailable(e),
+    };
+    let body = html! {
+        h2 { "Logs of " (task) "/" (rank) ", attempt " (src.attempt) }
+        p { a href=(format!("/jobs/{id}")) { "back to the job" } " · on " code { (src.worker) } " · the tail the coordinator keeps; " code { "plexus logs " (id) " " (task) " --rank " (rank) } " reads the whole log from the worker" }
+        h3 { "stdout" } pre #stdout { (src.stdout_tail) }
+        h3 { "stderr" } pre #stderr { (src.stderr_tail) }
+    };
+    Html(page("Logs", "Jobs", "", body).into_string()).into_response()
+}
+
+fn workers_json(ws: &[pb::WorkerInfo]) -> Value {
+    json!({ "workers": ws.iter().map(|w| {
+        let st = w.state.clone().unwrap_or_default();
+        json!({
+            "worker_id": w.worker_id, "alive": w.alive, "assigned": w.assigned,
+            "cpu_utilisation": st.cpu_utilisation, "cache_used": st.cache_used,
+            "rails": st.rails.iter().map(|r| json!({"addr": r.addr, "sent": r.bytes_sent, "received": r.bytes_received, "failures": r.failures})).collect::<Vec<_>>(),
+            "gpus": st.gpus.iter().map(|g| json!({"index": g.index, "utilisation": g.utilisation, "memory_used": g.memory_used})).collect::<Vec<_>>(),
+        })
+    }).collect::<Vec<_>>() })
+}
+
+pub async fn workers_page(State(d): State<Dash>) -> Response {
+    let ws = match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
+        Ok(w) => w,
+        Err(e) => return unavailable(e),
+    };
+    let body = html! {
+        h2 { "Workers" }
+        table #workers {
+            thead { tr { th { "Worker" } th { "Host" } th { "State" } th { "CPU" } th { "Memory" } th { "GPUs" } th { "Rails (sent / received)" } th { "Cache" } th { "Attempts" } } }
+            tbody { @for w in &ws {
+                @let cap = w.capacity.clone().unwrap_or_default();
+                @let st = w.state.clone().unwrap_or_default();
+                @let alloc = w.allocated.unwrap_or_default();
+                tr data-worker=(w.worker_id) {
+                    td { code { (short(&w.worker_id)) } } td { (cap.hostname) } td.state { (if w.alive { "alive" } else { "lost" }) }
+                    td { (format!("{:.1}", alloc.cpu)) "/" (cap.cpus) " cores, " span.util { (format!("{:.0}", st.cpu_utilisation * 100.0)) } "% busy" }
+                    td { (bytes(alloc.memory)) "/" (bytes(cap.memory)) }
+                    td { @for g in &cap.gpus { @let u = st.gpus.iter().find(|s| s.index == g.index); div.gpu data-gpu=(g.index) { (g.index) ": " (g.name) " " span.gutil { (u.map(|u| format!("{:.0}%", u.utilisation * 100.0)).unwrap_or_default()) } } } }
+                    td { @for (n, r) in st.rails.iter().enumerate() { div.rail data-rail=(n) { code { (r.addr) } " " span.traffic { (bytes(r.bytes_sent)) " / " (bytes(r.bytes_received)) } @if r.failures > 0 { span.err { " " (r.failures) " failures" } } } } }
+                    td { span.cache { (bytes(st.cache_used)) } "/" (bytes(cap.cache_bytes)) }
+                    td.assigned { (w.assigned) }
+                }
+            } }
+        }
+    };
+    Html(page("Workers", "Workers", "workers", body).into_string()).into_response()
+}
+
+pub async fn api_workers(State(d): State<Dash>) -> Response {
+    match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
+        Ok(ws) => axum::Json(workers_json(&ws)).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}
+
+fn policy_json(placer: &str, curve: &[Sample]) -> Value {
+    let last = curve.last();
+    // Decisions per second and exploration over the last minute of samples.
+    let window = curve.iter().rev().find(|s| last.is_some_and(|l| l.at_ms.saturating_sub(s.at_ms) >= 60_000)).or(curve.first());
+    let (rate, explore) = match (window, last) {
+        (Some(a), Some(b)) if b.at_ms > a.at_ms => {
+            let n = b.decisions.saturating_sub(a.decisions);
+            (n as f64 * 1000.0 / (b.at_ms - a.at_ms) as f64, if n == 0 { 0.0 } else { b.exploratory.saturating_sub(a.exploratory) as f64 / n as f64 })
+        }
+        _ => (0.0, 0.0),
+    };
+    json!({
+        "placer": placer,
+        "decisions": last.map_or(0, |s| s.decisions),
+        "training_steps": last.map_or(0, |s| s.training_steps),
+        "decisions_per_s": rate,
+        "exploration": explore,
+        "loss": last.and_then(|s| s.loss),
+        "curve": curve.iter().filter_map(|s| s.loss.map(|l| json!([s.training_steps, l]))).collect::<Vec<_>>(),
+    })
+}
+
+pub async fn api_policy(State(d): State<Dash>) -> Response {
+    let placer = match d.engine.call(|reply| Cmd::Learning { reply }).await {
+        Ok((p, _)) => p,
+        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    };
+    axum::Json(policy_json(placer, &d.board.curve())).into_response()
+}
+
+pub async fn policy_page(State(d): State<Dash>) -> Response {
+    let placer = match d.engine.call(|reply| Cmd::Learning { reply }).await {
+        Ok((p, _)) => p,
+        Err(e) => return unavailable(e),
+    };
+    let v = policy_json(placer, &d.board.curve());
+    let body = html! {
+        h2 { "Learned placer" }
+        @if placer != "rl" {
+            p #not-learning { "This coordinator places with " b { (placer) } ", a heuristic: start it with " code { "--placer rl" } " to place with the learned policy." }
+        } @else {
+            table #policy { tbody {
+                tr { th { "Decisions" } td #decisions { (v["decisions"]) } }
+                tr { th { "Decisions per second (last minute)" } td #rate { (format!("{:.2}", v["decisions_per_s"].as_f64().unwrap_or(0.0))) } }
+                tr { th { "Training steps" } td #steps { (v["training_steps"]) } }
+                tr { th { "Exploration rate (last minute)" } td #explore { (format!("{:.3}", v["exploration"].as_f64().unwrap_or(0.0))) } }
+                tr { th { "Latest training loss" } td #loss { (v["loss"].as_f64().map(|l| format!("{l:.5}")).unwrap_or_else(|| "no training step yet (one runs every 1024 decisions)".into())) } }
+            } }
+            h3 { "Learning curve: training loss by training step" }
+            svg #curve xmlns="http://www.w3.org/2000/svg" width="640" height="220" viewBox="0 0 640 220" { rect width="640" height="220" fill="#fff" stroke="#e3e6ec" {} polyline #curve-line fill="none" stroke="#1f6feb" stroke-width="2" points="" {} }
+        }
+    };
+    Html(page("Learned placer", "Learned placer", "policy", body).into_string()).into_response()
+}
+
+pub async fn app_js() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], APP_JS)
+}
+
+#[derive(serde::Deserialize)]
+pub struct Login {
+    token: String,
+    next: Option<String>,
+}
+
+/// How long the browser keeps the token cookie: a working day.
+const COOKIE_MAX_AGE_S: u32 = 12 * 3600;
+
+/// `/login?token=…[&next=/path]`: checks the token and keeps it in a cookie.
+pub async fn login(State(http): State<crate::http::Http>, Query(l): Query<Login>) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::AUTHORIZATION, match format!("Bearer {}", l.token.trim()).parse() {
+        Ok(v) => v,
+        Err(_) => return (StatusCode::BAD_REQUEST, "the token has characters a header cannot carry\n").into_response(),
+    });
+    if let Err(refused) = crate::http::authorise(&http, &headers) {
+        return refused;
+    }
+    // Only a path of this site (no "//host", no scheme): not an open redirect.
+    let next = l.next.filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\')).unwrap_or_else(|| "/".into());
+    let cookie = format!("{}={}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; SameSite=Strict", crate::http::TOKEN_COOKIE, l.token.trim());
+    let mut r = Redirect::to(&next).into_response();
+    if let Ok(v) = cookie.parse() {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// The page a browser sees without a token when security is on.
+pub fn login_form(why: &str) -> Response {
+    let body = html! {
+        h2 { "Sign in" }
+        p { "This coordinator needs an API token (" (why.trim()) "). Make one with " code { "plexus-coordinator token create --scope read" } " or use " code { ".plexus/coordinator/admin.token" } "." }
+        form method="get" action="/login" { input type="password" name="token" placeholder="plx_…" size="60"; " " button type="submit" { "Sign in" } }
+    };
+    (StatusCode::UNAUTHORIZED, Html(page("Sign in", "", "", body).into_string())).into_response()
+}
+
+/// The dashboard's script: polls `/api/*` every second and updates the page in place.
+const APP_JS: &str = include_str!("../static/app.js");
+

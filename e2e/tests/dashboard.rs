@@ -1,0 +1,193 @@
+//! End-to-end: the web dashboard (issue 18) in a real headless browser (Debian's `chromium`,
+//! installed by `make deps`), on a real secure cluster: every page loaded while a job runs,
+//! checked as a person would — the DAG has one node per task and the right edges, progress
+//! updates without a reload, a failed subtask's error is shown, filters work, and nothing is
+//! shown without a token. With `PLEXUS_SCREENSHOTS=DIR` it also saves a screenshot of each
+//! page there (how `docs/screenshots/` was made).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use plexus_e2e::{Cluster, ClusterConfig};
+
+const DAG: &str = r#"
+name = "dag"
+[[task]]
+name = "gen"
+command = "sleep 3; head -c 100000 /dev/urandom > $PLEXUS_OUT/blob"
+replicas = 3
+outputs = ["blob"]
+[[task]]
+name = "mid"
+command = "true"
+after = ["gen"]
+[[task]]
+name = "sum"
+command = "cat $PLEXUS_IN/gen/*/blob | wc -c"
+inputs = ["gen/blob"]
+after = ["mid"]
+"#;
+
+const BROKEN: &str = r#"
+name = "broken"
+[[task]]
+name = "bad"
+command = "echo about to fail >&2; exit 3"
+max_retries = 0
+"#;
+
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|b| {
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(b)).find(|f| f.is_file()))
+    })
+}
+
+/// A browser session (one profile, so the login cookie carries over).
+struct Browser {
+    bin: PathBuf,
+    profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn args(&self) -> Vec<String> {
+        vec!["--headless".into(), "--no-sandbox".into(), "--disable-gpu".into(), "--no-first-run".into(), format!("--user-data-dir={}", self.profile.path().display())]
+    }
+
+    /// The DOM after the page's script ran for `budget_ms` of virtual time (network waits,
+    /// such as the job page's long polls, take real time).
+    fn dom(&self, url: &str, budget_ms: u32) -> String {
+        let o = Command::new(&self.bin).args(self.args()).arg(format!("--virtual-time-budget={budget_ms}")).args(["--dump-dom", url]).output().expect("running chromium");
+        assert!(o.status.success(), "chromium --dump-dom {url}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn screenshot(&self, url: &str, file: &Path) {
+        let o = Command::new(&self.bin)
+            .args(self.args())
+            .args(["--virtual-time-budget=3000", "--hide-scrollbars", "--window-size=1280,860"])
+            .arg(format!("--screenshot={}", file.display()))
+            .arg(url)
+            .output()
+            .expect("running chromium");
+        assert!(o.status.success() && file.is_file(), "screenshot of {url}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+/// Every match of `attr="…"` values on elements that carry `marker`.
+fn attrs<'a>(dom: &'a str, marker: &str, attr: &str) -> Vec<&'a str> {
+    dom.match_indices(marker)
+        .filter_map(|(i, _)| {
+            let tag_end = dom[i..].find('>')? + i;
+            let tag_start = dom[..i].rfind('<')?;
+            let tag = &dom[tag_start..tag_end];
+            let at = tag.find(&format!("{attr}=\""))? + attr.len() + 2;
+            Some(&tag[at..at + tag[at..].find('"')?])
+        })
+        .collect()
+}
+
+fn get(base: &str, path: &str, token: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = base.strip_prefix("http://").unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn the_dashboard_in_a_real_browser() {
+    let Some(bin) = chromium() else {
+        eprintln!("SKIPPED: no chromium on PATH (make deps installs Debian's chromium)");
+        return;
+    };
+    let browser = Browser { bin, profile: tempfile::tempdir().unwrap() };
+    let c = Cluster::start(ClusterConfig { workers: 2, ..ClusterConfig::default() });
+    let base = c.http.clone().expect("the coordinator serves HTTP");
+    let token = c.admin_token.clone().expect("a secure cluster");
+
+    // Without a token: a sign-in form, no data.
+    let dom = browser.dom(&format!("{base}/"), 1000);
+    assert!(dom.contains("Sign in") && !dom.contains("id=\"jobs\""), "{dom}");
+
+    let broken = c.submit("broken.toml", BROKEN);
+    c.wait_job(&broken, Duration::from_secs(60));
+    let dag = c.submit("dag.toml", DAG);
+    // What the server renders now, while `gen` sleeps: running.
+    let first = get(&base, &format!("/jobs/{dag}"), &token);
+    assert!(first.contains("id=\"job-state\" class=\"state-running\""), "{first}");
+
+    // The job page, loaded once (signing in on the way) while the job runs: the DAG, then the
+    // script follows the job to its end without a reload.
+    let dom = browser.dom(&format!("{base}/login?token={token}&next=/jobs/{dag}"), 20_000);
+    let mut nodes = attrs(&dom, "class=\"node\"", "data-task");
+    nodes.sort();
+    assert_eq!(nodes, ["gen", "mid", "sum"], "one node per task:\n{dom}");
+    let mut edges: Vec<(&str, &str)> = attrs(&dom, "class=\"edge\"", "data-from").into_iter().zip(attrs(&dom, "class=\"edge\"", "data-to")).collect();
+    edges.sort();
+    assert_eq!(edges, [("gen", "mid"), ("gen", "sum"), ("mid", "sum")], "an edge per dependency:\n{dom}");
+    assert!(dom.contains("id=\"job-state\" class=\"state-succeeded\">succeeded<"), "updated without a reload:\n{dom}");
+    assert_eq!(attrs(&dom, "class=\"node\"", "data-state"), ["succeeded"; 3], "{dom}");
+    let updates: u32 = attrs(&dom, "<body", "data-updates")[0].parse().unwrap();
+    assert!(updates >= 2, "the script updated the page {updates} times:\n{dom}");
+
+    // The failed job shows its subtask's error.
+    let dom = browser.dom(&format!("{base}/jobs/{broken}"), 2000);
+    assert!(dom.contains("state-failed") && dom.contains("exit code 3"), "{dom}");
+    let logs = browser.dom(&format!("{base}/jobs/{broken}/logs/bad/0"), 1000);
+    assert!(logs.contains("about to fail"), "{logs}");
+    let explain = browser.dom(&format!("{base}/jobs/{dag}/explain/sum/0"), 1000);
+    assert!(explain.contains("least-loaded") && attrs(&explain, "<tr class=", "class").len() >= 2, "{explain}");
+
+    // Jobs: both listed; the state filter and the name search narrow it.
+    let dom = browser.dom(&format!("{base}/"), 2000);
+    let rows = attrs(&dom, "data-job=", "data-job");
+    assert!(rows.contains(&dag.as_str()) && rows.contains(&broken.as_str()), "{dom}");
+    let dom = browser.dom(&format!("{base}/?state=failed"), 2000);
+    assert_eq!(attrs(&dom, "data-job=", "data-job"), [broken.as_str()], "{dom}");
+    let dom = browser.dom(&format!("{base}/?q=da"), 2000);
+    assert_eq!(attrs(&dom, "data-job=", "data-job"), [dag.as_str()], "{dom}");
+
+    // Workers, with their rails' traffic; the learned placer's page says it is not in use.
+    let dom = browser.dom(&format!("{base}/workers"), 2000);
+    assert_eq!(attrs(&dom, "data-worker=", "data-worker").len(), 2, "{dom}");
+    assert!(dom.contains("class=\"rail\"") && dom.contains("alive"), "{dom}");
+    let dom = browser.dom(&format!("{base}/policy"), 1000);
+    assert!(dom.contains("id=\"not-learning\"") && dom.contains("--placer rl"), "{dom}");
+
+    if let Some(dir) = std::env::var_os("PLEXUS_SCREENSHOTS") {
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, path) in [("jobs", "/".to_string()), ("job", format!("/jobs/{dag}")), ("job-failed", format!("/jobs/{broken}")), ("placement", format!("/jobs/{dag}/explain/sum/0")), ("workers", "/workers".into())] {
+            browser.screenshot(&format!("{base}{path}"), &dir.join(format!("{name}.png")));
+        }
+    }
+}
+
+#[test]
+fn the_learned_placer_page_shows_its_counters() {
+    let Some(bin) = chromium() else {
+        eprintln!("SKIPPED: no chromium on PATH (make deps installs Debian's chromium)");
+        return;
+    };
+    let browser = Browser { bin, profile: tempfile::tempdir().unwrap() };
+    let c = Cluster::start(ClusterConfig { workers: 2, placer: "rl".into(), insecure: true, ..ClusterConfig::default() });
+    let base = c.http.clone().unwrap();
+    let job = c.submit("dag.toml", DAG);
+    c.wait_job(&job, Duration::from_secs(60));
+    // The sampler reads the counters every 2 s: wait until it has (bounded), then load the page.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !get(&base, "/api/policy", "none").contains("\"decisions\":5") {
+        assert!(std::time::Instant::now() < deadline, "the sampler never saw the 5 decisions: {}", get(&base, "/api/policy", "none"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dom = browser.dom(&format!("{base}/policy"), 3000);
+    let decisions = dom.split("id=\"decisions\">").nth(1).and_then(|r| r.split('<').next()).unwrap_or("");
+    assert_eq!(decisions, "5", "5 subtasks placed by the learned placer:\n{dom}");
+    assert!(dom.contains("id=\"curve\"") && dom.contains("one runs every 1024 decisions"), "{dom}");
+    if let Some(dir) = std::env::var_os("PLEXUS_SCREENSHOTS") {
+        browser.screenshot(&format!("{base}/policy"), &PathBuf::from(dir).join("policy.png"));
+    }
+}
