@@ -630,21 +630,38 @@ pub fn watch_header(job: &pb::JobStatus) -> String {
 /// its model and its load from the latest heartbeat. SPEED and FETCH IN are what the coordinator
 /// measured (issue 17): its run times against the cluster's mean for the same tasks (`1.5x`:
 /// faster), and the mean throughput of the fetches to it; `-` until measured.
+/// Short names for ids (`wkr-1a2b3c4d`): each id's shortest prefix, at least 8 hex digits, that
+/// no other id in the list shares — what a person types to name one.
+pub fn short_names<'a>(ids: impl Iterator<Item = &'a str> + Clone) -> Vec<String> {
+    ids.clone()
+        .map(|id| {
+            let (prefix, hex) = id.split_at(id.find('-').map_or(0, |i| i + 1));
+            let mut n = 8.min(hex.len());
+            while n < hex.len() && ids.clone().any(|o| o != id && o.get(prefix.len()..prefix.len() + n) == Some(&hex[..n])) {
+                n += 1;
+            }
+            format!("{prefix}{}", &hex[..n])
+        })
+        .collect()
+}
+
 pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
     if workers.is_empty() {
         return "no workers\n".to_string();
     }
+    let names = short_names(workers.iter().map(|w| w.worker_id.as_str()));
     let mut t = Table::new(&[
-        "ID", "ALIVE", "PEER", "CPUS", "MEMORY", "GPUS", "RAILS", "ISOLATION", "ASSIGNED", "ALLOC CPU", "CPU UTIL",
+        "NAME", "ID", "ALIVE", "PEER", "CPUS", "MEMORY", "GPUS", "RAILS", "ISOLATION", "ASSIGNED", "ALLOC CPU", "CPU UTIL",
         "CACHE", "OBJECTS", "SPEED", "FETCH IN", "HEARTBEAT",
     ]);
     let mut devices = Table::new(&["WORKER", "GPU", "MODEL", "UTIL", "MEMORY"]);
-    for w in workers {
+    for (w, name) in workers.iter().zip(&names) {
         let cap = w.capacity.clone().unwrap_or_default();
         let state = w.state.clone().unwrap_or_default();
         let alloc = w.allocated.unwrap_or_default();
         let speed = speed_view(w.speed.as_ref());
         t.row(vec![
+            name.clone(),
             w.worker_id.clone(),
             yes_no(w.alive).to_string(),
             w.peer_addr.clone(),
@@ -968,6 +985,12 @@ mod tests {
     const W2: &str = "wkr-0000000000000000000000000000000b";
     const NOW: u64 = 1_700_000_100_000;
 
+    #[test]
+    fn short_names_are_unique_prefixes_of_at_least_8_digits() {
+        let ids = ["wkr-1a2b3c4d00000000000000000000000a", "wkr-1a2b3c4d50000000000000000000000b", "wkr-ffff0000000000000000000000000000"];
+        assert_eq!(short_names(ids.iter().copied()), ["wkr-1a2b3c4d0", "wkr-1a2b3c4d5", "wkr-ffff0000"]);
+    }
+
     fn group(task: &str, replicas: u32, counts: [u32; 7]) -> pb::TaskGroupStatus {
         let [waiting, ready, assigned, running, succeeded, failed, cancelled] = counts;
         pb::TaskGroupStatus { task: task.into(), replicas, waiting, ready, assigned, running, succeeded, failed, cancelled, waiting_reason: String::new(), failed_attempts: 0, after: vec![] }
@@ -1279,8 +1302,8 @@ mod tests {
     fn workers_table_and_json() {
         let text = workers_table(&workers(), NOW);
         let expected = format!(
-            "ID{p}ALIVE  PEER                   CPUS  MEMORY   GPUS  RAILS  ISOLATION  ASSIGNED  ALLOC CPU  CPU UTIL  CACHE             OBJECTS  SPEED  FETCH IN   HEARTBEAT\n\
-             {W1}  yes    http://127.0.0.1:7001  4     8.0 GiB  2     2      cgroup-v1  2         1.5        38%       12.0 MiB/1.0 GiB  1        1.25x  1.0 MiB/s  1.2s ago\n\
+            "NAME          ID{p}ALIVE  PEER                   CPUS  MEMORY   GPUS  RAILS  ISOLATION  ASSIGNED  ALLOC CPU  CPU UTIL  CACHE             OBJECTS  SPEED  FETCH IN   HEARTBEAT\n\
+             wkr-00000000  {W1}  yes    http://127.0.0.1:7001  4     8.0 GiB  2     2      cgroup-v1  2         1.5        38%       12.0 MiB/1.0 GiB  1        1.25x  1.0 MiB/s  1.2s ago\n\
              \n\
              WORKER{w}GPU  MODEL  UTIL  MEMORY\n\
              {W1}  0    H100   37%   12.0 GiB/80.0 GiB\n\
