@@ -290,7 +290,7 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
     }
 
     if detail == Detail::WithSubtasks {
-        let mut subs = Table::new(&["TASK", "RANK", "STATE", "ATTEMPT", "WORKER", "EXIT", "DURATION", "ERROR"]);
+        let mut subs = Table::new(&["TASK", "RANK", "STATE", "ATTEMPT", "WORKER", "EXIT", "DURATION", "REASON", "ERROR"]);
         for s in &job.subtasks {
             subs.row(vec![
                 s.task.clone(),
@@ -300,6 +300,7 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
                 dash(non_empty(&s.worker_id)),
                 dash(exit_code(s).map(|c| c.to_string())),
                 dash(subtask_duration(s, now_ms).map(human_duration)),
+                dash(waiting_reason(job, s, now_ms)),
                 one_line(&s.error),
             ]);
         }
@@ -316,6 +317,33 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
         }
     }
     out
+}
+
+/// Why a subtask that is not running waits: `after: gen` (tasks it needs, not done), its gang's
+/// state, a retry's back-off, or why its task's ready subtasks are not placed.
+pub fn waiting_reason(job: &pb::JobStatus, s: &pb::SubtaskStatus, now_ms: u64) -> Option<String> {
+    let group = job.groups.iter().find(|g| g.task == s.task)?;
+    match subtask_state_name(s.state) {
+        "waiting" => {
+            let pending: Vec<&str> = group
+                .after
+                .iter()
+                .filter(|a| job.groups.iter().find(|g| &g.task == *a).is_some_and(|g| g.succeeded < g.replicas))
+                .map(String::as_str)
+                .collect();
+            (!pending.is_empty()).then(|| format!("after: {}", pending.join(", ")))
+        }
+        "ready" => {
+            if s.not_before > now_ms {
+                return Some(format!("retry in {} s", (s.not_before - now_ms).div_ceil(1000)));
+            }
+            if let Some(g) = job.gangs.iter().find(|g| g.tasks.contains(&s.task) && g.phase != "bound") {
+                return Some(format!("gang {}: {}", g.name, gang_line(g, now_ms)));
+            }
+            non_empty(&group.waiting_reason).map(|r| one_line(&r))
+        }
+        _ => None,
+    }
 }
 
 /// One gang's state in words: `3/4 reserved, deadline in 12 s`, `bound`, `rolled back at
@@ -1004,7 +1032,7 @@ mod tests {
             submitted_at: NOW - 65_000,
             finished_at: 0,
             error: String::new(),
-            groups: vec![group("gen", 4, [0, 0, 1, 1, 2, 0, 0]), group("sum", 1, [1, 0, 0, 0, 0, 0, 0])],
+            groups: vec![group("gen", 4, [0, 0, 1, 1, 2, 0, 0]), pb::TaskGroupStatus { after: vec!["gen".into()], ..group("sum", 1, [1, 0, 0, 0, 0, 0, 0]) }],
             gangs: vec![],
             priority: 0,
             queue: "default".into(),
@@ -1176,10 +1204,10 @@ mod tests {
         assert!(text.contains("\nerror:     task gen failed\n"), "{text}");
         let subtask_part = text.split("\n\n").nth(2).unwrap();
         let expected = format!(
-            "TASK  RANK  STATE      ATTEMPT  WORKER{p}EXIT  DURATION  ERROR\n\
-             gen   0     succeeded  1        {W1}  0     2.5s\n\
-             gen   1     failed     3        {W2}  2     1.0s      exit status 2 see logs\n\
-             sum   0     waiting    0        -{q}-     -\n",
+            "TASK  RANK  STATE      ATTEMPT  WORKER{p}EXIT  DURATION  REASON      ERROR\n\
+             gen   0     succeeded  1        {W1}  0     2.5s      -\n\
+             gen   1     failed     3        {W2}  2     1.0s      -           exit status 2 see logs\n\
+             sum   0     waiting    0        -{q}-     -         after: gen\n",
             p = " ".repeat(32),
             q = " ".repeat(37)
         );
