@@ -80,6 +80,8 @@ pub enum Command {
     Submit(SubmitArgs),
     /// List jobs, or show one job with its task groups (and subtasks).
     Status(StatusArgs),
+    /// Submit a job's file again as a new job; prints the new job id.
+    Resubmit(ResubmitArgs),
     /// Follow a job until it ends; exits 0 only if it succeeded.
     Watch(WatchArgs),
     /// Print the stdout and stderr of one subtask.
@@ -150,6 +152,15 @@ pub struct SubmitArgs {
     /// The job file.
     pub file: PathBuf,
     /// Follow the job after submitting it, as `plexus watch` does.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResubmitArgs {
+    /// The job whose file is submitted again (id, unique id prefix, or name).
+    pub job: JobRef,
+    /// Follow the new job, as `plexus watch` does.
     #[arg(long)]
     pub watch: bool,
 }

@@ -303,7 +303,7 @@ pub fn need(path: &str) -> Option<Need> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     Some(match (service, method) {
         ("plexus.v1.JobService", "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "ListWorkers" | "ExplainPlacement" | "GetStoreInfo") => Need::Token(Scope::Read),
-        ("plexus.v1.JobService", "SubmitJob" | "CancelJob") => Need::Token(Scope::Submit),
+        ("plexus.v1.JobService", "SubmitJob" | "CancelJob" | "ResubmitJob") => Need::Token(Scope::Submit),
         ("plexus.v1.JobService", "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker" | "SetQueue") => Need::Token(Scope::Admin),
         ("plexus.v1.JobService", "ListQueues") => Need::Token(Scope::Read),
         ("plexus.v1.WorkerService", "Join") => Need::Token(Scope::Worker),

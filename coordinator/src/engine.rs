@@ -52,6 +52,8 @@ pub type Reply<T> = oneshot::Sender<T>;
 pub enum Cmd {
     Submit { id: JobId, spec: JobSpec, reply: Reply<Result<u32, SchedulerError>> },
     Cancel { job: JobId, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
+    /// Submits job `job`'s spec again as job `id`.
+    Resubmit { job: JobId, id: JobId, reply: Reply<Result<u32, SchedulerError>> },
     GetJob { job: JobId, detail: Detail, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
     ListJobs { reply: Reply<Vec<pb::JobStatus>> },
     Watch { job: JobId, reply: Reply<Result<watch::Receiver<pb::JobStatus>, SchedulerError>> },
@@ -287,6 +289,16 @@ impl Engine {
                 let r = core.submit(id, spec, now);
                 if let Ok(n) = &r {
                     tracing::info!(job = %id, subtasks = n, "job accepted");
+                }
+                replies.push(defer(reply, r));
+            }
+            Cmd::Resubmit { job, id, reply } => {
+                let r = match core.job(job).map(|j| j.spec().clone()) {
+                    Some(spec) => core.submit(id, spec, now),
+                    None => Err(SchedulerError::NoJob(job)),
+                };
+                if let Ok(n) = &r {
+                    tracing::info!(job = %id, from = %job, subtasks = n, "job resubmitted");
                 }
                 replies.push(defer(reply, r));
             }

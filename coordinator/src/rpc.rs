@@ -197,6 +197,13 @@ impl JobService for JobApi {
         Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n }))
     }
 
+    async fn resubmit_job(&self, req: Request<pb::ResubmitJobRequest>) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        let job = job_id(&req.into_inner().job_id)?;
+        let id = JobId::random();
+        let n = self.engine.call(|reply| Cmd::Resubmit { job, id, reply }).await?.map_err(status)?;
+        Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n }))
+    }
+
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
         let r = req.into_inner();
         let job = job_id(&r.job_id)?;

@@ -49,6 +49,18 @@ fn jobs_by_prefix_and_name_filters_and_completions() {
     let o = c.plexus(&["status", "job-"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("matches 4 jobs"), "{}", describe(&o));
 
+    // Resubmit by name: a new job with the same file.
+    let o = c.plexus(&["resubmit", "nightly-etl"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let again = stdout(&o).trim().to_string();
+    assert!(again.starts_with("job-") && again != ok, "{again}");
+    let st = c.wait_job(&again, Duration::from_secs(60));
+    assert_eq!((st.name.as_str(), st.state), ("nightly-etl", pb::JobState::Succeeded as i32));
+    let o = c.plexus(&["logs", &again, "t"]);
+    assert!(stdout(&o).contains("hello"), "{}", describe(&o));
+    let o = c.plexus(&["resubmit", "job-ffff"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no job matches"), "{}", describe(&o));
+
     // Filters.
     let o = c.plexus(&["status", "--state", "failed", "-o", "json"]);
     assert!(o.status.success(), "{}", describe(&o));
@@ -56,6 +68,7 @@ fn jobs_by_prefix_and_name_filters_and_completions() {
     let ids: Vec<&str> = v["jobs"].as_array().expect("a list of jobs").iter().map(|j| j["job_id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec![bad.as_str()]);
     let o = c.plexus(&["status", "--name", "twin", "--limit", "1", "-o", "json"]);
+    assert!(o.status.success(), "{}", describe(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["jobs"].as_array().expect("a list of jobs").len(), 1, "{v}");
     let o = c.plexus(&["status", "--state", "succeeded"]);

@@ -23,6 +23,7 @@ pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> 
         Command::Up(a) => up::run(&a).await,
         Command::Submit(a) => submit::run(target, &a).await,
         Command::Status(a) => status::run(target, &a).await,
+        Command::Resubmit(a) => submit::resubmit(target, &a).await,
         Command::Watch(a) => watch::run(target, &a.job).await,
         Command::Logs(a) => logs::run(target, &a).await,
         Command::Cancel(a) => cancel::run(target, &a.job).await,

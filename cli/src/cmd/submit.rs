@@ -26,6 +26,19 @@ pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::R
     super::watch::watch_with(target, &mut client, job).await
 }
 
+/// `plexus resubmit JOB [--watch]`: the same job file again as a new job; prints the new id.
+pub async fn resubmit(target: &crate::client::Target, args: &crate::args::ResubmitArgs) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
+    let old = client::resolve_job(&mut client, &args.job).await?;
+    let response = client.resubmit_job(plexus_proto::pb::ResubmitJobRequest { job_id: old.to_string() }).await?.into_inner();
+    output::print(&format!("{}\n", response.job_id))?;
+    if !args.watch {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let job: JobId = response.job_id.parse().with_context(|| format!("the coordinator answered with a malformed job id {:?}", response.job_id))?;
+    super::watch::watch_with(target, &mut client, job).await
+}
+
 /// Reads the file and builds the request; the coordinator parses and checks the job.
 fn request_for(path: &Path) -> anyhow::Result<SubmitJobRequest> {
     let source =
