@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all torch deps build release demo test test-unit bench-control fmt clippy clean \
+.PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live fmt clippy clean \
         images compose-up compose-down compose-test
 
 all: build
@@ -50,6 +50,12 @@ test-unit: torch
 # mixed with priority-10 gangs) on 4 workers x 16 cores. `--deep-only` / `--no-deep` for one part.
 bench-control: release
 	$(CARGO) run --release -p plexus-bench --bin control-plane
+
+# Placers side by side on a real heterogeneous cluster on this machine: 4 workers held to 100/50/25/25 %
+# of a core by cgroup quotas, two behind 200 Mbit/s rails on the rail rig (root), a seeded stream of
+# fan-out/fan-in jobs; mean and p95 job completion time per placer (about 8 minutes).
+bench-placement-live: release deps
+	$(CARGO) run --release -p plexus-bench --bin placement-live
 
 # Container images of the compose cluster (docker-compose.yml): the base image (debootstrapped and
 # imported once when no registry has it), then plexus-coordinator and plexus-worker from this

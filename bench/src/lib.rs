@@ -313,6 +313,246 @@ pub mod gloo {
     }
 }
 
+/// Pieces of the live benchmarks (`placement-live`) that run real worker processes under
+/// limits the benchmark sets: CPU quotas in cgroups of the benchmark's own, a TCP forwarder
+/// that lets processes in the rail rig's namespaces reach a coordinator on loopback, and a
+/// guard that stops child processes.
+pub mod live {
+    use std::io;
+    use std::net::{IpAddr, SocketAddr};
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// The parent of every cgroup the live benchmarks make, in the cpu hierarchy.
+    pub const CGROUP_PARENT: &str = "plexus-bench-live";
+    /// The cfs period the quotas are a share of, as the worker's own limits use.
+    pub const PERIOD_US: u64 = 100_000;
+
+    /// Where a cgroup hierarchy with the cpu controller is mounted: a v1 `cpu` hierarchy, else
+    /// the unified (v2) one when its root delegates `cpu` to its children.
+    fn cpu_hierarchy() -> Result<(PathBuf, bool), String> {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        let mut unified = None;
+        for line in mounts.lines() {
+            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let Some(point) = left.split(' ').nth(4) else { continue };
+            let mut r = right.split(' ');
+            let (Some(fs), Some(_), Some(opts)) = (r.next(), r.next(), r.next()) else { continue };
+            if fs == "cgroup" && opts.split(',').any(|o| o == "cpu") {
+                return Ok((PathBuf::from(point), false));
+            }
+            if fs == "cgroup2" && unified.is_none() {
+                unified = Some(PathBuf::from(point));
+            }
+        }
+        let Some(u) = unified else { return Err("no cgroup file system with the cpu controller is mounted".into()) };
+        let ctl = std::fs::read_to_string(u.join("cgroup.subtree_control")).unwrap_or_default();
+        if ctl.split_whitespace().any(|c| c == "cpu") {
+            Ok((u, true))
+        } else {
+            Err(format!("no cgroup v1 cpu hierarchy, and {} does not delegate cpu ({:?})", u.display(), ctl.trim()))
+        }
+    }
+
+    /// CPU-quota'd cgroups `<cpu mount>/plexus-bench-live/<run>/<name>`, one per limited
+    /// process tree. Dropping it kills whatever is still in them (only pids listed in these
+    /// cgroups) and removes them, and the shared parent when it is empty.
+    pub struct CpuQuotas {
+        top: PathBuf,
+        run: PathBuf,
+        groups: Vec<PathBuf>,
+        v2: bool,
+    }
+
+    impl CpuQuotas {
+        /// Makes one cgroup per `(name, cores)`, each held to `cores` of a core (1.0: one core).
+        pub fn create(run: &str, limits: &[(String, f64)]) -> Result<CpuQuotas, String> {
+            let (mount, v2) = cpu_hierarchy()?;
+            let top = mount.join(CGROUP_PARENT);
+            let run_dir = top.join(run);
+            let mut q = CpuQuotas { top, run: run_dir, groups: Vec::new(), v2 };
+            std::fs::create_dir_all(&q.run).map_err(|e| format!("cannot create {}: {e}", q.run.display()))?;
+            if v2 {
+                for d in [&q.top, &q.run] {
+                    std::fs::write(d.join("cgroup.subtree_control"), "+cpu").map_err(|e| format!("cannot enable cpu in {}: {e}", d.display()))?;
+                }
+            }
+            for (name, cores) in limits {
+                let dir = q.run.join(name);
+                std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                q.groups.push(dir.clone());
+                let quota = ((cores * PERIOD_US as f64).round() as u64).max(1_000);
+                let files: Vec<(&str, String)> = if v2 {
+                    vec![("cpu.max", format!("{quota} {PERIOD_US}"))]
+                } else {
+                    vec![("cpu.cfs_period_us", PERIOD_US.to_string()), ("cpu.cfs_quota_us", quota.to_string())]
+                };
+                for (f, v) in files {
+                    std::fs::write(dir.join(f), &v).map_err(|e| format!("cannot write {v} to {}: {e}", dir.join(f).display()))?;
+                }
+            }
+            Ok(q)
+        }
+
+        /// The `cgroup.procs` file of group `i`: a process that writes its pid there (before it
+        /// executes the program) runs, with everything it starts, under that group's quota.
+        pub fn procs_file(&self, i: usize) -> PathBuf {
+            self.groups[i].join("cgroup.procs")
+        }
+
+        /// How often group `i` was throttled, and for how long (ms), so far.
+        pub fn throttled(&self, i: usize) -> Option<(u64, f64)> {
+            let text = std::fs::read_to_string(self.groups.get(i)?.join("cpu.stat")).ok()?;
+            let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok());
+            if self.v2 {
+                Some((field("nr_throttled ")?, field("throttled_usec ")? as f64 / 1e3))
+            } else {
+                Some((field("nr_throttled ")?, field("throttled_time ")? as f64 / 1e6))
+            }
+        }
+
+        fn pids(dir: &Path) -> Vec<u32> {
+            let me = std::process::id();
+            std::fs::read_to_string(dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .filter(|&p: &u32| p > 1 && p != me)
+                .collect()
+        }
+    }
+
+    impl Drop for CpuQuotas {
+        fn drop(&mut self) {
+            for g in &self.groups {
+                for _ in 0..200 {
+                    let pids = Self::pids(g);
+                    if pids.is_empty() {
+                        break;
+                    }
+                    for p in pids {
+                        let _ = Command::new("kill").args(["-KILL", &p.to_string()]).stderr(Stdio::null()).status();
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                remove_dir_retrying(g);
+            }
+            remove_dir_retrying(&self.run);
+            // Only when no other run of a live benchmark uses it (else the kernel refuses).
+            let _ = std::fs::remove_dir(&self.top);
+        }
+    }
+
+    fn remove_dir_retrying(d: &Path) {
+        for _ in 0..100 {
+            match std::fs::remove_dir(d) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        eprintln!("warning: could not remove the cgroup {}", d.display());
+    }
+
+    /// The command line that runs `program args` inside the cgroup whose `cgroup.procs` is
+    /// `procs` (the shell writes its pid there, then executes the program in its place), and
+    /// in network namespace `netns` when one is given (`ip netns exec`, which keeps the pid).
+    pub fn confined(procs: &Path, netns: Option<&str>, program: &Path, args: &[String]) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg("echo $$ > \"$1\" || exit 97; shift; exec \"$@\"").arg("sh").arg(procs);
+        if let Some(ns) = netns {
+            c.args(["ip", "netns", "exec", ns]);
+        }
+        c.arg(program).args(args);
+        c
+    }
+
+    /// Child processes stopped when dropped: SIGTERM to each, up to `grace` for them to exit
+    /// (a worker kills its subtasks' process groups then), then SIGKILL.
+    pub struct Children {
+        pub procs: Vec<Child>,
+        pub grace: Duration,
+    }
+
+    impl Children {
+        pub fn new(grace: Duration) -> Children {
+            Children { procs: Vec::new(), grace }
+        }
+
+        /// The first child that has exited, with its status.
+        pub fn exited(&mut self) -> Option<(usize, std::process::ExitStatus)> {
+            self.procs.iter_mut().enumerate().find_map(|(i, c)| c.try_wait().ok().flatten().map(|s| (i, s)))
+        }
+
+        pub fn stop(&mut self) {
+            for c in &self.procs {
+                let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).stderr(Stdio::null()).status();
+            }
+            let deadline = Instant::now() + self.grace;
+            for c in &mut self.procs {
+                while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            self.procs.clear();
+        }
+    }
+
+    impl Drop for Children {
+        fn drop(&mut self) {
+            self.stop();
+        }
+    }
+
+    /// A TCP forwarder: connections to `listen_ip:<port>` are relayed to `target`, on a thread
+    /// of its own. Processes in the rail rig's namespaces reach a coordinator that listens on
+    /// loopback through it. Stopped (listener and every relay) when dropped.
+    pub struct Forward {
+        pub addr: SocketAddr,
+        rt: Option<tokio::runtime::Runtime>,
+    }
+
+    impl Forward {
+        pub fn start(listen_ip: IpAddr, target: SocketAddr) -> io::Result<Forward> {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("bench-forward").enable_all().build()?;
+            let std_listener = std::net::TcpListener::bind((listen_ip, 0))?;
+            std_listener.set_nonblocking(true)?;
+            let addr = std_listener.local_addr()?;
+            let listener = {
+                let _g = rt.enter();
+                tokio::net::TcpListener::from_std(std_listener)?
+            };
+            rt.spawn(async move {
+                loop {
+                    let Ok((mut inbound, _)) = listener.accept().await else {
+                        // Out of descriptors, say: wait rather than spin.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    tokio::spawn(async move {
+                        let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else { return };
+                        let _ = inbound.set_nodelay(true);
+                        let _ = outbound.set_nodelay(true);
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    });
+                }
+            });
+            Ok(Forward { addr, rt: Some(rt) })
+        }
+    }
+
+    impl Drop for Forward {
+        fn drop(&mut self) {
+            if let Some(rt) = self.rt.take() {
+                rt.shutdown_background();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
