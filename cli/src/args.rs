@@ -228,6 +228,20 @@ pub struct WorkersArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: OutputFormat,
+    #[command(subcommand)]
+    pub action: Option<WorkersAction>,
+}
+
+/// What to do to one worker (admin token). WORKER is its id, a unique prefix of it (the NAME
+/// column of `plexus workers`, or fewer digits), or its host name when one worker has it.
+#[derive(Debug, Subcommand)]
+pub enum WorkersAction {
+    /// Place nothing new on the worker; what runs there finishes.
+    Drain { worker: String },
+    /// Take work on the worker again.
+    Undrain { worker: String },
+    /// Forget a lost worker (its record and what it held); a live one is refused.
+    Remove { worker: String },
 }
 
 #[derive(Debug, Args)]

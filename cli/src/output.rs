@@ -691,7 +691,7 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
         t.row(vec![
             name.clone(),
             w.worker_id.clone(),
-            yes_no(w.alive).to_string(),
+            if w.draining { format!("{}, drained", yes_no(w.alive)) } else { yes_no(w.alive).to_string() },
             w.peer_addr.clone(),
             cap.cpus.to_string(),
             human_size(cap.memory),
@@ -1323,6 +1323,7 @@ mod tests {
                 fetch_samples: 1.9,
                 ..Default::default()
             }),
+            draining: false,
         }]
     }
 

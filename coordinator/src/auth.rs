@@ -304,7 +304,7 @@ pub fn need(path: &str) -> Option<Need> {
     Some(match (service, method) {
         ("plexus.v1.JobService", "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "ListWorkers" | "ExplainPlacement" | "GetStoreInfo") => Need::Token(Scope::Read),
         ("plexus.v1.JobService", "SubmitJob" | "CancelJob" | "ResubmitJob") => Need::Token(Scope::Submit),
-        ("plexus.v1.JobService", "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker" | "SetQueue") => Need::Token(Scope::Admin),
+        ("plexus.v1.JobService", "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker" | "SetQueue" | "DrainWorker" | "RemoveWorker") => Need::Token(Scope::Admin),
         ("plexus.v1.JobService", "ListQueues") => Need::Token(Scope::Read),
         ("plexus.v1.WorkerService", "Join") => Need::Token(Scope::Worker),
         ("plexus.v1.WorkerService", "Register" | "Heartbeat" | "Assignments" | "ReportTasks" | "ResolvePeer") => Need::WorkerCert,

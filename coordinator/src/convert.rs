@@ -444,6 +444,7 @@ pub fn worker_info(w: &Worker, speed: Option<&WorkerSpeed>) -> pb::WorkerInfo {
         allocated: Some((&w.allocated).into()),
         assigned: w.placed.len() as u32,
         speed: speed.map(worker_speed),
+        draining: w.record.draining,
     }
 }
 

@@ -52,6 +52,10 @@ pub type Reply<T> = oneshot::Sender<T>;
 pub enum Cmd {
     Submit { id: JobId, spec: JobSpec, reply: Reply<Result<u32, SchedulerError>> },
     Cancel { job: JobId, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
+    /// Drains (`true`) or undrains a worker.
+    DrainWorker { worker: WorkerId, on: bool, reply: Reply<Result<(), SchedulerError>> },
+    /// Forgets a lost worker.
+    RemoveWorker { worker: WorkerId, reply: Reply<Result<(), SchedulerError>> },
     /// Submits job `job`'s spec again as job `id`.
     Resubmit { job: JobId, id: JobId, reply: Reply<Result<u32, SchedulerError>> },
     GetJob { job: JobId, detail: Detail, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
@@ -279,6 +283,9 @@ impl Engine {
                 b.worker(&w.record);
             }
         }
+        for id in &out.removed_workers {
+            b.remove_worker(*id);
+        }
         self.store.commit(b)
     }
 
@@ -289,6 +296,20 @@ impl Engine {
                 let r = core.submit(id, spec, now);
                 if let Ok(n) = &r {
                     tracing::info!(job = %id, subtasks = n, "job accepted");
+                }
+                replies.push(defer(reply, r));
+            }
+            Cmd::DrainWorker { worker, on, reply } => {
+                let r = core.drain_worker(worker, on);
+                if r.is_ok() {
+                    tracing::info!(%worker, draining = on, "worker drain set");
+                }
+                replies.push(defer(reply, r));
+            }
+            Cmd::RemoveWorker { worker, reply } => {
+                let r = core.remove_worker(worker);
+                if r.is_ok() {
+                    tracing::info!(%worker, "worker removed");
                 }
                 replies.push(defer(reply, r));
             }

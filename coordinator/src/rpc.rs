@@ -42,8 +42,8 @@ pub fn status(e: impl Into<Error>) -> Status {
     let msg = e.to_string();
     match &e {
         Error::Scheduler(s) | Error::InFile { source: s, .. } => match s {
-            SchedulerError::NoJob(_) | SchedulerError::NoTask { .. } | SchedulerError::NoRank { .. } | SchedulerError::NotPlaced(_) => Status::not_found(msg),
-            SchedulerError::JobFinished { .. } => Status::failed_precondition(msg),
+            SchedulerError::NoWorker(_) | SchedulerError::NoJob(_) | SchedulerError::NoTask { .. } | SchedulerError::NoRank { .. } | SchedulerError::NotPlaced(_) => Status::not_found(msg),
+            SchedulerError::JobFinished { .. } | SchedulerError::WorkerBusy(_) => Status::failed_precondition(msg),
             SchedulerError::Duplicate(_) => Status::already_exists(msg),
             SchedulerError::Spec(_) | SchedulerError::Unsatisfiable(_) | SchedulerError::UnknownPlacer { .. } => Status::invalid_argument(msg),
             SchedulerError::Restore(_) => Status::internal(msg),
@@ -379,6 +379,19 @@ impl JobService for JobApi {
             .map_err(status)?;
         tracing::info!(%worker, revoked, "worker certificate revoked");
         Ok(Response::new(pb::RevokeWorkerResponse { revoked }))
+    }
+
+    async fn drain_worker(&self, req: Request<pb::DrainWorkerRequest>) -> Result<Response<pb::DrainWorkerResponse>, Status> {
+        let r = req.into_inner();
+        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
+        self.engine.call(|reply| Cmd::DrainWorker { worker, on: !r.undrain, reply }).await?.map_err(status)?;
+        Ok(Response::new(pb::DrainWorkerResponse {}))
+    }
+
+    async fn remove_worker(&self, req: Request<pb::RemoveWorkerRequest>) -> Result<Response<pb::RemoveWorkerResponse>, Status> {
+        let worker = pc::worker_id("worker_id", &req.into_inner().worker_id).map_err(status)?;
+        self.engine.call(|reply| Cmd::RemoveWorker { worker, reply }).await?.map_err(status)?;
+        Ok(Response::new(pb::RemoveWorkerResponse {}))
     }
 
     async fn explain_placement(&self, req: Request<pb::ExplainPlacementRequest>) -> Result<Response<pb::ExplainPlacementResponse>, Status> {

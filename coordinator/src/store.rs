@@ -43,7 +43,8 @@ fn open_db_waiting(dir: &Path, wait: std::time::Duration) -> Result<sled::Db, Er
 /// Changed records, encoded, waiting to be committed together.
 #[derive(Default)]
 pub struct Batch {
-    items: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Key → new value, or `None`: delete.
+    items: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl Batch {
@@ -67,6 +68,11 @@ impl Batch {
         self.put(key(mig::WORKER_PREFIX, r.id.as_bytes(), None), r);
     }
 
+    /// Deletes a worker's record (a removed worker).
+    pub fn remove_worker(&mut self, id: plexus_proto::WorkerId) {
+        self.items.push((key(mig::WORKER_PREFIX, id.as_bytes(), None), None));
+    }
+
     pub fn placement(&mut self, job: JobId, idx: u32, p: &PlacementRecord) {
         self.put(key(mig::PLACEMENT_PREFIX, job.as_bytes(), Some(idx)), p);
     }
@@ -75,7 +81,7 @@ impl Batch {
         // Serialising plain structs of strings and numbers cannot fail; NaN scores are stored as
         // null by construction (PlacementRecord keeps them as Option).
         match serde_json::to_vec(v) {
-            Ok(bytes) => self.items.push((k, bytes)),
+            Ok(bytes) => self.items.push((k, Some(bytes))),
             Err(e) => tracing::error!(error = %e, "record could not be encoded; not stored"),
         }
     }
@@ -307,7 +313,10 @@ impl Store for SledStore {
         }
         let mut b = sled::Batch::default();
         for (k, v) in batch.items {
-            b.insert(k, v);
+            match v {
+                Some(v) => b.insert(k, v),
+                None => b.remove(k),
+            }
         }
         self.state.apply_batch(b)?;
         // The batch is in sled's in-process log buffer; flushing writes and fsyncs it, after
@@ -341,7 +350,12 @@ impl Store for MemStore {
 
     fn commit(&self, batch: Batch) -> Result<(), Error> {
         let mut items = self.items.lock().map_err(|_| Error::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
-        items.extend(batch.items);
+        for (k, v) in batch.items {
+            match v {
+                Some(v) => items.insert(k, v),
+                None => items.remove(&k),
+            };
+        }
         Ok(())
     }
 

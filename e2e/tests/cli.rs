@@ -123,3 +123,32 @@ fn watch_rides_through_a_coordinator_kill_and_restart() {
     assert!(err.contains("lost the coordinator") && err.contains("reconnecting in") && err.contains("reconnected"), "{}", describe(&o));
     assert!(stdout(&o).trim_end().ends_with(&format!("job {id} succeeded")), "{}", describe(&o));
 }
+
+#[test]
+fn drain_undrain_and_remove_workers_by_short_name() {
+    let mut c = Cluster::start(ClusterConfig { workers: 2, cpus_per_worker: 2, ..ClusterConfig::default() });
+    let (w0, w1) = (c.worker_id(0), c.worker_id(1));
+    let short0 = &w0[..12]; // wkr- + 8 digits, as the NAME column shows
+    let o = c.plexus(&["workers", "drain", short0]);
+    assert!(o.status.success() && stdout(&o).contains(&format!("worker {w0} drained")), "{}", describe(&o));
+    let table = stdout(&c.plexus(&["workers"]));
+    assert!(table.contains("yes, drained"), "{table}");
+    let job = c.submit("four.toml", "name = \"four\"\n[[task]]\nname = \"t\"\ncommand = \"true\"\ncpu = 1\nreplicas = 4\n");
+    let st = c.wait_job(&job, Duration::from_secs(60));
+    assert_eq!(st.state, pb::JobState::Succeeded as i32);
+    assert!(st.subtasks.iter().all(|s| s.worker_id == w1), "nothing ran on the drained worker: {:?}", st.subtasks.iter().map(|s| &s.worker_id).collect::<Vec<_>>());
+    assert!(c.plexus(&["workers", "undrain", &w0]).status.success());
+    assert!(!stdout(&c.plexus(&["workers"])).contains("drained"));
+
+    // A live worker cannot be removed; a lost one can, and is gone from the list.
+    let o = c.plexus(&["workers", "remove", &w1[4..14]]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is alive"), "{}", describe(&o));
+    c.kill_worker(1);
+    c.wait_for("worker 1 to be lost", Duration::from_secs(30), |c| c.workers().filter(|ws| ws.iter().any(|w| w.worker_id == w1 && !w.alive)).map(|_| ()));
+    let o = c.plexus(&["workers", "remove", &w1]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let ws = c.workers().unwrap();
+    assert_eq!(ws.iter().map(|w| w.worker_id.as_str()).collect::<Vec<_>>(), [w0.as_str()]);
+    let o = c.plexus(&["workers", "drain", "wkr-zz"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no worker matches"), "{}", describe(&o));
+}

@@ -18,7 +18,7 @@ pub mod gpu;
 pub mod placer;
 pub mod spec;
 
-use plexus_proto::{JobId, JobState};
+use plexus_proto::{JobId, JobState, WorkerId};
 
 pub use spec::SpecError;
 
@@ -46,6 +46,11 @@ pub enum Error {
     /// Stored records that do not make a consistent state.
     #[error("restoring state: {0}")]
     Restore(String),
+    #[error("no worker {0}")]
+    NoWorker(WorkerId),
+    /// A worker that cannot be removed in its state (alive).
+    #[error("{0}")]
+    WorkerBusy(String),
     /// A placer name that is not known.
     #[error("unknown placer {name:?} (known: {known})")]
     UnknownPlacer { name: String, known: String },

@@ -346,7 +346,7 @@ impl Core {
         let mut room: Vec<(WorkerId, Resources, Resources, Option<u64>)> = self
             .workers
             .values()
-            .filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id))
+            .filter(|w| w.placeable() && !held.contains_key(&w.record.id))
             .map(|w| {
                 let mut reserved = Resources::default();
                 for (j, i) in &w.reserved {
@@ -387,7 +387,7 @@ impl Core {
     /// them (with spares); `None` when that depends on an attempt without a timeout.
     fn planned_start(&self, req: Resources, k: u32, distinct: bool, now: u64, held: &Held) -> Option<(u64, Vec<WorkerId>)> {
         let mut slots: Vec<(u64, WorkerId)> = Vec::new();
-        for w in self.workers.values().filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id)) {
+        for w in self.workers.values().filter(|w| w.placeable() && !held.contains_key(&w.record.id)) {
             if !req.fits_in(&w.record.capacity.resources()) {
                 continue;
             }
@@ -525,7 +525,7 @@ impl Core {
         let mut free: HashMap<WorkerId, Resources> = self
             .workers
             .values()
-            .filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id))
+            .filter(|w| w.placeable() && !held.contains_key(&w.record.id))
             .map(|w| (w.record.id, w.free()))
             .collect();
         let mut chosen: Vec<(WorkerId, Vec<(ObjectId, u64)>, &'static str)> = Vec::with_capacity(members.len());

@@ -144,7 +144,7 @@ impl Core {
         // and memory.
         let mut places: Vec<(WorkerId, u32)> = Vec::new();
         let mut cands: Vec<GpuCandidate> = Vec::new();
-        for w in self.workers.values().filter(|w| w.connected && w.record.alive && !held.contains_key(&w.record.id)) {
+        for w in self.workers.values().filter(|w| w.placeable() && !held.contains_key(&w.record.id)) {
             let mut free = w.free();
             free.gpu = 0;
             let mut fit = 0usize;

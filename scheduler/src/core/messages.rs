@@ -152,6 +152,8 @@ pub struct Outbox {
     pub jobs: BTreeSet<JobId>,
     pub subtasks: BTreeSet<(JobId, u32)>,
     pub workers: BTreeSet<WorkerId>,
+    /// Workers forgotten (`plexus workers remove`): their records are deleted.
+    pub removed_workers: BTreeSet<WorkerId>,
     pub placements: BTreeSet<(JobId, u32)>,
     pub assignments: Vec<(WorkerId, Assignment)>,
     pub cancels: Vec<(WorkerId, AttemptRef)>,
@@ -162,6 +164,7 @@ impl Outbox {
         self.jobs.is_empty()
             && self.subtasks.is_empty()
             && self.workers.is_empty()
+            && self.removed_workers.is_empty()
             && self.placements.is_empty()
             && self.assignments.is_empty()
             && self.cancels.is_empty()

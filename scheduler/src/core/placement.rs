@@ -437,7 +437,8 @@ impl Core {
             // A worker held for a gang ahead takes only work that ends before the gang needs it.
             let gang = held.get(&w.record.id).filter(|h| !h.admits(task.timeout_ms, now));
             let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());
-            let fits = req.fits_in(&free) && gpu_room && gang.is_none();
+            let draining = w.record.draining;
+            let fits = req.fits_in(&free) && gpu_room && gang.is_none() && !draining;
             let (id, rack) = (w.record.id, w.record.capacity.topology.rack());
             let mut local = 0u64;
             // Each missing input from its best holder; unknown if any has no estimate.
@@ -468,6 +469,7 @@ impl Core {
                 worker: w.record.id,
                 feasible: fits,
                 note: match gang {
+                    _ if draining => "drained (plexus workers drain): takes no new work".to_string(),
                     Some(g) => match g.until {
                         Some(u) if task.timeout_ms > 0 => format!("held for {}, which is ahead in the queue and expects it in {} ms, before this task's timeout would end", g.label, u.saturating_sub(now)),
                         _ => format!("held for {}, which is ahead in the queue", g.label),

@@ -177,6 +177,10 @@ pub struct WorkerRecord {
     pub alive: bool,
     pub registered_at: u64,
     pub last_heartbeat: u64,
+    /// Drained (`plexus workers drain`): nothing new is placed on it; what runs there finishes.
+    /// Kept across re-registration and restarts.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// One candidate as recorded for `plexus explain`.

@@ -1270,3 +1270,37 @@ fn a_reordering_placer_overtakes_a_task_at_most_max_overtaken_rounds() {
     let started = started.expect("the oldest job started within the bound");
     assert_eq!(started, crate::placer::MAX_OVERTAKEN as u64 + 1, "overtaken exactly MAX_OVERTAKEN rounds, then first");
 }
+
+#[test]
+fn a_drained_worker_takes_no_new_work_and_only_a_lost_one_is_removed() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    c.register(reg(2, "s2", 4, vec![]), 0);
+    c.drain_worker(wid(1), true).unwrap();
+    assert!(c.worker(wid(1)).unwrap().record.draining);
+    assert!(c.take_outbox().workers.contains(&wid(1)), "drain is durable");
+    let job = submit(&mut c, "name = \"d\"\n[[task]]\nname = \"t\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = 6\n", 1);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 4, "only worker 2's four cores");
+    assert!(a.iter().all(|(w, _)| *w == wid(2)));
+    let p = c.explain(job, "t", 0).unwrap();
+    let note = &p.candidates.iter().find(|k| k.worker == wid(1)).unwrap().note;
+    assert!(note.contains("drained"), "{note}");
+    // Re-registering (a worker restart) keeps the drain.
+    c.register(reg(1, "s1b", 4, vec![]), 2);
+    assert!(c.worker(wid(1)).unwrap().record.draining);
+    c.drain_worker(wid(1), false).unwrap();
+    c.schedule(3);
+    assert_eq!(assigned(&mut c).len(), 2, "undrained: the rest go to worker 1");
+    // Removal: a live worker is refused, an unknown one is named, a lost one goes.
+    assert!(matches!(c.remove_worker(wid(2)), Err(crate::Error::WorkerBusy(m)) if m.contains("alive")));
+    assert!(matches!(c.remove_worker(wid(9)), Err(crate::Error::NoWorker(_))));
+    c.tick(1_000_000); // past the heartbeat timeout: both lost
+    assert!(!c.worker(wid(2)).unwrap().record.alive);
+    let _ = c.take_outbox();
+    c.remove_worker(wid(2)).unwrap();
+    assert!(c.worker(wid(2)).is_none());
+    let out = c.take_outbox();
+    assert!(out.removed_workers.contains(&wid(2)) && !out.workers.contains(&wid(2)));
+}

@@ -32,6 +32,11 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// Whether new work may be placed here: connected, alive and not drained.
+    pub fn placeable(&self) -> bool {
+        self.connected && self.record.alive && !self.record.draining
+    }
+
     pub fn free(&self) -> Resources {
         let mut free = self.record.capacity.resources().minus(&self.allocated);
         free.gpu = free.gpu.saturating_sub(self.gpu_shared.len() as u32);
@@ -141,6 +146,7 @@ impl Core {
         }
 
         let registered_at = self.workers.get(&id).map(|w| w.record.registered_at).unwrap_or(now);
+        let draining = self.workers.get(&id).is_some_and(|w| w.record.draining);
         let record = WorkerRecord {
             id,
             session: reg.session,
@@ -149,6 +155,7 @@ impl Core {
             alive: true,
             registered_at,
             last_heartbeat: now,
+            draining,
         };
         let w = self.workers.entry(id).or_insert_with(|| Worker {
             record: record.clone(),
@@ -166,6 +173,43 @@ impl Core {
         w.connected = true;
         self.out.workers.insert(id);
         self.update_node(id, reg.state);
+    }
+
+    /// Drains (`on`) or undrains a worker: while drained nothing new is placed on it (gangs do not
+    /// count on it either); what runs there finishes. Durable.
+    pub fn drain_worker(&mut self, id: WorkerId, on: bool) -> Result<(), crate::Error> {
+        let w = self.workers.get_mut(&id).ok_or(crate::Error::NoWorker(id))?;
+        if w.record.draining != on {
+            w.record.draining = on;
+            self.worker_epoch += 1;
+            self.out.workers.insert(id);
+        }
+        Ok(())
+    }
+
+    /// Forgets a lost worker (`plexus workers remove`): its record is deleted and the objects it
+    /// was last known to hold are no longer looked for there. A live worker is refused: drain and
+    /// stop it first (it would register again anyway).
+    pub fn remove_worker(&mut self, id: WorkerId) -> Result<(), crate::Error> {
+        let w = self.workers.get(&id).ok_or(crate::Error::NoWorker(id))?;
+        if w.record.alive {
+            return Err(crate::Error::WorkerBusy(format!(
+                "worker {id} is alive: only a lost worker can be removed (drain it, stop its process, and remove it once it is lost)"
+            )));
+        }
+        let w = self.workers.remove(&id).expect("checked");
+        for o in w.objects.keys() {
+            if let Some(h) = self.holders.get_mut(o) {
+                h.remove(&id);
+                if h.is_empty() {
+                    self.holders.remove(o);
+                }
+            }
+        }
+        self.worker_epoch += 1;
+        self.out.workers.remove(&id);
+        self.out.removed_workers.insert(id);
+        Ok(())
     }
 
     /// A heartbeat; false if the worker must register again (unknown, or another session).
