@@ -214,8 +214,18 @@ pub struct LogsArgs {
     #[arg(value_parser = task_name)]
     pub task: String,
     /// Which replica of the task.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "all_ranks")]
     pub rank: u32,
+    /// Every replica's logs, one after another, each under a `==> task/rank <==` header.
+    #[arg(long)]
+    pub all_ranks: bool,
+    /// Which attempt (1 is the first; default: the latest that ran).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
+    /// Keep printing what the subtask writes until it ends (a retry's output follows under a
+    /// header); rides through a coordinator restart.
+    #[arg(short = 'f', long, conflicts_with = "all_ranks")]
+    pub follow: bool,
 }
 
 #[derive(Debug, Args)]

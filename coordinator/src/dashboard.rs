@@ -477,7 +477,7 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
 
 pub async fn logs_page(State(d): State<Dash>, Path((id, task, rank)): Path<(String, String, u32)>) -> Response {
     let Ok(job) = id.parse::<plexus_proto::JobId>() else { return not_found(format!("{id:?} is not a job id")) };
-    let src = match d.engine.call(|reply| Cmd::Logs { job, task: task.clone(), rank, reply }).await {
+    let src = match d.engine.call(|reply| Cmd::Logs { job, task: task.clone(), rank, attempt: 0, reply }).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return not_found(e.to_string()),
         Err(e) => return unavailable(e),

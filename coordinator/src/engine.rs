@@ -44,6 +44,9 @@ pub struct LogSource {
     pub attempt_ref: plexus_proto::AttemptRef,
     pub stdout_tail: String,
     pub stderr_tail: String,
+    /// The subtask's state and current attempt now.
+    pub state: plexus_proto::SubtaskState,
+    pub latest_attempt: u32,
 }
 
 pub type Reply<T> = oneshot::Sender<T>;
@@ -70,7 +73,8 @@ pub enum Cmd {
     /// The learning placer's counters (`None`: a heuristic, or metrics off), and the placer's name.
     Learning { reply: Reply<(&'static str, Option<plexus_scheduler::placer::LearningStats>)> },
     Explain { job: JobId, task: String, rank: u32, reply: Reply<Result<pb::ExplainPlacementResponse, SchedulerError>> },
-    Logs { job: JobId, task: String, rank: u32, reply: Reply<Result<LogSource, SchedulerError>> },
+    /// Where the logs of an attempt (0: the latest) are.
+    Logs { job: JobId, task: String, rank: u32, attempt: u32, reply: Reply<Result<LogSource, SchedulerError>> },
     Register { reg: Registration, reply: Reply<(u64, u64)> },
     Heartbeat { worker: WorkerId, session: String, node: NodeReport, reply: Reply<bool> },
     Report { worker: WorkerId, session: String, reports: Vec<Report>, reply: Reply<bool> },
@@ -378,8 +382,8 @@ impl Engine {
                 let r = core.explain(job, &task, rank).map(convert::explanation);
                 replies.push(defer(reply, r));
             }
-            Cmd::Logs { job, task, rank, reply } => {
-                replies.push(defer(reply, log_source(core, job, &task, rank)));
+            Cmd::Logs { job, task, rank, attempt, reply } => {
+                replies.push(defer(reply, log_source(core, job, &task, rank, attempt)));
             }
             Cmd::Register { reg, reply } => {
                 let id = reg.worker;
@@ -476,23 +480,43 @@ impl Engine {
     }
 }
 
-fn log_source(core: &Core, job: JobId, task: &str, rank: u32) -> Result<LogSource, SchedulerError> {
+fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Result<LogSource, SchedulerError> {
     let j = core.job(job).ok_or(SchedulerError::NoJob(job))?;
     let idx = j.subtask_index(task, rank)?;
     let s = &j.subtasks[idx as usize];
-    // The latest attempt that reached a worker: the current one, or (after a requeue) the one
-    // before it, whose logs are the most recent there are.
-    let Some((w, attempt)) = s.worker.map(|w| (w, s.attempt)).or_else(|| s.history.iter().rev().find_map(|t| t.worker.map(|w| (w, t.attempt)))) else {
-        return Err(SchedulerError::NotPlaced(format!("task {task:?} rank {rank} of job {job} has not run yet ({})", s.state.as_str())));
+    let (w, attempt) = if wanted == 0 {
+        // The latest attempt that reached a worker: the current one, or (after a requeue) the one
+        // before it, whose logs are the most recent there are.
+        let Some(found) = s.worker.map(|w| (w, s.attempt)).or_else(|| s.history.iter().rev().find_map(|t| t.worker.map(|w| (w, t.attempt)))) else {
+            return Err(SchedulerError::NotPlaced(format!("task {task:?} rank {rank} of job {job} has not run yet ({})", s.state.as_str())));
+        };
+        found
+    } else {
+        let on = if wanted == s.attempt { s.worker } else { None }
+            .or_else(|| s.failed_attempts.iter().find(|f| f.attempt == wanted).and_then(|f| f.worker))
+            .or_else(|| s.history.iter().rev().find(|t| t.attempt == wanted).and_then(|t| t.worker));
+        match on {
+            Some(w) => (w, wanted),
+            None => {
+                return Err(SchedulerError::NotPlaced(format!(
+                    "task {task:?} rank {rank} of job {job} has no attempt {wanted} that reached a worker (its latest is {})",
+                    s.attempt
+                )));
+            }
+        }
     };
+    let latest = attempt == s.attempt || s.worker.is_none();
     let peer = core.worker(w).filter(|w| w.record.alive).map(|w| w.record.peer_addr.clone());
     Ok(LogSource {
         attempt,
         worker: w.to_string(),
         peer_addr: peer,
         attempt_ref: plexus_proto::AttemptRef { job, task: task.to_string(), rank, attempt },
-        stdout_tail: s.stdout_tail.clone(),
-        stderr_tail: s.stderr_tail.clone(),
+        // The kept tails are the latest attempt's.
+        stdout_tail: if latest { s.stdout_tail.clone() } else { String::new() },
+        stderr_tail: if latest { s.stderr_tail.clone() } else { String::new() },
+        state: s.state,
+        latest_attempt: s.attempt,
     })
 }
 

@@ -254,7 +254,7 @@ impl JobService for JobApi {
     async fn get_logs(&self, req: Request<pb::GetLogsRequest>) -> Result<Response<pb::GetLogsResponse>, Status> {
         let r = req.into_inner();
         let job = job_id(&r.job_id)?;
-        let src = self.engine.call(|reply| Cmd::Logs { job, task: r.task.clone(), rank: r.rank, reply }).await?.map_err(status)?;
+        let src = self.engine.call(|reply| Cmd::Logs { job, task: r.task.clone(), rank: r.rank, attempt: r.attempt, reply }).await?.map_err(status)?;
         // The worker has the whole log; ask it first, and fall back on the tail we keep.
         if let Some(peer) = &src.peer_addr {
             let attempt = pb::AttemptRef::from(&src.attempt_ref);
@@ -271,6 +271,8 @@ impl JobService for JobApi {
                         worker_id: src.worker,
                         attempt: src.attempt,
                         truncated: l.truncated,
+                        state: pb::SubtaskState::from(src.state) as i32,
+                        latest_attempt: src.latest_attempt,
                     }));
                 }
                 Ok(Err(e)) => tracing::debug!(peer, error = %e.message(), "log read from worker failed; serving the kept tail"),
@@ -289,6 +291,8 @@ impl JobService for JobApi {
             worker_id: src.worker,
             attempt: src.attempt,
             truncated: true,
+            state: pb::SubtaskState::from(src.state) as i32,
+            latest_attempt: src.latest_attempt,
         }))
     }
 

@@ -152,3 +152,25 @@ fn drain_undrain_and_remove_workers_by_short_name() {
     let o = c.plexus(&["workers", "drain", "wkr-zz"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no worker matches"), "{}", describe(&o));
 }
+
+#[test]
+fn logs_follow_all_ranks_and_attempts() {
+    let c = Cluster::start(ClusterConfig { workers: 1, cpus_per_worker: 2, ..ClusterConfig::default() });
+    // Attempt 1 prints and fails; attempt 2 prints over two seconds and succeeds.
+    let id = c.submit(
+        "retry.toml",
+        "name = \"retry\"\n[[task]]\nname = \"t\"\nmax_retries = 1\ncommand = \"echo start $PLEXUS_ATTEMPT; if [ $PLEXUS_ATTEMPT = 1 ]; then exit 3; fi; sleep 1; echo middle; sleep 1; echo end\"\n\
+         [[task]]\nname = \"r\"\nreplicas = 2\ncommand = \"echo rank $PLEXUS_RANK\"\n",
+    );
+    let o = c.plexus(&["logs", "retry", "t", "--follow"]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}", describe(&o));
+    assert!(text.contains("start 2\nmiddle\nend\n"), "followed to the end of the attempt that succeeded:\n{text}");
+    c.wait_job(&id, Duration::from_secs(60));
+    let o = c.plexus(&["logs", &id, "t", "--attempt", "1"]);
+    assert_eq!(stdout(&o), "start 1\n", "{}", describe(&o));
+    let o = c.plexus(&["logs", &id, "t", "--attempt", "7"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no attempt 7"), "{}", describe(&o));
+    let o = c.plexus(&["logs", &id, "r", "--all-ranks"]);
+    assert_eq!(stdout(&o), "==> r/0 attempt 1 <==\nrank 0\n\n==> r/1 attempt 1 <==\nrank 1\n", "{}", describe(&o));
+}
