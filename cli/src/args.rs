@@ -86,6 +86,8 @@ pub enum Command {
     Watch(WatchArgs),
     /// Print the stdout and stderr of one subtask.
     Logs(LogsArgs),
+    /// Download outputs of a job: TASK, TASK/RANK or TASK/RANK/OUTPUT, into DIR/TASK/RANK/OUTPUT.
+    Get(GetArgs),
     /// Cancel a job.
     Cancel(CancelArgs),
     /// List the workers known to the coordinator.
@@ -154,6 +156,16 @@ pub struct SubmitArgs {
     /// Follow the job after submitting it, as `plexus watch` does.
     #[arg(long)]
     pub watch: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    pub job: JobRef,
+    /// TASK (every rank and output), TASK/RANK, or TASK/RANK/OUTPUT.
+    pub what: String,
+    /// Where to write them (as DIR/TASK/RANK/OUTPUT).
+    #[arg(short = 'o', long = "output-dir", default_value = ".")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

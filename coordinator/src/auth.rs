@@ -302,7 +302,7 @@ pub enum Need {
 pub fn need(path: &str) -> Option<Need> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     Some(match (service, method) {
-        ("plexus.v1.JobService", "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "ListWorkers" | "ExplainPlacement" | "GetStoreInfo") => Need::Token(Scope::Read),
+        ("plexus.v1.JobService", "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "GetObject" | "ListWorkers" | "ExplainPlacement" | "GetStoreInfo") => Need::Token(Scope::Read),
         ("plexus.v1.JobService", "SubmitJob" | "CancelJob" | "ResubmitJob") => Need::Token(Scope::Submit),
         ("plexus.v1.JobService", "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker" | "SetQueue" | "DrainWorker" | "RemoveWorker") => Need::Token(Scope::Admin),
         ("plexus.v1.JobService", "ListQueues") => Need::Token(Scope::Read),

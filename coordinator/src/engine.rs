@@ -55,6 +55,8 @@ pub type Reply<T> = oneshot::Sender<T>;
 pub enum Cmd {
     Submit { id: JobId, spec: JobSpec, reply: Reply<Result<u32, SchedulerError>> },
     Cancel { job: JobId, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
+    /// The peer URLs of the live workers holding an object (its job must exist).
+    Holders { object: plexus_proto::ObjectId, reply: Reply<Result<Vec<String>, SchedulerError>> },
     /// Drains (`true`) or undrains a worker.
     DrainWorker { worker: WorkerId, on: bool, reply: Reply<Result<(), SchedulerError>> },
     /// Forgets a lost worker.
@@ -301,6 +303,13 @@ impl Engine {
                 if let Ok(n) = &r {
                     tracing::info!(job = %id, subtasks = n, "job accepted");
                 }
+                replies.push(defer(reply, r));
+            }
+            Cmd::Holders { object, reply } => {
+                let r = match core.job(object.job) {
+                    None => Err(SchedulerError::NoJob(object.job)),
+                    Some(_) => Ok(core.live_holders(&object).into_iter().map(|w| w.record.peer_addr.clone()).collect()),
+                };
                 replies.push(defer(reply, r));
             }
             Cmd::DrainWorker { worker, on, reply } => {

@@ -217,6 +217,31 @@ impl JobService for JobApi {
     }
 
     type WatchJobStream = WatchStream;
+    type GetObjectStream = Pin<Box<dyn Stream<Item = Result<pb::ObjectChunk, Status>> + Send>>;
+
+    async fn get_object(&self, req: Request<pb::GetObjectRequest>) -> Result<Response<Self::GetObjectStream>, Status> {
+        let object_id = req.into_inner().object_id;
+        let object = plexus_proto::convert::object_id("object_id", &object_id).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let peers = self.engine.call(|reply| Cmd::Holders { object: object.clone(), reply }).await?.map_err(status)?;
+        if peers.is_empty() {
+            return Err(Status::not_found(format!(
+                "no live worker holds {object_id} (not produced yet, or lost with its worker; a job that needs it again re-runs its producer)"
+            )));
+        }
+        let mut last = String::new();
+        for peer in &peers {
+            let fetch = async {
+                let mut client = self.peer_client(peer).await?;
+                client.fetch_object(pb::FetchObjectRequest { object_id: object_id.clone() }).await
+            };
+            match tokio::time::timeout(LOG_PROXY_TIMEOUT, fetch).await {
+                Ok(Ok(stream)) => return Ok(Response::new(Box::pin(stream.into_inner()))),
+                Ok(Err(e)) => last = format!("{peer}: {}", e.message()),
+                Err(_) => last = format!("{peer}: no answer within {LOG_PROXY_TIMEOUT:?}"),
+            }
+        }
+        Err(status(Error::Unavailable(format!("no holder of {object_id} could serve it ({last})"))))
+    }
 
     async fn watch_job(&self, req: Request<pb::WatchJobRequest>) -> Result<Response<WatchStream>, Status> {
         let job = job_id(&req.into_inner().job_id)?;

@@ -174,3 +174,36 @@ fn logs_follow_all_ranks_and_attempts() {
     let o = c.plexus(&["logs", &id, "r", "--all-ranks"]);
     assert_eq!(stdout(&o), "==> r/0 attempt 1 <==\nrank 0\n\n==> r/1 attempt 1 <==\nrank 1\n", "{}", describe(&o));
 }
+
+#[test]
+fn get_downloads_outputs_from_their_holders() {
+    let c = Cluster::start(ClusterConfig { workers: 2, cpus_per_worker: 1, ..ClusterConfig::default() });
+    let id = c.submit(
+        "blobs.toml",
+        "name = \"blobs\"\n[[task]]\nname = \"gen\"\nreplicas = 2\ncpu = 1\noutputs = [\"blob\", \"small\"]\n\
+         command = \"head -c 3000000 /dev/urandom | tee $PLEXUS_OUT/blob | sha256sum | cut -d' ' -f1; echo hi > $PLEXUS_OUT/small\"\n",
+    );
+    let st = c.wait_job(&id, Duration::from_secs(60));
+    assert_eq!(st.state, pb::JobState::Succeeded as i32);
+    let dir = c.path("got");
+    let o = c.plexus(&["get", "blobs", "gen", "-o", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", describe(&o));
+    for rank in ["0", "1"] {
+        let file = dir.join("gen").join(rank).join("blob");
+        let local = std::process::Command::new("sha256sum").arg(&file).output().unwrap();
+        let local = String::from_utf8_lossy(&local.stdout).split_whitespace().next().unwrap_or_default().to_string();
+        let printed = stdout(&c.plexus(&["logs", &id, "gen", "--rank", rank]));
+        assert_eq!(local, printed.trim(), "rank {rank}'s blob arrived intact");
+        assert_eq!(std::fs::read_to_string(dir.join("gen").join(rank).join("small")).unwrap(), "hi\n");
+    }
+    // One output of one rank; then what does not exist.
+    let one = c.path("one");
+    let o = c.plexus(&["get", &id, "gen/1/small", "-o", one.to_str().unwrap()]);
+    assert!(o.status.success() && one.join("gen/1/small").is_file() && !one.join("gen/1/blob").exists() && !one.join("gen/0").exists(), "{}", describe(&o));
+    let o = c.plexus(&["get", &id, "nope"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("has no task \"nope\" (its tasks: gen)"), "{}", describe(&o));
+    let o = c.plexus(&["get", &id, "gen/7"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("nothing to get"), "{}", describe(&o));
+    let o = c.plexus(&["get", &id, "gen/x"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is not a number"), "{}", describe(&o));
+}

@@ -8,6 +8,7 @@ use crate::client::Target;
 
 pub mod cancel;
 pub mod explain;
+pub mod get;
 pub mod logs;
 pub mod status;
 pub mod submit;
@@ -26,6 +27,7 @@ pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> 
         Command::Resubmit(a) => submit::resubmit(target, &a).await,
         Command::Watch(a) => watch::run(target, &a.job).await,
         Command::Logs(a) => logs::run(target, &a).await,
+        Command::Get(a) => get::run(target, &a).await,
         Command::Cancel(a) => cancel::run(target, &a.job).await,
         Command::Workers(a) => workers::run(target, &a).await,
         Command::Explain(a) => explain::run(target, &a).await,

@@ -165,6 +165,11 @@ impl Core {
         self.placer.learning()
     }
 
+    /// The live workers holding `object`, by id.
+    pub fn live_holders(&self, object: &ObjectId) -> Vec<&Worker> {
+        self.holders.get(object).into_iter().flatten().filter_map(|w| self.workers.get(w)).filter(|w| w.connected && w.record.alive).collect()
+    }
+
     /// Events counted since start.
     pub fn counters(&self) -> Counters {
         self.counters
