@@ -153,6 +153,10 @@ pub struct UpArgs {
 pub struct SubmitArgs {
     /// The job file.
     pub file: PathBuf,
+    /// Start only after this job succeeded (id, unique prefix or name; repeatable); if it fails
+    /// or is cancelled, so is the new job. Adds to the file's `after_jobs`.
+    #[arg(long = "after", value_name = "JOB")]
+    pub after: Vec<JobRef>,
     /// Follow the job after submitting it, as `plexus watch` does.
     #[arg(long)]
     pub watch: bool,

@@ -188,6 +188,16 @@ impl JobService for JobApi {
             .await
             .map_err(|e| status(Error::Engine(format!("parsing the job file: {e}"))))?
             .map_err(|e| status(SchedulerError::from(e)))?;
+        let mut spec = spec;
+        for (i, a) in r.after_jobs.iter().enumerate() {
+            let a = job_id(a).map_err(|e| Status::invalid_argument(format!("after_jobs[{i}]: {}", e.message())))?;
+            if !spec.after_jobs.contains(&a) {
+                spec.after_jobs.push(a);
+            }
+        }
+        if spec.after_jobs.len() > plexus_scheduler::spec::MAX_AFTER_JOBS {
+            return Err(Status::invalid_argument(format!("{filename}: runs after {} jobs; at most {}", spec.after_jobs.len(), plexus_scheduler::spec::MAX_AFTER_JOBS)));
+        }
         let id = JobId::random();
         let n = self
             .engine
@@ -559,7 +569,7 @@ mod tests {
     }
 
     fn submit(source: &str) -> Request<pb::SubmitJobRequest> {
-        Request::new(pb::SubmitJobRequest { source: source.into(), filename: "job.toml".into(), format: String::new() })
+        Request::new(pb::SubmitJobRequest { source: source.into(), filename: "job.toml".into(), format: String::new(), after_jobs: Vec::new() })
     }
 
     fn register(worker: &str, cpus: u32) -> Request<pb::RegisterRequest> {

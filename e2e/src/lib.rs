@@ -315,7 +315,7 @@ impl Cluster {
     pub fn try_submit(&self, name: &str, source: &str) -> Result<String, tonic::Status> {
         let mut c = self.client();
         self.rt
-            .block_on(c.submit_job(pb::SubmitJobRequest { source: source.into(), format: String::new(), filename: name.into() }))
+            .block_on(c.submit_job(pb::SubmitJobRequest { source: source.into(), format: String::new(), filename: name.into(), after_jobs: Vec::new() }))
             .map(|r| r.into_inner().job_id)
     }
 

@@ -207,3 +207,38 @@ fn get_downloads_outputs_from_their_holders() {
     let o = c.plexus(&["get", &id, "gen/x"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is not a number"), "{}", describe(&o));
 }
+
+#[test]
+fn submit_after_other_jobs() {
+    let c = Cluster::start(ClusterConfig { workers: 1, cpus_per_worker: 2, ..ClusterConfig::default() });
+    let dir = c.path("files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let first = c.submit("first.toml", &job("first", "sleep 2"));
+    let then = file("then.toml", &job("then", "true"));
+    let o = c.plexus(&["submit", &then, "--after", "first"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let then_id = stdout(&o).trim().to_string();
+    let a = c.wait_job(&first, Duration::from_secs(60));
+    let b = c.wait_job(&then_id, Duration::from_secs(60));
+    assert_eq!(b.state, pb::JobState::Succeeded as i32, "{b:?}");
+    assert!(b.subtasks[0].assigned_at >= a.finished_at, "then placed at {} before first ended at {}", b.subtasks[0].assigned_at, a.finished_at);
+
+    // After a job that fails: it fails too, saying why.
+    let bad = c.submit("bad.toml", &job("bad", "sleep 1; exit 4"));
+    let o = c.plexus(&["submit", &then, "--after", &bad]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let st = c.wait_job(stdout(&o).trim(), Duration::from_secs(60));
+    assert_eq!(st.state, pb::JobState::Failed as i32);
+    assert!(st.error.contains("runs after") && st.error.contains(&bad), "{}", st.error);
+
+    // In the file; a malformed id is refused with its line.
+    let in_file = file("in-file.toml", &format!("name = \"in-file\"\nafter_jobs = [\"{first}\", \"job-nope\"]\n[[task]]\nname = \"t\"\ncommand = \"true\"\n"));
+    let o = c.plexus(&["submit", &in_file]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("in-file.toml:2") && err.contains("after_jobs[1]"), "{}", describe(&o));
+}

@@ -39,7 +39,7 @@ fn tokens_gate_every_call_by_scope_and_a_revoked_token_stops_at_once() {
 
     // No token: UNAUTHENTICATED, with the message that says what to do, and nothing stored.
     let mut anonymous = c.client_with(None);
-    let req = pb::SubmitJobRequest { source: JOB.into(), format: String::new(), filename: "one.toml".into() };
+    let req = pb::SubmitJobRequest { source: JOB.into(), format: String::new(), filename: "one.toml".into(), ..Default::default() };
     let err = c.block_on(anonymous.submit_job(req.clone())).unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
     assert!(err.message().contains("set PLEXUS_TOKEN or pass --token-file"), "{}", err.message());

@@ -301,7 +301,14 @@ pub struct JobSpec {
     /// The queue the job waits in: one gang at a time reserves per queue.
     #[serde(default = "default_queue")]
     pub queue: String,
+    /// Jobs that must have succeeded before any task of this one starts (`after_jobs = [..]` in
+    /// the file, or `plexus submit --after JOB`); if one fails or is cancelled, so is this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_jobs: Vec<plexus_proto::JobId>,
 }
+
+/// The most jobs one job may wait for.
+pub const MAX_AFTER_JOBS: usize = 64;
 
 impl JobSpec {
     pub fn total_subtasks(&self) -> u64 {
@@ -321,6 +328,8 @@ struct RawJob {
     name: Option<String>,
     priority: Option<i64>,
     queue: Option<String>,
+    #[serde(default)]
+    after_jobs: Vec<String>,
     #[serde(alias = "tasks", default)]
     task: Vec<RawTask>,
 }
@@ -495,7 +504,17 @@ impl Validator<'_> {
             }
             None => DEFAULT_QUEUE.to_string(),
         };
-        Ok(JobSpec { name, tasks, priority: raw.priority.unwrap_or(0), queue })
+        if raw.after_jobs.len() > MAX_AFTER_JOBS {
+            return Err(self.err(self.line_of_key("after_jobs"), format!("after_jobs lists {} jobs; at most {MAX_AFTER_JOBS}", raw.after_jobs.len())));
+        }
+        let mut after_jobs = Vec::with_capacity(raw.after_jobs.len());
+        for (i, j) in raw.after_jobs.iter().enumerate() {
+            let id: plexus_proto::JobId = j.parse().map_err(|e| self.err(self.line_of_key("after_jobs"), format!("after_jobs[{i}] = {j:?}: {e} (a job id; `plexus submit --after` also takes names and prefixes)")))?;
+            if !after_jobs.contains(&id) {
+                after_jobs.push(id);
+            }
+        }
+        Ok(JobSpec { name, tasks, priority: raw.priority.unwrap_or(0), queue, after_jobs })
     }
 
     fn task(

@@ -363,7 +363,7 @@ fn deep_run(c: &Cluster, n: u32, mixed: bool, limit: Duration) -> Deep {
     let t0 = Instant::now();
     let mut ids: Vec<String> = Vec::new();
     for (name, src) in &sources {
-        let req = pb::SubmitJobRequest { source: src.clone(), format: String::new(), filename: name.clone() };
+        let req = pb::SubmitJobRequest { source: src.clone(), format: String::new(), filename: name.clone(), after_jobs: Vec::new() };
         match c.block_on(client.submit_job(req)) {
             Ok(r) => ids.push(r.into_inner().job_id),
             Err(e) => {

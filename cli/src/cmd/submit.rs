@@ -12,8 +12,11 @@ use crate::args::SubmitArgs;
 use crate::{client, output};
 
 pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
-    let request = request_for(&args.file)?;
+    let mut request = request_for(&args.file)?;
     let mut client = client::connect(target).await?;
+    for a in &args.after {
+        request.after_jobs.push(client::resolve_job(&mut client, a).await?.to_string());
+    }
     let response = client.submit_job(request).await?.into_inner();
     output::print(&format!("{}\n", response.job_id))?;
     if !args.watch {
@@ -43,7 +46,7 @@ pub async fn resubmit(target: &crate::client::Target, args: &crate::args::Resubm
 fn request_for(path: &Path) -> anyhow::Result<SubmitJobRequest> {
     let source =
         std::fs::read_to_string(path).with_context(|| format!("cannot read job file {}", path.display()))?;
-    Ok(SubmitJobRequest { source, format: format_of(path).to_string(), filename: path.display().to_string() })
+    Ok(SubmitJobRequest { source, format: format_of(path).to_string(), filename: path.display().to_string(), after_jobs: Vec::new() })
 }
 
 /// `json` for a `.json` file (any case), else `toml`.

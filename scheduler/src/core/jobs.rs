@@ -313,6 +313,15 @@ impl Core {
         if let Some(why) = self.unsatisfiable(&spec) {
             return Err(Error::Unsatisfiable(why));
         }
+        for a in &spec.after_jobs {
+            match self.jobs.get(a).map(|j| j.record.state) {
+                None => return Err(Error::Unsatisfiable(format!("after_jobs: no job {a}"))),
+                Some(s) if s.is_final() && s != JobState::Succeeded => {
+                    return Err(Error::Unsatisfiable(format!("after_jobs: job {a} has already {}; this job would never start", s.as_str())));
+                }
+                _ => {}
+            }
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         let mut subtasks = Vec::with_capacity(spec.total_subtasks() as usize);
@@ -354,14 +363,58 @@ impl Core {
         for i in 0..n {
             self.out.subtasks.insert((id, i));
         }
-        let roots: Vec<usize> = (0..job.record.spec.tasks.len()).filter(|&t| job.record.spec.tasks[t].after.is_empty()).collect();
+        let after = job.record.spec.after_jobs.clone();
         self.jobs.insert(id, job);
         self.job_order.insert(seq, id);
         self.out.jobs.insert(id);
-        for t in roots {
-            self.release_task(id, t, now);
+        for a in &after {
+            self.after_index.entry(*a).or_default().push(id);
         }
+        self.settle_after(id, now);
         Ok(n)
+    }
+
+    /// Releases the root tasks of job `id` once every job it runs after has succeeded (at once
+    /// when it waits for none); fails it when one of them ended otherwise; else says what it
+    /// waits for.
+    pub(super) fn settle_after(&mut self, id: JobId, now: u64) {
+        let Some(j) = self.jobs.get(&id).filter(|j| j.record.state == JobState::Running) else { return };
+        let mut pending = Vec::new();
+        for a in &j.record.spec.after_jobs {
+            match self.jobs.get(a).map(|p| p.record.state) {
+                Some(JobState::Succeeded) => {}
+                Some(JobState::Running) => pending.push(a.to_string()),
+                Some(other) => {
+                    let why = format!("job {a}, which this job runs after (after_jobs), {}", other.as_str());
+                    self.finish_job(id, JobState::Failed, why, now);
+                    return;
+                }
+                // Forgotten since (it was there at submission): it cannot succeed any more.
+                None => {
+                    self.finish_job(id, JobState::Failed, format!("job {a}, which this job runs after (after_jobs), is gone"), now);
+                    return;
+                }
+            }
+        }
+        let roots: Vec<usize> = (0..j.record.spec.tasks.len()).filter(|&t| j.record.spec.tasks[t].after.is_empty()).collect();
+        if pending.is_empty() {
+            let j = self.jobs.get_mut(&id).expect("exists");
+            for t in &roots {
+                j.waiting.remove(t);
+            }
+            // Released already (before a restart)? Only waiting subtasks move.
+            for t in roots {
+                if self.jobs[&id].counts(t)[SubtaskState::Waiting as usize] > 0 {
+                    self.release_task(id, t, now);
+                }
+            }
+        } else {
+            let why = format!("after job {} (after_jobs), not finished yet", pending.join(", "));
+            let j = self.jobs.get_mut(&id).expect("exists");
+            for t in roots {
+                j.waiting.insert(t, why.clone());
+            }
+        }
     }
 
     /// Cancels a running job: pending subtasks are cancelled, running ones killed.
@@ -659,6 +712,18 @@ impl Core {
         job.record.finished_at = now;
         job.record.error = error;
         self.out.jobs.insert(id);
+        // Jobs that run after this one: released, or failed with it. Worked off as a list, not
+        // by recursion, so a long chain of jobs failing one after another cannot overflow the
+        // stack.
+        let dependents = self.after_index.remove(&id).unwrap_or_default();
+        self.to_settle.extend(dependents);
+        if !self.settling {
+            self.settling = true;
+            while let Some(d) = self.to_settle.pop() {
+                self.settle_after(d, now);
+            }
+            self.settling = false;
+        }
     }
 
     /// The one place a subtask changes state: keeps counts and history, marks it dirty.

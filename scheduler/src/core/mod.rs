@@ -103,6 +103,11 @@ pub struct Core {
     overtaken: HashMap<queue::OrderKey, u32>,
     /// Events counted since start, for metrics.
     counters: Counters,
+    /// Job → running jobs that wait for it to succeed (`after_jobs`). Derived.
+    after_index: HashMap<JobId, Vec<JobId>>,
+    /// Jobs whose `after_jobs` changed state, worked off by `finish_job`.
+    to_settle: Vec<JobId>,
+    settling: bool,
 }
 
 /// Events the core counts since it started (the coordinator's `/metrics` exports them).
@@ -147,6 +152,9 @@ impl Core {
             estimates: estimates::Estimates::new(),
             overtaken: HashMap::new(),
             counters: Counters::default(),
+            after_index: HashMap::new(),
+            to_settle: Vec::new(),
+            settling: false,
             out: Outbox::default(),
         }
     }
@@ -269,6 +277,14 @@ impl Core {
         }
         for key in stray {
             self.out.subtasks.insert(key);
+        }
+        // Jobs waiting for other jobs: indexed again, and settled if what they wait for ended.
+        let gated: Vec<JobId> = self.jobs.values().filter(|j| j.record.state == JobState::Running && !j.record.spec.after_jobs.is_empty()).map(|j| j.record.id).collect();
+        for id in gated {
+            for a in self.jobs[&id].record.spec.after_jobs.clone() {
+                self.after_index.entry(a).or_default().push(id);
+            }
+            self.settle_after(id, now);
         }
         for (job, name) in unbound {
             self.set_gang(job, &name, |g| {

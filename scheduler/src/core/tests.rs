@@ -1304,3 +1304,53 @@ fn a_drained_worker_takes_no_new_work_and_only_a_lost_one_is_removed() {
     let out = c.take_outbox();
     assert!(out.removed_workers.contains(&wid(2)) && !out.workers.contains(&wid(2)));
 }
+
+fn after(name: &str, jobs: &[JobId]) -> String {
+    let list: Vec<String> = jobs.iter().map(|j| format!("\"{j}\"")).collect();
+    format!("name = \"{name}\"\nafter_jobs = [{}]\n[[task]]\nname = \"t\"\ncommand = [\"true\"]\ncpu = 1\n", list.join(", "))
+}
+
+#[test]
+fn a_job_runs_after_the_jobs_it_names_and_fails_with_them() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    let a = submit(&mut c, &one_task("a"), 1);
+    let b = submit(&mut c, &after("b", &[a]), 1);
+    c.schedule(2);
+    let first = assigned(&mut c);
+    assert_eq!(first.iter().map(|(_, x)| x.attempt.job).collect::<Vec<_>>(), vec![a], "b waits for a");
+    assert_eq!(state(&c, b, "t", 0), SubtaskState::Waiting);
+    assert!(c.job(b).unwrap().waiting.values().any(|w| w.contains(&a.to_string())), "b says what it waits for");
+    let ok = Report { attempt: Some(first[0].1.attempt.clone()), state: Some(SubtaskState::Succeeded), finished_at: 3, ..Default::default() };
+    assert!(c.report(wid(1), "s1", vec![ok], 3));
+    assert_eq!(c.job(a).unwrap().record.state, JobState::Succeeded);
+    c.schedule(4);
+    assert_eq!(assigned(&mut c).iter().map(|(_, x)| x.attempt.job).collect::<Vec<_>>(), vec![b], "released when a succeeded");
+
+    // Refused at submission: an unknown job, one that already failed.
+    let unknown = JobId::random();
+    let e = c.submit(JobId::random(), parse(&after("x", &[unknown]), Format::Toml, "x.toml").unwrap(), 5).unwrap_err();
+    assert!(e.to_string().contains(&format!("no job {unknown}")), "{e}");
+    let doomed = submit(&mut c, &one_task("doomed"), 5);
+    c.cancel(doomed, 6).unwrap();
+    let e = c.submit(JobId::random(), parse(&after("y", &[doomed]), Format::Toml, "y.toml").unwrap(), 7).unwrap_err();
+    assert!(e.to_string().contains("has already cancelled"), "{e}");
+}
+
+#[test]
+fn a_long_chain_of_jobs_fails_with_its_first_without_recursion() {
+    let mut c = core();
+    let first = submit(&mut c, &one_task("first"), 1);
+    let mut prev = first;
+    let mut chain = Vec::new();
+    for i in 0..20_000 {
+        prev = submit(&mut c, &after(&format!("j{i}"), &[prev]), 2);
+        chain.push(prev);
+    }
+    c.cancel(first, 3).unwrap();
+    for j in [chain[0], chain[9_999], chain[19_999]] {
+        let r = &c.job(j).unwrap().record;
+        assert_eq!(r.state, JobState::Failed, "{}", r.error);
+        assert!(r.error.contains("runs after"), "{}", r.error);
+    }
+}
