@@ -15,10 +15,12 @@
 //!   faster cores.
 //!
 //! `fastest` is the heuristic a topology-aware scheduler would write once candidates carry
-//! estimates (the simulator's do: fetch time from each input's cheapest copy over the tiers,
-//! compute time on the node's engines): the node where the task would finish soonest. It is
-//! here so that a learned placer that is given those estimates as features is measured against
-//! a baseline that uses them too, not only against ones that cannot see them.
+//! estimates (the simulator's exact ones: fetch time from each input's cheapest copy over the
+//! tiers, compute time on the node's engines): the node where the task would finish soonest.
+//! The coordinator's `fastest` (`plexus_scheduler::placer::Fastest`) was written after it and
+//! decides alike wherever every candidate has estimates; the comparison now runs the
+//! coordinator's, as `fastest` on measured estimates and `fastest-exact` on exact ones
+//! ([`crate::compare::Contender::baselines`]). This one stays for tests and experiments.
 
 use std::cmp::Ordering;
 

@@ -1,12 +1,20 @@
 //! Several placers over the same workload, and the side-by-side table.
+//!
+//! Each [`Contender`] runs on its own [`EstimateMode`]. The coordinator's heuristics and the
+//! learned placers see measured estimates (what a production coordinator can know: its own
+//! estimator, fed as the run goes); `fastest-exact` is the coordinator's `fastest` on the
+//! simulator's exact estimates, an oracle no production placer has, shown for how much the
+//! estimates' errors cost. "vs best" and [`best_heuristic`] compare with the best heuristic on
+//! measured estimates, never with an oracle.
 
 use std::io::{self, Write};
 
 use plexus_scheduler::placer::{heuristic, Placer, HEURISTICS};
 
-use crate::baseline::{Fastest, LocalityPlus};
+use crate::baseline::LocalityPlus;
 use crate::config::{SimConfig, GIB};
-use crate::engine::simulate_from;
+use crate::engine::simulate_with;
+use crate::estimates::EstimateMode;
 use crate::report::Report;
 use crate::workload::Workload;
 use crate::SimError;
@@ -18,33 +26,45 @@ pub struct Contender {
     /// A learning placer runs the warm-up workload first (with the same instance) and has its
     /// learning curve printed.
     pub learning: bool,
+    /// Where its candidates' estimates come from.
+    pub estimates: EstimateMode,
 }
 
+/// The row of the coordinator's `fastest` on the simulator's exact estimates.
+pub const FASTEST_EXACT: &str = "fastest-exact";
+
 impl Contender {
-    /// The coordinator heuristic `name`, seeded with `seed`.
+    /// The coordinator heuristic `name`, seeded with `seed`, on measured estimates.
     pub fn heuristic(name: &str, seed: u64) -> Option<Self> {
-        Some(Contender { name: name.to_string(), placer: heuristic(name, seed)?, learning: false })
+        Some(Contender { name: name.to_string(), placer: heuristic(name, seed)?, learning: false, estimates: EstimateMode::Measured })
     }
 
-    /// Every heuristic of [`HEURISTICS`], in that order, but the coordinator's `fastest`: the
-    /// simulator gives it its exact estimates, which makes it the simulator's own [`Fastest`]
-    /// (in [`Contender::baselines`]); until the simulator feeds placers measured estimates
-    /// (issue 17, item 4) it would be a second copy of that row.
+    /// Every heuristic of [`HEURISTICS`], in that order, on measured estimates (only `fastest`
+    /// reads them).
     pub fn heuristics(seed: u64) -> Vec<Self> {
-        HEURISTICS.iter().filter(|n| **n != Fastest::NAME).filter_map(|n| Self::heuristic(n, seed)).collect()
+        HEURISTICS.iter().filter_map(|n| Self::heuristic(n, seed)).collect()
     }
 
-    /// Every coordinator heuristic, then the simulator's [`LocalityPlus`] and [`Fastest`]: the
-    /// baselines a learned placer is measured against.
+    /// Every coordinator heuristic, then the simulator's [`LocalityPlus`], then
+    /// [`FASTEST_EXACT`]: the coordinator's `fastest` on exact estimates (the oracle; it decides
+    /// as the simulator's [`crate::baseline::Fastest`] does). The baselines a learned placer is
+    /// measured against.
     pub fn baselines(seed: u64) -> Vec<Self> {
         let mut v = Self::heuristics(seed);
-        v.push(Contender { name: LocalityPlus::NAME.to_string(), placer: Box::new(LocalityPlus), learning: false });
-        v.push(Contender { name: Fastest::NAME.to_string(), placer: Box::new(Fastest), learning: false });
+        v.push(Contender { name: LocalityPlus::NAME.to_string(), placer: Box::new(LocalityPlus), learning: false, estimates: EstimateMode::Measured });
+        let fastest = heuristic("fastest", seed).expect("the coordinator has a fastest heuristic");
+        v.push(Contender { name: FASTEST_EXACT.to_string(), placer: fastest, learning: false, estimates: EstimateMode::Exact });
         v
     }
 
+    /// A learning placer, on measured estimates (what it would see in production).
     pub fn learning(name: impl Into<String>, placer: Box<dyn Placer>) -> Self {
-        Contender { name: name.into(), placer, learning: true }
+        Contender { name: name.into(), placer, learning: true, estimates: EstimateMode::Measured }
+    }
+
+    /// The same contender on `mode`'s estimates.
+    pub fn on(self, mode: EstimateMode) -> Self {
+        Contender { estimates: mode, ..self }
     }
 }
 
@@ -52,39 +72,44 @@ impl Contender {
 pub struct Run {
     pub name: String,
     pub learning: bool,
+    pub estimates: EstimateMode,
     /// The warm-up run, for learning contenders when a warm-up workload was given.
     pub warmup: Option<Report>,
     pub report: Report,
 }
 
-/// Runs every contender on `workload`, each from a fresh cluster. Learning contenders first run
-/// `warmup` (online: the same placer instance keeps what it learned), with decision ids that
-/// continue into the measured run.
+/// Runs every contender on `workload`, each from a fresh cluster, on its own estimates.
+/// Learning contenders first run `warmup` (online: the same placer instance keeps what it
+/// learned), with decision ids that continue into the measured run. Measured estimates start
+/// empty in every run, the warm-up's and the measured one's alike, so a learner knows no more of
+/// the cluster's speeds than a heuristic on the same run.
 pub fn run_all(config: &SimConfig, workload: &Workload, warmup: Option<&Workload>, contenders: Vec<Contender>) -> Result<Vec<Run>, SimError> {
     let mut runs = Vec::with_capacity(contenders.len());
     for mut c in contenders {
         let mut first = 0;
         let mut warm = None;
         if let (true, Some(w)) = (c.learning, warmup) {
-            let r = simulate_from(config, w, c.placer.as_mut(), 0)?;
+            let r = simulate_with(config, w, c.placer.as_mut(), 0, c.estimates)?;
             first = r.first_decision + r.placements;
             warm = Some(r);
         }
-        let report = simulate_from(config, workload, c.placer.as_mut(), first)?;
-        runs.push(Run { name: c.name, learning: c.learning, warmup: warm, report });
+        let report = simulate_with(config, workload, c.placer.as_mut(), first, c.estimates)?;
+        runs.push(Run { name: c.name, learning: c.learning, estimates: c.estimates, warmup: warm, report });
     }
     Ok(runs)
 }
 
-/// The run with the lowest mean response among the non-learning ones.
+/// The run with the lowest mean response among the non-learning ones on measured estimates (the
+/// best a production heuristic did; the exact-estimate oracle is left out).
 pub fn best_heuristic(runs: &[Run]) -> Option<&Run> {
-    runs.iter().filter(|r| !r.learning).min_by(|a, b| a.report.mean_response_ms().total_cmp(&b.report.mean_response_ms()))
+    runs.iter().filter(|r| !r.learning && r.estimates == EstimateMode::Measured).min_by(|a, b| a.report.mean_response_ms().total_cmp(&b.report.mean_response_ms()))
 }
 
 /// Prints one row per run: task wait, task response (mean, p95), job response, utilisation of
 /// cores, GPUs and fast memory, the share of input bytes found in fast memory, total fetch
-/// time, evicted bytes, and mean response relative to the best heuristic. Then, for learning
-/// runs, the learning curve.
+/// time, evicted bytes, and mean response relative to the best heuristic on measured estimates
+/// ([`best_heuristic`]; an oracle on exact estimates may be below 1). Then, for learning runs,
+/// the learning curve.
 pub fn print_table(out: &mut dyn Write, title: &str, runs: &[Run]) -> io::Result<()> {
     writeln!(out, "{title}")?;
     writeln!(

@@ -21,9 +21,15 @@
 //!   room for stays queued and later tasks may pass it, as in `Core::schedule`.
 //! * Wait = ready → start (a job's first tasks are ready at its arrival, the others when their
 //!   last dependency finishes); response = ready → finish.
-//! * Every candidate carries the estimates a topology-aware scheduler could make:
-//!   `est_fetch_ms`, exactly the fetch `start` would charge on that node at that instant, and
-//!   `est_compute_ms`, its compute there. Eviction is not estimated (it depends on LRU order).
+//! * Every candidate carries estimates, from one of two sources ([`EstimateMode`], see
+//!   `estimates.rs`). Exact (the oracle, [`simulate`]'s default): `est_fetch_ms`, exactly the
+//!   fetch `start` would charge on that node at that instant, and `est_compute_ms`, its compute
+//!   there; eviction is not estimated (it depends on LRU order). Measured
+//!   ([`simulate_with`]): the coordinator's own estimator (`core::estimates`), empty at the
+//!   start of the run and fed at each finish with what the task's worker would report (its
+//!   compute time, and its fetch from other nodes credited to the node that supplied most of
+//!   it), read for each candidate as `Core::choose` reads it (`None` while nothing comparable
+//!   was measured). The mode changes what placers see, never what the engine charges.
 //!
 //! Nothing here reads a clock or draws a random number: the report is a function of the
 //! configuration, the workload and the placer.
@@ -36,6 +42,7 @@ use plexus_proto::Resources;
 
 use crate::cache::{Cache, Pin};
 use crate::config::{NodeSpec, SimConfig, Tier};
+use crate::estimates::{self, EstimateMode, FetchTally, FetchSample, Measured};
 use crate::report::{JobRecord, Report, TaskRecord, Utilisation, Window};
 use crate::workload::{Task, Workload};
 use crate::SimError;
@@ -48,7 +55,17 @@ pub fn simulate(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer
 /// Like [`simulate`], numbering decisions from `first_decision`, so that a placer that runs
 /// several workloads in turn (a warm-up, then the measured one) never sees an id twice.
 pub fn simulate_from(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer, first_decision: u64) -> Result<Report, SimError> {
-    Sim::new(config, workload, first_decision)?.run(placer)
+    simulate_with(config, workload, placer, first_decision, EstimateMode::Exact)
+}
+
+/// Like [`simulate_from`], with candidates' estimates from `mode`: exact, or measured by a
+/// fresh instance of the coordinator's estimator fed as the run goes.
+pub fn simulate_with(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer, first_decision: u64, mode: EstimateMode) -> Result<Report, SimError> {
+    let mut sim = Sim::new(config, workload, first_decision)?;
+    if mode == EstimateMode::Measured {
+        sim.measured = Some(Measured::new(sim.nodes.iter().map(|n| n.spec.worker).collect(), sim.nodes.iter().map(|n| n.spec.rack).collect()));
+    }
+    sim.run(placer)
 }
 
 struct Node {
@@ -86,6 +103,8 @@ struct Running {
     evicted_bytes: u64,
     hit_bytes: u64,
     busy_integral_at_start: f64,
+    /// What the worker reports of its fetch from other nodes (measured estimates only).
+    fetch_sample: Option<FetchSample>,
 }
 
 /// Events at the same time are handled in the order they were scheduled.
@@ -141,6 +160,8 @@ struct Sim<'a> {
     jobs: Vec<JobRecord>,
     done: Vec<TaskRecord>,
     windows: Vec<Window>,
+    /// The coordinator's estimator, in [`EstimateMode::Measured`].
+    measured: Option<Measured>,
 }
 
 impl<'a> Sim<'a> {
@@ -261,6 +282,7 @@ impl<'a> Sim<'a> {
             jobs: workload.jobs.iter().map(|j| JobRecord { arrival_us: j.arrival_us, first_start_us: u64::MAX, finish_us: j.arrival_us }).collect(),
             done: Vec::with_capacity(total),
             windows: Vec::new(),
+            measured: None,
         };
         for (j, job) in workload.jobs.iter().enumerate() {
             sim.push(job.arrival_us, Event::Arrive(j));
@@ -398,6 +420,13 @@ impl<'a> Sim<'a> {
         let (j, t) = self.task_of[g];
         let task = &self.workload.jobs[j].tasks[t];
         let req = task.resources;
+        // Measured estimates: each input's first holders (fast memory or home) in index order,
+        // once per decision, as `Core::choose` lists them.
+        let sources: Vec<Vec<usize>> = match self.measured {
+            Some(_) => self.inputs[g].iter().map(|&o| self.sources(o)).collect(),
+            None => Vec::new(),
+        };
+        let sig = estimates::signature(task);
         let candidates: Vec<Candidate> = self
             .nodes
             .iter()
@@ -425,13 +454,11 @@ impl<'a> Sim<'a> {
                     local_input_bytes: local,
                     cache_bytes: n.spec.cache_bytes,
                     cache_used: n.cache.used(),
-                    // What `start` would charge for the fetches and the compute if the task ran
-                    // here now (eviction aside): the simulator knows the tiers, every copy and
-                    // the engines, as a topology-aware scheduler would.
-                    est_fetch_ms: Some(
-                        self.inputs[g].iter().filter(|&&o| !n.cache.contains(o)).map(|&o| self.fetch_cost(o, n.spec.index)).sum::<u64>() as f64 / 1e3,
-                    ),
-                    est_compute_ms: Some(compute_us(task, &n.spec) as f64 / 1e3),
+                    est_fetch_ms: self.est_fetch_ms(g, n, &sources),
+                    est_compute_ms: match &self.measured {
+                        Some(m) => m.compute_ms(n.spec.index, sig, task.flops),
+                        None => Some(compute_us(task, &n.spec) as f64 / 1e3),
+                    },
                 }
             })
             .collect();
@@ -456,6 +483,33 @@ impl<'a> Sim<'a> {
         Ok(true)
     }
 
+    /// The fetch estimate of task `g` on node `n`. Exact: what `start` would charge for the
+    /// fetches if the task ran here now (eviction aside): the simulator knows the tiers, every
+    /// copy and the engines. Measured: the coordinator's estimator over `sources` (each
+    /// input's first holders), inputs the node holds in any memory counting as resident.
+    fn est_fetch_ms(&self, g: usize, n: &Node, sources: &[Vec<usize>]) -> Option<f64> {
+        match &self.measured {
+            None => Some(self.inputs[g].iter().filter(|&&o| !n.cache.contains(o)).map(|&o| self.fetch_cost(o, n.spec.index)).sum::<u64>() as f64 / 1e3),
+            Some(m) => {
+                let i = n.spec.index;
+                let held = |o: usize| self.objects[o].home == i || self.objects[o].holders.binary_search(&i).is_ok();
+                m.fetch_ms(i, self.inputs[g].iter().zip(sources).map(|(&o, s)| (self.objects[o].bytes, s.as_slice(), held(o))))
+            }
+        }
+    }
+
+    /// The first [`estimates::RANKED_HOLDERS`] nodes holding a copy of `o` (in fast memory, or
+    /// its home), in index order.
+    fn sources(&self, o: usize) -> Vec<usize> {
+        let obj = &self.objects[o];
+        let mut v = obj.holders.clone();
+        if let Err(i) = v.binary_search(&obj.home) {
+            v.insert(i, obj.home);
+        }
+        v.truncate(estimates::RANKED_HOLDERS);
+        v
+    }
+
     fn tier(&self, to: usize, from: usize) -> &Tier {
         let tiers = &self.config.cluster.tiers;
         if to == from {
@@ -469,9 +523,21 @@ impl<'a> Sim<'a> {
 
     /// The cheapest way to bring object `o` to node `n`, which does not hold it in fast memory.
     fn fetch_cost(&self, o: usize, n: usize) -> u64 {
+        self.fetch_source(o, n).0
+    }
+
+    /// [`Sim::fetch_cost`] and the node it comes from: the home copy, or the first holder in
+    /// index order that is strictly cheaper.
+    fn fetch_source(&self, o: usize, n: usize) -> (u64, usize) {
         let obj = &self.objects[o];
-        let home = self.tier(n, obj.home).transfer_us(obj.bytes);
-        obj.holders.iter().map(|&h| self.tier(n, h).transfer_us(obj.bytes)).fold(home, u64::min)
+        let mut best = (self.tier(n, obj.home).transfer_us(obj.bytes), obj.home);
+        for &h in &obj.holders {
+            let c = self.tier(n, h).transfer_us(obj.bytes);
+            if c < best.0 {
+                best = (c, h);
+            }
+        }
+        best
     }
 
     /// Inserts `o` pinned into node `n`'s fast memory; returns the bytes evicted.
@@ -510,8 +576,13 @@ impl<'a> Sim<'a> {
             }
         }
         let (mut fetch_us, mut fetched_bytes, mut evicted_bytes) = (0, 0, 0);
+        let mut tally = FetchTally::default();
         for o in missing {
-            fetch_us += self.fetch_cost(o, n);
+            let (us, from) = self.fetch_source(o, n);
+            fetch_us += us;
+            if from != n {
+                tally.add(from, self.objects[o].bytes, us);
+            }
             fetched_bytes += self.objects[o].bytes;
             evicted_bytes += self.cache_insert(n, o, &mut pinned);
         }
@@ -544,6 +615,7 @@ impl<'a> Sim<'a> {
             evicted_bytes,
             hit_bytes,
             busy_integral_at_start: self.integrals.busy,
+            fetch_sample: if self.measured.is_some() { tally.sample() } else { None },
         });
         let computing = self.now + fetch_us + evict_us;
         if computing == self.now {
@@ -593,6 +665,10 @@ impl<'a> Sim<'a> {
             evicted_bytes: r.evicted_bytes,
             hit_bytes: r.hit_bytes,
         };
+        // What the worker reports to the coordinator's estimator (measured estimates).
+        if let Some(m) = self.measured.as_mut() {
+            m.observe(r.node, estimates::signature(task), task.flops, r.compute_us, r.fetch_sample);
+        }
         let ms = |us: u64| (us + 500) / 1000;
         placer.observe(&Outcome {
             decision: r.decision,

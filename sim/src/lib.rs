@@ -13,11 +13,15 @@
 //!   [`Workload::generate`] draws one from a seed.
 //! - `trace`: [`Workload::from_jsonl`] / [`Workload::to_jsonl`], JSON-lines replay.
 //! - `cache`: a node's fast memory, an LRU cache with pinning.
-//! - [`engine`]: the discrete-event loop, [`simulate`] (the model is described there).
+//! - [`engine`]: the discrete-event loop, [`simulate`] (the model is described there), and
+//!   [`simulate_with`], which picks where candidates' estimates come from.
+//! - [`estimates`]: [`EstimateMode`]: the simulator's exact estimates (an oracle), or the
+//!   coordinator's own estimator (`plexus_scheduler::core::estimates`) fed online with what the
+//!   simulated workers report, as production placers see them (issue 17, item 4).
 //! - [`report`]: what a run measured ([`Report`]) and its summary figures.
 //! - [`baseline`]: `locality+`, the locality placer with the tie-breaking tuned here.
-//! - [`compare`]: [`run_all`] over several [`Contender`]s with an optional online warm-up,
-//!   and [`print_table`].
+//! - [`compare`]: [`run_all`] over several [`Contender`]s, each on its own [`EstimateMode`],
+//!   with an optional online warm-up, and [`print_table`].
 //! - [`gangs`]: gang scheduling (issue 14): the scheduling core itself driven in simulated
 //!   time, against a naive scheduler and strict FIFO, on seeded workloads of gangs and small
 //!   tasks.
@@ -30,6 +34,7 @@ pub mod compare;
 pub mod config;
 pub mod engine;
 mod error;
+pub mod estimates;
 pub mod gangs;
 pub mod gpu;
 pub mod report;
@@ -38,7 +43,8 @@ pub mod workload;
 
 pub use compare::{best_heuristic, describe, print_table, run_all, Contender, Run};
 pub use config::{ClusterConfig, Mix, NodeClass, NodeSpec, SimConfig, Tier, Tiers, WorkloadConfig, GIB, MIB};
-pub use engine::{response_bound_ms, simulate, simulate_from};
+pub use engine::{response_bound_ms, simulate, simulate_from, simulate_with};
+pub use estimates::EstimateMode;
 pub use error::SimError;
 pub use report::{JobRecord, Report, TaskRecord, Utilisation, Window};
 pub use workload::{DataObject, Job, Task, Workload};

@@ -279,11 +279,14 @@ fn run_all_warms_learning_contenders_up_and_continues_their_decision_ids() {
     let w = Workload::generate(&config).unwrap();
     let warm = Workload::generate(&config.with_seed(1002)).unwrap();
     let mut contenders = Contender::baselines(2);
-    contenders.push(Contender::learning("learner", Box::new(Checked::new(heuristic("locality", 2).unwrap()))));
+    // On exact estimates: `Checked` insists every candidate has them (measured ones start empty).
+    contenders.push(Contender::learning("learner", Box::new(Checked::new(heuristic("locality", 2).unwrap()))).on(EstimateMode::Exact));
     let runs = run_all(&config, &w, Some(&warm), contenders).unwrap();
-    // The coordinator's heuristics but its `fastest` (the simulator's own, on exact estimates,
-    // stands for it), locality+, fastest and the learner.
-    assert_eq!(runs.len(), HEURISTICS.len() - 1 + 3, "the heuristics, locality+, fastest and the learner");
+    // The coordinator's heuristics (its `fastest` on measured estimates), locality+,
+    // fastest-exact (the coordinator's `fastest` on exact ones) and the learner.
+    assert_eq!(runs.len(), HEURISTICS.len() + 3, "the heuristics, locality+, fastest-exact and the learner");
+    assert_eq!(runs.iter().filter(|r| r.estimates == EstimateMode::Exact).map(|r| r.name.as_str()).collect::<Vec<_>>(), vec!["fastest-exact", "learner"]);
+    assert!(best_heuristic(&runs).is_some_and(|b| b.estimates == EstimateMode::Measured), "the oracle is never the reference");
     for r in &runs {
         assert_eq!(r.warmup.is_some(), r.learning, "{}", r.name);
         assert_eq!(r.report.tasks.len(), w.tasks());
