@@ -17,7 +17,9 @@
 //!   `flops / (max(cores, 1) × core_flops)` otherwise. Cores count as busy (measured
 //!   utilisation) only during `compute`.
 //! * Bandwidth is not shared: concurrent fetches do not slow each other down.
-//! * The ready queue is scanned in FIFO order after each instant's events; a task no node has
+//! * The ready queue is scanned in FIFO order after each instant's events (a placer that
+//!   chooses which work goes next reorders its first `ORDER_WINDOW` tasks, with the core's
+//!   starvation bound); a task no node has
 //!   room for stays queued and later tasks may pass it, as in `Core::schedule`.
 //! * Wait = ready → start (a job's first tasks are ready at its arrival, the others when their
 //!   last dependency finishes); response = ready → finish.
@@ -37,7 +39,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use plexus_scheduler::placer::{Candidate, Outcome, PlacementRequest, Placer};
+use plexus_scheduler::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, Placer, ReadyWork, bounded_order};
 use plexus_proto::Resources;
 
 use crate::cache::{Cache, Pin};
@@ -157,6 +159,8 @@ struct Sim<'a> {
     next_decision: u64,
     first_decision: u64,
     job_left: Vec<usize>,
+    /// Passes in which a reordering placer put later work before each task while it waited.
+    overtaken: Vec<u32>,
     jobs: Vec<JobRecord>,
     done: Vec<TaskRecord>,
     windows: Vec<Window>,
@@ -279,6 +283,7 @@ impl<'a> Sim<'a> {
             next_decision: first_decision,
             first_decision,
             job_left: workload.jobs.iter().map(|j| j.tasks.len()).collect(),
+            overtaken: vec![0; workload.jobs.iter().map(|j| j.tasks.len()).sum()],
             jobs: workload.jobs.iter().map(|j| JobRecord { arrival_us: j.arrival_us, first_start_us: u64::MAX, finish_us: j.arrival_us }).collect(),
             done: Vec::with_capacity(total),
             windows: Vec::new(),
@@ -381,8 +386,68 @@ impl<'a> Sim<'a> {
         self.in_use.busy += cpu;
     }
 
-    /// One pass over the ready queue in FIFO order; tasks that fit nowhere keep their place.
+    /// A placer that chooses which work goes next (`Placer::order`) reorders the first
+    /// [`ORDER_WINDOW`] ready tasks, with the core's starvation bound ([`bounded_order`]); the
+    /// tasks overtaken are returned, to be counted if they are still waiting after the pass.
+    fn order_ready(&mut self, placer: &mut dyn Placer) -> Vec<usize> {
+        if !placer.orders_work() || self.ready.len() < 2 {
+            return Vec::new();
+        }
+        let n = self.ready.len().min(ORDER_WINDOW);
+        let window: Vec<usize> = self.ready.iter().take(n).copied().collect();
+        let work: Vec<ReadyWork> = window
+            .iter()
+            .map(|&g| {
+                let (j, t) = self.task_of[g];
+                let task = &self.workload.jobs[j].tasks[t];
+                let sig = estimates::signature(task);
+                let est_run_ms = self
+                    .nodes
+                    .iter()
+                    .filter_map(|node| match &self.measured {
+                        Some(m) => m.compute_ms(node.spec.index, sig, task.flops),
+                        None => Some(compute_us(task, &node.spec) as f64 / 1e3),
+                    })
+                    .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.min(e))));
+                ReadyWork {
+                    job_age_ms: (self.now - self.workload.jobs[j].arrival_us) / 1000,
+                    ready: 1,
+                    job_remaining: self.job_left[j] as u32,
+                    est_run_ms,
+                    overtaken: self.overtaken[g],
+                }
+            })
+            .collect();
+        let answer = placer.order(&work);
+        let order = bounded_order(&work, answer);
+        let mut overtaken = Vec::new();
+        let mut latest = 0usize;
+        for &i in &order {
+            if i < latest {
+                overtaken.push(window[i]);
+            }
+            latest = latest.max(i);
+        }
+        for (slot, &i) in order.iter().enumerate() {
+            self.ready[slot] = window[i];
+        }
+        overtaken
+    }
+
+    /// One pass over the ready queue in FIFO order (or the placer's, see [`Sim::order_ready`]);
+    /// tasks that fit nowhere keep their place.
     fn schedule(&mut self, placer: &mut dyn Placer) -> Result<(), SimError> {
+        let overtaken = self.order_ready(placer);
+        let result = self.schedule_pass(placer);
+        for g in overtaken {
+            if self.running[g].is_none() && self.ready.contains(&g) {
+                self.overtaken[g] += 1;
+            }
+        }
+        result
+    }
+
+    fn schedule_pass(&mut self, placer: &mut dyn Placer) -> Result<(), SimError> {
         let mut deferred = VecDeque::new();
         let mut room = self.largest_free();
         while let Some(g) = self.ready.pop_front() {

@@ -41,7 +41,7 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
     // The learned placer of seed 001 (`--placer rl`), its reward's eviction bandwidth set to the
     // simulated cluster's. It runs the warm-up workload first (online, same instance), then the
     // measured one, and its learning curve is printed under the table.
-    let learned = |passes: usize, history: usize, run_weight: f64, epsilon: f64| {
+    let learned = |passes: usize, history: usize, run_weight: f64, epsilon: f64, order: bool| {
         let policy = PolicyConfig {
             seed,
             reward: RewardConfig {
@@ -56,20 +56,21 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
             lockstep: true,
             ..PolicyConfig::default()
         };
-        Box::new(Learned::new(policy, None).expect("starting the learned placer"))
+        // `rl` (what `--placer rl` runs) also chooses which ready work goes next; the seed's does not.
+        Box::new(Learned::new(policy, None).expect("starting the learned placer").ordering(order && args.order))
     };
     let mut v = Contender::baselines(seed);
     if args.seed_rl {
         // The seed's schedule and reward exactly (one pass, no history, no run-time term), for
         // comparison; its observation has the estimate features too (they are not switchable).
-        v.push(Contender::learning("rl-seed", learned(1, 0, 0.0, PolicyConfig::default().epsilon)));
+        v.push(Contender::learning("rl-seed", learned(1, 0, 0.0, PolicyConfig::default().epsilon, false)));
     }
-    v.push(Contender::learning("rl", learned(args.passes, args.history, args.run_weight, args.epsilon)));
+    v.push(Contender::learning("rl", learned(args.passes, args.history, args.run_weight, args.epsilon, true)));
     if args.exact_rl {
         v.push(
             Contender::learning(
                 "rl-exact",
-                learned(args.passes, args.history, args.run_weight, args.epsilon),
+                learned(args.passes, args.history, args.run_weight, args.epsilon, true),
             )
             .on(EstimateMode::Exact),
         );
@@ -117,6 +118,9 @@ struct Args {
     seed_rl: bool,
     /// Also run `rl-exact`: `rl` on the simulator's exact estimates.
     exact_rl: bool,
+    /// Whether `rl` chooses which ready work goes next (shortest remaining job first), as the
+    /// coordinator's `--placer rl` does; `--order false` measures placement alone.
+    order: bool,
 }
 
 impl Args {
@@ -146,6 +150,7 @@ fn parse_args() -> Result<Args, String> {
         seed_rl: true,
         exact_rl: false,
         epsilon: PolicyConfig::default().epsilon,
+        order: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -163,6 +168,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--rl-seed" => a.seed_rl = value.parse().map_err(|e| bad(&e))?,
             "--rl-exact" => a.exact_rl = value.parse().map_err(|e| bad(&e))?,
+            "--order" => a.order = value.parse().map_err(|e| bad(&e))?,
             // `--seeds 3`, or per cluster size: `--seeds 16:3,64:1` (sizes not named: 3).
             "--seeds" if value.contains(':') => {
                 a.seeds_by_nodes = value
@@ -199,7 +205,7 @@ fn parse_args() -> Result<Args, String> {
             _ => {
                 return Err(format!(
                     "unknown flag {flag} (known: --seeds, --scale, --nodes, --mix, --passes, \
-                     --history, --run-weight, --epsilon, --rl-seed true|false, --rl-exact true|false)"
+                     --history, --run-weight, --epsilon, --rl-seed true|false, --rl-exact true|false, --order true|false)"
                 ));
             }
         }
