@@ -265,6 +265,9 @@ pub struct Estimates {
     /// Bumped by every sample: the coordinator saves when it moved.
     revision: u64,
     runs: HashMap<(WorkerId, u64), (Mean, u64)>,
+    /// Per (worker, signature), ms per flop, from the runs that carried a `flops` hint: a kind of
+    /// task whose work varies from one task to the next is estimated by its size, not its mean.
+    run_rates: HashMap<(WorkerId, u64), (Ratio, u64)>,
     flop_rates: HashMap<WorkerId, (Ratio, u64)>,
     links: HashMap<(WorkerId, WorkerId), LinkEntry>,
     // Derived, rebuilt when loaded: per signature the sum of the workers' means; the sum of the
@@ -309,6 +312,9 @@ impl Estimates {
         }
         s.add(new);
         if let Some(f) = flops.filter(|f| f.is_finite() && *f > 0.0) {
+            let r = self.run_rates.entry((worker, signature)).or_insert((Ratio::default(), seq));
+            r.0.add(run_ms, f);
+            r.1 = seq;
             let e = self.flop_rates.entry(worker).or_insert((Ratio::default(), seq));
             let old = e.0.value();
             e.0.add(run_ms, f);
@@ -319,7 +325,7 @@ impl Estimates {
             }
             self.flop_mean.add(new);
         }
-        if self.runs.len() > MAX_RUNS || self.flop_rates.len() > MAX_FLOP_RATES {
+        if self.runs.len() > MAX_RUNS || self.run_rates.len() > MAX_RUNS || self.flop_rates.len() > MAX_FLOP_RATES {
             self.trim();
         }
     }
@@ -356,6 +362,12 @@ impl Estimates {
 
     /// Estimated compute of a task of `signature` (with its `flops` hint) on `worker`.
     pub fn compute(&self, worker: WorkerId, signature: u64, flops: Option<f64>) -> Option<Estimate> {
+        let hint = flops.filter(|f| f.is_finite() && *f > 0.0);
+        if let (Some(f), Some((r, _))) = (hint, self.run_rates.get(&(worker, signature)))
+            && let Some(rate) = r.value()
+        {
+            return Some(Estimate { ms: f * rate, samples: r.weight });
+        }
         if let Some((m, _)) = self.runs.get(&(worker, signature))
             && let Some(ms) = m.value()
         {
@@ -449,6 +461,9 @@ impl Estimates {
         for k in oldest(self.runs.iter().map(|(k, (_, s))| (*k, *s)), self.runs.len(), MAX_RUNS) {
             self.runs.remove(&k);
         }
+        for k in oldest(self.run_rates.iter().map(|(k, (_, s))| (*k, *s)), self.run_rates.len(), MAX_RUNS) {
+            self.run_rates.remove(&k);
+        }
         for k in oldest(self.flop_rates.iter().map(|(k, (_, s))| (*k, *s)), self.flop_rates.len(), MAX_FLOP_RATES) {
             self.flop_rates.remove(&k);
         }
@@ -492,6 +507,9 @@ struct Stored {
     /// (worker, signature, mean, last update)
     runs: Vec<(WorkerId, u64, Mean, u64)>,
     flop_rates: Vec<(WorkerId, Ratio, u64)>,
+    /// (worker, signature, ms per flop, last update); absent in stores written before it.
+    #[serde(default)]
+    run_rates: Vec<(WorkerId, u64, Ratio, u64)>,
     /// (holder, worker, same rack, sums, last update)
     links: Vec<(WorkerId, WorkerId, Option<bool>, Link, u64)>,
 }
@@ -503,6 +521,7 @@ impl From<Estimates> for Stored {
             revision: e.revision,
             runs: e.runs.into_iter().map(|((w, sig), (m, seq))| (w, sig, m, seq)).collect(),
             flop_rates: e.flop_rates.into_iter().map(|(w, (r, seq))| (w, r, seq)).collect(),
+            run_rates: e.run_rates.into_iter().map(|((w, sig), (r, seq))| (w, sig, r, seq)).collect(),
             links: e.links.into_iter().map(|((h, w), l)| (h, w, l.same_rack, l.link, l.seq)).collect(),
         }
     }
@@ -527,6 +546,7 @@ impl TryFrom<Stored> for Estimates {
         let mut e = Estimates { revision: s.revision, ..Estimates::default() };
         e.runs = s.runs.into_iter().filter(|(.., m, _)| m.valid()).map(|(w, sig, m, seq)| ((w, sig), (m, seq))).collect();
         e.flop_rates = s.flop_rates.into_iter().filter(|(_, r, _)| r.valid()).map(|(w, r, seq)| (w, (r, seq))).collect();
+        e.run_rates = s.run_rates.into_iter().filter(|(.., r, _)| r.valid()).map(|(w, sig, r, seq)| ((w, sig), (r, seq))).collect();
         e.links = s
             .links
             .into_iter()
@@ -551,6 +571,26 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn a_kind_of_task_with_flops_hints_is_estimated_by_its_size() {
+        let mut e = Estimates::new();
+        // Two runs of kind 7 on worker 1: 1 GFLOP in 100 ms, 3 GFLOP in 300 ms: 1e-7 ms per flop.
+        e.observe_run(w(1), 7, Some(1e9), 100.0);
+        e.observe_run(w(1), 7, Some(3e9), 300.0);
+        let est = e.compute(w(1), 7, Some(2e9)).unwrap();
+        assert!(close(est.ms, 200.0), "{est:?}");
+        // Without a hint: the kind's mean, recency-weighted ((0.9·100 + 300) / 1.9).
+        assert!(close(e.compute(w(1), 7, None).unwrap().ms, 390.0 / 1.9));
+        // Kept across a store round trip.
+        let back: Estimates = serde_json::from_slice(&serde_json::to_vec(&e).unwrap()).unwrap();
+        assert!(close(back.compute(w(1), 7, Some(2e9)).unwrap().ms, 200.0));
+        // A store written before run rates existed still loads (the kind's mean then).
+        let mut old: serde_json::Value = serde_json::to_value(&e).unwrap();
+        old.as_object_mut().unwrap().remove("run_rates");
+        let back: Estimates = serde_json::from_value(old).unwrap();
+        assert!(close(back.compute(w(1), 7, Some(2e9)).unwrap().ms, 390.0 / 1.9));
     }
 
     #[test]
