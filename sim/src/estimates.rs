@@ -85,20 +85,12 @@ pub fn kind(name: &str) -> &str {
 /// The run-time key of `task`, as the coordinator's `signature` keys a task of that kind with
 /// those requests.
 pub fn signature(task: &Task) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h ^= 0xff;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    };
-    eat(kind(&task.name).as_bytes());
-    eat(&task.resources.cpu.to_le_bytes());
-    eat(&task.resources.memory.to_le_bytes());
-    eat(&task.resources.gpu.to_le_bytes());
-    h
+    let mut h = plexus_scheduler::core::FieldHash::default();
+    h.eat(kind(&task.name).as_bytes());
+    h.eat(&task.resources.cpu.to_le_bytes());
+    h.eat(&task.resources.memory.to_le_bytes());
+    h.eat(&task.resources.gpu.to_le_bytes());
+    h.finish()
 }
 
 /// Whole milliseconds, as a worker reports them.
@@ -311,14 +303,14 @@ mod tests {
         let rate = 501.0 / (512 * MIB) as f64;
         // Decision 1 (map1, 4e9 flops, reads B and C):
         // * node 0: B over the measured 1 → 0 (256 MiB × R = 250.5 ms), C resident; compute: its
-        //   own mean run of the signature, 500 ms (the signature wins over flops × rate, as in
-        //   the coordinator, though this map does twice the work);
+        //   own ms per flop for the signature × this map's flops, 4e9 × 500 ms / 2e9 = 1000 ms
+        //   (this map does twice the work);
         // * node 1: B resident; C over 0 → 1, never measured: the same-rack mean, which is
         //   1 → 0's (128 MiB × R = 125.25 ms); compute: the mean over the workers that ran the
         //   signature (node 0's 500 ms);
         // * node 2: B over 1 → 2 and C over 0 → 2, other-rack pairs, none measured in that
         //   class: the cluster's mean (250.5 + 125.25 ms); compute 500 ms likewise.
-        assert!(close(s[1][0].0, 256.0 * MIB as f64 * rate) && close(s[1][0].0, 250.5) && close(s[1][0].1, 500.0), "{:?}", s[1]);
+        assert!(close(s[1][0].0, 256.0 * MIB as f64 * rate) && close(s[1][0].0, 250.5) && close(s[1][0].1, 1000.0), "{:?}", s[1]);
         assert!(close(s[1][1].0, 125.25) && close(s[1][1].1, 500.0), "{:?}", s[1]);
         assert!(close(s[1][2].0, 375.75) && close(s[1][2].1, 500.0), "{:?}", s[1]);
 

@@ -70,6 +70,7 @@ pub use jobs::{GangPhase, GangView, Job};
 pub use messages::{Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration, Report};
 pub use records::{AttemptFailure, Capacity, CandidateRecord, FetchPlan, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition, WorkerRecord};
 pub use workers::Worker;
+pub use gpus::{FieldHash, signature};
 
 /// The scheduling core.
 pub struct Core {
