@@ -114,11 +114,23 @@ impl Default for PolicyConfig {
 
 impl PolicyConfig {
     /// Our departures from the seed on (ARCHITECTURE.md, "Departures"): 4 passes over each
-    /// step's batches and those of the 4 steps before it, and the run-time reward term at
-    /// weight 2 — chosen with `bench --bin placement`. What `--placer rl` runs; `default()`
+    /// step's batches and those of the 4 steps before it, the run-time reward term at weight 2
+    /// — chosen with `bench --bin placement` — and a smaller buffer, batch and sync interval. What `--placer rl` runs; `default()`
     /// is the seed's schedule and reward (`rl-seed` in the benchmarks).
     pub fn ours() -> Self {
-        PolicyConfig { passes: 4, history: 4, reward: RewardConfig { run_weight: 2.0, ..RewardConfig::default() }, ..PolicyConfig::default() }
+        PolicyConfig {
+            passes: 4,
+            history: 4,
+            reward: RewardConfig { run_weight: 2.0, ..RewardConfig::default() },
+            // Learning within the first few hundred decisions: a training step every 256
+            // experiences (8 batches of 32) and new weights in the inference network every 128
+            // decisions. The seed's 1024 / 128 / 1024 left a live cluster of ~230 decisions an
+            // hour placing with its initial weights (`bench --bin placement-live`).
+            buffer: 256,
+            batch: 32,
+            sync_every: 128,
+            ..PolicyConfig::default()
+        }
     }
 }
 

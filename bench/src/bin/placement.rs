@@ -41,7 +41,10 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
     // The learned placer of seed 001 (`--placer rl`), its reward's eviction bandwidth set to the
     // simulated cluster's. It runs the warm-up workload first (online, same instance), then the
     // measured one, and its learning curve is printed under the table.
-    let learned = |passes: usize, history: usize, run_weight: f64, epsilon: f64, order: bool| {
+    let learned = |passes: usize, history: usize, run_weight: f64, epsilon: f64, ours: bool| {
+        // `rl` is what `--placer rl` runs (`PolicyConfig::ours()`: also its buffer, batch and
+        // sync interval, and the choice of which work goes next); `rl-seed` the seed's.
+        let (base, order) = if ours { (PolicyConfig::ours(), args.order) } else { (PolicyConfig::default(), false) };
         let policy = PolicyConfig {
             seed,
             reward: RewardConfig {
@@ -54,10 +57,10 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
             epsilon,
             device: Some(tch::Device::Cpu),
             lockstep: true,
-            ..PolicyConfig::default()
+            ..base
         };
         // `rl` (what `--placer rl` runs) also chooses which ready work goes next; the seed's does not.
-        Box::new(Learned::new(policy, None).expect("starting the learned placer").ordering(order && args.order))
+        Box::new(Learned::new(policy, None).expect("starting the learned placer").ordering(order))
     };
     let mut v = Contender::baselines(seed);
     if args.seed_rl {
