@@ -420,6 +420,23 @@ pub fn remove_worker_cgroups(id: &str) {
 }
 
 /// Text of a CLI output's stdout and stderr, for assertion messages.
+/// One HTTP/1.1 GET to `base` (`http://ADDR`) over a fresh connection, with a Bearer `token` if
+/// given: (status code, body). For the coordinator's HTTP side (metrics, dashboard).
+pub fn http_get(base: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let addr = base.strip_prefix("http://").expect("an http:// URL");
+    let mut s = std::net::TcpStream::connect(addr).expect("connecting to the coordinator's HTTP side");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("setting a read timeout");
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").expect("sending the request");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("reading the response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a header and a body");
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status code");
+    assert!(!head.to_ascii_lowercase().contains("transfer-encoding: chunked") || code != 200, "expected a sized body: {head}");
+    (code, body.to_string())
+}
+
 pub fn describe(o: &Output) -> String {
     format!("exit {:?}\nstdout: {}\nstderr: {}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }

@@ -87,14 +87,9 @@ fn attrs<'a>(dom: &'a str, marker: &str, attr: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The body of a GET with a token (the raw page, as the server renders it).
 fn get(base: &str, path: &str, token: &str) -> String {
-    use std::io::{Read, Write};
-    let addr = base.strip_prefix("http://").unwrap();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    plexus_e2e::http_get(base, path, Some(token)).1
 }
 
 #[test]

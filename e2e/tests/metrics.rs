@@ -2,8 +2,6 @@
 //! while jobs run, parsed by a real parser of the Prometheus text format (`prometheus-parse`),
 //! with security on: no token, a bad token and a worker's join token are refused.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use plexus_e2e::{Cluster, ClusterConfig};
@@ -23,20 +21,7 @@ command = "cat $PLEXUS_IN/gen/*/blob | wc -c"
 inputs = ["gen/blob"]
 "#;
 
-/// One GET over a fresh connection: (status code, body).
-fn get(base: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let addr = base.strip_prefix("http://").expect("an http:// URL");
-    let mut s = TcpStream::connect(addr).expect("connecting to the coordinator's HTTP side");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).expect("reading the response");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a header and a body");
-    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status code");
-    assert!(!head.to_ascii_lowercase().contains("transfer-encoding: chunked") || code != 200, "expected a sized body: {head}");
-    (code, body.to_string())
-}
+use plexus_e2e::http_get as get;
 
 fn scrape(c: &Cluster) -> prometheus_parse::Scrape {
     let (code, body) = get(c.http.as_deref().expect("the coordinator serves HTTP"), "/metrics", c.admin_token.as_deref());
