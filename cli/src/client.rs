@@ -155,19 +155,48 @@ pub async fn resolve_job(client: &mut Client, r: &crate::args::JobRef) -> anyhow
         return Ok(id);
     }
     let jobs = client.list_jobs(plexus_proto::pb::ListJobsRequest {}).await?.into_inner().jobs;
-    let hex = r.0.strip_prefix("job-").unwrap_or(&r.0).to_ascii_lowercase();
-    let by_id = hex.chars().all(|c| c.is_ascii_hexdigit()) && (r.0.starts_with("job-") || !hex.is_empty());
-    let matches: Vec<&plexus_proto::pb::JobStatus> = jobs
+    let job = resolve_ref(&jobs, &r.0, Named { prefix: "job-", what: "job", name: "name", listed_by: "plexus status" }, |j| (&j.job_id, &j.name))?;
+    job.job_id.parse().map_err(|e| anyhow::anyhow!("the coordinator listed a malformed job id {:?}: {e}", job.job_id))
+}
+
+/// How the things a reference may name are called, for [`resolve_ref`] and its errors.
+pub struct Named {
+    /// Their ids' prefix (`job-`, `wkr-`), before the hex digits.
+    pub prefix: &'static str,
+    pub what: &'static str,
+    /// What else names one (`name`, `host name`).
+    pub name: &'static str,
+    /// The command that lists them.
+    pub listed_by: &'static str,
+}
+
+/// The one item `reference` names among `items`, each given as (id, name) by `of`: its id, a
+/// prefix of its id's hex digits (with or without the id's prefix), or its name. None, or
+/// several, is an error naming the matches (at most five) and what to type instead.
+pub fn resolve_ref<'a, T>(items: &'a [T], reference: &str, n: Named, of: impl Fn(&T) -> (&str, &str)) -> anyhow::Result<&'a T> {
+    let hex = reference.strip_prefix(n.prefix).unwrap_or(reference).to_ascii_lowercase();
+    let by_id = hex.chars().all(|c| c.is_ascii_hexdigit()) && (reference.starts_with(n.prefix) || !hex.is_empty());
+    let matches: Vec<&T> = items
         .iter()
-        .filter(|j| (by_id && j.job_id.strip_prefix("job-").is_some_and(|h| h.starts_with(&hex))) || j.name == r.0)
+        .filter(|x| {
+            let (id, name) = of(x);
+            id == reference || (by_id && id.strip_prefix(n.prefix).is_some_and(|h| h.starts_with(&hex))) || name == reference
+        })
         .collect();
     match matches.as_slice() {
-        [one] => one.job_id.parse().map_err(|e| anyhow::anyhow!("the coordinator listed a malformed job id {:?}: {e}", one.job_id)),
-        [] => anyhow::bail!("no job matches {:?}: it is neither a prefix of a job id nor a job's name (`plexus status` lists the jobs)", r.0),
+        [one] => Ok(one),
+        [] => anyhow::bail!(
+            "no {} matches {reference:?}: it is neither a prefix of a {} id nor a {}'s {} (`{}` lists them)",
+            n.what,
+            n.what,
+            n.what,
+            n.name,
+            n.listed_by
+        ),
         many => {
-            let shown: Vec<String> = many.iter().take(5).map(|j| format!("{} ({})", j.job_id, j.name)).collect();
+            let shown: Vec<String> = many.iter().take(5).map(|x| of(x)).map(|(id, name)| format!("{id} ({name})")).collect();
             let more = if many.len() > 5 { format!(" and {} more", many.len() - 5) } else { String::new() };
-            anyhow::bail!("{:?} matches {} jobs: {}{more}; give more of the id", r.0, many.len(), shown.join(", "))
+            anyhow::bail!("{reference:?} matches {} {}s: {}{more}; give more of the id", many.len(), n.what, shown.join(", "))
         }
     }
 }
@@ -213,6 +242,21 @@ fn status_text(status: &tonic::Status, url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn references_resolve_by_id_prefix_or_name() {
+        let items = [("job-1a2b0000", "etl"), ("job-1a2c0000", "train"), ("job-ffff0000", "train")];
+        let n = || Named { prefix: "job-", what: "job", name: "name", listed_by: "plexus status" };
+        let get = |r: &str| resolve_ref(&items, r, n(), |x| (x.0, x.1)).map(|x| x.0);
+        assert_eq!(get("job-1a2b").unwrap(), "job-1a2b0000");
+        assert_eq!(get("1A2C").unwrap(), "job-1a2c0000", "without the prefix, any case");
+        assert_eq!(get("etl").unwrap(), "job-1a2b0000");
+        let e = get("train").unwrap_err().to_string();
+        assert!(e.contains("matches 2 jobs") && e.contains("job-1a2c0000 (train)") && e.contains("job-ffff0000 (train)"), "{e}");
+        assert!(get("job-").unwrap_err().to_string().contains("matches 3 jobs"));
+        assert!(get("nope").unwrap_err().to_string().starts_with("no job matches \"nope\""));
+    }
+
     use super::*;
 
     const URL: &str = "http://127.0.0.1:50051";

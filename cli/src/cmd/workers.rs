@@ -41,19 +41,7 @@ pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::
 /// The worker `name` means: its full id, a unique prefix of it (with or without `wkr-`), or its
 /// host name when one worker has it.
 fn resolve_worker(workers: &[plexus_proto::pb::WorkerInfo], name: &str) -> anyhow::Result<String> {
-    let hex = name.strip_prefix("wkr-").unwrap_or(name).to_ascii_lowercase();
-    let by_id = !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit());
-    let matches: Vec<&plexus_proto::pb::WorkerInfo> = workers
-        .iter()
-        .filter(|w| {
-            w.worker_id == name
-                || (by_id && w.worker_id.strip_prefix("wkr-").is_some_and(|h| h.starts_with(&hex)))
-                || w.capacity.as_ref().is_some_and(|c| c.hostname == name)
-        })
-        .collect();
-    match matches.as_slice() {
-        [one] => Ok(one.worker_id.clone()),
-        [] => anyhow::bail!("no worker matches {name:?}: neither a prefix of a worker id nor a worker's host name (`plexus workers` lists them)"),
-        many => anyhow::bail!("{name:?} matches {} workers: {}; give more of the id", many.len(), many.iter().map(|w| w.worker_id.as_str()).collect::<Vec<_>>().join(", ")),
-    }
+    let named = client::Named { prefix: "wkr-", what: "worker", name: "host name", listed_by: "plexus workers" };
+    let w = client::resolve_ref(workers, name, named, |w| (&w.worker_id, w.capacity.as_ref().map_or("", |c| c.hostname.as_str())))?;
+    Ok(w.worker_id.clone())
 }
