@@ -115,28 +115,19 @@ fn bytes(n: u64) -> String {
     bytesize::ByteSize(n).display().iec().to_string()
 }
 
+/// Every job state, in the order the jobs page offers them as a filter.
+const JOB_STATES: [plexus_proto::JobState; 5] = {
+    use plexus_proto::JobState::*;
+    [Running, Succeeded, Failed, Cancelled, CompletedWithFailures]
+};
+
+/// A job state off the wire, by the domain's name (`unknown` for a value no build knows).
 fn state_name(s: i32) -> &'static str {
-    match pb::JobState::try_from(s) {
-        Ok(pb::JobState::Running) => "running",
-        Ok(pb::JobState::Succeeded) => "succeeded",
-        Ok(pb::JobState::Failed) => "failed",
-        Ok(pb::JobState::Cancelled) => "cancelled",
-        Ok(pb::JobState::CompletedWithFailures) => "completed_with_failures",
-        _ => "unknown",
-    }
+    plexus_proto::convert::job_state("state", s).map_or("unknown", plexus_proto::JobState::as_str)
 }
 
 fn subtask_state_name(s: i32) -> &'static str {
-    match pb::SubtaskState::try_from(s) {
-        Ok(pb::SubtaskState::Waiting) => "waiting",
-        Ok(pb::SubtaskState::Ready) => "ready",
-        Ok(pb::SubtaskState::Assigned) => "assigned",
-        Ok(pb::SubtaskState::Running) => "running",
-        Ok(pb::SubtaskState::Succeeded) => "succeeded",
-        Ok(pb::SubtaskState::Failed) => "failed",
-        Ok(pb::SubtaskState::Cancelled) => "cancelled",
-        _ => "unknown",
-    }
+    plexus_proto::convert::subtask_state("state", s).map_or("unknown", plexus_proto::SubtaskState::as_str)
 }
 
 /// A task group's state for colouring: failed if any failed, succeeded when all did, running
@@ -216,12 +207,12 @@ pub async fn jobs_page(State(d): State<Dash>, Query(query): Query<JobsQuery>) ->
         Err(e) => return unavailable(e),
     };
     let now = plexus_proto::now_ms();
-    let states = ["", "running", "succeeded", "failed", "cancelled", "completed_with_failures"];
+    let states: Vec<&str> = std::iter::once("").chain(JOB_STATES.iter().map(|s| s.as_str())).collect();
     let body = html! {
         h2 { "Jobs" }
         form.filters method="get" action="/" {
             label { "State " select name="state" {
-                @for s in states {
+                @for s in states.iter().copied() {
                     option value=(s) selected[query.state.as_deref().unwrap_or("") == s] { (if s.is_empty() { "any" } else { s }) }
                 }
             } }

@@ -150,7 +150,9 @@ impl Metrics {
             for (_, a) in &out.assignments {
                 placed.inc();
                 let at = &a.attempt;
-                if let (Some(j), Some(s)) = (core.job(at.job), core.job(at.job).and_then(|j| j.subtask_index(&at.task, at.rank).ok()).and_then(|i| core.subtask(at.job, i))) {
+                if let Some(j) = core.job(at.job)
+                    && let Some(s) = j.subtask_index(&at.task, at.rank).ok().map(|i| &j.subtasks[i as usize])
+                {
                     self.submit_to_placed.observe(s.assigned_at.saturating_sub(j.record.submitted_at) as f64 / 1e3);
                 }
             }
@@ -203,7 +205,7 @@ impl Metrics {
         let mut subtasks = [0i64; 7];
         let mut pending = [0i64; 6];
         for j in core.jobs() {
-            jobs[job_slot(j.record.state)] += 1;
+            jobs[JOB_STATES.iter().position(|s| *s == j.record.state).expect("every state is listed")] += 1;
             for (t, task) in j.record.spec.tasks.iter().enumerate() {
                 let c = j.counts(t);
                 for (n, v) in c.iter().enumerate() {
@@ -224,11 +226,11 @@ impl Metrics {
                 pending[class] += ready;
             }
         }
-        for (n, name) in JOB_STATES.iter().enumerate() {
-            self.jobs.get_or_create(&StateLabel { state: name.to_string() }).set(jobs[n]);
+        for (n, state) in JOB_STATES.iter().enumerate() {
+            self.jobs.get_or_create(&StateLabel { state: state.as_str().to_string() }).set(jobs[n]);
         }
-        for (n, name) in SUBTASK_STATES.iter().enumerate() {
-            self.subtasks.get_or_create(&StateLabel { state: name.to_string() }).set(subtasks[n]);
+        for (n, state) in SUBTASK_STATES.iter().enumerate() {
+            self.subtasks.get_or_create(&StateLabel { state: state.as_str().to_string() }).set(subtasks[n]);
         }
         for (n, name) in PENDING_REASONS.iter().enumerate() {
             self.pending.get_or_create(&ReasonLabel { reason: name.to_string() }).set(pending[n]);
@@ -255,15 +257,15 @@ impl Metrics {
     }
 }
 
-const JOB_STATES: [&str; 5] = ["running", "succeeded", "failed", "cancelled", "completed_with_failures"];
-const SUBTASK_STATES: [&str; 7] = ["waiting", "ready", "assigned", "running", "succeeded", "failed", "cancelled"];
-
-fn job_slot(s: JobState) -> usize {
-    match s {
-        JobState::Running => 0,
-        JobState::Succeeded => 1,
-        JobState::Failed => 2,
-        JobState::Cancelled => 3,
-        JobState::CompletedWithFailures => 4,
-    }
-}
+/// Every job state, as `plexus_jobs` labels them (the domain's names).
+const JOB_STATES: [JobState; 5] = [JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Cancelled, JobState::CompletedWithFailures];
+/// Every subtask state in `Job::counts` order (the enum's), labelled by the domain's names.
+const SUBTASK_STATES: [SubtaskState; 7] = [
+    SubtaskState::Waiting,
+    SubtaskState::Ready,
+    SubtaskState::Assigned,
+    SubtaskState::Running,
+    SubtaskState::Succeeded,
+    SubtaskState::Failed,
+    SubtaskState::Cancelled,
+];
