@@ -50,7 +50,8 @@ pub const DEFAULT_COORDINATOR: &str = "127.0.0.1:50051";
 #[command(name = "plexus", version, about = "Submit, watch and inspect Plexus jobs, or run a local cluster")]
 pub struct Cli {
     /// URL of the coordinator (`https://host:port`; a bare `host:port` means https, or http
-    /// with --insecure).
+    /// with --insecure). With an HA control plane, several separated by commas: the client asks
+    /// the first that answers who leads, and goes there.
     #[arg(long, global = true, env = "PLEXUS_COORDINATOR", default_value = DEFAULT_COORDINATOR, value_name = "URL")]
     pub coordinator: String,
 
@@ -92,6 +93,8 @@ pub enum Command {
     Cancel(CancelArgs),
     /// List the workers known to the coordinator.
     Workers(WorkersArgs),
+    /// List the coordinators of the control plane and which one leads (with etcd, several).
+    Coordinators,
     /// Show why a subtask was placed where it was.
     Explain(ExplainArgs),
     /// Make, list and revoke tokens (needs an admin token).

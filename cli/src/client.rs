@@ -54,7 +54,7 @@ impl Target {
     /// else that cluster's. A missing token is not an error here: the coordinator says whether
     /// a call needs one.
     pub fn resolve(url: &str, sources: &Sources) -> anyhow::Result<Target> {
-        let url = normalise_url(url, sources.insecure)?;
+        let url = url.split(',').map(|u| normalise_url(u, sources.insecure)).collect::<anyhow::Result<Vec<_>>>()?.join(",");
         if sources.insecure {
             return Ok(Target { url, ca: None, token: None });
         }
@@ -128,9 +128,36 @@ pub fn normalise_url(url: &str, insecure: bool) -> anyhow::Result<String> {
     Ok(url)
 }
 
-/// Connects eagerly, so an unreachable coordinator is reported as such before any call.
+/// Connects eagerly, so an unreachable coordinator is reported as such before any call. The
+/// URL may list several coordinators (an HA control plane), separated by commas: the first that
+/// answers is asked who leads, and the client goes to the leader.
 pub async fn connect(target: &Target) -> anyhow::Result<Client> {
-    let url = target.url.clone();
+    let mut last = None;
+    for url in target.url.split(',') {
+        match connect_one(target, url).await {
+            Ok(client) => return Ok(follow_leader(target, url, client).await),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no coordinator URL given")))
+}
+
+/// The client of the leader, when `client`'s coordinator is a standby that knows it; else
+/// `client` itself (a single coordinator, or one that cannot say).
+async fn follow_leader(target: &Target, url: &str, mut client: Client) -> Client {
+    let Ok(r) = client.list_coordinators(plexus_proto::pb::ListCoordinatorsRequest {}).await else { return client };
+    let list = r.into_inner().coordinators;
+    if list.iter().any(|c| c.me && c.leader) {
+        return client;
+    }
+    match list.iter().find(|c| c.leader) {
+        Some(leader) if leader.url != url => connect_one(target, &leader.url).await.unwrap_or(client),
+        _ => client,
+    }
+}
+
+async fn connect_one(target: &Target, url: &str) -> anyhow::Result<Client> {
+    let url = url.trim().to_string();
     let mut endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| anyhow::anyhow!("invalid coordinator URL {url:?}: {e}"))?
         .connect_timeout(CONNECT_TIMEOUT);

@@ -104,6 +104,16 @@ fn text(store: &SecurityStore, key: &str) -> Result<Option<String>, Error> {
     store.get(key)?.map(|v| String::from_utf8(v).map_err(|e| corrupt(key, e))).transpose()
 }
 
+fn load_certs(store: &SecurityStore) -> Result<HashMap<Fingerprint, WorkerId>, Error> {
+    let mut certs = HashMap::new();
+    for (key, worker) in store.scan("cert/")? {
+        let fp = Fingerprint(key["cert/".len()..].to_string());
+        let worker = String::from_utf8_lossy(&worker).parse::<WorkerId>().map_err(|e| corrupt(&key, e))?;
+        certs.insert(fp, worker);
+    }
+    Ok(certs)
+}
+
 fn security_error(e: plexus_security::Error) -> Error {
     Error::Invalid(e.to_string())
 }
@@ -132,12 +142,7 @@ impl Security {
         };
         let rail_key = store.get("meta/rail_key")?.filter(|k| k.len() == 32).ok_or_else(|| corrupt("meta/rail_key", "missing or not 32 bytes"))?;
         let identity = ca.issue_coordinator(names).map_err(security_error)?;
-        let mut certs = HashMap::new();
-        for (key, worker) in store.scan("cert/")? {
-            let fp = Fingerprint(key["cert/".len()..].to_string());
-            let worker = String::from_utf8_lossy(&worker).parse::<WorkerId>().map_err(|e| corrupt(&key, e))?;
-            certs.insert(fp, worker);
-        }
+        let certs = load_certs(&store)?;
         let security = Security { store, ca, rail_key, identity, certs: RwLock::new(certs) };
         if first.is_some() {
             let (admin, _) = security.create_token(Scope::Admin, "bootstrap admin token", 0, now_ms)?;
@@ -268,9 +273,25 @@ impl Security {
         Ok(true)
     }
 
-    /// The worker a certificate was issued to, if it is current.
+    /// The worker a certificate was issued to, if it is current. Looked up in memory, then in
+    /// the store: with several coordinators on one etcd (issue 19), another one may have issued
+    /// it since this one loaded its certificates.
     pub fn worker_of(&self, fp: &Fingerprint) -> Option<WorkerId> {
-        self.certs.read().unwrap_or_else(|p| p.into_inner()).get(fp).copied()
+        if let Some(w) = self.certs.read().unwrap_or_else(|p| p.into_inner()).get(fp).copied() {
+            return Some(w);
+        }
+        let stored = text(&self.store, &format!("cert/{}", fp.0)).ok().flatten()?;
+        let worker = stored.parse::<WorkerId>().ok()?;
+        self.certs.write().unwrap_or_else(|p| p.into_inner()).insert(fp.clone(), worker);
+        Some(worker)
+    }
+
+    /// Loads the issued certificates again from the store, forgetting those revoked elsewhere:
+    /// a coordinator does so whenever it becomes the leader.
+    pub fn reload_certs(&self) -> Result<(), Error> {
+        let fresh = load_certs(&self.store)?;
+        *self.certs.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(())
     }
 
     /// The TLS settings of the coordinator's server: its certificate; a client certificate is
@@ -305,7 +326,7 @@ pub fn need(path: &str) -> Option<Need> {
         ("plexus.v1.JobService", "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "GetObject" | "ListWorkers" | "ExplainPlacement" | "GetStoreInfo") => Need::Token(Scope::Read),
         ("plexus.v1.JobService", "SubmitJob" | "CancelJob" | "ResubmitJob") => Need::Token(Scope::Submit),
         ("plexus.v1.JobService", "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker" | "SetQueue" | "DrainWorker" | "RemoveWorker") => Need::Token(Scope::Admin),
-        ("plexus.v1.JobService", "ListQueues") => Need::Token(Scope::Read),
+        ("plexus.v1.JobService", "ListQueues" | "ListCoordinators") => Need::Token(Scope::Read),
         ("plexus.v1.WorkerService", "Join") => Need::Token(Scope::Worker),
         ("plexus.v1.WorkerService", "Register" | "Heartbeat" | "Assignments" | "ReportTasks" | "ResolvePeer") => Need::WorkerCert,
         _ => return None,
@@ -433,7 +454,7 @@ mod tests {
 
     fn open(dir: &Path) -> (SledStore, Security, Option<FirstStart>) {
         let (store, _) = SledStore::open(&dir.join("state.sled")).unwrap();
-        let (security, first) = Security::open(store.security_store().unwrap(), &["node7".into()], 1_000).unwrap();
+        let (security, first) = Security::open(store.spaces().unwrap().security_store(), &["node7".into()], 1_000).unwrap();
         (store, security, first)
     }
 

@@ -89,23 +89,42 @@ pub enum Cmd {
     Stop,
 }
 
-/// A cloneable handle for sending commands to the engine thread.
+/// A cloneable handle for sending commands to the engine thread. Every clone follows
+/// [`EngineHandle::replace`]: with an HA control plane (issue 19) each term of leadership runs
+/// an engine of its own behind the one handle the services hold.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: std_mpsc::Sender<Cmd>,
+    tx: std::sync::Arc<std::sync::RwLock<std_mpsc::Sender<Cmd>>>,
 }
 
 impl EngineHandle {
+    /// A handle with no engine behind it (a standby's): every call fails with
+    /// [`Error::EngineStopped`] until [`EngineHandle::replace`].
+    pub fn detached() -> EngineHandle {
+        let (tx, _) = std_mpsc::channel();
+        EngineHandle { tx: std::sync::Arc::new(std::sync::RwLock::new(tx)) }
+    }
+
+    /// Points this handle, and every clone of it, at `other`'s engine.
+    pub fn replace(&self, other: &EngineHandle) {
+        let tx = other.sender();
+        *self.tx.write().unwrap_or_else(|p| p.into_inner()) = tx;
+    }
+
+    fn sender(&self) -> std_mpsc::Sender<Cmd> {
+        self.tx.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Asks the engine to stop after its current round.
     pub fn stop(&self) {
-        let _ = self.tx.send(Cmd::Stop);
+        let _ = self.sender().send(Cmd::Stop);
     }
 
     /// Sends a command built around a fresh reply channel and waits for the answer.
     /// Fails with [`Error::EngineStopped`] when the engine is gone.
     pub async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Cmd) -> Result<T, Error> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(make(tx)).map_err(|_| Error::EngineStopped)?;
+        self.sender().send(make(tx)).map_err(|_| Error::EngineStopped)?;
         rx.await.map_err(|_| Error::EngineStopped)
     }
 }
@@ -160,7 +179,7 @@ pub fn start_with(core: Core, store: Box<dyn Store>, clock: fn() -> u64, metrics
         .name("plexus-engine".into())
         .spawn(move || engine.run(rx))
         .expect("spawning the engine thread at start-up");
-    (EngineHandle { tx }, join)
+    (EngineHandle { tx: std::sync::Arc::new(std::sync::RwLock::new(tx)) }, join)
 }
 
 type Deferred = Box<dyn FnOnce() + Send>;

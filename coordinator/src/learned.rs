@@ -157,7 +157,7 @@ impl Placer for Learned {
 pub struct LearnedGpu {
     mlp: plexus_policy::InterferenceMlp,
     fallback: ContentionModel,
-    tree: Option<sled::Tree>,
+    tree: Option<crate::store::SharedKv>,
     /// Runs observed since the last save.
     unsaved: u32,
 }
@@ -177,7 +177,7 @@ const SOLO_KEY: &[u8] = b"gpu-solo";
 impl LearnedGpu {
     /// The learner, restored from `tree` when it holds one (a corrupt value is logged and
     /// replaced by a fresh model, like the placement policy's weights).
-    pub fn open(tree: Option<sled::Tree>, seed: u64) -> Result<LearnedGpu, plexus_policy::InterferenceError> {
+    pub fn open(tree: Option<crate::store::SharedKv>, seed: u64) -> Result<LearnedGpu, plexus_policy::InterferenceError> {
         let config = plexus_policy::InterferenceConfig { seed, ..plexus_policy::InterferenceConfig::default() };
         let stored = tree.as_ref().and_then(|t| t.get(MODEL_KEY).ok().flatten());
         let mlp = match stored.map(|b| plexus_policy::InterferenceMlp::from_bytes(&b)) {
@@ -198,7 +198,7 @@ impl LearnedGpu {
 
     fn save(&mut self) {
         if let Some(t) = &self.tree {
-            let r = t.insert(MODEL_KEY, self.mlp.to_bytes()).and_then(|_| t.insert(SOLO_KEY, self.fallback.solo.to_bytes()));
+            let r = t.put(MODEL_KEY, &self.mlp.to_bytes()).and_then(|_| t.put(SOLO_KEY, &self.fallback.solo.to_bytes()));
             if let Err(e) = r {
                 tracing::warn!(error = %e, "could not save the interference model");
             }
@@ -265,7 +265,7 @@ mod gpu_tests {
     fn the_gpu_learner_learns_from_runs_and_persists_in_the_policy_tree() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("policy").unwrap();
+        let tree: crate::store::SharedKv = std::sync::Arc::new(crate::store::SledKv::new(db.open_tree("policy").unwrap(), false));
         let mut l = LearnedGpu::open(Some(tree.clone()), 7).unwrap();
         assert!(l.name().starts_with("contention"));
         for sig in 1..=4u64 {
@@ -289,7 +289,7 @@ mod gpu_tests {
         assert_eq!(back.predict(&probe), before);
         assert_eq!(back.complete(v(3, 0.6)).solo_ms, 30.0);
         // A corrupt value is replaced, not fatal.
-        tree.insert(MODEL_KEY, &b"garbage"[..]).unwrap();
+        tree.put(MODEL_KEY, b"garbage").unwrap();
         let fresh = LearnedGpu::open(Some(tree), 7).unwrap();
         assert!(fresh.name().starts_with("contention"));
     }

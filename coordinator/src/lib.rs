@@ -6,7 +6,11 @@
 //!
 //! # Layout
 //! - [`auth`]: the cluster CA, tokens, and the layer that checks every call's caller.
-//! - [`store`]: durable state in sled (the only module that opens sled).
+//! - [`store`]: durable state in sled (the only module that opens sled), and the [`store::Kv`]
+//!   namespaces (security, policy, queues) on either store.
+//! - [`etcd`]: the same state in etcd (the only module that knows etcd): a log of rounds and
+//!   snapshots, fenced writes.
+//! - [`ha`]: leader election, the standby's gate, and following the leader.
 //! - [`engine`]: the thread that owns core and store: group commit, then replies and dispatch.
 //! - [`convert`]: proto ↔ domain conversion for the coordinator.
 //! - [`rpc`]: the tonic services (the only module that implements tonic service traits), and
@@ -19,6 +23,8 @@ pub mod auth;
 pub mod convert;
 pub mod dashboard;
 pub mod engine;
+pub mod etcd;
+pub mod ha;
 pub mod http;
 pub mod learned;
 pub mod metrics;
@@ -49,6 +55,13 @@ pub enum Error {
     Unavailable(String),
     #[error("{0}: {1}")]
     Io(String, #[source] std::io::Error),
+    /// etcd did not answer, or refused a request (not a fencing refusal).
+    #[error("etcd: {0}")]
+    Etcd(String),
+    /// A write refused because this coordinator no longer leads (its election key is gone):
+    /// it must stop acting and become a standby.
+    #[error("this coordinator no longer leads: its write was refused by etcd (the lease on its election key expired)")]
+    Fenced,
     #[error("sled: {0}")]
     Sled(#[from] sled::Error),
     #[error("schema: {0}")]

@@ -22,9 +22,23 @@ struct Args {
     /// token, `Authorization: Bearer`), or `none`. Port 0 picks a free port, printed on stdout.
     #[arg(long, default_value = "127.0.0.1:8265", value_parser = parse_http)]
     http: HttpAddr,
-    /// Directory for durable state.
+    /// Directory for durable state (the sled store, the CA file and first tokens).
     #[arg(long, default_value = ".plexus/coordinator")]
     data_dir: PathBuf,
+    /// Where the state lives: `sled` (in --data-dir, one coordinator) or
+    /// `etcd://host:port[,host:port…][/prefix]` (default prefix /plexus): an HA control plane,
+    /// where every coordinator on the same etcd campaigns and one leads.
+    #[arg(long, env = "PLEXUS_STORE", default_value = "sled", value_parser = parse_store)]
+    store: StoreArg,
+    /// With etcd: the URL workers and clients reach this coordinator at, which the leader
+    /// publishes and standbys hand out (default: the --listen address, with https:// or http://).
+    #[arg(long, value_name = "URL")]
+    advertise: Option<String>,
+    /// With etcd: the leader's lease. A dead or paused leader is replaced after at most this
+    /// long; a shorter TTL fails over sooner but deposes a leader that stalls (GC, swap, a slow
+    /// disk under etcd) for that long.
+    #[arg(long, default_value = "5s", value_parser = parse_ttl)]
+    lease_ttl: std::time::Duration,
     /// Placement policy: least-loaded, round-robin, random, locality, fastest (least measured
     /// fetch + compute), or rl (the learned DQN).
     #[arg(long, default_value = "least-loaded")]
@@ -123,11 +137,16 @@ fn ask_running<T>(args: &Args, what: &str, call: impl AsyncFnOnce(AdminClient) -
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run pending migrations of the store (they also run at every start).
+    /// Run pending migrations of the store (they also run at every start); with `--to`, then
+    /// copy the sled store in --data-dir into an empty etcd store.
     Migrate {
         /// Only list the pending migrations.
         #[arg(long)]
         dry_run: bool,
+        /// Copy the state, the trust, the learned placer, the queues and the estimates into
+        /// this etcd store (etcd://host:port[,…][/prefix]), which must hold no state yet.
+        #[arg(long, value_name = "ETCD_URL", value_parser = parse_etcd)]
+        to: Option<plexus_coordinator::etcd::EtcdUrl>,
     },
     /// The learned placer's weights, kept in the store.
     Policy {
@@ -202,7 +221,18 @@ fn main() -> anyhow::Result<()> {
 
     let url = args.coordinator_url();
     let url = url.as_str();
-    if let Some(Command::Migrate { dry_run }) = &args.command {
+    if let Some(Command::Migrate { dry_run: false, to: Some(to) }) = &args.command {
+        let dir = server::store_dir(&args.data_dir);
+        let (store, applied) = SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT).with_context(|| format!("opening {} (stop its coordinator first)", dir.display()))?;
+        for m in applied {
+            println!("applied: {} -> {}: {} ({} records)", m.to - 1, m.to, m.name, m.records);
+        }
+        let copied = plexus_coordinator::etcd::copy_sled(&store, to).with_context(|| format!("copying {} into {to}", dir.display()))?;
+        println!("copied {} into {to}: {copied}", dir.display());
+        println!("start the coordinators with --store {to}");
+        return Ok(());
+    }
+    if let Some(Command::Migrate { dry_run, .. }) = &args.command {
         let dir = server::store_dir(&args.data_dir);
         if *dry_run {
             match SledStore::pending(&dir, ADMIN_LOCK_WAIT) {
@@ -247,7 +277,7 @@ fn main() -> anyhow::Result<()> {
         let config = plexus_policy::PolicyConfig { seed: args.seed, ..plexus_policy::PolicyConfig::ours() };
         match SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT) {
             Ok((store, _)) => {
-                let policy_store = store.policy_store();
+                let policy_store = store.spaces()?.policy_store();
                 let stored = policy_store.load_weights().map_err(anyhow::Error::msg)?;
                 let mut policy = plexus_policy::DqnPolicy::new(config, Some(policy_store.clone())).context("starting the policy")?;
                 match action {
@@ -296,6 +326,12 @@ fn main() -> anyhow::Result<()> {
         listen: args.listen,
         http: args.http.0,
         data_dir: args.data_dir,
+        etcd: match args.store {
+            StoreArg::Sled => None,
+            StoreArg::Etcd(u) => Some(u),
+        },
+        advertise: args.advertise,
+        lease_ttl: args.lease_ttl,
         placer: args.placer,
         seed: args.seed,
         core: CoreConfig { heartbeat_interval_ms: args.heartbeat_interval_ms, heartbeat_timeout_ms: args.heartbeat_timeout_ms, msc: args.msc.clone() },
@@ -311,32 +347,19 @@ fn main() -> anyhow::Result<()> {
 fn token_command(args: &Args, action: &TokenAction) -> anyhow::Result<()> {
     let dir = server::store_dir(&args.data_dir);
     let now = plexus_proto::now_ms();
-    let show = |t: &plexus_proto::pb::TokenInfo| {
-        let at = |ms: u64| if ms == 0 { "-".to_string() } else { humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string() };
-        println!("{}  {:<7} created {}  expires {}  revoked {}  {}", t.id, t.scope, at(t.created_ms), at(t.expires_ms), at(t.revoked_ms), t.name);
-    };
+    let show = show_token;
+    if let StoreArg::Etcd(url) = &args.store {
+        // Every coordinator of an etcd store looks tokens up in etcd: change them there.
+        let etcd = plexus_coordinator::etcd::Etcd::connect(url).with_context(|| format!("connecting to {url}"))?;
+        let (security, first) = etcd.locked("init", || auth::Security::open(etcd.spaces().security_store(), &[], now))?;
+        security.write_files(&args.data_dir, first.as_ref())?;
+        return token_action(&security, action, now);
+    }
     match SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT) {
         Ok((store, _)) => {
-            let (security, first) = auth::Security::open(store.security_store()?, &[], now)?;
+            let (security, first) = auth::Security::open(store.spaces()?.security_store(), &[], now)?;
             security.write_files(&args.data_dir, first.as_ref())?;
-            match action {
-                TokenAction::Create { scope, name, ttl } => {
-                    let scope = scope.parse::<plexus_security::Scope>().map_err(anyhow::Error::msg)?;
-                    let ttl_ms = ttl.map(|d| d.as_millis() as u64).unwrap_or(0);
-                    let (token, _) = security.create_token(scope, name, ttl_ms, now)?;
-                    println!("{}", token.expose());
-                }
-                TokenAction::List => {
-                    for t in security.list_tokens()? {
-                        show(&t.info());
-                    }
-                }
-                TokenAction::Revoke { id } => show(&security.revoke(id, now)?.info()),
-                TokenAction::RevokeWorker { worker_id } => {
-                    let worker = worker_id.parse::<plexus_proto::WorkerId>().map_err(anyhow::Error::msg)?;
-                    revoked_worker(worker_id, security.revoke_worker(worker)?);
-                }
-            }
+            token_action(&security, action, now)?;
         }
         Err(plexus_coordinator::Error::Locked { .. }) => match action {
             TokenAction::Create { scope, name, ttl } => {
@@ -363,6 +386,34 @@ fn token_command(args: &Args, action: &TokenAction) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn show_token(t: &plexus_proto::pb::TokenInfo) {
+    let at = |ms: u64| if ms == 0 { "-".to_string() } else { humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string() };
+    println!("{}  {:<7} created {}  expires {}  revoked {}  {}", t.id, t.scope, at(t.created_ms), at(t.expires_ms), at(t.revoked_ms), t.name);
+}
+
+/// A token command on the store itself.
+fn token_action(security: &auth::Security, action: &TokenAction, now: u64) -> anyhow::Result<()> {
+    match action {
+        TokenAction::Create { scope, name, ttl } => {
+            let scope = scope.parse::<plexus_security::Scope>().map_err(anyhow::Error::msg)?;
+            let ttl_ms = ttl.map(|d| d.as_millis() as u64).unwrap_or(0);
+            let (token, _) = security.create_token(scope, name, ttl_ms, now)?;
+            println!("{}", token.expose());
+        }
+        TokenAction::List => {
+            for t in security.list_tokens()? {
+                show_token(&t.info());
+            }
+        }
+        TokenAction::Revoke { id } => show_token(&security.revoke(id, now)?.info()),
+        TokenAction::RevokeWorker { worker_id } => {
+            let worker = worker_id.parse::<plexus_proto::WorkerId>().map_err(anyhow::Error::msg)?;
+            revoked_worker(worker_id, security.revoke_worker(worker)?);
+        }
+    }
+    Ok(())
+}
+
 /// `queue set|list`: on the store when it is free (checked with the core's own rules), else
 /// through the running coordinator, which applies it at once.
 fn queue_command(args: &Args, action: &QueueAction) -> anyhow::Result<()> {
@@ -381,9 +432,9 @@ fn queue_command(args: &Args, action: &QueueAction) -> anyhow::Result<()> {
             if let QueueAction::Set { name, share: s, clear } = action {
                 let mut check = plexus_scheduler::core::Core::new(Default::default(), plexus_scheduler::placer::heuristic("least-loaded", 0).expect("a heuristic"));
                 check.set_queue_share(name, share(s, *clear)).map_err(anyhow::Error::msg)?;
-                store.set_queue_share(name, share(s, *clear))?;
+                plexus_coordinator::store::set_queue_share(store.spaces()?.queues.as_ref(), name, share(s, *clear))?;
             }
-            let queues: Vec<_> = store.queue_shares()?.into_iter().map(|(name, share)| plexus_proto::pb::QueueInfo { name, share, used_cpu: 0.0 }).collect();
+            let queues: Vec<_> = plexus_coordinator::store::queue_shares(store.spaces()?.queues.as_ref())?.into_iter().map(|(name, share)| plexus_proto::pb::QueueInfo { name, share, used_cpu: 0.0 }).collect();
             show(&queues);
         }
         Err(plexus_coordinator::Error::Locked { .. }) => {
@@ -423,6 +474,35 @@ fn export(policy: &plexus_policy::DqnPolicy, file: &std::path::Path, trained: bo
         );
     }
     Ok(())
+}
+
+/// `--store`: sled, or an etcd URL.
+#[derive(Clone, Debug)]
+enum StoreArg {
+    Sled,
+    Etcd(plexus_coordinator::etcd::EtcdUrl),
+}
+
+fn parse_store(s: &str) -> Result<StoreArg, String> {
+    if s == "sled" || s.is_empty() {
+        return Ok(StoreArg::Sled);
+    }
+    s.parse().map(StoreArg::Etcd).map_err(|e| format!("{e} (or `sled`, the default)"))
+}
+
+fn parse_etcd(s: &str) -> Result<plexus_coordinator::etcd::EtcdUrl, String> {
+    s.parse()
+}
+
+fn parse_ttl(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e}: expected a duration such as 5s"))?;
+    if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(300) {
+        return Err(format!("{s} is not a lease TTL: etcd leases count whole seconds, from 1s to 300s"));
+    }
+    if d.subsec_nanos() != 0 {
+        return Err(format!("{s} is not a whole number of seconds (etcd leases count whole seconds)"));
+    }
+    Ok(d)
 }
 
 /// `--http`: an address, or `none`.

@@ -49,7 +49,7 @@ pub fn status(e: impl Into<Error>) -> Status {
             SchedulerError::Restore(_) => Status::internal(msg),
         },
         Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
-        Error::Unavailable(_) | Error::EngineStopped | Error::ShuttingDown => Status::unavailable(msg),
+        Error::Unavailable(_) | Error::EngineStopped | Error::ShuttingDown | Error::Etcd(_) | Error::Fenced => Status::unavailable(msg),
         Error::NotRegistered => Status::failed_precondition(msg),
         Error::Io(..) | Error::Sled(_) | Error::Migration(_) | Error::Corrupt { .. } | Error::Locked { .. } | Error::Policy(_) | Error::Engine(_) | Error::Transport(_) => {
             Status::internal(msg)
@@ -75,13 +75,14 @@ pub struct StoreAccess {
     pub schema_version: u32,
     pub policy: std::sync::Arc<dyn plexus_policy::PolicyStore>,
     /// Where `SetQueue` keeps the queues' shares; `None`: they last until a restart.
-    pub queues: Option<sled::Tree>,
+    pub queues: Option<crate::store::SharedKv>,
 }
 
 /// The client API.
 pub struct JobApi {
     engine: EngineHandle,
     store: Option<StoreAccess>,
+    role: Option<Arc<crate::ha::Role>>,
     /// The cluster's trust: tokens, and the certificate the log proxy shows workers. `None`:
     /// the coordinator runs with `--insecure`.
     security: Option<Arc<Security>>,
@@ -93,7 +94,7 @@ pub struct JobApi {
 
 impl JobApi {
     pub fn new(engine: EngineHandle) -> JobApi {
-        JobApi { engine, store: None, security: None, streams: TaskTracker::new(), stop: CancellationToken::new() }
+        JobApi { engine, store: None, role: None, security: None, streams: TaskTracker::new(), stop: CancellationToken::new() }
     }
 
     /// Serves the token RPCs from `security`, and reads logs from workers over mutual TLS.
@@ -121,6 +122,12 @@ impl JobApi {
     /// Also answers `GetStoreInfo` and `ExportPolicy` from this store.
     pub fn with_store(mut self, store: StoreAccess) -> JobApi {
         self.store = Some(store);
+        self
+    }
+
+    /// Answers `ListCoordinators` from this coordinator's role.
+    pub fn with_role(mut self, role: Arc<crate::ha::Role>) -> JobApi {
+        self.role = Some(role);
         self
     }
 
@@ -389,13 +396,7 @@ impl JobService for JobApi {
         let queues = self.engine.call(|reply| Cmd::SetQueue { name: r.name, share, reply }).await?.map_err(Status::invalid_argument)?;
         if let Some(tree) = self.store.as_ref().and_then(|s| s.queues.clone()) {
             let key = name.clone();
-            tokio::task::spawn_blocking(move || -> Result<(), sled::Error> {
-                match share {
-                    Some(s) => tree.insert(key.as_bytes(), &s.to_le_bytes())?,
-                    None => tree.remove(key.as_bytes())?,
-                };
-                tree.flush().map(|_| ())
-            })
+            tokio::task::spawn_blocking(move || crate::store::set_queue_share(tree.as_ref(), &key, share))
             .await
             .map_err(|e| status(Error::Engine(e.to_string())))?
             .map_err(|e| Status::internal(format!("the share of queue {name:?} applies, but could not be stored (it lasts until a restart): {e}")))?;
@@ -407,6 +408,14 @@ impl JobService for JobApi {
     async fn list_queues(&self, _req: Request<pb::ListQueuesRequest>) -> Result<Response<pb::QueueList>, Status> {
         let queues = self.engine.call(|reply| Cmd::ListQueues { reply }).await?;
         Ok(Response::new(pb::QueueList { queues }))
+    }
+
+    async fn list_coordinators(&self, _req: Request<pb::ListCoordinatorsRequest>) -> Result<Response<pb::ListCoordinatorsResponse>, Status> {
+        let Some(role) = &self.role else {
+            return Err(status(Error::Unavailable("this coordinator serves no control-plane information".into())));
+        };
+        let coordinators = role.coordinators().await?;
+        Ok(Response::new(pb::ListCoordinatorsResponse { coordinators, store: role.store.clone() }))
     }
 
     async fn revoke_worker(&self, req: Request<pb::RevokeWorkerRequest>) -> Result<Response<pb::RevokeWorkerResponse>, Status> {

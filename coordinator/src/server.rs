@@ -18,7 +18,10 @@ use crate::auth::{AuthLayer, Security};
 use crate::engine;
 use crate::learned;
 use crate::rpc::{JobApi, WorkerApi};
-use crate::store::{SledStore, Store};
+use crate::engine::EngineHandle;
+use crate::etcd::{Etcd, EtcdUrl};
+use crate::ha::Role;
+use crate::store::{SledStore, Spaces, Store};
 
 /// Largest gRPC message either way: the one policy of coordinator, workers and clients.
 pub use plexus_proto::rules::MAX_MESSAGE;
@@ -34,6 +37,13 @@ pub struct Config {
     /// Where to serve HTTP (`/metrics`); `None`: nowhere.
     pub http: Option<SocketAddr>,
     pub data_dir: PathBuf,
+    /// `Some`: the state lives in etcd, and this coordinator is one of an HA control plane
+    /// (issue 19); `None`: in sled, in the data dir.
+    pub etcd: Option<EtcdUrl>,
+    /// The URL workers and clients reach this coordinator at (default: the bound address).
+    pub advertise: Option<String>,
+    /// The TTL of the leader's lease (etcd only).
+    pub lease_ttl: std::time::Duration,
     pub placer: String,
     /// Seed of the placer's random choices, so runs repeat.
     pub seed: u64,
@@ -83,59 +93,103 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         )));
     }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
-    let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
+    // The store: sled in the data dir, or etcd (issue 19), whose coordinators share one CA.
+    let (spaces, sled_store, etcd) = match &config.etcd {
+        None => {
+            let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
+            for m in &applied {
+                tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
+            }
+            (store.spaces()?, Some(store), None)
+        }
+        Some(url) => {
+            let url = url.clone();
+            let etcd = tokio::task::spawn_blocking(move || Etcd::connect(&url)).await.map_err(|e| Error::Engine(e.to_string()))??;
+            tracing::info!(store = %etcd.url(), "state in etcd");
+            (etcd.spaces(), None, Some(etcd))
+        }
+    };
     let security = match &config.security {
         SecurityMode::Secure { names, join_dir } => {
-            let (security, first) = Security::open(store.security_store()?, names, plexus_proto::now_ms())?;
+            let open = {
+                let (store, names, etcd) = (spaces.security_store(), names.clone(), etcd.clone());
+                move || match &etcd {
+                    // Coordinators starting together make the CA once, and check the schema.
+                    Some(etcd) => etcd.locked("init", || {
+                        etcd.check_version()?;
+                        Security::open(store, &names, plexus_proto::now_ms())
+                    }),
+                    None => Security::open(store, &names, plexus_proto::now_ms()),
+                }
+            };
+            let (security, first) = tokio::task::spawn_blocking(open).await.map_err(|e| Error::Engine(e.to_string()))??;
             security.write_files(&config.data_dir, first.as_ref())?;
             if let Some(dir) = join_dir {
                 security.write_join_files(&config.data_dir, dir)?;
             }
             Some(Arc::new(security))
         }
-        SecurityMode::Insecure { .. } => None,
-    };
-    let policy_store = store.policy_store();
-    let placer = learned::by_name(&config.placer, config.seed, Some(policy_store.clone()))?;
-    let store_access = crate::rpc::StoreAccess {
-        dir: store_dir(&config.data_dir).display().to_string(),
-        schema_version: plexus_migrations::CURRENT,
-        policy: policy_store,
-        queues: store.queues_tree().map_err(|e| tracing::warn!(error = %e, "cannot open the queues tree; queue shares will not persist")).ok(),
-    };
-    for m in &applied {
-        tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
-    }
-    let snapshot = store.load()?;
-    let (jobs, workers) = (snapshot.jobs.len(), snapshot.workers.len());
-    let mut core = Core::new(config.core.clone(), placer);
-    match learned::LearnedGpu::open(store.policy_tree(), config.seed) {
-        Ok(gpu) => core.set_gpu_learner(Box::new(gpu)),
-        Err(e) => tracing::warn!(error = %e, "the GPU interference model cannot start; GPU sharing uses the contention model"),
-    }
-    core.restore(snapshot, plexus_proto::now_ms())?;
-    core.set_estimates(crate::store::load_estimates(&store));
-    for (name, share) in store.queue_shares()? {
-        if let Err(e) = core.set_queue_share(&name, Some(share)) {
-            tracing::warn!(queue = name, error = e, "a stored queue share is not valid; ignored");
+        SecurityMode::Insecure { .. } => {
+            if let Some(etcd) = &etcd {
+                let e = etcd.clone();
+                tokio::task::spawn_blocking(move || e.locked("init", || e.check_version())).await.map_err(|e| Error::Engine(e.to_string()))??;
+            }
+            None
         }
-    }
-    tracing::info!(jobs, workers, placer = core.placer_name(), estimates = core.estimates().revision(), "state restored");
-    // Not yet read by placement: GPU gang placement (issue 16, item 4) takes it from here.
+    };
+    let store_access = crate::rpc::StoreAccess {
+        dir: match &etcd {
+            Some(e) => e.url().to_string(),
+            None => store_dir(&config.data_dir).display().to_string(),
+        },
+        schema_version: plexus_migrations::CURRENT,
+        policy: spaces.policy_store(),
+        queues: Some(spaces.queues.clone()),
+    };
+    // Tell the operator now, not at the first job, that the GPU costs were read.
     tracing::info!(msc = %config.msc, "GPU topology costs");
-
-    let (handle, engine_thread) = engine::start_with(core, Box::new(store) as Box<dyn Store>, plexus_proto::now_ms, config.http.is_some());
 
     let listener = TcpListener::bind(config.listen).await.map_err(|e| Error::Io(format!("binding {}", config.listen), e))?;
     let addr = listener.local_addr().map_err(|e| Error::Io("reading the bound address".into(), e))?;
+    let me = match &config.advertise {
+        Some(url) => url.clone(),
+        None => format!("{}://{addr}", if config.security.is_secure() { "https" } else { "http" }),
+    };
+    let term = Arc::new(LeaderTerm { config: config.clone(), spaces: spaces.clone(), security: security.clone() });
+    let handle = EngineHandle::detached();
+    let (role, leadership, engine_thread) = match (&etcd, sled_store) {
+        (None, Some(store)) => {
+            let (engine, thread) = term.start_on(Box::new(store))?;
+            handle.replace(&engine);
+            (Role::single(me.clone(), format!("sled:{}", store_dir(&config.data_dir).display())), None, Some(thread))
+        }
+        (Some(etcd), _) => {
+            if config.advertise.is_none() && addr.ip().is_unspecified() {
+                return Err(Error::Invalid(format!(
+                    "with --store etcd:// every coordinator tells workers and clients where it is: pass --advertise URL (it listens on {addr}, which is no address to connect to)"
+                )));
+            }
+            let role = Role::candidate(me.clone(), etcd.clone());
+            let cancel = tokio_util::sync::CancellationToken::new();
+            let task = tokio::spawn(crate::ha::lead(role.clone(), config.lease_ttl, handle.clone(), term.clone() as Arc<dyn crate::ha::Term>, cancel.clone()));
+            (role, Some((cancel, task)), None)
+        }
+        (None, None) => unreachable!("sled is opened when there is no etcd"),
+    };
     println!("plexus-coordinator listening on {addr}");
-    tracing::info!(%addr, "listening");
+    tracing::info!(%addr, advertise = me, "listening");
 
-    // Stop serving on shutdown, or when the engine stops by itself (a storage failure).
+    // Stop serving on shutdown, or when the engine stops by itself (a storage failure); with
+    // etcd, an engine that stops means this coordinator is a standby again, not a shutdown.
     let (engine_done_tx, engine_done_rx) = tokio::sync::oneshot::channel::<()>();
     let engine_waiter = tokio::task::spawn_blocking(move || {
-        let r = engine_thread.join();
-        let _ = engine_done_tx.send(());
+        let r = engine_thread.map(|t| t.join());
+        if r.is_some() {
+            let _ = engine_done_tx.send(());
+        } else {
+            // Held open until shutdown, so the select below never sees it end.
+            std::mem::forget(engine_done_tx);
+        }
         r
     });
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
@@ -178,7 +232,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         None => None,
     };
 
-    let job_api = JobApi::new(handle.clone()).with_store(store_access).with_security(security.clone());
+    let job_api = JobApi::new(handle.clone()).with_store(store_access).with_security(security.clone()).with_role(role.clone());
     let watch_streams = job_api.stream_stopper();
     let jobs = JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
     let workers = WorkerServiceServer::new(WorkerApi::new(handle).with_security(security.clone()))
@@ -198,6 +252,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         })),
     };
     let serve = builder
+        .layer(crate::ha::LeaderGate::new(role.clone()))
         .layer(AuthLayer::new(security))
         .add_service(jobs)
         .add_service(workers)
@@ -225,11 +280,61 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     }
     // Watch streams still open (the grace period ran out) end now, and their tasks are awaited.
     watch_streams.stop().await;
+    if let Some((cancel, task)) = leadership {
+        // Steps down (stopping the engine) and gives the lease back, so a standby leads now.
+        cancel.cancel();
+        let _ = task.await;
+    }
     closer_for_stop.stop();
-    let engine_result = engine_waiter.await.map_err(|e| Error::Engine(e.to_string()))?;
     served.map_err(Error::Transport)?;
-    match engine_result {
-        Ok(r) => r,
-        Err(_) => Err(Error::Engine("the engine thread panicked".into())),
+    match engine_waiter.await.map_err(|e| Error::Engine(e.to_string()))? {
+        None => Ok(()),
+        Some(Ok(r)) => r,
+        Some(Err(_)) => Err(Error::Engine("the engine thread panicked".into())),
+    }
+}
+
+/// Starts an engine on a store: the placer, the state, the GPU learner, the estimates and the
+/// queues' shares, loaded from it. Once for a sled store; at every term of leadership for etcd.
+struct LeaderTerm {
+    config: Config,
+    spaces: Spaces,
+    security: Option<Arc<Security>>,
+}
+
+impl LeaderTerm {
+    fn start_on(&self, store: Box<dyn Store>) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error> {
+        let config = &self.config;
+        let placer = learned::by_name(&config.placer, config.seed, Some(self.spaces.policy_store()))?;
+        let snapshot = store.load()?;
+        let (jobs, workers) = (snapshot.jobs.len(), snapshot.workers.len());
+        let mut core = Core::new(config.core.clone(), placer);
+        match learned::LearnedGpu::open(Some(self.spaces.policy.clone()), config.seed) {
+            Ok(gpu) => core.set_gpu_learner(Box::new(gpu)),
+            Err(e) => tracing::warn!(error = %e, "the GPU interference model cannot start; GPU sharing uses the contention model"),
+        }
+        core.restore(snapshot, plexus_proto::now_ms())?;
+        core.set_estimates(crate::store::load_estimates(store.as_ref()));
+        for (name, share) in crate::store::queue_shares(self.spaces.queues.as_ref())? {
+            if let Err(e) = core.set_queue_share(&name, Some(share)) {
+                tracing::warn!(queue = name, error = e, "a stored queue share is not valid; ignored");
+            }
+        }
+        tracing::info!(jobs, workers, placer = core.placer_name(), estimates = core.estimates().revision(), "state restored");
+        Ok(engine::start_with(core, store, plexus_proto::now_ms, config.http.is_some()))
+    }
+}
+
+impl crate::ha::Term for LeaderTerm {
+    fn start(&self, store: crate::etcd::EtcdStore) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error> {
+        self.start_on(Box::new(store))
+    }
+
+    fn on_lead(&self) {
+        if let Some(s) = &self.security
+            && let Err(e) = s.reload_certs()
+        {
+            tracing::warn!(error = %e, "cannot reload the issued certificates; those known at start stay in force");
+        }
     }
 }

@@ -56,6 +56,16 @@ impl Batch {
         self.items.is_empty()
     }
 
+    /// A record already encoded (a copy from another store).
+    pub fn raw(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.items.push((key, Some(value)));
+    }
+
+    /// The encoded records: key, and new value or `None` (delete).
+    pub fn into_items(self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        self.items
+    }
+
     pub fn job(&mut self, r: &JobRecord) {
         self.put(key(mig::JOB_PREFIX, r.id.as_bytes(), None), r);
     }
@@ -143,87 +153,192 @@ pub const POLICY_TREE: &str = "policy";
 /// Tree holding the queues' shares (`plexus-coordinator queue set`).
 pub const QUEUES_TREE: &str = "queues";
 
+/// The coordinator's namespaces besides its state, on either store.
+#[derive(Clone)]
+pub struct Spaces {
+    /// The cluster's trust (`crate::auth`).
+    pub security: SharedKv,
+    /// What the learned placers learned: the placement policy (`KvPolicyStore`) and the GPU
+    /// interference model (`crate::learned::LearnedGpu`).
+    pub policy: SharedKv,
+    /// The queues' shares.
+    pub queues: SharedKv,
+}
+
+impl Spaces {
+    pub fn security_store(&self) -> SecurityStore {
+        SecurityStore::new(self.security.clone())
+    }
+
+    pub fn policy_store(&self) -> std::sync::Arc<dyn plexus_policy::PolicyStore> {
+        std::sync::Arc::new(KvPolicyStore::new(self.policy.clone()))
+    }
+}
+
 /// Tree holding the cluster's trust: the CA's certificate and key, the rail key, token hashes,
 /// and the fingerprints of the certificates issued to workers (see `crate::auth`).
 pub const SECURITY_TREE: &str = "security";
 
-/// The `security` tree: small records, each written durably (flushed) before the call that
-/// made it returns, because a token handed out or a certificate issued must survive a crash.
-#[derive(Clone)]
-pub struct SecurityStore {
-    tree: sled::Tree,
+/// A namespace of small records (the cluster's trust, the learned placer's weights and
+/// experiences, the queues' shares), on whichever store the coordinator runs: a sled tree, or a
+/// key prefix in etcd (`crate::etcd`). Every call is synchronous; where `durable`, a write has
+/// reached the disk (sled: flushed) or a quorum (etcd) when it returns.
+pub trait Kv: Send + Sync {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error>;
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), Error>;
+    /// Removes every key of `keys` (absent ones are no error).
+    fn remove(&self, keys: &[Vec<u8>]) -> Result<(), Error>;
+    /// Every record whose key starts with `prefix`, in key order.
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error>;
 }
 
-impl SecurityStore {
-    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+pub type SharedKv = std::sync::Arc<dyn Kv>;
+
+/// A sled tree as a [`Kv`]; `durable`: flush after every write.
+pub struct SledKv {
+    tree: sled::Tree,
+    durable: bool,
+}
+
+impl SledKv {
+    pub fn new(tree: sled::Tree, durable: bool) -> SledKv {
+        SledKv { tree, durable }
+    }
+
+    fn flushed(&self) -> Result<(), Error> {
+        if self.durable {
+            self.tree.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl Kv for SledKv {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         Ok(self.tree.get(key)?.map(|v| v.to_vec()))
     }
-
-    /// Writes and flushes.
-    pub fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
         self.tree.insert(key, value)?;
-        self.tree.flush()?;
-        Ok(())
+        self.flushed()
     }
-
-    /// Removes and flushes.
-    pub fn remove(&self, key: &str) -> Result<(), Error> {
-        self.tree.remove(key)?;
-        self.tree.flush()?;
-        Ok(())
+    fn remove(&self, keys: &[Vec<u8>]) -> Result<(), Error> {
+        let mut b = sled::Batch::default();
+        for k in keys {
+            b.remove(k.as_slice());
+        }
+        self.tree.apply_batch(b)?;
+        self.flushed()
     }
-
-    /// Every record whose key starts with `prefix`.
-    pub fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
         self.tree
             .scan_prefix(prefix)
             .map(|r| {
                 let (k, v) = r?;
-                Ok((String::from_utf8_lossy(&k).into_owned(), v.to_vec()))
+                Ok((k.to_vec(), v.to_vec()))
             })
             .collect()
     }
 }
 
-/// The learned placer's persistence, in its own tree. Writes are made durable by sled's periodic
-/// flush and by the engine's flush of every commit; losing the last fraction of a second of
-/// experiences in a crash only costs a little learning.
-struct SledPolicyStore {
-    tree: sled::Tree,
+/// The cluster's trust (see `crate::auth`): small records, each written durably before the call
+/// that made it returns, because a token handed out or a certificate issued must survive a crash.
+#[derive(Clone)]
+pub struct SecurityStore {
+    kv: SharedKv,
 }
 
-fn experience_key(id: u64) -> [u8; 9] {
-    let mut k = [b'e'; 9];
+impl SecurityStore {
+    pub fn new(kv: SharedKv) -> SecurityStore {
+        SecurityStore { kv }
+    }
+
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.kv.get(key.as_bytes())
+    }
+
+    /// Writes durably.
+    pub fn put(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        self.kv.put(key.as_bytes(), value)
+    }
+
+    /// Removes durably.
+    pub fn remove(&self, key: &str) -> Result<(), Error> {
+        self.kv.remove(&[key.as_bytes().to_vec()])
+    }
+
+    /// Every record whose key starts with `prefix`.
+    pub fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        Ok(self.kv.scan(prefix.as_bytes())?.into_iter().map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v)).collect())
+    }
+}
+
+/// The learned placer's persistence, in a [`Kv`]: `weights`, and `e` + id (u64 BE) per
+/// experience. On sled, writes are made durable by sled's periodic flush and the engine's flush
+/// of every commit; losing the last fraction of a second of experiences in a crash only costs a
+/// little learning.
+pub struct KvPolicyStore {
+    kv: SharedKv,
+}
+
+impl KvPolicyStore {
+    pub fn new(kv: SharedKv) -> KvPolicyStore {
+        KvPolicyStore { kv }
+    }
+}
+
+fn experience_key(id: u64) -> Vec<u8> {
+    let mut k = vec![b'e'; 9];
     k[1..].copy_from_slice(&id.to_be_bytes());
     k
 }
 
-impl plexus_policy::PolicyStore for SledPolicyStore {
+fn policy_error(e: Error) -> StoreError {
+    e.to_string().into()
+}
+
+impl plexus_policy::PolicyStore for KvPolicyStore {
     fn load_weights(&self) -> Result<Option<Vec<u8>>, StoreError> {
-        self.tree.get(b"weights").map(|v| v.map(|v| v.to_vec())).map_err(StoreError::from)
+        self.kv.get(b"weights").map_err(policy_error)
     }
     fn save_weights(&self, bytes: &[u8]) -> Result<(), StoreError> {
-        self.tree.insert(b"weights", bytes).map(|_| ()).map_err(StoreError::from)
+        self.kv.put(b"weights", bytes).map_err(policy_error)
     }
     fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        self.tree
-            .scan_prefix(b"e")
-            .map(|r| {
-                let (k, v) = r?;
+        self.kv
+            .scan(b"e")
+            .map_err(policy_error)?
+            .into_iter()
+            .map(|(k, v)| {
                 let id = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or("bad experience key")?;
-                Ok((id, v.to_vec()))
+                Ok((id, v))
             })
             .collect()
     }
     fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), StoreError> {
-        self.tree.insert(experience_key(id), bytes).map(|_| ()).map_err(StoreError::from)
+        self.kv.put(&experience_key(id), bytes).map_err(policy_error)
     }
     fn remove_experiences(&self, ids: &[u64]) -> Result<(), StoreError> {
-        let mut b = sled::Batch::default();
-        for id in ids {
-            b.remove(&experience_key(*id));
+        self.kv.remove(&ids.iter().map(|id| experience_key(*id)).collect::<Vec<_>>()).map_err(policy_error)
+    }
+}
+
+/// The queues' shares in `kv` (name → share, f64 LE).
+pub fn queue_shares(kv: &dyn Kv) -> Result<Vec<(String, f64)>, Error> {
+    let mut out = Vec::new();
+    for (k, v) in kv.scan(b"")? {
+        match (std::str::from_utf8(&k), <[u8; 8]>::try_from(v.as_slice())) {
+            (Ok(name), Ok(b)) => out.push((name.to_string(), f64::from_le_bytes(b))),
+            _ => tracing::warn!("a queue record that is not name -> share; ignored"),
         }
-        self.tree.apply_batch(b).map_err(StoreError::from)
+    }
+    Ok(out)
+}
+
+/// Stores (`Some`) or removes a queue's share, durably.
+pub fn set_queue_share(kv: &dyn Kv, name: &str, share: Option<f64>) -> Result<(), Error> {
+    match share {
+        Some(s) => kv.put(name.as_bytes(), &s.to_le_bytes()),
+        None => kv.remove(&[name.as_bytes().to_vec()]),
     }
 }
 
@@ -243,56 +358,19 @@ impl SledStore {
         Ok((SledStore { db, state, estimates }, applied))
     }
 
-    /// Persistence for the learned placer, in this database's `policy` tree.
-    pub fn policy_store(&self) -> std::sync::Arc<dyn plexus_policy::PolicyStore> {
-        match self.db.open_tree(POLICY_TREE) {
-            Ok(tree) => std::sync::Arc::new(SledPolicyStore { tree }),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot open the policy tree; the learned placer will not persist");
-                std::sync::Arc::new(plexus_policy::MemPolicyStore::default())
-            }
-        }
+    /// A tree of this database as a [`Kv`] (`durable`: flushed at every write).
+    pub fn kv(&self, tree: &str, durable: bool) -> Result<SharedKv, Error> {
+        Ok(std::sync::Arc::new(SledKv::new(self.db.open_tree(tree)?, durable)))
     }
 
-    /// The `policy` tree itself, for learners that keep one value each (the GPU interference
-    /// model); `None` (logged) when it cannot be opened.
-    pub fn policy_tree(&self) -> Option<sled::Tree> {
-        self.db.open_tree(POLICY_TREE).map_err(|e| tracing::warn!(error = %e, "cannot open the policy tree; the GPU learner will not persist")).ok()
+    /// The namespaces the coordinator keeps besides its state, in this database's trees.
+    pub fn spaces(&self) -> Result<Spaces, Error> {
+        Ok(Spaces { security: self.kv(SECURITY_TREE, true)?, policy: self.kv(POLICY_TREE, false)?, queues: self.kv(QUEUES_TREE, true)? })
     }
 
-    /// The queues' shares, in this database's `queues` tree (name → share, f64 LE).
-    pub fn queue_shares(&self) -> Result<Vec<(String, f64)>, Error> {
-        let tree = self.db.open_tree(QUEUES_TREE)?;
-        let mut out = Vec::new();
-        for r in tree.iter() {
-            let (k, v) = r?;
-            match (std::str::from_utf8(&k), <[u8; 8]>::try_from(v.as_ref())) {
-                (Ok(name), Ok(b)) => out.push((name.to_string(), f64::from_le_bytes(b))),
-                _ => tracing::warn!("a queue record that is not name -> share; ignored"),
-            }
-        }
-        Ok(out)
-    }
-
-    /// Stores (`Some`) or removes a queue's share, durably.
-    pub fn set_queue_share(&self, name: &str, share: Option<f64>) -> Result<(), Error> {
-        let tree = self.db.open_tree(QUEUES_TREE)?;
-        match share {
-            Some(s) => tree.insert(name.as_bytes(), &s.to_le_bytes())?,
-            None => tree.remove(name.as_bytes())?,
-        };
-        tree.flush()?;
-        Ok(())
-    }
-
-    /// A handle on the `queues` tree, for the running coordinator's `SetQueue`.
-    pub fn queues_tree(&self) -> Result<sled::Tree, Error> {
-        Ok(self.db.open_tree(QUEUES_TREE)?)
-    }
-
-    /// The cluster's credentials, in this database's `security` tree.
-    pub fn security_store(&self) -> Result<SecurityStore, Error> {
-        Ok(SecurityStore { tree: self.db.open_tree(SECURITY_TREE)? })
+    /// Every state record as stored (v2 key, JSON value): what `migrate --to etcd://` copies.
+    pub fn raw_state(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+        self.state.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Error::from)).collect()
     }
 
     /// Migrations that opening the store at `dir` would run, without running them.
@@ -304,7 +382,7 @@ impl SledStore {
 
 impl Store for SledStore {
     fn load(&self) -> Result<Snapshot, Error> {
-        decode_all(self.state.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Error::from)))
+        decode_records(self.state.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Error::from)))
     }
 
     fn commit(&self, batch: Batch) -> Result<(), Error> {
@@ -345,7 +423,7 @@ pub struct MemStore {
 impl Store for MemStore {
     fn load(&self) -> Result<Snapshot, Error> {
         let items = self.items.lock().map_err(|_| Error::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
-        decode_all(items.iter().map(|(k, v)| Ok((k.clone(), v.clone()))))
+        decode_records(items.iter().map(|(k, v)| Ok((k.clone(), v.clone()))))
     }
 
     fn commit(&self, batch: Batch) -> Result<(), Error> {
@@ -398,7 +476,8 @@ pub fn save_estimates(store: &dyn Store, estimates: &Estimates) -> bool {
     }
 }
 
-fn decode_all(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Error>>) -> Result<Snapshot, Error> {
+/// Decodes the state records (v2 keys) into a snapshot for the core.
+pub fn decode_records(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Error>>) -> Result<Snapshot, Error> {
     let mut snap = Snapshot::default();
     for item in items {
         let (k, v) = item?;

@@ -24,7 +24,8 @@ pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "plexus-worker", version, about)]
 pub struct Args {
-    /// URL of the coordinator's gRPC endpoint, e.g. http://127.0.0.1:7000.
+    /// URL of the coordinator's gRPC endpoint, e.g. https://10.0.0.5:7070; with an HA control
+    /// plane, every coordinator's, separated by commas (the worker follows the leader).
     #[arg(long, env = "PLEXUS_COORDINATOR")]
     pub coordinator: String,
 
@@ -127,6 +128,13 @@ pub fn parse_size(s: &str) -> Result<u64> {
 
 /// Accepts `host:port` as shorthand for `https://host:port` (`http://` when `insecure`) and
 /// checks that the result is a URL a gRPC client can connect to, with the scheme that matches.
+/// [`normalise_url`] of each URL of a comma-separated list (the coordinators of an HA control
+/// plane), joined again with commas.
+pub fn normalise_urls(what: &str, s: &str, insecure: bool) -> Result<String> {
+    let urls = s.split(',').map(|u| normalise_url(what, u, insecure)).collect::<Result<Vec<_>>>()?;
+    Ok(urls.join(","))
+}
+
 pub fn normalise_url(what: &str, s: &str, insecure: bool) -> Result<String> {
     let s = s.trim();
     if s.is_empty() {
@@ -228,7 +236,7 @@ fn default_rail() -> IpAddr {
 impl Args {
     /// Resolves the defaults that depend on the machine and checks what clap cannot.
     pub fn into_config(self) -> Result<Config> {
-        let coordinator = normalise_url("--coordinator", &self.coordinator, self.insecure)?;
+        let coordinator = normalise_urls("--coordinator", &self.coordinator, self.insecure)?;
         let advertise = self.advertise.map(|a| normalise_url("--advertise", &a, self.insecure)).transpose()?;
         let join_token = match (&self.join_token_file, std::env::var("PLEXUS_JOIN_TOKEN").ok().filter(|t| !t.trim().is_empty())) {
             (Some(p), _) => Some(std::fs::read_to_string(p).map_err(|e| Error::Config(format!("cannot read the join token --join-token-file {}: {e}", p.display())))?),

@@ -126,10 +126,15 @@ pub async fn obtain(trust: &TrustConfig, layout: &Layout, worker_id: WorkerId, c
 
 /// `Join`, retried while the coordinator cannot be reached (it may be starting), for at most
 /// [`JOIN_PATIENCE`]; a refusal (bad token, bad CA) ends it at once.
-async fn join(coordinator: &str, ca: &str, token: &Token, worker_id: WorkerId, key: &WorkerKey) -> Result<pb::JoinResponse> {
+async fn join(coordinators: &str, ca: &str, token: &Token, worker_id: WorkerId, key: &WorkerKey) -> Result<pb::JoinResponse> {
     let start = std::time::Instant::now();
     let mut delay = Duration::from_millis(200);
+    // With an HA control plane only the leader lets a worker join: a standby's refusal names
+    // it, and any other failure moves on to the next coordinator of the list.
+    let list = crate::session::Coordinators::new(coordinators);
     loop {
+        let coordinator = list.current();
+        let coordinator = coordinator.as_str();
         let endpoint = Endpoint::from_shared(coordinator.to_string())
             .map_err(Error::connect(coordinator))?
             .connect_timeout(Duration::from_secs(5))
@@ -156,6 +161,9 @@ async fn join(coordinator: &str, ca: &str, token: &Token, worker_id: WorkerId, k
                 e
             }
         };
+        if list.failed(&e) {
+            continue;
+        }
         if start.elapsed() > JOIN_PATIENCE {
             return Err(e);
         }

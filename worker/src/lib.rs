@@ -99,7 +99,7 @@ impl Worker {
     /// it, opens the cache, binds the PeerService and starts talking to the coordinator (in the
     /// background; an unreachable coordinator is retried forever).
     pub async fn start(config: Config) -> Result<Worker> {
-        let coordinator = config::normalise_url("the coordinator URL", &config.coordinator, config.trust.insecure)?;
+        let coordinator = config::normalise_urls("the coordinator URL", &config.coordinator, config.trust.insecure)?;
         let data_dir = std::path::absolute(&config.data_dir).map_err(Error::io("resolve", &config.data_dir))?;
         let layout = Layout::new(data_dir);
         std::fs::create_dir_all(layout.root()).map_err(Error::io("create", layout.root()))?;
@@ -230,12 +230,16 @@ impl Worker {
         let mut coordinator_tls = None;
         if let Some(c) = &credentials {
             let tls = c.coordinator_tls();
-            let channel = tonic::transport::Endpoint::from_shared(coordinator.clone())
-                .map_err(Error::connect(&coordinator))?
-                .tls_config(tls.clone())
-                .map_err(Error::connect(&coordinator))?
-                .connect_lazy();
-            server = server.with_push_guard(Arc::new(peer::PushGuard::new(channel)));
+            let mut channels = Vec::new();
+            for url in coordinator.split(',') {
+                let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+                    .map_err(Error::connect(url))?
+                    .tls_config(tls.clone())
+                    .map_err(Error::connect(url))?
+                    .connect_lazy();
+                channels.push(channel);
+            }
+            server = server.with_push_guard(Arc::new(peer::PushGuard::new(channels)));
             coordinator_tls = Some(tls);
         }
         let server_tls = credentials.as_ref().map(credentials::Credentials::peer_server_tls);
@@ -280,7 +284,7 @@ impl Worker {
             None => None,
         };
         let session_loop = Session {
-            coordinator,
+            coordinators: Arc::new(session::Coordinators::new(&coordinator)),
             worker_id,
             session: session.clone(),
             peer_addr: peer_addr.clone(),

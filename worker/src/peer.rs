@@ -226,7 +226,10 @@ const GUARD_REFRESH: Duration = Duration::from_secs(1);
 /// which rails it registered. Without this, any worker could make another send data anywhere.
 #[derive(Debug)]
 pub struct PushGuard {
-    coordinator: pb::worker_service_client::WorkerServiceClient<tonic::transport::Channel>,
+    /// One client per coordinator of the list; only the leader answers.
+    coordinators: Vec<pb::worker_service_client::WorkerServiceClient<tonic::transport::Channel>>,
+    /// The one that answered last.
+    leader: std::sync::atomic::AtomicUsize,
     /// By certificate fingerprint: what the coordinator last said.
     known: std::sync::Mutex<std::collections::HashMap<String, Resolved>>,
 }
@@ -240,9 +243,32 @@ struct Resolved {
 }
 
 impl PushGuard {
-    /// A guard asking the coordinator over `channel` (this worker's mutual-TLS connection).
-    pub fn new(channel: tonic::transport::Channel) -> PushGuard {
-        PushGuard { coordinator: pb::worker_service_client::WorkerServiceClient::new(channel), known: Default::default() }
+    /// A guard asking the coordinator over `channels` (this worker's mutual-TLS connections, one
+    /// per coordinator of an HA control plane).
+    pub fn new(channels: Vec<tonic::transport::Channel>) -> PushGuard {
+        let coordinators = channels.into_iter().map(pb::worker_service_client::WorkerServiceClient::new).collect();
+        PushGuard { coordinators, leader: Default::default(), known: Default::default() }
+    }
+
+    /// `ResolvePeer` at the coordinator that answered last, then at the others: a standby
+    /// refuses with UNAVAILABLE.
+    async fn resolve(&self, fingerprint: String) -> std::result::Result<pb::ResolvePeerResponse, Status> {
+        let n = self.coordinators.len().max(1);
+        let first = self.leader.load(std::sync::atomic::Ordering::Relaxed);
+        let mut last = Status::unavailable("no coordinator to ask");
+        for i in 0..n {
+            let at = (first + i) % n;
+            let Some(c) = self.coordinators.get(at) else { break };
+            match c.clone().resolve_peer(pb::ResolvePeerRequest { fingerprint: fingerprint.clone() }).await {
+                Ok(r) => {
+                    self.leader.store(at, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(r.into_inner());
+                }
+                Err(s) if s.code() == tonic::Code::Unavailable => last = s,
+                Err(s) => return Err(s),
+            }
+        }
+        Err(last)
     }
 
     /// Ok when every rail of `rails` was registered by the worker whose certificate is `cert`.
@@ -261,12 +287,9 @@ impl PushGuard {
             Some((w, false, true)) => w,
             _ => {
                 let reply = self
-                    .coordinator
-                    .clone()
-                    .resolve_peer(pb::ResolvePeerRequest { fingerprint: fp.clone() })
+                    .resolve(fp.clone())
                     .await
-                    .map_err(|s| Status::permission_denied(format!("cannot check the caller of PushObject with the coordinator: {}", s.message())))?
-                    .into_inner();
+                    .map_err(|s| Status::permission_denied(format!("cannot check the caller of PushObject with the coordinator: {}", s.message())))?;
                 let ok = rails.iter().all(|r| reply.rails.contains(r));
                 let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
                 // Bounded: one entry per worker certificate, forgotten when it gets full.

@@ -58,10 +58,75 @@ const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(60);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The coordinators a worker may talk to (`--coordinator` is a comma-separated list: an HA
+/// control plane, issue 19), and which one to try next: the leader a standby named, else the
+/// next of the list after a failure.
+#[derive(Debug)]
+pub struct Coordinators {
+    urls: Vec<String>,
+    state: std::sync::Mutex<(usize, Option<String>)>,
+}
+
+/// The metadata key of a standby's refusal that names the leader (`plexus_coordinator::ha`).
+pub const LEADER_METADATA: &str = "plexus-leader";
+
+impl Coordinators {
+    /// `list`: URLs separated by commas, already normalised.
+    pub fn new(list: &str) -> Coordinators {
+        let urls: Vec<String> = list.split(',').map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
+        Coordinators { urls, state: std::sync::Mutex::new((0, None)) }
+    }
+
+    /// The URL to connect to now.
+    pub fn current(&self) -> String {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match &st.1 {
+            Some(leader) => leader.clone(),
+            None => self.urls.get(st.0).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// The whole list, as given.
+    pub fn all(&self) -> String {
+        self.urls.join(",")
+    }
+
+    /// A connection to `current()` failed: whether the error named a leader to follow (then
+    /// that is tried next, at once); otherwise the next URL of the list is.
+    pub fn failed(&self, error: &Error) -> bool {
+        let leader = match error {
+            Error::Rpc { status, .. } => leader_of(status),
+            _ => None,
+        };
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match leader {
+            Some(l) if st.1.as_deref() != Some(l.as_str()) => {
+                st.1 = Some(l);
+                true
+            }
+            _ => {
+                st.1 = None;
+                if !self.urls.is_empty() {
+                    st.0 = (st.0 + 1) % self.urls.len();
+                }
+                false
+            }
+        }
+    }
+}
+
+/// The leader a standby's refusal names, if it is one.
+pub fn leader_of(status: &tonic::Status) -> Option<String> {
+    if status.code() != tonic::Code::Unavailable {
+        return None;
+    }
+    status.metadata().get(LEADER_METADATA).and_then(|v| v.to_str().ok()).filter(|u| u.starts_with("http://") || u.starts_with("https://")).map(str::to_string)
+}
+
 /// Everything the coordinator connection needs.
 #[derive(Debug)]
 pub struct Session {
-    pub coordinator: String,
+    pub coordinators: Arc<Coordinators>,
     pub worker_id: WorkerId,
     pub session: String,
     pub peer_addr: String,
@@ -121,7 +186,7 @@ struct Ended {
 
 /// Runs `connection` again and again until `shutdown` is cancelled, waiting the [`Backoff`]
 /// between one connection's end and the next one's start.
-async fn reconnect<F, Fut>(shutdown: &CancellationToken, coordinator: &str, mut connection: F)
+async fn reconnect<F, Fut>(shutdown: &CancellationToken, coordinators: &Coordinators, mut connection: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Ended>,
@@ -130,12 +195,18 @@ where
     // Whether "not connected" was already logged at info since the last registration.
     let mut announced = false;
     loop {
+        let coordinator = coordinators.current();
         let Ended { registered, error } = tokio::select! {
             () = shutdown.cancelled() => return,
             ended = connection() => ended,
         };
         if registered {
             backoff.reset();
+        }
+        // A standby named the leader: go there now.
+        if coordinators.failed(&error) {
+            info!(from = %coordinator, to = %coordinators.current(), "following the leader");
+            continue;
         }
         let retry_in = backoff.next_delay();
         // Log connection changes at info, and repeated failures to reconnect only at debug,
@@ -156,7 +227,7 @@ where
 impl Session {
     /// Talks to the coordinator until `shutdown` is cancelled, reconnecting forever.
     pub async fn run(self, shutdown: CancellationToken) {
-        reconnect(&shutdown, &self.coordinator, || self.connection()).await;
+        reconnect(&shutdown, &self.coordinators, || self.connection()).await;
     }
 
     /// One connection, to its end.
@@ -175,18 +246,19 @@ impl Session {
     /// One connection; returns only with the error that ended it. Sets `registered` once
     /// `Register` succeeded.
     async fn connect_and_serve(&self, registered: &mut bool) -> Result<std::convert::Infallible> {
-        let endpoint = Endpoint::from_shared(self.coordinator.clone())
-            .map_err(Error::connect(&self.coordinator))?
+        let coordinator = self.coordinators.current();
+        let endpoint = Endpoint::from_shared(coordinator.clone())
+            .map_err(Error::connect(&coordinator))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
         let endpoint = match &self.tls {
-            Some(tls) => endpoint.tls_config(tls.clone()).map_err(Error::connect(&self.coordinator))?,
+            Some(tls) => endpoint.tls_config(tls.clone()).map_err(Error::connect(&coordinator))?,
             None => endpoint,
         };
-        let channel = endpoint.connect().await.map_err(Error::connect(&self.coordinator))?;
+        let channel = endpoint.connect().await.map_err(Error::connect(&coordinator))?;
         // The one message-size policy: the coordinator sends assignments up to this size.
         let mut client = pb::worker_service_client::WorkerServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
@@ -209,7 +281,7 @@ impl Session {
         } else if self.tls.is_some() {
             return Err(Error::Config("the coordinator sent no rail key over a secure connection; is it running with --insecure?".into()));
         }
-        if let Err(e) = std::fs::write(&self.registered_file, format!("{} {}\n", self.session, self.coordinator)) {
+        if let Err(e) = std::fs::write(&self.registered_file, format!("{} {}\n", self.session, coordinator)) {
             debug!(error = %e, "cannot write the registered marker");
         }
         let interval = match reply.heartbeat_interval_ms {
@@ -221,7 +293,7 @@ impl Session {
             ms => Duration::from_millis(ms),
         };
         info!(
-            coordinator = %self.coordinator, worker_id = %self.worker_id, known = known.len(),
+            coordinator = %coordinator, worker_id = %self.worker_id, known = known.len(),
             heartbeat = ?interval, "registered with the coordinator"
         );
 
@@ -361,7 +433,7 @@ mod tests {
         let starts: Mutex<Vec<Instant>> = Mutex::default();
         let t0 = Instant::now();
         // The seventh connection registers before it fails; the tenth is the last one.
-        reconnect(&shutdown, "http://coordinator.test", || {
+        reconnect(&shutdown, &Coordinators::new("http://coordinator.test"), || {
             let mut starts = starts.lock().unwrap();
             starts.push(Instant::now());
             let n = starts.len();
@@ -377,6 +449,31 @@ mod tests {
         assert_eq!(gaps, [200, 400, 800, 1600, 2000, 2000, 200, 400, 800]);
     }
 
+    /// A standby's refusal that names the leader is followed at once; any other failure moves
+    /// on to the next coordinator of the list.
+    #[test]
+    fn standbys_refusals_are_followed_and_failures_rotate_the_list() {
+        let c = Coordinators::new("https://a:1, https://b:1,https://c:1");
+        assert_eq!(c.all(), "https://a:1,https://b:1,https://c:1");
+        assert_eq!(c.current(), "https://a:1");
+        assert!(!c.failed(&Error::StreamClosed));
+        assert_eq!(c.current(), "https://b:1");
+        let refusal = |leader: &str| {
+            let mut st = tonic::Status::unavailable("this coordinator is a standby");
+            st.metadata_mut().insert(LEADER_METADATA, leader.parse().unwrap());
+            Error::Rpc { call: "Register", status: Box::new(st) }
+        };
+        assert!(c.failed(&refusal("https://c:1")));
+        assert_eq!(c.current(), "https://c:1");
+        // Named twice in a row: it does not act as the leader, so the list goes on.
+        assert!(!c.failed(&refusal("https://c:1")));
+        assert_eq!(c.current(), "https://c:1", "the list's next after b");
+        assert!(!c.failed(&refusal("not a url")), "a hint that is no URL is ignored");
+        assert_eq!(c.current(), "https://a:1");
+        let other = Error::Rpc { call: "Register", status: Box::new(tonic::Status::permission_denied("no")) };
+        assert!(!c.failed(&other));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn shutdown_ends_the_wait_between_connections() {
         let shutdown = CancellationToken::new();
@@ -385,7 +482,8 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
             shutdown.cancel();
         };
-        let run = reconnect(&shutdown, "http://coordinator.test", || {
+        let coordinators = Coordinators::new("http://coordinator.test");
+        let run = reconnect(&shutdown, &coordinators, || {
             std::future::ready(Ended { registered: false, error: Error::StreamClosed })
         });
         tokio::join!(run, stop);

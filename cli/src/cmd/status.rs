@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use plexus_proto::pb::{GetJobRequest, ListJobsRequest};
+use plexus_proto::pb::{GetJobRequest, ListCoordinatorsRequest, ListJobsRequest};
 
 use crate::args::{OutputFormat, StateFilter, StatusArgs};
 use plexus_proto::pb::{JobState, JobStatus};
@@ -17,7 +17,17 @@ pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::R
             let mut jobs = client.list_jobs(ListJobsRequest {}).await?.into_inner().jobs;
             filter_jobs(&mut jobs, args);
             match args.output {
-                OutputFormat::Table => output::jobs_table(&jobs, now),
+                OutputFormat::Table => {
+                    // With several coordinators, which one leads comes first.
+                    let coordinators = client.list_coordinators(ListCoordinatorsRequest {}).await.map(|r| r.into_inner().coordinators).unwrap_or_default();
+                    let mut text = String::new();
+                    if coordinators.len() > 1 {
+                        let leader = coordinators.iter().find(|c| c.leader).map(|c| c.url.as_str()).unwrap_or("none");
+                        text.push_str(&format!("control plane: {} coordinators, leader {leader} (plexus coordinators)\n", coordinators.len()));
+                    }
+                    text.push_str(&output::jobs_table(&jobs, now));
+                    text
+                }
                 OutputFormat::Json => output::json(&output::job_list_view(&jobs)),
             }
         }
@@ -104,4 +114,22 @@ mod tests {
         filter_jobs(&mut v, &args(&["--state", "cancelled"]));
         assert!(v.is_empty());
     }
+}
+
+/// `plexus coordinators`: every coordinator of the control plane, the leader first.
+pub async fn coordinators(target: &crate::client::Target) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
+    let r = client.list_coordinators(ListCoordinatorsRequest {}).await?.into_inner();
+    let now = plexus_proto::now_ms();
+    let mut text = format!("store: {}\n{:<8} {:<40} {:<10} {}\n", r.store, "ROLE", "URL", "UP", "ID");
+    for c in &r.coordinators {
+        let up = humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(c.started_ms) / 1000)).to_string();
+        let role = if c.leader { "leader" } else { "standby" };
+        text.push_str(&format!("{role:<8} {:<40} {up:<10} {}\n", c.url, c.id));
+    }
+    if !r.coordinators.iter().any(|c| c.leader) {
+        text.push_str("no coordinator leads right now (an election is under way, or etcd is unreachable)\n");
+    }
+    output::print(&text)?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,391 @@
+//! Beyond one coordinator (issue 19): leader election on etcd, the gate that keeps a standby
+//! from acting, and the loop that turns a standby into the leader and back.
+//!
+//! Every coordinator of an HA control plane serves gRPC from its start. While it is a standby,
+//! [`LeaderGate`] answers every call but `ListCoordinators` with `UNAVAILABLE` and the leader's
+//! URL in the `plexus-leader` metadata, which workers and clients follow. [`lead`] campaigns on
+//! `P/election` with a lease of `--lease-ttl`; once elected it loads the state from etcd, starts
+//! an engine behind the services' [`EngineHandle`], and leads until its lease is lost (not
+//! renewed in time: a pause, a partition, etcd gone), its engine stops (a fenced write), or
+//! shutdown; then it stops the engine at once, gives the lease back and campaigns again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use etcd_client::{GetOptions, PutOptions};
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+use tonic::codegen::http;
+
+use crate::Error;
+use crate::engine::EngineHandle;
+use crate::etcd::{Etcd, EtcdStore, Fence};
+
+/// The metadata key of a standby's refusal that holds the leader's URL.
+pub const LEADER_METADATA: &str = "plexus-leader";
+
+/// Where this coordinator stands.
+pub struct Role {
+    /// This coordinator's advertised URL.
+    pub me: String,
+    pub id: String,
+    pub started_ms: u64,
+    /// With sled: always the leader, and nothing expires.
+    single: bool,
+    leading: AtomicBool,
+    /// Until when the lease is surely still ours (renewal sent at `t` with TTL `ttl` is good
+    /// until `t + ttl`, as etcd counts from when it received it).
+    valid_until: Mutex<Option<Instant>>,
+    /// The leader's URL as last seen.
+    leader: RwLock<Option<String>>,
+    /// The store, as `ListCoordinators` shows it.
+    pub store: String,
+    etcd: Option<Etcd>,
+}
+
+impl Role {
+    /// The one coordinator of a sled store.
+    pub fn single(me: String, store: String) -> Arc<Role> {
+        Arc::new(Role {
+            id: uuid::Uuid::new_v4().to_string(),
+            started_ms: plexus_proto::now_ms(),
+            leader: RwLock::new(Some(me.clone())),
+            me,
+            single: true,
+            leading: AtomicBool::new(true),
+            valid_until: Mutex::new(None),
+            store,
+            etcd: None,
+        })
+    }
+
+    /// A coordinator of an etcd store, a standby until [`lead`] wins the election.
+    pub fn candidate(me: String, etcd: Etcd) -> Arc<Role> {
+        Arc::new(Role {
+            id: uuid::Uuid::new_v4().to_string(),
+            started_ms: plexus_proto::now_ms(),
+            leader: RwLock::new(None),
+            me,
+            single: false,
+            leading: AtomicBool::new(false),
+            valid_until: Mutex::new(None),
+            store: etcd.url().to_string(),
+            etcd: Some(etcd),
+        })
+    }
+
+    /// Whether this coordinator may act now: it leads and its lease has not run out.
+    pub fn is_leading(&self) -> bool {
+        if self.single {
+            return true;
+        }
+        self.leading.load(Ordering::SeqCst) && self.valid_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t)
+    }
+
+    pub fn leader(&self) -> Option<String> {
+        if self.is_leading() {
+            return Some(self.me.clone());
+        }
+        self.leader.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_leader(&self, url: Option<String>) {
+        *self.leader.write().unwrap_or_else(|p| p.into_inner()) = url;
+    }
+
+    fn extend(&self, until: Instant) {
+        let mut v = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+        if v.is_none_or(|t| until > t) {
+            *v = Some(until);
+        }
+    }
+
+    fn expired(&self) -> bool {
+        self.valid_until.lock().unwrap_or_else(|p| p.into_inner()).is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// The refusal of a standby.
+    pub fn refusal(&self) -> Status {
+        let mut st = match self.leader() {
+            Some(l) => Status::unavailable(format!("this coordinator ({}) is a standby; the leader is {l}", self.me)),
+            None => Status::unavailable(format!("this coordinator ({}) is a standby and no coordinator leads yet; try again shortly", self.me)),
+        };
+        if let Some(l) = self.leader()
+            && let Ok(v) = l.parse()
+        {
+            st.metadata_mut().insert(LEADER_METADATA, v);
+        }
+        st
+    }
+
+    /// Every coordinator of the control plane, the leader marked.
+    pub async fn coordinators(&self) -> Result<Vec<plexus_proto::pb::CoordinatorInfo>, Error> {
+        let Some(etcd) = &self.etcd else {
+            return Ok(vec![plexus_proto::pb::CoordinatorInfo { id: self.id.clone(), url: self.me.clone(), leader: true, started_ms: self.started_ms, me: true }]);
+        };
+        let prefix = etcd.key("/members/");
+        let mut client = etcd.client();
+        let election = etcd.key("/election");
+        let (members, leader) = etcd.handle().spawn(async move {
+            let members = client.get(prefix, Some(GetOptions::new().with_prefix())).await.map_err(|e| Error::Etcd(format!("listing coordinators: {e}")))?;
+            let leader = match client.leader(election).await {
+                Ok(mut r) => r.take_kv().map(|kv| String::from_utf8_lossy(&kv.into_key_value().1).into_owned()),
+                Err(_) => None,
+            };
+            Ok::<_, Error>((members.kvs().iter().map(|kv| kv.value().to_vec()).collect::<Vec<_>>(), leader))
+        }).await.map_err(|e| Error::Engine(e.to_string()))??;
+        let mut out: Vec<plexus_proto::pb::CoordinatorInfo> = members
+            .iter()
+            .filter_map(|v| serde_json::from_slice::<Member>(v).ok())
+            .map(|m| plexus_proto::pb::CoordinatorInfo { leader: leader.as_deref() == Some(m.url.as_str()), me: m.id == self.id, id: m.id, url: m.url, started_ms: m.started_ms })
+            .collect();
+        out.sort_by(|a, b| b.leader.cmp(&a.leader).then(a.url.cmp(&b.url)));
+        Ok(out)
+    }
+}
+
+/// A coordinator's record in `P/members/<id>`, on its lease.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Member {
+    id: String,
+    url: String,
+    started_ms: u64,
+}
+
+/// Whether a call may reach a standby: only the list of coordinators.
+fn standby_may_serve(path: &str) -> bool {
+    path == "/plexus.v1.JobService/ListCoordinators"
+}
+
+/// The tower layer in front of every service: a standby refuses with the leader's URL.
+#[derive(Clone)]
+pub struct LeaderGate {
+    role: Arc<Role>,
+}
+
+impl LeaderGate {
+    pub fn new(role: Arc<Role>) -> LeaderGate {
+        LeaderGate { role }
+    }
+}
+
+impl<S> tower::Layer<S> for LeaderGate {
+    type Service = Gated<S>;
+    fn layer(&self, inner: S) -> Gated<S> {
+        Gated { inner, role: self.role.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct Gated<S> {
+    inner: S,
+    role: Arc<Role>,
+}
+
+impl<S, B, RB> tower::Service<http::Request<B>> for Gated<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+    RB: Default + Send + 'static,
+{
+    type Response = http::Response<RB>;
+    type Error = S::Error;
+    type Future = futures::future::Either<S::Future, futures::future::Ready<Result<http::Response<RB>, S::Error>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if self.role.is_leading() || standby_may_serve(req.uri().path()) {
+            return futures::future::Either::Left(self.inner.call(req));
+        }
+        futures::future::Either::Right(futures::future::ready(Ok(self.role.refusal().into_http())))
+    }
+}
+
+/// What a term of leadership needs to start and stop an engine.
+pub trait Term: Send + Sync {
+    /// Loads the state from `store` and starts an engine on it (blocking).
+    fn start(&self, store: EtcdStore) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error>;
+    /// Called as leadership begins (before the engine starts): reload what other leaders may
+    /// have changed (the issued certificates).
+    fn on_lead(&self) {}
+}
+
+/// Campaigns, leads, steps down, and campaigns again, until `shutdown`.
+pub async fn lead(role: Arc<Role>, ttl: Duration, handle: EngineHandle, term: Arc<dyn Term>, shutdown: CancellationToken) -> Result<(), Error> {
+    let etcd = role.etcd.clone().ok_or_else(|| Error::Invalid("leader election needs an etcd store".into()))?;
+    let ttl_s = ttl.as_secs().max(1) as i64;
+    let election = etcd.key("/election");
+    // Who leads, for the standby's refusals.
+    let watcher = tokio::spawn(watch_leader(role.clone(), etcd.clone(), election.clone(), shutdown.clone()));
+    let mut backoff = Duration::from_millis(200);
+    while !shutdown.is_cancelled() {
+        match one_term(&role, &etcd, ttl, ttl_s, &election, &handle, &term, &shutdown).await {
+            Ok(()) => backoff = Duration::from_millis(200),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "leadership: etcd failed; trying again");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+    watcher.abort();
+    Ok(())
+}
+
+/// One lease: campaign with it, lead while it holds, then give it back.
+#[allow(clippy::too_many_arguments)]
+async fn one_term(role: &Arc<Role>, etcd: &Etcd, ttl: Duration, ttl_s: i64, election: &[u8], handle: &EngineHandle, term: &Arc<dyn Term>, shutdown: &CancellationToken) -> Result<(), Error> {
+    let mut client = etcd.client();
+    let granted_at = Instant::now();
+    let lease = client.lease_grant(ttl_s, None).await.map_err(|e| Error::Etcd(format!("granting a lease: {e}")))?.id();
+    role.extend(granted_at + ttl);
+    let lost = CancellationToken::new();
+    let keeper = tokio::spawn(keep_alive(role.clone(), etcd.clone(), lease, ttl, lost.clone()));
+    let member = Member { id: role.id.clone(), url: role.me.clone(), started_ms: role.started_ms };
+    let member_key = etcd.key(&format!("/members/{}", role.id));
+    let registered = client.put(member_key, serde_json::to_vec(&member).expect("plain struct"), Some(PutOptions::new().with_lease(lease))).await;
+    if let Err(e) = registered {
+        keeper.abort();
+        let _ = client.lease_revoke(lease).await;
+        return Err(Error::Etcd(format!("registering as a coordinator: {e}")));
+    }
+    tracing::info!(lease, ttl_s, "campaigning for leadership");
+    let mut waiting = etcd.waiting_client();
+    let campaign = tokio::select! {
+        r = waiting.campaign(election.to_vec(), role.me.clone(), lease) => Some(r),
+        _ = lost.cancelled() => None,
+        _ = shutdown.cancelled() => None,
+    };
+    let leader_key = match campaign {
+        Some(Ok(mut r)) => r.take_leader(),
+        Some(Err(e)) => {
+            keeper.abort();
+            let _ = client.lease_revoke(lease).await;
+            return Err(Error::Etcd(format!("campaigning: {e}")));
+        }
+        None => {
+            keeper.abort();
+            let _ = client.lease_revoke(lease).await;
+            return Ok(());
+        }
+    };
+    let Some(leader_key) = leader_key else {
+        keeper.abort();
+        let _ = client.lease_revoke(lease).await;
+        return Err(Error::Etcd("the election answered without a leader key".into()));
+    };
+    let elected_at = Instant::now();
+    etcd.set_fence(Some(Fence { key: leader_key.key().to_vec(), rev: leader_key.rev() }));
+    term.on_lead();
+    let started = {
+        let term = term.clone();
+        let store = EtcdStore::new(etcd.clone());
+        tokio::task::spawn_blocking(move || term.start(store)).await.map_err(|e| Error::Engine(e.to_string()))?
+    };
+    let (engine, thread) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            etcd.set_fence(None);
+            keeper.abort();
+            let _ = client.lease_revoke(lease).await;
+            return Err(e);
+        }
+    };
+    handle.replace(&engine);
+    role.set_leader(Some(role.me.clone()));
+    role.leading.store(true, Ordering::SeqCst);
+    tracing::info!(url = role.me, load_ms = elected_at.elapsed().as_millis() as u64, "leading");
+    let engine_done = tokio::task::spawn_blocking(move || thread.join());
+    tokio::pin!(engine_done);
+    let why = tokio::select! {
+        _ = lost.cancelled() => "its lease was lost",
+        r = &mut engine_done => match r {
+            Ok(Ok(Ok(()))) => "its engine stopped",
+            Ok(Ok(Err(Error::Fenced))) => "etcd refused its write (fenced)",
+            Ok(Ok(Err(_))) => "its engine failed to write",
+            _ => "its engine panicked",
+        },
+        _ = shutdown.cancelled() => "shutdown",
+    };
+    // Stop acting at once: refuse calls, stop the engine (which drops its streams).
+    role.leading.store(false, Ordering::SeqCst);
+    role.set_leader(None);
+    engine.stop();
+    handle.replace(&EngineHandle::detached());
+    if why != "shutdown" {
+        tracing::warn!(reason = why, "no longer leading; a standby now");
+    }
+    let _ = engine_done.await;
+    etcd.set_fence(None);
+    keeper.abort();
+    // Giving the lease back deletes the election key now, so a standby takes over at once.
+    let _ = client.lease_revoke(lease).await;
+    Ok(())
+}
+
+/// Renews `lease` every third of its TTL; cancels `lost` when etcd says it expired, or when no
+/// renewal has been confirmed for longer than the TTL.
+async fn keep_alive(role: Arc<Role>, etcd: Etcd, lease: i64, ttl: Duration, lost: CancellationToken) {
+    let every = ttl / 3;
+    let mut client = etcd.client();
+    let mut stream: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)> = None;
+    loop {
+        let sent = Instant::now();
+        if stream.is_none() {
+            stream = tokio::time::timeout(every, client.lease_keep_alive(lease)).await.ok().and_then(|r| r.ok());
+        }
+        let renewed = match &mut stream {
+            Some((keeper, responses)) => match keeper.keep_alive().await {
+                Ok(()) => match tokio::time::timeout(every, responses.message()).await {
+                    Ok(Ok(Some(r))) => Some(r.ttl()),
+                    _ => None,
+                },
+                Err(_) => None,
+            },
+            None => None,
+        };
+        match renewed {
+            Some(t) if t > 0 => role.extend(sent + ttl),
+            Some(_) => {
+                tracing::warn!(lease, "etcd says the lease expired");
+                lost.cancel();
+                return;
+            }
+            None => {
+                stream = None;
+                if role.expired() {
+                    tracing::warn!(lease, "the lease could not be renewed within its TTL");
+                    lost.cancel();
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(every.saturating_sub(sent.elapsed())).await;
+    }
+}
+
+/// Keeps [`Role::leader`] current for a standby's refusals.
+async fn watch_leader(role: Arc<Role>, etcd: Etcd, election: Vec<u8>, shutdown: CancellationToken) {
+    let mut client = etcd.client();
+    while !shutdown.is_cancelled() {
+        if !role.leading.load(Ordering::SeqCst) {
+            let leader = match client.leader(election.clone()).await {
+                Ok(mut r) => r.take_kv().map(|kv| String::from_utf8_lossy(&kv.into_key_value().1).into_owned()),
+                Err(_) => None,
+            };
+            role.set_leader(leader);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = shutdown.cancelled() => {}
+        }
+    }
+}
