@@ -3,7 +3,7 @@ CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live fmt clippy clean \
-        images compose-up compose-down compose-test
+        images compose-up compose-down compose-test ha-demo
 
 all: build
 
@@ -29,6 +29,11 @@ release: torch
 demo: release
 	bash scripts/demo.sh
 
+# An HA control plane on loopback: a 3-member etcd (installed by `make deps`), three coordinators,
+# three workers; a job runs while the leader is killed with kill -9 and a standby takes over.
+ha-demo: build deps
+	bash scripts/ha-demo.sh
+
 # Every test, unit and end-to-end. The end-to-end tests run the real binaries, so build them first.
 # Then the compose cluster's test, when a Docker engine answers, on the debug binaries just built
 # (images tagged :debug), so it costs no release build.
@@ -48,7 +53,7 @@ test-unit: torch
 # Control-plane throughput: 10,000 no-op subtasks over 4 real worker processes, with TLS and
 # --insecure side by side; then the deep queue: 1k, 10k and 100k one-core replicas (plain, and
 # mixed with priority-10 gangs) on 4 workers x 16 cores. `--deep-only` / `--no-deep` for one part.
-bench-control: release
+bench-control: release deps
 	$(CARGO) run --release -p plexus-bench --bin control-plane
 
 # Placers side by side on a real heterogeneous cluster on this machine: 4 workers held to 100/50/25/25 %
