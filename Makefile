@@ -12,12 +12,13 @@ all: build
 torch:
 	bash scripts/setup-torch.sh
 
-# System packages the rail rig needs (iproute2, iperf3) and the browser the dashboard's tests
-# drive (chromium); installs only what is missing. Without root it cannot install, and the tests
+# System packages the rail rig needs (iproute2, iperf3), the browser the dashboard's tests
+# drive (chromium) and etcd for the HA tests; installs only what is missing. Without root it cannot install, and the tests
 # that need them skip with a printed reason.
 deps:
 	@bash scripts/deps-rails.sh || echo "make deps: could not install the rail rig's packages; rig tests will skip"
 	@bash scripts/deps-browser.sh || echo "make deps: could not install chromium; the dashboard tests will skip"
+	@bash scripts/deps-etcd.sh || echo "make deps: could not install etcd; the HA tests will skip"
 
 build: torch
 	$(CARGO) build --workspace --bins

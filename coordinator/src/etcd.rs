@@ -539,6 +539,8 @@ const ENTRY_FORMAT: u8 = 1;
 /// The engine's state in etcd: see the module's documentation.
 pub struct EtcdStore {
     etcd: Etcd,
+    /// The largest log or snapshot part ([`PART`]; smaller in tests).
+    part: usize,
     state: Mutex<StateLog>,
     estimates: EtcdKv,
 }
@@ -574,6 +576,7 @@ impl EtcdStore {
         let estimates = EtcdKv { etcd: etcd.clone(), space: "estimates".into() };
         EtcdStore {
             etcd,
+            part: PART,
             estimates,
             state: Mutex::new(StateLog {
                 records: BTreeMap::new(),
@@ -585,6 +588,12 @@ impl EtcdStore {
                 loaded: false,
             }),
         }
+    }
+
+    /// Cuts log rounds and snapshots into parts of at most `part` bytes (tests use small ones).
+    pub fn with_part(mut self, part: usize) -> EtcdStore {
+        self.part = part.clamp(64, PART);
+        self
     }
 
     fn log_key(&self, seq: u64) -> Vec<u8> {
@@ -664,13 +673,13 @@ impl EtcdStore {
 
     /// Writes a snapshot of `records` as of log entry `seq`, then the pointer (deleting the log
     /// it covers and older snapshots), then compacts etcd's history up to the previous one.
-    fn write_snapshot(etcd: &Etcd, records: BTreeMap<Vec<u8>, Arc<[u8]>>, seq: u64, last_revision: &Mutex<i64>) -> Result<(), Error> {
+    fn write_snapshot(etcd: &Etcd, records: BTreeMap<Vec<u8>, Arc<[u8]>>, seq: u64, part_size: usize, last_revision: &Mutex<i64>) -> Result<(), Error> {
         let t = Instant::now();
         let raw = encode_items(records.iter().map(|(k, v)| (k.as_slice(), Some(&v[..]))));
         let bytes = compress(&raw);
         let prefix = etcd.key(&format!("/state/snap/{seq:016x}/"));
-        let parts = bytes.chunks(PART).count().max(1);
-        for (i, part) in bytes.chunks(PART).enumerate() {
+        let parts = bytes.chunks(part_size).count().max(1);
+        for (i, part) in bytes.chunks(part_size).enumerate() {
             let mut k = prefix.clone();
             k.extend_from_slice(format!("{i:08x}").as_bytes());
             etcd.write(vec![TxnOp::put(k, part.to_vec(), None)])?;
@@ -716,12 +725,13 @@ impl EtcdStore {
         let seq = st.next_seq - 1;
         let etcd = self.etcd.clone();
         let last_revision = st.last_snapshot_revision.clone();
+        let part = self.part;
         st.log_bytes = 0;
         st.log_entries = 0;
         st.snapshotting = std::thread::Builder::new()
             .name("plexus-snapshot".into())
             .spawn(move || {
-                if let Err(e) = EtcdStore::write_snapshot(&etcd, records, seq, &last_revision) {
+                if let Err(e) = EtcdStore::write_snapshot(&etcd, records, seq, part, &last_revision) {
                     tracing::warn!(error = %e, seq, "writing a snapshot to etcd failed; the log keeps everything and the next one tries again");
                 }
             })
@@ -740,7 +750,7 @@ impl EtcdStore {
             st.log_entries = 0;
             (st.records.clone(), st.next_seq - 1, st.last_snapshot_revision.clone())
         };
-        EtcdStore::write_snapshot(&self.etcd, records, seq, &last)
+        EtcdStore::write_snapshot(&self.etcd, records, seq, self.part, &last)
     }
 
     /// Log entries and bytes since the last snapshot (what a load would read after it).
@@ -789,7 +799,7 @@ impl Store for EtcdStore {
         let raw = encode_items(items.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
         let bytes = compress(&raw);
         let round = st.next_seq;
-        let parts: Vec<&[u8]> = bytes.chunks(PART).collect();
+        let parts: Vec<&[u8]> = bytes.chunks(self.part).collect();
         let n = parts.len();
         for (i, part) in parts.into_iter().enumerate() {
             let seq = round + i as u64;

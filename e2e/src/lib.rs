@@ -8,6 +8,9 @@
 //! at them.
 
 use std::fs::{File, OpenOptions};
+
+pub mod etcd;
+pub mod ha;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -19,6 +19,13 @@
 //! reached so far is printed, marked "timed out"). `--deep-only` runs only the deep-queue part,
 //! `--no-deep` only the TLS / insecure part, `--depth-timeout SECS` changes the limit.
 //!
+//! Then the stores side by side (issue 19): the same 10,000-subtask bursts and one-subtask jobs
+//! on the sled store and on etcd (one member, and three), each with three coordinators where the
+//! store is etcd, measured through the leader: placements per second and submit→placed latency;
+//! then the failover time: the leader killed with `kill -9` while a job runs, until a standby
+//! serves as the leader, at two lease TTLs. `--stores-only` runs only this part, `--no-stores`
+//! skips it; it skips itself, saying why, where etcd is not installed.
+//!
 //! Figures for other schedulers are the ones their projects published (cited, not measured here):
 //! they are printed for scale, not as a same-machine comparison.
 
@@ -172,21 +179,26 @@ fn median_rate(m: &Measured) -> f64 {
 }
 
 fn main() {
-    let (mut tls_part, mut deep_part, mut limit) = (true, true, DEPTH_TIMEOUT);
+    let (mut tls_part, mut deep_part, mut store_part, mut limit) = (true, true, true, DEPTH_TIMEOUT);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--deep-only" => tls_part = false,
+            "--deep-only" => (tls_part, store_part) = (false, false),
             "--no-deep" => deep_part = false,
+            "--stores-only" => (tls_part, deep_part) = (false, false),
+            "--no-stores" => store_part = false,
             "--depth-timeout" => {
                 let v = args.next().and_then(|v| v.parse::<u64>().ok()).expect("--depth-timeout takes a number of seconds");
                 limit = Duration::from_secs(v);
             }
-            _ => panic!("unknown argument {a:?} (expected --deep-only, --no-deep, --depth-timeout SECS)"),
+            _ => panic!("unknown argument {a:?} (expected --deep-only, --no-deep, --stores-only, --no-stores, --depth-timeout SECS)"),
         }
     }
     if tls_part {
         tls_vs_insecure();
+    }
+    if store_part {
+        stores();
     }
     if deep_part {
         let m = measure_deep(limit);
@@ -607,5 +619,158 @@ fn print_engine(mode: &str, what: &str, engine: &Option<String>) {
             }
         }
         None => println!("(no engine stats line in the {mode} coordinator log)"),
+    }
+}
+
+// ---- stores (issue 19) ---------------------------------------------------------------------
+
+type Client = plexus_e2e::ha::Client;
+
+/// Bursts and single jobs through one client: the placements per second of each burst (from the
+/// coordinator's own timestamps: first ready → last placed), the submit→placed latencies of the
+/// bursts' subtasks (ms), and the client's submit → placed-seen of one-subtask jobs (µs).
+struct StoreRun {
+    rates: Vec<f64>,
+    queue: Vec<u64>,
+    single: Vec<u64>,
+}
+
+const STORE_BURSTS: usize = 3;
+const STORE_SINGLES: usize = 100;
+
+async fn burst(c: &mut Client, i: usize) -> (f64, Vec<u64>) {
+    let src = format!("name = \"store-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\nreplicas = {SUBTASKS}\ncpu = 0\n");
+    let job = c.submit_job(pb::SubmitJobRequest { source: src, format: String::new(), filename: "noop.toml".into(), after_jobs: vec![] }).await.expect("submitted").into_inner().job_id;
+    loop {
+        let s = c.get_job(pb::GetJobRequest { job_id: job.clone(), subtasks: false }).await.expect("status").into_inner();
+        if s.state != pb::JobState::Running as i32 {
+            assert_eq!(s.state, pb::JobState::Succeeded as i32, "benchmark job failed: {}", s.error);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let full = c.get_job(pb::GetJobRequest { job_id: job, subtasks: true }).await.expect("status").into_inner();
+    let first = full.subtasks.iter().map(|s| s.ready_at).min().unwrap_or(0);
+    let last = full.subtasks.iter().map(|s| s.assigned_at).max().unwrap_or(0);
+    let mut queue: Vec<u64> = full.subtasks.iter().map(|s| s.assigned_at.saturating_sub(s.ready_at)).collect();
+    queue.sort_unstable();
+    (full.subtasks.len() as f64 * 1000.0 / last.saturating_sub(first).max(1) as f64, queue)
+}
+
+async fn store_run(c: &mut Client) -> StoreRun {
+    let _ = burst(c, 0).await;
+    let mut r = StoreRun { rates: Vec::new(), queue: Vec::new(), single: Vec::new() };
+    for i in 1..=STORE_BURSTS {
+        let (rate, queue) = burst(c, i).await;
+        r.rates.push(rate);
+        r.queue.extend(queue);
+    }
+    r.queue.sort_unstable();
+    for i in 0..STORE_SINGLES {
+        let t0 = Instant::now();
+        let src = format!("name = \"one-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\ncpu = 0\n");
+        let job = c.submit_job(pb::SubmitJobRequest { source: src, format: String::new(), filename: "one.toml".into(), after_jobs: vec![] }).await.expect("submitted").into_inner().job_id;
+        loop {
+            let s = c.get_job(pb::GetJobRequest { job_id: job.clone(), subtasks: true }).await.expect("status").into_inner();
+            if s.subtasks.first().is_some_and(|st| st.assigned_at > 0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        r.single.push(t0.elapsed().as_micros() as u64);
+    }
+    r.single.sort_unstable();
+    r
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The leader killed mid-job, `trials` times: seconds until a standby serves as the leader.
+fn failovers(c: &mut plexus_e2e::ha::HaCluster, trials: usize) -> Vec<f64> {
+    let mut out = Vec::new();
+    for t in 0..trials {
+        let src = format!("name = \"busy-{t}\"\n[[task]]\nname = \"s\"\ncommand = [\"sleep\", \"0.05\"]\nreplicas = 400\ncpu = 0\n");
+        let job = c.try_submit("busy.toml", &src).expect("submitted");
+        std::thread::sleep(Duration::from_millis(500));
+        let (leader, _) = c.wait_leader(Duration::from_secs(30));
+        c.kill_coordinator(leader);
+        let t0 = Instant::now();
+        let _ = c.wait_leader(Duration::from_secs(60));
+        out.push(t0.elapsed().as_secs_f64());
+        c.start_coordinator(leader);
+        let end = c.wait_job(&job, Duration::from_secs(300));
+        assert_eq!(end.state, pb::JobState::Succeeded as i32, "a job across a failover failed: {}", end.error);
+    }
+    out
+}
+
+fn stores() {
+    use plexus_e2e::ha::{HaCluster, HaConfig};
+    eprintln!("stores: sled, then etcd with 1 and 3 members (3 coordinators each)");
+    let sled = {
+        let c = Cluster::start(ClusterConfig { workers: 4, log: "warn".into(), coordinator_args: vec!["--http".into(), "none".into()], ..Default::default() });
+        let mut client = c.client_with(c.admin_token.as_deref());
+        c.block_on(store_run(&mut client))
+    };
+    let mut rows = vec![("sled (1 coordinator)".to_string(), sled)];
+    let mut failover = Vec::new();
+    for members in [1usize, 3] {
+        let config = HaConfig { etcd_members: members, coordinators: 3, workers: 4, lease_ttl_s: 2, log: "warn".into(), ..Default::default() };
+        let mut c = match HaCluster::start(config) {
+            Ok(c) => c,
+            Err(why) => {
+                println!("stores: etcd rows skipped: {why}");
+                break;
+            }
+        };
+        let mut client = c.leader_client();
+        let r = c.block_on(store_run(&mut client));
+        rows.push((format!("etcd, {members} member{} (3 coordinators)", if members == 1 { "" } else { "s" }), r));
+        if members == 3 {
+            for ttl in [2u64, 5] {
+                drop(c);
+                let config = HaConfig { etcd_members: 3, coordinators: 3, workers: 4, lease_ttl_s: ttl, log: "warn".into(), ..Default::default() };
+                c = HaCluster::start(config).expect("etcd started a moment ago");
+                failover.push((ttl, failovers(&mut c, 3)));
+            }
+        }
+    }
+    println!("stores: {SUBTASKS} no-op subtasks per burst ({STORE_BURSTS} bursts after a warm-up), then {STORE_SINGLES} one-subtask jobs; 4 workers; loopback; TLS and tokens");
+    println!("{:<34} {:>14} {:>14} {:>12} {:>12} {:>16} {:>16}", "store", "placements/s", "(min..max)", "queue_p50", "queue_p99", "submit->placed", "p99");
+    for (name, r) in &rows {
+        let lo = r.rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = r.rates.iter().copied().fold(0.0, f64::max);
+        println!(
+            "{:<34} {:>14.0} {:>14} {:>10}ms {:>10}ms {:>14.2}ms {:>14.2}ms",
+            name,
+            median(&r.rates),
+            format!("{lo:.0}..{hi:.0}"),
+            percentile(&r.queue, 50.0),
+            percentile(&r.queue, 99.0),
+            percentile(&r.single, 50.0) as f64 / 1000.0,
+            percentile(&r.single, 99.0) as f64 / 1000.0
+        );
+    }
+    if let Some((_, sled)) = rows.first() {
+        for (name, r) in rows.iter().skip(1) {
+            println!("{:<34} {:>14.2}", format!("ratio {} / sled", name.split(" (").next().unwrap_or(name)), median(&r.rates) / median(&sled.rates).max(1e-9));
+        }
+    }
+    println!("{:<34} {:>14}", "target on etcd", 5_000);
+    println!("(placements/s: subtasks ÷ (last placed − first ready) by the coordinator's clock; queue = ready→placed+persisted per subtask; submit->placed = a client's submit call until it sees its one subtask placed, polling every 0.2 ms)");
+    println!();
+    if !failover.is_empty() {
+        println!("failover: the leader killed with kill -9 while a 400-subtask job runs; seconds until a standby serves as the leader (polled every 0.1 s), 3 etcd members, 3 coordinators");
+        println!("{:<12} {:>10} {:>10} {:>10} {:>16}", "lease TTL", "min", "median", "max", "target (TTL+2s)");
+        for (ttl, v) in &failover {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            println!("{:<12} {:>10.2} {:>10.2} {:>10.2} {:>16}", format!("{ttl} s"), lo, median(v), hi, ttl + 2);
+        }
+        println!();
     }
 }

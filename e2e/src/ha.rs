@@ -1,0 +1,316 @@
+//! An HA control plane on loopback (issue 19): a real etcd cluster ([`crate::etcd`]), several
+//! `plexus-coordinator --store etcd://…` processes and workers that know all of them. Tests and
+//! the control-plane benchmark use it to kill, pause and resume leaders.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use plexus_proto::pb;
+use plexus_proto::pb::job_service_client::JobServiceClient;
+use plexus_security::tls::Bearer;
+use tonic::service::interceptor::InterceptedService;
+
+use crate::etcd::EtcdCluster;
+use crate::{bin_dir, log_file};
+
+pub type Client = JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>;
+
+/// How an HA cluster is started.
+#[derive(Clone, Debug)]
+pub struct HaConfig {
+    pub etcd_members: usize,
+    pub coordinators: usize,
+    pub workers: usize,
+    pub cpus_per_worker: u32,
+    pub lease_ttl_s: u64,
+    pub log: String,
+    pub coordinator_args: Vec<String>,
+}
+
+impl Default for HaConfig {
+    fn default() -> Self {
+        HaConfig { etcd_members: 1, coordinators: 3, workers: 3, cpus_per_worker: 2, lease_ttl_s: 2, log: "info".into(), coordinator_args: vec![] }
+    }
+}
+
+pub struct HaCluster {
+    pub config: HaConfig,
+    pub dir: tempfile::TempDir,
+    pub etcd: EtcdCluster,
+    bin: PathBuf,
+    /// Each coordinator's URL (its port is kept across restarts).
+    pub urls: Vec<String>,
+    coordinators: Vec<Option<Child>>,
+    workers: Vec<Option<Child>>,
+    pub ca: String,
+    pub admin_token: String,
+    join_token: PathBuf,
+    rt: tokio::runtime::Runtime,
+}
+
+impl HaCluster {
+    /// Starts etcd, the coordinators (one after the other, so the first makes the CA and the
+    /// first tokens) and the workers; waits until one coordinator leads and every worker is
+    /// alive. `Err`: etcd is not installed (the reason, for a test to print and skip).
+    pub fn start(config: HaConfig) -> Result<HaCluster, String> {
+        let etcd = EtcdCluster::start(config.etcd_members)?;
+        let dir = tempfile::Builder::new().prefix("plexus-ha-").tempdir().expect("a temp dir");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+        let mut c = HaCluster {
+            config,
+            dir,
+            etcd,
+            bin: bin_dir(),
+            urls: Vec::new(),
+            coordinators: Vec::new(),
+            workers: Vec::new(),
+            ca: String::new(),
+            admin_token: String::new(),
+            join_token: PathBuf::new(),
+            rt,
+        };
+        for i in 0..c.config.coordinators {
+            c.coordinators.push(None);
+            c.urls.push(String::new());
+            c.start_coordinator(i);
+            if i == 0 {
+                let d = c.coordinator_dir(0);
+                c.ca = std::fs::read_to_string(d.join("ca.pem")).expect("the first coordinator's ca.pem");
+                c.admin_token = std::fs::read_to_string(d.join("admin.token")).expect("the first coordinator's admin.token").trim().to_string();
+                c.join_token = d.join("join.token");
+                std::fs::write(c.dir.path().join("ca.pem"), &c.ca).expect("writing ca.pem");
+            }
+        }
+        c.wait_leader(Duration::from_secs(30));
+        for i in 0..c.config.workers {
+            c.workers.push(None);
+            c.start_worker(i);
+        }
+        let n = c.config.workers;
+        c.wait_for("every worker alive", Duration::from_secs(60), |c| (c.workers_alive()? >= n).then_some(()));
+        Ok(c)
+    }
+
+    pub fn coordinator_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("coordinator-{i}"))
+    }
+
+    pub fn log_path(&self, what: &str) -> PathBuf {
+        self.dir.path().join(format!("{what}.log"))
+    }
+
+    pub fn coordinator_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.log_path(&format!("coordinator-{i}"))).unwrap_or_default()
+    }
+
+    /// Every URL, comma-separated: what workers and clients are given.
+    pub fn url_list(&self) -> String {
+        self.urls.join(",")
+    }
+
+    /// Starts (or restarts, on its port) coordinator `i`.
+    pub fn start_coordinator(&mut self, i: usize) {
+        let listen = match self.urls[i].rsplit_once(':') {
+            Some((_, port)) => format!("127.0.0.1:{port}"),
+            None => "127.0.0.1:0".to_string(),
+        };
+        let mut child = Command::new(self.bin.join("plexus-coordinator"))
+            .args(["--store", &self.etcd.url(), "--listen", &listen, "--http", "none", "--data-dir"])
+            .arg(self.coordinator_dir(i))
+            .args(["--lease-ttl", &format!("{}s", self.config.lease_ttl_s)])
+            .args(&self.config.coordinator_args)
+            .env("RUST_LOG", &self.config.log)
+            .stdout(Stdio::piped())
+            .stderr(log_file(&self.log_path(&format!("coordinator-{i}"))))
+            .spawn()
+            .expect("spawning plexus-coordinator");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("reading the coordinator's first line");
+        let addr = line
+            .trim()
+            .strip_prefix("plexus-coordinator listening on ")
+            .unwrap_or_else(|| panic!("coordinator {i} did not start: {line:?}; log:\n{}", self.coordinator_log(i)))
+            .to_string();
+        self.urls[i] = format!("https://{addr}");
+        self.coordinators[i] = Some(child);
+    }
+
+    pub fn coordinator_pid(&self, i: usize) -> Option<u32> {
+        self.coordinators[i].as_ref().map(Child::id)
+    }
+
+    /// `kill -9` coordinator `i`.
+    pub fn kill_coordinator(&mut self, i: usize) {
+        if let Some(mut c) = self.coordinators[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends `signal` (SIGSTOP, SIGCONT) to coordinator `i`.
+    pub fn signal_coordinator(&self, i: usize, signal: i32) {
+        if let Some(pid) = self.coordinator_pid(i) {
+            // SAFETY: kill(2) on a pid we spawned.
+            unsafe { libc::kill(pid as i32, signal) };
+        }
+    }
+
+    pub fn start_worker(&mut self, i: usize) {
+        let dir = self.dir.path().join(format!("worker-{i}"));
+        let child = Command::new(self.bin.join("plexus-worker"))
+            .args(["--coordinator", &self.url_list(), "--data-dir"])
+            .arg(&dir)
+            .arg("--ca")
+            .arg(self.dir.path().join("ca.pem"))
+            .arg("--join-token-file")
+            .arg(&self.join_token)
+            .args(["--cpus", &self.config.cpus_per_worker.to_string(), "--memory", "2GiB", "--cache", "256MiB", "--metrics", "none"])
+            .env("RUST_LOG", &self.config.log)
+            .stdout(log_file(&self.log_path(&format!("worker-{i}"))))
+            .stderr(log_file(&self.log_path(&format!("worker-{i}"))))
+            .spawn()
+            .expect("spawning plexus-worker");
+        self.workers[i] = Some(child);
+    }
+
+    /// A client of coordinator `i`, as the admin.
+    pub fn client_of(&self, i: usize) -> Option<Client> {
+        let endpoint = tonic::transport::Endpoint::from_shared(self.urls[i].clone())
+            .ok()?
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(Duration::from_secs(10))
+            .tls_config(plexus_security::tls::client(&self.ca, plexus_security::tls::COORDINATOR_NAME, None))
+            .ok()?;
+        // A paused coordinator accepts TCP but never finishes the TLS handshake: bound it.
+        let channel = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), endpoint.connect()).await }).ok()?.ok()?;
+        let token = plexus_security::Token::parse(&self.admin_token).expect("a well-formed token");
+        Some(JobServiceClient::with_interceptor(channel, Bearer::new(Some(&token))).max_decoding_message_size(64 << 20))
+    }
+
+    /// Which coordinator leads, as the live ones say (agreeing), if any.
+    pub fn leader(&self) -> Option<usize> {
+        for i in 0..self.urls.len() {
+            if self.coordinators[i].is_none() {
+                continue;
+            }
+            let Some(mut c) = self.client_of(i) else { continue };
+            let Ok(r) = self.rt.block_on(c.list_coordinators(pb::ListCoordinatorsRequest {})) else { continue };
+            if let Some(l) = r.into_inner().coordinators.iter().find(|c| c.leader) {
+                let idx = self.urls.iter().position(|u| *u == l.url)?;
+                // Only a leader that serves counts.
+                let mut lc = self.client_of(idx)?;
+                return self.rt.block_on(lc.list_jobs(pb::ListJobsRequest {})).ok().map(|_| idx);
+            }
+        }
+        None
+    }
+
+    /// Waits for a serving leader; returns it and how long it took.
+    pub fn wait_leader(&self, timeout: Duration) -> (usize, Duration) {
+        let start = Instant::now();
+        let i = self.wait_for("a leader", timeout, HaCluster::leader);
+        (i, start.elapsed())
+    }
+
+    /// The leader's client, waiting for one.
+    pub fn leader_client(&self) -> Client {
+        let (i, _) = self.wait_leader(Duration::from_secs(30));
+        self.client_of(i).expect("a client of the leader")
+    }
+
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Submits through the leader of the moment; `Err` when the call failed (not acknowledged).
+    pub fn try_submit(&self, name: &str, source: &str) -> Result<String, tonic::Status> {
+        let i = self.leader().ok_or_else(|| tonic::Status::unavailable("no leader"))?;
+        let mut c = self.client_of(i).ok_or_else(|| tonic::Status::unavailable("leader unreachable"))?;
+        self.rt
+            .block_on(c.submit_job(pb::SubmitJobRequest { source: source.into(), format: String::new(), filename: name.into(), after_jobs: vec![] }))
+            .map(|r| r.into_inner().job_id)
+    }
+
+    pub fn job(&self, id: &str) -> Option<pb::JobStatus> {
+        let i = self.leader()?;
+        let mut c = self.client_of(i)?;
+        self.rt.block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: false })).ok().map(|r| r.into_inner())
+    }
+
+    pub fn workers_alive(&self) -> Option<usize> {
+        let i = self.leader()?;
+        let mut c = self.client_of(i)?;
+        let w = self.rt.block_on(c.list_workers(pb::ListWorkersRequest {})).ok()?.into_inner().workers;
+        Some(w.iter().filter(|w| w.alive).count())
+    }
+
+    pub fn wait_job(&self, id: &str, timeout: Duration) -> pb::JobStatus {
+        self.wait_for(&format!("job {id} to end"), timeout, |c| c.job(id).filter(|j| j.state != pb::JobState::Running as i32))
+    }
+
+    /// Polls `f` every 100 ms until it returns Some, or panics after `timeout` with the logs.
+    pub fn wait_for<T>(&self, what: &str, timeout: Duration, mut f: impl FnMut(&HaCluster) -> Option<T>) -> T {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = f(self) {
+                return v;
+            }
+            if start.elapsed() > timeout {
+                let logs: String = (0..self.urls.len()).map(|i| format!("--- coordinator {i} ---\n{}\n", tail(&self.coordinator_log(i), 30))).collect();
+                panic!("timed out after {timeout:?} waiting for {what}\n{logs}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs the `plexus` CLI with every coordinator's URL.
+    pub fn plexus(&self, args: &[&str]) -> std::process::Output {
+        Command::new(self.bin.join("plexus"))
+            .env("PLEXUS_COORDINATOR", self.url_list())
+            .env("PLEXUS_CA", self.dir.path().join("ca.pem"))
+            .env("PLEXUS_TOKEN", &self.admin_token)
+            .env_remove("PLEXUS_TOKEN_FILE")
+            .args(args)
+            .output()
+            .expect("running plexus")
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Drop for HaCluster {
+    fn drop(&mut self) {
+        for w in self.workers.iter_mut().flatten() {
+            // SAFETY: kill(2) on a pid we spawned.
+            unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        for w in self.workers.iter_mut().flatten() {
+            while Instant::now() < deadline && matches!(w.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        for i in 0..self.workers.len() {
+            let id = std::fs::read_to_string(self.dir.path().join(format!("worker-{i}")).join("worker-id")).unwrap_or_default();
+            crate::remove_worker_cgroups(id.trim());
+        }
+        for c in self.coordinators.iter_mut().flatten() {
+            // SAFETY: kill(2) on a pid we spawned; a stopped one must be continued to die cleanly.
+            unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::env::var_os("PLEXUS_KEEP_TEST_DIR").is_some() {
+            let p = self.dir.path().to_path_buf();
+            eprintln!("keeping {}", p.display());
+            std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir")));
+        }
+    }
+}
