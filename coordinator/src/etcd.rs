@@ -203,32 +203,52 @@ impl Etcd {
     }
 
     /// Runs `ops` in one transaction, under the fence when there is one. A failure to reach
-    /// etcd (a member killed, an election inside etcd) is retried for [`WRITE_RETRY`]: every
-    /// write of the store is idempotent (a put of a given value under a given key, or a delete),
-    /// so a retry of one that did land changes nothing. A fenced refusal is never retried.
+    /// etcd is retried ([`retrying`]): every write of the store is idempotent (a put of a given
+    /// value under a given key, or a delete), so a retry of one that did land changes nothing. A
+    /// fenced refusal is never retried.
     pub fn write(&self, ops: Vec<TxnOp>) -> Result<etcd_client::TxnResponse, Error> {
         let fence = self.fence();
-        let mut kv = self.inner.client.kv_client();
+        let kv = self.inner.client.kv_client();
         self.block(async move {
-            let start = Instant::now();
-            let mut pause = Duration::from_millis(50);
-            loop {
-                match write_async(&mut kv, fence.clone(), ops.clone()).await {
-                    Err(Error::Etcd(e)) if start.elapsed() + pause < WRITE_RETRY => {
-                        tracing::debug!(error = e, "etcd write failed; retrying");
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_millis(500));
-                    }
-                    r => return r,
-                }
-            }
+            retrying(|| {
+                let (mut kv, fence, ops) = (kv.clone(), fence.clone(), ops.clone());
+                async move { write_async(&mut kv, fence, ops).await }
+            })
+            .await
         })
     }
 
     /// Every key-value pair in `[from, end)`, in key order, read a page at a time.
     pub fn range(&self, from: Vec<u8>, end: Vec<u8>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
         let kv = self.inner.client.kv_client().max_decoding_message_size(MAX_RESPONSE);
-        self.block(async move {
+        self.block(async move { retrying(|| range_async(kv.clone(), from.clone(), end.clone())).await })
+    }
+}
+
+/// Runs `f` again while etcd cannot be reached, for at most [`WRITE_RETRY`] (a member killed, an
+/// election inside etcd); any other outcome is returned as it is.
+async fn retrying<T, F, Fut>(mut f: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match f().await {
+            Err(Error::Etcd(e)) if start.elapsed() + pause < WRITE_RETRY => {
+                tracing::debug!(error = e, "etcd request failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            r => return r,
+        }
+    }
+}
+
+async fn range_async(kv: etcd_client::KvClient, from: Vec<u8>, end: Vec<u8>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+    {
+        {
             let mut kv = kv;
             let mut out = Vec::new();
             let mut start = from;
@@ -250,14 +270,22 @@ impl Etcd {
                 start = next;
             }
             Ok(out)
-        })
+        }
     }
+}
 
+impl Etcd {
     pub fn get(&self, key: Vec<u8>) -> Result<Option<Vec<u8>>, Error> {
-        let mut kv = self.inner.client.kv_client().max_decoding_message_size(MAX_RESPONSE);
+        let kv = self.inner.client.kv_client().max_decoding_message_size(MAX_RESPONSE);
         self.block(async move {
-            let mut r = kv.get(key, None).await.map_err(etcd_error("reading from etcd"))?;
-            Ok(r.take_kvs().into_iter().next().map(|p| p.into_key_value().1))
+            retrying(|| {
+                let (mut kv, key) = (kv.clone(), key.clone());
+                async move {
+                    let mut r = kv.get(key, None).await.map_err(etcd_error("reading from etcd"))?;
+                    Ok(r.take_kvs().into_iter().next().map(|p| p.into_key_value().1))
+                }
+            })
+            .await
         })
     }
 
