@@ -54,6 +54,10 @@ const MAX_RESPONSE: usize = 64 << 20;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a write is retried while etcd cannot be reached.
 const WRITE_RETRY: Duration = Duration::from_secs(4);
+/// HTTP/2 pings to etcd on an idle connection: no more often than etcd accepts by default
+/// (`--grpc-keepalive-min-time 5s`); more often, etcd closes the connection (a standby waiting
+/// in its campaign lost it every few seconds).
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
 /// How long connecting to etcd may take at start.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest decompressed round or snapshot accepted (a damaged size field must not
@@ -155,7 +159,7 @@ impl Etcd {
         let endpoints: Vec<String> = url.endpoints.iter().map(|e| format!("http://{e}")).collect();
         let shown = url.to_string();
         let (client, waiting) = run_on(rt.handle(), async move {
-            let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+            let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_keep_alive(KEEPALIVE_EVERY, Duration::from_secs(2));
             let client = Client::connect(endpoints.clone(), Some(options.clone().with_timeout(REQUEST_TIMEOUT))).await.map_err(etcd_error(format!("connecting to {shown}")))?;
             // Connecting is lazy: ask for something so an unreachable etcd is reported now.
             client.kv_client().get("/", Some(GetOptions::new().with_count_only())).await.map_err(etcd_error(format!("reaching {shown}")))?;
@@ -246,32 +250,25 @@ where
     }
 }
 
-async fn range_async(kv: etcd_client::KvClient, from: Vec<u8>, end: Vec<u8>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
-    {
-        {
-            let mut kv = kv;
-            let mut out = Vec::new();
-            let mut start = from;
-            loop {
-                let opts = GetOptions::new().with_range(end.clone()).with_limit(READ_PAGE);
-                let mut r = kv.get(start.clone(), Some(opts)).await.map_err(etcd_error("reading from etcd"))?;
-                let more = r.more();
-                let kvs = r.take_kvs();
-                let Some(last) = kvs.last() else { break };
-                let mut next = last.key().to_vec();
-                next.push(0);
-                for p in kvs {
-                    let (k, v) = p.into_key_value();
-                    out.push((k, v));
-                }
-                if !more {
-                    break;
-                }
-                start = next;
-            }
-            Ok(out)
+/// The reading of [`Etcd::range`], one attempt.
+async fn range_async(mut kv: etcd_client::KvClient, from: Vec<u8>, end: Vec<u8>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+    let mut out = Vec::new();
+    let mut start = from;
+    loop {
+        let opts = GetOptions::new().with_range(end.clone()).with_limit(READ_PAGE);
+        let mut r = kv.get(start, Some(opts)).await.map_err(etcd_error("reading from etcd"))?;
+        let more = r.more();
+        let kvs = r.take_kvs();
+        let Some(last) = kvs.last() else { break };
+        let mut next = last.key().to_vec();
+        next.push(0);
+        out.extend(kvs.into_iter().map(|p| p.into_key_value()));
+        if !more {
+            break;
         }
+        start = next;
     }
+    Ok(out)
 }
 
 impl Etcd {

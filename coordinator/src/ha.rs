@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use etcd_client::{GetOptions, PutOptions};
+use etcd_client::PutOptions;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tonic::codegen::http;
@@ -125,17 +125,13 @@ impl Role {
         let Some(etcd) = &self.etcd else {
             return Ok(vec![plexus_proto::pb::CoordinatorInfo { id: self.id.clone(), url: self.me.clone(), leader: true, started_ms: self.started_ms, me: true }]);
         };
+        // Read with the store's retry, so a member of etcd going down does not fail the list;
+        // the leader is this coordinator, or the one the standby's watcher last saw.
         let prefix = etcd.key("/members/");
-        let mut client = etcd.client();
-        let election = etcd.key("/election");
-        let (members, leader) = etcd.handle().spawn(async move {
-            let members = client.get(prefix, Some(GetOptions::new().with_prefix())).await.map_err(|e| Error::Etcd(format!("listing coordinators: {e}")))?;
-            let leader = match client.leader(election).await {
-                Ok(mut r) => r.take_kv().map(|kv| String::from_utf8_lossy(&kv.into_key_value().1).into_owned()),
-                Err(_) => None,
-            };
-            Ok::<_, Error>((members.kvs().iter().map(|kv| kv.value().to_vec()).collect::<Vec<_>>(), leader))
-        }).await.map_err(|e| Error::Engine(e.to_string()))??;
+        let e = etcd.clone();
+        let members = tokio::task::spawn_blocking(move || e.range(prefix.clone(), crate::etcd::prefix_end(&prefix))).await.map_err(|e| Error::Engine(e.to_string()))??;
+        let members: Vec<Vec<u8>> = members.into_iter().map(|(_, v)| v).collect();
+        let leader = self.leader();
         let mut out: Vec<plexus_proto::pb::CoordinatorInfo> = members
             .iter()
             .filter_map(|v| serde_json::from_slice::<Member>(v).ok())
@@ -377,11 +373,12 @@ async fn watch_leader(role: Arc<Role>, etcd: Etcd, election: Vec<u8>, shutdown: 
     let mut client = etcd.client();
     while !shutdown.is_cancelled() {
         if !role.leading.load(Ordering::SeqCst) {
-            let leader = match client.leader(election.clone()).await {
-                Ok(mut r) => r.take_kv().map(|kv| String::from_utf8_lossy(&kv.into_key_value().1).into_owned()),
-                Err(_) => None,
-            };
-            role.set_leader(leader);
+            match client.leader(election.clone()).await {
+                Ok(mut r) => role.set_leader(r.take_kv().map(|kv| String::from_utf8_lossy(&kv.into_key_value().1).into_owned())),
+                Err(e) if e.to_string().contains("no leader") => role.set_leader(None),
+                // etcd unreachable for a moment (a member down): keep what was seen.
+                Err(_) => {}
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
