@@ -7,7 +7,16 @@
 #   PLEXUS_PROFILE        cargo profile whose binaries the images and the host CLI come from
 #                         (release, default; debug reuses `make build`'s binaries)
 #   PLEXUS_IMAGE_TAG      tag of the images (default latest; debug for PLEXUS_PROFILE=debug)
+#   PLEXUS_HA=1           the `ha` profile: 3 etcd members, 3 coordinators on them (the settings
+#                         of docker/ha.env, where the environment does not set them already)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+if [ "${PLEXUS_HA:-0}" = 1 ]; then
+  while IFS='=' read -r key value; do
+    case "$key" in ''|'#'*) continue ;; esac
+    [ -n "${!key:-}" ] || export "$key=$value"
+  done < docker/ha.env
+  export PLEXUS_HA
+fi
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-plexus}
 export PLEXUS_PORT=${PLEXUS_PORT:-7070}
 export PLEXUS_HTTP_PORT=${PLEXUS_HTTP_PORT:-8265}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make compose-up`: builds what is missing (base image, binaries, images), starts the compose
-# cluster (coordinator + PLEXUS_WORKERS workers) in the background, waits until every worker has
-# registered, and prints how to use it. Settings: scripts/compose-lib.sh.
+# cluster (coordinator + PLEXUS_WORKERS workers; with PLEXUS_HA=1 the `ha` profile, also 3 etcd
+# members and 2 more coordinators) in the background, waits until every worker has registered,
+# and prints how to use it. Settings: scripts/compose-lib.sh.
 set -euo pipefail
 source "$(dirname "$0")/compose-lib.sh"
 bash scripts/docker-images.sh
@@ -11,9 +12,15 @@ wait_workers 90 "$PLEXUS_WORKERS"
 "$PLEXUS_CLI" --coordinator "$PLEXUS_URL" workers
 DOWN="make compose-down"
 [ "$COMPOSE_PROJECT_NAME" = plexus ] || DOWN="COMPOSE_PROJECT_NAME=$COMPOSE_PROJECT_NAME $DOWN"
+WHAT="coordinator at $PLEXUS_URL"
+# The ha profile: plain compose commands need its settings too.
+if [ "${PLEXUS_HA:-0}" = 1 ]; then
+  COMPOSE+=(--env-file docker/ha.env)
+  WHAT="3 etcd members, 3 coordinators ($(echo "$PLEXUS_COORDINATORS" | sed 's|https://||g; s|:50051||g')), 'coordinator' at $PLEXUS_URL while it leads"
+fi
 cat <<MSG
 
-Plexus is running in containers (project $COMPOSE_PROJECT_NAME): coordinator at $PLEXUS_URL, $PLEXUS_WORKERS workers.
+Plexus is running in containers (project $COMPOSE_PROJECT_NAME): $WHAT, $PLEXUS_WORKERS workers.
   dashboard: http://127.0.0.1:$PLEXUS_HTTP_PORT/login?token=\$(cat $PLEXUS_TOKEN_FILE)   (metrics at /metrics)
   export PLEXUS_COORDINATOR=$PLEXUS_URL PLEXUS_CA=$PLEXUS_CA PLEXUS_TOKEN_FILE=$PLEXUS_TOKEN_FILE
   (or: eval "\$(bash scripts/compose-credentials.sh)")
@@ -23,3 +30,5 @@ Plexus is running in containers (project $COMPOSE_PROJECT_NAME): coordinator at 
   ${COMPOSE[*]} -p $COMPOSE_PROJECT_NAME logs -f coordinator
   $DOWN      # stop; removes containers, networks, volumes
 MSG
+[ "${PLEXUS_HA:-0}" = 1 ] && echo "  ${COMPOSE[*]} -p $COMPOSE_PROJECT_NAME exec coordinator plexus coordinators   # who leads (follows the leader in the network)"
+true

@@ -2,16 +2,21 @@
 # Installs Debian's etcd-server and etcd-client (etcdctl), if missing: the HA control plane's
 # tests, `make ha-demo` and the stores part of `make bench-control` start their own etcd on
 # loopback. The package's own service is not started (no etcd left listening on 2379).
-# Idempotent; needs root (apt-get) only when etcd is missing.
+# Idempotent; needs root (apt-get) only when something is missing.
 set -euo pipefail
 
-command -v etcd >/dev/null 2>&1 && exit 0
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+[ ${#need[@]} -eq 0 ] && exit 0
+
 if [ "$(id -u)" -ne 0 ]; then
-    echo "deps-etcd: etcd is missing; run as root to install it (the HA tests skip without it)" >&2
+    echo "deps-etcd: missing ${need[*]}; run as root to install them (the HA tests skip without etcd)" >&2
     exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
-# Forbid service starts during the install; removed again whatever happens.
+# Forbid service starts during the install (invoke-rc.d and deb-systemd-invoke ask policy-rc.d);
+# one we made is removed again whatever happens, one that was there is left alone.
 policy=/usr/sbin/policy-rc.d
 made_policy=0
 if [ ! -e "$policy" ]; then
@@ -19,8 +24,17 @@ if [ ! -e "$policy" ]; then
 fi
 cleanup() { [ "$made_policy" = 1 ] && rm -f "$policy"; true; }
 trap cleanup EXIT
-apt-get install -y --no-install-recommends etcd-server etcd-client >/dev/null 2>&1 || {
+# Update the package lists only when the install fails without it (a fresh image has none).
+apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
     apt-get update -qq
-    apt-get install -y --no-install-recommends etcd-server etcd-client >/dev/null
-}
-echo "deps-etcd: installed $(etcd --version | head -n1)"
+    apt-get install -y --no-install-recommends "${need[@]}" >/dev/null
+} || { echo "deps-etcd: apt-get install ${need[*]} failed" >&2; exit 1; }
+# The package enables its service for the next boot, and it may have started anyway: stop it and
+# disable it, as the tests run their own members on free ports.
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now etcd >/dev/null 2>&1 || { echo "deps-etcd: could not stop and disable the etcd service (systemctl disable --now etcd)" >&2; exit 1; }
+elif [ -x /etc/init.d/etcd ] && /etc/init.d/etcd status >/dev/null 2>&1; then
+    /etc/init.d/etcd stop >/dev/null 2>&1 || { echo "deps-etcd: could not stop the etcd service (/etc/init.d/etcd stop)" >&2; exit 1; }
+fi
+command -v etcd >/dev/null 2>&1 || { echo "deps-etcd: etcd is still not on PATH after installing ${need[*]}" >&2; exit 1; }
+echo "deps-etcd: installed ${need[*]} ($(etcd --version | head -n1))"

@@ -3,6 +3,8 @@
 #   plexus-coordinator:TAG  base + plexus-coordinator + plexus (CLI) + only the libtorch libraries
 #                           the coordinator loads (per `ldd`), in /opt/plexus/lib
 #   plexus-worker:TAG       base + plexus-worker + plexus (CLI); no libtorch
+#   plexus-etcd:TAG         with PLEXUS_HA=1 only: base + Debian's etcd-server and etcd-client, for
+#                           the etcd members of the compose cluster's `ha` profile
 # Each image is built from a small staged context under .plexus/docker/ (never target/), and only
 # when its inputs (staged files, Dockerfile, base image) changed since the image was built: the
 # image carries a hash of them as the label org.plexus.inputs.
@@ -10,7 +12,9 @@
 #   PLEXUS_PROFILE       cargo profile of the binaries: release (default) or debug
 #   PLEXUS_SKIP_CARGO=1  use the binaries already in target/PROFILE, do not run cargo
 #   PLEXUS_BASE_IMAGE    base image (default debian:bookworm-slim; made by scripts/docker-base.sh)
-#   PLEXUS_IMAGE_TAG     tag of both images (default latest; debug for PLEXUS_PROFILE=debug)
+#   PLEXUS_IMAGE_TAG     tag of the images (default latest; debug for PLEXUS_PROFILE=debug)
+#   PLEXUS_HA=1          plexus-etcd:TAG too (its build installs etcd from the base image's apt
+#                        sources, so it needs a Debian mirror once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=${PLEXUS_PROFILE:-release}
@@ -78,6 +82,14 @@ put_bin "$BIN/plexus" "$W/bin"
 cp docker/worker-entrypoint.sh docker/worker-health.sh "$W/bin/"
 if ldd "$BIN/plexus-worker" | grep -q libtorch; then die "plexus-worker links libtorch; it must not"; fi
 
+# --- etcd context (PLEXUS_HA=1) ----------------------------------------------------------------
+HA=${PLEXUS_HA:-0}
+E=$STAGE/etcd
+if [ "$HA" = 1 ]; then
+  rm -rf "$E"; mkdir -p "$E/bin"
+  cp docker/etcd-entrypoint.sh "$E/bin/"
+fi
+
 # --- build what changed ------------------------------------------------------------------------
 base_id=$($DOCKER image inspect -f '{{.Id}}' "$BASE")
 inputs_hash() { # context dir, Dockerfile
@@ -105,12 +117,17 @@ build() { # image, context dir, Dockerfile
 }
 build "plexus-coordinator:$TAG" "$C" docker/coordinator.Dockerfile
 build "plexus-worker:$TAG" "$W" docker/worker.Dockerfile
+[ "$HA" = 1 ] && build "plexus-etcd:$TAG" "$E" docker/etcd.Dockerfile
 
 # Every library the coordinator needs resolves inside its image, and the worker has no libtorch.
 missing=$($DOCKER run --rm --entrypoint ldd "plexus-coordinator:$TAG" /usr/local/bin/plexus-coordinator | grep 'not found' || true)
 [ -z "$missing" ] || die "plexus-coordinator:$TAG cannot load: $missing"
 missing=$($DOCKER run --rm --entrypoint ldd "plexus-worker:$TAG" /usr/local/bin/plexus-worker | grep 'not found' || true)
 [ -z "$missing" ] || die "plexus-worker:$TAG cannot load: $missing"
+if [ "$HA" = 1 ]; then
+  $DOCKER run --rm --entrypoint etcd "plexus-etcd:$TAG" --version >/dev/null || die "plexus-etcd:$TAG cannot run etcd --version"
+fi
 
 size() { $DOCKER image inspect -f '{{.Size}}' "$1" | awk '{ printf "%.0f MB", $1 / 1e6 }'; }
-echo "docker-images: plexus-coordinator:$TAG $(size "plexus-coordinator:$TAG") ($libs libtorch libraries: $(ls "$C/lib" | tr '\n' ' ')), plexus-worker:$TAG $(size "plexus-worker:$TAG"), base $BASE $(size "$BASE")"
+etcd=; [ "$HA" = 1 ] && etcd=", plexus-etcd:$TAG $(size "plexus-etcd:$TAG")"
+echo "docker-images: plexus-coordinator:$TAG $(size "plexus-coordinator:$TAG") ($libs libtorch libraries: $(ls "$C/lib" | tr '\n' ' ')), plexus-worker:$TAG $(size "plexus-worker:$TAG")$etcd, base $BASE $(size "$BASE")"

@@ -1,6 +1,9 @@
 //! A real etcd cluster of one or three members on loopback, as child processes, for the tests
 //! and benchmarks of the HA control plane (issue 19). `make deps` installs Debian's
 //! `etcd-server`; without it [`EtcdCluster::start`] says so and tests skip.
+//!
+//! Each member has a directory of its own in one temporary directory: `mN/data` (etcd's data
+//! dir) and `mN/etcd.log` (its output, appended to across restarts).
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -19,6 +22,7 @@ struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// `mN/`: `data/` and `etcd.log`.
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -29,8 +33,12 @@ pub struct EtcdCluster {
     token: String,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port on loopback")
+/// `n` distinct free ports on loopback: every listener is held until all are bound, so the
+/// kernel cannot hand out one port twice.
+fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let bind = |_| std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("binding 127.0.0.1:0: {e}"));
+    let listeners = (0..n).map(bind).collect::<Result<Vec<_>, _>>()?;
+    listeners.iter().map(|l| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())).collect()
 }
 
 impl EtcdCluster {
@@ -41,9 +49,19 @@ impl EtcdCluster {
         }
         let dir = tempfile::Builder::new().prefix("plexus-etcd-").tempdir().map_err(|e| e.to_string())?;
         let token = format!("plexus-test-{}-{}", std::process::id(), plexus_proto::now_ms());
+        let ports = free_ports(2 * members)?;
         let members: Vec<Member> = (0..members)
-            .map(|i| Member { name: format!("m{i}"), client_port: free_port(), peer_port: free_port(), dir: dir.path().join(format!("m{i}")), child: None })
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                dir: dir.path().join(format!("m{i}")),
+                child: None,
+            })
             .collect();
+        for m in &members {
+            std::fs::create_dir_all(&m.dir).map_err(|e| format!("creating {}: {e}", m.dir.display()))?;
+        }
         let mut c = EtcdCluster { dir, members, token };
         for i in 0..c.members.len() {
             c.spawn(i, "new")?;
@@ -58,8 +76,9 @@ impl EtcdCluster {
         self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect::<Vec<_>>().join(",")
     }
 
-    fn log_path(&self, i: usize) -> PathBuf {
-        self.dir.path().join(format!("m{i}.log"))
+    /// Member `i`'s output.
+    pub fn log_path(&self, i: usize) -> PathBuf {
+        self.members[i].dir.join("etcd.log")
     }
 
     fn spawn(&mut self, i: usize, state: &str) -> Result<(), String> {
@@ -71,7 +90,7 @@ impl EtcdCluster {
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
         let child = Command::new("etcd")
             .args(["--name", &m.name, "--data-dir"])
-            .arg(&m.dir)
+            .arg(m.dir.join("data"))
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &cluster, "--initial-cluster-state", state, "--initial-cluster-token", &self.token])
@@ -85,7 +104,8 @@ impl EtcdCluster {
         Ok(())
     }
 
-    fn healthy(&self, i: usize) -> bool {
+    /// Member `i` answers `GET /health` with `{"health":"true"}` (it has a leader and serves).
+    pub fn healthy(&self, i: usize) -> bool {
         use std::io::{Read, Write};
         let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.members[i].client_port)) else { return false };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
@@ -97,7 +117,8 @@ impl EtcdCluster {
         body.contains("\"health\":\"true\"")
     }
 
-    fn wait_healthy(&self, i: usize, timeout: Duration) -> Result<(), String> {
+    /// Waits until member `i` is [`healthy`](Self::healthy); `Err` with its log's tail.
+    pub fn wait_healthy(&self, i: usize, timeout: Duration) -> Result<(), String> {
         let start = Instant::now();
         while start.elapsed() < timeout {
             if self.healthy(i) {
@@ -108,6 +129,11 @@ impl EtcdCluster {
         let log = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(20).collect();
         Err(format!("etcd member {i} not healthy after {timeout:?}; log tail:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n")))
+    }
+
+    /// The temporary directory that holds every member's directory (removed on drop).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// `127.0.0.1:port` of every member.
