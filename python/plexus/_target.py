@@ -1,0 +1,155 @@
+"""Which coordinator to talk to and with which credentials, resolved exactly as the ``plexus``
+CLI resolves them (``cli/src/client.rs``, ``cli/src/args.rs``):
+
+* URL: the ``url`` argument, else ``$PLEXUS_COORDINATOR``, else ``127.0.0.1:50051``. Several
+  URLs separated by commas name the coordinators of an HA control plane, tried in order. A bare
+  ``host:port`` means ``https://`` (``http://`` with ``insecure``); an empty one the default; a
+  scheme that contradicts ``insecure`` is an error.
+* Token: the ``token`` argument, else ``$PLEXUS_TOKEN`` (either ignored when blank), else the
+  file ``token_file`` / ``$PLEXUS_TOKEN_FILE``, else ``./.plexus/coordinator/admin.token`` (the
+  admin token of a ``plexus up`` cluster started in the current directory) when it exists. None
+  is not an error: the coordinator says whether a call needs one.
+* CA: the file ``ca`` / ``$PLEXUS_CA``, else ``./.plexus/coordinator/ca.pem`` when it exists.
+* ``insecure``: plaintext, no CA and no token (a coordinator run with ``--insecure``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Tuple, Union
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+#: Where the coordinator listens unless told otherwise (the port ``plexus up`` uses by default).
+DEFAULT_COORDINATOR = "127.0.0.1:50051"
+#: Where ``plexus up`` keeps its cluster by default.
+UP_DIR = ".plexus"
+#: The name every coordinator certificate holds and every client checks, whatever address it
+#: dialled (``security/src/tls.rs``).
+COORDINATOR_NAME = "coordinator.plexus"
+
+_TOKEN = re.compile(r"plx_[0-9a-f]{12}_[0-9a-f]{64}")
+_TOKEN_FORM = (
+    "this is not a Plexus token: it should read plx_ followed by 12 hex digits, _ and 64 hex digits "
+    "(81 characters in all)"
+)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def normalise_url(url: str, insecure: bool) -> str:
+    """``https://`` (``http://`` when ``insecure``) added to a bare ``host:port``; an empty value
+    means the default; a scheme that contradicts ``insecure`` is a :class:`ConfigError` saying
+    which setting to change."""
+    url = url.strip()
+    scheme = "http" if insecure else "https"
+    if not url:
+        url = f"{scheme}://{DEFAULT_COORDINATOR}"
+    elif "://" not in url:
+        url = f"{scheme}://{url}"
+    if not insecure and url.startswith("http://"):
+        raise ConfigError(
+            f"the coordinator URL {url} is plaintext http: write https:// (the default), "
+            "or pass insecure=True for a coordinator run with --insecure"
+        )
+    if insecure and url.startswith("https://"):
+        raise ConfigError(f"the coordinator URL {url} is https, and insecure=True turns TLS off: write http://")
+    return url
+
+
+def parse_token(text: str) -> str:
+    """A token's text, checked (surrounding whitespace, such as a file's newline, is ignored)."""
+    text = text.strip()
+    if not _TOKEN.fullmatch(text):
+        raise ConfigError(f"the token: {_TOKEN_FORM}")
+    return text
+
+
+def grpc_address(url: str) -> Tuple[str, bool]:
+    """The ``host:port`` gRPC dials for a normalised URL, and whether it is TLS."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"invalid coordinator URL {url!r}: {e}") from e
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"invalid coordinator URL {url!r}: the scheme must be https (or http with insecure=True)")
+    host = parts.hostname
+    if not host:
+        raise ConfigError(f"invalid coordinator URL {url!r}: no host")
+    tls = parts.scheme == "https"
+    port = port if port is not None else (443 if tls else 80)
+    return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), tls
+
+
+@dataclass(frozen=True)
+class Target:
+    """The coordinators (normalised URLs, in the order to try them) and the credentials."""
+
+    urls: Tuple[str, ...]
+    #: The cluster CA certificate (PEM); None with ``insecure``, or when none was found.
+    ca: Optional[bytes]
+    token: Optional[str]
+    insecure: bool
+
+    @staticmethod
+    def resolve(
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        ca: Union[PathLike, bytes, None] = None,
+        token_file: Optional[PathLike] = None,
+        insecure: bool = False,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[PathLike] = None,
+    ) -> "Target":
+        env = os.environ if env is None else env
+        if url is None:
+            url = env.get("PLEXUS_COORDINATOR", DEFAULT_COORDINATOR)
+        urls = tuple(normalise_url(u, insecure) for u in url.split(","))
+        if insecure:
+            return Target(urls=urls, ca=None, token=None, insecure=True)
+        up = Path(cwd if cwd is not None else os.getcwd()) / UP_DIR / "coordinator"
+
+        token_text: Optional[str] = None
+        if token is not None and token.strip():
+            token_text = token
+        elif env.get("PLEXUS_TOKEN", "").strip():
+            token_text = env["PLEXUS_TOKEN"]
+        else:
+            file = token_file if token_file is not None else env.get("PLEXUS_TOKEN_FILE") or None
+            if file is not None:
+                token_text = _read(Path(file), "the token file").decode("utf-8", errors="replace")
+            else:
+                token_text = _read_optional(up / "admin.token")
+        parsed = parse_token(token_text) if token_text is not None else None
+
+        ca_pem: Optional[bytes]
+        if isinstance(ca, bytes):
+            ca_pem = ca
+        else:
+            ca_file = ca if ca is not None else env.get("PLEXUS_CA") or None
+            if ca_file is not None:
+                ca_pem = _read(Path(ca_file), "the CA certificate")
+            else:
+                text = _read_optional(up / "ca.pem")
+                ca_pem = text.encode() if text is not None else None
+        return Target(urls=urls, ca=ca_pem, token=parsed, insecure=False)
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from e
+
+
+def _read_optional(path: Path) -> Optional[str]:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None

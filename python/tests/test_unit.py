@@ -1,0 +1,261 @@
+"""The client's own rules, without a coordinator: URL normalisation, credential resolution,
+job sources, job references, conversions, errors and the progress bars."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import grpc
+import pytest
+
+import plexus
+from plexus import _convert
+from plexus._pb import pb
+from plexus._progress import Bars
+from plexus._target import DEFAULT_COORDINATOR, Target, grpc_address, normalise_url, parse_token
+from plexus.client import _check_job_ref, _job_source, resolve_ref
+from plexus.errors import ConfigError, JobFailed, NotFound, PlexusError, from_rpc
+
+TOKEN = "plx_0123456789ab_" + "cd" * 32
+OTHER = "plx_ba9876543210_" + "ef" * 32
+
+
+def test_urls_get_a_scheme_as_the_cli_gives_them() -> None:
+    assert normalise_url("127.0.0.1:7000", False) == "https://127.0.0.1:7000"
+    assert normalise_url("127.0.0.1:7000", True) == "http://127.0.0.1:7000"
+    assert normalise_url(" http://h:1 ", True) == "http://h:1"
+    assert normalise_url("https://h:1", False) == "https://h:1"
+    assert normalise_url("", False) == f"https://{DEFAULT_COORDINATOR}"
+    with pytest.raises(ConfigError, match="plaintext") as e:
+        normalise_url("http://h:1", False)
+    assert "insecure=True" in str(e.value)
+    with pytest.raises(ConfigError, match="is https"):
+        normalise_url("https://h:1", True)
+
+
+def test_grpc_addresses() -> None:
+    assert grpc_address("https://127.0.0.1:7000") == ("127.0.0.1:7000", True)
+    assert grpc_address("http://coord") == ("coord:80", False)
+    assert grpc_address("https://[::1]:9") == ("[::1]:9", True)
+    with pytest.raises(ConfigError, match="invalid coordinator URL"):
+        grpc_address("https://h:99999")
+    with pytest.raises(ConfigError, match="scheme"):
+        grpc_address("ftp://h:1")
+
+
+def test_tokens_are_checked() -> None:
+    assert parse_token(f"  {TOKEN}\n") == TOKEN
+    for bad in ["", "plx_", TOKEN.upper(), TOKEN[:-1], "xyz_0123456789ab_" + "cd" * 32]:
+        with pytest.raises(ConfigError, match="not a Plexus token"):
+            parse_token(bad)
+
+
+def _up_dir(root: Path, token: str = TOKEN, ca: bytes = b"CA OF UP") -> None:
+    d = root / ".plexus" / "coordinator"
+    d.mkdir(parents=True)
+    (d / "admin.token").write_text(token + "\n")
+    (d / "ca.pem").write_bytes(ca)
+
+
+def test_credentials_are_found_where_the_cli_finds_them(tmp_path: Path) -> None:
+    # Nothing anywhere: the default URL, no token, no CA (the coordinator says what it needs).
+    t = Target.resolve(env={}, cwd=tmp_path)
+    assert (t.urls, t.token, t.ca) == ((f"https://{DEFAULT_COORDINATOR}",), None, None)
+
+    # A `plexus up` cluster in the current directory.
+    _up_dir(tmp_path)
+    t = Target.resolve(env={}, cwd=tmp_path)
+    assert (t.token, t.ca) == (TOKEN, b"CA OF UP")
+
+    # $PLEXUS_TOKEN_FILE and $PLEXUS_CA win over ./.plexus; $PLEXUS_TOKEN over the file.
+    (tmp_path / "tok").write_text(OTHER)
+    (tmp_path / "ca.pem").write_bytes(b"OTHER CA")
+    env = {"PLEXUS_TOKEN_FILE": str(tmp_path / "tok"), "PLEXUS_CA": str(tmp_path / "ca.pem")}
+    t = Target.resolve(env=env, cwd=tmp_path)
+    assert (t.token, t.ca) == (OTHER, b"OTHER CA")
+    assert Target.resolve(env={**env, "PLEXUS_TOKEN": TOKEN}, cwd=tmp_path).token == TOKEN
+    # A blank $PLEXUS_TOKEN is ignored, as the CLI ignores it.
+    assert Target.resolve(env={**env, "PLEXUS_TOKEN": "  "}, cwd=tmp_path).token == OTHER
+    # The arguments: token= as $PLEXUS_TOKEN; token_file= and ca= as --token-file and --ca.
+    assert Target.resolve(token=OTHER, env={"PLEXUS_TOKEN": TOKEN}, cwd=tmp_path).token == OTHER
+    assert Target.resolve(token_file=tmp_path / "tok", env={}, cwd=tmp_path).token == OTHER
+    assert Target.resolve(ca=tmp_path / "ca.pem", env={}, cwd=tmp_path).ca == b"OTHER CA"
+    assert Target.resolve(ca=b"PEM", env={}, cwd=tmp_path).ca == b"PEM"
+
+    # insecure: plaintext, no token, no CA, even where they exist.
+    t = Target.resolve("h:1", insecure=True, env=env, cwd=tmp_path)
+    assert (t.urls, t.token, t.ca, t.insecure) == (("http://h:1",), None, None, True)
+
+
+def test_coordinator_lists_and_their_errors(tmp_path: Path) -> None:
+    t = Target.resolve(env={"PLEXUS_COORDINATOR": "a:1, https://b:2"}, cwd=tmp_path)
+    assert t.urls == ("https://a:1", "https://b:2")
+    assert Target.resolve("c:3", env={"PLEXUS_COORDINATOR": "a:1"}, cwd=tmp_path).urls == ("https://c:3",)
+    with pytest.raises(ConfigError, match="cannot read the token file"):
+        Target.resolve(env={"PLEXUS_TOKEN_FILE": str(tmp_path / "missing")}, cwd=tmp_path)
+    with pytest.raises(ConfigError, match="cannot read the CA certificate"):
+        Target.resolve(env={"PLEXUS_CA": str(tmp_path / "missing.pem")}, cwd=tmp_path)
+    (tmp_path / "bad").write_text("not a token")
+    with pytest.raises(ConfigError, match="the token: this is not a Plexus token"):
+        Target.resolve(token_file=tmp_path / "bad", env={}, cwd=tmp_path)
+
+
+def test_https_without_a_ca_says_where_to_find_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("PLEXUS_COORDINATOR", "PLEXUS_CA", "PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        plexus.Client("127.0.0.1:1").workers()
+    assert "PLEXUS_CA" in str(e.value) and "ca=" in str(e.value)
+
+
+def test_job_sources(tmp_path: Path) -> None:
+    toml = tmp_path / "a.toml"
+    toml.write_text('name = "a"\n')
+    assert _job_source(toml, None, None) == ('name = "a"\n', "toml", str(toml))
+    assert _job_source(str(toml), None, None) == ('name = "a"\n', "toml", str(toml))
+    js = tmp_path / "b.JSON"
+    js.write_text("{}")
+    assert _job_source(js, None, None) == ("{}", "json", str(js))
+    assert _job_source('name = "x"\n[[task]]\n', None, None) == ('name = "x"\n[[task]]\n', "toml", "job.toml")
+    assert _job_source('name = "x"', None, "mine.toml") == ('name = "x"', "toml", "mine.toml")
+    assert _job_source(b'{"name": "x"}', None, None) == ('{"name": "x"}', "json", "job.json")
+    source, fmt, name = _job_source({"name": "d", "task": [{"name": "t", "command": "true"}]}, None, None)
+    assert (fmt, name) == ("json", "job.json")
+    assert json.loads(source) == {"name": "d", "task": [{"name": "t", "command": "true"}]}
+    assert source.count("\n") > 5, "indented, so that error lines point at one key each"
+    with pytest.raises(FileNotFoundError):
+        _job_source(str(tmp_path / "missing.toml"), None, None)
+    with pytest.raises(TypeError):
+        _job_source(42, None, None)  # type: ignore[arg-type]
+
+
+def test_job_references_resolve_by_id_prefix_or_name() -> None:
+    items = [("job-1a2b0000", "etl"), ("job-1a2c0000", "train"), ("job-ffff0000", "train")]
+
+    def get(r: str) -> str:
+        return resolve_ref(items, r, prefix="job-", what="job", name="name", listed_by="plexus status")
+
+    assert get("job-1a2b") == "job-1a2b0000"
+    assert get("1A2C") == "job-1a2c0000"
+    assert get("etl") == "job-1a2b0000"
+    with pytest.raises(PlexusError) as e:
+        get("train")
+    assert "matches 2 jobs" in str(e.value) and "job-1a2c0000 (train)" in str(e.value)
+    with pytest.raises(PlexusError, match="matches 3 jobs"):
+        get("job-")
+    with pytest.raises(NotFound, match='^no job matches "nope"'):
+        get("nope")
+    for bad, why in [("", "empty"), ("a b", "no spaces"), ("wkr-12", "worker id"), ("job-12x", "32 hex digits")]:
+        with pytest.raises(ValueError, match=why):
+            _check_job_ref(bad)
+
+
+def test_statuses_convert_to_dataclasses() -> None:
+    msg = pb.JobStatus(
+        job_id="job-" + "0" * 32,
+        name="demo",
+        state=pb.JOB_STATE_COMPLETED_WITH_FAILURES,
+        submitted_at=1_700_000_000_000,
+        groups=[pb.TaskGroupStatus(task="gen", replicas=2, succeeded=1, failed=1, after=["a"])],
+        subtasks=[
+            pb.SubtaskStatus(
+                task="gen",
+                rank=1,
+                state=pb.SUBTASK_STATE_FAILED,
+                exit_code=3,
+                error="exit code 3",
+                outputs=[pb.ObjectInfo(object_id="job-x/gen/1/numbers", size=5)],
+            )
+        ],
+        total_subtasks=2,
+    )
+    st = _convert.job_status(msg)
+    assert st.state == plexus.JobState.COMPLETED_WITH_FAILURES and st.finished and not st.succeeded
+    assert st.submitted_at is not None and st.submitted_at.year == 2023 and st.finished_at is None
+    assert st.group("gen").finished == 2 and st.group("gen").after == ["a"]
+    assert st.subtask("gen", 1).outputs == [plexus.Output("job-x/gen/1/numbers", "numbers", 5)]
+    assert [s.rank for s in st.failed_subtasks] == [1]
+    with pytest.raises(KeyError, match="its tasks: gen"):
+        st.group("nope")
+    e = JobFailed(st, st.failed_subtasks)
+    assert str(e) == f"job {st.id} (demo) completed-with-failures [gen/1: exit code 3]"
+    assert e.status is st and e.failures[0].exit_code == 3
+
+
+class _Refusal(grpc.RpcError, grpc.Call):  # type: ignore[misc]
+    """A failed call as grpc raises it, for the error mapping."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def initial_metadata(self):  # type: ignore[no-untyped-def]
+        return ()
+
+    def trailing_metadata(self):  # type: ignore[no-untyped-def]
+        return ()
+
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> None:
+        return None
+
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+
+def test_errors_carry_the_coordinators_message_on_one_line() -> None:
+    url = "https://127.0.0.1:1"
+    e = from_rpc(_Refusal(grpc.StatusCode.INVALID_ARGUMENT, "TOML parse error at line 1\n  |\ninvalid string\n"), url)
+    assert isinstance(e, plexus.InvalidJob) and isinstance(e, ValueError)
+    assert str(e) == "TOML parse error at line 1 | invalid string" and e.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert isinstance(from_rpc(_Refusal(grpc.StatusCode.NOT_FOUND, "no job x"), url), plexus.NotFound)
+    assert isinstance(from_rpc(_Refusal(grpc.StatusCode.UNAUTHENTICATED, "no token"), url), plexus.PermissionDenied)
+    assert str(from_rpc(_Refusal(grpc.StatusCode.NOT_FOUND, ""), url)) == "the coordinator answered NOT_FOUND without a message"
+    down = from_rpc(_Refusal(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; Connection refused"), url)
+    assert isinstance(down, plexus.Unavailable) and str(down).startswith(f"cannot reach the coordinator at {url}: ")
+    standby = from_rpc(_Refusal(grpc.StatusCode.UNAVAILABLE, "this coordinator is a standby and no coordinator leads yet"), url)
+    assert str(standby) == "this coordinator is a standby and no coordinator leads yet"
+
+
+def test_progress_bars_draw_each_group() -> None:
+    def snapshot(running: int, succeeded: int, failed: int) -> plexus.JobStatus:
+        return _convert.job_status(
+            pb.JobStatus(
+                job_id="job-" + "1" * 32,
+                state=pb.JOB_STATE_RUNNING,
+                groups=[
+                    pb.TaskGroupStatus(task="gen", replicas=8, running=running, succeeded=succeeded, failed=failed),
+                    pb.TaskGroupStatus(task="sum", replicas=1, waiting=1),
+                ],
+                total_subtasks=9,
+            )
+        )
+
+    out = io.StringIO()
+    bars = Bars(out, enabled=True)
+    bars.update(snapshot(2, 3, 1))
+    bars.update(snapshot(0, 7, 1))
+    gen = bars.bar_of("gen")
+    assert gen is not None and (gen.n, gen.total) == (7, 8)
+    bars.close()
+    text = out.getvalue()
+    assert "7/8" in text and "0 running, 1 failed" in text and "sum" in text
+
+    quiet = io.StringIO()
+    off = Bars(quiet, enabled=False)
+    off.update(snapshot(0, 8, 0))
+    off.close()
+    assert quiet.getvalue() == "" and off.bar_of("gen") is None
