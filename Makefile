@@ -3,7 +3,7 @@ CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live fmt clippy clean \
-        images compose-up compose-down compose-test ha-demo
+        images compose-up compose-down compose-test ha-demo demo-fanout python-client
 
 all: build
 
@@ -26,9 +26,15 @@ build: torch
 release: torch
 	$(CARGO) build --release --workspace --bins
 
-# Build, start an embedded cluster (`plexus up`), run examples/fanout.toml, print its result, stop.
+# The main job, examples/train.toml (shard -> 4 training replicas -> allreduce over the data plane
+# -> evaluate), on an embedded cluster of 4 workers x 2 rails placed by the learned placer: live
+# progress, the check, `plexus explain` of a training subtask, traffic per rail. Then stops.
 demo: release
-	bash scripts/demo.sh
+	bash scripts/demo.sh train
+
+# The smaller example: examples/fanout.toml on 3 workers.
+demo-fanout: release
+	bash scripts/demo.sh fanout
 
 # An HA control plane on loopback: a 3-member etcd (installed by `make deps`), three coordinators,
 # three workers; a job runs while the leader is killed with kill -9 and a standby takes over.
@@ -36,10 +42,12 @@ ha-demo: build deps
 	bash scripts/ha-demo.sh
 
 # Every test, unit and end-to-end. The end-to-end tests run the real binaries, so build them first.
-# Then the compose cluster's test, when a Docker engine answers, on the debug binaries just built
-# (images tagged :debug), so it costs no release build.
+# Then the Python client's tests (pytest, in a venv of their own) against a real `plexus up` of
+# those binaries; then the compose cluster's test, when a Docker engine answers, on the debug
+# binaries just built (images tagged :debug), so it costs no release build.
 test: build deps
 	$(CARGO) test --workspace
+	bash scripts/python-client.sh test target/debug
 	@if ! docker info >/dev/null 2>&1; then \
 	  echo "make test: compose-test skipped: no Docker engine answers ('docker info' failed)"; \
 	elif ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then \
@@ -47,6 +55,10 @@ test: build deps
 	else \
 	  $(MAKE) --no-print-directory compose-test PLEXUS_PROFILE=debug; \
 	fi
+
+# The Python client (python/) in a venv of its own (~/.cache/plexus/pyclient-venv), with pytest.
+python-client:
+	bash scripts/python-client.sh
 
 test-unit: torch
 	$(CARGO) test --workspace --lib

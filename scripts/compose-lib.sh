@@ -8,7 +8,8 @@
 #                         (release, default; debug reuses `make build`'s binaries)
 #   PLEXUS_IMAGE_TAG      tag of the images (default latest; debug for PLEXUS_PROFILE=debug)
 #   PLEXUS_HA=1           the `ha` profile: 3 etcd members, 3 coordinators on them (the settings
-#                         of docker/ha.env, where the environment does not set them already)
+#                         of docker/ha.env, where the environment does not set them already);
+#                         coordinator2/3 on host ports PLEXUS_PORT2/PLEXUS_PORT3 (7071, 7072)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 if [ "${PLEXUS_HA:-0}" = 1 ]; then
   while IFS='=' read -r key value; do
@@ -27,8 +28,14 @@ if [ "$PLEXUS_PROFILE" = release ]; then export PLEXUS_IMAGE_TAG=${PLEXUS_IMAGE_
 else export PLEXUS_IMAGE_TAG=${PLEXUS_IMAGE_TAG:-$PLEXUS_PROFILE}; fi
 DOCKER=${DOCKER:-docker}
 PLEXUS_CLI=${PLEXUS_CLI:-target/$PLEXUS_PROFILE/plexus}
-PLEXUS_URL=https://$PLEXUS_BIND:$PLEXUS_PORT
-[ "$PLEXUS_BIND" = 0.0.0.0 ] && PLEXUS_URL=https://127.0.0.1:$PLEXUS_PORT
+HOST=$PLEXUS_BIND
+[ "$HOST" = 0.0.0.0 ] && HOST=127.0.0.1
+PLEXUS_URL=https://$HOST:$PLEXUS_PORT
+if [ "${PLEXUS_HA:-0}" = 1 ]; then
+  # The ha profile publishes coordinator2 and coordinator3 too: the host CLI is given all three.
+  export PLEXUS_PORT2=${PLEXUS_PORT2:-7071} PLEXUS_PORT3=${PLEXUS_PORT3:-7072}
+  PLEXUS_URL=$PLEXUS_URL,https://$HOST:$PLEXUS_PORT2,https://$HOST:$PLEXUS_PORT3
+fi
 # Where the host CLI keeps this project's CA certificate and admin token (fetched_credentials).
 PLEXUS_CRED_DIR=${PLEXUS_CRED_DIR:-.plexus/compose-$COMPOSE_PROJECT_NAME}
 

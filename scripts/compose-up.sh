@@ -16,7 +16,7 @@ WHAT="coordinator at $PLEXUS_URL"
 # The ha profile: plain compose commands need its settings too.
 if [ "${PLEXUS_HA:-0}" = 1 ]; then
   COMPOSE+=(--env-file docker/ha.env)
-  WHAT="3 etcd members, 3 coordinators ($(echo "$PLEXUS_COORDINATORS" | sed 's|https://||g; s|:50051||g')), 'coordinator' at $PLEXUS_URL while it leads"
+  WHAT="3 etcd members, 3 coordinators ($(echo "$PLEXUS_COORDINATORS" | sed 's|https://||g; s|:50051||g')) at $PLEXUS_URL (the CLI finds the leader among them)"
 fi
 cat <<MSG
 
@@ -30,5 +30,5 @@ Plexus is running in containers (project $COMPOSE_PROJECT_NAME): $WHAT, $PLEXUS_
   ${COMPOSE[*]} -p $COMPOSE_PROJECT_NAME logs -f coordinator
   $DOWN      # stop; removes containers, networks, volumes
 MSG
-[ "${PLEXUS_HA:-0}" = 1 ] && echo "  ${COMPOSE[*]} -p $COMPOSE_PROJECT_NAME exec coordinator plexus coordinators   # who leads (follows the leader in the network)"
+[ "${PLEXUS_HA:-0}" = 1 ] && echo "  $PLEXUS_CLI coordinators     # who leads; ${COMPOSE[*]} -p $COMPOSE_PROJECT_NAME kill coordinator shows a standby take over"
 true

@@ -1,33 +1,88 @@
 #!/usr/bin/env bash
-# `make demo`: start an embedded local cluster, run the fan-out/fan-in example, print its result,
-# stop the cluster. Everything lives in a fresh directory under .plexus/.
+# `make demo`: the main job (examples/train.toml: shard -> 4 training replicas, a gang -> an
+# allreduce of their gradients over the data plane -> evaluate and check) on an embedded cluster
+# of 4 workers with two data-plane rails each (the loopback addresses 127.0.0.2 and 127.0.0.3,
+# so every object moves striped over two sockets), placed by the learned placer (--placer rl).
+# Prints live progress, the check's result, why one training subtask went where it did, each
+# worker's traffic per rail, and the dashboard's address; then stops the cluster.
+#
+#   scripts/demo.sh [train|fanout]   fanout: the smaller fan-out/fan-in example on 3 workers
+#   PLEXUS_BIN         where the binaries are (default target/release)
+#   PLEXUS_DEMO_KEEP=1 keep the cluster (and its dashboard) running after the job, until Ctrl-C
+# Everything lives in a fresh directory under .plexus/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${PLEXUS_BIN:-target/release}
-DIR=.plexus/demo-$(date +%Y%m%d-%H%M%S)
+WHICH=${1:-train}
+DIR=.plexus/demo-$WHICH-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$DIR"
+step() { printf '\n== %s\n' "$*"; }
 
-"$BIN/plexus" up --workers 3 --dir "$DIR" --port 0 > "$DIR/up.out" 2>&1 &
+case "$WHICH" in
+  train) UP_ARGS=(--workers 4 --rails 127.0.0.2,127.0.0.3 --placer rl) ;;
+  fanout) UP_ARGS=(--workers 3) ;;
+  *) echo "demo.sh: unknown demo '$WHICH' (train or fanout)" >&2; exit 2 ;;
+esac
+
+step "starting a cluster: plexus up ${UP_ARGS[*]}"
+"$BIN/plexus" up "${UP_ARGS[@]}" --dir "$DIR" --port 0 > "$DIR/up.out" 2>&1 &
 UP=$!
 stop() { kill -TERM "$UP" 2>/dev/null || true; wait "$UP" 2>/dev/null || true; }
 trap stop EXIT
 
 URL=
-for _ in $(seq 1 300); do
+for _ in $(seq 1 600); do
+  # The URL is printed once every worker is alive.
   URL=$(sed -n 's/^coordinator: \(https\{0,1\}:[^ ]*\).*/\1/p' "$DIR/up.out" | head -n1)
   [ -n "$URL" ] && break
   kill -0 "$UP" 2>/dev/null || { cat "$DIR/up.out"; echo "plexus up exited early" >&2; exit 1; }
   sleep 0.1
 done
-[ -n "$URL" ] || { cat "$DIR/up.out"; echo "plexus up did not print the coordinator URL in 30 s" >&2; exit 1; }
+[ -n "$URL" ] || { cat "$DIR/up.out"; echo "plexus up did not report the cluster up in 60 s" >&2; exit 1; }
 # The coordinator, its CA and the admin token's file, as `plexus up` printed them.
 eval "$(grep '^export PLEXUS_' "$DIR/up.out")"
+# "dashboard: http://127.0.0.1:PORT/login?token=$(cat FILE) (metrics at /metrics)"
+DASHBOARD=$(sed -n 's/.*dashboard: \(http.*\) (metrics.*/\1/p' "$DIR/up.out" | head -n1)
 echo "cluster up at $URL (state and logs in $DIR)"
 "$BIN/plexus" workers
 
-JOB=$("$BIN/plexus" submit examples/fanout.toml)
-echo "submitted examples/fanout.toml as $JOB"
+if [ "$WHICH" = fanout ]; then
+  step "plexus submit examples/fanout.toml"
+  JOB=$("$BIN/plexus" submit examples/fanout.toml)
+  "$BIN/plexus" watch "$JOB"
+  step "result (sum of 1..8000, from the 'sum' task's output)"
+  "$BIN/plexus" logs "$JOB" sum
+  exit 0
+fi
+
+step "plexus submit examples/train.toml"
+JOB=$("$BIN/plexus" submit examples/train.toml)
+echo "job $JOB"
+# Live progress; exits non-zero unless the job succeeded.
 "$BIN/plexus" watch "$JOB"
 "$BIN/plexus" status "$JOB"
-echo "result (sum of 1..8000, from the 'sum' task's output):"
-"$BIN/plexus" logs "$JOB" sum
+
+step "the check (plexus logs $JOB evaluate)"
+"$BIN/plexus" logs "$JOB" evaluate
+grep -q '^check ok' <("$BIN/plexus" logs "$JOB" evaluate) || { echo "demo: the check did not pass" >&2; exit 1; }
+
+step "why training replica 0 runs where it does (plexus explain $JOB train --rank 0)"
+"$BIN/plexus" explain "$JOB" train --rank 0
+
+step "traffic per worker and rail (plexus workers --rails)"
+# The counters arrive with the workers' heartbeats (every second): wait for the next one.
+sleep 2
+"$BIN/plexus" workers --rails | sed -n '/^WORKER  *RAIL/,$p'
+
+if [ -n "$DASHBOARD" ]; then
+  step "dashboard (placements with every candidate's Q-value, jobs, workers, rails)"
+  # The token is read from its file, not printed into the terminal's scroll-back.
+  echo "$DASHBOARD"
+fi
+if [ "${PLEXUS_DEMO_KEEP:-0}" = 1 ]; then
+  echo "the cluster keeps running (PLEXUS_DEMO_KEEP=1): export the lines below to use it, Ctrl-C to stop"
+  grep '^export PLEXUS_' "$DIR/up.out"
+  wait "$UP"
+else
+  echo "(the cluster stops now; PLEXUS_DEMO_KEEP=1 make demo keeps it and its dashboard up)"
+fi

@@ -150,6 +150,11 @@ pub struct UpArgs {
     /// Object-cache bound of each worker, e.g. `512MiB` (passed on as `--cache`).
     #[arg(long, value_name = "SIZE")]
     pub cache: Option<String>,
+    /// The data-plane rails of every worker, comma-separated IP addresses in rail order (each
+    /// passed on as `--rail`), e.g. `127.0.0.2,127.0.0.3`: loopback addresses all reach this
+    /// machine, so objects are striped over two sockets per peer. Default: 127.0.0.1 alone.
+    #[arg(long, value_name = "IP,IP", value_delimiter = ',', num_args = 1..)]
+    pub rails: Vec<std::net::IpAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -257,6 +262,10 @@ pub struct WorkersArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: OutputFormat,
+    /// Also a table of each worker's data-plane rails: address and bytes sent and received on
+    /// each since the worker started (as of its last heartbeat).
+    #[arg(long)]
+    pub rails: bool,
     #[command(subcommand)]
     pub action: Option<WorkersAction>,
 }

@@ -130,29 +130,65 @@ pub fn normalise_url(url: &str, insecure: bool) -> anyhow::Result<String> {
 
 /// Connects eagerly, so an unreachable coordinator is reported as such before any call. The
 /// URL may list several coordinators (an HA control plane), separated by commas: the first that
-/// answers is asked who leads, and the client goes to the leader.
+/// answers is asked who leads, and the client goes to the leader's advertised URL; when that does
+/// not answer from here (a name only a container network resolves), the next URLs of the list are
+/// tried in turn until one leads. No leader reached: the first standby, whose refusals name it.
 pub async fn connect(target: &Target) -> anyhow::Result<Client> {
     let mut last = None;
+    // A standby reached first, kept in case no URL reaches the leader: its refusals name it.
+    let mut standby = None;
     for url in target.url.split(',') {
-        match connect_one(target, url).await {
-            Ok(client) => return Ok(follow_leader(target, url, client).await),
-            Err(e) => last = Some(e),
+        let mut client = match connect_one(target, url).await {
+            Ok(client) => client,
+            Err(e) => {
+                last = Some(e);
+                continue;
+            }
+        };
+        match leader_of(&mut client).await {
+            Leader::Me | Leader::Unknown => return Ok(client),
+            Leader::Other(leader) => {
+                if leader != url.trim() {
+                    if let Ok(client) = connect_one(target, &leader).await {
+                        return Ok(client);
+                    }
+                }
+                // The leader's advertised URL does not reach it from here (e.g. a name inside a
+                // container network): the other URLs given may.
+                standby.get_or_insert(client);
+            }
+            Leader::None => {
+                standby.get_or_insert(client);
+            }
         }
     }
-    Err(last.unwrap_or_else(|| anyhow::anyhow!("no coordinator URL given")))
+    match standby {
+        Some(client) => Ok(client),
+        None => Err(last.unwrap_or_else(|| anyhow::anyhow!("no coordinator URL given"))),
+    }
 }
 
-/// The client of the leader, when `client`'s coordinator is a standby that knows it; else
-/// `client` itself (a single coordinator, or one that cannot say).
-async fn follow_leader(target: &Target, url: &str, mut client: Client) -> Client {
-    let Ok(r) = client.list_coordinators(plexus_proto::pb::ListCoordinatorsRequest {}).await else { return client };
+/// Who leads, as the coordinator behind `client` says.
+enum Leader {
+    /// It does (or there is only one coordinator).
+    Me,
+    /// Another one, at this URL.
+    Other(String),
+    /// None yet: an election is under way.
+    None,
+    /// It cannot say (an older coordinator without ListCoordinators, or the call failed).
+    Unknown,
+}
+
+async fn leader_of(client: &mut Client) -> Leader {
+    let Ok(r) = client.list_coordinators(plexus_proto::pb::ListCoordinatorsRequest {}).await else { return Leader::Unknown };
     let list = r.into_inner().coordinators;
-    if list.iter().any(|c| c.me && c.leader) {
-        return client;
+    if list.is_empty() || list.iter().any(|c| c.me && c.leader) {
+        return Leader::Me;
     }
     match list.iter().find(|c| c.leader) {
-        Some(leader) if leader.url != url => connect_one(target, &leader.url).await.unwrap_or(client),
-        _ => client,
+        Some(leader) => Leader::Other(leader.url.clone()),
+        None => Leader::None,
     }
 }
 

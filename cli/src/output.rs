@@ -139,6 +139,10 @@ impl Table {
         self.rows.push(cells);
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
     pub fn render(&self) -> String {
         let cols = self.header.len();
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
@@ -726,6 +730,29 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
     } else {
         t.render()
     }
+}
+
+/// Each worker's data-plane rails, one row per rail: the counters of its last heartbeat
+/// (cumulative since the worker started), and each rail's share of what the worker sent.
+pub fn rails_table(workers: &[pb::WorkerInfo]) -> String {
+    let names = short_names(workers.iter().map(|w| w.worker_id.as_str()));
+    let mut t = Table::new(&["WORKER", "RAIL", "ADDRESS", "SENT", "RECEIVED", "SHARE SENT", "FAILURES"]);
+    for (w, name) in workers.iter().zip(&names) {
+        let rails = w.state.as_ref().map(|s| s.rails.as_slice()).unwrap_or_default();
+        let total: u64 = rails.iter().map(|r| r.bytes_sent).fold(0, u64::saturating_add);
+        for (i, r) in rails.iter().enumerate() {
+            t.row(vec![
+                name.clone(),
+                i.to_string(),
+                r.addr.clone(),
+                human_size(r.bytes_sent),
+                human_size(r.bytes_received),
+                if total == 0 { "-".to_string() } else { format!("{:.0}%", r.bytes_sent as f64 * 100.0 / total as f64) },
+                r.failures.to_string(),
+            ]);
+        }
+    }
+    if t.is_empty() { "no rail counters reported yet\n".to_string() } else { t.render() }
 }
 
 #[derive(Debug, Serialize)]
@@ -1325,6 +1352,18 @@ mod tests {
             }),
             draining: false,
         }]
+    }
+
+    #[test]
+    fn rails_table_shows_each_rail_and_its_share() {
+        let text = rails_table(&workers());
+        assert_eq!(
+            text,
+            "WORKER        RAIL  ADDRESS        SENT  RECEIVED  SHARE SENT  FAILURES\n\
+             wkr-00000000  0     10.0.0.1:7100  5 B   7 B       100%        1\n"
+        );
+        let bare = pb::WorkerInfo { worker_id: W2.into(), ..Default::default() };
+        assert_eq!(rails_table(&[bare]), "no rail counters reported yet\n");
     }
 
     #[test]

@@ -26,11 +26,13 @@ pub struct HaConfig {
     pub lease_ttl_s: u64,
     pub log: String,
     pub coordinator_args: Vec<String>,
+    /// `--advertise` of coordinator i, where given (default: its listening URL).
+    pub advertise: Vec<String>,
 }
 
 impl Default for HaConfig {
     fn default() -> Self {
-        HaConfig { etcd_members: 1, coordinators: 3, workers: 3, cpus_per_worker: 2, lease_ttl_s: 2, log: "info".into(), coordinator_args: vec![] }
+        HaConfig { etcd_members: 1, coordinators: 3, workers: 3, cpus_per_worker: 2, lease_ttl_s: 2, log: "info".into(), coordinator_args: vec![], advertise: vec![] }
     }
 }
 
@@ -120,6 +122,7 @@ impl HaCluster {
             .arg(self.coordinator_dir(i))
             .args(["--lease-ttl", &format!("{}s", self.config.lease_ttl_s)])
             .args(&self.config.coordinator_args)
+            .args(self.config.advertise.get(i).map(|a| ["--advertise", a.as_str()]).into_iter().flatten())
             .env("RUST_LOG", &self.config.log)
             .stdout(Stdio::piped())
             .stderr(log_file(&self.log_path(&format!("coordinator-{i}"))))
@@ -197,11 +200,10 @@ impl HaCluster {
             }
             let Some(mut c) = self.client_of(i) else { continue };
             let Ok(r) = self.rt.block_on(c.list_coordinators(pb::ListCoordinatorsRequest {})) else { continue };
-            if let Some(l) = r.into_inner().coordinators.iter().find(|c| c.leader) {
-                let idx = self.urls.iter().position(|u| *u == l.url)?;
+            // By its own word (`me`), not by the advertised URL, which may differ from ours.
+            if r.into_inner().coordinators.iter().any(|c| c.me && c.leader) {
                 // Only a leader that serves counts.
-                let mut lc = self.client_of(idx)?;
-                return self.rt.block_on(lc.list_jobs(pb::ListJobsRequest {})).ok().map(|_| idx);
+                return self.rt.block_on(c.list_jobs(pb::ListJobsRequest {})).ok().map(|_| i);
             }
         }
         None
@@ -267,8 +269,13 @@ impl HaCluster {
 
     /// Runs the `plexus` CLI with every coordinator's URL.
     pub fn plexus(&self, args: &[&str]) -> std::process::Output {
+        self.plexus_at(&self.url_list(), args)
+    }
+
+    /// The CLI given `urls` (comma-separated) as its coordinators.
+    pub fn plexus_at(&self, urls: &str, args: &[&str]) -> std::process::Output {
         Command::new(self.bin.join("plexus"))
-            .env("PLEXUS_COORDINATOR", self.url_list())
+            .env("PLEXUS_COORDINATOR", urls)
             .env("PLEXUS_CA", self.dir.path().join("ca.pem"))
             .env("PLEXUS_TOKEN", &self.admin_token)
             .env_remove("PLEXUS_TOKEN_FILE")

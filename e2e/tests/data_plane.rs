@@ -116,3 +116,48 @@ fn the_allreduce_example_sums_four_replicas_across_workers() {
     let text = String::from_utf8_lossy(&member_log.stdout);
     assert!(text.starts_with("allreduce f32 sum over 4 members (halving), rank 1: 1048576 bytes"), "{text}");
 }
+
+/// The main job of `make demo`, examples/train.toml, as the demo runs it: shard -> 4 training
+/// replicas (a gang) -> allreduce of their gradients over two rails -> evaluate, placed by the
+/// learned placer; its check passes, `plexus explain` shows Q-values, and `plexus workers --rails`
+/// shows traffic on both rails of every worker.
+#[test]
+fn the_train_example_passes_its_check_with_the_learned_placer_over_two_rails() {
+    let c = Cluster::start(ClusterConfig {
+        workers: 4,
+        cpus_per_worker: 2,
+        placer: "rl".into(),
+        worker_args: ["--rail", "127.0.0.2", "--rail", "127.0.0.3"].map(String::from).to_vec(),
+        ..ClusterConfig::default()
+    });
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/train.toml");
+    let source = std::fs::read_to_string(file).expect("the example");
+    let job = c.submit("train.toml", &source);
+    let status = c.wait_job(&job, Duration::from_secs(240));
+    assert_eq!(status.state, pb::JobState::Succeeded as i32, "{status:?}\n{}", c.coordinator_log());
+
+    let logs = c.plexus(&["logs", &job, "evaluate"]);
+    assert!(logs.status.success(), "{}", describe(&logs));
+    let out = String::from_utf8_lossy(&logs.stdout);
+    assert!(out.starts_with("check ok: the allreduced gradient (524288 features, 4 replicas x 2 samples)"), "{out}");
+    assert!(out.contains("one step of gradient descent: loss per feature"), "{out}");
+
+    // The training replicas are one gang: every one was placed, and explain says so.
+    let train: Vec<&pb::SubtaskStatus> = status.subtasks.iter().filter(|s| s.task == "train").collect();
+    assert_eq!(train.len(), 4);
+    assert!(train.iter().all(|s| !s.worker_id.is_empty()), "{train:?}");
+    let explain = c.plexus(&["explain", &job, "train", "--rank", "0"]);
+    assert!(explain.status.success(), "{}", describe(&explain));
+    let text = String::from_utf8_lossy(&explain.stdout);
+    assert!(text.contains("placer:      rl") && text.contains("gang \"train\""), "{text}");
+
+    // Both rails of every worker carried data (the counters arrive with the next heartbeat).
+    let rails = c.wait_for("traffic on both rails of every worker", Duration::from_secs(10), |c| {
+        let out = c.plexus(&["workers", "--rails"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let rows: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("WORKER ")).skip(1).collect();
+        let busy = rows.iter().filter(|r| !r.split_whitespace().nth(3).is_some_and(|sent| sent == "0")).count();
+        (rows.len() == 8 && busy == 8).then_some(text)
+    });
+    assert!(rails.contains("127.0.0.2:") && rails.contains("127.0.0.3:"), "{rails}");
+}

@@ -184,7 +184,14 @@ fn a_paused_leader_is_fenced_steps_down_on_resume_and_nothing_is_done_twice() {
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}");
     assert_each_once(&markers, n);
     let log = c.coordinator_log(old);
-    assert!(log.contains("its lease was lost") || log.contains("fenced"), "why it stepped down is logged:\n{log}");
+    // Whichever it noticed first after SIGCONT: its keep-alive finding the lease gone, etcd
+    // refusing a write (the fence), or a write of its engine failing (its request timed out
+    // while the process was stopped, past the retry budget): never panicked, never carried on.
+    assert!(
+        ["its lease was lost", "fenced", "its engine failed to write"].iter().any(|why| log.contains(why)),
+        "why it stepped down is logged:\n{log}"
+    );
+    assert!(!log.contains("its engine panicked"), "{log}");
 }
 
 #[test]
@@ -206,4 +213,32 @@ fn an_etcd_member_killed_of_three_and_the_cluster_goes_on() {
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}");
     assert_each_once(&more, 50);
     let _ = &mut c;
+}
+
+/// Coordinators that advertise URLs this host cannot reach (as in a container network whose
+/// names only its members resolve; here loopback ports nothing listens on): the CLI, given
+/// every real URL with a standby first, is told the leader's advertised URL, cannot reach it,
+/// and finds the leader further down its list. Given the standby alone, it says who leads.
+#[test]
+fn the_cli_finds_a_leader_whose_advertised_url_does_not_answer_from_here() {
+    let dead: Vec<String> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| format!("https://127.0.0.1:{}", l.local_addr().unwrap().port()))
+        .collect();
+    let Some(c) = start(HaConfig { coordinators: 2, workers: 0, lease_ttl_s: TTL_S, advertise: dead.clone(), ..Default::default() }) else { return };
+    let (leader, _) = c.wait_leader(Duration::from_secs(30));
+    let standby = 1 - leader;
+    let both = format!("{},{}", c.urls[standby], c.urls[leader]);
+    let out = c.plexus_at(&both, &["coordinators"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "plexus coordinators through a standby whose leader's URL does not answer: {stderr}");
+    assert!(stdout.contains(&dead[leader]), "{stdout}");
+    let out = c.plexus_at(&both, &["status"]);
+    assert!(out.status.success(), "plexus status (served by the leader only): {}", String::from_utf8_lossy(&out.stderr));
+    let out = c.plexus_at(&c.urls[standby], &["status"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the standby alone cannot serve");
+    assert!(stderr.contains(&dead[leader]), "the refusal names the leader's advertised URL: {stderr}");
 }

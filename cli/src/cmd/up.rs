@@ -93,7 +93,7 @@ async fn run_cluster(plan: &Plan<'_>, cluster: &mut Cluster, signals: &mut Signa
             cluster.spawn(
                 format!("worker-{i}"),
                 worker_bin,
-                &worker_args(&url, &a.dir, i, a.cpus, a.cache.as_deref()),
+                &worker_args(&url, &a.dir, i, a.cpus, a.cache.as_deref(), &a.rails),
                 plan.log_dir.join(format!("worker-{i}.log")),
             )?;
         }
@@ -251,7 +251,7 @@ fn coordinator_args(port: u16, http_port: u16, dir: &Path, placer: Option<&str>)
 
 /// A worker of the cluster: it joins with the coordinator's join token the first time, and
 /// keeps its certificate in its data dir after that.
-fn worker_args(url: &str, dir: &Path, i: u32, cpus: Option<u32>, cache: Option<&str>) -> Vec<OsString> {
+fn worker_args(url: &str, dir: &Path, i: u32, cpus: Option<u32>, cache: Option<&str>, rails: &[std::net::IpAddr]) -> Vec<OsString> {
     let coordinator = dir.join("coordinator");
     let mut args: Vec<OsString> = vec![
         "--coordinator".into(),
@@ -268,6 +268,9 @@ fn worker_args(url: &str, dir: &Path, i: u32, cpus: Option<u32>, cache: Option<&
     }
     if let Some(c) = cache {
         args.extend(["--cache".into(), c.into()]);
+    }
+    for r in rails {
+        args.extend(["--rail".into(), r.to_string().into()]);
     }
     args
 }
@@ -491,7 +494,7 @@ mod tests {
     #[test]
     fn worker_command_line() {
         assert_eq!(
-            worker_args("https://127.0.0.1:50051", Path::new(".plexus"), 2, None, None),
+            worker_args("https://127.0.0.1:50051", Path::new(".plexus"), 2, None, None, &[]),
             os(&[
                 "--coordinator",
                 "https://127.0.0.1:50051",
@@ -504,7 +507,7 @@ mod tests {
             ])
         );
         assert_eq!(
-            worker_args("https://127.0.0.1:9", Path::new("/d"), 1, Some(4), Some("256MiB")),
+            worker_args("https://127.0.0.1:9", Path::new("/d"), 1, Some(4), Some("256MiB"), &["127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap()]),
             os(&[
                 "--coordinator",
                 "https://127.0.0.1:9",
@@ -517,7 +520,11 @@ mod tests {
                 "--cpus",
                 "4",
                 "--cache",
-                "256MiB"
+                "256MiB",
+                "--rail",
+                "127.0.0.2",
+                "--rail",
+                "127.0.0.3"
             ])
         );
     }

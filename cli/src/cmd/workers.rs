@@ -31,6 +31,9 @@ pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::
         return Ok(ExitCode::SUCCESS);
     }
     let text = match args.output {
+        OutputFormat::Table if args.rails => {
+            format!("{}\n{}", output::workers_table(&workers, plexus_proto::now_ms()), output::rails_table(&workers))
+        }
         OutputFormat::Table => output::workers_table(&workers, plexus_proto::now_ms()),
         OutputFormat::Json => output::json(&output::worker_list_view(&workers)),
     };
