@@ -10,6 +10,11 @@
 #                  killed (SIGKILL); the job succeeds, and those subtasks ran again on other workers
 #                  (attempt > 1); the container, started again, comes back with the same worker id
 #   6. restart-coordinator  naps again; `compose restart coordinator` while it runs; the job finishes
+#   7. ha-up       the `ha` profile (docker/ha.env) from nothing: 3 etcd members, 3 coordinators,
+#                  the workers registered; the host CLI, given all three, sees `coordinator` lead
+#   8. ha-failover naps; the leader's container killed; a standby leads, the job succeeds through
+#                  the host CLI, and the killed coordinator comes back as a standby
+#                  (PLEXUS_COMPOSE_HA=0 skips 7 and 8)
 # Then (always, also after a failure or Ctrl-C) the project's containers, networks and volumes are
 # removed. Exits non-zero naming the step that failed; prints each step's time.
 #
@@ -227,5 +232,63 @@ import json, sys
 j = json.load(sys.stdin)
 print("  %s succeeded: %d/%d subtasks, attempts %s" % (j["job_id"], j["succeeded_subtasks"], j["total_subtasks"], sorted(s["attempt"] for s in j["subtasks"])))'
 cli status
+
+if [ "${PLEXUS_COMPOSE_HA:-1}" = 1 ]; then
+step ha-up
+# The ha profile, from nothing: the plain cluster's state is in sled, so it goes first.
+compose down --volumes --remove-orphans --timeout 2 >/dev/null 2>&1 || fail "compose down before the ha profile failed"
+while IFS='=' read -r key value; do
+  case "$key" in ''|'#'*) continue ;; esac
+  export "$key=$value"
+done < docker/ha.env
+export PLEXUS_HA=1
+PLEXUS_PORT2=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PLEXUS_PORT3=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export PLEXUS_PORT2 PLEXUS_PORT3
+PLEXUS_URL=https://127.0.0.1:$PLEXUS_PORT,https://127.0.0.1:$PLEXUS_PORT2,https://127.0.0.1:$PLEXUS_PORT3
+PLEXUS_SKIP_CARGO=1 bash scripts/docker-images.sh || fail "building the images (plexus-etcd too) failed"
+compose up -d --scale "worker=$PLEXUS_WORKERS" || fail "compose up of the ha profile failed"
+wait_workers 120 "$PLEXUS_WORKERS" || fail "the workers did not all register with the ha control plane"
+# coordinators_json: "leader-url standby-count" as the host CLI (given all three) sees it.
+leader_of() { cli coordinators -o json 2>/dev/null | py '
+import json, sys
+cs = json.load(sys.stdin)["coordinators"]
+lead = [c["url"] for c in cs if c["leader"]]
+print(lead[0] if lead else "-", len(cs))' 2>/dev/null || echo "- 0"; }
+read -r LEADER N < <(leader_of)
+[ "$LEADER" = https://coordinator:50051 ] && [ "$N" = 3 ] || fail "expected 3 coordinators led by https://coordinator:50051, saw leader $LEADER of $N"
+echo "  3 etcd members, 3 coordinators; $LEADER leads"
+
+step ha-failover
+JOB=$(submit docker/jobs/naps.toml)
+echo "  naps: $JOB"
+wait_running "$JOB" 60 8
+C=$(service_container coordinator)
+echo "  killing the leader's container ${C:0:12} (coordinator)"
+$DOCKER kill "$C" >/dev/null || fail "docker kill of the coordinator container failed"
+KILLED=$(now_ms)
+NEW=-
+for _ in $(seq 1 120); do
+  read -r NEW _ < <(leader_of)
+  [ "$NEW" != - ] && [ "$NEW" != https://coordinator:50051 ] && break
+  sleep 0.25
+done
+case "$NEW" in https://coordinator[23]:50051) ;; *) fail "no standby leads 30 s after the leader was killed (leader: $NEW)" ;; esac
+echo "  $NEW leads $(secs $(( $(now_ms) - KILLED ))) s after the kill (lease TTL ${PLEXUS_LEASE_TTL:-5s})"
+# The host CLI, given all three, reaches the new leader (its advertised name only resolves inside).
+expect_success "$JOB" 180
+job_json "$JOB" | py '
+import json, sys
+j = json.load(sys.stdin)
+print("  %s succeeded across the failover: %d/%d subtasks" % (j["job_id"], j["succeeded_subtasks"], j["total_subtasks"]))'
+$DOCKER start "$C" >/dev/null || fail "docker start of the coordinator container failed"
+for _ in $(seq 1 60); do
+  read -r L N < <(leader_of)
+  [ "$N" = 3 ] && break
+  sleep 0.5
+done
+[ "$N" = 3 ] && [ "$L" = "$NEW" ] || fail "after its restart, expected 3 coordinators led by $NEW; saw $L of $N"
+echo "  coordinator is back as a standby; $NEW still leads"
+fi
 
 step finished

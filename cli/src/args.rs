@@ -94,7 +94,7 @@ pub enum Command {
     /// List the workers known to the coordinator.
     Workers(WorkersArgs),
     /// List the coordinators of the control plane and which one leads (with etcd, several).
-    Coordinators,
+    Coordinators(CoordinatorsArgs),
     /// Show why a subtask was placed where it was.
     Explain(ExplainArgs),
     /// Make, list and revoke tokens (needs an admin token).
@@ -155,6 +155,13 @@ pub struct UpArgs {
     /// machine, so objects are striped over two sockets per peer. Default: 127.0.0.1 alone.
     #[arg(long, value_name = "IP,IP", value_delimiter = ',', num_args = 1..)]
     pub rails: Vec<std::net::IpAddr>,
+}
+
+#[derive(Debug, Args)]
+pub struct CoordinatorsArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]

@@ -30,7 +30,7 @@ pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> 
         Command::Get(a) => get::run(target, &a).await,
         Command::Cancel(a) => cancel::run(target, &a.job).await,
         Command::Workers(a) => workers::run(target, &a).await,
-        Command::Coordinators => status::coordinators(target).await,
+        Command::Coordinators(args) => status::coordinators(target, args.output).await,
         Command::Explain(a) => explain::run(target, &a).await,
         Command::Completions { shell } => Ok(completions(shell)),
     }

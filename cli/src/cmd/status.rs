@@ -117,9 +117,18 @@ mod tests {
 }
 
 /// `plexus coordinators`: every coordinator of the control plane, the leader first.
-pub async fn coordinators(target: &crate::client::Target) -> anyhow::Result<ExitCode> {
+pub async fn coordinators(target: &crate::client::Target, format: crate::args::OutputFormat) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
     let r = client.list_coordinators(ListCoordinatorsRequest {}).await?.into_inner();
+    if format == crate::args::OutputFormat::Json {
+        let list: Vec<serde_json::Value> = r
+            .coordinators
+            .iter()
+            .map(|c| serde_json::json!({ "id": c.id, "url": c.url, "leader": c.leader, "started_at_ms": c.started_ms, "answered": c.me }))
+            .collect();
+        output::print(&output::json(&serde_json::json!({ "store": r.store, "coordinators": list })))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let now = plexus_proto::now_ms();
     let mut text = format!("store: {}\n{:<8} {:<40} {:<10} {}\n", r.store, "ROLE", "URL", "UP", "ID");
     for c in &r.coordinators {
