@@ -312,16 +312,21 @@ class Client:
                     self._conn = None
         return from_rpc(error, conn.url)
 
-    def _reconnect(self, error: grpc.RpcError, conn: _Connection) -> Optional[_Connection]:
-        """After a call that never reached ``conn``'s coordinator (it is gone: a leader killed, say),
-        a connection to whichever of the list leads now; None when there is no other to try."""
-        if len(self._target.urls) < 2 or not never_sent(error):
-            return None
-        self._failed(error, conn)
-        try:
-            return self._connection()
-        except PlexusError:
-            return None
+    def _retarget(self, error: grpc.RpcError, conn: _Connection) -> _Connection:
+        """Where to send a call again that failed on ``conn`` with ``error``, before any answer:
+        the leader a standby named; or, when the call never reached ``conn``'s coordinator (it is
+        gone: a leader killed, say) and there are others, whichever of the list leads now.
+        Anything else raises the call's error."""
+        leader = _leader_hint(error)
+        if leader is not None:
+            return self._switch_to(leader, conn)
+        if len(self._target.urls) > 1 and never_sent(error):
+            self._failed(error, conn)
+            try:
+                return self._connection()
+            except PlexusError:
+                pass
+        raise self._failed(error, conn) from None
 
     def _unary(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
         conn = self._connection()
@@ -329,22 +334,15 @@ class Client:
         try:
             return getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as e:
-            leader = _leader_hint(e)
-            if leader is None:
-                other = self._reconnect(e, conn)
-                if other is None:
-                    raise self._failed(e, conn) from None
-                conn = other
-            else:
-                conn = self._switch_to(leader, conn)
+            conn = self._retarget(e, conn)
             try:
                 return getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
             except grpc.RpcError as again:
                 raise self._failed(again, conn) from None
 
     def _stream(self, method: str, request: Any, timeout: Optional[float] = None) -> Iterator[Any]:
-        """The messages of a server stream. A standby's refusal (before any message) is
-        followed to the leader once."""
+        """The messages of a server stream. A standby's refusal, or a coordinator gone (before any
+        message), is followed once, as for a unary call."""
         conn = self._connection()
         call = getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
         try:
@@ -353,14 +351,7 @@ class Client:
             except StopIteration:
                 return
             except grpc.RpcError as e:
-                leader = _leader_hint(e)
-                if leader is None:
-                    other = self._reconnect(e, conn)
-                    if other is None:
-                        raise self._failed(e, conn) from None
-                    conn = other
-                else:
-                    conn = self._switch_to(leader, conn)
+                conn = self._retarget(e, conn)
                 call = getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
                 try:
                     first = next(call)
