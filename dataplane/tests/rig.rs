@@ -41,11 +41,17 @@ fn a_rail_cut_mid_transfer_still_delivers_the_message_intact() {
                     ..Default::default()
                 }))
                 .unwrap();
-            // 96 MiB over 1.5 Gbit/s takes about 0.55 s: cut the receiver's rail at 0.2 s.
+            // 96 MiB over 1.5 Gbit/s takes about 0.55 s: cut the receiver's rail once a quarter
+            // is sent (by the endpoint's own counters, not a timer: on a busy machine a sleeping
+            // thread can wake after the transfer has ended).
             let cutter = {
-                let rig = &rig;
+                let (rig, ep) = (&rig, &ep);
+                let quarter = data.len() as u64 / 4;
                 move || {
-                    std::thread::sleep(Duration::from_millis(200));
+                    let start = std::time::Instant::now();
+                    while ep.stats().rails.iter().map(|r| r.bytes_sent).sum::<u64>() < quarter && start.elapsed() < Duration::from_secs(30) {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
                     rig.cut(1, cut_rail).expect("cut");
                 }
             };
