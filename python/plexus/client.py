@@ -449,13 +449,13 @@ class Job:
     def logs(self, task: str, rank: int = 0, *, attempt: Optional[int] = None) -> Logs:
         """The stdout and stderr of one subtask (``plexus logs JOB TASK --rank R``): its latest
         attempt that reached a worker, or ``attempt`` (1 is the first)."""
-        request = pb.GetLogsRequest(job_id=self.id, task=task, rank=rank, attempt=attempt or 0)
+        request = pb.GetLogsRequest(job_id=self.id, task=task, rank=_u32("rank", rank), attempt=_u32("attempt", attempt or 0))
         return convert.logs(self.client._unary("GetLogs", request))
 
     def explain(self, task: str, rank: int = 0) -> Explanation:
         """Why the placer put the subtask's latest attempt where it did, with every candidate it
         considered (``plexus explain``)."""
-        request = pb.ExplainPlacementRequest(job_id=self.id, task=task, rank=rank)
+        request = pb.ExplainPlacementRequest(job_id=self.id, task=task, rank=_u32("rank", rank))
         return convert.explanation(self.client._unary("ExplainPlacement", request))
 
     def resubmit(self) -> "Job":
@@ -573,6 +573,13 @@ def _job_source(job: JobSource, format: Optional[str], filename: Optional[str]) 
         fmt = format or ("json" if path.suffix.lower() == ".json" else "toml")
         return text, fmt, filename or str(path)
     raise TypeError(f"a job is a path, a mapping or a job file's text, not {type(job).__name__}")
+
+
+def _u32(what: str, value: int) -> int:
+    """A rank or attempt number as the protocol carries it, or a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ValueError(f"{what} must be a whole number from 0 to {2**32 - 1}, not {value!r}")
+    return value
 
 
 def _is_text(s: str) -> bool:

@@ -259,3 +259,13 @@ def test_progress_bars_draw_each_group() -> None:
     off.update(snapshot(0, 8, 0))
     off.close()
     assert quiet.getvalue() == "" and off.bar_of("gen") is None
+
+
+def test_ranks_and_attempts_out_of_range_are_refused_naming_them() -> None:
+    from plexus.client import _u32
+
+    assert _u32("rank", 0) == 0 and _u32("rank", 2**32 - 1) == 2**32 - 1
+    for bad in (-1, 2**32, 2**40, 1.5, True, "3", None):
+        with pytest.raises(ValueError) as e:
+            _u32("rank", bad)  # type: ignore[arg-type]
+        assert str(e.value) == f"rank must be a whole number from 0 to 4294967295, not {bad!r}"
