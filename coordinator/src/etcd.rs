@@ -469,6 +469,32 @@ impl Kv for EtcdKv {
         self.etcd.write(ops).map(|_| ())
     }
 
+    fn put_many(&self, items: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Error> {
+        // Small values: two operations a key (the value, and the delete of any chunks an
+        // earlier large value left), up to 60 keys and 1 MiB of values a transaction, inside
+        // etcd's 128 operations and 1.5 MiB. Large ones go alone, through `put`.
+        let (small, large): (Vec<_>, Vec<_>) = items.iter().partition(|(_, v)| v.len() < PART);
+        let mut ops = Vec::new();
+        let mut bytes = 0;
+        for (key, value) in small {
+            if !ops.is_empty() && (ops.len() >= 120 || bytes + key.len() + value.len() > PART) {
+                self.etcd.write(std::mem::take(&mut ops))?;
+                bytes = 0;
+            }
+            let chunks = self.chunk_prefix(key, None);
+            ops.push(TxnOp::delete(chunks.clone(), Some(DeleteOptions::new().with_range(prefix_end(&chunks)))));
+            let mut v = Vec::with_capacity(value.len() + 1);
+            v.push(INLINE);
+            v.extend_from_slice(value);
+            ops.push(TxnOp::put(self.data_key(key), v, None));
+            bytes += value.len() + key.len();
+        }
+        if !ops.is_empty() {
+            self.etcd.write(ops)?;
+        }
+        large.into_iter().try_for_each(|(k, v)| self.put(k, v))
+    }
+
     fn remove(&self, keys: &[Vec<u8>]) -> Result<(), Error> {
         // Two operations a key, inside etcd's 128 a transaction.
         for batch in keys.chunks(60) {

@@ -186,6 +186,10 @@ pub const SECURITY_TREE: &str = "security";
 pub trait Kv: Send + Sync {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error>;
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), Error>;
+    /// Several records, in as few writes as the store allows (all or none of each write).
+    fn put_many(&self, items: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Error> {
+        items.iter().try_for_each(|(k, v)| self.put(k, v))
+    }
     /// Removes every key of `keys` (absent ones are no error).
     fn remove(&self, keys: &[Vec<u8>]) -> Result<(), Error>;
     /// Every record whose key starts with `prefix`, in key order.
@@ -219,6 +223,14 @@ impl Kv for SledKv {
     }
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
         self.tree.insert(key, value)?;
+        self.flushed()
+    }
+    fn put_many(&self, items: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Error> {
+        let mut b = sled::Batch::default();
+        for (k, v) in items {
+            b.insert(k.as_slice(), v.as_slice());
+        }
+        self.tree.apply_batch(b)?;
         self.flushed()
     }
     fn remove(&self, keys: &[Vec<u8>]) -> Result<(), Error> {
@@ -316,6 +328,10 @@ impl plexus_policy::PolicyStore for KvPolicyStore {
     }
     fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), StoreError> {
         self.kv.put(&experience_key(id), bytes).map_err(policy_error)
+    }
+    fn put_experiences(&self, items: &[(u64, Vec<u8>)]) -> Result<(), StoreError> {
+        let records: Vec<(Vec<u8>, Vec<u8>)> = items.iter().map(|(id, bytes)| (experience_key(*id), bytes.clone())).collect();
+        self.kv.put_many(&records).map_err(policy_error)
     }
     fn remove_experiences(&self, ids: &[u64]) -> Result<(), StoreError> {
         self.kv.remove(&ids.iter().map(|id| experience_key(*id)).collect::<Vec<_>>()).map_err(policy_error)

@@ -174,6 +174,51 @@ fn large_values_are_stored_in_parts_and_replaced_whole() {
     assert!(kv.scan(b"e").unwrap().is_empty());
 }
 
+/// Experiences arrive by the thousand: `put_many` writes them in few transactions (inside
+/// etcd's 128 operations and 1.5 MiB each), replaces a large value's parts, and a deposed
+/// leader's batch is refused whole.
+#[test]
+fn many_records_are_written_in_batched_transactions() {
+    let Some((_cluster, e)) = etcd("many") else { return };
+    let kv = e.spaces().policy;
+    let big = vec![7u8; 3 << 19];
+    kv.put(b"e-big", &big).unwrap();
+    let chunks = e.key("/chunks/policy/");
+    assert_eq!(e.range(chunks.clone(), prefix_end(&chunks)).unwrap().len(), 2);
+    // 1,000 records of 3 KiB (3 MiB in all: more than one transaction by count and by size),
+    // one of them replacing the large value, and one large value of their own.
+    let mut items: Vec<(Vec<u8>, Vec<u8>)> = (0..1000u32).map(|i| (format!("e{i:05}").into_bytes(), vec![(i % 251) as u8; 3 << 10])).collect();
+    items.push((b"e-big".to_vec(), b"small now".to_vec()));
+    items.push((b"f-large".to_vec(), vec![9u8; 5 << 19]));
+    let before = e.range(e.key("/"), prefix_end(&e.key("/"))).unwrap().len();
+    kv.put_many(&items).unwrap();
+    let stored = kv.scan(b"").unwrap();
+    assert_eq!(stored.len(), 1002);
+    for (k, v) in &items {
+        assert_eq!(kv.get(k).unwrap().as_deref(), Some(&v[..]), "{}", String::from_utf8_lossy(k));
+    }
+    assert_eq!(e.range(chunks.clone(), prefix_end(&chunks)).unwrap().len(), 3, "only f-large's parts are left");
+    assert!(e.range(e.key("/"), prefix_end(&e.key("/"))).unwrap().len() > before);
+
+    // Fenced on a leader key that is gone: nothing of the batch is written.
+    let mut client = e.client();
+    let (lease, key, rev) = e
+        .block(async move {
+            let lease = client.lease_grant(5, None).await.map_err(|x| Error::Etcd(x.to_string()))?.id();
+            let mut r = client.campaign("/many/election", "me", lease).await.map_err(|x| Error::Etcd(x.to_string()))?;
+            let l = r.take_leader().expect("a leader key");
+            Ok((lease, l.key().to_vec(), l.rev()))
+        })
+        .unwrap();
+    e.set_fence(Some(Fence { key, rev }));
+    let mut client = e.client();
+    e.block(async move { client.lease_revoke(lease).await.map(|_| ()).map_err(|x| Error::Etcd(x.to_string())) }).unwrap();
+    let fresh: Vec<(Vec<u8>, Vec<u8>)> = (0..200u32).map(|i| (format!("g{i:05}").into_bytes(), b"x".to_vec())).collect();
+    assert!(matches!(kv.put_many(&fresh), Err(Error::Fenced)), "a deposed leader's batch is refused");
+    e.set_fence(None);
+    assert!(kv.scan(b"g").unwrap().is_empty());
+}
+
 #[test]
 fn a_sled_store_is_copied_into_an_empty_prefix_only() {
     let Some((cluster, _unused)) = etcd("unused") else { return };

@@ -35,6 +35,9 @@ use crate::reward::{RewardConfig, RewardInputs};
 
 /// Whatever failed inside a [`PolicyStore`]: the store's own error, boxed, because the seam is
 /// implemented outside this crate (the coordinator's sled store). The policy only logs it.
+/// At most this many experiences are written to the store in one call.
+const PERSIST_BATCH: usize = 256;
+
 pub type StoreError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Durable storage for what the policy learned. The policy logs a store's errors and goes on
@@ -44,6 +47,11 @@ pub trait PolicyStore: Send + Sync {
     fn save_weights(&self, bytes: &[u8]) -> Result<(), StoreError>;
     fn load_experiences(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError>;
     fn put_experience(&self, id: u64, bytes: &[u8]) -> Result<(), StoreError>;
+    /// Several at once: one write where the store can batch (one etcd transaction instead of
+    /// one round trip each), so persisting keeps up with experiences arriving by the thousand.
+    fn put_experiences(&self, items: &[(u64, Vec<u8>)]) -> Result<(), StoreError> {
+        items.iter().try_for_each(|(id, bytes)| self.put_experience(*id, bytes))
+    }
     fn remove_experiences(&self, ids: &[u64]) -> Result<(), StoreError>;
 }
 
@@ -498,23 +506,44 @@ impl Trainer {
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, TRAINING_NICE) } != 0 {
             tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower the training thread's priority");
         }
-        while let Ok(ToTrainer::Experience(e)) = rx.recv() {
-            let bytes = e.encode();
-            if let Inserted::Added(id) = self.buffer.insert(e) {
-                self.stats.experiences.fetch_add(1, Ordering::Relaxed);
-                if let Some(s) = &self.store
-                    && let Err(err) = s.put_experience(id, &bytes)
-                {
-                    tracing::warn!(error = %err, "could not persist an experience");
+        // What arrived while the last batch was written is taken at once and written as one.
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < PERSIST_BATCH {
+                match rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
                 }
             }
-            if self.buffer.is_full() {
-                self.train_step();
+            let mut unwritten = Vec::new();
+            for ToTrainer::Experience(e) in batch {
+                let bytes = e.encode();
+                if let Inserted::Added(id) = self.buffer.insert(e) {
+                    self.stats.experiences.fetch_add(1, Ordering::Relaxed);
+                    unwritten.push((id, bytes));
+                }
+                if self.buffer.is_full() {
+                    // Written before a training step may sample and remove them from the store.
+                    self.persist(&mut unwritten);
+                    self.train_step();
+                }
+                if let Some(a) = &self.absorbed {
+                    let _ = a.send(());
+                }
             }
-            if let Some(a) = &self.absorbed {
-                let _ = a.send(());
-            }
+            self.persist(&mut unwritten);
         }
+    }
+
+    /// Writes `items` to the store (if any) in one call, and empties it.
+    fn persist(&self, items: &mut Vec<(u64, Vec<u8>)>) {
+        if let Some(s) = &self.store
+            && !items.is_empty()
+            && let Err(err) = s.put_experiences(items)
+        {
+            tracing::warn!(error = %err, count = items.len(), "could not persist experiences");
+        }
+        items.clear();
     }
 
     /// One training step: `batches_per_step` batches, each sampled and removed from the buffer;

@@ -716,6 +716,46 @@ fn failovers(c: &mut plexus_e2e::ha::HaCluster, trials: usize) -> Vec<f64> {
     out
 }
 
+/// The learned placer's experiences written per second to sled and to etcd (1 and 3 members).
+fn experiences_table() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (sled, _) = plexus_coordinator::store::SledStore::open(dir.path()).expect("a sled store");
+    let mut rows = vec![("sled", experience_rates(&plexus_coordinator::store::KvPolicyStore::new(sled.spaces().expect("spaces").policy)))];
+    for (name, members) in [("etcd, 1 member", 1usize), ("etcd, 3 members", 3)] {
+        let Ok(cluster) = plexus_e2e::etcd::EtcdCluster::start(members) else { break };
+        let url: plexus_coordinator::etcd::EtcdUrl = format!("{}/bench", cluster.url()).parse().expect("an etcd URL");
+        let etcd = plexus_coordinator::etcd::Etcd::connect(&url).expect("connecting to etcd");
+        rows.push((name, experience_rates(&plexus_coordinator::store::KvPolicyStore::new(etcd.spaces().policy))));
+    }
+    println!();
+    println!("learned-placer experiences persisted per second (2,000 one at a time, 4,000 in batches of 256; ~120 B each)");
+    println!("{:<34} {:>14} {:>14} {:>8}", "store", "one at a time", "batched", "ratio");
+    for (name, (one, batched)) in rows {
+        println!("{:<34} {:>14.0} {:>14.0} {:>8.1}", name, one, batched, batched / one.max(1e-9));
+    }
+}
+
+/// Experiences the learned placer persists per second through `store`'s policy space: one
+/// write each (as before batching) and batches of up to 256 (as the training thread writes now).
+fn experience_rates(store: &dyn plexus_policy::PolicyStore) -> (f64, f64) {
+    const N: u64 = 2_000;
+    let bytes = vec![0x5au8; 120]; // about one encoded experience
+    let t0 = Instant::now();
+    for id in 0..N {
+        store.put_experience(id, &bytes).expect("an experience written");
+    }
+    let one = N as f64 / t0.elapsed().as_secs_f64();
+    let items: Vec<(u64, Vec<u8>)> = (N..3 * N).map(|id| (id, bytes.clone())).collect();
+    let t0 = Instant::now();
+    for batch in items.chunks(256) {
+        store.put_experiences(batch).expect("experiences written");
+    }
+    let batched = items.len() as f64 / t0.elapsed().as_secs_f64();
+    let ids: Vec<u64> = (0..3 * N).collect();
+    store.remove_experiences(&ids).expect("experiences removed");
+    (one, batched)
+}
+
 fn stores() {
     use plexus_e2e::ha::{HaCluster, HaConfig};
     eprintln!("stores: sled, then etcd with 1 and 3 members (3 coordinators each)");
@@ -779,6 +819,7 @@ fn stores() {
     }
     println!("{:<34} {:>14}", "target on etcd", 5_000);
     println!("(placements/s: subtasks ÷ the client's wall time from submit until it sees the job succeeded (placed, persisted, run, completion persisted); placed = job submitted → subtask placed+persisted within a burst, by the coordinator's clock; submit->placed = a client's submit call until it sees its one subtask placed, polling every 0.2 ms)");
+    experiences_table();
     println!();
     if !failover.is_empty() {
         println!("failover: the leader killed with kill -9 while a 400-subtask job runs; seconds until a standby serves as the leader (polled every 0.1 s), 3 etcd members, 3 coordinators");
