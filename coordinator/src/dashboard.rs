@@ -178,6 +178,19 @@ fn not_found(what: String) -> Response {
     (StatusCode::NOT_FOUND, Html(page("Not found", "", "", html! { p.err { (what) } }).into_string())).into_response()
 }
 
+/// What a standby coordinator's dashboard shows: that it stands by, and which coordinator leads
+/// (its gRPC URL: the leader's dashboard is on that host's own HTTP port).
+pub fn standby_page(why: &str, leader: Option<&str>) -> Response {
+    let body = html! {
+        h2 { "Standby" }
+        p.err #standby { (why) }
+        @if let Some(l) = leader {
+            p { "Point the CLI at it (" code { "plexus --coordinator " (l) " status" } "), or open the dashboard on that coordinator's host." }
+        }
+    };
+    (StatusCode::SERVICE_UNAVAILABLE, Html(page("Standby", "", "", body).into_string())).into_response()
+}
+
 fn unavailable(e: crate::Error) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Html(page("Unavailable", "", "", html! { p.err { (e.to_string()) } }).into_string())).into_response()
 }

@@ -30,6 +30,8 @@ pub struct Http {
     pub engine: EngineHandle,
     pub security: Option<Arc<Security>>,
     pub board: Arc<Board>,
+    /// Whether this coordinator leads: a standby's pages and API say so and name the leader.
+    pub role: Option<Arc<crate::ha::Role>>,
 }
 
 /// The content type of the Prometheus text format, version 0.0.4.
@@ -41,11 +43,12 @@ pub async fn serve(
     addr: SocketAddr,
     engine: EngineHandle,
     security: Option<Arc<Security>>,
+    role: Option<Arc<crate::ha::Role>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let state = Http { engine: engine.clone(), security, board: Arc::new(Board::default()) };
+    let state = Http { engine: engine.clone(), security, board: Arc::new(Board::default()), role };
     let guarded = Router::new()
         .route("/metrics", get(metrics))
         .route("/", get(dashboard::jobs_page))
@@ -108,12 +111,24 @@ pub fn authorise(http: &Http, headers: &HeaderMap) -> Result<(), Response> {
 }
 
 /// Every guarded route: pages answer a sign-in form without a token, the rest a plain 401.
+/// A standby (HA, etcd) has no engine to show: every guarded route answers 503 naming the leader.
 async fn guard(State(http): State<Http>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let machine = path == "/metrics" || path.starts_with("/api/");
     match check(&http, req.headers()) {
-        Ok(()) => next.run(req).await,
+        Ok(()) => match http.role.as_ref().filter(|r| !r.is_leading()) {
+            None => next.run(req).await,
+            Some(role) => {
+                let why = role.refusal().message().to_string();
+                if machine {
+                    (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
+                } else {
+                    dashboard::standby_page(&why, role.leader().as_deref())
+                }
+            }
+        },
         Err(why) => {
-            let path = req.uri().path();
-            if path == "/metrics" || path.starts_with("/api/") {
+            if machine {
                 (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response()
             } else {
                 dashboard::login_form(&why)

@@ -209,7 +209,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let http = match config.http {
         Some(at) => {
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            match crate::http::serve(at, handle.clone(), security.clone(), async move {
+            match crate::http::serve(at, handle.clone(), security.clone(), Some(role.clone()), async move {
                 let _ = rx.await;
             })
             .await

@@ -28,11 +28,13 @@ pub struct HaConfig {
     pub coordinator_args: Vec<String>,
     /// `--advertise` of coordinator i, where given (default: its listening URL).
     pub advertise: Vec<String>,
+    /// Serve the dashboard and /metrics (`--http 127.0.0.1:0`; see [`HaCluster::http`]).
+    pub http: bool,
 }
 
 impl Default for HaConfig {
     fn default() -> Self {
-        HaConfig { etcd_members: 1, coordinators: 3, workers: 3, cpus_per_worker: 2, lease_ttl_s: 2, log: "info".into(), coordinator_args: vec![], advertise: vec![] }
+        HaConfig { etcd_members: 1, coordinators: 3, workers: 3, cpus_per_worker: 2, lease_ttl_s: 2, log: "info".into(), coordinator_args: vec![], advertise: vec![], http: false }
     }
 }
 
@@ -43,6 +45,8 @@ pub struct HaCluster {
     bin: PathBuf,
     /// Each coordinator's URL (its port is kept across restarts).
     pub urls: Vec<String>,
+    /// Coordinator i's dashboard address (`ip:port`), with [`HaConfig::http`].
+    pub http: Vec<Option<String>>,
     coordinators: Vec<Option<Child>>,
     workers: Vec<Option<Child>>,
     pub ca: String,
@@ -65,6 +69,7 @@ impl HaCluster {
             etcd,
             bin: bin_dir(),
             urls: Vec::new(),
+            http: Vec::new(),
             coordinators: Vec::new(),
             workers: Vec::new(),
             ca: String::new(),
@@ -118,7 +123,7 @@ impl HaCluster {
             None => "127.0.0.1:0".to_string(),
         };
         let mut child = Command::new(self.bin.join("plexus-coordinator"))
-            .args(["--store", &self.etcd.url(), "--listen", &listen, "--http", "none", "--data-dir"])
+            .args(["--store", &self.etcd.url(), "--listen", &listen, "--http", if self.config.http { "127.0.0.1:0" } else { "none" }, "--data-dir"])
             .arg(self.coordinator_dir(i))
             .args(["--lease-ttl", &format!("{}s", self.config.lease_ttl_s)])
             .args(&self.config.coordinator_args)
@@ -129,8 +134,16 @@ impl HaCluster {
             .spawn()
             .expect("spawning plexus-coordinator");
         let stdout = child.stdout.take().expect("piped stdout");
+        let mut stdout = std::io::BufReader::new(stdout);
         let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("reading the coordinator's first line");
+        std::io::BufRead::read_line(&mut stdout, &mut line).expect("reading the coordinator's first line");
+        if self.config.http {
+            let mut http = String::new();
+            std::io::BufRead::read_line(&mut stdout, &mut http).expect("reading the coordinator's http line");
+            let at = http.trim().strip_prefix("plexus-coordinator http on ").map(str::to_string);
+            self.http.resize(self.http.len().max(i + 1), None);
+            self.http[i] = at;
+        }
         let addr = line
             .trim()
             .strip_prefix("plexus-coordinator listening on ")

@@ -242,3 +242,48 @@ fn the_cli_finds_a_leader_whose_advertised_url_does_not_answer_from_here() {
     assert!(!out.status.success(), "the standby alone cannot serve");
     assert!(stderr.contains(&dead[leader]), "the refusal names the leader's advertised URL: {stderr}");
 }
+
+/// `GET path` on `addr` with the admin token: (status code, body).
+fn http_get(addr: &str, path: &str, token: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connecting to the dashboard");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("reading the answer");
+    let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, text)
+}
+
+/// A standby's dashboard and API say it stands by and name the leader (503), where the
+/// leader's serve; after a failover the old standby's pages work and the killed one's are gone.
+#[test]
+fn a_standbys_dashboard_says_it_stands_by_and_names_the_leader() {
+    let Some(mut c) = start(HaConfig { coordinators: 2, workers: 0, lease_ttl_s: TTL_S, http: true, ..Default::default() }) else { return };
+    let (leader, _) = c.wait_leader(Duration::from_secs(30));
+    let standby = 1 - leader;
+    let addrs: Vec<String> = c.http.iter().map(|a| a.clone().expect("the coordinator's http address")).collect();
+    let addr = |i: usize| addrs[i].clone();
+    let (code, page) = http_get(&addr(leader), "/", &c.admin_token);
+    assert_eq!(code, 200, "{page}");
+    // The standby learns the leader's URL within a moment.
+    let want = format!("the leader is {}", c.urls[leader]);
+    let page = c.wait_for("the standby's page to name the leader", Duration::from_secs(10), |c| {
+        let (code, page) = http_get(c.http[standby].as_deref().unwrap(), "/", &c.admin_token);
+        (code == 503 && page.contains(&want)).then_some(page)
+    });
+    assert!(page.contains("id=\"standby\""), "{page}");
+    let (code, api) = http_get(&addr(standby), "/api/jobs", &c.admin_token);
+    assert!(code == 503 && api.contains(&want), "{api}");
+    let (code, metrics) = http_get(&addr(standby), "/metrics", &c.admin_token);
+    assert!(code == 503 && metrics.contains("is a standby"), "{metrics}");
+    // Without a token the standby still asks for one first: nothing is told to strangers.
+    let (code, _) = http_get(&addr(standby), "/api/jobs", "plx_000000000000_0000000000000000000000000000000000000000000000000000000000000000");
+    assert_eq!(code, 401);
+
+    c.kill_coordinator(leader);
+    let (new, _) = c.wait_leader(Duration::from_secs(30));
+    assert_eq!(new, standby);
+    let (code, page) = http_get(&addr(standby), "/api/jobs", &c.admin_token);
+    assert_eq!(code, 200, "{page}");
+}
