@@ -206,6 +206,25 @@ fn get_downloads_outputs_from_their_holders() {
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("nothing to get"), "{}", describe(&o));
     let o = c.plexus(&["get", &id, "gen/x"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is not a number"), "{}", describe(&o));
+
+    // Outputs whose names look like the download's temporary file: each keeps its own bytes,
+    // and nothing else is left in the folder.
+    let tricky = c.submit(
+        "tricky.toml",
+        "name = \"tricky\"\n[[task]]\nname = \"a\"\noutputs = [\"x.plexus-partial\", \"x\", \"x.bin\"]\n\
+         command = \"echo AAA > $PLEXUS_OUT/x.plexus-partial; echo BBB > $PLEXUS_OUT/x; echo CCC > $PLEXUS_OUT/x.bin\"\n",
+    );
+    assert_eq!(c.wait_job(&tricky, Duration::from_secs(60)).state, pb::JobState::Succeeded as i32);
+    let t = c.path("tricky");
+    let o = c.plexus(&["get", &tricky, "a", "-o", t.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let d = t.join("a/0");
+    assert_eq!(std::fs::read_to_string(d.join("x.plexus-partial")).unwrap(), "AAA\n");
+    assert_eq!(std::fs::read_to_string(d.join("x")).unwrap(), "BBB\n");
+    assert_eq!(std::fs::read_to_string(d.join("x.bin")).unwrap(), "CCC\n");
+    let mut left: Vec<String> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["x", "x.bin", "x.plexus-partial"]);
 }
 
 #[test]

@@ -129,16 +129,25 @@ class Target:
         parsed = parse_token(token_text) if token_text is not None else None
 
         ca_pem: Optional[bytes]
+        where = "the CA certificate given as bytes"
         if isinstance(ca, bytes):
             ca_pem = ca
+        elif isinstance(ca, str) and PEM_CERTIFICATE in ca:
+            ca_pem, where = ca.encode(), "the CA certificate given as text"
         else:
             ca_file = ca if ca is not None else env.get("PLEXUS_CA") or None
             if ca_file is not None:
-                ca_pem = _read(Path(ca_file), "the CA certificate")
+                ca_pem, where = _read(Path(ca_file), "the CA certificate"), f"the CA certificate {ca_file}"
             else:
                 text = _read_optional(up / "ca.pem")
-                ca_pem = text.encode() if text is not None else None
+                ca_pem, where = (text.encode() if text is not None else None), f"the CA certificate {up / 'ca.pem'}"
+        if ca_pem is not None and PEM_CERTIFICATE.encode() not in ca_pem:
+            raise ConfigError(f"{where} is not a PEM certificate (no {PEM_CERTIFICATE} line): give ca.pem from the coordinator's data dir")
         return Target(urls=urls, ca=ca_pem, token=parsed, insecure=False)
+
+
+#: The first line of a certificate in PEM.
+PEM_CERTIFICATE = "-----BEGIN CERTIFICATE-----"
 
 
 def _read(path: Path, what: str) -> bytes:

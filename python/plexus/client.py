@@ -32,7 +32,7 @@ from . import _convert as convert
 from ._pb import pb, pb_grpc
 from ._progress import Bars
 from ._target import COORDINATOR_NAME, PathLike, Target, grpc_address, normalise_url
-from .errors import ConfigError, JobFailed, NotFound, PlexusError, Unavailable, from_rpc, never_sent, one_line, unreachable
+from .errors import ConfigError, InvalidJob, JobFailed, NotFound, PlexusError, Unavailable, from_rpc, never_sent, one_line, unreachable
 from .types import CoordinatorInfo, Explanation, JobState, JobStatus, Logs, WorkerInfo
 
 #: How long connecting to one coordinator may take before the next one is tried (the CLI's).
@@ -40,6 +40,11 @@ CONNECT_TIMEOUT = 5.0
 #: The cluster's message-size limit (``proto/src/rules.rs``): a large job with every subtask,
 #: or a 1 MiB log tail of each stream, exceeds gRPC's 4 MiB default.
 MAX_MESSAGE = 64 << 20
+#: While a call is in flight, the coordinator is pinged after this long without data, and the
+#: call fails if the ping is not answered within as long again.
+KEEPALIVE_S = 10.0
+#: What a call on a closed client says.
+CLOSED = "this client is closed (Client.close, or the end of its `with` block); make a new one"
 #: The metadata key of a standby's refusal that holds the leader's URL.
 LEADER_METADATA = "plexus-leader"
 #: Waiting for a job: the first pause before reconnecting to a coordinator that went away,
@@ -91,7 +96,9 @@ class Client:
     CLI resolves ``--coordinator``, ``$PLEXUS_TOKEN``, ``--ca``, ``--token-file`` and
     ``--insecure`` (see :mod:`plexus._target`): with no arguments, in the directory where
     ``plexus up`` runs, it reaches that cluster. ``timeout`` bounds each unary call (seconds;
-    None: no bound). Nothing is dialled until the first call. Use it as a context manager, or
+    None: no bound). ``keepalive``: while a call is in flight, the coordinator is pinged after
+    this many seconds without data, and a coordinator that does not answer within as long again
+    (frozen, cut off) fails the call with ``Unavailable``. Nothing is dialled until the first call. Use it as a context manager, or
     call :meth:`close`.
     """
 
@@ -104,11 +111,16 @@ class Client:
         token_file: Optional[PathLike] = None,
         insecure: bool = False,
         timeout: Optional[float] = None,
+        keepalive: float = KEEPALIVE_S,
     ) -> None:
         self._target = Target.resolve(url, token, ca=ca, token_file=token_file, insecure=insecure)
         self._timeout = timeout
+        if not keepalive > 0:
+            raise ValueError(f"keepalive is a positive number of seconds, not {keepalive!r}")
+        self._keepalive_ms = max(int(keepalive * 1000), 1)
         self._lock = threading.Lock()
         self._conn: Optional[_Connection] = None
+        self._closed = False
         self._metadata: Tuple[Tuple[str, str], ...] = (
             (("authorization", f"Bearer {self._target.token}"),) if self._target.token else ()
         )
@@ -132,7 +144,7 @@ class Client:
         *,
         format: Optional[str] = None,
         filename: Optional[str] = None,
-        after: Iterable[Union[str, "Job"]] = (),
+        after: Union[str, "Job", Iterable[Union[str, "Job"]]] = (),
     ) -> "Job":
         """Submits a job and returns it; the coordinator parses and checks it, and a refused file
         raises :class:`~plexus.errors.InvalidJob` with its ``file:line: why`` message.
@@ -145,6 +157,8 @@ class Client:
         first, added to the file's ``after_jobs``.
         """
         source, fmt, name = _job_source(job, format, filename)
+        if isinstance(after, (str, Job)):
+            after = (after,)
         after_ids = [a.id if isinstance(a, Job) else self.job(a).id for a in after]
         request = pb.SubmitJobRequest(source=source, format=fmt, filename=name, after_jobs=after_ids)
         response = self._unary("SubmitJob", request)
@@ -166,9 +180,16 @@ class Client:
     def jobs(self, *, state: Union[JobState, str, None] = None, name: Optional[str] = None, limit: Optional[int] = None) -> List[JobStatus]:
         """Every job the coordinator keeps (summaries, no subtasks), as ``plexus status``:
         only those in ``state``, whose name contains ``name``, the newest ``limit``."""
-        statuses = [convert.job_status(j) for j in self._unary("ListJobs", pb.ListJobsRequest()).jobs]
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be a whole number of jobs, 0 or more, not {limit!r}")
+        want = None
         if state is not None:
-            want = JobState(state)
+            try:
+                want = JobState(state)
+            except ValueError:
+                raise ValueError(f"unknown job state {state!r}: one of {', '.join(s.value for s in JobState if s is not JobState.UNSPECIFIED)}") from None
+        statuses = [convert.job_status(j) for j in self._unary("ListJobs", pb.ListJobsRequest()).jobs]
+        if want is not None:
             statuses = [s for s in statuses if s.state == want]
         if name is not None:
             statuses = [s for s in statuses if name in s.name]
@@ -188,7 +209,10 @@ class Client:
         return [convert.coordinator(c) for c in response.coordinators]
 
     def close(self) -> None:
+        """Closes the connection; calls after it (and calls it cuts short) raise
+        :class:`~plexus.errors.PlexusError` saying the client is closed."""
         with self._lock:
+            self._closed = True
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -211,6 +235,14 @@ class Client:
             ("grpc.max_send_message_length", MAX_MESSAGE),
             # As the CLI (tonic): straight to the coordinator, whatever *_proxy says.
             ("grpc.enable_http_proxy", 0),
+            # A coordinator that stops answering (frozen, cut off) fails the calls in flight
+            # after KEEPALIVE_S + KEEPALIVE_S, where TCP alone would wait for ever.
+            ("grpc.keepalive_time_ms", self._keepalive_ms),
+            ("grpc.keepalive_timeout_ms", self._keepalive_ms),
+            # Newer grpc-core waits this long for a ping's answer, whatever keepalive_timeout says.
+            ("grpc.http2.ping_timeout_ms", self._keepalive_ms),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.keepalive_permit_without_calls", 0),
         ]
         if tls:
             if self._target.ca is None:
@@ -289,6 +321,8 @@ class Client:
 
     def _connection(self) -> _Connection:
         with self._lock:
+            if self._closed:
+                raise PlexusError(CLOSED, grpc.StatusCode.CANCELLED)
             if self._conn is None:
                 self._conn = self._connect()
             return self._conn
@@ -305,6 +339,8 @@ class Client:
     def _failed(self, error: grpc.RpcError, conn: _Connection) -> PlexusError:
         """The exception for a failed call; a connection that went away is dropped, so that the
         next call starts over from the list of coordinators."""
+        if self._closed:
+            return PlexusError(CLOSED, grpc.StatusCode.CANCELLED, conn.url)
         if isinstance(error, grpc.Call) and error.code() == grpc.StatusCode.UNAVAILABLE:
             with self._lock:
                 if self._conn is conn:
@@ -328,15 +364,25 @@ class Client:
                 pass
         raise self._failed(error, conn) from None
 
+    def _invoke(self, conn: _Connection, method: str, request: Any, timeout: Optional[float]) -> Any:
+        """``method`` on ``conn``: a unary call's answer, or a stream's call object. grpc raises
+        ValueError for a channel closed under it: the client was closed meanwhile."""
+        try:
+            return getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
+        except ValueError:
+            if self._closed:
+                raise PlexusError(CLOSED, grpc.StatusCode.CANCELLED, conn.url) from None
+            raise
+
     def _unary(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
         conn = self._connection()
         timeout = timeout if timeout is not None else self._timeout
         try:
-            return getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
+            return self._invoke(conn, method, request, timeout)
         except grpc.RpcError as e:
             conn = self._retarget(e, conn)
             try:
-                return getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
+                return self._invoke(conn, method, request, timeout)
             except grpc.RpcError as again:
                 raise self._failed(again, conn) from None
 
@@ -344,7 +390,7 @@ class Client:
         """The messages of a server stream. A standby's refusal, or a coordinator gone (before any
         message), is followed once, as for a unary call."""
         conn = self._connection()
-        call = getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
+        call = self._invoke(conn, method, request, timeout)
         try:
             try:
                 first = next(call)
@@ -352,7 +398,7 @@ class Client:
                 return
             except grpc.RpcError as e:
                 conn = self._retarget(e, conn)
-                call = getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
+                call = self._invoke(conn, method, request, timeout)
                 try:
                     first = next(call)
                 except StopIteration:
@@ -431,9 +477,9 @@ class Job:
                         grpc.StatusCode.UNAVAILABLE,
                         self.client.url,
                     )
-                if deadline is not None and now + pause > deadline:
+                if deadline is not None and now >= deadline:
                     raise TimeoutError(f"job {self.id} is still running after {timeout} s ({why})")
-                time.sleep(pause)
+                time.sleep(pause if deadline is None else min(pause, deadline - now))
                 pause = min(pause * 2, RECONNECT_MAX)
         finally:
             bars.close()
@@ -449,13 +495,13 @@ class Job:
     def logs(self, task: str, rank: int = 0, *, attempt: Optional[int] = None) -> Logs:
         """The stdout and stderr of one subtask (``plexus logs JOB TASK --rank R``): its latest
         attempt that reached a worker, or ``attempt`` (1 is the first)."""
-        request = pb.GetLogsRequest(job_id=self.id, task=task, rank=_u32("rank", rank), attempt=_u32("attempt", attempt or 0))
+        request = pb.GetLogsRequest(job_id=self.id, task=_check_task(task), rank=_u32("rank", rank), attempt=_u32("attempt", attempt or 0))
         return convert.logs(self.client._unary("GetLogs", request))
 
     def explain(self, task: str, rank: int = 0) -> Explanation:
         """Why the placer put the subtask's latest attempt where it did, with every candidate it
         considered (``plexus explain``)."""
-        request = pb.ExplainPlacementRequest(job_id=self.id, task=task, rank=_u32("rank", rank))
+        request = pb.ExplainPlacementRequest(job_id=self.id, task=_check_task(task), rank=_u32("rank", rank))
         return convert.explanation(self.client._unary("ExplainPlacement", request))
 
     def resubmit(self) -> "Job":
@@ -467,6 +513,9 @@ class Job:
         """Downloads outputs of finished subtasks (``plexus get JOB TASK[/RANK[/OUTPUT]] -o
         DEST``) into ``DEST/TASK/RANK/OUTPUT``, each checked against its size, and returns the
         paths written. The coordinator relays each from whichever live worker holds it."""
+        _check_task(task)
+        if rank is not None:
+            _u32("rank", rank)
         status = self.status(subtasks=True)
         if not any(g.task == task for g in status.groups):
             tasks = ", ".join(g.task for g in status.groups)
@@ -497,7 +546,8 @@ class Job:
 
 def _download(client: Client, object_id: str, size: int, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".plexus-partial")
+    # A name no output can have (output names never start with a dot).
+    partial = path.with_name("." + path.name + ".plexus-partial")
     got = 0
     try:
         with open(partial, "wb") as f:
@@ -554,25 +604,56 @@ def _check_job_ref(ref: str) -> None:
             raise ValueError(f"{json.dumps(ref)}: after \"job-\" a job id has up to 32 hex digits")
 
 
+#: The coordinator's bound on a job file (``coordinator/src/rpc.rs``), checked here first so that
+#: a file too large gets the same words whatever its size.
+MAX_JOB_SOURCE = 16 << 20
+
+
 def _job_source(job: JobSource, format: Optional[str], filename: Optional[str]) -> Tuple[str, str, str]:
     """(text, format, filename) of what ``submit`` was given."""
     if isinstance(job, Mapping):
         fmt = format or "json"
         if fmt != "json":
             raise ValueError(f"a job given as a mapping is sent as JSON, not {fmt!r}")
-        # Indented, so that the coordinator's line numbers point at one key each.
-        return json.dumps(dict(job), indent=2) + "\n", "json", filename or "job.json"
+        try:
+            # Indented, so that the coordinator's line numbers point at one key each.
+            text = json.dumps(dict(job), indent=2, allow_nan=False) + "\n"
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"the job cannot be sent as JSON: {e}") from None
+        except RecursionError:
+            raise ValueError("the job cannot be sent as JSON: it is nested too deeply") from None
+        return _bounded(text, "json", filename or "job.json")
     if isinstance(job, bytes):
-        job = job.decode("utf-8")
+        try:
+            job = job.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidJob(f"{filename or 'job.toml'}: not UTF-8 text ({e})", grpc.StatusCode.INVALID_ARGUMENT) from None
+    if isinstance(job, str) and not job.strip():
+        raise ValueError("the job is empty: give a job file's path, its text, or a mapping")
     if isinstance(job, str) and _is_text(job):
         fmt = format or ("json" if job.lstrip().startswith("{") else "toml")
-        return job, fmt, filename or f"job.{fmt}"
+        return _bounded(job, fmt, filename or f"job.{fmt}")
     if isinstance(job, (str, os.PathLike)):
         path = Path(job)
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidJob(f"{filename or path}: not UTF-8 text ({e})", grpc.StatusCode.INVALID_ARGUMENT) from None
         fmt = format or ("json" if path.suffix.lower() == ".json" else "toml")
-        return text, fmt, filename or str(path)
+        return _bounded(text, fmt, filename or str(path))
     raise TypeError(f"a job is a path, a mapping or a job file's text, not {type(job).__name__}")
+
+
+def _bounded(text: str, fmt: str, name: str) -> Tuple[str, str, str]:
+    if len(text.encode("utf-8")) > MAX_JOB_SOURCE:
+        raise InvalidJob(f"{name}: job file is larger than {MAX_JOB_SOURCE >> 20} MiB", grpc.StatusCode.INVALID_ARGUMENT)
+    return text, fmt, name
+
+
+def _check_task(task: str) -> str:
+    if not isinstance(task, str) or not task:
+        raise ValueError(f"a task is named by a non-empty string, not {task!r}")
+    return task
 
 
 def _u32(what: str, value: int) -> int:
@@ -586,6 +667,10 @@ def _is_text(s: str) -> bool:
     if "\n" in s:
         return True
     if os.path.exists(s):
+        return False
+    # One line naming a .toml or .json file is a path, even one that does not exist (a typo
+    # then says so, instead of being parsed as TOML).
+    if s.strip().lower().endswith((".toml", ".json")) and not s.lstrip().startswith("{"):
         return False
     return s.lstrip().startswith("{") or "=" in s
 

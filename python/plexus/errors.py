@@ -21,7 +21,7 @@ coordinator's own message, unchanged (``str(e)`` is that message, as ``plexus`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import grpc
 
@@ -41,6 +41,10 @@ class PlexusError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self) -> Any:
+        # Pickled whole, code and url too (process pools send exceptions between processes).
+        return (type(self), (self.message, self.code, self.url))
 
 
 class NotFound(PlexusError):
@@ -68,6 +72,10 @@ class JobFailed(PlexusError):
     """A waited-for job ended in a state other than succeeded: failed, completed with failures,
     or cancelled. ``status`` is its final status (with subtasks); ``failures`` its failed
     subtasks, each with its error and exit code."""
+
+    def __reduce__(self) -> Any:
+        # Pickled by what it was made from (process pools send exceptions between processes).
+        return (type(self), (self.status, self.failures))
 
     def __init__(self, status: "JobStatus", failures: Sequence["Subtask"]) -> None:
         self.status = status

@@ -282,3 +282,86 @@ def test_a_dead_coordinator_first_in_the_list_is_skipped(cluster: Cluster) -> No
     with plexus.Client(dead, ca=cluster.ca, token_file=cluster.token_file) as c, pytest.raises(plexus.Unavailable) as e:
         c.workers()
     assert str(e.value).startswith(f"cannot reach the coordinator at https://{dead}: ")
+
+
+def test_get_keeps_outputs_whose_names_look_like_partial_files(client: plexus.Client, tmp_path: Path) -> None:
+    job = client.submit(
+        {
+            "name": "py-partial-names",
+            "task": [
+                {
+                    "name": "a",
+                    "command": "echo AAA > $PLEXUS_OUT/x.plexus-partial; echo BBB > $PLEXUS_OUT/x",
+                    "outputs": ["x.plexus-partial", "x"],
+                }
+            ],
+        }
+    )
+    job.wait(progress=False, timeout=120)
+    paths = job.get("a", dest=tmp_path)
+    assert sorted(p.name for p in paths) == ["x", "x.plexus-partial"]
+    assert (tmp_path / "a" / "0" / "x").read_text() == "BBB\n"
+    assert (tmp_path / "a" / "0" / "x.plexus-partial").read_text() == "AAA\n"
+    assert sorted(p.name for p in (tmp_path / "a" / "0").iterdir()) == ["x", "x.plexus-partial"], "no partial file is left"
+
+
+def test_a_closed_client_says_so(cluster: Cluster) -> None:
+    c = cluster.client()
+    assert c.workers()
+    c.close()
+    with pytest.raises(plexus.PlexusError, match="this client is closed"):
+        c.workers()
+    with cluster.client() as c2:
+        c2.workers()
+    with pytest.raises(plexus.PlexusError, match="this client is closed"):
+        c2.jobs()
+
+
+def test_bad_arguments_are_refused_before_any_call(client: plexus.Client, fanout: plexus.Job) -> None:
+    with pytest.raises(ValueError, match="limit must be a whole number"):
+        client.jobs(limit=-1)
+    with pytest.raises(ValueError, match=r"unknown job state 'RUNNING': one of running, succeeded"):
+        client.jobs(state="RUNNING")
+    with pytest.raises(ValueError, match="rank must be a whole number"):
+        fanout.get("gen", rank=-1)
+    with pytest.raises(ValueError, match="a task is named by a non-empty string"):
+        fanout.logs(None)  # type: ignore[arg-type]
+    # `after` given one reference, not a list of them.
+    job = client.submit({"name": "py-after-one", "task": [{"name": "t", "command": "true"}]}, after=fanout.id)
+    assert job.wait(progress=False, timeout=60).state == plexus.JobState.SUCCEEDED
+
+
+def test_a_frozen_coordinator_fails_calls_instead_of_hanging(tmp_path: Path) -> None:
+    """A coordinator stopped with SIGSTOP keeps its socket open: TCP alone would wait for ever.
+    The client's keepalive pings fail the call within about twice the keepalive."""
+    import signal
+    import subprocess
+
+    from conftest import _die_with_parent, bin_dir
+
+    proc = subprocess.Popen(
+        [str(bin_dir() / "plexus-coordinator"), "--insecure", "--listen", "127.0.0.1:0", "--http", "none", "--data-dir", str(tmp_path / "c")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, preexec_fn=_die_with_parent,
+    )
+    try:
+        line = proc.stdout.readline().strip() if proc.stdout else ""
+        assert line.startswith("plexus-coordinator listening on "), line
+        url = "http://" + line.rsplit(" ", 1)[1]
+        with plexus.Client(url, insecure=True, keepalive=1.0) as c:
+            assert c.workers() == []
+            job = c.submit({"name": "frozen", "task": [{"name": "t", "command": "true"}]})
+            proc.send_signal(signal.SIGSTOP)
+            started = time.monotonic()
+            with pytest.raises(plexus.Unavailable):
+                c.workers()
+            assert time.monotonic() - started < 10, "the call was not failed by the keepalive"
+            started = time.monotonic()
+            with pytest.raises((plexus.Unavailable, TimeoutError)):
+                job.wait(progress=False, timeout=8)
+            assert time.monotonic() - started < 12
+            proc.send_signal(signal.SIGCONT)
+            assert job.status().id == job.id
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait()

@@ -52,7 +52,7 @@ def test_tokens_are_checked() -> None:
             parse_token(bad)
 
 
-def _up_dir(root: Path, token: str = TOKEN, ca: bytes = b"CA OF UP") -> None:
+def _up_dir(root: Path, token: str = TOKEN, ca: bytes = b"-----BEGIN CERTIFICATE-----\nCA OF UP\n") -> None:
     d = root / ".plexus" / "coordinator"
     d.mkdir(parents=True)
     (d / "admin.token").write_text(token + "\n")
@@ -67,22 +67,22 @@ def test_credentials_are_found_where_the_cli_finds_them(tmp_path: Path) -> None:
     # A `plexus up` cluster in the current directory.
     _up_dir(tmp_path)
     t = Target.resolve(env={}, cwd=tmp_path)
-    assert (t.token, t.ca) == (TOKEN, b"CA OF UP")
+    assert (t.token, t.ca) == (TOKEN, b"-----BEGIN CERTIFICATE-----\nCA OF UP\n")
 
     # $PLEXUS_TOKEN_FILE and $PLEXUS_CA win over ./.plexus; $PLEXUS_TOKEN over the file.
     (tmp_path / "tok").write_text(OTHER)
-    (tmp_path / "ca.pem").write_bytes(b"OTHER CA")
+    (tmp_path / "ca.pem").write_bytes(b"-----BEGIN CERTIFICATE-----\nOTHER CA\n")
     env = {"PLEXUS_TOKEN_FILE": str(tmp_path / "tok"), "PLEXUS_CA": str(tmp_path / "ca.pem")}
     t = Target.resolve(env=env, cwd=tmp_path)
-    assert (t.token, t.ca) == (OTHER, b"OTHER CA")
+    assert (t.token, t.ca) == (OTHER, b"-----BEGIN CERTIFICATE-----\nOTHER CA\n")
     assert Target.resolve(env={**env, "PLEXUS_TOKEN": TOKEN}, cwd=tmp_path).token == TOKEN
     # A blank $PLEXUS_TOKEN is ignored, as the CLI ignores it.
     assert Target.resolve(env={**env, "PLEXUS_TOKEN": "  "}, cwd=tmp_path).token == OTHER
     # The arguments: token= as $PLEXUS_TOKEN; token_file= and ca= as --token-file and --ca.
     assert Target.resolve(token=OTHER, env={"PLEXUS_TOKEN": TOKEN}, cwd=tmp_path).token == OTHER
     assert Target.resolve(token_file=tmp_path / "tok", env={}, cwd=tmp_path).token == OTHER
-    assert Target.resolve(ca=tmp_path / "ca.pem", env={}, cwd=tmp_path).ca == b"OTHER CA"
-    assert Target.resolve(ca=b"PEM", env={}, cwd=tmp_path).ca == b"PEM"
+    assert Target.resolve(ca=tmp_path / "ca.pem", env={}, cwd=tmp_path).ca == b"-----BEGIN CERTIFICATE-----\nOTHER CA\n"
+    assert Target.resolve(ca=b"-----BEGIN CERTIFICATE-----\nPEM\n", env={}, cwd=tmp_path).ca == b"-----BEGIN CERTIFICATE-----\nPEM\n"
 
     # insecure: plaintext, no token, no CA, even where they exist.
     t = Target.resolve("h:1", insecure=True, env=env, cwd=tmp_path)
@@ -269,3 +269,49 @@ def test_ranks_and_attempts_out_of_range_are_refused_naming_them() -> None:
         with pytest.raises(ValueError) as e:
             _u32("rank", bad)  # type: ignore[arg-type]
         assert str(e.value) == f"rank must be a whole number from 0 to 4294967295, not {bad!r}"
+
+
+def test_errors_survive_pickling_for_process_pools() -> None:
+    import pickle
+
+    e = NotFound("no job job-x", grpc.StatusCode.NOT_FOUND, "https://c:1")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is NotFound and str(back) == "no job job-x" and back.code == grpc.StatusCode.NOT_FOUND and back.url == "https://c:1"
+    status = _convert.job_status(pb.JobStatus(job_id="job-" + "a" * 32, name="n", state=pb.JOB_STATE_FAILED, error="boom"))
+    failed = JobFailed(status, [])
+    back = pickle.loads(pickle.dumps(failed))
+    assert type(back) is JobFailed and str(back) == str(failed) and back.status == status and back.failures == []
+
+
+def test_job_sources_that_cannot_be_sent_say_why(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="the job is empty"):
+        _job_source("   ", None, None)
+    with pytest.raises(ValueError, match="cannot be sent as JSON: Out of range float values"):
+        _job_source({"name": "x", "task": [{"name": "t", "command": "true", "cpu": float("nan")}]}, None, None)
+    deep: dict = {}
+    cur = deep
+    for _ in range(5000):
+        cur["a"] = {}
+        cur = cur["a"]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        _job_source(deep, None, None)
+    with pytest.raises(plexus.InvalidJob, match=r"^job.toml: not UTF-8 text"):
+        _job_source(b'name = "\xff"\n', None, None)
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'name = "\xff"\n')
+    with pytest.raises(plexus.InvalidJob, match=rf"^{bad}: not UTF-8 text"):
+        _job_source(str(bad), None, None)
+    with pytest.raises(plexus.InvalidJob, match=r"^job.toml: job file is larger than 16 MiB$"):
+        _job_source("name = 'x'\n" + "#" * (16 << 20), None, None)
+    # A one-line .toml name that does not exist is a path (a typo says so), not TOML text.
+    with pytest.raises(FileNotFoundError):
+        _job_source("jobs/train=v2.toml", None, None)
+
+
+def test_a_ca_that_is_not_a_certificate_is_refused_at_once(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ConfigError, match=rf"^the CA certificate {garbage} is not a PEM certificate"):
+        Target.resolve("https://127.0.0.1:1", TOKEN, ca=garbage, token_file=None, insecure=False)
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    assert Target.resolve("https://127.0.0.1:1", TOKEN, ca=pem, token_file=None, insecure=False).ca == pem.encode()

@@ -60,22 +60,13 @@ pub async fn run(target: &crate::client::Target, args: &GetArgs) -> anyhow::Resu
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
         }
-        let tmp = dest.with_extension("plexus-partial");
-        let mut file = std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-        let mut stream = client.get_object(GetObjectRequest { object_id: object_id.clone() }).await?.into_inner();
-        let mut written = 0u64;
-        while let Some(chunk) = stream.message().await? {
-            written += chunk.data.len() as u64;
-            if written > size {
-                anyhow::bail!("{object_id}: the holder sent more than its {size} bytes");
-            }
-            file.write_all(&chunk.data).with_context(|| format!("cannot write {}", tmp.display()))?;
-        }
-        if written != size {
+        // Beside it under a name no output can have (output names never start with a dot), and
+        // removed if the download fails.
+        let tmp = dest.with_file_name(format!(".{name}.plexus-partial"));
+        if let Err(e) = download(&mut client, &object_id, size, &tmp).await {
             let _ = std::fs::remove_file(&tmp);
-            anyhow::bail!("{object_id}: got {written} of its {size} bytes");
+            return Err(e);
         }
-        file.sync_all().ok();
         std::fs::rename(&tmp, &dest).with_context(|| format!("cannot move {} into place", tmp.display()))?;
         output::print(&format!("{} ({})\n", dest.display(), output::human_size(size)))?;
     }
@@ -95,4 +86,23 @@ mod tests {
             assert!(selection(bad).is_err(), "{bad:?}");
         }
     }
+}
+
+/// Writes object `object_id` (`size` bytes) into `tmp`, checking its size.
+async fn download(client: &mut client::Client, object_id: &str, size: u64, tmp: &std::path::Path) -> anyhow::Result<()> {
+    let mut file = std::fs::File::create(tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let mut stream = client.get_object(GetObjectRequest { object_id: object_id.to_string() }).await?.into_inner();
+    let mut written = 0u64;
+    while let Some(chunk) = stream.message().await? {
+        written += chunk.data.len() as u64;
+        if written > size {
+            anyhow::bail!("{object_id}: the holder sent more than its {size} bytes");
+        }
+        file.write_all(&chunk.data).with_context(|| format!("cannot write {}", tmp.display()))?;
+    }
+    if written != size {
+        anyhow::bail!("{object_id}: got {written} of its {size} bytes");
+    }
+    file.sync_all().ok();
+    Ok(())
 }
