@@ -18,6 +18,9 @@ use tonic::transport::{Channel, Endpoint};
 
 /// How long to wait for a TCP connection to the coordinator before giving up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// While a call is in flight, the coordinator is pinged after this long without data, and the
+/// call fails if the ping is not answered within as long again.
+const KEEPALIVE: Duration = Duration::from_secs(10);
 
 // Responses such as a large job with every subtask, or a 1 MiB log tail of each stream, can
 // exceed tonic's 4 MiB default: the clients use the one message-size policy of the cluster.
@@ -146,6 +149,11 @@ pub async fn connect(target: &Target) -> anyhow::Result<Client> {
             }
         };
         match leader_of(&mut client).await {
+            // Connected, and then no answer (a frozen coordinator fails the call by keepalive):
+            // the next URL may answer.
+            Leader::Gone(why) => {
+                last = Some(Unreachable { url: url.trim().to_string(), cause: why }.into());
+            }
             Leader::Me | Leader::Unknown => return Ok(client),
             Leader::Other(leader) => {
                 if leader != url.trim() {
@@ -176,12 +184,21 @@ enum Leader {
     Other(String),
     /// None yet: an election is under way.
     None,
-    /// It cannot say (an older coordinator without ListCoordinators, or the call failed).
+    /// It cannot say (an older coordinator without ListCoordinators, or a token without the scope).
     Unknown,
+    /// It did not answer at all: the connection failed or timed out.
+    Gone(String),
 }
 
 async fn leader_of(client: &mut Client) -> Leader {
-    let Ok(r) = client.list_coordinators(plexus_proto::pb::ListCoordinatorsRequest {}).await else { return Leader::Unknown };
+    let r = match client.list_coordinators(plexus_proto::pb::ListCoordinatorsRequest {}).await {
+        Ok(r) => r,
+        // Made on this side from a transport failure (it has a source), not a coordinator's answer.
+        Err(s) if s.code() == tonic::Code::Unavailable && std::error::Error::source(&s).is_some() => {
+            return Leader::Gone(format!("connected, then no answer ({})", s.message()));
+        }
+        Err(_) => return Leader::Unknown,
+    };
     let list = r.into_inner().coordinators;
     if list.is_empty() || list.iter().any(|c| c.me && c.leader) {
         return Leader::Me;
@@ -196,7 +213,11 @@ async fn connect_one(target: &Target, url: &str) -> anyhow::Result<Client> {
     let url = url.trim().to_string();
     let mut endpoint = Endpoint::from_shared(url.clone())
         .map_err(|e| anyhow::anyhow!("invalid coordinator URL {url:?}: {e}"))?
-        .connect_timeout(CONNECT_TIMEOUT);
+        .connect_timeout(CONNECT_TIMEOUT)
+        // A coordinator that stops answering (frozen, cut off) fails the call after
+        // KEEPALIVE + KEEPALIVE, where TCP alone would wait for ever.
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_timeout(KEEPALIVE);
     if url.starts_with("https://") {
         let Some(ca) = &target.ca else {
             anyhow::bail!(

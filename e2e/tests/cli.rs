@@ -94,6 +94,37 @@ fn an_unreachable_coordinator_says_what_to_do() {
     assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("plexus up") && err.contains("PLEXUS_COORDINATOR"), "{}", describe(&o));
 }
 
+/// A coordinator stopped with SIGSTOP still accepts TCP connections (the kernel does) but never
+/// answers: the CLI's keep-alive pings fail the call, instead of waiting for ever.
+#[test]
+fn a_frozen_coordinator_is_reported_not_waited_on_for_ever() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut coordinator = std::process::Command::new(plexus_e2e::bin_dir().join("plexus-coordinator"))
+        .args(["--insecure", "--listen", "127.0.0.1:0", "--http", "none", "--data-dir"])
+        .arg(dir.path().join("c"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(coordinator.stdout.take().unwrap()), &mut line).unwrap();
+    let addr = line.trim().strip_prefix("plexus-coordinator listening on ").expect("the listening line").to_string();
+    let url = format!("http://{addr}");
+    let run = || std::process::Command::new(plexus_e2e::bin_dir().join("plexus")).args(["--insecure", "--coordinator", &url, "workers"]).output().unwrap();
+    assert!(run().status.success());
+    // SAFETY: kill(2) on a child of ours.
+    unsafe { libc::kill(coordinator.id() as i32, libc::SIGSTOP) };
+    let started = std::time::Instant::now();
+    let o = run();
+    let took = started.elapsed();
+    unsafe { libc::kill(coordinator.id() as i32, libc::SIGCONT) };
+    let _ = coordinator.kill();
+    let _ = coordinator.wait();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("no answer"), "{}", describe(&o));
+    assert!(took < Duration::from_secs(45), "failed only after {took:?}");
+}
+
 #[test]
 fn watch_rides_through_a_coordinator_kill_and_restart() {
     let mut c = Cluster::start(ClusterConfig { workers: 1, ..ClusterConfig::default() });
