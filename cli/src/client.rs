@@ -103,8 +103,21 @@ pub struct Unreachable {
 
 impl fmt::Display for Unreachable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if is_certificate_failure(&self.cause) {
+            // It answered, with a certificate of another cluster: the CA is wrong, not the URL.
+            return write!(
+                f,
+                "the coordinator at {} presented a certificate that the CA given did not sign ({}): pass the ca.pem of that coordinator's cluster (--ca FILE or PLEXUS_CA)",
+                self.url, self.cause
+            );
+        }
         write!(f, "cannot reach the coordinator at {}: {} (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)", self.url, self.cause)
     }
+}
+
+/// A TLS failure over the coordinator's certificate (rustls's and BoringSSL's words).
+pub fn is_certificate_failure(cause: &str) -> bool {
+    ["UnknownIssuer", "invalid peer certificate", "CERTIFICATE_VERIFY_FAILED"].iter().any(|w| cause.contains(w))
 }
 
 impl std::error::Error for Unreachable {}
@@ -381,6 +394,11 @@ mod tests {
     fn unreachable_and_context_chains_render_on_one_line() {
         let err = anyhow::Error::from(Unreachable { url: URL.into(), cause: "timeout expired".into() });
         assert_eq!(render_error(&err, URL), format!("error: cannot reach the coordinator at {URL}: timeout expired (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)"));
+        let err = anyhow::Error::from(Unreachable { url: URL.into(), cause: "invalid peer certificate: UnknownIssuer".into() });
+        assert_eq!(
+            render_error(&err, URL),
+            format!("error: the coordinator at {URL} presented a certificate that the CA given did not sign (invalid peer certificate: UnknownIssuer): pass the ca.pem of that coordinator's cluster (--ca FILE or PLEXUS_CA)")
+        );
         let err = anyhow::anyhow!("No such file or directory (os error 2)").context("cannot read job file \"a.toml\"");
         assert_eq!(render_error(&err, URL), "error: cannot read job file \"a.toml\": No such file or directory (os error 2)");
     }

@@ -112,7 +112,14 @@ def from_rpc(error: grpc.RpcError, url: str) -> PlexusError:
     details = (error.details() if isinstance(error, grpc.Call) else None) or ""
     message = one_line(details)
     cls = _BY_CODE.get(code, PlexusError)
-    if code == grpc.StatusCode.UNAVAILABLE and _is_transport(details):
+    if code == grpc.StatusCode.UNAVAILABLE and any(w in details for w in _CERTIFICATE):
+        # It answered, with a certificate of another cluster: the CA is wrong, not the URL.
+        cls = ConfigError
+        message = (
+            f"the coordinator at {url} presented a certificate that the CA given did not sign ({message}): "
+            "pass the ca.pem of that coordinator's cluster (ca= or PLEXUS_CA)"
+        )
+    elif code == grpc.StatusCode.UNAVAILABLE and _is_transport(details):
         message = unreachable(url, message)
     elif not message:
         message = f"the coordinator answered {code.name} without a message"
@@ -131,6 +138,9 @@ def one_line(text: str) -> str:
     """A possibly multi-line message (a TOML parse error, say) on one line, as the CLI shows it."""
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
+
+# BoringSSL's words for a certificate the CA did not sign.
+_CERTIFICATE = ("CERTIFICATE_VERIFY_FAILED", "unable to get local issuer certificate")
 
 # Words of grpc's own transport failures (never the coordinator's messages, which are sentences
 # about jobs and coordinators).

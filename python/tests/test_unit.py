@@ -315,3 +315,17 @@ def test_a_ca_that_is_not_a_certificate_is_refused_at_once(tmp_path: Path) -> No
         Target.resolve("https://127.0.0.1:1", TOKEN, ca=garbage, token_file=None, insecure=False)
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     assert Target.resolve("https://127.0.0.1:1", TOKEN, ca=pem, token_file=None, insecure=False).ca == pem.encode()
+
+
+def test_a_certificate_of_another_cluster_blames_the_ca() -> None:
+    class Refused(grpc.RpcError, grpc.Call):  # type: ignore[misc]
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self) -> str:
+            return "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate"
+
+    e = from_rpc(Refused(), "https://c:1")
+    assert isinstance(e, ConfigError)
+    assert str(e).startswith("the coordinator at https://c:1 presented a certificate that the CA given did not sign ("), str(e)
+    assert str(e).endswith("pass the ca.pem of that coordinator's cluster (ca= or PLEXUS_CA)")
