@@ -116,7 +116,7 @@ impl fmt::Display for Unreachable {
 }
 
 /// A TLS failure over the coordinator's certificate (rustls's and BoringSSL's words).
-pub fn is_certificate_failure(cause: &str) -> bool {
+fn is_certificate_failure(cause: &str) -> bool {
     ["UnknownIssuer", "invalid peer certificate", "CERTIFICATE_VERIFY_FAILED"].iter().any(|w| cause.contains(w))
 }
 
