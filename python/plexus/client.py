@@ -263,7 +263,10 @@ class Client:
         cannot say, the leader's URL when another coordinator leads, why it did not answer)."""
         try:
             response = conn.stub.ListCoordinators(
-                pb.ListCoordinatorsRequest(), metadata=self._metadata, timeout=CONNECT_TIMEOUT
+                pb.ListCoordinatorsRequest(),
+                metadata=self._metadata,
+                # A client asked to give up sooner than the CLI's connect timeout does so here too.
+                timeout=CONNECT_TIMEOUT if self._timeout is None else min(CONNECT_TIMEOUT, self._timeout),
             )
         except grpc.RpcError as e:
             hint = _leader_hint(e)

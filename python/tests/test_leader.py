@@ -16,7 +16,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import grpc
 import pytest
@@ -129,26 +129,46 @@ def _etcd_healthy(port: int) -> bool:
         return False
 
 
+def _start_etcd(etcd: str, tmp_path: Path) -> Tuple[subprocess.Popen, int]:
+    """A one-member etcd on free ports, healthy: (its process, its client port). The ports are
+    free when picked, but another process of the test run (the session's cluster makes outbound
+    connections) can take one before etcd binds it: then etcd exits, and it is started again on
+    other ports."""
+    tries = 3
+    for attempt in range(1, tries + 1):
+        client_port, peer_port = free_ports(2)
+        client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+        data = tmp_path / f"etcd-{attempt}"
+        log_path = tmp_path / f"etcd-{attempt}.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [etcd, "--name", "m0", "--data-dir", str(data), "--listen-client-urls", client_url,
+                 "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                 "--initial-cluster", f"m0={peer_url}", "--initial-cluster-state", "new"],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + 30
+        while not _etcd_healthy(client_port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        else:
+            return proc, client_port
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if attempt == tries:
+            pytest.fail(f"etcd did not become healthy in {tries} tries; the last one's log:\n{log_path.read_text()[-3000:]}")
+    raise AssertionError("unreachable")
+
+
 def _start_ha(tmp_path: Path, advertise: Optional[str] = None, advertise2: Optional[str] = None) -> Iterator[Ha]:
     etcd = shutil.which("etcd")
     if etcd is None:
         pytest.skip("etcd is not installed; `make deps` installs Debian's etcd-server")
-    client_port, peer_port = free_ports(2)
-    client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-    with open(tmp_path / "etcd.log", "w") as log:
-        proc = subprocess.Popen(
-            [etcd, "--name", "m0", "--data-dir", str(tmp_path / "etcd"), "--listen-client-urls", client_url,
-             "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-             "--initial-cluster", f"m0={peer_url}", "--initial-cluster-state", "new"],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent,
-        )
+    proc, client_port = _start_etcd(etcd, tmp_path)
     ha = Ha(home=tmp_path, etcd=proc, store=f"etcd://127.0.0.1:{client_port}/pytest")
     try:
-        deadline = time.monotonic() + 30
-        while not _etcd_healthy(client_port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"etcd did not become healthy:\n{(tmp_path / 'etcd.log').read_text()[-3000:]}")
-            time.sleep(0.1)
         # The first makes the cluster's CA and tokens in etcd and leads; the second stands by.
         ha.start_coordinator(0, advertise)
         assert ha.leader(ha.urls[0], 30) == (advertise or ha.urls[0])
@@ -166,10 +186,10 @@ def ha(tmp_path: Path) -> Iterator[Ha]:
 @pytest.fixture
 def ha_behind_names(tmp_path: Path) -> Iterator[Ha]:
     """Coordinators that advertise URLs this host cannot reach, as in a container network whose
-    names only its members resolve (here: loopback ports nothing listens on, which fail at once
-    where an unresolvable name could wait on DNS)."""
-    a, b = free_ports(2)
-    yield from _start_ha(tmp_path, f"https://127.0.0.1:{a}", f"https://127.0.0.1:{b}")
+    names only its members resolve (here: loopback ports 1 and 2, privileged, never handed out to
+    a process of the test run, so nothing listens there: they fail at once, where an
+    unresolvable name could wait on DNS)."""
+    yield from _start_ha(tmp_path, "https://127.0.0.1:1", "https://127.0.0.1:2")
 
 
 def test_a_standby_named_first_sends_the_client_to_the_leader(ha: Ha) -> None:
