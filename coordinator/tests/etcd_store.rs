@@ -25,6 +25,28 @@ fn etcd(prefix: &str) -> Option<(EtcdCluster, Etcd)> {
     Some((cluster, e))
 }
 
+/// Wins `election` on a lease of its own and fences `e`'s writes on it: `e` writes as the leader.
+fn lead(e: &Etcd, election: &str) -> i64 {
+    let mut client = e.client();
+    let election = election.to_string();
+    let (lease, key, rev) = e
+        .block(async move {
+            let lease = client.lease_grant(5, None).await.map_err(|x| Error::Etcd(x.to_string()))?.id();
+            let mut r = client.campaign(election, "me", lease).await.map_err(|x| Error::Etcd(x.to_string()))?;
+            let l = r.take_leader().expect("a leader key");
+            Ok((lease, l.key().to_vec(), l.rev()))
+        })
+        .unwrap();
+    e.set_fence(Some(Fence { key, rev }));
+    lease
+}
+
+/// Gives `lease` back: the leader key goes, and `e`, still fenced on it, is a deposed leader.
+fn depose(e: &Etcd, lease: i64) {
+    let mut client = e.client();
+    e.block(async move { client.lease_revoke(lease).await.map(|_| ()).map_err(|x| Error::Etcd(x.to_string())) }).unwrap();
+}
+
 /// A core holding one job of `n` subtasks, and the batch that stores it.
 fn job_batch(n: u32) -> (Core, JobId, Batch) {
     let mut core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
@@ -122,21 +144,11 @@ fn a_snapshot_replaces_the_log_it_covers() {
 #[test]
 fn a_deposed_leaders_writes_are_refused() {
     let Some((_cluster, e)) = etcd("fence") else { return };
-    let mut client = e.client();
-    let (lease, key, rev) = e
-        .block(async move {
-            let lease = client.lease_grant(5, None).await.map_err(|x| Error::Etcd(x.to_string()))?.id();
-            let mut r = client.campaign("/fence/election", "me", lease).await.map_err(|x| Error::Etcd(x.to_string()))?;
-            let l = r.take_leader().expect("a leader key");
-            Ok((lease, l.key().to_vec(), l.rev()))
-        })
-        .unwrap();
-    e.set_fence(Some(Fence { key, rev }));
+    let lease = lead(&e, "/fence/election");
     let store = EtcdStore::new(e.clone());
     let (_, first, b) = job_batch(2);
     store.commit(b).expect("the leader writes");
-    let mut client = e.client();
-    e.block(async move { client.lease_revoke(lease).await.map(|_| ()).map_err(|x| Error::Etcd(x.to_string())) }).unwrap();
+    depose(&e, lease);
     let (_, second, b) = job_batch(2);
     let refused = store.commit(b).expect_err("a write after the lease is gone is refused");
     assert!(matches!(refused, Error::Fenced), "{refused}");
@@ -201,18 +213,8 @@ fn many_records_are_written_in_batched_transactions() {
     assert!(e.range(e.key("/"), prefix_end(&e.key("/"))).unwrap().len() > before);
 
     // Fenced on a leader key that is gone: nothing of the batch is written.
-    let mut client = e.client();
-    let (lease, key, rev) = e
-        .block(async move {
-            let lease = client.lease_grant(5, None).await.map_err(|x| Error::Etcd(x.to_string()))?.id();
-            let mut r = client.campaign("/many/election", "me", lease).await.map_err(|x| Error::Etcd(x.to_string()))?;
-            let l = r.take_leader().expect("a leader key");
-            Ok((lease, l.key().to_vec(), l.rev()))
-        })
-        .unwrap();
-    e.set_fence(Some(Fence { key, rev }));
-    let mut client = e.client();
-    e.block(async move { client.lease_revoke(lease).await.map(|_| ()).map_err(|x| Error::Etcd(x.to_string())) }).unwrap();
+    let lease = lead(&e, "/many/election");
+    depose(&e, lease);
     let fresh: Vec<(Vec<u8>, Vec<u8>)> = (0..200u32).map(|i| (format!("g{i:05}").into_bytes(), b"x".to_vec())).collect();
     assert!(matches!(kv.put_many(&fresh), Err(Error::Fenced)), "a deposed leader's batch is refused");
     e.set_fence(None);
