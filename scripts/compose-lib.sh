@@ -11,13 +11,6 @@
 #                         of docker/ha.env, where the environment does not set them already);
 #                         coordinator2/3 on host ports PLEXUS_PORT2/PLEXUS_PORT3 (7071, 7072)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-if [ "${PLEXUS_HA:-0}" = 1 ]; then
-  while IFS='=' read -r key value; do
-    case "$key" in ''|'#'*) continue ;; esac
-    [ -n "${!key:-}" ] || export "$key=$value"
-  done < docker/ha.env
-  export PLEXUS_HA
-fi
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-plexus}
 export PLEXUS_PORT=${PLEXUS_PORT:-7070}
 export PLEXUS_HTTP_PORT=${PLEXUS_HTTP_PORT:-8265}
@@ -31,11 +24,20 @@ PLEXUS_CLI=${PLEXUS_CLI:-target/$PLEXUS_PROFILE/plexus}
 HOST=$PLEXUS_BIND
 [ "$HOST" = 0.0.0.0 ] && HOST=127.0.0.1
 PLEXUS_URL=https://$HOST:$PLEXUS_PORT
-if [ "${PLEXUS_HA:-0}" = 1 ]; then
-  # The ha profile publishes coordinator2 and coordinator3 too: the host CLI is given all three.
-  export PLEXUS_PORT2=${PLEXUS_PORT2:-7071} PLEXUS_PORT3=${PLEXUS_PORT3:-7072}
-  PLEXUS_URL=$PLEXUS_URL,https://$HOST:$PLEXUS_PORT2,https://$HOST:$PLEXUS_PORT3
-fi
+
+# Switches to the `ha` profile: the settings of docker/ha.env (where the environment does not
+# set them already), and PLEXUS_URL listing all three coordinators, which it publishes on the
+# host (coordinator2 and coordinator3 on PLEXUS_PORT2 and PLEXUS_PORT3).
+use_ha_profile() {
+  local key value
+  while IFS='=' read -r key value; do
+    case "$key" in ''|'#'*) continue ;; esac
+    [ -n "${!key:-}" ] || export "$key=$value"
+  done < docker/ha.env
+  export PLEXUS_HA=1 PLEXUS_PORT2=${PLEXUS_PORT2:-7071} PLEXUS_PORT3=${PLEXUS_PORT3:-7072}
+  PLEXUS_URL=https://$HOST:$PLEXUS_PORT,https://$HOST:$PLEXUS_PORT2,https://$HOST:$PLEXUS_PORT3
+}
+if [ "${PLEXUS_HA:-0}" = 1 ]; then use_ha_profile; fi
 # Where the host CLI keeps this project's CA certificate and admin token (fetched_credentials).
 PLEXUS_CRED_DIR=${PLEXUS_CRED_DIR:-.plexus/compose-$COMPOSE_PROJECT_NAME}
 

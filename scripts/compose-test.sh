@@ -23,9 +23,11 @@
 set -euo pipefail
 export COMPOSE_PROJECT_NAME=${PLEXUS_TEST_PROJECT:-plexus-test}
 export PLEXUS_WORKERS=4 PLEXUS_WORKER_CPUS=2 PLEXUS_BIND=127.0.0.1
-PLEXUS_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A port free on loopback now (the kernel's pick).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+PLEXUS_PORT=$(free_port)
 export PLEXUS_PORT
-PLEXUS_HTTP_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PLEXUS_HTTP_PORT=$(free_port)
 export PLEXUS_HTTP_PORT
 source "$(dirname "$0")/compose-lib.sh"
 
@@ -237,15 +239,8 @@ if [ "${PLEXUS_COMPOSE_HA:-1}" = 1 ]; then
 step ha-up
 # The ha profile, from nothing: the plain cluster's state is in sled, so it goes first.
 compose down --volumes --remove-orphans --timeout 2 >/dev/null 2>&1 || fail "compose down before the ha profile failed"
-while IFS='=' read -r key value; do
-  case "$key" in ''|'#'*) continue ;; esac
-  export "$key=$value"
-done < docker/ha.env
-export PLEXUS_HA=1
-PLEXUS_PORT2=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-PLEXUS_PORT3=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-export PLEXUS_PORT2 PLEXUS_PORT3
-PLEXUS_URL=https://127.0.0.1:$PLEXUS_PORT,https://127.0.0.1:$PLEXUS_PORT2,https://127.0.0.1:$PLEXUS_PORT3
+PLEXUS_PORT2=$(free_port) PLEXUS_PORT3=$(free_port)
+use_ha_profile
 PLEXUS_SKIP_CARGO=1 bash scripts/docker-images.sh || fail "building the images (plexus-etcd too) failed"
 compose up -d --scale "worker=$PLEXUS_WORKERS" || fail "compose up of the ha profile failed"
 wait_workers 120 "$PLEXUS_WORKERS" || fail "the workers did not all register with the ha control plane"
