@@ -1,7 +1,6 @@
 //! Tests of the agent: real libtorch on the CPU, seeded.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rand::seq::SliceRandom;
 
@@ -51,27 +50,24 @@ fn infeasible_candidates_are_masked() {
 /// Weights reach the inference network only at multiples of `sync_every` decisions.
 #[test]
 fn weights_are_copied_every_sync_every_decisions() {
-    let mut p = DqnPolicy::new(small_config(), None).unwrap();
+    // Lockstep: the training step ends inside the observe that fills the buffer, so where it
+    // falls between sync boundaries does not depend on how busy the machine is.
+    let mut p = DqnPolicy::new(PolicyConfig { lockstep: true, ..small_config() }, None).unwrap();
     let probe = obs(4, |_| true);
+    // small_config's buffer of 64 fills with the 65th decision: one training step, its weights
+    // published after the boundary at 64 decisions.
     let mut id = 0;
-    // Feed decisions with rewards until the trainer has trained at least once.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while p.stats().training_steps.load(Ordering::Relaxed) == 0 {
-        assert!(Instant::now() < deadline, "no training step");
+    while id < 65 {
         let c = p.decide(id, obs_v(4, id, |_| true)).unwrap();
         p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: if c.index == 0 { 0.0 } else { 100.0 }, evicted_bytes: 0, ..Default::default() });
         id += 1;
-        if p.decisions() % 8 == 7 {
-            // Give the trainer a moment so a step is usually ready before the next boundary.
-            std::thread::sleep(Duration::from_millis(5));
-        }
     }
+    assert_eq!(p.stats().training_steps.load(Ordering::Relaxed), 1);
     // Step right up to a boundary without crossing it: nothing may change.
     while (p.decisions() + 1) % 8 != 0 {
         p.decide(id, obs(4, |_| true));
         id += 1;
     }
-    std::thread::sleep(Duration::from_millis(200));
     let syncs = p.syncs();
     let before = p.q_values(&probe);
     p.decide(id, obs(4, |_| true)); // decision number 8k: the sync happens before the 8k+1-th
@@ -121,20 +117,20 @@ fn weights_and_experiences_persist_through_the_store() {
     let probe = obs(5, |_| true);
     let q_trained;
     {
-        let mut p = DqnPolicy::new(small_config(), Some(store.clone())).unwrap();
-        let mut id = 0;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while p.stats().training_steps.load(Ordering::Relaxed) == 0 {
-            assert!(Instant::now() < deadline);
+        // Lockstep, so the step comes where the test says whatever else the machine is doing
+        // (free-running, the decisions sent before the first step showed could fill the buffer
+        // again and a second step would take every stored experience).
+        let mut p = DqnPolicy::new(PolicyConfig { lockstep: true, ..small_config() }, Some(store.clone())).unwrap();
+        // small_config's buffer of 64 fills with the 65th decision; its step samples all 64.
+        for id in 0..65 {
             p.decide(id, obs_v(5, id, |_| true));
             p.observe(id, &RewardInputs { utilisation: 0.9, fetch_ms: 5.0, evicted_bytes: 0, ..Default::default() });
-            id += 1;
         }
+        assert_eq!(p.stats().training_steps.load(Ordering::Relaxed), 1);
         // Experiences arriving after the step stay in the buffer and in the store.
-        for _ in 0..10 {
+        for id in 65..75 {
             p.decide(id, obs_v(5, id, |i| i != (id as usize % 5)));
             p.observe(id, &RewardInputs { utilisation: 0.1, fetch_ms: 50.0, evicted_bytes: 10, ..Default::default() });
-            id += 1;
         }
         drop(p);
         assert!(store.load_weights().unwrap().is_some());
@@ -144,7 +140,7 @@ fn weights_and_experiences_persist_through_the_store() {
     }
     let fresh = DqnPolicy::new(small_config(), None).unwrap();
     assert_ne!(fresh.q_values(&probe), q_trained, "stored weights were used");
-    assert!(!store.load_experiences().unwrap().is_empty());
+    assert_eq!(store.load_experiences().unwrap().len(), 10, "the ten experiences after the step are stored");
 }
 
 #[test]
