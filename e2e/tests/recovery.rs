@@ -78,6 +78,41 @@ fn an_output_lost_with_its_only_holder_is_recomputed_and_the_job_finishes() {
     assert_eq!(used.failures, 0, "the consumer never ran without its input");
 }
 
+/// The examples' allreduce with a gate before its check: the worker that holds member 1's sum
+/// (and grads 1, its input) dies after the gang completed. A member cannot run alone, so the
+/// whole gang runs again on the four survivors, after grads 1 is made again; the check passes.
+#[test]
+fn an_allreduce_output_lost_after_the_gang_completed_reruns_the_gang_and_the_job_finishes() {
+    let mut c = cluster(5);
+    let go = c.path("go");
+    let gate = format!(
+        "[[task]]\nname = \"gate\"\ncommand = \"while [ ! -e '{}' ]; do sleep 0.05; done\"\nafter = [\"sum\"]\ncpu = 0\n",
+        go.display()
+    );
+    let src = ALLREDUCE.replace("name = \"check\"\n", "name = \"check\"\nafter = [\"gate\"]\n") + &gate;
+    assert!(src.contains("after = [\"gate\"]"), "the example still has its check task");
+    let job = c.submit("allreduce.toml", &src);
+    let holder = c.wait_for("the gang to complete", Duration::from_secs(120), |c| {
+        let j = c.job(&job)?;
+        let sum: Vec<_> = j.subtasks.iter().filter(|s| s.task == "sum").collect();
+        sum.iter().all(|s| s.state == pb::SubtaskState::Succeeded as i32).then(|| sum.iter().find(|s| s.rank == 1).unwrap().worker_id.clone())
+    });
+    let i = c.worker_index(&holder).expect("the holder is one of ours");
+    c.kill_worker(i);
+    wait_alive(&c, 4);
+    std::fs::write(&go, b"").unwrap();
+    let end = c.wait_job(&job, Duration::from_secs(180));
+    assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}\n{}", c.coordinator_log());
+    let logs = c.plexus(&["logs", &job, "check"]);
+    assert!(String::from_utf8_lossy(&logs.stdout).starts_with("ok: 262144 elements summed over 4 replicas"), "{}", describe(&logs));
+    for s in end.subtasks.iter().filter(|s| s.task == "sum") {
+        assert_eq!((s.reruns, s.failures), (1, 0), "member {} ran once more with its gang, and that is not a failure", s.rank);
+        assert_ne!(s.worker_id, holder);
+    }
+    let grads1 = end.subtasks.iter().find(|s| s.task == "grads" && s.rank == 1).unwrap();
+    assert_eq!(grads1.reruns, 1, "member 1's input, lost with the same worker, was made again");
+}
+
 #[test]
 fn workers_stay_alive_while_a_five_thousand_task_file_is_submitted() {
     let c = cluster(2);

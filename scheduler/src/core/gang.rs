@@ -33,7 +33,7 @@ use std::collections::HashMap;
 
 use plexus_proto::{JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
-use super::lineage::Availability;
+use super::lineage::{Availability, MAX_RERUNS};
 use super::placement::Placed;
 use super::{Assignment, CollectiveAssignment, Core, InputLocation, PlacementRecord};
 use crate::spec::GangSpec;
@@ -451,21 +451,21 @@ impl Core {
         None
     }
 
-    /// A collective with a member ready again (failed or lost) while others are placed: those
-    /// are cancelled and made ready too, so the gang restarts whole with one communicator. Done
-    /// at once, whether or not the gang may be placed now, so no member waits on a dead peer.
-    /// False when the job failed instead (a member that completed cannot join a new
-    /// communicator).
+    /// A collective with a member ready again (failed or lost) while others are placed or done:
+    /// those placed are cancelled and made ready too, and those that completed run again (a
+    /// re-run, as lineage recovery counts one), so the gang restarts whole with one
+    /// communicator. Done at once, whether or not the gang may be placed now, so no member waits
+    /// on a dead peer. False when the job failed instead: a completed member was re-run
+    /// [`MAX_RERUNS`] times already.
     fn restart_collective(&mut self, job: JobId, t: usize, now: u64) -> bool {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
         let (start, n) = (j.offsets[t], task.replicas);
         let members: Vec<u32> = (start..start + n).collect();
-
-        if let Some(&done) = members.iter().find(|&&i| j.subtasks[i as usize].state == SubtaskState::Succeeded) {
-            // A member that completed cannot join a new communicator; its result stands alone.
-            let (name, rank) = (task.name.clone(), j.subtasks[done as usize].rank);
-            let msg = format!("collective {name:?}: member {rank} completed but other members must run again; a partial gang cannot be rerun");
+        let done: Vec<u32> = members.iter().copied().filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded).collect();
+        if let Some(&spent) = done.iter().find(|&&i| j.subtasks[i as usize].reruns >= MAX_RERUNS) {
+            let (name, rank) = (task.name.clone(), j.subtasks[spent as usize].rank);
+            let msg = format!("collective {name:?}: member {rank} completed but must run again with the gang, and it was re-run {MAX_RERUNS} times already");
             self.finish_job(job, JobState::Failed, msg, now);
             return false;
         }
@@ -474,7 +474,9 @@ impl Core {
             self.stop_attempt((job, idx));
             self.requeue(job, idx, now, "gang restarted: another member has to run again".into());
         }
-
+        for idx in done {
+            self.rerun(job, idx, now, "re-run with its gang: another member has to run again".into());
+        }
         true
     }
 
@@ -485,7 +487,7 @@ impl Core {
     /// whole gang is placed anew with one communicator. Members are placed where their input
     /// (the producer replica of the same rank) is resident when that worker has room, else on
     /// the feasible worker with the most free cores. False when the gang does not fit now (or
-    /// cannot be rerun); nothing is then placed.
+    /// cannot be re-run); nothing is then placed.
     pub(super) fn place_gang(&mut self, job: JobId, t: usize, now: u64, held: &Held) -> bool {
         if !self.restart_collective(job, t, now) {
             return false;

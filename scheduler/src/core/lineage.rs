@@ -6,10 +6,13 @@
 //! back to `Waiting`: when the producer succeeds again its task is done again and the usual DAG
 //! release makes the consumer ready. A producer whose own inputs are gone meets the same check
 //! when it is placed, so recovery walks back through the lineage as far as it must, one
-//! scheduling round per level, without recursion. It gives up — failing the consumer, under its
-//! task's `on_failure`, with an error naming the object and the worker that held it — only when
-//! a producer cannot be re-run: a member of a collective whose gang completed (a partial gang
-//! cannot run), or a subtask re-run [`MAX_RERUNS`] times already.
+//! scheduling round per level, without recursion. A producer that is a member of a completed
+//! collective cannot run alone (its peers' processes, and the communicator, are gone): every
+//! member that completed runs again with it, and the gang is placed whole, as on its first run.
+//! Like every lineage re-run this assumes a task makes the same outputs from the same inputs.
+//! Recovery gives up — failing the consumer, under its task's `on_failure`, with an error naming
+//! the object and the worker that held it — only when a producer (or, for a collective, one of
+//! its members) was re-run [`MAX_RERUNS`] times already.
 
 use plexus_proto::{JobId, ObjectId, SubtaskState};
 
@@ -60,21 +63,28 @@ impl Core {
             let held_by = producer.worker.map_or_else(|| "an unknown worker".to_string(), |w| format!("worker {w}"));
             match producer.state {
                 SubtaskState::Succeeded => {
-                    let collective = j.record.spec.tasks[j.task_of(p)].collective.is_some();
-                    let cannot = if collective {
-                        Some("it is a member of a collective whose gang completed, and a partial gang cannot run".to_string())
-                    } else if producer.reruns >= MAX_RERUNS {
-                        Some(format!("it was re-run {MAX_RERUNS} times already"))
+                    let t = j.task_of(p);
+                    // A collective's member runs again only with every member that completed.
+                    let again: Vec<u32> = if j.record.spec.tasks[t].collective.is_some() {
+                        let start = j.offsets[t];
+                        (start..start + j.record.spec.tasks[t].replicas).filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded).collect()
                     } else {
-                        None
+                        vec![p]
                     };
-                    if let Some(why) = cannot {
-                        let consumer = consumers[0];
-                        let error = format!("input {o} was lost with {held_by}, and its producer cannot be re-run: {why}");
-                        self.give_up((job, consumer), now, error);
+                    if let Some(&spent) = again.iter().find(|&&i| j.subtasks[i as usize].reruns >= MAX_RERUNS) {
+                        let whom = if spent == p { "it".to_string() } else { format!("member {} of its collective", j.subtasks[spent as usize].rank) };
+                        let error = format!("input {o} was lost with {held_by}, and its producer cannot be re-run: {whom} was re-run {MAX_RERUNS} times already");
+                        self.give_up((job, consumers[0]), now, error);
                         return;
                     }
-                    self.rerun(job, p, now, format!("re-run: its output {o} was lost with {held_by}"));
+                    for i in again {
+                        let note = if i == p {
+                            format!("re-run: its output {o} was lost with {held_by}")
+                        } else {
+                            format!("re-run with its collective: {o} was lost with {held_by}")
+                        };
+                        self.rerun(job, i, now, note);
+                    }
                 }
                 // Already being made again (another consumer found it lost first).
                 SubtaskState::Waiting | SubtaskState::Ready | SubtaskState::Assigned | SubtaskState::Running => {}
@@ -95,7 +105,7 @@ impl Core {
     }
 
     /// Makes a succeeded subtask ready again to recompute its outputs.
-    fn rerun(&mut self, job: JobId, idx: u32, now: u64, note: String) {
+    pub(super) fn rerun(&mut self, job: JobId, idx: u32, now: u64, note: String) {
         let j = self.jobs.get_mut(&job).expect("exists");
         let s = &mut j.subtasks[idx as usize];
         s.reruns += 1;

@@ -1,6 +1,7 @@
 //! Unit tests of the scheduling core: no network, no disk, time passed by hand.
 
 use super::*;
+use super::lineage::MAX_RERUNS;
 use plexus_proto::AttemptRef;
 use crate::placer::heuristic;
 use crate::spec::{Format, parse};
@@ -829,10 +830,28 @@ fn recovery_walks_back_through_the_lineage() {
     assert_eq!((j.subtasks[0].reruns, j.subtasks[1].reruns, j.subtasks[2].reruns), (1, 1, 0));
 }
 
-#[test]
-fn a_lost_output_of_a_completed_gang_fails_its_consumer_naming_object_and_worker() {
+/// Runs whatever the next round assigns to success; returns the (task, rank) pairs it ran.
+fn run_round(c: &mut Core, now: u64) -> Vec<(String, u32)> {
+    c.schedule(now);
+    let mut ran = Vec::new();
+    for (w, x) in assigned(c) {
+        assert!(c.report(w, &session(w), vec![done(&x.attempt, SubtaskState::Succeeded)], now));
+        ran.push((x.attempt.task.clone(), x.attempt.rank));
+    }
+    ran.sort();
+    ran
+}
+
+fn ranks(task: &str, n: u32) -> Vec<(String, u32)> {
+    (0..n).map(|r| (task.to_string(), r)).collect()
+}
+
+/// Four workers; GANG (3 gens, a 3-member allreduce `sum`) completed, then `gate` and `check`
+/// (which reads sum's rank 1 output) still to run. Returns the core, the job and the worker
+/// holding sum's rank 1 output.
+fn gang_completed_before_a_gated_check() -> (Core, JobId, WorkerId) {
     let mut c = core();
-    for n in 1..=3 {
+    for n in 1..=4 {
         c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
     }
     let src = format!("{GANG}[[task]]\nname = \"check\"\ncommand = [\"true\"]\ninputs = [\"sum/total[1]\"]\nafter = [\"gate\"]\n[[task]]\nname = \"gate\"\ncommand = [\"true\"]\nafter = [\"sum\"]\ncpu = 0\n");
@@ -844,19 +863,90 @@ fn a_lost_output_of_a_completed_gang_fails_its_consumer_naming_object_and_worker
         c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Succeeded)], 4);
     }
     let holder = members.iter().find(|(_, x)| x.attempt.rank == 1).unwrap().0;
-    let others: Vec<u8> = (1..=3).filter(|&n| wid(n) != holder).collect();
+    (c, job, holder)
+}
+
+/// Declares `holder` lost (every other of workers 1..=4 heartbeats); returns the time.
+fn lose(c: &mut Core, holder: WorkerId) -> u64 {
+    let others: Vec<u8> = (1..=4).filter(|&n| wid(n) != holder).collect();
     let t = CoreConfig::default().heartbeat_timeout_ms + 10;
-    beat_all(&mut c, &others, t - 1);
+    beat_all(c, &others, t - 1);
     c.tick(t);
-    c.schedule(t);
-    let gate = assigned(&mut c);
-    assert_eq!(gate.len(), 1);
-    c.report(gate[0].0, &session(gate[0].0), vec![done(&gate[0].1.attempt, SubtaskState::Succeeded)], t + 1);
-    c.schedule(t + 2);
+    t
+}
+
+/// A collective member's output lost after the gang completed: the member cannot run alone, so
+/// the whole gang runs again (the lost member's own input, lost with the same worker, first),
+/// and the consumer gets its input.
+#[test]
+fn a_lost_output_of_a_completed_collective_reruns_the_whole_gang() {
+    let (mut c, job, holder) = gang_completed_before_a_gated_check();
+    let t = lose(&mut c, holder);
+    assert_eq!(run_round(&mut c, t), vec![("gate".to_string(), 0)]);
+    // check finds sum/total[1] lost: every member of sum is ready again, check waits.
+    assert_eq!(run_round(&mut c, t + 1), vec![]);
+    assert_eq!(state(&c, job, "check", 0), SubtaskState::Waiting);
+    assert!((0..3).all(|r| state(&c, job, "sum", r) == SubtaskState::Ready));
+    // The gang finds its rank 1 input (gen/numbers[1], on the same worker) lost: gen 1 runs again.
+    assert_eq!(run_round(&mut c, t + 2), vec![]);
+    assert_eq!(run_round(&mut c, t + 3), vec![("gen".to_string(), 1)]);
+    let again = run_round(&mut c, t + 4);
+    assert_eq!(again, ranks("sum", 3), "the gang runs whole");
+    assert_eq!(run_round(&mut c, t + 5), vec![("check".to_string(), 0)]);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Succeeded, "{}", j.record.error);
+    for r in 0..3 {
+        let s = &j.subtasks[j.subtask_index("sum", r).unwrap() as usize];
+        assert_eq!((s.reruns, s.failures), (1, 0), "member {r}: a re-run, not a failure");
+        assert_ne!(s.worker, Some(holder));
+    }
+    let checks = &j.subtasks[j.subtask_index("check", 0).unwrap() as usize];
+    assert_eq!(checks.failures, 0, "the consumer never ran without its input");
+}
+
+/// A member lost while the others already completed (they reported success, it never did): the
+/// gang restarts whole instead of failing the job.
+#[test]
+fn a_member_lost_after_its_peers_completed_reruns_the_whole_gang() {
+    let mut c = core();
+    for n in 1..=4 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let job = submit(&mut c, GANG, 0);
+    gens_done(&mut c, 1);
+    c.schedule(3);
+    let members = assigned(&mut c);
+    let (holder, _) = members.iter().find(|(_, x)| x.attempt.rank == 1).unwrap().clone();
+    for (w, x) in members.iter().filter(|(_, x)| x.attempt.rank != 1) {
+        c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Succeeded)], 4);
+    }
+    let t = lose(&mut c, holder);
+    assert_eq!(state(&c, job, "sum", 1), SubtaskState::Ready, "lost with its worker");
+    assert_eq!(run_round(&mut c, t), vec![]);
+    // The completed members run again with it; all wait for gen 1, lost with the same worker.
+    let states: Vec<SubtaskState> = (0..3).map(|r| state(&c, job, "sum", r)).collect();
+    assert_eq!(states, vec![SubtaskState::Waiting; 3]);
+    assert_eq!(run_round(&mut c, t + 1), vec![("gen".to_string(), 1)]);
+    assert_eq!(run_round(&mut c, t + 2), ranks("sum", 3));
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Succeeded, "{}", j.record.error);
+    let reruns: Vec<u32> = (0..3).map(|r| j.subtasks[j.subtask_index("sum", r).unwrap() as usize].reruns).collect();
+    assert_eq!(reruns, vec![1, 0, 1], "the completed members re-ran; the lost one was requeued");
+}
+
+/// Past MAX_RERUNS re-runs of a collective, recovery gives up, naming the object, its worker and
+/// the member that was re-run too often.
+#[test]
+fn a_collective_rerun_too_often_fails_its_consumer_naming_object_and_worker() {
+    let (mut c, job, holder) = gang_completed_before_a_gated_check();
+    c.jobs.get_mut(&job).unwrap().subtasks.iter_mut().filter(|s| s.task == "sum" && s.rank == 2).for_each(|s| s.reruns = MAX_RERUNS);
+    let t = lose(&mut c, holder);
+    assert_eq!(run_round(&mut c, t), vec![("gate".to_string(), 0)]);
+    c.schedule(t + 1);
     let j = c.job(job).unwrap();
     assert_eq!(j.record.state, JobState::Failed);
-    let want = format!("input {job}/sum/1/total was lost with worker {holder}, and its producer cannot be re-run");
-    assert!(j.record.error.contains(&want) && j.record.error.contains("partial gang"), "{}", j.record.error);
+    let want = format!("input {job}/sum/1/total was lost with worker {holder}, and its producer cannot be re-run: member 2 of its collective was re-run {MAX_RERUNS} times already");
+    assert!(j.record.error.contains(&want), "{}", j.record.error);
     assert!(j.record.error.starts_with("task \"check\" rank 0 cannot run: "), "{}", j.record.error);
 }
 
