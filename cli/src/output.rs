@@ -467,6 +467,8 @@ pub struct SubtaskView {
     pub not_before_ms: Option<u64>,
     /// Runs after success, to remake outputs lost with a worker (not failures).
     pub reruns: u32,
+    /// Attempts placed again, uncounted, after no holder could serve one of their inputs.
+    pub unfetched_requeues: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -571,6 +573,7 @@ fn subtask_view(s: &pb::SubtaskStatus) -> SubtaskView {
             .collect(),
         not_before_ms: time(s.not_before),
         reruns: s.reruns,
+        unfetched_requeues: s.unfetched_requeues,
     }
 }
 
@@ -1265,7 +1268,7 @@ mod tests {
                 "started_at_ms": NOW - 63_000, "finished_at_ms": NOW - 60_500, "duration_ms": 2_500,
                 "exit_code": 0, "error": null, "fetch_ms": 0, "fetched_bytes": 0, "evicted_bytes": 0,
                 "outputs": [{"object_id": format!("{J1}/gen/0/numbers"), "size_bytes": 4096}],
-                "failed_attempts": [], "not_before_ms": null, "reruns": 0
+                "failed_attempts": [], "not_before_ms": null, "reruns": 0, "unfetched_requeues": 0
             })
         );
         assert_eq!(v["subtasks"][2]["worker_id"], serde_json::Value::Null);

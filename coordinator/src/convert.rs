@@ -227,6 +227,7 @@ pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
         stderr_tail: tail(&r.stderr_tail),
         // A figure from the network: anything but a plausible time is no figure.
         iter_ms: if r.iter_ms.is_finite() && r.iter_ms > 0.0 && r.iter_ms < 86_400_000.0 { r.iter_ms } else { 0.0 },
+        unfetched_input: if r.unfetched_input.is_empty() { None } else { Some(pc::object_id("unfetched_input", &r.unfetched_input)?) },
     })
 }
 
@@ -341,6 +342,7 @@ pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
                     .collect(),
                 not_before: s.not_before,
                 reruns: s.reruns,
+                unfetched_requeues: s.unfetched_requeues,
             })
             .collect()
     } else {

@@ -78,6 +78,39 @@ fn an_output_lost_with_its_only_holder_is_recomputed_and_the_job_finishes() {
     assert_eq!(used.failures, 0, "the consumer never ran without its input");
 }
 
+/// An input whose file was removed from its holder's cache behind the worker's back: the
+/// consumer's attempt cannot get it, which is not the consumer's failure. The attempt is placed
+/// again, uncounted, once the holder has stopped listing the object; gen runs again, and the job
+/// (max_retries = 0) succeeds. Before, the consumer failed and so did the job.
+#[test]
+fn an_input_whose_file_vanished_from_its_holder_is_made_again_without_failing_the_consumer() {
+    let c = cluster(2);
+    let go = c.path("go");
+    let src = format!(
+        "[[task]]\nname = \"gen\"\ncommand = \"echo 42 > $PLEXUS_OUT/value\"\noutputs = [\"value\"]\n\
+         [[task]]\nname = \"gate\"\ncommand = \"while [ ! -e '{go}' ]; do sleep 0.05; done\"\nafter = [\"gen\"]\ncpu = 0\n\
+         [[task]]\nname = \"use\"\ncommand = \"test $(cat $PLEXUS_IN/gen/0/value) = 42\"\ninputs = [\"gen/value\"]\nafter = [\"gate\"]\n",
+        go = go.display()
+    );
+    let job = c.submit("vanished.toml", &src);
+    let holder = c.wait_for("gen to succeed", Duration::from_secs(30), |c| {
+        let j = c.job(&job)?;
+        let s = j.subtasks.iter().find(|s| s.task == "gen")?;
+        (s.state == pb::SubtaskState::Succeeded as i32).then(|| s.worker_id.clone())
+    });
+    let i = c.worker_index(&holder).expect("the holder is one of ours");
+    let file = c.worker_dir(i).join("cache").join(&job).join("gen").join("0").join("value");
+    std::fs::remove_file(&file).unwrap_or_else(|e| panic!("removing {}: {e}", file.display()));
+    std::fs::write(&go, b"").unwrap();
+    let end = c.wait_job(&job, Duration::from_secs(60));
+    assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}\n{}", c.coordinator_log());
+    let used = end.subtasks.iter().find(|s| s.task == "use").unwrap();
+    assert_eq!((used.failures, used.unfetched_requeues), (0, 1), "placed again once, not failed: {used:?}");
+    let producer = end.subtasks.iter().find(|s| s.task == "gen").unwrap();
+    assert_eq!((producer.reruns, producer.failures), (1, 0), "gen made its value again");
+    assert!(c.worker_log(i).contains("file is gone; forgotten"), "{}", c.worker_log(i));
+}
+
 /// The examples' allreduce with a gate before its check: the worker that holds member 1's sum
 /// (and grads 1, its input) dies after the gang completed. A member cannot run alone, so the
 /// whole gang runs again on the four survivors, after grads 1 is made again; the check passes.

@@ -68,6 +68,7 @@ def subtask(s: Any) -> t.Subtask:
         outputs=[output(o) for o in s.outputs],
         failed_attempts=[attempt_failure(f) for f in s.failed_attempts],
         reruns=s.reruns,
+        unfetched_requeues=s.unfetched_requeues,
     )
 
 

@@ -84,6 +84,8 @@ class Subtask:
     outputs: List[Output]
     failed_attempts: List[AttemptFailure]
     reruns: int
+    # Attempts placed again, uncounted, after no holder could serve one of their inputs.
+    unfetched_requeues: int
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,18 @@ impl Cache {
         self.lock().entries.get(id).map(|e| e.size)
     }
 
+    /// Drops `id` from the index, for an object whose file is gone (removed behind the worker's
+    /// back): the worker's reports stop listing it, so the coordinator stops sending fetchers
+    /// here and makes it again if no one else holds it. True when it was listed.
+    pub fn forget(&self, id: &ObjectId) -> bool {
+        let mut st = self.lock();
+        let Some(e) = st.entries.remove(id) else { return false };
+        st.order.remove(&e.tick);
+        st.used -= e.size;
+        warn!(object = %id, "cached object's file is gone; forgotten");
+        true
+    }
+
     /// The resident objects, least recently used first.
     pub fn objects(&self) -> Vec<pb::ObjectInfo> {
         let st = self.lock();

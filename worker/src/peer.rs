@@ -144,7 +144,10 @@ impl PeerServer {
         }
         let file = match tokio::fs::File::open(self.cache.path(id)).await {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.cache.forget(id);
+                return Err(not_found());
+            }
             Err(e) => return Err(Error::object_io("cannot open", id)(e)),
         };
         let size = file.metadata().await.map_err(Error::object_io("cannot read the size of", id))?.len();
@@ -673,6 +676,21 @@ mod tests {
         assert!(chunks[1..].iter().all(|c| c.total_size == 0));
         let got: Vec<u8> = chunks.into_iter().flat_map(|c| c.data).collect();
         assert!(got == data, "the object came back with other bytes");
+    }
+
+    /// A listed object whose file was removed behind the worker's back: NOT_FOUND, and the cache
+    /// forgets it, so the worker's next report stops offering it.
+    #[tokio::test]
+    async fn an_object_whose_file_is_gone_is_not_found_and_forgotten() {
+        use pb::peer_service_server::PeerService;
+        let (dir, server) = handlers().await;
+        let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "numbers".into() };
+        put(&server.cache, dir.path(), &id, b"1234");
+        std::fs::remove_file(server.cache.path(&id)).unwrap();
+        let e = server.fetch_object(Request::new(pb::FetchObjectRequest { object_id: id.to_string() })).await.err().expect("refused");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{}", e.message());
+        assert!(!server.cache.contains(&id));
+        assert_eq!(server.cache.used(), 0);
     }
 
     #[tokio::test]

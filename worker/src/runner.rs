@@ -351,12 +351,19 @@ struct Outcome {
     error: String,
     started_at: u64,
     outputs: Vec<pb::ObjectInfo>,
+    /// The input that no holder could serve (the attempt failed before its task ran); empty
+    /// otherwise.
+    unfetched_input: String,
 }
 
 impl Outcome {
     /// A FAILED attempt; the report's `error` is the error's text.
     fn failed(error: Error, started_at: u64, exit_code: i32) -> Outcome {
-        Outcome { state: pb::SubtaskState::Failed, exit_code, error: error.to_string(), started_at, outputs: Vec::new() }
+        let unfetched_input = match &error {
+            Error::FetchInput { object, .. } => object.to_string(),
+            _ => String::new(),
+        };
+        Outcome { state: pb::SubtaskState::Failed, exit_code, error: error.to_string(), started_at, outputs: Vec::new(), unfetched_input }
     }
 }
 
@@ -487,6 +494,7 @@ impl Ctx {
             fetched_bytes: acct.fetched_bytes,
             evicted_bytes: acct.evicted_bytes,
             outputs: outcome.outputs,
+            unfetched_input: outcome.unfetched_input,
             stdout_tail,
             stderr_tail: tail_or_empty(&err_log, REPORT_TAIL_BYTES).await,
             iter_ms,
@@ -553,7 +561,7 @@ impl Ctx {
             let ran = self.collective(work, c, &in_dir, &out_dir, stdout, cancel).await;
             return match ran {
                 Ok(()) => match self.collect_outputs(work, &out_dir, acct, pins) {
-                    Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code: 0, error: String::new(), started_at, outputs },
+                    Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code: 0, error: String::new(), started_at, outputs, unfetched_input: String::new() },
                     Err(e) => Outcome::failed(e, started_at, NO_EXIT_CODE),
                 },
                 Err(Error::Cancelled) => self.cancelled(started_at, NO_EXIT_CODE),
@@ -639,7 +647,7 @@ impl Ctx {
             }
             End::Cancelled => self.cancelled(started_at, exit_code),
             End::Exited if status.success() => match self.collect_outputs(work, &out_dir, acct, pins) {
-                Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code, error: String::new(), started_at, outputs },
+                Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code, error: String::new(), started_at, outputs, unfetched_input: String::new() },
                 Err(e) => Outcome::failed(e, started_at, exit_code),
             },
             End::Exited => match memory_limit {
@@ -771,7 +779,7 @@ impl Ctx {
 
     fn cancelled(&self, started_at: u64, exit_code: i32) -> Outcome {
         let why = if self.attempts.shutting_down() { "the worker shut down" } else { "cancelled by the coordinator" };
-        Outcome { state: pb::SubtaskState::Cancelled, exit_code, error: why.into(), started_at, outputs: Vec::new() }
+        Outcome { state: pb::SubtaskState::Cancelled, exit_code, error: why.into(), started_at, outputs: Vec::new(), unfetched_input: String::new() }
     }
 
     /// Links every input into `in/<task>/<rank>/<name>`, fetching the ones not cached.
@@ -783,16 +791,32 @@ impl Ctx {
         pins: &mut Vec<Pin>,
     ) -> Result<()> {
         for input in inputs {
-            let pin = match self.cache.pin(&input.id) {
-                Some(pin) => {
-                    self.counters.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dest = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
+            let cached = match self.cache.pin(&input.id) {
+                Some(pin) => match link_or_copy(&self.cache.path(&input.id), &dest) {
+                    Ok(()) => {
+                        self.counters.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Some(pin)
+                    }
+                    // Listed but its file is gone: forgotten, and fetched like any other.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        drop(pin);
+                        self.cache.forget(&input.id);
+                        None
+                    }
+                    Err(source) => return Err(Error::PlaceInput { object: input.id.clone(), dest, source }),
+                },
+                None => None,
+            };
+            let pin = match cached {
+                Some(pin) => pin,
+                None => {
+                    let pin = self.fetch(input, acct).await?;
+                    link_or_copy(&self.cache.path(&input.id), &dest)
+                        .map_err(|source| Error::PlaceInput { object: input.id.clone(), dest: dest.clone(), source })?;
                     pin
                 }
-                None => self.fetch(input, acct).await?,
             };
-            let dest = in_dir.join(&input.task).join(input.rank.to_string()).join(&input.name);
-            link_or_copy(&self.cache.path(&input.id), &dest)
-                .map_err(|source| Error::PlaceInput { object: input.id.clone(), dest: dest.clone(), source })?;
             pins.push(pin);
         }
         Ok(())
@@ -1496,6 +1520,23 @@ mod tests {
         assert_eq!(state(&r), pb::SubtaskState::Failed);
         assert!(r.error.starts_with(&format!("could not fetch input {missing}: http://127.0.0.1:1: ")), "{}", r.error);
         assert_eq!(r.started_at, 0, "it never started");
+        assert_eq!(r.unfetched_input, missing.to_string(), "the coordinator is told which input no holder served");
+
+        // A cached input whose file was removed behind the worker's back is forgotten and
+        // fetched like any other (here from nowhere): the report names it, and the worker's
+        // object list stops listing it.
+        let gone = inputs[1].id.clone();
+        std::fs::remove_file(f.cache.path(&gone)).unwrap();
+        let mut w = work(&attempt(job, "sum3"), sh("true"));
+        w.inputs = vec![Input { holders: vec![grpc_only("http://127.0.0.1:1")], ..inputs[1].clone() }];
+        let r = f.runner.run(&w, &CancellationToken::new()).await;
+        assert_eq!(state(&r), pb::SubtaskState::Failed);
+        assert_eq!(r.unfetched_input, gone.to_string(), "{}", r.error);
+        assert!(!f.cache.contains(&gone));
+        assert!(!f.cache.objects().iter().any(|o| o.object_id == gone.to_string()));
+        // A task that fails for its own reasons names no input.
+        let r = f.runner.run(&work(&attempt(job, "sum4"), sh("exit 3")), &CancellationToken::new()).await;
+        assert_eq!((state(&r), r.unfetched_input.as_str()), (pb::SubtaskState::Failed, ""));
     }
 
     #[tokio::test]

@@ -354,6 +354,7 @@ impl Core {
                     reserved_on: None,
                     iter_ms: 0.0,
                     fetch_plan: None,
+                    unfetched_requeues: 0,
                 });
             }
         }
@@ -476,7 +477,10 @@ impl Core {
                 self.feedback(key, wid, state == SubtaskState::Succeeded);
                 match state {
                     SubtaskState::Succeeded => self.succeed(key, wid, r.outputs, now),
-                    SubtaskState::Failed => self.fail_attempt(key, now, r.error),
+                    SubtaskState::Failed => match r.unfetched_input {
+                        Some(o) => self.input_unfetched(key, o, now, r.error),
+                        None => self.fail_attempt(key, now, r.error),
+                    },
                     // Workers cancel only what we asked them to; any other cancellation (the
                     // worker shutting down) is not the task's fault: place it again.
                     _ => self.requeue(key.0, key.1, now, "cancelled on the worker".into()),
@@ -593,7 +597,7 @@ impl Core {
 
     /// Stops the other members of the gang of subtask `key` that are placed, and makes them
     /// ready again at `at` (with the failed member), without counting a failure.
-    fn restart_gang(&mut self, key: (JobId, u32), now: u64, at: u64, note: String) {
+    pub(super) fn restart_gang(&mut self, key: (JobId, u32), now: u64, at: u64, note: String) {
         for idx in self.gang_members(key) {
             if self.jobs[&key.0].subtasks[idx as usize].state.is_placed() {
                 self.stop_attempt((key.0, idx));

@@ -28,6 +28,11 @@ pub enum Availability {
     Lost(Vec<ObjectId>),
 }
 
+/// The most times one subtask's attempt is placed again, uncounted, after no holder could serve
+/// one of its inputs. Past this the holders are alive and listed but keep failing to serve it
+/// (a network cut between workers), and such a failure counts like any other.
+pub const MAX_UNFETCHED_REQUEUES: u32 = 3;
+
 /// The most times one subtask is re-run to recover lost outputs. Each re-run follows the loss of
 /// a worker; past this many the cluster is losing workers faster than the work can finish.
 pub const MAX_RERUNS: u32 = 10;
@@ -101,6 +106,34 @@ impl Core {
                 let note = format!("waiting: input {} is being made again", lost[0]);
                 self.set_state((job, c), SubtaskState::Waiting, now, note);
             }
+        }
+    }
+
+    /// An attempt that failed before its task ran because no holder could serve input `o`: the
+    /// holder died or lost the object after the attempt was placed (a consumer placed in the
+    /// seconds before a dead worker is declared lost). It is not the task's failure: the
+    /// attempt is placed again, uncounted, once a heartbeat timeout has passed, by when a dead
+    /// holder is declared lost and a holder that lost the file has said so; placing it then
+    /// meets [`Core::input_availability`], which remakes the input if no one holds it. At most
+    /// [`MAX_UNFETCHED_REQUEUES`] times per subtask, then it counts as a failure. A collective
+    /// member's gang restarts with it.
+    pub(super) fn input_unfetched(&mut self, key: (JobId, u32), o: ObjectId, now: u64, error: String) {
+        let Some(j) = self.jobs.get(&key.0) else { return };
+        let t = j.task_of(key.1);
+        let spec = &j.record.spec.tasks[t];
+        let s = &j.subtasks[key.1 as usize];
+        let an_input = o.job == key.0 && spec.inputs.iter().any(|i| i.task == o.task && i.output == o.name);
+        if !an_input || s.unfetched_requeues >= MAX_UNFETCHED_REQUEUES {
+            return self.fail_attempt(key, now, error);
+        }
+        let (collective, rank) = (spec.collective.is_some(), s.rank);
+        let j = self.jobs.get_mut(&key.0).expect("exists");
+        j.subtasks[key.1 as usize].unfetched_requeues += 1;
+        let at = now.saturating_add(self.config.heartbeat_timeout_ms);
+        let note = format!("input {o} could not be fetched ({error}); placed again in {} ms, once its holders are known (not a failure)", at - now);
+        self.requeue_at(key.0, key.1, now, at, note);
+        if collective {
+            self.restart_gang(key, now, at, format!("gang restarted: member {rank} could not fetch its input {o}"));
         }
     }
 

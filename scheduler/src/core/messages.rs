@@ -75,6 +75,8 @@ pub struct Report {
     pub stderr_tail: String,
     /// The median iteration time the task printed (`plexus:iter_ms=`), ms; 0 = none.
     pub iter_ms: f64,
+    /// A failed attempt's input that no holder could serve (the task never ran).
+    pub unfetched_input: Option<ObjectId>,
 }
 
 /// An input object of an assignment and where to get it.

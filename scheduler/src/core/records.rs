@@ -113,6 +113,14 @@ pub struct Subtask {
     /// dispatched: what its measured fetch is attributed to (`core::estimates`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetch_plan: Option<FetchPlan>,
+    /// Attempts placed again, uncounted, because no holder could serve one of their inputs
+    /// (at most [`super::lineage::MAX_UNFETCHED_REQUEUES`]; past that such a failure counts).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub unfetched_requeues: u32,
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
 }
 
 /// The inputs an attempt was expected to fetch when it was dispatched: how many and how many

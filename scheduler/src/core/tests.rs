@@ -1,7 +1,7 @@
 //! Unit tests of the scheduling core: no network, no disk, time passed by hand.
 
 use super::*;
-use super::lineage::MAX_RERUNS;
+use super::lineage::{MAX_RERUNS, MAX_UNFETCHED_REQUEUES};
 use plexus_proto::AttemptRef;
 use crate::placer::heuristic;
 use crate::spec::{Format, parse};
@@ -724,6 +724,95 @@ fn beat_all(c: &mut Core, ns: &[u8], now: u64) {
 
 fn session_of(c: &Core, w: WorkerId) -> String {
     c.worker(w).unwrap().record.session.clone()
+}
+
+const PAIR: &str = "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\ncpu = 2\n[[task]]\nname = \"b\"\ncommand = [\"true\"]\ninputs = [\"a/o\"]\ncpu = 2\n";
+
+/// Runs PAIR's `a` to success and places `b`; returns the job, a's output, where a ran and b's
+/// attempt (placed at 3).
+fn pair_with_b_placed(c: &mut Core) -> (JobId, ObjectId, WorkerId, (WorkerId, Assignment)) {
+    c.register(reg(1, "s1", 2, vec![]), 0);
+    c.register(reg(2, "s2", 2, vec![]), 0);
+    let job = submit(c, PAIR, 0);
+    c.schedule(1);
+    let (wa, xa) = assigned(c).remove(0);
+    let o = ObjectId { job, task: "a".into(), rank: 0, name: "o".into() };
+    c.report(wa, &session_of(c, wa), vec![Report { attempt: Some(xa.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs: vec![(o.clone(), 10)], ..Default::default() }], 2);
+    c.schedule(3);
+    let b = assigned(c).remove(0);
+    (job, o, wa, b)
+}
+
+fn unfetched(c: &mut Core, (w, x): &(WorkerId, Assignment), o: &ObjectId, now: u64) {
+    let error = format!("could not fetch input {o}: no holder could serve it");
+    let r = Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Failed), exit_code: -1, error, unfetched_input: Some(o.clone()), ..Default::default() };
+    assert!(c.report(*w, &session_of(c, *w), vec![r], now));
+}
+
+/// A consumer placed in the seconds before its input's holder is declared lost cannot fetch the
+/// input. That is not its failure: it is placed again, uncounted, a heartbeat timeout later, when
+/// the holder is lost and the producer runs again; the job (max_retries = 0) succeeds.
+#[test]
+fn an_attempt_that_could_not_fetch_its_input_is_placed_again_uncounted() {
+    let mut c = core();
+    let (job, o, wa, b) = pair_with_b_placed(&mut c);
+    unfetched(&mut c, &b, &o, 4);
+    let timeout = CoreConfig::default().heartbeat_timeout_ms;
+    let j = c.job(job).unwrap();
+    let sb = &j.subtasks[1];
+    assert_eq!((sb.state, sb.failures, sb.unfetched_requeues, sb.not_before), (SubtaskState::Ready, 0, 1, 4 + timeout));
+    assert!(sb.history.last().unwrap().note.contains("could not be fetched") && sb.history.last().unwrap().note.contains("not a failure"), "{:?}", sb.history);
+    c.schedule(5);
+    assert!(assigned(&mut c).is_empty(), "not before a heartbeat timeout");
+    // a's holder is dead: only the other worker beats.
+    let other = if wa == wid(1) { 2 } else { 1 };
+    let t = 4 + timeout + 10;
+    beat_all(&mut c, &[other], t - 5);
+    c.tick(t);
+    for round in 0..4 {
+        c.schedule(t + round);
+        for (w, x) in assigned(&mut c) {
+            let outputs = if x.attempt.task == "a" { vec![(o.clone(), 10)] } else { vec![] };
+            c.report(w, &session_of(&c, w), vec![Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs, ..Default::default() }], t + round);
+        }
+    }
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Succeeded, "{}", j.record.error);
+    assert_eq!((j.subtasks[0].reruns, j.subtasks[1].failures), (1, 0), "a made o again; b never failed");
+}
+
+/// Holders that are alive and listed but keep failing to serve an input (a network cut between
+/// workers): past MAX_UNFETCHED_REQUEUES such a failure counts, and with max_retries = 0 fails
+/// the job with the fetch error. A report naming an object that is not one of the task's inputs
+/// counts at once.
+#[test]
+fn unfetched_inputs_are_forgiven_a_bounded_number_of_times() {
+    let mut c = core();
+    let (job, o, wa, mut b) = pair_with_b_placed(&mut c);
+    let timeout = CoreConfig::default().heartbeat_timeout_ms;
+    let mut now = 4;
+    for n in 1..=MAX_UNFETCHED_REQUEUES {
+        unfetched(&mut c, &b, &o, now);
+        assert_eq!(c.job(job).unwrap().subtasks[1].unfetched_requeues, n);
+        now += timeout + 1;
+        beat_all(&mut c, &[1, 2], now);
+        c.tick(now);
+        c.schedule(now);
+        b = assigned(&mut c).remove(0);
+    }
+    unfetched(&mut c, &b, &o, now + 1);
+    let j = c.job(job).unwrap();
+    assert_eq!((j.subtasks[1].state, j.subtasks[1].failures), (SubtaskState::Failed, 1));
+    assert_eq!(j.record.state, JobState::Failed);
+    assert!(j.record.error.contains("could not fetch input"), "{}", j.record.error);
+    let _ = wa;
+
+    // An object that is not an input of b: an ordinary failure.
+    let mut c = core();
+    let (job, _, _, b) = pair_with_b_placed(&mut c);
+    let stranger = ObjectId { job, task: "b".into(), rank: 0, name: "o".into() };
+    unfetched(&mut c, &b, &stranger, 4);
+    assert_eq!(c.job(job).unwrap().record.state, JobState::Failed);
 }
 
 #[test]
