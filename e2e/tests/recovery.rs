@@ -48,11 +48,11 @@ fn a_job_that_becomes_unrunnable_says_why_it_waits() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("waiting: sum: needs 4 workers for gang \"sum\""), "{}", describe(&out));
 }
 
-#[test]
-fn an_output_lost_with_its_only_holder_is_recomputed_and_the_job_finishes() {
-    let mut c = cluster(2);
+/// Submits gen -> gate -> use: gen writes a value; gate waits for the file `go` (returned) that
+/// the test creates; use reads gen's value. Returns once gen succeeded, with the worker holding
+/// its output.
+fn gen_held_before_a_gate(c: &Cluster) -> (String, std::path::PathBuf, String) {
     let go = c.path("go");
-    // gen writes a value; gate waits for a file the test creates; use reads gen's value.
     let src = format!(
         "[[task]]\nname = \"gen\"\ncommand = \"echo 42 > $PLEXUS_OUT/value\"\noutputs = [\"value\"]\n\
          [[task]]\nname = \"gate\"\ncommand = \"while [ ! -e '{go}' ]; do sleep 0.05; done\"\nafter = [\"gen\"]\ncpu = 0\n\
@@ -65,6 +65,13 @@ fn an_output_lost_with_its_only_holder_is_recomputed_and_the_job_finishes() {
         let s = j.subtasks.iter().find(|s| s.task == "gen")?;
         (s.state == pb::SubtaskState::Succeeded as i32).then(|| s.worker_id.clone())
     });
+    (job, go, holder)
+}
+
+#[test]
+fn an_output_lost_with_its_only_holder_is_recomputed_and_the_job_finishes() {
+    let mut c = cluster(2);
+    let (job, go, holder) = gen_held_before_a_gate(&c);
     let i = c.worker_index(&holder).expect("the holder is one of ours");
     c.kill_worker(i);
     wait_alive(&c, 1);
@@ -85,19 +92,7 @@ fn an_output_lost_with_its_only_holder_is_recomputed_and_the_job_finishes() {
 #[test]
 fn an_input_whose_file_vanished_from_its_holder_is_made_again_without_failing_the_consumer() {
     let c = cluster(2);
-    let go = c.path("go");
-    let src = format!(
-        "[[task]]\nname = \"gen\"\ncommand = \"echo 42 > $PLEXUS_OUT/value\"\noutputs = [\"value\"]\n\
-         [[task]]\nname = \"gate\"\ncommand = \"while [ ! -e '{go}' ]; do sleep 0.05; done\"\nafter = [\"gen\"]\ncpu = 0\n\
-         [[task]]\nname = \"use\"\ncommand = \"test $(cat $PLEXUS_IN/gen/0/value) = 42\"\ninputs = [\"gen/value\"]\nafter = [\"gate\"]\n",
-        go = go.display()
-    );
-    let job = c.submit("vanished.toml", &src);
-    let holder = c.wait_for("gen to succeed", Duration::from_secs(30), |c| {
-        let j = c.job(&job)?;
-        let s = j.subtasks.iter().find(|s| s.task == "gen")?;
-        (s.state == pb::SubtaskState::Succeeded as i32).then(|| s.worker_id.clone())
-    });
+    let (job, go, holder) = gen_held_before_a_gate(&c);
     let i = c.worker_index(&holder).expect("the holder is one of ours");
     let file = c.worker_dir(i).join("cache").join(&job).join("gen").join("0").join("value");
     std::fs::remove_file(&file).unwrap_or_else(|e| panic!("removing {}: {e}", file.display()));
