@@ -274,6 +274,15 @@ impl Cluster {
         }
     }
 
+    /// `kill -STOP` worker `i`: a host that hangs rather than dies (its sockets stay open, nothing
+    /// answers). The harness kills it on drop, as any worker.
+    pub fn freeze_worker(&self, i: usize) {
+        let pid = self.workers[i].as_ref().expect("worker is running").id();
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child's.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+        assert_eq!(rc, 0, "SIGSTOP worker {i}: {}", std::io::Error::last_os_error());
+    }
+
     fn client(&self) -> JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>> {
         self.client_with(self.admin_token.as_deref())
     }

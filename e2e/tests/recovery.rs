@@ -106,6 +106,43 @@ fn an_input_whose_file_vanished_from_its_holder_is_made_again_without_failing_th
     assert!(c.worker_log(i).contains("file is gone; forgotten"), "{}", c.worker_log(i));
 }
 
+/// A holder that hangs (SIGSTOP: its sockets stay open and nothing answers) while a consumer on
+/// the other worker fetches from it: when the holder is declared lost, the consumer's attempt is
+/// placed again at once, uncounted, and gen runs again; it does not wait out its fetch timeouts
+/// and report the input unfetched.
+#[test]
+fn a_consumer_fetching_from_a_hung_holder_is_placed_again_when_the_holder_is_lost() {
+    let c = Cluster::start(ClusterConfig { workers: 2, cpus_per_worker: 1, ..Default::default() });
+    let (go, go2) = (c.path("go"), c.path("go2"));
+    let wait = |f: &std::path::Path| format!("while [ ! -e '{}' ]; do sleep 0.05; done", f.display());
+    // gen and hold take a worker each; blk then fills gen's worker, so use goes to the other.
+    let src = format!(
+        "[[task]]\nname = \"gen\"\ncommand = \"echo 42 > $PLEXUS_OUT/value\"\noutputs = [\"value\"]\n\
+         [[task]]\nname = \"hold\"\ncommand = \"{}\"\n\
+         [[task]]\nname = \"blk\"\ncommand = \"{}\"\nafter = [\"gen\"]\n\
+         [[task]]\nname = \"use\"\ncommand = \"test $(cat $PLEXUS_IN/gen/0/value) = 42\"\ninputs = [\"gen/value\"]\nafter = [\"hold\"]\n",
+        wait(&go),
+        wait(&go2)
+    );
+    let job = c.submit("hung.toml", &src);
+    let (holder, hold_at) = c.wait_for("blk to run beside gen's output", Duration::from_secs(30), |c| {
+        let j = c.job(&job)?;
+        let on = |t: &str| j.subtasks.iter().find(|s| s.task == t && s.state == pb::SubtaskState::Running as i32).map(|s| s.worker_id.clone());
+        let made = j.subtasks.iter().find(|s| s.task == "gen" && s.state == pb::SubtaskState::Succeeded as i32)?;
+        (on("blk")? == made.worker_id).then(|| (made.worker_id.clone(), on("hold")))
+    });
+    assert!(hold_at.is_some_and(|w| w != holder), "hold runs on the other worker");
+    c.freeze_worker(c.worker_index(&holder).expect("one of ours"));
+    std::fs::write(&go, b"").unwrap();
+    std::fs::write(&go2, b"").unwrap();
+    let end = c.wait_job(&job, Duration::from_secs(120));
+    assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}\n{}", c.coordinator_log());
+    let used = end.subtasks.iter().find(|s| s.task == "use").unwrap();
+    assert_eq!((used.failures, used.unfetched_requeues), (0, 0), "placed again when the holder was lost, before its fetch timed out: {used:?}");
+    assert!(used.attempt >= 2, "{used:?}");
+    assert_eq!(end.subtasks.iter().find(|s| s.task == "gen").unwrap().reruns, 1);
+}
+
 /// The examples' allreduce with a gate before its check: the worker that holds member 1's sum
 /// (and grads 1, its input) dies after the gang completed. A member cannot run alone, so the
 /// whole gang runs again on the four survivors, after grads 1 is made again; the check passes.

@@ -395,7 +395,12 @@ async fn client(holder: &str, tls: Option<&ClientTlsConfig>) -> Result<pb::peer_
     if let Some(tls) = tls {
         endpoint = endpoint.tls_config(tls.clone()).map_err(Error::connect(holder))?;
     }
-    let channel = endpoint.connect().await.map_err(Error::connect(holder))?;
+    // connect_timeout bounds the TCP connect only; a holder that hangs (stopped, or a host
+    // that stopped answering after accepting) would hold the TLS handshake forever.
+    let channel = tokio::time::timeout(PEER_CONNECT_TIMEOUT, endpoint.connect())
+        .await
+        .map_err(|_| Error::Timeout { call: "connect", after: PEER_CONNECT_TIMEOUT })?
+        .map_err(Error::connect(holder))?;
     Ok(pb::peer_service_client::PeerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE))
 }
 
@@ -676,6 +681,24 @@ mod tests {
         assert!(chunks[1..].iter().all(|c| c.total_size == 0));
         let got: Vec<u8> = chunks.into_iter().flat_map(|c| c.data).collect();
         assert!(got == data, "the object came back with other bytes");
+    }
+
+    /// A holder that hangs after its kernel accepted the connection (a stopped process, a host
+    /// that stopped answering) is given up on after PEER_CONNECT_TIMEOUT, not waited for forever
+    /// in the TLS handshake.
+    #[tokio::test]
+    async fn a_holder_that_accepts_and_never_answers_is_given_up_on() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap(); // never accepts
+        let addr = silent.local_addr().unwrap();
+        let ca = plexus_security::pki::ClusterCa::create("test").unwrap();
+        let tls = plexus_security::tls::client(ca.cert_pem(), "peer", None);
+        let dir = tempfile::tempdir().unwrap();
+        let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "numbers".into() };
+        let (url, dest) = (format!("https://{addr}"), dir.path().join("x"));
+        let fetch = fetch_object(&url, Some(&tls), &id, None, &dest);
+        let e = tokio::time::timeout(PEER_CONNECT_TIMEOUT * 3, fetch).await.expect("the fetch ends by itself").unwrap_err();
+        assert!(e.to_string().contains("connect did not answer within 5s"), "{e}");
+        drop(silent);
     }
 
     /// A listed object whose file was removed behind the worker's back: NOT_FOUND, and the cache

@@ -781,6 +781,55 @@ fn an_attempt_that_could_not_fetch_its_input_is_placed_again_uncounted() {
     assert_eq!((j.subtasks[0].reruns, j.subtasks[1].failures), (1, 0), "a made o again; b never failed");
 }
 
+/// A consumer still fetching its input from a worker that hangs (no report, no refusal) is not
+/// left to wait out its fetch timeouts: when the holder is declared lost, the attempt is placed
+/// again at once, uncounted, and the input is made again.
+#[test]
+fn an_attempt_fetching_from_a_worker_that_is_lost_is_placed_again_at_once() {
+    let mut c = core();
+    c.register(reg(1, "s1", 1, vec![]), 0);
+    c.register(reg(2, "s2", 1, vec![]), 0);
+    // a and hold take one worker each; blk then fills a's worker, so b goes to the other.
+    let src = "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\n\
+               [[task]]\nname = \"hold\"\ncommand = [\"true\"]\n\
+               [[task]]\nname = \"blk\"\ncommand = [\"true\"]\nafter = [\"a\"]\n\
+               [[task]]\nname = \"b\"\ncommand = [\"true\"]\ninputs = [\"a/o\"]\nafter = [\"hold\"]\n";
+    let job = submit(&mut c, src, 0);
+    c.schedule(1);
+    let first = assigned(&mut c);
+    let (wa, xa) = first.iter().find(|(_, x)| x.attempt.task == "a").unwrap().clone();
+    let (wh, xh) = first.iter().find(|(_, x)| x.attempt.task == "hold").unwrap().clone();
+    assert_ne!(wa, wh);
+    let o = ObjectId { job, task: "a".into(), rank: 0, name: "o".into() };
+    c.report(wa, &session_of(&c, wa), vec![Report { attempt: Some(xa.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs: vec![(o.clone(), 10)], ..Default::default() }], 2);
+    c.schedule(3);
+    assert_eq!(assigned(&mut c).iter().map(|(w, x)| (*w, x.attempt.task.as_str())).collect::<Vec<_>>(), vec![(wa, "blk")]);
+    c.report(wh, &session_of(&c, wh), vec![done(&xh.attempt, SubtaskState::Succeeded)], 4);
+    c.schedule(5);
+    let b = assigned(&mut c).remove(0);
+    assert_eq!((b.0, b.1.attempt.task.as_str()), (wh, "b"), "b fetches a/o from a's worker");
+    let t = CoreConfig::default().heartbeat_timeout_ms + 10;
+    let other = if wh == wid(1) { 1 } else { 2 };
+    beat_all(&mut c, &[other], t - 5);
+    c.tick(t);
+    let out = c.take_outbox();
+    assert!(out.cancels.iter().any(|(w, a)| *w == wh && a.task == "b"), "b's fetch is stopped: {:?}", out.cancels);
+    let j = c.job(job).unwrap();
+    let sb = &j.subtasks[j.subtask_index("b", 0).unwrap() as usize];
+    assert_eq!((sb.state, sb.failures), (SubtaskState::Ready, 0));
+    assert!(sb.history.last().unwrap().note.contains(&format!("its input {o} was lost with worker {wa} while being fetched")), "{:?}", sb.history);
+    for round in 0..6 {
+        c.schedule(t + 1 + round);
+        for (w, x) in assigned(&mut c) {
+            let outputs = if x.attempt.task == "a" { vec![(o.clone(), 10)] } else { vec![] };
+            c.report(w, &session_of(&c, w), vec![Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs, ..Default::default() }], t + 1 + round);
+        }
+    }
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Succeeded, "{}", j.record.error);
+    assert_eq!(j.subtasks[j.subtask_index("a", 0).unwrap() as usize].reruns, 1);
+}
+
 /// Holders that are alive and listed but keep failing to serve an input (a network cut between
 /// workers): past MAX_UNFETCHED_REQUEUES such a failure counts, and with max_retries = 0 fails
 /// the job with the fetch error. A report naming an object that is not one of the task's inputs

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use plexus_proto::{AttemptRef, JobId, ObjectId, Resources, WorkerId};
+use plexus_proto::{AttemptRef, JobId, ObjectId, Resources, SubtaskState, WorkerId};
 
 use super::{Core, NodeReport, Registration, WorkerRecord};
 
@@ -271,11 +271,13 @@ impl Core {
         w.connected = false;
         let placed: Vec<(JobId, u32)> = w.placed.iter().copied().collect();
         let objects: Vec<ObjectId> = w.objects.drain().map(|(o, _)| o).collect();
+        let mut gone = HashSet::new();
         for o in objects {
             if let Some(h) = self.holders.get_mut(&o) {
                 h.remove(&id);
                 if h.is_empty() {
                     self.holders.remove(&o);
+                    gone.insert(o);
                 }
             }
         }
@@ -291,6 +293,31 @@ impl Core {
         }
         for (job, idx) in placed {
             self.requeue(job, idx, now, format!("worker {id} lost"));
+        }
+        self.requeue_fetchers_of(&gone, id, now);
+    }
+
+    /// Attempts on other workers that are still fetching their inputs (assigned, not yet
+    /// running) where one of them is in `gone` (its last holder, `from`, was just lost): left
+    /// alone they would wait out their fetch timeouts (a minute against a host that hangs
+    /// rather than refuses) before reporting the input unfetched. They are placed again now,
+    /// uncounted, and placing them remakes the input (`lineage.rs`).
+    fn requeue_fetchers_of(&mut self, gone: &HashSet<ObjectId>, from: WorkerId, now: u64) {
+        if gone.is_empty() {
+            return;
+        }
+        let fetching: Vec<(JobId, u32)> = self
+            .workers
+            .values()
+            .filter(|w| w.record.alive)
+            .flat_map(|w| w.placed.iter().copied())
+            .filter(|&(job, idx)| gone.iter().any(|o| o.job == job) && self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Assigned))
+            .collect();
+        for (job, idx) in fetching {
+            if let Some((o, _)) = self.inputs_of(job, idx).into_iter().find(|(o, _)| gone.contains(o)) {
+                self.stop_attempt((job, idx));
+                self.requeue(job, idx, now, format!("its input {o} was lost with worker {from} while being fetched"));
+            }
         }
     }
 
