@@ -240,7 +240,11 @@ async fn connect_one(target: &Target, url: &str) -> anyhow::Result<Client> {
         };
         endpoint = endpoint.tls_config(plexus_security::tls::client(ca, plexus_security::tls::COORDINATOR_NAME, None))?;
     }
-    let channel = endpoint.connect().await.map_err(|e| Unreachable { url: url.clone(), cause: root_cause(&e) })?;
+    let channel = match plexus_security::tls::connect_within(&endpoint, CONNECT_TIMEOUT).await {
+        Ok(c) => c,
+        Err(plexus_security::tls::ConnectError::Transport(e)) => return Err(Unreachable { url, cause: root_cause(&e) }.into()),
+        Err(e) => return Err(Unreachable { url, cause: e.to_string() }.into()),
+    };
     Ok(JobServiceClient::with_interceptor(channel, Bearer::new(target.token.as_ref())).max_decoding_message_size(MAX_MESSAGE))
 }
 

@@ -116,8 +116,7 @@ async fn admin_client(url: &str, data_dir: &std::path::Path, insecure: bool) -> 
         };
         token = Some(plexus_security::Token::parse(&text).map_err(anyhow::Error::msg)?);
     }
-    let channel = endpoint
-        .connect()
+    let channel = plexus_security::tls::connect_within(&endpoint, std::time::Duration::from_secs(5))
         .await
         .with_context(|| format!("the store is held by another process, and no coordinator answers at {url} (pass --coordinator URL)"))?;
     Ok(JobServiceClient::with_interceptor(channel, Bearer::new(token.as_ref())).max_decoding_message_size(plexus_proto::rules::MAX_MESSAGE))

@@ -111,12 +111,15 @@ impl JobApi {
 
     /// A client of a worker's `PeerService`, over mutual TLS unless the coordinator is insecure.
     async fn peer_client(&self, peer: &str) -> Result<PeerServiceClient<tonic::transport::Channel>, Status> {
-        let unavailable = |e: tonic::transport::Error| status(Error::Unavailable(format!("connecting to worker {peer}: {e}")));
-        let mut endpoint = tonic::transport::Endpoint::from_shared(peer.to_string()).map_err(unavailable)?;
+        let unavailable = |e: &dyn std::fmt::Display| status(Error::Unavailable(format!("connecting to worker {peer}: {e}")));
+        let limit = std::time::Duration::from_secs(5);
+        let mut endpoint = tonic::transport::Endpoint::from_shared(peer.to_string()).map_err(|e| unavailable(&e))?.connect_timeout(limit);
         if let Some(s) = &self.security {
-            endpoint = endpoint.tls_config(s.peer_tls()).map_err(unavailable)?;
+            endpoint = endpoint.tls_config(s.peer_tls()).map_err(|e| unavailable(&e))?;
         }
-        Ok(PeerServiceClient::new(endpoint.connect().await.map_err(unavailable)?))
+        // Bounded whole: a worker that hangs would otherwise hold the caller's request for ever.
+        let channel = plexus_security::tls::connect_within(&endpoint, limit).await.map_err(|e| unavailable(&e))?;
+        Ok(PeerServiceClient::new(channel))
     }
 
     /// Also answers `GetStoreInfo` and `ExportPolicy` from this store.

@@ -125,6 +125,37 @@ fn a_frozen_coordinator_is_reported_not_waited_on_for_ever() {
     assert!(took < Duration::from_secs(45), "failed only after {took:?}");
 }
 
+/// Over TLS a server that accepts connections and never answers holds the handshake, which
+/// keep-alive pings do not cover: the CLI bounds the whole connect and says so.
+#[test]
+fn a_coordinator_that_accepts_and_never_answers_over_tls_is_reported() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap(); // never accepts
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, plexus_security::pki::ClusterCa::create("test").unwrap().cert_pem()).unwrap();
+    let mut child = std::process::Command::new(plexus_e2e::bin_dir().join("plexus"))
+        .args(["--coordinator", &format!("https://{}", silent.local_addr().unwrap()), "--ca"])
+        .arg(&ca)
+        .arg("status")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A guard against a hang, not a measurement: the CLI gives up after 5 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("plexus status still waits on a silent coordinator after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("no answer within 5s"), "{}", describe(&o));
+    drop(silent);
+}
+
 #[test]
 fn watch_rides_through_a_coordinator_kill_and_restart() {
     let mut c = Cluster::start(ClusterConfig { workers: 1, ..ClusterConfig::default() });

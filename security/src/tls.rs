@@ -21,6 +21,25 @@ pub const WORKER_NAME: &str = "worker.plexus";
 /// that opens a connection and says nothing holds nothing for long.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// A connection that did not come up within [`connect_within`]'s limit, or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("no answer within {0:?} (the connection was accepted, but the TLS handshake and HTTP/2 set-up did not complete)")]
+    TimedOut(std::time::Duration),
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Connects `endpoint` within `limit`, TLS handshake and HTTP/2 set-up included. tonic's
+/// `connect_timeout` bounds the TCP connect only, so a server whose kernel accepts connections
+/// but that never answers (a stopped process, a hung host) would hold the caller for ever.
+pub async fn connect_within(endpoint: &tonic::transport::Endpoint, limit: std::time::Duration) -> Result<tonic::transport::Channel, ConnectError> {
+    match tokio::time::timeout(limit, endpoint.connect()).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(ConnectError::TimedOut(limit)),
+    }
+}
+
 /// A client's settings: trust only `ca_pem`, expect `server_name`, and present `identity` (a
 /// worker's or the coordinator's certificate) when given.
 pub fn client(ca_pem: &str, server_name: &str, identity: Option<&Issued>) -> ClientTlsConfig {

@@ -140,7 +140,7 @@ async fn join(coordinators: &str, ca: &str, token: &Token, worker_id: WorkerId, 
             .connect_timeout(Duration::from_secs(5))
             .tls_config(tls::client(ca, tls::COORDINATOR_NAME, None))
             .map_err(Error::connect(coordinator))?;
-        let e = match endpoint.connect().await {
+        let e = match plexus_security::tls::connect_within(&endpoint, Duration::from_secs(5)).await {
             Ok(channel) => {
                 let mut client = pb::worker_service_client::WorkerServiceClient::with_interceptor(channel, Bearer::new(Some(token)));
                 let request = pb::JoinRequest { worker_id: worker_id.to_string(), public_key: key.public_key() };

@@ -242,7 +242,7 @@ impl Error {
 
     /// A connection failure, with the whole cause chain: tonic's own message is just
     /// "transport error", the useful part ("Connection refused") is in its sources.
-    pub fn connect(url: &str) -> impl FnOnce(tonic::transport::Error) -> Error {
+    pub fn connect<E: std::error::Error>(url: &str) -> impl FnOnce(E) -> Error {
         let url = url.to_string();
         move |e| {
             let mut reason = e.to_string();

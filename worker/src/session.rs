@@ -258,7 +258,8 @@ impl Session {
             Some(tls) => endpoint.tls_config(tls.clone()).map_err(Error::connect(&coordinator))?,
             None => endpoint,
         };
-        let channel = endpoint.connect().await.map_err(Error::connect(&coordinator))?;
+        // Bounded whole: a coordinator that hangs must not keep the worker from the next one.
+        let channel = plexus_security::tls::connect_within(&endpoint, CONNECT_TIMEOUT).await.map_err(Error::connect(&coordinator))?;
         // The one message-size policy: the coordinator sends assignments up to this size.
         let mut client = pb::worker_service_client::WorkerServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
