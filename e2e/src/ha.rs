@@ -174,9 +174,22 @@ impl HaCluster {
     }
 
     pub fn start_worker(&mut self, i: usize) {
+        let urls = self.url_list();
+        self.start_worker_with(i, &urls);
+    }
+
+    /// Starts one more worker, given the coordinator list `urls`; returns its index.
+    pub fn add_worker(&mut self, urls: &str) -> usize {
+        self.workers.push(None);
+        let i = self.workers.len() - 1;
+        self.start_worker_with(i, urls);
+        i
+    }
+
+    fn start_worker_with(&mut self, i: usize, urls: &str) {
         let dir = self.dir.path().join(format!("worker-{i}"));
         let child = Command::new(self.bin.join("plexus-worker"))
-            .args(["--coordinator", &self.url_list(), "--data-dir"])
+            .args(["--coordinator", urls, "--data-dir"])
             .arg(&dir)
             .arg("--ca")
             .arg(self.dir.path().join("ca.pem"))

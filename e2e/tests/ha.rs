@@ -194,6 +194,32 @@ fn a_paused_leader_is_fenced_steps_down_on_resume_and_nothing_is_done_twice() {
     assert!(!log.contains("its engine panicked"), "{log}");
 }
 
+/// A leader that hangs for good (SIGSTOP, never resumed: its kernel accepts connections, nothing
+/// answers): connected workers move on when their keep-alive fails, a worker started with the
+/// hung coordinator first in its list passes over it (its TLS handshake is bounded), and the job
+/// finishes under the new leader with nothing done twice.
+#[test]
+fn a_leader_that_hangs_for_good_is_passed_over_by_workers_old_and_new() {
+    let Some(mut c) = start(HaConfig { coordinators: 2, workers: 2, lease_ttl_s: TTL_S, ..Default::default() }) else { return };
+    let markers = c.dir.path().join("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    let n = 100;
+    let job = c.try_submit("hung.toml", &marker_job("hung", n, &markers, "0.05")).expect("accepted");
+    c.wait_for("some of the job done", Duration::from_secs(60), |c| progress(c, &job).filter(|(s, _)| *s >= 10));
+    let (old, _) = c.wait_leader(Duration::from_secs(5));
+    c.signal_coordinator(old, libc::SIGSTOP);
+    let new = c.wait_for("the standby to lead", Duration::from_secs(30), |c| c.leader().filter(|l| *l != old));
+    let hung_first = format!("{},{}", c.urls[old], c.urls[new]);
+    let added = c.add_worker(&hung_first);
+    c.wait_for("all three workers alive at the new leader", Duration::from_secs(90), |c| (c.workers_alive()? >= 3).then_some(()));
+    let end = c.wait_job(&job, Duration::from_secs(120));
+    assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}");
+    assert_each_once(&markers, n);
+    let log = std::fs::read_to_string(c.log_path(&format!("worker-{added}"))).unwrap_or_default();
+    assert!(log.contains("no answer within 5s"), "the new worker passed over the hung coordinator:\n{log}");
+    c.signal_coordinator(old, libc::SIGCONT);
+}
+
 #[test]
 fn an_etcd_member_killed_of_three_and_the_cluster_goes_on() {
     let Some(mut c) = start(HaConfig { etcd_members: 3, coordinators: 2, workers: 2, lease_ttl_s: TTL_S, ..Default::default() }) else { return };
