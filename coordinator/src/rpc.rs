@@ -26,6 +26,8 @@ use crate::engine::{Cmd, EngineHandle};
 /// How long the coordinator waits on a worker when proxying a log read. Logs are small and the
 /// worker is local to the cluster; past this the coordinator serves the tail it keeps.
 const LOG_PROXY_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a relayed object download may go without a chunk from the worker serving it.
+const RELAY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Watch streams send at most one status per this interval; a 10,000-subtask job changes every
 /// millisecond, and nobody reads progress bars faster than this.
@@ -145,9 +147,10 @@ impl JobApi {
 
     /// A stream fed by a tracked task through a bounded channel: the task stops when the client
     /// goes away or the server shuts down (the client then gets UNAVAILABLE).
-    fn tracked_stream<F, Fut>(&self, f: F) -> WatchStream
+    fn tracked_stream<T, F, Fut>(&self, f: F) -> Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>
     where
-        F: FnOnce(tokio::sync::mpsc::Sender<Result<pb::JobStatus, Status>>) -> Fut,
+        T: Send + 'static,
+        F: FnOnce(tokio::sync::mpsc::Sender<Result<T, Status>>) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
@@ -255,7 +258,26 @@ impl JobService for JobApi {
                 client.fetch_object(pb::FetchObjectRequest { object_id: object_id.clone() }).await
             };
             match tokio::time::timeout(LOG_PROXY_TIMEOUT, fetch).await {
-                Ok(Ok(stream)) => return Ok(Response::new(Box::pin(stream.into_inner()))),
+                Ok(Ok(stream)) => {
+                    // Relayed chunk by chunk: a holder that stops sending mid-object (it hung)
+                    // ends the download with an error instead of holding the caller for ever.
+                    let (mut inner, id) = (stream.into_inner(), object_id.clone());
+                    let relay = self.tracked_stream(move |tx| async move {
+                        loop {
+                            let next = match tokio::time::timeout(RELAY_IDLE_TIMEOUT, inner.message()).await {
+                                Ok(Ok(Some(chunk))) => Ok(chunk),
+                                Ok(Ok(None)) => return,
+                                Ok(Err(s)) => Err(s),
+                                Err(_) => Err(status(Error::Unavailable(format!("the worker serving {id} sent nothing for {RELAY_IDLE_TIMEOUT:?}")))),
+                            };
+                            let end = next.is_err();
+                            if tx.send(next).await.is_err() || end {
+                                return;
+                            }
+                        }
+                    });
+                    return Ok(Response::new(relay));
+                }
                 Ok(Err(e)) => last = format!("{peer}: {}", e.message()),
                 Err(_) => last = format!("{peer}: no answer within {LOG_PROXY_TIMEOUT:?}"),
             }
