@@ -21,7 +21,14 @@ from typing import Iterator
 
 import pytest
 
-import plexus
+# Set before grpc is imported (by plexus, below). The fixtures start coordinators with
+# `preexec_fn` (a plain fork, so pthread_atfork handlers run); grpcio >= 1.81 then restarts its
+# epoll poller in the child, which dies on the descriptors subprocess closes before exec
+# (grpc/grpc#43055): a coordinator that never starts, seen once in CI. Without fork support
+# gRPC leaves the child alone.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import plexus  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 WORKERS = 3

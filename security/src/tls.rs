@@ -24,7 +24,7 @@ pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// A connection that did not come up within [`connect_within`]'s limit, or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("no answer within {0:?} (the connection was accepted, but the TLS handshake and HTTP/2 set-up did not complete)")]
+    #[error("no answer within {0:?} (TCP connect, TLS handshake and HTTP/2 set-up did not complete together)")]
     TimedOut(std::time::Duration),
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),

@@ -175,6 +175,11 @@ impl Cache {
     /// here and makes it again if no one else holds it. True when it was listed.
     pub fn forget(&self, id: &ObjectId) -> bool {
         let mut st = self.lock();
+        // Checked under the lock (inserts move their file in under it): an entry whose file is
+        // back, put there by a fetch or a re-run since the caller saw it missing, stays.
+        if fs::symlink_metadata(self.path(id)).is_ok() {
+            return false;
+        }
         let Some(e) = st.entries.remove(id) else { return false };
         st.order.remove(&e.tick);
         st.used -= e.size;
@@ -375,6 +380,24 @@ mod tests {
 
     fn names(cache: &Cache) -> Vec<String> {
         cache.objects().into_iter().map(|o| o.object_id.rsplit('/').next().unwrap().to_string()).collect()
+    }
+
+    /// `forget` drops an entry only while its file is gone: one made again in between (by a
+    /// fetch or a re-run) stays, with its bytes counted.
+    #[test]
+    fn forget_drops_only_an_entry_whose_file_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path().join("cache"), 100).unwrap();
+        let a = oid(JobId::random(), "a");
+        drop(put(&cache, dir.path(), &a, 40));
+        assert!(!cache.forget(&a), "its file is there");
+        assert_eq!((cache.contains(&a), cache.used()), (true, 40));
+        fs::remove_file(cache.path(&a)).unwrap();
+        assert!(cache.forget(&a));
+        assert_eq!((cache.contains(&a), cache.used()), (false, 0));
+        assert!(!cache.forget(&a), "already forgotten");
+        drop(put(&cache, dir.path(), &a, 30));
+        assert_eq!(cache.used(), 30);
     }
 
     #[test]

@@ -144,10 +144,13 @@ async fn join(coordinators: &str, ca: &str, token: &Token, worker_id: WorkerId, 
             Ok(channel) => {
                 let mut client = pb::worker_service_client::WorkerServiceClient::with_interceptor(channel, Bearer::new(Some(token)));
                 let request = pb::JoinRequest { worker_id: worker_id.to_string(), public_key: key.public_key() };
-                match client.join(request).await {
-                    Ok(r) => return Ok(r.into_inner()),
-                    Err(s) if s.code() == tonic::Code::Unavailable => Error::rpc("Join")(s),
-                    Err(s) => {
+                // A coordinator that connects but never answers is retried (or the next tried).
+                let limit = Duration::from_secs(10);
+                match tokio::time::timeout(limit, client.join(request)).await {
+                    Err(_) => Error::Timeout { call: "Join", after: limit },
+                    Ok(Ok(r)) => return Ok(r.into_inner()),
+                    Ok(Err(s)) if s.code() == tonic::Code::Unavailable => Error::rpc("Join")(s),
+                    Ok(Err(s)) => {
                         return Err(Error::Config(format!("the coordinator refused to let this worker join: {}", s.message())));
                     }
                 }

@@ -359,8 +359,10 @@ struct Outcome {
 impl Outcome {
     /// A FAILED attempt; the report's `error` is the error's text.
     fn failed(error: Error, started_at: u64, exit_code: i32) -> Outcome {
+        // Only when the holders could not serve it: a local failure (the cache could not take
+        // the object) is this attempt's own.
         let unfetched_input = match &error {
-            Error::FetchInput { object, .. } => object.to_string(),
+            Error::FetchInput { object, source } if matches!(**source, Error::Holder { .. } | Error::NoHolder) => object.to_string(),
             _ => String::new(),
         };
         Outcome { state: pb::SubtaskState::Failed, exit_code, error: error.to_string(), started_at, outputs: Vec::new(), unfetched_input }

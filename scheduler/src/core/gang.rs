@@ -455,8 +455,9 @@ impl Core {
     /// those placed are cancelled and made ready too, and those that completed run again (a
     /// re-run, as lineage recovery counts one), so the gang restarts whole with one
     /// communicator. Done at once, whether or not the gang may be placed now, so no member waits
-    /// on a dead peer. False when the job failed instead: a completed member was re-run
-    /// [`MAX_RERUNS`] times already.
+    /// on a dead peer. False when the gang cannot run again (a completed member was re-run
+    /// [`MAX_RERUNS`] times already): a member that had to run fails, under the task's
+    /// `on_failure`.
     fn restart_collective(&mut self, job: JobId, t: usize, now: u64) -> bool {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
@@ -464,9 +465,12 @@ impl Core {
         let members: Vec<u32> = (start..start + n).collect();
         let done: Vec<u32> = members.iter().copied().filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded).collect();
         if let Some(&spent) = done.iter().find(|&&i| j.subtasks[i as usize].reruns >= MAX_RERUNS) {
-            let (name, rank) = (task.name.clone(), j.subtasks[spent as usize].rank);
-            let msg = format!("collective {name:?}: member {rank} completed but must run again with the gang, and it was re-run {MAX_RERUNS} times already");
-            self.finish_job(job, JobState::Failed, msg, now);
+            // The member that has to run fails, under the task's `on_failure` (with `continue`
+            // the gang ends and what depends on it is skipped).
+            let rank = j.subtasks[spent as usize].rank;
+            let waiting = members.iter().copied().find(|&i| j.subtasks[i as usize].state == SubtaskState::Ready).unwrap_or(spent);
+            let msg = format!("its collective's member {rank} completed but must run again with the gang, and it was re-run {MAX_RERUNS} times already");
+            self.give_up((job, waiting), now, msg);
             return false;
         }
         let active: Vec<u32> = members.iter().copied().filter(|&i| j.subtasks[i as usize].state.is_placed()).collect();
@@ -478,6 +482,18 @@ impl Core {
             self.rerun(job, idx, now, "re-run with its gang: another member has to run again".into());
         }
         true
+    }
+
+    /// Member `rank`'s input objects of collective task `t`: of each input, the producer replica
+    /// of its rank, when the producer has one (a redistribute's members past the producer's
+    /// replicas have none).
+    pub(super) fn member_inputs(&self, job: JobId, t: usize, rank: u32) -> Vec<ObjectId> {
+        let task = &self.jobs[&job].record.spec.tasks[t];
+        let senders = task.collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|e| e.redistribute).map_or(task.replicas, |r| r.senders);
+        if rank >= senders {
+            return Vec::new();
+        }
+        task.inputs.iter().map(|i| ObjectId { job, task: i.task.clone(), rank, name: i.output.clone() }).collect()
     }
 
     /// Places every member of collective task `t` at once, each on its own worker, or none.
@@ -504,16 +520,7 @@ impl Core {
             return false;
         }
         let req = task.resources;
-        // Member `rank`'s input objects: of each input, the producer replica of its rank, when
-        // the producer has one (a redistribute's members past the producer's replicas have none).
-        let senders = task.collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|e| e.redistribute).map_or(n, |r| r.senders);
-        let inputs_of = |rank: u32| -> Vec<ObjectId> {
-            if rank >= senders {
-                return Vec::new();
-            }
-            task.inputs.iter().map(|i| ObjectId { job, task: i.task.clone(), rank, name: i.output.clone() }).collect()
-        };
-        let objects: Vec<Vec<ObjectId>> = (0..n).map(inputs_of).collect();
+        let objects: Vec<Vec<ObjectId>> = (0..n).map(|rank| self.member_inputs(job, t, rank)).collect();
         match self.input_availability(job, objects.iter().flatten()) {
             Availability::Held => {}
             Availability::Unknown => return false,

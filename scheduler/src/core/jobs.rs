@@ -474,7 +474,10 @@ impl Core {
                     st.stderr_tail = r.stderr_tail;
                     st.iter_ms = r.iter_ms;
                 }
-                self.feedback(key, wid, state == SubtaskState::Succeeded);
+                // An input no holder could serve is the holder's fault, not this placement's.
+                if r.unfetched_input.is_none() {
+                    self.feedback(key, wid, state == SubtaskState::Succeeded);
+                }
                 match state {
                     SubtaskState::Succeeded => self.succeed(key, wid, r.outputs, now),
                     SubtaskState::Failed => match r.unfetched_input {
@@ -568,7 +571,7 @@ impl Core {
 
     /// Marks a subtask `Failed` for good and applies its task's `on_failure`; `why` is the job's
     /// error.
-    fn fail_for_good(&mut self, key: (JobId, u32), now: u64, error: String, why: String) {
+    pub(super) fn fail_for_good(&mut self, key: (JobId, u32), now: u64, error: String, why: String) {
         let Some(job) = self.jobs.get(&key.0) else { return };
         let t = job.task_of(key.1);
         let (on_failure, collective) = (job.record.spec.tasks[t].on_failure, job.record.spec.tasks[t].collective.is_some());

@@ -142,6 +142,8 @@ impl Core {
         let j = self.jobs.get_mut(&job).expect("exists");
         let s = &mut j.subtasks[idx as usize];
         s.reruns += 1;
+        // The bound on uncounted re-placements is per run, not per lifetime.
+        s.unfetched_requeues = 0;
         s.outputs.clear();
         s.worker = None;
         s.ready_at = now;

@@ -114,7 +114,8 @@ pub struct Subtask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetch_plan: Option<FetchPlan>,
     /// Attempts placed again, uncounted, because no holder could serve one of their inputs
-    /// (at most [`super::lineage::MAX_UNFETCHED_REQUEUES`]; past that such a failure counts).
+    /// (at most [`super::lineage::MAX_UNFETCHED_REQUEUES`] per run; past that such a failure
+    /// counts). Back to 0 when the subtask is re-run after a success.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub unfetched_requeues: u32,
 }

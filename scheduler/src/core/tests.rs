@@ -1072,6 +1072,31 @@ fn a_member_lost_after_its_peers_completed_reruns_the_whole_gang() {
     assert_eq!(reruns, vec![1, 0, 1], "the completed members re-ran; the lost one was requeued");
 }
 
+/// A member lost after its peers completed, one of which was re-run MAX_RERUNS times already:
+/// the lost member fails under the task's on_failure, naming the spent member.
+#[test]
+fn a_gang_that_cannot_run_again_fails_its_waiting_member() {
+    let mut c = core();
+    for n in 1..=4 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let job = submit(&mut c, GANG, 0);
+    gens_done(&mut c, 1);
+    c.schedule(3);
+    let members = assigned(&mut c);
+    let (holder, _) = members.iter().find(|(_, x)| x.attempt.rank == 1).unwrap().clone();
+    for (w, x) in members.iter().filter(|(_, x)| x.attempt.rank != 1) {
+        c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Succeeded)], 4);
+    }
+    c.jobs.get_mut(&job).unwrap().subtasks.iter_mut().filter(|s| s.task == "sum" && s.rank == 2).for_each(|s| s.reruns = MAX_RERUNS);
+    let t = lose(&mut c, holder);
+    c.schedule(t);
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Failed);
+    let want = format!("task \"sum\" rank 1 cannot run: its collective's member 2 completed but must run again with the gang, and it was re-run {MAX_RERUNS} times already");
+    assert_eq!(j.record.error, want);
+}
+
 /// Past MAX_RERUNS re-runs of a collective, recovery gives up, naming the object, its worker and
 /// the member that was re-run too often.
 #[test]

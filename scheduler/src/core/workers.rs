@@ -306,17 +306,28 @@ impl Core {
         if gone.is_empty() {
             return;
         }
+        let jobs: HashSet<JobId> = gone.iter().map(|o| o.job).collect();
         let fetching: Vec<(JobId, u32)> = self
             .workers
             .values()
             .filter(|w| w.record.alive)
             .flat_map(|w| w.placed.iter().copied())
-            .filter(|&(job, idx)| gone.iter().any(|o| o.job == job) && self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Assigned))
+            .filter(|&(job, idx)| jobs.contains(&job) && self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Assigned))
             .collect();
         for (job, idx) in fetching {
-            if let Some((o, _)) = self.inputs_of(job, idx).into_iter().find(|(o, _)| gone.contains(o)) {
-                self.stop_attempt((job, idx));
-                self.requeue(job, idx, now, format!("its input {o} was lost with worker {from} while being fetched"));
+            let j = &self.jobs[&job];
+            let (t, rank) = (j.task_of(idx), j.subtasks[idx as usize].rank);
+            if j.subtasks[idx as usize].state != SubtaskState::Assigned {
+                continue; // restarted with its gang by an earlier one of the list
+            }
+            // What the attempt was sent to fetch: a collective member its own rank's inputs only.
+            let collective = j.record.spec.tasks[t].collective.is_some();
+            let inputs: Vec<ObjectId> = if collective { self.member_inputs(job, t, rank) } else { self.inputs_of(job, idx).into_iter().map(|(o, _)| o).collect() };
+            let Some(o) = inputs.into_iter().find(|o| gone.contains(o)) else { continue };
+            self.stop_attempt((job, idx));
+            self.requeue(job, idx, now, format!("its input {o} was lost with worker {from} while being fetched"));
+            if collective {
+                self.restart_gang((job, idx), now, now, format!("gang restarted: member {rank}'s input {o} was lost with worker {from}"));
             }
         }
     }
