@@ -1042,10 +1042,9 @@ fn a_lost_output_of_a_completed_collective_reruns_the_whole_gang() {
     assert_eq!(checks.failures, 0, "the consumer never ran without its input");
 }
 
-/// A member lost while the others already completed (they reported success, it never did): the
-/// gang restarts whole instead of failing the job.
-#[test]
-fn a_member_lost_after_its_peers_completed_reruns_the_whole_gang() {
+/// Four workers; GANG's gens done and its `sum` placed, every member but rank 1 reported
+/// succeeded. Returns the core, the job and rank 1's worker.
+fn gang_with_member_1_still_running() -> (Core, JobId, WorkerId) {
     let mut c = core();
     for n in 1..=4 {
         c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
@@ -1058,6 +1057,14 @@ fn a_member_lost_after_its_peers_completed_reruns_the_whole_gang() {
     for (w, x) in members.iter().filter(|(_, x)| x.attempt.rank != 1) {
         c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Succeeded)], 4);
     }
+    (c, job, holder)
+}
+
+/// A member lost while the others already completed (they reported success, it never did): the
+/// gang restarts whole instead of failing the job.
+#[test]
+fn a_member_lost_after_its_peers_completed_reruns_the_whole_gang() {
+    let (mut c, job, holder) = gang_with_member_1_still_running();
     let t = lose(&mut c, holder);
     assert_eq!(state(&c, job, "sum", 1), SubtaskState::Ready, "lost with its worker");
     assert_eq!(run_round(&mut c, t), vec![]);
@@ -1076,18 +1083,7 @@ fn a_member_lost_after_its_peers_completed_reruns_the_whole_gang() {
 /// the lost member fails under the task's on_failure, naming the spent member.
 #[test]
 fn a_gang_that_cannot_run_again_fails_its_waiting_member() {
-    let mut c = core();
-    for n in 1..=4 {
-        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
-    }
-    let job = submit(&mut c, GANG, 0);
-    gens_done(&mut c, 1);
-    c.schedule(3);
-    let members = assigned(&mut c);
-    let (holder, _) = members.iter().find(|(_, x)| x.attempt.rank == 1).unwrap().clone();
-    for (w, x) in members.iter().filter(|(_, x)| x.attempt.rank != 1) {
-        c.report(*w, &session(*w), vec![done(&x.attempt, SubtaskState::Succeeded)], 4);
-    }
+    let (mut c, job, holder) = gang_with_member_1_still_running();
     c.jobs.get_mut(&job).unwrap().subtasks.iter_mut().filter(|s| s.task == "sum" && s.rank == 2).for_each(|s| s.reruns = MAX_RERUNS);
     let t = lose(&mut c, holder);
     c.schedule(t);
