@@ -136,7 +136,11 @@ impl Core {
         }
         if distinct {
             if self.place_gang(job, t, now, held) {
-                self.set_gang(job, &g.name, |s| s.reserving_since = 0);
+                // A collective is bound each time it is placed whole (a restart places it anew).
+                self.set_gang(job, &g.name, |s| {
+                    s.reserving_since = 0;
+                    s.bound_at = now;
+                });
                 return true;
             }
             let n = self.jobs[&job].record.spec.tasks[t].replicas;

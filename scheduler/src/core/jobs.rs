@@ -93,7 +93,10 @@ impl Job {
                 continue;
             }
             let state = self.record.gangs.get(&g.name).cloned().unwrap_or_default();
-            let phase = if state.bound_at > 0 && task.collective.is_none() {
+            // A collective is bound while every member is placed or done; one restarting (a member
+            // ready again) waits to be placed whole anew.
+            let whole = task.collective.is_none() || range.clone().all(|i| self.subtasks[i as usize].state.is_placed() || self.subtasks[i as usize].state == SubtaskState::Succeeded);
+            let phase = if state.bound_at > 0 && whole {
                 GangPhase::Bound { at: state.bound_at }
             } else if state.retry_at > now {
                 GangPhase::BackingOff { retry_at: state.retry_at }

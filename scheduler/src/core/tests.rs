@@ -404,6 +404,7 @@ fn a_collective_gang_is_placed_together_on_distinct_workers_near_its_inputs() {
         assert_eq!(c.placement(job, 3 + r as u32).unwrap().placer, "gang");
     }
     assert_eq!(members.tag & 0xFFFF_FFFF, 0, "the low half is the communicator's");
+    assert_eq!(c.job(job).unwrap().gangs(3)[0].phase, GangPhase::Bound { at: 3 }, "status shows the collective bound");
     workers.sort();
     workers.dedup();
     assert_eq!(workers.len(), 3, "each member on its own worker");
@@ -1071,12 +1072,15 @@ fn a_member_lost_after_its_peers_completed_reruns_the_whole_gang() {
     // The completed members run again with it; all wait for gen 1, lost with the same worker.
     let states: Vec<SubtaskState> = (0..3).map(|r| state(&c, job, "sum", r)).collect();
     assert_eq!(states, vec![SubtaskState::Waiting; 3]);
+    let phase = c.job(job).unwrap().gangs(t)[0].phase;
+    assert!(!matches!(phase, GangPhase::Bound { .. }), "a restarting collective is not shown bound: {phase:?}");
     assert_eq!(run_round(&mut c, t + 1), vec![("gen".to_string(), 1)]);
     assert_eq!(run_round(&mut c, t + 2), ranks("sum", 3));
     let j = c.job(job).unwrap();
     assert_eq!(j.record.state, JobState::Succeeded, "{}", j.record.error);
     let reruns: Vec<u32> = (0..3).map(|r| j.subtasks[j.subtask_index("sum", r).unwrap() as usize].reruns).collect();
     assert_eq!(reruns, vec![1, 0, 1], "the completed members re-ran; the lost one was requeued");
+    assert_eq!(j.gangs(t + 2)[0].phase, GangPhase::Bound { at: t + 2 }, "bound again when placed whole");
 }
 
 /// A member lost after its peers completed, one of which was re-run MAX_RERUNS times already:
