@@ -115,7 +115,8 @@ impl Core {
     /// attempt is placed again, uncounted, once a heartbeat timeout has passed, by when a dead
     /// holder is declared lost and a holder that lost the file has said so; placing it then
     /// meets [`Core::input_availability`], which remakes the input if no one holds it. At most
-    /// [`MAX_UNFETCHED_REQUEUES`] times per subtask, then it counts as a failure. A collective
+    /// [`MAX_UNFETCHED_REQUEUES`] times per run of the subtask, then it counts as a failure; an
+    /// object that is not one of the task's inputs counts at once. A collective
     /// member's gang restarts with it.
     pub(super) fn input_unfetched(&mut self, key: (JobId, u32), o: ObjectId, now: u64, error: String) {
         let Some(j) = self.jobs.get(&key.0) else { return };
