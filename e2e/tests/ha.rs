@@ -216,7 +216,7 @@ fn a_leader_that_hangs_for_good_is_passed_over_by_workers_old_and_new() {
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}");
     assert_each_once(&markers, n);
     let log = std::fs::read_to_string(c.log_path(&format!("worker-{added}"))).unwrap_or_default();
-    assert!(log.contains("no answer within 5s"), "the new worker passed over the hung coordinator:\n{log}");
+    assert!(log.contains("no answer within"), "the new worker passed over the hung coordinator:\n{log}");
     c.signal_coordinator(old, libc::SIGCONT);
 }
 

@@ -36,8 +36,14 @@ const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
 /// Longest reconnect delay: a coordinator that is down for long is retried every 2 s, which
 /// costs nothing and bounds how long a recovered coordinator waits for its workers.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// How long connecting (TCP + HTTP/2) may take before it counts as a failure.
+/// How long the TCP connect may take before it counts as a failure.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the whole connect (TCP, TLS handshake, HTTP/2 set-up) may take. Longer than the
+/// CLI's 5 s: a worker on a starved machine must not give up on a slow but live coordinator
+/// (each retry costs a back-off, and a worker that reconnects late after a failover is declared
+/// lost and its attempts run twice); it is there only so a coordinator that hangs for good is
+/// passed over.
+const SESSION_CONNECT_LIMIT: Duration = Duration::from_secs(15);
 /// How long `Register` and opening the assignment stream may take: they are cheap for the
 /// coordinator, so a slower answer means it is in trouble and reconnecting is right.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -259,7 +265,7 @@ impl Session {
             None => endpoint,
         };
         // Bounded whole: a coordinator that hangs must not keep the worker from the next one.
-        let channel = plexus_security::tls::connect_within(&endpoint, CONNECT_TIMEOUT).await.map_err(Error::connect(&coordinator))?;
+        let channel = plexus_security::tls::connect_within(&endpoint, SESSION_CONNECT_LIMIT).await.map_err(Error::connect(&coordinator))?;
         // The one message-size policy: the coordinator sends assignments up to this size.
         let mut client = pb::worker_service_client::WorkerServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
