@@ -125,6 +125,20 @@ fn a_frozen_coordinator_is_reported_not_waited_on_for_ever() {
     assert!(took < Duration::from_secs(45), "failed only after {took:?}");
 }
 
+/// Waits for `child` to end and returns its output; kills it and panics, naming `what`, if it
+/// has not ended within `limit` (a guard against a hang, not a measurement).
+fn output_within(mut child: std::process::Child, limit: Duration, what: &str) -> std::process::Output {
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// Over TLS a server that accepts connections and never answers holds the handshake, which
 /// keep-alive pings do not cover: the CLI bounds the whole connect and says so.
 #[test]
@@ -133,7 +147,7 @@ fn a_coordinator_that_accepts_and_never_answers_over_tls_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, plexus_security::pki::ClusterCa::create("test").unwrap().cert_pem()).unwrap();
-    let mut child = std::process::Command::new(plexus_e2e::bin_dir().join("plexus"))
+    let child = std::process::Command::new(plexus_e2e::bin_dir().join("plexus"))
         .args(["--coordinator", &format!("https://{}", silent.local_addr().unwrap()), "--ca"])
         .arg(&ca)
         .arg("status")
@@ -142,15 +156,7 @@ fn a_coordinator_that_accepts_and_never_answers_over_tls_is_reported() {
         .spawn()
         .unwrap();
     // A guard against a hang, not a measurement: the CLI gives up after 5 s.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("plexus status still waits on a silent coordinator after 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = output_within(child, Duration::from_secs(60), "plexus status against a silent coordinator");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("no answer within 5s"), "{}", describe(&o));
     drop(silent);
@@ -160,7 +166,7 @@ fn a_coordinator_that_accepts_and_never_answers_over_tls_is_reported() {
 fn watch_rides_through_a_coordinator_kill_and_restart() {
     let mut c = Cluster::start(ClusterConfig { workers: 1, ..ClusterConfig::default() });
     let id = c.submit("slow.toml", &job("slow", "sleep 4; echo done"));
-    let mut watch = std::process::Command::new(c.bin.join("plexus"))
+    let watch = std::process::Command::new(c.bin.join("plexus"))
         .args(["watch", &id])
         .env("PLEXUS_COORDINATOR", &c.url)
         .env_remove("PLEXUS_TOKEN")
@@ -174,12 +180,7 @@ fn watch_rides_through_a_coordinator_kill_and_restart() {
     c.kill_coordinator(); // kill -9
     std::thread::sleep(Duration::from_millis(700));
     c.start_coordinator();
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    while watch.try_wait().unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "the watch did not end");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let o = watch.wait_with_output().unwrap();
+    let o = output_within(watch, Duration::from_secs(90), "the watch");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "the watch ends 0 when the job succeeds: {}", describe(&o));
     assert!(err.contains("lost the coordinator") && err.contains("reconnecting in") && err.contains("reconnected"), "{}", describe(&o));
