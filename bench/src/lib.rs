@@ -55,7 +55,10 @@ pub mod world {
             auth: match rail_key {
                 Some(hex) => {
                     let bytes: Vec<u8> = (0..hex.len() / 2)
-                        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16).map_err(|e| format!("--rail-key: {e}")))
+                        .map(|i| {
+                            u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16)
+                                .map_err(|e| format!("--rail-key: {e}"))
+                        })
                         .collect::<Result<_, _>>()?;
                     RailAuth::Key(RailKey::from_bytes(&bytes).map_err(|e| e.to_string())?)
                 }
@@ -78,7 +81,12 @@ pub mod world {
 
     /// Starts `n` workers with `args` (and `--rail-key`, and on the rig `--rails`), introduces
     /// them to each other, and returns them with their stdout.
-    pub fn spawn(n: usize, args: &[String], key: Option<&str>, rig: Option<(&Rig, usize)>) -> (Vec<Child>, Vec<BufReader<ChildStdout>>) {
+    pub fn spawn(
+        n: usize,
+        args: &[String],
+        key: Option<&str>,
+        rig: Option<(&Rig, usize)>,
+    ) -> (Vec<Child>, Vec<BufReader<ChildStdout>>) {
         let exe = std::env::current_exe().expect("own path");
         let mut children: Vec<Child> = (0..n)
             .map(|r| {
@@ -103,12 +111,16 @@ pub mod world {
                 }
             })
             .collect();
-        let mut readers: Vec<_> = children.iter_mut().map(|c| BufReader::new(c.stdout.take().expect("piped"))).collect();
+        let mut readers: Vec<_> =
+            children.iter_mut().map(|c| BufReader::new(c.stdout.take().expect("piped"))).collect();
         let mut addrs = Vec::new();
         for rd in &mut readers {
             let mut line = String::new();
             rd.read_line(&mut line).expect("worker stdout");
-            let a = line.trim().strip_prefix("ADDRS ").unwrap_or_else(|| panic!("worker said {line:?} instead of its addresses"));
+            let a = line
+                .trim()
+                .strip_prefix("ADDRS ")
+                .unwrap_or_else(|| panic!("worker said {line:?} instead of its addresses"));
             addrs.push(a.to_string());
         }
         let all = addrs.join(";");
@@ -134,10 +146,7 @@ pub mod gloo {
     use plexus_dataplane::rig::Rig;
 
     /// The anchor script, found from this crate's folder (benchmarks run from the repo).
-    pub const SCRIPT: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/anchors/gloo_collective.py"
-    );
+    pub const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/anchors/gloo_collective.py");
 
     /// Python's warnings are off: torch warns at import that the venv has no NumPy (the
     /// script needs none), once per rank.
@@ -149,10 +158,8 @@ pub mod gloo {
         if let Ok(v) = std::env::var("PLEXUS_TORCH_VENV") {
             return format!("{v}/bin/python");
         }
-        std::env::var("HOME").map_or_else(
-            |_| "python3".to_string(),
-            |h| format!("{h}/.cache/plexus/torch-2.13.0/bin/python"),
-        )
+        std::env::var("HOME")
+            .map_or_else(|_| "python3".to_string(), |h| format!("{h}/.cache/plexus/torch-2.13.0/bin/python"))
     }
 
     /// One run of the script: its arguments after the script's path (the collective first) and
@@ -182,9 +189,7 @@ pub mod gloo {
             .stderr(Stdio::inherit());
         // Its own process group, so a kill reaches the ranks it spawned too.
         std::os::unix::process::CommandExt::process_group(&mut c, 0);
-        let child = c
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", python()))?;
+        let child = c.spawn().map_err(|e| format!("cannot start {}: {e}", python()))?;
         finish(vec![child], job.timeout, &json)
     }
 
@@ -243,11 +248,7 @@ pub mod gloo {
     /// Forwards the children's stdout to our stderr (progress, and the script's own table),
     /// waits for all of them within `timeout` (killing all on a failure or past it) and reads
     /// the JSON rank 0 wrote.
-    fn finish(
-        mut children: Vec<Child>,
-        timeout: Duration,
-        json: &PathBuf,
-    ) -> Result<serde_json::Value, String> {
+    fn finish(mut children: Vec<Child>, timeout: Duration, json: &PathBuf) -> Result<serde_json::Value, String> {
         let forwarders: Vec<_> = children
             .iter_mut()
             .filter_map(|c| c.stdout.take())
@@ -303,10 +304,7 @@ pub mod gloo {
     /// Kills each child, and its process group where it leads one (spawn mode's ranks).
     fn kill_all(children: &mut [Child]) {
         for c in children {
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", c.id())])
-                .stderr(Stdio::null())
-                .status();
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", c.id())]).stderr(Stdio::null()).status();
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -332,7 +330,8 @@ pub mod live {
     /// Where a cgroup hierarchy with the cpu controller is mounted: a v1 `cpu` hierarchy, else
     /// the unified (v2) one when its root delegates `cpu` to its children.
     fn cpu_hierarchy() -> Result<(PathBuf, bool), String> {
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+        let mounts =
+            std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
         let mut unified = None;
         for line in mounts.lines() {
             let Some((left, right)) = line.split_once(" - ") else { continue };
@@ -375,7 +374,8 @@ pub mod live {
             std::fs::create_dir_all(&q.run).map_err(|e| format!("cannot create {}: {e}", q.run.display()))?;
             if v2 {
                 for d in [&q.top, &q.run] {
-                    std::fs::write(d.join("cgroup.subtree_control"), "+cpu").map_err(|e| format!("cannot enable cpu in {}: {e}", d.display()))?;
+                    std::fs::write(d.join("cgroup.subtree_control"), "+cpu")
+                        .map_err(|e| format!("cannot enable cpu in {}: {e}", d.display()))?;
                 }
             }
             for (name, cores) in limits {
@@ -389,7 +389,8 @@ pub mod live {
                     vec![("cpu.cfs_period_us", PERIOD_US.to_string()), ("cpu.cfs_quota_us", quota.to_string())]
                 };
                 for (f, v) in files {
-                    std::fs::write(dir.join(f), &v).map_err(|e| format!("cannot write {v} to {}: {e}", dir.join(f).display()))?;
+                    std::fs::write(dir.join(f), &v)
+                        .map_err(|e| format!("cannot write {v} to {}: {e}", dir.join(f).display()))?;
                 }
             }
             Ok(q)
@@ -517,7 +518,11 @@ pub mod live {
 
     impl Forward {
         pub fn start(listen_ip: IpAddr, target: SocketAddr) -> io::Result<Forward> {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("bench-forward").enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("bench-forward")
+                .enable_all()
+                .build()?;
             let std_listener = std::net::TcpListener::bind((listen_ip, 0))?;
             std_listener.set_nonblocking(true)?;
             let addr = std_listener.local_addr()?;

@@ -332,8 +332,22 @@ mod tests {
         assert_eq!(a.dir, PathBuf::from(".plexus"));
         assert!(a.placer.is_none() && a.cpus.is_none() && a.cache.is_none());
 
-        let cli = parse(&["up", "--workers", "5", "--dir", "/tmp/x", "--port", "0", "--placer", "greedy",
-                          "--cpus", "2", "--cache", "64MiB"]).unwrap();
+        let cli = parse(&[
+            "up",
+            "--workers",
+            "5",
+            "--dir",
+            "/tmp/x",
+            "--port",
+            "0",
+            "--placer",
+            "greedy",
+            "--cpus",
+            "2",
+            "--cache",
+            "64MiB",
+        ])
+        .unwrap();
         let Command::Up(a) = cli.command else { panic!("not up") };
         assert_eq!((a.workers, a.port, a.cpus), (5, 0, Some(2)));
         assert_eq!(a.placer.as_deref(), Some("greedy"));
@@ -394,7 +408,11 @@ mod tests {
 
     #[test]
     fn status_filters() {
-        let Command::Status(a) = parse(&["status", "--state", "running", "--name", "etl", "--limit", "5"]).unwrap().command else { panic!() };
+        let Command::Status(a) =
+            parse(&["status", "--state", "running", "--name", "etl", "--limit", "5"]).unwrap().command
+        else {
+            panic!()
+        };
         assert_eq!((a.state, a.name.as_deref(), a.limit), (Some(StateFilter::Running), Some("etl"), Some(5)));
         assert_eq!(parse(&["status", "--state", "sleeping"]).unwrap_err().kind(), ErrorKind::InvalidValue);
     }
@@ -407,8 +425,7 @@ mod tests {
         assert_eq!(a.rank, 7);
         let err = parse(&["logs", JOB, "a/b"]).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::ValueValidation);
-        let Command::Explain(a) = parse(&["explain", JOB, "sum", "--rank", "2", "-o", "json"]).unwrap().command
-        else {
+        let Command::Explain(a) = parse(&["explain", JOB, "sum", "--rank", "2", "-o", "json"]).unwrap().command else {
             panic!()
         };
         assert_eq!((a.task.as_str(), a.rank, a.output), ("sum", 2, OutputFormat::Json));

@@ -57,12 +57,15 @@ impl Target {
     /// else that cluster's. A missing token is not an error here: the coordinator says whether
     /// a call needs one.
     pub fn resolve(url: &str, sources: &Sources) -> anyhow::Result<Target> {
-        let url = url.split(',').map(|u| normalise_url(u, sources.insecure)).collect::<anyhow::Result<Vec<_>>>()?.join(",");
+        let url =
+            url.split(',').map(|u| normalise_url(u, sources.insecure)).collect::<anyhow::Result<Vec<_>>>()?.join(",");
         if sources.insecure {
             return Ok(Target { url, ca: None, token: None });
         }
         let up = Path::new(UP_DIR).join("coordinator");
-        let read = |p: &Path, what: &str| std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {what} {}: {e}", p.display()));
+        let read = |p: &Path, what: &str| {
+            std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("cannot read {what} {}: {e}", p.display()))
+        };
         let token_text = match (&sources.token, &sources.token_file) {
             (Some(t), _) if !t.trim().is_empty() => Some(t.clone()),
             (_, Some(f)) => Some(read(f, "the token file")?),
@@ -79,7 +82,8 @@ impl Target {
     /// The target of a `plexus up` cluster whose coordinator keeps its data in `dir`.
     pub fn of_up(url: String, dir: &Path) -> anyhow::Result<Target> {
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).with_context_msg(dir.join(name));
-        let token = Token::parse(&read("admin.token")?).map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("admin.token").display()))?;
+        let token = Token::parse(&read("admin.token")?)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("admin.token").display()))?;
         Ok(Target { url, ca: Some(read("ca.pem")?), token: Some(token) })
     }
 }
@@ -111,7 +115,11 @@ impl fmt::Display for Unreachable {
                 self.url, self.cause
             );
         }
-        write!(f, "cannot reach the coordinator at {}: {} (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)", self.url, self.cause)
+        write!(
+            f,
+            "cannot reach the coordinator at {}: {} (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)",
+            self.url, self.cause
+        )
     }
 }
 
@@ -136,7 +144,9 @@ pub fn normalise_url(url: &str, insecure: bool) -> anyhow::Result<String> {
         format!("{scheme}://{url}")
     };
     if !insecure && url.starts_with("http://") {
-        anyhow::bail!("the coordinator URL {url} is plaintext http: write https:// (the default), or pass --insecure for a coordinator run with --insecure");
+        anyhow::bail!(
+            "the coordinator URL {url} is plaintext http: write https:// (the default), or pass --insecure for a coordinator run with --insecure"
+        );
     }
     if insecure && url.starts_with("https://") {
         anyhow::bail!("the coordinator URL {url} is https, and --insecure turns TLS off: write http://");
@@ -238,14 +248,18 @@ async fn connect_one(target: &Target, url: &str) -> anyhow::Result<Client> {
                  or --insecure for a coordinator run with --insecure"
             );
         };
-        endpoint = endpoint.tls_config(plexus_security::tls::client(ca, plexus_security::tls::COORDINATOR_NAME, None))?;
+        endpoint =
+            endpoint.tls_config(plexus_security::tls::client(ca, plexus_security::tls::COORDINATOR_NAME, None))?;
     }
     let channel = match plexus_security::tls::connect_within(&endpoint, CONNECT_TIMEOUT).await {
         Ok(c) => c,
-        Err(plexus_security::tls::ConnectError::Transport(e)) => return Err(Unreachable { url, cause: root_cause(&e) }.into()),
+        Err(plexus_security::tls::ConnectError::Transport(e)) => {
+            return Err(Unreachable { url, cause: root_cause(&e) }.into());
+        }
         Err(e) => return Err(Unreachable { url, cause: e.to_string() }.into()),
     };
-    Ok(JobServiceClient::with_interceptor(channel, Bearer::new(target.token.as_ref())).max_decoding_message_size(MAX_MESSAGE))
+    Ok(JobServiceClient::with_interceptor(channel, Bearer::new(target.token.as_ref()))
+        .max_decoding_message_size(MAX_MESSAGE))
 }
 
 /// The job a [`JobRef`](crate::args::JobRef) names: a full id as is; else the one job whose id
@@ -256,7 +270,12 @@ pub async fn resolve_job(client: &mut Client, r: &crate::args::JobRef) -> anyhow
         return Ok(id);
     }
     let jobs = client.list_jobs(plexus_proto::pb::ListJobsRequest {}).await?.into_inner().jobs;
-    let job = resolve_ref(&jobs, &r.0, Named { prefix: "job-", what: "job", name: "name", listed_by: "plexus status" }, |j| (&j.job_id, &j.name))?;
+    let job = resolve_ref(
+        &jobs,
+        &r.0,
+        Named { prefix: "job-", what: "job", name: "name", listed_by: "plexus status" },
+        |j| (&j.job_id, &j.name),
+    )?;
     job.job_id.parse().map_err(|e| anyhow::anyhow!("the coordinator listed a malformed job id {:?}: {e}", job.job_id))
 }
 
@@ -274,14 +293,21 @@ pub struct Named {
 /// The one item `reference` names among `items`, each given as (id, name) by `of`: its id, a
 /// prefix of its id's hex digits (with or without the id's prefix), or its name. None, or
 /// several, is an error naming the matches (at most five) and what to type instead.
-pub fn resolve_ref<'a, T>(items: &'a [T], reference: &str, n: Named, of: impl Fn(&T) -> (&str, &str)) -> anyhow::Result<&'a T> {
+pub fn resolve_ref<'a, T>(
+    items: &'a [T],
+    reference: &str,
+    n: Named,
+    of: impl Fn(&T) -> (&str, &str),
+) -> anyhow::Result<&'a T> {
     let hex = reference.strip_prefix(n.prefix).unwrap_or(reference).to_ascii_lowercase();
     let by_id = hex.chars().all(|c| c.is_ascii_hexdigit()) && (reference.starts_with(n.prefix) || !hex.is_empty());
     let matches: Vec<&T> = items
         .iter()
         .filter(|x| {
             let (id, name) = of(x);
-            id == reference || (by_id && id.strip_prefix(n.prefix).is_some_and(|h| h.starts_with(&hex))) || name == reference
+            id == reference
+                || (by_id && id.strip_prefix(n.prefix).is_some_and(|h| h.starts_with(&hex)))
+                || name == reference
         })
         .collect();
     match matches.as_slice() {
@@ -295,9 +321,15 @@ pub fn resolve_ref<'a, T>(items: &'a [T], reference: &str, n: Named, of: impl Fn
             n.listed_by
         ),
         many => {
-            let shown: Vec<String> = many.iter().take(5).map(|x| of(x)).map(|(id, name)| format!("{id} ({name})")).collect();
+            let shown: Vec<String> =
+                many.iter().take(5).map(|x| of(x)).map(|(id, name)| format!("{id} ({name})")).collect();
             let more = if many.len() > 5 { format!(" and {} more", many.len() - 5) } else { String::new() };
-            anyhow::bail!("{reference:?} matches {} {}s: {}{more}; give more of the id", many.len(), n.what, shown.join(", "))
+            anyhow::bail!(
+                "{reference:?} matches {} {}s: {}{more}; give more of the id",
+                many.len(),
+                n.what,
+                shown.join(", ")
+            )
         }
     }
 }
@@ -334,11 +366,7 @@ fn status_text(status: &tonic::Status, url: &str) -> String {
         let cause = status.source().map(root_cause).filter(|c| !c.is_empty()).unwrap_or(message);
         return Unreachable { url: url.to_string(), cause }.to_string();
     }
-    if message.is_empty() {
-        format!("the coordinator answered {:?} without a message", status.code())
-    } else {
-        message
-    }
+    if message.is_empty() { format!("the coordinator answered {:?} without a message", status.code()) } else { message }
 }
 
 #[cfg(test)]
@@ -353,7 +381,10 @@ mod tests {
         assert_eq!(get("1A2C").unwrap(), "job-1a2c0000", "without the prefix, any case");
         assert_eq!(get("etl").unwrap(), "job-1a2b0000");
         let e = get("train").unwrap_err().to_string();
-        assert!(e.contains("matches 2 jobs") && e.contains("job-1a2c0000 (train)") && e.contains("job-ffff0000 (train)"), "{e}");
+        assert!(
+            e.contains("matches 2 jobs") && e.contains("job-1a2c0000 (train)") && e.contains("job-ffff0000 (train)"),
+            "{e}"
+        );
         assert!(get("job-").unwrap_err().to_string().contains("matches 3 jobs"));
         assert!(get("nope").unwrap_err().to_string().starts_with("no job matches \"nope\""));
     }
@@ -391,20 +422,38 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused (os error 111)");
         let status = tonic::Status::from_error(Box::new(io));
         let line = render_error(&status.into(), URL);
-        assert_eq!(line, format!("error: cannot reach the coordinator at {URL}: Connection refused (os error 111) (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)"));
+        assert_eq!(
+            line,
+            format!(
+                "error: cannot reach the coordinator at {URL}: Connection refused (os error 111) (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)"
+            )
+        );
     }
 
     #[test]
     fn unreachable_and_context_chains_render_on_one_line() {
         let err = anyhow::Error::from(Unreachable { url: URL.into(), cause: "timeout expired".into() });
-        assert_eq!(render_error(&err, URL), format!("error: cannot reach the coordinator at {URL}: timeout expired (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)"));
-        let err = anyhow::Error::from(Unreachable { url: URL.into(), cause: "invalid peer certificate: UnknownIssuer".into() });
         assert_eq!(
             render_error(&err, URL),
-            format!("error: the coordinator at {URL} presented a certificate that the CA given did not sign (invalid peer certificate: UnknownIssuer): pass the ca.pem of that coordinator's cluster (--ca FILE or PLEXUS_CA)")
+            format!(
+                "error: cannot reach the coordinator at {URL}: timeout expired (is it running? start one with `plexus up`, or point at it with --coordinator URL or PLEXUS_COORDINATOR)"
+            )
+        );
+        let err = anyhow::Error::from(Unreachable {
+            url: URL.into(),
+            cause: "invalid peer certificate: UnknownIssuer".into(),
+        });
+        assert_eq!(
+            render_error(&err, URL),
+            format!(
+                "error: the coordinator at {URL} presented a certificate that the CA given did not sign (invalid peer certificate: UnknownIssuer): pass the ca.pem of that coordinator's cluster (--ca FILE or PLEXUS_CA)"
+            )
         );
         let err = anyhow::anyhow!("No such file or directory (os error 2)").context("cannot read job file \"a.toml\"");
-        assert_eq!(render_error(&err, URL), "error: cannot read job file \"a.toml\": No such file or directory (os error 2)");
+        assert_eq!(
+            render_error(&err, URL),
+            "error: cannot read job file \"a.toml\": No such file or directory (os error 2)"
+        );
     }
 
     #[test]

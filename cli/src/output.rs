@@ -248,11 +248,8 @@ pub enum Detail {
 /// `plexus status JOB [--subtasks]`: a header, the task groups, and with
 /// [`Detail::WithSubtasks`] the subtasks.
 pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
-    let mut head = vec![
-        ("job", job.job_id.clone()),
-        ("name", job.name.clone()),
-        ("state", job_state_name(job.state).to_string()),
-    ];
+    let mut head =
+        vec![("job", job.job_id.clone()), ("name", job.name.clone()), ("state", job_state_name(job.state).to_string())];
     if !job.error.is_empty() {
         head.push(("error", one_line(&job.error)));
     }
@@ -294,7 +291,8 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
     }
 
     if detail == Detail::WithSubtasks {
-        let mut subs = Table::new(&["TASK", "RANK", "STATE", "ATTEMPT", "WORKER", "EXIT", "DURATION", "REASON", "ERROR"]);
+        let mut subs =
+            Table::new(&["TASK", "RANK", "STATE", "ATTEMPT", "WORKER", "EXIT", "DURATION", "REASON", "ERROR"]);
         for s in &job.subtasks {
             subs.row(vec![
                 s.task.clone(),
@@ -310,11 +308,19 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
         }
         out.push('\n');
         out.push_str(&subs.render());
-        let failures: Vec<(&pb::SubtaskStatus, &pb::AttemptFailure)> = job.subtasks.iter().flat_map(|s| s.failed_attempts.iter().map(move |f| (s, f))).collect();
+        let failures: Vec<(&pb::SubtaskStatus, &pb::AttemptFailure)> =
+            job.subtasks.iter().flat_map(|s| s.failed_attempts.iter().map(move |f| (s, f))).collect();
         if !failures.is_empty() {
             let mut t = Table::new(&["TASK", "RANK", "ATTEMPT", "WORKER", "EXIT", "ERROR"]);
             for (s, f) in failures {
-                t.row(vec![s.task.clone(), s.rank.to_string(), f.attempt.to_string(), dash(non_empty(&f.worker_id)), f.exit_code.to_string(), one_line(&f.error)]);
+                t.row(vec![
+                    s.task.clone(),
+                    s.rank.to_string(),
+                    f.attempt.to_string(),
+                    dash(non_empty(&f.worker_id)),
+                    f.exit_code.to_string(),
+                    one_line(&f.error),
+                ]);
             }
             out.push_str("\nfailed attempts:\n");
             out.push_str(&t.render());
@@ -367,7 +373,13 @@ pub fn gang_line(g: &pb::GangStatus, now_ms: u64) -> String {
             one_line(&g.reason),
             secs(g.retry_at)
         ),
-        _ if g.rollbacks > 0 => format!("waiting ({}/{} reserved; rolled back {} time(s), last: {})", g.reserved, g.min_members, g.rollbacks, one_line(&g.reason)),
+        _ if g.rollbacks > 0 => format!(
+            "waiting ({}/{} reserved; rolled back {} time(s), last: {})",
+            g.reserved,
+            g.min_members,
+            g.rollbacks,
+            one_line(&g.reason)
+        ),
         _ => format!("waiting ({}/{} reserved)", g.reserved, g.min_members),
     }
 }
@@ -672,7 +684,9 @@ pub fn short_names<'a>(ids: impl Iterator<Item = &'a str> + Clone) -> Vec<String
         .map(|id| {
             let (prefix, hex) = id.split_at(id.find('-').map_or(0, |i| i + 1));
             let mut n = 8.min(hex.len());
-            while n < hex.len() && ids.clone().any(|o| o != id && o.get(prefix.len()..prefix.len() + n) == Some(&hex[..n])) {
+            while n < hex.len()
+                && ids.clone().any(|o| o != id && o.get(prefix.len()..prefix.len() + n) == Some(&hex[..n]))
+            {
                 n += 1;
             }
             format!("{prefix}{}", &hex[..n])
@@ -686,8 +700,23 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
     }
     let names = short_names(workers.iter().map(|w| w.worker_id.as_str()));
     let mut t = Table::new(&[
-        "NAME", "ID", "ALIVE", "PEER", "CPUS", "MEMORY", "GPUS", "RAILS", "ISOLATION", "ASSIGNED", "ALLOC CPU", "CPU UTIL",
-        "CACHE", "OBJECTS", "SPEED", "FETCH IN", "HEARTBEAT",
+        "NAME",
+        "ID",
+        "ALIVE",
+        "PEER",
+        "CPUS",
+        "MEMORY",
+        "GPUS",
+        "RAILS",
+        "ISOLATION",
+        "ASSIGNED",
+        "ALLOC CPU",
+        "CPU UTIL",
+        "CACHE",
+        "OBJECTS",
+        "SPEED",
+        "FETCH IN",
+        "HEARTBEAT",
     ]);
     let mut devices = Table::new(&["WORKER", "GPU", "MODEL", "UTIL", "MEMORY"]);
     for (w, name) in workers.iter().zip(&names) {
@@ -750,7 +779,11 @@ pub fn rails_table(workers: &[pb::WorkerInfo]) -> String {
                 r.addr.clone(),
                 human_size(r.bytes_sent),
                 human_size(r.bytes_received),
-                if total == 0 { "-".to_string() } else { format!("{:.0}%", r.bytes_sent as f64 * 100.0 / total as f64) },
+                if total == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.0}%", r.bytes_sent as f64 * 100.0 / total as f64)
+                },
                 r.failures.to_string(),
             ]);
         }
@@ -1045,13 +1078,30 @@ mod tests {
 
     #[test]
     fn short_names_are_unique_prefixes_of_at_least_8_digits() {
-        let ids = ["wkr-1a2b3c4d00000000000000000000000a", "wkr-1a2b3c4d50000000000000000000000b", "wkr-ffff0000000000000000000000000000"];
+        let ids = [
+            "wkr-1a2b3c4d00000000000000000000000a",
+            "wkr-1a2b3c4d50000000000000000000000b",
+            "wkr-ffff0000000000000000000000000000",
+        ];
         assert_eq!(short_names(ids.iter().copied()), ["wkr-1a2b3c4d0", "wkr-1a2b3c4d5", "wkr-ffff0000"]);
     }
 
     fn group(task: &str, replicas: u32, counts: [u32; 7]) -> pb::TaskGroupStatus {
         let [waiting, ready, assigned, running, succeeded, failed, cancelled] = counts;
-        pb::TaskGroupStatus { task: task.into(), replicas, waiting, ready, assigned, running, succeeded, failed, cancelled, waiting_reason: String::new(), failed_attempts: 0, after: vec![] }
+        pb::TaskGroupStatus {
+            task: task.into(),
+            replicas,
+            waiting,
+            ready,
+            assigned,
+            running,
+            succeeded,
+            failed,
+            cancelled,
+            waiting_reason: String::new(),
+            failed_attempts: 0,
+            after: vec![],
+        }
     }
 
     fn job() -> pb::JobStatus {
@@ -1062,7 +1112,10 @@ mod tests {
             submitted_at: NOW - 65_000,
             finished_at: 0,
             error: String::new(),
-            groups: vec![group("gen", 4, [0, 0, 1, 1, 2, 0, 0]), pb::TaskGroupStatus { after: vec!["gen".into()], ..group("sum", 1, [1, 0, 0, 0, 0, 0, 0]) }],
+            groups: vec![
+                group("gen", 4, [0, 0, 1, 1, 2, 0, 0]),
+                pb::TaskGroupStatus { after: vec!["gen".into()], ..group("sum", 1, [1, 0, 0, 0, 0, 0, 0]) },
+            ],
             gangs: vec![],
             priority: 0,
             queue: "default".into(),
@@ -1281,8 +1334,21 @@ mod tests {
         keys.sort_unstable();
         assert_eq!(
             keys,
-            ["duration_ms", "error", "finished_at_ms", "gangs", "groups", "job_id", "name", "priority", "queue", "state",
-             "submitted_at_ms", "succeeded_subtasks", "total_subtasks"]
+            [
+                "duration_ms",
+                "error",
+                "finished_at_ms",
+                "gangs",
+                "groups",
+                "job_id",
+                "name",
+                "priority",
+                "queue",
+                "state",
+                "submitted_at_ms",
+                "succeeded_subtasks",
+                "total_subtasks"
+            ]
         );
     }
 
@@ -1319,7 +1385,10 @@ mod tests {
             capacity: Some(pb::NodeCapacity {
                 cpus: 4,
                 memory: 8 << 30,
-                gpus: vec![pb::GpuInfo { index: 0, name: "H100".into(), memory: 80 << 30 }, pb::GpuInfo { index: 2, name: "H100".into(), memory: 80 << 30 }],
+                gpus: vec![
+                    pb::GpuInfo { index: 0, name: "H100".into(), memory: 80 << 30 },
+                    pb::GpuInfo { index: 2, name: "H100".into(), memory: 80 << 30 },
+                ],
                 rails: vec!["10.0.0.1:7100".into(), "10.0.1.1:7100".into()],
                 cache_bytes: 1 << 30,
                 hostname: "node1".into(),
@@ -1334,7 +1403,12 @@ mod tests {
                 running: vec![pb::AttemptRef { job_id: J1.into(), task: "gen".into(), rank: 2, attempt: 1 }],
                 objects: vec![pb::ObjectInfo { object_id: "o".into(), size: 12 << 20 }],
                 cache_used: 12 << 20,
-                rails: vec![pb::RailCounters { addr: "10.0.0.1:7100".into(), bytes_sent: 5, bytes_received: 7, failures: 1 }],
+                rails: vec![pb::RailCounters {
+                    addr: "10.0.0.1:7100".into(),
+                    bytes_sent: 5,
+                    bytes_received: 7,
+                    failures: 1,
+                }],
                 gpus: vec![pb::GpuState { index: 0, utilisation: 0.37, memory_used: 12 << 30 }],
                 isolation: "cgroup-v1".into(),
                 rails_refused: 3,
@@ -1485,14 +1559,18 @@ mod tests {
     fn explain_shows_each_candidates_estimates() {
         let feature = |name: &str, value: f64| pb::Feature { name: name.into(), value };
         let mut e = explanation();
-        e.candidates[1].features = vec![feature("est_fetch_ms", 12.5), feature("est_fetch_samples", 1.9), feature("est_compute_ms", 40.0)];
+        e.candidates[1].features =
+            vec![feature("est_fetch_ms", 12.5), feature("est_fetch_samples", 1.9), feature("est_compute_ms", 40.0)];
         let text = explain_text(&e, NOW);
         let rows: Vec<&str> = text.lines().skip(7).collect();
         assert!(rows[0].contains("EST MS") && rows[0].find("EST MS") < rows[0].find("FEATURES"), "{text}");
         assert!(rows[1].contains("  -  "), "no estimate: {text}");
         assert!(rows[2].contains("52.5") && rows[2].contains("est_fetch_samples=1.9"), "{text}");
         let v = serde_json::to_value(explain_view(&e)).unwrap();
-        assert_eq!((v["candidates"][1]["est_fetch_ms"].clone(), v["candidates"][1]["est_compute_ms"].clone()), (json!(12.5), json!(40.0)));
+        assert_eq!(
+            (v["candidates"][1]["est_fetch_ms"].clone(), v["candidates"][1]["est_compute_ms"].clone()),
+            (json!(12.5), json!(40.0))
+        );
         assert_eq!(v["candidates"][0]["est_fetch_ms"], json!(null));
         // Without estimates the table is as before.
         assert!(!explain_text(&explanation(), NOW).contains("EST MS"));
@@ -1516,8 +1594,20 @@ mod tests {
     fn every_failed_attempt_is_shown_and_watch_counts_them() {
         let mut j = job();
         j.subtasks[1].failed_attempts = vec![
-            pb::AttemptFailure { attempt: 1, worker_id: W1.into(), exit_code: 2, error: "exit status 2".into(), finished_at: NOW - 62_000 },
-            pb::AttemptFailure { attempt: 2, worker_id: W2.into(), exit_code: 2, error: "exit status 2\nsee logs".into(), finished_at: NOW - 61_000 },
+            pb::AttemptFailure {
+                attempt: 1,
+                worker_id: W1.into(),
+                exit_code: 2,
+                error: "exit status 2".into(),
+                finished_at: NOW - 62_000,
+            },
+            pb::AttemptFailure {
+                attempt: 2,
+                worker_id: W2.into(),
+                exit_code: 2,
+                error: "exit status 2\nsee logs".into(),
+                finished_at: NOW - 61_000,
+            },
         ];
         j.groups[0].failed_attempts = 2;
         let text = job_detail(&j, Detail::WithSubtasks, NOW);
@@ -1532,6 +1622,9 @@ mod tests {
         assert_eq!(v["groups"][0]["failed_attempts"], 2);
         let c = GroupCounts::from(&j.groups[0]);
         assert_eq!(c.line("gen"), "gen 2/4 succeeded, 2 running, 0 failed, 2 failed attempts");
-        assert!(!job_detail(&job(), Detail::WithSubtasks, NOW).contains("failed attempts:"), "no table without failures");
+        assert!(
+            !job_detail(&job(), Detail::WithSubtasks, NOW).contains("failed attempts:"),
+            "no table without failures"
+        );
     }
 }

@@ -40,7 +40,8 @@ pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 pub const JOIN_TOKEN_FILE: &str = "join.token";
 
 /// The message of a call that needs a token and has none; the CLI shows it as it is.
-pub const NEED_TOKEN: &str = "the coordinator requires a token: set PLEXUS_TOKEN or pass --token-file (plexus token create)";
+pub const NEED_TOKEN: &str =
+    "the coordinator requires a token: set PLEXUS_TOKEN or pass --token-file (plexus token create)";
 
 /// A token as stored.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -125,7 +126,9 @@ impl Security {
     pub fn open(store: SecurityStore, names: &[String], now_ms: u64) -> Result<(Security, Option<FirstStart>), Error> {
         let mut first = None;
         let ca = match (text(&store, "meta/cluster")?, text(&store, "meta/ca_cert")?, text(&store, "meta/ca_key")?) {
-            (Some(cluster), Some(cert), Some(key)) => ClusterCa::load(&cluster, &cert, &key).map_err(|e| corrupt("meta/ca_key", e))?,
+            (Some(cluster), Some(cert), Some(key)) => {
+                ClusterCa::load(&cluster, &cert, &key).map_err(|e| corrupt("meta/ca_key", e))?
+            }
             (None, None, None) => {
                 let cluster = plexus_security::hex(&plexus_security::random_bytes::<8>());
                 let ca = ClusterCa::create(&cluster).map_err(security_error)?;
@@ -138,9 +141,17 @@ impl Security {
                 tracing::info!(cluster, "made the cluster CA");
                 ca
             }
-            _ => return Err(corrupt("meta", "the cluster CA is half there (cluster id, certificate and key must all be present)")),
+            _ => {
+                return Err(corrupt(
+                    "meta",
+                    "the cluster CA is half there (cluster id, certificate and key must all be present)",
+                ));
+            }
         };
-        let rail_key = store.get("meta/rail_key")?.filter(|k| k.len() == 32).ok_or_else(|| corrupt("meta/rail_key", "missing or not 32 bytes"))?;
+        let rail_key = store
+            .get("meta/rail_key")?
+            .filter(|k| k.len() == 32)
+            .ok_or_else(|| corrupt("meta/rail_key", "missing or not 32 bytes"))?;
         let identity = ca.issue_coordinator(names).map_err(security_error)?;
         let certs = load_certs(&store)?;
         let security = Security { store, ca, rail_key, identity, certs: RwLock::new(certs) };
@@ -164,9 +175,14 @@ impl Security {
         if let Some(first) = first {
             let admin = dir.join(ADMIN_TOKEN_FILE);
             plexus_security::files::write_secret(&admin, &format!("{}\n", first.admin.expose())).map_err(io)?;
-            plexus_security::files::write_secret(&dir.join(JOIN_TOKEN_FILE), &format!("{}\n", first.join.expose())).map_err(io)?;
+            plexus_security::files::write_secret(&dir.join(JOIN_TOKEN_FILE), &format!("{}\n", first.join.expose()))
+                .map_err(io)?;
             // Shown once, as `nomad acl bootstrap` does; the file keeps it.
-            eprintln!("plexus-coordinator: first start: the admin token (also in {}, mode 0600) is\n  {}", admin.display(), first.admin.expose());
+            eprintln!(
+                "plexus-coordinator: first start: the admin token (also in {}, mode 0600) is\n  {}",
+                admin.display(),
+                first.admin.expose()
+            );
         }
         Ok(())
     }
@@ -188,7 +204,13 @@ impl Security {
     }
 
     /// A new token; the whole token is returned once and only its hash is kept.
-    pub fn create_token(&self, scope: Scope, name: &str, ttl_ms: u64, now_ms: u64) -> Result<(Token, TokenRecord), Error> {
+    pub fn create_token(
+        &self,
+        scope: Scope,
+        name: &str,
+        ttl_ms: u64,
+        now_ms: u64,
+    ) -> Result<(Token, TokenRecord), Error> {
         if name.len() > 200 || name.chars().any(char::is_control) {
             return Err(Error::Invalid("a token name is at most 200 characters, without control characters".into()));
         }
@@ -202,7 +224,10 @@ impl Security {
             expires_ms: if ttl_ms == 0 { 0 } else { now_ms.saturating_add(ttl_ms) },
             revoked_ms: 0,
         };
-        self.store.put(&format!("token/{}", token.id), &serde_json::to_vec(&record).map_err(|e| Error::Invalid(e.to_string()))?)?;
+        self.store.put(
+            &format!("token/{}", token.id),
+            &serde_json::to_vec(&record).map_err(|e| Error::Invalid(e.to_string()))?,
+        )?;
         Ok((token, record))
     }
 
@@ -222,12 +247,17 @@ impl Security {
     /// Revokes token `id` (at once: every call looks its token up).
     pub fn revoke(&self, id: &str, now_ms: u64) -> Result<TokenRecord, Error> {
         if !Token::is_id(id) {
-            return Err(Error::Invalid(format!("{id:?} is not a token id (12 hex digits, as `plexus token list` shows)")));
+            return Err(Error::Invalid(format!(
+                "{id:?} is not a token id (12 hex digits, as `plexus token list` shows)"
+            )));
         }
         let mut record = self.token_record(id)?.ok_or_else(|| Error::Unavailable(format!("no token {id}")))?;
         if record.revoked_ms == 0 {
             record.revoked_ms = now_ms;
-            self.store.put(&format!("token/{id}"), &serde_json::to_vec(&record).map_err(|e| Error::Invalid(e.to_string()))?)?;
+            self.store.put(
+                &format!("token/{id}"),
+                &serde_json::to_vec(&record).map_err(|e| Error::Invalid(e.to_string()))?,
+            )?;
         }
         Ok(record)
     }
@@ -323,12 +353,22 @@ pub enum Need {
 pub fn need(path: &str) -> Option<Need> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     Some(match (service, method) {
-        ("plexus.v1.JobService", "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "GetObject" | "ListWorkers" | "ExplainPlacement" | "GetStoreInfo") => Need::Token(Scope::Read),
+        (
+            "plexus.v1.JobService",
+            "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "GetObject" | "ListWorkers" | "ExplainPlacement"
+            | "GetStoreInfo",
+        ) => Need::Token(Scope::Read),
         ("plexus.v1.JobService", "SubmitJob" | "CancelJob" | "ResubmitJob") => Need::Token(Scope::Submit),
-        ("plexus.v1.JobService", "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker" | "SetQueue" | "DrainWorker" | "RemoveWorker") => Need::Token(Scope::Admin),
+        (
+            "plexus.v1.JobService",
+            "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker" | "SetQueue" | "DrainWorker"
+            | "RemoveWorker",
+        ) => Need::Token(Scope::Admin),
         ("plexus.v1.JobService", "ListQueues" | "ListCoordinators") => Need::Token(Scope::Read),
         ("plexus.v1.WorkerService", "Join") => Need::Token(Scope::Worker),
-        ("plexus.v1.WorkerService", "Register" | "Heartbeat" | "Assignments" | "ReportTasks" | "ResolvePeer") => Need::WorkerCert,
+        ("plexus.v1.WorkerService", "Register" | "Heartbeat" | "Assignments" | "ReportTasks" | "ResolvePeer") => {
+            Need::WorkerCert
+        }
         _ => return None,
     })
 }
@@ -345,10 +385,12 @@ pub enum Caller {
 pub fn check_worker<T>(req: &tonic::Request<T>, claimed: WorkerId, secure: bool) -> Result<(), Status> {
     match req.extensions().get::<Caller>() {
         Some(Caller::Worker(id)) if *id == claimed => Ok(()),
-        Some(Caller::Worker(id)) => {
-            Err(Status::permission_denied(format!("worker id {claimed} in the request does not match the caller's certificate, which was issued to {id}")))
+        Some(Caller::Worker(id)) => Err(Status::permission_denied(format!(
+            "worker id {claimed} in the request does not match the caller's certificate, which was issued to {id}"
+        ))),
+        Some(Caller::User { .. }) => {
+            Err(Status::permission_denied("worker calls need a worker's certificate, not a user token"))
         }
-        Some(Caller::User { .. }) => Err(Status::permission_denied("worker calls need a worker's certificate, not a user token")),
         None if secure => Err(Status::unauthenticated("worker calls need a worker's certificate")),
         None => Ok(()),
     }
@@ -364,12 +406,21 @@ fn decide<B>(security: &Security, req: &http::Request<B>) -> Result<Caller, Stat
         Need::Token(scope) => {
             let header = req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
             let token = plexus_security::tls::bearer_of(header).map_err(Status::unauthenticated)?.ok_or_else(|| {
-                if scope == Scope::Worker { Status::unauthenticated("joining needs a join token (plexus-coordinator token create --scope worker)") } else { Status::unauthenticated(NEED_TOKEN) }
+                if scope == Scope::Worker {
+                    Status::unauthenticated(
+                        "joining needs a join token (plexus-coordinator token create --scope worker)",
+                    )
+                } else {
+                    Status::unauthenticated(NEED_TOKEN)
+                }
             })?;
             let have = security.authenticate(&token, plexus_proto::now_ms())?;
             if !have.allows(scope) {
                 let method = path.rsplit('/').next().unwrap_or(path);
-                return Err(Status::permission_denied(format!("token {} has scope {have}; {method} needs {scope}", token.id)));
+                return Err(Status::permission_denied(format!(
+                    "token {} has scope {have}; {method} needs {scope}",
+                    token.id
+                )));
             }
             Ok(Caller::User { token: token.id, scope: have })
         }
@@ -379,7 +430,9 @@ fn decide<B>(security: &Security, req: &http::Request<B>) -> Result<Caller, Stat
                 .get::<tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>>()
                 .and_then(|i| i.peer_certs());
             let Some(cert) = certs.as_ref().and_then(|c| c.first()) else {
-                return Err(Status::unauthenticated("worker calls need the worker's certificate: start the worker with a join token (--join-token-file)"));
+                return Err(Status::unauthenticated(
+                    "worker calls need the worker's certificate: start the worker with a join token (--join-token-file)",
+                ));
             };
             let fp = Fingerprint::of_der(cert.as_ref());
             security
@@ -454,7 +507,8 @@ mod tests {
 
     fn open(dir: &Path) -> (SledStore, Security, Option<FirstStart>) {
         let (store, _) = SledStore::open(&dir.join("state.sled")).unwrap();
-        let (security, first) = Security::open(store.spaces().unwrap().security_store(), &["node7".into()], 1_000).unwrap();
+        let (security, first) =
+            Security::open(store.spaces().unwrap().security_store(), &["node7".into()], 1_000).unwrap();
         (store, security, first)
     }
 
@@ -466,7 +520,10 @@ mod tests {
         assert_eq!(security.authenticate(&first.admin, 2_000).unwrap(), Scope::Admin);
         assert_eq!(security.authenticate(&first.join, 2_000).unwrap(), Scope::Worker);
         security.write_files(dir.path(), Some(&first)).unwrap();
-        let mode = |f: &str| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.path().join(f)).unwrap().permissions()) & 0o777;
+        let mode = |f: &str| {
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.path().join(f)).unwrap().permissions())
+                & 0o777
+        };
         assert_eq!(mode(ADMIN_TOKEN_FILE), 0o600);
         assert_eq!(mode(JOIN_TOKEN_FILE), 0o600);
         let ca = security.ca_pem().to_string();

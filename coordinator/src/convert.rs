@@ -8,7 +8,10 @@ use plexus_proto::rules;
 use plexus_proto::topology::{self as topo, GpuLink, LinkLevel};
 use plexus_scheduler::core::estimates::WorkerSpeed;
 use plexus_scheduler::core::messages::GpuUsage;
-use plexus_scheduler::core::{Assignment, Capacity, GangPhase, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report, Worker};
+use plexus_scheduler::core::{
+    Assignment, Capacity, GangPhase, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report,
+    Worker,
+};
 use plexus_scheduler::gpu::topology::NodeTopology;
 use plexus_scheduler::spec::Work;
 
@@ -47,7 +50,10 @@ fn fraction(field: &'static str, v: f64) -> Result<f64, ConvertError> {
 /// worker that does not say): a short name, shown in tables, so nothing else is accepted.
 fn isolation(field: &'static str, s: &str) -> Result<String, ConvertError> {
     if s.len() > 32 || !s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
-        return Err(ConvertError::Invalid { field, reason: "must be at most 32 characters of a-z, 0-9 and '-'".into() });
+        return Err(ConvertError::Invalid {
+            field,
+            reason: "must be at most 32 characters of a-z, 0-9 and '-'".into(),
+        });
     }
     Ok(s.to_string())
 }
@@ -56,16 +62,26 @@ pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError
     let Some(s) = s else { return Ok(NodeReport::default()) };
     let util = fraction("state.cpu_utilisation", s.cpu_utilisation)?;
     if s.gpus.len() > rules::MAX_NODE_GPUS {
-        return Err(ConvertError::Invalid { field: "state.gpus", reason: format!("{} devices; at most {}", s.gpus.len(), rules::MAX_NODE_GPUS) });
+        return Err(ConvertError::Invalid {
+            field: "state.gpus",
+            reason: format!("{} devices; at most {}", s.gpus.len(), rules::MAX_NODE_GPUS),
+        });
     }
     let gpus = s
         .gpus
         .iter()
         .map(|g| {
             if g.memory_used > rules::MAX_NODE_BYTES {
-                return Err(ConvertError::Invalid { field: "state.gpus.memory_used", reason: format!("{} bytes on device {}", g.memory_used, g.index) });
+                return Err(ConvertError::Invalid {
+                    field: "state.gpus.memory_used",
+                    reason: format!("{} bytes on device {}", g.memory_used, g.index),
+                });
             }
-            Ok(GpuUsage { index: g.index, utilisation: fraction("state.gpus.utilisation", g.utilisation)?, memory_used: g.memory_used })
+            Ok(GpuUsage {
+                index: g.index,
+                utilisation: fraction("state.gpus.utilisation", g.utilisation)?,
+                memory_used: g.memory_used,
+            })
         })
         .collect::<Result<_, _>>()?;
     Ok(NodeReport {
@@ -94,18 +110,28 @@ pub fn node_report(s: Option<&pb::NodeState>) -> Result<NodeReport, ConvertError
 /// The labels and GPU topology a worker registers (issue 16), checked: at most one link per pair
 /// of two distinct offered devices, each with a link level other than `X`; labels by the shared
 /// label rules; NUMA nodes of offered devices only.
-fn node_topology(cap: &pb::NodeCapacity, offered: &std::collections::BTreeSet<u32>) -> Result<NodeTopology, ConvertError> {
+fn node_topology(
+    cap: &pb::NodeCapacity,
+    offered: &std::collections::BTreeSet<u32>,
+) -> Result<NodeTopology, ConvertError> {
     let invalid = |field: &'static str, reason: String| ConvertError::Invalid { field, reason };
     let pairs = offered.len() * offered.len().saturating_sub(1) / 2;
     if cap.gpu_links.len() > pairs {
-        return Err(invalid("capacity.gpu_links", format!("{} links for {} devices; at most {pairs}", cap.gpu_links.len(), offered.len())));
+        return Err(invalid(
+            "capacity.gpu_links",
+            format!("{} links for {} devices; at most {pairs}", cap.gpu_links.len(), offered.len()),
+        ));
     }
     let mut seen = std::collections::BTreeSet::new();
     let mut gpu_links = Vec::with_capacity(cap.gpu_links.len());
     for l in &cap.gpu_links {
-        let level: LinkLevel = l.level.parse().map_err(|e: topo::TopoError| invalid("capacity.gpu_links.level", e.to_string()))?;
+        let level: LinkLevel =
+            l.level.parse().map_err(|e: topo::TopoError| invalid("capacity.gpu_links.level", e.to_string()))?;
         if l.a == l.b || level == LinkLevel::SameGpu {
-            return Err(invalid("capacity.gpu_links", format!("GPU{}/GPU{} {level}: a link joins two distinct devices", l.a, l.b)));
+            return Err(invalid(
+                "capacity.gpu_links",
+                format!("GPU{}/GPU{} {level}: a link joins two distinct devices", l.a, l.b),
+            ));
         }
         if !offered.contains(&l.a) || !offered.contains(&l.b) {
             return Err(invalid("capacity.gpu_links", format!("GPU{}/GPU{}: not a pair of offered devices", l.a, l.b)));
@@ -128,7 +154,13 @@ fn node_topology(cap: &pb::NodeCapacity, offered: &std::collections::BTreeSet<u3
     let mut gpu_numa = std::collections::BTreeMap::new();
     for (&device, &node) in &cap.gpu_numa {
         if !offered.contains(&device) || node > topo::MAX_NUMA_NODE {
-            return Err(invalid("capacity.gpu_numa", format!("GPU{device} on NUMA node {node}: not an offered device, or a node past {}", topo::MAX_NUMA_NODE)));
+            return Err(invalid(
+                "capacity.gpu_numa",
+                format!(
+                    "GPU{device} on NUMA node {node}: not an offered device, or a node past {}",
+                    topo::MAX_NUMA_NODE
+                ),
+            ));
         }
         gpu_numa.insert(device, node);
     }
@@ -141,15 +173,24 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
         return Err(ConvertError::Invalid { field: "session", reason: "must be 1-128 characters".into() });
     }
     if !(r.peer_addr.starts_with("http://") || r.peer_addr.starts_with("https://")) {
-        return Err(ConvertError::Invalid { field: "peer_addr", reason: format!("{:?} is not an http(s) URL", r.peer_addr) });
+        return Err(ConvertError::Invalid {
+            field: "peer_addr",
+            reason: format!("{:?} is not an http(s) URL", r.peer_addr),
+        });
     }
     let invalid = |field: &'static str, reason: String| Err(ConvertError::Invalid { field, reason });
     if cap.cpus > rules::MAX_NODE_CPUS {
-        return invalid("capacity.cpus", format!("{} is more than any node has (at most {})", cap.cpus, rules::MAX_NODE_CPUS));
+        return invalid(
+            "capacity.cpus",
+            format!("{} is more than any node has (at most {})", cap.cpus, rules::MAX_NODE_CPUS),
+        );
     }
     for (field, v) in [("capacity.memory", cap.memory), ("capacity.cache_bytes", cap.cache_bytes)] {
         if v > rules::MAX_NODE_BYTES {
-            return invalid(field, format!("{v} bytes is more than any node has (at most {} bytes)", rules::MAX_NODE_BYTES));
+            return invalid(
+                field,
+                format!("{v} bytes is more than any node has (at most {} bytes)", rules::MAX_NODE_BYTES),
+            );
         }
     }
     if cap.gpus.len() > rules::MAX_NODE_GPUS {
@@ -165,12 +206,19 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
         }
     }
     if cap.hostname.len() > rules::MAX_NAME_LEN || cap.hostname.chars().any(char::is_control) {
-        return invalid("capacity.hostname", format!("must be at most {} characters, none of them control characters", rules::MAX_NAME_LEN));
+        return invalid(
+            "capacity.hostname",
+            format!("must be at most {} characters, none of them control characters", rules::MAX_NAME_LEN),
+        );
     }
     if !rules::rails_within_limits(&cap.rails) {
         return Err(ConvertError::Invalid {
             field: "capacity.rails",
-            reason: format!("at most {} rail addresses of at most {} characters", rules::MAX_RAILS, rules::MAX_RAIL_ADDR_LEN),
+            reason: format!(
+                "at most {} rail addresses of at most {} characters",
+                rules::MAX_RAILS,
+                rules::MAX_RAIL_ADDR_LEN
+            ),
         });
     }
     let declared = isolation("capacity.isolation", &cap.isolation)?;
@@ -186,7 +234,11 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
         capacity: Capacity {
             cpus: cap.cpus,
             memory: cap.memory,
-            gpus: cap.gpus.iter().map(|g| GpuRecord { index: g.index, name: g.name.clone(), memory: g.memory }).collect(),
+            gpus: cap
+                .gpus
+                .iter()
+                .map(|g| GpuRecord { index: g.index, name: g.name.clone(), memory: g.memory })
+                .collect(),
             rails: cap.rails.clone(),
             cache_bytes: cap.cache_bytes,
             hostname: cap.hostname.clone(),
@@ -204,13 +256,24 @@ fn tail(b: &[u8]) -> String {
 
 pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
     let state = pc::subtask_state("state", r.state)?;
-    if !matches!(state, SubtaskState::Running | SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled) {
-        return Err(ConvertError::Invalid { field: "state", reason: format!("a worker cannot report {}", state.as_str()) });
+    if !matches!(
+        state,
+        SubtaskState::Running | SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled
+    ) {
+        return Err(ConvertError::Invalid {
+            field: "state",
+            reason: format!("a worker cannot report {}", state.as_str()),
+        });
     }
     let attempt = pc::attempt("attempt", r.attempt.as_ref())?;
     let outputs = objects(&r.outputs)?;
-    if let Some((o, _)) = outputs.iter().find(|(o, _)| o.job != attempt.job || o.task != attempt.task || o.rank != attempt.rank) {
-        return Err(ConvertError::Invalid { field: "outputs", reason: format!("object {o} does not belong to attempt {attempt}") });
+    if let Some((o, _)) =
+        outputs.iter().find(|(o, _)| o.job != attempt.job || o.task != attempt.task || o.rank != attempt.rank)
+    {
+        return Err(ConvertError::Invalid {
+            field: "outputs",
+            reason: format!("object {o} does not belong to attempt {attempt}"),
+        });
     }
     Ok(Report {
         attempt: Some(attempt),
@@ -227,7 +290,11 @@ pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
         stderr_tail: tail(&r.stderr_tail),
         // A figure from the network: anything but a plausible time is no figure.
         iter_ms: if r.iter_ms.is_finite() && r.iter_ms > 0.0 && r.iter_ms < 86_400_000.0 { r.iter_ms } else { 0.0 },
-        unfetched_input: if r.unfetched_input.is_empty() { None } else { Some(pc::object_id("unfetched_input", &r.unfetched_input)?) },
+        unfetched_input: if r.unfetched_input.is_empty() {
+            None
+        } else {
+            Some(pc::object_id("unfetched_input", &r.unfetched_input)?)
+        },
     })
 }
 
@@ -253,7 +320,11 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
                 name: i.object.name.clone(),
                 size: i.size,
                 holders: i.holders.iter().map(|h| h.peer_addr.clone()).collect(),
-                sources: i.holders.iter().map(|h| pb::Holder { peer_addr: h.peer_addr.clone(), rails: h.rails.clone() }).collect(),
+                sources: i
+                    .holders
+                    .iter()
+                    .map(|h| pb::Holder { peer_addr: h.peer_addr.clone(), rails: h.rails.clone() })
+                    .collect(),
             })
             .collect(),
         outputs: a.outputs.clone(),
@@ -327,7 +398,10 @@ pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
                 outputs: s
                     .outputs
                     .iter()
-                    .map(|(n, size)| pb::ObjectInfo { object_id: format!("{}/{}/{}/{}", r.id, s.task, s.rank, n), size: *size })
+                    .map(|(n, size)| pb::ObjectInfo {
+                        object_id: format!("{}/{}/{}/{}", r.id, s.task, s.rank, n),
+                        size: *size,
+                    })
                     .collect(),
                 failed_attempts: s
                     .failed_attempts
@@ -407,7 +481,12 @@ fn capacity(c: &Capacity) -> pb::NodeCapacity {
         cache_bytes: c.cache_bytes,
         hostname: c.hostname.clone(),
         isolation: String::new(),
-        gpu_links: c.topology.gpu_links.iter().map(|l| pb::GpuLink { a: l.a, b: l.b, level: l.level.to_string() }).collect(),
+        gpu_links: c
+            .topology
+            .gpu_links
+            .iter()
+            .map(|l| pb::GpuLink { a: l.a, b: l.b, level: l.level.to_string() })
+            .collect(),
         labels: c.topology.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         gpu_numa: c.topology.gpu_numa.iter().map(|(&d, &n)| (d, n)).collect(),
     }
@@ -437,7 +516,12 @@ pub fn worker_info(w: &Worker, speed: Option<&WorkerSpeed>) -> pb::WorkerInfo {
                     failures: r.failures,
                 })
                 .collect(),
-            gpus: w.node.gpus.iter().map(|g| pb::GpuState { index: g.index, utilisation: g.utilisation, memory_used: g.memory_used }).collect(),
+            gpus: w
+                .node
+                .gpus
+                .iter()
+                .map(|g| pb::GpuState { index: g.index, utilisation: g.utilisation, memory_used: g.memory_used })
+                .collect(),
             isolation: w.node.isolation.clone(),
             rails_refused: w.node.rails_refused,
         }),
@@ -496,7 +580,11 @@ mod tests {
     fn reports_are_checked() {
         let job = JobId::random();
         let a = pb::AttemptRef { job_id: job.to_string(), task: "t".into(), rank: 0, attempt: 1 };
-        let ok = pb::TaskReport { attempt: Some(a.clone()), state: pb::SubtaskState::Succeeded as i32, ..Default::default() };
+        let ok = pb::TaskReport {
+            attempt: Some(a.clone()),
+            state: pb::SubtaskState::Succeeded as i32,
+            ..Default::default()
+        };
         assert!(report(&ok).is_ok());
         let waiting = pb::TaskReport { state: pb::SubtaskState::Waiting as i32, ..ok.clone() };
         assert!(report(&waiting).unwrap_err().to_string().contains("cannot report waiting"));
@@ -553,7 +641,10 @@ mod tests {
         for bad in [f64::NAN, f64::INFINITY, -0.5, 7.0] {
             let e = with(&|r| r.state = Some(pb::NodeState { cpu_utilisation: bad, ..Default::default() }));
             assert!(e.contains("state.cpu_utilisation"), "{bad}: {e}");
-            assert!(node_report(Some(&pb::NodeState { cpu_utilisation: bad, ..Default::default() })).is_err(), "heartbeats too: {bad}");
+            assert!(
+                node_report(Some(&pb::NodeState { cpu_utilisation: bad, ..Default::default() })).is_err(),
+                "heartbeats too: {bad}"
+            );
         }
         assert!(node_report(Some(&pb::NodeState { cpu_utilisation: 1.0, ..Default::default() })).is_ok());
     }
@@ -581,7 +672,11 @@ mod tests {
         assert_eq!(t.rack(), Some("r1"));
         assert_eq!(
             t.gpu_links,
-            [GpuLink { a: 0, b: 3, level: LinkLevel::NvLink(2) }, GpuLink { a: 0, b: 5, level: LinkLevel::Sys }, GpuLink { a: 3, b: 5, level: LinkLevel::Sys }]
+            [
+                GpuLink { a: 0, b: 3, level: LinkLevel::NvLink(2) },
+                GpuLink { a: 0, b: 5, level: LinkLevel::Sys },
+                GpuLink { a: 3, b: 5, level: LinkLevel::Sys }
+            ]
         );
         assert_eq!(t.gpu_numa.get(&5), Some(&1));
         // And back out, as `plexus workers` sees it.
@@ -629,19 +724,28 @@ mod tests {
     #[test]
     fn gpu_states_and_isolation_are_checked_and_kept() {
         let gpu = |utilisation, memory_used| pb::GpuState { index: 1, utilisation, memory_used };
-        let state = pb::NodeState { gpus: vec![gpu(0.25, 1 << 30)], isolation: "cgroup-v1".into(), ..Default::default() };
+        let state =
+            pb::NodeState { gpus: vec![gpu(0.25, 1 << 30)], isolation: "cgroup-v1".into(), ..Default::default() };
         let n = node_report(Some(&state)).unwrap();
         assert_eq!(n.gpus, [GpuUsage { index: 1, utilisation: 0.25, memory_used: 1 << 30 }]);
         assert_eq!(n.isolation, "cgroup-v1");
         for bad in [f64::NAN, -0.1, 1.5] {
-            let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(bad, 0)], ..Default::default() })).unwrap_err().to_string();
+            let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(bad, 0)], ..Default::default() }))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("state.gpus.utilisation"), "{bad}: {e}");
         }
-        let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(0.0, u64::MAX)], ..Default::default() })).unwrap_err().to_string();
+        let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(0.0, u64::MAX)], ..Default::default() }))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("state.gpus.memory_used"), "{e}");
-        let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(0.0, 0); 257], ..Default::default() })).unwrap_err().to_string();
+        let e = node_report(Some(&pb::NodeState { gpus: vec![gpu(0.0, 0); 257], ..Default::default() }))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("state.gpus") && e.contains("257"), "{e}");
-        let e = node_report(Some(&pb::NodeState { isolation: "evil\u{1b}[2J".into(), ..Default::default() })).unwrap_err().to_string();
+        let e = node_report(Some(&pb::NodeState { isolation: "evil\u{1b}[2J".into(), ..Default::default() }))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("state.isolation"), "{e}");
 
         // The capacity's isolation is what the registration declares; it lands in the node state.

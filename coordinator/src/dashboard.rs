@@ -28,7 +28,6 @@ use serde_json::{Value, json};
 use crate::convert::Detail;
 use crate::engine::{Cmd, EngineHandle};
 
-
 /// Points of the learning curve kept (one every [`SAMPLE_EVERY`]: about two hours).
 const CURVE_POINTS: usize = 3_600;
 const SAMPLE_EVERY: Duration = Duration::from_secs(2);
@@ -71,7 +70,13 @@ impl Board {
 pub async fn sample(engine: EngineHandle, board: Arc<Board>, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
         if let Ok((_, Some(l))) = engine.call(|reply| Cmd::Learning { reply }).await {
-            board.push(Sample { at_ms: plexus_proto::now_ms(), decisions: l.decisions, exploratory: l.exploratory, training_steps: l.training_steps, loss: l.loss });
+            board.push(Sample {
+                at_ms: plexus_proto::now_ms(),
+                decisions: l.decisions,
+                exploratory: l.exploratory,
+                training_steps: l.training_steps,
+                loss: l.loss,
+            });
         }
         tokio::select! {
             _ = tokio::time::sleep(SAMPLE_EVERY) => {}
@@ -192,7 +197,11 @@ pub fn standby_page(why: &str, leader: Option<&str>) -> Response {
 }
 
 fn unavailable(e: crate::Error) -> Response {
-    (StatusCode::SERVICE_UNAVAILABLE, Html(page("Unavailable", "", "", html! { p.err { (e.to_string()) } }).into_string())).into_response()
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Html(page("Unavailable", "", "", html! { p.err { (e.to_string()) } }).into_string()),
+    )
+        .into_response()
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -438,7 +447,11 @@ pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response
         }
         @if j.subtasks.len() > MAX_ROWS { p { "… and " (j.subtasks.len() - MAX_ROWS) " more subtasks (plexus status " (j.job_id) " --subtasks lists them all)" } }
     };
-    Html(page(&format!("Job {}", j.name), "Jobs", "job", html! { div #job data-job=(j.job_id) { (body) } }).into_string()).into_response()
+    Html(
+        page(&format!("Job {}", j.name), "Jobs", "job", html! { div #job data-job=(j.job_id) { (body) } })
+            .into_string(),
+    )
+    .into_response()
 }
 
 pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(String, String, u32)>) -> Response {
@@ -545,11 +558,15 @@ pub async fn api_workers(State(d): State<Dash>) -> Response {
 fn policy_json(placer: &str, curve: &[Sample]) -> Value {
     let last = curve.last();
     // Decisions per second and exploration over the last minute of samples.
-    let window = curve.iter().rev().find(|s| last.is_some_and(|l| l.at_ms.saturating_sub(s.at_ms) >= 60_000)).or(curve.first());
+    let window =
+        curve.iter().rev().find(|s| last.is_some_and(|l| l.at_ms.saturating_sub(s.at_ms) >= 60_000)).or(curve.first());
     let (rate, explore) = match (window, last) {
         (Some(a), Some(b)) if b.at_ms > a.at_ms => {
             let n = b.decisions.saturating_sub(a.decisions);
-            (n as f64 * 1000.0 / (b.at_ms - a.at_ms) as f64, if n == 0 { 0.0 } else { b.exploratory.saturating_sub(a.exploratory) as f64 / n as f64 })
+            (
+                n as f64 * 1000.0 / (b.at_ms - a.at_ms) as f64,
+                if n == 0 { 0.0 } else { b.exploratory.saturating_sub(a.exploratory) as f64 / n as f64 },
+            )
         }
         _ => (0.0, 0.0),
     };
@@ -613,16 +630,28 @@ const COOKIE_MAX_AGE_S: u32 = 12 * 3600;
 /// `/login?token=…[&next=/path]`: checks the token and keeps it in a cookie.
 pub async fn login(State(http): State<crate::http::Http>, Query(l): Query<Login>) -> Response {
     let mut headers = HeaderMap::new();
-    headers.insert(header::AUTHORIZATION, match format!("Bearer {}", l.token.trim()).parse() {
-        Ok(v) => v,
-        Err(_) => return (StatusCode::BAD_REQUEST, "the token has characters a header cannot carry\n").into_response(),
-    });
+    headers.insert(
+        header::AUTHORIZATION,
+        match format!("Bearer {}", l.token.trim()).parse() {
+            Ok(v) => v,
+            Err(_) => {
+                return (StatusCode::BAD_REQUEST, "the token has characters a header cannot carry\n").into_response();
+            }
+        },
+    );
     if let Err(refused) = crate::http::authorise(&http, &headers) {
         return refused;
     }
     // Only a path of this site (no "//host", no scheme): not an open redirect.
-    let next = l.next.filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\')).unwrap_or_else(|| "/".into());
-    let cookie = format!("{}={}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; SameSite=Strict", crate::http::TOKEN_COOKIE, l.token.trim());
+    let next = l
+        .next
+        .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\'))
+        .unwrap_or_else(|| "/".into());
+    let cookie = format!(
+        "{}={}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; SameSite=Strict",
+        crate::http::TOKEN_COOKIE,
+        l.token.trim()
+    );
     let mut r = Redirect::to(&next).into_response();
     if let Ok(v) = cookie.parse() {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -642,4 +671,3 @@ pub fn login_form(why: &str) -> Response {
 
 /// The dashboard's script: polls `/api/*` every second and updates the page in place.
 const APP_JS: &str = include_str!("../static/app.js");
-

@@ -53,37 +53,109 @@ pub type Reply<T> = oneshot::Sender<T>;
 
 /// A request to the engine.
 pub enum Cmd {
-    Submit { id: JobId, spec: JobSpec, reply: Reply<Result<u32, SchedulerError>> },
-    Cancel { job: JobId, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
+    Submit {
+        id: JobId,
+        spec: JobSpec,
+        reply: Reply<Result<u32, SchedulerError>>,
+    },
+    Cancel {
+        job: JobId,
+        reply: Reply<Result<pb::JobStatus, SchedulerError>>,
+    },
     /// The peer URLs of the live workers holding an object (its job must exist).
-    Holders { object: plexus_proto::ObjectId, reply: Reply<Result<Vec<String>, SchedulerError>> },
+    Holders {
+        object: plexus_proto::ObjectId,
+        reply: Reply<Result<Vec<String>, SchedulerError>>,
+    },
     /// Drains (`true`) or undrains a worker.
-    DrainWorker { worker: WorkerId, on: bool, reply: Reply<Result<(), SchedulerError>> },
+    DrainWorker {
+        worker: WorkerId,
+        on: bool,
+        reply: Reply<Result<(), SchedulerError>>,
+    },
     /// Forgets a lost worker.
-    RemoveWorker { worker: WorkerId, reply: Reply<Result<(), SchedulerError>> },
+    RemoveWorker {
+        worker: WorkerId,
+        reply: Reply<Result<(), SchedulerError>>,
+    },
     /// Submits job `job`'s spec again as job `id`.
-    Resubmit { job: JobId, id: JobId, reply: Reply<Result<u32, SchedulerError>> },
-    GetJob { job: JobId, detail: Detail, reply: Reply<Result<pb::JobStatus, SchedulerError>> },
-    ListJobs { reply: Reply<Vec<pb::JobStatus>> },
-    Watch { job: JobId, reply: Reply<Result<watch::Receiver<pb::JobStatus>, SchedulerError>> },
-    ListWorkers { reply: Reply<Vec<pb::WorkerInfo>> },
+    Resubmit {
+        job: JobId,
+        id: JobId,
+        reply: Reply<Result<u32, SchedulerError>>,
+    },
+    GetJob {
+        job: JobId,
+        detail: Detail,
+        reply: Reply<Result<pb::JobStatus, SchedulerError>>,
+    },
+    ListJobs {
+        reply: Reply<Vec<pb::JobStatus>>,
+    },
+    Watch {
+        job: JobId,
+        reply: Reply<Result<watch::Receiver<pb::JobStatus>, SchedulerError>>,
+    },
+    ListWorkers {
+        reply: Reply<Vec<pb::WorkerInfo>>,
+    },
     /// Sets (`Some`) or clears a queue's share; replies with every queue's share and use.
-    SetQueue { name: String, share: Option<f64>, reply: Reply<Result<Vec<pb::QueueInfo>, String>> },
-    ListQueues { reply: Reply<Vec<pb::QueueInfo>> },
+    SetQueue {
+        name: String,
+        share: Option<f64>,
+        reply: Reply<Result<Vec<pb::QueueInfo>, String>>,
+    },
+    ListQueues {
+        reply: Reply<Vec<pb::QueueInfo>>,
+    },
     /// The metrics in the Prometheus text format.
-    Metrics { reply: Reply<String> },
+    Metrics {
+        reply: Reply<String>,
+    },
     /// The learning placer's counters (`None`: a heuristic, or metrics off), and the placer's name.
-    Learning { reply: Reply<(&'static str, Option<plexus_scheduler::placer::LearningStats>)> },
-    Explain { job: JobId, task: String, rank: u32, reply: Reply<Result<pb::ExplainPlacementResponse, SchedulerError>> },
+    Learning {
+        reply: Reply<(&'static str, Option<plexus_scheduler::placer::LearningStats>)>,
+    },
+    Explain {
+        job: JobId,
+        task: String,
+        rank: u32,
+        reply: Reply<Result<pb::ExplainPlacementResponse, SchedulerError>>,
+    },
     /// Where the logs of an attempt (0: the latest) are.
-    Logs { job: JobId, task: String, rank: u32, attempt: u32, reply: Reply<Result<LogSource, SchedulerError>> },
-    Register { reg: Registration, reply: Reply<(u64, u64)> },
-    Heartbeat { worker: WorkerId, session: String, node: NodeReport, reply: Reply<bool> },
-    Report { worker: WorkerId, session: String, reports: Vec<Report>, reply: Reply<bool> },
-    OpenStream { worker: WorkerId, session: String, reply: Reply<Option<mpsc::UnboundedReceiver<pb::AssignmentBatch>>> },
+    Logs {
+        job: JobId,
+        task: String,
+        rank: u32,
+        attempt: u32,
+        reply: Reply<Result<LogSource, SchedulerError>>,
+    },
+    Register {
+        reg: Registration,
+        reply: Reply<(u64, u64)>,
+    },
+    Heartbeat {
+        worker: WorkerId,
+        session: String,
+        node: NodeReport,
+        reply: Reply<bool>,
+    },
+    Report {
+        worker: WorkerId,
+        session: String,
+        reports: Vec<Report>,
+        reply: Reply<bool>,
+    },
+    OpenStream {
+        worker: WorkerId,
+        session: String,
+        reply: Reply<Option<mpsc::UnboundedReceiver<pb::AssignmentBatch>>>,
+    },
     /// Ends every assignment and watch stream, so a graceful shutdown has no open stream to wait
     /// for. Workers reconnect to the next coordinator process; watchers see the stream end.
-    CloseStreams { reply: Reply<()> },
+    CloseStreams {
+        reply: Reply<()>,
+    },
     /// Stops the engine after this round. Connection tasks may still hold handles, so the engine
     /// cannot wait for every handle to be dropped.
     Stop,
@@ -165,16 +237,34 @@ struct Engine {
 
 /// Starts the engine thread. It runs until every handle is dropped, or a commit fails; the
 /// returned join handle yields the storage error in the latter case.
-pub fn start(core: Core, store: Box<dyn Store>, clock: fn() -> u64) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
+pub fn start(
+    core: Core,
+    store: Box<dyn Store>,
+    clock: fn() -> u64,
+) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
     start_with(core, store, clock, true)
 }
 
 /// [`start`], with metrics kept (`metrics`) or not observed at all.
-pub fn start_with(core: Core, store: Box<dyn Store>, clock: fn() -> u64, metrics: bool) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
+pub fn start_with(
+    core: Core,
+    store: Box<dyn Store>,
+    clock: fn() -> u64,
+    metrics: bool,
+) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
     let (tx, rx) = std_mpsc::channel();
     let estimates_saved = (core.estimates().revision(), clock());
     let metrics = metrics.then(|| crate::metrics::Metrics::new(core.placer_name()));
-    let engine = Engine { stats: Stats::default(), core, store, clock, delivery: HashMap::new(), watchers: HashMap::new(), estimates_saved, metrics };
+    let engine = Engine {
+        stats: Stats::default(),
+        core,
+        store,
+        clock,
+        delivery: HashMap::new(),
+        watchers: HashMap::new(),
+        estimates_saved,
+        metrics,
+    };
     let join = std::thread::Builder::new()
         .name("plexus-engine".into())
         .spawn(move || engine.run(rx))
@@ -356,7 +446,9 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::Cancel { job, reply } => {
-                let r = core.cancel(job, now).map(|_| convert::job_status(core.job(job).expect("cancelled job exists"), Detail::Summary, now));
+                let r = core
+                    .cancel(job, now)
+                    .map(|_| convert::job_status(core.job(job).expect("cancelled job exists"), Detail::Summary, now));
                 replies.push(defer(reply, r));
             }
             Cmd::GetJob { job, detail, reply } => {
@@ -491,7 +583,8 @@ impl Engine {
             return;
         }
         // Each changed job once, whether its record or only its subtasks changed.
-        let changed: std::collections::BTreeSet<JobId> = out.jobs.iter().copied().chain(out.subtasks.iter().map(|(j, _)| *j)).collect();
+        let changed: std::collections::BTreeSet<JobId> =
+            out.jobs.iter().copied().chain(out.subtasks.iter().map(|(j, _)| *j)).collect();
         for job in changed {
             let Some(tx) = self.watchers.get(&job) else { continue };
             let Some(j) = self.core.job(job) else { continue };
@@ -515,8 +608,15 @@ fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Re
     let (w, attempt) = if wanted == 0 {
         // The latest attempt that reached a worker: the current one, or (after a requeue) the one
         // before it, whose logs are the most recent there are.
-        let Some(found) = s.worker.map(|w| (w, s.attempt)).or_else(|| s.history.iter().rev().find_map(|t| t.worker.map(|w| (w, t.attempt)))) else {
-            return Err(SchedulerError::NotPlaced(format!("task {task:?} rank {rank} of job {job} has not run yet ({})", s.state.as_str())));
+        let Some(found) = s
+            .worker
+            .map(|w| (w, s.attempt))
+            .or_else(|| s.history.iter().rev().find_map(|t| t.worker.map(|w| (w, t.attempt))))
+        else {
+            return Err(SchedulerError::NotPlaced(format!(
+                "task {task:?} rank {rank} of job {job} has not run yet ({})",
+                s.state.as_str()
+            )));
         };
         found
     } else {
@@ -550,7 +650,10 @@ fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Re
 
 /// Every queue with a share, with the cores its placed attempts hold.
 fn queue_list(core: &Core) -> Vec<pb::QueueInfo> {
-    core.queue_shares().iter().map(|(name, share)| pb::QueueInfo { name: name.clone(), share: *share, used_cpu: core.queue_usage(name) }).collect()
+    core.queue_shares()
+        .iter()
+        .map(|(name, share)| pb::QueueInfo { name: name.clone(), share: *share, used_cpu: core.queue_usage(name) })
+        .collect()
 }
 
 #[cfg(test)]
@@ -574,20 +677,42 @@ mod tests {
         let (handle, thread) = start(core, Box::new(store.clone()), plexus_proto::now_ms);
         let worker = WorkerId::random();
         let capacity = Capacity { cpus: 2, memory: 1 << 30, ..Default::default() };
-        let reg = Registration { worker, session: "s".into(), peer_addr: "http://127.0.0.1:1".into(), capacity, state: NodeReport::default(), known: vec![] };
+        let reg = Registration {
+            worker,
+            session: "s".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity,
+            state: NodeReport::default(),
+            known: vec![],
+        };
         handle.call(|reply| Cmd::Register { reg, reply }).await.unwrap();
         let job = JobId::random();
         let spec = parse("[[task]]\nname = \"a\"\ncommand = [\"work\"]\n", Format::Toml, "j.toml").unwrap();
         handle.call(|reply| Cmd::Submit { id: job, spec, reply }).await.unwrap().unwrap();
         let attempt = AttemptRef { job, task: "a".into(), rank: 0, attempt: 1 };
-        let report = Report { attempt: Some(attempt), state: Some(SubtaskState::Succeeded), started_at: 1_000, finished_at: 1_250, ..Default::default() };
-        assert!(handle.call(|reply| Cmd::Report { worker, session: "s".into(), reports: vec![report], reply }).await.unwrap());
+        let report = Report {
+            attempt: Some(attempt),
+            state: Some(SubtaskState::Succeeded),
+            started_at: 1_000,
+            finished_at: 1_250,
+            ..Default::default()
+        };
+        assert!(
+            handle
+                .call(|reply| Cmd::Report { worker, session: "s".into(), reports: vec![report], reply })
+                .await
+                .unwrap()
+        );
         let workers = handle.call(|reply| Cmd::ListWorkers { reply }).await.unwrap();
         let speed = workers[0].speed.expect("measured");
         assert_eq!((speed.signatures, speed.run_samples), (1, 1.0));
         assert!(store.load_estimates().unwrap().is_none(), "not saved with every round");
         handle.stop();
-        tokio::task::spawn_blocking(move || thread.join()).await.unwrap().expect("the engine thread ends").expect("cleanly");
+        tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .unwrap()
+            .expect("the engine thread ends")
+            .expect("cleanly");
         let saved = load_estimates(store.as_ref());
         assert_eq!(saved.speeds()[&worker].signatures, 1);
         assert!(saved.revision() > 0);

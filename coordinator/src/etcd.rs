@@ -82,20 +82,26 @@ impl std::str::FromStr for EtcdUrl {
     type Err = String;
 
     fn from_str(s: &str) -> Result<EtcdUrl, String> {
-        let rest = s.strip_prefix("etcd://").ok_or_else(|| format!("{s:?} is not an etcd URL: write etcd://host:port[,host:port…][/prefix]"))?;
+        let rest = s
+            .strip_prefix("etcd://")
+            .ok_or_else(|| format!("{s:?} is not an etcd URL: write etcd://host:port[,host:port…][/prefix]"))?;
         let (hosts, prefix) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/').to_string()),
             None => (rest, String::new()),
         };
         let prefix = if prefix.is_empty() { "/plexus".to_string() } else { prefix };
         if prefix.len() > 200 || prefix.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(format!("the etcd key prefix {prefix:?} must be at most 200 characters, without spaces or control characters"));
+            return Err(format!(
+                "the etcd key prefix {prefix:?} must be at most 200 characters, without spaces or control characters"
+            ));
         }
         let mut endpoints = Vec::new();
         for h in hosts.split(',') {
             let h = h.trim();
             let Some((host, port)) = h.rsplit_once(':') else {
-                return Err(format!("etcd endpoint {h:?} in {s:?} has no port: write host:port (etcd's client port is usually 2379)"));
+                return Err(format!(
+                    "etcd endpoint {h:?} in {s:?} has no port: write host:port (etcd's client port is usually 2379)"
+                ));
             };
             if host.is_empty() || port.parse::<u16>().is_err() {
                 return Err(format!("etcd endpoint {h:?} in {s:?} is not host:port"));
@@ -159,14 +165,32 @@ impl Etcd {
         let endpoints: Vec<String> = url.endpoints.iter().map(|e| format!("http://{e}")).collect();
         let shown = url.to_string();
         let (client, waiting) = run_on(rt.handle(), async move {
-            let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_keep_alive(KEEPALIVE_EVERY, Duration::from_secs(2));
-            let client = Client::connect(endpoints.clone(), Some(options.clone().with_timeout(REQUEST_TIMEOUT))).await.map_err(etcd_error(format!("connecting to {shown}")))?;
+            let options = ConnectOptions::new()
+                .with_connect_timeout(CONNECT_TIMEOUT)
+                .with_keep_alive(KEEPALIVE_EVERY, Duration::from_secs(2));
+            let client = Client::connect(endpoints.clone(), Some(options.clone().with_timeout(REQUEST_TIMEOUT)))
+                .await
+                .map_err(etcd_error(format!("connecting to {shown}")))?;
             // Connecting is lazy: ask for something so an unreachable etcd is reported now.
-            client.kv_client().get("/", Some(GetOptions::new().with_count_only())).await.map_err(etcd_error(format!("reaching {shown}")))?;
-            let waiting = Client::connect(endpoints, Some(options)).await.map_err(etcd_error(format!("connecting to {shown}")))?;
+            client
+                .kv_client()
+                .get("/", Some(GetOptions::new().with_count_only()))
+                .await
+                .map_err(etcd_error(format!("reaching {shown}")))?;
+            let waiting = Client::connect(endpoints, Some(options))
+                .await
+                .map_err(etcd_error(format!("connecting to {shown}")))?;
             Ok::<_, Error>((client, waiting))
         })??;
-        Ok(Etcd { inner: Arc::new(Inner { rt: RuntimeBox(Some(rt)), client, waiting, url: url.clone(), fence: RwLock::new(None) }) })
+        Ok(Etcd {
+            inner: Arc::new(Inner {
+                rt: RuntimeBox(Some(rt)),
+                client,
+                waiting,
+                url: url.clone(),
+                fence: RwLock::new(None),
+            }),
+        })
     }
 
     pub fn url(&self) -> &EtcdUrl {
@@ -192,7 +216,10 @@ impl Etcd {
     }
 
     /// Runs `f` on the connection's runtime and waits for it, from any thread.
-    pub fn block<T: Send + 'static>(&self, f: impl std::future::Future<Output = Result<T, Error>> + Send + 'static) -> Result<T, Error> {
+    pub fn block<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, Error>> + Send + 'static,
+    ) -> Result<T, Error> {
         run_on(&self.handle(), f)?
     }
 
@@ -251,7 +278,11 @@ where
 }
 
 /// The reading of [`Etcd::range`], one attempt.
-async fn range_async(mut kv: etcd_client::KvClient, from: Vec<u8>, end: Vec<u8>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+async fn range_async(
+    mut kv: etcd_client::KvClient,
+    from: Vec<u8>,
+    end: Vec<u8>,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
     let mut out = Vec::new();
     let mut start = from;
     loop {
@@ -300,12 +331,15 @@ impl Etcd {
         let (key, lease) = self.block(async move {
             let mut c = client;
             let lease = c.lease_grant(10, None).await.map_err(etcd_error("taking a lease for a lock"))?.id();
-            let key = tokio::time::timeout(Duration::from_secs(30), c.lock(lock_name, Some(etcd_client::LockOptions::new().with_lease(lease))))
-                .await
-                .map_err(|_| Error::Etcd("waited 30 s for etcd's start-up lock; another coordinator holds it".into()))?
-                .map_err(etcd_error("taking etcd's start-up lock"))?
-                .key()
-                .to_vec();
+            let key = tokio::time::timeout(
+                Duration::from_secs(30),
+                c.lock(lock_name, Some(etcd_client::LockOptions::new().with_lease(lease))),
+            )
+            .await
+            .map_err(|_| Error::Etcd("waited 30 s for etcd's start-up lock; another coordinator holds it".into()))?
+            .map_err(etcd_error("taking etcd's start-up lock"))?
+            .key()
+            .to_vec();
             Ok((key, lease))
         })?;
         let out = f();
@@ -328,7 +362,10 @@ impl Etcd {
                 Ok(())
             }
             Some(v) => {
-                let v: u32 = std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok()).ok_or_else(|| Error::Corrupt { key: "meta/version".into(), reason: "not a number".into() })?;
+                let v: u32 = std::str::from_utf8(&v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| Error::Corrupt { key: "meta/version".into(), reason: "not a number".into() })?;
                 if v > plexus_migrations::CURRENT {
                     return Err(Error::Invalid(format!(
                         "the etcd store {} holds schema version {v}, newer than this binary's {}: run a newer plexus-coordinator",
@@ -346,7 +383,10 @@ impl Etcd {
 
 /// Runs `f` on `rt` and waits for it from a synchronous caller (any thread, even one of another
 /// runtime's workers, which a plain `block_on` would refuse).
-fn run_on<T: Send + 'static>(rt: &tokio::runtime::Handle, f: impl std::future::Future<Output = T> + Send + 'static) -> Result<T, Error> {
+fn run_on<T: Send + 'static>(
+    rt: &tokio::runtime::Handle,
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, Error> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     rt.spawn(async move {
         let _ = tx.send(f.await);
@@ -354,7 +394,11 @@ fn run_on<T: Send + 'static>(rt: &tokio::runtime::Handle, f: impl std::future::F
     rx.recv().map_err(|_| Error::Etcd("the etcd client's runtime stopped".into()))
 }
 
-async fn write_async(kv: &mut etcd_client::KvClient, fence: Option<Fence>, ops: Vec<TxnOp>) -> Result<etcd_client::TxnResponse, Error> {
+async fn write_async(
+    kv: &mut etcd_client::KvClient,
+    fence: Option<Fence>,
+    ops: Vec<TxnOp>,
+) -> Result<etcd_client::TxnResponse, Error> {
     let mut txn = Txn::new();
     if let Some(f) = &fence {
         txn = txn.when(vec![Compare::create_revision(f.key.clone(), CompareOp::Equal, f.rev)]);
@@ -407,7 +451,10 @@ impl EtcdKv {
     }
 
     fn decode(&self, key: &[u8], stored: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let corrupt = |reason: &str| Error::Corrupt { key: format!("{}/{}", self.space, String::from_utf8_lossy(key)), reason: reason.into() };
+        let corrupt = |reason: &str| Error::Corrupt {
+            key: format!("{}/{}", self.space, String::from_utf8_lossy(key)),
+            reason: reason.into(),
+        };
         match stored.split_first() {
             Some((&INLINE, rest)) => Ok(rest.to_vec()),
             Some((&CHUNKED, rest)) if rest.len() == 20 => {
@@ -553,7 +600,9 @@ pub fn decode_items(mut b: &[u8]) -> Result<Vec<(Vec<u8>, Option<Vec<u8>>)>, Str
         *b = rest;
         Ok(head)
     }
-    let len = |b: &mut &[u8]| -> Result<usize, String> { Ok(u32::from_be_bytes(take(b, 4)?.try_into().expect("4 bytes")) as usize) };
+    let len = |b: &mut &[u8]| -> Result<usize, String> {
+        Ok(u32::from_be_bytes(take(b, 4)?.try_into().expect("4 bytes")) as usize)
+    };
     let mut out = Vec::new();
     while !b.is_empty() {
         let n = len(&mut b)?;
@@ -575,7 +624,8 @@ fn compress(raw: &[u8]) -> Vec<u8> {
 }
 
 fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let claimed = bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize).ok_or("no size")?;
+    let claimed =
+        bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize).ok_or("no size")?;
     // lz4 expands at most 255-fold; a larger claim is damage, not data.
     if claimed > MAX_DECOMPRESSED || claimed > bytes.len().saturating_mul(255) {
         return Err(format!("implausible decompressed size {claimed}"));
@@ -661,7 +711,8 @@ impl EtcdStore {
         let mut records: BTreeMap<Vec<u8>, Arc<[u8]>> = BTreeMap::new();
         let mut after = 0u64;
         if let Some(p) = self.etcd.get(self.etcd.key("/state/snapshot"))? {
-            let p: SnapshotPointer = serde_json::from_slice(&p).map_err(|e| corrupt("state/snapshot", e.to_string()))?;
+            let p: SnapshotPointer =
+                serde_json::from_slice(&p).map_err(|e| corrupt("state/snapshot", e.to_string()))?;
             let prefix = self.etcd.key(&format!("/state/snap/{:016x}/", p.seq));
             let parts = self.etcd.range(prefix.clone(), prefix_end(&prefix))?;
             if parts.len() != p.parts as usize {
@@ -685,7 +736,8 @@ impl EtcdStore {
         let prefix_len = self.etcd.key("/state/log/").len();
         for (k, v) in entries {
             let name = String::from_utf8_lossy(&k[prefix_len..]).into_owned();
-            let seq = u64::from_str_radix(&name, 16).map_err(|e| corrupt(&format!("state/log/{name}"), e.to_string()))?;
+            let seq =
+                u64::from_str_radix(&name, 16).map_err(|e| corrupt(&format!("state/log/{name}"), e.to_string()))?;
             last_seq = last_seq.max(seq);
             bytes += v.len() as u64;
             count += 1;
@@ -724,7 +776,13 @@ impl EtcdStore {
 
     /// Writes a snapshot of `records` as of log entry `seq`, then the pointer (deleting the log
     /// it covers and older snapshots), then compacts etcd's history up to the previous one.
-    fn write_snapshot(etcd: &Etcd, records: BTreeMap<Vec<u8>, Arc<[u8]>>, seq: u64, part_size: usize, last_revision: &Mutex<i64>) -> Result<(), Error> {
+    fn write_snapshot(
+        etcd: &Etcd,
+        records: BTreeMap<Vec<u8>, Arc<[u8]>>,
+        seq: u64,
+        part_size: usize,
+        last_revision: &Mutex<i64>,
+    ) -> Result<(), Error> {
         let t = Instant::now();
         let raw = encode_items(records.iter().map(|(k, v)| (k.as_slice(), Some(&v[..]))));
         let bytes = compress(&raw);
@@ -735,7 +793,13 @@ impl EtcdStore {
             k.extend_from_slice(format!("{i:08x}").as_bytes());
             etcd.write(vec![TxnOp::put(k, part.to_vec(), None)])?;
         }
-        let pointer = SnapshotPointer { seq, parts: parts as u32, records: records.len() as u64, bytes: bytes.len() as u64, at_ms: plexus_proto::now_ms() };
+        let pointer = SnapshotPointer {
+            seq,
+            parts: parts as u32,
+            records: records.len() as u64,
+            bytes: bytes.len() as u64,
+            at_ms: plexus_proto::now_ms(),
+        };
         let log_from = etcd.key("/state/log/");
         let log_to = etcd.key(&format!("/state/log/{:016x}", seq + 1));
         let snaps = etcd.key("/state/snap/");
@@ -757,7 +821,15 @@ impl EtcdStore {
                 tracing::debug!(error = %e, "etcd compaction");
             }
         }
-        tracing::info!(seq, records = records.len(), raw = raw.len(), compressed = bytes.len(), parts, ms = t.elapsed().as_millis() as u64, "snapshot written to etcd");
+        tracing::info!(
+            seq,
+            records = records.len(),
+            raw = raw.len(),
+            compressed = bytes.len(),
+            parts,
+            ms = t.elapsed().as_millis() as u64,
+            "snapshot written to etcd"
+        );
         Ok(())
     }
 
@@ -914,8 +986,12 @@ pub fn copy_sled(from: &crate::store::SledStore, to: &EtcdUrl) -> Result<Copied,
     let etcd = Etcd::connect(to)?;
     etcd.locked("init", || {
         let log = etcd.key("/state/");
-        if !etcd.range(log.clone(), prefix_end(&log))?.is_empty() || etcd.get(etcd.key("/kv/security/meta/cluster"))?.is_some() {
-            return Err(Error::Invalid(format!("{to} already holds a Plexus cluster's state; copy into an empty prefix (etcd://…/another-prefix)")));
+        if !etcd.range(log.clone(), prefix_end(&log))?.is_empty()
+            || etcd.get(etcd.key("/kv/security/meta/cluster"))?.is_some()
+        {
+            return Err(Error::Invalid(format!(
+                "{to} already holds a Plexus cluster's state; copy into an empty prefix (etcd://…/another-prefix)"
+            )));
         }
         etcd.check_version()?;
         let mut copied = Copied::default();
@@ -928,7 +1004,11 @@ pub fn copy_sled(from: &crate::store::SledStore, to: &EtcdUrl) -> Result<Copied,
         store.commit(batch)?;
         store.snapshot_now()?;
         let (src, dst) = (from.spaces()?, etcd.spaces());
-        for (name, a, b, n) in [("security", &src.security, &dst.security, &mut copied.security), ("policy", &src.policy, &dst.policy, &mut copied.policy), ("queues", &src.queues, &dst.queues, &mut copied.queues)] {
+        for (name, a, b, n) in [
+            ("security", &src.security, &dst.security, &mut copied.security),
+            ("policy", &src.policy, &dst.policy, &mut copied.policy),
+            ("queues", &src.queues, &dst.queues, &mut copied.queues),
+        ] {
             for (k, v) in a.scan(b"")? {
                 b.put(&k, &v).map_err(|e| Error::Etcd(format!("copying the {name} records: {e}")))?;
                 *n += 1;
@@ -961,7 +1041,8 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_damage_is_an_error() {
-        let items: Vec<(Vec<u8>, Option<Vec<u8>>)> = vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), None), (vec![], Some(vec![]))];
+        let items: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+            vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), None), (vec![], Some(vec![]))];
         let raw = encode_items(items.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
         assert_eq!(decode_items(&raw).unwrap(), items);
         assert!(decode_items(&raw[..raw.len() - 1]).is_err());

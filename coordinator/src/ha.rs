@@ -81,7 +81,8 @@ impl Role {
         if self.single {
             return true;
         }
-        self.leading.load(Ordering::SeqCst) && self.valid_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t)
+        self.leading.load(Ordering::SeqCst)
+            && self.valid_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t)
     }
 
     pub fn leader(&self) -> Option<String> {
@@ -110,7 +111,10 @@ impl Role {
     pub fn refusal(&self) -> Status {
         let mut st = match self.leader() {
             Some(l) => Status::unavailable(format!("this coordinator ({}) is a standby; the leader is {l}", self.me)),
-            None => Status::unavailable(format!("this coordinator ({}) is a standby and no coordinator leads yet; try again shortly", self.me)),
+            None => Status::unavailable(format!(
+                "this coordinator ({}) is a standby and no coordinator leads yet; try again shortly",
+                self.me
+            )),
         };
         if let Some(l) = self.leader()
             && let Ok(v) = l.parse()
@@ -123,19 +127,33 @@ impl Role {
     /// Every coordinator of the control plane, the leader marked.
     pub async fn coordinators(&self) -> Result<Vec<plexus_proto::pb::CoordinatorInfo>, Error> {
         let Some(etcd) = &self.etcd else {
-            return Ok(vec![plexus_proto::pb::CoordinatorInfo { id: self.id.clone(), url: self.me.clone(), leader: true, started_ms: self.started_ms, me: true }]);
+            return Ok(vec![plexus_proto::pb::CoordinatorInfo {
+                id: self.id.clone(),
+                url: self.me.clone(),
+                leader: true,
+                started_ms: self.started_ms,
+                me: true,
+            }]);
         };
         // Read with the store's retry, so a member of etcd going down does not fail the list;
         // the leader is this coordinator, or the one the standby's watcher last saw.
         let prefix = etcd.key("/members/");
         let e = etcd.clone();
-        let members = tokio::task::spawn_blocking(move || e.range(prefix.clone(), crate::etcd::prefix_end(&prefix))).await.map_err(|e| Error::Engine(e.to_string()))??;
+        let members = tokio::task::spawn_blocking(move || e.range(prefix.clone(), crate::etcd::prefix_end(&prefix)))
+            .await
+            .map_err(|e| Error::Engine(e.to_string()))??;
         let members: Vec<Vec<u8>> = members.into_iter().map(|(_, v)| v).collect();
         let leader = self.leader();
         let mut out: Vec<plexus_proto::pb::CoordinatorInfo> = members
             .iter()
             .filter_map(|v| serde_json::from_slice::<Member>(v).ok())
-            .map(|m| plexus_proto::pb::CoordinatorInfo { leader: leader.as_deref() == Some(m.url.as_str()), me: m.id == self.id, id: m.id, url: m.url, started_ms: m.started_ms })
+            .map(|m| plexus_proto::pb::CoordinatorInfo {
+                leader: leader.as_deref() == Some(m.url.as_str()),
+                me: m.id == self.id,
+                id: m.id,
+                url: m.url,
+                started_ms: m.started_ms,
+            })
             .collect();
         out.sort_by(|a, b| b.leader.cmp(&a.leader).then(a.url.cmp(&b.url)));
         Ok(out)
@@ -212,7 +230,13 @@ pub trait Term: Send + Sync {
 }
 
 /// Campaigns, leads, steps down, and campaigns again, until `shutdown`.
-pub async fn lead(role: Arc<Role>, ttl: Duration, handle: EngineHandle, term: Arc<dyn Term>, shutdown: CancellationToken) -> Result<(), Error> {
+pub async fn lead(
+    role: Arc<Role>,
+    ttl: Duration,
+    handle: EngineHandle,
+    term: Arc<dyn Term>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let etcd = role.etcd.clone().ok_or_else(|| Error::Invalid("leader election needs an etcd store".into()))?;
     let ttl_s = ttl.as_secs().max(1) as i64;
     let election = etcd.key("/election");
@@ -238,7 +262,16 @@ pub async fn lead(role: Arc<Role>, ttl: Duration, handle: EngineHandle, term: Ar
 
 /// One lease: campaign with it, lead while it holds, then give it back.
 #[allow(clippy::too_many_arguments)]
-async fn one_term(role: &Arc<Role>, etcd: &Etcd, ttl: Duration, ttl_s: i64, election: &[u8], handle: &EngineHandle, term: &Arc<dyn Term>, shutdown: &CancellationToken) -> Result<(), Error> {
+async fn one_term(
+    role: &Arc<Role>,
+    etcd: &Etcd,
+    ttl: Duration,
+    ttl_s: i64,
+    election: &[u8],
+    handle: &EngineHandle,
+    term: &Arc<dyn Term>,
+    shutdown: &CancellationToken,
+) -> Result<(), Error> {
     let mut client = etcd.client();
     let granted_at = Instant::now();
     let lease = client.lease_grant(ttl_s, None).await.map_err(|e| Error::Etcd(format!("granting a lease: {e}")))?.id();
@@ -247,7 +280,9 @@ async fn one_term(role: &Arc<Role>, etcd: &Etcd, ttl: Duration, ttl_s: i64, elec
     let keeper = tokio::spawn(keep_alive(role.clone(), etcd.clone(), lease, ttl, lost.clone()));
     let member = Member { id: role.id.clone(), url: role.me.clone(), started_ms: role.started_ms };
     let member_key = etcd.key(&format!("/members/{}", role.id));
-    let registered = client.put(member_key, serde_json::to_vec(&member).expect("plain struct"), Some(PutOptions::new().with_lease(lease))).await;
+    let registered = client
+        .put(member_key, serde_json::to_vec(&member).expect("plain struct"), Some(PutOptions::new().with_lease(lease)))
+        .await;
     if let Err(e) = registered {
         keeper.abort();
         let _ = client.lease_revoke(lease).await;
@@ -374,7 +409,9 @@ async fn watch_leader(role: Arc<Role>, etcd: Etcd, election: Vec<u8>, shutdown: 
     while !shutdown.is_cancelled() {
         if !role.leading.load(Ordering::SeqCst) {
             match client.leader(election.clone()).await {
-                Ok(mut r) => role.set_leader(r.take_kv().map(|kv| String::from_utf8_lossy(&kv.into_key_value().1).into_owned())),
+                Ok(mut r) => {
+                    role.set_leader(r.take_kv().map(|kv| String::from_utf8_lossy(&kv.into_key_value().1).into_owned()))
+                }
                 Err(e) if e.to_string().contains("no leader") => role.set_leader(None),
                 // etcd unreachable for a moment (a member down): keep what was seen.
                 Err(_) => {}

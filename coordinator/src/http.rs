@@ -62,7 +62,10 @@ pub async fn serve(
         .route("/api/workers", get(dashboard::api_workers))
         .route("/api/policy", get(dashboard::api_policy))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard));
-    let app = guarded.route("/login", get(dashboard::login)).route("/static/app.js", get(dashboard::app_js)).with_state(state.clone());
+    let app = guarded
+        .route("/login", get(dashboard::login))
+        .route("/static/app.js", get(dashboard::app_js))
+        .with_state(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sampler = tokio::spawn(dashboard::sample(engine, state.board.clone(), stop_rx));
     let task = tokio::spawn(async move {
@@ -79,7 +82,11 @@ pub async fn serve(
 /// The token a request presents: its `Authorization: Bearer` header, else the cookie.
 fn presented(headers: &HeaderMap) -> Result<Option<String>, String> {
     if let Some(value) = headers.get(header::AUTHORIZATION) {
-        let text = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).ok_or("the Authorization header is not \"Bearer <token>\"")?;
+        let text = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or("the Authorization header is not \"Bearer <token>\"")?;
         return Ok(Some(text.trim().to_string()));
     }
     for cookies in headers.get_all(header::COOKIE) {
@@ -107,7 +114,9 @@ pub fn check(http: &Http, headers: &HeaderMap) -> Result<(), String> {
 
 /// [`check`] as a response: a 401 with the reason.
 pub fn authorise(http: &Http, headers: &HeaderMap) -> Result<(), Response> {
-    check(http, headers).map_err(|why| (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response())
+    check(http, headers).map_err(|why| {
+        (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response()
+    })
 }
 
 /// Every guarded route: pages answer a sign-in form without a token, the rest a plain 401.

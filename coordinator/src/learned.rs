@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use plexus_policy::features::NAMES;
 use plexus_policy::{DqnPolicy, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures};
-use plexus_scheduler::placer::{Candidate, Decision, HEURISTICS, LearningStats, MAX_DECISION_TIMES, Outcome, PlacementRequest, Placer, ReadyWork, heuristic, shortest_remaining_first};
+use plexus_scheduler::placer::{
+    Candidate, Decision, HEURISTICS, LearningStats, MAX_DECISION_TIMES, Outcome, PlacementRequest, Placer, ReadyWork,
+    heuristic, shortest_remaining_first,
+};
 
 use crate::Error;
 
@@ -23,7 +26,9 @@ pub fn by_name(name: &str, seed: u64, store: Option<Arc<dyn PolicyStore>>) -> Re
         let config = PolicyConfig { seed, ..PolicyConfig::ours() };
         return Ok(Box::new(Learned::new(config, store)?.ordering(true)));
     }
-    heuristic(name, seed).ok_or_else(|| Error::Scheduler(plexus_scheduler::Error::UnknownPlacer { name: name.to_string(), known: PLACERS.join(", ") }))
+    heuristic(name, seed).ok_or_else(|| {
+        Error::Scheduler(plexus_scheduler::Error::UnknownPlacer { name: name.to_string(), known: PLACERS.join(", ") })
+    })
 }
 
 pub struct Learned {
@@ -46,7 +51,13 @@ const MAX_AWAITED: usize = 100_000;
 
 impl Learned {
     pub fn new(config: PolicyConfig, store: Option<Arc<dyn PolicyStore>>) -> Result<Self, PolicyError> {
-        Ok(Learned { policy: DqnPolicy::new(config, store)?, best_est: BTreeMap::new(), order_work: false, exploratory: 0, decision_seconds: Vec::new() })
+        Ok(Learned {
+            policy: DqnPolicy::new(config, store)?,
+            best_est: BTreeMap::new(),
+            order_work: false,
+            exploratory: 0,
+            decision_seconds: Vec::new(),
+        })
     }
 
     /// Turns the choice of which work goes next on or off (off by default: the seed's placer).
@@ -93,7 +104,8 @@ impl Placer for Learned {
                 self.best_est.pop_first();
             }
         }
-        let features = obs.tokens.iter().map(|t| NAMES.iter().zip(t).map(|(n, v)| (n.to_string(), *v as f64)).collect()).collect();
+        let features =
+            obs.tokens.iter().map(|t| NAMES.iter().zip(t).map(|(n, v)| (n.to_string(), *v as f64)).collect()).collect();
         let started = std::time::Instant::now();
         let choice = self.policy.decide(req.decision, obs);
         if self.decision_seconds.len() < MAX_DECISION_TIMES {
@@ -112,7 +124,13 @@ impl Placer for Learned {
                 },
                 features: Some(features),
             },
-            None => Decision { chosen: usize::MAX, scores: vec![f64::NAN; candidates.len()], exploratory: false, reason: "no feasible candidate".into(), features: Some(features) },
+            None => Decision {
+                chosen: usize::MAX,
+                scores: vec![f64::NAN; candidates.len()],
+                exploratory: false,
+                reason: "no feasible candidate".into(),
+                features: Some(features),
+            },
         }
     }
 
@@ -177,7 +195,10 @@ const SOLO_KEY: &[u8] = b"gpu-solo";
 impl LearnedGpu {
     /// The learner, restored from `tree` when it holds one (a corrupt value is logged and
     /// replaced by a fresh model, like the placement policy's weights).
-    pub fn open(tree: Option<crate::store::SharedKv>, seed: u64) -> Result<LearnedGpu, plexus_policy::InterferenceError> {
+    pub fn open(
+        tree: Option<crate::store::SharedKv>,
+        seed: u64,
+    ) -> Result<LearnedGpu, plexus_policy::InterferenceError> {
         let config = plexus_policy::InterferenceConfig { seed, ..plexus_policy::InterferenceConfig::default() };
         let stored = tree.as_ref().and_then(|t| t.get(MODEL_KEY).ok().flatten());
         let mlp = match stored.map(|b| plexus_policy::InterferenceMlp::from_bytes(&b)) {
@@ -188,7 +209,11 @@ impl LearnedGpu {
             }
             None => plexus_policy::InterferenceMlp::new(config)?,
         };
-        let solo = tree.as_ref().and_then(|t| t.get(SOLO_KEY).ok().flatten()).and_then(|b| SoloTimes::from_bytes(&b)).unwrap_or_default();
+        let solo = tree
+            .as_ref()
+            .and_then(|t| t.get(SOLO_KEY).ok().flatten())
+            .and_then(|b| SoloTimes::from_bytes(&b))
+            .unwrap_or_default();
         Ok(LearnedGpu { mlp, fallback: ContentionModel { solo }, tree, unsaved: 0 })
     }
 
@@ -198,7 +223,8 @@ impl LearnedGpu {
 
     fn save(&mut self) {
         if let Some(t) = &self.tree {
-            let r = t.put(MODEL_KEY, &self.mlp.to_bytes()).and_then(|_| t.put(SOLO_KEY, &self.fallback.solo.to_bytes()));
+            let r =
+                t.put(MODEL_KEY, &self.mlp.to_bytes()).and_then(|_| t.put(SOLO_KEY, &self.fallback.solo.to_bytes()));
             if let Err(e) = r {
                 tracing::warn!(error = %e, "could not save the interference model");
             }
@@ -256,7 +282,14 @@ mod gpu_tests {
     use super::*;
 
     fn v(sig: u64, u: f64) -> TaskVector {
-        TaskVector { gpu_memory: 8 << 30, device_memory: 80 << 30, utilisation: u, solo_ms: 0.0, model_bytes: 100 << 20, signature: sig }
+        TaskVector {
+            gpu_memory: 8 << 30,
+            device_memory: 80 << 30,
+            utilisation: u,
+            solo_ms: 0.0,
+            model_bytes: 100 << 20,
+            signature: sig,
+        }
     }
 
     /// Solo runs teach solo times, shared runs train the MLP, which takes over after
@@ -265,18 +298,29 @@ mod gpu_tests {
     fn the_gpu_learner_learns_from_runs_and_persists_in_the_policy_tree() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::open(dir.path()).unwrap();
-        let tree: crate::store::SharedKv = std::sync::Arc::new(crate::store::SledKv::new(db.open_tree("policy").unwrap(), false));
+        let tree: crate::store::SharedKv =
+            std::sync::Arc::new(crate::store::SledKv::new(db.open_tree("policy").unwrap(), false));
         let mut l = LearnedGpu::open(Some(tree.clone()), 7).unwrap();
         assert!(l.name().starts_with("contention"));
         for sig in 1..=4u64 {
-            l.observe(&GpuRun { task: v(sig, 0.2 * sig as f64), measured_ms: 10.0 * sig as f64, per_iteration: true, peers: vec![] });
+            l.observe(&GpuRun {
+                task: v(sig, 0.2 * sig as f64),
+                measured_ms: 10.0 * sig as f64,
+                per_iteration: true,
+                peers: vec![],
+            });
         }
         assert_eq!(l.complete(v(3, 0.6)).solo_ms, 30.0);
         for i in 0..(MIN_SAMPLES + 16) {
             let (a, b) = (1 + i % 4, 1 + (i / 4) % 4);
             // The truth: slowdown = 1 + u_a·u_b.
             let (ua, ub) = (0.2 * a as f64, 0.2 * b as f64);
-            let run = GpuRun { task: v(a, ua), measured_ms: 10.0 * a as f64 * (1.0 + ua * ub), per_iteration: true, peers: vec![v(b, ub)] };
+            let run = GpuRun {
+                task: v(a, ua),
+                measured_ms: 10.0 * a as f64 * (1.0 + ua * ub),
+                per_iteration: true,
+                peers: vec![v(b, ub)],
+            };
             l.observe(&run);
         }
         assert_eq!(l.name(), "interference-mlp");

@@ -68,7 +68,9 @@ pub enum Error {
     Migration(#[from] plexus_migrations::MigrationError),
     #[error("record {key}: {reason}")]
     Corrupt { key: String, reason: String },
-    #[error("the store at {dir} is in use by another process (its lock was still held after {waited_ms} ms); stop that coordinator or choose another data directory")]
+    #[error(
+        "the store at {dir} is in use by another process (its lock was still held after {waited_ms} ms); stop that coordinator or choose another data directory"
+    )]
     Locked { dir: String, waited_ms: u64 },
     #[error("starting the learned placer: {0}")]
     Policy(#[from] plexus_policy::PolicyError),

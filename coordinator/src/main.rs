@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use plexus_scheduler::core::CoreConfig;
-use plexus_scheduler::gpu::topology::MscCosts;
 use plexus_coordinator::{Config, SecurityMode, auth, run, server, store::SledStore};
 use plexus_proto::pb::job_service_client::JobServiceClient;
+use plexus_scheduler::core::CoreConfig;
+use plexus_scheduler::gpu::topology::MscCosts;
 use plexus_security::tls::Bearer;
 use tonic::service::interceptor::InterceptedService;
 
@@ -103,34 +103,56 @@ impl Args {
 
 /// A client of the coordinator that runs on `data_dir`, authenticated as its admin: the CA and
 /// the admin token from the data dir (`$PLEXUS_TOKEN` first), unless `--insecure`.
-async fn admin_client(url: &str, data_dir: &std::path::Path, insecure: bool) -> anyhow::Result<JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>> {
-    let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_string()).with_context(|| format!("{url} is not a URL"))?;
+async fn admin_client(
+    url: &str,
+    data_dir: &std::path::Path,
+    insecure: bool,
+) -> anyhow::Result<JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>> {
+    let mut endpoint =
+        tonic::transport::Endpoint::from_shared(url.to_string()).with_context(|| format!("{url} is not a URL"))?;
     let mut token = None;
     if !insecure {
-        let ca = plexus_security::files::read(&data_dir.join(auth::CA_FILE), "reading the CA certificate").map_err(anyhow::Error::msg)?;
-        endpoint = endpoint.tls_config(plexus_security::tls::client(&ca, plexus_security::tls::COORDINATOR_NAME, None))?;
+        let ca = plexus_security::files::read(&data_dir.join(auth::CA_FILE), "reading the CA certificate")
+            .map_err(anyhow::Error::msg)?;
+        endpoint =
+            endpoint.tls_config(plexus_security::tls::client(&ca, plexus_security::tls::COORDINATOR_NAME, None))?;
         let text = match std::env::var("PLEXUS_TOKEN") {
             Ok(t) if !t.trim().is_empty() => t,
-            _ => plexus_security::files::read(&data_dir.join(auth::ADMIN_TOKEN_FILE), "reading the admin token (set PLEXUS_TOKEN to use another)")
-                .map_err(anyhow::Error::msg)?,
+            _ => plexus_security::files::read(
+                &data_dir.join(auth::ADMIN_TOKEN_FILE),
+                "reading the admin token (set PLEXUS_TOKEN to use another)",
+            )
+            .map_err(anyhow::Error::msg)?,
         };
         token = Some(plexus_security::Token::parse(&text).map_err(anyhow::Error::msg)?);
     }
     let channel = plexus_security::tls::connect_within(&endpoint, std::time::Duration::from_secs(5))
         .await
-        .with_context(|| format!("the store is held by another process, and no coordinator answers at {url} (pass --coordinator URL)"))?;
-    Ok(JobServiceClient::with_interceptor(channel, Bearer::new(token.as_ref())).max_decoding_message_size(plexus_proto::rules::MAX_MESSAGE))
+        .with_context(|| {
+            format!(
+                "the store is held by another process, and no coordinator answers at {url} (pass --coordinator URL)"
+            )
+        })?;
+    Ok(JobServiceClient::with_interceptor(channel, Bearer::new(token.as_ref()))
+        .max_decoding_message_size(plexus_proto::rules::MAX_MESSAGE))
 }
 
 type AdminClient = JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>;
 
 /// Asks the coordinator that holds the store; `what` names the command for the error.
-fn ask_running<T>(args: &Args, what: &str, call: impl AsyncFnOnce(AdminClient) -> Result<T, tonic::Status>) -> anyhow::Result<T> {
+fn ask_running<T>(
+    args: &Args,
+    what: &str,
+    call: impl AsyncFnOnce(AdminClient) -> Result<T, tonic::Status>,
+) -> anyhow::Result<T> {
     let url = args.coordinator_url();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     rt.block_on(async {
         let client = admin_client(&url, &args.data_dir, args.insecure).await.with_context(|| what.to_string())?;
-        call(client).await.map_err(|e| anyhow::anyhow!("{what}: the running coordinator at {url} answered: {}", e.message()))
+        call(client)
+            .await
+            .map_err(|e| anyhow::anyhow!("{what}: the running coordinator at {url} answered: {}", e.message()))
     })
 }
 
@@ -222,11 +244,13 @@ fn main() -> anyhow::Result<()> {
     let url = url.as_str();
     if let Some(Command::Migrate { dry_run: false, to: Some(to) }) = &args.command {
         let dir = server::store_dir(&args.data_dir);
-        let (store, applied) = SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT).with_context(|| format!("opening {} (stop its coordinator first)", dir.display()))?;
+        let (store, applied) = SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT)
+            .with_context(|| format!("opening {} (stop its coordinator first)", dir.display()))?;
         for m in applied {
             println!("applied: {} -> {}: {} ({} records)", m.to - 1, m.to, m.name, m.records);
         }
-        let copied = plexus_coordinator::etcd::copy_sled(&store, to).with_context(|| format!("copying {} into {to}", dir.display()))?;
+        let copied = plexus_coordinator::etcd::copy_sled(&store, to)
+            .with_context(|| format!("copying {} into {to}", dir.display()))?;
         println!("copied {} into {to}: {copied}", dir.display());
         println!("start the coordinators with --store {to}");
         return Ok(());
@@ -237,8 +261,16 @@ fn main() -> anyhow::Result<()> {
             match SledStore::pending(&dir, ADMIN_LOCK_WAIT) {
                 Ok((version, pending)) => {
                     match version {
-                        None => println!("store {}: new; it will be created at schema version {}", dir.display(), plexus_migrations::CURRENT),
-                        Some(v) => println!("store {}: schema version {v}, this binary uses {}", dir.display(), plexus_migrations::CURRENT),
+                        None => println!(
+                            "store {}: new; it will be created at schema version {}",
+                            dir.display(),
+                            plexus_migrations::CURRENT
+                        ),
+                        Some(v) => println!(
+                            "store {}: schema version {v}, this binary uses {}",
+                            dir.display(),
+                            plexus_migrations::CURRENT
+                        ),
                     }
                     if pending.is_empty() {
                         println!("no pending migrations");
@@ -249,12 +281,23 @@ fn main() -> anyhow::Result<()> {
                 }
                 Err(plexus_coordinator::Error::Locked { .. }) => {
                     // The running coordinator migrated its store when it started.
-                    let info = ask_running(&args, "migrate --dry-run", async |mut c| Ok(c.get_store_info(plexus_proto::pb::GetStoreInfoRequest {}).await?.into_inner()))?;
-                    println!("store {} (in use by the coordinator at {url}): schema version {}, this binary uses {}", info.dir, info.schema_version, plexus_migrations::CURRENT);
+                    let info = ask_running(&args, "migrate --dry-run", async |mut c| {
+                        Ok(c.get_store_info(plexus_proto::pb::GetStoreInfoRequest {}).await?.into_inner())
+                    })?;
+                    println!(
+                        "store {} (in use by the coordinator at {url}): schema version {}, this binary uses {}",
+                        info.dir,
+                        info.schema_version,
+                        plexus_migrations::CURRENT
+                    );
                     if info.schema_version == plexus_migrations::CURRENT {
                         println!("no pending migrations");
                     } else {
-                        println!("the running coordinator's binary uses schema version {}; stop it to migrate to {}", info.binary_version, plexus_migrations::CURRENT);
+                        println!(
+                            "the running coordinator's binary uses schema version {}; stop it to migrate to {}",
+                            info.binary_version,
+                            plexus_migrations::CURRENT
+                        );
                     }
                 }
                 Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {}", dir.display()))),
@@ -278,9 +321,12 @@ fn main() -> anyhow::Result<()> {
             Ok((store, _)) => {
                 let policy_store = store.spaces()?.policy_store();
                 let stored = policy_store.load_weights().map_err(anyhow::Error::msg)?;
-                let mut policy = plexus_policy::DqnPolicy::new(config, Some(policy_store.clone())).context("starting the policy")?;
+                let mut policy =
+                    plexus_policy::DqnPolicy::new(config, Some(policy_store.clone())).context("starting the policy")?;
                 match action {
-                    PolicyAction::Export { file } => export(&policy, file, stored.is_some(), &dir.display().to_string())?,
+                    PolicyAction::Export { file } => {
+                        export(&policy, file, stored.is_some(), &dir.display().to_string())?
+                    }
                     PolicyAction::Import { file } => {
                         policy.import(file).with_context(|| format!("reading {}", file.display()))?;
                         policy_store.save_weights(&policy.weights_bytes()?).map_err(anyhow::Error::msg)?;
@@ -290,9 +336,12 @@ fn main() -> anyhow::Result<()> {
             }
             Err(plexus_coordinator::Error::Locked { .. }) => match action {
                 PolicyAction::Export { file } => {
-                    let weights = ask_running(&args, "policy export", async |mut c| Ok(c.export_policy(plexus_proto::pb::ExportPolicyRequest {}).await?.into_inner().weights))?;
+                    let weights = ask_running(&args, "policy export", async |mut c| {
+                        Ok(c.export_policy(plexus_proto::pb::ExportPolicyRequest {}).await?.into_inner().weights)
+                    })?;
                     // The policy is rebuilt here from the bytes the running coordinator stored.
-                    let mem: std::sync::Arc<dyn plexus_policy::PolicyStore> = std::sync::Arc::new(plexus_policy::MemPolicyStore::default());
+                    let mem: std::sync::Arc<dyn plexus_policy::PolicyStore> =
+                        std::sync::Arc::new(plexus_policy::MemPolicyStore::default());
                     if !weights.is_empty() {
                         mem.save_weights(&weights).map_err(anyhow::Error::msg)?;
                     }
@@ -300,7 +349,10 @@ fn main() -> anyhow::Result<()> {
                     export(&policy, file, !weights.is_empty(), &format!("the coordinator at {url}"))?;
                 }
                 PolicyAction::Import { .. } => {
-                    anyhow::bail!("the store at {} is in use by a running coordinator; stop it before importing weights (they are loaded at start)", dir.display())
+                    anyhow::bail!(
+                        "the store at {} is in use by a running coordinator; stop it before importing weights (they are loaded at start)",
+                        dir.display()
+                    )
                 }
             },
             Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {}", dir.display()))),
@@ -333,7 +385,11 @@ fn main() -> anyhow::Result<()> {
         lease_ttl: args.lease_ttl,
         placer: args.placer,
         seed: args.seed,
-        core: CoreConfig { heartbeat_interval_ms: args.heartbeat_interval_ms, heartbeat_timeout_ms: args.heartbeat_timeout_ms, msc: args.msc.clone() },
+        core: CoreConfig {
+            heartbeat_interval_ms: args.heartbeat_interval_ms,
+            heartbeat_timeout_ms: args.heartbeat_timeout_ms,
+            msc: args.msc.clone(),
+        },
         msc: args.msc,
     };
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
@@ -350,7 +406,8 @@ fn token_command(args: &Args, action: &TokenAction) -> anyhow::Result<()> {
     if let StoreArg::Etcd(url) = &args.store {
         // Every coordinator of an etcd store looks tokens up in etcd: change them there.
         let etcd = plexus_coordinator::etcd::Etcd::connect(url).with_context(|| format!("connecting to {url}"))?;
-        let (security, first) = etcd.locked("init", || auth::Security::open(etcd.spaces().security_store(), &[], now))?;
+        let (security, first) =
+            etcd.locked("init", || auth::Security::open(etcd.spaces().security_store(), &[], now))?;
         security.write_files(&args.data_dir, first.as_ref())?;
         return token_action(&security, action, now);
     }
@@ -362,12 +419,18 @@ fn token_command(args: &Args, action: &TokenAction) -> anyhow::Result<()> {
         }
         Err(plexus_coordinator::Error::Locked { .. }) => match action {
             TokenAction::Create { scope, name, ttl } => {
-                let req = plexus_proto::pb::CreateTokenRequest { scope: scope.clone(), name: name.clone(), ttl_ms: ttl.map(|d| d.as_millis() as u64).unwrap_or(0) };
+                let req = plexus_proto::pb::CreateTokenRequest {
+                    scope: scope.clone(),
+                    name: name.clone(),
+                    ttl_ms: ttl.map(|d| d.as_millis() as u64).unwrap_or(0),
+                };
                 let r = ask_running(args, "token create", async |mut c| Ok(c.create_token(req).await?.into_inner()))?;
                 println!("{}", r.token);
             }
             TokenAction::List => {
-                for t in ask_running(args, "token list", async |mut c| Ok(c.list_tokens(plexus_proto::pb::ListTokensRequest {}).await?.into_inner().tokens))? {
+                for t in ask_running(args, "token list", async |mut c| {
+                    Ok(c.list_tokens(plexus_proto::pb::ListTokensRequest {}).await?.into_inner().tokens)
+                })? {
                     show(&t);
                 }
             }
@@ -377,7 +440,12 @@ fn token_command(args: &Args, action: &TokenAction) -> anyhow::Result<()> {
             }
             TokenAction::RevokeWorker { worker_id } => {
                 let req = plexus_proto::pb::RevokeWorkerRequest { worker_id: worker_id.clone() };
-                revoked_worker(worker_id, ask_running(args, "token revoke-worker", async |mut c| Ok(c.revoke_worker(req).await?.into_inner().revoked))?);
+                revoked_worker(
+                    worker_id,
+                    ask_running(args, "token revoke-worker", async |mut c| {
+                        Ok(c.revoke_worker(req).await?.into_inner().revoked)
+                    })?,
+                );
             }
         },
         Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {}", dir.display()))),
@@ -386,8 +454,22 @@ fn token_command(args: &Args, action: &TokenAction) -> anyhow::Result<()> {
 }
 
 fn show_token(t: &plexus_proto::pb::TokenInfo) {
-    let at = |ms: u64| if ms == 0 { "-".to_string() } else { humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string() };
-    println!("{}  {:<7} created {}  expires {}  revoked {}  {}", t.id, t.scope, at(t.created_ms), at(t.expires_ms), at(t.revoked_ms), t.name);
+    let at = |ms: u64| {
+        if ms == 0 {
+            "-".to_string()
+        } else {
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
+        }
+    };
+    println!(
+        "{}  {:<7} created {}  expires {}  revoked {}  {}",
+        t.id,
+        t.scope,
+        at(t.created_ms),
+        at(t.expires_ms),
+        at(t.revoked_ms),
+        t.name
+    );
 }
 
 /// A token command on the store itself.
@@ -429,20 +511,32 @@ fn queue_command(args: &Args, action: &QueueAction) -> anyhow::Result<()> {
     match SledStore::open_waiting(&dir, ADMIN_LOCK_WAIT) {
         Ok((store, _)) => {
             if let QueueAction::Set { name, share: s, clear } = action {
-                let mut check = plexus_scheduler::core::Core::new(Default::default(), plexus_scheduler::placer::heuristic("least-loaded", 0).expect("a heuristic"));
+                let mut check = plexus_scheduler::core::Core::new(
+                    Default::default(),
+                    plexus_scheduler::placer::heuristic("least-loaded", 0).expect("a heuristic"),
+                );
                 check.set_queue_share(name, share(s, *clear)).map_err(anyhow::Error::msg)?;
                 plexus_coordinator::store::set_queue_share(store.spaces()?.queues.as_ref(), name, share(s, *clear))?;
             }
-            let queues: Vec<_> = plexus_coordinator::store::queue_shares(store.spaces()?.queues.as_ref())?.into_iter().map(|(name, share)| plexus_proto::pb::QueueInfo { name, share, used_cpu: 0.0 }).collect();
+            let queues: Vec<_> = plexus_coordinator::store::queue_shares(store.spaces()?.queues.as_ref())?
+                .into_iter()
+                .map(|(name, share)| plexus_proto::pb::QueueInfo { name, share, used_cpu: 0.0 })
+                .collect();
             show(&queues);
         }
         Err(plexus_coordinator::Error::Locked { .. }) => {
             let queues = match action {
                 QueueAction::Set { name, share: s, clear } => {
-                    let req = plexus_proto::pb::SetQueueRequest { name: name.clone(), share: s.unwrap_or(0.0), clear: *clear };
+                    let req = plexus_proto::pb::SetQueueRequest {
+                        name: name.clone(),
+                        share: s.unwrap_or(0.0),
+                        clear: *clear,
+                    };
                     ask_running(args, "queue set", async |mut c| Ok(c.set_queue(req).await?.into_inner().queues))?
                 }
-                QueueAction::List => ask_running(args, "queue list", async |mut c| Ok(c.list_queues(plexus_proto::pb::ListQueuesRequest {}).await?.into_inner().queues))?,
+                QueueAction::List => ask_running(args, "queue list", async |mut c| {
+                    Ok(c.list_queues(plexus_proto::pb::ListQueuesRequest {}).await?.into_inner().queues)
+                })?,
             };
             show(&queues);
         }
@@ -512,7 +606,9 @@ fn parse_http(s: &str) -> Result<HttpAddr, String> {
     if s == "none" {
         return Ok(HttpAddr(None));
     }
-    s.parse().map(|a| HttpAddr(Some(a))).map_err(|e| format!("{e}: expected an address such as 127.0.0.1:8265, or none"))
+    s.parse()
+        .map(|a| HttpAddr(Some(a)))
+        .map_err(|e| format!("{e}: expected an address such as 127.0.0.1:8265, or none"))
 }
 
 /// Ctrl-C or SIGTERM.

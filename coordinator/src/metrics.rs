@@ -118,23 +118,76 @@ impl Metrics {
             "Subtasks not placed yet, by why: dependencies (inputs not produced), placing (ready, not judged yet), no_room, gang (waiting for its gang), queue_share, unsatisfiable (no live worker could ever run it)",
             m.pending.clone(),
         );
-        r.register("plexus_workers", "Workers by state: alive (connected), disconnected (alive, stream closed), lost", m.workers.clone());
+        r.register(
+            "plexus_workers",
+            "Workers by state: alive (connected), disconnected (alive, stream closed), lost",
+            m.workers.clone(),
+        );
         r.register("plexus_placements", "Subtasks placed on a worker, by placer and result", m.placements.clone());
-        r.register_with_unit("plexus_submit_to_placed", "Time from a job's submission to each of its subtasks' placement", Unit::Seconds, m.submit_to_placed.clone());
-        r.register_with_unit("plexus_placed_to_running", "Time from a subtask's placement to its worker reporting it running", Unit::Seconds, m.placed_to_running.clone());
-        r.register_with_unit("plexus_engine_round", "Time the engine spends applying commands and scheduling in one round", Unit::Seconds, m.round.clone());
-        r.register_with_unit("plexus_store_commit", "Time of one group commit to the store (sled, flushed)", Unit::Seconds, m.commit.clone());
+        r.register_with_unit(
+            "plexus_submit_to_placed",
+            "Time from a job's submission to each of its subtasks' placement",
+            Unit::Seconds,
+            m.submit_to_placed.clone(),
+        );
+        r.register_with_unit(
+            "plexus_placed_to_running",
+            "Time from a subtask's placement to its worker reporting it running",
+            Unit::Seconds,
+            m.placed_to_running.clone(),
+        );
+        r.register_with_unit(
+            "plexus_engine_round",
+            "Time the engine spends applying commands and scheduling in one round",
+            Unit::Seconds,
+            m.round.clone(),
+        );
+        r.register_with_unit(
+            "plexus_store_commit",
+            "Time of one group commit to the store (sled, flushed)",
+            Unit::Seconds,
+            m.commit.clone(),
+        );
         r.register("plexus_gang_reservations", "Gang members reserved", m.gang_reservations.clone());
-        r.register("plexus_gangs_bound", "Gangs whose min_members were reserved and dispatched together", m.gangs_bound.clone());
-        r.register("plexus_gang_rollbacks", "Gangs rolled back (deadline, worker lost before binding, restart)", m.gang_rollbacks.clone());
+        r.register(
+            "plexus_gangs_bound",
+            "Gangs whose min_members were reserved and dispatched together",
+            m.gangs_bound.clone(),
+        );
+        r.register(
+            "plexus_gang_rollbacks",
+            "Gangs rolled back (deadline, worker lost before binding, restart)",
+            m.gang_rollbacks.clone(),
+        );
         r.register("plexus_gang_timeouts", "Gangs rolled back at their deadline", m.gang_timeouts.clone());
-        r.register("plexus_gpu_utilisation_ratio", "Each worker GPU's utilisation (0..1), from the worker's last heartbeat", m.gpu_utilisation.clone());
+        r.register(
+            "plexus_gpu_utilisation_ratio",
+            "Each worker GPU's utilisation (0..1), from the worker's last heartbeat",
+            m.gpu_utilisation.clone(),
+        );
         if placer == "rl" {
             r.register("plexus_policy_decisions", "Placements the learned placer decided", m.policy_decisions.clone());
-            r.register("plexus_policy_exploratory_decisions", "Of those, exploratory (ε-greedy) ones", m.policy_exploratory.clone());
-            r.register("plexus_policy_experiences", "Experiences (decision, reward, next state) sent to training", m.policy_experiences.clone());
-            r.register("plexus_policy_training_steps", "Training steps the learned placer's training thread completed", m.policy_training_steps.clone());
-            r.register_with_unit("plexus_policy_decision", "Time of one learned placement decision (inference and choice)", Unit::Seconds, m.policy_decision.clone());
+            r.register(
+                "plexus_policy_exploratory_decisions",
+                "Of those, exploratory (ε-greedy) ones",
+                m.policy_exploratory.clone(),
+            );
+            r.register(
+                "plexus_policy_experiences",
+                "Experiences (decision, reward, next state) sent to training",
+                m.policy_experiences.clone(),
+            );
+            r.register(
+                "plexus_policy_training_steps",
+                "Training steps the learned placer's training thread completed",
+                m.policy_training_steps.clone(),
+            );
+            r.register_with_unit(
+                "plexus_policy_decision",
+                "Time of one learned placement decision (inference and choice)",
+                Unit::Seconds,
+                m.policy_decision.clone(),
+            );
         }
         let build: Family<BuildLabels, Gauge> = Family::default();
         build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
@@ -146,7 +199,9 @@ impl Metrics {
     /// started running (placement → running), and how long it took.
     pub fn observe_round(&mut self, core: &Core, out: &Outbox, round_s: f64, commit_s: f64) {
         if !out.assignments.is_empty() {
-            let placed = self.placements.get_or_create(&PlacementLabels { placer: self.placer.to_string(), result: "assigned".into() });
+            let placed = self
+                .placements
+                .get_or_create(&PlacementLabels { placer: self.placer.to_string(), result: "assigned".into() });
             for (_, a) in &out.assignments {
                 placed.inc();
                 let at = &a.attempt;
@@ -217,7 +272,13 @@ impl Metrics {
                 pending[0] += i64::from(c[SubtaskState::Waiting as usize]);
                 let ready = i64::from(c[SubtaskState::Ready as usize]);
                 let class = match j.waiting.get(&t) {
-                    _ if task.gang.as_ref().is_some_and(|g| j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0)) => 3,
+                    _ if task
+                        .gang
+                        .as_ref()
+                        .is_some_and(|g| j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0)) =>
+                    {
+                        3
+                    }
                     None => 1,
                     Some(r) if r.starts_with("no live worker has room") => 2,
                     Some(r) if r.starts_with("queue ") => 4,
@@ -238,10 +299,18 @@ impl Metrics {
         let mut workers = [0i64; 3];
         self.gpu_utilisation.clear();
         for w in core.workers() {
-            workers[if !w.record.alive { 2 } else if w.connected { 0 } else { 1 }] += 1;
+            workers[if !w.record.alive {
+                2
+            } else if w.connected {
+                0
+            } else {
+                1
+            }] += 1;
             if w.record.alive {
                 for g in &w.node.gpus {
-                    self.gpu_utilisation.get_or_create(&GpuLabels { worker: w.record.id.to_string(), gpu: g.index.to_string() }).set(g.utilisation);
+                    self.gpu_utilisation
+                        .get_or_create(&GpuLabels { worker: w.record.id.to_string(), gpu: g.index.to_string() })
+                        .set(g.utilisation);
                 }
             }
         }
@@ -258,7 +327,8 @@ impl Metrics {
 }
 
 /// Every job state, as `plexus_jobs` labels them (the domain's names).
-const JOB_STATES: [JobState; 5] = [JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Cancelled, JobState::CompletedWithFailures];
+const JOB_STATES: [JobState; 5] =
+    [JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Cancelled, JobState::CompletedWithFailures];
 /// Every subtask state in `Job::counts` order (the enum's), labelled by the domain's names.
 const SUBTASK_STATES: [SubtaskState; 7] = [
     SubtaskState::Waiting,

@@ -44,18 +44,31 @@ pub fn status(e: impl Into<Error>) -> Status {
     let msg = e.to_string();
     match &e {
         Error::Scheduler(s) | Error::InFile { source: s, .. } => match s {
-            SchedulerError::NoWorker(_) | SchedulerError::NoJob(_) | SchedulerError::NoTask { .. } | SchedulerError::NoRank { .. } | SchedulerError::NotPlaced(_) => Status::not_found(msg),
+            SchedulerError::NoWorker(_)
+            | SchedulerError::NoJob(_)
+            | SchedulerError::NoTask { .. }
+            | SchedulerError::NoRank { .. }
+            | SchedulerError::NotPlaced(_) => Status::not_found(msg),
             SchedulerError::JobFinished { .. } | SchedulerError::WorkerBusy(_) => Status::failed_precondition(msg),
             SchedulerError::Duplicate(_) => Status::already_exists(msg),
-            SchedulerError::Spec(_) | SchedulerError::Unsatisfiable(_) | SchedulerError::UnknownPlacer { .. } => Status::invalid_argument(msg),
+            SchedulerError::Spec(_) | SchedulerError::Unsatisfiable(_) | SchedulerError::UnknownPlacer { .. } => {
+                Status::invalid_argument(msg)
+            }
             SchedulerError::Restore(_) => Status::internal(msg),
         },
         Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
-        Error::Unavailable(_) | Error::EngineStopped | Error::ShuttingDown | Error::Etcd(_) | Error::Fenced => Status::unavailable(msg),
-        Error::NotRegistered => Status::failed_precondition(msg),
-        Error::Io(..) | Error::Sled(_) | Error::Migration(_) | Error::Corrupt { .. } | Error::Locked { .. } | Error::Policy(_) | Error::Engine(_) | Error::Transport(_) => {
-            Status::internal(msg)
+        Error::Unavailable(_) | Error::EngineStopped | Error::ShuttingDown | Error::Etcd(_) | Error::Fenced => {
+            Status::unavailable(msg)
         }
+        Error::NotRegistered => Status::failed_precondition(msg),
+        Error::Io(..)
+        | Error::Sled(_)
+        | Error::Migration(_)
+        | Error::Corrupt { .. }
+        | Error::Locked { .. }
+        | Error::Policy(_)
+        | Error::Engine(_)
+        | Error::Transport(_) => Status::internal(msg),
     }
 }
 
@@ -96,7 +109,14 @@ pub struct JobApi {
 
 impl JobApi {
     pub fn new(engine: EngineHandle) -> JobApi {
-        JobApi { engine, store: None, role: None, security: None, streams: TaskTracker::new(), stop: CancellationToken::new() }
+        JobApi {
+            engine,
+            store: None,
+            role: None,
+            security: None,
+            streams: TaskTracker::new(),
+            stop: CancellationToken::new(),
+        }
     }
 
     /// Serves the token RPCs from `security`, and reads logs from workers over mutual TLS.
@@ -106,16 +126,21 @@ impl JobApi {
     }
 
     fn security(&self) -> Result<&Arc<Security>, Status> {
-        self.security
-            .as_ref()
-            .ok_or_else(|| Status::failed_precondition("this coordinator runs with --insecure: it has no tokens (restart it without --insecure)"))
+        self.security.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "this coordinator runs with --insecure: it has no tokens (restart it without --insecure)",
+            )
+        })
     }
 
     /// A client of a worker's `PeerService`, over mutual TLS unless the coordinator is insecure.
     async fn peer_client(&self, peer: &str) -> Result<PeerServiceClient<tonic::transport::Channel>, Status> {
-        let unavailable = |e: &dyn std::fmt::Display| status(Error::Unavailable(format!("connecting to worker {peer}: {e}")));
+        let unavailable =
+            |e: &dyn std::fmt::Display| status(Error::Unavailable(format!("connecting to worker {peer}: {e}")));
         let limit = std::time::Duration::from_secs(5);
-        let mut endpoint = tonic::transport::Endpoint::from_shared(peer.to_string()).map_err(|e| unavailable(&e))?.connect_timeout(limit);
+        let mut endpoint = tonic::transport::Endpoint::from_shared(peer.to_string())
+            .map_err(|e| unavailable(&e))?
+            .connect_timeout(limit);
         if let Some(s) = &self.security {
             endpoint = endpoint.tls_config(s.peer_tls()).map_err(|e| unavailable(&e))?;
         }
@@ -137,7 +162,9 @@ impl JobApi {
     }
 
     fn store(&self) -> Result<&StoreAccess, Status> {
-        self.store.as_ref().ok_or_else(|| status(Error::Unavailable("this coordinator serves no store information".into())))
+        self.store
+            .as_ref()
+            .ok_or_else(|| status(Error::Unavailable("this coordinator serves no store information".into())))
     }
 
     /// A handle that ends every watch stream, now and later, and waits for their tasks.
@@ -191,7 +218,10 @@ impl JobService for JobApi {
         let r = req.into_inner();
         let filename = if r.filename.is_empty() { "<job>".to_string() } else { r.filename.clone() };
         if r.source.len() > MAX_JOB_SOURCE {
-            return Err(status(Error::Invalid(format!("{filename}: job file is larger than {} MiB", MAX_JOB_SOURCE >> 20))));
+            return Err(status(Error::Invalid(format!(
+                "{filename}: job file is larger than {} MiB",
+                MAX_JOB_SOURCE >> 20
+            ))));
         }
         let format = Format::infer(&r.format, &filename).map_err(|e| status(SchedulerError::from(e)))?;
         // Parsing happens off the engine and off the runtime's worker threads (a large file takes
@@ -209,7 +239,11 @@ impl JobService for JobApi {
             }
         }
         if spec.after_jobs.len() > plexus_scheduler::spec::MAX_AFTER_JOBS {
-            return Err(Status::invalid_argument(format!("{filename}: runs after {} jobs; at most {}", spec.after_jobs.len(), plexus_scheduler::spec::MAX_AFTER_JOBS)));
+            return Err(Status::invalid_argument(format!(
+                "{filename}: runs after {} jobs; at most {}",
+                spec.after_jobs.len(),
+                plexus_scheduler::spec::MAX_AFTER_JOBS
+            )));
         }
         let id = JobId::random();
         let n = self
@@ -220,7 +254,10 @@ impl JobService for JobApi {
         Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n }))
     }
 
-    async fn resubmit_job(&self, req: Request<pb::ResubmitJobRequest>) -> Result<Response<pb::SubmitJobResponse>, Status> {
+    async fn resubmit_job(
+        &self,
+        req: Request<pb::ResubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
         let job = job_id(&req.into_inner().job_id)?;
         let id = JobId::random();
         let n = self.engine.call(|reply| Cmd::Resubmit { job, id, reply }).await?.map_err(status)?;
@@ -230,7 +267,11 @@ impl JobService for JobApi {
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
         let r = req.into_inner();
         let job = job_id(&r.job_id)?;
-        let s = self.engine.call(|reply| Cmd::GetJob { job, detail: Detail::of_request(r.subtasks), reply }).await?.map_err(status)?;
+        let s = self
+            .engine
+            .call(|reply| Cmd::GetJob { job, detail: Detail::of_request(r.subtasks), reply })
+            .await?
+            .map_err(status)?;
         Ok(Response::new(s))
     }
 
@@ -244,7 +285,8 @@ impl JobService for JobApi {
 
     async fn get_object(&self, req: Request<pb::GetObjectRequest>) -> Result<Response<Self::GetObjectStream>, Status> {
         let object_id = req.into_inner().object_id;
-        let object = plexus_proto::convert::object_id("object_id", &object_id).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let object = plexus_proto::convert::object_id("object_id", &object_id)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let peers = self.engine.call(|reply| Cmd::Holders { object: object.clone(), reply }).await?.map_err(status)?;
         if peers.is_empty() {
             return Err(Status::not_found(format!(
@@ -268,7 +310,9 @@ impl JobService for JobApi {
                                 Ok(Ok(Some(chunk))) => Ok(chunk),
                                 Ok(Ok(None)) => return,
                                 Ok(Err(s)) => Err(s),
-                                Err(_) => Err(status(Error::Unavailable(format!("the worker serving {id} sent nothing for {RELAY_IDLE_TIMEOUT:?}")))),
+                                Err(_) => Err(status(Error::Unavailable(format!(
+                                    "the worker serving {id} sent nothing for {RELAY_IDLE_TIMEOUT:?}"
+                                )))),
                             };
                             let end = next.is_err();
                             if tx.send(next).await.is_err() || end {
@@ -321,7 +365,11 @@ impl JobService for JobApi {
     async fn get_logs(&self, req: Request<pb::GetLogsRequest>) -> Result<Response<pb::GetLogsResponse>, Status> {
         let r = req.into_inner();
         let job = job_id(&r.job_id)?;
-        let src = self.engine.call(|reply| Cmd::Logs { job, task: r.task.clone(), rank: r.rank, attempt: r.attempt, reply }).await?.map_err(status)?;
+        let src = self
+            .engine
+            .call(|reply| Cmd::Logs { job, task: r.task.clone(), rank: r.rank, attempt: r.attempt, reply })
+            .await?
+            .map_err(status)?;
         // The worker has the whole log; ask it first, and fall back on the tail we keep.
         if let Some(peer) = &src.peer_addr {
             let attempt = pb::AttemptRef::from(&src.attempt_ref);
@@ -342,7 +390,9 @@ impl JobService for JobApi {
                         latest_attempt: src.latest_attempt,
                     }));
                 }
-                Ok(Err(e)) => tracing::debug!(peer, error = %e.message(), "log read from worker failed; serving the kept tail"),
+                Ok(Err(e)) => {
+                    tracing::debug!(peer, error = %e.message(), "log read from worker failed; serving the kept tail")
+                }
                 Err(_) => tracing::debug!(peer, "log read from worker timed out; serving the kept tail"),
             }
         }
@@ -363,17 +413,27 @@ impl JobService for JobApi {
         }))
     }
 
-    async fn list_workers(&self, _req: Request<pb::ListWorkersRequest>) -> Result<Response<pb::ListWorkersResponse>, Status> {
+    async fn list_workers(
+        &self,
+        _req: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
         let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
         Ok(Response::new(pb::ListWorkersResponse { workers }))
     }
 
     async fn get_store_info(&self, _req: Request<pb::GetStoreInfoRequest>) -> Result<Response<pb::StoreInfo>, Status> {
         let s = self.store()?;
-        Ok(Response::new(pb::StoreInfo { dir: s.dir.clone(), schema_version: s.schema_version, binary_version: plexus_migrations::CURRENT }))
+        Ok(Response::new(pb::StoreInfo {
+            dir: s.dir.clone(),
+            schema_version: s.schema_version,
+            binary_version: plexus_migrations::CURRENT,
+        }))
     }
 
-    async fn export_policy(&self, _req: Request<pb::ExportPolicyRequest>) -> Result<Response<pb::ExportPolicyResponse>, Status> {
+    async fn export_policy(
+        &self,
+        _req: Request<pb::ExportPolicyRequest>,
+    ) -> Result<Response<pb::ExportPolicyResponse>, Status> {
         let policy = self.store()?.policy.clone();
         let weights = tokio::task::spawn_blocking(move || policy.load_weights())
             .await
@@ -382,21 +442,32 @@ impl JobService for JobApi {
         Ok(Response::new(pb::ExportPolicyResponse { weights: weights.unwrap_or_default() }))
     }
 
-    async fn create_token(&self, req: Request<pb::CreateTokenRequest>) -> Result<Response<pb::CreateTokenResponse>, Status> {
+    async fn create_token(
+        &self,
+        req: Request<pb::CreateTokenRequest>,
+    ) -> Result<Response<pb::CreateTokenResponse>, Status> {
         let security = Arc::clone(self.security()?);
         let r = req.into_inner();
         let scope = r.scope.parse::<plexus_security::Scope>().map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let (token, record) = tokio::task::spawn_blocking(move || security.create_token(scope, &r.name, r.ttl_ms, plexus_proto::now_ms()))
-            .await
-            .map_err(|e| status(Error::Engine(e.to_string())))?
-            .map_err(status)?;
+        let (token, record) = tokio::task::spawn_blocking(move || {
+            security.create_token(scope, &r.name, r.ttl_ms, plexus_proto::now_ms())
+        })
+        .await
+        .map_err(|e| status(Error::Engine(e.to_string())))?
+        .map_err(status)?;
         tracing::info!(id = record.id, scope = record.scope, name = record.name, "token created");
         Ok(Response::new(pb::CreateTokenResponse { token: token.expose(), info: Some(record.info()) }))
     }
 
-    async fn list_tokens(&self, _req: Request<pb::ListTokensRequest>) -> Result<Response<pb::ListTokensResponse>, Status> {
+    async fn list_tokens(
+        &self,
+        _req: Request<pb::ListTokensRequest>,
+    ) -> Result<Response<pb::ListTokensResponse>, Status> {
         let security = Arc::clone(self.security()?);
-        let tokens = tokio::task::spawn_blocking(move || security.list_tokens()).await.map_err(|e| status(Error::Engine(e.to_string())))?.map_err(status)?;
+        let tokens = tokio::task::spawn_blocking(move || security.list_tokens())
+            .await
+            .map_err(|e| status(Error::Engine(e.to_string())))?
+            .map_err(status)?;
         Ok(Response::new(pb::ListTokensResponse { tokens: tokens.iter().map(auth::TokenRecord::info).collect() }))
     }
 
@@ -418,13 +489,21 @@ impl JobService for JobApi {
         let r = req.into_inner();
         let share = (!r.clear).then_some(r.share);
         let name = r.name.clone();
-        let queues = self.engine.call(|reply| Cmd::SetQueue { name: r.name, share, reply }).await?.map_err(Status::invalid_argument)?;
+        let queues = self
+            .engine
+            .call(|reply| Cmd::SetQueue { name: r.name, share, reply })
+            .await?
+            .map_err(Status::invalid_argument)?;
         if let Some(tree) = self.store.as_ref().and_then(|s| s.queues.clone()) {
             let key = name.clone();
             tokio::task::spawn_blocking(move || crate::store::set_queue_share(tree.as_ref(), &key, share))
-            .await
-            .map_err(|e| status(Error::Engine(e.to_string())))?
-            .map_err(|e| Status::internal(format!("the share of queue {name:?} applies, but could not be stored (it lasts until a restart): {e}")))?;
+                .await
+                .map_err(|e| status(Error::Engine(e.to_string())))?
+                .map_err(|e| {
+                    Status::internal(format!(
+                        "the share of queue {name:?} applies, but could not be stored (it lasts until a restart): {e}"
+                    ))
+                })?;
         }
         tracing::info!(queue = name, ?share, "queue share set");
         Ok(Response::new(pb::QueueList { queues }))
@@ -435,7 +514,10 @@ impl JobService for JobApi {
         Ok(Response::new(pb::QueueList { queues }))
     }
 
-    async fn list_coordinators(&self, _req: Request<pb::ListCoordinatorsRequest>) -> Result<Response<pb::ListCoordinatorsResponse>, Status> {
+    async fn list_coordinators(
+        &self,
+        _req: Request<pb::ListCoordinatorsRequest>,
+    ) -> Result<Response<pb::ListCoordinatorsResponse>, Status> {
         let Some(role) = &self.role else {
             return Err(status(Error::Unavailable("this coordinator serves no control-plane information".into())));
         };
@@ -443,7 +525,10 @@ impl JobService for JobApi {
         Ok(Response::new(pb::ListCoordinatorsResponse { coordinators, store: role.store.clone() }))
     }
 
-    async fn revoke_worker(&self, req: Request<pb::RevokeWorkerRequest>) -> Result<Response<pb::RevokeWorkerResponse>, Status> {
+    async fn revoke_worker(
+        &self,
+        req: Request<pb::RevokeWorkerRequest>,
+    ) -> Result<Response<pb::RevokeWorkerResponse>, Status> {
         let security = Arc::clone(self.security()?);
         let worker = pc::worker_id("worker_id", &req.into_inner().worker_id).map_err(status)?;
         let revoked = tokio::task::spawn_blocking(move || security.revoke_worker(worker))
@@ -454,23 +539,33 @@ impl JobService for JobApi {
         Ok(Response::new(pb::RevokeWorkerResponse { revoked }))
     }
 
-    async fn drain_worker(&self, req: Request<pb::DrainWorkerRequest>) -> Result<Response<pb::DrainWorkerResponse>, Status> {
+    async fn drain_worker(
+        &self,
+        req: Request<pb::DrainWorkerRequest>,
+    ) -> Result<Response<pb::DrainWorkerResponse>, Status> {
         let r = req.into_inner();
         let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
         self.engine.call(|reply| Cmd::DrainWorker { worker, on: !r.undrain, reply }).await?.map_err(status)?;
         Ok(Response::new(pb::DrainWorkerResponse {}))
     }
 
-    async fn remove_worker(&self, req: Request<pb::RemoveWorkerRequest>) -> Result<Response<pb::RemoveWorkerResponse>, Status> {
+    async fn remove_worker(
+        &self,
+        req: Request<pb::RemoveWorkerRequest>,
+    ) -> Result<Response<pb::RemoveWorkerResponse>, Status> {
         let worker = pc::worker_id("worker_id", &req.into_inner().worker_id).map_err(status)?;
         self.engine.call(|reply| Cmd::RemoveWorker { worker, reply }).await?.map_err(status)?;
         Ok(Response::new(pb::RemoveWorkerResponse {}))
     }
 
-    async fn explain_placement(&self, req: Request<pb::ExplainPlacementRequest>) -> Result<Response<pb::ExplainPlacementResponse>, Status> {
+    async fn explain_placement(
+        &self,
+        req: Request<pb::ExplainPlacementRequest>,
+    ) -> Result<Response<pb::ExplainPlacementResponse>, Status> {
         let r = req.into_inner();
         let job = job_id(&r.job_id)?;
-        let e = self.engine.call(|reply| Cmd::Explain { job, task: r.task, rank: r.rank, reply }).await?.map_err(status)?;
+        let e =
+            self.engine.call(|reply| Cmd::Explain { job, task: r.task, rank: r.rank, reply }).await?.map_err(status)?;
         Ok(Response::new(e))
     }
 }
@@ -510,29 +605,44 @@ impl WorkerService for WorkerApi {
         let reg = convert::registration(&req.into_inner()).map_err(status)?;
         let (interval, timeout) = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
         let rail_key = self.security.as_ref().map(|s| s.rail_key.clone()).unwrap_or_default();
-        Ok(Response::new(pb::RegisterResponse { heartbeat_interval_ms: interval, heartbeat_timeout_ms: timeout, rail_key }))
+        Ok(Response::new(pb::RegisterResponse {
+            heartbeat_interval_ms: interval,
+            heartbeat_timeout_ms: timeout,
+            rail_key,
+        }))
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinResponse>, Status> {
         let Some(security) = self.security.clone() else {
-            return Err(Status::failed_precondition("this coordinator runs with --insecure: workers need no certificate (start the worker with --insecure)"));
+            return Err(Status::failed_precondition(
+                "this coordinator runs with --insecure: workers need no certificate (start the worker with --insecure)",
+            ));
         };
         let r = req.into_inner();
         let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
-        let certificate = tokio::task::spawn_blocking(move || security.issue_worker(worker, &r.public_key).map(|c| (c, security.ca_pem().to_string())))
-            .await
-            .map_err(|e| status(Error::Engine(e.to_string())))?
-            .map_err(status)?;
+        let certificate = tokio::task::spawn_blocking(move || {
+            security.issue_worker(worker, &r.public_key).map(|c| (c, security.ca_pem().to_string()))
+        })
+        .await
+        .map_err(|e| status(Error::Engine(e.to_string())))?
+        .map_err(status)?;
         tracing::info!(%worker, "issued a worker certificate");
         Ok(Response::new(pb::JoinResponse { certificate: certificate.0, ca: certificate.1 }))
     }
 
-    async fn resolve_peer(&self, req: Request<pb::ResolvePeerRequest>) -> Result<Response<pb::ResolvePeerResponse>, Status> {
+    async fn resolve_peer(
+        &self,
+        req: Request<pb::ResolvePeerRequest>,
+    ) -> Result<Response<pb::ResolvePeerResponse>, Status> {
         let Some(security) = &self.security else {
-            return Err(Status::failed_precondition("this coordinator runs with --insecure: there are no certificates to resolve"));
+            return Err(Status::failed_precondition(
+                "this coordinator runs with --insecure: there are no certificates to resolve",
+            ));
         };
         let fp = plexus_security::Fingerprint(req.into_inner().fingerprint);
-        let worker = security.worker_of(&fp).ok_or_else(|| Status::not_found(format!("no current worker certificate has fingerprint {fp}")))?;
+        let worker = security
+            .worker_of(&fp)
+            .ok_or_else(|| Status::not_found(format!("no current worker certificate has fingerprint {fp}")))?;
         let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
         let rails = workers
             .into_iter()
@@ -565,7 +675,10 @@ impl WorkerService for WorkerApi {
         Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn report_tasks(&self, req: Request<pb::ReportTasksRequest>) -> Result<Response<pb::ReportTasksResponse>, Status> {
+    async fn report_tasks(
+        &self,
+        req: Request<pb::ReportTasksRequest>,
+    ) -> Result<Response<pb::ReportTasksResponse>, Status> {
         let worker = self.check(&req, &req.get_ref().worker_id)?;
         let r = req.into_inner();
         // One bad report refuses the whole call: the worker keeps them all and the error names
@@ -603,7 +716,12 @@ mod tests {
     }
 
     fn submit(source: &str) -> Request<pb::SubmitJobRequest> {
-        Request::new(pb::SubmitJobRequest { source: source.into(), filename: "job.toml".into(), format: String::new(), after_jobs: Vec::new() })
+        Request::new(pb::SubmitJobRequest {
+            source: source.into(),
+            filename: "job.toml".into(),
+            format: String::new(),
+            after_jobs: Vec::new(),
+        })
     }
 
     fn register(worker: &str, cpus: u32) -> Request<pb::RegisterRequest> {
@@ -621,9 +739,16 @@ mod tests {
     #[tokio::test]
     async fn a_bad_job_file_is_invalid_argument_with_file_and_line() {
         let (jobs, _) = apis();
-        let e = jobs.submit_job(submit("[[task]]\nname = \"a\"\ncommand = [\"true\"]\nafter = [\"b\"]\n")).await.unwrap_err();
+        let e = jobs
+            .submit_job(submit("[[task]]\nname = \"a\"\ncommand = [\"true\"]\nafter = [\"b\"]\n"))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument);
-        assert!(e.message().starts_with("job.toml:4: ") && e.message().contains("unknown dependency \"b\""), "{}", e.message());
+        assert!(
+            e.message().starts_with("job.toml:4: ") && e.message().contains("unknown dependency \"b\""),
+            "{}",
+            e.message()
+        );
         let huge = "#".repeat(MAX_JOB_SOURCE + 1);
         let e = jobs.submit_job(submit(&huge)).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument);
@@ -634,37 +759,65 @@ mod tests {
     async fn an_unsatisfiable_job_names_its_file_and_is_invalid_argument() {
         let (jobs, workers) = apis();
         workers.register(register(&plexus_proto::WorkerId::random().to_string(), 2)).await.unwrap();
-        let e = jobs.submit_job(submit("[[task]]\nname = \"big\"\ncommand = [\"true\"]\ncpu = 64\n")).await.unwrap_err();
+        let e =
+            jobs.submit_job(submit("[[task]]\nname = \"big\"\ncommand = [\"true\"]\ncpu = 64\n")).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument);
-        assert!(e.message().starts_with("job.toml: ") && e.message().contains("no live worker can ever offer"), "{}", e.message());
+        assert!(
+            e.message().starts_with("job.toml: ") && e.message().contains("no live worker can ever offer"),
+            "{}",
+            e.message()
+        );
     }
 
     #[tokio::test]
     async fn unknown_and_finished_jobs_get_their_own_codes() {
         let (jobs, _) = apis();
         let unknown = JobId::random().to_string();
-        let e = jobs.get_job(Request::new(pb::GetJobRequest { job_id: unknown.clone(), subtasks: false })).await.unwrap_err();
+        let e = jobs
+            .get_job(Request::new(pb::GetJobRequest { job_id: unknown.clone(), subtasks: false }))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::NotFound);
         assert!(e.message().contains(&unknown), "{}", e.message());
-        let e = jobs.get_job(Request::new(pb::GetJobRequest { job_id: "wkr-00000000000000000000000000000000".into(), subtasks: false })).await.unwrap_err();
+        let e = jobs
+            .get_job(Request::new(pb::GetJobRequest {
+                job_id: "wkr-00000000000000000000000000000000".into(),
+                subtasks: false,
+            }))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "a worker id where a job id belongs: {}", e.message());
         assert!(e.message().contains("job_id"), "the field is named: {}", e.message());
 
         let id = jobs.submit_job(submit(ONE)).await.unwrap().into_inner().job_id;
-        let cancelled = jobs.cancel_job(Request::new(pb::CancelJobRequest { job_id: id.clone() })).await.unwrap().into_inner();
+        let cancelled =
+            jobs.cancel_job(Request::new(pb::CancelJobRequest { job_id: id.clone() })).await.unwrap().into_inner();
         assert_eq!(cancelled.job_id, id);
         let e = jobs.cancel_job(Request::new(pb::CancelJobRequest { job_id: id.clone() })).await.unwrap_err();
         assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
-        let e = jobs.explain_placement(Request::new(pb::ExplainPlacementRequest { job_id: id, task: "zz".into(), rank: 0 })).await.unwrap_err();
+        let e = jobs
+            .explain_placement(Request::new(pb::ExplainPlacementRequest { job_id: id, task: "zz".into(), rank: 0 }))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::NotFound);
     }
 
     #[tokio::test]
     async fn get_job_returns_subtasks_only_when_asked() {
         let (jobs, _) = apis();
-        let id = jobs.submit_job(submit("[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 3\n")).await.unwrap().into_inner().job_id;
-        let brief = jobs.get_job(Request::new(pb::GetJobRequest { job_id: id.clone(), subtasks: false })).await.unwrap().into_inner();
-        let full = jobs.get_job(Request::new(pb::GetJobRequest { job_id: id, subtasks: true })).await.unwrap().into_inner();
+        let id = jobs
+            .submit_job(submit("[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 3\n"))
+            .await
+            .unwrap()
+            .into_inner()
+            .job_id;
+        let brief = jobs
+            .get_job(Request::new(pb::GetJobRequest { job_id: id.clone(), subtasks: false }))
+            .await
+            .unwrap()
+            .into_inner();
+        let full =
+            jobs.get_job(Request::new(pb::GetJobRequest { job_id: id, subtasks: true })).await.unwrap().into_inner();
         assert!(brief.subtasks.is_empty());
         assert_eq!(full.subtasks.len(), 3);
     }
@@ -682,7 +835,10 @@ mod tests {
         assert!(e.message().contains("capacity.rails"), "{}", e.message());
         // An assignment stream for a session that never registered.
         let e = workers
-            .assignments(Request::new(pb::AssignmentsRequest { worker_id: plexus_proto::WorkerId::random().to_string(), session: "x".into() }))
+            .assignments(Request::new(pb::AssignmentsRequest {
+                worker_id: plexus_proto::WorkerId::random().to_string(),
+                session: "x".into(),
+            }))
             .await
             .err()
             .expect("refused");
@@ -713,7 +869,11 @@ mod tests {
     async fn a_stopped_engine_is_unavailable() {
         let (jobs, _, thread) = engine();
         jobs.engine.stop();
-        tokio::task::spawn_blocking(move || thread.join()).await.unwrap().expect("the engine thread ends").expect("cleanly");
+        tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .unwrap()
+            .expect("the engine thread ends")
+            .expect("cleanly");
         let e = jobs.list_jobs(Request::new(pb::ListJobsRequest {})).await.unwrap_err();
         assert_eq!(e.code(), Code::Unavailable);
         assert!(e.message().contains("engine has stopped"), "{}", e.message());

@@ -16,11 +16,11 @@ use plexus_scheduler::gpu::topology::MscCosts;
 use crate::Error;
 use crate::auth::{AuthLayer, Security};
 use crate::engine;
-use crate::learned;
-use crate::rpc::{JobApi, WorkerApi};
 use crate::engine::EngineHandle;
 use crate::etcd::{Etcd, EtcdUrl};
 use crate::ha::Role;
+use crate::learned;
+use crate::rpc::{JobApi, WorkerApi};
 use crate::store::{SledStore, Spaces, Store};
 
 /// Largest gRPC message either way: the one policy of coordinator, workers and clients.
@@ -92,7 +92,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
             config.listen
         )));
     }
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
     // The store: sled in the data dir, or etcd (issue 19), whose coordinators share one CA.
     let (spaces, sled_store, etcd) = match &config.etcd {
         None => {
@@ -104,7 +105,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         }
         Some(url) => {
             let url = url.clone();
-            let etcd = tokio::task::spawn_blocking(move || Etcd::connect(&url)).await.map_err(|e| Error::Engine(e.to_string()))??;
+            let etcd = tokio::task::spawn_blocking(move || Etcd::connect(&url))
+                .await
+                .map_err(|e| Error::Engine(e.to_string()))??;
             tracing::info!(store = %etcd.url(), "state in etcd");
             (etcd.spaces(), None, Some(etcd))
         }
@@ -122,7 +125,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
                     None => Security::open(store, &names, plexus_proto::now_ms()),
                 }
             };
-            let (security, first) = tokio::task::spawn_blocking(open).await.map_err(|e| Error::Engine(e.to_string()))??;
+            let (security, first) =
+                tokio::task::spawn_blocking(open).await.map_err(|e| Error::Engine(e.to_string()))??;
             security.write_files(&config.data_dir, first.as_ref())?;
             if let Some(dir) = join_dir {
                 security.write_join_files(&config.data_dir, dir)?;
@@ -132,7 +136,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         SecurityMode::Insecure { .. } => {
             if let Some(etcd) = &etcd {
                 let e = etcd.clone();
-                tokio::task::spawn_blocking(move || e.locked("init", || e.check_version())).await.map_err(|e| Error::Engine(e.to_string()))??;
+                tokio::task::spawn_blocking(move || e.locked("init", || e.check_version()))
+                    .await
+                    .map_err(|e| Error::Engine(e.to_string()))??;
             }
             None
         }
@@ -149,7 +155,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     // Tell the operator now, not at the first job, that the GPU costs were read.
     tracing::info!(msc = %config.msc, "GPU topology costs");
 
-    let listener = TcpListener::bind(config.listen).await.map_err(|e| Error::Io(format!("binding {}", config.listen), e))?;
+    let listener =
+        TcpListener::bind(config.listen).await.map_err(|e| Error::Io(format!("binding {}", config.listen), e))?;
     let addr = listener.local_addr().map_err(|e| Error::Io("reading the bound address".into(), e))?;
     let me = match &config.advertise {
         Some(url) => url.clone(),
@@ -171,7 +178,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
             }
             let role = Role::candidate(me.clone(), etcd.clone());
             let cancel = tokio_util::sync::CancellationToken::new();
-            let task = tokio::spawn(crate::ha::lead(role.clone(), config.lease_ttl, handle.clone(), term.clone() as Arc<dyn crate::ha::Term>, cancel.clone()));
+            let task = tokio::spawn(crate::ha::lead(
+                role.clone(),
+                config.lease_ttl,
+                handle.clone(),
+                term.clone() as Arc<dyn crate::ha::Term>,
+                cancel.clone(),
+            ));
             (role, Some((cancel, task)), None)
         }
         (None, None) => unreachable!("sled is opened when there is no etcd"),
@@ -217,7 +230,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
                 Ok((bound, task)) => {
                     // After the "listening on" line, which some callers read alone before
                     // closing the pipe: a closed stdout must not stop the coordinator.
-                    let _ = std::io::Write::write_fmt(&mut std::io::stdout(), format_args!("plexus-coordinator http on {bound}\n"));
+                    let _ = std::io::Write::write_fmt(
+                        &mut std::io::stdout(),
+                        format_args!("plexus-coordinator http on {bound}\n"),
+                    );
                     tracing::info!(%bound, "serving /metrics");
                     Some((tx, task))
                 }
@@ -232,9 +248,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         None => None,
     };
 
-    let job_api = JobApi::new(handle.clone()).with_store(store_access).with_security(security.clone()).with_role(role.clone());
+    let job_api =
+        JobApi::new(handle.clone()).with_store(store_access).with_security(security.clone()).with_role(role.clone());
     let watch_streams = job_api.stream_stopper();
-    let jobs = JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
+    let jobs =
+        JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
     let workers = WorkerServiceServer::new(WorkerApi::new(handle).with_security(security.clone()))
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
@@ -258,7 +276,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         .add_service(workers)
         // TCP_NODELAY: assignments and replies are small messages; Nagle's algorithm with delayed
         // ACKs would hold each one back ~40 ms.
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)), stop);
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            stop,
+        );
     // Requests in flight get a grace period once shutdown starts; past it they are dropped.
     let grace = async {
         let _ = stopping_rx.await;
@@ -303,7 +324,10 @@ struct LeaderTerm {
 }
 
 impl LeaderTerm {
-    fn start_on(&self, store: Box<dyn Store>) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error> {
+    fn start_on(
+        &self,
+        store: Box<dyn Store>,
+    ) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error> {
         let config = &self.config;
         let placer = learned::by_name(&config.placer, config.seed, Some(self.spaces.policy_store()))?;
         let snapshot = store.load()?;
@@ -311,7 +335,9 @@ impl LeaderTerm {
         let mut core = Core::new(config.core.clone(), placer);
         match learned::LearnedGpu::open(Some(self.spaces.policy.clone()), config.seed) {
             Ok(gpu) => core.set_gpu_learner(Box::new(gpu)),
-            Err(e) => tracing::warn!(error = %e, "the GPU interference model cannot start; GPU sharing uses the contention model"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the GPU interference model cannot start; GPU sharing uses the contention model")
+            }
         }
         core.restore(snapshot, plexus_proto::now_ms())?;
         core.set_estimates(crate::store::load_estimates(store.as_ref()));
@@ -320,13 +346,22 @@ impl LeaderTerm {
                 tracing::warn!(queue = name, error = e, "a stored queue share is not valid; ignored");
             }
         }
-        tracing::info!(jobs, workers, placer = core.placer_name(), estimates = core.estimates().revision(), "state restored");
+        tracing::info!(
+            jobs,
+            workers,
+            placer = core.placer_name(),
+            estimates = core.estimates().revision(),
+            "state restored"
+        );
         Ok(engine::start_with(core, store, plexus_proto::now_ms, config.http.is_some()))
     }
 }
 
 impl crate::ha::Term for LeaderTerm {
-    fn start(&self, store: crate::etcd::EtcdStore) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error> {
+    fn start(
+        &self,
+        store: crate::etcd::EtcdStore,
+    ) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error> {
         self.start_on(Box::new(store))
     }
 

@@ -280,7 +280,12 @@ impl SecurityStore {
 
     /// Every record whose key starts with `prefix`.
     pub fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, Error> {
-        Ok(self.kv.scan(prefix.as_bytes())?.into_iter().map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v)).collect())
+        Ok(self
+            .kv
+            .scan(prefix.as_bytes())?
+            .into_iter()
+            .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
+            .collect())
     }
 }
 
@@ -321,7 +326,8 @@ impl plexus_policy::PolicyStore for KvPolicyStore {
             .map_err(policy_error)?
             .into_iter()
             .map(|(k, v)| {
-                let id = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or("bad experience key")?;
+                let id =
+                    k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or("bad experience key")?;
                 Ok((id, v))
             })
             .collect()
@@ -330,7 +336,8 @@ impl plexus_policy::PolicyStore for KvPolicyStore {
         self.kv.put(&experience_key(id), bytes).map_err(policy_error)
     }
     fn put_experiences(&self, items: &[(u64, Vec<u8>)]) -> Result<(), StoreError> {
-        let records: Vec<(Vec<u8>, Vec<u8>)> = items.iter().map(|(id, bytes)| (experience_key(*id), bytes.clone())).collect();
+        let records: Vec<(Vec<u8>, Vec<u8>)> =
+            items.iter().map(|(id, bytes)| (experience_key(*id), bytes.clone())).collect();
         self.kv.put_many(&records).map_err(policy_error)
     }
     fn remove_experiences(&self, ids: &[u64]) -> Result<(), StoreError> {
@@ -381,7 +388,11 @@ impl SledStore {
 
     /// The namespaces the coordinator keeps besides its state, in this database's trees.
     pub fn spaces(&self) -> Result<Spaces, Error> {
-        Ok(Spaces { security: self.kv(SECURITY_TREE, true)?, policy: self.kv(POLICY_TREE, false)?, queues: self.kv(QUEUES_TREE, true)? })
+        Ok(Spaces {
+            security: self.kv(SECURITY_TREE, true)?,
+            policy: self.kv(POLICY_TREE, false)?,
+            queues: self.kv(QUEUES_TREE, true)?,
+        })
     }
 
     /// Every state record as stored (v2 key, JSON value): what `migrate --to etcd://` copies.
@@ -390,7 +401,10 @@ impl SledStore {
     }
 
     /// Migrations that opening the store at `dir` would run, without running them.
-    pub fn pending(dir: &Path, wait: std::time::Duration) -> Result<(Option<u32>, Vec<&'static mig::Migration>), Error> {
+    pub fn pending(
+        dir: &Path,
+        wait: std::time::Duration,
+    ) -> Result<(Option<u32>, Vec<&'static mig::Migration>), Error> {
         let db = open_db_waiting(dir, wait)?;
         Ok((mig::version(&db)?, mig::pending(&db)?))
     }
@@ -454,11 +468,16 @@ impl Store for MemStore {
     }
 
     fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error> {
-        Ok(self.estimates.lock().map_err(|_| Error::Corrupt { key: "estimates".into(), reason: "poisoned".into() })?.clone())
+        Ok(self
+            .estimates
+            .lock()
+            .map_err(|_| Error::Corrupt { key: "estimates".into(), reason: "poisoned".into() })?
+            .clone())
     }
 
     fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error> {
-        *self.estimates.lock().map_err(|_| Error::Corrupt { key: "estimates".into(), reason: "poisoned".into() })? = Some(bytes.to_vec());
+        *self.estimates.lock().map_err(|_| Error::Corrupt { key: "estimates".into(), reason: "poisoned".into() })? =
+            Some(bytes.to_vec());
         Ok(())
     }
 }
@@ -482,7 +501,9 @@ pub fn load_estimates(store: &dyn Store) -> Estimates {
 /// Saves `estimates` in `store`. A failure is logged, not fatal: the estimates stay in memory and
 /// the next save tries again.
 pub fn save_estimates(store: &dyn Store, estimates: &Estimates) -> bool {
-    let saved = serde_json::to_vec(estimates).map_err(|e| e.to_string()).and_then(|b| store.save_estimates(&b).map_err(|e| e.to_string()));
+    let saved = serde_json::to_vec(estimates)
+        .map_err(|e| e.to_string())
+        .and_then(|b| store.save_estimates(&b).map_err(|e| e.to_string()));
     match saved {
         Ok(()) => true,
         Err(e) => {
@@ -506,7 +527,11 @@ pub fn decode_records(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Err
             }
             Some(mig::SUBTASK_PREFIX) if k.len() == 21 => {
                 let (Some(j), Some(i)) = (id(&k), idx(&k)) else { return Err(corrupt("bad key".into())) };
-                snap.subtasks.push((JobId::from_bytes(j), i, serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?));
+                snap.subtasks.push((
+                    JobId::from_bytes(j),
+                    i,
+                    serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?,
+                ));
             }
             Some(mig::WORKER_PREFIX) if k.len() == 17 => {
                 let w: WorkerRecord = serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?;
@@ -517,7 +542,11 @@ pub fn decode_records(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Err
             }
             Some(mig::PLACEMENT_PREFIX) if k.len() == 21 => {
                 let (Some(j), Some(i)) = (id(&k), idx(&k)) else { return Err(corrupt("bad key".into())) };
-                snap.placements.push((JobId::from_bytes(j), i, serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?));
+                snap.placements.push((
+                    JobId::from_bytes(j),
+                    i,
+                    serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?,
+                ));
             }
             _ => return Err(corrupt("unknown key kind".into())),
         }
@@ -548,7 +577,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
         let job = JobId::random();
-        core.submit(job, parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 4\n", Format::Toml, "j").unwrap(), 5).unwrap();
+        core.submit(
+            job,
+            parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 4\n", Format::Toml, "j").unwrap(),
+            5,
+        )
+        .unwrap();
         {
             let (store, applied) = SledStore::open(dir.path()).unwrap();
             assert!(applied.is_empty());
@@ -585,7 +619,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
         let job = JobId::random();
-        core.submit(job, parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 3\n", Format::Toml, "j").unwrap(), 5).unwrap();
+        core.submit(
+            job,
+            parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 3\n", Format::Toml, "j").unwrap(),
+            5,
+        )
+        .unwrap();
         {
             let db = sled::open(dir.path()).unwrap();
             let j = core.job(job).unwrap();

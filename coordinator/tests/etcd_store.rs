@@ -44,14 +44,20 @@ fn lead(e: &Etcd, election: &str) -> i64 {
 /// Gives `lease` back: the leader key goes, and `e`, still fenced on it, is a deposed leader.
 fn depose(e: &Etcd, lease: i64) {
     let mut client = e.client();
-    e.block(async move { client.lease_revoke(lease).await.map(|_| ()).map_err(|x| Error::Etcd(x.to_string())) }).unwrap();
+    e.block(async move { client.lease_revoke(lease).await.map(|_| ()).map_err(|x| Error::Etcd(x.to_string())) })
+        .unwrap();
 }
 
 /// A core holding one job of `n` subtasks, and the batch that stores it.
 fn job_batch(n: u32) -> (Core, JobId, Batch) {
     let mut core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
     let job = JobId::random();
-    let spec = parse(&format!("name = \"j\"\n[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = {n}\n"), Format::Toml, "j.toml").unwrap();
+    let spec = parse(
+        &format!("name = \"j\"\n[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = {n}\n"),
+        Format::Toml,
+        "j.toml",
+    )
+    .unwrap();
     core.submit(job, spec, 5).unwrap();
     let mut b = Batch::default();
     let j = core.job(job).unwrap();
@@ -136,7 +142,8 @@ fn a_snapshot_replaces_the_log_it_covers() {
     store.snapshot_now().unwrap();
     let snaps = e.key("/state/snap/");
     let keys = e.range(snaps.clone(), prefix_end(&snaps)).unwrap();
-    let seqs: std::collections::BTreeSet<String> = keys.iter().map(|(k, _)| String::from_utf8_lossy(&k[snaps.len()..snaps.len() + 16]).into_owned()).collect();
+    let seqs: std::collections::BTreeSet<String> =
+        keys.iter().map(|(k, _)| String::from_utf8_lossy(&k[snaps.len()..snaps.len() + 16]).into_owned()).collect();
     assert_eq!(seqs.len(), 1, "{seqs:?}");
     assert_eq!(EtcdStore::new(e.clone()).load().unwrap().jobs.len(), 4);
 }
@@ -178,7 +185,10 @@ fn large_values_are_stored_in_parts_and_replaced_whole() {
     assert_eq!(e.range(chunks.clone(), prefix_end(&chunks)).unwrap().len(), 3);
     kv.put(b"weights", b"small").unwrap();
     assert_eq!(kv.get(b"weights").unwrap().as_deref(), Some(&b"small"[..]));
-    assert!(e.range(chunks.clone(), prefix_end(&chunks)).unwrap().is_empty(), "the parts went with the value they held");
+    assert!(
+        e.range(chunks.clone(), prefix_end(&chunks)).unwrap().is_empty(),
+        "the parts went with the value they held"
+    );
     kv.put(b"e\x00\x01", b"x").unwrap();
     let scanned: Vec<Vec<u8>> = kv.scan(b"e").unwrap().into_iter().map(|(k, _)| k).collect();
     assert_eq!(scanned, vec![b"e\x00\x01".to_vec()]);
@@ -199,7 +209,8 @@ fn many_records_are_written_in_batched_transactions() {
     assert_eq!(e.range(chunks.clone(), prefix_end(&chunks)).unwrap().len(), 2);
     // 1,000 records of 3 KiB (3 MiB in all: more than one transaction by count and by size),
     // one of them replacing the large value, and one large value of their own.
-    let mut items: Vec<(Vec<u8>, Vec<u8>)> = (0..1000u32).map(|i| (format!("e{i:05}").into_bytes(), vec![(i % 251) as u8; 3 << 10])).collect();
+    let mut items: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..1000u32).map(|i| (format!("e{i:05}").into_bytes(), vec![(i % 251) as u8; 3 << 10])).collect();
     items.push((b"e-big".to_vec(), b"small now".to_vec()));
     items.push((b"f-large".to_vec(), vec![9u8; 5 << 19]));
     let before = e.range(e.key("/"), prefix_end(&e.key("/"))).unwrap().len();
@@ -215,7 +226,8 @@ fn many_records_are_written_in_batched_transactions() {
     // Fenced on a leader key that is gone: nothing of the batch is written.
     let lease = lead(&e, "/many/election");
     depose(&e, lease);
-    let fresh: Vec<(Vec<u8>, Vec<u8>)> = (0..200u32).map(|i| (format!("g{i:05}").into_bytes(), b"x".to_vec())).collect();
+    let fresh: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..200u32).map(|i| (format!("g{i:05}").into_bytes(), b"x".to_vec())).collect();
     assert!(matches!(kv.put_many(&fresh), Err(Error::Fenced)), "a deposed leader's batch is refused");
     e.set_fence(None);
     assert!(kv.scan(b"g").unwrap().is_empty());
@@ -238,7 +250,10 @@ fn a_sled_store_is_copied_into_an_empty_prefix_only() {
     let snap = EtcdStore::new(target.clone()).load().unwrap();
     assert_eq!(snap.jobs[0].id, job);
     assert_eq!(snap.subtasks.len(), 7);
-    assert_eq!(plexus_coordinator::store::queue_shares(target.spaces().queues.as_ref()).unwrap(), vec![("batch".to_string(), 0.5)]);
+    assert_eq!(
+        plexus_coordinator::store::queue_shares(target.spaces().queues.as_ref()).unwrap(),
+        vec![("batch".to_string(), 0.5)]
+    );
     let again = plexus_coordinator::etcd::copy_sled(&sled, &to).unwrap_err();
     assert!(again.to_string().contains("already holds"), "{again}");
 }

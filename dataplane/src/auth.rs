@@ -81,9 +81,7 @@ impl RailKey {
     /// can be made without it.
     pub fn random() -> RailKey {
         let mut k = [0u8; KEY_LEN];
-        SystemRandom::new()
-            .fill(&mut k)
-            .expect("the system random source failed; cannot make a rail key");
+        SystemRandom::new().fill(&mut k).expect("the system random source failed; cannot make a rail key");
         RailKey(k)
     }
 
@@ -120,8 +118,7 @@ pub enum RailAuth {
 /// A fresh nonce from `rng`.
 pub fn nonce(rng: &impl SecureRandom) -> Result<[u8; NONCE_LEN]> {
     let mut n = [0u8; NONCE_LEN];
-    rng.fill(&mut n)
-        .map_err(|_| Error::Io(std::io::Error::other("the system random source failed")))?;
+    rng.fill(&mut n).map_err(|_| Error::Io(std::io::Error::other("the system random source failed")))?;
     Ok(n)
 }
 
@@ -144,16 +141,10 @@ pub fn check_offer_prefix(b: &[u8; OFFER_PREFIX_LEN]) -> Result<()> {
         ));
     }
     if b[..4] != OFFER_MAGIC {
-        return Err(Error::Protocol(format!(
-            "not a rail handshake (starts {:02x?})",
-            &b[..4]
-        )));
+        return Err(Error::Protocol(format!("not a rail handshake (starts {:02x?})", &b[..4])));
     }
     if b[4] != AUTH_VERSION {
-        return Err(Error::Protocol(format!(
-            "peer speaks rail handshake version {}, we speak {AUTH_VERSION}",
-            b[4]
-        )));
+        return Err(Error::Protocol(format!("peer speaks rail handshake version {}, we speak {AUTH_VERSION}", b[4])));
     }
     Ok(())
 }
@@ -173,11 +164,7 @@ fn sign(key: &RailKey, msg: &[u8]) -> [u8; MAC_LEN] {
 }
 
 /// The acceptor's answer to an offer carrying `nonce_c`: its own nonce and its MAC.
-pub fn answer(
-    key: &RailKey,
-    nonce_c: &[u8; NONCE_LEN],
-    nonce_a: &[u8; NONCE_LEN],
-) -> [u8; ANSWER_LEN] {
+pub fn answer(key: &RailKey, nonce_c: &[u8; NONCE_LEN], nonce_a: &[u8; NONCE_LEN]) -> [u8; ANSWER_LEN] {
     let mut b = [0u8; ANSWER_LEN];
     b[..NONCE_LEN].copy_from_slice(nonce_a);
     b[NONCE_LEN..].copy_from_slice(&sign(key, &transcript(ACCEPTOR_LABEL, nonce_c, nonce_a)));
@@ -186,18 +173,10 @@ pub fn answer(
 
 /// The connector's check of the acceptor's answer to its `nonce_c`: the acceptor's nonce if its
 /// MAC is right, else an error (the peer does not hold `key`).
-pub fn check_answer(
-    key: &RailKey,
-    nonce_c: &[u8; NONCE_LEN],
-    answer: &[u8; ANSWER_LEN],
-) -> Result<[u8; NONCE_LEN]> {
+pub fn check_answer(key: &RailKey, nonce_c: &[u8; NONCE_LEN], answer: &[u8; ANSWER_LEN]) -> Result<[u8; NONCE_LEN]> {
     let nonce_a: [u8; NONCE_LEN] = answer[..NONCE_LEN].try_into().expect("32 bytes");
-    hmac::verify(
-        &key.hmac_key(),
-        &transcript(ACCEPTOR_LABEL, nonce_c, &nonce_a),
-        &answer[NONCE_LEN..],
-    )
-    .map_err(|_| Error::Protocol("the peer does not hold this cluster's rail key".into()))?;
+    hmac::verify(&key.hmac_key(), &transcript(ACCEPTOR_LABEL, nonce_c, &nonce_a), &answer[NONCE_LEN..])
+        .map_err(|_| Error::Protocol("the peer does not hold this cluster's rail key".into()))?;
     Ok(nonce_a)
 }
 
@@ -213,12 +192,8 @@ pub fn check_proof(
     nonce_a: &[u8; NONCE_LEN],
     proof: &[u8; MAC_LEN],
 ) -> Result<()> {
-    hmac::verify(
-        &key.hmac_key(),
-        &transcript(CONNECTOR_LABEL, nonce_a, nonce_c),
-        proof,
-    )
-    .map_err(|_| Error::Protocol("the peer does not hold this cluster's rail key".into()))
+    hmac::verify(&key.hmac_key(), &transcript(CONNECTOR_LABEL, nonce_a, nonce_c), proof)
+        .map_err(|_| Error::Protocol("the peer does not hold this cluster's rail key".into()))
 }
 
 #[cfg(test)]
@@ -243,11 +218,7 @@ mod tests {
     #[test]
     fn debug_never_shows_the_key() {
         let k = RailKey::from_bytes(&[0xc3; 32]).unwrap();
-        for s in [
-            format!("{k:?}"),
-            format!("{k:#?}"),
-            format!("{:?}", RailAuth::Key(k.clone())),
-        ] {
+        for s in [format!("{k:?}"), format!("{k:#?}"), format!("{:?}", RailAuth::Key(k.clone()))] {
             assert!(s.contains("redacted"), "{s}");
             for leak in ["195, 195", "c3c3", "C3C3", "c3, 0xc3"] {
                 assert!(!s.contains(leak), "{s} shows the key ({leak})");
@@ -282,10 +253,7 @@ mod tests {
         bad[0] ^= 1;
         assert!(check_answer(&k, &nc, &bad).is_err(), "a changed nonce_a");
         assert!(check_proof(&other, &nc, &na, &p).is_err(), "another key");
-        assert!(
-            check_proof(&k, &nc, &[6; 32], &p).is_err(),
-            "replayed: another nonce_a"
-        );
+        assert!(check_proof(&k, &nc, &[6; 32], &p).is_err(), "replayed: another nonce_a");
         // Reflection: the acceptor's MAC over the same nonces is not the connector's proof.
         let a_mac: [u8; 32] = ans[32..].try_into().unwrap();
         assert!(check_proof(&k, &nc, &na, &a_mac).is_err());

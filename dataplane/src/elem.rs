@@ -51,42 +51,10 @@ fn reduce<const SWAP: bool>(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &
     debug_assert_eq!(acc.len(), other.len());
     debug_assert_eq!(acc.len() % dtype.size(), 0);
     match dtype {
-        DType::F32 => typed::<f32, SWAP>(
-            op,
-            acc,
-            other,
-            |a, b| a + b,
-            |a, b| a * b,
-            f32::min,
-            f32::max,
-        ),
-        DType::F64 => typed::<f64, SWAP>(
-            op,
-            acc,
-            other,
-            |a, b| a + b,
-            |a, b| a * b,
-            f64::min,
-            f64::max,
-        ),
-        DType::I32 => typed::<i32, SWAP>(
-            op,
-            acc,
-            other,
-            i32::wrapping_add,
-            i32::wrapping_mul,
-            Ord::min,
-            Ord::max,
-        ),
-        DType::I64 => typed::<i64, SWAP>(
-            op,
-            acc,
-            other,
-            i64::wrapping_add,
-            i64::wrapping_mul,
-            Ord::min,
-            Ord::max,
-        ),
+        DType::F32 => typed::<f32, SWAP>(op, acc, other, |a, b| a + b, |a, b| a * b, f32::min, f32::max),
+        DType::F64 => typed::<f64, SWAP>(op, acc, other, |a, b| a + b, |a, b| a * b, f64::min, f64::max),
+        DType::I32 => typed::<i32, SWAP>(op, acc, other, i32::wrapping_add, i32::wrapping_mul, Ord::min, Ord::max),
+        DType::I64 => typed::<i64, SWAP>(op, acc, other, i64::wrapping_add, i64::wrapping_mul, Ord::min, Ord::max),
     }
 }
 
@@ -220,12 +188,7 @@ mod tests {
             }
         }
         let mut acc = bytes(&[1.5f64, -2.0]);
-        reduce_into(
-            DType::F64,
-            ReduceOp::Prod,
-            &mut acc,
-            &bytes(&[2.0f64, 0.25]),
-        );
+        reduce_into(DType::F64, ReduceOp::Prod, &mut acc, &bytes(&[2.0f64, 0.25]));
         assert_eq!(acc, bytes(&[3.0f64, -0.5]));
         let mut acc = bytes(&[1.5f32, f32::NAN]);
         reduce_into(DType::F32, ReduceOp::Max, &mut acc, &bytes(&[-1.0f32, 4.0]));

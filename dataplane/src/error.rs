@@ -12,11 +12,7 @@ pub enum Error {
     Config(String),
     /// A rail listener could not be bound.
     #[error("cannot bind rail {rail} on {addr}: {source}")]
-    Bind {
-        rail: usize,
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { rail: usize, addr: SocketAddr, source: std::io::Error },
     /// The peer address list is empty, or names a peer this endpoint cannot reach.
     #[error("bad peer address list: {0}")]
     Peer(String),
@@ -24,25 +20,12 @@ pub enum Error {
     #[error("protocol error: {0}")]
     Protocol(String),
     /// A segment was resent too often because its checksum kept failing at the receiver.
-    #[error(
-        "segment at offset {offset} of message {msg_id} to {peer} failed its checksum {attempts} times"
-    )]
-    Corrupted {
-        peer: PeerId,
-        msg_id: u64,
-        offset: u64,
-        attempts: u32,
-    },
+    #[error("segment at offset {offset} of message {msg_id} to {peer} failed its checksum {attempts} times")]
+    Corrupted { peer: PeerId, msg_id: u64, offset: u64, attempts: u32 },
     /// No acknowledgement arrived for a whole `stall_timeout` while a message was outstanding:
     /// every rail to the peer is down or the peer is gone.
-    #[error(
-        "message {msg_id} to {peer} made no progress for {secs:.1} s (every rail down or peer gone)"
-    )]
-    Stalled {
-        peer: PeerId,
-        msg_id: u64,
-        secs: f64,
-    },
+    #[error("message {msg_id} to {peer} made no progress for {secs:.1} s (every rail down or peer gone)")]
+    Stalled { peer: PeerId, msg_id: u64, secs: f64 },
     /// A rail key that is not exactly 32 bytes long.
     #[error("a rail key is exactly 32 bytes, got {0}")]
     BadRailKey(usize),
@@ -53,11 +36,7 @@ pub enum Error {
     /// A rail connection's peer failed the rail handshake in a way only a peer without this
     /// endpoint's rail key does (its MAC was wrong): the message is failed, not retried.
     #[error("rail handshake with {addr} (rail {rail}) failed: {reason}")]
-    Handshake {
-        addr: SocketAddr,
-        rail: usize,
-        reason: String,
-    },
+    Handshake { addr: SocketAddr, rail: usize, reason: String },
     /// The endpoint was shut down while the call was waiting.
     #[error("endpoint shut down")]
     Shutdown,

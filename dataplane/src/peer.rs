@@ -38,37 +38,22 @@ impl PeerOpts {
     /// Parses `--rail ADDR` (repeatable), `--port N`, `--tag N`, `--verify`, `--quiet`,
     /// `--rail-key-env NAME`.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<PeerOpts> {
-        let mut o = PeerOpts {
-            rails: vec![],
-            port: 0,
-            tag: 0,
-            verify: false,
-            quiet: false,
-            auth: RailAuth::Open,
-        };
+        let mut o = PeerOpts { rails: vec![], port: 0, tag: 0, verify: false, quiet: false, auth: RailAuth::Open };
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
-            let mut val = |name: &str| {
-                it.next()
-                    .ok_or_else(|| Error::Usage(format!("{name} needs a value")))
-            };
+            let mut val = |name: &str| it.next().ok_or_else(|| Error::Usage(format!("{name} needs a value")));
             let bad = |name: &str, e: &dyn std::fmt::Display| Error::Usage(format!("{name}: {e}"));
             match a.as_str() {
-                "--rail" => o
-                    .rails
-                    .push(val("--rail")?.parse().map_err(|e| bad("--rail", &e))?),
+                "--rail" => o.rails.push(val("--rail")?.parse().map_err(|e| bad("--rail", &e))?),
                 "--port" => o.port = val("--port")?.parse().map_err(|e| bad("--port", &e))?,
                 "--tag" => o.tag = val("--tag")?.parse().map_err(|e| bad("--tag", &e))?,
                 "--verify" => o.verify = true,
                 "--quiet" => o.quiet = true,
                 "--rail-key-env" => {
                     let name = val("--rail-key-env")?;
-                    let hex = std::env::var(&name)
-                        .map_err(|e| bad("--rail-key-env", &format!("{name}: {e}")))?;
-                    o.auth = RailAuth::Key(
-                        key_from_hex(&hex)
-                            .map_err(|e| bad("--rail-key-env", &format!("{name}: {e}")))?,
-                    );
+                    let hex = std::env::var(&name).map_err(|e| bad("--rail-key-env", &format!("{name}: {e}")))?;
+                    o.auth =
+                        RailAuth::Key(key_from_hex(&hex).map_err(|e| bad("--rail-key-env", &format!("{name}: {e}")))?);
                 }
                 other => {
                     return Err(Error::Usage(format!(
@@ -119,14 +104,10 @@ pub async fn serve(opts: PeerOpts) -> Result<()> {
 fn key_from_hex(hex: &str) -> Result<RailKey> {
     let hex = hex.trim();
     if !hex.len().is_multiple_of(2) || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::Usage(
-            "a rail key is written as 64 hex digits".into(),
-        ));
+        return Err(Error::Usage("a rail key is written as 64 hex digits".into()));
     }
-    let bytes: Vec<u8> = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digits"))
-        .collect();
+    let bytes: Vec<u8> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digits")).collect();
     RailKey::from_bytes(&bytes)
 }
 
@@ -144,15 +125,10 @@ mod tests {
     fn the_key_comes_from_the_environment_as_hex() {
         let k = key_from_hex(&"0f".repeat(32)).unwrap();
         assert_eq!(k.as_bytes(), &[0x0f; 32]);
-        assert!(matches!(
-            key_from_hex(&"0f".repeat(31)),
-            Err(Error::BadRailKey(31))
-        ));
+        assert!(matches!(key_from_hex(&"0f".repeat(31)), Err(Error::BadRailKey(31))));
         assert!(key_from_hex("zz").is_err());
         assert!(key_from_hex("abc").is_err());
-        let e = PeerOpts::parse(["--rail-key-env".into(), "PLEXUS_TEST_NO_SUCH_VAR".into()])
-            .unwrap_err()
-            .to_string();
+        let e = PeerOpts::parse(["--rail-key-env".into(), "PLEXUS_TEST_NO_SUCH_VAR".into()]).unwrap_err().to_string();
         assert!(e.contains("PLEXUS_TEST_NO_SUCH_VAR"), "{e}");
         assert!(matches!(PeerOpts::parse([]).unwrap().auth, RailAuth::Open));
     }

@@ -48,13 +48,7 @@ pub struct Reassembler {
 
 impl Reassembler {
     pub fn new(total: u64) -> Reassembler {
-        Reassembler {
-            total,
-            held: BTreeMap::new(),
-            reserved: BTreeMap::new(),
-            received: 0,
-            empty_seen: false,
-        }
+        Reassembler { total, held: BTreeMap::new(), reserved: BTreeMap::new(), received: 0, empty_seen: false }
     }
 
     pub fn total(&self) -> u64 {
@@ -77,11 +71,7 @@ impl Reassembler {
         let end = match offset.checked_add(len) {
             Some(end) if end <= self.total => end,
             _ => {
-                return Err(ReassemblyError::OutOfBounds {
-                    offset,
-                    len,
-                    total: self.total,
-                });
+                return Err(ReassemblyError::OutOfBounds { offset, len, total: self.total });
             }
         };
         if len == 0 {
@@ -90,11 +80,7 @@ impl Reassembler {
             }
             let first = !self.empty_seen;
             self.empty_seen = true;
-            return Ok(if first {
-                Admit::Fresh
-            } else {
-                Admit::Duplicate
-            });
+            return Ok(if first { Admit::Fresh } else { Admit::Duplicate });
         }
         if let Some((_, &e)) = self.held.range(..=offset).next_back()
             && e >= end
@@ -120,11 +106,7 @@ impl Reassembler {
             return;
         }
         let end = self.reserved.remove(&offset);
-        assert_eq!(
-            end,
-            Some(offset + len),
-            "commit of a range that was not reserved"
-        );
+        assert_eq!(end, Some(offset + len), "commit of a range that was not reserved");
         self.received += len;
         let (mut start, mut stop) = (offset, offset + len);
         // Merge with the held range that ends exactly where this starts, and the one that starts
@@ -148,21 +130,12 @@ impl Reassembler {
             return;
         }
         let end = self.reserved.remove(&offset);
-        assert_eq!(
-            end,
-            Some(offset + len),
-            "abort of a range that was not reserved"
-        );
+        assert_eq!(end, Some(offset + len), "abort of a range that was not reserved");
     }
 
     /// True when every byte is held and nothing is being written.
     pub fn is_complete(&self) -> bool {
-        self.reserved.is_empty()
-            && if self.total == 0 {
-                self.empty_seen
-            } else {
-                self.received == self.total
-            }
+        self.reserved.is_empty() && if self.total == 0 { self.empty_seen } else { self.received == self.total }
     }
 }
 
@@ -182,9 +155,7 @@ mod tests {
 
     /// Cuts `total` into segments of at most `seg`, as the sender does.
     fn cut(total: u64, seg: u64) -> Vec<(u64, u64)> {
-        (0..total.div_ceil(seg))
-            .map(|i| (i * seg, seg.min(total - i * seg)))
-            .collect()
+        (0..total.div_ceil(seg)).map(|i| (i * seg, seg.min(total - i * seg))).collect()
     }
 
     fn permutations(n: usize) -> Vec<Vec<usize>> {
@@ -216,11 +187,7 @@ mod tests {
                 r.commit(o, l);
                 assert_eq!(
                     r.received(),
-                    segs.iter()
-                        .enumerate()
-                        .filter(|(j, _)| order[..=n].contains(j))
-                        .map(|(_, s)| s.1)
-                        .sum::<u64>()
+                    segs.iter().enumerate().filter(|(j, _)| order[..=n].contains(j)).map(|(_, s)| s.1).sum::<u64>()
                 );
             }
             assert!(r.is_complete(), "order {order:?}");
@@ -253,19 +220,11 @@ mod tests {
         assert_eq!(r.reserve(10, 10), Ok(Admit::Busy));
         r.commit(10, 10);
         assert_eq!(r.reserve(10, 10), Ok(Admit::Duplicate));
-        assert_eq!(
-            r.reserve(12, 3),
-            Ok(Admit::Duplicate),
-            "a sub-range of held data is a duplicate"
-        );
+        assert_eq!(r.reserve(12, 3), Ok(Admit::Duplicate), "a sub-range of held data is a duplicate");
         assert_eq!(r.received(), 10);
         assert_eq!(r.reserve(0, 10), Ok(Admit::Fresh));
         r.commit(0, 10);
-        assert_eq!(
-            r.reserve(0, 20),
-            Ok(Admit::Duplicate),
-            "merged ranges still recognise duplicates"
-        );
+        assert_eq!(r.reserve(0, 20), Ok(Admit::Duplicate), "merged ranges still recognise duplicates");
         assert_eq!(r.reserve(20, 10), Ok(Admit::Fresh));
         r.commit(20, 10);
         assert!(r.is_complete());
@@ -281,10 +240,7 @@ mod tests {
         assert_eq!(r.reserve(0, 10), Ok(Admit::Fresh));
         r.commit(0, 10);
         assert_eq!(r.reserve(10, 10), Ok(Admit::Fresh));
-        assert!(
-            !r.is_complete(),
-            "a reservation keeps the message incomplete"
-        );
+        assert!(!r.is_complete(), "a reservation keeps the message incomplete");
         r.commit(10, 10);
         assert!(r.is_complete());
     }
@@ -296,56 +252,19 @@ mod tests {
         r.commit(10, 10);
         assert_eq!(r.reserve(40, 10), Ok(Admit::Fresh));
         // Partial overlaps with held data, from either side, and spanning it.
-        assert_eq!(
-            r.reserve(5, 10),
-            Err(ReassemblyError::Overlap { offset: 5, len: 10 })
-        );
-        assert_eq!(
-            r.reserve(15, 10),
-            Err(ReassemblyError::Overlap {
-                offset: 15,
-                len: 10
-            })
-        );
-        assert_eq!(
-            r.reserve(0, 30),
-            Err(ReassemblyError::Overlap { offset: 0, len: 30 })
-        );
+        assert_eq!(r.reserve(5, 10), Err(ReassemblyError::Overlap { offset: 5, len: 10 }));
+        assert_eq!(r.reserve(15, 10), Err(ReassemblyError::Overlap { offset: 15, len: 10 }));
+        assert_eq!(r.reserve(0, 30), Err(ReassemblyError::Overlap { offset: 0, len: 30 }));
         // Partial overlaps with a reservation.
-        assert_eq!(
-            r.reserve(45, 10),
-            Err(ReassemblyError::Overlap {
-                offset: 45,
-                len: 10
-            })
-        );
-        assert_eq!(
-            r.reserve(35, 10),
-            Err(ReassemblyError::Overlap {
-                offset: 35,
-                len: 10
-            })
-        );
-        assert_eq!(
-            r.reserve(40, 5),
-            Err(ReassemblyError::Overlap { offset: 40, len: 5 })
-        );
+        assert_eq!(r.reserve(45, 10), Err(ReassemblyError::Overlap { offset: 45, len: 10 }));
+        assert_eq!(r.reserve(35, 10), Err(ReassemblyError::Overlap { offset: 35, len: 10 }));
+        assert_eq!(r.reserve(40, 5), Err(ReassemblyError::Overlap { offset: 40, len: 5 }));
         // Adjacent ranges are fine.
         assert_eq!(r.reserve(20, 20), Ok(Admit::Fresh));
         assert_eq!(r.reserve(0, 10), Ok(Admit::Fresh));
         // Bounds.
-        assert_eq!(
-            r.reserve(95, 6),
-            Err(ReassemblyError::OutOfBounds {
-                offset: 95,
-                len: 6,
-                total: 100
-            })
-        );
-        assert!(matches!(
-            r.reserve(u64::MAX, 2),
-            Err(ReassemblyError::OutOfBounds { .. })
-        ));
+        assert_eq!(r.reserve(95, 6), Err(ReassemblyError::OutOfBounds { offset: 95, len: 6, total: 100 }));
+        assert!(matches!(r.reserve(u64::MAX, 2), Err(ReassemblyError::OutOfBounds { .. })));
         assert_eq!(r.reserve(50, 0), Err(ReassemblyError::Empty { total: 100 }));
         // Refusals changed nothing.
         assert_eq!(r.received(), 10);
@@ -360,10 +279,7 @@ mod tests {
         r.commit(0, 0);
         assert!(r.is_complete());
         assert_eq!(r.reserve(0, 0), Ok(Admit::Duplicate));
-        assert!(matches!(
-            r.reserve(0, 1),
-            Err(ReassemblyError::OutOfBounds { .. })
-        ));
+        assert!(matches!(r.reserve(0, 1), Err(ReassemblyError::OutOfBounds { .. })));
     }
 
     #[test]

@@ -26,19 +26,12 @@ pub fn pattern(len: usize, seed: u64) -> bytes::Bytes {
 }
 
 pub fn script() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../scripts/rails-rig.sh"
-    ))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/rails-rig.sh"))
 }
 
 /// Why the rig cannot be used here, if it cannot: it needs root and the script.
 pub fn unavailable() -> Option<String> {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let uid = Command::new("id").arg("-u").output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     if uid.as_deref() != Some("0") {
         return Some("the multi-rail rig needs root (network namespaces and tc)".into());
     }
@@ -77,10 +70,7 @@ impl Rig {
     /// `rails` in the script's syntax, e.g. `"2gbit,500mbit"`.
     pub fn up(hosts: usize, rails: &str) -> Result<Rig> {
         run(&["up", "--hosts", &hosts.to_string(), "--rails", rails])?;
-        Ok(Rig {
-            hosts,
-            rails: rails.split(',').count(),
-        })
+        Ok(Rig { hosts, rails: rails.split(',').count() })
     }
 
     pub fn hosts(&self) -> usize {
@@ -118,11 +108,7 @@ impl Rig {
             c.args(["netns", "exec", &format!("plx-h{h}"), program]);
             c
         };
-        c.args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
+        c.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn()
     }
 }
 
@@ -135,11 +121,7 @@ impl Drop for Rig {
 }
 
 fn run(args: &[&str]) -> Result<()> {
-    let out = Command::new("bash")
-        .arg(script())
-        .args(args)
-        .output()
-        .map_err(Error::RigStart)?;
+    let out = Command::new("bash").arg(script()).args(args).output().map_err(Error::RigStart)?;
     if !out.status.success() {
         return Err(Error::Rig {
             args: args.join(" "),
@@ -164,39 +146,21 @@ impl PeerProcess {
     pub fn new(mut child: Child) -> Result<PeerProcess> {
         use std::io::BufRead;
         let stdin = child.stdin.take();
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| said("peer stdout not piped"))?;
+        let stdout = child.stdout.take().ok_or_else(|| said("peer stdout not piped"))?;
         let mut lines = std::io::BufReader::new(stdout).lines();
-        let first = lines
-            .next()
-            .ok_or_else(|| said("peer exited before READY"))?
-            .map_err(|e| said(e.to_string()))?;
+        let first = lines.next().ok_or_else(|| said("peer exited before READY"))?.map_err(|e| said(e.to_string()))?;
         let addrs = first
             .strip_prefix("READY ")
             .ok_or_else(|| said(format!("peer said {first:?}, not READY")))?
             .split(',')
-            .map(|a| {
-                a.parse()
-                    .map_err(|e| said(format!("bad address {a:?} from peer: {e}")))
-            })
+            .map(|a| a.parse().map_err(|e| said(format!("bad address {a:?} from peer: {e}"))))
             .collect::<Result<_>>()?;
-        Ok(PeerProcess {
-            child,
-            stdin,
-            lines,
-            addrs,
-        })
+        Ok(PeerProcess { child, stdin, lines, addrs })
     }
 
     /// The next `GOT` line as (sender, tag, len, crc), blocking.
     pub fn next_message(&mut self) -> Result<(String, u64, u64, u32)> {
-        let line = self
-            .lines
-            .next()
-            .ok_or_else(|| said("peer exited"))?
-            .map_err(|e| said(e.to_string()))?;
+        let line = self.lines.next().ok_or_else(|| said("peer exited"))?.map_err(|e| said(e.to_string()))?;
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.as_slice() {
             ["GOT", from, tag, len, crc] => Ok((

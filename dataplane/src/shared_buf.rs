@@ -42,8 +42,7 @@ impl SharedBuf {
         let mut vec = ManuallyDrop::new(vec);
         // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; the allocation, length and capacity
         // are `vec`'s, which is not dropped.
-        let vec =
-            unsafe { Vec::from_raw_parts(vec.as_mut_ptr().cast(), vec.len(), vec.capacity()) };
+        let vec = unsafe { Vec::from_raw_parts(vec.as_mut_ptr().cast(), vec.len(), vec.capacity()) };
         SharedBuf::from_uninit(vec)
     }
 
@@ -59,11 +58,7 @@ impl SharedBuf {
     }
 
     fn from_uninit(mut vec: Vec<MaybeUninit<u8>>) -> SharedBuf {
-        SharedBuf {
-            ptr: vec.as_mut_ptr().cast(),
-            len: vec.len(),
-            vec: UnsafeCell::new(vec),
-        }
+        SharedBuf { ptr: vec.as_mut_ptr().cast(), len: vec.len(), vec: UnsafeCell::new(vec) }
     }
 
     /// This buffer's allocation grown to `len` bytes, its first `self.len()` bytes as they
@@ -153,10 +148,7 @@ impl SharedBuf {
     /// finished message, only keep the memory alive.)
     pub unsafe fn view(self: &Arc<Self>, range: Range<usize>) -> Bytes {
         assert!(range.start <= range.end && range.end <= self.len);
-        Bytes::from_owner(View {
-            buf: self.clone(),
-            range,
-        })
+        Bytes::from_owner(View { buf: self.clone(), range })
     }
 
     /// The allocation, back as a `Vec`.
@@ -214,11 +206,7 @@ mod tests {
                 b.write(v);
             }
             let big = small.grown(1 << 20).unwrap();
-            assert_eq!(
-                small.vec.get().as_ref().unwrap().len(),
-                0,
-                "the old one is empty"
-            );
+            assert_eq!(small.vec.get().as_ref().unwrap().len(), 0, "the old one is empty");
             assert_eq!(big.len(), 1 << 20);
             assert_eq!(big.range(0, 3), &[1, 2, 3]);
             for b in big.range_uninit(3, (1 << 20) - 3) {
@@ -227,10 +215,7 @@ mod tests {
             let v = big.take();
             assert_eq!((&v[..4], v.len()), (&[1u8, 2, 3, 9][..], 1 << 20));
         }
-        assert!(
-            SharedBuf::try_uninit(usize::MAX).is_none(),
-            "a failed allocation is None"
-        );
+        assert!(SharedBuf::try_uninit(usize::MAX).is_none(), "a failed allocation is None");
     }
 
     /// The accessors refuse (by a panic) exactly the ranges `bounds` refuses.

@@ -59,22 +59,13 @@ impl Hello {
 
     pub fn decode(b: &[u8; HELLO_LEN]) -> Result<Hello> {
         if b[..4] != MAGIC {
-            return Err(Error::Protocol(format!(
-                "bad handshake magic {:02x?}",
-                &b[..4]
-            )));
+            return Err(Error::Protocol(format!("bad handshake magic {:02x?}", &b[..4])));
         }
         if b[4] != VERSION {
-            return Err(Error::Protocol(format!(
-                "peer speaks wire version {}, we speak {VERSION}",
-                b[4]
-            )));
+            return Err(Error::Protocol(format!("peer speaks wire version {}, we speak {VERSION}", b[4])));
         }
         let rail = u16::from_be_bytes([b[5], b[6]]);
-        Ok(Hello {
-            peer: PeerId(decode_addr(&b[7..])?),
-            rail,
-        })
+        Ok(Hello { peer: PeerId(decode_addr(&b[7..])?), rail })
     }
 }
 
@@ -96,13 +87,9 @@ fn decode_addr(b: &[u8]) -> Result<SocketAddr> {
     let port = u16::from_be_bytes([b[17], b[18]]);
     let ip = match b[0] {
         4 => IpAddr::V4(Ipv4Addr::new(b[1], b[2], b[3], b[4])),
-        6 => IpAddr::V6(Ipv6Addr::from(
-            <[u8; 16]>::try_from(&b[1..17]).expect("16 bytes"),
-        )),
+        6 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[1..17]).expect("16 bytes"))),
         f => {
-            return Err(Error::Protocol(format!(
-                "bad address family {f} in handshake"
-            )));
+            return Err(Error::Protocol(format!("bad address family {f} in handshake")));
         }
     };
     Ok(SocketAddr::new(ip, port))
@@ -168,10 +155,7 @@ impl SegmentHeader {
             }
         }
         if h.len == 0 && h.total != 0 {
-            return Err(Error::Protocol(format!(
-                "empty segment in non-empty message {}",
-                h.msg_id
-            )));
+            return Err(Error::Protocol(format!("empty segment in non-empty message {}", h.msg_id)));
         }
         Ok(h)
     }
@@ -304,40 +288,23 @@ mod tests {
     #[test]
     fn hello_round_trips_v4_and_v6() {
         for addr in ["10.77.1.2:7000", "[fe80::1]:65535", "127.0.0.1:0"] {
-            let h = Hello {
-                peer: PeerId(addr.parse().unwrap()),
-                rail: 3,
-            };
+            let h = Hello { peer: PeerId(addr.parse().unwrap()), rail: 3 };
             assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
         }
     }
 
     #[test]
     fn hello_refuses_bad_magic_version_and_family() {
-        let good = Hello {
-            peer: PeerId("1.2.3.4:5".parse().unwrap()),
-            rail: 0,
-        }
-        .encode();
+        let good = Hello { peer: PeerId("1.2.3.4:5".parse().unwrap()), rail: 0 }.encode();
         let mut b = good;
         b[0] = b'X';
         assert!(Hello::decode(&b).unwrap_err().to_string().contains("magic"));
         let mut b = good;
         b[4] = 9;
-        assert!(
-            Hello::decode(&b)
-                .unwrap_err()
-                .to_string()
-                .contains("version 9")
-        );
+        assert!(Hello::decode(&b).unwrap_err().to_string().contains("version 9"));
         let mut b = good;
         b[7] = 5;
-        assert!(
-            Hello::decode(&b)
-                .unwrap_err()
-                .to_string()
-                .contains("family 5")
-        );
+        assert!(Hello::decode(&b).unwrap_err().to_string().contains("family 5"));
     }
 
     #[test]
@@ -353,30 +320,13 @@ mod tests {
         let frame = h.encode();
         assert_eq!(frame[0], KIND_SEGMENT);
         assert_eq!(SegmentHeader::decode(&body(&frame)).unwrap(), h);
-        let empty = SegmentHeader {
-            tag: 0,
-            msg_id: 0,
-            total: 0,
-            offset: 0,
-            len: 0,
-            crc: checksum(&[]),
-        };
-        assert_eq!(
-            SegmentHeader::decode(&body(&empty.encode())).unwrap(),
-            empty
-        );
+        let empty = SegmentHeader { tag: 0, msg_id: 0, total: 0, offset: 0, len: 0, crc: checksum(&[]) };
+        assert_eq!(SegmentHeader::decode(&body(&empty.encode())).unwrap(), empty);
     }
 
     #[test]
     fn segment_header_layout_is_big_endian_at_fixed_offsets() {
-        let h = SegmentHeader {
-            tag: 1,
-            msg_id: 2,
-            total: 0x30,
-            offset: 0x10,
-            len: 0x20,
-            crc: 0x0102_0304,
-        };
+        let h = SegmentHeader { tag: 1, msg_id: 2, total: 0x30, offset: 0x10, len: 0x20, crc: 0x0102_0304 };
         let f = h.encode();
         assert_eq!(f.len(), 41);
         assert_eq!(f[8], 1);
@@ -389,62 +339,22 @@ mod tests {
 
     #[test]
     fn segment_header_refuses_out_of_bounds_oversized_and_empty() {
-        let base = SegmentHeader {
-            tag: 0,
-            msg_id: 7,
-            total: 100,
-            offset: 90,
-            len: 10,
-            crc: 0,
-        };
+        let base = SegmentHeader { tag: 0, msg_id: 7, total: 100, offset: 90, len: 10, crc: 0 };
         assert!(SegmentHeader::decode(&body(&base.encode())).is_ok());
         let past_end = SegmentHeader { len: 11, ..base };
-        assert!(
-            SegmentHeader::decode(&body(&past_end.encode()))
-                .unwrap_err()
-                .to_string()
-                .contains("outside")
-        );
-        let overflow = SegmentHeader {
-            offset: u64::MAX,
-            len: 1,
-            total: u64::MAX,
-            ..base
-        };
+        assert!(SegmentHeader::decode(&body(&past_end.encode())).unwrap_err().to_string().contains("outside"));
+        let overflow = SegmentHeader { offset: u64::MAX, len: 1, total: u64::MAX, ..base };
         assert!(SegmentHeader::decode(&body(&overflow.encode())).is_err());
-        let huge = SegmentHeader {
-            offset: 0,
-            len: MAX_SEGMENT_LEN + 1,
-            total: u64::MAX,
-            ..base
-        };
-        assert!(
-            SegmentHeader::decode(&body(&huge.encode()))
-                .unwrap_err()
-                .to_string()
-                .contains("limit")
-        );
-        let empty = SegmentHeader {
-            offset: 0,
-            len: 0,
-            ..base
-        };
-        assert!(
-            SegmentHeader::decode(&body(&empty.encode()))
-                .unwrap_err()
-                .to_string()
-                .contains("empty")
-        );
+        let huge = SegmentHeader { offset: 0, len: MAX_SEGMENT_LEN + 1, total: u64::MAX, ..base };
+        assert!(SegmentHeader::decode(&body(&huge.encode())).unwrap_err().to_string().contains("limit"));
+        let empty = SegmentHeader { offset: 0, len: 0, ..base };
+        assert!(SegmentHeader::decode(&body(&empty.encode())).unwrap_err().to_string().contains("empty"));
     }
 
     #[test]
     fn reply_round_trips_every_status_and_refuses_unknown() {
         for status in [ReplyStatus::Ok, ReplyStatus::Corrupt, ReplyStatus::Busy] {
-            let r = Reply {
-                msg_id: 9,
-                offset: 1 << 33,
-                status,
-            };
+            let r = Reply { msg_id: 9, offset: 1 << 33, status };
             let f = r.encode();
             assert_eq!(FrameKind::from_byte(f[0]).unwrap(), FrameKind::Reply);
             assert_eq!(Reply::decode(&body(&f)).unwrap(), r);

@@ -11,25 +11,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use plexus_dataplane::{
-    BlockCyclic, CollectiveConfig, ComTable, Communicator, Error,
-    Exchanger, Placement, ReduceOp, Schedule, ScheduleKind,
+    BlockCyclic, CollectiveConfig, ComTable, Communicator, Error, Exchanger, Placement, ReduceOp, Schedule,
+    ScheduleKind,
 };
-
 
 async fn group(n: usize) -> Vec<Arc<Exchanger>> {
     let eps = endpoints(n).await;
     let ranks: Vec<_> = eps.iter().map(|e| e.local_addrs()).collect();
-    eps.into_iter()
-        .enumerate()
-        .map(|(r, ep)| Arc::new(Exchanger::new(ep, ranks.clone(), r, 0).unwrap()))
-        .collect()
+    eps.into_iter().enumerate().map(|(r, ep)| Arc::new(Exchanger::new(ep, ranks.clone(), r, 0).unwrap())).collect()
 }
-
 
 /// The bytes rank `from` sends rank `to` in case `case`: seeded, different for every triple.
 fn payload(case: u64, from: usize, to: usize, len: u64) -> Bytes {
-    let mut x =
-        ((case << 32) ^ ((from as u64) << 16) ^ to as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut x = ((case << 32) ^ ((from as u64) << 16) ^ to as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)
         .map(|_| {
             x ^= x << 13;
@@ -42,9 +36,7 @@ fn payload(case: u64, from: usize, to: usize, len: u64) -> Bytes {
 
 /// Rank `me`'s send buffers for `table` in case `case`.
 fn sends(case: u64, table: &ComTable, me: usize) -> Vec<Bytes> {
-    (0..table.n())
-        .map(|j| payload(case, me, j, table.get(me, j)))
-        .collect()
+    (0..table.n()).map(|j| payload(case, me, j, table.get(me, j))).collect()
 }
 
 /// Checks rank `me`'s result against what every sender made for it.
@@ -73,25 +65,9 @@ fn tables(n: usize, seed: u64) -> Vec<(&'static str, ComTable)> {
     };
     let sizes = [0u64, 1, 7, 13, 100, 1031];
     vec![
-        (
-            "uneven",
-            ComTable::from_fn(n, |_, _| sizes[next() as usize % sizes.len()]).unwrap(),
-        ),
-        (
-            "sparse",
-            ComTable::from_fn(n, |_, _| {
-                if next() % 3 == 0 {
-                    1 + next() % 5000
-                } else {
-                    0
-                }
-            })
-            .unwrap(),
-        ),
-        (
-            "one message",
-            ComTable::from_fn(n, |i, j| if (i, j) == (n - 1, 0) { 7 } else { 0 }).unwrap(),
-        ),
+        ("uneven", ComTable::from_fn(n, |_, _| sizes[next() as usize % sizes.len()]).unwrap()),
+        ("sparse", ComTable::from_fn(n, |_, _| if next() % 3 == 0 { 1 + next() % 5000 } else { 0 }).unwrap()),
+        ("one message", ComTable::from_fn(n, |i, j| if (i, j) == (n - 1, 0) { 7 } else { 0 }).unwrap()),
         ("nothing", ComTable::uniform(n, 0).unwrap()),
         ("equal", ComTable::uniform(n, 1).unwrap()),
     ]
@@ -138,10 +114,7 @@ async fn messages_of_many_segments_arrive_whole() {
         let table = table.clone();
         async move {
             for (case, &kind) in ScheduleKind::ALL.iter().enumerate() {
-                let got = x
-                    .alltoallv(&table, sends(case as u64, &table, me), kind)
-                    .await
-                    .unwrap();
+                let got = x.alltoallv(&table, sends(case as u64, &table, me), kind).await.unwrap();
                 check(case as u64, &table, me, &got, &format!("{kind} large"));
             }
         }
@@ -173,7 +146,10 @@ async fn overlapped_steps_deliver_the_same_bytes() {
                     for &kind in ScheduleKind::ALL {
                         case += 1;
                         let what = format!("overlap {kind} {name} n={n}");
-                        let got = x.alltoallv(t, sends(case, t, me), kind).await.unwrap_or_else(|e| panic!("{what}: rank {me}: {e}"));
+                        let got = x
+                            .alltoallv(t, sends(case, t, me), kind)
+                            .await
+                            .unwrap_or_else(|e| panic!("{what}: rank {me}: {e}"));
                         check(case, t, me, &got, &what);
                     }
                 }
@@ -200,58 +176,34 @@ async fn equal_blocks_packed_buffers_given_schedules_and_gathered_tables() {
                 let mine: Vec<u8> = sends(case, &table, me).concat();
                 for &kind in ScheduleKind::ALL {
                     let got = x.alltoall(Bytes::from(mine.clone()), kind).await.unwrap();
-                    check(
-                        case,
-                        &table,
-                        me,
-                        &got,
-                        &format!("alltoall {kind} block {block}"),
-                    );
+                    check(case, &table, me, &got, &format!("alltoall {kind} block {block}"));
                 }
             }
             // One packed buffer with the counts of an uneven table.
             for (k, (name, table)) in tables(n, 7).into_iter().enumerate() {
                 let case = 200 + k as u64;
                 let packed = Bytes::from(sends(case, &table, me).concat());
-                let got = x
-                    .alltoallv_packed(&table, packed, ScheduleKind::Css)
-                    .await
-                    .unwrap();
+                let got = x.alltoallv_packed(&table, packed, ScheduleKind::Css).await.unwrap();
                 check(case, &table, me, &got, &format!("packed {name}"));
             }
             // A block-cyclic redistribution on the group's ranks, in bytes of 8-byte elements,
             // along the seed's schedules.
-            for (k, (p, bx, q, by)) in [(n, 4, n, 3), (n, 2, n.div_ceil(2), 3), (1, 5, n, 2)]
-                .into_iter()
-                .enumerate()
-            {
+            for (k, (p, bx, q, by)) in [(n, 4, n, 3), (n, 2, n.div_ceil(2), 3), (1, 5, n, 2)].into_iter().enumerate() {
                 let bc = BlockCyclic::new(p, bx, q, by).unwrap();
                 let table = bc.table(Placement::Shared).scaled(8).unwrap();
                 let mut schedules = vec![bc.algorithm2(Placement::Shared)];
                 schedules.extend(bc.algorithm1(Placement::Shared));
                 for (m, s) in schedules.iter().enumerate() {
                     let case = 300 + 10 * k as u64 + m as u64;
-                    let got = x
-                        .alltoallv_with(&table, s, sends(case, &table, me))
-                        .await
-                        .unwrap();
-                    check(
-                        case,
-                        &table,
-                        me,
-                        &got,
-                        &format!("block-cyclic {k} schedule {m}"),
-                    );
+                    let got = x.alltoallv_with(&table, s, sends(case, &table, me)).await.unwrap();
+                    check(case, &table, me, &got, &format!("block-cyclic {k} schedule {m}"));
                 }
             }
             // Sizes nobody knew in advance: every rank's row, gathered.
             let row: Vec<u64> = (0..n).map(|j| ((me * 5 + j * 11) % 9) as u64).collect();
             let table = x.gather_table(&row).await.unwrap();
             assert_eq!(table.row(me), &row[..]);
-            let got = x
-                .alltoallv(&table, sends(400, &table, me), ScheduleKind::Css)
-                .await
-                .unwrap();
+            let got = x.alltoallv(&table, sends(400, &table, me), ScheduleKind::Css).await.unwrap();
             check(400, &table, me, &got, "gathered table");
         })
         .await;
@@ -271,11 +223,7 @@ async fn ranks_that_disagree_all_fail_instead_of_hanging() {
             }
             let a = x.alltoallv(&t, sends(1, &t, me), ScheduleKind::Css).await;
             let t = ComTable::uniform(n, 3).unwrap();
-            let kind = if me == 0 {
-                ScheduleKind::Shift
-            } else {
-                ScheduleKind::Css
-            };
+            let kind = if me == 0 { ScheduleKind::Shift } else { ScheduleKind::Css };
             let b = x.alltoallv(&t, sends(2, &t, me), kind).await;
             let ok = x
                 .alltoallv(&t, sends(3, &t, me), ScheduleKind::Pairwise)
@@ -287,13 +235,8 @@ async fn ranks_that_disagree_all_fail_instead_of_hanging() {
         let mut named = false;
         for (r, (a, b, ok)) in results.into_iter().enumerate() {
             for (what, res) in [("tables", a), ("schedules", b)] {
-                let e = res
-                    .expect_err(&format!("n={n} rank {r}: different {what} must fail"))
-                    .to_string();
-                assert!(
-                    e.contains("different exchange") || e.contains("aborted"),
-                    "n={n} rank {r} {what}: {e}"
-                );
+                let e = res.expect_err(&format!("n={n} rank {r}: different {what} must fail")).to_string();
+                assert!(e.contains("different exchange") || e.contains("aborted"), "n={n} rank {r} {what}: {e}");
                 named |= e.contains("different exchange");
             }
             ok.unwrap_or_else(|e| panic!("n={n} rank {r}: the next call failed: {e}"));
@@ -309,56 +252,26 @@ async fn malformed_calls_are_refused_with_the_problem_named() {
     let solo = group(1).await;
     let x = &solo[0];
     let t2 = ComTable::uniform(2, 4).unwrap();
-    let e = x
-        .alltoallv(&t2, vec![Bytes::new(); 2], ScheduleKind::Css)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(e, Error::Config(_)) && e.to_string().contains("for 2 ranks, the group has 1"),
-        "{e}"
-    );
+    let e = x.alltoallv(&t2, vec![Bytes::new(); 2], ScheduleKind::Css).await.unwrap_err();
+    assert!(matches!(e, Error::Config(_)) && e.to_string().contains("for 2 ranks, the group has 1"), "{e}");
     let t1 = ComTable::uniform(1, 4).unwrap();
-    let e = x
-        .alltoallv(&t1, vec![Bytes::from_static(b"abc")], ScheduleKind::Shift)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("rank 0 has 3 bytes") && e.contains("sends it 4"),
-        "{e}"
-    );
-    let e = x
-        .alltoallv(&t1, vec![], ScheduleKind::Shift)
-        .await
-        .unwrap_err()
-        .to_string();
+    let e = x.alltoallv(&t1, vec![Bytes::from_static(b"abc")], ScheduleKind::Shift).await.unwrap_err().to_string();
+    assert!(e.contains("rank 0 has 3 bytes") && e.contains("sends it 4"), "{e}");
+    let e = x.alltoallv(&t1, vec![], ScheduleKind::Shift).await.unwrap_err().to_string();
     assert!(e.contains("0 send buffers for a group of 1"), "{e}");
-    let e = x
-        .alltoallv_packed(&t1, Bytes::from_static(b"abcde"), ScheduleKind::Css)
-        .await
-        .unwrap_err()
-        .to_string();
+    let e = x.alltoallv_packed(&t1, Bytes::from_static(b"abcde"), ScheduleKind::Css).await.unwrap_err().to_string();
     assert!(e.contains("adds up to 4 bytes, its buffer has 5"), "{e}");
     let e = x.gather_table(&[1, 2]).await.unwrap_err().to_string();
     assert!(e.contains("a row of 2 counts for a group of 1"), "{e}");
-    let got = x
-        .alltoall(Bytes::from_static(b"self"), ScheduleKind::Css)
-        .await
-        .unwrap();
-    assert_eq!(
-        got,
-        vec![Bytes::from_static(b"self")],
-        "N = 1: the local copy"
-    );
+    let got = x.alltoall(Bytes::from_static(b"self"), ScheduleKind::Css).await.unwrap();
+    assert_eq!(got, vec![Bytes::from_static(b"self")], "N = 1: the local copy");
 
     let n = 3;
     let xs = group(n).await;
     let results = on_all(&xs, move |me, x| async move {
         // Rank 1's buffer does not split into 3 blocks.
         let len = if me == 1 { 10 } else { 9 };
-        let a = x
-            .alltoall(Bytes::from(vec![0u8; len]), ScheduleKind::Shift)
-            .await;
+        let a = x.alltoall(Bytes::from(vec![0u8; len]), ScheduleKind::Shift).await;
         // A schedule that leaves out a message of the table.
         let t = ComTable::uniform(n, 2).unwrap();
         let short = Schedule::from_steps(n, vec![vec![(0, 1), (1, 2), (2, 0)]]).unwrap();
@@ -369,15 +282,9 @@ async fn malformed_calls_are_refused_with_the_problem_named() {
     for (r, (a, b)) in results.into_iter().enumerate() {
         let e = a.unwrap_err().to_string();
         if r == 1 {
-            assert!(
-                e.contains("10 bytes does not split into 3 equal blocks"),
-                "{e}"
-            );
+            assert!(e.contains("10 bytes does not split into 3 equal blocks"), "{e}");
         } else {
-            assert!(
-                e.contains("aborted by rank 1") && e.contains("10 bytes"),
-                "rank {r}: {e}"
-            );
+            assert!(e.contains("aborted by rank 1") && e.contains("10 bytes"), "rank {r}: {e}");
         }
         let e = b.unwrap_err().to_string();
         assert!(e.contains("never sends 0 → 2"), "rank {r}: {e}");
@@ -396,14 +303,7 @@ async fn an_exchanger_and_a_communicator_share_a_tag_base() {
         .enumerate()
         .map(|(r, ep)| {
             let x = Exchanger::new(ep.clone(), ranks.clone(), r, 7 << 56).unwrap();
-            let c = Communicator::new(
-                ep.clone(),
-                ranks.clone(),
-                r,
-                7 << 56,
-                CollectiveConfig::default(),
-            )
-            .unwrap();
+            let c = Communicator::new(ep.clone(), ranks.clone(), r, 7 << 56, CollectiveConfig::default()).unwrap();
             Arc::new((x, c))
         })
         .collect();
@@ -458,20 +358,10 @@ fn collective_plans_stay_below_the_exchangers_tags() {
         for (ranks, slices) in [(2, 16), (3, 8), (7, 4), (16, 2), (33, 1)] {
             for kind in [Kind::Allreduce, Kind::Reduce { root: ranks / 2 }] {
                 for rank in 0..ranks {
-                    let p = PlanParams {
-                        ranks,
-                        rank,
-                        len: 1 << 12,
-                        slices,
-                        algorithm,
-                        kind,
-                    };
+                    let p = PlanParams { ranks, rank, len: 1 << 12, slices, algorithm, kind };
                     for step in plan(&p) {
                         let (Step::Send { tag, .. } | Step::Recv { tag, .. }) = step;
-                        assert!(
-                            u64::from(tag) < DATA_TAG,
-                            "{algorithm} {kind:?} n={ranks}: tag {tag:#x}"
-                        );
+                        assert!(u64::from(tag) < DATA_TAG, "{algorithm} {kind:?} n={ranks}: tag {tag:#x}");
                     }
                 }
             }

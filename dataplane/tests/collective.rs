@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plexus_dataplane::collective::reduce_into;
-use plexus_dataplane::{
-    Algorithm, CollectiveConfig, Communicator, DType, Endpoint, EndpointConfig, Error, ReduceOp,
-};
+use plexus_dataplane::{Algorithm, CollectiveConfig, Communicator, DType, Endpoint, EndpointConfig, Error, ReduceOp};
 
 async fn group(n: usize, cfg: CollectiveConfig) -> Vec<Arc<Communicator>> {
     let eps = endpoints(n).await;
@@ -26,7 +24,6 @@ async fn group(n: usize, cfg: CollectiveConfig) -> Vec<Arc<Communicator>> {
         .map(|(r, ep)| Arc::new(Communicator::new(ep, ranks.clone(), r, 0, cfg).unwrap()))
         .collect()
 }
-
 
 /// Seeded input of rank `rank` for case `case`: `len` elements. Floats in ±[0.5, 2) (positive
 /// for prod, so products stay finite), integers over their whole range (they wrap).
@@ -42,11 +39,7 @@ fn input(dtype: DType, op: ReduceOp, len: usize, case: u64, rank: usize) -> Vec<
     for _ in 0..len {
         let r = next();
         let f = 0.5 + (r >> 11) as f64 / (1u64 << 53) as f64 * 1.5;
-        let f = if op != ReduceOp::Prod && r & 1 == 1 {
-            -f
-        } else {
-            f
-        };
+        let f = if op != ReduceOp::Prod && r & 1 == 1 { -f } else { f };
         match dtype {
             DType::F32 => out.extend_from_slice(&(f as f32).to_le_bytes()),
             DType::F64 => out.extend_from_slice(&f.to_le_bytes()),
@@ -59,14 +52,8 @@ fn input(dtype: DType, op: ReduceOp, len: usize, case: u64, rank: usize) -> Vec<
 
 fn floats(dtype: DType, b: &[u8]) -> Vec<f64> {
     match dtype {
-        DType::F32 => b
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
-            .collect(),
-        _ => b
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
+        DType::F32 => b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap()))).collect(),
+        _ => b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
     }
 }
 
@@ -82,11 +69,7 @@ fn check(dtype: DType, op: ReduceOp, len: usize, case: u64, n: usize, got: &[u8]
         assert!(got == want, "{what}: differs from the sequential reference");
         return;
     }
-    let eps = if dtype == DType::F32 {
-        f64::from(f32::EPSILON)
-    } else {
-        f64::EPSILON
-    };
+    let eps = if dtype == DType::F32 { f64::from(f32::EPSILON) } else { f64::EPSILON };
     let (g, w) = (floats(dtype, got), floats(dtype, &want));
     let abs: Vec<Vec<f64>> = inputs.iter().map(|x| floats(dtype, x)).collect();
     for i in 0..len {
@@ -95,12 +78,7 @@ fn check(dtype: DType, op: ReduceOp, len: usize, case: u64, n: usize, got: &[u8]
             _ => w[i].abs(),
         };
         let tol = n as f64 * eps * scale;
-        assert!(
-            (g[i] - w[i]).abs() <= tol,
-            "{what}: element {i} is {} , reference {} (tolerance {tol})",
-            g[i],
-            w[i]
-        );
+        assert!((g[i] - w[i]).abs() <= tol, "{what}: element {i} is {} , reference {} (tolerance {tol})", g[i], w[i]);
     }
 }
 
@@ -123,9 +101,9 @@ async fn allreduce_everything(n: usize, cfg: CollectiveConfig) {
                 for len in lens(n) {
                     case += 1;
                     let mut buf = input(dtype, op, len, case, rank);
-                    c.allreduce(&mut buf, dtype, op).await.unwrap_or_else(|e| {
-                        panic!("{:?} n={n} rank {rank} {dtype} {op} len {len}: {e}", cfg)
-                    });
+                    c.allreduce(&mut buf, dtype, op)
+                        .await
+                        .unwrap_or_else(|e| panic!("{:?} n={n} rank {rank} {dtype} {op} len {len}: {e}", cfg));
                     let what = format!("{:?} n={n} rank {rank} {dtype} {op} len {len}", cfg);
                     check(dtype, op, len, case, n, &buf, &what);
                     out.push(buf);
@@ -137,20 +115,13 @@ async fn allreduce_everything(n: usize, cfg: CollectiveConfig) {
     .await;
     for (r, res) in results.iter().enumerate() {
         for (i, b) in res.iter().enumerate() {
-            assert!(
-                *b == results[0][i],
-                "{cfg:?} n={n}: rank {r} case {i} is not bitwise identical to rank 0"
-            );
+            assert!(*b == results[0][i], "{cfg:?} n={n}: rank {r} case {i} is not bitwise identical to rank 0");
         }
     }
 }
 
 fn cfg(algorithm: Algorithm, slices: usize) -> CollectiveConfig {
-    CollectiveConfig {
-        algorithm,
-        slices,
-        ..Default::default()
-    }
+    CollectiveConfig { algorithm, slices, ..Default::default() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,9 +165,7 @@ async fn reduce_reaches_every_root_and_leaves_other_buffers_alone() {
                             let orig = input(dtype, op, len, case, rank);
                             let mut buf = orig.clone();
                             c.reduce(&mut buf, root, dtype, op).await.unwrap();
-                            let what = format!(
-                                "{algorithm} reduce n={n} root={root} {dtype} {op} len {len}"
-                            );
+                            let what = format!("{algorithm} reduce n={n} root={root} {dtype} {op} len {len}");
                             if rank == root {
                                 check(dtype, op, len, case, n, &buf, &what);
                             } else {
@@ -221,19 +190,8 @@ async fn larger_buffers_and_the_owned_and_typed_entry_points() {
                 // anything.
                 let len = (1 << 18) + 1;
                 let data = input(DType::F32, ReduceOp::Sum, len, 7, rank);
-                let out = c
-                    .allreduce_bytes(data.into(), DType::F32, ReduceOp::Sum)
-                    .await
-                    .unwrap();
-                check(
-                    DType::F32,
-                    ReduceOp::Sum,
-                    len,
-                    7,
-                    n,
-                    &out,
-                    &format!("{algorithm} n={n} bytes"),
-                );
+                let out = c.allreduce_bytes(data.into(), DType::F32, ReduceOp::Sum).await.unwrap();
+                check(DType::F32, ReduceOp::Sum, len, 7, n, &out, &format!("{algorithm} n={n} bytes"));
                 let p = c.last_profile();
                 assert!(p.bytes_sent > 0 && p.total > Duration::ZERO, "{p:?}");
                 let mut typed: Vec<i64> = (0..1000).map(|i| i * (rank as i64 + 1)).collect();
@@ -243,10 +201,7 @@ async fn larger_buffers_and_the_owned_and_typed_entry_points() {
                 out
             })
             .await;
-            assert!(
-                results.iter().all(|r| *r == results[0]),
-                "{algorithm} n={n}: ranks differ"
-            );
+            assert!(results.iter().all(|r| *r == results[0]), "{algorithm} n={n}: ranks differ");
         }
     }
 }
@@ -265,10 +220,7 @@ async fn ranks_with_different_lengths_all_fail_instead_of_hanging() {
             for (r, res) in results.iter().enumerate() {
                 let e = res.as_ref().expect_err("mismatched lengths must fail");
                 let msg = e.to_string();
-                assert!(
-                    msg.contains("101") || msg.contains("aborted"),
-                    "{algorithm} n={n} rank {r}: {msg}"
-                );
+                assert!(msg.contains("101") || msg.contains("aborted"), "{algorithm} n={n} rank {r}: {msg}");
             }
             // The group is still usable afterwards: the next collective has its own tags.
             let ok = on_all(&comms, |_, c| async move {
@@ -288,32 +240,18 @@ async fn bad_inputs_are_refused_with_the_value_named() {
     let comms = group(1, CollectiveConfig::default()).await;
     let c = &comms[0];
     let mut seven = vec![0u8; 7];
-    let e = c
-        .allreduce(&mut seven, DType::F32, ReduceOp::Sum)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(e, Error::Config(_)) && e.to_string().contains("7 bytes"),
-        "{e}"
-    );
-    let e = c
-        .reduce(&mut [0u8; 8], 3, DType::I64, ReduceOp::Max)
-        .await
-        .unwrap_err();
+    let e = c.allreduce(&mut seven, DType::F32, ReduceOp::Sum).await.unwrap_err();
+    assert!(matches!(e, Error::Config(_)) && e.to_string().contains("7 bytes"), "{e}");
+    let e = c.reduce(&mut [0u8; 8], 3, DType::I64, ReduceOp::Max).await.unwrap_err();
     assert!(e.to_string().contains("root 3"), "{e}");
     let e = "bf16".parse::<DType>().unwrap_err();
     assert!(e.to_string().contains("bf16"), "{e}");
     let ep = Arc::new(Endpoint::bind(EndpointConfig::default()).await.unwrap());
     let other = Arc::new(Endpoint::bind(EndpointConfig::default()).await.unwrap());
     let addrs = vec![ep.local_addrs(), other.local_addrs()];
-    let e = Communicator::new(ep.clone(), addrs.clone(), 1, 0, CollectiveConfig::default())
-        .err()
-        .unwrap();
+    let e = Communicator::new(ep.clone(), addrs.clone(), 1, 0, CollectiveConfig::default()).err().unwrap();
     assert!(e.to_string().contains("rank 1 is listed"), "{e}");
-    let bad = CollectiveConfig {
-        slices: 0,
-        ..Default::default()
-    };
+    let bad = CollectiveConfig { slices: 0, ..Default::default() };
     let e = Communicator::new(ep, addrs, 0, 0, bad).err().unwrap();
     assert!(e.to_string().contains("slices 0"), "{e}");
 }

@@ -8,26 +8,16 @@ use bytes::Bytes;
 use plexus_dataplane::rig::pattern;
 use plexus_dataplane::{Endpoint, EndpointConfig, Error, Faults, SchedulerKind};
 
-
 fn rails(n: u8) -> Vec<IpAddr> {
     (1..=n).map(|i| IpAddr::from([127, 0, 0, i])).collect()
 }
 
 fn cfg(n: u8, scheduler: SchedulerKind) -> EndpointConfig {
-    EndpointConfig {
-        rails: rails(n),
-        scheduler,
-        seg_max: 256 << 10,
-        queue_max: 4,
-        ..Default::default()
-    }
+    EndpointConfig { rails: rails(n), scheduler, seg_max: 256 << 10, queue_max: 4, ..Default::default() }
 }
 
 async fn pair(a: EndpointConfig, b: EndpointConfig) -> (Endpoint, Endpoint) {
-    (
-        Endpoint::bind(a).await.unwrap(),
-        Endpoint::bind(b).await.unwrap(),
-    )
+    (Endpoint::bind(a).await.unwrap(), Endpoint::bind(b).await.unwrap())
 }
 
 #[tokio::test]
@@ -35,33 +25,17 @@ async fn every_scheduler_delivers_intact_over_three_rails() {
     for kind in SchedulerKind::ALL {
         let (a, b) = pair(cfg(3, kind), cfg(3, kind)).await;
         let data = pattern((8 << 20) + 12345, 1);
-        let (sent, got) =
-            tokio::join!(a.send(&b.local_addrs(), 7, data.clone()), b.recv(a.id(), 7));
+        let (sent, got) = tokio::join!(a.send(&b.local_addrs(), 7, data.clone()), b.recv(a.id(), 7));
         sent.unwrap();
         assert_eq!(got.unwrap(), data, "{kind}");
         let st = a.stats();
         assert_eq!(st.bytes_acked, data.len() as u64);
-        assert_eq!(
-            st.rails.iter().map(|r| r.bytes_sent).sum::<u64>(),
-            data.len() as u64,
-            "{kind}: no resends"
-        );
+        assert_eq!(st.rails.iter().map(|r| r.bytes_sent).sum::<u64>(), data.len() as u64, "{kind}: no resends");
         if kind == SchedulerKind::RoundRobin {
             // 33 segments over 3 rails: 11 each.
-            assert!(
-                st.rails.iter().all(|r| r.segments_sent == 11),
-                "{:?}",
-                st.rails
-            );
+            assert!(st.rails.iter().all(|r| r.segments_sent == 11), "{:?}", st.rails);
         }
-        assert_eq!(
-            b.stats()
-                .rails
-                .iter()
-                .map(|r| r.bytes_received)
-                .sum::<u64>(),
-            data.len() as u64
-        );
+        assert_eq!(b.stats().rails.iter().map(|r| r.bytes_received).sum::<u64>(), data.len() as u64);
         assert_eq!(b.open_incoming(), 0);
         a.shutdown().await;
         b.shutdown().await;
@@ -81,26 +55,16 @@ async fn one_rail_default_config_and_empty_and_tiny_messages() {
 
 #[tokio::test]
 async fn concurrent_messages_in_both_directions_are_matched_by_sender_and_tag() {
-    let (a, b) = pair(
-        cfg(2, SchedulerKind::Weighted),
-        cfg(2, SchedulerKind::QLearning),
-    )
-    .await;
-    let c = Endpoint::bind(cfg(2, SchedulerKind::RoundRobin))
-        .await
-        .unwrap();
+    let (a, b) = pair(cfg(2, SchedulerKind::Weighted), cfg(2, SchedulerKind::QLearning)).await;
+    let c = Endpoint::bind(cfg(2, SchedulerKind::RoundRobin)).await.unwrap();
     let mut sends = vec![];
     for tag in 0..6u64 {
         let (a2, b2) = (b.local_addrs(), a.local_addrs());
         let data = pattern(1 << 20 | tag as usize, tag);
         sends.push((a2, b2, tag, data));
     }
-    let to_b = sends
-        .iter()
-        .map(|(bb, _, tag, d)| a.send(bb, *tag, d.clone()));
-    let to_a = sends
-        .iter()
-        .map(|(_, aa, tag, d)| b.send(aa, *tag + 100, d.clone()));
+    let to_b = sends.iter().map(|(bb, _, tag, d)| a.send(bb, *tag, d.clone()));
+    let to_a = sends.iter().map(|(_, aa, tag, d)| b.send(aa, *tag + 100, d.clone()));
     let c_to_b = c.send(&b.local_addrs(), 3, pattern(999, 99));
     let (r1, r2, r3) = tokio::join!(futures_join(to_b), futures_join(to_a), c_to_b);
     assert!(r1.into_iter().chain(r2).all(|r| r.is_ok()));
@@ -116,9 +80,7 @@ async fn concurrent_messages_in_both_directions_are_matched_by_sender_and_tag() 
 }
 
 /// Joins a set of futures without an extra dependency.
-async fn futures_join<F: std::future::Future<Output = T>, T>(
-    fs: impl Iterator<Item = F>,
-) -> Vec<T> {
+async fn futures_join<F: std::future::Future<Output = T>, T>(fs: impl Iterator<Item = F>) -> Vec<T> {
     let mut out = vec![];
     let handles: Vec<_> = fs.map(Box::pin).collect();
     for h in handles {
@@ -130,10 +92,7 @@ async fn futures_join<F: std::future::Future<Output = T>, T>(
 #[tokio::test]
 async fn corrupted_segments_are_detected_and_sent_again() {
     let mut ca = cfg(2, SchedulerKind::RoundRobin);
-    ca.faults = Faults {
-        corrupt: vec![1, 5, 6],
-        ..Default::default()
-    };
+    ca.faults = Faults { corrupt: vec![1, 5, 6], ..Default::default() };
     let (a, b) = pair(ca, cfg(2, SchedulerKind::RoundRobin)).await;
     let data = pattern(4 << 20, 5);
     let (sent, got) = tokio::join!(a.send(&b.local_addrs(), 1, data.clone()), b.recv(a.id(), 1));
@@ -148,40 +107,20 @@ async fn corrupted_segments_are_detected_and_sent_again() {
 async fn a_segment_corrupted_every_time_fails_its_message() {
     let mut ca = cfg(1, SchedulerKind::RoundRobin);
     ca.max_attempts = 3;
-    ca.faults = Faults {
-        corrupt: (0..100).collect(),
-        ..Default::default()
-    };
+    ca.faults = Faults { corrupt: (0..100).collect(), ..Default::default() };
     let (a, b) = pair(ca, cfg(1, SchedulerKind::RoundRobin)).await;
-    let e = a
-        .send(&b.local_addrs(), 1, pattern(1000, 1))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::Corrupted {
-                attempts: 3,
-                offset: 0,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    let e = a.send(&b.local_addrs(), 1, pattern(1000, 1)).await.unwrap_err();
+    assert!(matches!(e, Error::Corrupted { attempts: 3, offset: 0, .. }), "{e}");
 }
 
 #[tokio::test]
 async fn a_rail_dying_mid_message_is_taken_out_and_its_segments_resent() {
     for kind in SchedulerKind::ALL {
         let mut ca = cfg(3, kind);
-        ca.faults = Faults {
-            kill_rail: Some((1, 1 << 20)),
-            ..Default::default()
-        };
+        ca.faults = Faults { kill_rail: Some((1, 1 << 20)), ..Default::default() };
         let (a, b) = pair(ca, cfg(3, kind)).await;
         let data = pattern(16 << 20, 9);
-        let (sent, got) =
-            tokio::join!(a.send(&b.local_addrs(), 4, data.clone()), b.recv(a.id(), 4));
+        let (sent, got) = tokio::join!(a.send(&b.local_addrs(), 4, data.clone()), b.recv(a.id(), 4));
         sent.unwrap();
         assert_eq!(got.unwrap(), data, "{kind}");
         let st = a.stats();
@@ -193,26 +132,18 @@ async fn a_rail_dying_mid_message_is_taken_out_and_its_segments_resent() {
         tokio::time::sleep(Duration::from_millis(400)).await;
         let before = a.stats().rails[1].bytes_sent;
         let more = pattern(8 << 20, 10);
-        let (sent, got) =
-            tokio::join!(a.send(&b.local_addrs(), 5, more.clone()), b.recv(a.id(), 5));
+        let (sent, got) = tokio::join!(a.send(&b.local_addrs(), 5, more.clone()), b.recv(a.id(), 5));
         sent.unwrap();
         assert_eq!(got.unwrap(), more);
         if kind == SchedulerKind::RoundRobin {
-            assert!(
-                a.stats().rails[1].bytes_sent > before,
-                "rail 1 back in service"
-            );
+            assert!(a.stats().rails[1].bytes_sent > before, "rail 1 back in service");
         }
     }
 }
 
 #[tokio::test]
 async fn a_peer_with_fewer_rails_is_reached_on_the_rails_both_have() {
-    let (a, b) = pair(
-        cfg(3, SchedulerKind::RoundRobin),
-        cfg(1, SchedulerKind::RoundRobin),
-    )
-    .await;
+    let (a, b) = pair(cfg(3, SchedulerKind::RoundRobin), cfg(1, SchedulerKind::RoundRobin)).await;
     let data = pattern(2 << 20, 3);
     let (sent, got) = tokio::join!(a.send(&b.local_addrs(), 1, data.clone()), b.recv(a.id(), 1));
     sent.unwrap();
@@ -229,9 +160,7 @@ async fn sending_to_nobody_stalls_with_an_error_naming_the_peer() {
     ca.connect_timeout = Duration::from_millis(200);
     let a = Endpoint::bind(ca).await.unwrap();
     // Ports nobody listens on: bind and drop two listeners to find free ones.
-    let gone = Endpoint::bind(cfg(2, SchedulerKind::RoundRobin))
-        .await
-        .unwrap();
+    let gone = Endpoint::bind(cfg(2, SchedulerKind::RoundRobin)).await.unwrap();
     let addrs = gone.local_addrs();
     gone.shutdown().await;
     let e = a.send(&addrs, 1, pattern(1 << 20, 1)).await.unwrap_err();
@@ -242,13 +171,7 @@ async fn sending_to_nobody_stalls_with_an_error_naming_the_peer() {
 
 #[tokio::test]
 async fn bad_configuration_and_peer_lists_are_refused() {
-    let e = Endpoint::bind(EndpointConfig {
-        k: 4,
-        ..Default::default()
-    })
-    .await
-    .err()
-    .unwrap();
+    let e = Endpoint::bind(EndpointConfig { k: 4, ..Default::default() }).await.err().unwrap();
     assert!(e.to_string().contains("k 4"), "{e}");
     let a = Endpoint::bind(EndpointConfig::default()).await.unwrap();
     let e = a.send(&[], 1, Bytes::new()).await.unwrap_err();

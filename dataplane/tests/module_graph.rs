@@ -26,11 +26,7 @@ type Module = Vec<String>;
 type Evidence = BTreeMap<(Module, Module), String>;
 
 fn name(m: &Module) -> String {
-    if m.is_empty() {
-        "crate".to_string()
-    } else {
-        m.join("::")
-    }
+    if m.is_empty() { "crate".to_string() } else { m.join("::") }
 }
 
 /// `src/endpoint/send.rs` → `endpoint::send`; `src/endpoint/mod.rs` → `endpoint`;
@@ -60,10 +56,7 @@ fn blank_non_code(src: &str) -> String {
     while i < b.len() {
         match b[i] {
             b'/' if b.get(i + 1) == Some(&b'/') => {
-                let end = b[i..]
-                    .iter()
-                    .position(|&c| c == b'\n')
-                    .map_or(b.len(), |p| i + p);
+                let end = b[i..].iter().position(|&c| c == b'\n').map_or(b.len(), |p| i + p);
                 blank(&mut out, i, end);
                 i = end;
             }
@@ -87,18 +80,14 @@ fn blank_non_code(src: &str) -> String {
                 blank(&mut out, i, j);
                 i = j;
             }
-            b'r' if (i == 0 || !is_ident(b[i - 1]))
-                && matches!(b.get(i + 1), Some(b'"') | Some(b'#')) =>
-            {
+            b'r' if (i == 0 || !is_ident(b[i - 1])) && matches!(b.get(i + 1), Some(b'"') | Some(b'#')) => {
                 // A raw string r"…" or r#"…"#.
                 let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
                 if b.get(i + 1 + hashes) != Some(&b'"') {
                     i += 1;
                     continue;
                 }
-                let close: Vec<u8> = std::iter::once(b'"')
-                    .chain(std::iter::repeat_n(b'#', hashes))
-                    .collect();
+                let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
                 let start = i + 2 + hashes;
                 let end = b[start..]
                     .windows(close.len())
@@ -120,9 +109,7 @@ fn blank_non_code(src: &str) -> String {
                 // A char literal ('x', '\n', '\''), or else a lifetime ('a), left alone.
                 let end = if b.get(i + 1) == Some(&b'\\') {
                     // Skip the backslash and the escaped character, then find the closing quote.
-                    b.get(i + 3..)
-                        .and_then(|rest| rest.iter().position(|&c| c == b'\''))
-                        .map(|p| i + 3 + p + 1)
+                    b.get(i + 3..).and_then(|rest| rest.iter().position(|&c| c == b'\'')).map(|p| i + 3 + p + 1)
                 } else {
                     let ch = src[i + 1..].chars().next().map_or(1, char::len_utf8);
                     (b.get(i + 1 + ch) == Some(&b'\'')).then_some(i + 2 + ch)
@@ -161,11 +148,7 @@ fn inline_depths(code: &str) -> Vec<usize> {
         {
             // `mod name {` opens an inline module; `mod name;` declares a file.
             let rest = &code[i + 3..];
-            let name_len = rest
-                .trim_start()
-                .bytes()
-                .take_while(|&c| is_ident(c))
-                .count();
+            let name_len = rest.trim_start().bytes().take_while(|&c| is_ident(c)).count();
             let after = rest.trim_start()[name_len..].trim_start();
             pending_mod = after.starts_with('{');
         }
@@ -221,11 +204,7 @@ fn expand_use_tree(tree: &str) -> Vec<Vec<String>> {
 }
 
 fn segments(path: &str) -> Vec<String> {
-    path.split("::")
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
+    path.split("::").map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
 
 /// Splits `a, b::{c, d}, e` at the commas outside braces.
@@ -328,23 +307,14 @@ fn references(sources: &[(String, String)]) -> Evidence {
             };
             let tree = &code[at + 4..at + end];
             for path in expand_use_tree(tree) {
-                add(
-                    at,
-                    &path,
-                    &code[at..at + end + 1]
-                        .split_whitespace()
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                );
+                add(at, &path, &code[at..at + end + 1].split_whitespace().collect::<Vec<_>>().join(" "));
             }
         }
         // Paths in code: `crate::x`, `super::x`, `self::x`, `child::x`, not preceded by `::`
         // (a longer path) or an identifier character.
         let mut i = 0;
         while i < b.len() {
-            if is_ident(b[i])
-                && (i == 0 || (!is_ident(b[i - 1]) && !code[..i].trim_end().ends_with("::")))
-            {
+            if is_ident(b[i]) && (i == 0 || (!is_ident(b[i - 1]) && !code[..i].trim_end().ends_with("::"))) {
                 let start = i;
                 let mut segs = Vec::new();
                 let mut j = i;
@@ -356,9 +326,7 @@ fn references(sources: &[(String, String)]) -> Evidence {
                     segs.push(code[s..j].to_string());
                     let rest = &code[j..];
                     let trimmed = rest.trim_start();
-                    if trimmed.starts_with("::")
-                        && !trimmed[2..].trim_start().starts_with(['{', '*', '<'])
-                    {
+                    if trimmed.starts_with("::") && !trimmed[2..].trim_start().starts_with(['{', '*', '<']) {
                         let skip = rest.len() - trimmed.len() + 2;
                         let after = &code[j + skip..];
                         j += skip + (after.len() - after.trim_start().len());
@@ -399,14 +367,7 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
         if mark[root] != Mark::New {
             continue;
         }
-        let succ = |n: &str| {
-            graph
-                .get(n)
-                .unwrap_or(&empty)
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-        };
+        let succ = |n: &str| graph.get(n).unwrap_or(&empty).iter().map(String::as_str).collect::<Vec<_>>();
         let mut stack: Vec<(&str, Vec<&str>)> = vec![(root, succ(root))];
         mark.insert(root, Mark::OnPath);
         while let Some((node, todo)) = stack.last_mut() {
@@ -418,12 +379,8 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
                         stack.push((next, succ(next)));
                     }
                     Mark::OnPath => {
-                        let from = stack
-                            .iter()
-                            .position(|(n, _)| *n == next)
-                            .expect("on the path");
-                        let mut cycle: Vec<String> =
-                            stack[from..].iter().map(|(n, _)| n.to_string()).collect();
+                        let from = stack.iter().position(|(n, _)| *n == next).expect("on the path");
+                        let mut cycle: Vec<String> = stack[from..].iter().map(|(n, _)| n.to_string()).collect();
                         cycle.push(next.to_string());
                         return Some(cycle);
                     }
@@ -445,28 +402,16 @@ fn cycles(sources: &[(String, String)]) -> Vec<String> {
     // `endpoint::send` → `endpoint`; the root stays `crate`.
     let top = |m: &Module| m.first().cloned().unwrap_or_else(|| "crate".to_string());
     let mut problems = Vec::new();
-    let mut report = |what: &str,
-                      graph: BTreeMap<String, BTreeSet<String>>,
-                      evidence: BTreeMap<(String, String), String>| {
-        if let Some(cycle) = find_cycle(&graph) {
-            let why: Vec<String> = cycle
-                .windows(2)
-                .map(|w| {
-                    format!(
-                        "  {} -> {}: {}",
-                        w[0],
-                        w[1],
-                        evidence[&(w[0].clone(), w[1].clone())]
-                    )
-                })
-                .collect();
-            problems.push(format!(
-                "{what} cycle: {}\n{}",
-                cycle.join(" -> "),
-                why.join("\n")
-            ));
-        }
-    };
+    let mut report =
+        |what: &str, graph: BTreeMap<String, BTreeSet<String>>, evidence: BTreeMap<(String, String), String>| {
+            if let Some(cycle) = find_cycle(&graph) {
+                let why: Vec<String> = cycle
+                    .windows(2)
+                    .map(|w| format!("  {} -> {}: {}", w[0], w[1], evidence[&(w[0].clone(), w[1].clone())]))
+                    .collect();
+                problems.push(format!("{what} cycle: {}\n{}", cycle.join(" -> "), why.join("\n")));
+            }
+        };
 
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut evidence = BTreeMap::new();
@@ -483,9 +428,7 @@ fn cycles(sources: &[(String, String)]) -> Vec<String> {
     let mut evidence = BTreeMap::new();
     for ((from, to), line) in &edges {
         graph.entry(name(from)).or_default().insert(name(to));
-        evidence
-            .entry((name(from), name(to)))
-            .or_insert_with(|| line.clone());
+        evidence.entry((name(from), name(to))).or_insert_with(|| line.clone());
     }
     report("file", graph, evidence);
     problems
@@ -499,19 +442,14 @@ fn read_tree(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
         .collect();
     entries.sort();
     for p in entries {
-        let rel = p
-            .strip_prefix(root)
-            .expect("under root")
-            .to_string_lossy()
-            .replace('\\', "/");
+        let rel = p.strip_prefix(root).expect("under root").to_string_lossy().replace('\\', "/");
         if p.is_dir() {
             // Each binary under src/bin is a crate of its own, using this one by name.
             if rel != "bin" {
                 read_tree(root, &p, out);
             }
         } else if rel.ends_with(".rs") {
-            let text =
-                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
             out.push((rel, text));
         }
     }
@@ -552,28 +490,17 @@ fn the_scanner_sees_the_crates_dependencies() {
         assert!(
             has(from, to),
             "no edge {from} -> {to} among {:?}",
-            edges
-                .keys()
-                .map(|(f, t)| format!("{} -> {}", name(f), name(t)))
-                .collect::<Vec<_>>()
+            edges.keys().map(|(f, t)| format!("{} -> {}", name(f), name(t))).collect::<Vec<_>>()
         );
     }
     // A file's own tests (`mod tests { use super::*; }`) do not import its parent, and doc
     // comments and strings are not references.
-    assert!(
-        !has("shared_buf", "reassembly"),
-        "a doc link counted as an import"
-    );
-    assert!(
-        !has("endpoint::state", "endpoint"),
-        "an inline test module's super:: counted as the parent"
-    );
+    assert!(!has("shared_buf", "reassembly"), "a doc link counted as an import");
+    assert!(!has("endpoint::state", "endpoint"), "an inline test module's super:: counted as the parent");
 }
 
 fn files(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(p, s)| (p.to_string(), s.to_string()))
-        .collect()
+    list.iter().map(|(p, s)| (p.to_string(), s.to_string())).collect()
 }
 
 /// The checks fail on a cycle, and say which: two top-level modules importing each other.
@@ -582,10 +509,7 @@ fn a_top_level_cycle_is_found_and_named() {
     let problems = cycles(&files(&[
         ("lib.rs", "pub mod error;\npub mod wire;\n"),
         ("error.rs", "use crate::wire::PeerId;\npub enum Error {}\n"),
-        (
-            "wire.rs",
-            "use crate::error::{Error, Result};\npub struct PeerId;\n",
-        ),
+        ("wire.rs", "use crate::error::{Error, Result};\npub struct PeerId;\n"),
     ]));
     let all = problems.join("\n");
     assert!(
@@ -593,10 +517,7 @@ fn a_top_level_cycle_is_found_and_named() {
             || all.contains("top-level module cycle: wire -> error -> wire"),
         "{all}"
     );
-    assert!(
-        all.contains("src/error.rs:1 `use crate::wire::PeerId;`"),
-        "{all}"
-    );
+    assert!(all.contains("src/error.rs:1 `use crate::wire::PeerId;`"), "{all}");
 }
 
 /// A child using its parent's items through `super::` while the parent imports the child is
@@ -612,14 +533,8 @@ fn a_parent_child_cycle_is_found_and_siblings_and_tests_are_not_cycles() {
         ("endpoint/state.rs", "pub struct Inner;\n"),
     ]));
     let all = bad.join("\n");
-    assert!(
-        all.contains("file cycle: endpoint -> endpoint::send -> endpoint"),
-        "{all}"
-    );
-    assert!(
-        all.contains("src/endpoint/send.rs:1 `use super::Inner;`"),
-        "{all}"
-    );
+    assert!(all.contains("file cycle: endpoint -> endpoint::send -> endpoint"), "{all}");
+    assert!(all.contains("src/endpoint/send.rs:1 `use super::Inner;`"), "{all}");
 
     let good = cycles(&files(&[
         ("lib.rs", "pub mod endpoint;\n"),
@@ -628,14 +543,8 @@ fn a_parent_child_cycle_is_found_and_siblings_and_tests_are_not_cycles() {
             "endpoint/send.rs",
             "use super::state::Inner;\n// use super::Inner;\nconst S: &str = \"super::Inner\";\npub fn go() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n    fn f<'a>(c: char) -> bool { c == '{' }\n}\n",
         ),
-        (
-            "endpoint/state.rs",
-            "pub struct Inner;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
-        ),
-        (
-            "endpoint/health.rs",
-            "#[cfg(test)]\nmod tests {\n    use super::super::state::Inner;\n}\n",
-        ),
+        ("endpoint/state.rs", "pub struct Inner;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"),
+        ("endpoint/health.rs", "#[cfg(test)]\nmod tests {\n    use super::super::state::Inner;\n}\n"),
     ]));
     assert!(good.is_empty(), "{}", good.join("\n"));
 }
@@ -644,18 +553,12 @@ fn a_parent_child_cycle_is_found_and_siblings_and_tests_are_not_cycles() {
 #[test]
 fn a_three_file_cycle_is_found() {
     let problems = cycles(&files(&[
-        (
-            "lib.rs",
-            "pub mod a;\npub mod b;\npub mod c;\npub mod segment;\n",
-        ),
+        ("lib.rs", "pub mod a;\npub mod b;\npub mod c;\npub mod segment;\n"),
         ("segment.rs", "pub fn cut() {}\n"),
         ("a.rs", "pub fn f() { crate::b::g() }\n"),
         ("b.rs", "pub fn g() { crate::c::h() }\n"),
         ("c.rs", "use crate::{a::f, segment};\npub fn h() {}\n"),
     ]));
     let all = problems.join("\n");
-    assert!(
-        all.contains("top-level module cycle: a -> b -> c -> a"),
-        "{all}"
-    );
+    assert!(all.contains("top-level module cycle: a -> b -> c -> a"), "{all}");
 }

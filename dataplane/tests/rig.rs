@@ -7,7 +7,6 @@ use std::time::Duration;
 use plexus_dataplane::rig::{self, PeerProcess, Rig, pattern};
 use plexus_dataplane::{Endpoint, EndpointConfig, SchedulerKind};
 
-
 #[test]
 fn a_rail_cut_mid_transfer_still_delivers_the_message_intact() {
     if rig::skip_unless_available("a_rail_cut_mid_transfer_still_delivers_the_message_intact") {
@@ -22,11 +21,8 @@ fn a_rail_cut_mid_transfer_still_delivers_the_message_intact() {
     for a in rig.addrs(1) {
         args.extend(["--rail".to_string(), a.to_string()]);
     }
-    let mut peer = PeerProcess::new(
-        rig.spawn(1, env!("CARGO_BIN_EXE_plexus-rail-peer"), &args)
-            .expect("spawn peer"),
-    )
-    .expect("peer ready");
+    let mut peer = PeerProcess::new(rig.spawn(1, env!("CARGO_BIN_EXE_plexus-rail-peer"), &args).expect("spawn peer"))
+        .expect("peer ready");
     let data = pattern(96 << 20, 0x2545_f491_4f6c_dd1d);
     let want_crc = plexus_dataplane::wire::checksum(&data);
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -49,7 +45,9 @@ fn a_rail_cut_mid_transfer_still_delivers_the_message_intact() {
                 let quarter = data.len() as u64 / 4;
                 move || {
                     let start = std::time::Instant::now();
-                    while ep.stats().rails.iter().map(|r| r.bytes_sent).sum::<u64>() < quarter && start.elapsed() < Duration::from_secs(30) {
+                    while ep.stats().rails.iter().map(|r| r.bytes_sent).sum::<u64>() < quarter
+                        && start.elapsed() < Duration::from_secs(30)
+                    {
                         std::thread::sleep(Duration::from_millis(2));
                     }
                     rig.cut(1, cut_rail).expect("cut");
@@ -61,18 +59,11 @@ fn a_rail_cut_mid_transfer_still_delivers_the_message_intact() {
                     .unwrap_or_else(|e| panic!("{kind}, rail {cut_rail} cut: {e}"));
             });
             let (_, tag, len, crc) = peer.next_message().unwrap();
-            assert_eq!(
-                (tag, len, crc),
-                (0, data.len() as u64, want_crc),
-                "{kind}, rail {cut_rail} cut"
-            );
+            assert_eq!((tag, len, crc), (0, data.len() as u64, want_crc), "{kind}, rail {cut_rail} cut");
             let st = ep.stats();
             eprintln!(
                 "{kind:>17}, rail {cut_rail} cut: per-rail bytes {:?}, failures {:?}, resent {}",
-                st.rails
-                    .iter()
-                    .map(|r| r.bytes_sent >> 20)
-                    .collect::<Vec<_>>(),
+                st.rails.iter().map(|r| r.bytes_sent >> 20).collect::<Vec<_>>(),
                 st.rails.iter().map(|r| r.failures).collect::<Vec<_>>(),
                 st.resent
             );

@@ -73,7 +73,11 @@ impl EtcdCluster {
     }
 
     fn initial_cluster(&self) -> String {
-        self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect::<Vec<_>>().join(",")
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Member `i`'s output.
@@ -83,7 +87,8 @@ impl EtcdCluster {
 
     fn spawn(&mut self, i: usize, state: &str) -> Result<(), String> {
         let cluster = self.initial_cluster();
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(i)).map_err(|e| e.to_string())?;
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(i)).map_err(|e| e.to_string())?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
         let m = &self.members[i];
         let client = format!("http://127.0.0.1:{}", m.client_port);
@@ -93,7 +98,14 @@ impl EtcdCluster {
             .arg(m.dir.join("data"))
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &cluster, "--initial-cluster-state", state, "--initial-cluster-token", &self.token])
+            .args([
+                "--initial-cluster",
+                &cluster,
+                "--initial-cluster-state",
+                state,
+                "--initial-cluster-token",
+                &self.token,
+            ])
             .args(["--auto-compaction-mode", "revision", "--auto-compaction-retention", "1000"])
             .args(["--quota-backend-bytes", &(4u64 << 30).to_string()])
             .stdout(log)
@@ -128,7 +140,10 @@ impl EtcdCluster {
         }
         let log = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        Err(format!("etcd member {i} not healthy after {timeout:?}; log tail:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n")))
+        Err(format!(
+            "etcd member {i} not healthy after {timeout:?}; log tail:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ))
     }
 
     /// The temporary directory that holds every member's directory (removed on drop).

@@ -34,7 +34,17 @@ pub struct HaConfig {
 
 impl Default for HaConfig {
     fn default() -> Self {
-        HaConfig { etcd_members: 1, coordinators: 3, workers: 3, cpus_per_worker: 2, lease_ttl_s: 2, log: "info".into(), coordinator_args: vec![], advertise: vec![], http: false }
+        HaConfig {
+            etcd_members: 1,
+            coordinators: 3,
+            workers: 3,
+            cpus_per_worker: 2,
+            lease_ttl_s: 2,
+            log: "info".into(),
+            coordinator_args: vec![],
+            advertise: vec![],
+            http: false,
+        }
     }
 }
 
@@ -84,7 +94,10 @@ impl HaCluster {
             if i == 0 {
                 let d = c.coordinator_dir(0);
                 c.ca = std::fs::read_to_string(d.join("ca.pem")).expect("the first coordinator's ca.pem");
-                c.admin_token = std::fs::read_to_string(d.join("admin.token")).expect("the first coordinator's admin.token").trim().to_string();
+                c.admin_token = std::fs::read_to_string(d.join("admin.token"))
+                    .expect("the first coordinator's admin.token")
+                    .trim()
+                    .to_string();
                 c.join_token = d.join("join.token");
                 std::fs::write(c.dir.path().join("ca.pem"), &c.ca).expect("writing ca.pem");
             }
@@ -123,7 +136,15 @@ impl HaCluster {
             None => "127.0.0.1:0".to_string(),
         };
         let mut child = Command::new(self.bin.join("plexus-coordinator"))
-            .args(["--store", &self.etcd.url(), "--listen", &listen, "--http", if self.config.http { "127.0.0.1:0" } else { "none" }, "--data-dir"])
+            .args([
+                "--store",
+                &self.etcd.url(),
+                "--listen",
+                &listen,
+                "--http",
+                if self.config.http { "127.0.0.1:0" } else { "none" },
+                "--data-dir",
+            ])
             .arg(self.coordinator_dir(i))
             .args(["--lease-ttl", &format!("{}s", self.config.lease_ttl_s)])
             .args(&self.config.coordinator_args)
@@ -195,7 +216,16 @@ impl HaCluster {
             .arg(self.dir.path().join("ca.pem"))
             .arg("--join-token-file")
             .arg(&self.join_token)
-            .args(["--cpus", &self.config.cpus_per_worker.to_string(), "--memory", "2GiB", "--cache", "256MiB", "--metrics", "none"])
+            .args([
+                "--cpus",
+                &self.config.cpus_per_worker.to_string(),
+                "--memory",
+                "2GiB",
+                "--cache",
+                "256MiB",
+                "--metrics",
+                "none",
+            ])
             .env("RUST_LOG", &self.config.log)
             .stdout(log_file(&self.log_path(&format!("worker-{i}"))))
             .stderr(log_file(&self.log_path(&format!("worker-{i}"))))
@@ -213,7 +243,11 @@ impl HaCluster {
             .tls_config(plexus_security::tls::client(&self.ca, plexus_security::tls::COORDINATOR_NAME, None))
             .ok()?;
         // A paused coordinator accepts TCP but never finishes the TLS handshake: bound it.
-        let channel = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), endpoint.connect()).await }).ok()?.ok()?;
+        let channel = self
+            .rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(2), endpoint.connect()).await })
+            .ok()?
+            .ok()?;
         let token = plexus_security::Token::parse(&self.admin_token).expect("a well-formed token");
         Some(JobServiceClient::with_interceptor(channel, Bearer::new(Some(&token))).max_decoding_message_size(64 << 20))
     }
@@ -257,14 +291,22 @@ impl HaCluster {
         let i = self.leader().ok_or_else(|| tonic::Status::unavailable("no leader"))?;
         let mut c = self.client_of(i).ok_or_else(|| tonic::Status::unavailable("leader unreachable"))?;
         self.rt
-            .block_on(c.submit_job(pb::SubmitJobRequest { source: source.into(), format: String::new(), filename: name.into(), after_jobs: vec![] }))
+            .block_on(c.submit_job(pb::SubmitJobRequest {
+                source: source.into(),
+                format: String::new(),
+                filename: name.into(),
+                after_jobs: vec![],
+            }))
             .map(|r| r.into_inner().job_id)
     }
 
     pub fn job(&self, id: &str) -> Option<pb::JobStatus> {
         let i = self.leader()?;
         let mut c = self.client_of(i)?;
-        self.rt.block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: false })).ok().map(|r| r.into_inner())
+        self.rt
+            .block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: false }))
+            .ok()
+            .map(|r| r.into_inner())
     }
 
     pub fn workers_alive(&self) -> Option<usize> {
@@ -275,7 +317,9 @@ impl HaCluster {
     }
 
     pub fn wait_job(&self, id: &str, timeout: Duration) -> pb::JobStatus {
-        self.wait_for(&format!("job {id} to end"), timeout, |c| c.job(id).filter(|j| j.state != pb::JobState::Running as i32))
+        self.wait_for(&format!("job {id} to end"), timeout, |c| {
+            c.job(id).filter(|j| j.state != pb::JobState::Running as i32)
+        })
     }
 
     /// Polls `f` every 100 ms until it returns Some, or panics after `timeout` with the logs.
@@ -286,7 +330,9 @@ impl HaCluster {
                 return v;
             }
             if start.elapsed() > timeout {
-                let logs: String = (0..self.urls.len()).map(|i| format!("--- coordinator {i} ---\n{}\n", tail(&self.coordinator_log(i), 30))).collect();
+                let logs: String = (0..self.urls.len())
+                    .map(|i| format!("--- coordinator {i} ---\n{}\n", tail(&self.coordinator_log(i), 30)))
+                    .collect();
                 panic!("timed out after {timeout:?} waiting for {what}\n{logs}");
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -331,7 +377,8 @@ impl Drop for HaCluster {
             let _ = w.wait();
         }
         for i in 0..self.workers.len() {
-            let id = std::fs::read_to_string(self.dir.path().join(format!("worker-{i}")).join("worker-id")).unwrap_or_default();
+            let id = std::fs::read_to_string(self.dir.path().join(format!("worker-{i}")).join("worker-id"))
+                .unwrap_or_default();
             crate::remove_worker_cgroups(id.trim());
         }
         for c in self.coordinators.iter_mut().flatten() {

@@ -32,7 +32,10 @@ pub fn bin_dir() -> PathBuf {
             return dir.to_path_buf();
         }
     }
-    panic!("plexus-coordinator not found next to {}: run `cargo build --workspace --bins` first (or set PLEXUS_BIN_DIR)", exe.display());
+    panic!(
+        "plexus-coordinator not found next to {}: run `cargo build --workspace --bins` first (or set PLEXUS_BIN_DIR)",
+        exe.display()
+    );
 }
 
 /// How a test cluster is started.
@@ -99,7 +102,19 @@ impl Cluster {
     pub fn start(config: ClusterConfig) -> Cluster {
         let dir = tempfile::Builder::new().prefix("plexus-e2e-").tempdir().expect("a temp dir");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-        let mut c = Cluster { config, dir, bin: bin_dir(), url: String::new(), http: None, port: 0, ca: None, admin_token: None, coordinator: None, workers: Vec::new(), rt };
+        let mut c = Cluster {
+            config,
+            dir,
+            bin: bin_dir(),
+            url: String::new(),
+            http: None,
+            port: 0,
+            ca: None,
+            admin_token: None,
+            coordinator: None,
+            workers: Vec::new(),
+            rt,
+        };
         c.start_coordinator();
         for i in 0..c.config.workers {
             c.workers.push(None);
@@ -122,7 +137,11 @@ impl Cluster {
             .arg(self.path("coordinator"))
             .args(["--placer", &self.config.placer])
             .args(["--heartbeat-timeout-ms", &self.config.heartbeat_timeout_ms.to_string()])
-            .args(if self.config.coordinator_args.iter().any(|a| a == "--http") { vec![] } else { vec!["--http", "127.0.0.1:0"] })
+            .args(if self.config.coordinator_args.iter().any(|a| a == "--http") {
+                vec![]
+            } else {
+                vec!["--http", "127.0.0.1:0"]
+            })
             .args(&self.config.coordinator_args)
             .env("RUST_LOG", &self.config.log)
             .stdout(Stdio::piped())
@@ -148,7 +167,12 @@ impl Cluster {
         if !self.config.insecure {
             // Written before the coordinator listens (the token files on its first start only).
             self.ca = Some(std::fs::read_to_string(self.ca_file()).expect("the coordinator's ca.pem"));
-            self.admin_token = Some(std::fs::read_to_string(self.admin_token_file()).expect("the coordinator's admin.token").trim().to_string());
+            self.admin_token = Some(
+                std::fs::read_to_string(self.admin_token_file())
+                    .expect("the coordinator's admin.token")
+                    .trim()
+                    .to_string(),
+            );
         }
         self.coordinator = Some(child);
     }
@@ -171,18 +195,26 @@ impl Cluster {
     /// A channel to the coordinator as a client sees it: TLS checked against the cluster CA
     /// (none when insecure).
     pub fn channel(&self) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-        let mut endpoint = tonic::transport::Endpoint::from_shared(self.url.clone())?.connect_timeout(Duration::from_secs(2));
+        let mut endpoint =
+            tonic::transport::Endpoint::from_shared(self.url.clone())?.connect_timeout(Duration::from_secs(2));
         if let Some(ca) = &self.ca {
-            endpoint = endpoint.tls_config(plexus_security::tls::client(ca, plexus_security::tls::COORDINATOR_NAME, None))?;
+            endpoint =
+                endpoint.tls_config(plexus_security::tls::client(ca, plexus_security::tls::COORDINATOR_NAME, None))?;
         }
         self.rt.block_on(endpoint.connect())
     }
 
     /// A JobService client presenting `token` (none: no authorization header).
-    pub fn client_with(&self, token: Option<&str>) -> JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>> {
+    pub fn client_with(
+        &self,
+        token: Option<&str>,
+    ) -> JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>> {
         let token = token.map(|t| plexus_security::Token::parse(t).expect("a well-formed token"));
-        JobServiceClient::with_interceptor(self.channel().expect("connecting to the coordinator"), Bearer::new(token.as_ref()))
-            .max_decoding_message_size(64 << 20)
+        JobServiceClient::with_interceptor(
+            self.channel().expect("connecting to the coordinator"),
+            Bearer::new(token.as_ref()),
+        )
+        .max_decoding_message_size(64 << 20)
     }
 
     /// Runs `f` on the harness's runtime (for calls made with [`Cluster::client_with`]).
@@ -263,7 +295,10 @@ impl Cluster {
     /// The job's status without per-subtask entries.
     pub fn job_summary(&self, id: &str) -> Option<pb::JobStatus> {
         let mut c = self.client_opt()?;
-        self.rt.block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: false })).ok().map(|r| r.into_inner())
+        self.rt
+            .block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: false }))
+            .ok()
+            .map(|r| r.into_inner())
     }
 
     /// `kill -9` worker `i` (its running subtasks' processes are left to die on their own).
@@ -295,7 +330,10 @@ impl Cluster {
                 return v;
             }
             if start.elapsed() > timeout {
-                panic!("timed out after {timeout:?} waiting for {what}\n--- coordinator log ---\n{}", self.coordinator_log());
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}\n--- coordinator log ---\n{}",
+                    self.coordinator_log()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -308,7 +346,10 @@ impl Cluster {
 
     fn client_opt(&self) -> Option<JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>> {
         let token = self.admin_token.as_deref().map(|t| plexus_security::Token::parse(t).expect("a well-formed token"));
-        Some(JobServiceClient::with_interceptor(self.channel().ok()?, Bearer::new(token.as_ref())).max_decoding_message_size(64 << 20))
+        Some(
+            JobServiceClient::with_interceptor(self.channel().ok()?, Bearer::new(token.as_ref()))
+                .max_decoding_message_size(64 << 20),
+        )
     }
 
     pub fn wait_workers_alive(&self, n: usize) {
@@ -327,19 +368,29 @@ impl Cluster {
     pub fn try_submit(&self, name: &str, source: &str) -> Result<String, tonic::Status> {
         let mut c = self.client();
         self.rt
-            .block_on(c.submit_job(pb::SubmitJobRequest { source: source.into(), format: String::new(), filename: name.into(), after_jobs: Vec::new() }))
+            .block_on(c.submit_job(pb::SubmitJobRequest {
+                source: source.into(),
+                format: String::new(),
+                filename: name.into(),
+                after_jobs: Vec::new(),
+            }))
             .map(|r| r.into_inner().job_id)
     }
 
     /// The job's status with subtasks, or None if the coordinator is unreachable.
     pub fn job(&self, id: &str) -> Option<pb::JobStatus> {
         let mut c = self.client_opt()?;
-        self.rt.block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: true })).ok().map(|r| r.into_inner())
+        self.rt
+            .block_on(c.get_job(pb::GetJobRequest { job_id: id.into(), subtasks: true }))
+            .ok()
+            .map(|r| r.into_inner())
     }
 
     /// Waits until the job is in a final state and returns its status.
     pub fn wait_job(&self, id: &str, timeout: Duration) -> pb::JobStatus {
-        self.wait_for(&format!("job {id} to end"), timeout, |c| c.job(id).filter(|j| j.state != pb::JobState::Running as i32))
+        self.wait_for(&format!("job {id} to end"), timeout, |c| {
+            c.job(id).filter(|j| j.state != pb::JobState::Running as i32)
+        })
     }
 
     /// Runs the `plexus` CLI against this cluster, as its admin.
@@ -445,10 +496,18 @@ pub fn http_get(base: &str, path: &str, token: Option<&str>) -> (u16, String) {
     s.read_to_string(&mut raw).expect("reading the response");
     let (head, body) = raw.split_once("\r\n\r\n").expect("a header and a body");
     let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status code");
-    assert!(!head.to_ascii_lowercase().contains("transfer-encoding: chunked") || code != 200, "expected a sized body: {head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("transfer-encoding: chunked") || code != 200,
+        "expected a sized body: {head}"
+    );
     (code, body.to_string())
 }
 
 pub fn describe(o: &Output) -> String {
-    format!("exit {:?}\nstdout: {}\nstderr: {}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }

@@ -41,10 +41,18 @@ fn jobs_by_prefix_and_name_filters_and_completions() {
     // Two jobs share a name: refused, naming both.
     let o = c.plexus(&["status", "twin"]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("matches 2 jobs") && err.contains(&twin_a) && err.contains(&twin_b), "{}", describe(&o));
+    assert!(
+        !o.status.success() && err.contains("matches 2 jobs") && err.contains(&twin_a) && err.contains(&twin_b),
+        "{}",
+        describe(&o)
+    );
     // Nothing matches: says so.
     let o = c.plexus(&["cancel", "no-such-job"]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no job matches \"no-such-job\""), "{}", describe(&o));
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no job matches \"no-such-job\""),
+        "{}",
+        describe(&o)
+    );
     // The empty prefix "job-" matches every job: ambiguous, not the first one.
     let o = c.plexus(&["status", "job-"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("matches 4 jobs"), "{}", describe(&o));
@@ -65,7 +73,8 @@ fn jobs_by_prefix_and_name_filters_and_completions() {
     let o = c.plexus(&["status", "--state", "failed", "-o", "json"]);
     assert!(o.status.success(), "{}", describe(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let ids: Vec<&str> = v["jobs"].as_array().expect("a list of jobs").iter().map(|j| j["job_id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> =
+        v["jobs"].as_array().expect("a list of jobs").iter().map(|j| j["job_id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec![bad.as_str()]);
     let o = c.plexus(&["status", "--name", "twin", "--limit", "1", "-o", "json"]);
     assert!(o.status.success(), "{}", describe(&o));
@@ -78,8 +87,16 @@ fn jobs_by_prefix_and_name_filters_and_completions() {
 
     // Completion scripts, with no coordinator involved.
     for (shell, marker) in [("bash", "_plexus()"), ("zsh", "#compdef plexus"), ("fish", "complete -c plexus")] {
-        let o = std::process::Command::new(c.bin.join("plexus")).args(["completions", shell]).env("PLEXUS_COORDINATOR", "https://127.0.0.1:1").output().unwrap();
-        assert!(o.status.success() && stdout(&o).contains(marker) && stdout(&o).contains("explain"), "{shell}: {}", describe(&o));
+        let o = std::process::Command::new(c.bin.join("plexus"))
+            .args(["completions", shell])
+            .env("PLEXUS_COORDINATOR", "https://127.0.0.1:1")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success() && stdout(&o).contains(marker) && stdout(&o).contains("explain"),
+            "{shell}: {}",
+            describe(&o)
+        );
     }
 }
 
@@ -91,7 +108,14 @@ fn an_unreachable_coordinator_says_what_to_do() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("plexus up") && err.contains("PLEXUS_COORDINATOR"), "{}", describe(&o));
+    assert!(
+        !o.status.success()
+            && err.contains("cannot reach the coordinator")
+            && err.contains("plexus up")
+            && err.contains("PLEXUS_COORDINATOR"),
+        "{}",
+        describe(&o)
+    );
 }
 
 /// A coordinator stopped with SIGSTOP still accepts TCP connections (the kernel does) but never
@@ -110,7 +134,12 @@ fn a_frozen_coordinator_is_reported_not_waited_on_for_ever() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(coordinator.stdout.take().unwrap()), &mut line).unwrap();
     let addr = line.trim().strip_prefix("plexus-coordinator listening on ").expect("the listening line").to_string();
     let url = format!("http://{addr}");
-    let run = || std::process::Command::new(plexus_e2e::bin_dir().join("plexus")).args(["--insecure", "--coordinator", &url, "workers"]).output().unwrap();
+    let run = || {
+        std::process::Command::new(plexus_e2e::bin_dir().join("plexus"))
+            .args(["--insecure", "--coordinator", &url, "workers"])
+            .output()
+            .unwrap()
+    };
     assert!(run().status.success());
     // SAFETY: kill(2) on a child of ours.
     unsafe { libc::kill(coordinator.id() as i32, libc::SIGSTOP) };
@@ -121,7 +150,11 @@ fn a_frozen_coordinator_is_reported_not_waited_on_for_ever() {
     let _ = coordinator.kill();
     let _ = coordinator.wait();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("no answer"), "{}", describe(&o));
+    assert!(
+        !o.status.success() && err.contains("cannot reach the coordinator") && err.contains("no answer"),
+        "{}",
+        describe(&o)
+    );
     assert!(took < Duration::from_secs(45), "failed only after {took:?}");
 }
 
@@ -158,7 +191,11 @@ fn a_coordinator_that_accepts_and_never_answers_over_tls_is_reported() {
     // A guard against a hang, not a measurement: the CLI gives up after 5 s.
     let o = output_within(child, Duration::from_secs(60), "plexus status against a silent coordinator");
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("cannot reach the coordinator") && err.contains("no answer within 5s"), "{}", describe(&o));
+    assert!(
+        !o.status.success() && err.contains("cannot reach the coordinator") && err.contains("no answer within 5s"),
+        "{}",
+        describe(&o)
+    );
     drop(silent);
 }
 
@@ -183,7 +220,11 @@ fn watch_rides_through_a_coordinator_kill_and_restart() {
     let o = output_within(watch, Duration::from_secs(90), "the watch");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "the watch ends 0 when the job succeeds: {}", describe(&o));
-    assert!(err.contains("lost the coordinator") && err.contains("reconnecting in") && err.contains("reconnected"), "{}", describe(&o));
+    assert!(
+        err.contains("lost the coordinator") && err.contains("reconnecting in") && err.contains("reconnected"),
+        "{}",
+        describe(&o)
+    );
     assert!(stdout(&o).trim_end().ends_with(&format!("job {id} succeeded")), "{}", describe(&o));
 }
 
@@ -196,10 +237,15 @@ fn drain_undrain_and_remove_workers_by_short_name() {
     assert!(o.status.success() && stdout(&o).contains(&format!("worker {w0} drained")), "{}", describe(&o));
     let table = stdout(&c.plexus(&["workers"]));
     assert!(table.contains("yes, drained"), "{table}");
-    let job = c.submit("four.toml", "name = \"four\"\n[[task]]\nname = \"t\"\ncommand = \"true\"\ncpu = 1\nreplicas = 4\n");
+    let job =
+        c.submit("four.toml", "name = \"four\"\n[[task]]\nname = \"t\"\ncommand = \"true\"\ncpu = 1\nreplicas = 4\n");
     let st = c.wait_job(&job, Duration::from_secs(60));
     assert_eq!(st.state, pb::JobState::Succeeded as i32);
-    assert!(st.subtasks.iter().all(|s| s.worker_id == w1), "nothing ran on the drained worker: {:?}", st.subtasks.iter().map(|s| &s.worker_id).collect::<Vec<_>>());
+    assert!(
+        st.subtasks.iter().all(|s| s.worker_id == w1),
+        "nothing ran on the drained worker: {:?}",
+        st.subtasks.iter().map(|s| &s.worker_id).collect::<Vec<_>>()
+    );
     assert!(c.plexus(&["workers", "undrain", &w0]).status.success());
     assert!(!stdout(&c.plexus(&["workers"])).contains("drained"));
 
@@ -207,13 +253,19 @@ fn drain_undrain_and_remove_workers_by_short_name() {
     let o = c.plexus(&["workers", "remove", &w1[4..14]]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is alive"), "{}", describe(&o));
     c.kill_worker(1);
-    c.wait_for("worker 1 to be lost", Duration::from_secs(30), |c| c.workers().filter(|ws| ws.iter().any(|w| w.worker_id == w1 && !w.alive)).map(|_| ()));
+    c.wait_for("worker 1 to be lost", Duration::from_secs(30), |c| {
+        c.workers().filter(|ws| ws.iter().any(|w| w.worker_id == w1 && !w.alive)).map(|_| ())
+    });
     let o = c.plexus(&["workers", "remove", &w1]);
     assert!(o.status.success(), "{}", describe(&o));
     let ws = c.workers().unwrap();
     assert_eq!(ws.iter().map(|w| w.worker_id.as_str()).collect::<Vec<_>>(), [w0.as_str()]);
     let o = c.plexus(&["workers", "drain", "wkr-zz"]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no worker matches"), "{}", describe(&o));
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no worker matches"),
+        "{}",
+        describe(&o)
+    );
 }
 
 #[test]
@@ -262,9 +314,20 @@ fn get_downloads_outputs_from_their_holders() {
     // One output of one rank; then what does not exist.
     let one = c.path("one");
     let o = c.plexus(&["get", &id, "gen/1/small", "-o", one.to_str().unwrap()]);
-    assert!(o.status.success() && one.join("gen/1/small").is_file() && !one.join("gen/1/blob").exists() && !one.join("gen/0").exists(), "{}", describe(&o));
+    assert!(
+        o.status.success()
+            && one.join("gen/1/small").is_file()
+            && !one.join("gen/1/blob").exists()
+            && !one.join("gen/0").exists(),
+        "{}",
+        describe(&o)
+    );
     let o = c.plexus(&["get", &id, "nope"]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("has no task \"nope\" (its tasks: gen)"), "{}", describe(&o));
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("has no task \"nope\" (its tasks: gen)"),
+        "{}",
+        describe(&o)
+    );
     let o = c.plexus(&["get", &id, "gen/7"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("nothing to get"), "{}", describe(&o));
     let o = c.plexus(&["get", &id, "gen/x"]);
@@ -285,7 +348,8 @@ fn get_downloads_outputs_from_their_holders() {
     assert_eq!(std::fs::read_to_string(d.join("x.plexus-partial")).unwrap(), "AAA\n");
     assert_eq!(std::fs::read_to_string(d.join("x")).unwrap(), "BBB\n");
     assert_eq!(std::fs::read_to_string(d.join("x.bin")).unwrap(), "CCC\n");
-    let mut left: Vec<String> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut left: Vec<String> =
+        std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     left.sort();
     assert_eq!(left, ["x", "x.bin", "x.plexus-partial"]);
 }
@@ -308,7 +372,12 @@ fn submit_after_other_jobs() {
     let a = c.wait_job(&first, Duration::from_secs(60));
     let b = c.wait_job(&then_id, Duration::from_secs(60));
     assert_eq!(b.state, pb::JobState::Succeeded as i32, "{b:?}");
-    assert!(b.subtasks[0].assigned_at >= a.finished_at, "then placed at {} before first ended at {}", b.subtasks[0].assigned_at, a.finished_at);
+    assert!(
+        b.subtasks[0].assigned_at >= a.finished_at,
+        "then placed at {} before first ended at {}",
+        b.subtasks[0].assigned_at,
+        a.finished_at
+    );
 
     // After a job that fails: it fails too, saying why.
     let bad = c.submit("bad.toml", &job("bad", "sleep 1; exit 4"));
@@ -319,7 +388,12 @@ fn submit_after_other_jobs() {
     assert!(st.error.contains("runs after") && st.error.contains(&bad), "{}", st.error);
 
     // In the file; a malformed id is refused with its line.
-    let in_file = file("in-file.toml", &format!("name = \"in-file\"\nafter_jobs = [\"{first}\", \"job-nope\"]\n[[task]]\nname = \"t\"\ncommand = \"true\"\n"));
+    let in_file = file(
+        "in-file.toml",
+        &format!(
+            "name = \"in-file\"\nafter_jobs = [\"{first}\", \"job-nope\"]\n[[task]]\nname = \"t\"\ncommand = \"true\"\n"
+        ),
+    );
     let o = c.plexus(&["submit", &in_file]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("in-file.toml:2") && err.contains("after_jobs[1]"), "{}", describe(&o));

@@ -38,7 +38,11 @@ fn processes_with(argv: &[&str]) -> usize {
         .filter(|e| {
             std::fs::read(e.path().join("cmdline"))
                 .map(|b| {
-                    let args: Vec<String> = b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+                    let args: Vec<String> = b
+                        .split(|&c| c == 0)
+                        .filter(|a| !a.is_empty())
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect();
                     args == argv
                 })
                 .unwrap_or(false)
@@ -53,7 +57,12 @@ fn fan_out_fan_in_job_computes_its_result() {
     let out = c.plexus(&["submit", file, "--watch"]);
     assert!(out.status.success(), "submit --watch: {}", describe(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let job = stdout.lines().map(str::trim).find(|l| l.starts_with("job-") && l.len() == 36).expect("the job id on stdout").to_string();
+    let job = stdout
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("job-") && l.len() == 36)
+        .expect("the job id on stdout")
+        .to_string();
 
     let status = c.job(&job).expect("status");
     assert_eq!(status.state, SUCCEEDED);
@@ -139,14 +148,22 @@ fn bad_job_files_are_refused_with_a_clear_error_and_nothing_is_stored() {
     let cases: &[(&str, &str, &str)] = &[
         ("syntax.toml", "[[task]]\nname = \"a\"\ncommand = [\"true\"\n", "syntax.toml:3:"),
         ("unknown.toml", "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpus = 1\n", "unknown field `cpus`"),
-        ("dup.toml", "[[task]]\nname = \"a\"\nkind = \"noop\"\n[[task]]\nname = \"a\"\nkind = \"noop\"\n", "dup.toml:5: duplicate task name \"a\""),
+        (
+            "dup.toml",
+            "[[task]]\nname = \"a\"\nkind = \"noop\"\n[[task]]\nname = \"a\"\nkind = \"noop\"\n",
+            "dup.toml:5: duplicate task name \"a\"",
+        ),
         ("dep.toml", "[[task]]\nname = \"a\"\nkind = \"noop\"\nafter = [\"ghost\"]\n", "unknown dependency \"ghost\""),
         (
             "cycle.toml",
             "[[task]]\nname = \"a\"\nkind = \"noop\"\nafter = [\"b\"]\n[[task]]\nname = \"b\"\nkind = \"noop\"\nafter = [\"a\"]\n",
             "dependency cycle: ",
         ),
-        ("input.toml", "[[task]]\nname = \"a\"\nkind = \"noop\"\ninputs = [\"gen/numbers\"]\n", "no task named \"gen\" produces it"),
+        (
+            "input.toml",
+            "[[task]]\nname = \"a\"\nkind = \"noop\"\ninputs = [\"gen/numbers\"]\n",
+            "no task named \"gen\" produces it",
+        ),
         ("huge.toml", "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 64\n", "no live worker can ever offer that"),
         ("gpu.toml", "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ngpu = 2\n", "asks for cpu=1, memory=0 B, gpu=2"),
         ("bad.json", "{\"tasks\": [{\"name\": \"a\"}]}", "needs a `command`"),
@@ -170,7 +187,11 @@ fn bad_job_files_are_refused_with_a_clear_error_and_nothing_is_stored() {
     // Unknown and malformed job ids.
     let out = c.plexus(&["status", "job-00000000000000000000000000000000"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no job job-00000000000000000000000000000000"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no job job-00000000000000000000000000000000"),
+        "{}",
+        describe(&out)
+    );
     let out = c.plexus(&["cancel", "wkr-00000000000000000000000000000000"]);
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("job-"), "{}", describe(&out));
@@ -218,12 +239,26 @@ fn a_failing_task_is_retried_then_fails_the_job() {
 fn migrate_dry_run_lists_pending_migrations() {
     let dir = tempfile::tempdir().unwrap();
     let bin = plexus_e2e::bin_dir().join("plexus-coordinator");
-    let out = std::process::Command::new(&bin).args(["--data-dir"]).arg(dir.path()).args(["migrate", "--dry-run"]).output().unwrap();
+    let out = std::process::Command::new(&bin)
+        .args(["--data-dir"])
+        .arg(dir.path())
+        .args(["migrate", "--dry-run"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("new; it will be created at schema version"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("new; it will be created at schema version"),
+        "{}",
+        describe(&out)
+    );
     let out = std::process::Command::new(&bin).args(["--data-dir"]).arg(dir.path()).args(["migrate"]).output().unwrap();
     assert!(out.status.success(), "{}", describe(&out));
-    let out = std::process::Command::new(&bin).args(["--data-dir"]).arg(dir.path()).args(["migrate", "--dry-run"]).output().unwrap();
+    let out = std::process::Command::new(&bin)
+        .args(["--data-dir"])
+        .arg(dir.path())
+        .args(["migrate", "--dry-run"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("no pending migrations"), "{}", describe(&out));
 }
 

@@ -51,13 +51,24 @@ struct Browser {
 
 impl Browser {
     fn args(&self) -> Vec<String> {
-        vec!["--headless".into(), "--no-sandbox".into(), "--disable-gpu".into(), "--no-first-run".into(), format!("--user-data-dir={}", self.profile.path().display())]
+        vec![
+            "--headless".into(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--no-first-run".into(),
+            format!("--user-data-dir={}", self.profile.path().display()),
+        ]
     }
 
     /// The DOM after the page's script ran for `budget_ms` of virtual time (network waits,
     /// such as the job page's long polls, take real time).
     fn dom(&self, url: &str, budget_ms: u32) -> String {
-        let o = Command::new(&self.bin).args(self.args()).arg(format!("--virtual-time-budget={budget_ms}")).args(["--dump-dom", url]).output().expect("running chromium");
+        let o = Command::new(&self.bin)
+            .args(self.args())
+            .arg(format!("--virtual-time-budget={budget_ms}"))
+            .args(["--dump-dom", url])
+            .output()
+            .expect("running chromium");
         assert!(o.status.success(), "chromium --dump-dom {url}: {}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
@@ -120,7 +131,8 @@ fn the_dashboard_in_a_real_browser() {
     let mut nodes = attrs(&dom, "class=\"node\"", "data-task");
     nodes.sort();
     assert_eq!(nodes, ["gen", "mid", "sum"], "one node per task:\n{dom}");
-    let mut edges: Vec<(&str, &str)> = attrs(&dom, "class=\"edge\"", "data-from").into_iter().zip(attrs(&dom, "class=\"edge\"", "data-to")).collect();
+    let mut edges: Vec<(&str, &str)> =
+        attrs(&dom, "class=\"edge\"", "data-from").into_iter().zip(attrs(&dom, "class=\"edge\"", "data-to")).collect();
     edges.sort();
     assert_eq!(edges, [("gen", "mid"), ("gen", "sum"), ("mid", "sum")], "an edge per dependency:\n{dom}");
     assert!(dom.contains("id=\"job-state\" class=\"state-succeeded\">succeeded<"), "updated without a reload:\n{dom}");
@@ -157,7 +169,13 @@ fn the_dashboard_in_a_real_browser() {
     if let Some(dir) = std::env::var_os("PLEXUS_SCREENSHOTS") {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).unwrap();
-        for (name, path) in [("jobs", "/".to_string()), ("job", format!("/jobs/{dag}")), ("job-failed", format!("/jobs/{broken}")), ("placement", format!("/jobs/{dag}/explain/sum/0")), ("workers", "/workers".into())] {
+        for (name, path) in [
+            ("jobs", "/".to_string()),
+            ("job", format!("/jobs/{dag}")),
+            ("job-failed", format!("/jobs/{broken}")),
+            ("placement", format!("/jobs/{dag}/explain/sum/0")),
+            ("workers", "/workers".into()),
+        ] {
             browser.screenshot(&format!("{base}{path}"), &dir.join(format!("{name}.png")));
         }
     }
@@ -170,14 +188,19 @@ fn the_learned_placer_page_shows_its_counters() {
         return;
     };
     let browser = Browser { bin, profile: tempfile::tempdir().unwrap() };
-    let c = Cluster::start(ClusterConfig { workers: 2, placer: "rl".into(), insecure: true, ..ClusterConfig::default() });
+    let c =
+        Cluster::start(ClusterConfig { workers: 2, placer: "rl".into(), insecure: true, ..ClusterConfig::default() });
     let base = c.http.clone().unwrap();
     let job = c.submit("dag.toml", DAG);
     c.wait_job(&job, Duration::from_secs(60));
     // The sampler reads the counters every 2 s: wait until it has (bounded), then load the page.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !get(&base, "/api/policy", "none").contains("\"decisions\":5") {
-        assert!(std::time::Instant::now() < deadline, "the sampler never saw the 5 decisions: {}", get(&base, "/api/policy", "none"));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sampler never saw the 5 decisions: {}",
+            get(&base, "/api/policy", "none")
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let dom = browser.dom(&format!("{base}/policy"), 3000);

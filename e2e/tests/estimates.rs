@@ -36,7 +36,12 @@ fn explain(c: &Cluster, job: &str, task: &str) -> serde_json::Value {
 
 #[test]
 fn speeds_are_measured_shown_placed_on_and_kept_across_a_restart() {
-    let mut c = Cluster::start(ClusterConfig { workers: 2, cpus_per_worker: 1, placer: "fastest".into(), ..ClusterConfig::default() });
+    let mut c = Cluster::start(ClusterConfig {
+        workers: 2,
+        cpus_per_worker: 1,
+        placer: "fastest".into(),
+        ..ClusterConfig::default()
+    });
     let first = c.submit("speeds.toml", JOB);
     let status = c.wait_job(&first, Duration::from_secs(60));
     assert_eq!(status.state, pb::JobState::Succeeded as i32, "{status:?}\n{}", c.coordinator_log());
@@ -82,8 +87,12 @@ fn speeds_are_measured_shown_placed_on_and_kept_across_a_restart() {
     assert!(after.status.success(), "{}", describe(&after));
     let after: serde_json::Value = serde_json::from_slice(&after.stdout).unwrap();
     let speeds = |v: &serde_json::Value| {
-        let mut s: Vec<(String, serde_json::Value)> =
-            v["workers"].as_array().unwrap().iter().map(|w| (w["worker_id"].as_str().unwrap().to_string(), w["speed"].clone())).collect();
+        let mut s: Vec<(String, serde_json::Value)> = v["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| (w["worker_id"].as_str().unwrap().to_string(), w["speed"].clone()))
+            .collect();
         s.sort_by(|a, b| a.0.cmp(&b.0));
         s
     };

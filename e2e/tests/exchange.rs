@@ -42,7 +42,10 @@ fn the_redistribute_example_moves_cyclic_3_over_4_to_cyclic_5_over_3() {
         let logs = c.plexus(&["logs", &job, "check"]);
         assert!(logs.status.success(), "{}", describe(&logs));
         let out = String::from_utf8_lossy(&logs.stdout);
-        assert!(out.starts_with("ok: 10007 elements moved from cyclic(3) over 4 to cyclic(5) over 3"), "{schedule}: {out}");
+        assert!(
+            out.starts_with("ok: 10007 elements moved from cyclic(3) over 4 to cyclic(5) over 3"),
+            "{schedule}: {out}"
+        );
         // The gang is max(P, Q) = 4 members on four workers; member 3 only sends.
         let members: Vec<&pb::SubtaskStatus> = status.subtasks.iter().filter(|s| s.task == "redist").collect();
         assert_eq!(members.len(), 4, "{members:?}");
@@ -53,8 +56,9 @@ fn the_redistribute_example_moves_cyclic_3_over_4_to_cyclic_5_over_3() {
         let member_log = c.plexus(&["logs", &job, "redist", "--rank", "3"]);
         let text = String::from_utf8_lossy(&member_log.stdout);
         assert!(
-            text.starts_with(&format!("redistribute i64 cyclic(3) over 4 -> cyclic(5) over 3 (4 members), schedule {schedule}, rank 3:"))
-                && text.contains("wrote 0 bytes"),
+            text.starts_with(&format!(
+                "redistribute i64 cyclic(3) over 4 -> cyclic(5) over 3 (4 members), schedule {schedule}, rank 3:"
+            )) && text.contains("wrote 0 bytes"),
             "{text}"
         );
     }
@@ -141,7 +145,11 @@ fn alltoall_delivers_every_part_by_equal_split_counts_table_and_split_file() {
         assert_eq!(status.state, pb::JobState::Succeeded as i32, "split {split}: {status:?}\n{}", c.coordinator_log());
         let logs = c.plexus(&["logs", &job, "check"]);
         assert!(logs.status.success(), "{}", describe(&logs));
-        assert_eq!(String::from_utf8_lossy(&logs.stdout).trim(), "ok: every member holds its part of every input", "split {split}");
+        assert_eq!(
+            String::from_utf8_lossy(&logs.stdout).trim(),
+            "ok: every member holds its part of every input",
+            "split {split}"
+        );
     }
 
     // A table that does not match member 2's input (24 elements, the row adds up to 23): that
@@ -152,9 +160,17 @@ fn alltoall_delivers_every_part_by_equal_split_counts_table_and_split_file() {
     assert_eq!(status.state, pb::JobState::Failed as i32, "{status:?}");
     let errs = errors(&status);
     // Whichever member's report fails the job, it names the cause.
-    assert!(!errs.is_empty() && errs.iter().all(|e| e.contains("counts[2] adds up to 23 elements, but member 2's input has 24 i32 elements")), "{errs:?}");
+    assert!(
+        !errs.is_empty()
+            && errs
+                .iter()
+                .all(|e| e.contains("counts[2] adds up to 23 elements, but member 2's input has 24 i32 elements")),
+        "{errs:?}"
+    );
 
     // A table of the wrong shape never reaches a worker.
-    let e = c.try_submit("alltoall.toml", &alltoall_job("counts", "counts = [[1, 0, 9], [2, 2, 13]]", "table")).expect_err("refused");
+    let e = c
+        .try_submit("alltoall.toml", &alltoall_job("counts", "counts = [[1, 0, 9], [2, 2, 13]]", "table"))
+        .expect_err("refused");
     assert!(e.message().contains("counts has 2 rows; it needs one per member (3"), "{e}");
 }

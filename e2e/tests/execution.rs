@@ -50,7 +50,10 @@ fn lines(file: &Path) -> Vec<String> {
 }
 
 fn subtask<'a>(j: &'a pb::JobStatus, task: &str, rank: u32) -> &'a pb::SubtaskStatus {
-    j.subtasks.iter().find(|s| s.task == task && s.rank == rank).unwrap_or_else(|| panic!("no subtask {task}/{rank} in {j:?}"))
+    j.subtasks
+        .iter()
+        .find(|s| s.task == task && s.rank == rank)
+        .unwrap_or_else(|| panic!("no subtask {task}/{rank} in {j:?}"))
 }
 
 /// Kills (SIGKILL) a test's stray process if it is still there, so a failed test leaves nothing.
@@ -104,7 +107,9 @@ fn a_killed_workers_task_dies_when_the_worker_restarts_and_its_work_is_done_once
     let restarted = Instant::now();
     c.start_worker(i);
     let timeout = Duration::from_millis(c.config.heartbeat_timeout_ms);
-    c.wait_for("attempt 1 to be killed by its restarted worker", timeout, |_| (process_gone(leader_pid) && process_gone(bg_pid)).then_some(()));
+    c.wait_for("attempt 1 to be killed by its restarted worker", timeout, |_| {
+        (process_gone(leader_pid) && process_gone(bg_pid)).then_some(())
+    });
     assert!(restarted.elapsed() <= timeout);
     c.wait_workers_alive(2);
 
@@ -143,7 +148,8 @@ fn a_daemon_started_by_a_task_dies_when_its_job_is_cancelled() {
 fn gpu_tasks_see_only_their_own_devices() {
     let fake = tempfile::tempdir().unwrap();
     let smi = fake.path().join("nvidia-smi");
-    std::fs::write(&smi, "#!/bin/sh\nprintf '0, Fake GPU A, 16384, 1024, 25\\n1, Fake GPU B, 16384, 2048, 50\\n'\n").unwrap();
+    std::fs::write(&smi, "#!/bin/sh\nprintf '0, Fake GPU A, 16384, 1024, 25\\n1, Fake GPU B, 16384, 2048, 50\\n'\n")
+        .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:{}", fake.path().display(), std::env::var("PATH").unwrap_or_default());

@@ -22,7 +22,9 @@ fn gang_job(name: &str, dir: &Path, replicas: u32, min: u32, timeout: &str, secs
 
 /// Start times (ns) of the members of job `name`, by rank.
 fn starts(dir: &Path, name: &str, n: u32) -> Vec<Option<u128>> {
-    (0..n).map(|r| std::fs::read_to_string(dir.join(format!("{name}.{r}"))).ok().and_then(|s| s.trim().parse().ok())).collect()
+    (0..n)
+        .map(|r| std::fs::read_to_string(dir.join(format!("{name}.{r}"))).ok().and_then(|s| s.trim().parse().ok()))
+        .collect()
 }
 
 /// kube-batch#158 and Coscheduling's Permit deadlock (scheduler-plugins#114/#117): two gangs
@@ -61,7 +63,9 @@ fn a_gang_that_cannot_fill_rolls_back_is_shown_and_runs_when_a_worker_joins() {
     std::fs::create_dir_all(&marks).unwrap();
     // A long task takes one of the three workers.
     let long = c.submit("long.toml", "name = \"long\"\n[[task]]\nname = \"l\"\ncpu = 1\ncommand = \"sleep 600\"\n");
-    c.wait_for("the long task to run", Duration::from_secs(20), |c| c.job(&long).filter(|j| j.subtasks[0].state == pb::SubtaskState::Running as i32));
+    c.wait_for("the long task to run", Duration::from_secs(20), |c| {
+        c.job(&long).filter(|j| j.subtasks[0].state == pb::SubtaskState::Running as i32)
+    });
     let g = c.submit("g.toml", &gang_job("g", &marks, 3, 3, "2s", 0.1));
     let out = c.wait_for("the gang to be rolled back", Duration::from_secs(30), |c| {
         let out = c.plexus(&["status", &g]);
@@ -88,13 +92,22 @@ fn a_gang_that_cannot_fill_rolls_back_is_shown_and_runs_when_a_worker_joins() {
 #[test]
 fn a_priority_ten_job_submitted_later_starts_first() {
     let c = Cluster::start(ClusterConfig { workers: 1, cpus_per_worker: 1, ..Default::default() });
-    let blocker = c.submit("blocker.toml", "name = \"blocker\"\n[[task]]\nname = \"b\"\ncpu = 1\ncommand = \"sleep 2\"\n");
-    c.wait_for("the blocker to run", Duration::from_secs(20), |c| c.job(&blocker).filter(|j| j.subtasks[0].state == pb::SubtaskState::Running as i32));
+    let blocker =
+        c.submit("blocker.toml", "name = \"blocker\"\n[[task]]\nname = \"b\"\ncpu = 1\ncommand = \"sleep 2\"\n");
+    c.wait_for("the blocker to run", Duration::from_secs(20), |c| {
+        c.job(&blocker).filter(|j| j.subtasks[0].state == pb::SubtaskState::Running as i32)
+    });
     let low = c.submit("low.toml", "name = \"low\"\n[[task]]\nname = \"t\"\ncpu = 1\ncommand = \"true\"\n");
-    let high = c.submit("high.toml", "name = \"high\"\npriority = 10\n[[task]]\nname = \"t\"\ncpu = 1\ncommand = \"true\"\n");
+    let high =
+        c.submit("high.toml", "name = \"high\"\npriority = 10\n[[task]]\nname = \"t\"\ncpu = 1\ncommand = \"true\"\n");
     let (l, h) = (c.wait_job(&low, Duration::from_secs(60)), c.wait_job(&high, Duration::from_secs(60)));
     assert_eq!((l.state, h.state), (SUCCEEDED, SUCCEEDED));
-    assert!(h.subtasks[0].started_at < l.subtasks[0].started_at, "high started at {}, low at {}", h.subtasks[0].started_at, l.subtasks[0].started_at);
+    assert!(
+        h.subtasks[0].started_at < l.subtasks[0].started_at,
+        "high started at {}, low at {}",
+        h.subtasks[0].started_at,
+        l.subtasks[0].started_at
+    );
     let out = c.plexus(&["status", &high]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("priority:  10"), "{}", describe(&out));
 }
@@ -116,13 +129,25 @@ fn queue_shares_are_set_on_the_running_coordinator_and_survive_a_restart() {
     };
     let out = admin(&c, &["queue", "set", "batch", "--share", "0.5"]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("batch                    share 0.500"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("batch                    share 0.500"),
+        "{}",
+        describe(&out)
+    );
     let out = admin(&c, &["queue", "set", "batch", "--share", "2"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("share 2 of queue \"batch\" is not in (0, 1]"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("share 2 of queue \"batch\" is not in (0, 1]"),
+        "{}",
+        describe(&out)
+    );
     c.stop_coordinator();
     c.start_coordinator();
     let out = admin(&c, &["queue", "list"]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("batch                    share 0.500  using 0.0 cores"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("batch                    share 0.500  using 0.0 cores"),
+        "{}",
+        describe(&out)
+    );
 }

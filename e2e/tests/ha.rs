@@ -83,8 +83,17 @@ impl Submitter {
                             .await
                             .map_err(|_| tonic::Status::unavailable("handshake timed out"))?
                             .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                        let mut c = pb::job_service_client::JobServiceClient::with_interceptor(ch, plexus_security::tls::Bearer::new(Some(&token)));
-                        c.submit_job(pb::SubmitJobRequest { source: src.clone(), format: String::new(), filename: format!("load-{n}.toml"), after_jobs: vec![] }).await
+                        let mut c = pb::job_service_client::JobServiceClient::with_interceptor(
+                            ch,
+                            plexus_security::tls::Bearer::new(Some(&token)),
+                        );
+                        c.submit_job(pb::SubmitJobRequest {
+                            source: src.clone(),
+                            format: String::new(),
+                            filename: format!("load-{n}.toml"),
+                            after_jobs: vec![],
+                        })
+                        .await
                     });
                     if let Ok(resp) = r {
                         a.lock().unwrap().push(resp.into_inner().job_id);
@@ -118,13 +127,17 @@ fn progress(c: &HaCluster, job: &str) -> Option<(u32, u32)> {
 
 #[test]
 fn a_killed_leader_is_replaced_within_the_lease_and_nothing_is_lost_or_done_twice() {
-    let Some(mut c) = start(HaConfig { coordinators: 3, workers: 3, lease_ttl_s: TTL_S, ..Default::default() }) else { return };
+    let Some(mut c) = start(HaConfig { coordinators: 3, workers: 3, lease_ttl_s: TTL_S, ..Default::default() }) else {
+        return;
+    };
     let markers = c.dir.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     let n = 1000;
     let job = c.try_submit("big.toml", &marker_job("big", n, &markers, "0.02")).expect("the job is accepted");
     let load = Submitter::start(&c);
-    c.wait_for("a quarter of the job done", Duration::from_secs(120), |c| progress(c, &job).filter(|(s, _)| *s >= n / 4));
+    c.wait_for("a quarter of the job done", Duration::from_secs(120), |c| {
+        progress(c, &job).filter(|(s, _)| *s >= n / 4)
+    });
     let (leader, _) = c.wait_leader(Duration::from_secs(5));
     let before = progress(&c, &job).unwrap();
     c.kill_coordinator(leader);
@@ -133,7 +146,10 @@ fn a_killed_leader_is_replaced_within_the_lease_and_nothing_is_lost_or_done_twic
     let failover = killed.elapsed();
     eprintln!("leader {leader} killed at {before:?} of the job; coordinator {next} leads after {failover:?}");
     assert_ne!(next, leader);
-    assert!(failover <= Duration::from_secs(TTL_S + 2), "a standby led only after {failover:?} (lease TTL {TTL_S} s + 2 s allowed)");
+    assert!(
+        failover <= Duration::from_secs(TTL_S + 2),
+        "a standby led only after {failover:?} (lease TTL {TTL_S} s + 2 s allowed)"
+    );
     let end = c.wait_job(&job, Duration::from_secs(300));
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}");
     assert_each_once(&markers, n);
@@ -142,19 +158,27 @@ fn a_killed_leader_is_replaced_within_the_lease_and_nothing_is_lost_or_done_twic
     assert!(acked.len() >= 10, "the load submitted too little to mean anything: {}", acked.len());
     for id in &acked {
         let j = c.wait_job(id, Duration::from_secs(120));
-        assert_eq!(j.state, pb::JobState::Succeeded as i32, "acknowledged job {id} (name {}) did not succeed: {j:?}", j.name);
+        assert_eq!(
+            j.state,
+            pb::JobState::Succeeded as i32,
+            "acknowledged job {id} (name {}) did not succeed: {j:?}",
+            j.name
+        );
     }
     // The CLI, given all three URLs, names the new leader.
     let out = c.plexus(&["coordinators"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
-    let leader_line = text.lines().find(|l| l.starts_with("leader")).unwrap_or_else(|| panic!("no leader line in:\n{text}"));
+    let leader_line =
+        text.lines().find(|l| l.starts_with("leader")).unwrap_or_else(|| panic!("no leader line in:\n{text}"));
     assert!(leader_line.contains(&c.urls[next]), "{text}");
 }
 
 #[test]
 fn a_paused_leader_is_fenced_steps_down_on_resume_and_nothing_is_done_twice() {
-    let Some(c) = start(HaConfig { coordinators: 2, workers: 2, lease_ttl_s: TTL_S, ..Default::default() }) else { return };
+    let Some(c) = start(HaConfig { coordinators: 2, workers: 2, lease_ttl_s: TTL_S, ..Default::default() }) else {
+        return;
+    };
     let markers = c.dir.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     let n = 200;
@@ -169,7 +193,9 @@ fn a_paused_leader_is_fenced_steps_down_on_resume_and_nothing_is_done_twice() {
     std::thread::sleep(Duration::from_secs(1));
     c.signal_coordinator(old, libc::SIGCONT);
     // The resumed coordinator stops acting: it says so, and refuses calls naming the new leader.
-    c.wait_for("the resumed coordinator to step down", Duration::from_secs(15), |c| c.coordinator_log(old).contains("no longer leading").then_some(()));
+    c.wait_for("the resumed coordinator to step down", Duration::from_secs(15), |c| {
+        c.coordinator_log(old).contains("no longer leading").then_some(())
+    });
     // Its refusals name the new leader once it has looked it up (within a moment).
     let leader_url = c.urls[new].clone();
     c.wait_for("the old leader's refusal to name the new one", Duration::from_secs(10), |c| {
@@ -200,7 +226,9 @@ fn a_paused_leader_is_fenced_steps_down_on_resume_and_nothing_is_done_twice() {
 /// finishes under the new leader with nothing done twice.
 #[test]
 fn a_leader_that_hangs_for_good_is_passed_over_by_workers_old_and_new() {
-    let Some(mut c) = start(HaConfig { coordinators: 2, workers: 2, lease_ttl_s: TTL_S, ..Default::default() }) else { return };
+    let Some(mut c) = start(HaConfig { coordinators: 2, workers: 2, lease_ttl_s: TTL_S, ..Default::default() }) else {
+        return;
+    };
     let markers = c.dir.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     let n = 100;
@@ -211,7 +239,9 @@ fn a_leader_that_hangs_for_good_is_passed_over_by_workers_old_and_new() {
     let new = c.wait_for("the standby to lead", Duration::from_secs(30), |c| c.leader().filter(|l| *l != old));
     let hung_first = format!("{},{}", c.urls[old], c.urls[new]);
     let added = c.add_worker(&hung_first);
-    c.wait_for("all three workers alive at the new leader", Duration::from_secs(90), |c| (c.workers_alive()? >= 3).then_some(()));
+    c.wait_for("all three workers alive at the new leader", Duration::from_secs(90), |c| {
+        (c.workers_alive()? >= 3).then_some(())
+    });
     let end = c.wait_job(&job, Duration::from_secs(120));
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}");
     assert_each_once(&markers, n);
@@ -222,7 +252,11 @@ fn a_leader_that_hangs_for_good_is_passed_over_by_workers_old_and_new() {
 
 #[test]
 fn an_etcd_member_killed_of_three_and_the_cluster_goes_on() {
-    let Some(mut c) = start(HaConfig { etcd_members: 3, coordinators: 2, workers: 2, lease_ttl_s: TTL_S, ..Default::default() }) else { return };
+    let Some(mut c) =
+        start(HaConfig { etcd_members: 3, coordinators: 2, workers: 2, lease_ttl_s: TTL_S, ..Default::default() })
+    else {
+        return;
+    };
     let markers = c.dir.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     let first = c.try_submit("a.toml", &marker_job("a", 100, &markers, "0.02")).expect("accepted");
@@ -250,7 +284,15 @@ fn the_cli_finds_a_leader_whose_advertised_url_does_not_answer_from_here() {
     // Privileged ports 1 and 2: never handed out to a process of the test run (a port bound
     // and released here could be), so nothing listens there.
     let dead: Vec<String> = (1..=2).map(|p| format!("https://127.0.0.1:{p}")).collect();
-    let Some(c) = start(HaConfig { coordinators: 2, workers: 0, lease_ttl_s: TTL_S, advertise: dead.clone(), ..Default::default() }) else { return };
+    let Some(c) = start(HaConfig {
+        coordinators: 2,
+        workers: 0,
+        lease_ttl_s: TTL_S,
+        advertise: dead.clone(),
+        ..Default::default()
+    }) else {
+        return;
+    };
     let (leader, _) = c.wait_leader(Duration::from_secs(30));
     let standby = 1 - leader;
     let both = format!("{},{}", c.urls[standby], c.urls[leader]);
@@ -259,7 +301,11 @@ fn the_cli_finds_a_leader_whose_advertised_url_does_not_answer_from_here() {
     assert!(out.status.success(), "plexus coordinators through a standby whose leader's URL does not answer: {stderr}");
     assert!(stdout.contains(&dead[leader]), "{stdout}");
     let out = c.plexus_at(&both, &["status"]);
-    assert!(out.status.success(), "plexus status (served by the leader only): {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "plexus status (served by the leader only): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = c.plexus_at(&c.urls[standby], &["status"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the standby alone cannot serve");
@@ -282,7 +328,11 @@ fn http_get(addr: &str, path: &str, token: &str) -> (u16, String) {
 /// leader's serve; after a failover the old standby's pages work and the killed one's are gone.
 #[test]
 fn a_standbys_dashboard_says_it_stands_by_and_names_the_leader() {
-    let Some(mut c) = start(HaConfig { coordinators: 2, workers: 0, lease_ttl_s: TTL_S, http: true, ..Default::default() }) else { return };
+    let Some(mut c) =
+        start(HaConfig { coordinators: 2, workers: 0, lease_ttl_s: TTL_S, http: true, ..Default::default() })
+    else {
+        return;
+    };
     let (leader, _) = c.wait_leader(Duration::from_secs(30));
     let standby = 1 - leader;
     let addrs: Vec<String> = c.http.iter().map(|a| a.clone().expect("the coordinator's http address")).collect();
@@ -301,7 +351,11 @@ fn a_standbys_dashboard_says_it_stands_by_and_names_the_leader() {
     let (code, metrics) = http_get(&addr(standby), "/metrics", &c.admin_token);
     assert!(code == 503 && metrics.contains("is a standby"), "{metrics}");
     // Without a token the standby still asks for one first: nothing is told to strangers.
-    let (code, _) = http_get(&addr(standby), "/api/jobs", "plx_000000000000_0000000000000000000000000000000000000000000000000000000000000000");
+    let (code, _) = http_get(
+        &addr(standby),
+        "/api/jobs",
+        "plx_000000000000_0000000000000000000000000000000000000000000000000000000000000000",
+    );
     assert_eq!(code, 401);
 
     c.kill_coordinator(leader);

@@ -24,7 +24,8 @@ inputs = ["gen/blob"]
 use plexus_e2e::http_get as get;
 
 fn scrape(c: &Cluster) -> prometheus_parse::Scrape {
-    let (code, body) = get(c.http.as_deref().expect("the coordinator serves HTTP"), "/metrics", c.admin_token.as_deref());
+    let (code, body) =
+        get(c.http.as_deref().expect("the coordinator serves HTTP"), "/metrics", c.admin_token.as_deref());
     assert_eq!(code, 200, "{body}");
     conventions(&body);
     prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("valid Prometheus text")
@@ -55,8 +56,12 @@ fn conventions(text: &str) {
             assert!(family.starts_with("plexus_"), "{line}");
             if kind == "counter" {
                 counters += 1;
-                let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && l.starts_with(family)).collect();
-                assert!(!samples.is_empty() && samples.iter().all(|l| l.starts_with(&format!("{family}_total"))), "{family}: {samples:?}");
+                let samples: Vec<&str> =
+                    text.lines().filter(|l| !l.starts_with('#') && l.starts_with(family)).collect();
+                assert!(
+                    !samples.is_empty() && samples.iter().all(|l| l.starts_with(&format!("{family}_total"))),
+                    "{family}: {samples:?}"
+                );
             }
         } else if !line.starts_with('#') && !line.is_empty() {
             assert!(line.starts_with("plexus_"), "{line}");
@@ -67,10 +72,14 @@ fn conventions(text: &str) {
 
 /// The value of `name` whose labels include every pair of `labels`; histograms give their count.
 fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    s.samples.iter().find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))).map(|x| match &x.value {
-        prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => *v,
-        prometheus_parse::Value::Histogram(b) => b.last().map_or(0.0, |b| b.count),
-        prometheus_parse::Value::Summary(_) => f64::NAN,
+    s.samples.iter().find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))).map(|x| {
+        match &x.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => *v,
+            prometheus_parse::Value::Histogram(b) => b.last().map_or(0.0, |b| b.count),
+            prometheus_parse::Value::Summary(_) => f64::NAN,
+        }
     })
 }
 
@@ -97,28 +106,56 @@ fn coordinator_metrics_move_with_the_work_and_need_a_token() {
     let status = c.wait_job(&id, Duration::from_secs(60));
     assert_eq!(status.state, plexus_proto::pb::JobState::Succeeded as i32, "{status:?}");
     let after = scrape(&c);
-    assert_eq!(value(&after, "plexus_placements_total", &[("placer", "least-loaded"), ("result", "assigned")]), Some(5.0), "4 gen + 1 sum placed");
+    assert_eq!(
+        value(&after, "plexus_placements_total", &[("placer", "least-loaded"), ("result", "assigned")]),
+        Some(5.0),
+        "4 gen + 1 sum placed"
+    );
     assert_eq!(value(&after, "plexus_submit_to_placed_seconds", &[]), Some(5.0), "one latency per placement");
     assert!(value(&after, "plexus_placed_to_running_seconds", &[]).unwrap() >= 1.0, "starts observed");
     assert_eq!(value(&after, "plexus_jobs", &[("state", "succeeded")]), Some(1.0));
     assert_eq!(value(&after, "plexus_subtasks", &[("state", "succeeded")]), Some(5.0));
     assert_eq!(value(&after, "plexus_subtasks_pending", &[("reason", "no_room")]), Some(0.0));
-    assert!(value(&after, "plexus_engine_round_seconds", &[]).unwrap() > value(&before, "plexus_engine_round_seconds", &[]).unwrap());
+    assert!(
+        value(&after, "plexus_engine_round_seconds", &[]).unwrap()
+            > value(&before, "plexus_engine_round_seconds", &[]).unwrap()
+    );
     assert!(value(&after, "plexus_store_commit_seconds", &[]).unwrap() > 0.0);
     // The workers: the sum's inputs came from the other worker over the data plane, so rail
     // bytes grew on both; attempts counted; every input either a cache hit or a fetch.
     let workers_after: Vec<prometheus_parse::Scrape> = (0..2).map(|i| scrape_worker(&c, i)).collect();
     let total = |v: &[prometheus_parse::Scrape], name: &str, labels: &[(&str, &str)]| -> f64 {
-        v.iter().map(|s| s.samples.iter().filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))).map(|x| match x.value {
-            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
-            _ => 0.0,
-        }).sum::<f64>()).sum()
+        v.iter()
+            .map(|s| {
+                s.samples
+                    .iter()
+                    .filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+                    .map(|x| match x.value {
+                        prometheus_parse::Value::Counter(v)
+                        | prometheus_parse::Value::Gauge(v)
+                        | prometheus_parse::Value::Untyped(v) => v,
+                        _ => 0.0,
+                    })
+                    .sum::<f64>()
+            })
+            .sum()
     };
     assert_eq!(total(&workers_after, "plexus_attempts_total", &[("result", "succeeded")]), 5.0);
-    assert_eq!(total(&workers_after, "plexus_cache_hits_total", &[]) + total(&workers_after, "plexus_fetches_total", &[]), 4.0, "the sum read 4 inputs");
-    assert!(total(&workers_after, "plexus_fetches_total", &[]) >= 1.0, "least-loaded spread gen over both workers, so something was fetched");
+    assert_eq!(
+        total(&workers_after, "plexus_cache_hits_total", &[]) + total(&workers_after, "plexus_fetches_total", &[]),
+        4.0,
+        "the sum read 4 inputs"
+    );
+    assert!(
+        total(&workers_after, "plexus_fetches_total", &[]) >= 1.0,
+        "least-loaded spread gen over both workers, so something was fetched"
+    );
     assert!(total(&workers_after, "plexus_fetched_bytes_total", &[]) >= 65536.0);
-    assert!(total(&workers_after, "plexus_rail_sent_bytes_total", &[]) > total(&workers_before, "plexus_rail_sent_bytes_total", &[]), "rail bytes grow");
+    assert!(
+        total(&workers_after, "plexus_rail_sent_bytes_total", &[])
+            > total(&workers_before, "plexus_rail_sent_bytes_total", &[]),
+        "rail bytes grow"
+    );
     assert!(total(&workers_after, "plexus_rail_received_bytes_total", &[]) >= 65536.0);
     assert_eq!(total(&workers_after, "plexus_build_info", &[]), 2.0);
     // No job ids in labels (conventions are checked on every scrape).
@@ -129,7 +166,8 @@ fn coordinator_metrics_move_with_the_work_and_need_a_token() {
 
 #[test]
 fn the_learned_placer_reports_its_decisions_and_an_insecure_coordinator_needs_no_token() {
-    let c = Cluster::start(ClusterConfig { workers: 2, placer: "rl".into(), insecure: true, ..ClusterConfig::default() });
+    let c =
+        Cluster::start(ClusterConfig { workers: 2, placer: "rl".into(), insecure: true, ..ClusterConfig::default() });
     let base = c.http.clone().expect("the coordinator printed its HTTP address");
     let id = c.submit("metered.toml", JOB);
     let status = c.wait_job(&id, Duration::from_secs(60));

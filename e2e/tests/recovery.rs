@@ -14,7 +14,9 @@ fn cluster(workers: usize) -> Cluster {
 }
 
 fn wait_alive(c: &Cluster, n: usize) {
-    c.wait_for(&format!("exactly {n} live workers"), Duration::from_secs(30), |c| (c.workers()?.iter().filter(|w| w.alive).count() == n).then_some(()));
+    c.wait_for(&format!("exactly {n} live workers"), Duration::from_secs(30), |c| {
+        (c.workers()?.iter().filter(|w| w.alive).count() == n).then_some(())
+    });
 }
 
 #[test]
@@ -25,10 +27,18 @@ fn a_job_only_lost_workers_could_run_is_refused_naming_what_is_missing() {
     wait_alive(&c, 2);
     let e = c.try_submit("allreduce.toml", ALLREDUCE).expect_err("refused");
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{}", e.message());
-    assert!(e.message().contains("needs 4 workers for gang \"sum\"") && e.message().ends_with("2 alive"), "{}", e.message());
+    assert!(
+        e.message().contains("needs 4 workers for gang \"sum\"") && e.message().ends_with("2 alive"),
+        "{}",
+        e.message()
+    );
     assert!(c.plexus(&["status", "-o", "json"]).status.success());
     let list = c.plexus(&["status", "-o", "json"]);
-    assert!(!String::from_utf8_lossy(&list.stdout).contains("allreduce"), "nothing of a refused job is stored: {}", describe(&list));
+    assert!(
+        !String::from_utf8_lossy(&list.stdout).contains("allreduce"),
+        "nothing of a refused job is stored: {}",
+        describe(&list)
+    );
 }
 
 #[test]
@@ -45,7 +55,11 @@ fn a_job_that_becomes_unrunnable_says_why_it_waits() {
     });
     assert!(why.starts_with("needs 4 workers for gang \"sum\""), "{why}");
     let out = c.plexus(&["status", &job]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("waiting: sum: needs 4 workers for gang \"sum\""), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("waiting: sum: needs 4 workers for gang \"sum\""),
+        "{}",
+        describe(&out)
+    );
 }
 
 /// Submits gen -> gate -> use: gen writes a value; gate waits for the file `go` (returned) that
@@ -127,7 +141,12 @@ fn a_consumer_fetching_from_a_hung_holder_is_placed_again_when_the_holder_is_los
     let job = c.submit("hung.toml", &src);
     let (holder, hold_at) = c.wait_for("blk to run beside gen's output", Duration::from_secs(30), |c| {
         let j = c.job(&job)?;
-        let on = |t: &str| j.subtasks.iter().find(|s| s.task == t && s.state == pb::SubtaskState::Running as i32).map(|s| s.worker_id.clone());
+        let on = |t: &str| {
+            j.subtasks
+                .iter()
+                .find(|s| s.task == t && s.state == pb::SubtaskState::Running as i32)
+                .map(|s| s.worker_id.clone())
+        };
         let made = j.subtasks.iter().find(|s| s.task == "gen" && s.state == pb::SubtaskState::Succeeded as i32)?;
         (on("blk")? == made.worker_id).then(|| (made.worker_id.clone(), on("hold")))
     });
@@ -162,7 +181,9 @@ fn an_allreduce_output_lost_after_the_gang_completed_reruns_the_gang_and_the_job
     let holder = c.wait_for("the gang to complete", Duration::from_secs(120), |c| {
         let j = c.job(&job)?;
         let sum: Vec<_> = j.subtasks.iter().filter(|s| s.task == "sum").collect();
-        sum.iter().all(|s| s.state == pb::SubtaskState::Succeeded as i32).then(|| sum.iter().find(|s| s.rank == 1).unwrap().worker_id.clone())
+        sum.iter()
+            .all(|s| s.state == pb::SubtaskState::Succeeded as i32)
+            .then(|| sum.iter().find(|s| s.rank == 1).unwrap().worker_id.clone())
     });
     let i = c.worker_index(&holder).expect("the holder is one of ours");
     c.kill_worker(i);
@@ -171,9 +192,18 @@ fn an_allreduce_output_lost_after_the_gang_completed_reruns_the_gang_and_the_job
     let end = c.wait_job(&job, Duration::from_secs(180));
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}\n{}", c.coordinator_log());
     let logs = c.plexus(&["logs", &job, "check"]);
-    assert!(String::from_utf8_lossy(&logs.stdout).starts_with("ok: 262144 elements summed over 4 replicas"), "{}", describe(&logs));
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).starts_with("ok: 262144 elements summed over 4 replicas"),
+        "{}",
+        describe(&logs)
+    );
     for s in end.subtasks.iter().filter(|s| s.task == "sum") {
-        assert_eq!((s.reruns, s.failures), (1, 0), "member {} ran once more with its gang, and that is not a failure", s.rank);
+        assert_eq!(
+            (s.reruns, s.failures),
+            (1, 0),
+            "member {} ran once more with its gang, and that is not a failure",
+            s.rank
+        );
         assert_ne!(s.worker_id, holder);
     }
     let grads1 = end.subtasks.iter().find(|s| s.task == "grads" && s.rank == 1).unwrap();
@@ -218,18 +248,24 @@ fn hostile_job_files_are_refused_or_run_without_harm() {
     let env = format!("[[task]]\nname = \"a\"\ncommand = [\"true\"]\nenv = {{ BIG = \"{}\" }}\n", "y".repeat(5 << 20));
     assert!(c.try_submit("env.toml", &env).is_err());
     // Endless retries of a failing command: refused above the cap.
-    let e = c.try_submit("retry.toml", "[[task]]\nname = \"a\"\ncommand = [\"false\"]\nmax_retries = 4294967295\n").expect_err("refused");
+    let e = c
+        .try_submit("retry.toml", "[[task]]\nname = \"a\"\ncommand = [\"false\"]\nmax_retries = 4294967295\n")
+        .expect_err("refused");
     assert!(e.message().contains("max_retries = 4294967295 is out of range"), "{}", e.message());
     // Terminal escapes in a job name; NUL in an argument.
-    let e = c.try_submit("ansi.toml", "name = \"\\u001b[2Jboom\"\n[[task]]\nname = \"a\"\ncommand = [\"true\"]\n").expect_err("refused");
+    let e = c
+        .try_submit("ansi.toml", "name = \"\\u001b[2Jboom\"\n[[task]]\nname = \"a\"\ncommand = [\"true\"]\n")
+        .expect_err("refused");
     assert!(e.message().contains("invalid job name"), "{}", e.message());
-    let e = c.try_submit("nul.toml", "[[task]]\nname = \"a\"\ncommand = [\"echo\", \"a\\u0000b\"]\n").expect_err("refused");
+    let e =
+        c.try_submit("nul.toml", "[[task]]\nname = \"a\"\ncommand = [\"echo\", \"a\\u0000b\"]\n").expect_err("refused");
     assert!(e.message().contains("NUL"), "{}", e.message());
     // The chain still runs (one task after another: 10,000 of them would take a minute, so the
     // test watches it advance, then cancels it): every hostile file above hurt nobody.
     c.wait_for("the chain to advance", Duration::from_secs(60), |c| {
         let j = c.job_summary(&job)?;
-        (j.groups.iter().map(|g| g.succeeded).sum::<u32>() >= 200 && j.state == pb::JobState::Running as i32).then_some(())
+        (j.groups.iter().map(|g| g.succeeded).sum::<u32>() >= 200 && j.state == pb::JobState::Running as i32)
+            .then_some(())
     });
     let out = c.plexus(&["cancel", &job]);
     assert!(out.status.success(), "{}", describe(&out));
@@ -251,11 +287,19 @@ fn policy_export_and_migrate_dry_run_work_while_the_coordinator_runs() {
     let out = coordinator(&["migrate", "--dry-run"]);
     assert!(out.status.success(), "{}", describe(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("in use by the coordinator at") && text.contains("no pending migrations"), "{}", describe(&out));
+    assert!(
+        text.contains("in use by the coordinator at") && text.contains("no pending migrations"),
+        "{}",
+        describe(&out)
+    );
     let file = c.path("weights.safetensors");
     let out = coordinator(&["policy", "export", file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("initial weights"), "before any training step, the note says so: {}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("initial weights"),
+        "before any training step, the note says so: {}",
+        describe(&out)
+    );
     assert!(std::fs::metadata(&file).unwrap().len() > 1000, "a real safetensors file");
     let out = coordinator(&["policy", "import", file.to_str().unwrap()]);
     assert!(!out.status.success());

@@ -26,7 +26,12 @@ fn worker_identity(c: &Cluster, i: usize) -> Issued {
 }
 
 /// A channel to `url` over TLS presenting `identity`, checking the server as `name`.
-fn mtls(c: &Cluster, url: &str, name: &str, identity: Option<&Issued>) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+fn mtls(
+    c: &Cluster,
+    url: &str,
+    name: &str,
+    identity: Option<&Issued>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())?
         .connect_timeout(Duration::from_secs(3))
         .tls_config(tls::client(c.ca.as_deref().unwrap(), name, identity))?;
@@ -39,7 +44,12 @@ fn tokens_gate_every_call_by_scope_and_a_revoked_token_stops_at_once() {
 
     // No token: UNAUTHENTICATED, with the message that says what to do, and nothing stored.
     let mut anonymous = c.client_with(None);
-    let req = pb::SubmitJobRequest { source: JOB.into(), format: String::new(), filename: "one.toml".into(), ..Default::default() };
+    let req = pb::SubmitJobRequest {
+        source: JOB.into(),
+        format: String::new(),
+        filename: "one.toml".into(),
+        ..Default::default()
+    };
     let err = c.block_on(anonymous.submit_job(req.clone())).unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
     assert!(err.message().contains("set PLEXUS_TOKEN or pass --token-file"), "{}", err.message());
@@ -76,7 +86,11 @@ fn tokens_gate_every_call_by_scope_and_a_revoked_token_stops_at_once() {
         .block_on(admin.create_token(pb::CreateTokenRequest { scope: "submit".into(), name: "bot".into(), ttl_ms: 0 }))
         .unwrap()
         .into_inner();
-    let job = c.block_on(c.client_with(Some(&submitter.token)).submit_job(req)).expect("a submit token submits").into_inner().job_id;
+    let job = c
+        .block_on(c.client_with(Some(&submitter.token)).submit_job(req))
+        .expect("a submit token submits")
+        .into_inner()
+        .job_id;
     assert_eq!(c.wait_job(&job, Duration::from_secs(60)).state, pb::JobState::Succeeded as i32);
     let listed = c.block_on(admin.list_tokens(pb::ListTokensRequest {})).unwrap().into_inner().tokens;
     assert!(listed.iter().any(|t| t.id == made.info.as_ref().unwrap().id && t.scope == "read"));
@@ -135,7 +149,10 @@ fn workers_need_a_join_token_a_certificate_and_their_own_id() {
     let out = run(&bad, "intruder");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("refused to let this worker join") && err.contains("is not known to this coordinator"), "{err}");
+    assert!(
+        err.contains("refused to let this worker join") && err.contains("is not known to this coordinator"),
+        "{err}"
+    );
     std::fs::write(&bad, "not-a-token").unwrap();
     let out = run(&bad, "intruder2");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a Plexus token"), "{}", describe(&out));
@@ -153,7 +170,9 @@ fn workers_need_a_join_token_a_certificate_and_their_own_id() {
 
     // Worker 0's certificate cannot speak for worker 1.
     let w0 = worker_identity(&c, 0);
-    let mut as_w0 = pb::worker_service_client::WorkerServiceClient::new(mtls(&c, &c.url, tls::COORDINATOR_NAME, Some(&w0)).unwrap());
+    let mut as_w0 = pb::worker_service_client::WorkerServiceClient::new(
+        mtls(&c, &c.url, tls::COORDINATOR_NAME, Some(&w0)).unwrap(),
+    );
     let other = pb::HeartbeatRequest { worker_id: c.worker_id(1), ..hb };
     let err = c.block_on(as_w0.heartbeat(other)).unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
@@ -184,9 +203,15 @@ fn clients_without_the_cluster_ca_or_over_plaintext_cannot_connect() {
     let plain_url = c.url.replace("https://", "http://");
     let mut req = tonic::Request::new(pb::ListWorkersRequest {});
     req.set_timeout(Duration::from_secs(5));
-    req.metadata_mut().insert("authorization", format!("Bearer {}", c.admin_token.as_deref().unwrap()).parse().unwrap());
+    req.metadata_mut()
+        .insert("authorization", format!("Bearer {}", c.admin_token.as_deref().unwrap()).parse().unwrap());
     let answered = c.block_on(async move {
-        let ch = tonic::transport::Endpoint::from_shared(plain_url).unwrap().connect_timeout(Duration::from_secs(3)).connect().await.ok()?;
+        let ch = tonic::transport::Endpoint::from_shared(plain_url)
+            .unwrap()
+            .connect_timeout(Duration::from_secs(3))
+            .connect()
+            .await
+            .ok()?;
         pb::job_service_client::JobServiceClient::new(ch).list_workers(req).await.ok()
     });
     assert!(answered.is_none(), "a plaintext client got an answer from a TLS coordinator");
@@ -197,7 +222,8 @@ fn clients_without_the_cluster_ca_or_over_plaintext_cannot_connect() {
         Err(_) => true,
         Ok(ch) => {
             let mut client = pb::peer_service_client::PeerServiceClient::new(ch);
-            c.block_on(client.read_log(pb::ReadLogRequest { attempt: None, max_bytes: 0 })).is_err_and(|s| s.code() != tonic::Code::InvalidArgument)
+            c.block_on(client.read_log(pb::ReadLogRequest { attempt: None, max_bytes: 0 }))
+                .is_err_and(|s| s.code() != tonic::Code::InvalidArgument)
         }
     };
     assert!(refused, "a client without a certificate reached a worker's PeerService");
@@ -224,14 +250,23 @@ fn rails_drop_strangers_and_pushes_go_only_to_the_callers_rails() {
     }
     assert!(started.elapsed() < Duration::from_secs(15), "a stranger's rail connection stayed open");
     c.wait_for("the refused rail connection to be counted", Duration::from_secs(20), |c| {
-        c.workers()?.iter().find(|w| w.worker_id == target.worker_id)?.state.as_ref().filter(|s| s.rails_refused >= 1).map(|_| ())
+        c.workers()?
+            .iter()
+            .find(|w| w.worker_id == target.worker_id)?
+            .state
+            .as_ref()
+            .filter(|s| s.rails_refused >= 1)
+            .map(|_| ())
     });
 
     // Worker 1 asks worker 0 to push to an address worker 1 never registered: refused.
-    let (i1, w1) = workers.iter().enumerate().find(|(_, w)| w.worker_id != target.worker_id).map(|(i, w)| (i, w.clone())).unwrap();
+    let (i1, w1) =
+        workers.iter().enumerate().find(|(_, w)| w.worker_id != target.worker_id).map(|(i, w)| (i, w.clone())).unwrap();
     let id1 = c.worker_index(&w1.worker_id).unwrap_or(i1);
     let me = worker_identity(&c, id1);
-    let mut peer = pb::peer_service_client::PeerServiceClient::new(mtls(&c, &target.peer_addr, tls::WORKER_NAME, Some(&me)).unwrap());
+    let mut peer = pb::peer_service_client::PeerServiceClient::new(
+        mtls(&c, &target.peer_addr, tls::WORKER_NAME, Some(&me)).unwrap(),
+    );
     let object = format!("{}/t/0/out", plexus_proto::JobId::random());
     let push = |rails: Vec<String>| pb::PushObjectRequest { object_id: object.clone(), rails, tag: 7 };
     let err = c.block_on(peer.push_object(push(vec!["127.0.0.1:9".into()]))).unwrap_err();

@@ -57,7 +57,8 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub static MIGRATIONS: &[Migration] = &[Migration { to: 2, name: "one atomic state tree; subtasks split out of job records", apply: v1_to_v2 }];
+pub static MIGRATIONS: &[Migration] =
+    &[Migration { to: 2, name: "one atomic state tree; subtasks split out of job records", apply: v1_to_v2 }];
 
 /// What running one migration did.
 #[derive(Debug, Clone, PartialEq, Eq)]

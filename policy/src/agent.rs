@@ -231,7 +231,9 @@ impl DqnPolicy {
                         tracing::info!(bytes = bytes.len(), "policy weights restored");
                         restored = Some(bytes);
                     }
-                    Err(e) => tracing::warn!(error = %e, "stored policy weights do not fit this network; starting fresh"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stored policy weights do not fit this network; starting fresh")
+                    }
                 },
                 Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "could not read stored policy weights; starting fresh"),
@@ -396,7 +398,14 @@ impl DqnPolicy {
         for (name, t) in &read {
             match vars.get(name) {
                 Some(v) if v.size() == t.size() => {}
-                Some(v) => return Err(PolicyError::Io(format!("{}: tensor {name} has shape {:?}, the network expects {:?}", path.display(), t.size(), v.size()))),
+                Some(v) => {
+                    return Err(PolicyError::Io(format!(
+                        "{}: tensor {name} has shape {:?}, the network expects {:?}",
+                        path.display(),
+                        t.size(),
+                        v.size()
+                    )));
+                }
                 None => return Err(PolicyError::Io(format!("{}: unknown tensor {name}", path.display()))),
             }
         }
@@ -449,7 +458,14 @@ struct Trainer {
 }
 
 impl Trainer {
-    fn new(c: &PolicyConfig, device: Device, init: &nn::VarStore, store: Option<Arc<dyn PolicyStore>>, publish: mpsc::Sender<Weights>, stats: Arc<Stats>) -> Result<Self, PolicyError> {
+    fn new(
+        c: &PolicyConfig,
+        device: Device,
+        init: &nn::VarStore,
+        store: Option<Arc<dyn PolicyStore>>,
+        publish: mpsc::Sender<Weights>,
+        stats: Arc<Stats>,
+    ) -> Result<Self, PolicyError> {
         let mut vs = nn::VarStore::new(device);
         let net = QNet::new(&vs.root(), &c.net);
         vs.copy(init)?;

@@ -159,7 +159,8 @@ mod tests {
     use rand::SeedableRng;
 
     fn exp(i: usize) -> Experience {
-        let obs = |v: f32| Observation { tokens: vec![[v; FEATURES], [v + 1.0; FEATURES]], feasible: vec![true, false] };
+        let obs =
+            |v: f32| Observation { tokens: vec![[v; FEATURES], [v + 1.0; FEATURES]], feasible: vec![true, false] };
         Experience { state: obs(i as f32), action: 0, reward: i as f32 * 0.5, next: obs(i as f32 + 0.25) }
     }
 

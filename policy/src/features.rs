@@ -72,7 +72,9 @@ impl TaskFeatures {
     /// The task side of a decision: the request, and the share of the candidates' cores already
     /// promised (the seed's system utilisation).
     pub fn of(req: &PlacementRequest, candidates: &[Candidate]) -> TaskFeatures {
-        let (used, total) = candidates.iter().fold((0.0, 0.0), |(u, t), c| (u + (c.capacity.cpu - c.free.cpu).max(0.0), t + c.capacity.cpu));
+        let (used, total) = candidates
+            .iter()
+            .fold((0.0, 0.0), |(u, t), c| (u + (c.capacity.cpu - c.free.cpu).max(0.0), t + c.capacity.cpu));
         TaskFeatures {
             system_utilisation: if total > 0.0 { used / total } else { 0.0 },
             flops: req.flops.unwrap_or_else(|| estimate_flops(req.resources.cpu, req.resources.gpu)),
@@ -106,9 +108,11 @@ impl Observation {
             .map(|n| {
                 let free = n.cache_bytes.saturating_sub(n.cache_used);
                 let cache_free = if n.cache_bytes == 0 { 0.0 } else { free as f64 / n.cache_bytes as f64 };
-                let overlap = if task.input_bytes == 0 { 0.0 } else { n.local_input_bytes as f64 / task.input_bytes as f64 };
+                let overlap =
+                    if task.input_bytes == 0 { 0.0 } else { n.local_input_bytes as f64 / task.input_bytes as f64 };
                 let missing = task.input_bytes.saturating_sub(n.local_input_bytes);
-                let evict = if n.cache_bytes == 0 { 0.0 } else { missing.saturating_sub(free) as f64 / n.cache_bytes as f64 };
+                let evict =
+                    if n.cache_bytes == 0 { 0.0 } else { missing.saturating_sub(free) as f64 / n.cache_bytes as f64 };
                 let excess = match n.est_run_ms() {
                     Some(e) if best.is_finite() => (e - best).max(0.0) / (best + EST_SCALE_MS),
                     _ => 0.0,
@@ -168,7 +172,16 @@ pub fn estimate_flops(cpu: f64, gpu: u32) -> f64 {
 /// up nodes: capacity 100 cores, so `cpu_load` is exact to two decimals; `gpu_free` gives it one
 /// free GPU.
 #[allow(clippy::too_many_arguments)]
-pub fn candidate(feasible: bool, cache_bytes: u64, cache_used: u64, local_input_bytes: u64, cpu_load: f64, cpu_utilisation: f64, gpu_free: bool, est: Option<(f64, f64)>) -> Candidate {
+pub fn candidate(
+    feasible: bool,
+    cache_bytes: u64,
+    cache_used: u64,
+    local_input_bytes: u64,
+    cpu_load: f64,
+    cpu_utilisation: f64,
+    gpu_free: bool,
+    est: Option<(f64, f64)>,
+) -> Candidate {
     use plexus_proto::{Resources, WorkerId};
     let gpu = u32::from(gpu_free);
     Candidate {
@@ -222,7 +235,9 @@ mod tests {
     #[test]
     fn estimates_are_normalised_and_compared_among_feasible_candidates() {
         let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 2 << 30, writes: false };
-        let node = |feasible, fetch: f64, compute: f64, cache_used: u64| candidate(feasible, 1 << 30, cache_used, 0, 0.0, 0.0, false, Some((fetch, compute)));
+        let node = |feasible, fetch: f64, compute: f64, cache_used: u64| {
+            candidate(feasible, 1 << 30, cache_used, 0, 0.0, 0.0, false, Some((fetch, compute)))
+        };
         let nodes = vec![
             node(true, 1000.0, 1000.0, 0),
             node(true, 0.0, 1000.0, 1 << 29),

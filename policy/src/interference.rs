@@ -97,7 +97,20 @@ pub const INPUTS: usize = 2 * FEATURES + 3;
 pub const MAX_SHARE: usize = 64;
 
 /// Names of the features, in order.
-pub const FEATURE_NAMES: [&str; FEATURES] = ["mem_fraction_log", "utilisation", "solo_ms_log", "model_mib_log", "sig0", "sig1", "sig2", "sig3", "sig4", "sig5", "sig6", "sig7"];
+pub const FEATURE_NAMES: [&str; FEATURES] = [
+    "mem_fraction_log",
+    "utilisation",
+    "solo_ms_log",
+    "model_mib_log",
+    "sig0",
+    "sig1",
+    "sig2",
+    "sig3",
+    "sig4",
+    "sig5",
+    "sig6",
+    "sig7",
+];
 
 /// Floor added to the memory fraction before the logarithm: 1 MiB of a 1 GiB device, below
 /// which differences in footprint do not matter for contention.
@@ -267,7 +280,10 @@ impl Sample {
             return Err(format!("{k} tasks; a sample has 1 to {MAX_SHARE}"));
         }
         if self.slowdowns.is_empty() || self.slowdowns.len() > k {
-            return Err(format!("{} slowdowns for {k} tasks; a sample measures 1 to all of its tasks", self.slowdowns.len()));
+            return Err(format!(
+                "{} slowdowns for {k} tasks; a sample measures 1 to all of its tasks",
+                self.slowdowns.len()
+            ));
         }
         if let Some((i, s)) = self.slowdowns.iter().enumerate().find(|(_, s)| !(s.is_finite() && **s > 0.0)) {
             return Err(format!("slowdown {i} is {s}; it must be finite and > 0"));
@@ -303,7 +319,14 @@ impl Default for InterferenceConfig {
         // 64 costs ~0.5 µs per predicted task. Step: 0.02 learns slower (3.6–4.3 % after 3,000
         // steps, against 3.3–3.8 % at 0.05); 0.1 and 0.2 are a little better on average, but their
         // error jumps to 6–9 % between evaluations, which a search asking at that moment would see.
-        InterferenceConfig { hidden: vec![64, 64], lambda: 1e-4, learning_rate: 0.05, batch: 64, capacity: 4096, seed: 1 }
+        InterferenceConfig {
+            hidden: vec![64, 64],
+            lambda: 1e-4,
+            learning_rate: 0.05,
+            batch: 64,
+            capacity: 4096,
+            seed: 1,
+        }
     }
 }
 
@@ -479,7 +502,12 @@ pub struct InterferenceMlp {
 
 impl std::fmt::Debug for InterferenceMlp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InterferenceMlp").field("config", &self.config).field("buffer", &self.buffer.len()).field("observed", &self.observed).field("steps", &self.steps).finish()
+        f.debug_struct("InterferenceMlp")
+            .field("config", &self.config)
+            .field("buffer", &self.buffer.len())
+            .field("observed", &self.observed)
+            .field("steps", &self.steps)
+            .finish()
     }
 }
 
@@ -499,7 +527,14 @@ impl InterferenceMlp {
             .enumerate()
             // Zero here, overwritten below from our own generator: libtorch's global one is left
             // alone, so creating this model changes nothing for another model's seeded start.
-            .map(|(i, &(inp, out))| nn::linear(&root / format!("l{i}"), inp as i64, out as i64, nn::LinearConfig { ws_init: nn::Init::Const(0.0), bs_init: Some(nn::Init::Const(0.0)), bias: true }))
+            .map(|(i, &(inp, out))| {
+                nn::linear(
+                    &root / format!("l{i}"),
+                    inp as i64,
+                    out as i64,
+                    nn::LinearConfig { ws_init: nn::Init::Const(0.0), bs_init: Some(nn::Init::Const(0.0)), bias: true },
+                )
+            })
             .collect();
         let mut rng = SplitMix(config.seed);
         let last = shapes.len() - 1;
@@ -652,7 +687,11 @@ impl InterferenceMlp {
         let z = Tensor::f_from_slice(&targets)?;
         let w = Tensor::f_from_slice(&weights)?;
         let data = (w * (pred - z).square()).sum(Kind::Float) / m as f64;
-        let l2 = self.layers.iter().map(|l| l.ws.square().sum(Kind::Float)).fold(Tensor::zeros([], (Kind::Float, Device::Cpu)), |a, b| a + b);
+        let l2 = self
+            .layers
+            .iter()
+            .map(|l| l.ws.square().sum(Kind::Float))
+            .fold(Tensor::zeros([], (Kind::Float, Device::Cpu)), |a, b| a + b);
         Ok(data + l2 * self.config.lambda)
     }
 
@@ -749,7 +788,10 @@ impl InterferenceMlp {
     /// plain gradient descent).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, InterferenceError> {
         if bytes.len() < MAGIC.len() + 4 + 8 || &bytes[..4] != MAGIC {
-            return Err(InterferenceError::Corrupt { at: 0, what: "not an interference model (no PXIM header)".into() });
+            return Err(InterferenceError::Corrupt {
+                at: 0,
+                what: "not an interference model (no PXIM header)".into(),
+            });
         }
         let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
         if version != VERSION {

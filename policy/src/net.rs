@@ -40,7 +40,16 @@ impl NetConfig {
 }
 
 fn linear(p: nn::Path, i: i64, o: i64, std: f64) -> nn::Linear {
-    nn::linear(p, i, o, nn::LinearConfig { ws_init: nn::Init::Randn { mean: 0.0, stdev: std }, bs_init: Some(nn::Init::Const(0.0)), bias: true })
+    nn::linear(
+        p,
+        i,
+        o,
+        nn::LinearConfig {
+            ws_init: nn::Init::Randn { mean: 0.0, stdev: std },
+            bs_init: Some(nn::Init::Const(0.0)),
+            bias: true,
+        },
+    )
 }
 
 /// One standard (post-norm) Transformer encoder layer: self-attention, then a feed-forward
@@ -82,7 +91,8 @@ impl EncoderLayer {
         let scores = q.matmul(&k.transpose(-2, -1)) / (hd as f64).sqrt();
         let scores = scores.masked_fill(&pad.view([b, 1, 1, n]), f64::NEG_INFINITY);
         let att = scores.softmax(-1, Kind::Float).dropout(self.dropout, train);
-        let y = att.matmul(&v).transpose(1, 2).contiguous().view([b, n, d]).apply(&self.out).dropout(self.dropout, train);
+        let y =
+            att.matmul(&v).transpose(1, 2).contiguous().view([b, n, d]).apply(&self.out).dropout(self.dropout, train);
         let x = (x + y).apply(&self.ln1);
         let f = x.apply(&self.ff1).relu().dropout(self.dropout, train).apply(&self.ff2).dropout(self.dropout, train);
         (x + f).apply(&self.ln2)
@@ -156,9 +166,14 @@ mod tests {
         assert_eq!(q.size(), vec![2, 5]);
         // Padding the second sample's last two tokens must not change the first three's Q-values
         // computed alone.
-        let pad = Tensor::from_slice(&[false, false, false, false, false, false, false, false, true, true]).view([2, 5]);
+        let pad =
+            Tensor::from_slice(&[false, false, false, false, false, false, false, false, true, true]).view([2, 5]);
         let q_pad = net.forward(&tokens, &pad, false);
-        let alone = net.forward(&tokens.narrow(0, 1, 1).narrow(1, 0, 3), &Tensor::zeros([1, 3], (Kind::Bool, Device::Cpu)), false);
+        let alone = net.forward(
+            &tokens.narrow(0, 1, 1).narrow(1, 0, 3),
+            &Tensor::zeros([1, 3], (Kind::Bool, Device::Cpu)),
+            false,
+        );
         let diff = (q_pad.get(1).narrow(0, 0, 3) - alone.get(0)).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "padding leaked into attention: {diff}");
     }

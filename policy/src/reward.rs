@@ -51,7 +51,15 @@ impl Default for RewardConfig {
         // eviction cost at most half the best latency term; 1 GB/s is a DRAM-to-SSD write-back.
         // The run-time term is off: the default is the seed's reward. 1 s is the order of a data
         // task's run in the simulator's workloads, where 1/(1 + run/ref) is most sensitive.
-        RewardConfig { w: 0.5, beta_e: -0.5, l0_ms: 10.0, eviction_bandwidth: 1e9, p0_s: 1.0, run_weight: 0.0, run_ref_ms: 1000.0 }
+        RewardConfig {
+            w: 0.5,
+            beta_e: -0.5,
+            l0_ms: 10.0,
+            eviction_bandwidth: 1e9,
+            p0_s: 1.0,
+            run_weight: 0.0,
+            run_ref_ms: 1000.0,
+        }
     }
 }
 
@@ -104,16 +112,61 @@ mod tests {
     fn reward_matches_hand_computed_values() {
         let c = RewardConfig::default();
         // P = 0, all local: 0.5·0.8 + 0.5·1 = 0.9
-        assert!(close(c.reward(&RewardInputs { utilisation: 0.8, fetch_ms: 0.0, evicted_bytes: 0, run_ms: 0.0, best_est_ms: None }), 0.9));
+        assert!(close(
+            c.reward(&RewardInputs {
+                utilisation: 0.8,
+                fetch_ms: 0.0,
+                evicted_bytes: 0,
+                run_ms: 0.0,
+                best_est_ms: None
+            }),
+            0.9
+        ));
         // P = 0, 90 ms fetch: L = 10 → 0.5·0.8 + 0.5·0.1 = 0.45
-        assert!(close(c.reward(&RewardInputs { utilisation: 0.8, fetch_ms: 90.0, evicted_bytes: 0, run_ms: 0.0, best_est_ms: None }), 0.45));
+        assert!(close(
+            c.reward(&RewardInputs {
+                utilisation: 0.8,
+                fetch_ms: 90.0,
+                evicted_bytes: 0,
+                run_ms: 0.0,
+                best_est_ms: None
+            }),
+            0.45
+        ));
         // P = 0.25 (250 MB at 1 GB/s), L = 2: max(−0.5/2, 0.5 − 0.25) = 0.25 → 0.5·0.4 + 0.5·0.25 = 0.325
-        assert!(close(c.reward(&RewardInputs { utilisation: 0.4, fetch_ms: 10.0, evicted_bytes: 250_000_000, run_ms: 0.0, best_est_ms: None }), 0.325));
+        assert!(close(
+            c.reward(&RewardInputs {
+                utilisation: 0.4,
+                fetch_ms: 10.0,
+                evicted_bytes: 250_000_000,
+                run_ms: 0.0,
+                best_est_ms: None
+            }),
+            0.325
+        ));
         // P = 3, L = 2: max(−0.25, −2.5) = −0.25 (the floor) → 0.5·0 + 0.5·(−0.25) = −0.125
-        assert!(close(c.reward(&RewardInputs { utilisation: 0.0, fetch_ms: 10.0, evicted_bytes: 3_000_000_000, run_ms: 0.0, best_est_ms: None }), -0.125));
+        assert!(close(
+            c.reward(&RewardInputs {
+                utilisation: 0.0,
+                fetch_ms: 10.0,
+                evicted_bytes: 3_000_000_000,
+                run_ms: 0.0,
+                best_est_ms: None
+            }),
+            -0.125
+        ));
         // w = 1: utilisation only.
         let u = RewardConfig { w: 1.0, ..c };
-        assert!(close(u.reward(&RewardInputs { utilisation: 0.3, fetch_ms: 500.0, evicted_bytes: 9, run_ms: 0.0, best_est_ms: None }), 0.3));
+        assert!(close(
+            u.reward(&RewardInputs {
+                utilisation: 0.3,
+                fetch_ms: 500.0,
+                evicted_bytes: 9,
+                run_ms: 0.0,
+                best_est_ms: None
+            }),
+            0.3
+        ));
     }
 
     #[test]

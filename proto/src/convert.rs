@@ -41,7 +41,12 @@ impl TryFrom<&pb::AttemptRef> for AttemptRef {
     type Error = ConvertError;
     fn try_from(p: &pb::AttemptRef) -> Result<Self, ConvertError> {
         check_task_name(&p.task).map_err(|source| ConvertError::Id { field: "attempt.task", source })?;
-        Ok(AttemptRef { job: job_id("attempt.job_id", &p.job_id)?, task: p.task.clone(), rank: p.rank, attempt: p.attempt })
+        Ok(AttemptRef {
+            job: job_id("attempt.job_id", &p.job_id)?,
+            task: p.task.clone(),
+            rank: p.rank,
+            attempt: p.attempt,
+        })
     }
 }
 
@@ -118,7 +123,10 @@ impl TryFrom<&pb::Resources> for Resources {
     type Error = ConvertError;
     fn try_from(p: &pb::Resources) -> Result<Self, ConvertError> {
         if !p.cpu.is_finite() || p.cpu < 0.0 {
-            return Err(ConvertError::Invalid { field: "resources.cpu", reason: format!("{} is not a non-negative number", p.cpu) });
+            return Err(ConvertError::Invalid {
+                field: "resources.cpu",
+                reason: format!("{} is not a non-negative number", p.cpu),
+            });
         }
         Ok(Resources { cpu: p.cpu, memory: p.memory, gpu: p.gpu })
     }
@@ -142,8 +150,15 @@ mod tests {
 
     #[test]
     fn states_round_trip_and_unknown_numbers_fail() {
-        for s in [SubtaskState::Waiting, SubtaskState::Ready, SubtaskState::Assigned, SubtaskState::Running,
-                  SubtaskState::Succeeded, SubtaskState::Failed, SubtaskState::Cancelled] {
+        for s in [
+            SubtaskState::Waiting,
+            SubtaskState::Ready,
+            SubtaskState::Assigned,
+            SubtaskState::Running,
+            SubtaskState::Succeeded,
+            SubtaskState::Failed,
+            SubtaskState::Cancelled,
+        ] {
             assert_eq!(subtask_state("s", pb::SubtaskState::from(s) as i32).unwrap(), s);
         }
         assert!(subtask_state("s", 99).is_err());

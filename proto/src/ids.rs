@@ -207,7 +207,8 @@ impl FromStr for ObjectId {
         };
         let job: JobId = job.parse()?;
         check_task_name(task)?;
-        let rank: u32 = rank.parse().map_err(|_| IdError::new("object id", s, format!("rank {rank:?} is not a number")))?;
+        let rank: u32 =
+            rank.parse().map_err(|_| IdError::new("object id", s, format!("rank {rank:?} is not a number")))?;
         check_output_name(name)?;
         Ok(ObjectId { job, task: task.to_string(), rank, name: name.to_string() })
     }

@@ -33,13 +33,10 @@ pub use collective::{Algorithm, DType, ExchangeSchedule, ReduceOp, Split, Unknow
 #[cfg(feature = "grpc")]
 pub use convert::ConvertError;
 pub use domain::{JobState, Resources, SubtaskState};
-pub use rules::RuleError;
 pub use ids::{AttemptRef, IdError, JobId, ObjectId, SubtaskKey, WorkerId};
+pub use rules::RuleError;
 
 /// Milliseconds since the Unix epoch, the time unit of the whole contract.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -85,7 +85,9 @@ pub fn parse_rails(list: &[String]) -> Result<Vec<SocketAddr>, RuleError> {
     if list.len() > MAX_RAILS {
         return Err(RuleError::TooManyRails(list.len()));
     }
-    list.iter().map(|r| r.parse::<SocketAddr>().map_err(|_| RuleError::RailAddr(r.chars().take(MAX_RAIL_ADDR_LEN).collect()))).collect()
+    list.iter()
+        .map(|r| r.parse::<SocketAddr>().map_err(|_| RuleError::RailAddr(r.chars().take(MAX_RAIL_ADDR_LEN).collect())))
+        .collect()
 }
 
 /// Whether a registered list of rail addresses is within the limits (count and length); their

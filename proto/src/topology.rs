@@ -130,7 +130,9 @@ impl FromStr for LinkLevel {
             "NODE" => LinkLevel::Node,
             "SYS" | "SOC" => LinkLevel::Sys,
             u => {
-                let n = u.strip_prefix("NV").filter(|d| (1..=2).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()));
+                let n = u
+                    .strip_prefix("NV")
+                    .filter(|d| (1..=2).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()));
                 match n.and_then(|d| d.parse::<u8>().ok()) {
                     Some(n) if (1..=MAX_NVLINKS).contains(&n) => LinkLevel::NvLink(n),
                     _ => return Err(TopoError::Level(quote(s))),
@@ -263,7 +265,9 @@ fn quote(s: &str) -> String {
 /// The device index of a `GPU<n>` label (no sign, no leading zero, at most 4 digits).
 fn gpu_label(token: &str) -> Option<u32> {
     let digits = token.strip_prefix("GPU")?;
-    let ok = (1..=4).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()) && !(digits.len() > 1 && digits.starts_with('0'));
+    let ok = (1..=4).contains(&digits.len())
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && !(digits.len() > 1 && digits.starts_with('0'));
     if ok { digits.parse().ok() } else { None }
 }
 
@@ -277,7 +281,9 @@ enum Trailing {
 }
 
 fn cpu_affinity(token: &str) -> Option<String> {
-    let ok = !token.is_empty() && token.len() <= MAX_CPU_AFFINITY_LEN && token.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'-');
+    let ok = !token.is_empty()
+        && token.len() <= MAX_CPU_AFFINITY_LEN
+        && token.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'-');
     ok.then(|| token.to_string())
 }
 
@@ -318,11 +324,18 @@ pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
         let f = fields[i];
         if trailing.is_empty() && !matches!(f, "CPU" | "NUMA" | "GPU") {
             if columns.len() == MAX_TOPO_COLUMNS {
-                return Err(TopoError::Line { line: header_line, reason: format!("more than {MAX_TOPO_COLUMNS} device columns") });
+                return Err(TopoError::Line {
+                    line: header_line,
+                    reason: format!("more than {MAX_TOPO_COLUMNS} device columns"),
+                });
             }
             let gpu = gpu_label(f);
             if gpu.is_some() && columns.contains(&gpu) {
-                return Err(TopoError::Token { line: header_line, token: quote(f), reason: "a GPU column listed twice" });
+                return Err(TopoError::Token {
+                    line: header_line,
+                    token: quote(f),
+                    reason: "a GPU column listed twice",
+                });
             }
             columns.push(gpu);
             i += 1;
@@ -355,7 +368,8 @@ pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
     let position = |device: u32| devices.iter().position(|d| *d == device);
 
     let mut levels: Vec<Option<LinkLevel>> = vec![None; n * n];
-    let mut gpus: Vec<TopoGpu> = devices.iter().map(|&index| TopoGpu { index, numa: None, cpu_affinity: None }).collect();
+    let mut gpus: Vec<TopoGpu> =
+        devices.iter().map(|&index| TopoGpu { index, numa: None, cpu_affinity: None }).collect();
     let mut seen = vec![false; n];
     let mut rows = 0;
     for (line, text) in lines {
@@ -374,7 +388,11 @@ pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
         // NIC rows, and anything else that is not a GPU's row, are not read.
         let Some(device) = gpu_label(label) else { continue };
         let Some(row) = position(device) else {
-            return Err(TopoError::Token { line, token: quote(label), reason: "a row for a GPU the header has no column for" });
+            return Err(TopoError::Token {
+                line,
+                token: quote(label),
+                reason: "a row for a GPU the header has no column for",
+            });
         };
         if seen[row] {
             return Err(TopoError::Token { line, token: quote(label), reason: "a second row for this GPU" });
@@ -383,20 +401,37 @@ pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
         rows += 1;
         for (k, column) in columns.iter().enumerate() {
             let Some(field) = fields.next() else {
-                return Err(TopoError::Line { line, reason: format!("{label} has {k} link fields; the header has {} device columns", columns.len()) });
+                return Err(TopoError::Line {
+                    line,
+                    reason: format!("{label} has {k} link fields; the header has {} device columns", columns.len()),
+                });
             };
             // NIC columns are not read: a damaged NIC cell does not cost the GPUs' links.
             let Some(other) = column else { continue };
-            let level = field.parse::<LinkLevel>().map_err(|_| TopoError::Token { line, token: quote(field), reason: "not a link level (X, NV#, PIX, PXB, PHB, NODE, SYS)" })?;
+            let level = field.parse::<LinkLevel>().map_err(|_| TopoError::Token {
+                line,
+                token: quote(field),
+                reason: "not a link level (X, NV#, PIX, PXB, PHB, NODE, SYS)",
+            })?;
             let col = position(*other).unwrap_or(row);
             if (col == row) != (level == LinkLevel::SameGpu) {
-                return Err(TopoError::Token { line, token: quote(field), reason: "X must be on the diagonal, and only there" });
+                return Err(TopoError::Token {
+                    line,
+                    token: quote(field),
+                    reason: "X must be on the diagonal, and only there",
+                });
             }
             levels[row * n + col] = Some(level);
         }
         for (k, field) in fields.enumerate() {
             match trailing.get(k) {
-                None => return Err(TopoError::Token { line, token: quote(field), reason: "a field past the header's last column" }),
+                None => {
+                    return Err(TopoError::Token {
+                        line,
+                        token: quote(field),
+                        reason: "a field past the header's last column",
+                    });
+                }
                 Some(Trailing::CpuAffinity) => gpus[row].cpu_affinity = cpu_affinity(field),
                 Some(Trailing::NumaAffinity) => gpus[row].numa = numa_node(field),
                 Some(Trailing::Other) => {}
@@ -439,7 +474,8 @@ fn label_text_ok(s: &str) -> bool {
 /// `A-Z`, `0-9`, `-`, `_` and `.`, starting with a letter or digit. Labels are shown in tables and
 /// compared for racks, so nothing else is accepted.
 pub fn check_label(key: &str, value: &str) -> Result<(), TopoError> {
-    let rule = format!("1 to {MAX_LABEL_LEN} characters of a-z, A-Z, 0-9, '-', '_' and '.', starting with a letter or digit");
+    let rule =
+        format!("1 to {MAX_LABEL_LEN} characters of a-z, A-Z, 0-9, '-', '_' and '.', starting with a letter or digit");
     let label = || quote(&format!("{key}={value}"));
     if !label_text_ok(key) {
         return Err(TopoError::Label { label: label(), reason: format!("the key must be {rule}") });
@@ -496,7 +532,9 @@ mod tests {
     /// The matrix as its rows of level names, for comparing against the fixture by eye.
     fn rows(t: &GpuTopo) -> Vec<String> {
         let ids: Vec<u32> = t.gpus().iter().map(|g| g.index).collect();
-        ids.iter().map(|&a| ids.iter().map(|&b| t.level(a, b).unwrap().to_string()).collect::<Vec<_>>().join(" ")).collect()
+        ids.iter()
+            .map(|&a| ids.iter().map(|&b| t.level(a, b).unwrap().to_string()).collect::<Vec<_>>().join(" "))
+            .collect()
     }
 
     #[test]
@@ -515,7 +553,10 @@ mod tests {
         for bad in ["", "NV", "NV0", "NV65", "NV001", "NV1X", "NVX", "PCI", "SYS ", "N/A", "NV-1", "NV+1"] {
             assert!(bad.parse::<LinkLevel>().is_err(), "{bad:?}");
         }
-        assert_eq!("NV0".parse::<LinkLevel>().unwrap_err().to_string(), "\"NV0\" is not a link level (expected X, NV#, PIX, PXB, PHB, NODE, SYS or SOC)");
+        assert_eq!(
+            "NV0".parse::<LinkLevel>().unwrap_err().to_string(),
+            "\"NV0\" is not a link level (expected X, NV#, PIX, PXB, PHB, NODE, SYS or SOC)"
+        );
         let link = GpuLink { a: 0, b: 3, level: LinkLevel::NvLink(2) };
         let json = serde_json::to_string(&link).unwrap();
         assert_eq!(json, r#"{"a":0,"b":3,"level":"NV2"}"#);
@@ -562,7 +603,10 @@ mod tests {
         assert_eq!(t.level(0, 7), Some(LinkLevel::NvLink(2)));
         assert_eq!(t.level(3, 4), Some(LinkLevel::NvLink(1)));
         assert_eq!(t.level(0, 4), Some(LinkLevel::Sys));
-        assert_eq!(t.gpus().iter().map(|g| g.numa).collect::<Vec<_>>(), [Some(0), Some(0), Some(0), Some(0), Some(1), Some(1), Some(1), Some(1)]);
+        assert_eq!(
+            t.gpus().iter().map(|g| g.numa).collect::<Vec<_>>(),
+            [Some(0), Some(0), Some(0), Some(0), Some(1), Some(1), Some(1), Some(1)]
+        );
     }
 
     #[test]
@@ -626,7 +670,11 @@ mod tests {
         let t = parse("dgx1-v100.txt");
         assert_eq!(
             t.links_among(&[5, 0, 3, 42]),
-            [GpuLink { a: 0, b: 3, level: LinkLevel::NvLink(2) }, GpuLink { a: 0, b: 5, level: LinkLevel::Sys }, GpuLink { a: 3, b: 5, level: LinkLevel::Sys }]
+            [
+                GpuLink { a: 0, b: 3, level: LinkLevel::NvLink(2) },
+                GpuLink { a: 0, b: 5, level: LinkLevel::Sys },
+                GpuLink { a: 3, b: 5, level: LinkLevel::Sys }
+            ]
         );
         assert!(t.links_among(&[]).is_empty());
     }
@@ -635,7 +683,11 @@ mod tests {
     fn affinity_columns_are_read_when_they_make_sense() {
         let text = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNV4\t0-14,16-30\t0-7\t\tN/A\nGPU1\tNV4\t X \tN/A\t9999\n";
         let t = parse_topo_matrix(text).unwrap();
-        assert_eq!(t.gpus()[0], TopoGpu { index: 0, numa: None, cpu_affinity: Some("0-14,16-30".into()) }, "a NUMA range is no single node");
+        assert_eq!(
+            t.gpus()[0],
+            TopoGpu { index: 0, numa: None, cpu_affinity: Some("0-14,16-30".into()) },
+            "a NUMA range is no single node"
+        );
         assert_eq!(t.gpus()[1], TopoGpu { index: 1, numa: None, cpu_affinity: None }, "N/A, and a node past the bound");
         assert_eq!(t.level(1, 0), Some(LinkLevel::NvLink(4)));
         // Device indices need not start at 0 or be consecutive.
@@ -648,24 +700,49 @@ mod tests {
         let err = |text: &str| parse_topo_matrix(text).unwrap_err().to_string();
         assert_eq!(err(""), "no matrix header (a line starting with GPU0) in the output");
         assert_eq!(err("No devices were found\n"), "no matrix header (a line starting with GPU0) in the output");
-        assert_eq!(err("  GPU0 GPU1\nGPU0 X NVX\nGPU1 NV1 X\n"), "line 2: not a link level (X, NV#, PIX, PXB, PHB, NODE, SYS): \"NVX\"");
-        assert_eq!(err("  GPU0 GPU1\nGPU0 X\nGPU1 NV1 X\n"), "line 2: GPU0 has 1 link fields; the header has 2 device columns");
+        assert_eq!(
+            err("  GPU0 GPU1\nGPU0 X NVX\nGPU1 NV1 X\n"),
+            "line 2: not a link level (X, NV#, PIX, PXB, PHB, NODE, SYS): \"NVX\""
+        );
+        assert_eq!(
+            err("  GPU0 GPU1\nGPU0 X\nGPU1 NV1 X\n"),
+            "line 2: GPU0 has 1 link fields; the header has 2 device columns"
+        );
         assert_eq!(err("  GPU0 GPU1\nGPU0 X PIX\n"), "GPU1 has a column in the header but no row");
-        assert_eq!(err("  GPU0 GPU1\nGPU0 X PIX\nGPU1 PXB X\n"), "GPU0/GPU1 is PIX but GPU1/GPU0 is PXB: the matrix is not symmetric");
+        assert_eq!(
+            err("  GPU0 GPU1\nGPU0 X PIX\nGPU1 PXB X\n"),
+            "GPU0/GPU1 is PIX but GPU1/GPU0 is PXB: the matrix is not symmetric"
+        );
         assert_eq!(err("  GPU0 GPU1\nGPU0 X PIX\nGPU0 X PIX\n"), "line 3: a second row for this GPU: \"GPU0\"");
-        assert_eq!(err("  GPU0 GPU1\nGPU0 X PIX\nGPU1 PIX X\nGPU7 PIX X\n"), "line 4: a row for a GPU the header has no column for: \"GPU7\"");
-        assert_eq!(err("  GPU0 GPU1\nGPU0 PIX X\nGPU1 X PIX\n"), "line 2: X must be on the diagonal, and only there: \"PIX\"");
+        assert_eq!(
+            err("  GPU0 GPU1\nGPU0 X PIX\nGPU1 PIX X\nGPU7 PIX X\n"),
+            "line 4: a row for a GPU the header has no column for: \"GPU7\""
+        );
+        assert_eq!(
+            err("  GPU0 GPU1\nGPU0 PIX X\nGPU1 X PIX\n"),
+            "line 2: X must be on the diagonal, and only there: \"PIX\""
+        );
         assert_eq!(err("  GPU0 GPU0\nGPU0 X X\n"), "line 1: a GPU column listed twice: \"GPU0\"");
-        assert_eq!(err("  GPU0 CPU Affinity\nGPU0 X 0-3 surplus\n"), "line 2: a field past the header's last column: \"surplus\"");
+        assert_eq!(
+            err("  GPU0 CPU Affinity\nGPU0 X 0-3 surplus\n"),
+            "line 2: a field past the header's last column: \"surplus\""
+        );
         let long = format!("  GPU0 GPU1\nGPU0 X {}\nGPU1 SYS X\n", "\u{1b}[2J".repeat(40));
         let e = err(&long);
-        assert!(e.starts_with("line 2: not a link level") && e.contains("\\u{1b}") && e.ends_with("… (160 characters)"), "{e}");
+        assert!(
+            e.starts_with("line 2: not a link level") && e.contains("\\u{1b}") && e.ends_with("… (160 characters)"),
+            "{e}"
+        );
         assert!(!e.contains('\u{1b}'), "no raw escape reaches a terminal");
         let huge = "x".repeat(MAX_TOPO_BYTES + 1);
         assert_eq!(parse_topo_matrix(&huge).unwrap_err(), TopoError::TooLarge(MAX_TOPO_BYTES + 1));
-        let wide = format!("GPU0 {}\nGPU0 X\n", (1..=MAX_TOPO_GPUS).map(|i| format!("GPU{i}")).collect::<Vec<_>>().join(" "));
+        let wide =
+            format!("GPU0 {}\nGPU0 X\n", (1..=MAX_TOPO_GPUS).map(|i| format!("GPU{i}")).collect::<Vec<_>>().join(" "));
         assert_eq!(err(&wide), format!("line 1: {} GPU columns; at most {MAX_TOPO_GPUS}", MAX_TOPO_GPUS + 1));
-        let nics = format!("GPU0 {}\nGPU0 X\n", (0..MAX_TOPO_COLUMNS).map(|i| format!("NIC{i}")).collect::<Vec<_>>().join(" "));
+        let nics = format!(
+            "GPU0 {}\nGPU0 X\n",
+            (0..MAX_TOPO_COLUMNS).map(|i| format!("NIC{i}")).collect::<Vec<_>>().join(" ")
+        );
         assert_eq!(err(&nics), format!("line 1: more than {MAX_TOPO_COLUMNS} device columns"));
     }
 
@@ -702,11 +779,39 @@ mod tests {
 
     #[test]
     fn truncated_and_garbled_outputs_never_panic() {
-        let pieces = ["X", " X ", "NV", "NV12", "NV255", "PIX", "\t", "\n", "  ", "GPU9", "GPU0", "GPU", "CPU", "Affinity", "NUMA", "ID", "N/A", "99999999999", "-", "\u{0}", "é", "\u{1b}[31m", "Legend:", "#", "\r\n", "SYSSYS"];
+        let pieces = [
+            "X",
+            " X ",
+            "NV",
+            "NV12",
+            "NV255",
+            "PIX",
+            "\t",
+            "\n",
+            "  ",
+            "GPU9",
+            "GPU0",
+            "GPU",
+            "CPU",
+            "Affinity",
+            "NUMA",
+            "ID",
+            "N/A",
+            "99999999999",
+            "-",
+            "\u{0}",
+            "é",
+            "\u{1b}[31m",
+            "Legend:",
+            "#",
+            "\r\n",
+            "SYSSYS",
+        ];
         let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
         for (_, text) in FIXTURES {
             // Every truncation at a line end and at a sample of other places.
-            let cuts: Vec<usize> = text.char_indices().map(|(i, _)| i).filter(|&i| i % 7 == 0 || text[..i].ends_with('\n')).collect();
+            let cuts: Vec<usize> =
+                text.char_indices().map(|(i, _)| i).filter(|&i| i % 7 == 0 || text[..i].ends_with('\n')).collect();
             for cut in cuts {
                 check_invariants(&text[..cut]);
             }
@@ -744,9 +849,14 @@ mod tests {
     fn labels_are_checked() {
         assert_eq!(parse_label("rack=r1").unwrap(), ("rack".to_string(), "r1".to_string()));
         assert_eq!(parse_label("zone=eu-west.1_a").unwrap().1, "eu-west.1_a");
-        assert_eq!(parse_label("a=b=c").unwrap_err().to_string(), "label \"a=b=c\": the value must be 1 to 63 characters of a-z, A-Z, 0-9, '-', '_' and '.', starting with a letter or digit");
+        assert_eq!(
+            parse_label("a=b=c").unwrap_err().to_string(),
+            "label \"a=b=c\": the value must be 1 to 63 characters of a-z, A-Z, 0-9, '-', '_' and '.', starting with a letter or digit"
+        );
         assert_eq!(parse_label("rack").unwrap_err().to_string(), "label \"rack\": expected key=value, e.g. rack=r1");
-        for bad in ["=r1", "rack=", "-rack=r1", "rack=-r1", "ra ck=r1", "rack=r 1", "räck=r1", "rack=r1\n", "rack=\u{1b}[2J"] {
+        for bad in
+            ["=r1", "rack=", "-rack=r1", "rack=-r1", "ra ck=r1", "rack=r 1", "räck=r1", "rack=r1\n", "rack=\u{1b}[2J"]
+        {
             assert!(parse_label(bad).is_err(), "{bad:?}");
         }
         let key = "k".repeat(MAX_LABEL_LEN);

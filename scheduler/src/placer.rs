@@ -184,7 +184,14 @@ pub const MAX_OVERTAKEN: u32 = 16;
 pub fn bounded_order(work: &[ReadyWork], answer: Option<Vec<usize>>) -> Vec<usize> {
     let n = work.len();
     let mut order: Vec<usize> = match answer {
-        Some(a) if a.len() == n && { let mut seen = vec![false; n]; a.iter().all(|&i| i < n && !std::mem::replace(&mut seen[i], true)) } => a,
+        Some(a)
+            if a.len() == n && {
+                let mut seen = vec![false; n];
+                a.iter().all(|&i| i < n && !std::mem::replace(&mut seen[i], true))
+            } =>
+        {
+            a
+        }
         _ => (0..n).collect(),
     };
     // Stable: the starved keep queue order among themselves, the rest the placer's.
@@ -203,7 +210,9 @@ pub fn shortest_remaining_first(work: &[ReadyWork]) -> Option<Vec<usize>> {
         return None;
     }
     let mean = known.iter().sum::<f64>() / known.len() as f64;
-    let score = |w: &ReadyWork| f64::from(w.job_remaining.max(1)) * w.est_run_ms.filter(|e| e.is_finite()).unwrap_or(mean).max(0.0);
+    let score = |w: &ReadyWork| {
+        f64::from(w.job_remaining.max(1)) * w.est_run_ms.filter(|e| e.is_finite()).unwrap_or(mean).max(0.0)
+    };
     let mut order: Vec<usize> = (0..work.len()).collect();
     order.sort_by(|&a, &b| score(&work[a]).total_cmp(&score(&work[b])).then(a.cmp(&b)));
     Some(order)
@@ -253,7 +262,13 @@ impl Placer for LeastLoaded {
     }
     fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
         let (chosen, scores) = best_by(candidates, Self::score);
-        Decision { chosen, scores, exploratory: false, reason: "lowest promised cpu share, then fewest placed attempts".into(), features: None }
+        Decision {
+            chosen,
+            scores,
+            exploratory: false,
+            reason: "lowest promised cpu share, then fewest placed attempts".into(),
+            features: None,
+        }
     }
 }
 
@@ -275,11 +290,29 @@ impl Placer for RoundRobin {
             .position(|c| c.feasible && after(c))
             .or_else(|| candidates.iter().position(|c| c.feasible))
             .unwrap_or(usize::MAX);
-        let scores = candidates.iter().enumerate().map(|(i, c)| if !c.feasible { f64::NAN } else if i == chosen { 1.0 } else { 0.0 }).collect();
+        let scores = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if !c.feasible {
+                    f64::NAN
+                } else if i == chosen {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         if let Some(c) = candidates.get(chosen) {
             self.last = Some(c.worker);
         }
-        Decision { chosen, scores, exploratory: false, reason: "next feasible worker in id order".into(), features: None }
+        Decision {
+            chosen,
+            scores,
+            exploratory: false,
+            reason: "next feasible worker in id order".into(),
+            features: None,
+        }
     }
 }
 
@@ -301,8 +334,26 @@ impl Placer for RandomPlacer {
     fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
         let feasible: Vec<usize> = (0..candidates.len()).filter(|&i| candidates[i].feasible).collect();
         let chosen = if feasible.is_empty() { usize::MAX } else { feasible[self.rng.random_range(0..feasible.len())] };
-        let scores = candidates.iter().enumerate().map(|(i, c)| if !c.feasible { f64::NAN } else if i == chosen { 1.0 } else { 0.0 }).collect();
-        Decision { chosen, scores, exploratory: false, reason: "uniformly random feasible worker".into(), features: None }
+        let scores = candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if !c.feasible {
+                    f64::NAN
+                } else if i == chosen {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        Decision {
+            chosen,
+            scores,
+            exploratory: false,
+            reason: "uniformly random feasible worker".into(),
+            features: None,
+        }
     }
 }
 
@@ -325,7 +376,8 @@ impl Placer for Locality {
         "locality"
     }
     fn place(&mut self, _req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
-        let better = |a: &Candidate, b: &Candidate| Self::key(a).partial_cmp(&Self::key(b)) == Some(std::cmp::Ordering::Greater);
+        let better =
+            |a: &Candidate, b: &Candidate| Self::key(a).partial_cmp(&Self::key(b)) == Some(std::cmp::Ordering::Greater);
         let mut chosen = usize::MAX;
         for (i, c) in candidates.iter().enumerate().filter(|(_, c)| c.feasible) {
             if chosen == usize::MAX || better(c, &candidates[chosen]) {
@@ -335,9 +387,21 @@ impl Placer for Locality {
         // Scores are ranks: 1 for the best key, 1/2 for the next, … (NaN for infeasible).
         let scores = candidates
             .iter()
-            .map(|c| if !c.feasible { f64::NAN } else { 1.0 / (1.0 + candidates.iter().filter(|o| o.feasible && better(o, c)).count() as f64) })
+            .map(|c| {
+                if !c.feasible {
+                    f64::NAN
+                } else {
+                    1.0 / (1.0 + candidates.iter().filter(|o| o.feasible && better(o, c)).count() as f64)
+                }
+            })
             .collect();
-        Decision { chosen, scores, exploratory: false, reason: "most input bytes already resident, then most free cores, then fewest attempts".into(), features: None }
+        Decision {
+            chosen,
+            scores,
+            exploratory: false,
+            reason: "most input bytes already resident, then most free cores, then fewest attempts".into(),
+            features: None,
+        }
     }
 }
 
@@ -355,7 +419,10 @@ impl Fastest {
     fn better(a: &Candidate, b: &Candidate, ea: f64, eb: f64) -> bool {
         match ea.partial_cmp(&eb) {
             Some(std::cmp::Ordering::Less) => true,
-            Some(std::cmp::Ordering::Equal) => (a.local_input_bytes, a.free.cpu).partial_cmp(&(b.local_input_bytes, b.free.cpu)) == Some(std::cmp::Ordering::Greater),
+            Some(std::cmp::Ordering::Equal) => {
+                (a.local_input_bytes, a.free.cpu).partial_cmp(&(b.local_input_bytes, b.free.cpu))
+                    == Some(std::cmp::Ordering::Greater)
+            }
             _ => false,
         }
     }
@@ -366,7 +433,8 @@ impl Placer for Fastest {
         "fastest"
     }
     fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
-        let estimates: Option<Vec<f64>> = candidates.iter().map(|c| if c.feasible { c.est_run_ms() } else { Some(f64::NAN) }).collect();
+        let estimates: Option<Vec<f64>> =
+            candidates.iter().map(|c| if c.feasible { c.est_run_ms() } else { Some(f64::NAN) }).collect();
         let Some(est) = estimates else {
             let mut d = LeastLoaded.place(req, candidates);
             d.reason = format!("no estimate for every feasible worker yet, so as least-loaded: {}", d.reason);
@@ -380,7 +448,13 @@ impl Placer for Fastest {
         }
         // Scores: minus the estimate (higher is better), NaN for infeasible workers.
         let scores = est.iter().map(|e| -e).collect();
-        Decision { chosen, scores, exploratory: false, reason: "least estimated fetch + compute, then most input bytes resident, then most free cores".into(), features: None }
+        Decision {
+            chosen,
+            scores,
+            exploratory: false,
+            reason: "least estimated fetch + compute, then most input bytes resident, then most free cores".into(),
+            features: None,
+        }
     }
 }
 
@@ -398,13 +472,21 @@ mod tests {
         // 10 × 50 = 500 (ties with the second: queue order).
         let w = [work(3, Some(100.0), 0), work(1, Some(500.0), 0), work(2, None, 0), work(10, Some(50.0), 0)];
         assert_eq!(shortest_remaining_first(&w), Some(vec![0, 2, 1, 3]));
-        assert_eq!(shortest_remaining_first(&[work(1, None, 0), work(2, None, 0)]), None, "nothing measured: queue order");
+        assert_eq!(
+            shortest_remaining_first(&[work(1, None, 0), work(2, None, 0)]),
+            None,
+            "nothing measured: queue order"
+        );
     }
 
     #[test]
     fn bounded_order_puts_the_starved_first_and_ignores_a_wrong_answer() {
         let w = [work(1, None, 0), work(1, None, MAX_OVERTAKEN), work(1, None, 3), work(1, None, MAX_OVERTAKEN + 4)];
-        assert_eq!(bounded_order(&w, Some(vec![3, 2, 1, 0])), vec![1, 3, 2, 0], "starved in queue order, then the placer's");
+        assert_eq!(
+            bounded_order(&w, Some(vec![3, 2, 1, 0])),
+            vec![1, 3, 2, 0],
+            "starved in queue order, then the placer's"
+        );
         assert_eq!(bounded_order(&w, None), vec![1, 3, 0, 2]);
         for bad in [vec![0, 1, 2], vec![0, 0, 1, 2], vec![0, 1, 2, 9]] {
             assert_eq!(bounded_order(&w, Some(bad.clone())), vec![1, 3, 0, 2], "{bad:?} is not a permutation");
@@ -431,7 +513,14 @@ mod tests {
     }
 
     fn req() -> PlacementRequest {
-        PlacementRequest { decision: 0, job_age_ms: 0, resources: Resources { cpu: 1.0, memory: 0, gpu: 0 }, input_bytes: 0, flops: None, writes: false }
+        PlacementRequest {
+            decision: 0,
+            job_age_ms: 0,
+            resources: Resources { cpu: 1.0, memory: 0, gpu: 0 },
+            input_bytes: 0,
+            flops: None,
+            writes: false,
+        }
     }
 
     #[test]
@@ -480,7 +569,11 @@ mod tests {
             c
         };
         // 10 + 50 beats 0 + 70 (local data, slow node) and 40 + 30 (fast node, far data).
-        let c = vec![est(cand(1, 4.0, 0, 100), 0.0, 70.0), est(cand(2, 4.0, 0, 0), 10.0, 50.0), est(cand(3, 4.0, 0, 0), 40.0, 30.0)];
+        let c = vec![
+            est(cand(1, 4.0, 0, 100), 0.0, 70.0),
+            est(cand(2, 4.0, 0, 0), 10.0, 50.0),
+            est(cand(3, 4.0, 0, 0), 40.0, 30.0),
+        ];
         let d = Fastest.place(&req(), &c);
         assert_eq!(d.chosen, 1);
         assert_eq!(d.scores, vec![-70.0, -60.0, -70.0]);
@@ -491,7 +584,11 @@ mod tests {
         assert_eq!(d.chosen, 0, "tied at 70: more input bytes resident");
         assert!(d.scores[1].is_nan());
         // Equal estimates and resident bytes: the most free cores, then the earliest.
-        let c = vec![est(cand(1, 1.0, 0, 0), 5.0, 5.0), est(cand(2, 3.0, 0, 0), 5.0, 5.0), est(cand(3, 3.0, 0, 0), 5.0, 5.0)];
+        let c = vec![
+            est(cand(1, 1.0, 0, 0), 5.0, 5.0),
+            est(cand(2, 3.0, 0, 0), 5.0, 5.0),
+            est(cand(3, 3.0, 0, 0), 5.0, 5.0),
+        ];
         assert_eq!(Fastest.place(&req(), &c).chosen, 1);
     }
 

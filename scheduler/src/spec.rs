@@ -11,10 +11,11 @@ use std::fmt;
 use std::time::Duration;
 
 use plexus_proto::ids::{check_job_name, check_output_name, check_task_name};
-use plexus_proto::rules::{self, BUILTIN_KINDS, COLLECTIVE_KINDS, MAX_COUNTS_MEMBERS, MAX_REDISTRIBUTE_BLOCK, REDUCING_KINDS};
+use plexus_proto::rules::{
+    self, BUILTIN_KINDS, COLLECTIVE_KINDS, MAX_COUNTS_MEMBERS, MAX_REDISTRIBUTE_BLOCK, REDUCING_KINDS,
+};
 use plexus_proto::{Algorithm, DType, ExchangeSchedule, ReduceOp, Resources, Split};
 use serde::{Deserialize, Serialize};
-
 
 /// Upper bounds that keep one job file from exhausting the coordinator's memory.
 pub const MAX_REPLICAS: u32 = 100_000;
@@ -39,7 +40,11 @@ impl Format {
             "json" => Ok(Format::Json),
             "" if filename.to_ascii_lowercase().ends_with(".json") => Ok(Format::Json),
             "" => Ok(Format::Toml),
-            other => Err(SpecError::new(filename, None, format!("unknown job file format {other:?} (expected \"toml\" or \"json\")"))),
+            other => Err(SpecError::new(
+                filename,
+                None,
+                format!("unknown job file format {other:?} (expected \"toml\" or \"json\")"),
+            )),
         }
     }
 }
@@ -67,7 +72,6 @@ impl fmt::Display for SpecError {
         }
     }
 }
-
 
 /// What happens to the job when a subtask of a task fails past its retries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -488,7 +492,8 @@ impl Validator<'_> {
             let task = self.task(t, &outputs_of, &replicas_of)?;
             total += task.replicas as u64;
             if total > MAX_SUBTASKS {
-                return Err(self.err(self.task_line(&t.name, 0), format!("the job expands to more than {MAX_SUBTASKS} subtasks")));
+                return Err(self
+                    .err(self.task_line(&t.name, 0), format!("the job expands to more than {MAX_SUBTASKS} subtasks")));
             }
             tasks.push(task);
         }
@@ -505,11 +510,21 @@ impl Validator<'_> {
             None => DEFAULT_QUEUE.to_string(),
         };
         if raw.after_jobs.len() > MAX_AFTER_JOBS {
-            return Err(self.err(self.line_of_key("after_jobs"), format!("after_jobs lists {} jobs; at most {MAX_AFTER_JOBS}", raw.after_jobs.len())));
+            return Err(self.err(
+                self.line_of_key("after_jobs"),
+                format!("after_jobs lists {} jobs; at most {MAX_AFTER_JOBS}", raw.after_jobs.len()),
+            ));
         }
         let mut after_jobs = Vec::with_capacity(raw.after_jobs.len());
         for (i, j) in raw.after_jobs.iter().enumerate() {
-            let id: plexus_proto::JobId = j.parse().map_err(|e| self.err(self.line_of_key("after_jobs"), format!("after_jobs[{i}] = {j:?}: {e} (a job id; `plexus submit --after` also takes names and prefixes)")))?;
+            let id: plexus_proto::JobId = j.parse().map_err(|e| {
+                self.err(
+                    self.line_of_key("after_jobs"),
+                    format!(
+                        "after_jobs[{i}] = {j:?}: {e} (a job id; `plexus submit --after` also takes names and prefixes)"
+                    ),
+                )
+            })?;
             if !after_jobs.contains(&id) {
                 after_jobs.push(id);
             }
@@ -556,7 +571,11 @@ impl Validator<'_> {
         let memory = match &t.memory {
             None => 0,
             Some(RawSize::Bytes(b)) => *b,
-            Some(RawSize::Text(s)) => s.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| at(format!("memory: {s:?} is not a size ({e})")))?,
+            Some(RawSize::Text(s)) => s
+                .trim()
+                .parse::<bytesize::ByteSize>()
+                .map(|b| b.as_u64())
+                .map_err(|e| at(format!("memory: {s:?} is not a size ({e})")))?,
         };
         let replicas = t.replicas.unwrap_or(1);
         if replicas == 0 || replicas > MAX_REPLICAS {
@@ -582,7 +601,9 @@ impl Validator<'_> {
         let retry_backoff_ms = match &t.retry_backoff {
             None => DEFAULT_RETRY_BACKOFF_MS,
             Some(RawDuration::Seconds(s)) => s.saturating_mul(1000),
-            Some(RawDuration::Text(s)) => humantime::parse_duration(s).map_err(|e| at(format!("retry_backoff {s:?}: {e}")))?.as_millis() as u64,
+            Some(RawDuration::Text(s)) => {
+                humantime::parse_duration(s).map_err(|e| at(format!("retry_backoff {s:?}: {e}")))?.as_millis() as u64
+            }
         };
         if retry_backoff_ms > 24 * 3_600_000 {
             return Err(at(format!("retry_backoff of {retry_backoff_ms} ms is longer than a day")));
@@ -597,7 +618,11 @@ impl Validator<'_> {
             match v {
                 None => Ok(None),
                 Some(RawSize::Bytes(b)) => Ok(Some(*b)),
-                Some(RawSize::Text(s)) => s.trim().parse::<bytesize::ByteSize>().map(|b| Some(b.as_u64())).map_err(|e| at(format!("{field}: {s:?} is not a size ({e})"))),
+                Some(RawSize::Text(s)) => s
+                    .trim()
+                    .parse::<bytesize::ByteSize>()
+                    .map(|b| Some(b.as_u64()))
+                    .map_err(|e| at(format!("{field}: {s:?} is not a size ({e})"))),
             }
         };
         let gpu_memory = size("gpu_memory", &t.gpu_memory)?;
@@ -613,8 +638,16 @@ impl Validator<'_> {
                 }
                 gpu = 0;
             } else if gpu == 0 {
-                let field = if gpu_memory.is_some() { "gpu_memory" } else if t.gpu_util.is_some() { "gpu_util" } else { "model_size" };
-                return Err(at(format!("`{field}` describes GPU use; the task asks for no GPU (set gpu = 1, or gpu_share = true)")));
+                let field = if gpu_memory.is_some() {
+                    "gpu_memory"
+                } else if t.gpu_util.is_some() {
+                    "gpu_util"
+                } else {
+                    "model_size"
+                };
+                return Err(at(format!(
+                    "`{field}` describes GPU use; the task asks for no GPU (set gpu = 1, or gpu_share = true)"
+                )));
             }
             if let Some(u) = t.gpu_util
                 && !(u.is_finite() && u > 0.0 && u <= 1.0)
@@ -624,7 +657,12 @@ impl Validator<'_> {
             if gpu_memory.is_some_and(|m| m > rules::MAX_NODE_BYTES) {
                 return Err(at("gpu_memory is larger than any GPU".into()));
             }
-            Some(GpuProfile { share, memory: gpu_memory.unwrap_or(0), utilisation: t.gpu_util, model_bytes: model_size.unwrap_or(0) })
+            Some(GpuProfile {
+                share,
+                memory: gpu_memory.unwrap_or(0),
+                utilisation: t.gpu_util,
+                model_bytes: model_size.unwrap_or(0),
+            })
         } else {
             None
         };
@@ -654,9 +692,12 @@ impl Validator<'_> {
 
         let mut outs = BTreeSet::new();
         for o in &t.outputs {
-            check_output_name(o).map_err(|e| self.err(self.value_line(&t.name, o), format!("task {:?}: {e}", t.name)))?;
+            check_output_name(o)
+                .map_err(|e| self.err(self.value_line(&t.name, o), format!("task {:?}: {e}", t.name)))?;
             if !outs.insert(o.as_str()) {
-                return Err(self.err(self.value_line(&t.name, o), format!("task {:?}: output {o:?} is listed twice", t.name)));
+                return Err(
+                    self.err(self.value_line(&t.name, o), format!("task {:?}: output {o:?} is listed twice", t.name))
+                );
             }
         }
 
@@ -678,14 +719,19 @@ impl Validator<'_> {
         for input in &t.inputs {
             let iline = || self.value_line(&t.name, input);
             let Some((task, output)) = input.split_once('/') else {
-                return Err(self.err(iline(), format!("task {:?}: input {input:?} must be written <task>/<output>", t.name)));
+                return Err(
+                    self.err(iline(), format!("task {:?}: input {input:?} must be written <task>/<output>", t.name))
+                );
             };
             let (output, rank) = match output.split_once('[') {
                 None => (output, InputRank::All),
                 Some((o, sel)) => {
-                    let bad = || self.err(iline(), format!("task {:?}: input {input:?}: a rank selector is [rank] (the consumer's own) or [N] (one replica)", t.name));
+                    let bad = || {
+                        self.err(iline(), format!("task {:?}: input {input:?}: a rank selector is [rank] (the consumer's own) or [N] (one replica)", t.name))
+                    };
                     let sel = sel.strip_suffix(']').ok_or_else(bad)?;
-                    let rank = if sel == "rank" { InputRank::Same } else { InputRank::Fixed(sel.parse().map_err(|_| bad())?) };
+                    let rank =
+                        if sel == "rank" { InputRank::Same } else { InputRank::Fixed(sel.parse().map_err(|_| bad())?) };
                     (o, rank)
                 }
             };
@@ -693,12 +739,17 @@ impl Validator<'_> {
                 return Err(self.err(iline(), format!("task {:?}: input {input:?} is its own output", t.name)));
             }
             let Some(produced) = outputs_of.get(task) else {
-                return Err(self.err(iline(), format!("task {:?}: input {input:?}: no task named {task:?} produces it", t.name)));
+                return Err(self
+                    .err(iline(), format!("task {:?}: input {input:?}: no task named {task:?} produces it", t.name)));
             };
             if !produced.iter().any(|o| o == output) {
                 return Err(self.err(
                     iline(),
-                    format!("task {:?}: input {input:?}: task {task:?} has no output {output:?} (its outputs: {})", t.name, list_or_none(produced)),
+                    format!(
+                        "task {:?}: input {input:?}: task {task:?} has no output {output:?} (its outputs: {})",
+                        t.name,
+                        list_or_none(produced)
+                    ),
                 ));
             }
             let producers = replicas_of.get(task).copied().unwrap_or(1);
@@ -755,7 +806,10 @@ impl Validator<'_> {
 
     /// Line of the first top-level `key = …` (for job-level fields), if any.
     fn line_of_key(&self, key: &str) -> Option<usize> {
-        self.source.lines().position(|l| l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('='))).map(|i| i + 1)
+        self.source
+            .lines()
+            .position(|l| l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('=')))
+            .map(|i| i + 1)
     }
 
     /// Resolves `min_members`, `gang_timeout` and `gang` into each task's [`GangSpec`]: tasks
@@ -773,7 +827,8 @@ impl Validator<'_> {
                     return Err(at("a collective is already a gang of all its members; `min_members`, `gang_timeout` and `gang` are not for it".into()));
                 }
                 let n = tasks[i].replicas;
-                tasks[i].gang = Some(GangSpec { name: tasks[i].name.clone(), min_members: n, timeout_ms: DEFAULT_GANG_TIMEOUT_MS });
+                tasks[i].gang =
+                    Some(GangSpec { name: tasks[i].name.clone(), min_members: n, timeout_ms: DEFAULT_GANG_TIMEOUT_MS });
                 continue;
             }
             if !asks {
@@ -790,8 +845,12 @@ impl Validator<'_> {
             let first = &raw[idx[0]];
             let line = self.task_line(&first.name, 0);
             let at = |msg: String| self.err(line, format!("gang {name:?}: {msg}"));
-            if let Some(other) = tasks.iter().find(|t| t.name == name && !idx.iter().any(|&i| tasks[i].name == t.name)) {
-                return Err(at(format!("is also the name of task {:?}, which is not in it; name the gang differently", other.name)));
+            if let Some(other) = tasks.iter().find(|t| t.name == name && !idx.iter().any(|&i| tasks[i].name == t.name))
+            {
+                return Err(at(format!(
+                    "is also the name of task {:?}, which is not in it; name the gang differently",
+                    other.name
+                )));
             }
             let after = |i: usize| tasks[i].after.iter().collect::<std::collections::BTreeSet<_>>();
             if let Some(&odd) = idx.iter().find(|&&i| after(i) != after(idx[0])) {
@@ -814,7 +873,9 @@ impl Validator<'_> {
                 if let Some(d) = &t.gang_timeout {
                     let ms = match d {
                         RawDuration::Seconds(s) => s.saturating_mul(1000),
-                        RawDuration::Text(s) => humantime::parse_duration(s).map_err(|e| at(format!("gang_timeout {s:?}: {e}")))?.as_millis() as u64,
+                        RawDuration::Text(s) => humantime::parse_duration(s)
+                            .map_err(|e| at(format!("gang_timeout {s:?}: {e}")))?
+                            .as_millis() as u64,
                     };
                     if ms == 0 || ms > 24 * 3_600_000 {
                         return Err(at(format!("gang_timeout must be between 1 ms and a day, not {ms} ms")));
@@ -827,9 +888,12 @@ impl Validator<'_> {
             }
             let min_members = min.unwrap_or(total);
             if min_members < 1 || min_members > total {
-                return Err(at(format!("min_members = {min_members} is out of range (1..={total}, the gang's replicas)")));
+                return Err(at(format!(
+                    "min_members = {min_members} is out of range (1..={total}, the gang's replicas)"
+                )));
             }
-            let gang = GangSpec { name: name.clone(), min_members, timeout_ms: timeout.unwrap_or(DEFAULT_GANG_TIMEOUT_MS) };
+            let gang =
+                GangSpec { name: name.clone(), min_members, timeout_ms: timeout.unwrap_or(DEFAULT_GANG_TIMEOUT_MS) };
             for &i in &idx {
                 tasks[i].gang = Some(gang.clone());
             }
@@ -864,7 +928,10 @@ impl Validator<'_> {
             Work::Kind(k) if rules::is_collective(k) => k.as_str(),
             _ => {
                 if let Some(first) = fields.iter().find(|(_, set)| *set).map(|(n, _)| n) {
-                    return Err(at(format!("`{first}` is only for the collective kinds ({})", COLLECTIVE_KINDS.join(", "))));
+                    return Err(at(format!(
+                        "`{first}` is only for the collective kinds ({})",
+                        COLLECTIVE_KINDS.join(", ")
+                    )));
                 }
                 return Ok(None);
             }
@@ -872,7 +939,9 @@ impl Validator<'_> {
         let a_kind = if kind.starts_with('a') { format!("an {kind}") } else { format!("a {kind}") };
         // Which fields belong to which kind.
         let (foreign, owner): (&[&str], &str) = match kind {
-            "allreduce" | "reduce" => (&["schedule", "split", "counts", "from_block", "to_block"], "alltoall and redistribute"),
+            "allreduce" | "reduce" => {
+                (&["schedule", "split", "counts", "from_block", "to_block"], "alltoall and redistribute")
+            }
             "alltoall" => (&["op", "root", "algorithm", "from_block", "to_block"], "the other collective kinds"),
             _ => (&["op", "root", "algorithm", "split", "counts"], "the other collective kinds"),
         };
@@ -889,7 +958,9 @@ impl Validator<'_> {
             default: Option<T>,
         ) -> Result<T, SpecError> {
             match (value.as_deref(), default) {
-                (Some(v), _) if allowed.contains(&v) => v.parse().map_err(|_| at(format!("{field} = {v:?} is not one of {}", allowed.join(", ")))),
+                (Some(v), _) if allowed.contains(&v) => {
+                    v.parse().map_err(|_| at(format!("{field} = {v:?} is not one of {}", allowed.join(", "))))
+                }
                 (Some(v), _) => Err(at(format!("{field} = {v:?} is not one of {}", allowed.join(", ")))),
                 (None, Some(d)) => Ok(d),
                 (None, None) => Err(at(format!("{kind} needs `{field}` (one of {})", allowed.join(", ")))),
@@ -901,7 +972,9 @@ impl Validator<'_> {
             _ => Split::Equal,
         };
         if split == Split::Counts && t.counts.is_none() {
-            return Err(at("split = \"counts\" needs a `counts` table (counts[i][j]: elements member i sends member j)".into()));
+            return Err(at(
+                "split = \"counts\" needs a `counts` table (counts[i][j]: elements member i sends member j)".into(),
+            ));
         }
         if split == Split::File {
             if inputs.len() != 2 {
@@ -917,14 +990,23 @@ impl Validator<'_> {
                 )));
             }
         } else if inputs.len() != 1 {
-            let what = if REDUCING_KINDS.contains(&kind) { "the object each member reduces" } else { "the object each member sends" };
-            return Err(at(format!("{a_kind} takes exactly one input, {what} (e.g. inputs = [\"grads/grad\"]); it has {}", inputs.len())));
+            let what = if REDUCING_KINDS.contains(&kind) {
+                "the object each member reduces"
+            } else {
+                "the object each member sends"
+            };
+            return Err(at(format!(
+                "{a_kind} takes exactly one input, {what} (e.g. inputs = [\"grads/grad\"]); it has {}",
+                inputs.len()
+            )));
         }
         if t.outputs.len() != 1 {
             return Err(at(format!("{a_kind} writes exactly one output, its result; it declares {}", t.outputs.len())));
         }
         if inputs.iter().any(|i| !i.rank.is_all()) {
-            return Err(at(format!("{a_kind} member already reads its own rank's object; write its input without a [..] selector")));
+            return Err(at(format!(
+                "{a_kind} member already reads its own rank's object; write its input without a [..] selector"
+            )));
         }
         let producer = inputs[0].task.as_str();
         let members = replicas_of.get(producer).copied().unwrap_or(1);
@@ -938,28 +1020,44 @@ impl Validator<'_> {
             let op = pick(&at, &a_kind, "op", &t.op, ReduceOp::NAMES, Some(ReduceOp::Sum))?;
             let algorithm = pick(&at, &a_kind, "algorithm", &t.algorithm, Algorithm::NAMES, Some(Algorithm::Halving))?;
             let root = match (kind, t.root) {
-                ("allreduce", Some(_)) => return Err(at("`root` is only for a reduce (an allreduce leaves the result on every member)".into())),
-                (_, Some(r)) if r >= members => return Err(at(format!("root = {r} is not a member's rank (0..{members})"))),
+                ("allreduce", Some(_)) => {
+                    return Err(at(
+                        "`root` is only for a reduce (an allreduce leaves the result on every member)".into()
+                    ));
+                }
+                (_, Some(r)) if r >= members => {
+                    return Err(at(format!("root = {r} is not a member's rank (0..{members})")));
+                }
                 (_, r) => r.unwrap_or(0),
             };
             return Ok(Some(CollectiveSpec { dtype, op, root, algorithm, exchange: None }));
         }
-        let schedules: &[&str] = if kind == "redistribute" { ExchangeSchedule::NAMES } else { &["css", "shift", "pairwise"] };
+        let schedules: &[&str] =
+            if kind == "redistribute" { ExchangeSchedule::NAMES } else { &["css", "shift", "pairwise"] };
         let schedule = pick(&at, &a_kind, "schedule", &t.schedule, schedules, Some(ExchangeSchedule::Css))?;
         let mut counts = Vec::new();
         if let Some(table) = &t.counts {
             let n = members as usize;
             if n > MAX_COUNTS_MEMBERS {
-                return Err(at(format!("a `counts` table is for at most {MAX_COUNTS_MEMBERS} members; this alltoall has {n} (use split = \"file\")")));
+                return Err(at(format!(
+                    "a `counts` table is for at most {MAX_COUNTS_MEMBERS} members; this alltoall has {n} (use split = \"file\")"
+                )));
             }
             if table.len() != n {
-                return Err(at(format!("counts has {} rows; it needs one per member ({n}, the replicas of {producer:?})", table.len())));
+                return Err(at(format!(
+                    "counts has {} rows; it needs one per member ({n}, the replicas of {producer:?})",
+                    table.len()
+                )));
             }
             if let Some((i, row)) = table.iter().enumerate().find(|(_, r)| r.len() != n) {
                 return Err(at(format!("counts[{i}] has {} entries; it needs one per member ({n})", row.len())));
             }
             let limit = rules::MAX_NODE_BYTES / dtype.size() as u64;
-            if let Some((i, _)) = table.iter().enumerate().find(|(_, r)| r.iter().try_fold(0u64, |a, &c| a.checked_add(c)).is_none_or(|sum| sum > limit)) {
+            if let Some((i, _)) = table
+                .iter()
+                .enumerate()
+                .find(|(_, r)| r.iter().try_fold(0u64, |a, &c| a.checked_add(c)).is_none_or(|sum| sum > limit))
+            {
                 return Err(at(format!("counts[{i}] adds up to more elements than any input can hold")));
             }
             counts = table.concat();
@@ -968,7 +1066,9 @@ impl Validator<'_> {
             let block = |field: &str, v: Option<i64>| match v {
                 None => Err(at(format!("a redistribute needs `{field}`, the block size in elements"))),
                 Some(b) if b <= 0 => Err(at(format!("{field} = {b}: a block size must be at least 1 element"))),
-                Some(b) if b as u64 > MAX_REDISTRIBUTE_BLOCK => Err(at(format!("{field} = {b} is larger than the largest block ({MAX_REDISTRIBUTE_BLOCK} elements)"))),
+                Some(b) if b as u64 > MAX_REDISTRIBUTE_BLOCK => Err(at(format!(
+                    "{field} = {b} is larger than the largest block ({MAX_REDISTRIBUTE_BLOCK} elements)"
+                ))),
                 Some(b) => Ok(b as u64),
             };
             let from_block = block("from_block", t.from_block)?;
@@ -979,7 +1079,13 @@ impl Validator<'_> {
             None
         };
         let exchange = ExchangeSpec { schedule, split, counts, redistribute };
-        Ok(Some(CollectiveSpec { dtype, op: ReduceOp::Sum, root: 0, algorithm: Algorithm::Halving, exchange: Some(exchange) }))
+        Ok(Some(CollectiveSpec {
+            dtype,
+            op: ReduceOp::Sum,
+            root: 0,
+            algorithm: Algorithm::Halving,
+            exchange: Some(exchange),
+        }))
     }
 }
 
@@ -1020,7 +1126,11 @@ fn default_job_name(file: &str) -> String {
     if stem.is_empty() {
         return "job".into();
     }
-    let mut name: String = stem.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' }).collect();
+    let mut name: String = stem
+        .chars()
+        .take(64)
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '-' })
+        .collect();
     if !name.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
         name.insert(0, '_');
         name.truncate(64);
@@ -1089,7 +1199,8 @@ fn find_cycle(tasks: &[TaskSpec]) -> Option<Vec<String>> {
                 1 => {
                     let start = path.iter().position(|&(p, _)| p == j).unwrap_or(0);
                     // The path runs from dependents to dependencies; print it in run order.
-                    let mut names: Vec<String> = path[start..].iter().rev().map(|&(p, _)| tasks[p].name.clone()).collect();
+                    let mut names: Vec<String> =
+                        path[start..].iter().rev().map(|&(p, _)| tasks[p].name.clone()).collect();
                     names.push(names[0].clone());
                     return Some(names);
                 }
@@ -1144,7 +1255,14 @@ cpu = 0.5
         assert_eq!(gen_task.max_retries, 2);
         let sum = &j.tasks[1];
         assert_eq!(sum.after, vec!["gen".to_string()], "an input implies a dependency");
-        assert_eq!(sum.work, Work::Command(vec!["sh".into(), "-c".into(), "cat $PLEXUS_IN/gen/*/numbers | paste -sd+ | bc > $PLEXUS_OUT/total".into()]));
+        assert_eq!(
+            sum.work,
+            Work::Command(vec![
+                "sh".into(),
+                "-c".into(),
+                "cat $PLEXUS_IN/gen/*/numbers | paste -sd+ | bc > $PLEXUS_OUT/total".into()
+            ])
+        );
         assert_eq!(sum.inputs, vec![InputSpec { task: "gen".into(), output: "numbers".into(), rank: InputRank::All }]);
     }
 
@@ -1208,24 +1326,45 @@ cpu = 0.5
         assert_eq!(s.replicas, 4);
         assert_eq!(
             s.collective,
-            Some(CollectiveSpec { dtype: DType::F32, op: ReduceOp::Sum, root: 0, algorithm: Algorithm::Halving, exchange: None })
+            Some(CollectiveSpec {
+                dtype: DType::F32,
+                op: ReduceOp::Sum,
+                root: 0,
+                algorithm: Algorithm::Halving,
+                exchange: None
+            })
         );
         assert_eq!(j.total_subtasks(), 8);
         let r = toml(&format!(
             "{producer}[[task]]\nname = \"r\"\nkind = \"reduce\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"i64\"\nop = \"max\"\nroot = 3\nalgorithm = \"ring\"\nreplicas = 4\n"
         ))
         .unwrap();
-        assert_eq!(r.tasks[1].collective.as_ref().map(|c| (c.op.name(), c.root, c.algorithm.name())), Some(("max", 3, "ring")));
+        assert_eq!(
+            r.tasks[1].collective.as_ref().map(|c| (c.op.name(), c.root, c.algorithm.name())),
+            Some(("max", 3, "ring"))
+        );
 
         let bad = |task: &str| toml(&format!("{producer}[[task]]\nname = \"s\"\n{task}")).unwrap_err().message;
         let ar = "kind = \"allreduce\"\noutputs = [\"y\"]\n";
         assert!(bad(&format!("{ar}inputs = [\"g/x\"]\n")).contains("needs `dtype`"));
-        assert!(bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f16\"\n")).contains("dtype = \"f16\" is not one of f32, f64, i32, i64"));
+        assert!(
+            bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f16\"\n"))
+                .contains("dtype = \"f16\" is not one of f32, f64, i32, i64")
+        );
         assert!(bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f32\"\nop = \"avg\"\n")).contains("op = \"avg\""));
-        assert!(bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f32\"\nroot = 1\n")).contains("`root` is only for a reduce"));
-        assert!(bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f32\"\nreplicas = 3\n")).contains("one member per replica of \"g\", which has 4"));
+        assert!(
+            bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f32\"\nroot = 1\n"))
+                .contains("`root` is only for a reduce")
+        );
+        assert!(
+            bad(&format!("{ar}inputs = [\"g/x\"]\ndtype = \"f32\"\nreplicas = 3\n"))
+                .contains("one member per replica of \"g\", which has 4")
+        );
         assert!(bad(&format!("{ar}dtype = \"f32\"\n")).contains("exactly one input"));
-        assert!(bad("kind = \"reduce\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"f32\"\nroot = 4\n").contains("root = 4 is not a member's rank"));
+        assert!(
+            bad("kind = \"reduce\"\ninputs = [\"g/x\"]\noutputs = [\"y\"]\ndtype = \"f32\"\nroot = 4\n")
+                .contains("root = 4 is not a member's rank")
+        );
         assert!(bad("kind = \"reduce\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\n").contains("exactly one output"));
         assert!(bad("command = \"true\"\ndtype = \"f32\"\n").contains("`dtype` is only for the collective kinds"));
     }
@@ -1242,13 +1381,18 @@ cpu = 0.5
         let t = job("kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"f64\"\nschedule = \"shift\"\ncounts = [[1,2,3,4],[0,0,0,0],[5,5,5,5],[9,0,0,1]]\n").unwrap();
         let x = t.tasks[1].collective.as_ref().and_then(|c| c.exchange.clone()).unwrap();
         assert_eq!((x.split, x.schedule, x.counts.len(), x.counts[8]), (Split::Counts, ExchangeSchedule::Shift, 16, 5));
-        let f = job("kind = \"alltoall\"\ninputs = [\"g/x\", \"g/split\"]\ndtype = \"i64\"\nsplit = \"file\"\n").unwrap();
+        let f =
+            job("kind = \"alltoall\"\ninputs = [\"g/x\", \"g/split\"]\ndtype = \"i64\"\nsplit = \"file\"\n").unwrap();
         assert_eq!(f.tasks[1].inputs.len(), 2);
 
         // A redistribute's gang is max(P, Q).
         let r = job("kind = \"redistribute\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\nfrom_block = 3\nto_block = 5\nreplicas = 6\n").unwrap();
-        let red = r.tasks[1].collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|x| x.redistribute).unwrap();
-        assert_eq!((r.tasks[1].replicas, red), (6, Redistribution { senders: 4, from_block: 3, receivers: 6, to_block: 5 }));
+        let red =
+            r.tasks[1].collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|x| x.redistribute).unwrap();
+        assert_eq!(
+            (r.tasks[1].replicas, red),
+            (6, Redistribution { senders: 4, from_block: 3, receivers: 6, to_block: 5 })
+        );
         let r = job("kind = \"redistribute\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\nfrom_block = 3\nto_block = 5\nreplicas = 2\nschedule = \"seed\"\n").unwrap();
         assert_eq!(r.tasks[1].replicas, 4);
         // A collective over a redistribute's output has one member per member of its gang.
@@ -1278,10 +1422,22 @@ cpu = 0.5
             (format!("{red}from_block = 5\n"), "a redistribute needs `to_block`"),
             (format!("{red}from_block = 0\nto_block = 5\n"), "from_block = 0: a block size must be at least 1 element"),
             (format!("{red}from_block = 2\nto_block = -5\n"), "to_block = -5: a block size must be at least 1 element"),
-            (format!("{red}from_block = 2\nto_block = 99999999999\n"), "to_block = 99999999999 is larger than the largest block"),
-            (format!("{red}from_block = 2\nto_block = 2\nsplit = \"equal\"\n"), "`split` is not a field of a redistribute"),
-            (format!("{red}from_block = 2\nto_block = 2\nalgorithm = \"ring\"\n"), "`algorithm` is not a field of a redistribute"),
-            ("kind = \"allreduce\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\nschedule = \"css\"\n".to_string(), "`schedule` is not a field of an allreduce"),
+            (
+                format!("{red}from_block = 2\nto_block = 99999999999\n"),
+                "to_block = 99999999999 is larger than the largest block",
+            ),
+            (
+                format!("{red}from_block = 2\nto_block = 2\nsplit = \"equal\"\n"),
+                "`split` is not a field of a redistribute",
+            ),
+            (
+                format!("{red}from_block = 2\nto_block = 2\nalgorithm = \"ring\"\n"),
+                "`algorithm` is not a field of a redistribute",
+            ),
+            (
+                "kind = \"allreduce\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\nschedule = \"css\"\n".to_string(),
+                "`schedule` is not a field of an allreduce",
+            ),
             ("command = \"true\"\nfrom_block = 3\n".to_string(), "`from_block` is only for the collective kinds"),
         ] {
             let e = bad(&task);
@@ -1300,7 +1456,10 @@ cpu = 0.5
         let task = &t.tasks[0];
         assert_eq!(task.resources.gpu, 0, "a sharing task holds no whole device");
         assert!(task.shares_gpu());
-        assert_eq!(task.gpu_profile, Some(GpuProfile { share: true, memory: 10 << 30, utilisation: Some(0.6), model_bytes: 100 << 20 }));
+        assert_eq!(
+            task.gpu_profile,
+            Some(GpuProfile { share: true, memory: 10 << 30, utilisation: Some(0.6), model_bytes: 100 << 20 })
+        );
         let t = one("gpu = 2\nmodel_size = 1000\n").unwrap();
         assert_eq!((t.tasks[0].resources.gpu, t.tasks[0].shares_gpu(), t.tasks[0].shared_gpu_memory()), (2, false, 0));
         assert_eq!(one("gpu = 1\n").unwrap().tasks[0].gpu_profile, None);
@@ -1352,7 +1511,9 @@ cpu = 0.5
 
     #[test]
     fn json_errors_have_lines() {
-        let e = parse("{\n\"tasks\": [\n{\"name\": \"a\", \"kind\": \"noop\", \"bogus\": 1}\n]}", Format::Json, "j.json").unwrap_err();
+        let e =
+            parse("{\n\"tasks\": [\n{\"name\": \"a\", \"kind\": \"noop\", \"bogus\": 1}\n]}", Format::Json, "j.json")
+                .unwrap_err();
         assert!(e.message.contains("unknown field `bogus`"), "{e}");
         assert_eq!(e.line, Some(3));
     }
@@ -1371,7 +1532,13 @@ cpu = 0.5
         let tasks: Vec<String> = (0..n)
             .rev()
             .map(|i| {
-                let after = if i > 0 { format!("[\"t{}\"]", i - 1) } else if cycle { format!("[\"t{}\"]", n - 1) } else { "[]".into() };
+                let after = if i > 0 {
+                    format!("[\"t{}\"]", i - 1)
+                } else if cycle {
+                    format!("[\"t{}\"]", n - 1)
+                } else {
+                    "[]".into()
+                };
                 format!("{{\"name\": \"t{i}\", \"command\": [\"true\"], \"after\": {after}}}")
             })
             .collect();
@@ -1413,7 +1580,10 @@ cpu = 0.5
     #[test]
     fn job_names_follow_the_task_name_rules() {
         for bad in ["evil\u{1b}[31mred", "two\nlines", "nul\u{0}", "", "a b"] {
-            let src = format!("name = {}\n[[task]]\nname = \"a\"\ncommand = [\"true\"]\n", serde_json::to_string(bad).unwrap());
+            let src = format!(
+                "name = {}\n[[task]]\nname = \"a\"\ncommand = [\"true\"]\n",
+                serde_json::to_string(bad).unwrap()
+            );
             let e = toml(&src).unwrap_err();
             assert!(e.message.contains("invalid job name"), "{bad:?}: {e}");
         }
@@ -1434,7 +1604,11 @@ cpu = 0.5
         let big = "x".repeat(rules::MAX_TASK_SPEC_BYTES + 1);
         let e = toml(&task(&format!("command = \"echo {big}\""))).unwrap_err();
         assert!(e.message.contains("at most 1024 KiB per task"), "{}", &e.message[..200.min(e.message.len())]);
-        let e = toml(&task(&format!("command = [\"true\"]\nenv = {{ BIG = \"{}\" }}", "y".repeat(rules::MAX_TASK_SPEC_BYTES)))).unwrap_err();
+        let e = toml(&task(&format!(
+            "command = [\"true\"]\nenv = {{ BIG = \"{}\" }}",
+            "y".repeat(rules::MAX_TASK_SPEC_BYTES)
+        )))
+        .unwrap_err();
         assert!(e.message.contains("per task"), "{}", &e.message[..200.min(e.message.len())]);
         let e = toml(&task("command = [\"false\"]\nmax_retries = 4294967295")).unwrap_err();
         assert!(e.message.contains("max_retries = 4294967295 is out of range (0..=100)"), "{e}");
@@ -1445,7 +1619,10 @@ cpu = 0.5
     fn failure_policy_and_back_off_are_parsed_and_checked() {
         let t = |extra: &str| toml(&format!("[[task]]\nname = \"a\"\ncommand = [\"true\"]\n{extra}\n"));
         let d = t("").unwrap();
-        assert_eq!((d.tasks[0].on_failure, d.tasks[0].retry_backoff_ms), (OnFailure::FailJob, DEFAULT_RETRY_BACKOFF_MS));
+        assert_eq!(
+            (d.tasks[0].on_failure, d.tasks[0].retry_backoff_ms),
+            (OnFailure::FailJob, DEFAULT_RETRY_BACKOFF_MS)
+        );
         let c = t("on_failure = \"continue\"\nretry_backoff = \"250ms\"").unwrap();
         assert_eq!((c.tasks[0].on_failure, c.tasks[0].retry_backoff_ms), (OnFailure::Continue, 250));
         assert_eq!(t("retry_backoff = 0").unwrap().tasks[0].retry_backoff_ms, 0);
@@ -1459,7 +1636,8 @@ cpu = 0.5
     #[test]
     fn per_rank_inputs_are_parsed_and_checked_against_the_producer() {
         let producer = "[[task]]\nname = \"prep\"\ncommand = [\"true\"]\nreplicas = 4\noutputs = [\"shard\"]\n";
-        let job = |consumer: &str| toml(&format!("{producer}[[task]]\nname = \"train\"\ncommand = [\"true\"]\n{consumer}\n"));
+        let job =
+            |consumer: &str| toml(&format!("{producer}[[task]]\nname = \"train\"\ncommand = [\"true\"]\n{consumer}\n"));
         let j = job("replicas = 4\ninputs = [\"prep/shard[rank]\", \"prep/shard[0]\", \"prep/shard\"]").unwrap();
         let ranks: Vec<InputRank> = j.tasks[1].inputs.iter().map(|i| i.rank).collect();
         assert_eq!(ranks, vec![InputRank::Same, InputRank::Fixed(0), InputRank::All]);

@@ -15,9 +15,16 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
 /// Writes `contents` to `path` with mode `mode` (0o600 for secrets, 0o644 for a CA certificate).
 pub fn write(path: &Path, contents: &str, mode: u32) -> Result<(), Error> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp).map_err(io("writing", &tmp))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(io("writing", &tmp))?;
     // `mode` applies only when the file is created; a leftover temporary file gets it too.
-    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(mode)).map_err(io("setting the mode of", &tmp))?;
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .map_err(io("setting the mode of", &tmp))?;
     f.write_all(contents.as_bytes()).map_err(io("writing", &tmp))?;
     f.sync_all().map_err(io("syncing", &tmp))?;
     std::fs::rename(&tmp, path).map_err(io("renaming into place", path))?;

@@ -17,8 +17,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    PublicKeyData, SanType, SignatureAlgorithm,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, PublicKeyData, SanType, SignatureAlgorithm,
 };
 
 use crate::Error;
@@ -157,7 +157,10 @@ impl ClusterCa {
     /// A worker's certificate over the public key it sent (`WorkerKey::public_key`): the raw
     /// uncompressed P-256 point, 65 bytes starting with 4.
     pub fn issue_worker(&self, worker_id: &str, public_key: &[u8]) -> Result<String, Error> {
-        if !worker_id.starts_with("wkr-") || worker_id.len() > 40 || !worker_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        if !worker_id.starts_with("wkr-")
+            || worker_id.len() > 40
+            || !worker_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
             return Err(Error::Certificate(format!("{worker_id:?} is not a worker id")));
         }
         let key = RawP256::new(public_key)?;
@@ -174,7 +177,10 @@ impl ClusterCa {
 fn san(name: &str) -> Result<SanType, Error> {
     Ok(match name.parse::<std::net::IpAddr>() {
         Ok(ip) => SanType::IpAddress(ip),
-        Err(_) => SanType::DnsName(name.try_into().map_err(|e: rcgen::Error| Error::Certificate(format!("{name:?} is not a DNS name: {e}")))?),
+        Err(_) => SanType::DnsName(
+            name.try_into()
+                .map_err(|e: rcgen::Error| Error::Certificate(format!("{name:?} is not a DNS name: {e}")))?,
+        ),
     })
 }
 

@@ -33,7 +33,10 @@ pub enum ConnectError {
 /// Connects `endpoint` within `limit`, TLS handshake and HTTP/2 set-up included. tonic's
 /// `connect_timeout` bounds the TCP connect only, so a server whose kernel accepts connections
 /// but that never answers (a stopped process, a hung host) would hold the caller for ever.
-pub async fn connect_within(endpoint: &tonic::transport::Endpoint, limit: std::time::Duration) -> Result<tonic::transport::Channel, ConnectError> {
+pub async fn connect_within(
+    endpoint: &tonic::transport::Endpoint,
+    limit: std::time::Duration,
+) -> Result<tonic::transport::Channel, ConnectError> {
     match tokio::time::timeout(limit, endpoint.connect()).await {
         Ok(r) => Ok(r?),
         Err(_) => Err(ConnectError::TimedOut(limit)),

@@ -94,7 +94,8 @@ impl Token {
         };
         let rest = text.strip_prefix(PREFIX).ok_or_else(bad)?;
         let (id, secret) = rest.split_once('_').ok_or_else(bad)?;
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let hex =
+            |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if !hex(id, ID_HEX) || !hex(secret, SECRET_HEX) {
             return Err(bad());
         }
@@ -142,7 +143,14 @@ mod tests {
 
     #[test]
     fn malformed_tokens_are_refused_with_the_expected_form() {
-        for bad in ["", "plx_", "abc", "plx_0123456789ab", "plx_0123456789ab_xyz", "plx_0123456789AB_0000000000000000000000000000000000000000000000000000000000000000"] {
+        for bad in [
+            "",
+            "plx_",
+            "abc",
+            "plx_0123456789ab",
+            "plx_0123456789ab_xyz",
+            "plx_0123456789AB_0000000000000000000000000000000000000000000000000000000000000000",
+        ] {
             let err = Token::parse(bad).unwrap_err().to_string();
             assert!(err.contains("not a Plexus token"), "{bad:?}: {err}");
         }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use plexus_scheduler::gpu::objective::{Evaluator, Weights};
 use plexus_scheduler::gpu::search::{self, Placement, SearchError, SflaParams};
-use plexus_sim::gpu::{gang, GpuCluster, GpuClusterConfig, GroundTruth, Kind};
+use plexus_sim::gpu::{GpuCluster, GpuClusterConfig, GroundTruth, Kind, gang};
 
 type Search = fn(&mut Evaluator<'_, GroundTruth>, u64) -> Result<Placement, SearchError>;
 
@@ -20,13 +20,22 @@ const SEARCHES: [(&str, Search); 7] = [
     ("random", |e, s| search::random(e, s)),
     ("exhaustive", |e, _| search::exhaustive(e, search::EXHAUSTIVE_LIMIT)),
     // Four times the frogs and iterations, twice the steps: does more search find better?
-    ("sfla-4x", |e, s| search::sfla(e, &SflaParams { min_frogs: 64, iterations: 64, local_steps: 8, memeplexes: 8, ..SflaParams::default() }, s)),
+    ("sfla-4x", |e, s| {
+        search::sfla(
+            e,
+            &SflaParams { min_frogs: 64, iterations: 64, local_steps: 8, memeplexes: 8, ..SflaParams::default() },
+            s,
+        )
+    }),
 ];
 
 fn main() {
     let seeds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(10);
     let busy: f64 = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(0.5);
-    println!("{:>5} {:>7} {:<16} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9} {:>6}", "gpus", "members", "search", "objective", "I", "C/Cref", "gap-opt%", "vs-greedy%", "mean-ms", "max-ms", "calls");
+    println!(
+        "{:>5} {:>7} {:<16} {:>9} {:>7} {:>7} {:>9} {:>10} {:>9} {:>9} {:>6}",
+        "gpus", "members", "search", "objective", "I", "C/Cref", "gap-opt%", "vs-greedy%", "mean-ms", "max-ms", "calls"
+    );
     for gpus in [8, 32, 128] {
         for members in [2, 4, 8, 16] {
             // (objective sum, gap sum, gap count, gain sum, time sum, time max, model calls, runs)
@@ -37,7 +46,9 @@ fn main() {
                 let cluster = GpuCluster::generate(&GpuClusterConfig { busy, ..GpuClusterConfig::new(gpus) }, seed);
                 let kind = Kind::TRAINING[seed as usize % Kind::TRAINING.len()];
                 let truth = GroundTruth::new(seed);
-                let (problem, _) = cluster.problem(gang(kind, members, cluster.config.device_memory), true, Weights::default()).expect("a well-formed problem");
+                let (problem, _) = cluster
+                    .problem(gang(kind, members, cluster.config.device_memory), true, Weights::default())
+                    .expect("a well-formed problem");
                 let mut found = Vec::new();
                 for (k, (_, run)) in SEARCHES.iter().enumerate() {
                     let mut eval = Evaluator::new(&problem, &truth);

@@ -19,13 +19,31 @@ fn pick_lex<K: PartialOrd>(cands: &[Candidate], key: impl Fn(&Candidate) -> K) -
         }
     }
     let chosen = best.map(|(i, _)| i).unwrap_or(usize::MAX);
-    let scores = cands.iter().enumerate().map(|(i, c)| if !c.feasible { f64::NAN } else if i == chosen { 1.0 } else { 0.0 }).collect();
+    let scores = cands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if !c.feasible {
+                f64::NAN
+            } else if i == chosen {
+                1.0
+            } else {
+                0.0
+            }
+        })
+        .collect();
     Decision { chosen, scores, exploratory: false, reason: String::new(), features: None }
 }
 
 /// `LocalityPlus` ignores the request.
-static DUMMY: PlacementRequest =
-    PlacementRequest { decision: 0, job_age_ms: 0, resources: plexus_proto::Resources { cpu: 0.0, memory: 0, gpu: 0 }, input_bytes: 0, flops: None, writes: false };
+static DUMMY: PlacementRequest = PlacementRequest {
+    decision: 0,
+    job_age_ms: 0,
+    resources: plexus_proto::Resources { cpu: 0.0, memory: 0, gpu: 0 },
+    input_bytes: 0,
+    flops: None,
+    writes: false,
+};
 
 fn ll(c: &Candidate) -> f64 {
     -(c.cpu_load() * 1e6 + c.assigned as f64 * 10.0 + c.cpu_utilisation)
@@ -63,8 +81,12 @@ fn main() {
             for seed in 1..=3 {
                 let config = SimConfig::new(nodes, mix, seed);
                 let w = Workload::generate(&config).unwrap();
-                let base = simulate(&config, &w, placer::heuristic("locality", seed).unwrap().as_mut()).unwrap().mean_response_ms();
-                let ll = simulate(&config, &w, placer::heuristic("least-loaded", seed).unwrap().as_mut()).unwrap().mean_response_ms();
+                let base = simulate(&config, &w, placer::heuristic("locality", seed).unwrap().as_mut())
+                    .unwrap()
+                    .mean_response_ms();
+                let ll = simulate(&config, &w, placer::heuristic("least-loaded", seed).unwrap().as_mut())
+                    .unwrap()
+                    .mean_response_ms();
                 print!("{:<15} {nodes:>3} s{seed}: locality {base:.0} ms; least-loaded {:.3}", mix.name(), ll / base);
                 sums[0] += ll / base;
                 for (i, v) in variants.iter().enumerate() {

@@ -64,12 +64,21 @@ impl Placer for LocalityPlus {
                 if !c.feasible {
                     f64::NAN
                 } else {
-                    let better = candidates.iter().filter(|o| o.feasible && Self::key(o).partial_cmp(&Self::key(c)) == Some(Ordering::Greater)).count();
+                    let better = candidates
+                        .iter()
+                        .filter(|o| o.feasible && Self::key(o).partial_cmp(&Self::key(c)) == Some(Ordering::Greater))
+                        .count();
                     1.0 / (1.0 + better as f64)
                 }
             })
             .collect();
-        Decision { chosen, scores, exploratory: false, reason: "most input bytes resident, then most free cores".into(), features: None }
+        Decision {
+            chosen,
+            scores,
+            exploratory: false,
+            reason: "most input bytes resident, then most free cores".into(),
+            features: None,
+        }
     }
 }
 
@@ -104,6 +113,12 @@ impl Placer for Fastest {
         let chosen = first_best(candidates, Self::better);
         // Scores: minus the estimate (higher is better), NaN for infeasible nodes.
         let scores = candidates.iter().map(|c| if c.feasible { -Self::est(c) } else { f64::NAN }).collect();
-        Decision { chosen, scores, exploratory: false, reason: "least estimated fetch + compute, then most input bytes resident, then most free cores".into(), features: None }
+        Decision {
+            chosen,
+            scores,
+            exploratory: false,
+            reason: "least estimated fetch + compute, then most input bytes resident, then most free cores".into(),
+            features: None,
+        }
     }
 }

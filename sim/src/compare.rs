@@ -9,15 +9,15 @@
 
 use std::io::{self, Write};
 
-use plexus_scheduler::placer::{heuristic, Placer, HEURISTICS};
+use plexus_scheduler::placer::{HEURISTICS, Placer, heuristic};
 
+use crate::SimError;
 use crate::baseline::LocalityPlus;
-use crate::config::{SimConfig, GIB};
+use crate::config::{GIB, SimConfig};
 use crate::engine::simulate_with;
 use crate::estimates::EstimateMode;
 use crate::report::Report;
 use crate::workload::Workload;
-use crate::SimError;
 
 /// A placer entered into a comparison under a display name.
 pub struct Contender {
@@ -36,7 +36,12 @@ pub const FASTEST_EXACT: &str = "fastest-exact";
 impl Contender {
     /// The coordinator heuristic `name`, seeded with `seed`, on measured estimates.
     pub fn heuristic(name: &str, seed: u64) -> Option<Self> {
-        Some(Contender { name: name.to_string(), placer: heuristic(name, seed)?, learning: false, estimates: EstimateMode::Measured })
+        Some(Contender {
+            name: name.to_string(),
+            placer: heuristic(name, seed)?,
+            learning: false,
+            estimates: EstimateMode::Measured,
+        })
     }
 
     /// Every heuristic of [`HEURISTICS`], in that order, on measured estimates (only `fastest`
@@ -51,9 +56,19 @@ impl Contender {
     /// measured against.
     pub fn baselines(seed: u64) -> Vec<Self> {
         let mut v = Self::heuristics(seed);
-        v.push(Contender { name: LocalityPlus::NAME.to_string(), placer: Box::new(LocalityPlus), learning: false, estimates: EstimateMode::Measured });
+        v.push(Contender {
+            name: LocalityPlus::NAME.to_string(),
+            placer: Box::new(LocalityPlus),
+            learning: false,
+            estimates: EstimateMode::Measured,
+        });
         let fastest = heuristic("fastest", seed).expect("the coordinator has a fastest heuristic");
-        v.push(Contender { name: FASTEST_EXACT.to_string(), placer: fastest, learning: false, estimates: EstimateMode::Exact });
+        v.push(Contender {
+            name: FASTEST_EXACT.to_string(),
+            placer: fastest,
+            learning: false,
+            estimates: EstimateMode::Exact,
+        });
         v
     }
 
@@ -83,7 +98,12 @@ pub struct Run {
 /// learned), with decision ids that continue into the measured run. Measured estimates start
 /// empty in every run, the warm-up's and the measured one's alike, so a learner knows no more of
 /// the cluster's speeds than a heuristic on the same run.
-pub fn run_all(config: &SimConfig, workload: &Workload, warmup: Option<&Workload>, contenders: Vec<Contender>) -> Result<Vec<Run>, SimError> {
+pub fn run_all(
+    config: &SimConfig,
+    workload: &Workload,
+    warmup: Option<&Workload>,
+    contenders: Vec<Contender>,
+) -> Result<Vec<Run>, SimError> {
     let mut runs = Vec::with_capacity(contenders.len());
     for mut c in contenders {
         let mut first = 0;
@@ -102,7 +122,9 @@ pub fn run_all(config: &SimConfig, workload: &Workload, warmup: Option<&Workload
 /// The run with the lowest mean response among the non-learning ones on measured estimates (the
 /// best a production heuristic did; the exact-estimate oracle is left out).
 pub fn best_heuristic(runs: &[Run]) -> Option<&Run> {
-    runs.iter().filter(|r| !r.learning && r.estimates == EstimateMode::Measured).min_by(|a, b| a.report.mean_response_ms().total_cmp(&b.report.mean_response_ms()))
+    runs.iter()
+        .filter(|r| !r.learning && r.estimates == EstimateMode::Measured)
+        .min_by(|a, b| a.report.mean_response_ms().total_cmp(&b.report.mean_response_ms()))
 }
 
 /// Prints one row per run: task wait, task response (mean, p95), job response, utilisation of
@@ -115,7 +137,19 @@ pub fn print_table(out: &mut dyn Write, title: &str, runs: &[Run]) -> io::Result
     writeln!(
         out,
         "  {:<16} {:>8} {:>8} {:>8} {:>8} {:>5} {:>5} {:>5} {:>6} {:>5} {:>8} {:>9} {:>7}",
-        "placer", "wait ms", "resp ms", "p95 ms", "job ms", "cpu%", "busy%", "gpu%", "cache%", "hit%", "fetch s", "evict GiB", "vs best"
+        "placer",
+        "wait ms",
+        "resp ms",
+        "p95 ms",
+        "job ms",
+        "cpu%",
+        "busy%",
+        "gpu%",
+        "cache%",
+        "hit%",
+        "fetch s",
+        "evict GiB",
+        "vs best"
     )?;
     let best = best_heuristic(runs).map(|r| r.report.mean_response_ms());
     for run in runs {
@@ -142,9 +176,16 @@ pub fn print_table(out: &mut dyn Write, title: &str, runs: &[Run]) -> io::Result
     }
     // Windows fill up as load builds and drains, so a learning curve is shown beside the best
     // baseline's windows on the same measured workload: compare them window by window.
-    let curve = |r: &Report| r.windows.iter().map(|w| format!("{:.0}", w.mean_response_ms)).collect::<Vec<_>>().join(" ");
+    let curve =
+        |r: &Report| r.windows.iter().map(|w| format!("{:.0}", w.mean_response_ms)).collect::<Vec<_>>().join(" ");
     for run in runs.iter().filter(|r| r.learning) {
-        let per = run.report.windows.first().or(run.warmup.as_ref().and_then(|w| w.windows.first())).map(|w| w.tasks).unwrap_or(0);
+        let per = run
+            .report
+            .windows
+            .first()
+            .or(run.warmup.as_ref().and_then(|w| w.windows.first()))
+            .map(|w| w.tasks)
+            .unwrap_or(0);
         writeln!(out, "  learning curve of {} (mean response ms per {per} completed tasks):", run.name)?;
         if let Some(w) = &run.warmup {
             writeln!(out, "    warm-up:  {}", curve(w))?;
@@ -165,8 +206,16 @@ pub fn describe(config: &SimConfig, workload: &Workload) -> String {
         .classes
         .iter()
         .map(|k| {
-            let gpus = if k.gpus > 0 { format!(", {} GPUs @ {} TFLOP/s", k.gpus, k.gpu_flops / 1e12) } else { String::new() };
-            format!("{}×{} ({} cores @ {} GFLOP/s{gpus}, {} GiB fast memory)", k.weight, k.name, k.cores, k.core_flops / 1e9, k.cache_bytes / GIB)
+            let gpus =
+                if k.gpus > 0 { format!(", {} GPUs @ {} TFLOP/s", k.gpus, k.gpu_flops / 1e12) } else { String::new() };
+            format!(
+                "{}×{} ({} cores @ {} GFLOP/s{gpus}, {} GiB fast memory)",
+                k.weight,
+                k.name,
+                k.cores,
+                k.core_flops / 1e9,
+                k.cache_bytes / GIB
+            )
         })
         .collect();
     let data_bytes: u64 = workload.objects.iter().map(|o| o.bytes).sum();

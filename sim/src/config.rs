@@ -73,9 +73,36 @@ impl NodeClass {
     pub fn defaults() -> Vec<NodeClass> {
         vec![
             // A 4-GPU box; one GPU is worth ~50 of its cores on dense compute.
-            NodeClass { name: "gpu".into(), weight: 1, cores: 32.0, memory: 256 * GIB, gpus: 4, core_flops: 20e9, gpu_flops: 1e12, cache_bytes: 48 * GIB },
-            NodeClass { name: "fat".into(), weight: 1, cores: 64.0, memory: 512 * GIB, gpus: 0, core_flops: 25e9, gpu_flops: 0.0, cache_bytes: 96 * GIB },
-            NodeClass { name: "std".into(), weight: 2, cores: 32.0, memory: 128 * GIB, gpus: 0, core_flops: 20e9, gpu_flops: 0.0, cache_bytes: 32 * GIB },
+            NodeClass {
+                name: "gpu".into(),
+                weight: 1,
+                cores: 32.0,
+                memory: 256 * GIB,
+                gpus: 4,
+                core_flops: 20e9,
+                gpu_flops: 1e12,
+                cache_bytes: 48 * GIB,
+            },
+            NodeClass {
+                name: "fat".into(),
+                weight: 1,
+                cores: 64.0,
+                memory: 512 * GIB,
+                gpus: 0,
+                core_flops: 25e9,
+                gpu_flops: 0.0,
+                cache_bytes: 96 * GIB,
+            },
+            NodeClass {
+                name: "std".into(),
+                weight: 2,
+                cores: 32.0,
+                memory: 128 * GIB,
+                gpus: 0,
+                core_flops: 20e9,
+                gpu_flops: 0.0,
+                cache_bytes: 32 * GIB,
+            },
         ]
     }
 }
@@ -115,7 +142,8 @@ impl ClusterConfig {
         if self.classes.is_empty() || self.classes.iter().any(|c| c.weight == 0) {
             return Err(SimError::Config("node classes must be non-empty with positive weights".into()));
         }
-        if let Some(c) = self.classes.iter().find(|c| !positive(c.core_flops) || (c.gpus > 0 && !positive(c.gpu_flops))) {
+        if let Some(c) = self.classes.iter().find(|c| !positive(c.core_flops) || (c.gpus > 0 && !positive(c.gpu_flops)))
+        {
             return Err(SimError::Config(format!("node class {:?}: engine speeds must be positive", c.name)));
         }
         let tiers = [&self.tiers.local, &self.tiers.rack, &self.tiers.remote];
@@ -308,7 +336,12 @@ pub struct SimConfig {
 impl SimConfig {
     /// The benchmark's configuration: `nodes` standard nodes running the `mix` preset.
     pub fn new(nodes: usize, mix: Mix, seed: u64) -> Self {
-        SimConfig { cluster: ClusterConfig::standard(nodes), workload: WorkloadConfig::preset(mix, nodes), seed, window: 250 }
+        SimConfig {
+            cluster: ClusterConfig::standard(nodes),
+            workload: WorkloadConfig::preset(mix, nodes),
+            seed,
+            window: 250,
+        }
     }
 
     /// The same configuration with another seed (a warm-up workload, say).

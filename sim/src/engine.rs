@@ -39,15 +39,15 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use plexus_scheduler::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, Placer, ReadyWork, bounded_order};
 use plexus_proto::Resources;
+use plexus_scheduler::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, Placer, ReadyWork, bounded_order};
 
+use crate::SimError;
 use crate::cache::{Cache, Pin};
 use crate::config::{NodeSpec, SimConfig, Tier};
-use crate::estimates::{self, EstimateMode, FetchTally, FetchSample, Measured};
+use crate::estimates::{self, EstimateMode, FetchSample, FetchTally, Measured};
 use crate::report::{JobRecord, Report, TaskRecord, Utilisation, Window};
 use crate::workload::{Task, Workload};
-use crate::SimError;
 
 /// Runs `workload` on `config.cluster` with `placer`, numbering decisions from 0.
 pub fn simulate(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer) -> Result<Report, SimError> {
@@ -56,16 +56,30 @@ pub fn simulate(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer
 
 /// Like [`simulate`], numbering decisions from `first_decision`, so that a placer that runs
 /// several workloads in turn (a warm-up, then the measured one) never sees an id twice.
-pub fn simulate_from(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer, first_decision: u64) -> Result<Report, SimError> {
+pub fn simulate_from(
+    config: &SimConfig,
+    workload: &Workload,
+    placer: &mut dyn Placer,
+    first_decision: u64,
+) -> Result<Report, SimError> {
     simulate_with(config, workload, placer, first_decision, EstimateMode::Exact)
 }
 
 /// Like [`simulate_from`], with candidates' estimates from `mode`: exact, or measured by a
 /// fresh instance of the coordinator's estimator fed as the run goes.
-pub fn simulate_with(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer, first_decision: u64, mode: EstimateMode) -> Result<Report, SimError> {
+pub fn simulate_with(
+    config: &SimConfig,
+    workload: &Workload,
+    placer: &mut dyn Placer,
+    first_decision: u64,
+    mode: EstimateMode,
+) -> Result<Report, SimError> {
     let mut sim = Sim::new(config, workload, first_decision)?;
     if mode == EstimateMode::Measured {
-        sim.measured = Some(Measured::new(sim.nodes.iter().map(|n| n.spec.worker).collect(), sim.nodes.iter().map(|n| n.spec.rack).collect()));
+        sim.measured = Some(Measured::new(
+            sim.nodes.iter().map(|n| n.spec.worker).collect(),
+            sim.nodes.iter().map(|n| n.spec.rack).collect(),
+        ));
     }
     sim.run(placer)
 }
@@ -193,10 +207,16 @@ impl<'a> Sim<'a> {
                     return Err(SimError::Unplaceable { job: job.name.clone(), task: task.name.clone(), needs });
                 }
                 if let Some(&bad) = task.deps.iter().find(|&&d| d >= job.tasks.len()) {
-                    return Err(SimError::Config(format!("job {:?} task {:?} depends on task #{bad}, which does not exist", job.name, task.name)));
+                    return Err(SimError::Config(format!(
+                        "job {:?} task {:?} depends on task #{bad}, which does not exist",
+                        job.name, task.name
+                    )));
                 }
                 if let Some(&bad) = task.inputs.iter().find(|&&o| o >= workload.objects.len()) {
-                    return Err(SimError::Config(format!("job {:?} task {:?} reads object #{bad}, which does not exist", job.name, task.name)));
+                    return Err(SimError::Config(format!(
+                        "job {:?} task {:?} reads object #{bad}, which does not exist",
+                        job.name, task.name
+                    )));
                 }
                 task_of.push((j, t));
             }
@@ -234,8 +254,16 @@ impl<'a> Sim<'a> {
         }
         let input_bytes = inputs.iter().map(|ins| ins.iter().map(|&o| objects[o].bytes).sum()).collect();
 
-        let mut nodes: Vec<Node> =
-            specs.into_iter().map(|spec| Node { cache: Cache::new(spec.cache_bytes), spec, allocated: Resources::default(), busy: 0.0, assigned: 0 }).collect();
+        let mut nodes: Vec<Node> = specs
+            .into_iter()
+            .map(|spec| Node {
+                cache: Cache::new(spec.cache_bytes),
+                spec,
+                allocated: Resources::default(),
+                busy: 0.0,
+                assigned: 0,
+            })
+            .collect();
         // Initial locations: each workload object starts in its home's fast memory if it fits
         // without evicting anything placed before it.
         for (o, obj) in objects.iter_mut().enumerate().take(workload.objects.len()) {
@@ -284,7 +312,11 @@ impl<'a> Sim<'a> {
             first_decision,
             job_left: workload.jobs.iter().map(|j| j.tasks.len()).collect(),
             overtaken: vec![0; workload.jobs.iter().map(|j| j.tasks.len()).sum()],
-            jobs: workload.jobs.iter().map(|j| JobRecord { arrival_us: j.arrival_us, first_start_us: u64::MAX, finish_us: j.arrival_us }).collect(),
+            jobs: workload
+                .jobs
+                .iter()
+                .map(|j| JobRecord { arrival_us: j.arrival_us, first_start_us: u64::MAX, finish_us: j.arrival_us })
+                .collect(),
             done: Vec::with_capacity(total),
             windows: Vec::new(),
             measured: None,
@@ -317,7 +349,8 @@ impl<'a> Sim<'a> {
             return Err(SimError::Stuck { at_us: self.now, unfinished: self.task_of.len() - self.done.len() });
         }
         let start_us = self.workload.jobs.iter().map(|j| j.arrival_us).min().unwrap_or(0);
-        let utilisation = self.utilisation_between(&Integrals { at_us: start_us, ..Default::default() }, (self.now - start_us) as f64);
+        let utilisation = self
+            .utilisation_between(&Integrals { at_us: start_us, ..Default::default() }, (self.now - start_us) as f64);
         // Jobs without tasks start and finish at arrival.
         for j in &mut self.jobs {
             if j.first_start_us == u64::MAX {
@@ -351,7 +384,9 @@ impl<'a> Sim<'a> {
     }
 
     fn utilisation_between(&self, from: &Integrals, span_us: f64) -> Utilisation {
-        let share = |now: f64, then: f64, cap: f64| if span_us <= 0.0 || cap <= 0.0 { 0.0 } else { (now - then) / (cap * span_us) };
+        let share = |now: f64, then: f64, cap: f64| {
+            if span_us <= 0.0 || cap <= 0.0 { 0.0 } else { (now - then) / (cap * span_us) }
+        };
         let (i, c) = (&self.integrals, &self.capacity);
         Utilisation {
             cpu: share(i.cpu, from.cpu, c.cpu),
@@ -453,7 +488,11 @@ impl<'a> Sim<'a> {
         while let Some(g) = self.ready.pop_front() {
             let req = self.resources(g);
             // Cheap pre-check: no node has that much of some resource free.
-            if req.cpu > room.cpu + 1e-9 || req.memory > room.memory || req.gpu > room.gpu || !self.try_place(g, placer)? {
+            if req.cpu > room.cpu + 1e-9
+                || req.memory > room.memory
+                || req.gpu > room.gpu
+                || !self.try_place(g, placer)?
+            {
                 deferred.push_back(g);
             } else {
                 room = self.largest_free();
@@ -500,7 +539,10 @@ impl<'a> Sim<'a> {
                 let feasible = req.fits_in(&free);
                 let local = self.inputs[g]
                     .iter()
-                    .filter(|&&o| self.objects[o].home == n.spec.index || self.objects[o].holders.binary_search(&n.spec.index).is_ok())
+                    .filter(|&&o| {
+                        self.objects[o].home == n.spec.index
+                            || self.objects[o].holders.binary_search(&n.spec.index).is_ok()
+                    })
                     .map(|&o| self.objects[o].bytes)
                     .sum();
                 Candidate {
@@ -509,7 +551,15 @@ impl<'a> Sim<'a> {
                     note: if feasible {
                         String::new()
                     } else {
-                        format!("needs {} cpu {} MiB {} gpu, has {} cpu {} MiB {} gpu free", req.cpu, req.memory >> 20, req.gpu, free.cpu, free.memory >> 20, free.gpu)
+                        format!(
+                            "needs {} cpu {} MiB {} gpu, has {} cpu {} MiB {} gpu free",
+                            req.cpu,
+                            req.memory >> 20,
+                            req.gpu,
+                            free.cpu,
+                            free.memory >> 20,
+                            free.gpu
+                        )
                     },
                     capacity: n.spec.capacity,
                     free,
@@ -554,11 +604,21 @@ impl<'a> Sim<'a> {
     /// input's first holders), inputs the node holds in any memory counting as resident.
     fn est_fetch_ms(&self, g: usize, n: &Node, sources: &[Vec<usize>]) -> Option<f64> {
         match &self.measured {
-            None => Some(self.inputs[g].iter().filter(|&&o| !n.cache.contains(o)).map(|&o| self.fetch_cost(o, n.spec.index)).sum::<u64>() as f64 / 1e3),
+            None => Some(
+                self.inputs[g]
+                    .iter()
+                    .filter(|&&o| !n.cache.contains(o))
+                    .map(|&o| self.fetch_cost(o, n.spec.index))
+                    .sum::<u64>() as f64
+                    / 1e3,
+            ),
             Some(m) => {
                 let i = n.spec.index;
                 let held = |o: usize| self.objects[o].home == i || self.objects[o].holders.binary_search(&i).is_ok();
-                m.fetch_ms(i, self.inputs[g].iter().zip(sources).map(|(&o, s)| (self.objects[o].bytes, s.as_slice(), held(o))))
+                m.fetch_ms(
+                    i,
+                    self.inputs[g].iter().zip(sources).map(|(&o, s)| (self.objects[o].bytes, s.as_slice(), held(o))),
+                )
             }
         }
     }
@@ -780,7 +840,11 @@ impl<'a> Sim<'a> {
 /// Compute time of `task` on `node`: on its GPUs if it requests any, else on its cores (at
 /// least one core's worth: a fractional request is not slowed down).
 fn compute_us(task: &Task, node: &NodeSpec) -> u64 {
-    let rate = if task.resources.gpu > 0 { task.resources.gpu as f64 * node.gpu_flops } else { task.resources.cpu.max(1.0) * node.core_flops };
+    let rate = if task.resources.gpu > 0 {
+        task.resources.gpu as f64 * node.gpu_flops
+    } else {
+        task.resources.cpu.max(1.0) * node.core_flops
+    };
     if task.flops <= 0.0 || rate <= 0.0 { 0 } else { (task.flops * 1e6 / rate).ceil() as u64 }
 }
 
@@ -798,7 +862,11 @@ pub fn response_bound_ms(config: &SimConfig, workload: &Workload) -> Result<f64,
                 .filter(|s| task.resources.fits_in(&s.capacity))
                 .map(|s| compute_us(task, s))
                 .min()
-                .ok_or_else(|| SimError::Unplaceable { job: job.name.clone(), task: task.name.clone(), needs: format!("{:?}", task.resources) })?;
+                .ok_or_else(|| SimError::Unplaceable {
+                    job: job.name.clone(),
+                    task: task.name.clone(),
+                    needs: format!("{:?}", task.resources),
+                })?;
             sum += best as u128;
             n += 1;
         }

@@ -198,10 +198,10 @@ impl Measured {
 #[cfg(test)]
 mod tests {
     use plexus_proto::Resources;
-    use plexus_scheduler::placer::{heuristic, Candidate, Decision, PlacementRequest, Placer};
+    use plexus_scheduler::placer::{Candidate, Decision, PlacementRequest, Placer, heuristic};
 
     use super::*;
-    use crate::config::{ClusterConfig, Mix, NodeClass, SimConfig, Tier, WorkloadConfig, GIB, MIB};
+    use crate::config::{ClusterConfig, GIB, MIB, Mix, NodeClass, SimConfig, Tier, WorkloadConfig};
     use crate::engine::simulate_with;
     use crate::workload::{DataObject, Job, Workload};
 
@@ -219,7 +219,13 @@ mod tests {
         fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
             self.seen.push(candidates.iter().map(|c| (c.est_fetch_ms, c.est_compute_ms)).collect());
             let chosen = self.script[req.decision as usize];
-            Decision { chosen, scores: vec![0.0; candidates.len()], exploratory: false, reason: String::new(), features: None }
+            Decision {
+                chosen,
+                scores: vec![0.0; candidates.len()],
+                exploratory: false,
+                reason: String::new(),
+                features: None,
+            }
         }
     }
 
@@ -245,14 +251,30 @@ mod tests {
     fn three_nodes() -> SimConfig {
         let mut cluster = ClusterConfig::standard(3);
         cluster.racks = 2;
-        cluster.classes = vec![NodeClass { name: "n".into(), weight: 1, cores: 4.0, memory: 16 * GIB, gpus: 0, core_flops: 1e9, gpu_flops: 0.0, cache_bytes: GIB }];
+        cluster.classes = vec![NodeClass {
+            name: "n".into(),
+            weight: 1,
+            cores: 4.0,
+            memory: 16 * GIB,
+            gpus: 0,
+            core_flops: 1e9,
+            gpu_flops: 0.0,
+            cache_bytes: GIB,
+        }];
         cluster.tiers.rack = Tier { latency_us: 1_000, bytes_per_s: GIB as f64 };
         cluster.tiers.remote = Tier { latency_us: 2_000, bytes_per_s: GIB as f64 / 2.0 };
         SimConfig { cluster, workload: WorkloadConfig::preset(Mix::Mixed, 3), seed: 0, window: 10 }
     }
 
     fn job(name: &str, arrival_us: u64, task: &str, cpu: f64, flops: f64, inputs: Vec<usize>) -> Job {
-        let t = Task { name: task.into(), resources: Resources { cpu, memory: 0, gpu: 0 }, flops, inputs, deps: vec![], output_bytes: 0 };
+        let t = Task {
+            name: task.into(),
+            resources: Resources { cpu, memory: 0, gpu: 0 },
+            flops,
+            inputs,
+            deps: vec![],
+            output_bytes: 0,
+        };
         Job { name: name.into(), arrival_us, tasks: vec![t] }
     }
 
@@ -263,8 +285,19 @@ mod tests {
     #[test]
     fn kinds_and_signatures_follow_the_work_and_the_requests() {
         assert_eq!((kind("map3"), kind("reduce"), kind("solve12"), kind("7")), ("map", "reduce", "solve", "7"));
-        let t = |name: &str, cpu: f64, flops: f64| Task { name: name.into(), resources: Resources { cpu, memory: 0, gpu: 0 }, flops, inputs: vec![], deps: vec![], output_bytes: 0 };
-        assert_eq!(signature(&t("map0", 4.0, 1e9)), signature(&t("map7", 4.0, 5e9)), "the same kind and requests: the same work");
+        let t = |name: &str, cpu: f64, flops: f64| Task {
+            name: name.into(),
+            resources: Resources { cpu, memory: 0, gpu: 0 },
+            flops,
+            inputs: vec![],
+            deps: vec![],
+            output_bytes: 0,
+        };
+        assert_eq!(
+            signature(&t("map0", 4.0, 1e9)),
+            signature(&t("map7", 4.0, 5e9)),
+            "the same kind and requests: the same work"
+        );
         assert_ne!(signature(&t("map0", 4.0, 1e9)), signature(&t("map0", 2.0, 1e9)));
         assert_ne!(signature(&t("map0", 4.0, 1e9)), signature(&t("solve0", 4.0, 1e9)));
     }
@@ -310,7 +343,11 @@ mod tests {
         //   signature (node 0's 500 ms);
         // * node 2: B over 1 → 2 and C over 0 → 2, other-rack pairs, none measured in that
         //   class: the cluster's mean (250.5 + 125.25 ms); compute 500 ms likewise.
-        assert!(close(s[1][0].0, 256.0 * MIB as f64 * rate) && close(s[1][0].0, 250.5) && close(s[1][0].1, 1000.0), "{:?}", s[1]);
+        assert!(
+            close(s[1][0].0, 256.0 * MIB as f64 * rate) && close(s[1][0].0, 250.5) && close(s[1][0].1, 1000.0),
+            "{:?}",
+            s[1]
+        );
         assert!(close(s[1][1].0, 125.25) && close(s[1][1].1, 500.0), "{:?}", s[1]);
         assert!(close(s[1][2].0, 375.75) && close(s[1][2].1, 500.0), "{:?}", s[1]);
 
@@ -352,7 +389,10 @@ mod tests {
         assert!(close(m.fetch_ms(0, [(1000, &one[..], false)].into_iter()), 10.0));
         let two = [2usize];
         assert!(close(m.fetch_ms(3, [(2000, &two[..], false)].into_iter()), 20.0), "same rack (2 → 3): the class mean");
-        assert!(close(m.fetch_ms(0, [(1000, &two[..], false)].into_iter()), 10.0), "no other-rack pair: the cluster's mean");
+        assert!(
+            close(m.fetch_ms(0, [(1000, &two[..], false)].into_iter()), 10.0),
+            "no other-rack pair: the cluster's mean"
+        );
         // 2 → 1 (across racks) at 40 ms per 1000 B: other-rack pairs now take that class's mean,
         // same-rack pairs keep theirs.
         m.observe(1, 7, 1e9, 1_000, Some(FetchSample { holder: 2, objects: 1, bytes: 1000, us: 40_000 }));

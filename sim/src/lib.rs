@@ -41,11 +41,11 @@ pub mod report;
 mod trace;
 pub mod workload;
 
-pub use compare::{best_heuristic, describe, print_table, run_all, Contender, Run};
-pub use config::{ClusterConfig, Mix, NodeClass, NodeSpec, SimConfig, Tier, Tiers, WorkloadConfig, GIB, MIB};
+pub use compare::{Contender, Run, best_heuristic, describe, print_table, run_all};
+pub use config::{ClusterConfig, GIB, MIB, Mix, NodeClass, NodeSpec, SimConfig, Tier, Tiers, WorkloadConfig};
 pub use engine::{response_bound_ms, simulate, simulate_from, simulate_with};
-pub use estimates::EstimateMode;
 pub use error::SimError;
+pub use estimates::EstimateMode;
 pub use report::{JobRecord, Report, TaskRecord, Utilisation, Window};
 pub use workload::{DataObject, Job, Task, Workload};
 

@@ -23,8 +23,8 @@ use std::io::{BufRead, Write};
 use plexus_proto::Resources;
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{DataObject, Job, Task, Workload};
 use crate::SimError;
+use crate::workload::{DataObject, Job, Task, Workload};
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -178,7 +178,11 @@ impl Workload {
                         inputs: t
                             .inputs
                             .iter()
-                            .map(|&o| InputLine { object: self.objects[o].name.clone(), bytes: self.objects[o].bytes, node: self.objects[o].home })
+                            .map(|&o| InputLine {
+                                object: self.objects[o].name.clone(),
+                                bytes: self.objects[o].bytes,
+                                node: self.objects[o].home,
+                            })
                             .collect(),
                         output_bytes: t.output_bytes,
                     })
@@ -192,7 +196,12 @@ impl Workload {
 }
 
 /// The index of object `o`, declaring it on first mention; a later mention must agree.
-fn declare(w: &mut Workload, objects: &mut HashMap<String, (usize, usize)>, o: &InputLine, line: usize) -> Result<usize, SimError> {
+fn declare(
+    w: &mut Workload,
+    objects: &mut HashMap<String, (usize, usize)>,
+    o: &InputLine,
+    line: usize,
+) -> Result<usize, SimError> {
     if o.object.is_empty() {
         return Err(SimError::Trace { line, message: "an object has an empty name".into() });
     }
@@ -200,8 +209,10 @@ fn declare(w: &mut Workload, objects: &mut HashMap<String, (usize, usize)>, o: &
         Some(&(i, declared)) => {
             let prev = &w.objects[i];
             if prev.bytes != o.bytes || prev.home != o.node {
-                let message =
-                    format!("object {:?} is {} bytes on node {} here but {} bytes on node {} on line {declared}", o.object, o.bytes, o.node, prev.bytes, prev.home);
+                let message = format!(
+                    "object {:?} is {} bytes on node {} here but {} bytes on node {} on line {declared}",
+                    o.object, o.bytes, o.node, prev.bytes, prev.home
+                );
                 return Err(SimError::Trace { line, message });
             }
             Ok(i)

@@ -8,8 +8,8 @@ use plexus_proto::Resources;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::{SimConfig, WorkloadConfig};
 use crate::SimError;
+use crate::config::{SimConfig, WorkloadConfig};
 
 /// A data object that exists before any job runs (a dataset partition, a job's input file).
 #[derive(Clone, Debug, PartialEq)]
@@ -190,7 +190,8 @@ impl Gen<'_> {
             }
             tasks.push(t);
         }
-        let mut reduce = self.cpu_task("reduce".into(), 2, w.reduce_core_seconds, (w.map_output_bytes.0, w.map_output_bytes.0));
+        let mut reduce =
+            self.cpu_task("reduce".into(), 2, w.reduce_core_seconds, (w.map_output_bytes.0, w.map_output_bytes.0));
         reduce.deps = (0..maps).collect();
         tasks.push(reduce);
         Job { name: format!("data-{j:05}"), arrival_us: 0, tasks }

@@ -5,7 +5,7 @@ use std::io::Cursor;
 
 use plexus_proto::Resources;
 use plexus_sim::baseline::LocalityPlus;
-use plexus_sim::placer::{heuristic, Candidate, Decision, Outcome, PlacementRequest, Placer, HEURISTICS};
+use plexus_sim::placer::{Candidate, Decision, HEURISTICS, Outcome, PlacementRequest, Placer, heuristic};
 use plexus_sim::*;
 
 /// Wraps a placer, checks every request against the contract and records what it saw.
@@ -35,7 +35,9 @@ impl Placer for Checked {
             assert_eq!(c.feasible, req.resources.fits_in(&c.free), "feasible means the request fits");
             assert!(c.cache_used <= c.cache_bytes, "fast memory over capacity");
             assert!(c.local_input_bytes <= req.input_bytes);
-            let (Some(f), Some(x)) = (c.est_fetch_ms, c.est_compute_ms) else { panic!("the simulator gives every candidate estimates") };
+            let (Some(f), Some(x)) = (c.est_fetch_ms, c.est_compute_ms) else {
+                panic!("the simulator gives every candidate estimates")
+            };
             assert!(f >= 0.0 && x >= 0.0);
         }
         self.requests.push(req.decision);
@@ -79,7 +81,14 @@ fn one_node() -> SimConfig {
 }
 
 fn task(name: &str, cpu: f64, flops: f64, inputs: Vec<usize>) -> Task {
-    Task { name: name.into(), resources: Resources { cpu, memory: 0, gpu: 0 }, flops, inputs, deps: vec![], output_bytes: 0 }
+    Task {
+        name: name.into(),
+        resources: Resources { cpu, memory: 0, gpu: 0 },
+        flops,
+        inputs,
+        deps: vec![],
+        output_bytes: 0,
+    }
 }
 
 #[test]
@@ -91,7 +100,11 @@ fn hand_checked_scenario_on_one_node() {
             DataObject { name: "A".into(), bytes: 768 * MIB, home: 0 },
             DataObject { name: "B".into(), bytes: 512 * MIB, home: 0 },
         ],
-        jobs: vec![Job { name: "j".into(), arrival_us: 0, tasks: vec![task("t1", 4.0, 4e9, vec![1]), task("t2", 4.0, 2e9, vec![0])] }],
+        jobs: vec![Job {
+            name: "j".into(),
+            arrival_us: 0,
+            tasks: vec![task("t1", 4.0, 4e9, vec![1]), task("t2", 4.0, 2e9, vec![0])],
+        }],
     };
     let mut p = Checked::new(heuristic("least-loaded", 0).unwrap());
     let r = simulate(&one_node(), &workload, &mut p).unwrap();
@@ -103,7 +116,10 @@ fn hand_checked_scenario_on_one_node() {
     assert_eq!((t1.finish_us, t1.fetched_bytes, t1.evicted_bytes, t1.hit_bytes), (2_250_100, 512 * MIB, 768 * MIB, 0));
     // t2 waits for t1's cores, fetches A back (100 µs + 0.75 s), evicts B (0.5 s), computes 0.5 s.
     let t2 = &r.tasks[1];
-    assert_eq!((t2.task, t2.ready_us, t2.start_us, t2.fetch_us, t2.evict_us, t2.compute_us), (1, 0, 2_250_100, 750_100, 500_000, 500_000));
+    assert_eq!(
+        (t2.task, t2.ready_us, t2.start_us, t2.fetch_us, t2.evict_us, t2.compute_us),
+        (1, 0, 2_250_100, 750_100, 500_000, 500_000)
+    );
     assert_eq!((t2.finish_us, t2.evicted_bytes), (4_000_200, 512 * MIB));
 
     assert_eq!(r.mean_wait_ms(), 1125.05);
@@ -119,9 +135,16 @@ fn hand_checked_scenario_on_one_node() {
 
     // The placer heard about both decisions, with the same ids and the same figures (ms).
     assert_eq!(p.requests, vec![0, 1]);
-    let o: Vec<_> = p.outcomes.iter().map(|o| (o.decision, o.wait_ms, o.run_ms, o.fetch_ms, o.fetched_bytes, o.evicted_bytes)).collect();
+    let o: Vec<_> = p
+        .outcomes
+        .iter()
+        .map(|o| (o.decision, o.wait_ms, o.run_ms, o.fetch_ms, o.fetched_bytes, o.evicted_bytes))
+        .collect();
     assert_eq!(o, vec![(0, 0, 2250, 500, 512 * MIB, 768 * MIB), (1, 2250, 1750, 750, 768 * MIB, 512 * MIB)]);
-    assert!((p.outcomes[0].cluster_utilisation - 1e6 / 2_250_100.0).abs() < 1e-12, "measured (computing) share over t1's run");
+    assert!(
+        (p.outcomes[0].cluster_utilisation - 1e6 / 2_250_100.0).abs() < 1e-12,
+        "measured (computing) share over t1's run"
+    );
 }
 
 #[test]
@@ -231,7 +254,14 @@ fn fastest_takes_the_least_estimate_then_the_locality_key() {
         est_compute_ms: Some(compute),
         ..candidate(n, free_cpu, local)
     };
-    let req = PlacementRequest { decision: 0, job_age_ms: 0, resources: Resources { cpu: 1.0, memory: 0, gpu: 0 }, input_bytes: GIB, flops: None, writes: false };
+    let req = PlacementRequest {
+        decision: 0,
+        job_age_ms: 0,
+        resources: Resources { cpu: 1.0, memory: 0, gpu: 0 },
+        input_bytes: GIB,
+        flops: None,
+        writes: false,
+    };
     let mut f = plexus_sim::baseline::Fastest;
     // The node holding the input is slower overall than a faster engine one rack away.
     let c = vec![cand(1, 8.0, GIB, 0.0, 1000.0), cand(2, 8.0, 0, 400.0, 500.0)];
@@ -280,13 +310,22 @@ fn run_all_warms_learning_contenders_up_and_continues_their_decision_ids() {
     let warm = Workload::generate(&config.with_seed(1002)).unwrap();
     let mut contenders = Contender::baselines(2);
     // On exact estimates: `Checked` insists every candidate has them (measured ones start empty).
-    contenders.push(Contender::learning("learner", Box::new(Checked::new(heuristic("locality", 2).unwrap()))).on(EstimateMode::Exact));
+    contenders.push(
+        Contender::learning("learner", Box::new(Checked::new(heuristic("locality", 2).unwrap())))
+            .on(EstimateMode::Exact),
+    );
     let runs = run_all(&config, &w, Some(&warm), contenders).unwrap();
     // The coordinator's heuristics (its `fastest` on measured estimates), locality+,
     // fastest-exact (the coordinator's `fastest` on exact ones) and the learner.
     assert_eq!(runs.len(), HEURISTICS.len() + 3, "the heuristics, locality+, fastest-exact and the learner");
-    assert_eq!(runs.iter().filter(|r| r.estimates == EstimateMode::Exact).map(|r| r.name.as_str()).collect::<Vec<_>>(), vec!["fastest-exact", "learner"]);
-    assert!(best_heuristic(&runs).is_some_and(|b| b.estimates == EstimateMode::Measured), "the oracle is never the reference");
+    assert_eq!(
+        runs.iter().filter(|r| r.estimates == EstimateMode::Exact).map(|r| r.name.as_str()).collect::<Vec<_>>(),
+        vec!["fastest-exact", "learner"]
+    );
+    assert!(
+        best_heuristic(&runs).is_some_and(|b| b.estimates == EstimateMode::Measured),
+        "the oracle is never the reference"
+    );
     for r in &runs {
         assert_eq!(r.warmup.is_some(), r.learning, "{}", r.name);
         assert_eq!(r.report.tasks.len(), w.tasks());
@@ -297,12 +336,23 @@ fn run_all_warms_learning_contenders_up_and_continues_their_decision_ids() {
     assert_eq!(learner.report.first_decision, warmup.placements);
     // The same placer on the same workload measures the same, learning or not.
     let locality = runs.iter().find(|r| r.name == "locality").unwrap();
-    assert_eq!(learner.report.tasks, locality.report.tasks.iter().map(|t| plexus_sim::TaskRecord { decision: t.decision + warmup.placements, ..t.clone() }).collect::<Vec<_>>());
+    assert_eq!(
+        learner.report.tasks,
+        locality
+            .report
+            .tasks
+            .iter()
+            .map(|t| plexus_sim::TaskRecord { decision: t.decision + warmup.placements, ..t.clone() })
+            .collect::<Vec<_>>()
+    );
 
     let mut out = Vec::new();
     print_table(&mut out, "title", &runs).unwrap();
     let text = String::from_utf8(out).unwrap();
-    assert!(text.contains("locality+") && text.contains("learning curve of learner") && text.contains("warm-up:"), "{text}");
+    assert!(
+        text.contains("locality+") && text.contains("learning curve of learner") && text.contains("warm-up:"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -359,16 +409,27 @@ fn trace_errors_name_the_line_and_the_mistake() {
     let ok = r#"{"job":"a","arrival_ms":0,"tasks":[{"name":"x","inputs":[{"object":"o","bytes":10,"node":0}]}]}"#;
     let cases: &[(&str, usize, &str)] = &[
         (&format!("{ok}\n{{\"job\":"), 2, "EOF"),
-        (&format!("{ok}\n\n{{\"job\":\"b\",\"arrival_ms\":1,\"tasks\":[{{\"name\":\"x\",\"cpus\":2}}]}}"), 3, "unknown field `cpus`"),
+        (
+            &format!("{ok}\n\n{{\"job\":\"b\",\"arrival_ms\":1,\"tasks\":[{{\"name\":\"x\",\"cpus\":2}}]}}"),
+            3,
+            "unknown field `cpus`",
+        ),
         (r#"{"job":"b","arrival_ms":0,"tasks":[{"name":"x","deps":["nope"]}]}"#, 1, "unknown dependency \"nope\""),
-        (r#"{"job":"b","arrival_ms":0,"tasks":[{"name":"x","deps":["y"]},{"name":"y","deps":["x"]}]}"#, 1, "dependency cycle x -> y -> x"),
+        (
+            r#"{"job":"b","arrival_ms":0,"tasks":[{"name":"x","deps":["y"]},{"name":"y","deps":["x"]}]}"#,
+            1,
+            "dependency cycle x -> y -> x",
+        ),
         (r#"{"job":"b","arrival_ms":0,"tasks":[{"name":"x"},{"name":"x"}]}"#, 1, "duplicate task name \"x\""),
         (r#"{"job":"b","arrival_ms":0,"tasks":[]}"#, 1, "has no tasks"),
         (r#"{"job":"b","arrival_ms":-1,"tasks":[{"name":"x"}]}"#, 1, "arrival_ms"),
         (r#"{"job":"b","arrival_ms":0,"tasks":[{"name":"x","cpu":-2}]}"#, 1, "cpu -2"),
         (&format!("{ok}\n{ok}"), 2, "job \"a\" already appeared on line 1"),
         (
-            &format!("{ok}\n{}", r#"{"job":"b","arrival_ms":0,"tasks":[{"name":"y","inputs":[{"object":"o","bytes":11,"node":0}]}]}"#),
+            &format!(
+                "{ok}\n{}",
+                r#"{"job":"b","arrival_ms":0,"tasks":[{"name":"y","inputs":[{"object":"o","bytes":11,"node":0}]}]}"#
+            ),
             2,
             "object \"o\" is 11 bytes on node 0 here but 10 bytes on node 0 on line 1",
         ),
@@ -398,7 +459,14 @@ fn simulation_refuses_workloads_that_do_not_fit_the_cluster() {
 #[test]
 fn locality_plus_breaks_ties_among_holders_by_free_cores() {
     let cand = candidate;
-    let req = PlacementRequest { decision: 0, job_age_ms: 0, resources: Resources { cpu: 1.0, memory: 0, gpu: 0 }, input_bytes: 2 * GIB, flops: None, writes: false };
+    let req = PlacementRequest {
+        decision: 0,
+        job_age_ms: 0,
+        resources: Resources { cpu: 1.0, memory: 0, gpu: 0 },
+        input_bytes: 2 * GIB,
+        flops: None,
+        writes: false,
+    };
     // Two nodes hold the same 1.5 GiB; the second is idle.
     let c = vec![cand(1, 2.0, 1536 * MIB), cand(2, 32.0, 1536 * MIB), cand(3, 32.0, 0)];
     assert_eq!(LocalityPlus.place(&req, &c).chosen, 1);

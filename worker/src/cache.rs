@@ -215,7 +215,10 @@ impl Cache {
     pub fn insert(&self, id: &ObjectId, src: &Path) -> Result<Inserted> {
         let meta = fs::symlink_metadata(src).map_err(Error::io("inspect", src))?;
         if !meta.is_file() {
-            return Err(Error::BadObject { object: id.to_string(), reason: format!("{} is not a regular file", src.display()) });
+            return Err(Error::BadObject {
+                object: id.to_string(),
+                reason: format!("{} is not a regular file", src.display()),
+            });
         }
         let size = meta.len();
         let dest = self.path(id);

@@ -144,9 +144,13 @@ pub fn normalise_url(what: &str, s: &str, insecure: bool) -> Result<String> {
     let url = if s.contains("://") { s.to_string() } else { format!("{scheme}://{s}") };
     match (insecure, url.split("://").next()) {
         (false, Some("http")) => {
-            return Err(Error::Config(format!("{what} {s:?} is plaintext http, and this worker uses TLS: write https://, or pass --insecure (development only)")));
+            return Err(Error::Config(format!(
+                "{what} {s:?} is plaintext http, and this worker uses TLS: write https://, or pass --insecure (development only)"
+            )));
         }
-        (true, Some("https")) => return Err(Error::Config(format!("{what} {s:?} is https, and --insecure turns TLS off: write http://"))),
+        (true, Some("https")) => {
+            return Err(Error::Config(format!("{what} {s:?} is https, and --insecure turns TLS off: write http://")));
+        }
         _ => {}
     }
     tonic::transport::Endpoint::from_shared(url.clone())
@@ -199,7 +203,9 @@ fn parse_metrics(s: &str) -> std::result::Result<MetricsAddr, String> {
     if s == "none" {
         return Ok(MetricsAddr(None));
     }
-    s.parse().map(|a| MetricsAddr(Some(a))).map_err(|e| format!("{e}: expected an address such as 127.0.0.1:9265, or none"))
+    s.parse()
+        .map(|a| MetricsAddr(Some(a)))
+        .map_err(|e| format!("{e}: expected an address such as 127.0.0.1:9265, or none"))
 }
 
 impl Config {
@@ -238,16 +244,18 @@ impl Args {
     pub fn into_config(self) -> Result<Config> {
         let coordinator = normalise_urls("--coordinator", &self.coordinator, self.insecure)?;
         let advertise = self.advertise.map(|a| normalise_url("--advertise", &a, self.insecure)).transpose()?;
-        let join_token = match (&self.join_token_file, std::env::var("PLEXUS_JOIN_TOKEN").ok().filter(|t| !t.trim().is_empty())) {
-            (Some(p), _) => Some(std::fs::read_to_string(p).map_err(|e| Error::Config(format!("cannot read the join token --join-token-file {}: {e}", p.display())))?),
-            (None, t) => t,
-        };
+        let join_token =
+            match (&self.join_token_file, std::env::var("PLEXUS_JOIN_TOKEN").ok().filter(|t| !t.trim().is_empty())) {
+                (Some(p), _) => Some(std::fs::read_to_string(p).map_err(|e| {
+                    Error::Config(format!("cannot read the join token --join-token-file {}: {e}", p.display()))
+                })?),
+                (None, t) => t,
+            };
         let trust = crate::credentials::TrustConfig { insecure: self.insecure, ca_file: self.ca.clone(), join_token };
         let memory = match self.memory {
             Some(m) => m,
-            None => node::total_memory().ok_or_else(|| {
-                Error::Config("cannot read MemTotal from /proc/meminfo; pass --memory".into())
-            })?,
+            None => node::total_memory()
+                .ok_or_else(|| Error::Config("cannot read MemTotal from /proc/meminfo; pass --memory".into()))?,
         };
         let cpus = match self.cpus {
             Some(0) => return Err(Error::Config("--cpus must be at least 1".into())),
@@ -260,7 +268,10 @@ impl Args {
                 "--rail {ip} is not a usable rail: peers connect to a rail's address, so it must be a concrete one"
             )));
         }
-        if self.seg_max == 0 || self.seg_max > u64::from(plexus_dataplane::wire::MAX_SEGMENT_LEN) || !self.seg_max.is_multiple_of(8) {
+        if self.seg_max == 0
+            || self.seg_max > u64::from(plexus_dataplane::wire::MAX_SEGMENT_LEN)
+            || !self.seg_max.is_multiple_of(8)
+        {
             return Err(Error::Config(format!(
                 "--seg-max {}: must be a multiple of 8 bytes between 8 and {} (the data plane's largest segment)",
                 self.seg_max,
@@ -268,7 +279,11 @@ impl Args {
             )));
         }
         if self.labels.len() > topology::MAX_LABELS {
-            return Err(Error::Config(format!("{} --label flags; at most {}", self.labels.len(), topology::MAX_LABELS)));
+            return Err(Error::Config(format!(
+                "{} --label flags; at most {}",
+                self.labels.len(),
+                topology::MAX_LABELS
+            )));
         }
         let mut labels = BTreeMap::new();
         for label in &self.labels {
@@ -355,7 +370,10 @@ mod tests {
         assert_eq!(parse(&["--gpus=none"]).unwrap().gpus, GpuSelection::None);
         let e = parse(&["--gpus=0,x"]).unwrap_err().to_string();
         assert!(e.contains("\"x\" is not a GPU index"), "{e}");
-        assert_eq!(parse(&["--isolation=process-group"]).unwrap().isolation, Choice::Only(crate::isolation::Mode::ProcessGroup));
+        assert_eq!(
+            parse(&["--isolation=process-group"]).unwrap().isolation,
+            Choice::Only(crate::isolation::Mode::ProcessGroup)
+        );
         let e = parse(&["--isolation=chroot"]).unwrap_err().to_string();
         assert!(e.contains("unknown isolation \"chroot\""), "{e}");
     }
@@ -368,7 +386,10 @@ mod tests {
             Args::try_parse_from(v).map_err(|e| e.to_string()).and_then(|a| a.into_config().map_err(|e| e.to_string()))
         };
         let c = parse(&["--label", "rack=r1", "--label=zone=eu-1"]).unwrap();
-        assert_eq!(c.labels, BTreeMap::from([("rack".to_string(), "r1".to_string()), ("zone".to_string(), "eu-1".to_string())]));
+        assert_eq!(
+            c.labels,
+            BTreeMap::from([("rack".to_string(), "r1".to_string()), ("zone".to_string(), "eu-1".to_string())])
+        );
         assert!(parse(&[]).unwrap().labels.is_empty());
         let e = parse(&["--label", "rack"]).unwrap_err();
         assert!(e.contains("expected key=value"), "{e}");
@@ -407,26 +428,42 @@ mod tests {
         assert_eq!(c.advertise.as_deref(), Some("https://node1:7001"));
         assert!(!c.trust.insecure, "secure unless --insecure");
         assert!(Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cache=huge"]).is_err());
-        let short = Args::try_parse_from(["plexus-worker", "--coordinator=10.0.0.5:7000", "--data-dir=/d", "--memory=1"]);
+        let short =
+            Args::try_parse_from(["plexus-worker", "--coordinator=10.0.0.5:7000", "--data-dir=/d", "--memory=1"]);
         assert_eq!(short.unwrap().into_config().unwrap().coordinator, "https://10.0.0.5:7000");
-        let insecure = Args::try_parse_from(["plexus-worker", "--coordinator=10.0.0.5:7000", "--data-dir=/d", "--memory=1", "--insecure"]);
+        let insecure = Args::try_parse_from([
+            "plexus-worker",
+            "--coordinator=10.0.0.5:7000",
+            "--data-dir=/d",
+            "--memory=1",
+            "--insecure",
+        ]);
         assert_eq!(insecure.unwrap().into_config().unwrap().coordinator, "http://10.0.0.5:7000");
         let plain = Args::try_parse_from(["plexus-worker", "--coordinator=http://c:1", "--data-dir=/d", "--memory=1"]);
         let e = plain.unwrap().into_config().unwrap_err().to_string();
         assert!(e.contains("plaintext http") && e.contains("--insecure"), "{e}");
         let bad = Args::try_parse_from(["plexus-worker", "--coordinator=http://a b", "--data-dir=/d", "--memory=1"]);
         assert!(bad.unwrap().into_config().is_err());
-        let zero = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cpus=0", "--memory=1"]);
+        let zero =
+            Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cpus=0", "--memory=1"]);
         assert!(zero.unwrap().into_config().is_err());
         // Rails are IP addresses, concrete ones; the scheduler is one of the data plane's.
         assert!(Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--rail=eth0"]).is_err());
-        let any = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--rail=0.0.0.0", "--memory=1"]);
+        let any =
+            Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--rail=0.0.0.0", "--memory=1"]);
         let e = any.unwrap().into_config().unwrap_err().to_string();
         assert!(e.contains("--rail 0.0.0.0"), "{e}");
-        let e = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--rail-scheduler=fastest"]).unwrap_err();
+        let e = Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--rail-scheduler=fastest"])
+            .unwrap_err();
         assert!(e.to_string().contains("unknown rail scheduler"), "{e}");
         let q = Args::try_parse_from([
-            "plexus-worker", "--coordinator=x", "--data-dir=/d", "--memory=1", "--rail-scheduler=q-learning", "--rail-port=7100", "--seg-max=4MiB",
+            "plexus-worker",
+            "--coordinator=x",
+            "--data-dir=/d",
+            "--memory=1",
+            "--rail-scheduler=q-learning",
+            "--rail-port=7100",
+            "--seg-max=4MiB",
         ]);
         let c = q.unwrap().into_config().unwrap();
         assert_eq!((c.rail_port, c.rail_scheduler, c.seg_max), (7100, SchedulerKind::QLearning, 4 << 20));
@@ -442,7 +479,13 @@ mod tests {
         };
         let c = parse(&["--seg-max=256KiB", "--sndbuf=128KiB"]).unwrap();
         assert_eq!((c.seg_max, c.send_buffer), (256 << 10, Some(128 << 10)));
-        for (flag, name) in [("--seg-max=1001", "--seg-max 1001"), ("--seg-max=0", "--seg-max 0"), ("--seg-max=1GiB", "--seg-max"), ("--sndbuf=100", "--sndbuf 100"), ("--sndbuf=2GiB", "--sndbuf")] {
+        for (flag, name) in [
+            ("--seg-max=1001", "--seg-max 1001"),
+            ("--seg-max=0", "--seg-max 0"),
+            ("--seg-max=1GiB", "--seg-max"),
+            ("--sndbuf=100", "--sndbuf 100"),
+            ("--sndbuf=2GiB", "--sndbuf"),
+        ] {
             let e = parse(&[flag]).unwrap_err().to_string();
             assert!(e.contains(name), "{flag}: {e}");
         }

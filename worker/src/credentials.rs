@@ -82,16 +82,25 @@ fn write(path: &Path, contents: &str, mode: u32) -> Result<()> {
 }
 
 /// The worker's credentials: the stored ones, or new ones from joining. `None` with `--insecure`.
-pub async fn obtain(trust: &TrustConfig, layout: &Layout, worker_id: WorkerId, coordinator: &str) -> Result<Option<Credentials>> {
+pub async fn obtain(
+    trust: &TrustConfig,
+    layout: &Layout,
+    worker_id: WorkerId,
+    coordinator: &str,
+) -> Result<Option<Credentials>> {
     if trust.insecure {
         return Ok(None);
     }
     let dir = layout.tls_dir();
     let given_ca = match &trust.ca_file {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|e| Error::Config(format!("cannot read the CA certificate --ca {}: {e}", p.display())))?),
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| Error::Config(format!("cannot read the CA certificate --ca {}: {e}", p.display())))?,
+        ),
         None => None,
     };
-    let stored = (read_opt(&dir.join("ca.pem"))?, read_opt(&dir.join("worker.pem"))?, read_opt(&dir.join("worker.key"))?);
+    let stored =
+        (read_opt(&dir.join("ca.pem"))?, read_opt(&dir.join("worker.pem"))?, read_opt(&dir.join("worker.key"))?);
     if let (Some(ca), Some(cert), Some(key)) = stored {
         if given_ca.as_deref().is_none_or(|g| g.trim() == ca.trim()) {
             return Ok(Some(Credentials { ca_pem: ca, identity: Issued { cert_pem: cert, key_pem: key } }));
@@ -126,7 +135,13 @@ pub async fn obtain(trust: &TrustConfig, layout: &Layout, worker_id: WorkerId, c
 
 /// `Join`, retried while the coordinator cannot be reached (it may be starting), for at most
 /// [`JOIN_PATIENCE`]; a refusal (bad token, bad CA) ends it at once.
-async fn join(coordinators: &str, ca: &str, token: &Token, worker_id: WorkerId, key: &WorkerKey) -> Result<pb::JoinResponse> {
+async fn join(
+    coordinators: &str,
+    ca: &str,
+    token: &Token,
+    worker_id: WorkerId,
+    key: &WorkerKey,
+) -> Result<pb::JoinResponse> {
     let start = std::time::Instant::now();
     let mut delay = Duration::from_millis(200);
     // With an HA control plane only the leader lets a worker join: a standby's refusal names
@@ -142,7 +157,8 @@ async fn join(coordinators: &str, ca: &str, token: &Token, worker_id: WorkerId, 
             .map_err(Error::connect(coordinator))?;
         let e = match plexus_security::tls::connect_within(&endpoint, Duration::from_secs(5)).await {
             Ok(channel) => {
-                let mut client = pb::worker_service_client::WorkerServiceClient::with_interceptor(channel, Bearer::new(Some(token)));
+                let mut client =
+                    pb::worker_service_client::WorkerServiceClient::with_interceptor(channel, Bearer::new(Some(token)));
                 let request = pb::JoinRequest { worker_id: worker_id.to_string(), public_key: key.public_key() };
                 // A coordinator that connects but never answers is retried (or the next tried).
                 let limit = Duration::from_secs(10);
@@ -151,7 +167,10 @@ async fn join(coordinators: &str, ca: &str, token: &Token, worker_id: WorkerId, 
                     Ok(Ok(r)) => return Ok(r.into_inner()),
                     Ok(Err(s)) if s.code() == tonic::Code::Unavailable => Error::rpc("Join")(s),
                     Ok(Err(s)) => {
-                        return Err(Error::Config(format!("the coordinator refused to let this worker join: {}", s.message())));
+                        return Err(Error::Config(format!(
+                            "the coordinator refused to let this worker join: {}",
+                            s.message()
+                        )));
                     }
                 }
             }

@@ -119,7 +119,9 @@ pub enum Error {
 
     /// This worker is already serving as many requests of a kind as it allows at once, and none
     /// finished within the wait.
-    #[error("this worker is busy: {limit} {call} requests are already being served and none finished within {waited:?}; try another holder or later")]
+    #[error(
+        "this worker is busy: {limit} {call} requests are already being served and none finished within {waited:?}; try another holder or later"
+    )]
     Busy { call: &'static str, limit: usize, waited: Duration },
 
     /// The data plane (the rail endpoint) failed: binding a rail, or a transfer.
@@ -346,9 +348,18 @@ mod tests {
             (Error::ObjectNotFound { object: object.clone() }, tonic::Code::NotFound),
             (Error::Rule(RuleError::TooManyRails(65)), tonic::Code::InvalidArgument),
             (Error::NoRequesterRails, tonic::Code::InvalidArgument),
-            (Error::Push { object: object.clone(), source: Box::new(plexus_dataplane::Error::Shutdown) }, tonic::Code::Unavailable),
-            (Error::object_io("cannot open", &object)(std::io::ErrorKind::PermissionDenied.into()), tonic::Code::Internal),
-            (Error::Busy { call: "PushObject", limit: 4, waited: Duration::from_secs(30) }, tonic::Code::ResourceExhausted),
+            (
+                Error::Push { object: object.clone(), source: Box::new(plexus_dataplane::Error::Shutdown) },
+                tonic::Code::Unavailable,
+            ),
+            (
+                Error::object_io("cannot open", &object)(std::io::ErrorKind::PermissionDenied.into()),
+                tonic::Code::Internal,
+            ),
+            (
+                Error::Busy { call: "PushObject", limit: 4, waited: Duration::from_secs(30) },
+                tonic::Code::ResourceExhausted,
+            ),
         ];
         for (e, code) in cases {
             let text = e.to_string();

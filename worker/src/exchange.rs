@@ -55,7 +55,10 @@ impl Exchange {
                     return Err(invalid(format!("{p} senders and {q} receivers in a gang of {members}")));
                 }
                 if r.from_block > MAX_REDISTRIBUTE_BLOCK || r.to_block > MAX_REDISTRIBUTE_BLOCK {
-                    return Err(invalid(format!("blocks of {} and {} elements (at most {MAX_REDISTRIBUTE_BLOCK})", r.from_block, r.to_block)));
+                    return Err(invalid(format!(
+                        "blocks of {} and {} elements (at most {MAX_REDISTRIBUTE_BLOCK})",
+                        r.from_block, r.to_block
+                    )));
                 }
                 Some(CyclicLayout::new(p, r.from_block, q, r.to_block).map_err(|e| invalid(e.to_string()))?)
             }
@@ -92,7 +95,14 @@ impl Exchange {
 
     /// Runs this member's part: `data` is its input (empty when it has none), `split_file` the
     /// split file's bytes. Returns what it writes as its output.
-    pub async fn run(&self, x: &Exchanger, dtype: DType, data: Bytes, input: Option<&ObjectId>, split_file: Option<&[u8]>) -> Result<Bytes> {
+    pub async fn run(
+        &self,
+        x: &Exchanger,
+        dtype: DType,
+        data: Bytes,
+        input: Option<&ObjectId>,
+        split_file: Option<&[u8]>,
+    ) -> Result<Bytes> {
         let (n, rank, e) = (x.size(), x.rank(), dtype.size());
         let shape = |len: usize| match input {
             Some(object) => Error::InputShape { object: object.clone(), len, dtype },
@@ -109,14 +119,18 @@ impl Exchange {
                     row.resize(n, 0);
                     Ok(row)
                 }
-                (None, Split::Equal) => Ok((0..n as u64).map(|j| len / n as u64 + u64::from(j < len % n as u64)).collect()),
+                (None, Split::Equal) => {
+                    Ok((0..n as u64).map(|j| len / n as u64 + u64::from(j < len % n as u64)).collect())
+                }
                 (None, Split::Counts) => {
                     let row = self.counts[rank * n..(rank + 1) * n].to_vec();
                     let sum: u128 = row.iter().map(|&c| u128::from(c)).sum();
                     if sum == u128::from(len) {
                         Ok(row)
                     } else {
-                        Err(Error::ExchangeInput(format!("counts[{rank}] adds up to {sum} elements, but member {rank}'s input has {len} {dtype} elements")))
+                        Err(Error::ExchangeInput(format!(
+                            "counts[{rank}] adds up to {sum} elements, but member {rank}'s input has {len} {dtype} elements"
+                        )))
                     }
                 }
                 (None, Split::File) => parse_split_file(split_file.unwrap_or_default(), n, rank, len),
@@ -159,11 +173,18 @@ impl Exchange {
             }
             Some(l) => {
                 let lens: Vec<u64> = (0..l.p).map(|s| table.row(s).iter().sum::<u64>() / e as u64).collect();
-                l.check_sources(&lens).map_err(|err| Error::ExchangeInput(format!("from_block = {}: {}", l.x, plain(err))))?;
-                let mut sends: Vec<Bytes> = if rank < l.p { l.pack(rank, &data, e).map_err(failed)?.into_iter().map(Bytes::from).collect() } else { Vec::new() };
+                l.check_sources(&lens)
+                    .map_err(|err| Error::ExchangeInput(format!("from_block = {}: {}", l.x, plain(err))))?;
+                let mut sends: Vec<Bytes> = if rank < l.p {
+                    l.pack(rank, &data, e).map_err(failed)?.into_iter().map(Bytes::from).collect()
+                } else {
+                    Vec::new()
+                };
                 sends.resize(n, Bytes::new());
                 let got = if self.schedule == ExchangeSchedule::Seed {
-                    let schedule = BlockCyclic::new(l.p, l.x, l.q, l.y).and_then(|b| b.seed_schedule(&table, Placement::Shared)).map_err(failed)?;
+                    let schedule = BlockCyclic::new(l.p, l.x, l.q, l.y)
+                        .and_then(|b| b.seed_schedule(&table, Placement::Shared))
+                        .map_err(failed)?;
                     x.alltoallv_with(&table, &schedule, sends).await
                 } else {
                     x.alltoallv(&table, sends, kind).await
@@ -173,7 +194,9 @@ impl Exchange {
                     return Ok(Bytes::new());
                 }
                 let parts: Vec<&[u8]> = got[..l.p].iter().map(|b| b.as_ref()).collect();
-                l.unpack(rank, &parts, e).map(Bytes::from).map_err(|err| Error::ExchangeInput(format!("from_block = {}: {}", l.x, plain(err))))
+                l.unpack(rank, &parts, e)
+                    .map(Bytes::from)
+                    .map_err(|err| Error::ExchangeInput(format!("from_block = {}: {}", l.x, plain(err))))
             }
         }
     }
@@ -290,14 +313,17 @@ mod tests {
         let seed = pb::Collective { schedule: "seed".into(), ..base.clone() };
         assert!(Exchange::from_pb("alltoall", 3, &seed).unwrap_err().to_string().contains("only for a redistribute"));
         let counts = pb::Collective { split: "counts".into(), counts: vec![1; 8], ..base.clone() };
-        assert!(Exchange::from_pb("alltoall", 3, &counts).unwrap_err().to_string().contains("8 counts for a gang of 3"));
+        assert!(
+            Exchange::from_pb("alltoall", 3, &counts).unwrap_err().to_string().contains("8 counts for a gang of 3")
+        );
         let r = pb::Redistribution { senders: 4, from_block: 3, receivers: 3, to_block: 5 };
         let red = pb::Collective { redistribute: Some(r), ..base.clone() };
         let x = Exchange::from_pb("redistribute", 4, &red).unwrap();
         assert_eq!((x.inputs(3), x.inputs(0), x.kind()), (1, 1, "redistribute"));
         assert!(Exchange::from_pb("redistribute", 5, &red).unwrap_err().to_string().contains("gang of 5"));
         let r = pb::Redistribution { senders: 2, from_block: 3, receivers: 3, to_block: 5 };
-        let x = Exchange::from_pb("redistribute", 3, &pb::Collective { redistribute: Some(r), ..base.clone() }).unwrap();
+        let x =
+            Exchange::from_pb("redistribute", 3, &pb::Collective { redistribute: Some(r), ..base.clone() }).unwrap();
         assert_eq!(x.inputs(2), 0);
         let zero = pb::Redistribution { senders: 2, from_block: 0, receivers: 3, to_block: 5 };
         assert!(Exchange::from_pb("redistribute", 3, &pb::Collective { redistribute: Some(zero), ..base }).is_err());

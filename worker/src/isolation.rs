@@ -131,7 +131,9 @@ pub fn parse_mountinfo(text: &str) -> Mounts {
         let Some((left, right)) = line.split_once(" - ") else { continue };
         let Some(point) = left.split(' ').nth(4) else { continue };
         let mut right = right.split(' ');
-        let (Some(fstype), Some(_source), Some(superopts)) = (right.next(), right.next(), right.next()) else { continue };
+        let (Some(fstype), Some(_source), Some(superopts)) = (right.next(), right.next(), right.next()) else {
+            continue;
+        };
         let point = PathBuf::from(unescape_mount_path(point));
         match fstype {
             "cgroup2" => {
@@ -260,7 +262,11 @@ pub fn human_bytes(n: u64) -> String {
     const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
     for (size, unit) in UNITS {
         if n >= size {
-            return if n.is_multiple_of(size) { format!("{} {unit}", n / size) } else { format!("{:.1} {unit}", n as f64 / size as f64) };
+            return if n.is_multiple_of(size) {
+                format!("{} {unit}", n / size)
+            } else {
+                format!("{:.1} {unit}", n as f64 / size as f64)
+            };
         }
     }
     format!("{n} bytes")
@@ -337,9 +343,14 @@ pub struct Isolation {
 enum Backend {
     /// `parent` is `<mount>/plexus/<worker-id>`, with `memory` (and `cpu`, `pids` when the root
     /// delegates them) enabled for its children.
-    V2 { parent: PathBuf, cpu: bool },
+    V2 {
+        parent: PathBuf,
+        cpu: bool,
+    },
     /// (controller, `<mount>/plexus/<worker-id>`), freezer first when it is there.
-    V1 { parents: Vec<(&'static str, PathBuf)> },
+    V1 {
+        parents: Vec<(&'static str, PathBuf)>,
+    },
     ProcessGroup,
 }
 
@@ -374,7 +385,9 @@ impl Isolation {
         let mut reasons = Vec::new();
         // v2 first, then v1: the first that can be set up (or only the one asked for).
         type Setup = fn(&Mounts, &str) -> std::result::Result<Backend, String>;
-        for (mode, label, setup) in [(Mode::CgroupV2, "cgroup v2", setup_v2 as Setup), (Mode::CgroupV1, "cgroup v1", setup_v1 as Setup)] {
+        for (mode, label, setup) in
+            [(Mode::CgroupV2, "cgroup v2", setup_v2 as Setup), (Mode::CgroupV1, "cgroup v1", setup_v1 as Setup)]
+        {
             if !(choice == Choice::Auto || choice == Choice::Only(mode)) {
                 continue;
             }
@@ -409,7 +422,13 @@ impl Isolation {
     /// What of the requests this mode cannot enforce, for the start-up log (empty: all of it).
     pub fn gaps(&self) -> Vec<&'static str> {
         match &self.backend {
-            Backend::V2 { cpu, .. } => if *cpu { vec![] } else { vec!["cpu limits (the cpu controller is not delegated)"] },
+            Backend::V2 { cpu, .. } => {
+                if *cpu {
+                    vec![]
+                } else {
+                    vec!["cpu limits (the cpu controller is not delegated)"]
+                }
+            }
             Backend::V1 { parents } => {
                 let has = |c| parents.iter().any(|(p, _)| *p == c);
                 let mut gaps = Vec::new();
@@ -421,7 +440,9 @@ impl Isolation {
                 }
                 gaps
             }
-            Backend::ProcessGroup => vec!["cpu and memory limits", "killing processes that leave the process group (setsid)"],
+            Backend::ProcessGroup => {
+                vec!["cpu and memory limits", "killing processes that leave the process group (setsid)"]
+            }
         }
     }
 
@@ -450,7 +471,10 @@ impl Isolation {
             for e in rd.flatten() {
                 let path = e.path();
                 if let Some(r) = std::fs::read_to_string(&path).ok().as_deref().and_then(PidRecord::parse) {
-                    let now = std::fs::read_to_string(format!("/proc/{}/stat", r.pgid)).ok().as_deref().and_then(stat_start_time);
+                    let now = std::fs::read_to_string(format!("/proc/{}/stat", r.pgid))
+                        .ok()
+                        .as_deref()
+                        .and_then(stat_start_time);
                     if group_is_ours(r, now) && kill_group(r.pgid) {
                         killed += 1;
                     }
@@ -468,7 +492,8 @@ impl Isolation {
             Backend::V2 { parent, cpu } => {
                 let dir = parent.join(name);
                 fresh_dir(&dir)?;
-                let c = Confinement { kind: Kind::V2 { dir: dir.clone() }, memory_limit: limits.memory, released: false };
+                let c =
+                    Confinement { kind: Kind::V2 { dir: dir.clone() }, memory_limit: limits.memory, released: false };
                 for (file, value) in limits.v2_files() {
                     if file == "cpu.max" && !cpu {
                         continue;
@@ -521,7 +546,8 @@ impl Isolation {
 
 fn setup_v2(mounts: &Mounts, worker: &str) -> std::result::Result<Backend, String> {
     let Some(mount) = &mounts.unified else { return Err("no cgroup2 file system is mounted".into()) };
-    let root_ctl = std::fs::read_to_string(mount.join("cgroup.subtree_control")).map_err(|e| format!("{}: {e}", mount.display()))?;
+    let root_ctl = std::fs::read_to_string(mount.join("cgroup.subtree_control"))
+        .map_err(|e| format!("{}: {e}", mount.display()))?;
     if !lists_controller(&root_ctl, "memory") {
         return Err(format!(
             "{} does not delegate the memory controller (cgroup.subtree_control: {:?})",
@@ -577,10 +603,17 @@ pub struct Confinement {
 
 #[derive(Debug)]
 enum Kind {
-    V2 { dir: PathBuf },
+    V2 {
+        dir: PathBuf,
+    },
     /// Freezer first when present.
-    V1 { dirs: Vec<(&'static str, PathBuf)> },
-    ProcessGroup { record: PathBuf, pgid: Option<i32> },
+    V1 {
+        dirs: Vec<(&'static str, PathBuf)>,
+    },
+    ProcessGroup {
+        record: PathBuf,
+        pgid: Option<i32>,
+    },
 }
 
 impl Confinement {
@@ -630,7 +663,8 @@ impl Confinement {
             }
             Kind::V1 { dirs } => {
                 let freezer = dirs.iter().find(|(c, _)| *c == "freezer").map(|(_, d)| d.as_path());
-                let others: Vec<PathBuf> = dirs.iter().filter(|(c, _)| *c != "freezer").map(|(_, d)| d.clone()).collect();
+                let others: Vec<PathBuf> =
+                    dirs.iter().filter(|(c, _)| *c != "freezer").map(|(_, d)| d.clone()).collect();
                 kill_v1(freezer, &others);
             }
             Kind::ProcessGroup { pgid, .. } => {
@@ -644,11 +678,16 @@ impl Confinement {
     /// Whether the kernel killed a process of this attempt for exceeding its memory limit.
     pub fn oom_killed(&self) -> bool {
         match &self.kind {
-            Kind::V2 { dir } => std::fs::read_to_string(dir.join("memory.events")).ok().as_deref().and_then(oom_kills).is_some_and(|n| n > 0),
+            Kind::V2 { dir } => std::fs::read_to_string(dir.join("memory.events"))
+                .ok()
+                .as_deref()
+                .and_then(oom_kills)
+                .is_some_and(|n| n > 0),
             Kind::V1 { dirs } => {
                 let Some((_, dir)) = dirs.iter().find(|(c, _)| *c == "memory") else { return false };
                 let Ok(ctl) = std::fs::read_to_string(dir.join("memory.oom_control")) else { return false };
-                let failcnt = std::fs::read_to_string(dir.join("memory.failcnt")).ok().and_then(|t| t.trim().parse().ok());
+                let failcnt =
+                    std::fs::read_to_string(dir.join("memory.failcnt")).ok().and_then(|t| t.trim().parse().ok());
                 v1_oom(&ctl, failcnt)
             }
             Kind::ProcessGroup { .. } => false,
@@ -809,7 +848,9 @@ fn kill_v1(freezer: Option<&Path>, others: &[PathBuf]) -> usize {
                 let frozen = std::fs::write(&state, "FROZEN").is_ok();
                 if frozen {
                     let until = Instant::now() + FREEZE_WAIT;
-                    while Instant::now() < until && std::fs::read_to_string(&state).map(|s| s.trim() != "FROZEN").unwrap_or(false) {
+                    while Instant::now() < until
+                        && std::fs::read_to_string(&state).map(|s| s.trim() != "FROZEN").unwrap_or(false)
+                    {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                 }
@@ -919,7 +960,12 @@ garbage
         let v1: Vec<(&str, &str)> = m.v1.iter().map(|(c, p)| (c.as_str(), p.to_str().unwrap())).collect();
         assert_eq!(
             v1,
-            [("cpu", "/sys/fs/cgroup/cpu"), ("freezer", "/sys/fs/cgroup/freezer"), ("memory", "/sys/fs/cgroup/memory"), ("pids", "/sys/fs/cgroup/pids")]
+            [
+                ("cpu", "/sys/fs/cgroup/cpu"),
+                ("freezer", "/sys/fs/cgroup/freezer"),
+                ("memory", "/sys/fs/cgroup/memory"),
+                ("pids", "/sys/fs/cgroup/pids")
+            ]
         );
 
         let m = parse_mountinfo(UNIFIED);
@@ -956,7 +1002,11 @@ garbage
         let l = Limits::new(1.5, 64 << 20);
         assert_eq!(
             l.v2_files(),
-            [("cpu.max", "150000 100000".to_string()), ("memory.max", "67108864".to_string()), ("memory.swap.max", "0".to_string())]
+            [
+                ("cpu.max", "150000 100000".to_string()),
+                ("memory.max", "67108864".to_string()),
+                ("memory.swap.max", "0".to_string())
+            ]
         );
         assert_eq!(
             l.v1_files(),
@@ -968,18 +1018,29 @@ garbage
             ]
         );
         assert!(Limits::new(0.0, 0).v2_files().is_empty() && Limits::new(0.0, 0).v1_files().is_empty());
-        assert!(optional_file("memory.swap.max") && optional_file("memory.memsw.limit_in_bytes") && !optional_file("memory.max"));
+        assert!(
+            optional_file("memory.swap.max")
+                && optional_file("memory.memsw.limit_in_bytes")
+                && !optional_file("memory.max")
+        );
     }
 
     #[test]
     fn oom_kills_are_read_from_either_version() {
         let v2 = "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n";
         assert_eq!(oom_kills(v2), Some(1));
-        assert_eq!(oom_kills("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 3\n"), Some(0), "group kills are another line");
+        assert_eq!(
+            oom_kills("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 3\n"),
+            Some(0),
+            "group kills are another line"
+        );
         let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
         assert_eq!(oom_kills(v1), Some(2));
         assert!(v1_oom(v1, Some(0)));
-        assert!(!v1_oom("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", Some(5)), "failcnt alone is only reclaim when the kernel counts kills");
+        assert!(
+            !v1_oom("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", Some(5)),
+            "failcnt alone is only reclaim when the kernel counts kills"
+        );
         // Kernels before 4.13 have no oom_kill line.
         let old = "oom_kill_disable 0\nunder_oom 0\n";
         assert_eq!(oom_kills(old), None);
@@ -1042,10 +1103,16 @@ garbage
         let iso = Isolation::setup_with(Choice::Auto, "wkr-test", dir.path().join("procs"), &none).unwrap();
         assert_eq!(iso.mode(), Mode::ProcessGroup);
         let why = iso.fallback_reason().unwrap();
-        assert!(why.contains("cgroup v2: no cgroup2 file system is mounted") && why.contains("cgroup v1: none of"), "{why}");
-        let e = Isolation::setup_with(Choice::Only(Mode::CgroupV1), "wkr-test", dir.path().join("procs"), &none).unwrap_err();
+        assert!(
+            why.contains("cgroup v2: no cgroup2 file system is mounted") && why.contains("cgroup v1: none of"),
+            "{why}"
+        );
+        let e = Isolation::setup_with(Choice::Only(Mode::CgroupV1), "wkr-test", dir.path().join("procs"), &none)
+            .unwrap_err();
         assert!(e.to_string().starts_with("cannot use cgroup-v1 isolation: none of"), "{e}");
-        let forced = Isolation::setup_with(Choice::Only(Mode::ProcessGroup), "wkr-test", dir.path().join("procs"), &none).unwrap();
+        let forced =
+            Isolation::setup_with(Choice::Only(Mode::ProcessGroup), "wkr-test", dir.path().join("procs"), &none)
+                .unwrap();
         assert_eq!((forced.mode(), forced.fallback_reason()), (Mode::ProcessGroup, None));
     }
 
@@ -1055,7 +1122,8 @@ garbage
     fn an_unusable_unified_hierarchy_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let mounts = Mounts { unified: Some(dir.path().join("nope")), v1: BTreeMap::new() };
-        let e = Isolation::setup_with(Choice::Only(Mode::CgroupV2), "wkr-test", dir.path().join("procs"), &mounts).unwrap_err();
+        let e = Isolation::setup_with(Choice::Only(Mode::CgroupV2), "wkr-test", dir.path().join("procs"), &mounts)
+            .unwrap_err();
         assert!(e.to_string().contains(&dir.path().join("nope").display().to_string()), "{e}");
     }
 
@@ -1114,7 +1182,9 @@ garbage
     fn cgroup_file(iso: &Isolation, controller: &str, name: &str, file: &str) -> Option<PathBuf> {
         match &iso.backend {
             Backend::V2 { parent, .. } => Some(parent.join(name).join(file)),
-            Backend::V1 { parents } => parents.iter().find(|(c, _)| *c == controller).map(|(_, p)| p.join(name).join(file)),
+            Backend::V1 { parents } => {
+                parents.iter().find(|(c, _)| *c == controller).map(|(_, p)| p.join(name).join(file))
+            }
             Backend::ProcessGroup => None,
         }
     }
@@ -1123,13 +1193,19 @@ garbage
     fn cgroups_get_the_limits_and_are_removed() {
         let dir = tempfile::tempdir().unwrap();
         let name = format!("test-{}", uuid::Uuid::new_v4());
-        let Some(iso) = cgroups_or_skip("cgroups_get_the_limits_and_are_removed", &name, dir.path().join("procs")) else { return };
+        let Some(iso) = cgroups_or_skip("cgroups_get_the_limits_and_are_removed", &name, dir.path().join("procs"))
+        else {
+            return;
+        };
         let c = iso.confine("job-x.t.0.1", &Limits::new(0.5, 64 << 20)).unwrap();
         assert_eq!(c.memory_limit(), Some(64 << 20));
         assert!(!c.procs_files().is_empty());
         let read = |controller, v1: &str, v2: &str| {
             let file = if iso.mode() == Mode::CgroupV2 { v2 } else { v1 };
-            std::fs::read_to_string(cgroup_file(&iso, controller, "job-x.t.0.1", file).unwrap()).unwrap().trim().to_string()
+            std::fs::read_to_string(cgroup_file(&iso, controller, "job-x.t.0.1", file).unwrap())
+                .unwrap()
+                .trim()
+                .to_string()
         };
         if iso.mode() == Mode::CgroupV2 {
             assert_eq!(read("memory", "", "memory.max"), "67108864");
@@ -1142,10 +1218,14 @@ garbage
         assert!(!c.oom_killed());
         let unlimited = iso.confine("job-x.t.0.2", &Limits::new(0.0, 0)).unwrap();
         if iso.mode() == Mode::CgroupV1 {
-            let q = std::fs::read_to_string(cgroup_file(&iso, "cpu", "job-x.t.0.2", "cpu.cfs_quota_us").unwrap()).unwrap();
+            let q =
+                std::fs::read_to_string(cgroup_file(&iso, "cpu", "job-x.t.0.2", "cpu.cfs_quota_us").unwrap()).unwrap();
             assert_eq!(q.trim(), "-1", "no cpu limit for a request of 0");
         }
-        let dirs: Vec<PathBuf> = ["memory", "cpu", "freezer", "pids"].iter().filter_map(|c| cgroup_file(&iso, c, "job-x.t.0.1", "")).collect();
+        let dirs: Vec<PathBuf> = ["memory", "cpu", "freezer", "pids"]
+            .iter()
+            .filter_map(|c| cgroup_file(&iso, c, "job-x.t.0.1", ""))
+            .collect();
         assert!(dirs.iter().all(|d| d.exists()));
         drop(c);
         drop(unlimited);
@@ -1181,7 +1261,11 @@ garbage
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         assert!(process_gone(daemon), "the daemon {daemon} survived");
-        let left = |p: &Path| std::fs::read_dir(p).map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).count()).unwrap_or(0);
+        let left = |p: &Path| {
+            std::fs::read_dir(p)
+                .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).count())
+                .unwrap_or(0)
+        };
         assert!(again.leftover_parents.iter().all(|(_, p)| left(p) == 0), "the attempt's cgroups are removed");
     }
 
@@ -1200,7 +1284,9 @@ garbage
         for _ in 0..500 {
             match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
                 Err(_) => return true,
-                Ok(stat) if stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')) => return true,
+                Ok(stat) if stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')) => {
+                    return true;
+                }
                 Ok(_) => std::thread::sleep(Duration::from_millis(10)),
             }
         }
@@ -1214,7 +1300,9 @@ garbage
         use std::os::unix::process::{CommandExt, ExitStatusExt};
         let dir = tempfile::tempdir().unwrap();
         let records = dir.path().join("procs");
-        let iso = Isolation::setup_with(Choice::Only(Mode::ProcessGroup), "wkr-test", records.clone(), &Mounts::default()).unwrap();
+        let iso =
+            Isolation::setup_with(Choice::Only(Mode::ProcessGroup), "wkr-test", records.clone(), &Mounts::default())
+                .unwrap();
         let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
         let pid = child.id() as i32;
         let mut c = iso.confine("job-x.t.0.1", &Limits::new(1.0, 1 << 20)).unwrap();
@@ -1228,7 +1316,9 @@ garbage
         let me = std::process::id() as i32;
         std::fs::write(records.join("stale"), PidRecord { pgid: me, start: 1 }.to_text()).unwrap();
 
-        let again = Isolation::setup_with(Choice::Only(Mode::ProcessGroup), "wkr-test", records.clone(), &Mounts::default()).unwrap();
+        let again =
+            Isolation::setup_with(Choice::Only(Mode::ProcessGroup), "wkr-test", records.clone(), &Mounts::default())
+                .unwrap();
         assert_eq!(again.reap_leftovers(), 1);
         let status = child.wait().unwrap();
         assert_eq!(status.signal(), Some(libc::SIGKILL));

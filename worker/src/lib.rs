@@ -167,7 +167,8 @@ impl Worker {
             path: config.listen.to_string().into(),
             source: e,
         })?;
-        let local_addr = listener.local_addr().map_err(Error::io("read the bound address of", config.listen.to_string()))?;
+        let local_addr =
+            listener.local_addr().map_err(Error::io("read the bound address of", config.listen.to_string()))?;
         let peer_addr = match &config.advertise {
             Some(url) => url.clone(),
             None => default_advertise(local_addr, &config.rails, credentials.is_some()),
@@ -180,7 +181,11 @@ impl Worker {
                 seg_max: config.seg_max,
                 send_buffer: config.send_buffer,
                 // The rail key arrives with the registration; until then rails refuse everything.
-                auth: if credentials.is_some() { plexus_dataplane::RailAuth::Pending } else { plexus_dataplane::RailAuth::Open },
+                auth: if credentials.is_some() {
+                    plexus_dataplane::RailAuth::Pending
+                } else {
+                    plexus_dataplane::RailAuth::Open
+                },
                 ..Default::default()
             })
             .await?,
@@ -194,9 +199,16 @@ impl Worker {
         } else {
             match node::detect_topology().await {
                 Ok(topo) => {
-                    let missing: Vec<u32> = offered_indices.iter().copied().filter(|&d| !topo.gpus().iter().any(|g| g.index == d)).collect();
+                    let missing: Vec<u32> = offered_indices
+                        .iter()
+                        .copied()
+                        .filter(|&d| !topo.gpus().iter().any(|g| g.index == d))
+                        .collect();
                     if !missing.is_empty() {
-                        warn!(?missing, "nvidia-smi topo -m does not list these offered GPUs; their links are unknown (counted as SYS)");
+                        warn!(
+                            ?missing,
+                            "nvidia-smi topo -m does not list these offered GPUs; their links are unknown (counted as SYS)"
+                        );
                     }
                     node::topology_report(&topo, &offered_indices)
                 }
@@ -268,7 +280,12 @@ impl Worker {
         .with_counters(Arc::clone(&counters));
         let metrics_addr = match config.metrics {
             Some(at) => {
-                let sources = metrics::Sources { counters, rails: Arc::clone(&rails), cache: cache.clone(), gpus: Arc::clone(&gpus) };
+                let sources = metrics::Sources {
+                    counters,
+                    rails: Arc::clone(&rails),
+                    cache: cache.clone(),
+                    gpus: Arc::clone(&gpus),
+                };
                 match metrics::serve(at, sources, shutdown.child_token()).await {
                     Ok((bound, _task)) => {
                         info!(%bound, "serving /metrics");
@@ -427,7 +444,13 @@ async fn close_isolation(isolation: &Arc<Isolation>) {
 fn lock_data_dir(layout: &Layout) -> Result<std::fs::File> {
     use std::io::{Read as _, Seek as _, Write as _};
     let path = layout.lock_file();
-    let mut file = std::fs::File::options().read(true).write(true).create(true).truncate(false).open(&path).map_err(Error::io("open", &path))?;
+    let mut file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(Error::io("open", &path))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -502,7 +525,10 @@ mod tests {
         let rails = vec!["10.1.2.3".parse().unwrap()];
         assert_eq!(default_advertise("127.0.0.1:7001".parse().unwrap(), &rails, false), "http://127.0.0.1:7001");
         assert_eq!(default_advertise("0.0.0.0:7001".parse().unwrap(), &rails, true), "https://10.1.2.3:7001");
-        assert_eq!(default_advertise("[::]:7001".parse().unwrap(), &["::1".parse().unwrap()], false), "http://[::1]:7001");
+        assert_eq!(
+            default_advertise("[::]:7001".parse().unwrap(), &["::1".parse().unwrap()], false),
+            "http://[::1]:7001"
+        );
     }
 
     #[test]
@@ -527,7 +553,10 @@ mod tests {
         let e = lock_data_dir(&layout).unwrap_err();
         assert!(matches!(e, Error::DataDirLocked { pid: Some(p), .. } if p == std::process::id()), "{e:?}");
         let text = e.to_string();
-        assert!(text.contains(&dir.path().display().to_string()) && text.starts_with("another worker process"), "{text}");
+        assert!(
+            text.contains(&dir.path().display().to_string()) && text.starts_with("another worker process"),
+            "{text}"
+        );
         drop(first);
         lock_data_dir(&layout).expect("free again once the holder is gone");
     }

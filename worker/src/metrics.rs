@@ -122,12 +122,44 @@ impl Sources {
             }
             fam
         };
-        r.register_with_unit("plexus_rail_sent", "Payload bytes written on each rail, resends included", Unit::Bytes, per_rail(&|s| s.bytes_sent));
-        r.register_with_unit("plexus_rail_received", "Payload bytes received on each rail", Unit::Bytes, per_rail(&|s| s.bytes_received));
-        r.register("plexus_rail_failures", "Connections of each rail declared dead, and connection attempts that failed", per_rail(&|s| s.failures));
-        counter(&mut r, "plexus_rail_segments_resent", "Segments sent again after a rail failure, a checksum failure or a busy reply", None, stats.resent);
-        counter(&mut r, "plexus_rail_segments_corrupt", "Segments received whose checksum did not match", None, stats.corrupt_received);
-        counter(&mut r, "plexus_rail_handshake_failures", "Rail connections dropped for failing the rail handshake", None, self.rails.handshake_failures());
+        r.register_with_unit(
+            "plexus_rail_sent",
+            "Payload bytes written on each rail, resends included",
+            Unit::Bytes,
+            per_rail(&|s| s.bytes_sent),
+        );
+        r.register_with_unit(
+            "plexus_rail_received",
+            "Payload bytes received on each rail",
+            Unit::Bytes,
+            per_rail(&|s| s.bytes_received),
+        );
+        r.register(
+            "plexus_rail_failures",
+            "Connections of each rail declared dead, and connection attempts that failed",
+            per_rail(&|s| s.failures),
+        );
+        counter(
+            &mut r,
+            "plexus_rail_segments_resent",
+            "Segments sent again after a rail failure, a checksum failure or a busy reply",
+            None,
+            stats.resent,
+        );
+        counter(
+            &mut r,
+            "plexus_rail_segments_corrupt",
+            "Segments received whose checksum did not match",
+            None,
+            stats.corrupt_received,
+        );
+        counter(
+            &mut r,
+            "plexus_rail_handshake_failures",
+            "Rail connections dropped for failing the rail handshake",
+            None,
+            self.rails.handshake_failures(),
+        );
         let open: Gauge = Gauge::default();
         open.set(i64::try_from(stats.open_bytes).unwrap_or(i64::MAX));
         r.register_with_unit("plexus_rail_open", "Bytes held for incoming messages not taken yet", Unit::Bytes, open);
@@ -135,9 +167,21 @@ impl Sources {
         counter(&mut r, "plexus_cache_hits", "Inputs found in the object cache", None, c.cache_hits.load(Relaxed));
         counter(&mut r, "plexus_fetches", "Inputs fetched from a peer", None, c.fetches.load(Relaxed));
         counter(&mut r, "plexus_fetch_failures", "Inputs no holder could serve", None, c.fetch_failures.load(Relaxed));
-        counter(&mut r, "plexus_fetched", "Bytes of inputs fetched from peers", Some(Unit::Bytes), c.fetched_bytes.load(Relaxed));
+        counter(
+            &mut r,
+            "plexus_fetched",
+            "Bytes of inputs fetched from peers",
+            Some(Unit::Bytes),
+            c.fetched_bytes.load(Relaxed),
+        );
         seconds_counter(&mut r, "plexus_fetch", "Time spent fetching inputs", c.fetch_us.load(Relaxed));
-        counter(&mut r, "plexus_cache_evicted", "Bytes evicted from the object cache to make room", Some(Unit::Bytes), c.evicted_bytes.load(Relaxed));
+        counter(
+            &mut r,
+            "plexus_cache_evicted",
+            "Bytes evicted from the object cache to make room",
+            Some(Unit::Bytes),
+            c.evicted_bytes.load(Relaxed),
+        );
         let used: Gauge = Gauge::default();
         used.set(i64::try_from(self.cache.used()).unwrap_or(i64::MAX));
         r.register_with_unit("plexus_cache_used", "Bytes in the object cache", Unit::Bytes, used);
@@ -162,7 +206,12 @@ impl Sources {
         }
         r.register("plexus_collectives", "Collective members this worker ran, by kind", runs);
         r.register_with_unit("plexus_collective", "Bytes each collective member put in, by kind", Unit::Bytes, bytes);
-        r.register_with_unit("plexus_collective_duration", "Time collective members took, by kind", Unit::Seconds, secs);
+        r.register_with_unit(
+            "plexus_collective_duration",
+            "Time collective members took, by kind",
+            Unit::Seconds,
+            secs,
+        );
 
         let gpus: Family<GpuLabel, Gauge<f64, AtomicU64>> = Family::default();
         for g in self.gpus.latest() {
@@ -184,7 +233,11 @@ async fn metrics(State(s): State<Sources>) -> impl IntoResponse {
 }
 
 /// Binds `addr` and serves `/metrics` until `stop`; the bound address and the task.
-pub async fn serve(addr: SocketAddr, sources: Sources, stop: tokio_util::sync::CancellationToken) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+pub async fn serve(
+    addr: SocketAddr,
+    sources: Sources,
+    stop: tokio_util::sync::CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let app = Router::new().route("/metrics", get(metrics)).with_state(sources);

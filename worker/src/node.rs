@@ -137,8 +137,15 @@ pub fn parse_nvidia_smi(text: &str) -> Vec<GpuDevice> {
         // A name may itself contain commas; everything between the index and the three numbers is it.
         let name = fields[1..n - 3].join(", ");
         let mib = |s: &str| s.parse::<u64>().ok().and_then(|m| m.checked_mul(1024 * 1024)).unwrap_or(0);
-        let utilisation = fields[n - 1].parse::<f64>().ok().filter(|u| u.is_finite()).map_or(0.0, |u| (u / 100.0).clamp(0.0, 1.0));
-        gpus.push(GpuDevice { index, name, memory_total: mib(fields[n - 3]), memory_used: mib(fields[n - 2]), utilisation });
+        let utilisation =
+            fields[n - 1].parse::<f64>().ok().filter(|u| u.is_finite()).map_or(0.0, |u| (u / 100.0).clamp(0.0, 1.0));
+        gpus.push(GpuDevice {
+            index,
+            name,
+            memory_total: mib(fields[n - 3]),
+            memory_used: mib(fields[n - 2]),
+            utilisation,
+        });
     }
     gpus
 }
@@ -161,13 +168,21 @@ async fn read_topology(program: &str, args: &[&str], limit: Duration) -> Result<
     use tokio::io::AsyncReadExt;
     let what = std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).kill_on_drop(true);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|e| format!("cannot run {what}: {e}"))?;
     let stdout = child.stdout.take().ok_or_else(|| format!("{what}: no stdout"))?;
     let run = async {
         let mut out = Vec::new();
         // One byte past the bound tells "too much" from "exactly the bound".
-        stdout.take(MAX_TOPO_BYTES as u64 + 1).read_to_end(&mut out).await.map_err(|e| format!("reading {what}: {e}"))?;
+        stdout
+            .take(MAX_TOPO_BYTES as u64 + 1)
+            .read_to_end(&mut out)
+            .await
+            .map_err(|e| format!("reading {what}: {e}"))?;
         if out.len() > MAX_TOPO_BYTES {
             return Err(format!("{what} printed more than {MAX_TOPO_BYTES} bytes"));
         }
@@ -178,7 +193,8 @@ async fn read_topology(program: &str, args: &[&str], limit: Duration) -> Result<
         Ok(out)
     };
     // On every early return the child is dropped, and `kill_on_drop` ends it.
-    let out = tokio::time::timeout(limit, run).await.map_err(|_| format!("{what} did not answer within {limit:?}"))??;
+    let out =
+        tokio::time::timeout(limit, run).await.map_err(|_| format!("{what} did not answer within {limit:?}"))??;
     parse_topo_matrix(&String::from_utf8_lossy(&out)).map_err(|e| format!("cannot read {what}: {e}"))
 }
 
@@ -186,7 +202,11 @@ async fn read_topology(program: &str, args: &[&str], limit: Duration) -> Result<
 /// (`NodeCapacity.gpu_links`, `a < b`) and their NUMA nodes where known (`gpu_numa`). An offered
 /// device the matrix does not list has no links (the coordinator counts its pairs as `SYS`).
 pub fn topology_report(topo: &GpuTopo, offered: &[u32]) -> (Vec<pb::GpuLink>, HashMap<u32, u32>) {
-    let links = topo.links_among(offered).into_iter().map(|l| pb::GpuLink { a: l.a, b: l.b, level: l.level.to_string() }).collect();
+    let links = topo
+        .links_among(offered)
+        .into_iter()
+        .map(|l| pb::GpuLink { a: l.a, b: l.b, level: l.level.to_string() })
+        .collect();
     let numa = offered.iter().filter_map(|&d| Some((d, topo.numa(d)?))).collect();
     (links, numa)
 }
@@ -213,7 +233,9 @@ pub fn parse_gpu_selection(s: &str) -> Result<GpuSelection, String> {
     }
     let mut list = Vec::new();
     for part in s.split(',').map(str::trim) {
-        let i: u32 = part.parse().map_err(|_| format!("{part:?} is not a GPU index (expected all, none or indices such as 0,2)"))?;
+        let i: u32 = part
+            .parse()
+            .map_err(|_| format!("{part:?} is not a GPU index (expected all, none or indices such as 0,2)"))?;
         if list.contains(&i) {
             return Err(format!("GPU {i} is listed twice"));
         }
@@ -259,7 +281,10 @@ pub struct GpuSampler {
 
 impl GpuSampler {
     pub fn new(offered: &[GpuDevice]) -> GpuSampler {
-        GpuSampler { offered: offered.iter().map(|d| d.index).collect(), latest: Mutex::new(offered.iter().map(GpuDevice::state).collect()) }
+        GpuSampler {
+            offered: offered.iter().map(|d| d.index).collect(),
+            latest: Mutex::new(offered.iter().map(GpuDevice::state).collect()),
+        }
     }
 
     /// The latest sample, in index order.
@@ -379,8 +404,14 @@ mod tests {
         let text = "\n  garbage line\nX, name, 10, 1, 1\n3, Tesla, V100, with commas, [N/A], [N/A], [Not Supported]\n2, A100 , 40536 , 7, 250\n0, old, 10\n";
         let gpus = parse_nvidia_smi(text);
         assert_eq!(gpus.len(), 2, "{gpus:?}");
-        assert_eq!((gpus[0].index, gpus[0].name.as_str(), gpus[0].memory_total, gpus[0].utilisation), (3, "Tesla, V100, with commas", 0, 0.0));
-        assert_eq!((gpus[1].index, gpus[1].name.as_str(), gpus[1].memory_total, gpus[1].memory_used), (2, "A100", 40536 << 20, 7 << 20));
+        assert_eq!(
+            (gpus[0].index, gpus[0].name.as_str(), gpus[0].memory_total, gpus[0].utilisation),
+            (3, "Tesla, V100, with commas", 0, 0.0)
+        );
+        assert_eq!(
+            (gpus[1].index, gpus[1].name.as_str(), gpus[1].memory_total, gpus[1].memory_used),
+            (2, "A100", 40536 << 20, 7 << 20)
+        );
         assert_eq!(gpus[1].utilisation, 1.0, "clamped");
         assert!(parse_nvidia_smi("").is_empty());
         assert!(parse_nvidia_smi("No devices were found").is_empty());
@@ -406,8 +437,14 @@ mod tests {
         assert_eq!(idx(GpuSelection::All.apply(&node).unwrap()), [0, 1, 2]);
         assert_eq!(idx(GpuSelection::None.apply(&node).unwrap()), Vec::<u32>::new());
         assert_eq!(idx(GpuSelection::Only(vec![2, 0]).apply(&node).unwrap()), [0, 2]);
-        assert_eq!(GpuSelection::Only(vec![0, 5]).apply(&node).unwrap_err(), "--gpus: this node has no GPU 5 (nvidia-smi lists: 0, 1, 2)");
-        assert_eq!(GpuSelection::Only(vec![0]).apply(&[]).unwrap_err(), "--gpus: this node has no GPU 0 (nvidia-smi lists: none)");
+        assert_eq!(
+            GpuSelection::Only(vec![0, 5]).apply(&node).unwrap_err(),
+            "--gpus: this node has no GPU 5 (nvidia-smi lists: 0, 1, 2)"
+        );
+        assert_eq!(
+            GpuSelection::Only(vec![0]).apply(&[]).unwrap_err(),
+            "--gpus: this node has no GPU 0 (nvidia-smi lists: none)"
+        );
     }
 
     #[test]
@@ -473,7 +510,13 @@ mod tests {
         assert!(e.contains("false failed"), "{e}");
         let e = read_topology("echo", &["No devices were found"], Duration::from_secs(10)).await.unwrap_err();
         assert!(e.contains("no matrix header"), "{e}");
-        let e = read_topology("sh", &["-c", "printf '  GPU0 GPU1\\nGPU0 X NV9000\\nGPU1 NV1 X\\n'"], Duration::from_secs(10)).await.unwrap_err();
+        let e = read_topology(
+            "sh",
+            &["-c", "printf '  GPU0 GPU1\\nGPU0 X NV9000\\nGPU1 NV1 X\\n'"],
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_err();
         assert!(e.contains("line 2") && e.contains("NV9000"), "{e}");
         // Endless output is cut at the bound, and the command is killed.
         let e = read_topology("yes", &["GPU0"], Duration::from_secs(30)).await.unwrap_err();

@@ -289,17 +289,22 @@ impl PushGuard {
             // Refused a moment ago: do not ask the coordinator again for every retry.
             Some((w, false, true)) => w,
             _ => {
-                let reply = self
-                    .resolve(fp.clone())
-                    .await
-                    .map_err(|s| Status::permission_denied(format!("cannot check the caller of PushObject with the coordinator: {}", s.message())))?;
+                let reply = self.resolve(fp.clone()).await.map_err(|s| {
+                    Status::permission_denied(format!(
+                        "cannot check the caller of PushObject with the coordinator: {}",
+                        s.message()
+                    ))
+                })?;
                 let ok = rails.iter().all(|r| reply.rails.contains(r));
                 let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
                 // Bounded: one entry per worker certificate, forgotten when it gets full.
                 if known.len() >= 10_000 {
                     known.clear();
                 }
-                known.insert(fp, Resolved { worker: reply.worker_id.clone(), rails: reply.rails, at: std::time::Instant::now() });
+                known.insert(
+                    fp,
+                    Resolved { worker: reply.worker_id.clone(), rails: reply.rails, at: std::time::Instant::now() },
+                );
                 if ok {
                     return Ok(());
                 }
@@ -361,7 +366,12 @@ fn chunks(file: tokio::fs::File, id: ObjectId, total_size: u64) -> ChunkStream {
 
 /// Runs the PeerService on `listener` until `shutdown` is cancelled; with `tls`, only to clients
 /// with a certificate of the cluster CA (peers and the coordinator).
-pub async fn serve(listener: TcpListener, server: PeerServer, tls: Option<ServerTlsConfig>, shutdown: CancellationToken) -> Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    server: PeerServer,
+    tls: Option<ServerTlsConfig>,
+    shutdown: CancellationToken,
+) -> Result<()> {
     let addr = listener.local_addr().ok();
     info!(?addr, tls = tls.is_some(), "peer service listening");
     let mut builder = Server::builder();
@@ -375,7 +385,10 @@ pub async fn serve(listener: TcpListener, server: PeerServer, tls: Option<Server
                 .max_encoding_message_size(MAX_MESSAGE),
         )
         // TCP_NODELAY: log reads and the first chunk of an object should not wait on Nagle.
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown.cancelled_owned())
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown.cancelled_owned(),
+        )
         .await
         .map_err(Error::Serve)
 }
@@ -387,7 +400,10 @@ pub struct Fetched {
 }
 
 /// A PeerService client for `holder`, over mutual TLS with `tls` (this worker's certificate).
-async fn client(holder: &str, tls: Option<&ClientTlsConfig>) -> Result<pb::peer_service_client::PeerServiceClient<tonic::transport::Channel>> {
+async fn client(
+    holder: &str,
+    tls: Option<&ClientTlsConfig>,
+) -> Result<pb::peer_service_client::PeerServiceClient<tonic::transport::Channel>> {
     let mut endpoint = Endpoint::from_shared(holder.to_string())
         .map_err(Error::connect(holder))?
         .connect_timeout(PEER_CONNECT_TIMEOUT)
@@ -397,8 +413,11 @@ async fn client(holder: &str, tls: Option<&ClientTlsConfig>) -> Result<pb::peer_
     }
     // A holder that hangs (stopped, or a host that stopped answering after accepting) would
     // otherwise hold the TLS handshake for ever.
-    let channel = plexus_security::tls::connect_within(&endpoint, PEER_CONNECT_TIMEOUT).await.map_err(Error::connect(holder))?;
-    Ok(pb::peer_service_client::PeerServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE))
+    let channel =
+        plexus_security::tls::connect_within(&endpoint, PEER_CONNECT_TIMEOUT).await.map_err(Error::connect(holder))?;
+    Ok(pb::peer_service_client::PeerServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE))
 }
 
 /// Checks the size a holder announced against the one the assignment gave (`expected`; `None`
@@ -441,9 +460,8 @@ pub async fn fetch_object_rails(
         rails: rails.local_addrs().iter().map(ToString::to_string).collect(),
         tag,
     };
-    let push = async move {
-        client.push_object(request).await.map(|r| r.into_inner().size).map_err(Error::rpc("PushObject"))
-    };
+    let push =
+        async move { client.push_object(request).await.map(|r| r.into_inner().size).map_err(Error::rpc("PushObject")) };
     let bad = |reason: String| Error::BadObject { object: id.to_string(), reason };
     let receive = async {
         let mut file = tokio::fs::File::create(dest).await.map_err(Error::io("create", dest))?;
@@ -457,7 +475,10 @@ pub async fn fetch_object_rails(
                 Some(_) => msg.freeze(),
                 None => {
                     if msg.len() < SIZE_HEADER {
-                        return Err(bad(format!("the first message has {} bytes, less than its size header", msg.len())));
+                        return Err(bad(format!(
+                            "the first message has {} bytes, less than its size header",
+                            msg.len()
+                        )));
                     }
                     let mut msg = msg.freeze();
                     let size = u64::from_le_bytes(msg.split_to(SIZE_HEADER)[..].try_into().expect("8 bytes"));
@@ -469,7 +490,11 @@ pub async fn fetch_object_rails(
             let total = announced.unwrap_or(0);
             received += data.len() as u64;
             if received > total {
-                return Err(Error::TooMuchData { object: id.clone(), holder: holder.peer_addr.clone(), announced: total });
+                return Err(Error::TooMuchData {
+                    object: id.clone(),
+                    holder: holder.peer_addr.clone(),
+                    announced: total,
+                });
             }
             file.write_all(&data).await.map_err(Error::io("write", dest))?;
             if received == total {
@@ -493,7 +518,13 @@ pub async fn fetch_object_rails(
 ///
 /// `expected` as for [`fetch_object_rails`]: a first chunk announcing another size is refused
 /// before it is written, and the stream is cut off as soon as more bytes arrive than announced.
-pub async fn fetch_object(holder: &str, tls: Option<&ClientTlsConfig>, id: &ObjectId, expected: Option<u64>, dest: &Path) -> Result<Fetched> {
+pub async fn fetch_object(
+    holder: &str,
+    tls: Option<&ClientTlsConfig>,
+    id: &ObjectId,
+    expected: Option<u64>,
+    dest: &Path,
+) -> Result<Fetched> {
     let mut client = client(holder, tls).await?;
     let call = client.fetch_object(pb::FetchObjectRequest { object_id: id.to_string() });
     let mut stream = tokio::time::timeout(PEER_IDLE_TIMEOUT, call)
@@ -558,7 +589,12 @@ mod tests {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let stop = CancellationToken::new();
         let rails = Arc::new(plexus_dataplane::Endpoint::bind(Default::default()).await.unwrap());
-        let task = tokio::spawn(serve(listener, PeerServer::new(cache.clone(), layout.clone(), rails.clone()), None, stop.clone()));
+        let task = tokio::spawn(serve(
+            listener,
+            PeerServer::new(cache.clone(), layout.clone(), rails.clone()),
+            None,
+            stop.clone(),
+        ));
         Peer { _dir: dir, cache, layout, url, stop, task, rails }
     }
 
@@ -603,7 +639,8 @@ mod tests {
         use pb::peer_service_server::PeerService;
         let (_dir, server) = handlers().await;
         let id = absent_object();
-        let status = refused(server.fetch_object(Request::new(pb::FetchObjectRequest { object_id: id.to_string() })).await);
+        let status =
+            refused(server.fetch_object(Request::new(pb::FetchObjectRequest { object_id: id.to_string() })).await);
         assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
         assert_eq!(status.message(), format!("object {id} is not in the cache of this worker"));
         let push = pb::PushObjectRequest { object_id: id.to_string(), rails: vec!["127.0.0.1:1".into()], tag: 1 };
@@ -633,7 +670,8 @@ mod tests {
         use pb::peer_service_server::PeerService;
         let (_dir, server) = handlers().await;
         let id = absent_object();
-        let push = |rails: Vec<String>| Request::new(pb::PushObjectRequest { object_id: id.to_string(), rails, tag: 1 });
+        let push =
+            |rails: Vec<String>| Request::new(pb::PushObjectRequest { object_id: id.to_string(), rails, tag: 1 });
         let many = vec!["127.0.0.1:1".to_string(); plexus_proto::rules::MAX_RAILS + 1];
         let cases = [
             (many, "65 rail addresses; at most 64".to_string()),
@@ -693,7 +731,8 @@ mod tests {
         let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "numbers".into() };
         let (url, dest) = (format!("https://{addr}"), dir.path().join("x"));
         let fetch = fetch_object(&url, Some(&tls), &id, None, &dest);
-        let e = tokio::time::timeout(PEER_CONNECT_TIMEOUT * 3, fetch).await.expect("the fetch ends by itself").unwrap_err();
+        let e =
+            tokio::time::timeout(PEER_CONNECT_TIMEOUT * 3, fetch).await.expect("the fetch ends by itself").unwrap_err();
         assert!(e.to_string().contains("no answer within 5s"), "{e}");
         drop(silent);
     }
@@ -707,7 +746,11 @@ mod tests {
         let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "numbers".into() };
         put(&server.cache, dir.path(), &id, b"1234");
         std::fs::remove_file(server.cache.path(&id)).unwrap();
-        let e = server.fetch_object(Request::new(pb::FetchObjectRequest { object_id: id.to_string() })).await.err().expect("refused");
+        let e = server
+            .fetch_object(Request::new(pb::FetchObjectRequest { object_id: id.to_string() }))
+            .await
+            .err()
+            .expect("refused");
         assert_eq!(e.code(), tonic::Code::NotFound, "{}", e.message());
         assert!(!server.cache.contains(&id));
         assert_eq!(server.cache.used(), 0);
@@ -759,7 +802,8 @@ mod tests {
 
         // Missing objects and unusable rail addresses are refused by the holder, not hung on.
         let absent = ObjectId { job, task: "gen".into(), rank: 1, name: "absent".into() };
-        let err = fetch_object_rails(&b.rails, None, &holder, &absent, None, &b.layout.root().join("x")).await.unwrap_err();
+        let err =
+            fetch_object_rails(&b.rails, None, &holder, &absent, None, &b.layout.root().join("x")).await.unwrap_err();
         assert!(err.to_string().contains("not in the cache"), "{err}");
         let mut client = pb::peer_service_client::PeerServiceClient::connect(a.url.clone()).await.unwrap();
         for rails in [vec![], vec!["eth0".to_string()], vec!["127.0.0.1:1".to_string(); 65]] {
@@ -833,14 +877,21 @@ mod tests {
                 assert!(matches!(err, Error::SizeMismatch { .. }), "{err:?}");
                 assert_eq!(
                     err.to_string(),
-                    format!("object {id}: holder {} announced {} bytes, but the assignment says it has {expected}", a.url, data.len())
+                    format!(
+                        "object {id}: holder {} announced {} bytes, but the assignment says it has {expected}",
+                        a.url,
+                        data.len()
+                    )
                 );
                 assert_eq!(written, 0, "nothing was written");
             }
         }
         // Unknown (None) or matching, the same object comes.
         for expected in [None, Some(data.len() as u64)] {
-            assert_eq!(fetch_object_rails(&b.rails, None, &holder, &id, expected, &dest).await.unwrap().bytes, data.len() as u64);
+            assert_eq!(
+                fetch_object_rails(&b.rails, None, &holder, &id, expected, &dest).await.unwrap().bytes,
+                data.len() as u64
+            );
             assert_eq!(fetch_object(&a.url, None, &id, expected, &dest).await.unwrap().bytes, data.len() as u64);
         }
         a.stop().await;
@@ -868,7 +919,10 @@ mod tests {
             Ok(Response::new(Box::pin(stream)))
         }
 
-        async fn push_object(&self, _: Request<pb::PushObjectRequest>) -> Result<Response<pb::PushObjectResponse>, Status> {
+        async fn push_object(
+            &self,
+            _: Request<pb::PushObjectRequest>,
+        ) -> Result<Response<pb::PushObjectResponse>, Status> {
             Err(Status::unimplemented("liar"))
         }
 
@@ -892,7 +946,10 @@ mod tests {
             let server = tokio::spawn(
                 Server::builder()
                     .add_service(pb::peer_service_server::PeerServiceServer::new(liar))
-                    .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), stop.clone().cancelled_owned()),
+                    .serve_with_incoming_shutdown(
+                        tonic::transport::server::TcpIncoming::from(listener),
+                        stop.clone().cancelled_owned(),
+                    ),
             );
             let dest = dir.path().join("download");
             let err = fetch_object(&url, None, &id, Some(expected), &dest).await.unwrap_err();
@@ -901,7 +958,9 @@ mod tests {
             let want = if announced == expected {
                 format!("object {id}: holder {url} sent more than the {expected} bytes it announced; cut off")
             } else {
-                format!("object {id}: holder {url} announced {announced} bytes, but the assignment says it has {expected}")
+                format!(
+                    "object {id}: holder {url} announced {announced} bytes, but the assignment says it has {expected}"
+                )
             };
             assert_eq!(err.to_string(), want);
             stop.cancel();

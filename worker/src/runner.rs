@@ -113,7 +113,11 @@ impl CollectiveWork {
         }
         let root = match kind {
             "reduce" if c.root as usize >= members.len() => {
-                return Err(invalid(format!("reduce root {} is not a member of a collective of {}", c.root, members.len())));
+                return Err(invalid(format!(
+                    "reduce root {} is not a member of a collective of {}",
+                    c.root,
+                    members.len()
+                )));
             }
             "reduce" => Some(c.root as usize),
             _ => None,
@@ -230,7 +234,12 @@ impl Work {
         }
         let res = a.resources.unwrap_or_default();
         if a.gpus.len() != res.gpu as usize {
-            return invalid(format!("it asks for {} GPUs but is given {} devices ({:?})", res.gpu, a.gpus.len(), a.gpus));
+            return invalid(format!(
+                "it asks for {} GPUs but is given {} devices ({:?})",
+                res.gpu,
+                a.gpus.len(),
+                a.gpus
+            ));
         }
         if let Some(i) = a.gpus.iter().enumerate().find_map(|(n, g)| a.gpus[..n].contains(g).then_some(*g)) {
             return invalid(format!("GPU {i} is given twice"));
@@ -255,7 +264,9 @@ impl Work {
     pub fn check_gpus(&self, node: &NodeGpus) -> Result<()> {
         match self.gpus.iter().find(|g| !node.offered.contains(g)) {
             None => Ok(()),
-            Some(g) => Err(Error::InvalidAssignment(format!("GPU {g} is not one this worker offers ({:?})", node.offered))),
+            Some(g) => {
+                Err(Error::InvalidAssignment(format!("GPU {g} is not one this worker offers ({:?})", node.offered)))
+            }
         }
     }
 }
@@ -362,10 +373,19 @@ impl Outcome {
         // Only when the holders could not serve it: a local failure (the cache could not take
         // the object) is this attempt's own.
         let unfetched_input = match &error {
-            Error::FetchInput { object, source } if matches!(**source, Error::Holder { .. } | Error::NoHolder) => object.to_string(),
+            Error::FetchInput { object, source } if matches!(**source, Error::Holder { .. } | Error::NoHolder) => {
+                object.to_string()
+            }
             _ => String::new(),
         };
-        Outcome { state: pb::SubtaskState::Failed, exit_code, error: error.to_string(), started_at, outputs: Vec::new(), unfetched_input }
+        Outcome {
+            state: pb::SubtaskState::Failed,
+            exit_code,
+            error: error.to_string(),
+            started_at,
+            outputs: Vec::new(),
+            unfetched_input,
+        }
     }
 }
 
@@ -384,7 +404,19 @@ impl Runner {
         isolation: Arc<Isolation>,
         gpus: NodeGpus,
     ) -> Runner {
-        Runner { ctx: Arc::new(Ctx { layout, cache, attempts, tracker, rails, isolation, gpus, peer_tls: None, counters: Arc::default() }) }
+        Runner {
+            ctx: Arc::new(Ctx {
+                layout,
+                cache,
+                attempts,
+                tracker,
+                rails,
+                isolation,
+                gpus,
+                peer_tls: None,
+                counters: Arc::default(),
+            }),
+        }
     }
 
     /// The same runner fetching inputs from peers over mutual TLS with `tls`. Call before any
@@ -421,7 +453,11 @@ impl Runner {
         if !a.kind.is_empty() && !is_collective(&a.kind) {
             let now = now_ms();
             let r = match a.kind.as_str() {
-                "noop" => pb::TaskReport { started_at: now, finished_at: now, ..report(&attempt, pb::SubtaskState::Succeeded) },
+                "noop" => pb::TaskReport {
+                    started_at: now,
+                    finished_at: now,
+                    ..report(&attempt, pb::SubtaskState::Succeeded)
+                },
                 other => pb::TaskReport {
                     error: format!("unknown built-in kind {other:?}"),
                     exit_code: NO_EXIT_CODE,
@@ -563,7 +599,14 @@ impl Ctx {
             let ran = self.collective(work, c, &in_dir, &out_dir, stdout, cancel).await;
             return match ran {
                 Ok(()) => match self.collect_outputs(work, &out_dir, acct, pins) {
-                    Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code: 0, error: String::new(), started_at, outputs, unfetched_input: String::new() },
+                    Ok(outputs) => Outcome {
+                        state: pb::SubtaskState::Succeeded,
+                        exit_code: 0,
+                        error: String::new(),
+                        started_at,
+                        outputs,
+                        unfetched_input: String::new(),
+                    },
                     Err(e) => Outcome::failed(e, started_at, NO_EXIT_CODE),
                 },
                 Err(Error::Cancelled) => self.cancelled(started_at, NO_EXIT_CODE),
@@ -571,10 +614,11 @@ impl Ctx {
             };
         }
         let program = &work.argv[0];
-        let mut confinement = match confine(&self.isolation, Layout::attempt_name(a), Limits::new(work.cpu, work.memory)).await {
-            Ok(c) => c,
-            Err(e) => return Outcome::failed(e, started_at, NO_EXIT_CODE),
-        };
+        let mut confinement =
+            match confine(&self.isolation, Layout::attempt_name(a), Limits::new(work.cpu, work.memory)).await {
+                Ok(c) => c,
+                Err(e) => return Outcome::failed(e, started_at, NO_EXIT_CODE),
+            };
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&work.argv[1..])
             .current_dir(workdir)
@@ -649,7 +693,14 @@ impl Ctx {
             }
             End::Cancelled => self.cancelled(started_at, exit_code),
             End::Exited if status.success() => match self.collect_outputs(work, &out_dir, acct, pins) {
-                Ok(outputs) => Outcome { state: pb::SubtaskState::Succeeded, exit_code, error: String::new(), started_at, outputs, unfetched_input: String::new() },
+                Ok(outputs) => Outcome {
+                    state: pb::SubtaskState::Succeeded,
+                    exit_code,
+                    error: String::new(),
+                    started_at,
+                    outputs,
+                    unfetched_input: String::new(),
+                },
                 Err(e) => Outcome::failed(e, started_at, exit_code),
             },
             End::Exited => match memory_limit {
@@ -753,10 +804,12 @@ impl Ctx {
             None => None,
         };
         let kind = x.kind();
-        let exchanger = Exchanger::new(Arc::clone(&self.rails), c.members.clone(), a.rank as usize, c.tag).map_err(Error::Communicator)?;
+        let exchanger = Exchanger::new(Arc::clone(&self.rails), c.members.clone(), a.rank as usize, c.tag)
+            .map_err(Error::Communicator)?;
         let len = data.len();
         let started = std::time::Instant::now();
-        let run = x.run(&exchanger, c.dtype, Bytes::from(data), work.inputs.first().map(|i| &i.id), split_file.as_deref());
+        let run =
+            x.run(&exchanger, c.dtype, Bytes::from(data), work.inputs.first().map(|i| &i.id), split_file.as_deref());
         let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
         let result = tokio::select! {
             r = run => r?,
@@ -766,7 +819,9 @@ impl Ctx {
         let took = started.elapsed();
         self.counters.collective(kind, len as u64, u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
         let written = result.len();
-        tokio::fs::write(out_dir.join(output), result).await.map_err(|source| Error::WriteOutput { name: output.clone(), source })?;
+        tokio::fs::write(out_dir.join(output), result)
+            .await
+            .map_err(|source| Error::WriteOutput { name: output.clone(), source })?;
         let _ = writeln!(
             log,
             "{kind} {} {}, schedule {}, rank {}: sent {len} bytes, wrote {written} bytes in {:.3} ms",
@@ -781,7 +836,14 @@ impl Ctx {
 
     fn cancelled(&self, started_at: u64, exit_code: i32) -> Outcome {
         let why = if self.attempts.shutting_down() { "the worker shut down" } else { "cancelled by the coordinator" };
-        Outcome { state: pb::SubtaskState::Cancelled, exit_code, error: why.into(), started_at, outputs: Vec::new(), unfetched_input: String::new() }
+        Outcome {
+            state: pb::SubtaskState::Cancelled,
+            exit_code,
+            error: why.into(),
+            started_at,
+            outputs: Vec::new(),
+            unfetched_input: String::new(),
+        }
     }
 
     /// Links every input into `in/<task>/<rank>/<name>`, fetching the ones not cached.
@@ -814,8 +876,11 @@ impl Ctx {
                 Some(pin) => pin,
                 None => {
                     let pin = self.fetch(input, acct).await?;
-                    link_or_copy(&self.cache.path(&input.id), &dest)
-                        .map_err(|source| Error::PlaceInput { object: input.id.clone(), dest: dest.clone(), source })?;
+                    link_or_copy(&self.cache.path(&input.id), &dest).map_err(|source| Error::PlaceInput {
+                        object: input.id.clone(),
+                        dest: dest.clone(),
+                        source,
+                    })?;
                     pin
                 }
             };
@@ -835,7 +900,16 @@ impl Ctx {
             let mut fetched = None;
             if !holder.rails.is_empty() {
                 let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-                match peer::fetch_object_rails(&self.rails, self.peer_tls.as_ref(), holder, &input.id, input.expected_size(), &tmp.0).await {
+                match peer::fetch_object_rails(
+                    &self.rails,
+                    self.peer_tls.as_ref(),
+                    holder,
+                    &input.id,
+                    input.expected_size(),
+                    &tmp.0,
+                )
+                .await
+                {
                     Ok(f) => {
                         debug!(object = %input.id, holder = url, bytes = f.bytes, "fetched over the data plane");
                         fetched = Some((f, tmp));
@@ -850,7 +924,9 @@ impl Ctx {
                 Some(f) => f,
                 None => {
                     let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-                    match peer::fetch_object(url, self.peer_tls.as_ref(), &input.id, input.expected_size(), &tmp.0).await {
+                    match peer::fetch_object(url, self.peer_tls.as_ref(), &input.id, input.expected_size(), &tmp.0)
+                        .await
+                    {
                         Ok(f) => (f, tmp),
                         Err(e) => {
                             debug!(object = %input.id, holder = url, error = %e, "fetch from holder failed");
@@ -1052,7 +1128,15 @@ mod tests {
         // A worker name of its own per fixture, so tests running side by side never share cgroups.
         let name = format!("test-{}", uuid::Uuid::new_v4());
         let isolation = Arc::new(Isolation::setup(choice, &name, layout.pid_records_dir()).unwrap());
-        let runner = Runner::new(layout.clone(), cache.clone(), attempts.clone(), tracker.clone(), rails.clone(), isolation.clone(), gpus);
+        let runner = Runner::new(
+            layout.clone(),
+            cache.clone(),
+            attempts.clone(),
+            tracker.clone(),
+            rails.clone(),
+            isolation.clone(),
+            gpus,
+        );
         (Fixture { _dir: dir, layout, cache, attempts, runner, tracker, rails }, isolation)
     }
 
@@ -1105,11 +1189,14 @@ mod tests {
     async fn commands_see_their_environment_and_outputs_go_to_the_cache() {
         let f = fixture().await;
         let a = attempt(JobId::random(), "gen");
-        let mut w = work(&a, sh(r#"
+        let mut w = work(
+            &a,
+            sh(r#"
             printf '%s %s %s %s %s %s' "$PLEXUS_JOB" "$PLEXUS_TASK" "$PLEXUS_RANK" "$PLEXUS_REPLICAS" "$PLEXUS_ATTEMPT" "$EXTRA" > "$PLEXUS_OUT/env"
             [ -d "$PLEXUS_IN" ] && [ -d ./in ] && [ -d ./out ] && printf ok > "$PLEXUS_OUT/checks"
             echo to-stdout; echo to-stderr >&2
-        "#));
+        "#),
+        );
         w.outputs = vec!["env".into(), "checks".into()];
         w.env = vec![("EXTRA".into(), "x y".into()), ("PLEXUS_RANK".into(), "overridden?".into())];
         let r = f.runner.run(&w, &CancellationToken::new()).await;
@@ -1207,8 +1294,10 @@ mod tests {
     #[test]
     fn env_keys_are_checked_with_the_shared_rule() {
         let a = attempt(JobId::random(), "env");
-        let base = pb::Assignment { attempt: Some(pb::AttemptRef::from(&a)), command: sh("true"), ..Default::default() };
-        let with_key = |k: &str| pb::Assignment { env: HashMap::from([(k.to_string(), "v".to_string())]), ..base.clone() };
+        let base =
+            pb::Assignment { attempt: Some(pb::AttemptRef::from(&a)), command: sh("true"), ..Default::default() };
+        let with_key =
+            |k: &str| pb::Assignment { env: HashMap::from([(k.to_string(), "v".to_string())]), ..base.clone() };
         assert!(Work::from_pb(a.clone(), with_key("OMP_NUM_THREADS")).is_ok());
         for (key, text) in [
             ("PLEXUS_OUT", "invalid assignment: env key \"PLEXUS_OUT\" is reserved (PLEXUS_* are set by the worker)"),
@@ -1291,15 +1380,25 @@ mod tests {
         for (cpu, threads) in [(0.0, "1"), (0.5, "1"), (1.0, "1"), (2.5, "3"), (8.0, "8")] {
             w.cpu = cpu;
             let env = env_of(&w, &NodeGpus::default());
-            assert_eq!((env["OMP_NUM_THREADS"].as_str(), env["MKL_NUM_THREADS"].as_str()), (threads, threads), "cpu {cpu}");
+            assert_eq!(
+                (env["OMP_NUM_THREADS"].as_str(), env["MKL_NUM_THREADS"].as_str()),
+                (threads, threads),
+                "cpu {cpu}"
+            );
         }
         w.env = vec![("OMP_NUM_THREADS".into(), "16".into()), ("OTHER".into(), "x".into())];
         let env = env_of(&w, &NodeGpus::default());
-        assert_eq!((env["OMP_NUM_THREADS"].as_str(), env["MKL_NUM_THREADS"].as_str(), env["OTHER"].as_str()), ("16", "8", "x"));
+        assert_eq!(
+            (env["OMP_NUM_THREADS"].as_str(), env["MKL_NUM_THREADS"].as_str(), env["OTHER"].as_str()),
+            ("16", "8", "x")
+        );
         // The PLEXUS_* variables are the worker's, whatever the env says.
         w.env = vec![("PLEXUS_RANK".into(), "99".into())];
         let env = env_of(&w, &NodeGpus::default());
-        assert_eq!((env["PLEXUS_RANK"].as_str(), env["PLEXUS_OUT"].as_str(), env["PLEXUS_IN"].as_str()), ("2", "/w/out", "/w/in"));
+        assert_eq!(
+            (env["PLEXUS_RANK"].as_str(), env["PLEXUS_OUT"].as_str(), env["PLEXUS_IN"].as_str()),
+            ("2", "/w/out", "/w/in")
+        );
         assert_eq!(env["PLEXUS_JOB"], a.job.to_string());
     }
 
@@ -1310,7 +1409,10 @@ mod tests {
         let mut w = work(&a, sh("true"));
         w.gpus = vec![1, 3];
         // The job's own value loses: the devices are the coordinator's to give.
-        w.env = vec![("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into()), ("CUDA_DEVICE_ORDER".into(), "FASTEST_FIRST".into())];
+        w.env = vec![
+            ("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3".into()),
+            ("CUDA_DEVICE_ORDER".into(), "FASTEST_FIRST".into()),
+        ];
         let env = env_of(&w, &node);
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], "1,3");
         assert_eq!(env["PLEXUS_GPUS"], "1,3");
@@ -1359,7 +1461,8 @@ mod tests {
     /// The assignment path (`Runner::assign`) refuses GPUs the worker does not offer.
     #[tokio::test]
     async fn an_attempt_given_a_gpu_the_worker_lacks_fails() {
-        let (f, _iso) = fixture_with(Choice::Only(Mode::ProcessGroup), NodeGpus { offered: vec![0], present: true }).await;
+        let (f, _iso) =
+            fixture_with(Choice::Only(Mode::ProcessGroup), NodeGpus { offered: vec![0], present: true }).await;
         let a = attempt(JobId::random(), "gpu");
         f.runner.assign(pb::Assignment {
             attempt: Some(pb::AttemptRef::from(&a)),
@@ -1378,18 +1481,26 @@ mod tests {
     #[tokio::test]
     async fn daemons_do_not_outlive_their_attempt() {
         let (f, iso) = fixture_with(Choice::Auto, NodeGpus::default()).await;
-        let Some(_closing) = crate::isolation::tests::guard("daemons_do_not_outlive_their_attempt", &iso) else { return };
+        let Some(_closing) = crate::isolation::tests::guard("daemons_do_not_outlive_their_attempt", &iso) else {
+            return;
+        };
         let job = JobId::random();
         for cancelled in [true, false] {
             let pid_file = f.layout.root().join(format!("daemon-{cancelled}"));
             let tail = if cancelled { "exec sleep 100" } else { "exit 0" };
-            let script = format!("setsid sh -c 'echo $$ > {}; exec sleep 100' & while [ ! -s {} ]; do sleep 0.01; done; {tail}", pid_file.display(), pid_file.display());
+            let script = format!(
+                "setsid sh -c 'echo $$ > {}; exec sleep 100' & while [ ! -s {} ]; do sleep 0.01; done; {tail}",
+                pid_file.display(),
+                pid_file.display()
+            );
             let w = work(&attempt(job, &format!("d{cancelled}")), sh(&script));
             let cancel = CancellationToken::new();
             let run = f.runner.run(&w, &cancel);
             let stop = async {
                 let daemon = loop {
-                    if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<i32>().ok()) {
+                    if let Some(pid) =
+                        std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<i32>().ok())
+                    {
                         break pid;
                     }
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -1402,7 +1513,13 @@ mod tests {
             let (r, daemon) = tokio::join!(run, stop);
             let expected = if cancelled { pb::SubtaskState::Cancelled } else { pb::SubtaskState::Succeeded };
             assert_eq!(state(&r), expected, "{}", r.error);
-            assert!(process_gone(daemon) || { tokio::time::sleep(Duration::from_millis(200)).await; process_gone(daemon) }, "daemon {daemon} survived (cancelled: {cancelled})");
+            assert!(
+                process_gone(daemon) || {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    process_gone(daemon)
+                },
+                "daemon {daemon} survived (cancelled: {cancelled})"
+            );
         }
     }
 
@@ -1411,7 +1528,10 @@ mod tests {
     #[tokio::test]
     async fn memory_over_the_limit_is_reported_as_out_of_memory() {
         let (f, iso) = fixture_with(Choice::Auto, NodeGpus::default()).await;
-        let Some(_closing) = crate::isolation::tests::guard("memory_over_the_limit_is_reported_as_out_of_memory", &iso) else { return };
+        let Some(_closing) = crate::isolation::tests::guard("memory_over_the_limit_is_reported_as_out_of_memory", &iso)
+        else {
+            return;
+        };
         let job = JobId::random();
         // tail keeps a line in memory until its end; /dev/zero has no newline.
         let mut w = work(&attempt(job, "hog"), sh("head -c 256M /dev/zero | tail > /dev/null"));
@@ -1459,7 +1579,8 @@ mod tests {
     async fn invalid_assignments_fail_with_a_reason() {
         let f = fixture().await;
         let a = attempt(JobId::random(), "bad");
-        let base = pb::Assignment { attempt: Some(pb::AttemptRef::from(&a)), command: sh("true"), ..Default::default() };
+        let base =
+            pb::Assignment { attempt: Some(pb::AttemptRef::from(&a)), command: sh("true"), ..Default::default() };
         let cases = [
             pb::Assignment { command: vec![], ..base.clone() },
             pb::Assignment { outputs: vec!["../escape".into()], ..base.clone() },
@@ -1566,13 +1687,17 @@ mod tests {
         let f = fixture().await;
         // A dead holder first: the next one must be tried. The live one has rails, so the object
         // comes over the data plane.
-        let mut w = work(&attempt(job, "use"), sh("wc -c < \"$PLEXUS_IN/gen/5/numbers\" | tr -d ' ' > \"$PLEXUS_OUT/n\""));
+        let mut w =
+            work(&attempt(job, "use"), sh("wc -c < \"$PLEXUS_IN/gen/5/numbers\" | tr -d ' ' > \"$PLEXUS_OUT/n\""));
         w.inputs = vec![Input {
             id: id.clone(),
             task: "gen".into(),
             rank: 5,
             name: "numbers".into(),
-            holders: vec![grpc_only("http://127.0.0.1:1"), peer::Source { peer_addr: url, rails: producer_rails.local_addrs() }],
+            holders: vec![
+                grpc_only("http://127.0.0.1:1"),
+                peer::Source { peer_addr: url, rails: producer_rails.local_addrs() },
+            ],
             size: 3_000_000,
         }];
         w.outputs = vec!["n".into()];
@@ -1596,8 +1721,17 @@ mod tests {
         std::fs::create_dir_all(layout.tmp_dir()).unwrap();
         let cache = Cache::open(layout.cache_dir(), 100).unwrap();
         let attempts = Attempts::new(CancellationToken::new());
-        let isolation = Arc::new(Isolation::setup(Choice::Only(Mode::ProcessGroup), "test", layout.pid_records_dir()).unwrap());
-        let runner = Runner::new(layout.clone(), cache.clone(), attempts, TaskTracker::new(), endpoint().await, isolation, NodeGpus::default());
+        let isolation =
+            Arc::new(Isolation::setup(Choice::Only(Mode::ProcessGroup), "test", layout.pid_records_dir()).unwrap());
+        let runner = Runner::new(
+            layout.clone(),
+            cache.clone(),
+            attempts,
+            TaskTracker::new(),
+            endpoint().await,
+            isolation,
+            NodeGpus::default(),
+        );
         let job = JobId::random();
         let old = ObjectId { job, task: "old".into(), rank: 0, name: "x".into() };
         std::fs::write(layout.root().join("scratch"), [0u8; 80]).unwrap();
@@ -1621,7 +1755,10 @@ mod tests {
             inputs: vec![pb::InputObject { object_id: id.to_string(), ..Default::default() }],
             outputs: vec!["total".into()],
             collective: Some(pb::Collective {
-                members: members.iter().map(|m| pb::Member { rails: m.iter().map(ToString::to_string).collect() }).collect(),
+                members: members
+                    .iter()
+                    .map(|m| pb::Member { rails: m.iter().map(ToString::to_string).collect() })
+                    .collect(),
                 // Each gang has its own tag space, as the coordinator gives it (a hash of job, task
                 // and generation): the data plane refuses a second message under a tag that was
                 // delivered to a posted receive, so two collectives must not share one.
@@ -1669,7 +1806,9 @@ mod tests {
                 assert_eq!(state(r), pb::SubtaskState::Succeeded, "{kind}: {}", r.error);
             }
             let expect: Vec<u8> = (0..1000i32).flat_map(|i| (i * 3).to_le_bytes()).collect();
-            let out = |f: &Fixture, rank| std::fs::read(f.cache.path(&ObjectId { job, task: "sum".into(), rank, name: "total".into() })).unwrap();
+            let out = |f: &Fixture, rank| {
+                std::fs::read(f.cache.path(&ObjectId { job, task: "sum".into(), rank, name: "total".into() })).unwrap()
+            };
             if kind == "allreduce" {
                 assert_eq!(out(&f0, 0), expect);
                 assert_eq!(out(&f1, 1), expect);

@@ -126,7 +126,12 @@ pub fn leader_of(status: &tonic::Status) -> Option<String> {
     if status.code() != tonic::Code::Unavailable {
         return None;
     }
-    status.metadata().get(LEADER_METADATA).and_then(|v| v.to_str().ok()).filter(|u| u.starts_with("http://") || u.starts_with("https://")).map(str::to_string)
+    status
+        .metadata()
+        .get(LEADER_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+        .map(str::to_string)
 }
 
 /// Everything the coordinator connection needs.
@@ -265,7 +270,9 @@ impl Session {
             None => endpoint,
         };
         // Bounded whole: a coordinator that hangs must not keep the worker from the next one.
-        let channel = plexus_security::tls::connect_within(&endpoint, SESSION_CONNECT_LIMIT).await.map_err(Error::connect(&coordinator))?;
+        let channel = plexus_security::tls::connect_within(&endpoint, SESSION_CONNECT_LIMIT)
+            .await
+            .map_err(Error::connect(&coordinator))?;
         // The one message-size policy: the coordinator sends assignments up to this size.
         let mut client = pb::worker_service_client::WorkerServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE)
@@ -283,10 +290,13 @@ impl Session {
         let reply = with_timeout("Register", SETUP_TIMEOUT, client.register(request)).await?.into_inner();
         *registered = true;
         if !reply.rail_key.is_empty() {
-            let key = plexus_dataplane::RailKey::from_bytes(&reply.rail_key).map_err(|e| Error::Config(format!("the coordinator sent an unusable rail key: {e}")))?;
+            let key = plexus_dataplane::RailKey::from_bytes(&reply.rail_key)
+                .map_err(|e| Error::Config(format!("the coordinator sent an unusable rail key: {e}")))?;
             self.rails.set_rail_key(key);
         } else if self.tls.is_some() {
-            return Err(Error::Config("the coordinator sent no rail key over a secure connection; is it running with --insecure?".into()));
+            return Err(Error::Config(
+                "the coordinator sent no rail key over a secure connection; is it running with --insecure?".into(),
+            ));
         }
         if let Err(e) = std::fs::write(&self.registered_file, format!("{} {}\n", self.session, coordinator)) {
             debug!(error = %e, "cannot write the registered marker");
@@ -304,7 +314,8 @@ impl Session {
             heartbeat = ?interval, "registered with the coordinator"
         );
 
-        let stream_request = pb::AssignmentsRequest { worker_id: self.worker_id.to_string(), session: self.session.clone() };
+        let stream_request =
+            pb::AssignmentsRequest { worker_id: self.worker_id.to_string(), session: self.session.clone() };
         let stream = with_timeout("Assignments", SETUP_TIMEOUT, client.assignments(stream_request)).await?.into_inner();
         tokio::select! {
             r = self.assignments(stream) => r,
@@ -426,7 +437,10 @@ mod tests {
     fn the_backoff_doubles_to_its_cap_and_resets() {
         let mut b = Backoff::default();
         let ms = |b: &mut Backoff| b.next_delay().as_millis();
-        assert_eq!([ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b)], [200, 400, 800, 1600, 2000, 2000]);
+        assert_eq!(
+            [ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b)],
+            [200, 400, 800, 1600, 2000, 2000]
+        );
         b.reset();
         assert_eq!([ms(&mut b), ms(&mut b)], [200, 400]);
     }

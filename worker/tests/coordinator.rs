@@ -14,8 +14,8 @@ use std::time::Duration;
 use plexus_proto::{AttemptRef, JobId, pb};
 use plexus_worker::{Config, Worker};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::StreamExt;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status};
 
 #[derive(Default)]
@@ -43,7 +43,11 @@ struct FakeService(Arc<Shared>);
 impl pb::worker_service_server::WorkerService for FakeService {
     async fn register(&self, r: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
         self.0.rec.lock().unwrap().registers.push(r.into_inner());
-        Ok(Response::new(pb::RegisterResponse { heartbeat_interval_ms: 50, heartbeat_timeout_ms: 5000, rail_key: vec![] }))
+        Ok(Response::new(pb::RegisterResponse {
+            heartbeat_interval_ms: 50,
+            heartbeat_timeout_ms: 5000,
+            rail_key: vec![],
+        }))
     }
 
     /// An insecure coordinator's answers: these tests drive the worker with `--insecure`.
@@ -51,7 +55,10 @@ impl pb::worker_service_server::WorkerService for FakeService {
         Err(Status::failed_precondition("this fake coordinator is insecure"))
     }
 
-    async fn resolve_peer(&self, _: Request<pb::ResolvePeerRequest>) -> Result<Response<pb::ResolvePeerResponse>, Status> {
+    async fn resolve_peer(
+        &self,
+        _: Request<pb::ResolvePeerRequest>,
+    ) -> Result<Response<pb::ResolvePeerResponse>, Status> {
         Err(Status::failed_precondition("this fake coordinator is insecure"))
     }
 
@@ -61,15 +68,22 @@ impl pb::worker_service_server::WorkerService for FakeService {
         Ok(Response::new(pb::HeartbeatResponse { reregister }))
     }
 
-    type AssignmentsStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
+    type AssignmentsStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
 
-    async fn assignments(&self, _: Request<pb::AssignmentsRequest>) -> Result<Response<Self::AssignmentsStream>, Status> {
+    async fn assignments(
+        &self,
+        _: Request<pb::AssignmentsRequest>,
+    ) -> Result<Response<Self::AssignmentsStream>, Status> {
         let (tx, rx) = mpsc::channel(16);
         self.0.rec.lock().unwrap().stream = Some(tx);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn report_tasks(&self, r: Request<pb::ReportTasksRequest>) -> Result<Response<pb::ReportTasksResponse>, Status> {
+    async fn report_tasks(
+        &self,
+        r: Request<pb::ReportTasksRequest>,
+    ) -> Result<Response<pb::ReportTasksResponse>, Status> {
         let reports = r.into_inner().reports;
         let mut rec = self.0.rec.lock().unwrap();
         rec.offered.extend(reports.iter().cloned());
@@ -91,7 +105,8 @@ struct Fake {
 impl Fake {
     fn start(addr: SocketAddr, accept_reports: bool) -> Fake {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let shared = Arc::new(Shared { rec: Mutex::default(), accept_reports, reregister_once: AtomicBool::new(false) });
+        let shared =
+            Arc::new(Shared { rec: Mutex::default(), accept_reports, reregister_once: AtomicBool::new(false) });
         let listener = {
             let _guard = rt.enter();
             // SO_REUSEADDR lets a restarted coordinator take the same port at once.
@@ -211,10 +226,9 @@ async fn register_assign_heartbeat_report() {
         cancel: vec![],
     })
     .await;
-    let done = wait_until("the command's final report", || {
-        fake.with(|r| find(&r.accepted, &c, pb::SubtaskState::Succeeded))
-    })
-    .await;
+    let done =
+        wait_until("the command's final report", || fake.with(|r| find(&r.accepted, &c, pb::SubtaskState::Succeeded)))
+            .await;
     assert_eq!(done.stdout_tail, b"hi\n");
     let object = format!("{job}/gen/3/x");
     assert_eq!(done.outputs, vec![pb::ObjectInfo { object_id: object.clone(), size: 2 }]);
@@ -226,7 +240,12 @@ async fn register_assign_heartbeat_report() {
 
     // Heartbeats carry the node state, including the new object.
     let hb = wait_until("a heartbeat listing the object", || {
-        fake.with(|r| r.heartbeats.iter().find(|h| h.state.as_ref().is_some_and(|s| s.objects.iter().any(|o| o.object_id == object))).cloned())
+        fake.with(|r| {
+            r.heartbeats
+                .iter()
+                .find(|h| h.state.as_ref().is_some_and(|s| s.objects.iter().any(|o| o.object_id == object)))
+                .cloned()
+        })
     })
     .await;
     let state = hb.state.unwrap();
@@ -237,11 +256,8 @@ async fn register_assign_heartbeat_report() {
 
     // The logs and the object are served to peers.
     let mut peer = pb::peer_service_client::PeerServiceClient::connect(worker.peer_addr().to_string()).await.unwrap();
-    let log = peer
-        .read_log(pb::ReadLogRequest { attempt: Some((&c).into()), max_bytes: 0 })
-        .await
-        .unwrap()
-        .into_inner();
+    let log =
+        peer.read_log(pb::ReadLogRequest { attempt: Some((&c).into()), max_bytes: 0 }).await.unwrap().into_inner();
     assert_eq!(log.stdout, b"hi\n");
     let mut chunks = peer.fetch_object(pb::FetchObjectRequest { object_id: object }).await.unwrap().into_inner();
     let first = chunks.next().await.unwrap().unwrap();
@@ -286,7 +302,11 @@ async fn reports_and_known_attempts_survive_a_coordinator_restart() {
     // The restarted coordinator, on the same address, acknowledges reports.
     let b = Fake::start(addr, true);
     let reg = wait_until("Register with the restarted coordinator", || b.with(|r| r.registers.first().cloned())).await;
-    assert_eq!(set(&reg.known), HashSet::from([n.clone(), long.clone()]), "running and unacknowledged attempts are known");
+    assert_eq!(
+        set(&reg.known),
+        HashSet::from([n.clone(), long.clone()]),
+        "running and unacknowledged attempts are known"
+    );
     assert_eq!(set(&reg.state.unwrap().running), HashSet::from([long.clone()]));
     wait_until("the unacknowledged reports, sent again", || {
         b.with(|r| {
@@ -300,14 +320,15 @@ async fn reports_and_known_attempts_survive_a_coordinator_restart() {
     // Re-sending the assignment of a known attempt does not run it twice.
     b.send(pb::AssignmentBatch { assign: vec![command(&long, "exec sleep 100", &[]), noop(&n)], cancel: vec![] }).await;
     b.send(pb::AssignmentBatch { assign: vec![], cancel: vec![(&long).into()] }).await;
-    let cancelled = wait_until("the CANCELLED report", || {
-        b.with(|r| find(&r.accepted, &long, pb::SubtaskState::Cancelled))
-    })
-    .await;
+    let cancelled =
+        wait_until("the CANCELLED report", || b.with(|r| find(&r.accepted, &long, pb::SubtaskState::Cancelled))).await;
     assert_eq!(cancelled.error, "cancelled by the coordinator");
     assert_eq!(cancelled.exit_code, 128 + 9);
     b.with(|r| {
-        let runs = r.accepted.iter().filter(|x| x.attempt.as_ref() == Some(&(&long).into()) && x.state == pb::SubtaskState::Running as i32);
+        let runs = r
+            .accepted
+            .iter()
+            .filter(|x| x.attempt.as_ref() == Some(&(&long).into()) && x.state == pb::SubtaskState::Running as i32);
         assert_eq!(runs.count(), 1, "the re-sent assignment was ignored");
         let noops = r.accepted.iter().filter(|x| x.attempt.as_ref() == Some(&(&n).into()));
         assert_eq!(noops.count(), 1, "the re-sent noop was ignored");
@@ -349,7 +370,10 @@ async fn assignment_batches_past_4_mib_are_received() {
     let mut big = noop(&a);
     big.env = std::collections::HashMap::from([("PAD".to_string(), "x".repeat(6 << 20))]);
     fake.send(pb::AssignmentBatch { assign: vec![big], cancel: vec![] }).await;
-    wait_until("the report of the 6 MiB assignment", || fake.with(|r| find(&r.accepted, &a, pb::SubtaskState::Succeeded))).await;
+    wait_until("the report of the 6 MiB assignment", || {
+        fake.with(|r| find(&r.accepted, &a, pb::SubtaskState::Succeeded))
+    })
+    .await;
     worker.shutdown().await.unwrap();
 }
 

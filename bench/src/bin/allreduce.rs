@@ -35,18 +35,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use plexus_dataplane::collective::Profile;
 use plexus_dataplane::rig::Rig;
-use plexus_dataplane::{
-    Algorithm, CollectiveConfig, Communicator, DType, EndpointConfig, ReduceOp,
-};
+use plexus_dataplane::{Algorithm, CollectiveConfig, Communicator, DType, EndpointConfig, ReduceOp};
 
 const MIB: usize = 1 << 20;
 /// Untimed iterations first: connections are opened lazily and buffers faulted in.
 const WARMUP: usize = 3;
 const SEED: u64 = 3;
-const GLOO: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/anchors/gloo_allreduce.py"
-);
+const GLOO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/anchors/gloo_allreduce.py");
 
 #[derive(Clone, Debug)]
 struct Opts {
@@ -129,12 +124,7 @@ impl Opts {
     }
 
     fn to_args(&self) -> Vec<String> {
-        let join = |v: &[usize]| {
-            v.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let join = |v: &[usize]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
         let mut args: Vec<String> = vec![
             "--sizes".into(),
             join(&self.sizes),
@@ -147,11 +137,7 @@ impl Opts {
             "--seg-max".into(),
             (self.seg_max as f64 / MIB as f64).to_string(),
             "--algorithms".into(),
-            self.algorithms
-                .iter()
-                .map(|a| a.name())
-                .collect::<Vec<_>>()
-                .join(","),
+            self.algorithms.iter().map(|a| a.name()).collect::<Vec<_>>().join(","),
         ];
         if let Some(b) = self.sndbuf {
             args.extend(["--sndbuf".into(), (b >> 10).to_string()]);
@@ -224,10 +210,7 @@ fn main() {
         "gloo ÷"
     );
     for r in &ours {
-        let g = gloo
-            .iter()
-            .find(|g| g.0 == r.n && g.1 == r.mib)
-            .map(|g| g.2);
+        let g = gloo.iter().find(|g| g.0 == r.n && g.1 == r.mib).map(|g| g.2);
         let bound = capacity / r.n as f64;
         println!(
             "{:>2} {:>5}MiB {:>9} {:>5} {:>10.2} {:>11.3} {:>11.3} {:>12} {:>8} {:>11.3} {:>8.2} {:>8}",
@@ -251,7 +234,9 @@ fn main() {
         println!();
         println!("busBW with the rail handshake (key) ÷ without (open), same N, size and algorithm:");
         for k in ours.iter().filter(|r| r.label == "key") {
-            if let Some(o) = ours.iter().find(|o| o.label == "open" && o.n == k.n && o.mib == k.mib && o.algorithm == k.algorithm) {
+            if let Some(o) =
+                ours.iter().find(|o| o.label == "open" && o.n == k.n && o.mib == k.mib && o.algorithm == k.algorithm)
+            {
                 println!("  N={} {:>4} MiB {:>9}: {:.3}", k.n, k.mib, k.algorithm.name(), k.bus_bw() / o.bus_bw());
             }
         }
@@ -299,8 +284,7 @@ fn rig_main(opts: &Opts, spec: &str) {
         opts.slices,
         opts.window,
         opts.seg_max as f64 / MIB as f64,
-        opts.sndbuf
-            .map_or("autotuned".to_string(), |b| format!("{} KiB", b >> 10)),
+        opts.sndbuf.map_or("autotuned".to_string(), |b| format!("{} KiB", b >> 10)),
         opts.iters
     );
     let started = Instant::now();
@@ -326,19 +310,23 @@ fn rig_main(opts: &Opts, spec: &str) {
     println!();
     println!(
         "{:>2} {:>8} {:>9} {:>8} {:>10} {:>11} {:>11} {:>14} {:>12} {:>8}",
-        "N", "size", "algorithm", "rails", "median_ms", "algBW_GB/s", "busBW_GB/s", "gain ÷ 1 rail", "gloo_busBW", "÷ gloo"
+        "N",
+        "size",
+        "algorithm",
+        "rails",
+        "median_ms",
+        "algBW_GB/s",
+        "busBW_GB/s",
+        "gain ÷ 1 rail",
+        "gloo_busBW",
+        "÷ gloo"
     );
     for r in &rows {
         let one = rows
             .iter()
-            .find(|o| {
-                o.n == r.n && o.mib == r.mib && o.algorithm == r.algorithm && o.label == "1 rail"
-            })
+            .find(|o| o.n == r.n && o.mib == r.mib && o.algorithm == r.algorithm && o.label == "1 rail")
             .map_or(f64::NAN, |o| o.median);
-        let g = gloo
-            .iter()
-            .find(|g| g.0 == r.n && g.1 == r.mib)
-            .map(|g| g.2);
+        let g = gloo.iter().find(|g| g.0 == r.n && g.1 == r.mib).map(|g| g.2);
         println!(
             "{:>2} {:>5}MiB {:>9} {:>8} {:>10.2} {:>11.3} {:>11.3} {:>13.2}× {:>12} {:>8}",
             r.n,
@@ -354,7 +342,9 @@ fn rig_main(opts: &Opts, spec: &str) {
         );
     }
     if opts.gloo {
-        println!("gloo_busBW: Gloo's allreduce (../shared/anchors/gloo_collective.py, one process per rank in its host's namespace) on rail 0 alone, since Gloo does not stripe; ÷ gloo is our busBW ÷ that.");
+        println!(
+            "gloo_busBW: Gloo's allreduce (../shared/anchors/gloo_collective.py, one process per rank in its host's namespace) on rail 0 alone, since Gloo does not stripe; ÷ gloo is our busBW ÷ that."
+        );
     }
     if let Some(&mib) = opts.sizes.iter().max() {
         print_profiles(&rows, mib);
@@ -460,7 +450,8 @@ fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>, auth: &str) -> V
 
 /// One worker process: bind, learn the group, run every (algorithm, size), report from rank 0.
 async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
-    let (ep, ranks) = plexus_bench::world::join(&opts.rails, opts.seg_max, opts.sndbuf, opts.rail_key.as_deref()).await?;
+    let (ep, ranks) =
+        plexus_bench::world::join(&opts.rails, opts.seg_max, opts.sndbuf, opts.rail_key.as_deref()).await?;
     let n = ranks.len();
     for (i, &algorithm) in opts.algorithms.iter().enumerate() {
         let comm = Communicator::new(
@@ -468,11 +459,7 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
             ranks.clone(),
             rank,
             (i as u64) << 56,
-            CollectiveConfig {
-                algorithm,
-                slices: opts.slices,
-                send_window: opts.window,
-            },
+            CollectiveConfig { algorithm, slices: opts.slices, send_window: opts.window },
         )
         .map_err(|e| e.to_string())?;
         for &mib in &opts.sizes {
@@ -485,14 +472,9 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
             for it in 0..WARMUP + opts.iters {
                 // Barrier: a one-element allreduce.
                 let mut b = [0i32];
-                comm.allreduce_typed(&mut b, ReduceOp::Sum)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                comm.allreduce_typed(&mut b, ReduceOp::Sum).await.map_err(|e| e.to_string())?;
                 let t = Instant::now();
-                let out = comm
-                    .allreduce_bytes(data, DType::F32, ReduceOp::Sum)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let out = comm.allreduce_bytes(data, DType::F32, ReduceOp::Sum).await.map_err(|e| e.to_string())?;
                 let dt = t.elapsed().as_secs_f64();
                 if it >= WARMUP {
                     times.push(dt);
@@ -504,9 +486,7 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                 data = out;
             }
             // The slowest rank per iteration, as the Gloo script reports.
-            comm.allreduce_typed(&mut times, ReduceOp::Max)
-                .await
-                .map_err(|e| e.to_string())?;
+            comm.allreduce_typed(&mut times, ReduceOp::Max).await.map_err(|e| e.to_string())?;
             times.sort_by(f64::total_cmp);
             let median = times[times.len() / 2];
             if rank == 0 {
@@ -544,10 +524,8 @@ fn seeded(len: usize, rank: usize) -> Bytes {
 fn check(out: &[u8], len: usize, n: usize) -> Result<(), String> {
     let inputs: Vec<Bytes> = (0..n).map(|r| seeded(len, r)).collect();
     for i in (0..len).step_by(len / 1000 + 1) {
-        let want: f32 = inputs
-            .iter()
-            .map(|x| f32::from_le_bytes(x[i * 4..i * 4 + 4].try_into().expect("4 bytes")))
-            .sum();
+        let want: f32 =
+            inputs.iter().map(|x| f32::from_le_bytes(x[i * 4..i * 4 + 4].try_into().expect("4 bytes"))).sum();
         let got = f32::from_le_bytes(out[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
         if got != want {
             return Err(format!("element {i}: {got}, expected {want}"));
@@ -558,17 +536,10 @@ fn check(out: &[u8], len: usize, n: usize) -> Result<(), String> {
 
 /// Gloo's figures from the anchor script, in the same run: (N, MiB, busBW bytes/s).
 fn gloo(opts: &Opts) -> Vec<(usize, usize, f64)> {
-    let python = std::env::var("HOME").map_or_else(
-        |_| "python3".to_string(),
-        |h| format!("{h}/.cache/plexus/torch-2.13.0/bin/python"),
-    );
+    let python = std::env::var("HOME")
+        .map_or_else(|_| "python3".to_string(), |h| format!("{h}/.cache/plexus/torch-2.13.0/bin/python"));
     let out = std::env::temp_dir().join(format!("plexus-gloo-{}.json", std::process::id()));
-    let join = |v: &[usize]| {
-        v.iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
+    let join = |v: &[usize]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
     eprintln!("running Gloo: {python} {GLOO}");
     let status = Command::new(&python)
         .arg(GLOO)
@@ -589,11 +560,7 @@ fn gloo(opts: &Opts) -> Vec<(usize, usize, f64)> {
         .map(|a| {
             a.iter()
                 .filter_map(|r| {
-                    Some((
-                        r["world"].as_u64()? as usize,
-                        r["mib"].as_u64()? as usize,
-                        r["busbw_MBps"].as_f64()? * 1e6,
-                    ))
+                    Some((r["world"].as_u64()? as usize, r["mib"].as_u64()? as usize, r["busbw_MBps"].as_f64()? * 1e6))
                 })
                 .collect()
         })
@@ -604,25 +571,20 @@ fn gloo(opts: &Opts) -> Vec<(usize, usize, f64)> {
 /// size: (N, MiB, busBW bytes/s).
 fn gloo_on_rig(rig: &Rig, opts: &Opts) -> Vec<(usize, usize, f64)> {
     let n = rig.hosts();
-    let join = |v: &[usize]| {
-        v.iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
+    let join = |v: &[usize]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
     let job = plexus_bench::gloo::Job {
         args: vec!["allreduce".into()],
-        env: vec![
-            ("WARMUP", WARMUP.to_string()),
-            ("ITERS", opts.iters.to_string()),
-            ("SIZES_MIB", join(&opts.sizes)),
-        ],
+        env: vec![("WARMUP", WARMUP.to_string()), ("ITERS", opts.iters.to_string()), ("SIZES_MIB", join(&opts.sizes))],
         // A failed rank leaves the others waiting for it. At N = 2 on a 2 Gbit/s rail the whole
         // run (four sizes up to 256 MiB, 13 iterations each, Python start-up included) took
         // about 25 s here; larger worlds and slower rails take a few times that.
         timeout: Duration::from_secs(900),
     };
-    eprintln!("running Gloo on rail 0 of the rig: N={n} ({} {})", plexus_bench::gloo::python(), plexus_bench::gloo::SCRIPT);
+    eprintln!(
+        "running Gloo on rail 0 of the rig: N={n} ({} {})",
+        plexus_bench::gloo::python(),
+        plexus_bench::gloo::SCRIPT
+    );
     let v = match plexus_bench::gloo::on_rig(rig, &job) {
         Ok(v) => v,
         Err(e) => {

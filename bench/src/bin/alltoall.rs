@@ -66,8 +66,8 @@ use bytes::Bytes;
 use plexus_bench::gloo;
 use plexus_dataplane::rig::Rig;
 use plexus_dataplane::{
-    BlockCyclic, CollectiveConfig, ComTable, Communicator, Endpoint, EndpointConfig, Exchanger,
-    PeerId, Placement, ReduceOp, Schedule, ScheduleKind,
+    BlockCyclic, CollectiveConfig, ComTable, Communicator, Endpoint, EndpointConfig, Exchanger, PeerId, Placement,
+    ReduceOp, Schedule, ScheduleKind,
 };
 
 const MIB: usize = 1 << 20;
@@ -403,11 +403,7 @@ fn verify(me: usize, table: &ComTable, got: &[Bytes]) -> Result<(), String> {
         if part.len() as u64 != want {
             return Err(format!("{} bytes from rank {from}, {want} expected", part.len()));
         }
-        if let Some(k) = part
-            .chunks(8)
-            .enumerate()
-            .position(|(k, c)| c != &word(from, me, k as u64)[..c.len()])
-        {
+        if let Some(k) = part.chunks(8).enumerate().position(|(k, c)| c != &word(from, me, k as u64)[..c.len()]) {
             return Err(format!("the part from rank {from} differs at byte {}", 8 * k));
         }
     }
@@ -428,13 +424,16 @@ fn main() {
     }
     let opts = Opts::parse(&args);
     let started = Instant::now();
-    let rig_rates: Vec<f64> = opts.rig.as_deref().map_or_else(Vec::new, |spec| {
-        spec.split(',').map(|r| rate_bits(r) / 8.0).collect()
-    });
+    let rig_rates: Vec<f64> =
+        opts.rig.as_deref().map_or_else(Vec::new, |spec| spec.split(',').map(|r| rate_bits(r) / 8.0).collect());
     match &opts.rig {
         None => println!(
             "Plexus all-to-all on loopback, N worker processes (seed {}; Zipf s = {}; seg_max {} MiB, socket send buffer {}; {} iterations after {WARMUP} warm-up, schedules taking turns; median of the slowest rank; every byte checked)",
-            opts.seed, opts.zipf, opts.seg_max as f64 / MIB as f64, sndbuf(&opts), opts.iters
+            opts.seed,
+            opts.zipf,
+            opts.seg_max as f64 / MIB as f64,
+            sndbuf(&opts),
+            opts.iters
         ),
         Some(spec) => {
             if let Some(why) = plexus_dataplane::rig::unavailable() {
@@ -447,7 +446,11 @@ fn main() {
             }
             println!(
                 "Plexus all-to-all on the rail rig ({spec}): rank h in host h's namespace, ours striped over its rails (weighted rail scheduler), Gloo on rail 0 (seed {}; Zipf s = {}; seg_max {} MiB, socket send buffer {}; {} iterations after {WARMUP} warm-up, schedules taking turns; median of the slowest rank; every byte checked)",
-                opts.seed, opts.zipf, opts.seg_max as f64 / MIB as f64, sndbuf(&opts), opts.iters
+                opts.seed,
+                opts.zipf,
+                opts.seg_max as f64 / MIB as f64,
+                sndbuf(&opts),
+                opts.iters
             )
         }
     }
@@ -521,7 +524,9 @@ fn rate_bits(spec: &str) -> f64 {
 /// Each table's shape and each schedule's steps and cost, before anything runs.
 fn print_tables(opts: &Opts) {
     println!();
-    println!("tables (MiB crossing the network; busiest = the most one rank sends or receives) and schedules (steps; model = shift's Σ over steps of the largest message ÷ this one's; and this one's ÷ busiest, which no exchange on one link per rank can beat, steps or not):");
+    println!(
+        "tables (MiB crossing the network; busiest = the most one rank sends or receives) and schedules (steps; model = shift's Σ over steps of the largest message ÷ this one's; and this one's ÷ busiest, which no exchange on one link per rank can beat, steps or not):"
+    );
     for &n in &opts.worlds {
         for &mib in &opts.sizes {
             for &t in &opts.tables {
@@ -556,14 +561,8 @@ fn print_tables(opts: &Opts) {
 /// The machine's CPU time so far, (busy, total) in clock ticks, from /proc/stat.
 fn cpu_ticks() -> (u64, u64) {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<u64> = text
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
+    let v: Vec<u64> =
+        text.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
     let total: u64 = v.iter().sum();
     // idle and iowait are the 4th and 5th fields.
     let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
@@ -668,7 +667,9 @@ fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>) -> (Vec<Row>, bo
         && rig.hosts() > 1
         && !std::path::Path::new("/run/netns/plx-h1").exists()
     {
-        println!("N={n}: the rig's namespaces are gone: something else took the rig down during the run (another `rails-rig.sh up` or `down` on this machine)");
+        println!(
+            "N={n}: the rig's namespaces are gone: something else took the rig down during the run (another `rails-rig.sh up` or `down` on this machine)"
+        );
     }
     let cpu1 = cpu_ticks();
     println!(
@@ -699,14 +700,15 @@ fn gloo_world(n: usize, opts: &Opts, rig: Option<&Rig>) -> Vec<GlooRow> {
             }
             let job = gloo::Job {
                 args: vec!["alltoall".into(), "--table".into(), path.to_string_lossy().into_owned()],
-                env: vec![
-                    ("WARMUP", WARMUP.to_string()),
-                    ("ITERS", opts.iters.to_string()),
-                    ("WORLDS", n.to_string()),
-                ],
+                env: vec![("WARMUP", WARMUP.to_string()), ("ITERS", opts.iters.to_string()), ("WORLDS", n.to_string())],
                 timeout: GLOO_TIMEOUT,
             };
-            eprintln!("running Gloo all_to_all_single: N={n} {mib} MiB {} ({} {})", t.name(), gloo::python(), gloo::SCRIPT);
+            eprintln!(
+                "running Gloo all_to_all_single: N={n} {mib} MiB {} ({} {})",
+                t.name(),
+                gloo::python(),
+                gloo::SCRIPT
+            );
             let out = match rig {
                 None => gloo::spawn_mode(&job),
                 Some(rig) => gloo::on_rig(rig, &job),
@@ -825,9 +827,7 @@ fn print_targets(opts: &Opts, rows: &[Row], gloo_rows: &[GlooRow], all_rails: us
     let on_rig = opts.rig.is_some();
     let find = |n: usize, mib: usize, t: TableKind, s: ScheduleKind| {
         rows.iter()
-            .find(|r| {
-                r.n == n && r.mib == mib && r.table == t && r.rails == all_rails && r.sched == Sched::Kind(s)
-            })
+            .find(|r| r.n == n && r.mib == mib && r.table == t && r.rails == all_rails && r.sched == Sched::Kind(s))
             .map(|r| r.median)
     };
     let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
@@ -851,7 +851,13 @@ fn print_targets(opts: &Opts, rows: &[Row], gloo_rows: &[GlooRow], all_rails: us
                     let ok = shift / css >= SKEW_TARGET;
                     of += 1;
                     met += usize::from(ok);
-                    println!("    N={n} {mib:>4} MiB: shift {:.2} ms ÷ css {:.2} ms = {:.2}× {}", shift * 1e3, css * 1e3, shift / css, verdict(ok));
+                    println!(
+                        "    N={n} {mib:>4} MiB: shift {:.2} ms ÷ css {:.2} ms = {:.2}× {}",
+                        shift * 1e3,
+                        css * 1e3,
+                        shift / css,
+                        verdict(ok)
+                    );
                 }
             }
         }
@@ -885,7 +891,8 @@ fn print_targets(opts: &Opts, rows: &[Row], gloo_rows: &[GlooRow], all_rails: us
 /// One worker process: bind, learn the group, run every (size, table, schedule), report from
 /// rank 0.
 async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
-    let (ep, ranks) = plexus_bench::world::join(&opts.rails, opts.seg_max, opts.sndbuf, opts.rail_key.as_deref()).await?;
+    let (ep, ranks) =
+        plexus_bench::world::join(&opts.rails, opts.seg_max, opts.sndbuf, opts.rail_key.as_deref()).await?;
     let n = ranks.len();
     // The exchanges use tags from 0, the barriers and the time reductions the next span, the
     // `direct` exchanges the one after (a tag per call).
@@ -899,9 +906,7 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
     for &mib in &opts.sizes {
         for &t in &opts.tables {
             let c = Case::new(t, n, (mib * MIB) as u64, &opts);
-            let sends: Vec<Bytes> = (0..n)
-                .map(|j| fill(rank, j, c.table.get(rank, j) as usize))
-                .collect();
+            let sends: Vec<Bytes> = (0..n).map(|j| fill(rank, j, c.table.get(rank, j) as usize)).collect();
             let mut times = vec![Vec::new(); c.schedules.len()];
             for it in 0..WARMUP + opts.iters {
                 for (k, (s, schedule)) in c.schedules.iter().enumerate() {
@@ -910,9 +915,7 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                     let got = match s {
                         Sched::Kind(kind) => x.alltoallv(&c.table, sends.clone(), *kind).await,
                         Sched::CssOverlap => xo.alltoallv(&c.table, sends.clone(), ScheduleKind::Css).await,
-                        Sched::Alg1 | Sched::Alg2 => {
-                            x.alltoallv_with(&c.table, schedule, sends.clone()).await
-                        }
+                        Sched::Alg1 | Sched::Alg2 => x.alltoallv_with(&c.table, schedule, sends.clone()).await,
                         Sched::Direct => {
                             direct_tag += 1;
                             direct(&ep, &ranks, rank, &c.table, &sends, direct_tag).await
@@ -933,9 +936,7 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
             for (k, (s, _)) in c.schedules.iter().enumerate() {
                 // The slowest rank per iteration, as the Gloo script reports.
                 let mut ts = std::mem::take(&mut times[k]);
-                comm.allreduce_typed(&mut ts, ReduceOp::Max)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                comm.allreduce_typed(&mut ts, ReduceOp::Max).await.map_err(|e| e.to_string())?;
                 ts.sort_by(f64::total_cmp);
                 if rank == 0 {
                     println!("RESULT {mib} {} {} {}", t.name(), s.name(), ts[ts.len() / 2]);
@@ -984,9 +985,7 @@ async fn direct(
 /// Waits for every rank; fails on every rank if any has found wrong bytes so far.
 async fn barrier(comm: &Communicator, wrong: i32) -> Result<(), String> {
     let mut b = [wrong];
-    comm.allreduce_typed(&mut b, ReduceOp::Sum)
-        .await
-        .map_err(|e| e.to_string())?;
+    comm.allreduce_typed(&mut b, ReduceOp::Sum).await.map_err(|e| e.to_string())?;
     if b[0] > 0 {
         return Err(format!("{} received parts were wrong (see the ranks' messages)", b[0]));
     }

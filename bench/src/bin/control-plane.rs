@@ -52,7 +52,8 @@ struct Run {
 }
 
 fn one_run(c: &Cluster, i: usize) -> Run {
-    let src = format!("name = \"noop-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\nreplicas = {SUBTASKS}\ncpu = 0\n");
+    let src =
+        format!("name = \"noop-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\nreplicas = {SUBTASKS}\ncpu = 0\n");
     let t0 = Instant::now();
     let job = c.submit("noop.toml", &src);
     loop {
@@ -108,7 +109,10 @@ impl Scraper {
                 if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
                     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
                     let mut body = String::new();
-                    if write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").is_ok() && s.read_to_string(&mut body).is_ok() && body.starts_with("HTTP/1.1 200") {
+                    if write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n").is_ok()
+                        && s.read_to_string(&mut body).is_ok()
+                        && body.starts_with("HTTP/1.1 200")
+                    {
                         ok += 1;
                     }
                 }
@@ -128,7 +132,13 @@ impl Scraper {
 
 fn measure(insecure: bool, metrics: bool) -> Measured {
     let coordinator_args = if metrics { vec![] } else { vec!["--http".to_string(), "none".to_string()] };
-    let config = ClusterConfig { workers: 4, log: "warn,plexus_coordinator::engine=info".into(), insecure, coordinator_args, ..Default::default() };
+    let config = ClusterConfig {
+        workers: 4,
+        log: "warn,plexus_coordinator::engine=info".into(),
+        insecure,
+        coordinator_args,
+        ..Default::default()
+    };
     eprintln!(
         "starting a coordinator and {} workers ({}, metrics {}; release binaries from {})",
         config.workers,
@@ -148,7 +158,8 @@ fn measure(insecure: bool, metrics: bool) -> Measured {
     let mut single_dispatch = Vec::new();
     for i in 0..SINGLES {
         let t0 = Instant::now();
-        let job = c.submit("one.toml", &format!("name = \"one-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\ncpu = 0\n"));
+        let job =
+            c.submit("one.toml", &format!("name = \"one-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\ncpu = 0\n"));
         let st = loop {
             let s = c.job(&job).expect("coordinator reachable");
             if s.state != pb::JobState::Running as i32 {
@@ -188,10 +199,13 @@ fn main() {
             "--stores-only" => (tls_part, deep_part) = (false, false),
             "--no-stores" => store_part = false,
             "--depth-timeout" => {
-                let v = args.next().and_then(|v| v.parse::<u64>().ok()).expect("--depth-timeout takes a number of seconds");
+                let v =
+                    args.next().and_then(|v| v.parse::<u64>().ok()).expect("--depth-timeout takes a number of seconds");
                 limit = Duration::from_secs(v);
             }
-            _ => panic!("unknown argument {a:?} (expected --deep-only, --no-deep, --stores-only, --no-stores, --depth-timeout SECS)"),
+            _ => panic!(
+                "unknown argument {a:?} (expected --deep-only, --no-deep, --stores-only, --no-stores, --depth-timeout SECS)"
+            ),
         }
     }
     if tls_part {
@@ -208,14 +222,28 @@ fn main() {
 
 /// The 10,000-subtask bursts and isolated subtasks, TLS and `--insecure` side by side.
 fn tls_vs_insecure() {
-    let modes = [("tls", measure(false, true)), ("insecure", measure(true, true)), ("no-metrics", measure(false, false))];
+    let modes =
+        [("tls", measure(false, true)), ("insecure", measure(true, true)), ("no-metrics", measure(false, false))];
 
-    println!("control plane: {SUBTASKS} no-op subtasks per job, 4 worker processes, 1 coordinator, loopback, 2-core machine");
-    println!("tls = the default (mutual TLS worker<->coordinator, TLS + bearer token for the client), with /metrics scraped every second; insecure = --insecure (metrics on, scraped); no-metrics = tls with --http none (metrics not kept)");
+    println!(
+        "control plane: {SUBTASKS} no-op subtasks per job, 4 worker processes, 1 coordinator, loopback, 2-core machine"
+    );
+    println!(
+        "tls = the default (mutual TLS worker<->coordinator, TLS + bearer token for the client), with /metrics scraped every second; insecure = --insecure (metrics on, scraped); no-metrics = tls with --http none (metrics not kept)"
+    );
     println!();
     println!(
         "{:<10} {:>4} {:>9} {:>12} {:>11} {:>11} {:>13} {:>13} {:>11} {:>11}",
-        "mode", "run", "wall_ms", "subtasks/s", "queue_p50", "queue_p99", "dispatch_p50", "dispatch_p99", "total_p50", "total_p99"
+        "mode",
+        "run",
+        "wall_ms",
+        "subtasks/s",
+        "queue_p50",
+        "queue_p99",
+        "dispatch_p50",
+        "dispatch_p99",
+        "total_p50",
+        "total_p99"
     );
     for (mode, m) in &modes {
         for (i, r) in m.runs.iter().enumerate() {
@@ -234,7 +262,9 @@ fn tls_vs_insecure() {
             );
         }
     }
-    println!("(latencies in ms; queue = ready→placed+persisted, dispatch = placed→started on the worker, total = ready→done on the worker)");
+    println!(
+        "(latencies in ms; queue = ready→placed+persisted, dispatch = placed→started on the worker, total = ready→done on the worker)"
+    );
     println!();
     println!("isolated subtasks ({SINGLES} one-subtask jobs, one at a time):");
     for (mode, m) in &modes {
@@ -358,7 +388,8 @@ fn cancel_and_wait(c: &Cluster, ids: &[String]) {
         let t = Instant::now();
         loop {
             let req = pb::GetJobRequest { job_id: id.clone(), subtasks: false };
-            let s = c.block_on(client.get_job(req)).unwrap_or_else(|e| panic!("job {id}: {}", e.message())).into_inner();
+            let s =
+                c.block_on(client.get_job(req)).unwrap_or_else(|e| panic!("job {id}: {}", e.message())).into_inner();
             if s.state != pb::JobState::Running as i32 {
                 break;
             }
@@ -375,7 +406,12 @@ fn deep_run(c: &Cluster, n: u32, mixed: bool, limit: Duration) -> Deep {
     let t0 = Instant::now();
     let mut ids: Vec<String> = Vec::new();
     for (name, src) in &sources {
-        let req = pb::SubmitJobRequest { source: src.clone(), format: String::new(), filename: name.clone(), after_jobs: Vec::new() };
+        let req = pb::SubmitJobRequest {
+            source: src.clone(),
+            format: String::new(),
+            filename: name.clone(),
+            after_jobs: Vec::new(),
+        };
         match c.block_on(client.submit_job(req)) {
             Ok(r) => ids.push(r.into_inner().job_id),
             Err(e) => {
@@ -399,7 +435,8 @@ fn deep_run(c: &Cluster, n: u32, mixed: bool, limit: Duration) -> Deep {
         placed_seen = 0;
         for id in &ids {
             let req = pb::GetJobRequest { job_id: id.clone(), subtasks: false };
-            let s = c.block_on(client.get_job(req)).unwrap_or_else(|e| panic!("job {id}: {}", e.message())).into_inner();
+            let s =
+                c.block_on(client.get_job(req)).unwrap_or_else(|e| panic!("job {id}: {}", e.message())).into_inner();
             placed_seen += placed_in(&s);
             if s.state == pb::JobState::Running as i32 {
                 running = true;
@@ -422,11 +459,23 @@ fn deep_run(c: &Cluster, n: u32, mixed: bool, limit: Duration) -> Deep {
     }
 
     // Every subtask of every job, once, at the end.
-    let mut run = DeepRun { subtasks, submit, wall, timed_out, failed, placed_seen, stamps: None, fetch_error: None, queue: Vec::new(), gangs: Vec::new() };
+    let mut run = DeepRun {
+        subtasks,
+        submit,
+        wall,
+        timed_out,
+        failed,
+        placed_seen,
+        stamps: None,
+        fetch_error: None,
+        queue: Vec::new(),
+        gangs: Vec::new(),
+    };
     let (mut placed, mut first_ready, mut last_assigned) = (0u64, u64::MAX, 0u64);
     for (k, id) in ids.iter().enumerate() {
         let req = pb::GetJobRequest { job_id: id.clone(), subtasks: true };
-        let full = match c.block_on(async { tokio::time::timeout(Duration::from_secs(120), client.get_job(req)).await }) {
+        let full = match c.block_on(async { tokio::time::timeout(Duration::from_secs(120), client.get_job(req)).await })
+        {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(e)) => {
                 run.fetch_error = Some(format!("job {id} with its subtasks: {:?}: {}", e.code(), e.message()));
@@ -456,7 +505,8 @@ fn deep_run(c: &Cluster, n: u32, mixed: bool, limit: Duration) -> Deep {
             }
         }
         if k > 0 {
-            run.gangs.push((gang.4 == GANG_SIZE).then(|| (gang.1.saturating_sub(gang.0), gang.3.saturating_sub(gang.2))));
+            run.gangs
+                .push((gang.4 == GANG_SIZE).then(|| (gang.1.saturating_sub(gang.0), gang.3.saturating_sub(gang.2))));
         }
     }
     run.queue.sort_unstable();
@@ -475,7 +525,12 @@ struct DeepMeasured {
 
 fn measure_deep(limit: Duration) -> DeepMeasured {
     let t0 = Instant::now();
-    let config = ClusterConfig { workers: DEEP_WORKERS, cpus_per_worker: DEEP_CPUS, log: "warn,plexus_coordinator::engine=info".into(), ..Default::default() };
+    let config = ClusterConfig {
+        workers: DEEP_WORKERS,
+        cpus_per_worker: DEEP_CPUS,
+        log: "warn,plexus_coordinator::engine=info".into(),
+        ..Default::default()
+    };
     eprintln!(
         "deep queue: starting a coordinator and {DEEP_WORKERS} workers with --cpus {DEEP_CPUS} (TLS and tokens); each depth is cut off after {} s",
         limit.as_secs()
@@ -507,12 +562,28 @@ fn print_deep(m: &DeepMeasured, limit: Duration) {
     println!(
         "  mixed = the same job with priority = 0, submitted together with {GANG_JOBS} jobs with priority = 10 whose task is a gang (replicas = min_members = {GANG_SIZE}, cpu = 1, noop)"
     );
-    println!("  placements/s = subtasks placed / (last assigned_at - first ready_at), the coordinator's own timestamps");
-    println!("  wall = submit call -> every job of the run ended (summaries polled every {} ms); limit {} s per run", DEEP_POLL.as_millis(), limit.as_secs());
+    println!(
+        "  placements/s = subtasks placed / (last assigned_at - first ready_at), the coordinator's own timestamps"
+    );
+    println!(
+        "  wall = submit call -> every job of the run ended (summaries polled every {} ms); limit {} s per run",
+        DEEP_POLL.as_millis(),
+        limit.as_secs()
+    );
     println!();
     println!(
         "{:>7} {:<6} {:>9} {:>8} {:>13} {:>9} {:>10} {:>10} {:>10} {:>13} {:>12}  status",
-        "depth", "run", "submit_ms", "placed", "placements/s", "wall_ms", "wall_rate", "queue_p50", "queue_p99", "gang_wait_max", "gang_spread"
+        "depth",
+        "run",
+        "submit_ms",
+        "placed",
+        "placements/s",
+        "wall_ms",
+        "wall_rate",
+        "queue_p50",
+        "queue_p99",
+        "gang_wait_max",
+        "gang_spread"
     );
     for (n, plain, mixed) in &m.rows {
         for (name, d) in [("plain", plain), ("mixed", mixed)] {
@@ -521,7 +592,12 @@ fn print_deep(m: &DeepMeasured, limit: Duration) {
                 Deep::Ran(r) => {
                     let mut status = Vec::new();
                     if r.timed_out {
-                        status.push(format!("timed out after {} s ({} of {} placed)", limit.as_secs(), r.placed_seen, r.subtasks));
+                        status.push(format!(
+                            "timed out after {} s ({} of {} placed)",
+                            limit.as_secs(),
+                            r.placed_seen,
+                            r.subtasks
+                        ));
                     } else if r.failed.is_none() {
                         status.push("done".to_string());
                     }
@@ -557,8 +633,12 @@ fn print_deep(m: &DeepMeasured, limit: Duration) {
             }
         }
     }
-    println!("(ms; wall_rate = placed / wall, placements/s; queue = ready -> placed of the deep job's placed replicas;");
-    println!(" gang_wait_max = the slowest gang job's ready -> last member placed; gang_spread = widest spread of one gang's members' start times)");
+    println!(
+        "(ms; wall_rate = placed / wall, placements/s; queue = ready -> placed of the deep job's placed replicas;"
+    );
+    println!(
+        " gang_wait_max = the slowest gang job's ready -> last member placed; gang_spread = widest spread of one gang's members' start times)"
+    );
     println!();
 
     let rate = |d: &Deep| match d {
@@ -586,12 +666,20 @@ fn print_deep(m: &DeepMeasured, limit: Duration) {
         fmt_opt(ratio(&first.1, &last.1), 2),
         fmt_opt(ratio(&first.2, &last.2), 2)
     );
-    let lowest = |f: fn(&(u32, Deep, Deep)) -> &Deep| m.rows.iter().map(|r| rate(f(r))).collect::<Option<Vec<f64>>>().map(|v| v.into_iter().fold(f64::MAX, f64::min));
+    let lowest = |f: fn(&(u32, Deep, Deep)) -> &Deep| {
+        m.rows.iter().map(|r| rate(f(r))).collect::<Option<Vec<f64>>>().map(|v| v.into_iter().fold(f64::MAX, f64::min))
+    };
     let (low_plain, low_mixed) = (lowest(|r| &r.1), lowest(|r| &r.2));
     println!("{:<40} {:>22} {:>22}", "lowest of the depths", fmt_opt(low_plain, 0), fmt_opt(low_mixed, 0));
     println!("{:<40} {:>22} {:>22}", "target at every depth", DEEP_TARGET as u64, DEEP_TARGET as u64);
     let met = |low: Option<f64>, ratio: Option<f64>| match (low, ratio) {
-        (Some(l), Some(r)) => if l >= DEEP_TARGET && (0.8..=1.2).contains(&r) { "met" } else { "not met" },
+        (Some(l), Some(r)) => {
+            if l >= DEEP_TARGET && (0.8..=1.2).contains(&r) {
+                "met"
+            } else {
+                "not met"
+            }
+        }
         _ => "-",
     };
     println!(
@@ -645,9 +733,20 @@ const STORE_SINGLES: usize = 100;
 async fn burst(c: &mut Client, i: usize, size: usize) -> (f64, Vec<u64>) {
     let src = format!("name = \"store-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\nreplicas = {size}\ncpu = 0\n");
     let t0 = Instant::now();
-    let job = c.submit_job(pb::SubmitJobRequest { source: src, format: String::new(), filename: "noop.toml".into(), after_jobs: vec![] }).await.expect("submitted").into_inner().job_id;
+    let job = c
+        .submit_job(pb::SubmitJobRequest {
+            source: src,
+            format: String::new(),
+            filename: "noop.toml".into(),
+            after_jobs: vec![],
+        })
+        .await
+        .expect("submitted")
+        .into_inner()
+        .job_id;
     loop {
-        let s = c.get_job(pb::GetJobRequest { job_id: job.clone(), subtasks: false }).await.expect("status").into_inner();
+        let s =
+            c.get_job(pb::GetJobRequest { job_id: job.clone(), subtasks: false }).await.expect("status").into_inner();
         if s.state != pb::JobState::Running as i32 {
             assert_eq!(s.state, pb::JobState::Succeeded as i32, "benchmark job failed: {}", s.error);
             break;
@@ -677,9 +776,23 @@ async fn store_run(c: &mut Client) -> StoreRun {
     for i in 0..STORE_SINGLES {
         let t0 = Instant::now();
         let src = format!("name = \"one-{i}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\ncpu = 0\n");
-        let job = c.submit_job(pb::SubmitJobRequest { source: src, format: String::new(), filename: "one.toml".into(), after_jobs: vec![] }).await.expect("submitted").into_inner().job_id;
+        let job = c
+            .submit_job(pb::SubmitJobRequest {
+                source: src,
+                format: String::new(),
+                filename: "one.toml".into(),
+                after_jobs: vec![],
+            })
+            .await
+            .expect("submitted")
+            .into_inner()
+            .job_id;
         loop {
-            let s = c.get_job(pb::GetJobRequest { job_id: job.clone(), subtasks: true }).await.expect("status").into_inner();
+            let s = c
+                .get_job(pb::GetJobRequest { job_id: job.clone(), subtasks: true })
+                .await
+                .expect("status")
+                .into_inner();
             if s.subtasks.first().is_some_and(|st| st.assigned_at > 0) {
                 break;
             }
@@ -701,7 +814,9 @@ fn median(v: &[f64]) -> f64 {
 fn failovers(c: &mut plexus_e2e::ha::HaCluster, trials: usize) -> Vec<f64> {
     let mut out = Vec::new();
     for t in 0..trials {
-        let src = format!("name = \"busy-{t}\"\n[[task]]\nname = \"s\"\ncommand = [\"sleep\", \"0.05\"]\nreplicas = 400\ncpu = 0\n");
+        let src = format!(
+            "name = \"busy-{t}\"\n[[task]]\nname = \"s\"\ncommand = [\"sleep\", \"0.05\"]\nreplicas = 400\ncpu = 0\n"
+        );
         let job = c.try_submit("busy.toml", &src).expect("submitted");
         std::thread::sleep(Duration::from_millis(500));
         let (leader, _) = c.wait_leader(Duration::from_secs(30));
@@ -720,7 +835,10 @@ fn failovers(c: &mut plexus_e2e::ha::HaCluster, trials: usize) -> Vec<f64> {
 fn experiences_table() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let (sled, _) = plexus_coordinator::store::SledStore::open(dir.path()).expect("a sled store");
-    let mut rows = vec![("sled", experience_rates(&plexus_coordinator::store::KvPolicyStore::new(sled.spaces().expect("spaces").policy)))];
+    let mut rows = vec![(
+        "sled",
+        experience_rates(&plexus_coordinator::store::KvPolicyStore::new(sled.spaces().expect("spaces").policy)),
+    )];
     for (name, members) in [("etcd, 1 member", 1usize), ("etcd, 3 members", 3)] {
         let Ok(cluster) = plexus_e2e::etcd::EtcdCluster::start(members) else { break };
         let url: plexus_coordinator::etcd::EtcdUrl = format!("{}/bench", cluster.url()).parse().expect("an etcd URL");
@@ -728,7 +846,9 @@ fn experiences_table() {
         rows.push((name, experience_rates(&plexus_coordinator::store::KvPolicyStore::new(etcd.spaces().policy))));
     }
     println!();
-    println!("learned-placer experiences persisted per second (2,000 one at a time, 4,000 in batches of 256; ~120 B each)");
+    println!(
+        "learned-placer experiences persisted per second (2,000 one at a time, 4,000 in batches of 256; ~120 B each)"
+    );
     println!("{:<34} {:>14} {:>14} {:>8}", "store", "one at a time", "batched", "ratio");
     for (name, (one, batched)) in rows {
         println!("{:<34} {:>14.0} {:>14.0} {:>8.1}", name, one, batched, batched / one.max(1e-9));
@@ -760,14 +880,26 @@ fn stores() {
     use plexus_e2e::ha::{HaCluster, HaConfig};
     eprintln!("stores: sled, then etcd with 1 and 3 members (3 coordinators each)");
     let sled = {
-        let c = Cluster::start(ClusterConfig { workers: 4, log: "warn".into(), coordinator_args: vec!["--http".into(), "none".into()], ..Default::default() });
+        let c = Cluster::start(ClusterConfig {
+            workers: 4,
+            log: "warn".into(),
+            coordinator_args: vec!["--http".into(), "none".into()],
+            ..Default::default()
+        });
         let mut client = c.client_with(c.admin_token.as_deref());
         c.block_on(store_run(&mut client))
     };
     let mut rows = vec![("sled (1 coordinator)".to_string(), sled)];
     let mut failover = Vec::new();
     for members in [1usize, 3] {
-        let config = HaConfig { etcd_members: members, coordinators: 3, workers: 4, lease_ttl_s: 2, log: "warn".into(), ..Default::default() };
+        let config = HaConfig {
+            etcd_members: members,
+            coordinators: 3,
+            workers: 4,
+            lease_ttl_s: 2,
+            log: "warn".into(),
+            ..Default::default()
+        };
         let mut c = match HaCluster::start(config) {
             Ok(c) => c,
             Err(why) => {
@@ -781,14 +913,26 @@ fn stores() {
         if members == 3 {
             for ttl in [2u64, 5] {
                 drop(c);
-                let config = HaConfig { etcd_members: 3, coordinators: 3, workers: 4, lease_ttl_s: ttl, log: "warn".into(), ..Default::default() };
+                let config = HaConfig {
+                    etcd_members: 3,
+                    coordinators: 3,
+                    workers: 4,
+                    lease_ttl_s: ttl,
+                    log: "warn".into(),
+                    ..Default::default()
+                };
                 c = HaCluster::start(config).expect("etcd started a moment ago");
                 failover.push((ttl, failovers(&mut c, 3)));
             }
         }
     }
-    println!("stores: bursts of 1,000 and {SUBTASKS} no-op subtasks ({STORE_BURSTS} of each, after a warm-up), then {STORE_SINGLES} one-subtask jobs; 4 workers; loopback; TLS and tokens");
-    println!("{:<34} {:>7} {:>14} {:>14} {:>12} {:>12} {:>16} {:>16}", "store", "burst", "placements/s", "(min..max)", "placed_p50", "placed_p99", "submit->placed", "p99");
+    println!(
+        "stores: bursts of 1,000 and {SUBTASKS} no-op subtasks ({STORE_BURSTS} of each, after a warm-up), then {STORE_SINGLES} one-subtask jobs; 4 workers; loopback; TLS and tokens"
+    );
+    println!(
+        "{:<34} {:>7} {:>14} {:>14} {:>12} {:>12} {:>16} {:>16}",
+        "store", "burst", "placements/s", "(min..max)", "placed_p50", "placed_p99", "submit->placed", "p99"
+    );
     for (name, r) in &rows {
         for (size, rates, queue) in &r.sizes {
             let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
@@ -818,11 +962,15 @@ fn stores() {
         }
     }
     println!("{:<34} {:>14}", "target on etcd", 5_000);
-    println!("(placements/s: subtasks ÷ the client's wall time from submit until it sees the job succeeded (placed, persisted, run, completion persisted); placed = job submitted → subtask placed+persisted within a burst, by the coordinator's clock; submit->placed = a client's submit call until it sees its one subtask placed, polling every 0.2 ms)");
+    println!(
+        "(placements/s: subtasks ÷ the client's wall time from submit until it sees the job succeeded (placed, persisted, run, completion persisted); placed = job submitted → subtask placed+persisted within a burst, by the coordinator's clock; submit->placed = a client's submit call until it sees its one subtask placed, polling every 0.2 ms)"
+    );
     experiences_table();
     println!();
     if !failover.is_empty() {
-        println!("failover: the leader killed with kill -9 while a 400-subtask job runs; seconds until a standby serves as the leader (polled every 0.1 s), 3 etcd members, 3 coordinators");
+        println!(
+            "failover: the leader killed with kill -9 while a 400-subtask job runs; seconds until a standby serves as the leader (polled every 0.1 s), 3 etcd members, 3 coordinators"
+        );
         println!("{:<12} {:>10} {:>10} {:>10} {:>16}", "lease TTL", "min", "median", "max", "target (TTL+2s)");
         for (ttl, v) in &failover {
             let lo = v.iter().copied().fold(f64::INFINITY, f64::min);

@@ -27,7 +27,14 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut a = Args { seeds: 3, configs: vec![(16, 0.7), (16, 0.9), (64, 0.9)], window_s: None, timeout_ms: None, placer: "least-loaded", every_round: false };
+    let mut a = Args {
+        seeds: 3,
+        configs: vec![(16, 0.7), (16, 0.9), (64, 0.9)],
+        window_s: None,
+        timeout_ms: None,
+        placer: "least-loaded",
+        every_round: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -38,7 +45,11 @@ fn parse_args() -> Result<Args, String> {
             "--timeout-ms" => a.timeout_ms = Some(value.parse().map_err(|e| bad(&e))?),
             "--every-round" => a.every_round = value.parse().map_err(|e| bad(&e))?,
             "--placer" => {
-                a.placer = plexus_sim::placer::HEURISTICS.iter().copied().find(|h| *h == value).ok_or_else(|| bad(&format!("one of {:?}", plexus_sim::placer::HEURISTICS)))?;
+                a.placer = plexus_sim::placer::HEURISTICS
+                    .iter()
+                    .copied()
+                    .find(|h| *h == value)
+                    .ok_or_else(|| bad(&format!("one of {:?}", plexus_sim::placer::HEURISTICS)))?;
             }
             "--configs" => {
                 a.configs = value
@@ -49,7 +60,11 @@ fn parse_args() -> Result<Args, String> {
                     })
                     .collect::<Result<_, String>>()?;
             }
-            _ => return Err(format!("unknown flag {flag} (known: --seeds --configs --window --timeout-ms --placer --every-round)")),
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag} (known: --seeds --configs --window --timeout-ms --placer --every-round)"
+                ));
+            }
         }
     }
     if a.seeds == 0 || a.configs.is_empty() {
@@ -95,7 +110,14 @@ fn main() -> Result<(), Box<dyn Error>> {
             runs.push((w, c));
         }
         for (w, _) in &runs {
-            writeln!(out, "seed {}: {} gangs, {} small tasks, offered load {:.2}", w.seed, w.gangs().count(), w.smalls().count(), w.offered_load())?;
+            writeln!(
+                out,
+                "seed {}: {} gangs, {} small tasks, offered load {:.2}",
+                w.seed,
+                w.gangs().count(),
+                w.smalls().count(),
+                w.offered_load()
+            )?;
         }
         gangs::print_header(out)?;
         for (w, c) in &runs {
@@ -118,7 +140,15 @@ fn main() -> Result<(), Box<dyn Error>> {
         let ut = mean(&|c| [c.ours.utilisation(), c.naive.utilisation(), c.fifo.utilisation()]);
         let ps = mean(&|c| [c.ours.partial_starts as f64, c.naive.partial_starts as f64, c.fifo.partial_starts as f64]);
         let dl = mean(&|c| [c.ours.deadlocks() as f64, c.naive.deadlocks() as f64, c.fifo.deadlocks() as f64]);
-        writeln!(out, "mean over {} seeds: {:<14} {:>14} {:>14} {:>14}", runs.len(), "", "ours", "naive", "strict-fifo")?;
+        writeln!(
+            out,
+            "mean over {} seeds: {:<14} {:>14} {:>14} {:>14}",
+            runs.len(),
+            "",
+            "ours",
+            "naive",
+            "strict-fifo"
+        )?;
         for (name, v, scale, unit) in [
             ("partial starts", ps, 1.0, ""),
             ("deadlocks", dl, 1.0, ""),
@@ -126,11 +156,19 @@ fn main() -> Result<(), Box<dyn Error>> {
             ("small wait", sw, 1.0, " s"),
             ("utilisation", ut, 100.0, " %"),
         ] {
-            writeln!(out, "{:>20} {name:<14} {:>12.2}{unit:2} {:>12.2}{unit:2} {:>12.2}{unit:2}", "", v[0] * scale, v[1] * scale, v[2] * scale)?;
+            writeln!(
+                out,
+                "{:>20} {name:<14} {:>12.2}{unit:2} {:>12.2}{unit:2} {:>12.2}{unit:2}",
+                "",
+                v[0] * scale,
+                v[1] * scale,
+                v[2] * scale
+            )?;
         }
         let total = |k: usize| runs.iter().map(|(_, c)| c.wall[k]).sum::<Duration>();
         let items: usize = runs.iter().map(|(w, _)| w.items.len()).sum();
-        let rounds = |k: usize| runs.iter().map(|(_, c)| [c.ours.rounds, c.naive.rounds, c.fifo.rounds][k]).sum::<u64>();
+        let rounds =
+            |k: usize| runs.iter().map(|(_, c)| [c.ours.rounds, c.naive.rounds, c.fifo.rounds][k]).sum::<u64>();
         costs.push(format!(
             "{workers:>3} workers, load {load}: {items} items over {} seeds; ours {:.2} s ({} rounds), naive {:.2} s ({} rounds), strict-fifo {:.2} s ({} rounds)",
             runs.len(),

@@ -41,7 +41,7 @@ use plexus_scheduler::gpu::objective::{Evaluator, Problem, Weights};
 use plexus_scheduler::gpu::search::{self, Placement, SearchError, SflaParams};
 use plexus_scheduler::gpu::{InterferenceModel, TaskVector};
 use plexus_sim::gpu::jct::{self, JctConfig, JctReport, JctWorkload, Placer, Search};
-use plexus_sim::gpu::{gang, GpuCluster, GpuClusterConfig, GroundTruth, Kind};
+use plexus_sim::gpu::{GpuCluster, GpuClusterConfig, GroundTruth, Kind, gang};
 
 /// Samples observed between two calls of `train_steps`: the online schedule of a coordinator
 /// that trains when a batch of GPU runs has been reported, not after each.
@@ -173,7 +173,13 @@ fn colocation(clusters: &[GpuCluster], rng: &mut StdRng) -> Vec<TaskVector> {
 
 /// The clusters co-locations are drawn from: one of 128 GPUs per busy fraction.
 fn training_clusters(args: &Args, seed: u64) -> Vec<GpuCluster> {
-    args.busy.iter().enumerate().map(|(k, &busy)| GpuCluster::generate(&GpuClusterConfig { busy, ..GpuClusterConfig::new(128) }, seed + k as u64)).collect()
+    args.busy
+        .iter()
+        .enumerate()
+        .map(|(k, &busy)| {
+            GpuCluster::generate(&GpuClusterConfig { busy, ..GpuClusterConfig::new(128) }, seed + k as u64)
+        })
+        .collect()
 }
 
 /// Mean absolute percentage error of `model` against the noise-free truth, every task of every
@@ -237,11 +243,25 @@ fn train(args: &Args, truth: &GroundTruth, out: &mut impl Write) -> Result<Train
         100.0 * truth.noise,
         args.steps_per_sample
     )?;
-    writeln!(out, "{:>8} {:>7} {:>9} {:>9} {:>11} {:>10} {:>8}", "samples", "steps", "alone %", "pairs %", "triples %", "drawn %", "train s")?;
+    writeln!(
+        out,
+        "{:>8} {:>7} {:>9} {:>9} {:>11} {:>10} {:>8}",
+        "samples", "steps", "alone %", "pairs %", "triples %", "drawn %", "train s"
+    )?;
     let row = |out: &mut dyn Write, mlp: &InterferenceMlp, secs: f64| -> std::io::Result<()> {
         let p = mlp.predictor();
         let m = |g: &[Vec<TaskVector>]| 100.0 * mape(p, g, truth);
-        writeln!(out, "{:>8} {:>7} {:>9.2} {:>9.2} {:>11.2} {:>10.2} {:>8.1}", mlp.observed(), mlp.steps(), m(&alone), m(&pairs), m(&triples), m(&drawn), secs)
+        writeln!(
+            out,
+            "{:>8} {:>7} {:>9.2} {:>9.2} {:>11.2} {:>10.2} {:>8.1}",
+            mlp.observed(),
+            mlp.steps(),
+            m(&alone),
+            m(&pairs),
+            m(&triples),
+            m(&drawn),
+            secs
+        )
     };
     row(out, &mlp, 0.0)?;
     let started = Instant::now();
@@ -263,7 +283,11 @@ fn train(args: &Args, truth: &GroundTruth, out: &mut impl Write) -> Result<Train
     }
     let contention = ContentionModel::default();
     let noise = OneMeasurement { truth, rng: std::cell::RefCell::new(StdRng::seed_from_u64(HELD_OUT_SEED + 1)) };
-    writeln!(out, "\n{:<48} {:>9} {:>9} {:>11} {:>10}", "model (MAPE vs the truth)", "alone %", "pairs %", "triples %", "drawn %")?;
+    writeln!(
+        out,
+        "\n{:<48} {:>9} {:>9} {:>11} {:>10}",
+        "model (MAPE vs the truth)", "alone %", "pairs %", "triples %", "drawn %"
+    )?;
     let models: [(&str, &dyn InterferenceModel); 4] = [
         ("MLP, untrained", &untrained),
         ("ContentionModel (analytic, scheduler's fallback)", &contention),
@@ -306,7 +330,12 @@ fn index(name: &str) -> usize {
     CONTENDERS.iter().position(|c| c.0 == name).expect("a contender")
 }
 
-fn run<M: InterferenceModel + ?Sized>(p: &Problem, model: &M, algo: Algo, seed: u64) -> (Result<Placement, SearchError>, f64) {
+fn run<M: InterferenceModel + ?Sized>(
+    p: &Problem,
+    model: &M,
+    algo: Algo,
+    seed: u64,
+) -> (Result<Placement, SearchError>, f64) {
     let mut eval = Evaluator::new(p, model);
     let started = Instant::now();
     let found = match algo {
@@ -352,7 +381,12 @@ fn pct(v: &[f64]) -> String {
 /// Every instance's figures, kept for the targets: (busy, gpus, members) → per contender.
 type Results = Vec<((f64, usize, usize), Vec<Acc>)>;
 
-fn searches(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write) -> Result<Results, Box<dyn Error>> {
+fn searches(
+    args: &Args,
+    truth: &GroundTruth,
+    mlp: &Predictor,
+    out: &mut impl Write,
+) -> Result<Results, Box<dyn Error>> {
     let mut results = Results::new();
     for &busy in &args.busy {
         writeln!(
@@ -365,7 +399,18 @@ fn searches(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Wr
         writeln!(
             out,
             "{:>5} {:>4} {:<16} {:>3} {:>9} {:>9} {:>13} {:>13} {:>10} {:>10} {:>8} {:>8}",
-            "gpus", "m", "search", "n", "obj-model", "obj-true", "gap-model %", "gap-true %", "gain-mod %", "gain-tru %", "med ms", "max ms"
+            "gpus",
+            "m",
+            "search",
+            "n",
+            "obj-model",
+            "obj-true",
+            "gap-model %",
+            "gap-true %",
+            "gain-mod %",
+            "gain-tru %",
+            "med ms",
+            "max ms"
         )?;
         for &gpus in &args.sizes {
             for &members in &args.members {
@@ -373,10 +418,15 @@ fn searches(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Wr
                 for seed in 0..args.seeds {
                     let cluster = GpuCluster::generate(&GpuClusterConfig { busy, ..GpuClusterConfig::new(gpus) }, seed);
                     let kind = Kind::TRAINING[seed as usize % Kind::TRAINING.len()];
-                    let (problem, _) = cluster.problem(gang(kind, members, cluster.config.device_memory), true, Weights::default())?;
+                    let (problem, _) =
+                        cluster.problem(gang(kind, members, cluster.config.device_memory), true, Weights::default())?;
                     let found: Vec<_> = CONTENDERS
                         .iter()
-                        .map(|&(_, algo, oracle)| if oracle { run(&problem, truth, algo, seed) } else { run(&problem, mlp, algo, seed) })
+                        .map(
+                            |&(_, algo, oracle)| {
+                                if oracle { run(&problem, truth, algo, seed) } else { run(&problem, mlp, algo, seed) }
+                            },
+                        )
                         .collect();
                     // The gang does not fit this cluster: nothing to compare.
                     if found[index("greedy")].0.is_err() {
@@ -384,12 +434,20 @@ fn searches(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Wr
                     }
                     let scored: Vec<Option<(f64, f64, f64)>> = found
                         .iter()
-                        .map(|(f, ms)| f.as_ref().ok().map(|p| (p.objective, Evaluator::new(&problem, truth).objective(&p.assignment), *ms)))
+                        .map(|(f, ms)| {
+                            f.as_ref()
+                                .ok()
+                                .map(|p| (p.objective, Evaluator::new(&problem, truth).objective(&p.assignment), *ms))
+                        })
                         .collect();
                     let true_optimum = scored[index("exhaustive*")].map(|s| s.1);
                     for (k, &(_, _, oracle)) in CONTENDERS.iter().enumerate() {
                         let Some((model, true_score, ms)) = scored[k] else { continue };
-                        let (greedy, optimum) = if oracle { (index("greedy*"), index("exhaustive*")) } else { (index("greedy"), index("exhaustive")) };
+                        let (greedy, optimum) = if oracle {
+                            (index("greedy*"), index("exhaustive*"))
+                        } else {
+                            (index("greedy"), index("exhaustive"))
+                        };
                         let a = &mut acc[k];
                         a.model.push(model);
                         a.truth.push(true_score);
@@ -408,7 +466,11 @@ fn searches(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Wr
                 for (k, (name, _, _)) in CONTENDERS.iter().enumerate() {
                     let a = &acc[k];
                     if a.model.is_empty() {
-                        let why = if acc[index("greedy")].model.is_empty() { "the gang fits no cluster" } else { "refused (too many assignments)" };
+                        let why = if acc[index("greedy")].model.is_empty() {
+                            "the gang fits no cluster"
+                        } else {
+                            "refused (too many assignments)"
+                        };
                         writeln!(out, "{gpus:>5} {members:>4} {name:<16} {:>3} {why}", 0)?;
                         continue;
                     }
@@ -450,7 +512,12 @@ type JctResults = Vec<((usize, f64), Vec<(String, Vec<f64>)>)>;
 fn jcts(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write) -> Result<JctResults, Box<dyn Error>> {
     // (placer, the placer it is compared with)
     let placers: Vec<(Placer, Option<&str>)> = {
-        let p = |name: &str, search, model: &'static dyn InterferenceModel| Placer { name: name.into(), search, model, weights: Weights::default() };
+        let p = |name: &str, search, model: &'static dyn InterferenceModel| Placer {
+            name: name.into(),
+            search,
+            model,
+            weights: Weights::default(),
+        };
         // A placer borrows its model for the benchmark's whole run; one leaked copy of each.
         let mlp: &'static Predictor = Box::leak(Box::new(mlp.clone()));
         let oracle: &'static GroundTruth = Box::leak(Box::new(truth.clone()));
@@ -479,7 +546,19 @@ fn jcts(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write)
     writeln!(
         out,
         "{:>5} {:>5} {:<16} {:>5} {:>10} {:>10} {:>11} {:>9} {:>8} {:>6} {:>10}  {:<40} {:>7}",
-        "gpus", "load", "placer", "jobs", "mean JCT s", "p95 JCT s", "makespan s", "wait s", "stretch", "sync", "vs base %", "vs base % per seed", "wall s"
+        "gpus",
+        "load",
+        "placer",
+        "jobs",
+        "mean JCT s",
+        "p95 JCT s",
+        "makespan s",
+        "wait s",
+        "stretch",
+        "sync",
+        "vs base %",
+        "vs base % per seed",
+        "wall s"
     )?;
     let mut results = JctResults::new();
     for &gpus in &args.jct_gpus {
@@ -498,8 +577,24 @@ fn jcts(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write)
                     let started = Instant::now();
                     let r: JctReport = jct::simulate(&w, truth, placer)?;
                     per[k].1 += started.elapsed().as_secs_f64();
-                    let sync = mean(&r.jobs.iter().map(|o| w.jobs[o.id].iterations as f64 * jct::sync_ms(&w.cluster, w.jobs[o.id].kind, &o.gpus) / o.solo_ms).collect::<Vec<_>>());
-                    per[k].0.push([r.mean_jct_ms(), r.p95_jct_ms(), r.makespan_ms(), r.mean_wait_ms(), r.mean_stretch(), r.jobs.len() as f64, sync]);
+                    let sync = mean(
+                        &r.jobs
+                            .iter()
+                            .map(|o| {
+                                w.jobs[o.id].iterations as f64 * jct::sync_ms(&w.cluster, w.jobs[o.id].kind, &o.gpus)
+                                    / o.solo_ms
+                            })
+                            .collect::<Vec<_>>(),
+                    );
+                    per[k].0.push([
+                        r.mean_jct_ms(),
+                        r.p95_jct_ms(),
+                        r.makespan_ms(),
+                        r.mean_wait_ms(),
+                        r.mean_stretch(),
+                        r.jobs.len() as f64,
+                        sync,
+                    ]);
                 }
             }
             let column = |k: usize, c: usize| per[k].0.iter().map(|v| v[c]).collect::<Vec<f64>>();
@@ -507,7 +602,11 @@ fn jcts(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write)
                 let (vs, each) = match base {
                     Some(b) => {
                         let b = placers.iter().position(|(p, _)| p.name == *b).expect("a base placer");
-                        let each: Vec<String> = column(k, 0).iter().zip(column(b, 0)).map(|(x, y)| format!("{:.1}", 100.0 * (1.0 - x / y))).collect();
+                        let each: Vec<String> = column(k, 0)
+                            .iter()
+                            .zip(column(b, 0))
+                            .map(|(x, y)| format!("{:.1}", 100.0 * (1.0 - x / y)))
+                            .collect();
                         (format!("{:.1}", 100.0 * (1.0 - mean(&column(k, 0)) / mean(&column(b, 0)))), each.join(" "))
                     }
                     None => ("-".into(), String::new()),
@@ -526,7 +625,10 @@ fn jcts(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write)
                     per[k].1
                 )?;
             }
-            results.push(((gpus, load), placers.iter().enumerate().map(|(k, (p, _))| (p.name.clone(), column(k, 0))).collect()));
+            results.push((
+                (gpus, load),
+                placers.iter().enumerate().map(|(k, (p, _))| (p.name.clone(), column(k, 0))).collect(),
+            ));
         }
     }
     writeln!(
@@ -558,25 +660,47 @@ fn main() -> Result<(), Box<dyn Error>> {
     let c = jcts(&args, &truth, &trained.predictor, out)?;
 
     writeln!(out, "\n== targets (issue 16)")?;
-    writeln!(out, "MLP trained: MAPE {:.2} % on held-out pairs, {:.2} % on triples (no target; reported)", 100.0 * trained.pairs, 100.0 * trained.triples)?;
+    writeln!(
+        out,
+        "MLP trained: MAPE {:.2} % on held-out pairs, {:.2} % on triples (no target; reported)",
+        100.0 * trained.pairs,
+        100.0 * trained.triples
+    )?;
     // SFLA within 2 % of the optimum on small instances (where exhaustive search is computable).
-    let gaps = |name: &str, f: fn(&Acc) -> &Vec<f64>| -> Vec<f64> { b.iter().flat_map(|(_, acc)| f(&acc[index(name)]).clone()).collect() };
+    let gaps = |name: &str, f: fn(&Acc) -> &Vec<f64>| -> Vec<f64> {
+        b.iter().flat_map(|(_, acc)| f(&acc[index(name)]).clone()).collect()
+    };
     for (what, v) in [
         ("sfla (MLP) vs the MLP's optimum", gaps("sfla", |a| &a.gap_model)),
         ("sfla* (truth) vs the truth's optimum", gaps("sfla*", |a| &a.gap_model)),
-        ("stricter, the MLP's error included: sfla (MLP) re-scored vs the truth's optimum", gaps("sfla", |a| &a.gap_truth)),
+        (
+            "stricter, the MLP's error included: sfla (MLP) re-scored vs the truth's optimum",
+            gaps("sfla", |a| &a.gap_truth),
+        ),
     ] {
         let pass = !v.is_empty() && max(&v) <= GAP_TARGET;
-        writeln!(out, "[{}] SFLA within {:.0} % of the optimum on small instances — {what}: {} instances, gap mean {:.2} %, max {:.2} %", verdict(pass), 100.0 * GAP_TARGET, v.len(), 100.0 * mean(&v), 100.0 * max(&v))?;
+        writeln!(
+            out,
+            "[{}] SFLA within {:.0} % of the optimum on small instances — {what}: {} instances, gap mean {:.2} %, max {:.2} %",
+            verdict(pass),
+            100.0 * GAP_TARGET,
+            v.len(),
+            100.0 * mean(&v),
+            100.0 * max(&v)
+        )?;
     }
     // ≥ 10 % better objective than greedy on the 128-GPU cluster.
     for &busy in &args.busy {
-        let on128: Vec<&Vec<Acc>> = b.iter().filter(|((bu, g, _), _)| *bu == busy && *g == 128).map(|(_, acc)| acc).collect();
+        let on128: Vec<&Vec<Acc>> =
+            b.iter().filter(|((bu, g, _), _)| *bu == busy && *g == 128).map(|(_, acc)| acc).collect();
         if on128.is_empty() {
             continue;
         }
-        let pool = |name: &str, f: fn(&Acc) -> &Vec<f64>| -> Vec<f64> { on128.iter().flat_map(|acc| f(&acc[index(name)]).clone()).collect() };
-        let (truth_gain, model_gain, oracle_gain) = (pool("sfla", |a| &a.gain_truth), pool("sfla", |a| &a.gain_model), pool("sfla*", |a| &a.gain_truth));
+        let pool = |name: &str, f: fn(&Acc) -> &Vec<f64>| -> Vec<f64> {
+            on128.iter().flat_map(|acc| f(&acc[index(name)]).clone()).collect()
+        };
+        let (truth_gain, model_gain, oracle_gain) =
+            (pool("sfla", |a| &a.gain_truth), pool("sfla", |a| &a.gain_model), pool("sfla*", |a| &a.gain_truth));
         writeln!(
             out,
             "[{}] SFLA ≥ {:.0} % better objective than greedy on 128 GPUs, {:.0} % busy: mean gain under the truth {:.2} % ({} instances; under the MLP {:.2} %; oracle sfla* vs greedy* {:.2} %)",
@@ -590,7 +714,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         )?;
     }
     // SFLA < 50 ms for a 16-member gang on 128 GPUs.
-    let times: Vec<f64> = b.iter().filter(|((_, g, m), _)| *g == 128 && *m == 16).flat_map(|(_, acc)| acc[index("sfla")].ms.clone()).collect();
+    let times: Vec<f64> = b
+        .iter()
+        .filter(|((_, g, m), _)| *g == 128 && *m == 16)
+        .flat_map(|(_, acc)| acc[index("sfla")].ms.clone())
+        .collect();
     if !times.is_empty() {
         writeln!(
             out,

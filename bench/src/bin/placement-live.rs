@@ -327,8 +327,14 @@ fn start(o: &Opts, placer: &str, ids: &[String], rig: Option<&RigPlan>) -> Resul
     let quotas = CpuQuotas::create(&run, &limits)?;
     let forward = match rig {
         Some(r) => {
-            let port: u16 = cluster.url.rsplit(':').next().and_then(|p| p.parse().ok()).ok_or("no port in the coordinator's url")?;
-            let f = Forward::start(r.rig.addr(0, 0), SocketAddr::from(([127, 0, 0, 1], port))).map_err(|e| format!("forwarder: {e}"))?;
+            let port: u16 = cluster
+                .url
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .ok_or("no port in the coordinator's url")?;
+            let f = Forward::start(r.rig.addr(0, 0), SocketAddr::from(([127, 0, 0, 1], port)))
+                .map_err(|e| format!("forwarder: {e}"))?;
             Some(f)
         }
         None => None,
@@ -366,7 +372,11 @@ fn start(o: &Opts, placer: &str, ids: &[String], rig: Option<&RigPlan>) -> Resul
             let a = r.addrs[i];
             args.extend(["--rail".into(), a.to_string(), "--listen".into(), format!("{a}:0")]);
         }
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(cluster.path(&format!("worker-{i}.log"))).map_err(|e| e.to_string())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(cluster.path(&format!("worker-{i}.log")))
+            .map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let child = confined(&quotas.procs_file(i), netns.as_deref(), &bin, &args)
             .env("RUST_LOG", "warn")
@@ -381,23 +391,44 @@ fn start(o: &Opts, placer: &str, ids: &[String], rig: Option<&RigPlan>) -> Resul
     let t0 = Instant::now();
     loop {
         if let Some((i, status)) = live.workers.exited() {
-            return Err(format!("worker {i} exited ({status}) while joining; its log:\n{}", live.cluster.worker_log(i)));
+            return Err(format!(
+                "worker {i} exited ({status}) while joining; its log:\n{}",
+                live.cluster.worker_log(i)
+            ));
         }
         let alive = live.cluster.workers().map_or(0, |ws| ws.iter().filter(|w| w.alive).count());
         if alive >= n {
             break;
         }
         if t0.elapsed() > JOIN_TIMEOUT {
-            return Err(format!("only {alive} of {n} workers joined in {} s; worker 0's log:\n{}", JOIN_TIMEOUT.as_secs(), live.cluster.worker_log(0)));
+            return Err(format!(
+                "only {alive} of {n} workers joined in {} s; worker 0's log:\n{}",
+                JOIN_TIMEOUT.as_secs(),
+                live.cluster.worker_log(0)
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok(live)
 }
 
-fn run_placer(o: &Opts, placer: &str, plans: &[Plan], ids: &[String], rig: Option<&RigPlan>, stop: &AtomicBool) -> PlacerRun {
+fn run_placer(
+    o: &Opts,
+    placer: &str,
+    plans: &[Plan],
+    ids: &[String],
+    rig: Option<&RigPlan>,
+    stop: &AtomicBool,
+) -> PlacerRun {
     let t0 = Instant::now();
-    let mut out = PlacerRun { placer: placer.to_string(), jobs: vec![JobResult::default(); plans.len()], breakdown: vec![None; plans.len()], workers: vec![WorkerStats::default(); ids.len()], wall: Duration::ZERO, error: None };
+    let mut out = PlacerRun {
+        placer: placer.to_string(),
+        jobs: vec![JobResult::default(); plans.len()],
+        breakdown: vec![None; plans.len()],
+        workers: vec![WorkerStats::default(); ids.len()],
+        wall: Duration::ZERO,
+        error: None,
+    };
     let mut live = match start(o, placer, ids, rig) {
         Ok(l) => l,
         Err(e) => {
@@ -405,7 +436,12 @@ fn run_placer(o: &Opts, placer: &str, plans: &[Plan], ids: &[String], rig: Optio
             return out;
         }
     };
-    eprintln!("[{placer}] cluster up in {:.1} s; streaming {} jobs ({} warm-up)", t0.elapsed().as_secs_f64(), plans.len(), o.warmup);
+    eprintln!(
+        "[{placer}] cluster up in {:.1} s; streaming {} jobs ({} warm-up)",
+        t0.elapsed().as_secs_f64(),
+        plans.len(),
+        o.warmup
+    );
     let c = &live.cluster;
     let mut client = c.client_with(c.admin_token.as_deref());
     let by_id: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
@@ -454,7 +490,11 @@ fn run_placer(o: &Opts, placer: &str, plans: &[Plan], ids: &[String], rig: Optio
                             out.jobs[i].failure = Some(format!("state {}: {}", j.state, j.error));
                         }
                         if finished % 10 == 0 {
-                            eprintln!("[{placer}] {finished}/{} jobs done, {:.0} s", plans.len(), stream_t0.elapsed().as_secs_f64());
+                            eprintln!(
+                                "[{placer}] {finished}/{} jobs done, {:.0} s",
+                                plans.len(),
+                                stream_t0.elapsed().as_secs_f64()
+                            );
                         }
                     }
                 }
@@ -471,10 +511,16 @@ fn run_placer(o: &Opts, placer: &str, plans: &[Plan], ids: &[String], rig: Optio
             }
         }
         if submitted == plans.len() && now > last_arrival + o.drain {
-            out.error = Some(format!("{} jobs not done {} s after the last arrival", plans.len() - finished, o.drain.as_secs()));
+            out.error = Some(format!(
+                "{} jobs not done {} s after the last arrival",
+                plans.len() - finished,
+                o.drain.as_secs()
+            ));
             break;
         }
-        if let Some((i, status)) = live.workers.procs.iter_mut().enumerate().find_map(|(i, p)| p.try_wait().ok().flatten().map(|s| (i, s))) {
+        if let Some((i, status)) =
+            live.workers.procs.iter_mut().enumerate().find_map(|(i, p)| p.try_wait().ok().flatten().map(|s| (i, s)))
+        {
             out.error = Some(format!("worker {i} exited ({status}); its log:\n{}", tail(&c.worker_log(i), 2000)));
             break;
         }
@@ -484,7 +530,10 @@ fn run_placer(o: &Opts, placer: &str, plans: &[Plan], ids: &[String], rig: Optio
 
     // Where the work ran, from every job's subtasks.
     for (k, j) in out.jobs.iter().enumerate().filter(|(_, j)| !j.id.is_empty()) {
-        let Ok(s) = c.block_on(bounded(client.get_job(pb::GetJobRequest { job_id: j.id.clone(), subtasks: true }))) else { continue };
+        let Ok(s) = c.block_on(bounded(client.get_job(pb::GetJobRequest { job_id: j.id.clone(), subtasks: true })))
+        else {
+            continue;
+        };
         let subtasks = s.into_inner().subtasks;
         out.breakdown[k] = breakdown(&subtasks);
         for st in subtasks {
@@ -533,7 +582,9 @@ async fn bounded<T, E: std::fmt::Display>(call: impl std::future::Future<Output 
 
 /// A succeeded job's breakdown (None when a stage did not succeed).
 fn breakdown(subtasks: &[pb::SubtaskStatus]) -> Option<Breakdown> {
-    let ok = |t: &str| -> Vec<&pb::SubtaskStatus> { subtasks.iter().filter(|s| s.task == t && s.state == pb::SubtaskState::Succeeded as i32).collect() };
+    let ok = |t: &str| -> Vec<&pb::SubtaskStatus> {
+        subtasks.iter().filter(|s| s.task == t && s.state == pb::SubtaskState::Succeeded as i32).collect()
+    };
     let producer = *ok("gen").first()?;
     let reduce = *ok("reduce").first()?;
     let maps = ok("map");
@@ -596,9 +647,14 @@ fn report(o: &Opts, runs: &[PlacerRun], rig_note: &str, plans: &[Plan], total: D
         plans.last().map_or(0.0, |p| p.at.as_secs_f64()),
         SHAPES.iter().zip(counts).map(|(s, c)| format!("{s:?} x{c}")).collect::<Vec<_>>().join(", ")
     );
-    println!("  job completion time (JCT) = coordinator's finished_at - submitted_at; mean and p95 over the measured jobs");
+    println!(
+        "  job completion time (JCT) = coordinator's finished_at - submitted_at; mean and p95 over the measured jobs"
+    );
     println!();
-    println!("{:<14} {:>6} {:>7} {:>10} {:>10} {:>14} {:>8}", "placer", "jobs", "failed", "mean_ms", "p95_ms", "warmup_mean_ms", "wall_s");
+    println!(
+        "{:<14} {:>6} {:>7} {:>10} {:>10} {:>14} {:>8}",
+        "placer", "jobs", "failed", "mean_ms", "p95_ms", "warmup_mean_ms", "wall_s"
+    );
     let mut stats: HashMap<&str, (Option<f64>, Option<f64>)> = HashMap::new();
     for r in runs {
         let m = measured(r, o.warmup);
@@ -630,7 +686,15 @@ fn report(o: &Opts, runs: &[PlacerRun], rig_note: &str, plans: &[Plan], total: D
         let ratio = |x: Option<f64>, y: Option<f64>| Some(x? / y?);
         let (rm, rp) = (ratio(sa.0, sb.0), ratio(sa.1, sb.1));
         let verdict = |r: Option<f64>| r.map_or("-", |r| if r <= target { "PASS" } else { "FAIL" });
-        println!("{:<26} {:>8} {:>8} {:>8}  {}, {}", format!("{a} / {b}"), fmt(rm, 2), fmt(rp, 2), format!("<= {target:.2}"), verdict(rm), verdict(rp));
+        println!(
+            "{:<26} {:>8} {:>8} {:>8}  {}, {}",
+            format!("{a} / {b}"),
+            fmt(rm, 2),
+            fmt(rp, 2),
+            format!("<= {target:.2}"),
+            verdict(rm),
+            verdict(rp)
+        );
     }
     println!();
     println!("learning curve: mean JCT (ms) per block of {} jobs in submission order (w = warm-up block)", o.block);
@@ -643,7 +707,18 @@ fn report(o: &Opts, runs: &[PlacerRun], rig_note: &str, plans: &[Plan], total: D
     let mut b = 0;
     while b * o.block < total_jobs {
         let (lo, hi) = (b * o.block, ((b + 1) * o.block).min(total_jobs));
-        let label = format!("{}-{}{}", lo + 1, hi, if hi <= o.warmup { " w" } else if lo < o.warmup { " w/m" } else { "" });
+        let label = format!(
+            "{}-{}{}",
+            lo + 1,
+            hi,
+            if hi <= o.warmup {
+                " w"
+            } else if lo < o.warmup {
+                " w/m"
+            } else {
+                ""
+            }
+        );
         print!("{label:<10}");
         for r in runs {
             let v: Vec<u64> = r.jobs[lo..hi].iter().filter_map(|j| j.jct_ms).collect();
@@ -653,9 +728,16 @@ fn report(o: &Opts, runs: &[PlacerRun], rig_note: &str, plans: &[Plan], total: D
         b += 1;
     }
     println!();
-    println!("where the time went (means over the measured jobs, ms): gen = ready -> done; map stage = gen done -> last map done;");
-    println!("per map: wait = ready -> started less the fetch, fetch, run; reduce stage = last map done -> reduce done, of which fetch");
-    println!("{:<14} {:>7} {:>10} {:>9} {:>10} {:>8} {:>13} {:>13}", "placer", "gen", "map_stage", "map_wait", "map_fetch", "map_run", "reduce_stage", "reduce_fetch");
+    println!(
+        "where the time went (means over the measured jobs, ms): gen = ready -> done; map stage = gen done -> last map done;"
+    );
+    println!(
+        "per map: wait = ready -> started less the fetch, fetch, run; reduce stage = last map done -> reduce done, of which fetch"
+    );
+    println!(
+        "{:<14} {:>7} {:>10} {:>9} {:>10} {:>8} {:>13} {:>13}",
+        "placer", "gen", "map_stage", "map_wait", "map_fetch", "map_run", "reduce_stage", "reduce_fetch"
+    );
     for r in runs {
         let b: Vec<Breakdown> = r.breakdown.iter().skip(o.warmup).flatten().copied().collect();
         if b.is_empty() {
@@ -678,7 +760,13 @@ fn report(o: &Opts, runs: &[PlacerRun], rig_note: &str, plans: &[Plan], total: D
     println!("where the map subtasks ran: share of all maps (mean map run ms) per worker; fetched MB into each worker");
     print!("{:<14}", "placer");
     for (i, q) in o.quotas.iter().enumerate() {
-        let rail = if !o.rig { String::new() } else if o.slow.contains(&i) { format!(",{}", o.slow_rate) } else { format!(",{}", o.fast_rate) };
+        let rail = if !o.rig {
+            String::new()
+        } else if o.slow.contains(&i) {
+            format!(",{}", o.slow_rate)
+        } else {
+            format!(",{}", o.fast_rate)
+        };
         print!(" {:>22}", format!("w{i} ({q:.0}%{rail})"));
     }
     println!(" {:>10}", "fetched_MB");
@@ -693,19 +781,35 @@ fn report(o: &Opts, runs: &[PlacerRun], rig_note: &str, plans: &[Plan], total: D
         println!(" {:>10.0}", r.workers.iter().map(|w| w.fetched_bytes).sum::<u64>() as f64 / (1u64 << 20) as f64);
     }
     println!();
-    println!("what the coordinator learnt by the end (relative_speed: cluster mean run time / the worker's, > 1 faster; fetch MB/s into it), and cgroup throttling");
+    println!(
+        "what the coordinator learnt by the end (relative_speed: cluster mean run time / the worker's, > 1 faster; fetch MB/s into it), and cgroup throttling"
+    );
     for r in runs {
         print!("{:<14}", r.placer);
         for (i, w) in r.workers.iter().enumerate() {
             let thr = w.throttled.map_or("-".to_string(), |(_, ms)| format!("{:.0}s", ms / 1000.0));
-            print!("  w{i}: speed {} fetch {} thr {thr}", fmt((w.relative_speed > 0.0).then_some(w.relative_speed), 2), fmt((w.fetch_bytes_per_ms > 0.0).then(|| w.fetch_bytes_per_ms * 1000.0 / (1u64 << 20) as f64), 0));
+            print!(
+                "  w{i}: speed {} fetch {} thr {thr}",
+                fmt((w.relative_speed > 0.0).then_some(w.relative_speed), 2),
+                fmt((w.fetch_bytes_per_ms > 0.0).then(|| w.fetch_bytes_per_ms * 1000.0 / (1u64 << 20) as f64), 0)
+            );
         }
         println!();
     }
     for r in runs {
-        let failures: Vec<String> = r.jobs.iter().enumerate().filter_map(|(i, j)| j.failure.as_ref().map(|f| format!("job {}: {f}", i + 1))).collect();
+        let failures: Vec<String> = r
+            .jobs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, j)| j.failure.as_ref().map(|f| format!("job {}: {f}", i + 1)))
+            .collect();
         if !failures.is_empty() {
-            println!("{} failures under {}: {}", failures.len(), r.placer, failures.iter().take(5).cloned().collect::<Vec<_>>().join("; "));
+            println!(
+                "{} failures under {}: {}",
+                failures.len(),
+                r.placer,
+                failures.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+            );
         }
         if let Some(e) = &r.error {
             println!("{}: {e}", r.placer);
@@ -720,7 +824,9 @@ fn watch_signals(stop: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async {
-            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
+            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                return;
+            };
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
@@ -742,7 +848,9 @@ fn main() {
         match build_rig(&o) {
             Ok(r) => Some(r),
             Err(why) => {
-                println!("{PROG}: the rail rig cannot be used here ({why}); running on loopback (--no-rig): CPU quotas only, no rail rates");
+                println!(
+                    "{PROG}: the rail rig cannot be used here ({why}); running on loopback (--no-rig): CPU quotas only, no rail rates"
+                );
                 o.rig = false;
                 None
             }
@@ -759,7 +867,10 @@ fn main() {
     };
     let mut order: Vec<usize> = (0..ids.len()).collect();
     order.sort_by(|&a, &b| ids[a].cmp(&ids[b]));
-    eprintln!("{PROG}: {rig_note}; worker id order (ties go to the earliest): {}", order.iter().map(|i| format!("w{i}")).collect::<Vec<_>>().join(" < "));
+    eprintln!(
+        "{PROG}: {rig_note}; worker id order (ties go to the earliest): {}",
+        order.iter().map(|i| format!("w{i}")).collect::<Vec<_>>().join(" < ")
+    );
     let mut runs = Vec::new();
     for p in o.placers.clone() {
         if stop.load(Ordering::Relaxed) {

@@ -30,8 +30,8 @@ use plexus_coordinator::learned::Learned;
 use plexus_policy::{PolicyConfig, RewardConfig};
 use plexus_sim::compare::FASTEST_EXACT;
 use plexus_sim::{
-    Contender, EstimateMode, Mix, SimConfig, Workload, best_heuristic, describe, print_table,
-    response_bound_ms, run_all,
+    Contender, EstimateMode, Mix, SimConfig, Workload, best_heuristic, describe, print_table, response_bound_ms,
+    run_all,
 };
 
 /// The placers compared on one workload: the coordinator's heuristics (seeded with the workload
@@ -71,11 +71,8 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
     v.push(Contender::learning("rl", learned(args.passes, args.history, args.run_weight, args.epsilon, true)));
     if args.exact_rl {
         v.push(
-            Contender::learning(
-                "rl-exact",
-                learned(args.passes, args.history, args.run_weight, args.epsilon, true),
-            )
-            .on(EstimateMode::Exact),
+            Contender::learning("rl-exact", learned(args.passes, args.history, args.run_weight, args.epsilon, true))
+                .on(EstimateMode::Exact),
         );
     }
     v
@@ -178,31 +175,19 @@ fn parse_args() -> Result<Args, String> {
                     .split(',')
                     .map(|p| {
                         let (n, s) = p.split_once(':').ok_or_else(|| bad(&"expected NODES:SEEDS"))?;
-                        Ok((
-                            n.trim().parse().map_err(|e| bad(&e))?,
-                            s.trim().parse().map_err(|e| bad(&e))?,
-                        ))
+                        Ok((n.trim().parse().map_err(|e| bad(&e))?, s.trim().parse().map_err(|e| bad(&e))?))
                     })
                     .collect::<Result<_, String>>()?
             }
             "--seeds" => a.seeds = value.parse().map_err(|e| bad(&e))?,
             "--scale" => a.scale = value.parse().map_err(|e| bad(&e))?,
             "--nodes" => {
-                a.nodes = value
-                    .split(',')
-                    .map(|n| n.trim().parse())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| bad(&e))?
+                a.nodes = value.split(',').map(|n| n.trim().parse()).collect::<Result<_, _>>().map_err(|e| bad(&e))?
             }
             "--mix" => {
                 a.mixes = value
                     .split(',')
-                    .map(|m| {
-                        Mix::ALL
-                            .into_iter()
-                            .find(|x| x.name() == m.trim())
-                            .ok_or_else(|| bad(&"unknown mix"))
-                    })
+                    .map(|m| Mix::ALL.into_iter().find(|x| x.name() == m.trim()).ok_or_else(|| bad(&"unknown mix")))
                     .collect::<Result<_, _>>()?
             }
             _ => {
@@ -227,7 +212,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         args.history,
         args.run_weight,
         args.epsilon,
-        if args.seed_rl { "; rl-seed: the seed's schedule and reward (1 pass, no history, no run-time term)" } else { "" }
+        if args.seed_rl {
+            "; rl-seed: the seed's schedule and reward (1 pass, no history, no run-time term)"
+        } else {
+            ""
+        }
     )?;
     writeln!(
         out,
@@ -244,20 +233,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         for &nodes in &args.nodes {
             for seed in 1..=args.seeds_at(nodes) {
                 let mut config = SimConfig::new(nodes, mix, seed);
-                config.workload.jobs =
-                    ((config.workload.jobs as f64 * args.scale).round() as usize).max(1);
+                config.workload.jobs = ((config.workload.jobs as f64 * args.scale).round() as usize).max(1);
                 let workload = Workload::generate(&config)?;
                 // The online warm-up: WARMUP_SCALE times the measured workload's jobs, another seed.
                 let mut warm = config.with_seed(seed + WARMUP_SEED_OFFSET);
                 warm.workload.jobs = (config.workload.jobs as f64 * WARMUP_SCALE).round() as usize;
                 let warmup = Workload::generate(&warm)?;
                 if seed == 1 {
-                    writeln!(
-                        out,
-                        "\n#### {} · {nodes} nodes\n{}",
-                        mix.name(),
-                        describe(&config, &workload)
-                    )?;
+                    writeln!(out, "\n#### {} · {nodes} nodes\n{}", mix.name(), describe(&config, &workload))?;
                 }
                 let runs = run_all(&config, &workload, Some(&warmup), contenders(seed, &config, &args))?;
                 let title = format!(
@@ -277,15 +260,11 @@ fn main() -> Result<(), Box<dyn Error>> {
                      node, no wait, no fetch) = {:.2} × the best heuristic",
                     bound / best_ms
                 )?;
-                let mean_of = |name: &str| {
-                    runs.iter().find(|r| r.name == name).map(|r| r.report.mean_response_ms())
-                };
+                let mean_of = |name: &str| runs.iter().find(|r| r.name == name).map(|r| r.report.mean_response_ms());
                 if let (Some(rl), Some(b)) = (mean_of("rl"), best)
                     && rl >= best_ms
                 {
-                    let vs = |name: &str| {
-                        mean_of(name).map(|m| format!("{:.2}", rl / m)).unwrap_or_else(|| "-".into())
-                    };
+                    let vs = |name: &str| mean_of(name).map(|m| format!("{:.2}", rl / m)).unwrap_or_else(|| "-".into());
                     losses.push(format!(
                         "{} · {nodes} nodes · seed {seed}: rl {rl:.0} ms, best heuristic {} \
                          {best_ms:.0} ms ({:.2}×); rl ÷ fastest {}, ÷ locality {}, ÷ {FASTEST_EXACT} {}",
@@ -298,10 +277,8 @@ fn main() -> Result<(), Box<dyn Error>> {
                     ));
                 }
                 let row = means.entry((mi, nodes)).or_default();
-                let figures = runs
-                    .iter()
-                    .map(|r| (r.name.as_str(), r.report.mean_response_ms()))
-                    .chain([(BOUND, bound)]);
+                let figures =
+                    runs.iter().map(|r| (r.name.as_str(), r.report.mean_response_ms())).chain([(BOUND, bound)]);
                 for (name, ms) in figures {
                     if !order.iter().any(|n| n == name) {
                         order.push(name.to_string());

@@ -10,12 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use plexus_bench::percentile;
-use plexus_policy::{
-    DqnPolicy, NetConfig, Observation, PolicyConfig, RewardInputs, TaskFeatures,
-};
+use plexus_policy::{DqnPolicy, NetConfig, Observation, PolicyConfig, RewardInputs, TaskFeatures};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
 
 fn observation(rng: &mut StdRng, n: usize) -> Observation {
     let task = TaskFeatures {
@@ -50,14 +47,7 @@ const CASE_LIMIT: Duration = Duration::from_secs(60);
 fn main() {
     let configs = [
         ("default d=64 h=4 ff=128", NetConfig::default()),
-        (
-            "d=128 h=4 ff=256",
-            NetConfig {
-                d_model: 128,
-                ff: 256,
-                ..NetConfig::default()
-            },
-        ),
+        ("d=128 h=4 ff=256", NetConfig { d_model: 128, ff: 256, ..NetConfig::default() }),
         ("seed d=512 h=4 ff=2048", NetConfig::seed()),
     ];
     println!(
@@ -74,11 +64,7 @@ fn main() {
     let mut p99_at_64 = None;
     for (name, net) in configs {
         for n in [16usize, 64] {
-            let config = PolicyConfig {
-                net: net.clone(),
-                device: Some(tch::Device::Cpu),
-                ..PolicyConfig::default()
-            };
+            let config = PolicyConfig { net: net.clone(), device: Some(tch::Device::Cpu), ..PolicyConfig::default() };
             let mut p = DqnPolicy::new(config, None).expect("policy");
             let mut rng = StdRng::seed_from_u64(7);
             let steps = |p: &DqnPolicy| p.stats().training_steps.load(Ordering::Relaxed);
@@ -112,7 +98,9 @@ fn main() {
             let before = steps(&p);
             let began = Instant::now();
             let mut lat = Vec::with_capacity(MEASURED_MIN as usize);
-            while ((lat.len() as u64) < MEASURED_MIN || steps(&p) < before + STEPS_DURING) && began.elapsed() < CASE_LIMIT {
+            while ((lat.len() as u64) < MEASURED_MIN || steps(&p) < before + STEPS_DURING)
+                && began.elapsed() < CASE_LIMIT
+            {
                 lat.push(one(&mut p, &mut rng, id).as_micros() as u64);
                 id += 1;
                 // Decisions arrive as placements do, not in one burst: the trainer keeps a core.
@@ -140,9 +128,13 @@ fn main() {
             );
         }
     }
-    println!("(steps_during: training steps the training thread completed while the decisions were measured; each is 8 batches of 128)");
+    println!(
+        "(steps_during: training steps the training thread completed while the decisions were measured; each is 8 batches of 128)"
+    );
     if let Some((p99, during)) = p99_at_64 {
         let verdict = if p99 < 1_000 && during > 0 { "PASS" } else { "FAIL" };
-        println!("target: p99 < 1 ms at 64 candidates with training running (default network): {p99} µs with {during} training steps during the measurement: {verdict}");
+        println!(
+            "target: p99 < 1 ms at 64 candidates with training running (default network): {p99} µs with {during} training steps during the measurement: {verdict}"
+        );
     }
 }

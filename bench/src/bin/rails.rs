@@ -78,10 +78,7 @@ struct Opts {
 /// The sender's side of a mode, and the receiver's arguments for it.
 fn auth_mode(key: &RailKey, keyed: bool) -> (RailAuth, Vec<String>) {
     if keyed {
-        (
-            RailAuth::Key(key.clone()),
-            vec!["--rail-key-env".to_string(), KEY_ENV.to_string()],
-        )
+        (RailAuth::Key(key.clone()), vec!["--rail-key-env".to_string(), KEY_ENV.to_string()])
     } else {
         (RailAuth::Open, vec![])
     }
@@ -112,11 +109,7 @@ impl Opts {
                 }
                 "--only" => {
                     o.parts = val()?.split(',').map(String::from).collect();
-                    if let Some(p) = o
-                        .parts
-                        .iter()
-                        .find(|p| !["loopback", "2", "3", "dynamic"].contains(&p.as_str()))
-                    {
+                    if let Some(p) = o.parts.iter().find(|p| !["loopback", "2", "3", "dynamic"].contains(&p.as_str())) {
                         return Err(format!("unknown part {p:?}"));
                     }
                 }
@@ -128,20 +121,11 @@ impl Opts {
                         .map_err(|e| e.to_string())?
                 }
                 "--repeat" => {
-                    o.repeat = val()?
-                        .parse()
-                        .ok()
-                        .filter(|&n| n > 0)
-                        .ok_or("--repeat needs a positive number")?
+                    o.repeat = val()?.parse().ok().filter(|&n| n > 0).ok_or("--repeat needs a positive number")?
                 }
                 "--queue-max" => {
-                    o.queue_max = Some(
-                        val()?
-                            .parse()
-                            .ok()
-                            .filter(|&n| n > 0)
-                            .ok_or("--queue-max needs a positive number")?,
-                    )
+                    o.queue_max =
+                        Some(val()?.parse().ok().filter(|&n| n > 0).ok_or("--queue-max needs a positive number")?)
                 }
                 "--auth" => {
                     o.auth = val()?
@@ -167,11 +151,7 @@ impl Opts {
                 }
                 "--secs" => {
                     o.loopback_run = Duration::from_secs_f64(
-                        val()?
-                            .parse::<f64>()
-                            .ok()
-                            .filter(|&s| s > 0.0)
-                            .ok_or("--secs needs a positive number")?,
+                        val()?.parse::<f64>().ok().filter(|&s| s > 0.0).ok_or("--secs needs a positive number")?,
                     )
                 }
                 _ => return Err(format!("unknown argument {a:?}\n{USAGE}")),
@@ -213,22 +193,14 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let started = Instant::now();
 
-    println!(
-        "Plexus data plane: multi-rail channels (seed {SEED}; messages {} MiB, {IN_FLIGHT} in flight)",
-        MSG / MIB
-    );
+    println!("Plexus data plane: multi-rail channels (seed {SEED}; messages {} MiB, {IN_FLIGHT} in flight)", MSG / MIB);
     println!(
         "machine: {} cores, load average at start {}; {} run(s) per scheduler (median shown), queue_max {}; rail handshake: {}",
         cores(),
         loadavg(),
         opts.repeat,
-        opts.queue_max
-            .unwrap_or_else(|| EndpointConfig::default().queue_max),
-        opts.auth
-            .iter()
-            .map(|&k| mode_name(k))
-            .collect::<Vec<_>>()
-            .join(", ")
+        opts.queue_max.unwrap_or_else(|| EndpointConfig::default().queue_max),
+        opts.auth.iter().map(|&k| mode_name(k)).collect::<Vec<_>>().join(", ")
     );
     println!();
 
@@ -245,16 +217,7 @@ fn main() {
                 tables.push(("2 rails", t));
             }
             if opts.runs("3") {
-                let t = rig_table(
-                    &rt,
-                    &opts,
-                    &key,
-                    &[
-                        ("1500mbit", 1.5e9),
-                        ("750mbit", 0.75e9),
-                        ("250mbit", 0.25e9),
-                    ],
-                );
+                let t = rig_table(&rt, &opts, &key, &[("1500mbit", 1.5e9), ("750mbit", 0.75e9), ("250mbit", 0.25e9)]);
                 tables.push(("3 rails", t));
             }
             if opts.runs("dynamic") {
@@ -287,28 +250,16 @@ fn loopback(rt: &tokio::runtime::Runtime, opts: &Opts, key: &RailKey) {
     println!("== loopback: one rail (127.0.0.1), no shaping, two processes ==");
     let iperf = iperf3(None, "127.0.0.1", "127.0.0.1", 4);
     match iperf {
-        Some(bps) => println!(
-            "{:<34} {:>9.2} Gbit/s",
-            "iperf3 (1 TCP stream, 4 s)",
-            bps / 1e9
-        ),
+        Some(bps) => println!("{:<34} {:>9.2} Gbit/s", "iperf3 (1 TCP stream, 4 s)", bps / 1e9),
         None => println!("{:<34} {:>9}", "iperf3", "n/a (not installed)"),
     }
     let local: IpAddr = "127.0.0.1".parse().unwrap();
     let mut head = format!("{:<24}", "plexus, seg_max");
     for &k in &opts.auth {
-        head += &format!(
-            " {:>13} {:>8} {:>6}",
-            format!("{} Gbit/s", mode_name(k)),
-            "÷ iperf3",
-            "cpu"
-        );
+        head += &format!(" {:>13} {:>8} {:>6}", format!("{} Gbit/s", mode_name(k)), "÷ iperf3", "cpu");
     }
     if opts.auth.len() == 2 {
-        head += &format!(
-            " {:>12}",
-            format!("{} ÷ {}", mode_name(opts.auth[1]), mode_name(opts.auth[0]))
-        );
+        head += &format!(" {:>12}", format!("{} ÷ {}", mode_name(opts.auth[1]), mode_name(opts.auth[0])));
     }
     println!("{head}   all runs Gbit/s");
     for &seg in &opts.loopback_segs {
@@ -318,13 +269,7 @@ fn loopback(rt: &tokio::runtime::Runtime, opts: &Opts, key: &RailKey) {
             for (m, &keyed) in opts.auth.iter().enumerate() {
                 let (auth, peer_args) = auth_mode(key, keyed);
                 let mut peer = spawn_peer(None, &[local], &peer_args);
-                let cfg = EndpointConfig {
-                    rails: vec![local],
-                    seg_max: seg,
-                    seed: SEED,
-                    auth,
-                    ..Default::default()
-                };
+                let cfg = EndpointConfig { rails: vec![local], seg_max: seg, seed: SEED, auth, ..Default::default() };
                 let r = rt.block_on(drive(cfg, &peer.addrs, 64 * MIB, opts.loopback_run, None));
                 let cpu = r.cpu(peer_pid(&mut peer));
                 runs[m].push((r.goodput_bps(), cpu));
@@ -349,10 +294,7 @@ fn loopback(rt: &tokio::runtime::Runtime, opts: &Opts, key: &RailKey) {
                 format!(
                     "{} {}",
                     mode_name(k),
-                    m.iter()
-                        .map(|r| format!("{:.2}", r.0 / 1e9))
-                        .collect::<Vec<_>>()
-                        .join(" ")
+                    m.iter().map(|r| format!("{:.2}", r.0 / 1e9)).collect::<Vec<_>>().join(" ")
                 )
             })
             .collect::<Vec<_>>()
@@ -389,44 +331,23 @@ fn rig_table(
     let mut per_rail = vec![];
     let mut alone = vec![];
     for (r, &(_, rate)) in rails.iter().enumerate() {
-        per_rail.push(
-            iperf3(
-                Some(&rig),
-                &rig.addr(1, r).to_string(),
-                &rig.addr(0, r).to_string(),
-                2,
-            )
-            .unwrap_or(0.0),
-        );
+        per_rail.push(iperf3(Some(&rig), &rig.addr(1, r).to_string(), &rig.addr(0, r).to_string(), 2).unwrap_or(0.0));
         // In the first mode of `--auth`.
         let (auth, peer_args) = auth_mode(key, opts.auth[0]);
         let peer = spawn_peer(Some(&rig), &[rig.addr(1, r)], &peer_args);
         let mut cfg = rig_cfg(&rig, opts, SchedulerKind::RoundRobin, rate, auth);
         cfg.rails = vec![rig.addr(0, r)];
-        alone.push(
-            rt.block_on(drive(cfg, &peer.addrs, MSG, ALONE_RUN, None))
-                .goodput_bps(),
-        );
+        alone.push(rt.block_on(drive(cfg, &peer.addrs, MSG, ALONE_RUN, None)).goodput_bps());
     }
-    for (name, figs) in [
-        ("iperf3, each alone", &per_rail),
-        ("plexus, each alone", &alone),
-    ] {
+    for (name, figs) in [("iperf3, each alone", &per_rail), ("plexus, each alone", &alone)] {
         let total: f64 = figs.iter().sum();
         println!(
             "{:<18} {:>9.0} Mbit/s  {:>9.3}   per rail Mbit/s {} (of {})",
             name,
             total / 1e6,
             total / sum,
-            figs.iter()
-                .map(|b| format!("{:.0}", b / 1e6))
-                .collect::<Vec<_>>()
-                .join(" / "),
-            rails
-                .iter()
-                .map(|r| format!("{:.0}", r.1 / 1e6))
-                .collect::<Vec<_>>()
-                .join(" / ")
+            figs.iter().map(|b| format!("{:.0}", b / 1e6)).collect::<Vec<_>>().join(" / "),
+            rails.iter().map(|r| format!("{:.0}", r.1 / 1e6)).collect::<Vec<_>>().join(" / ")
         );
     }
     let alone_sum: f64 = alone.iter().sum();
@@ -435,11 +356,7 @@ fn rig_table(
         "scheduler", "goodput", "÷ Σ rates", "÷ Σ alone", "MiB per rail", "cpu"
     );
     let mut out = vec![];
-    for (&kind, &keyed) in opts
-        .scheds
-        .iter()
-        .flat_map(|k| opts.auth.iter().map(move |a| (k, a)))
-    {
+    for (&kind, &keyed) in opts.scheds.iter().flat_map(|k| opts.auth.iter().map(move |a| (k, a))) {
         let mut runs = vec![];
         for _ in 0..opts.repeat {
             let (auth, peer_args) = auth_mode(key, keyed);
@@ -450,11 +367,7 @@ fn rig_table(
             runs.push((r.goodput_bps(), r.rail_bytes, cpu));
         }
         runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let all = runs
-            .iter()
-            .map(|r| format!("{:.3}", r.0 / sum))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let all = runs.iter().map(|r| format!("{:.3}", r.0 / sum)).collect::<Vec<_>>().join(" ");
         let (g, rail_bytes, cpu) = &runs[runs.len() / 2];
         println!(
             "{:<18} {:>9.0} Mbit/s  {:>9.3}  {:>9.3}   {:<22} {:<7} {all}",
@@ -462,11 +375,7 @@ fn rig_table(
             g / 1e6,
             g / sum,
             g / alone_sum,
-            rail_bytes
-                .iter()
-                .map(|b| (b / MIB).to_string())
-                .collect::<Vec<_>>()
-                .join(" / "),
+            rail_bytes.iter().map(|b| (b / MIB).to_string()).collect::<Vec<_>>().join(" / "),
             format!("{cpu:.2}"),
         );
         // The summary compares schedulers in the first mode of `--auth`.
@@ -480,20 +389,10 @@ fn rig_table(
 
 /// A rig row's name: the scheduler, `+key` with the rail key when both modes run.
 fn row_name(kind: SchedulerKind, keyed: bool, opts: &Opts) -> String {
-    if keyed && opts.auth.len() > 1 {
-        format!("{} +key", kind.name())
-    } else {
-        kind.name().to_string()
-    }
+    if keyed && opts.auth.len() > 1 { format!("{} +key", kind.name()) } else { kind.name().to_string() }
 }
 
-fn rig_cfg(
-    rig: &Rig,
-    opts: &Opts,
-    kind: SchedulerKind,
-    fastest_bits: f64,
-    auth: RailAuth,
-) -> EndpointConfig {
+fn rig_cfg(rig: &Rig, opts: &Opts, kind: SchedulerKind, fastest_bits: f64, auth: RailAuth) -> EndpointConfig {
     let d = EndpointConfig::default();
     EndpointConfig {
         auth,
@@ -522,48 +421,25 @@ fn dynamic(rt: &tokio::runtime::Runtime, opts: &Opts, key: &RailKey) {
     );
     println!(
         "{:<18} {:>24} {:>24} {:>30}",
-        "scheduler",
-        "before (1–4 s) Mbit/s",
-        "after (5–8 s) Mbit/s",
-        "time to 90 % of new Σ (0.5 s window)"
+        "scheduler", "before (1–4 s) Mbit/s", "after (5–8 s) Mbit/s", "time to 90 % of new Σ (0.5 s window)"
     );
-    for (&kind, &keyed) in opts
-        .scheds
-        .iter()
-        .flat_map(|k| opts.auth.iter().map(move |a| (k, a)))
-    {
+    for (&kind, &keyed) in opts.scheds.iter().flat_map(|k| opts.auth.iter().map(move |a| (k, a))) {
         let (auth, peer_args) = auth_mode(key, keyed);
         let _peer = spawn_peer(Some(&rig), &rig.addrs(1), &peer_args);
         rig.set_rate(0, 0, "2gbit").expect("set-rate");
         let cfg = rig_cfg(&rig, opts, kind, 2e9, auth);
-        let r = rt.block_on(drive(
-            cfg,
-            &_peer.addrs,
-            MSG,
-            DYN_RUN,
-            Some((&rig, DYN_CHANGE)),
-        ));
+        let r = rt.block_on(drive(cfg, &_peer.addrs, MSG, DYN_RUN, Some((&rig, DYN_CHANGE))));
         let rate = |from: f64, to: f64| r.acked_between(from, to) * 8.0 / (to - from);
         let change = DYN_CHANGE.as_secs_f64();
         // Adapted at the start of the first 0.5 s window after the change from which every
         // later window (up to the end of issuing) ran at ≥ 90 % of the new Σ: sustained, so a
         // burst of data queued before the change does not count.
         let end = DYN_RUN.as_secs_f64();
-        let ends: Vec<f64> = r
-            .timeline
-            .iter()
-            .map(|&(t, _)| t)
-            .filter(|&t| t >= change + 0.5 && t <= end)
-            .collect();
-        let good: Vec<bool> = ends
-            .iter()
-            .map(|&t| rate(t - 0.5, t) >= 0.9 * after_sum)
-            .collect();
+        let ends: Vec<f64> = r.timeline.iter().map(|&(t, _)| t).filter(|&t| t >= change + 0.5 && t <= end).collect();
+        let good: Vec<bool> = ends.iter().map(|&t| rate(t - 0.5, t) >= 0.9 * after_sum).collect();
         let adapt = (0..ends.len())
             .find(|&i| good[i..].iter().all(|&g| g))
-            .map_or("not reached".to_string(), |i| {
-                format!("{:.1} s", ends[i] - 0.5 - change)
-            });
+            .map_or("not reached".to_string(), |i| format!("{:.1} s", ends[i] - 0.5 - change));
         println!(
             "{:<18} {:>24.0} {:>24.0} {:>30}",
             row_name(kind, keyed, opts),
@@ -591,13 +467,7 @@ impl RunResult {
 
     /// Bytes acknowledged in [from, to), from the timeline.
     fn acked_between(&self, from: f64, to: f64) -> f64 {
-        let at = |t: f64| {
-            self.timeline
-                .iter()
-                .take_while(|s| s.0 <= t + 1e-9)
-                .last()
-                .map_or(0, |s| s.1)
-        };
+        let at = |t: f64| self.timeline.iter().take_while(|s| s.0 <= t + 1e-9).last().map_or(0, |s| s.1);
         at(to).saturating_sub(at(from)) as f64
     }
 
@@ -662,14 +532,7 @@ async fn drive(
     let cpu_self = cpu_secs(std::process::id()).unwrap_or(0.0) - cpu0;
     let rail_bytes = ep.stats().rails.iter().map(|r| r.bytes_sent).collect();
     ep.shutdown().await;
-    RunResult {
-        bytes: sent,
-        secs,
-        rail_bytes,
-        timeline,
-        cpu_self,
-        peer_cpu_start,
-    }
+    RunResult { bytes: sent, secs, rail_bytes, timeline, cpu_self, peer_cpu_start }
 }
 
 /// Awaits futures concurrently (they run interleaved on this task).
@@ -689,11 +552,7 @@ async fn join_all<F: std::future::Future<Output = u64>>(fs: Vec<F>) -> Vec<u64> 
                 }
             }
         }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
+        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
     })
     .await;
     out
@@ -702,10 +561,7 @@ async fn join_all<F: std::future::Future<Output = u64>>(fs: Vec<F>) -> Vec<u64> 
 /// Starts `rails --serve` in host `h` of the rig (or here, for loopback), with `extra`
 /// arguments (the handshake mode's).
 fn spawn_peer(rig: Option<&Rig>, rails: &[IpAddr], extra: &[String]) -> PeerProcess {
-    let exe = std::env::current_exe()
-        .expect("own path")
-        .to_string_lossy()
-        .into_owned();
+    let exe = std::env::current_exe().expect("own path").to_string_lossy().into_owned();
     let mut args = vec!["--serve".to_string(), "--quiet".to_string()];
     for r in rails {
         args.extend(["--rail".to_string(), r.to_string()]);
@@ -713,12 +569,9 @@ fn spawn_peer(rig: Option<&Rig>, rails: &[IpAddr], extra: &[String]) -> PeerProc
     args.extend(extra.iter().cloned());
     let child = match rig {
         Some(rig) => rig.spawn(1, &exe, &args).expect("spawn peer"),
-        None => Command::new(&exe)
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn peer"),
+        None => {
+            Command::new(&exe).args(&args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("spawn peer")
+        }
     };
     PeerProcess::new(child).expect("peer ready")
 }
@@ -726,16 +579,9 @@ fn spawn_peer(rig: Option<&Rig>, rails: &[IpAddr], extra: &[String]) -> PeerProc
 /// The peer's pid, found by the port it listens on (ss is in iproute2, which the rig needs).
 fn peer_pid_by_addr(peer: &[SocketAddr]) -> Option<u32> {
     let port = peer.first()?.port();
-    for pid in std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-    {
+    for pid in std::fs::read_dir("/proc").ok()?.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if pid != std::process::id()
-            && cmd.windows(7).any(|w| w == b"--serve")
-            && listens_on(pid, port)
-        {
+        if pid != std::process::id() && cmd.windows(7).any(|w| w == b"--serve") && listens_on(pid, port) {
             return Some(pid);
         }
     }
@@ -746,9 +592,7 @@ fn listens_on(pid: u32, port: u16) -> bool {
     let net = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
     let needle = format!(":{port:04X} ");
     net.lines().any(|l| {
-        l.split_whitespace()
-            .nth(1)
-            .is_some_and(|a| format!("{a} ").ends_with(&needle))
+        l.split_whitespace().nth(1).is_some_and(|a| format!("{a} ").ends_with(&needle))
             && l.split_whitespace().nth(3) == Some("0A")
     })
 }
@@ -780,33 +624,14 @@ fn clk_tck() -> f64 {
 fn iperf3(rig: Option<&Rig>, to: &str, from: &str, secs: u32) -> Option<f64> {
     Command::new("iperf3").arg("--version").output().ok()?;
     let port = "5299";
-    let server_args: Vec<String> = ["-s", "-1", "-B", to, "-p", port]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let server_args: Vec<String> = ["-s", "-1", "-B", to, "-p", port].iter().map(|s| s.to_string()).collect();
     let mut server = match rig {
         Some(rig) => rig.spawn(1, "iperf3", &server_args).ok()?,
-        None => Command::new("iperf3")
-            .args(&server_args)
-            .stdout(Stdio::null())
-            .spawn()
-            .ok()?,
+        None => Command::new("iperf3").args(&server_args).stdout(Stdio::null()).spawn().ok()?,
     };
     std::thread::sleep(Duration::from_millis(300));
-    let out = Command::new("iperf3")
-        .args([
-            "-c",
-            to,
-            "-B",
-            from,
-            "-p",
-            port,
-            "-t",
-            &secs.to_string(),
-            "-J",
-        ])
-        .output()
-        .ok()?;
+    let out =
+        Command::new("iperf3").args(["-c", to, "-B", from, "-p", port, "-t", &secs.to_string(), "-J"]).output().ok()?;
     let _ = server.kill();
     let _ = server.wait();
     let json = String::from_utf8_lossy(&out.stdout);
@@ -814,20 +639,11 @@ fn iperf3(rig: Option<&Rig>, to: &str, from: &str, secs: u32) -> Option<f64> {
     let at = json.find("\"sum_received\"")?;
     let key = "\"bits_per_second\":";
     let b = json[at..].find(key)? + at + key.len();
-    json[b..]
-        .trim_start()
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .next()?
-        .parse()
-        .ok()
+    json[b..].trim_start().split(|c: char| c == ',' || c.is_whitespace()).next()?.parse().ok()
 }
 
 fn size(b: u64) -> String {
-    if b >= MIB {
-        format!("{} MiB", b / MIB)
-    } else {
-        format!("{} KiB", b >> 10)
-    }
+    if b >= MIB { format!("{} MiB", b / MIB) } else { format!("{} KiB", b >> 10) }
 }
 
 fn cores() -> usize {
@@ -835,7 +651,6 @@ fn cores() -> usize {
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or("?".into(), |s| {
-        s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-    })
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or("?".into(), |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }

@@ -21,7 +21,10 @@ struct Selection {
 
 fn selection(s: &str) -> anyhow::Result<Selection> {
     let mut parts = s.split('/');
-    let task = parts.next().filter(|t| !t.is_empty()).ok_or_else(|| anyhow::anyhow!("{s:?}: expected TASK, TASK/RANK or TASK/RANK/OUTPUT"))?;
+    let task = parts
+        .next()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("{s:?}: expected TASK, TASK/RANK or TASK/RANK/OUTPUT"))?;
     let rank = match parts.next() {
         None => None,
         Some(r) => Some(r.parse::<u32>().with_context(|| format!("{s:?}: the rank {r:?} is not a number"))?),
@@ -52,7 +55,11 @@ pub async fn run(target: &crate::client::Target, args: &GetArgs) -> anyhow::Resu
         }
     }
     if wanted.is_empty() {
-        anyhow::bail!("nothing to get: no finished subtask of {} matches {:?} (outputs exist once a subtask has succeeded)", job, args.what);
+        anyhow::bail!(
+            "nothing to get: no finished subtask of {} matches {:?} (outputs exist once a subtask has succeeded)",
+            job,
+            args.what
+        );
     }
     for (object_id, rank, name, size) in wanted {
         // Task and output names are checked to be safe path components when a job is accepted.
@@ -81,7 +88,10 @@ mod tests {
     fn selections() {
         assert_eq!(selection("gen").unwrap(), Selection { task: "gen".into(), rank: None, output: None });
         assert_eq!(selection("gen/3").unwrap(), Selection { task: "gen".into(), rank: Some(3), output: None });
-        assert_eq!(selection("gen/3/blob").unwrap(), Selection { task: "gen".into(), rank: Some(3), output: Some("blob".into()) });
+        assert_eq!(
+            selection("gen/3/blob").unwrap(),
+            Selection { task: "gen".into(), rank: Some(3), output: Some("blob".into()) }
+        );
         for bad in ["", "/1", "gen/x", "gen/1/", "gen/1/a/b"] {
             assert!(selection(bad).is_err(), "{bad:?}");
         }
@@ -89,7 +99,12 @@ mod tests {
 }
 
 /// Writes object `object_id` (`size` bytes) into `tmp`, checking its size.
-async fn download(client: &mut client::Client, object_id: &str, size: u64, tmp: &std::path::Path) -> anyhow::Result<()> {
+async fn download(
+    client: &mut client::Client,
+    object_id: &str,
+    size: u64,
+    tmp: &std::path::Path,
+) -> anyhow::Result<()> {
     let mut file = std::fs::File::create(tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     let mut stream = client.get_object(GetObjectRequest { object_id: object_id.to_string() }).await?.into_inner();
     let mut written = 0u64;

@@ -25,7 +25,11 @@ pub async fn run(target: &crate::client::Target, args: &LogsArgs) -> anyhow::Res
     }
     let ranks: Vec<u32> = if args.all_ranks {
         let status = client.get_job(GetJobRequest { job_id: job.to_string(), subtasks: false }).await?.into_inner();
-        let group = status.groups.iter().find(|g| g.task == args.task).ok_or_else(|| anyhow::anyhow!("job {job} has no task {:?}", args.task))?;
+        let group = status
+            .groups
+            .iter()
+            .find(|g| g.task == args.task)
+            .ok_or_else(|| anyhow::anyhow!("job {job} has no task {:?}", args.task))?;
         (0..group.replicas).collect()
     } else {
         vec![args.rank]
@@ -71,7 +75,10 @@ fn write_logs(logs: &GetLogsResponse) -> anyhow::Result<()> {
 }
 
 fn is_final(state: i32) -> bool {
-    matches!(SubtaskState::try_from(state), Ok(SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled))
+    matches!(
+        SubtaskState::try_from(state),
+        Ok(SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled)
+    )
 }
 
 /// Prints the new part of `now` after the `seen` bytes printed so far; a log that no longer
@@ -84,12 +91,19 @@ fn new_part<'a>(seen: &mut Vec<u8>, now: &'a [u8]) -> &'a [u8] {
     fresh
 }
 
-async fn follow(target: &crate::client::Target, client: &mut client::Client, job: plexus_proto::JobId, args: &LogsArgs, pinned: u32) -> anyhow::Result<ExitCode> {
+async fn follow(
+    target: &crate::client::Target,
+    client: &mut client::Client,
+    job: plexus_proto::JobId,
+    args: &LogsArgs,
+    pinned: u32,
+) -> anyhow::Result<ExitCode> {
     let (mut out_seen, mut err_seen) = (Vec::new(), Vec::new());
     let mut current: Option<u32> = None;
     let mut lost_since: Option<std::time::Instant> = None;
     loop {
-        let request = GetLogsRequest { job_id: job.to_string(), task: args.task.clone(), rank: args.rank, attempt: pinned };
+        let request =
+            GetLogsRequest { job_id: job.to_string(), task: args.task.clone(), rank: args.rank, attempt: pinned };
         let logs = match client.get_logs(request).await {
             Ok(r) => {
                 lost_since = None;
@@ -105,7 +119,11 @@ async fn follow(target: &crate::client::Target, client: &mut client::Client, job
                 if since.elapsed() > FOLLOW_RECONNECT_FOR {
                     return Err(e.into());
                 }
-                eprintln!("plexus: lost the coordinator at {} ({}); reconnecting", target.url, client::one_line(e.message()));
+                eprintln!(
+                    "plexus: lost the coordinator at {} ({}); reconnecting",
+                    target.url,
+                    client::one_line(e.message())
+                );
                 tokio::time::sleep(FOLLOW_EVERY * 2).await;
                 if let Ok(c) = client::connect(target).await {
                     *client = c;
@@ -125,7 +143,9 @@ async fn follow(target: &crate::client::Target, client: &mut client::Client, job
         output::write_bytes(&mut io::stdout().lock(), new_part(&mut out_seen, &logs.stdout))?;
         output::write_bytes(&mut io::stderr().lock(), new_part(&mut err_seen, &logs.stderr))?;
         // Done once the attempt followed is over: the subtask ended, or (pinned) a later one began.
-        if is_final(logs.state) && (logs.latest_attempt == logs.attempt || pinned != 0) || (pinned != 0 && logs.latest_attempt > pinned) {
+        if is_final(logs.state) && (logs.latest_attempt == logs.attempt || pinned != 0)
+            || (pinned != 0 && logs.latest_attempt > pinned)
+        {
             return Ok(ExitCode::SUCCESS);
         }
         tokio::time::sleep(FOLLOW_EVERY).await;

@@ -38,6 +38,11 @@ pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> 
 
 /// Prints the completion script for `shell` (no coordinator involved).
 pub fn completions(shell: clap_complete::Shell) -> ExitCode {
-    clap_complete::generate(shell, &mut <crate::args::Cli as clap::CommandFactory>::command(), "plexus", &mut std::io::stdout());
+    clap_complete::generate(
+        shell,
+        &mut <crate::args::Cli as clap::CommandFactory>::command(),
+        "plexus",
+        &mut std::io::stdout(),
+    );
     ExitCode::SUCCESS
 }

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use plexus_proto::pb::{GetJobRequest, ListCoordinatorsRequest, ListJobsRequest};
 
 use crate::args::{OutputFormat, StateFilter, StatusArgs};
-use plexus_proto::pb::{JobState, JobStatus};
 use crate::output::Detail;
 use crate::{client, output};
+use plexus_proto::pb::{JobState, JobStatus};
 
 pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
@@ -19,11 +19,18 @@ pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::R
             match args.output {
                 OutputFormat::Table => {
                     // With several coordinators, which one leads comes first.
-                    let coordinators = client.list_coordinators(ListCoordinatorsRequest {}).await.map(|r| r.into_inner().coordinators).unwrap_or_default();
+                    let coordinators = client
+                        .list_coordinators(ListCoordinatorsRequest {})
+                        .await
+                        .map(|r| r.into_inner().coordinators)
+                        .unwrap_or_default();
                     let mut text = String::new();
                     if coordinators.len() > 1 {
                         let leader = coordinators.iter().find(|c| c.leader).map(|c| c.url.as_str()).unwrap_or("none");
-                        text.push_str(&format!("control plane: {} coordinators, leader {leader} (plexus coordinators)\n", coordinators.len()));
+                        text.push_str(&format!(
+                            "control plane: {} coordinators, leader {leader} (plexus coordinators)\n",
+                            coordinators.len()
+                        ));
                     }
                     text.push_str(&output::jobs_table(&jobs, now));
                     text
@@ -86,7 +93,13 @@ mod tests {
     use clap::Parser;
 
     fn job(name: &str, state: JobState, at: u64) -> JobStatus {
-        JobStatus { job_id: format!("job-{at:032x}"), name: name.into(), state: state as i32, submitted_at: at, ..Default::default() }
+        JobStatus {
+            job_id: format!("job-{at:032x}"),
+            name: name.into(),
+            state: state as i32,
+            submitted_at: at,
+            ..Default::default()
+        }
     }
 
     fn args(extra: &[&str]) -> StatusArgs {
@@ -99,7 +112,12 @@ mod tests {
 
     #[test]
     fn filters_by_state_name_and_newest() {
-        let all = vec![job("etl-a", JobState::Running, 1), job("train", JobState::Running, 5), job("etl-b", JobState::Failed, 3), job("etl-c", JobState::Running, 4)];
+        let all = vec![
+            job("etl-a", JobState::Running, 1),
+            job("train", JobState::Running, 5),
+            job("etl-b", JobState::Failed, 3),
+            job("etl-c", JobState::Running, 4),
+        ];
         let names = |v: &[JobStatus]| v.iter().map(|j| j.name.clone()).collect::<Vec<_>>();
         let mut v = all.clone();
         filter_jobs(&mut v, &args(&["--state", "running", "--name", "etl"]));
@@ -117,7 +135,10 @@ mod tests {
 }
 
 /// `plexus coordinators`: every coordinator of the control plane, the leader first.
-pub async fn coordinators(target: &crate::client::Target, format: crate::args::OutputFormat) -> anyhow::Result<ExitCode> {
+pub async fn coordinators(
+    target: &crate::client::Target,
+    format: crate::args::OutputFormat,
+) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
     let r = client.list_coordinators(ListCoordinatorsRequest {}).await?.into_inner();
     if format == crate::args::OutputFormat::Json {
@@ -132,7 +153,8 @@ pub async fn coordinators(target: &crate::client::Target, format: crate::args::O
     let now = plexus_proto::now_ms();
     let mut text = format!("store: {}\n{:<8} {:<40} {:<10} {}\n", r.store, "ROLE", "URL", "UP", "ID");
     for c in &r.coordinators {
-        let up = humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(c.started_ms) / 1000)).to_string();
+        let up = humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(c.started_ms) / 1000))
+            .to_string();
         let role = if c.leader { "leader" } else { "standby" };
         text.push_str(&format!("{role:<8} {:<40} {up:<10} {}\n", c.url, c.id));
     }

@@ -33,20 +33,28 @@ pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::R
 pub async fn resubmit(target: &crate::client::Target, args: &crate::args::ResubmitArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
     let old = client::resolve_job(&mut client, &args.job).await?;
-    let response = client.resubmit_job(plexus_proto::pb::ResubmitJobRequest { job_id: old.to_string() }).await?.into_inner();
+    let response =
+        client.resubmit_job(plexus_proto::pb::ResubmitJobRequest { job_id: old.to_string() }).await?.into_inner();
     output::print(&format!("{}\n", response.job_id))?;
     if !args.watch {
         return Ok(ExitCode::SUCCESS);
     }
-    let job: JobId = response.job_id.parse().with_context(|| format!("the coordinator answered with a malformed job id {:?}", response.job_id))?;
+    let job: JobId = response
+        .job_id
+        .parse()
+        .with_context(|| format!("the coordinator answered with a malformed job id {:?}", response.job_id))?;
     super::watch::watch_with(target, &mut client, job).await
 }
 
 /// Reads the file and builds the request; the coordinator parses and checks the job.
 fn request_for(path: &Path) -> anyhow::Result<SubmitJobRequest> {
-    let source =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read job file {}", path.display()))?;
-    Ok(SubmitJobRequest { source, format: format_of(path).to_string(), filename: path.display().to_string(), after_jobs: Vec::new() })
+    let source = std::fs::read_to_string(path).with_context(|| format!("cannot read job file {}", path.display()))?;
+    Ok(SubmitJobRequest {
+        source,
+        format: format_of(path).to_string(),
+        filename: path.display().to_string(),
+        after_jobs: Vec::new(),
+    })
 }
 
 /// `json` for a `.json` file (any case), else `toml`.

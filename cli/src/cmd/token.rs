@@ -22,7 +22,12 @@ pub async fn run(target: &Target, command: TokenCommand) -> anyhow::Result<ExitC
         }
         TokenCommand::Revoke { id } => {
             let t = client.revoke_token(pb::RevokeTokenRequest { id }).await?.into_inner();
-            output::print(&format!("revoked {} ({} {})\n", t.id, t.scope, if t.name.is_empty() { "unnamed" } else { &t.name }))?;
+            output::print(&format!(
+                "revoked {} ({} {})\n",
+                t.id,
+                t.scope,
+                if t.name.is_empty() { "unnamed" } else { &t.name }
+            ))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -48,7 +53,15 @@ fn table(tokens: &[pb::TokenInfo]) -> String {
         } else {
             "active"
         };
-        out.push_str(&format!("{:<12}  {:<6}  {:<7}  {:<20}  {:<20}  {}\n", t.id, t.scope, state, when(t.created_ms), when(t.expires_ms), t.name));
+        out.push_str(&format!(
+            "{:<12}  {:<6}  {:<7}  {:<20}  {:<20}  {}\n",
+            t.id,
+            t.scope,
+            state,
+            when(t.created_ms),
+            when(t.expires_ms),
+            t.name
+        ));
     }
     out
 }

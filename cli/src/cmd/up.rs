@@ -43,7 +43,8 @@ pub async fn run(args: &UpArgs) -> anyhow::Result<ExitCode> {
     // The dashboard and /metrics: the usual 8265 when free, else any free port.
     let http_port = choose_port(DASHBOARD_PORT).or_else(|_| choose_port(0))?;
     let log_dir = args.dir.join("logs");
-    std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
+    std::fs::create_dir_all(&log_dir)
+        .with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     // Installed before any child starts, so a Ctrl-C during start-up still stops them cleanly.
     let mut signals = Signals::new()?;
 
@@ -85,7 +86,9 @@ async fn run_cluster(plan: &Plan<'_>, cluster: &mut Cluster, signals: &mut Signa
         &coordinator_args(plan.port, plan.http_port, &a.dir, a.placer.as_deref()),
         plan.log_dir.join("coordinator.log"),
     )?;
-    let Some(mut client) = wait_for_coordinator(cluster, signals, &url, &plan.coordinator_dir()).await? else { return Ok(()) };
+    let Some(mut client) = wait_for_coordinator(cluster, signals, &url, &plan.coordinator_dir()).await? else {
+        return Ok(());
+    };
 
     // Workers start only once the coordinator answers, so their first registration succeeds.
     if let Some(worker_bin) = &plan.worker_bin {
@@ -102,7 +105,10 @@ async fn run_cluster(plan: &Plan<'_>, cluster: &mut Cluster, signals: &mut Signa
         return Ok(());
     }
 
-    output::print(&ready_lines(&url, &std::path::absolute(plan.coordinator_dir()).unwrap_or_else(|_| plan.coordinator_dir())))?;
+    output::print(&ready_lines(
+        &url,
+        &std::path::absolute(plan.coordinator_dir()).unwrap_or_else(|_| plan.coordinator_dir()),
+    ))?;
     note(&format!(
         "dashboard: http://127.0.0.1:{}/login?token=$(cat {}) (metrics at /metrics)",
         plan.http_port,
@@ -251,7 +257,14 @@ fn coordinator_args(port: u16, http_port: u16, dir: &Path, placer: Option<&str>)
 
 /// A worker of the cluster: it joins with the coordinator's join token the first time, and
 /// keeps its certificate in its data dir after that.
-fn worker_args(url: &str, dir: &Path, i: u32, cpus: Option<u32>, cache: Option<&str>, rails: &[std::net::IpAddr]) -> Vec<OsString> {
+fn worker_args(
+    url: &str,
+    dir: &Path,
+    i: u32,
+    cpus: Option<u32>,
+    cache: Option<&str>,
+    rails: &[std::net::IpAddr],
+) -> Vec<OsString> {
     let coordinator = dir.join("coordinator");
     let mut args: Vec<OsString> = vec![
         "--coordinator".into(),
@@ -448,7 +461,11 @@ impl Cluster {
             self.reap();
         }
         for m in self.members.iter_mut().filter(|m| m.exit.is_none()) {
-            note(&format!("{} did not stop within {}; killing it", m.name, output::human_duration(grace.as_millis() as u64)));
+            note(&format!(
+                "{} did not stop within {}; killing it",
+                m.name,
+                output::human_duration(grace.as_millis() as u64)
+            ));
             let _ = m.child.start_kill();
             m.exit = m.child.wait().await.ok();
         }
@@ -487,7 +504,16 @@ mod tests {
         );
         assert_eq!(
             coordinator_args(7, 8, Path::new("/d"), Some("learned")),
-            os(&["--listen", "127.0.0.1:7", "--http", "127.0.0.1:8", "--data-dir", "/d/coordinator", "--placer", "learned"])
+            os(&[
+                "--listen",
+                "127.0.0.1:7",
+                "--http",
+                "127.0.0.1:8",
+                "--data-dir",
+                "/d/coordinator",
+                "--placer",
+                "learned"
+            ])
         );
     }
 
@@ -507,7 +533,14 @@ mod tests {
             ])
         );
         assert_eq!(
-            worker_args("https://127.0.0.1:9", Path::new("/d"), 1, Some(4), Some("256MiB"), &["127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap()]),
+            worker_args(
+                "https://127.0.0.1:9",
+                Path::new("/d"),
+                1,
+                Some(4),
+                Some("256MiB"),
+                &["127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap()]
+            ),
             os(&[
                 "--coordinator",
                 "https://127.0.0.1:9",
@@ -639,9 +672,8 @@ mod tests {
     async fn a_program_that_cannot_start_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let mut cluster = Cluster::default();
-        let err = cluster
-            .spawn("worker-1".into(), &dir.path().join("nope"), &[], dir.path().join("w.log"))
-            .unwrap_err();
+        let err =
+            cluster.spawn("worker-1".into(), &dir.path().join("nope"), &[], dir.path().join("w.log")).unwrap_err();
         assert!(format!("{err:#}").starts_with("cannot start worker-1 ("), "{err:#}");
     }
 }

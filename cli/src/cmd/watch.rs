@@ -33,14 +33,18 @@ const RECONNECT_FOR: Duration = Duration::from_secs(600);
 /// Whether a failed call or stream may succeed against the coordinator once it is back (a
 /// restart, a dropped connection), as opposed to an answer (no such job, no permission).
 fn retryable(status: &tonic::Status) -> bool {
-    matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::Aborted)
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::Aborted
+    )
 }
 
 /// Follows `job` on an existing connection (`submit --watch` reuses its own). When the
 /// coordinator goes away before the job ends (restarted, killed, the connection dropped), it
 /// says so on stderr and reconnects with back-off for up to [`RECONNECT_FOR`].
 pub async fn watch_with(target: &crate::client::Target, client: &mut Client, job: JobId) -> anyhow::Result<ExitCode> {
-    let mut view = if std::io::stdout().is_terminal() { View::Bars(Bars::default()) } else { View::Lines(Lines::default()) };
+    let mut view =
+        if std::io::stdout().is_terminal() { View::Bars(Bars::default()) } else { View::Lines(Lines::default()) };
     let mut last: Option<JobStatus> = None;
     let mut wait = RECONNECT_FIRST;
     let mut lost_since: Option<std::time::Instant> = None;
@@ -58,7 +62,13 @@ pub async fn watch_with(target: &crate::client::Target, client: &mut Client, job
                             view.update(&status)?;
                             last = Some(status);
                         }
-                        Ok(None) if last.as_ref().is_some_and(|l| convert::job_state("state", l.state).is_ok_and(|s| s != JobState::Running)) => break 'watching,
+                        Ok(None)
+                            if last.as_ref().is_some_and(|l| {
+                                convert::job_state("state", l.state).is_ok_and(|s| s != JobState::Running)
+                            }) =>
+                        {
+                            break 'watching;
+                        }
                         Ok(None) => break "the coordinator ended the watch before the job finished".to_string(),
                         Err(status) if retryable(&status) => break client::one_line(status.message()),
                         Err(status) => {
@@ -79,9 +89,17 @@ pub async fn watch_with(target: &crate::client::Target, client: &mut Client, job
         loop {
             if since.elapsed() > RECONNECT_FOR {
                 view.finish();
-                anyhow::bail!("lost the coordinator at {} for {} s while watching {job} ({why}); the job may still be running: plexus watch {job}", target.url, RECONNECT_FOR.as_secs());
+                anyhow::bail!(
+                    "lost the coordinator at {} for {} s while watching {job} ({why}); the job may still be running: plexus watch {job}",
+                    target.url,
+                    RECONNECT_FOR.as_secs()
+                );
             }
-            eprintln_quiet(&format!("plexus: lost the coordinator at {} ({why}); reconnecting in {:.1} s", target.url, wait.as_secs_f64()));
+            eprintln_quiet(&format!(
+                "plexus: lost the coordinator at {} ({why}); reconnecting in {:.1} s",
+                target.url,
+                wait.as_secs_f64()
+            ));
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(RECONNECT_MAX);
             match client::connect(target).await {
@@ -89,7 +107,10 @@ pub async fn watch_with(target: &crate::client::Target, client: &mut Client, job
                     *client = c;
                     continue 'watching;
                 }
-                Err(e) => eprintln_quiet(&format!("plexus: {}", client::render_error(&e, &target.url).trim_start_matches("error: "))),
+                Err(e) => eprintln_quiet(&format!(
+                    "plexus: {}",
+                    client::render_error(&e, &target.url).trim_start_matches("error: ")
+                )),
             }
         }
     }
@@ -224,7 +245,14 @@ mod tests {
             name: "demo".into(),
             state: state as i32,
             groups: vec![
-                pb::TaskGroupStatus { task: "gen".into(), replicas: 8, running, succeeded, failed, ..Default::default() },
+                pb::TaskGroupStatus {
+                    task: "gen".into(),
+                    replicas: 8,
+                    running,
+                    succeeded,
+                    failed,
+                    ..Default::default()
+                },
                 pb::TaskGroupStatus { task: "sum".into(), replicas: 1, waiting: 1, ..Default::default() },
             ],
             total_subtasks: 9,
@@ -245,14 +273,21 @@ mod tests {
             ]
         );
         assert!(l.lines_for(&snapshot([0, 0, 0], pb::JobState::Running)).is_empty());
-        assert_eq!(l.lines_for(&snapshot([3, 5, 0], pb::JobState::Running)), vec!["gen 5/8 succeeded, 3 running, 0 failed"]);
-        assert_eq!(l.lines_for(&snapshot([0, 8, 0], pb::JobState::Running)), vec!["gen 8/8 succeeded, 0 running, 0 failed"]);
+        assert_eq!(
+            l.lines_for(&snapshot([3, 5, 0], pb::JobState::Running)),
+            vec!["gen 5/8 succeeded, 3 running, 0 failed"]
+        );
+        assert_eq!(
+            l.lines_for(&snapshot([0, 8, 0], pb::JobState::Running)),
+            vec!["gen 8/8 succeeded, 0 running, 0 failed"]
+        );
     }
 
     #[test]
     fn bars_update_without_a_terminal() {
         // Drawing goes to a hidden target here; this checks the bookkeeping, not the pixels.
-        let mut b = Bars { multi: Some(MultiProgress::with_draw_target(ProgressDrawTarget::hidden())), ..Default::default() };
+        let mut b =
+            Bars { multi: Some(MultiProgress::with_draw_target(ProgressDrawTarget::hidden())), ..Default::default() };
         b.update(&snapshot([2, 3, 1], pb::JobState::Running));
         b.update(&snapshot([0, 7, 1], pb::JobState::Failed));
         b.finish();

@@ -45,6 +45,8 @@ pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::
 /// host name when one worker has it.
 fn resolve_worker(workers: &[plexus_proto::pb::WorkerInfo], name: &str) -> anyhow::Result<String> {
     let named = client::Named { prefix: "wkr-", what: "worker", name: "host name", listed_by: "plexus workers" };
-    let w = client::resolve_ref(workers, name, named, |w| (&w.worker_id, w.capacity.as_ref().map_or("", |c| c.hostname.as_str())))?;
+    let w = client::resolve_ref(workers, name, named, |w| {
+        (&w.worker_id, w.capacity.as_ref().map_or("", |c| c.hostname.as_str()))
+    })?;
     Ok(w.worker_id.clone())
 }

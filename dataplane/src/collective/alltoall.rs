@@ -102,7 +102,12 @@ struct Call<'a> {
 impl<'a> Call<'a> {
     /// A call along the schedule of `kind` built for `table` now.
     fn built(table: &'a ComTable, kind: ScheduleKind, sends: Vec<Bytes>) -> Call<'a> {
-        Call { table: Cow::Borrowed(table), schedule: Cow::Owned(Schedule::build(kind, table)), kind: kind.code(), sends }
+        Call {
+            table: Cow::Borrowed(table),
+            schedule: Cow::Owned(Schedule::build(kind, table)),
+            kind: kind.code(),
+            sends,
+        }
     }
 }
 
@@ -110,20 +115,12 @@ impl Exchanger {
     /// An exchanger over `ranks` (each rank's rail addresses, what its
     /// [`Endpoint::local_addrs`] returned), in which this endpoint is `rank`, using the tags
     /// `[tag_base, tag_base + 2⁵⁶)` (see the module documentation).
-    pub fn new(
-        endpoint: Arc<Endpoint>,
-        ranks: Vec<Vec<SocketAddr>>,
-        rank: usize,
-        tag_base: u64,
-    ) -> Result<Exchanger> {
+    pub fn new(endpoint: Arc<Endpoint>, ranks: Vec<Vec<SocketAddr>>, rank: usize, tag_base: u64) -> Result<Exchanger> {
         if ranks.is_empty() {
             return Err(Error::Config("an exchanger needs at least one rank".into()));
         }
         if rank >= ranks.len() {
-            return Err(Error::Config(format!(
-                "rank {rank} is outside a group of {}",
-                ranks.len()
-            )));
+            return Err(Error::Config(format!("rank {rank} is outside a group of {}", ranks.len())));
         }
         if let Some(r) = ranks.iter().position(|a| a.is_empty()) {
             return Err(Error::Config(format!("rank {r} has no rail address")));
@@ -186,16 +183,9 @@ impl Exchanger {
             }
             let block = send.len() / n;
             let table = ComTable::uniform(n, block as u64)?;
-            let sends = (0..n)
-                .map(|j| send.slice(j * block..(j + 1) * block))
-                .collect();
+            let sends = (0..n).map(|j| send.slice(j * block..(j + 1) * block)).collect();
             let schedule = Schedule::build(kind, &table);
-            Ok(Call {
-                table: Cow::Owned(table),
-                schedule: Cow::Owned(schedule),
-                kind: kind.code(),
-                sends,
-            })
+            Ok(Call { table: Cow::Owned(table), schedule: Cow::Owned(schedule), kind: kind.code(), sends })
         })
         .await
     }
@@ -204,12 +194,7 @@ impl Exchanger {
     /// builds from `table` (every rank must pass the same table and kind). `sends[j]` is what
     /// this rank sends rank j (its own part included), exactly as long as the table says.
     /// Returns what each rank sent this one, in rank order.
-    pub async fn alltoallv(
-        &self,
-        table: &ComTable,
-        sends: Vec<Bytes>,
-        kind: ScheduleKind,
-    ) -> Result<Vec<Bytes>> {
+    pub async fn alltoallv(&self, table: &ComTable, sends: Vec<Bytes>, kind: ScheduleKind) -> Result<Vec<Bytes>> {
         self.run(|| {
             self.check_table(table)?;
             Ok(Call::built(table, kind, sends))
@@ -219,12 +204,7 @@ impl Exchanger {
 
     /// [`alltoallv`](Self::alltoallv) with this rank's parts in one buffer, in rank order: the
     /// counts are this rank's row of `table`, and `send` must be their sum.
-    pub async fn alltoallv_packed(
-        &self,
-        table: &ComTable,
-        send: Bytes,
-        kind: ScheduleKind,
-    ) -> Result<Vec<Bytes>> {
+    pub async fn alltoallv_packed(&self, table: &ComTable, send: Bytes, kind: ScheduleKind) -> Result<Vec<Bytes>> {
         self.run(|| {
             self.check_table(table)?;
             let sends = self.split(table, &send)?;
@@ -236,21 +216,11 @@ impl Exchanger {
     /// [`alltoallv`](Self::alltoallv) along a schedule computed beforehand (a block-cyclic
     /// redistribution's Algorithm 1 or 2, or a `css` schedule reused across calls). It must
     /// carry exactly `table` ([`Schedule::check`]); every rank must pass the same.
-    pub async fn alltoallv_with(
-        &self,
-        table: &ComTable,
-        schedule: &Schedule,
-        sends: Vec<Bytes>,
-    ) -> Result<Vec<Bytes>> {
+    pub async fn alltoallv_with(&self, table: &ComTable, schedule: &Schedule, sends: Vec<Bytes>) -> Result<Vec<Bytes>> {
         self.run(|| {
             self.check_table(table)?;
             schedule.check(table)?;
-            Ok(Call {
-                table: Cow::Borrowed(table),
-                schedule: Cow::Borrowed(schedule),
-                kind: GIVEN,
-                sends,
-            })
+            Ok(Call { table: Cow::Borrowed(table), schedule: Cow::Borrowed(schedule), kind: GIVEN, sends })
         })
         .await
     }
@@ -264,10 +234,7 @@ impl Exchanger {
         let got = self
             .run(|| {
                 if row.len() != n {
-                    return Err(Error::Config(format!(
-                        "a row of {} counts for a group of {n} ranks",
-                        row.len()
-                    )));
+                    return Err(Error::Config(format!("a row of {} counts for a group of {n} ranks", row.len())));
                 }
                 let table = ComTable::uniform(n, 8 * n as u64)?;
                 let mine: Bytes = row.iter().flat_map(|c| c.to_le_bytes()).collect();
@@ -282,11 +249,7 @@ impl Exchanger {
             .await?;
         let rows: Vec<Vec<u64>> = got
             .iter()
-            .map(|b| {
-                b.chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-                    .collect()
-            })
+            .map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
             .collect();
         ComTable::from_rows(&rows)
     }
@@ -346,10 +309,7 @@ impl Exchanger {
     fn check_call(&self, c: &Call<'_>) -> Result<()> {
         let n = self.size();
         if c.schedule.n() != n {
-            return Err(Error::Config(format!(
-                "the schedule is for {} ranks, the group has {n}",
-                c.schedule.n()
-            )));
+            return Err(Error::Config(format!("the schedule is for {} ranks, the group has {n}", c.schedule.n())));
         }
         if c.sends.len() != n {
             return Err(Error::Config(format!(
@@ -388,30 +348,20 @@ impl Exchanger {
                         call.table.get(j, me)
                     ))
                 })?;
-                total = total.checked_add(len).ok_or_else(|| {
-                    Error::Config("the bytes this rank receives overflow its address space".into())
-                })?;
+                total = total
+                    .checked_add(len)
+                    .ok_or_else(|| Error::Config("the bytes this rank receives overflow its address space".into()))?;
             }
         }
         offsets.push(total);
-        let buf = Arc::new(SharedBuf::try_uninit(total).ok_or_else(|| {
-            Error::Config(format!(
-                "cannot allocate {total} bytes for what this rank receives"
-            ))
-        })?);
+        let buf = Arc::new(
+            SharedBuf::try_uninit(total)
+                .ok_or_else(|| Error::Config(format!("cannot allocate {total} bytes for what this rank receives")))?,
+        );
         let tag = base.wrapping_add(DATA_TAG);
-        let mut posts = Posts {
-            endpoint: &self.endpoint,
-            tag,
-            pending: Vec::new(),
-        };
+        let mut posts = Posts { endpoint: &self.endpoint, tag, pending: Vec::new() };
         for j in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
-            let post = Posted {
-                buf: buf.clone(),
-                offset: offsets[j],
-                len: offsets[j + 1] - offsets[j],
-                reduce: None,
-            };
+            let post = Posted { buf: buf.clone(), offset: offsets[j], len: offsets[j + 1] - offsets[j], reduce: None };
             // SAFETY: the ranges of different senders are disjoint, and nothing else touches
             // this one until its message is delivered (or the post is withdrawn): the buffer
             // is read only after every receive was delivered.
@@ -422,11 +372,7 @@ impl Exchanger {
         let hello = hello(n, &call);
         let (right, left) = ((me + 1) % n, (me + n - 1) % n);
         let mut hello_sent = Task({
-            let (ep, addrs, h) = (
-                self.endpoint.clone(),
-                self.ranks[right].clone(),
-                hello.clone(),
-            );
+            let (ep, addrs, h) = (self.endpoint.clone(), self.ranks[right].clone(), hello.clone());
             tokio::spawn(async move { ep.send(&addrs, base.wrapping_add(HELLO), h).await })
         });
         let mut hello_checked = false;
@@ -460,11 +406,7 @@ impl Exchanger {
             } else {
                 let send = async {
                     match step.send_to {
-                        Some(to) => {
-                            self.endpoint
-                                .send(&self.ranks[to], tag, call.sends[to].clone())
-                                .await
-                        }
+                        Some(to) => self.endpoint.send(&self.ranks[to], tag, call.sends[to].clone()).await,
                         None => Ok(()),
                     }
                 };
@@ -498,21 +440,13 @@ impl Exchanger {
             Err(buf) => Bytes::copy_from_slice(unsafe { buf.range(0, total) }),
         };
         Ok((0..n)
-            .map(|j| {
-                if j == me {
-                    call.sends[me].clone()
-                } else {
-                    data.slice(offsets[j]..offsets[j + 1])
-                }
-            })
+            .map(|j| if j == me { call.sends[me].clone() } else { data.slice(offsets[j]..offsets[j + 1]) })
             .collect())
     }
 
     /// Receives the left neighbour's description of the call and compares it with ours.
     async fn check_hello(&self, left: usize, base: u64, mine: &Bytes) -> Result<()> {
-        let got = self
-            .recv_or_abort(left, base.wrapping_add(HELLO), base)
-            .await?;
+        let got = self.recv_or_abort(left, base.wrapping_add(HELLO), base).await?;
         let Landed::Fresh(got) = got else {
             return Err(Error::Protocol("an exchange header landed in place".into()));
         };
@@ -551,10 +485,7 @@ impl Exchanger {
             let (ep, addrs, why) = (self.endpoint.clone(), self.ranks[r].clone(), why.clone());
             sends.spawn(async move { ep.send(&addrs, base.wrapping_add(ABORT), why).await });
         }
-        let _ = tokio::time::timeout(ABORT_GRACE, async {
-            while sends.join_next().await.is_some() {}
-        })
-        .await;
+        let _ = tokio::time::timeout(ABORT_GRACE, async { while sends.join_next().await.is_some() {} }).await;
     }
 }
 
@@ -586,12 +517,7 @@ impl<T> Drop for Task<T> {
 
 /// Brings a delivered message into `buf[range]`: in place already, or (it arrived before its
 /// post, in its own buffer) checked for length and copied there.
-async fn land(
-    buf: &Arc<SharedBuf>,
-    from: usize,
-    range: std::ops::Range<usize>,
-    landed: Landed,
-) -> Result<()> {
+async fn land(buf: &Arc<SharedBuf>, from: usize, range: std::ops::Range<usize>, landed: Landed) -> Result<()> {
     let msg: BytesMut = match landed {
         Landed::InPlace { .. } => return Ok(()),
         Landed::Fresh(msg) => msg,
@@ -618,9 +544,7 @@ async fn land(
         copy();
         return Ok(());
     }
-    tokio::task::spawn_blocking(copy)
-        .await
-        .map_err(|e| Error::Peer(format!("exchange copy task: {e}")))
+    tokio::task::spawn_blocking(copy).await.map_err(|e| Error::Peer(format!("exchange copy task: {e}")))
 }
 
 /// The buffer itself once this is its last `Arc`. When a message was delivered in place, a
@@ -661,9 +585,5 @@ fn describe_hello(b: &[u8]) -> String {
         GIVEN => "a given schedule".to_string(),
         c => ScheduleKind::from_code(c).map_or_else(|| format!("schedule {c}"), |k| k.to_string()),
     };
-    format!(
-        "an exchange among {n} ranks ({kind}, table {:016x}, schedule {:016x})",
-        u64_at(12),
-        u64_at(20)
-    )
+    format!("an exchange among {n} ranks ({kind}, table {:016x}, schedule {:016x})", u64_at(12), u64_at(20))
 }

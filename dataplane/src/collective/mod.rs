@@ -88,11 +88,7 @@ pub struct CollectiveConfig {
 
 impl Default for CollectiveConfig {
     fn default() -> Self {
-        CollectiveConfig {
-            algorithm: Algorithm::Halving,
-            slices: 4,
-            send_window: 1,
-        }
+        CollectiveConfig { algorithm: Algorithm::Halving, slices: 4, send_window: 1 }
     }
 }
 
@@ -146,15 +142,10 @@ impl Communicator {
         cfg: CollectiveConfig,
     ) -> Result<Communicator> {
         if ranks.is_empty() {
-            return Err(Error::Config(
-                "a communicator needs at least one rank".into(),
-            ));
+            return Err(Error::Config("a communicator needs at least one rank".into()));
         }
         if rank >= ranks.len() {
-            return Err(Error::Config(format!(
-                "rank {rank} is outside a group of {}",
-                ranks.len()
-            )));
+            return Err(Error::Config(format!("rank {rank} is outside a group of {}", ranks.len())));
         }
         if let Some(r) = ranks.iter().position(|a| a.is_empty()) {
             return Err(Error::Config(format!("rank {r} has no rail address")));
@@ -173,10 +164,7 @@ impl Communicator {
             }
         }
         if !(1..=MAX_SLICES).contains(&cfg.slices) {
-            return Err(Error::Config(format!(
-                "slices {} must be in 1..={MAX_SLICES}",
-                cfg.slices
-            )));
+            return Err(Error::Config(format!("slices {} must be in 1..={MAX_SLICES}", cfg.slices)));
         }
         if cfg.send_window == 0 {
             return Err(Error::Config("send_window must be at least 1".into()));
@@ -250,13 +238,7 @@ impl Communicator {
 
     /// Reduces every rank's `buf` into the root's `buf`; the other ranks' buffers are left
     /// unchanged.
-    pub async fn reduce(
-        &self,
-        buf: &mut [u8],
-        root: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
+    pub async fn reduce(&self, buf: &mut [u8], root: usize, dtype: DType, op: ReduceOp) -> Result<()> {
         let t = Instant::now();
         let work = self.copy_in(buf);
         let copy_in = t.elapsed();
@@ -283,13 +265,7 @@ impl Communicator {
     }
 
     /// [`reduce`](Self::reduce) on an owned buffer: the result at the root, `None` elsewhere.
-    pub async fn reduce_bytes(
-        &self,
-        data: Bytes,
-        root: usize,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<Option<Bytes>> {
+    pub async fn reduce_bytes(&self, data: Bytes, root: usize, dtype: DType, op: ReduceOp) -> Result<Option<Bytes>> {
         let work = self.own(data);
         let work = self.run(Kind::Reduce { root }, work, dtype, op).await?;
         if self.rank != root {
@@ -338,12 +314,7 @@ impl Communicator {
     }
 
     /// [`reduce`](Self::reduce) on a typed slice.
-    pub async fn reduce_typed<T: Element>(
-        &self,
-        buf: &mut [T],
-        root: usize,
-        op: ReduceOp,
-    ) -> Result<()> {
+    pub async fn reduce_typed<T: Element>(&self, buf: &mut [T], root: usize, op: ReduceOp) -> Result<()> {
         let mut raw = to_bytes(buf);
         self.reduce(&mut raw, root, T::DTYPE, op).await?;
         if self.rank == root {
@@ -360,13 +331,7 @@ impl Communicator {
     }
 
     /// Validates the call, runs its plan on `work` (in place), and records the profile.
-    async fn run(
-        &self,
-        kind: Kind,
-        work: Arc<SharedBuf>,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<Arc<SharedBuf>> {
+    async fn run(&self, kind: Kind, work: Arc<SharedBuf>, dtype: DType, op: ReduceOp) -> Result<Arc<SharedBuf>> {
         let _serial = self.serial.lock().await;
         let n = self.ranks.len();
         let size = dtype.size();
@@ -379,9 +344,7 @@ impl Communicator {
         if let Kind::Reduce { root } = kind
             && root >= n
         {
-            return Err(Error::Config(format!(
-                "root {root} is outside a group of {n}"
-            )));
+            return Err(Error::Config(format!("root {root} is outside a group of {n}")));
         }
         let seq = self.seq.fetch_add(1, Relaxed) & SEQ_MASK;
         let base = self.tag_base.wrapping_add(seq << 32);
@@ -429,14 +392,10 @@ impl Communicator {
         prof: &mut Profile,
     ) -> Result<()> {
         let t = Instant::now();
-        let got = self
-            .recv_or_abort(left, base.wrapping_add(HELLO), base, sender)
-            .await?;
+        let got = self.recv_or_abort(left, base.wrapping_add(HELLO), base, sender).await?;
         prof.wait += t.elapsed();
         let Landed::Fresh(got) = got else {
-            return Err(Error::Protocol(
-                "a collective header landed in place".into(),
-            ));
+            return Err(Error::Protocol("a collective header landed in place".into()));
         };
         if got[..] != mine[..] {
             return Err(Error::Protocol(format!(
@@ -485,10 +444,7 @@ impl Communicator {
             let (ep, addrs, why) = (self.endpoint.clone(), self.ranks[r].clone(), why.clone());
             sends.spawn(async move { ep.send(&addrs, base.wrapping_add(ABORT), why).await });
         }
-        let _ = tokio::time::timeout(ABORT_GRACE, async {
-            while sends.join_next().await.is_some() {}
-        })
-        .await;
+        let _ = tokio::time::timeout(ABORT_GRACE, async { while sends.join_next().await.is_some() {} }).await;
     }
 }
 
@@ -575,11 +531,7 @@ fn dependencies(steps: &[Step]) -> Vec<(Option<usize>, Option<usize>)> {
             fill.push((cur, range.end));
         }
         for (s, e) in fill {
-            let v = if is_recv {
-                (e, ls, Some(i))
-            } else {
-                (e, Some(i), lr)
-            };
+            let v = if is_recv { (e, ls, Some(i)) } else { (e, Some(i), lr) };
             map.insert(s, v);
         }
     }
@@ -603,17 +555,11 @@ impl Executor<'_> {
         let hello = self.hello.clone();
         let right = (comm.rank + 1) % n;
         let left = (comm.rank + n - 1) % n;
-        let _ = tx.send((
-            usize::MAX,
-            right,
-            self.base.wrapping_add(HELLO),
-            hello.clone(),
-        ));
+        let _ = tx.send((usize::MAX, right, self.base.wrapping_add(HELLO), hello.clone()));
         let deps = dependencies(&self.steps);
         // Receives not posted yet, in plan order; the next one to consider first.
-        let mut unposted: Vec<usize> = (0..self.steps.len())
-            .filter(|&j| matches!(self.steps[j], Step::Recv { .. }))
-            .collect();
+        let mut unposted: Vec<usize> =
+            (0..self.steps.len()).filter(|&j| matches!(self.steps[j], Step::Recv { .. })).collect();
         let mut recvs_done: Option<usize> = None;
         self.post_ready(&mut unposted, &deps, 0, recvs_done);
         let mut hello_checked = false;
@@ -741,18 +687,11 @@ impl Executor<'_> {
                 return false;
             }
             let (ls, lr) = deps[j];
-            let ready =
-                ls.is_none_or(|s| s < sends_done) && lr.is_none_or(|r| Some(r) <= recvs_done);
+            let ready = ls.is_none_or(|s| s < sends_done) && lr.is_none_or(|r| Some(r) <= recvs_done);
             if !ready {
                 return true;
             }
-            let Step::Recv {
-                from,
-                tag,
-                range,
-                reduce,
-            } = &self.steps[j]
-            else {
+            let Step::Recv { from, tag, range, reduce } = &self.steps[j] else {
                 return false;
             };
             if range.is_empty() {
@@ -766,13 +705,7 @@ impl Executor<'_> {
             };
             // SAFETY: see `Executor`: every earlier step touching this range is complete, and
             // no later one starts before this receive is delivered (or withdrawn at the end).
-            unsafe {
-                comm.endpoint.post(
-                    comm.ids[*from],
-                    self.base.wrapping_add(u64::from(*tag)),
-                    post,
-                )
-            };
+            unsafe { comm.endpoint.post(comm.ids[*from], self.base.wrapping_add(u64::from(*tag)), post) };
             self.posted.push(j);
             false
         });
@@ -783,10 +716,7 @@ impl Executor<'_> {
     fn withdraw_posts(&mut self) {
         for j in self.posted.drain(..) {
             if let Step::Recv { from, tag, .. } = &self.steps[j] {
-                self.comm.endpoint.unpost(
-                    self.comm.ids[*from],
-                    self.base.wrapping_add(u64::from(*tag)),
-                );
+                self.comm.endpoint.unpost(self.comm.ids[*from], self.base.wrapping_add(u64::from(*tag)));
             }
         }
     }
@@ -828,23 +758,22 @@ async fn sender_loop(
     let mut pending: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
     let mut finished: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
     let mut issued_to = 0usize;
-    let mut settle =
-        |step: usize, pending: &mut std::collections::VecDeque<usize>, issued_to: usize| {
-            if step != usize::MAX {
-                finished.insert(step);
-            }
-            while let Some(&f) = pending.front()
-                && finished.remove(&f)
-            {
-                pending.pop_front();
-            }
-            let w = pending.front().copied().unwrap_or(issued_to);
-            done.send_if_modified(|v| {
-                let changed = *v != w;
-                *v = w;
-                changed
-            });
-        };
+    let mut settle = |step: usize, pending: &mut std::collections::VecDeque<usize>, issued_to: usize| {
+        if step != usize::MAX {
+            finished.insert(step);
+        }
+        while let Some(&f) = pending.front()
+            && finished.remove(&f)
+        {
+            pending.pop_front();
+        }
+        let w = pending.front().copied().unwrap_or(issued_to);
+        done.send_if_modified(|v| {
+            let changed = *v != w;
+            *v = w;
+            changed
+        });
+    };
     loop {
         tokio::select! {
             biased;
@@ -917,9 +846,7 @@ async fn land(
     if len < BLOCKING_MIN {
         return Ok(job());
     }
-    tokio::task::spawn_blocking(job)
-        .await
-        .map_err(|e| Error::Peer(format!("reduction task: {e}")))
+    tokio::task::spawn_blocking(job).await.map_err(|e| Error::Peer(format!("reduction task: {e}")))
 }
 
 /// The call's description that each rank sends its right neighbour.
@@ -948,11 +875,7 @@ fn describe_hello(b: &[u8]) -> String {
     let root = u32_at(16);
     format!(
         "{} {} elements of {} by {} ({}, {} slices, {} ranks)",
-        if root == u32::MAX {
-            "allreduce of".to_string()
-        } else {
-            format!("reduce to rank {root} of")
-        },
+        if root == u32::MAX { "allreduce of".to_string() } else { format!("reduce to rank {root} of") },
         u64::from_le_bytes(len),
         DType::from_code(b[12]).map_or("?", DType::name),
         ReduceOp::from_code(b[13]).map_or("?", ReduceOp::name),
@@ -991,11 +914,7 @@ mod tests {
             () = posted => {}
         }
         // The collective's future is dropped here, mid-way, with its receives posted.
-        assert_eq!(
-            a.posted_receives(),
-            0,
-            "the cancelled collective's posts were withdrawn"
-        );
+        assert_eq!(a.posted_receives(), 0, "the cancelled collective's posts were withdrawn");
 
         // The sends it had started are abandoned; the transport lets go of their views of the
         // buffer once their segments are answered (real sockets: this waits for I/O, not for a
@@ -1004,11 +923,7 @@ mod tests {
         while Arc::strong_count(&work) > 1 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert_eq!(
-            Arc::strong_count(&work),
-            1,
-            "nothing but the test holds the working buffer"
-        );
+        assert_eq!(Arc::strong_count(&work), 1, "nothing but the test holds the working buffer");
         assert_eq!(a.posted_receives(), 0);
         b.shutdown().await;
     }

@@ -67,18 +67,9 @@ pub struct PlanParams {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Send the current contents of `range` to rank `to`.
-    Send {
-        to: usize,
-        tag: u32,
-        range: Range<usize>,
-    },
+    Send { to: usize, tag: u32, range: Range<usize> },
     /// Receive `range` from rank `from`; reduce it into the local contents, or overwrite them.
-    Recv {
-        from: usize,
-        tag: u32,
-        range: Range<usize>,
-        reduce: bool,
-    },
+    Recv { from: usize, tag: u32, range: Range<usize>, reduce: bool },
 }
 
 /// One message of a phase, as the plan builder sees it (ranks still renumbered).
@@ -99,12 +90,7 @@ struct Phase {
 /// The steps rank `p.rank` performs, in order. Panics only on parameters the caller validated
 /// (`ranks` ≥ 1, `rank` and `root` < `ranks`, `slices` in 1..=MAX_SLICES).
 pub fn plan(p: &PlanParams) -> Vec<Step> {
-    assert!(
-        p.ranks >= 1 && p.rank < p.ranks,
-        "rank {} of {}",
-        p.rank,
-        p.ranks
-    );
+    assert!(p.ranks >= 1 && p.rank < p.ranks, "rank {} of {}", p.rank, p.ranks);
     assert!((1..=MAX_SLICES).contains(&p.slices), "slices {}", p.slices);
     let root = match p.kind {
         Kind::Allreduce => 0,
@@ -125,18 +111,9 @@ pub fn plan(p: &PlanParams) -> Vec<Step> {
         .map(|(is_recv, m)| {
             let peer = (m.peer + root) % n;
             if is_recv {
-                Step::Recv {
-                    from: peer,
-                    tag: m.tag,
-                    range: m.range,
-                    reduce: m.reduce,
-                }
+                Step::Recv { from: peer, tag: m.tag, range: m.range, reduce: m.reduce }
             } else {
-                Step::Send {
-                    to: peer,
-                    tag: m.tag,
-                    range: m.range,
-                }
+                Step::Send { to: peer, tag: m.tag, range: m.range }
             }
         })
         .collect()
@@ -154,9 +131,7 @@ fn bound(len: usize, blocks: usize, b: usize) -> usize {
 /// `range` cut into `k` nearly equal parts (empty parts included).
 fn cut(range: Range<usize>, k: usize) -> Vec<Range<usize>> {
     let w = range.end - range.start;
-    (0..k)
-        .map(|s| range.start + w * s / k..range.start + w * (s + 1) / k)
-        .collect()
+    (0..k).map(|s| range.start + w * s / k..range.start + w * (s + 1) / k).collect()
 }
 
 /// The slices of blocks `[x, y)`: whole groups of blocks when the count divides evenly, every
@@ -168,13 +143,9 @@ fn slice_blocks(len: usize, blocks: usize, x: usize, y: usize, slices: usize) ->
     let b = |i| bound(len, blocks, i);
     if m.is_multiple_of(slices) {
         let g = m / slices;
-        (0..slices)
-            .map(|s| b(x + s * g)..b(x + (s + 1) * g))
-            .collect()
+        (0..slices).map(|s| b(x + s * g)..b(x + (s + 1) * g)).collect()
     } else if slices.is_multiple_of(m) {
-        (x..y)
-            .flat_map(|i| cut(b(i)..b(i + 1), slices / m))
-            .collect()
+        (x..y).flat_map(|i| cut(b(i)..b(i + 1), slices / m)).collect()
     } else {
         cut(b(x)..b(y), slices)
     }
@@ -186,12 +157,7 @@ fn msgs(peer: usize, phase: usize, ranges: Vec<Range<usize>>, reduce: bool) -> V
         .into_iter()
         .enumerate()
         .filter(|(_, r)| !r.is_empty())
-        .map(|(s, range)| Msg {
-            peer,
-            tag: tag(phase, s),
-            range,
-            reduce,
-        })
+        .map(|(s, range)| Msg { peer, tag: tag(phase, s), range, reduce })
         .collect()
 }
 
@@ -210,11 +176,7 @@ fn halving(p: &PlanParams, v: usize) -> Vec<Phase> {
     let mut out = vec![Phase::default(); 2 * logp + 2];
     // The whole buffer, cut as the blocks of the power-of-two group: the fold and unfold move
     // it in the slices that round 0 and the last doubling round use.
-    let whole = || {
-        (0..pw)
-            .flat_map(|b| slice_blocks(len, pw, b, b + 1, s))
-            .collect::<Vec<_>>()
-    };
+    let whole = || (0..pw).flat_map(|b| slice_blocks(len, pw, b, b + 1, s)).collect::<Vec<_>>();
     // Phase 0: fold the extra ranks in.
     if v >= pw {
         out[0].sends = msgs(v - pw, 0, slice_blocks(len, pw, 0, pw, s), true);
@@ -232,34 +194,16 @@ fn halving(p: &PlanParams, v: usize) -> Vec<Phase> {
         let d = pw >> (k + 1);
         let partner = v ^ d;
         let mid = lo + (hi - lo) / 2;
-        let (keep, give) = if v & d == 0 {
-            ((lo, mid), (mid, hi))
-        } else {
-            ((mid, hi), (lo, mid))
-        };
+        let (keep, give) = if v & d == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
         let ph = &mut out[1 + k];
-        ph.sends = msgs(
-            partner,
-            1 + k,
-            slice_blocks(len, pw, give.0, give.1, s),
-            true,
-        );
-        ph.recvs = msgs(
-            partner,
-            1 + k,
-            slice_blocks(len, pw, keep.0, keep.1, s),
-            true,
-        );
+        ph.sends = msgs(partner, 1 + k, slice_blocks(len, pw, give.0, give.1, s), true);
+        ph.recvs = msgs(partner, 1 + k, slice_blocks(len, pw, keep.0, keep.1, s), true);
         (lo, hi) = keep;
     }
     debug_assert_eq!((lo, hi), (v, v + 1));
     // The slices of blocks [x, y) in the collection phases: each block in the slices its
     // owner reduced it in, so a forwarded slice is always one piece the executor holds.
-    let held = |x: usize, y: usize| {
-        (x..y)
-            .flat_map(|b| slice_blocks(len, pw, b, b + 1, s))
-            .collect::<Vec<_>>()
-    };
+    let held = |x: usize, y: usize| (x..y).flat_map(|b| slice_blocks(len, pw, b, b + 1, s)).collect::<Vec<_>>();
     let base = 1 + logp;
     match p.kind {
         Kind::Allreduce => {
@@ -267,11 +211,7 @@ fn halving(p: &PlanParams, v: usize) -> Vec<Phase> {
                 let d = 1 << k;
                 let partner = v ^ d;
                 // The partner holds the aligned run of d blocks next to ours.
-                let (plo, phi) = if lo & d == 0 {
-                    (lo + d, hi + d)
-                } else {
-                    (lo - d, hi - d)
-                };
+                let (plo, phi) = if lo & d == 0 { (lo + d, hi + d) } else { (lo - d, hi - d) };
                 // After round k both hold the aligned run of 2d blocks around them.
                 let ph = &mut out[base + k];
                 ph.sends = msgs(partner, base + k, held(lo, hi), false);
@@ -325,9 +265,7 @@ fn ring(p: &PlanParams, v: usize) -> Vec<Phase> {
         Kind::Reduce { .. } => {
             // The root is v = 0 and holds chunk 1; chunk c is reduced at v = c − 1.
             if v == 0 {
-                out[n - 1].recvs = (2..=n)
-                    .flat_map(|c| msgs(c - 1, n - 1, chunk(c), false))
-                    .collect();
+                out[n - 1].recvs = (2..=n).flat_map(|c| msgs(c - 1, n - 1, chunk(c), false)).collect();
             } else {
                 out[n - 1].sends = msgs(0, n - 1, chunk(v + 1), false);
             }
@@ -345,11 +283,8 @@ fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
 /// "the last segment of a round is reduced while the first segment of the next round is
 /// exchanged").
 fn recv_order(phases: &[Phase], q: usize) -> Vec<Msg> {
-    let next: Vec<&Msg> = phases[q + 1..]
-        .iter()
-        .find(|ph| !ph.sends.is_empty())
-        .map(|ph| ph.sends.iter().collect())
-        .unwrap_or_default();
+    let next: Vec<&Msg> =
+        phases[q + 1..].iter().find(|ph| !ph.sends.is_empty()).map(|ph| ph.sends.iter().collect()).unwrap_or_default();
     let mut rs = phases[q].recvs.clone();
     rs.sort_by_key(|m| {
         let needed = next.iter().any(|s| overlaps(&s.range, &m.range));
@@ -362,14 +297,9 @@ fn recv_order(phases: &[Phase], q: usize) -> Vec<Msg> {
 /// (each phase in the order [`recv_order`] picks), and each send placed as early as possible —
 /// right after the last receive of an earlier phase that writes into its range — in the order
 /// its receiver wants. `phases_of(u)` gives rank u's phases (to learn a receiver's order).
-fn linearize(
-    mine: &[Phase],
-    v: usize,
-    phases_of: impl Fn(usize) -> Vec<Phase>,
-) -> Vec<(bool, Msg)> {
-    let recvs: Vec<(usize, Msg)> = (0..mine.len())
-        .flat_map(|q| recv_order(mine, q).into_iter().map(move |m| (q, m)))
-        .collect();
+fn linearize(mine: &[Phase], v: usize, phases_of: impl Fn(usize) -> Vec<Phase>) -> Vec<(bool, Msg)> {
+    let recvs: Vec<(usize, Msg)> =
+        (0..mine.len()).flat_map(|q| recv_order(mine, q).into_iter().map(move |m| (q, m))).collect();
     let mut theirs: std::collections::HashMap<usize, Vec<Phase>> = Default::default();
     let mut sends: Vec<(usize, Msg)> = Vec::new();
     for (q, ph) in mine.iter().enumerate() {
@@ -382,22 +312,11 @@ fn linearize(
             // The order the receiver will wait in, restricted to what comes from us.
             for m in recv_order(their, q) {
                 if m.peer == v {
-                    sends.push((
-                        q,
-                        Msg {
-                            peer,
-                            reduce: false,
-                            ..m
-                        },
-                    ));
+                    sends.push((q, Msg { peer, reduce: false, ..m }));
                 }
             }
         }
-        debug_assert_eq!(
-            sends.len() - before,
-            ph.sends.len(),
-            "phase {q} of rank {v}"
-        );
+        debug_assert_eq!(sends.len() - before, ph.sends.len(), "phase {q} of rank {v}");
     }
     let mut out = Vec::with_capacity(recvs.len() + sends.len());
     let mut sent = vec![false; sends.len()];
@@ -408,9 +327,7 @@ fn linearize(
             if sent[i] {
                 continue;
             }
-            let blocked = recvs[done..]
-                .iter()
-                .any(|(rq, r)| rq < q && overlaps(&r.range, &m.range));
+            let blocked = recvs[done..].iter().any(|(rq, r)| rq < q && overlaps(&r.range, &m.range));
             if !blocked {
                 sent[i] = true;
                 out.push((false, m.clone()));
@@ -449,29 +366,9 @@ mod tests {
         algorithm: Algorithm,
         kind: Kind,
     ) -> Result<Vec<Vec<Sym>>, String> {
-        let plans: Vec<Vec<Step>> = (0..n)
-            .map(|rank| {
-                plan(&PlanParams {
-                    ranks: n,
-                    rank,
-                    len,
-                    slices,
-                    algorithm,
-                    kind,
-                })
-            })
-            .collect();
-        let mut bufs: Vec<Vec<Sym>> = (0..n)
-            .map(|r| {
-                vec![
-                    Sym {
-                        mask: 1 << r,
-                        maker: r as u64
-                    };
-                    len
-                ]
-            })
-            .collect();
+        let plans: Vec<Vec<Step>> =
+            (0..n).map(|rank| plan(&PlanParams { ranks: n, rank, len, slices, algorithm, kind })).collect();
+        let mut bufs: Vec<Vec<Sym>> = (0..n).map(|r| vec![Sym { mask: 1 << r, maker: r as u64 }; len]).collect();
         let mut pc = vec![0usize; n];
         let mut wire: HashMap<(usize, usize, u32), Vec<Sym>> = HashMap::new();
         let mut next_maker = n as u64;
@@ -486,20 +383,12 @@ mod tests {
                                 return Err(format!("duplicate message {key:?}"));
                             }
                         }
-                        Step::Recv {
-                            from,
-                            tag,
-                            range,
-                            reduce,
-                        } => {
+                        Step::Recv { from, tag, range, reduce } => {
                             let Some(data) = wire.remove(&(*from, r, *tag)) else {
                                 break;
                             };
                             if data.len() != range.len() {
-                                return Err(format!(
-                                    "rank {r} tag {tag}: {} elements for {range:?}",
-                                    data.len()
-                                ));
+                                return Err(format!("rank {r} tag {tag}: {} elements for {range:?}", data.len()));
                             }
                             for (i, d) in range.clone().zip(data) {
                                 if *reduce {
@@ -510,10 +399,7 @@ mod tests {
                                             mine.mask, d.mask
                                         ));
                                     }
-                                    bufs[r][i] = Sym {
-                                        mask: mine.mask | d.mask,
-                                        maker: next_maker,
-                                    };
+                                    bufs[r][i] = Sym { mask: mine.mask | d.mask, maker: next_maker };
                                     next_maker += 1;
                                 } else {
                                     bufs[r][i] = d;
@@ -547,30 +433,22 @@ mod tests {
             lens.extend([n - 1, n, n + 1, 2 * n + 1, 4 * n - 1]);
             for &len in &lens {
                 for slices in [1, 3, 4] {
-                    let bufs =
-                        simulate(n, len, slices, algorithm, Kind::Allreduce).unwrap_or_else(|e| {
-                            panic!("{algorithm:?} allreduce n={n} len={len} slices={slices}: {e}")
-                        });
+                    let bufs = simulate(n, len, slices, algorithm, Kind::Allreduce)
+                        .unwrap_or_else(|e| panic!("{algorithm:?} allreduce n={n} len={len} slices={slices}: {e}"));
                     for (r, b) in bufs.iter().enumerate() {
                         for (i, x) in b.iter().enumerate() {
-                            assert_eq!(
-                                x.mask, full,
-                                "{algorithm:?} n={n} len={len} slices={slices} rank {r} elem {i}"
-                            );
+                            assert_eq!(x.mask, full, "{algorithm:?} n={n} len={len} slices={slices} rank {r} elem {i}");
                             assert_eq!(
                                 *x, bufs[0][i],
                                 "{algorithm:?} n={n} len={len} slices={slices}: rank {r} elem {i} made elsewhere"
                             );
                         }
                     }
-                    let roots: Vec<usize> = if n <= 9 {
-                        (0..n).collect()
-                    } else {
-                        vec![0, n / 2, n - 1]
-                    };
+                    let roots: Vec<usize> = if n <= 9 { (0..n).collect() } else { vec![0, n / 2, n - 1] };
                     for root in roots {
-                        let bufs = simulate(n, len, slices, algorithm, Kind::Reduce { root })
-                            .unwrap_or_else(|e| panic!("{algorithm:?} reduce root={root} n={n} len={len} slices={slices}: {e}"));
+                        let bufs = simulate(n, len, slices, algorithm, Kind::Reduce { root }).unwrap_or_else(|e| {
+                            panic!("{algorithm:?} reduce root={root} n={n} len={len} slices={slices}: {e}")
+                        });
                         assert!(
                             bufs[root].iter().all(|x| x.mask == full),
                             "{algorithm:?} reduce n={n} len={len} slices={slices} root={root}"
@@ -597,14 +475,8 @@ mod tests {
             for n in 1..=12 {
                 let mut seen = HashSet::new();
                 for rank in 0..n {
-                    let steps = plan(&PlanParams {
-                        ranks: n,
-                        rank,
-                        len: 1000,
-                        slices: 4,
-                        algorithm,
-                        kind: Kind::Allreduce,
-                    });
+                    let steps =
+                        plan(&PlanParams { ranks: n, rank, len: 1000, slices: 4, algorithm, kind: Kind::Allreduce });
                     for s in steps {
                         if let Step::Send { to, tag, .. } = s {
                             assert!(seen.insert((rank, to, tag)), "{algorithm:?} n={n}");
@@ -624,14 +496,8 @@ mod tests {
                 for slices in [1, 2, 4, 8] {
                     for len in [4096, 1_000_003] {
                         for rank in 0..n {
-                            let steps = plan(&PlanParams {
-                                ranks: n,
-                                rank,
-                                len,
-                                slices,
-                                algorithm,
-                                kind: Kind::Allreduce,
-                            });
+                            let steps =
+                                plan(&PlanParams { ranks: n, rank, len, slices, algorithm, kind: Kind::Allreduce });
                             let mut pieces: Vec<Range<usize>> = std::iter::once(0..len).collect();
                             for s in steps {
                                 match s {
@@ -653,9 +519,7 @@ mod tests {
                                         pieces = next;
                                     }
                                     Step::Send { range, .. } => assert!(
-                                        pieces
-                                            .iter()
-                                            .any(|p| p.start <= range.start && range.end <= p.end),
+                                        pieces.iter().any(|p| p.start <= range.start && range.end <= p.end),
                                         "{algorithm:?} n={n} slices={slices} len={len} rank {rank}: {range:?} spans pieces"
                                     ),
                                 }
@@ -682,47 +546,15 @@ mod tests {
             steps[..4],
             [
                 // Rank 2 sends [12, 16) in round two, so it wants that slice first.
-                Step::Send {
-                    to: 2,
-                    tag: tag(1, 1),
-                    range: 12..16
-                },
-                Step::Send {
-                    to: 2,
-                    tag: tag(1, 0),
-                    range: 8..12
-                },
+                Step::Send { to: 2, tag: tag(1, 1), range: 12..16 },
+                Step::Send { to: 2, tag: tag(1, 0), range: 8..12 },
                 // Rank 0 sends [4, 8) in round two, so it reduces that slice first...
-                Step::Recv {
-                    from: 2,
-                    tag: tag(1, 1),
-                    range: 4..8,
-                    reduce: true
-                },
+                Step::Recv { from: 2, tag: tag(1, 1), range: 4..8, reduce: true },
                 // ...and sends it on to rank 1 while it reduces [0, 4).
-                Step::Send {
-                    to: 1,
-                    tag: tag(2, 0),
-                    range: 4..6
-                },
+                Step::Send { to: 1, tag: tag(2, 0), range: 4..6 },
             ]
         );
-        assert_eq!(
-            steps[4],
-            Step::Send {
-                to: 1,
-                tag: tag(2, 1),
-                range: 6..8
-            }
-        );
-        assert_eq!(
-            steps[5],
-            Step::Recv {
-                from: 2,
-                tag: tag(1, 0),
-                range: 0..4,
-                reduce: true
-            }
-        );
+        assert_eq!(steps[4], Step::Send { to: 1, tag: tag(2, 1), range: 6..8 });
+        assert_eq!(steps[5], Step::Recv { from: 2, tag: tag(1, 0), range: 0..4, reduce: true });
     }
 }

@@ -99,21 +99,14 @@ impl BlockCyclic {
             ("destination block y", y),
         ] {
             if v == 0 {
-                return Err(Error::Config(format!(
-                    "a block-cyclic redistribution needs at least 1 for {what}"
-                )));
+                return Err(Error::Config(format!("a block-cyclic redistribution needs at least 1 for {what}")));
             }
         }
         if p.checked_mul(q).is_none_or(|e| e > MAX_ENTRIES) {
-            return Err(Error::Config(format!(
-                "a table of {p} × {q} processors is over {MAX_ENTRIES} entries"
-            )));
+            return Err(Error::Config(format!("a table of {p} × {q} processors is over {MAX_ENTRIES} entries")));
         }
-        let too_big = || {
-            Error::Config(format!(
-                "the period of cyclic({x}) on {p} → cyclic({y}) on {q} does not fit in 64 bits"
-            ))
-        };
+        let too_big =
+            || Error::Config(format!("the period of cyclic({x}) on {p} → cyclic({y}) on {q} does not fit in 64 bits"));
         let px = (p as u128).checked_mul(u128::from(x)).ok_or_else(too_big)?;
         let qy = (q as u128).checked_mul(u128::from(y)).ok_or_else(too_big)?;
         let period = lcm128(px, qy).ok_or_else(too_big)?;
@@ -130,29 +123,11 @@ impl BlockCyclic {
         let n = (my % q as u128) as usize;
         let g1 = gcd(p, m);
         let s = p / g1;
-        let m_inv = if s == 1 {
-            0
-        } else {
-            mod_inverse(m / g1 % s, s)
-        };
+        let m_inv = if s == 1 { 0 } else { mod_inverse(m / g1 % s, s) };
         let t = q / gcd(q, n);
         let g3 = gcd(q, (s as u128 * n as u128 % q as u128) as usize);
         let orbit_len = s / gcd(s, t) * t;
-        let mut bc = BlockCyclic {
-            p,
-            x,
-            q,
-            y,
-            period,
-            m,
-            n,
-            g1,
-            s,
-            m_inv,
-            g3,
-            orbit_len,
-            counts: Vec::new(),
-        };
+        let mut bc = BlockCyclic { p, x, q, y, period, m, n, g1, s, m_inv, g3, orbit_len, counts: Vec::new() };
         // One stretch of M elements, cut where a source or destination block ends: each piece
         // adds its length to its orbit (see the module documentation).
         let big_m = big_m as u64;
@@ -166,10 +141,8 @@ impl BlockCyclic {
             per_orbit[bc.orbit_id(i, j)] += end - pos;
             pos = end;
         }
-        bc.counts = (0..p)
-            .flat_map(|i| (0..q).map(move |j| (i, j)))
-            .map(|(i, j)| per_orbit[bc.orbit_id(i, j)])
-            .collect();
+        bc.counts =
+            (0..p).flat_map(|i| (0..q).map(move |j| (i, j))).map(|(i, j)| per_orbit[bc.orbit_id(i, j)]).collect();
         Ok(bc)
     }
 
@@ -427,7 +400,10 @@ impl CyclicLayout {
         if lens.len() != self.p {
             return Err(Error::Config(format!("{} source lengths for {} sources", lens.len(), self.p)));
         }
-        let n = lens.iter().try_fold(0u64, |a, &l| a.checked_add(l)).ok_or_else(|| Error::Config("the sources hold more than 2⁶⁴ elements".into()))?;
+        let n = lens
+            .iter()
+            .try_fold(0u64, |a, &l| a.checked_add(l))
+            .ok_or_else(|| Error::Config("the sources hold more than 2⁶⁴ elements".into()))?;
         for (r, &l) in lens.iter().enumerate() {
             let want = Self::local_len(n, self.p, self.x, r);
             if l != want {
@@ -442,12 +418,28 @@ impl CyclicLayout {
 
     /// Source `src`'s runs, `(local offset, length, destination)`, over its `len` elements.
     fn source_runs(&self, src: usize, len: u64) -> Runs {
-        Runs { rank: src as u64, procs: self.p as u64, block: self.x, other_procs: self.q as u64, other_block: self.y, len, k: 0 }
+        Runs {
+            rank: src as u64,
+            procs: self.p as u64,
+            block: self.x,
+            other_procs: self.q as u64,
+            other_block: self.y,
+            len,
+            k: 0,
+        }
     }
 
     /// Destination `dst`'s runs, `(local offset, length, source)`, over its `len` elements.
     fn destination_runs(&self, dst: usize, len: u64) -> Runs {
-        Runs { rank: dst as u64, procs: self.q as u64, block: self.y, other_procs: self.p as u64, other_block: self.x, len, k: 0 }
+        Runs {
+            rank: dst as u64,
+            procs: self.q as u64,
+            block: self.y,
+            other_procs: self.p as u64,
+            other_block: self.x,
+            len,
+            k: 0,
+        }
     }
 
     /// Elements source `src`, holding `len`, sends each destination (Q counts).
@@ -463,10 +455,14 @@ impl CyclicLayout {
     /// receives, in the destination's order (Q parts).
     pub fn pack(&self, src: usize, local: &[u8], elem: usize) -> Result<Vec<Vec<u8>>> {
         if elem == 0 || !local.len().is_multiple_of(elem) {
-            return Err(Error::Config(format!("a local array of {} bytes is not whole elements of {elem} bytes", local.len())));
+            return Err(Error::Config(format!(
+                "a local array of {} bytes is not whole elements of {elem} bytes",
+                local.len()
+            )));
         }
         let len = (local.len() / elem) as u64;
-        let mut parts: Vec<Vec<u8>> = self.send_counts(src, len).into_iter().map(|c| Vec::with_capacity(c as usize * elem)).collect();
+        let mut parts: Vec<Vec<u8>> =
+            self.send_counts(src, len).into_iter().map(|c| Vec::with_capacity(c as usize * elem)).collect();
         for (k, l, d) in self.source_runs(src, len) {
             parts[d].extend_from_slice(&local[k as usize * elem..(k + l) as usize * elem]);
         }
@@ -484,7 +480,10 @@ impl CyclicLayout {
         }
         let total: usize = parts.iter().map(|b| b.len()).sum();
         if let Some((s, b)) = parts.iter().enumerate().find(|(_, b)| !b.len().is_multiple_of(elem)) {
-            return Err(Error::Config(format!("source {s} sent {} bytes, not whole elements of {elem} bytes", b.len())));
+            return Err(Error::Config(format!(
+                "source {s} sent {} bytes, not whole elements of {elem} bytes",
+                b.len()
+            )));
         }
         let mut out = vec![0u8; total];
         let mut at = vec![0usize; self.p];
@@ -547,9 +546,7 @@ mod tests {
 
     /// Every (P, x, Q, y) with P, Q ≤ 6 and blocks ≤ 6.
     fn all_params() -> impl Iterator<Item = (usize, u64, usize, u64)> {
-        (1..=6).flat_map(|p| {
-            (1..=6).flat_map(move |x| (1..=6).flat_map(move |q| (1..=6).map(move |y| (p, x, q, y))))
-        })
+        (1..=6).flat_map(|p| (1..=6).flat_map(move |x| (1..=6).flat_map(move |q| (1..=6).map(move |y| (p, x, q, y)))))
     }
 
     /// The counts of one period, element by element.
@@ -605,36 +602,22 @@ mod tests {
             let (_, c) = brute_force(p, x, q, y);
             let (m, n) = bc.recurrence();
             let lxy = (1..).map(|k| k * x).find(|v| v % y == 0).unwrap();
-            assert_eq!(
-                (m, n),
-                ((lxy / x) as usize % p, (lxy / y) as usize % q),
-                "{what}"
-            );
+            assert_eq!((m, n), ((lxy / x) as usize % p, (lxy / y) as usize % q), "{what}");
             for i in 0..p {
                 for j in 0..q {
-                    assert_eq!(
-                        c[i * q + j],
-                        c[(i + m) % p * q + (j + n) % q],
-                        "{what} ({i}, {j})"
-                    );
+                    assert_eq!(c[i * q + j], c[(i + m) % p * q + (j + n) % q], "{what} ({i}, {j})");
                     let members: Vec<_> = bc.orbit(i, j).collect();
                     let mut distinct = members.clone();
                     distinct.sort_unstable();
                     distinct.dedup();
-                    assert_eq!(
-                        distinct.len(),
-                        bc.orbit_len(),
-                        "{what}: orbit of ({i}, {j})"
-                    );
+                    assert_eq!(distinct.len(), bc.orbit_len(), "{what}: orbit of ({i}, {j})");
                     for (a, b) in members {
                         assert_eq!(bc.orbit_id(a, b), bc.orbit_id(i, j), "{what}");
                     }
                 }
             }
-            let mut ids: Vec<usize> = (0..p)
-                .flat_map(|i| (0..q).map(move |j| (i, j)))
-                .map(|(i, j)| bc.orbit_id(i, j))
-                .collect();
+            let mut ids: Vec<usize> =
+                (0..p).flat_map(|i| (0..q).map(move |j| (i, j))).map(|(i, j)| bc.orbit_id(i, j)).collect();
             ids.sort_unstable();
             ids.dedup();
             assert_eq!(ids.len() * bc.orbit_len(), p * q, "{what}: orbit count");
@@ -647,13 +630,7 @@ mod tests {
     #[test]
     fn the_seeds_example_comes_out_as_printed() {
         let bc = BlockCyclic::new(5, 4, 5, 3).unwrap();
-        let figure_2c = [
-            [3, 3, 2, 2, 2],
-            [2, 2, 3, 3, 2],
-            [3, 2, 2, 2, 3],
-            [2, 3, 3, 2, 2],
-            [2, 2, 2, 3, 3],
-        ];
+        let figure_2c = [[3, 3, 2, 2, 2], [2, 2, 3, 3, 2], [3, 2, 2, 2, 3], [2, 3, 3, 2, 2], [2, 2, 2, 3, 3]];
         for (j, row) in figure_2c.iter().enumerate() {
             for (i, &v) in row.iter().enumerate() {
                 assert_eq!(bc.count(i, j), v, "sender {i} → receiver {j}");
@@ -661,13 +638,7 @@ mod tests {
         }
         assert_eq!(bc.period(), 60);
         assert!(bc.algorithm1_applies());
-        let figure_4c = [
-            [0, 1, 2, 3, 4],
-            [3, 4, 0, 1, 2],
-            [1, 2, 3, 4, 0],
-            [4, 0, 1, 2, 3],
-            [2, 3, 4, 0, 1],
-        ];
+        let figure_4c = [[0, 1, 2, 3, 4], [3, 4, 0, 1, 2], [1, 2, 3, 4, 0], [4, 0, 1, 2, 3], [2, 3, 4, 0, 1]];
         let s = bc.algorithm1(Placement::Disjoint).unwrap();
         assert_eq!(s.len(), 5);
         for (k, step) in s.steps().iter().enumerate() {
@@ -733,17 +704,11 @@ mod tests {
                 assert_runs_to_completion(&s, &what);
                 for st in s.steps() {
                     let sizes: Vec<u64> = st.iter().map(|&(a, b)| t.get(a, b)).collect();
-                    assert!(
-                        sizes.iter().all(|&v| v == sizes[0]),
-                        "{what}: step sizes {sizes:?}"
-                    );
+                    assert!(sizes.iter().all(|&v| v == sizes[0]), "{what}: step sizes {sizes:?}");
                 }
             }
         }
-        assert!(
-            applied >= 100,
-            "Algorithm 1 applied to only {applied} cases"
-        );
+        assert!(applied >= 100, "Algorithm 1 applied to only {applied} cases");
     }
 
     /// Algorithm 2, for every case: a valid schedule, each step a maximal matching of what was
@@ -760,14 +725,9 @@ mod tests {
                 assert_valid(&t, &s, &what);
                 assert_runs_to_completion(&s, &what);
                 let d = t.max_degree();
-                assert!(
-                    s.len() <= (2 * d).saturating_sub(1),
-                    "{what}: {} steps, Δ = {d}",
-                    s.len()
-                );
+                assert!(s.len() <= (2 * d).saturating_sub(1), "{what}: {} steps, Δ = {d}", s.len());
                 let n = t.n();
-                let mut left: Vec<(usize, usize)> =
-                    t.demands().into_iter().map(|(a, b, _)| (a, b)).collect();
+                let mut left: Vec<(usize, usize)> = t.demands().into_iter().map(|(a, b, _)| (a, b)).collect();
                 for (k, st) in s.steps().iter().enumerate() {
                     left.retain(|e| !st.contains(e));
                     let (mut snd, mut rcv) = (vec![false; n], vec![false; n]);
@@ -775,20 +735,11 @@ mod tests {
                         snd[a] = true;
                         rcv[b] = true;
                     }
-                    assert!(
-                        left.iter().all(|&(a, b)| snd[a] || rcv[b]),
-                        "{what}: step {k} could have taken more"
-                    );
+                    assert!(left.iter().all(|&(a, b)| snd[a] || rcv[b]), "{what}: step {k} could have taken more");
                 }
                 if let Some(first) = s.steps().first() {
-                    let top = t
-                        .entries()
-                        .iter()
-                        .enumerate()
-                        .filter(|(e, _)| e / n != e % n)
-                        .map(|(_, &v)| v)
-                        .max()
-                        .unwrap();
+                    let top =
+                        t.entries().iter().enumerate().filter(|(e, _)| e / n != e % n).map(|(_, &v)| v).max().unwrap();
                     assert!(first.iter().any(|&(a, b)| t.get(a, b) == top), "{what}");
                 }
             }
@@ -808,23 +759,13 @@ mod tests {
                 assert_valid(&t, &c, &what);
                 assert_eq!(c.len(), t.max_degree(), "{what}");
                 let s = shift(&t);
-                assert!(
-                    c.cost(&t) <= s.cost(&t),
-                    "{what}: css {} shift {}",
-                    c.cost(&t),
-                    s.cost(&t)
-                );
+                assert!(c.cost(&t) <= s.cost(&t), "{what}: css {} shift {}", c.cost(&t), s.cost(&t));
                 // With shared ranks a step of Algorithm 1 can lose its local part and still
                 // need a step of its own, so it may take one step more than css and cost more.
                 if placement == Placement::Disjoint
                     && let Some(a1) = bc.algorithm1(placement)
                 {
-                    assert!(
-                        a1.cost(&t) <= c.cost(&t),
-                        "{what}: Algorithm 1 {} css {}",
-                        a1.cost(&t),
-                        c.cost(&t)
-                    );
+                    assert!(a1.cost(&t) <= c.cost(&t), "{what}: Algorithm 1 {} css {}", a1.cost(&t), c.cost(&t));
                 }
             }
         }
@@ -836,17 +777,11 @@ mod tests {
         assert!(e.contains("source processors P"), "{e}");
         let e = BlockCyclic::new(2, 1, 2, 0).unwrap_err().to_string();
         assert!(e.contains("destination block y"), "{e}");
-        let e = BlockCyclic::new(1 << 20, 1, 1 << 20, 1)
-            .unwrap_err()
-            .to_string();
+        let e = BlockCyclic::new(1 << 20, 1, 1 << 20, 1).unwrap_err().to_string();
         assert!(e.contains("entries"), "{e}");
-        let e = BlockCyclic::new(1 << 10, u64::MAX / 3, 3, u64::MAX / 5)
-            .unwrap_err()
-            .to_string();
+        let e = BlockCyclic::new(1 << 10, u64::MAX / 3, 3, u64::MAX / 5).unwrap_err().to_string();
         assert!(e.contains("64 bits"), "{e}");
-        let e = BlockCyclic::new(1, 1 << 30, 1, (1 << 30) - 1)
-            .unwrap_err()
-            .to_string();
+        let e = BlockCyclic::new(1, 1 << 30, 1, (1 << 30) - 1).unwrap_err().to_string();
         assert!(e.contains("pieces"), "{e}");
     }
 
@@ -875,7 +810,11 @@ mod tests {
                 let packed: Vec<Vec<Vec<u8>>> = (0..p).map(|s| layout.pack(s, &bytes(&src[s]), 4).unwrap()).collect();
                 for d in 0..q {
                     let parts: Vec<&[u8]> = (0..p).map(|s| packed[s][d].as_slice()).collect();
-                    assert_eq!(layout.unpack(d, &parts, 4).unwrap(), bytes(&dst[d]), "({p},{x})->({q},{y}) n={n} dst {d}");
+                    assert_eq!(
+                        layout.unpack(d, &parts, 4).unwrap(),
+                        bytes(&dst[d]),
+                        "({p},{x})->({q},{y}) n={n} dst {d}"
+                    );
                 }
             }
         }

@@ -71,13 +71,9 @@ impl ComTable {
     /// receiver j).
     pub fn new(n: usize, bytes: Vec<u64>) -> Result<ComTable> {
         if n == 0 {
-            return Err(Error::Config(
-                "a communication table needs at least one rank".into(),
-            ));
+            return Err(Error::Config("a communication table needs at least one rank".into()));
         }
-        let want = n
-            .checked_mul(n)
-            .ok_or_else(|| Error::Config(format!("a table for {n} ranks is too large")))?;
+        let want = n.checked_mul(n).ok_or_else(|| Error::Config(format!("a table for {n} ranks is too large")))?;
         if bytes.len() != want {
             return Err(Error::Config(format!(
                 "a communication table for {n} ranks has {want} entries (n × n), got {}",
@@ -146,9 +142,7 @@ impl ComTable {
             .iter()
             .map(|&b| b.checked_mul(k))
             .collect::<Option<Vec<u64>>>()
-            .ok_or_else(|| {
-                Error::Config(format!("scaling the communication table by {k} overflows"))
-            })?;
+            .ok_or_else(|| Error::Config(format!("scaling the communication table by {k} overflows")))?;
         Ok(ComTable { n: self.n, bytes })
     }
 
@@ -211,11 +205,7 @@ pub enum ScheduleKind {
 }
 
 impl ScheduleKind {
-    pub const ALL: &'static [ScheduleKind] = &[
-        ScheduleKind::Shift,
-        ScheduleKind::Pairwise,
-        ScheduleKind::Css,
-    ];
+    pub const ALL: &'static [ScheduleKind] = &[ScheduleKind::Shift, ScheduleKind::Pairwise, ScheduleKind::Css];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -253,11 +243,7 @@ impl FromStr for ScheduleKind {
             .iter()
             .copied()
             .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "unknown all-to-all schedule {s:?} (one of: shift, pairwise, css)"
-                ))
-            })
+            .ok_or_else(|| Error::Config(format!("unknown all-to-all schedule {s:?} (one of: shift, pairwise, css)")))
     }
 }
 
@@ -290,9 +276,7 @@ impl Schedule {
         for (k, step) in steps.iter().enumerate() {
             for &(i, j) in step {
                 if i >= n || j >= n {
-                    return Err(Error::Config(format!(
-                        "step {k} has the pair {i} → {j}, outside a group of {n}"
-                    )));
+                    return Err(Error::Config(format!("step {k} has the pair {i} → {j}, outside a group of {n}")));
                 }
                 if i == j {
                     return Err(Error::Config(format!(
@@ -300,14 +284,10 @@ impl Schedule {
                     )));
                 }
                 if send_seen[i] == k {
-                    return Err(Error::Config(format!(
-                        "step {k} has rank {i} sending twice"
-                    )));
+                    return Err(Error::Config(format!("step {k} has rank {i} sending twice")));
                 }
                 if recv_seen[j] == k {
-                    return Err(Error::Config(format!(
-                        "step {k} has two senders to rank {j} (contention)"
-                    )));
+                    return Err(Error::Config(format!("step {k} has two senders to rank {j} (contention)")));
                 }
                 send_seen[i] = k;
                 recv_seen[j] = k;
@@ -369,21 +349,14 @@ impl Schedule {
             .filter_map(|(k, pairs)| {
                 let send_to = pairs.iter().find(|p| p.0 == rank).map(|p| p.1);
                 let recv_from = pairs.iter().find(|p| p.1 == rank).map(|p| p.0);
-                (send_to.is_some() || recv_from.is_some()).then_some(RankStep {
-                    step: k,
-                    send_to,
-                    recv_from,
-                })
+                (send_to.is_some() || recv_from.is_some()).then_some(RankStep { step: k, send_to, recv_from })
             })
             .collect()
     }
 
     /// The sum over steps of the step's largest message in `table`.
     pub fn cost(&self, table: &ComTable) -> u128 {
-        self.steps
-            .iter()
-            .map(|s| u128::from(step_max(table, s)))
-            .sum()
+        self.steps.iter().map(|s| u128::from(step_max(table, s))).sum()
     }
 
     /// Checks that this schedule carries exactly `table`'s network messages: the same N, every
@@ -392,34 +365,21 @@ impl Schedule {
     pub fn check(&self, table: &ComTable) -> Result<()> {
         let n = self.n;
         if table.n() != n {
-            return Err(Error::Config(format!(
-                "the schedule is for {n} ranks, the table for {}",
-                table.n()
-            )));
+            return Err(Error::Config(format!("the schedule is for {n} ranks, the table for {}", table.n())));
         }
         let mut seen = vec![false; n * n];
         for (k, step) in self.steps.iter().enumerate() {
             for &(i, j) in step {
                 if table.get(i, j) == 0 {
-                    return Err(Error::Config(format!(
-                        "step {k} sends {i} → {j}, which the table says is 0 bytes"
-                    )));
+                    return Err(Error::Config(format!("step {k} sends {i} → {j}, which the table says is 0 bytes")));
                 }
                 if std::mem::replace(&mut seen[i * n + j], true) {
-                    return Err(Error::Config(format!(
-                        "the schedule sends {i} → {j} twice (again in step {k})"
-                    )));
+                    return Err(Error::Config(format!("the schedule sends {i} → {j} twice (again in step {k})")));
                 }
             }
         }
-        if let Some((i, j, b)) = table
-            .demands()
-            .into_iter()
-            .find(|&(i, j, _)| !seen[i * n + j])
-        {
-            return Err(Error::Config(format!(
-                "the schedule never sends {i} → {j} ({b} bytes)"
-            )));
+        if let Some((i, j, b)) = table.demands().into_iter().find(|&(i, j, _)| !seen[i * n + j]) {
+            return Err(Error::Config(format!("the schedule never sends {i} → {j} ({b} bytes)")));
         }
         Ok(())
     }
@@ -442,11 +402,7 @@ impl Schedule {
 
 /// The largest message of one step.
 fn step_max(table: &ComTable, pairs: &[(usize, usize)]) -> u64 {
-    pairs
-        .iter()
-        .map(|&(i, j)| table.get(i, j))
-        .max()
-        .unwrap_or(0)
+    pairs.iter().map(|&(i, j)| table.get(i, j)).max().unwrap_or(0)
 }
 
 /// FNV-1a, 64 bits, over little-endian words.
@@ -469,14 +425,8 @@ impl Fnv {
 /// left out, and steps left empty dropped.
 pub fn shift(table: &ComTable) -> Schedule {
     let n = table.n();
-    let steps = (1..n)
-        .map(|p| {
-            (0..n)
-                .map(|i| (i, (i + p) % n))
-                .filter(|&(i, j)| table.get(i, j) > 0)
-                .collect()
-        })
-        .collect();
+    let steps =
+        (1..n).map(|p| (0..n).map(|i| (i, (i + p) % n)).filter(|&(i, j)| table.get(i, j) > 0).collect()).collect();
     Schedule::normalized(n, steps)
 }
 
@@ -487,14 +437,7 @@ pub fn pairwise(table: &ComTable) -> Schedule {
     if !n.is_power_of_two() {
         return shift(table);
     }
-    let steps = (1..n)
-        .map(|k| {
-            (0..n)
-                .map(|i| (i, i ^ k))
-                .filter(|&(i, j)| table.get(i, j) > 0)
-                .collect()
-        })
-        .collect();
+    let steps = (1..n).map(|k| (0..n).map(|i| (i, i ^ k)).filter(|&(i, j)| table.get(i, j) > 0).collect()).collect();
     Schedule::normalized(n, steps)
 }
 
@@ -524,11 +467,7 @@ pub fn css(table: &ComTable) -> Schedule {
     }
     let shifted = shift(table);
     let paired = pairwise(table);
-    let starts = if paired == shifted {
-        vec![shifted]
-    } else {
-        vec![shifted, paired]
-    };
+    let starts = if paired == shifted { vec![shifted] } else { vec![shifted, paired] };
     for start in starts {
         if start.len() != delta {
             continue;
@@ -558,13 +497,7 @@ struct Colouring<'t> {
 impl<'t> Colouring<'t> {
     fn empty(table: &'t ComTable, colours: usize) -> Colouring<'t> {
         let n = table.n();
-        Colouring {
-            table,
-            n,
-            colours,
-            send: vec![NONE; colours * n],
-            recv: vec![NONE; colours * n],
-        }
+        Colouring { table, n, colours, send: vec![NONE; colours * n], recv: vec![NONE; colours * n] }
     }
 
     fn from_schedule(table: &'t ComTable, s: &Schedule, colours: usize) -> Colouring<'t> {
@@ -620,9 +553,7 @@ impl<'t> Colouring<'t> {
         let mut maxw = vec![0u64; delta];
         let mut opened = 0;
         for (u, v, w) in edges {
-            if let Some(c) =
-                (0..opened).find(|&c| col.free_at_sender(c, u) && col.free_at_receiver(c, v))
-            {
+            if let Some(c) = (0..opened).find(|&c| col.free_at_sender(c, u) && col.free_at_receiver(c, v)) {
                 col.assign(c, u, v);
                 continue;
             }
@@ -631,8 +562,7 @@ impl<'t> Colouring<'t> {
             // not being coloured yet), and none is free at both (else the first branch took
             // it).
             let flip = col.best_flip(u, v, w, opened, &maxw);
-            let open_new =
-                opened < delta && (!recolour_first || flip.is_none_or(|(cost, _, _)| cost > 0));
+            let open_new = opened < delta && (!recolour_first || flip.is_none_or(|(cost, _, _)| cost > 0));
             if open_new {
                 col.assign(opened, u, v);
                 maxw[opened] = w;
@@ -652,24 +582,11 @@ impl<'t> Colouring<'t> {
     /// Of the first `FLIP_CANDIDATES` pairs (a free at sender u, b free at receiver v) among
     /// the first `opened` colours, the one whose path swap, with u → v then coloured a, raises
     /// the cost least: (that rise, a, b). `None` if no open colour is free at u or at v.
-    fn best_flip(
-        &self,
-        u: usize,
-        v: usize,
-        w: u64,
-        opened: usize,
-        maxw: &[u64],
-    ) -> Option<(u128, usize, usize)> {
+    fn best_flip(&self, u: usize, v: usize, w: u64, opened: usize, maxw: &[u64]) -> Option<(u128, usize, usize)> {
         let free_u: Vec<usize> = (0..opened).filter(|&c| self.free_at_sender(c, u)).collect();
-        let free_v: Vec<usize> = (0..opened)
-            .filter(|&c| self.free_at_receiver(c, v))
-            .collect();
+        let free_v: Vec<usize> = (0..opened).filter(|&c| self.free_at_receiver(c, v)).collect();
         let mut best: Option<(u128, usize, usize)> = None;
-        for (a, b) in free_u
-            .iter()
-            .flat_map(|&a| free_v.iter().map(move |&b| (a, b)))
-            .take(FLIP_CANDIDATES)
-        {
+        for (a, b) in free_u.iter().flat_map(|&a| free_v.iter().map(move |&b| (a, b))).take(FLIP_CANDIDATES) {
             let path = self.path_from_receiver(v, a, b);
             let (na, nb) = self.maxima_after_swap(&path, a, b);
             let after = u128::from(na.max(w)) + u128::from(nb);
@@ -795,11 +712,7 @@ impl<'t> Colouring<'t> {
                         continue;
                     }
                     // a: the heavier colour, b: the lighter.
-                    let (a, b) = if maxima[a0] >= maxima[b0] {
-                        (a0, b0)
-                    } else {
-                        (b0, a0)
-                    };
+                    let (a, b) = if maxima[a0] >= maxima[b0] { (a0, b0) } else { (b0, a0) };
                     if maxima[b] == 0 || self.blocked(a, b, maxima[b]) {
                         continue;
                     }
@@ -889,11 +802,7 @@ impl<'t> Colouring<'t> {
             let next = self.recv[b * n + v];
             if next == NONE || next == u0 {
                 // The end of the path, or back at the start edge: a cycle, all seen.
-                return if next == u0 {
-                    best
-                } else {
-                    best.max(self.side_from_receiver(a, b, v0, u0))
-                };
+                return if next == u0 { best } else { best.max(self.side_from_receiver(a, b, v0, u0)) };
             }
             u = next;
         }
@@ -976,39 +885,16 @@ pub(crate) mod tests {
         let mut r = Rng::new(seed * 1000 + n as u64);
         let hot = [0, n / 2];
         vec![
-            (
-                "uniform",
-                ComTable::from_fn(n, |_, _| 1 + r.below(1000)).unwrap(),
-            ),
+            ("uniform", ComTable::from_fn(n, |_, _| 1 + r.below(1000)).unwrap()),
             ("zipf", ComTable::from_fn(n, |_, _| zipf(&mut r)).unwrap()),
             (
                 "hot receivers",
-                ComTable::from_fn(n, |_, j| {
-                    (1 + r.below(1000)) * if hot.contains(&j) { 50 } else { 1 }
-                })
-                .unwrap(),
+                ComTable::from_fn(n, |_, j| (1 + r.below(1000)) * if hot.contains(&j) { 50 } else { 1 }).unwrap(),
             ),
-            (
-                "sparse",
-                ComTable::from_fn(n, |_, _| {
-                    if r.below(10) < 7 {
-                        0
-                    } else {
-                        1 + r.below(1000)
-                    }
-                })
-                .unwrap(),
-            ),
-            (
-                "sparse zipf",
-                ComTable::from_fn(n, |_, _| if r.below(2) == 0 { 0 } else { zipf(&mut r) })
-                    .unwrap(),
-            ),
+            ("sparse", ComTable::from_fn(n, |_, _| if r.below(10) < 7 { 0 } else { 1 + r.below(1000) }).unwrap()),
+            ("sparse zipf", ComTable::from_fn(n, |_, _| if r.below(2) == 0 { 0 } else { zipf(&mut r) }).unwrap()),
             ("equal", ComTable::uniform(n, 7).unwrap()),
-            (
-                "zeros",
-                ComTable::from_fn(n, |i, j| if i == j { 5 } else { 0 }).unwrap(),
-            ),
+            ("zeros", ComTable::from_fn(n, |i, j| if i == j { 5 } else { 0 }).unwrap()),
         ]
     }
 
@@ -1042,8 +928,7 @@ pub(crate) mod tests {
                 );
             }
         }
-        s.check(t)
-            .unwrap_or_else(|e| panic!("{what}: Schedule::check refuses a valid schedule: {e}"));
+        s.check(t).unwrap_or_else(|e| panic!("{what}: Schedule::check refuses a valid schedule: {e}"));
     }
 
     /// Δ counted directly from the table.
@@ -1056,15 +941,7 @@ pub(crate) mod tests {
 
     /// The sum over steps of the largest message, computed here.
     fn cost(t: &ComTable, s: &Schedule) -> u128 {
-        s.steps()
-            .iter()
-            .map(|st| {
-                st.iter()
-                    .map(|&(i, j)| u128::from(t.get(i, j)))
-                    .max()
-                    .unwrap()
-            })
-            .sum()
+        s.steps().iter().map(|st| st.iter().map(|&(i, j)| u128::from(t.get(i, j))).max().unwrap()).sum()
     }
 
     /// Every rank walks its own steps with sends that never wait: a rank finishes a step once
@@ -1076,10 +953,7 @@ pub(crate) mod tests {
         let (mut sent, mut received) = (0, 0);
         for (r, list) in lists.iter().enumerate() {
             for w in list.windows(2) {
-                assert!(
-                    w[0].step < w[1].step,
-                    "{what}: rank {r}'s steps out of order"
-                );
+                assert!(w[0].step < w[1].step, "{what}: rank {r}'s steps out of order");
             }
             for st in list {
                 assert!(st.send_to.is_some() || st.recv_from.is_some());
@@ -1114,9 +988,7 @@ pub(crate) mod tests {
                     continue;
                 };
                 // The sender started the step: its position is at (or past) it.
-                let ready = st
-                    .recv_from
-                    .is_none_or(|f| lists[f].get(pos[f]).is_none_or(|x| x.step >= st.step));
+                let ready = st.recv_from.is_none_or(|f| lists[f].get(pos[f]).is_none_or(|x| x.step >= st.step));
                 if ready {
                     pos[r] += 1;
                     moved = true;
@@ -1127,12 +999,7 @@ pub(crate) mod tests {
             }
         }
         for r in 0..n {
-            assert_eq!(
-                pos[r],
-                lists[r].len(),
-                "{what}: rank {r} is stuck at {:?}",
-                lists[r].get(pos[r])
-            );
+            assert_eq!(pos[r], lists[r].len(), "{what}: rank {r} is stuck at {:?}", lists[r].get(pos[r]));
         }
     }
 
@@ -1212,13 +1079,7 @@ pub(crate) mod tests {
                 if empty {
                     busy[c].2 = w;
                 }
-                go(
-                    k + 1,
-                    e,
-                    busy,
-                    cost + if empty { u128::from(w) } else { 0 },
-                    best,
-                );
+                go(k + 1, e, busy, cost + if empty { u128::from(w) } else { 0 }, best);
                 busy[c].0[u] = false;
                 busy[c].1[v] = false;
                 if empty {
@@ -1253,25 +1114,13 @@ pub(crate) mod tests {
             if c <= s {
                 return;
             }
-            assert!(
-                shift(t).len() > degree(t) && t.n() <= 5,
-                "{what}: css costs {c}, shift {s}\n{t:?}"
-            );
+            assert!(shift(t).len() > degree(t) && t.n() <= 5, "{what}: css costs {c}, shift {s}\n{t:?}");
             let best = optimum_with_max_degree_steps(t);
-            assert!(
-                best > s,
-                "{what}: css costs {c}, shift {s}, the best Δ-step schedule {best}"
-            );
+            assert!(best > s, "{what}: css costs {c}, shift {s}, the best Δ-step schedule {best}");
             forced += 1;
         });
-        assert!(
-            wins * 20 >= random * 19,
-            "css beat shift on only {wins} of {random} random tables of 8 ranks or more"
-        );
-        assert!(
-            forced < all / 100,
-            "{forced} of {all} tables force css above shift"
-        );
+        assert!(wins * 20 >= random * 19, "css beat shift on only {wins} of {random} random tables of 8 ranks or more");
+        assert!(forced < all / 100, "{forced} of {all} tables force css above shift");
     }
 
     /// The exhaustive search that the test above relies on finds what it should: the optimum
@@ -1294,10 +1143,7 @@ pub(crate) mod tests {
             for (name, t) in families(4, seed) {
                 let best = optimum_with_max_degree_steps(&t);
                 let c = cost(&t, &css(&t));
-                assert!(
-                    best <= c,
-                    "{name} seed {seed}: the search found {best}, css {c}"
-                );
+                assert!(best <= c, "{name} seed {seed}: the search found {best}, css {c}");
             }
         }
     }
@@ -1346,28 +1192,13 @@ pub(crate) mod tests {
         assert_eq!(pairwise(&t).steps(), &[vec![(0, 2), (3, 1)]]);
         for kind in ScheduleKind::ALL {
             let s = Schedule::build(*kind, &t);
-            assert_eq!(
-                s.rank_steps(1),
-                vec![RankStep {
-                    step: s.len() - 1,
-                    send_to: None,
-                    recv_from: Some(3)
-                }]
-            );
+            assert_eq!(s.rank_steps(1), vec![RankStep { step: s.len() - 1, send_to: None, recv_from: Some(3) }]);
             assert!(Schedule::build(*kind, &ComTable::uniform(1, 5).unwrap()).is_empty());
         }
-        assert_eq!(
-            pairwise(&t).rank_steps(0),
-            vec![RankStep {
-                step: 0,
-                send_to: Some(2),
-                recv_from: None
-            }]
-        );
+        assert_eq!(pairwise(&t).rank_steps(0), vec![RankStep { step: 0, send_to: Some(2), recv_from: None }]);
         // Where pairwise and shift differ: 0 → 1 is shift's p = 1 and 1 → 0 its p = 3, while
         // pairwise exchanges 0 ↔ 1 in one step.
-        let t =
-            ComTable::from_fn(4, |i, j| u64::from((i, j) == (0, 1) || (i, j) == (1, 0))).unwrap();
+        let t = ComTable::from_fn(4, |i, j| u64::from((i, j) == (0, 1) || (i, j) == (1, 0))).unwrap();
         assert_eq!(shift(&t).steps(), &[vec![(0, 1)], vec![(1, 0)]]);
         assert_eq!(pairwise(&t).steps(), &[vec![(0, 1), (1, 0)]]);
     }
@@ -1385,11 +1216,7 @@ pub(crate) mod tests {
         assert_eq!(c.len(), n - 1);
         assert_eq!(c.cost(&t), 1000 + 4, "css: {:?}", c.steps());
         let large: Vec<_> = (0..n).map(|i| (i, n - 1 - i)).collect();
-        assert_eq!(
-            c.step(0),
-            &large[..],
-            "the large messages share the first step"
-        );
+        assert_eq!(c.step(0), &large[..], "the large messages share the first step");
     }
 
     /// The colouring alone, before any local search, already groups by size: edges taken
@@ -1428,14 +1255,7 @@ pub(crate) mod tests {
         assert_eq!(c.cost(&t), 8932 + 3630);
         assert_eq!(optimum_with_max_degree_steps(&t), 8932 + 3630);
         let s = shift(&t);
-        assert_eq!(
-            s.steps(),
-            &[
-                vec![(0, 1), (1, 2), (3, 0)],
-                vec![(2, 0)],
-                vec![(2, 1), (3, 2)]
-            ]
-        );
+        assert_eq!(s.steps(), &[vec![(0, 1), (1, 2), (3, 0)], vec![(2, 0)], vec![(2, 1), (3, 2)]]);
         assert_eq!(s.cost(&t), 522 + 336 + 8932);
     }
 
@@ -1502,36 +1322,20 @@ pub(crate) mod tests {
         assert!(e.contains("9 entries") && e.contains("got 8"), "{e}");
         let e = ComTable::new(0, vec![]).unwrap_err().to_string();
         assert!(e.contains("at least one rank"), "{e}");
-        let e = ComTable::from_rows(&[vec![1, 2], vec![3]])
-            .unwrap_err()
-            .to_string();
+        let e = ComTable::from_rows(&[vec![1, 2], vec![3]]).unwrap_err().to_string();
         assert!(e.contains("row 1") && e.contains("square"), "{e}");
-        let e = ComTable::uniform(usize::MAX / 2, 1)
-            .unwrap_err()
-            .to_string();
+        let e = ComTable::uniform(usize::MAX / 2, 1).unwrap_err().to_string();
         assert!(e.contains("cannot allocate a table"), "{e}");
-        let e = ComTable::uniform(2, u64::MAX)
-            .unwrap()
-            .scaled(2)
-            .unwrap_err()
-            .to_string();
+        let e = ComTable::uniform(2, u64::MAX).unwrap().scaled(2).unwrap_err().to_string();
         assert!(e.contains("overflows"), "{e}");
 
-        let e = Schedule::from_steps(3, vec![vec![(0, 1), (2, 1)]])
-            .unwrap_err()
-            .to_string();
+        let e = Schedule::from_steps(3, vec![vec![(0, 1), (2, 1)]]).unwrap_err().to_string();
         assert!(e.contains("two senders to rank 1"), "{e}");
-        let e = Schedule::from_steps(3, vec![vec![(0, 1), (0, 2)]])
-            .unwrap_err()
-            .to_string();
+        let e = Schedule::from_steps(3, vec![vec![(0, 1), (0, 2)]]).unwrap_err().to_string();
         assert!(e.contains("rank 0 sending twice"), "{e}");
-        let e = Schedule::from_steps(3, vec![vec![], vec![(2, 2)]])
-            .unwrap_err()
-            .to_string();
+        let e = Schedule::from_steps(3, vec![vec![], vec![(2, 2)]]).unwrap_err().to_string();
         assert!(e.contains("step 1") && e.contains("itself"), "{e}");
-        let e = Schedule::from_steps(3, vec![vec![(0, 3)]])
-            .unwrap_err()
-            .to_string();
+        let e = Schedule::from_steps(3, vec![vec![(0, 3)]]).unwrap_err().to_string();
         assert!(e.contains("0 → 3"), "{e}");
 
         let t = ComTable::from_rows(&[vec![0, 5, 0], vec![1, 0, 0], vec![0, 0, 0]]).unwrap();
@@ -1546,10 +1350,7 @@ pub(crate) mod tests {
         let zero = Schedule::from_steps(3, vec![vec![(0, 1), (1, 0)], vec![(2, 0)]]).unwrap();
         let e = zero.check(&t).unwrap_err().to_string();
         assert!(e.contains("2 → 0") && e.contains("0 bytes"), "{e}");
-        let e = ok
-            .check(&ComTable::uniform(2, 1).unwrap())
-            .unwrap_err()
-            .to_string();
+        let e = ok.check(&ComTable::uniform(2, 1).unwrap()).unwrap_err().to_string();
         assert!(e.contains("3 ranks") && e.contains("for 2"), "{e}");
 
         let e = "ring".parse::<ScheduleKind>().unwrap_err().to_string();
@@ -1567,10 +1368,7 @@ pub(crate) mod tests {
         let b = ComTable::from_fn(3, |i, j| if (i, j) == (2, 1) { 5 } else { 4 }).unwrap();
         assert_ne!(a.fingerprint(), b.fingerprint());
         assert_eq!(a.fingerprint(), a.clone().fingerprint());
-        assert_ne!(
-            shift(&a).fingerprint(),
-            css(&b).fingerprint().wrapping_add(1)
-        );
+        assert_ne!(shift(&a).fingerprint(), css(&b).fingerprint().wrapping_add(1));
         let t = ComTable::uniform(4, 1).unwrap();
         assert_ne!(shift(&t).fingerprint(), pairwise(&t).fingerprint());
     }

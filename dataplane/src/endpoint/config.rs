@@ -152,17 +152,10 @@ impl EndpointConfig {
             self.rails.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
         }
         if self.rails.len() > usize::from(u16::MAX) {
-            return Err(Error::Config(format!(
-                "{} rails; at most {}",
-                self.rails.len(),
-                u16::MAX
-            )));
+            return Err(Error::Config(format!("{} rails; at most {}", self.rails.len(), u16::MAX)));
         }
         if self.seg_max == 0 || self.seg_max > u64::from(MAX_SEGMENT_LEN) {
-            return Err(Error::Config(format!(
-                "seg_max {} must be in 1..={MAX_SEGMENT_LEN}",
-                self.seg_max
-            )));
+            return Err(Error::Config(format!("seg_max {} must be in 1..={MAX_SEGMENT_LEN}", self.seg_max)));
         }
         if !self.seg_max.is_multiple_of(8) {
             return Err(Error::Config(format!(
@@ -173,24 +166,16 @@ impl EndpointConfig {
         if let Some(n) = self.send_buffer
             && n < 4096
         {
-            return Err(Error::Config(format!(
-                "send_buffer {n} must be at least 4096 bytes"
-            )));
+            return Err(Error::Config(format!("send_buffer {n} must be at least 4096 bytes")));
         }
         if self.queue_max == 0 {
             return Err(Error::Config("queue_max must be at least 1".into()));
         }
         if !(8..=32).contains(&self.k) {
-            return Err(Error::Config(format!(
-                "k {} must be in 8..=32 (the seed's range)",
-                self.k
-            )));
+            return Err(Error::Config(format!("k {} must be in 8..=32 (the seed's range)", self.k)));
         }
         if !(self.bandwidth.is_finite() && self.bandwidth > 0.0) {
-            return Err(Error::Config(format!(
-                "bandwidth {} must be a positive number of bytes/s",
-                self.bandwidth
-            )));
+            return Err(Error::Config(format!("bandwidth {} must be a positive number of bytes/s", self.bandwidth)));
         }
         if self.max_attempts == 0 {
             return Err(Error::Config("max_attempts must be at least 1".into()));

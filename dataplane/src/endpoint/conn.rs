@@ -48,11 +48,7 @@ impl Conn {
             rail,
             replies,
             segs,
-            inflight: Mutex::new(Inflight {
-                closed: false,
-                map: HashMap::new(),
-                last_progress: Instant::now(),
-            }),
+            inflight: Mutex::new(Inflight { closed: false, map: HashMap::new(), last_progress: Instant::now() }),
             dead,
         }
     }

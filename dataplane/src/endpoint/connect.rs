@@ -50,11 +50,7 @@ impl Inner {
             .await
             .map_err(|_| Error::Peer(format!("connecting rail {rail} to {addr} timed out")))??;
         // The peer accepted: from here on, what fails is the handshake.
-        let greeted = tokio::time::timeout_at(
-            deadline,
-            self.greet(&mut stream, peer, rail, addr, key.as_ref()),
-        )
-        .await;
+        let greeted = tokio::time::timeout_at(deadline, self.greet(&mut stream, peer, rail, addr, key.as_ref())).await;
         let e = match greeted {
             Ok(Ok(())) => return Ok(self.start_conn(stream, peer, rail, None)),
             Ok(Err(e)) => e,
@@ -69,11 +65,7 @@ impl Inner {
 
     /// A TCP connection to `addr` from this endpoint's address on `rail`.
     async fn dial(&self, rail: usize, addr: SocketAddr) -> Result<TcpStream> {
-        let sock = if addr.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
+        let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
         // Bound to the local rail address, so the traffic leaves through that rail's NIC.
         sock.bind(SocketAddr::new(self.cfg.rails[rail], 0))?;
         let stream = sock.connect(addr).await?;
@@ -96,18 +88,14 @@ impl Inner {
         let mut first = Vec::with_capacity(MAC_LEN + HELLO_LEN);
         if let Some(key) = key {
             let nonce_c = auth::nonce(&self.rng)?;
-            stream
-                .write_all(&auth::offer(&nonce_c))
-                .await
-                .map_err(closed)?;
+            stream.write_all(&auth::offer(&nonce_c)).await.map_err(closed)?;
             let mut answer = [0u8; ANSWER_LEN];
             stream.read_exact(&mut answer).await.map_err(closed)?;
-            let nonce_a =
-                auth::check_answer(key, &nonce_c, &answer).map_err(|e| Error::Handshake {
-                    addr,
-                    rail,
-                    reason: e.to_string(),
-                })?;
+            let nonce_a = auth::check_answer(key, &nonce_c, &answer).map_err(|e| Error::Handshake {
+                addr,
+                rail,
+                reason: e.to_string(),
+            })?;
             first.extend_from_slice(&auth::proof(key, &nonce_c, &nonce_a));
         }
         first.extend_from_slice(&self.hello(rail).encode());
@@ -144,11 +132,7 @@ impl Inner {
                     // The slot lives until the connection's reader ends, or this task if the
                     // handshake fails: connections in handshake count against the cap too.
                     self.tasks.spawn(async move {
-                        let r = tokio::time::timeout(
-                            inner.cfg.connect_timeout,
-                            inner.handshake(rail, stream),
-                        )
-                        .await;
+                        let r = tokio::time::timeout(inner.cfg.connect_timeout, inner.handshake(rail, stream)).await;
                         match r {
                             Ok(Ok((stream, peer))) => {
                                 inner.start_conn(stream, peer, rail, Some(slot));
@@ -188,10 +172,7 @@ impl Inner {
 
     /// This endpoint's `Hello` on `rail`.
     fn hello(&self, rail: usize) -> Hello {
-        Hello {
-            peer: self.id,
-            rail: rail as u16,
-        }
+        Hello { peer: self.id, rail: rail as u16 }
     }
 
     /// The accepting side of the handshake: with a key, the authentication (see
@@ -229,9 +210,7 @@ impl Inner {
         let mut nonce_c = [0u8; NONCE_LEN];
         stream.read_exact(&mut nonce_c).await?;
         let nonce_a = auth::nonce(&self.rng)?;
-        stream
-            .write_all(&auth::answer(key, &nonce_c, &nonce_a))
-            .await?;
+        stream.write_all(&auth::answer(key, &nonce_c, &nonce_a)).await?;
         let mut proof = [0u8; MAC_LEN];
         stream.read_exact(&mut proof).await?;
         auth::check_proof(key, &nonce_c, &nonce_a, &proof)
@@ -264,18 +243,10 @@ impl Inner {
             seg_tx,
             self.cancel.child_token(),
         ));
-        self.conns
-            .lock()
-            .expect("conns lock")
-            .insert((peer, rail), conn.clone());
-        self.live
-            .lock()
-            .expect("live lock")
-            .insert(conn.id, conn.clone());
-        self.tasks
-            .spawn(self.clone().writer(conn.clone(), wr, reply_rx, seg_rx));
-        self.tasks
-            .spawn(self.clone().reader(conn.clone(), rd, slot));
+        self.conns.lock().expect("conns lock").insert((peer, rail), conn.clone());
+        self.live.lock().expect("live lock").insert(conn.id, conn.clone());
+        self.tasks.spawn(self.clone().writer(conn.clone(), wr, reply_rx, seg_rx));
+        self.tasks.spawn(self.clone().reader(conn.clone(), rd, slot));
         debug!(%peer, rail, conn = conn.id, "rail connection up");
         conn
     }

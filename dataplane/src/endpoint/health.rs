@@ -42,10 +42,7 @@ impl Inner {
         self.in_flight[conn.rail].fetch_sub(lost, Relaxed);
         {
             let mut conns = self.conns.lock().expect("conns lock");
-            if conns
-                .get(&(conn.peer, conn.rail))
-                .is_some_and(|c| c.id == conn.id)
-            {
+            if conns.get(&(conn.peer, conn.rail)).is_some_and(|c| c.id == conn.id) {
                 conns.remove(&(conn.peer, conn.rail));
             }
         }
@@ -70,13 +67,10 @@ impl Inner {
             let m = st.queues.len();
             let h = &mut st.health(peer, m)[rail];
             h.failures += 1;
-            let backoff = BACKOFF_FIRST
-                .saturating_mul(1 << (h.failures - 1).min(8))
-                .min(BACKOFF_MAX);
+            let backoff = BACKOFF_FIRST.saturating_mul(1 << (h.failures - 1).min(8)).min(BACKOFF_MAX);
             h.down_until = Some(Instant::now() + backoff);
             let q = std::mem::take(&mut st.queues[rail]);
-            let (gone, keep): (Vec<_>, Vec<_>) =
-                q.into_iter().partition(|q| q.seg.msg.peer == peer);
+            let (gone, keep): (Vec<_>, Vec<_>) = q.into_iter().partition(|q| q.seg.msg.peer == peer);
             st.queues[rail] = keep.into();
             gone.into_iter().map(|q| q.seg).collect()
         };
@@ -94,22 +88,12 @@ impl Inner {
                 _ = tokio::time::sleep(POLL) => {}
                 _ = self.cancel.cancelled() => return,
             }
-            let conns: Vec<Arc<Conn>> = self
-                .live
-                .lock()
-                .expect("live lock")
-                .values()
-                .cloned()
-                .collect();
+            let conns: Vec<Arc<Conn>> = self.live.lock().expect("live lock").values().cloned().collect();
             for c in conns {
                 if let Some(silent) = c.silent_for()
                     && silent >= self.cfg.rail_timeout
                 {
-                    self.fail_conn(
-                        &c,
-                        format!("no reply for {:.1} s", silent.as_secs_f64()),
-                        Closing::Failed,
-                    );
+                    self.fail_conn(&c, format!("no reply for {:.1} s", silent.as_secs_f64()), Closing::Failed);
                 }
             }
         }

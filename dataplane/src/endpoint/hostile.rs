@@ -15,9 +15,7 @@ use super::{Endpoint, EndpointConfig};
 use crate::peer_id::PeerId;
 use crate::rig::pattern;
 use crate::shared_buf::SharedBuf;
-use crate::wire::{
-    FrameKind, HELLO_LEN, Hello, REPLY_BODY_LEN, Reply, ReplyStatus, SegmentHeader, checksum,
-};
+use crate::wire::{FrameKind, HELLO_LEN, Hello, REPLY_BODY_LEN, Reply, ReplyStatus, SegmentHeader, checksum};
 
 /// How long a test waits for something the endpoint does at once (a reply, a close).
 const PROMPT: Duration = Duration::from_secs(5);
@@ -32,9 +30,7 @@ struct Raw(TcpStream);
 
 impl Raw {
     async fn connect(to: &Endpoint, me: PeerId) -> Raw {
-        Raw::try_connect(to, me)
-            .await
-            .unwrap_or_else(|e| panic!("handshake with {:?} as {me}: {e}", to.id()))
+        Raw::try_connect(to, me).await.unwrap_or_else(|e| panic!("handshake with {:?} as {me}: {e}", to.id()))
     }
 
     async fn try_connect(to: &Endpoint, me: PeerId) -> std::io::Result<Raw> {
@@ -51,14 +47,7 @@ impl Raw {
 
     /// Writes one segment (write errors are left to the next `reply`, which sees the close).
     async fn segment(&mut self, tag: u64, msg_id: u64, total: u64, offset: u64, payload: &[u8]) {
-        let h = SegmentHeader {
-            tag,
-            msg_id,
-            total,
-            offset,
-            len: payload.len() as u32,
-            crc: checksum(payload),
-        };
+        let h = SegmentHeader { tag, msg_id, total, offset, len: payload.len() as u32, crc: checksum(payload) };
         let _ = self.0.write_all(&h.encode()).await;
         let _ = self.0.write_all(payload).await;
     }
@@ -66,9 +55,8 @@ impl Raw {
     /// The next reply, or `None` once the endpoint closed the connection.
     async fn reply(&mut self) -> Option<Reply> {
         let mut kind = [0u8; 1];
-        let read = tokio::time::timeout(PROMPT, self.0.read_exact(&mut kind))
-            .await
-            .expect("a reply or a close, promptly");
+        let read =
+            tokio::time::timeout(PROMPT, self.0.read_exact(&mut kind)).await.expect("a reply or a close, promptly");
         read.ok()?;
         assert_eq!(FrameKind::from_byte(kind[0]).unwrap(), FrameKind::Reply);
         let mut b = [0u8; REPLY_BODY_LEN];
@@ -112,11 +100,7 @@ async fn a_first_segment_announcing_64_gib_allocates_only_a_step() {
 
     c.segment(9, 1, 64 << 30, 32 << 30, &seg).await;
     assert_eq!(c.status().await, Some(ReplyStatus::Busy));
-    assert_eq!(
-        b.stats().open_bytes,
-        held,
-        "nothing allocated for a far segment"
-    );
+    assert_eq!(b.stats().open_bytes, held, "nothing allocated for a far segment");
     assert_eq!(b.open_incoming(), 1);
 
     // The endpoint still serves a correct peer.
@@ -156,10 +140,7 @@ async fn a_peer_over_its_open_bytes_cap_is_dropped_and_counted() {
         }
         arrived += 128 * K;
         let held = b.stats().open_bytes;
-        assert!(
-            held <= arrived + 256 * K + MSG_COST,
-            "{held} bytes held after {arrived} arrived"
-        );
+        assert!(held <= arrived + 256 * K + MSG_COST, "{held} bytes held after {arrived} arrived");
         assert!(arrived < 16 << 20, "never refused");
     }
     let st = b.stats();
@@ -180,33 +161,19 @@ async fn a_peer_over_its_open_bytes_cap_is_dropped_and_counted() {
     assert_eq!(b.recv(q, 2).await.unwrap(), big);
     assert_eq!(b.stats().open_bytes, p_holds);
     let mut c = Raw::connect(&b, q).await;
-    assert_eq!(
-        c.message(2, 3, &pattern(200 * K as usize, 5)).await,
-        Some(ReplyStatus::Ok)
-    );
+    assert_eq!(c.message(2, 3, &pattern(200 * K as usize, 5)).await, Some(ReplyStatus::Ok));
 }
 
 /// An address with `max_conns_per_addr` connections gets no more: the next one is closed
 /// before its handshake and counted; once one closes, a new one is accepted.
 #[tokio::test]
 async fn connections_over_the_cap_of_an_address_are_refused_and_counted() {
-    let b = Endpoint::bind(EndpointConfig {
-        max_conns_per_addr: 2,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let b = Endpoint::bind(EndpointConfig { max_conns_per_addr: 2, ..Default::default() }).await.unwrap();
     let mut first = Raw::connect(&b, forged(1)).await;
     let second = Raw::connect(&b, forged(2)).await;
-    assert!(
-        Raw::try_connect(&b, forged(3)).await.is_err(),
-        "a third connection from 127.0.0.1 was served"
-    );
+    assert!(Raw::try_connect(&b, forged(3)).await.is_err(), "a third connection from 127.0.0.1 was served");
     assert_eq!(b.stats().refused_connections, 1);
-    assert_eq!(
-        first.message(1, 1, b"still served").await,
-        Some(ReplyStatus::Ok)
-    );
+    assert_eq!(first.message(1, 1, b"still served").await, Some(ReplyStatus::Ok));
 
     drop(second);
     // The endpoint notices the close when its reader next reads; then the slot is free.
@@ -245,30 +212,18 @@ async fn abandoned_half_messages_and_unclaimed_messages_expire() {
     assert_eq!(c.message(2, 2, &seg).await, Some(ReplyStatus::Ok));
     // A segment header, and 1 KiB of its 64 KiB.
     let mut stuck = Raw::connect(&b, p).await;
-    let h = SegmentHeader {
-        tag: 3,
-        msg_id: 3,
-        total: 128 << 10,
-        offset: 0,
-        len: 64 << 10,
-        crc: checksum(&seg),
-    };
+    let h = SegmentHeader { tag: 3, msg_id: 3, total: 128 << 10, offset: 0, len: 64 << 10, crc: checksum(&seg) };
     stuck.0.write_all(&h.encode()).await.unwrap();
     stuck.0.write_all(&seg[..1024]).await.unwrap();
     eventually("the stuck message opened", || b.open_incoming() == 2).await;
     assert!(b.stats().open_bytes >= 2 * (128 << 10) + (64 << 10));
 
-    eventually("everything expired", || {
-        b.open_incoming() == 0 && b.stats().open_bytes == 0
-    })
-    .await;
+    eventually("everything expired", || b.open_incoming() == 0 && b.stats().open_bytes == 0).await;
     let st = b.stats();
     assert_eq!((st.expired_partial, st.expired_unclaimed), (2, 1));
     assert_eq!(stuck.reply().await, None, "the stuck connection was closed");
     assert!(
-        tokio::time::timeout(Duration::from_millis(100), b.recv(p, 2))
-            .await
-            .is_err(),
+        tokio::time::timeout(Duration::from_millis(100), b.recv(p, 2)).await.is_err(),
         "the unclaimed message is gone"
     );
     // The peer itself is still welcome.
@@ -299,12 +254,7 @@ async fn a_second_message_under_a_posted_tag_is_refused_and_never_lands() {
     let intruder = vec![0xEEu8; LEN];
 
     // Tag 5: the first message claims the post and is half-way in.
-    let post = Posted {
-        buf: buf.clone(),
-        offset: 64,
-        len: LEN,
-        reduce: None,
-    };
+    let post = Posted { buf: buf.clone(), offset: 64, len: LEN, reduce: None };
     // SAFETY: the test reads the range only after the message was delivered.
     unsafe { b.post(p, 5, post) };
     let first = pattern(LEN, 7);
@@ -315,48 +265,27 @@ async fn a_second_message_under_a_posted_tag_is_refused_and_never_lands() {
 
     let mut x = Raw::connect(&b, p).await;
     x.segment(5, 2, LEN as u64, 0, &intruder[..LEN / 2]).await;
-    assert_eq!(
-        x.status().await,
-        None,
-        "a second message while the first lands"
-    );
+    assert_eq!(x.status().await, None, "a second message while the first lands");
     assert_eq!(b.stats().dropped_duplicate_tag, 1);
 
-    c.segment(5, 1, LEN as u64, (LEN / 2) as u64, &first[LEN / 2..])
-        .await;
+    c.segment(5, 1, LEN as u64, (LEN / 2) as u64, &first[LEN / 2..]).await;
     assert_eq!(c.status().await, Some(ReplyStatus::Ok));
-    assert!(matches!(
-        b.recv_landed(p, 5).await.unwrap(),
-        Landed::InPlace { .. }
-    ));
+    assert!(matches!(b.recv_landed(p, 5).await.unwrap(), Landed::InPlace { .. }));
     assert_eq!(bytes(64, LEN), first);
 
     let mut x = Raw::connect(&b, p).await;
-    assert_eq!(
-        x.message(5, 3, &intruder).await,
-        None,
-        "a second message after the first was delivered to the post"
-    );
+    assert_eq!(x.message(5, 3, &intruder).await, None, "a second message after the first was delivered to the post");
     assert_eq!(b.stats().dropped_duplicate_tag, 2);
 
     // Tag 6: the first message beats its post and waits to be taken; the post must not go to
     // a second one meanwhile (the receiver takes the first and brings it into place itself).
     let early = pattern(LEN, 8);
     assert_eq!(c.message(6, 4, &early).await, Some(ReplyStatus::Ok));
-    let post = Posted {
-        buf: buf.clone(),
-        offset: 64 + LEN + 64,
-        len: LEN,
-        reduce: None,
-    };
+    let post = Posted { buf: buf.clone(), offset: 64 + LEN + 64, len: LEN, reduce: None };
     // SAFETY: as above.
     unsafe { b.post(p, 6, post) };
     let mut x = Raw::connect(&b, p).await;
-    assert_eq!(
-        x.message(6, 5, &intruder).await,
-        None,
-        "a second message while the first waits beside a post"
-    );
+    assert_eq!(x.message(6, 5, &intruder).await, None, "a second message while the first waits beside a post");
     assert_eq!(b.stats().dropped_duplicate_tag, 3);
     match b.recv_landed(p, 6).await.unwrap() {
         Landed::Fresh(m) => assert_eq!(m, early),
@@ -374,8 +303,7 @@ async fn a_second_message_under_a_posted_tag_is_refused_and_never_lands() {
     c.segment(7, 6, LEN as u64, 0, &m1[..LEN / 2]).await;
     assert_eq!(c.status().await, Some(ReplyStatus::Ok));
     assert_eq!(c.message(7, 7, &m2).await, Some(ReplyStatus::Ok));
-    c.segment(7, 6, LEN as u64, (LEN / 2) as u64, &m1[LEN / 2..])
-        .await;
+    c.segment(7, 6, LEN as u64, (LEN / 2) as u64, &m1[LEN / 2..]).await;
     assert_eq!(c.status().await, Some(ReplyStatus::Ok));
     assert_eq!(b.recv(p, 7).await.unwrap(), m2);
     assert_eq!(b.recv(p, 7).await.unwrap(), m1);

@@ -17,9 +17,7 @@ use crate::auth::{self, ANSWER_LEN, OFFER_LEN, RailAuth, RailKey};
 use crate::error::Error;
 use crate::peer_id::PeerId;
 use crate::rig::pattern;
-use crate::wire::{
-    FrameKind, HELLO_LEN, Hello, REPLY_BODY_LEN, Reply, ReplyStatus, SegmentHeader, checksum,
-};
+use crate::wire::{FrameKind, HELLO_LEN, Hello, REPLY_BODY_LEN, Reply, ReplyStatus, SegmentHeader, checksum};
 
 /// How long a test waits for something the endpoint does at once (a reply, a close).
 const PROMPT: Duration = Duration::from_secs(5);
@@ -31,11 +29,7 @@ fn key(b: u8) -> RailKey {
 }
 
 fn cfg(auth: RailAuth) -> EndpointConfig {
-    EndpointConfig {
-        auth,
-        connect_timeout: HANDSHAKE,
-        ..Default::default()
-    }
+    EndpointConfig { auth, connect_timeout: HANDSHAKE, ..Default::default() }
 }
 
 async fn bind(auth: RailAuth) -> Endpoint {
@@ -59,10 +53,7 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 async fn exchange(a: &Endpoint, b: &Endpoint, tag: u64) {
     let data = pattern(3 << 20, tag);
     let (sent, got) = tokio::time::timeout(PROMPT, async {
-        tokio::join!(
-            a.send(&b.local_addrs(), tag, data.clone()),
-            b.recv(a.id(), tag)
-        )
+        tokio::join!(a.send(&b.local_addrs(), tag, data.clone()), b.recv(a.id(), tag))
     })
     .await
     .expect("the exchange finished");
@@ -73,17 +64,9 @@ async fn exchange(a: &Endpoint, b: &Endpoint, tag: u64) {
 /// Nothing reached `b`'s message code: no payload byte, no open message, nothing to take.
 async fn nothing_delivered(b: &Endpoint) {
     let st = b.stats();
-    assert_eq!(
-        st.rails[0].bytes_received, 0,
-        "payload bytes reached the reader"
-    );
+    assert_eq!(st.rails[0].bytes_received, 0, "payload bytes reached the reader");
     assert_eq!(b.open_incoming(), 0);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(50), b.recv_any(1))
-            .await
-            .is_err(),
-        "a message was delivered"
-    );
+    assert!(tokio::time::timeout(Duration::from_millis(50), b.recv_any(1)).await.is_err(), "a message was delivered");
 }
 
 /// Reads (and drops) what the endpoint still sends until it closes the connection; false if it
@@ -116,20 +99,10 @@ async fn authenticate(to: &Endpoint, key: &RailKey) -> std::io::Result<TcpStream
 
 /// The `Hello` exchange as `me`, then one whole message as one segment; the endpoint's reply
 /// status, or `None` if it closed the connection instead.
-async fn hello_and_message(
-    s: &mut TcpStream,
-    me: PeerId,
-    tag: u64,
-    data: &[u8],
-) -> Option<ReplyStatus> {
-    s.write_all(&Hello { peer: me, rail: 0 }.encode())
-        .await
-        .ok()?;
+async fn hello_and_message(s: &mut TcpStream, me: PeerId, tag: u64, data: &[u8]) -> Option<ReplyStatus> {
+    s.write_all(&Hello { peer: me, rail: 0 }.encode()).await.ok()?;
     let mut b = [0u8; HELLO_LEN];
-    tokio::time::timeout(PROMPT, s.read_exact(&mut b))
-        .await
-        .ok()?
-        .ok()?;
+    tokio::time::timeout(PROMPT, s.read_exact(&mut b)).await.ok()?.ok()?;
     Hello::decode(&b).ok()?;
     let h = SegmentHeader {
         tag,
@@ -142,10 +115,7 @@ async fn hello_and_message(
     s.write_all(&h.encode()).await.ok()?;
     s.write_all(data).await.ok()?;
     let mut kind = [0u8; 1];
-    tokio::time::timeout(PROMPT, s.read_exact(&mut kind))
-        .await
-        .ok()?
-        .ok()?;
+    tokio::time::timeout(PROMPT, s.read_exact(&mut kind)).await.ok()?.ok()?;
     assert_eq!(FrameKind::from_byte(kind[0]).unwrap(), FrameKind::Reply);
     let mut r = [0u8; REPLY_BODY_LEN];
     s.read_exact(&mut r).await.ok()?;
@@ -166,10 +136,7 @@ async fn endpoints_with_the_same_key_exchange_messages() {
 
     let mut s = authenticate(&b, &key(1)).await.unwrap();
     let data = pattern(100_000, 3);
-    assert_eq!(
-        hello_and_message(&mut s, forged(1), 5, &data).await,
-        Some(ReplyStatus::Ok)
-    );
+    assert_eq!(hello_and_message(&mut s, forged(1), 5, &data).await, Some(ReplyStatus::Ok));
     assert_eq!(b.recv(forged(1), 5).await.unwrap(), data);
     assert_eq!(b.handshake_failures(), 0);
 }
@@ -190,20 +157,11 @@ async fn endpoints_with_different_keys_cannot_exchange_and_both_count_it() {
             .unwrap_err();
         assert!(matches!(e, Error::Handshake { .. }), "{e:?}");
         let text = e.to_string();
-        assert!(
-            text.contains("does not hold this cluster's rail key"),
-            "{text}"
-        );
+        assert!(text.contains("does not hold this cluster's rail key"), "{text}");
         assert!(text.contains(&to.local_addrs()[0].to_string()), "{text}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "failed at once, not by stalling"
-        );
+        assert!(started.elapsed() < Duration::from_secs(2), "failed at once, not by stalling");
         assert_eq!(from.handshake_failures(), before.0 + 1);
-        eventually("the acceptor counted the dropped connection", || {
-            to.handshake_failures() == before.1 + 1
-        })
-        .await;
+        eventually("the acceptor counted the dropped connection", || to.handshake_failures() == before.1 + 1).await;
         nothing_delivered(to).await;
     }
 }
@@ -224,21 +182,10 @@ async fn raw_clients_without_the_key_are_dropped_counted_and_never_delivered() {
     // comes back, without waiting for the handshake bound.
     let started = Instant::now();
     let mut s = TcpStream::connect(addr).await.unwrap();
-    assert_eq!(
-        hello_and_message(&mut s, forged(1), 1, &data).await,
-        None,
-        "the unauthenticated protocol was served"
-    );
-    assert!(
-        started.elapsed() < HANDSHAKE / 2,
-        "refused only after {:?}",
-        started.elapsed()
-    );
+    assert_eq!(hello_and_message(&mut s, forged(1), 1, &data).await, None, "the unauthenticated protocol was served");
+    assert!(started.elapsed() < HANDSHAKE / 2, "refused only after {:?}", started.elapsed());
     failures += 1;
-    eventually("old protocol counted", || {
-        b.handshake_failures() == failures
-    })
-    .await;
+    eventually("old protocol counted", || b.handshake_failures() == failures).await;
 
     // Garbage, a megabyte of it.
     let mut s = TcpStream::connect(addr).await.unwrap();
@@ -260,15 +207,9 @@ async fn raw_clients_without_the_key_are_dropped_counted_and_never_delivered() {
     // Silence: dropped once the handshake bound passes, not before.
     let started = Instant::now();
     let mut s = TcpStream::connect(addr).await.unwrap();
-    assert!(
-        closed_by_endpoint(&mut s).await,
-        "a silent client kept open"
-    );
+    assert!(closed_by_endpoint(&mut s).await, "a silent client kept open");
     let held = started.elapsed();
-    assert!(
-        held >= HANDSHAKE - Duration::from_millis(50) && held < HANDSHAKE * 5,
-        "a silent client was held {held:?}"
-    );
+    assert!(held >= HANDSHAKE - Duration::from_millis(50) && held < HANDSHAKE * 5, "a silent client was held {held:?}");
     failures += 1;
     eventually("silence counted", || b.handshake_failures() == failures).await;
 
@@ -290,12 +231,7 @@ async fn raw_clients_without_the_key_are_dropped_counted_and_never_delivered() {
 /// time out.
 #[tokio::test]
 async fn silent_handshakes_hold_slots_of_the_address_cap_only_until_they_time_out() {
-    let b = Endpoint::bind(EndpointConfig {
-        max_conns_per_addr: 2,
-        ..cfg(RailAuth::Key(key(1)))
-    })
-    .await
-    .unwrap();
+    let b = Endpoint::bind(EndpointConfig { max_conns_per_addr: 2, ..cfg(RailAuth::Key(key(1))) }).await.unwrap();
     let addr = b.local_addrs()[0];
     let mut silent = vec![];
     for _ in 0..2 {
@@ -309,10 +245,7 @@ async fn silent_handshakes_hold_slots_of_the_address_cap_only_until_they_time_ou
     for s in &mut silent {
         assert!(closed_by_endpoint(s).await);
     }
-    eventually("both silent handshakes counted", || {
-        b.handshake_failures() == 2
-    })
-    .await;
+    eventually("both silent handshakes counted", || b.handshake_failures() == 2).await;
     let a = bind(RailAuth::Key(key(1))).await;
     exchange(&a, &b, 3).await;
 }
@@ -322,12 +255,9 @@ async fn silent_handshakes_hold_slots_of_the_address_cap_only_until_they_time_ou
 /// the handshake bound; both count, and neither gets a byte of the message.
 #[tokio::test]
 async fn a_connector_drops_acceptors_that_answer_wrong_or_not_at_all() {
-    let a = Endpoint::bind(EndpointConfig {
-        stall_timeout: Duration::from_millis(1500),
-        ..cfg(RailAuth::Key(key(1)))
-    })
-    .await
-    .unwrap();
+    let a = Endpoint::bind(EndpointConfig { stall_timeout: Duration::from_millis(1500), ..cfg(RailAuth::Key(key(1))) })
+        .await
+        .unwrap();
 
     // A wrong answer: its MAC under another key.
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -337,23 +267,15 @@ async fn a_connector_drops_acceptors_that_answer_wrong_or_not_at_all() {
         let mut offer = [0u8; OFFER_LEN];
         s.read_exact(&mut offer).await.unwrap();
         let nonce_c: [u8; 32] = offer[5..].try_into().unwrap();
-        s.write_all(&auth::answer(&key(2), &nonce_c, &[7; 32]))
-            .await
-            .unwrap();
+        s.write_all(&auth::answer(&key(2), &nonce_c, &[7; 32])).await.unwrap();
         let mut rest = vec![];
         let _ = s.read_to_end(&mut rest).await;
         rest
     });
-    let e = a
-        .send(&[to], 1, Bytes::from_static(b"secret"))
-        .await
-        .unwrap_err();
+    let e = a.send(&[to], 1, Bytes::from_static(b"secret")).await.unwrap_err();
     assert!(matches!(e, Error::Handshake { .. }), "{e:?}");
     assert_eq!(a.handshake_failures(), 1);
-    assert!(
-        acceptor.await.unwrap().is_empty(),
-        "the connector sent something after a wrong answer"
-    );
+    assert!(acceptor.await.unwrap().is_empty(), "the connector sent something after a wrong answer");
 
     // Silence: every attempt times out in the handshake; the send stalls.
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -372,10 +294,7 @@ async fn a_connector_drops_acceptors_that_answer_wrong_or_not_at_all() {
             conns.push(s);
         }
     });
-    let e = a
-        .send(&[to], 1, Bytes::from_static(b"secret"))
-        .await
-        .unwrap_err();
+    let e = a.send(&[to], 1, Bytes::from_static(b"secret")).await.unwrap_err();
     assert!(matches!(e, Error::Stalled { .. }), "{e:?}");
     assert!(a.handshake_failures() >= 2, "{}", a.handshake_failures());
     let offers = acceptor.await.unwrap();
@@ -399,10 +318,7 @@ async fn a_pending_endpoint_refuses_everything_until_it_gets_its_key() {
         .expect("failed at once")
         .unwrap_err();
     assert!(matches!(e, Error::NoRailKey), "{e:?}");
-    assert_eq!(
-        e.to_string(),
-        "no rail key yet: the worker has not registered with the coordinator"
-    );
+    assert_eq!(e.to_string(), "no rail key yet: the worker has not registered with the coordinator");
     assert_eq!(p.handshake_failures(), 0, "no connection was made");
     assert_eq!(a.handshake_failures(), 0);
 
@@ -410,26 +326,17 @@ async fn a_pending_endpoint_refuses_everything_until_it_gets_its_key() {
     if let Some(s) = &mut s {
         assert!(closed_by_endpoint(s).await);
     }
-    eventually("the keyed raw client counted", || {
-        p.handshake_failures() == 1
-    })
-    .await;
+    eventually("the keyed raw client counted", || p.handshake_failures() == 1).await;
     let mut s = TcpStream::connect(p.local_addrs()[0]).await.unwrap();
     assert_eq!(hello_and_message(&mut s, forged(1), 1, b"hi").await, None);
-    eventually("the unauthenticated client counted", || {
-        p.handshake_failures() == 2
-    })
-    .await;
+    eventually("the unauthenticated client counted", || p.handshake_failures() == 2).await;
 
     // A send from a keyed peer is refused (and retried) while the key is pending...
     let data = pattern(2 << 20, 2);
     let send = a.send(&p.local_addrs(), 3, data.clone());
     tokio::pin!(send);
     let waited = tokio::time::timeout(Duration::from_millis(600), &mut send).await;
-    assert!(
-        waited.is_err(),
-        "delivered before the key arrived: {waited:?}"
-    );
+    assert!(waited.is_err(), "delivered before the key arrived: {waited:?}");
     assert!(p.handshake_failures() >= 3);
     assert!(a.handshake_failures() >= 1);
     nothing_delivered(&p).await;
@@ -450,16 +357,12 @@ async fn a_pending_endpoint_refuses_everything_until_it_gets_its_key() {
 #[tokio::test]
 async fn an_open_endpoint_speaks_the_unauthenticated_protocol_as_before() {
     assert!(matches!(EndpointConfig::default().auth, RailAuth::Open));
-    for (auth, first) in [
-        (RailAuth::Open, &b"PLXD\x01"[..]),
-        (RailAuth::Key(key(1)), &b"PLXA\x01"[..]),
-    ] {
+    for (auth, first) in [(RailAuth::Open, &b"PLXD\x01"[..]), (RailAuth::Key(key(1)), &b"PLXA\x01"[..])] {
         let a = bind(auth).await;
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let to = l.local_addr().unwrap();
         let sent = tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(1), a.send(&[to], 1, pattern(10, 1)))
-                .await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), a.send(&[to], 1, pattern(10, 1))).await;
         });
         let (mut s, _) = l.accept().await.unwrap();
         let mut b = [0u8; 5];
@@ -479,10 +382,7 @@ async fn an_open_endpoint_speaks_the_unauthenticated_protocol_as_before() {
 
     let o = bind(RailAuth::Open).await;
     let mut s = TcpStream::connect(o.local_addrs()[0]).await.unwrap();
-    assert_eq!(
-        hello_and_message(&mut s, forged(1), 1, b"plain").await,
-        Some(ReplyStatus::Ok)
-    );
+    assert_eq!(hello_and_message(&mut s, forged(1), 1, b"plain").await, Some(ReplyStatus::Ok));
     assert_eq!(&o.recv(forged(1), 1).await.unwrap()[..], b"plain");
     let o2 = bind(RailAuth::Open).await;
     exchange(&o, &o2, 2).await;
@@ -490,29 +390,17 @@ async fn an_open_endpoint_speaks_the_unauthenticated_protocol_as_before() {
 
     // Open and keyed: the keyed acceptor refuses the open connector, the open acceptor the
     // keyed one's offer; both sends stall, and both acceptors count.
-    let k = Endpoint::bind(EndpointConfig {
-        stall_timeout: Duration::from_millis(1000),
-        ..cfg(RailAuth::Key(key(1)))
-    })
-    .await
-    .unwrap();
-    let o3 = Endpoint::bind(EndpointConfig {
-        stall_timeout: Duration::from_millis(1000),
-        ..cfg(RailAuth::Open)
-    })
-    .await
-    .unwrap();
-    let e = o3
-        .send(&k.local_addrs(), 1, pattern(10, 1))
+    let k = Endpoint::bind(EndpointConfig { stall_timeout: Duration::from_millis(1000), ..cfg(RailAuth::Key(key(1))) })
         .await
-        .unwrap_err();
+        .unwrap();
+    let o3 = Endpoint::bind(EndpointConfig { stall_timeout: Duration::from_millis(1000), ..cfg(RailAuth::Open) })
+        .await
+        .unwrap();
+    let e = o3.send(&k.local_addrs(), 1, pattern(10, 1)).await.unwrap_err();
     assert!(matches!(e, Error::Stalled { .. }), "{e:?}");
     assert!(k.handshake_failures() >= 1);
     let before = o3.handshake_failures();
-    let e = k
-        .send(&o3.local_addrs(), 1, pattern(10, 1))
-        .await
-        .unwrap_err();
+    let e = k.send(&o3.local_addrs(), 1, pattern(10, 1)).await.unwrap_err();
     assert!(matches!(e, Error::Stalled { .. }), "{e:?}");
     assert!(o3.handshake_failures() > before);
     nothing_delivered(&k).await;
@@ -525,28 +413,15 @@ async fn an_open_endpoint_speaks_the_unauthenticated_protocol_as_before() {
 async fn set_rail_key_applies_to_new_connections_and_keeps_established_ones() {
     let b = bind(RailAuth::Open).await;
     let mut old = TcpStream::connect(b.local_addrs()[0]).await.unwrap();
-    assert_eq!(
-        hello_and_message(&mut old, forged(1), 1, b"before").await,
-        Some(ReplyStatus::Ok)
-    );
+    assert_eq!(hello_and_message(&mut old, forged(1), 1, b"before").await, Some(ReplyStatus::Ok));
     b.set_rail_key(key(1));
     // The established connection still carries messages.
-    let h = SegmentHeader {
-        tag: 2,
-        msg_id: 2,
-        total: 5,
-        offset: 0,
-        len: 5,
-        crc: checksum(b"after"),
-    };
+    let h = SegmentHeader { tag: 2, msg_id: 2, total: 5, offset: 0, len: 5, crc: checksum(b"after") };
     old.write_all(&h.encode()).await.unwrap();
     old.write_all(b"after").await.unwrap();
     let mut r = [0u8; 1 + REPLY_BODY_LEN];
     old.read_exact(&mut r).await.unwrap();
-    assert_eq!(
-        Reply::decode(r[1..].try_into().unwrap()).unwrap().status,
-        ReplyStatus::Ok
-    );
+    assert_eq!(Reply::decode(r[1..].try_into().unwrap()).unwrap().status, ReplyStatus::Ok);
     assert_eq!(&b.recv(forged(1), 2).await.unwrap()[..], b"after");
     // A new unauthenticated one is refused.
     let mut s = TcpStream::connect(b.local_addrs()[0]).await.unwrap();
@@ -558,10 +433,7 @@ async fn set_rail_key_applies_to_new_connections_and_keeps_established_ones() {
     exchange(&a1, &b, 4).await;
     b.set_rail_key(key(2));
     let a2 = bind(RailAuth::Key(key(1))).await;
-    let e = a2
-        .send(&b.local_addrs(), 5, pattern(10, 5))
-        .await
-        .unwrap_err();
+    let e = a2.send(&b.local_addrs(), 5, pattern(10, 5)).await.unwrap_err();
     assert!(matches!(e, Error::Handshake { .. }), "{e:?}");
     let a3 = bind(RailAuth::Key(key(2))).await;
     exchange(&a3, &b, 6).await;

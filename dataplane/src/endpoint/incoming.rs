@@ -152,10 +152,7 @@ impl Ledger {
     /// Charges `bytes` to `peer` (which has a state), unless that takes it or all peers over
     /// their cap.
     fn charge(&mut self, peer: PeerId, bytes: u64, lim: &Limits) -> Result<(), Refusal> {
-        let ps = self
-            .peers
-            .get_mut(&peer)
-            .expect("a peer being charged has a state");
+        let ps = self.peers.get_mut(&peer).expect("a peer being charged has a state");
         if ps.open_bytes.saturating_add(bytes) > lim.per_peer {
             return Err(Refusal::OverBudget(format!(
                 "{peer} holds {} bytes here and needs {bytes} more, over max_open_bytes_per_peer {}",
@@ -207,11 +204,7 @@ pub(crate) enum Admission {
     /// Its range is reserved for this connection: read the payload, verify it, then (if
     /// `reduce`) reduce it into `buf[at..]`, else it was read straight into `buf[at..]`; then
     /// commit or abort.
-    Fresh {
-        buf: Arc<SharedBuf>,
-        at: usize,
-        reduce: Option<(DType, ReduceOp)>,
-    },
+    Fresh { buf: Arc<SharedBuf>, at: usize, reduce: Option<(DType, ReduceOp)> },
     /// Already held: skip the payload and acknowledge.
     Duplicate,
     /// Being received on another connection (this id) right now: skip the payload and reply
@@ -260,12 +253,7 @@ pub(crate) struct Incoming {
 
 impl Incoming {
     pub fn new(limits: Limits) -> Incoming {
-        Incoming {
-            state: Mutex::new(State::default()),
-            mail: Notify::new(),
-            released: Notify::new(),
-            limits,
-        }
+        Incoming { state: Mutex::new(State::default()), mail: Notify::new(), released: Notify::new(), limits }
     }
 
     /// Notified whenever a reserved range is released (see [`Admission::Grow`]).
@@ -274,13 +262,7 @@ impl Incoming {
     }
 
     /// Decides what to do with a segment arriving on connection `conn` at `now`.
-    pub fn admit(
-        &self,
-        peer: PeerId,
-        conn: u64,
-        h: &SegmentHeader,
-        now: Instant,
-    ) -> Result<Admission, Refusal> {
+    pub fn admit(&self, peer: PeerId, conn: u64, h: &SegmentHeader, now: Instant) -> Result<Admission, Refusal> {
         let lim = &self.limits;
         let mut guard = self.state.lock().expect("incoming lock");
         let st = &mut *guard;
@@ -327,9 +309,7 @@ impl Incoming {
             if m.reasm.in_flight() > 0 {
                 return Ok(Admission::Grow);
             }
-            let len = h
-                .total
-                .min(end.max(received.saturating_add(lim.alloc_ahead)));
+            let len = h.total.min(end.max(received.saturating_add(lim.alloc_ahead)));
             let more = len - buf.len() as u64;
             st.ledger.charge(peer, more, lim)?;
             // SAFETY: no range of the message is reserved, so no reader writes the buffer;
@@ -352,9 +332,7 @@ impl Incoming {
                     Dest::Posted(p) => {
                         if let Some((dtype, _)) = p.reduce {
                             let size = dtype.size() as u64;
-                            if !h.offset.is_multiple_of(size)
-                                || !u64::from(h.len).is_multiple_of(size)
-                            {
+                            if !h.offset.is_multiple_of(size) || !u64::from(h.len).is_multiple_of(size) {
                                 m.reasm.abort(h.offset, u64::from(h.len));
                                 return Err(Refusal::Malformed(format!(
                                     "segment [{}, +{}) of message {} from {peer} splits a {dtype} element of a reduction (a peer's seg_max must be a multiple of 8)",
@@ -369,13 +347,8 @@ impl Incoming {
                 Ok(Admission::Fresh { buf, at, reduce })
             }
             Ok(Admit::Duplicate) => Ok(Admission::Duplicate),
-            Ok(Admit::Busy) => Ok(Admission::Busy(
-                m.holders.get(&h.offset).copied().unwrap_or(u64::MAX),
-            )),
-            Err(e) => Err(Refusal::Malformed(format!(
-                "message {} from {peer}: {e}",
-                h.msg_id
-            ))),
+            Ok(Admit::Busy) => Ok(Admission::Busy(m.holders.get(&h.offset).copied().unwrap_or(u64::MAX))),
+            Err(e) => Err(Refusal::Malformed(format!("message {} from {peer}: {e}", h.msg_id))),
         }
     }
 
@@ -474,21 +447,13 @@ impl Incoming {
             // written, and we hold the lock; the buffer was this message's alone (its length
             // is the message's: it never grows past `total`). Vec → Bytes → BytesMut hands the
             // allocation over without copying (it is unique).
-            Dest::Own(buf) => {
-                Landed::Fresh(BytesMut::from(bytes::Bytes::from(unsafe { buf.take() })))
-            }
+            Dest::Own(buf) => Landed::Fresh(BytesMut::from(bytes::Bytes::from(unsafe { buf.take() }))),
             Dest::Posted(_) => Landed::InPlace { reduce: m.reduce },
         };
         if let Some(ps) = st.ledger.peers.get_mut(&peer) {
             ps.done.insert(h.msg_id);
         }
-        st.mailbox.push_back(Mail {
-            peer,
-            tag: m.tag,
-            landed,
-            since: now,
-            charged: m.charged,
-        });
+        st.mailbox.push_back(Mail { peer, tag: m.tag, landed, since: now, charged: m.charged });
         true
     }
 
@@ -515,34 +480,20 @@ impl Incoming {
     /// message that arrived before the post was taken with `recv`, nothing else reads or
     /// writes those bytes.
     pub unsafe fn post(&self, from: PeerId, tag: u64, post: Posted) {
-        self.state
-            .lock()
-            .expect("incoming lock")
-            .posts
-            .insert((from, tag), post);
+        self.state.lock().expect("incoming lock").posts.insert((from, tag), post);
     }
 
     /// Withdraws a post no message claimed yet; true if there was one. After this returns
     /// false, a message may still be landing in the posted memory: wait for its delivery —
     /// unless a message that arrived before the post was taken (which withdrew the post).
     pub fn unpost(&self, from: PeerId, tag: u64) -> bool {
-        self.state
-            .lock()
-            .expect("incoming lock")
-            .posts
-            .remove(&(from, tag))
-            .is_some()
+        self.state.lock().expect("incoming lock").posts.remove(&(from, tag)).is_some()
     }
 
     /// The first delivered message with this tag (from this peer, if given), waiting for one.
     /// Taking a message that landed in its own buffer withdraws a receive posted for it too
     /// late (in the same step, so no other message can claim that post in between).
-    pub async fn recv(
-        &self,
-        from: Option<PeerId>,
-        tag: u64,
-        cancel: &CancellationToken,
-    ) -> Result<(PeerId, Landed)> {
+    pub async fn recv(&self, from: Option<PeerId>, tag: u64, cancel: &CancellationToken) -> Result<(PeerId, Landed)> {
         loop {
             let notified = self.mail.notified();
             tokio::pin!(notified);
@@ -550,11 +501,7 @@ impl Incoming {
             {
                 let mut guard = self.state.lock().expect("incoming lock");
                 let st = &mut *guard;
-                if let Some(pos) = st
-                    .mailbox
-                    .iter()
-                    .position(|m| m.tag == tag && from.is_none_or(|f| f == m.peer))
-                {
+                if let Some(pos) = st.mailbox.iter().position(|m| m.tag == tag && from.is_none_or(|f| f == m.peer)) {
                     let m = st.mailbox.remove(pos).expect("position is valid");
                     st.ledger.release(m.peer, m.charged);
                     unlive(&mut st.live, (m.peer, m.tag));
@@ -601,19 +548,13 @@ impl Incoming {
             out.partial += 1;
         }
         // The mailbox is in completion order, so the old ones are at its front.
-        while st
-            .mailbox
-            .front()
-            .is_some_and(|m| idle(m.since, lim.unclaimed_expiry))
-        {
+        while st.mailbox.front().is_some_and(|m| idle(m.since, lim.unclaimed_expiry)) {
             let m = st.mailbox.pop_front().expect("checked");
             st.ledger.release(m.peer, m.charged);
             unlive(&mut st.live, (m.peer, m.tag));
             out.unclaimed += 1;
         }
-        st.ledger
-            .peers
-            .retain(|_, p| p.open_bytes > 0 || !idle(p.seen, lim.partial_expiry));
+        st.ledger.peers.retain(|_, p| p.open_bytes > 0 || !idle(p.seen, lim.partial_expiry));
         out
     }
 

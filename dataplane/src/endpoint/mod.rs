@@ -115,15 +115,10 @@ impl Endpoint {
         let mut listeners = Vec::with_capacity(cfg.rails.len());
         for (rail, ip) in cfg.rails.iter().enumerate() {
             let addr = SocketAddr::new(*ip, cfg.port);
-            let l = TcpListener::bind(addr)
-                .await
-                .map_err(|source| Error::Bind { rail, addr, source })?;
+            let l = TcpListener::bind(addr).await.map_err(|source| Error::Bind { rail, addr, source })?;
             listeners.push(l);
         }
-        let local: Vec<SocketAddr> = listeners
-            .iter()
-            .map(|l| l.local_addr())
-            .collect::<std::io::Result<_>>()?;
+        let local: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr()).collect::<std::io::Result<_>>()?;
         let inner = Arc::new(Inner::new(cfg, local));
         for (rail, l) in listeners.into_iter().enumerate() {
             inner.tasks.spawn(inner.clone().accept_loop(rail, l));
@@ -154,12 +149,7 @@ impl Endpoint {
     /// peer or many. Dropping the future abandons the message (the peer never delivers it).
     ///
     /// The peer's addresses are copied when this is called, so the future borrows only `self`.
-    pub fn send(
-        &self,
-        peer: &PeerAddrs,
-        tag: u64,
-        data: Bytes,
-    ) -> impl Future<Output = Result<()>> + Send + '_ {
+    pub fn send(&self, peer: &PeerAddrs, tag: u64, data: Bytes) -> impl Future<Output = Result<()>> + Send + '_ {
         let peer = peer.to_vec();
         async move { self.inner.send_message(peer, tag, data).await }
     }
@@ -173,22 +163,14 @@ impl Endpoint {
 
     /// The next message tagged `tag` from any peer, with its sender.
     pub async fn recv_any(&self, tag: u64) -> Result<(PeerId, BytesMut)> {
-        let (peer, landed) = self
-            .inner
-            .incoming
-            .recv(None, tag, &self.inner.cancel)
-            .await?;
+        let (peer, landed) = self.inner.incoming.recv(None, tag, &self.inner.cancel).await?;
         self.inner.counters.messages_received.fetch_add(1, Relaxed);
         Ok((peer, fresh(peer, tag, landed)?))
     }
 
     /// Like [`recv`](Self::recv), for a message that may have been posted.
     pub(crate) async fn recv_landed(&self, from: PeerId, tag: u64) -> Result<Landed> {
-        let (_, landed) = self
-            .inner
-            .incoming
-            .recv(Some(from), tag, &self.inner.cancel)
-            .await?;
+        let (_, landed) = self.inner.incoming.recv(Some(from), tag, &self.inner.cancel).await?;
         self.inner.counters.messages_received.fetch_add(1, Relaxed);
         Ok(landed)
     }
@@ -211,10 +193,7 @@ impl Endpoint {
 
     /// A snapshot of the endpoint's counters.
     pub fn stats(&self) -> Stats {
-        Stats {
-            open_bytes: self.inner.incoming.open_bytes(),
-            ..self.inner.counters.snapshot()
-        }
+        Stats { open_bytes: self.inner.incoming.open_bytes(), ..self.inner.counters.snapshot() }
     }
 
     /// Sets the rail key: from now on every new connection, in and out, must pass the handshake
@@ -274,9 +253,9 @@ impl Drop for Endpoint {
 fn fresh(from: PeerId, tag: u64, landed: Landed) -> Result<BytesMut> {
     match landed {
         Landed::Fresh(data) => Ok(data),
-        Landed::InPlace { .. } => Err(Error::Protocol(format!(
-            "message tag {tag:#x} from {from} was posted; take it with recv_landed"
-        ))),
+        Landed::InPlace { .. } => {
+            Err(Error::Protocol(format!("message tag {tag:#x} from {from} was posted; take it with recv_landed")))
+        }
     }
 }
 
@@ -306,12 +285,7 @@ mod tests {
     async fn posted_receives_land_in_place_and_reduce_only_verified_segments() {
         use crate::elem::{DType, ReduceOp};
         use crate::shared_buf::SharedBuf;
-        let a = Endpoint::bind(cfg(Faults {
-            corrupt: vec![1, 5],
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+        let a = Endpoint::bind(cfg(Faults { corrupt: vec![1, 5], ..Default::default() })).await.unwrap();
         let b = Endpoint::bind(cfg(Faults::default())).await.unwrap();
         let n = 300_000; // i64 elements: 2.4 MB, ten segments of 256 KiB
         let remote: Vec<u8> = (0..n as i64).flat_map(|x| (3 * x).to_le_bytes()).collect();
@@ -321,18 +295,10 @@ mod tests {
         mem.extend_from_slice(&local);
         mem.extend_from_slice(&[0xBB; 64]);
         let buf = Arc::new(SharedBuf::from_vec(mem));
-        let post = Posted {
-            buf: buf.clone(),
-            offset: 64,
-            len: local.len(),
-            reduce: Some((DType::I64, ReduceOp::Sum)),
-        };
+        let post = Posted { buf: buf.clone(), offset: 64, len: local.len(), reduce: Some((DType::I64, ReduceOp::Sum)) };
         // SAFETY: nothing else touches the buffer until the message is delivered.
         unsafe { b.post(a.id(), 7, post) };
-        let (sent, landed) = tokio::join!(
-            a.send(&b.local_addrs(), 7, Bytes::from(remote)),
-            b.recv_landed(a.id(), 7)
-        );
+        let (sent, landed) = tokio::join!(a.send(&b.local_addrs(), 7, Bytes::from(remote)), b.recv_landed(a.id(), 7));
         sent.unwrap();
         assert!(matches!(landed.unwrap(), Landed::InPlace { .. }));
         assert!(!b.unpost(a.id(), 7), "the message claimed the post");
@@ -348,22 +314,14 @@ mod tests {
         // Arrived first: its own buffer, and the late post is left for `unpost`.
         let data = pattern(100_000, 9);
         a.send(&b.local_addrs(), 8, data.clone()).await.unwrap();
-        let late = Posted {
-            buf: buf.clone(),
-            offset: 0,
-            len: data.len(),
-            reduce: None,
-        };
+        let late = Posted { buf: buf.clone(), offset: 0, len: data.len(), reduce: None };
         // SAFETY: as above.
         unsafe { b.post(a.id(), 8, late) };
         match b.recv_landed(a.id(), 8).await.unwrap() {
             Landed::Fresh(m) => assert_eq!(m, data),
             Landed::InPlace { .. } => panic!("a message complete before its post landed in place"),
         }
-        assert!(
-            !b.unpost(a.id(), 8),
-            "taking the message withdrew the post that came too late"
-        );
+        assert!(!b.unpost(a.id(), 8), "taking the message withdrew the post that came too late");
         assert_eq!(b.posted_receives(), 0);
     }
 
@@ -372,25 +330,16 @@ mod tests {
     /// leak would make `weighted` see a phantom backlog on that rail forever.
     #[tokio::test]
     async fn in_flight_bytes_return_to_zero_after_a_rail_dies() {
-        let a = Endpoint::bind(cfg(Faults {
-            kill_rail: Some((1, 1 << 20)),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+        let a = Endpoint::bind(cfg(Faults { kill_rail: Some((1, 1 << 20)), ..Default::default() })).await.unwrap();
         let b = Endpoint::bind(cfg(Faults::default())).await.unwrap();
         for (tag, seed) in [(1, 3), (2, 4)] {
             let data = pattern(8 << 20, seed);
-            let (sent, got) = tokio::join!(
-                a.send(&b.local_addrs(), tag, data.clone()),
-                b.recv(a.id(), tag)
-            );
+            let (sent, got) = tokio::join!(a.send(&b.local_addrs(), tag, data.clone()), b.recv(a.id(), tag));
             sent.unwrap();
             assert_eq!(got.unwrap(), data);
         }
         assert_eq!(a.stats().rails[1].failures, 1);
-        let in_flight =
-            || -> Vec<u64> { a.inner.in_flight.iter().map(|f| f.load(Relaxed)).collect() };
+        let in_flight = || -> Vec<u64> { a.inner.in_flight.iter().map(|f| f.load(Relaxed)).collect() };
         // A duplicate copy of a resent segment may still be answered after `send` returned.
         for _ in 0..100 {
             if in_flight().iter().all(|&f| f == 0) {
@@ -400,17 +349,7 @@ mod tests {
         }
         assert_eq!(in_flight(), [0, 0, 0]);
         // And what the scheduler sees of the queues is empty too.
-        let views =
-            a.inner
-                .sched
-                .lock()
-                .unwrap()
-                .views(b.id(), 3, Instant::now(), &a.inner.in_flight);
-        assert!(
-            views
-                .iter()
-                .all(|v| v.backlog_bytes() == 0 && v.queued == 0),
-            "{views:?}"
-        );
+        let views = a.inner.sched.lock().unwrap().views(b.id(), 3, Instant::now(), &a.inner.in_flight);
+        assert!(views.iter().all(|v| v.backlog_bytes() == 0 && v.queued == 0), "{views:?}");
     }
 }

@@ -95,8 +95,6 @@ impl Segment {
     }
 
     pub(super) fn payload(&self) -> Bytes {
-        self.msg
-            .data
-            .slice(self.offset as usize..self.offset as usize + self.len as usize)
+        self.msg.data.slice(self.offset as usize..self.offset as usize + self.len as usize)
     }
 }

@@ -29,30 +29,18 @@ impl Inner {
             }
             let e = self.incoming.expire(Instant::now());
             self.counters.expired_partial.fetch_add(e.partial, Relaxed);
-            self.counters
-                .expired_unclaimed
-                .fetch_add(e.unclaimed, Relaxed);
+            self.counters.expired_unclaimed.fetch_add(e.unclaimed, Relaxed);
             if e.partial + e.unclaimed > 0 {
-                debug!(
-                    partial = e.partial,
-                    unclaimed = e.unclaimed,
-                    "expired incoming messages"
-                );
+                debug!(partial = e.partial, unclaimed = e.unclaimed, "expired incoming messages");
             }
             let stuck: Vec<Arc<Conn>> = {
                 let live = self.live.lock().expect("live lock");
-                e.stuck
-                    .iter()
-                    .filter_map(|id| live.get(id).cloned())
-                    .collect()
+                e.stuck.iter().filter_map(|id| live.get(id).cloned()).collect()
             };
             for c in stuck {
                 self.fail_conn(
                     &c,
-                    format!(
-                        "a segment on it made no progress for {:.1} s",
-                        self.cfg.partial_expiry.as_secs_f64()
-                    ),
+                    format!("a segment on it made no progress for {:.1} s", self.cfg.partial_expiry.as_secs_f64()),
                     Closing::Failed,
                 );
             }

@@ -23,9 +23,7 @@ use super::state::{InboundSlot, Inner};
 use crate::elem::reduce_from;
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
-use crate::wire::{
-    Checksum, FrameKind, REPLY_BODY_LEN, Reply, ReplyStatus, SEGMENT_BODY_LEN, SegmentHeader,
-};
+use crate::wire::{Checksum, FrameKind, REPLY_BODY_LEN, Reply, ReplyStatus, SEGMENT_BODY_LEN, SegmentHeader};
 
 /// A segment answered "busy" is retried after this long: enough for the racing original (a
 /// segment being read on another rail) to finish on any rail faster than ~1 Gbit/s per 4 MiB.
@@ -42,12 +40,7 @@ const CHECK_PIECE: usize = 256 << 10;
 impl Inner {
     /// Reads the connection until it closes. An accepted connection's `slot` counts it
     /// against its address's `max_conns_per_addr` until then.
-    pub(super) async fn reader(
-        self: Arc<Self>,
-        conn: Arc<Conn>,
-        rd: OwnedReadHalf,
-        slot: Option<InboundSlot>,
-    ) {
+    pub(super) async fn reader(self: Arc<Self>, conn: Arc<Conn>, rd: OwnedReadHalf, slot: Option<InboundSlot>) {
         let _slot = slot;
         let mut rd = BufReader::with_capacity(READ_BUF, rd);
         let mut scratch = Vec::new();
@@ -72,10 +65,7 @@ impl Inner {
             let kind = match rd.read_u8().await {
                 Ok(k) => k,
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    return Err((
-                        Error::Protocol("connection closed by peer".into()),
-                        Closing::ByPeer,
-                    ));
+                    return Err((Error::Protocol("connection closed by peer".into()), Closing::ByPeer));
                 }
                 Err(e) => return Err((e.into(), Closing::Failed)),
             };
@@ -85,9 +75,7 @@ impl Inner {
                     let mut b = [0u8; SEGMENT_BODY_LEN];
                     rd.read_exact(&mut b).await.map_err(|e| hurt(e.into()))?;
                     let h = SegmentHeader::decode(&b).map_err(hurt)?;
-                    self.receive_segment(conn, h, rd, scratch)
-                        .await
-                        .map_err(hurt)?;
+                    self.receive_segment(conn, h, rd, scratch).await.map_err(hurt)?;
                 }
                 FrameKind::Reply => {
                     let mut b = [0u8; REPLY_BODY_LEN];
@@ -116,17 +104,10 @@ impl Inner {
                 h.msg_id, conn.peer, h.total, self.cfg.max_message
             )));
         }
-        self.counters.rails[conn.rail]
-            .bytes_received
-            .fetch_add(len, Relaxed);
+        self.counters.rails[conn.rail].bytes_received.fetch_add(len, Relaxed);
         let status = match self.admit(conn, &h).await? {
             Admission::Fresh { buf, at, reduce } => {
-                let mut guard = Reservation {
-                    incoming: &self.incoming,
-                    peer: conn.peer,
-                    h,
-                    armed: true,
-                };
+                let mut guard = Reservation { incoming: &self.incoming, peer: conn.peer, h, armed: true };
                 let n = h.len as usize;
                 let mut took = Duration::ZERO;
                 let ok = match reduce {
@@ -143,10 +124,7 @@ impl Inner {
                         }
                         // SAFETY: the scratch bytes are initialised, and reading only writes
                         // initialised bytes into them.
-                        let dst = unsafe {
-                            &mut *(std::ptr::from_mut(&mut scratch[..n])
-                                as *mut [MaybeUninit<u8>])
-                        };
+                        let dst = unsafe { &mut *(std::ptr::from_mut(&mut scratch[..n]) as *mut [MaybeUninit<u8>]) };
                         let ok = read_checked(rd, dst).await? == h.crc;
                         if ok {
                             let t = Instant::now();
@@ -187,21 +165,13 @@ impl Inner {
                 // the busy reply finds it free.
                 let stale = self.live.lock().expect("live lock").get(&holder).cloned();
                 if let Some(stale) = stale {
-                    self.fail_conn(
-                        &stale,
-                        "superseded by a resend on another rail".into(),
-                        Closing::Failed,
-                    );
+                    self.fail_conn(&stale, "superseded by a resend on another rail".into(), Closing::Failed);
                 }
                 ReplyStatus::Busy
             }
         };
         // The writer may be gone if the connection is closing; the sender then resends.
-        let _ = conn.replies.send(Reply {
-            msg_id: h.msg_id,
-            offset: h.offset,
-            status,
-        });
+        let _ = conn.replies.send(Reply { msg_id: h.msg_id, offset: h.offset, status });
         Ok(())
     }
 
@@ -248,15 +218,12 @@ impl Inner {
             ReplyStatus::Ok => {
                 {
                     let mut st = self.sched.lock().expect("sched lock");
-                    st.sched
-                        .delivered(conn.rail, u64::from(seg.len), sent_at, self.now());
+                    st.sched.delivered(conn.rail, u64::from(seg.len), sent_at, self.now());
                     let m = st.queues.len();
                     st.health(conn.peer, m)[conn.rail].failures = 0;
                 }
                 if seg.msg.ack(seg.index) {
-                    self.counters
-                        .bytes_acked
-                        .fetch_add(u64::from(seg.len), Relaxed);
+                    self.counters.bytes_acked.fetch_add(u64::from(seg.len), Relaxed);
                 }
             }
             ReplyStatus::Corrupt => {
@@ -296,10 +263,7 @@ impl Drop for Reservation<'_> {
 /// Fills `dst` from the socket, checksumming it piece by piece while each piece is in cache;
 /// returns the CRC-32C of all of it. `dst` need not be initialised (a message buffer is
 /// allocated without writing it): only bytes the socket wrote are read.
-async fn read_checked<R: AsyncRead + Unpin>(
-    rd: &mut R,
-    dst: &mut [MaybeUninit<u8>],
-) -> std::io::Result<u32> {
+async fn read_checked<R: AsyncRead + Unpin>(rd: &mut R, dst: &mut [MaybeUninit<u8>]) -> std::io::Result<u32> {
     let mut crc = Checksum::new();
     for piece in dst.chunks_mut(CHECK_PIECE) {
         let mut buf = ReadBuf::uninit(piece);

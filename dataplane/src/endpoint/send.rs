@@ -29,12 +29,7 @@ use crate::wire::{REPLY_BODY_LEN, Reply, checksum};
 impl Inner {
     /// The body of [`Endpoint::send`](super::Endpoint::send): cuts the message, schedules its
     /// segments, and waits until every one is acknowledged and no writer reads `data` any more.
-    pub(super) async fn send_message(
-        self: &Arc<Self>,
-        peer: Vec<SocketAddr>,
-        tag: u64,
-        data: Bytes,
-    ) -> Result<()> {
+    pub(super) async fn send_message(self: &Arc<Self>, peer: Vec<SocketAddr>, tag: u64, data: Bytes) -> Result<()> {
         let inner = self;
         let Some(&first) = peer.first() else {
             return Err(Error::Peer("a peer needs at least one rail address".into()));
@@ -64,11 +59,7 @@ impl Inner {
             writing: AtomicU32::new(0),
             idle: Notify::new(),
         });
-        inner
-            .outgoing
-            .lock()
-            .expect("outgoing lock")
-            .insert(msg.msg_id, msg.clone());
+        inner.outgoing.lock().expect("outgoing lock").insert(msg.msg_id, msg.clone());
         let _guard = Finish { inner, msg: &msg };
         for (index, (offset, len)) in pieces.into_iter().enumerate() {
             let seg = Arc::new(Segment {
@@ -95,11 +86,7 @@ impl Inner {
             }
             let idle = msg.stalled_for();
             if idle >= inner.cfg.stall_timeout {
-                return Err(Error::Stalled {
-                    peer: msg.peer,
-                    msg_id: msg.msg_id,
-                    secs: idle.as_secs_f64(),
-                });
+                return Err(Error::Stalled { peer: msg.peer, msg_id: msg.msg_id, secs: idle.as_secs_f64() });
             }
             tokio::select! {
                 _ = notified => {}
@@ -132,10 +119,7 @@ impl Inner {
         if st.queues[a].len() >= self.cfg.queue_max {
             return false;
         }
-        st.queues[a].push_back(Queued {
-            seg: seg.clone(),
-            entered: self.now(),
-        });
+        st.queues[a].push_back(Queued { seg: seg.clone(), entered: self.now() });
         self.rail_ready[a].notify_one();
         true
     }
@@ -327,12 +311,7 @@ impl Inner {
         }
     }
 
-    async fn write_segment(
-        &self,
-        conn: &Conn,
-        wr: &mut OwnedWriteHalf,
-        seg: &Segment,
-    ) -> Result<()> {
+    async fn write_segment(&self, conn: &Conn, wr: &mut OwnedWriteHalf, seg: &Segment) -> Result<()> {
         let _writing = Writing::start(&seg.msg);
         let n = self.counters.transmissions.fetch_add(1, Relaxed);
         let mut payload = seg.payload();
@@ -351,9 +330,7 @@ impl Inner {
             && sent >= after
             && !self.kill_fired.swap(true, Relaxed)
         {
-            return Err(Error::Io(std::io::Error::other(
-                "fault injection: rail killed",
-            )));
+            return Err(Error::Io(std::io::Error::other("fault injection: rail killed")));
         }
         Ok(())
     }
@@ -369,11 +346,7 @@ struct Finish<'a> {
 impl Drop for Finish<'_> {
     fn drop(&mut self) {
         self.msg.state.lock().expect("msg lock").finished = true;
-        self.inner
-            .outgoing
-            .lock()
-            .expect("outgoing lock")
-            .remove(&self.msg.msg_id);
+        self.inner.outgoing.lock().expect("outgoing lock").remove(&self.msg.msg_id);
     }
 }
 
@@ -382,20 +355,14 @@ struct Writing<'a>(&'a OutMsg);
 
 impl<'a> Writing<'a> {
     fn start(msg: &'a OutMsg) -> Writing<'a> {
-        msg.writing
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        msg.writing.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Writing(msg)
     }
 }
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        if self
-            .0
-            .writing
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
-            == 1
-        {
+        if self.0.writing.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
         }
     }
@@ -403,19 +370,12 @@ impl Drop for Writing<'_> {
 
 /// Writes a segment's header and payload, in as few system calls as the socket allows (one,
 /// when it has room for both).
-async fn write_all_vectored(
-    wr: &mut OwnedWriteHalf,
-    header: &[u8],
-    payload: &[u8],
-) -> std::io::Result<()> {
+async fn write_all_vectored(wr: &mut OwnedWriteHalf, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
     let mut done = 0;
     let total = header.len() + payload.len();
     while done < total {
         let n = if done < header.len() {
-            let bufs = [
-                std::io::IoSlice::new(&header[done..]),
-                std::io::IoSlice::new(payload),
-            ];
+            let bufs = [std::io::IoSlice::new(&header[done..]), std::io::IoSlice::new(payload)];
             wr.write_vectored(&bufs).await?
         } else {
             wr.write(&payload[done - header.len()..]).await?

@@ -106,9 +106,7 @@ impl Health {
 
 impl SchedState {
     pub(super) fn health(&mut self, peer: PeerId, rails: usize) -> &mut Vec<Health> {
-        self.health
-            .entry(peer)
-            .or_insert_with(|| vec![Health::default(); rails])
+        self.health.entry(peer).or_insert_with(|| vec![Health::default(); rails])
     }
 
     /// Rails usable towards `peer` (up, and present on both sides), with their backlogs.
@@ -120,11 +118,8 @@ impl SchedState {
         in_flight: &[AtomicU64],
     ) -> Vec<RailView> {
         let m = self.queues.len();
-        let queued: Vec<(usize, u64)> = self
-            .queues
-            .iter()
-            .map(|q| (q.len(), q.iter().map(|q| u64::from(q.seg.len)).sum()))
-            .collect();
+        let queued: Vec<(usize, u64)> =
+            self.queues.iter().map(|q| (q.len(), q.iter().map(|q| u64::from(q.seg.len)).sum())).collect();
         let health = self.health(peer, m);
         (0..m)
             .map(|i| RailView {
@@ -195,10 +190,7 @@ impl Inner {
             return None;
         }
         *n += 1;
-        Some(InboundSlot {
-            inner: self.clone(),
-            ip,
-        })
+        Some(InboundSlot { inner: self.clone(), ip })
     }
 
     /// The current authentication mode.
@@ -213,11 +205,7 @@ impl Inner {
     pub(super) fn check_stall(&self, msg: &OutMsg) -> Result<()> {
         let idle = msg.stalled_for();
         if idle >= self.cfg.stall_timeout {
-            return Err(Error::Stalled {
-                peer: msg.peer,
-                msg_id: msg.msg_id,
-                secs: idle.as_secs_f64(),
-            });
+            return Err(Error::Stalled { peer: msg.peer, msg_id: msg.msg_id, secs: idle.as_secs_f64() });
         }
         Ok(())
     }
@@ -250,10 +238,7 @@ pub(super) struct LogLimit {
 
 impl LogLimit {
     pub(super) fn new(every: Duration) -> LogLimit {
-        LogLimit {
-            every,
-            state: Mutex::new((None, 0)),
-        }
+        LogLimit { every, state: Mutex::new((None, 0)) }
     }
 
     /// `Some(n)` if a line may be logged now, `n` being how many were left out since the last
@@ -261,10 +246,7 @@ impl LogLimit {
     pub(super) fn admit(&self) -> Option<u64> {
         let mut st = self.state.lock().expect("log limit lock");
         let now = Instant::now();
-        if st
-            .0
-            .is_some_and(|last| now.duration_since(last) < self.every)
-        {
+        if st.0.is_some_and(|last| now.duration_since(last) < self.every) {
             st.1 += 1;
             return None;
         }

@@ -78,10 +78,7 @@ pub(crate) struct Counters {
 
 impl Counters {
     pub fn new(rails: usize) -> Counters {
-        Counters {
-            rails: (0..rails).map(|_| RailCounters::default()).collect(),
-            ..Default::default()
-        }
+        Counters { rails: (0..rails).map(|_| RailCounters::default()).collect(), ..Default::default() }
     }
 
     /// The counters; `open_bytes` is the caller's to fill (the incoming state keeps it).

@@ -37,12 +37,8 @@ pub enum SchedulerKind {
 }
 
 impl SchedulerKind {
-    pub const ALL: [SchedulerKind; 4] = [
-        SchedulerKind::RoundRobin,
-        SchedulerKind::Weighted,
-        SchedulerKind::QLearning,
-        SchedulerKind::QLearningFresh,
-    ];
+    pub const ALL: [SchedulerKind; 4] =
+        [SchedulerKind::RoundRobin, SchedulerKind::Weighted, SchedulerKind::QLearning, SchedulerKind::QLearningFresh];
 
     /// The configuration name (`round-robin`, `weighted`, `q-learning`, `q-learning-fresh`).
     pub fn name(self) -> &'static str {
@@ -64,16 +60,10 @@ impl std::fmt::Display for SchedulerKind {
 impl std::str::FromStr for SchedulerKind {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self, Error> {
-        SchedulerKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = SchedulerKind::ALL.iter().map(|k| k.name()).collect();
-                Error::UnknownScheduler {
-                    got: s.to_string(),
-                    expected: names.join(", "),
-                }
-            })
+        SchedulerKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<_> = SchedulerKind::ALL.iter().map(|k| k.name()).collect();
+            Error::UnknownScheduler { got: s.to_string(), expected: names.join(", ") }
+        })
     }
 }
 
@@ -83,11 +73,7 @@ pub fn build(kind: SchedulerKind, p: &SchedulerParams) -> Box<dyn RailScheduler>
         SchedulerKind::RoundRobin => Box::new(RoundRobin::new(p.rails)),
         SchedulerKind::Weighted => Box::new(Weighted::new(p.rails, p.bandwidth)),
         SchedulerKind::QLearning | SchedulerKind::QLearningFresh => {
-            let variant = if kind == SchedulerKind::QLearning {
-                QVariant::Seed
-            } else {
-                QVariant::Fresh
-            };
+            let variant = if kind == SchedulerKind::QLearning { QVariant::Seed } else { QVariant::Fresh };
             Box::new(QLearning::new(QConfig::from_params(p, variant)))
         }
     }

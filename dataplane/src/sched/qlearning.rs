@@ -113,15 +113,10 @@ struct Decision {
 
 impl QLearning {
     pub fn new(cfg: QConfig) -> QLearning {
-        assert!(
-            (8..=32).contains(&cfg.k) || cfg!(test),
-            "k must be in 8..=32"
-        );
+        assert!((8..=32).contains(&cfg.k) || cfg!(test), "k must be in 8..=32");
         assert!(cfg.queue_max > 0 && cfg.time_interval > 0.0);
         let m = cfg.rails;
-        let pairs: Vec<_> = (0..m)
-            .flat_map(|i| (i + 1..m).map(move |j| (i, j)))
-            .collect();
+        let pairs: Vec<_> = (0..m).flat_map(|i| (i + 1..m).map(move |j| (i, j))).collect();
         let tables = vec![vec![cfg.q_init; cfg.k * cfg.k * m]; pairs.len()];
         QLearning {
             queue_interval: cfg.queue_max.div_ceil(cfg.k),
@@ -153,11 +148,7 @@ impl QLearning {
 
     /// The environment state for the given views.
     pub fn state(&self, rails: &[RailView]) -> Vec<usize> {
-        rails
-            .iter()
-            .enumerate()
-            .map(|(i, v)| self.rail_state(v.queued, self.effective_wait(i, v.queued)))
-            .collect()
+        rails.iter().enumerate().map(|(i, v)| self.rail_state(v.queued, self.effective_wait(i, v.queued))).collect()
     }
 
     fn effective_wait(&self, rail: usize, queued: usize) -> f64 {
@@ -262,21 +253,13 @@ impl RailScheduler for QLearning {
                 }
                 let k_a = self.rail_state(rails[action].queued + 1, self.wait_time[action]);
                 let reward = self.reward(self.wait_time[action], k_a);
-                self.prev = Some(Decision {
-                    state,
-                    action,
-                    reward,
-                });
+                self.prev = Some(Decision { state, action, reward });
             }
             QVariant::Fresh => {
                 // The reward arrives when this segment leaves its queue (`departed`); until then
                 // the decision waits in its rail's FCFS list. `prev` only marks "not first".
                 self.waiting[action].push_back(state);
-                self.prev = Some(Decision {
-                    state: vec![],
-                    action,
-                    reward: 0.0,
-                });
+                self.prev = Some(Decision { state: vec![], action, reward: 0.0 });
             }
         }
         self.queued[action] += 1;
@@ -295,21 +278,11 @@ impl RailScheduler for QLearning {
             // now (a one-step Q-learning target, as the decision that follows is not known).
             let k_a = self.rail_state(self.queued[rail], wait);
             let reward = self.reward(wait, k_a);
-            let views: Vec<RailView> = self
-                .queued
-                .iter()
-                .map(|&q| RailView {
-                    up: true,
-                    queued: q,
-                    ..RailView::default()
-                })
-                .collect();
+            let views: Vec<RailView> =
+                self.queued.iter().map(|&q| RailView { up: true, queued: q, ..RailView::default() }).collect();
             let now_state = self.state(&views);
             let best = (0..self.cfg.rails)
-                .max_by(|&a, &b| {
-                    self.q_total(&now_state, a)
-                        .total_cmp(&self.q_total(&now_state, b))
-                })
+                .max_by(|&a, &b| self.q_total(&now_state, a).total_cmp(&self.q_total(&now_state, b)))
                 .expect("rails");
             self.update(&state, rail, reward, &now_state, best);
         }
@@ -335,14 +308,7 @@ mod tests {
     }
 
     fn views(queued: &[usize]) -> Vec<RailView> {
-        queued
-            .iter()
-            .map(|&q| RailView {
-                up: true,
-                queued: q,
-                ..RailView::default()
-            })
-            .collect()
+        queued.iter().map(|&q| RailView { up: true, queued: q, ..RailView::default() }).collect()
     }
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -352,16 +318,9 @@ mod tests {
         for (m, tables) in [(2, 1), (3, 3), (4, 6), (5, 10)] {
             let q = QLearning::new(cfg(m, 8, 16));
             assert_eq!(q.tables.len(), tables, "C({m},2)");
-            assert!(
-                q.tables
-                    .iter()
-                    .all(|t| t.len() == 8 * 8 * m && t.iter().all(|&v| v == Q_INIT))
-            );
+            assert!(q.tables.iter().all(|t| t.len() == 8 * 8 * m && t.iter().all(|&v| v == Q_INIT)));
         }
-        assert_eq!(
-            QLearning::new(cfg(3, 8, 16)).pairs(),
-            &[(0, 1), (0, 2), (1, 2)]
-        );
+        assert_eq!(QLearning::new(cfg(3, 8, 16)).pairs(), &[(0, 1), (0, 2), (1, 2)]);
     }
 
     #[test]
@@ -378,11 +337,7 @@ mod tests {
         // time_interval = 10 ms; a segment that entered at 5 ms and left at 40 ms waited 3.5.
         q.departed(1, MS(5), MS(40));
         assert_eq!(q.wait_times()[0], 0.0);
-        assert!(
-            (q.wait_times()[1] - 3.5).abs() < 1e-9,
-            "{:?}",
-            q.wait_times()
-        );
+        assert!((q.wait_times()[1] - 3.5).abs() < 1e-9, "{:?}", q.wait_times());
     }
 
     #[test]
@@ -450,11 +405,7 @@ mod tests {
         }
         assert_eq!(q.q_total(&s, 2), 2.75);
         assert_eq!(q.q_total(&s, 0), 3.0 * Q_INIT);
-        assert_ne!(
-            q.pick(&views(&[1, 2, 3]), 1, MS(1)),
-            2,
-            "Q_total 3.0 for rails 0 and 1 beats 2.75"
-        );
+        assert_ne!(q.pick(&views(&[1, 2, 3]), 1, MS(1)), 2, "Q_total 3.0 for rails 0 and 1 beats 2.75");
         // All three tables updated at (s_prev, a_prev) with their own next value.
         for p in 0..3 {
             let next = q.q(p, &s, q.prev.as_ref().unwrap().action);

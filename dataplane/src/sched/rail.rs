@@ -62,10 +62,7 @@ pub struct SchedulerParams {
 /// rails taken out of service.
 pub(crate) fn next_up(rails: &[RailView], from: usize) -> usize {
     let m = rails.len();
-    (0..m)
-        .map(|d| (from + d) % m)
-        .find(|&i| rails[i].up)
-        .expect("the transport calls pick only with a rail up")
+    (0..m).map(|d| (from + d) % m).find(|&i| rails[i].up).expect("the transport calls pick only with a rail up")
 }
 
 #[cfg(test)]
@@ -74,12 +71,7 @@ mod tests {
 
     #[test]
     fn next_up_skips_down_rails_cyclically() {
-        let v = |up: [bool; 3]| {
-            up.map(|up| RailView {
-                up,
-                ..RailView::default()
-            })
-        };
+        let v = |up: [bool; 3]| up.map(|up| RailView { up, ..RailView::default() });
         assert_eq!(next_up(&v([true, true, true]), 1), 1);
         assert_eq!(next_up(&v([true, false, true]), 1), 2);
         assert_eq!(next_up(&v([true, false, false]), 1), 0);

@@ -43,11 +43,7 @@ mod tests {
             let mut message_length = len;
             let mut sent = 0;
             loop {
-                let seg = if message_length > seg_max {
-                    seg_max
-                } else {
-                    message_length
-                };
+                let seg = if message_length > seg_max { seg_max } else { message_length };
                 out.push((msg, sent, seg, i));
                 sent += seg;
                 i = (i + 1) % m;
@@ -68,14 +64,7 @@ mod tests {
             for seg_max in [mib, 2 * mib, 3 * mib] {
                 let want = seed_round_robin(&messages, seg_max, m);
                 let mut rr = RoundRobin::new(m);
-                let views = vec![
-                    RailView {
-                        up: true,
-                        queued: 0,
-                        ..RailView::default()
-                    };
-                    m
-                ];
+                let views = vec![RailView { up: true, queued: 0, ..RailView::default() }; m];
                 let mut got = vec![];
                 for (msg, &len) in messages.iter().enumerate() {
                     for (off, seg) in cut(len, seg_max) {
@@ -91,16 +80,8 @@ mod tests {
     fn ignores_queue_lengths_like_the_seed() {
         let mut rr = RoundRobin::new(2);
         let views = [
-            RailView {
-                up: true,
-                queued: 100,
-                ..RailView::default()
-            },
-            RailView {
-                up: true,
-                queued: 0,
-                ..RailView::default()
-            },
+            RailView { up: true, queued: 100, ..RailView::default() },
+            RailView { up: true, queued: 0, ..RailView::default() },
         ];
         let picks: Vec<_> = (0..4).map(|_| rr.pick(&views, 1, Duration::ZERO)).collect();
         assert_eq!(picks, [0, 1, 0, 1]);
@@ -109,11 +90,7 @@ mod tests {
     #[test]
     fn skips_a_rail_out_of_service_and_resumes_after() {
         let mut rr = RoundRobin::new(3);
-        let up = [RailView {
-            up: true,
-            queued: 0,
-            ..RailView::default()
-        }; 3];
+        let up = [RailView { up: true, queued: 0, ..RailView::default() }; 3];
         let mut one_down = up;
         one_down[1].up = false;
         assert_eq!(rr.pick(&up, 1, Duration::ZERO), 0);

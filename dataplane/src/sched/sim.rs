@@ -47,9 +47,7 @@ pub fn run(s: &mut dyn RailScheduler, cfg: &SimConfig) -> SimResult {
     let (mut issued, mut done) = (0usize, 0usize);
     let mut t = 0.0;
     let mut blocked: Option<usize> = None;
-    let change_at = cfg
-        .change
-        .map(|(f, _, _)| (f * cfg.segments as f64) as usize);
+    let change_at = cfg.change.map(|(f, _, _)| (f * cfg.segments as f64) as usize);
     let mut change_time = None;
     let mut done_at_change = 0;
     let start_service = |i: usize,
@@ -114,16 +112,9 @@ pub fn run(s: &mut dyn RailScheduler, cfg: &SimConfig) -> SimResult {
     }
     let phases = change_time.map(|ct| {
         let seg = cfg.seg as f64;
-        (
-            done_at_change as f64 * seg / ct,
-            (done - done_at_change) as f64 * seg / (t - ct),
-        )
+        (done_at_change as f64 * seg / ct, (done - done_at_change) as f64 * seg / (t - ct))
     });
-    SimResult {
-        secs: t,
-        bytes,
-        phases,
-    }
+    SimResult { secs: t, bytes, phases }
 }
 
 #[cfg(test)]
@@ -134,31 +125,14 @@ mod tests {
     const MB: f64 = 1e6;
 
     fn params(rails: usize, bandwidth: f64) -> SchedulerParams {
-        SchedulerParams {
-            rails,
-            seg_max: 1 << 20,
-            queue_max: 8,
-            bandwidth,
-            k: 8,
-            seed: 42,
-        }
+        SchedulerParams { rails, seg_max: 1 << 20, queue_max: 8, bandwidth, k: 8, seed: 42 }
     }
 
     fn sim(rates: &[f64], change: Option<(f64, usize, f64)>) -> SimConfig {
-        SimConfig {
-            rates: rates.to_vec(),
-            seg: 1 << 20,
-            queue_max: 8,
-            segments: 6000,
-            ack_delay: 0.001,
-            change,
-        }
+        SimConfig { rates: rates.to_vec(), seg: 1 << 20, queue_max: 8, segments: 6000, ack_delay: 0.001, change }
     }
 
-    fn table(
-        rates: &[f64],
-        change: Option<(f64, usize, f64)>,
-    ) -> Vec<(SchedulerKind, f64, SimResult)> {
+    fn table(rates: &[f64], change: Option<(f64, usize, f64)>) -> Vec<(SchedulerKind, f64, SimResult)> {
         let bw = rates.iter().cloned().fold(0.0, f64::max);
         SchedulerKind::ALL
             .into_iter()
@@ -166,7 +140,12 @@ mod tests {
                 let mut s = build(k, &params(rates.len(), bw));
                 let r = run(s.as_mut(), &sim(rates, change));
                 let share = r.goodput() / rates.iter().sum::<f64>();
-                eprintln!("{rates:?} {change:?} {k:>18}: goodput {:7.1} MB/s = {share:.3} of sum, bytes {:?}, phases {:?}", r.goodput() / MB, r.bytes.iter().map(|b| b >> 20).collect::<Vec<_>>(), r.phases.map(|(a, b)| (a / MB, b / MB)));
+                eprintln!(
+                    "{rates:?} {change:?} {k:>18}: goodput {:7.1} MB/s = {share:.3} of sum, bytes {:?}, phases {:?}",
+                    r.goodput() / MB,
+                    r.bytes.iter().map(|b| b >> 20).collect::<Vec<_>>(),
+                    r.phases.map(|(a, b)| (a / MB, b / MB))
+                );
                 (k, share, r)
             })
             .collect()

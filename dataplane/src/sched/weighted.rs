@@ -38,10 +38,7 @@ pub struct Weighted {
 
 impl Weighted {
     pub fn new(rails: usize, nominal_bandwidth: f64) -> Weighted {
-        Weighted {
-            rate: vec![nominal_bandwidth; rails],
-            last_ack: vec![None; rails],
-        }
+        Weighted { rate: vec![nominal_bandwidth; rails], last_ack: vec![None; rails] }
     }
 
     /// The current rate estimates, bytes/s.
@@ -68,8 +65,7 @@ impl RailScheduler for Weighted {
                 best = Some((i, t));
             }
         }
-        best.expect("the transport calls pick only with a rail up")
-            .0
+        best.expect("the transport calls pick only with a rail up").0
     }
 
     fn delivered(&mut self, rail: usize, bytes: u64, sent_at: Duration, now: Duration) {
@@ -91,24 +87,12 @@ mod tests {
     use super::*;
 
     fn up(m: usize) -> Vec<RailView> {
-        vec![
-            RailView {
-                up: true,
-                queued: 0,
-                ..RailView::default()
-            };
-            m
-        ]
+        vec![RailView { up: true, queued: 0, ..RailView::default() }; m]
     }
 
     /// Picks `n` segments of `len` bytes on rails that do not drain: each pick's bytes join
     /// the chosen rail's queue, as they would between two drain steps.
-    fn pick_without_draining(
-        w: &mut Weighted,
-        views: &mut [RailView],
-        n: usize,
-        len: u64,
-    ) -> Vec<usize> {
+    fn pick_without_draining(w: &mut Weighted, views: &mut [RailView], n: usize, len: u64) -> Vec<usize> {
         (0..n)
             .map(|_| {
                 let a = w.pick(views, len, Duration::ZERO);
@@ -147,9 +131,7 @@ mod tests {
         let mut w = Weighted::new(3, 1.0);
         w.rate = vec![4.0, 1.0, 3.0];
         let picks = pick_without_draining(&mut w, &mut up(3), 800, 10);
-        let bytes: Vec<u64> = (0..3)
-            .map(|r| 10 * picks.iter().filter(|&&p| p == r).count() as u64)
-            .collect();
+        let bytes: Vec<u64> = (0..3).map(|r| 10 * picks.iter().filter(|&&p| p == r).count() as u64).collect();
         assert_eq!(bytes, [4000, 1000, 3000]);
     }
 

@@ -8,7 +8,14 @@ use super::*;
 use crate::features::{TaskFeatures, candidate};
 
 fn small_config() -> PolicyConfig {
-    PolicyConfig { buffer: 64, batch: 16, batches_per_step: 4, sync_every: 8, device: Some(Device::Cpu), ..Default::default() }
+    PolicyConfig {
+        buffer: 64,
+        batch: 16,
+        batches_per_step: 4,
+        sync_every: 8,
+        device: Some(Device::Cpu),
+        ..Default::default()
+    }
 }
 
 fn obs(n: usize, feasible: impl Fn(usize) -> bool) -> Observation {
@@ -17,8 +24,15 @@ fn obs(n: usize, feasible: impl Fn(usize) -> bool) -> Observation {
 
 /// An observation that differs for every `v`, so experiences built from it are not duplicates.
 fn obs_v(n: usize, v: u64, feasible: impl Fn(usize) -> bool) -> Observation {
-    let task = TaskFeatures { system_utilisation: (v % 97) as f64 / 97.0, flops: 1e9 + v as f64, input_bytes: 1 << 20, writes: false };
-    let nodes: Vec<_> = (0..n).map(|i| candidate(feasible(i), 1 << 30, (i as u64) << 24, 0, 0.1 * i as f64, 0.2, false, None)).collect();
+    let task = TaskFeatures {
+        system_utilisation: (v % 97) as f64 / 97.0,
+        flops: 1e9 + v as f64,
+        input_bytes: 1 << 20,
+        writes: false,
+    };
+    let nodes: Vec<_> = (0..n)
+        .map(|i| candidate(feasible(i), 1 << 30, (i as u64) << 24, 0, 0.1 * i as f64, 0.2, false, None))
+        .collect();
     Observation::build(&task, &nodes)
 }
 
@@ -59,7 +73,15 @@ fn weights_are_copied_every_sync_every_decisions() {
     let mut id = 0;
     while id < 65 {
         let c = p.decide(id, obs_v(4, id, |_| true)).unwrap();
-        p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: if c.index == 0 { 0.0 } else { 100.0 }, evicted_bytes: 0, ..Default::default() });
+        p.observe(
+            id,
+            &RewardInputs {
+                utilisation: 0.5,
+                fetch_ms: if c.index == 0 { 0.0 } else { 100.0 },
+                evicted_bytes: 0,
+                ..Default::default()
+            },
+        );
         id += 1;
     }
     assert_eq!(p.stats().training_steps.load(Ordering::Relaxed), 1);
@@ -85,7 +107,16 @@ fn weights_are_copied_every_sync_every_decisions() {
 fn converges_to_the_clearly_best_node() {
     // Lockstep: every experience is absorbed before the next decision, so the run repeats
     // whatever else the machine is doing.
-    let config = PolicyConfig { buffer: 256, batch: 64, batches_per_step: 4, sync_every: 256, epsilon: 0.05, device: Some(Device::Cpu), lockstep: true, ..Default::default() };
+    let config = PolicyConfig {
+        buffer: 256,
+        batch: 64,
+        batches_per_step: 4,
+        sync_every: 256,
+        epsilon: 0.05,
+        device: Some(Device::Cpu),
+        lockstep: true,
+        ..Default::default()
+    };
     let mut p = DqnPolicy::new(config, None).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 256 << 20, writes: false };
@@ -94,7 +125,18 @@ fn converges_to_the_clearly_best_node() {
     for id in 0..6000u64 {
         // Five nodes in a shuffled order; the one holding the input is "best".
         let mut nodes: Vec<_> = (0..5)
-            .map(|i| candidate(true, 1 << 30, rng.random_range(0..1u64 << 29), if i == 0 { 256 << 20 } else { 0 }, rng.random_range(0.0..0.8), rng.random_range(0.0..1.0), false, None))
+            .map(|i| {
+                candidate(
+                    true,
+                    1 << 30,
+                    rng.random_range(0..1u64 << 29),
+                    if i == 0 { 256 << 20 } else { 0 },
+                    rng.random_range(0.0..0.8),
+                    rng.random_range(0.0..1.0),
+                    false,
+                    None,
+                )
+            })
             .collect();
         nodes.shuffle(&mut rng);
         let best = nodes.iter().position(|n| n.local_input_bytes > 0).unwrap();
@@ -155,7 +197,9 @@ fn export_and_import_safetensors() {
     b.import(&path).unwrap();
     assert_eq!(a.q_values(&probe), b.q_values(&probe));
     // A file for another network shape is refused with a message naming the tensor.
-    let mut wide = DqnPolicy::new(PolicyConfig { net: NetConfig { d_model: 32, ..NetConfig::default() }, ..small_config() }, None).unwrap();
+    let mut wide =
+        DqnPolicy::new(PolicyConfig { net: NetConfig { d_model: 32, ..NetConfig::default() }, ..small_config() }, None)
+            .unwrap();
     let e = wide.import(&path).unwrap_err().to_string();
     assert!(e.contains("has shape"), "{e}");
     std::fs::write(dir.path().join("junk.safetensors"), b"not a safetensors file").unwrap();
@@ -198,13 +242,30 @@ fn run_time_term_moves_the_policy_from_the_holder_to_the_fastest_node() {
     // direction learned, not about resolving small differences.
     for (run_weight, want) in [(0.0, "holder"), (6.0, "fastest")] {
         let reward = RewardConfig { run_weight, ..RewardConfig::default() };
-        let config = PolicyConfig { buffer: 256, batch: 64, batches_per_step: 4, sync_every: 256, passes: 2, history: 2, reward, lockstep: true, device: Some(Device::Cpu), ..Default::default() };
+        let config = PolicyConfig {
+            buffer: 256,
+            batch: 64,
+            batches_per_step: 4,
+            sync_every: 256,
+            passes: 2,
+            history: 2,
+            reward,
+            lockstep: true,
+            device: Some(Device::Cpu),
+            ..Default::default()
+        };
         let mut p = DqnPolicy::new(config, None).unwrap();
         let mut rng = StdRng::seed_from_u64(12);
         let input = 1u64 << 30;
         let task = TaskFeatures { system_utilisation: 0.5, flops: 1e11, input_bytes: input, writes: false };
         // (name, resident bytes, fetch ms, compute ms)
-        let kinds = [("holder", input, 0.0, 8000.0), ("fastest", 0, 400.0, 1000.0), ("remote", 0, 1600.0, 1000.0), ("remote", 0, 1600.0, 1000.0), ("remote", 0, 1600.0, 1000.0)];
+        let kinds = [
+            ("holder", input, 0.0, 8000.0),
+            ("fastest", 0, 400.0, 1000.0),
+            ("remote", 0, 1600.0, 1000.0),
+            ("remote", 0, 1600.0, 1000.0),
+            ("remote", 0, 1600.0, 1000.0),
+        ];
         let (mut hits, mut total) = (0, 0);
         for id in 0..DECISIONS {
             let mut order: Vec<usize> = (0..kinds.len()).collect();
@@ -212,13 +273,32 @@ fn run_time_term_moves_the_policy_from_the_holder_to_the_fastest_node() {
             let nodes: Vec<_> = order
                 .iter()
                 .map(|&k| {
-                    let (cache_used, cpu_load, util) = (rng.random_range(0..1u64 << 30), rng.random_range(0.0..0.8), rng.random_range(0.0..1.0));
-                    candidate(true, 4 << 30, cache_used, kinds[k].1, cpu_load, util, false, Some((kinds[k].2, kinds[k].3)))
+                    let (cache_used, cpu_load, util) =
+                        (rng.random_range(0..1u64 << 30), rng.random_range(0.0..0.8), rng.random_range(0.0..1.0));
+                    candidate(
+                        true,
+                        4 << 30,
+                        cache_used,
+                        kinds[k].1,
+                        cpu_load,
+                        util,
+                        false,
+                        Some((kinds[k].2, kinds[k].3)),
+                    )
                 })
                 .collect();
             let c = p.decide(id, Observation::build(&task, &nodes)).unwrap();
             let (name, _, fetch, compute) = kinds[order[c.index]];
-            p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: fetch, evicted_bytes: 0, run_ms: fetch + compute, best_est_ms: Some(1400.0) });
+            p.observe(
+                id,
+                &RewardInputs {
+                    utilisation: 0.5,
+                    fetch_ms: fetch,
+                    evicted_bytes: 0,
+                    run_ms: fetch + compute,
+                    best_est_ms: Some(1400.0),
+                },
+            );
             if id >= DECISIONS - 1500 && !c.exploratory {
                 total += 1;
                 hits += (name == want) as u32;

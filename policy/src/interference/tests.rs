@@ -46,7 +46,14 @@ fn trained(seed: u64, samples: usize, steps: usize) -> InterferenceMlp {
 
 #[test]
 fn features_are_as_documented() {
-    let t = TaskVector { gpu_memory: 8 * GIB, device_memory: 32 * GIB, utilisation: 0.4, solo_ms: 99.0, model_bytes: 3 << 20, signature: 42 };
+    let t = TaskVector {
+        gpu_memory: 8 * GIB,
+        device_memory: 32 * GIB,
+        utilisation: 0.4,
+        solo_ms: 99.0,
+        model_bytes: 3 << 20,
+        signature: 42,
+    };
     let f = task_features(&t);
     assert!((f[0] as f64 - (1.0f64 / 1024.0 + 0.25).ln()).abs() < 1e-6);
     assert!((f[1] - 0.4).abs() < 1e-7);
@@ -67,7 +74,8 @@ fn features_are_as_documented() {
 /// `L = (1/m)·Σ_t w_t·Σ_i (ŷ_ti − z_ti)² + λ·(‖W_1‖² + ‖h‖²)`.
 #[test]
 fn loss_matches_hand_computed_value() {
-    let mut m = InterferenceMlp::new(InterferenceConfig { hidden: vec![2], lambda: 0.01, ..Default::default() }).unwrap();
+    let mut m =
+        InterferenceMlp::new(InterferenceConfig { hidden: vec![2], lambda: 0.01, ..Default::default() }).unwrap();
     // One hidden layer of 2: unit 0 reads own utilisation (1.0) and the others' mean (−0.5);
     // unit 1 reads n / 8 (2.0) and Σ utilisation (0.3). Every other weight is 0.
     let (count, sum_util) = (2 * FEATURES, 2 * FEATURES + 1);
@@ -80,7 +88,10 @@ fn loss_matches_hand_computed_value() {
     let out = Dense { inp: 2, out: 1, w: vec![0.7, -0.4], b: vec![0.05] };
     m.load_dense(&[l1, out]).unwrap();
     // A fresh normaliser leaves features as they are.
-    let samples = [Sample { tasks: vec![util(0.5), util(1.0)], slowdowns: vec![1.5, 1.2], weight: 2.0 }, Sample { tasks: vec![util(0.25)], slowdowns: vec![1.0], weight: 0.5 }];
+    let samples = [
+        Sample { tasks: vec![util(0.5), util(1.0)], slowdowns: vec![1.5, 1.2], weight: 2.0 },
+        Sample { tasks: vec![util(0.25)], slowdowns: vec![1.0], weight: 0.5 },
+    ];
     let softplus = |x: f64| (1.0 + x.exp()).ln();
     // Task A (u 0.5, the other's mean 1.0, n = 1, Σu 1.5):
     //   h = (relu(0.1 + 0.5 − 0.5), relu(−0.2 + 2·⅛ + 0.3·1.5)) = (0.1, 0.5); o = 0.05 + 0.07 − 0.2 = −0.08
@@ -209,7 +220,8 @@ fn bytes_round_trip_and_training_goes_on_alike() {
 
 #[test]
 fn corrupt_bytes_are_errors_not_panics() {
-    let mut m = InterferenceMlp::new(InterferenceConfig { hidden: vec![4], capacity: 8, ..Default::default() }).unwrap();
+    let mut m =
+        InterferenceMlp::new(InterferenceConfig { hidden: vec![4], capacity: 8, ..Default::default() }).unwrap();
     let mut rng = StdRng::seed_from_u64(2);
     for _ in 0..5 {
         m.observe(synthetic(&mut rng)).unwrap();

@@ -118,7 +118,9 @@ impl Ratio {
     }
 
     fn valid(&self) -> bool {
-        [self.weight, self.num, self.den].iter().all(|v| v.is_finite() && *v >= 0.0) && self.weight > 0.0 && self.den > 0.0
+        [self.weight, self.num, self.den].iter().all(|v| v.is_finite() && *v >= 0.0)
+            && self.weight > 0.0
+            && self.den > 0.0
     }
 }
 
@@ -137,7 +139,15 @@ pub struct Link {
 
 impl Link {
     fn add(&mut self, n: f64, b: f64, y: f64) {
-        for (s, v) in [(&mut self.weight, 1.0), (&mut self.nn, n * n), (&mut self.nb, n * b), (&mut self.bb, b * b), (&mut self.ny, n * y), (&mut self.by, b * y), (&mut self.yy, y * y)] {
+        for (s, v) in [
+            (&mut self.weight, 1.0),
+            (&mut self.nn, n * n),
+            (&mut self.nb, n * b),
+            (&mut self.bb, b * b),
+            (&mut self.ny, n * y),
+            (&mut self.by, b * y),
+            (&mut self.yy, y * y),
+        ] {
             *s = *s * DECAY + v;
         }
     }
@@ -167,7 +177,9 @@ impl Link {
     }
 
     fn valid(&self) -> bool {
-        [self.weight, self.nn, self.bb, self.nb, self.ny, self.by, self.yy].iter().all(|v| v.is_finite() && *v >= 0.0) && self.weight > 0.0 && self.nn > 0.0
+        [self.weight, self.nn, self.bb, self.nb, self.ny, self.by, self.yy].iter().all(|v| v.is_finite() && *v >= 0.0)
+            && self.weight > 0.0
+            && self.nn > 0.0
     }
 }
 
@@ -333,7 +345,15 @@ impl Estimates {
     /// One attempt on `worker` that fetched `objects` inputs, `bytes` in all, in `ms`, counted as
     /// fetched from `holder`; `same_rack` is the pair's rack relation (`None` when either worker
     /// has no `rack` label).
-    pub fn observe_fetch(&mut self, holder: WorkerId, worker: WorkerId, same_rack: Option<bool>, objects: u32, bytes: u64, ms: f64) {
+    pub fn observe_fetch(
+        &mut self,
+        holder: WorkerId,
+        worker: WorkerId,
+        same_rack: Option<bool>,
+        objects: u32,
+        bytes: u64,
+        ms: f64,
+    ) {
         if holder == worker || objects == 0 || !ms.is_finite() || ms < 0.0 {
             return;
         }
@@ -397,7 +417,11 @@ impl Estimates {
             return Some(LinkEstimate { latency_ms, ms_per_byte, samples: e.link.weight });
         }
         classes(same_rack).iter().find_map(|&c| {
-            Some(LinkEstimate { latency_ms: self.link_latency[c].mean()?, ms_per_byte: self.link_rate[c].mean()?, samples: 0.0 })
+            Some(LinkEstimate {
+                latency_ms: self.link_latency[c].mean()?,
+                ms_per_byte: self.link_rate[c].mean()?,
+                samples: 0.0,
+            })
         })
     }
 
@@ -450,7 +474,11 @@ impl Estimates {
     /// Drops the least recently updated eighth of whichever table is past its bound, then
     /// rebuilds the derived sums (which also clears their rounding drift).
     fn trim(&mut self) {
-        fn oldest<K: Copy + Eq + std::hash::Hash>(seqs: impl Iterator<Item = (K, u64)>, len: usize, bound: usize) -> Vec<K> {
+        fn oldest<K: Copy + Eq + std::hash::Hash>(
+            seqs: impl Iterator<Item = (K, u64)>,
+            len: usize,
+            bound: usize,
+        ) -> Vec<K> {
             if len <= bound {
                 return Vec::new();
             }
@@ -544,16 +572,31 @@ impl TryFrom<Stored> for Estimates {
             return Err(FormatError { found: s.format });
         }
         let mut e = Estimates { revision: s.revision, ..Estimates::default() };
-        e.runs = s.runs.into_iter().filter(|(.., m, _)| m.valid()).map(|(w, sig, m, seq)| ((w, sig), (m, seq))).collect();
-        e.flop_rates = s.flop_rates.into_iter().filter(|(_, r, _)| r.valid()).map(|(w, r, seq)| (w, (r, seq))).collect();
-        e.run_rates = s.run_rates.into_iter().filter(|(.., r, _)| r.valid()).map(|(w, sig, r, seq)| ((w, sig), (r, seq))).collect();
+        e.runs =
+            s.runs.into_iter().filter(|(.., m, _)| m.valid()).map(|(w, sig, m, seq)| ((w, sig), (m, seq))).collect();
+        e.flop_rates =
+            s.flop_rates.into_iter().filter(|(_, r, _)| r.valid()).map(|(w, r, seq)| (w, (r, seq))).collect();
+        e.run_rates = s
+            .run_rates
+            .into_iter()
+            .filter(|(.., r, _)| r.valid())
+            .map(|(w, sig, r, seq)| ((w, sig), (r, seq)))
+            .collect();
         e.links = s
             .links
             .into_iter()
             .filter(|(h, w, _, l, _)| h != w && l.valid())
             .map(|(h, w, same_rack, link, seq)| ((h, w), LinkEntry { link, same_rack, seq }))
             .collect();
-        e.revision = e.revision.max(e.runs.values().map(|r| r.1).chain(e.flop_rates.values().map(|r| r.1)).chain(e.links.values().map(|l| l.seq)).max().unwrap_or(0));
+        e.revision = e.revision.max(
+            e.runs
+                .values()
+                .map(|r| r.1)
+                .chain(e.flop_rates.values().map(|r| r.1))
+                .chain(e.links.values().map(|l| l.seq))
+                .max()
+                .unwrap_or(0),
+        );
         e.trim();
         Ok(e)
     }
@@ -773,7 +816,11 @@ mod tests {
         assert!(close(s[&w(1)].ms_per_gflop.unwrap(), 100.0));
         assert_eq!((s[&w(1)].signatures, s[&w(2)].fetch_pairs), (1, 2));
         // Into worker 2: latency (2 + 0) / 2, ms per byte (0.01 + 0.03) / 2 → 50 bytes per ms.
-        assert!(close(s[&w(2)].fetch_latency_ms.unwrap(), 1.0) && close(s[&w(2)].fetch_bytes_per_ms.unwrap(), 50.0), "{:?}", s[&w(2)]);
+        assert!(
+            close(s[&w(2)].fetch_latency_ms.unwrap(), 1.0) && close(s[&w(2)].fetch_bytes_per_ms.unwrap(), 50.0),
+            "{:?}",
+            s[&w(2)]
+        );
         assert!(close(s[&w(2)].fetch_samples, 2.9));
         assert!(!s.contains_key(&w(3)), "a holder that only sent has nothing measured of its own");
     }

@@ -71,13 +71,23 @@ impl Core {
     /// The tasks (indices) of job `job` in gang `name`.
     pub(super) fn gang_tasks(&self, job: JobId, name: &str) -> Vec<usize> {
         let Some(j) = self.jobs.get(&job) else { return Vec::new() };
-        j.record.spec.tasks.iter().enumerate().filter(|(_, t)| t.gang.as_ref().is_some_and(|g| g.name == name)).map(|(i, _)| i).collect()
+        j.record
+            .spec
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.gang.as_ref().is_some_and(|g| g.name == name))
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// Every member (subtask index) of gang `name`, task by task, rank by rank.
     pub(super) fn gang_member_idxs(&self, job: JobId, name: &str) -> Vec<u32> {
         let j = &self.jobs[&job];
-        self.gang_tasks(job, name).into_iter().flat_map(|t| j.offsets[t]..j.offsets[t] + j.record.spec.tasks[t].replicas).collect()
+        self.gang_tasks(job, name)
+            .into_iter()
+            .flat_map(|t| j.offsets[t]..j.offsets[t] + j.record.spec.tasks[t].replicas)
+            .collect()
     }
 
     /// One round's turn of an unbound gang (or a collective): true when it was placed.
@@ -129,7 +139,11 @@ impl Core {
         if state.reserving_since == 0 {
             self.set_gang(job, &g.name, |s| s.reserving_since = now);
         } else if now >= state.reserving_since.saturating_add(g.timeout_ms) {
-            let have = self.gang_member_idxs(job, &g.name).iter().filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).count();
+            let have = self
+                .gang_member_idxs(job, &g.name)
+                .iter()
+                .filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some())
+                .count();
             let why = format!("deadline: {have} of {} members reserved within {} ms", g.min_members, g.timeout_ms);
             self.rollback_gang(job, &g.name, why, now);
             return false;
@@ -160,7 +174,8 @@ impl Core {
     /// (now or before); `Some(n)`: still `n` members short.
     fn reserve_gang(&mut self, job: JobId, g: &GangSpec, now: u64, held: &Held) -> Option<u32> {
         let members = self.gang_member_idxs(job, &g.name);
-        let mut reserved = members.iter().filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).count() as u32;
+        let mut reserved =
+            members.iter().filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).count() as u32;
         // A GPU gang's members go where seed 002's search puts the group (interference and
         // communication together), when it finds room for all it still needs now.
         let todo: Vec<u32> = members
@@ -279,7 +294,9 @@ impl Core {
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let Some(wid) = j.subtasks[idx as usize].reserved_on.take() else { return };
         let req = j.record.spec.tasks[j.task_of(idx)].resources;
-        let share = j.record.spec.tasks[j.task_of(idx)].shares_gpu().then(|| j.record.spec.tasks[j.task_of(idx)].shared_gpu_memory());
+        let share = j.record.spec.tasks[j.task_of(idx)]
+            .shares_gpu()
+            .then(|| j.record.spec.tasks[j.task_of(idx)].shared_gpu_memory());
         let planned = std::mem::take(&mut j.subtasks[idx as usize].gpus);
         if let Some(w) = self.workers.get_mut(&wid)
             && w.reserved.remove(&(job, idx))
@@ -297,7 +314,11 @@ impl Core {
     /// A gang that is not its queue's head any more gives back what it reserved, without a
     /// back-off (it did nothing wrong): it starts again from nothing when it is head again.
     fn yield_gang(&mut self, job: JobId, name: &str) {
-        let held = self.gang_member_idxs(job, name).into_iter().filter(|&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).collect::<Vec<_>>();
+        let held = self
+            .gang_member_idxs(job, name)
+            .into_iter()
+            .filter(|&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some())
+            .collect::<Vec<_>>();
         for idx in held {
             self.unreserve((job, idx));
         }
@@ -358,7 +379,12 @@ impl Core {
                         reserved.add(&job.record.spec.tasks[job.task_of(*i)].resources);
                     }
                 }
-                (w.record.id, w.record.capacity.resources().minus(&reserved), w.free(), self.ready_at(w, w.free(), req, now))
+                (
+                    w.record.id,
+                    w.record.capacity.resources().minus(&reserved),
+                    w.free(),
+                    self.ready_at(w, w.free(), req, now),
+                )
             })
             .collect();
         let eligible = room.iter().filter(|(_, cap, ..)| req.fits_in(cap)).count() as u32;
@@ -366,12 +392,14 @@ impl Core {
         let mut k = 0u32;
         while k < needed + needed.min(extra) {
             // Known ready times first, earliest first; then the most free cores.
-            let best = room.iter_mut().filter(|(_, cap, ..)| req.fits_in(cap)).min_by(|(a, _, fa, ra), (b, _, fb, rb)| match (ra, rb) {
-                (Some(x), Some(y)) => x.cmp(y).then_with(|| a.cmp(b)),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => fb.cpu.total_cmp(&fa.cpu).then_with(|| a.cmp(b)),
-            });
+            let best = room.iter_mut().filter(|(_, cap, ..)| req.fits_in(cap)).min_by(
+                |(a, _, fa, ra), (b, _, fb, rb)| match (ra, rb) {
+                    (Some(x), Some(y)) => x.cmp(y).then_with(|| a.cmp(b)),
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (None, None) => fb.cpu.total_cmp(&fa.cpu).then_with(|| a.cmp(b)),
+                },
+            );
             let Some((wid, cap, free, ready)) = best else { return };
             k += 1;
             held.insert(*wid, Hold { label: label.to_string(), until: *ready });
@@ -389,7 +417,14 @@ impl Core {
     /// When `k` members asking `req` each (one per worker when `distinct`) will fit at once on
     /// workers not `held`, by the estimated ends of what runs there, and the workers to hold for
     /// them (with spares); `None` when that depends on an attempt without a timeout.
-    fn planned_start(&self, req: Resources, k: u32, distinct: bool, now: u64, held: &Held) -> Option<(u64, Vec<WorkerId>)> {
+    fn planned_start(
+        &self,
+        req: Resources,
+        k: u32,
+        distinct: bool,
+        now: u64,
+        held: &Held,
+    ) -> Option<(u64, Vec<WorkerId>)> {
         let mut slots: Vec<(u64, WorkerId)> = Vec::new();
         for w in self.workers.values().filter(|w| w.placeable() && !held.contains_key(&w.record.id)) {
             if !req.fits_in(&w.record.capacity.resources()) {
@@ -467,13 +502,17 @@ impl Core {
         let task = &j.record.spec.tasks[t];
         let (start, n) = (j.offsets[t], task.replicas);
         let members: Vec<u32> = (start..start + n).collect();
-        let done: Vec<u32> = members.iter().copied().filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded).collect();
+        let done: Vec<u32> =
+            members.iter().copied().filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded).collect();
         if let Some(&spent) = done.iter().find(|&&i| j.subtasks[i as usize].reruns >= MAX_RERUNS) {
             // The member that has to run fails, under the task's `on_failure` (with `continue`
             // the gang ends and what depends on it is skipped).
             let rank = j.subtasks[spent as usize].rank;
-            let waiting = members.iter().copied().find(|&i| j.subtasks[i as usize].state == SubtaskState::Ready).unwrap_or(spent);
-            let msg = format!("its collective's member {rank} completed but must run again with the gang, and it was re-run {MAX_RERUNS} times already");
+            let waiting =
+                members.iter().copied().find(|&i| j.subtasks[i as usize].state == SubtaskState::Ready).unwrap_or(spent);
+            let msg = format!(
+                "its collective's member {rank} completed but must run again with the gang, and it was re-run {MAX_RERUNS} times already"
+            );
             self.give_up((job, waiting), now, msg);
             return false;
         }
@@ -493,7 +532,12 @@ impl Core {
     /// replicas have none).
     pub(super) fn member_inputs(&self, job: JobId, t: usize, rank: u32) -> Vec<ObjectId> {
         let task = &self.jobs[&job].record.spec.tasks[t];
-        let senders = task.collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|e| e.redistribute).map_or(task.replicas, |r| r.senders);
+        let senders = task
+            .collective
+            .as_ref()
+            .and_then(|c| c.exchange.as_ref())
+            .and_then(|e| e.redistribute)
+            .map_or(task.replicas, |r| r.senders);
         if rank >= senders {
             return Vec::new();
         }
@@ -520,7 +564,10 @@ impl Core {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
         // Every member ready, and none still waiting out a retry's back-off.
-        if members.iter().any(|&i| j.subtasks[i as usize].state != SubtaskState::Ready || j.subtasks[i as usize].not_before > now) {
+        if members
+            .iter()
+            .any(|&i| j.subtasks[i as usize].state != SubtaskState::Ready || j.subtasks[i as usize].not_before > now)
+        {
             return false;
         }
         let req = task.resources;
@@ -556,9 +603,10 @@ impl Core {
                 .collect();
             let taken = |w: &WorkerId| chosen.iter().any(|(c, ..)| c == w);
             // Near the member's (first) input when its holder has room.
-            let holder = sized.first().and_then(|(o, _)| self.holders.get(o)).and_then(|h| {
-                h.iter().copied().find(|w| !taken(w) && free.get(w).is_some_and(|f| req.fits_in(f)))
-            });
+            let holder = sized
+                .first()
+                .and_then(|(o, _)| self.holders.get(o))
+                .and_then(|h| h.iter().copied().find(|w| !taken(w) && free.get(w).is_some_and(|f| req.fits_in(f))));
             let (wid, why) = match holder {
                 Some(w) => (w, "holds the member's input"),
                 None => {
@@ -581,7 +629,8 @@ impl Core {
         }
 
         let spec = task.collective.clone().expect("a collective task");
-        let rails: Vec<Vec<String>> = chosen.iter().map(|(w, ..)| self.workers[w].record.capacity.rails.clone()).collect();
+        let rails: Vec<Vec<String>> =
+            chosen.iter().map(|(w, ..)| self.workers[w].record.capacity.rails.clone()).collect();
         let generation = j.subtasks[start as usize].attempt + 1;
         // The gang's tag base: distinct per job, task and generation, with the low 32 bits free
         // for the communicator's own message numbering.
@@ -589,8 +638,10 @@ impl Core {
         let task_name = task.name.clone();
         for (rank, (wid, objects, why)) in chosen.into_iter().enumerate() {
             let idx = start + rank as u32;
-            let inputs: Vec<InputLocation> =
-                objects.into_iter().map(|(object, size)| InputLocation { holders: self.holder_locations(&object), object, size }).collect();
+            let inputs: Vec<InputLocation> = objects
+                .into_iter()
+                .map(|(object, size)| InputLocation { holders: self.holder_locations(&object), object, size })
+                .collect();
             let decision = self.next_decision;
             self.next_decision += 1;
             let attempt = self.begin_attempt(job, idx, wid, now);

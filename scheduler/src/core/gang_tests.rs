@@ -35,7 +35,10 @@ fn two_gangs_each_needing_three_of_four_workers_both_run_and_never_partially() {
     assert_eq!(first.len(), 3, "gang a binds whole");
     assert!(first.iter().all(|(_, x)| x.attempt.job == a));
     let jb = c.job(b).unwrap();
-    assert!(jb.subtasks.iter().all(|s| s.state == SubtaskState::Ready), "no member of b starts before its gang is whole");
+    assert!(
+        jb.subtasks.iter().all(|s| s.state == SubtaskState::Ready),
+        "no member of b starts before its gang is whole"
+    );
     // b holds one reservation at most (the free worker), and nothing leaks.
     let reserved: usize = c.workers().map(|w| w.reserved.len()).sum();
     assert!(reserved <= 1, "{reserved}");
@@ -91,7 +94,8 @@ fn a_gang_that_cannot_fill_rolls_back_at_its_deadline_and_runs_later() {
 fn a_higher_priority_job_submitted_later_starts_first() {
     let mut c = core();
     let low = submit(&mut c, "name = \"low\"\n[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 3\n", 0);
-    let high = submit(&mut c, "name = \"high\"\npriority = 10\n[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 2\n", 1);
+    let high =
+        submit(&mut c, "name = \"high\"\npriority = 10\n[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 2\n", 1);
     c.register(reg(1, "s1", 2, vec![]), 2);
     c.schedule(3);
     let a = c.take_outbox().assignments;
@@ -114,7 +118,11 @@ fn small_tasks_backfill_around_a_waiting_gang_but_not_onto_its_workers() {
     let long = c.take_outbox().assignments;
     let busy: Vec<WorkerId> = long.iter().map(|(w, _)| *w).collect();
     let idle = (1..=3).map(wid).find(|w| !busy.contains(w)).unwrap();
-    let g = submit(&mut c, "name = \"g\"\npriority = 5\n[[task]]\nname = \"m\"\nkind = \"noop\"\ncpu = 2\nreplicas = 2\nmin_members = 2\n", 2);
+    let g = submit(
+        &mut c,
+        "name = \"g\"\npriority = 5\n[[task]]\nname = \"m\"\nkind = \"noop\"\ncpu = 2\nreplicas = 2\nmin_members = 2\n",
+        2,
+    );
     let small = submit(&mut c, "name = \"small\"\n[[task]]\nname = \"s\"\nkind = \"noop\"\nreplicas = 4\n", 3);
     c.schedule(4);
     let out = c.take_outbox().assignments;
@@ -143,12 +151,17 @@ fn work_that_ends_before_the_gang_needs_a_held_worker_backfills_onto_it() {
     for n in 1..=3 {
         c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
     }
-    let _long = submit(&mut c, "[[task]]\nname = \"long\"\nkind = \"noop\"\ncpu = 2\nreplicas = 2\ntimeout = \"100s\"\n", 0);
+    let _long =
+        submit(&mut c, "[[task]]\nname = \"long\"\nkind = \"noop\"\ncpu = 2\nreplicas = 2\ntimeout = \"100s\"\n", 0);
     c.schedule(1);
     let long = c.take_outbox().assignments;
     let busy: Vec<WorkerId> = long.iter().map(|(w, _)| *w).collect();
     assert_ne!(busy[0], busy[1], "one long task per worker");
-    let g = submit(&mut c, "name = \"g\"\npriority = 5\n[[task]]\nname = \"m\"\nkind = \"noop\"\ncpu = 4\nreplicas = 2\nmin_members = 2\ngang_timeout = \"300s\"\n", 2);
+    let g = submit(
+        &mut c,
+        "name = \"g\"\npriority = 5\n[[task]]\nname = \"m\"\nkind = \"noop\"\ncpu = 4\nreplicas = 2\nmin_members = 2\ngang_timeout = \"300s\"\n",
+        2,
+    );
     c.schedule(3);
     assert!(c.take_outbox().assignments.is_empty(), "the gang waits");
     assert!(c.job(g).unwrap().subtasks.iter().all(|s| s.state == SubtaskState::Ready));
@@ -161,8 +174,16 @@ fn work_that_ends_before_the_gang_needs_a_held_worker_backfills_onto_it() {
     let held = *busy.iter().min().unwrap();
     let other = *busy.iter().max().unwrap();
     let idle = (1..=3).map(wid).find(|w| !busy.contains(w)).unwrap();
-    let late = submit(&mut c, "name = \"late\"\n[[task]]\nname = \"l\"\nkind = \"noop\"\ncpu = 2\nreplicas = 2\ntimeout = \"200s\"\n", 4);
-    let short = submit(&mut c, "name = \"short\"\n[[task]]\nname = \"s\"\nkind = \"noop\"\ncpu = 1\nreplicas = 2\ntimeout = \"10s\"\n", 4);
+    let late = submit(
+        &mut c,
+        "name = \"late\"\n[[task]]\nname = \"l\"\nkind = \"noop\"\ncpu = 2\nreplicas = 2\ntimeout = \"200s\"\n",
+        4,
+    );
+    let short = submit(
+        &mut c,
+        "name = \"short\"\n[[task]]\nname = \"s\"\nkind = \"noop\"\ncpu = 1\nreplicas = 2\ntimeout = \"10s\"\n",
+        4,
+    );
     c.schedule(5);
     let out = c.take_outbox().assignments;
     let on = |job: JobId| out.iter().filter(|(_, x)| x.attempt.job == job).map(|(w, _)| *w).collect::<Vec<_>>();
@@ -191,7 +212,9 @@ fn a_queue_over_its_share_waits_only_while_another_queue_has_work() {
     assert!(c.set_queue_share("batch", Some(0.5)).is_ok());
     assert!(c.set_queue_share("batch", Some(1.5)).unwrap_err().contains("not in (0, 1]"));
     assert!(c.set_queue_share("bad name", Some(0.5)).is_err());
-    let job = |name: &str, queue: &str, n: u32| format!("name = \"{name}\"\nqueue = \"{queue}\"\n[[task]]\nname = \"t\"\nkind = \"noop\"\nreplicas = {n}\n");
+    let job = |name: &str, queue: &str, n: u32| {
+        format!("name = \"{name}\"\nqueue = \"{queue}\"\n[[task]]\nname = \"t\"\nkind = \"noop\"\nreplicas = {n}\n")
+    };
     let alone = submit(&mut c, &job("alone", "batch", 4), 0);
     c.schedule(1);
     assert_eq!(c.take_outbox().assignments.len(), 4, "alone, the batch queue uses every core");
@@ -244,14 +267,16 @@ fn a_worker_lost_before_binding_rolls_the_gang_back_and_a_restart_rolls_back_too
 
 #[test]
 fn gang_fields_are_checked_with_their_line() {
-    let e = parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 2\nmin_members = 3\n", Format::Toml, "g.toml").unwrap_err();
+    let e = parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nreplicas = 2\nmin_members = 3\n", Format::Toml, "g.toml")
+        .unwrap_err();
     assert!(e.to_string().contains("min_members = 3 is out of range (1..=2"), "{e}");
     assert_eq!(e.line, Some(2), "the task's name line");
     let e = parse("[[task]]\nname = \"a\"\nkind = \"noop\"\ngang = \"x\"\n[[task]]\nname = \"b\"\nkind = \"noop\"\ngang = \"x\"\nafter = [\"a\"]\n", Format::Toml, "g.toml").unwrap_err();
     assert!(e.to_string().contains("do not become ready together"), "{e}");
     let e = parse("[[task]]\nname = \"a\"\nkind = \"noop\"\nmin_members = 0\n", Format::Toml, "g.toml").unwrap_err();
     assert!(e.to_string().contains("min_members = 0"), "{e}");
-    let e = parse("[[task]]\nname = \"a\"\nkind = \"noop\"\ngang_timeout = \"0s\"\n", Format::Toml, "g.toml").unwrap_err();
+    let e =
+        parse("[[task]]\nname = \"a\"\nkind = \"noop\"\ngang_timeout = \"0s\"\n", Format::Toml, "g.toml").unwrap_err();
     assert!(e.to_string().contains("gang_timeout"), "{e}");
     // A parameter server and its trainers: one gang across two tasks; K counts over both.
     let ok = parse(
@@ -267,7 +292,10 @@ fn gang_fields_are_checked_with_their_line() {
     c.register(reg(1, "s1", 2, vec![]), 0);
     let spec = parse(&gang_job("big", 3, 3, "10s", 0), Format::Toml, "b.toml").unwrap();
     let e = c.submit(JobId::random(), spec, 0).unwrap_err();
-    assert!(e.to_string().contains("gang \"m\" needs 3 members placed at once") && e.to_string().contains("at most 2"), "{e}");
+    assert!(
+        e.to_string().contains("gang \"m\" needs 3 members placed at once") && e.to_string().contains("at most 2"),
+        "{e}"
+    );
 }
 
 /// The queue at scale: a 100,000-replica task costs one failed try per round once the workers
@@ -287,7 +315,11 @@ fn a_deep_queue_costs_one_try_per_task_per_round() {
         c.schedule(2 + r);
     }
     assert_eq!(c.next_decision, decisions, "a full cluster: no placement decision is even attempted");
-    assert!(t0.elapsed() < std::time::Duration::from_secs(2), "100 rounds over a 100k-deep queue took {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(2),
+        "100 rounds over a 100k-deep queue took {:?}",
+        t0.elapsed()
+    );
     assert_eq!(c.job(job).unwrap().counts[0][SubtaskState::Ready as usize], 100_000 - 64);
 }
 
@@ -308,10 +340,20 @@ fn check_invariants(c: &Core, seed: u64, step: usize, bound_before: &HashMap<(Jo
             let job = c.job(*j).unwrap();
             sum.add(&job.record.spec.tasks[job.task_of(*i)].resources);
         }
-        assert!((sum.cpu - w.allocated.cpu).abs() < 1e-9, "seed {seed} step {step}: worker {} allocated {:?} != placed+reserved {sum:?}", w.record.id, w.allocated);
+        assert!(
+            (sum.cpu - w.allocated.cpu).abs() < 1e-9,
+            "seed {seed} step {step}: worker {} allocated {:?} != placed+reserved {sum:?}",
+            w.record.id,
+            w.allocated
+        );
         for (j, i) in &w.reserved {
             let s = &c.job(*j).unwrap().subtasks[*i as usize];
-            assert_eq!(s.state, SubtaskState::Ready, "seed {seed} step {step}: a reservation of a subtask that is {:?}", s.state);
+            assert_eq!(
+                s.state,
+                SubtaskState::Ready,
+                "seed {seed} step {step}: a reservation of a subtask that is {:?}",
+                s.state
+            );
             assert_eq!(s.reserved_on, Some(w.record.id), "seed {seed} step {step}");
         }
     }
@@ -328,7 +370,10 @@ fn check_invariants(c: &Core, seed: u64, step: usize, bound_before: &HashMap<(Jo
     for j in c.jobs() {
         for (i, s) in j.subtasks.iter().enumerate() {
             if let Some(w) = s.reserved_on {
-                assert!(c.worker(w).is_some_and(|w| w.reserved.contains(&(j.id(), i as u32))), "seed {seed} step {step}: dangling reservation");
+                assert!(
+                    c.worker(w).is_some_and(|w| w.reserved.contains(&(j.id(), i as u32))),
+                    "seed {seed} step {step}: dangling reservation"
+                );
                 assert!(j.record.state == JobState::Running, "seed {seed} step {step}: a reservation outlived its job");
             }
         }
@@ -337,13 +382,26 @@ fn check_invariants(c: &Core, seed: u64, step: usize, bound_before: &HashMap<(Jo
         for t in &j.record.spec.tasks {
             let Some(g) = &t.gang else { continue };
             let st = j.record.gangs.get(&g.name).cloned().unwrap_or_default();
-            let members: Vec<&Subtask> = j.subtasks.iter().filter(|s| j.record.spec.task(&s.task).is_some_and(|tt| tt.gang.as_ref() == Some(g))).collect();
+            let members: Vec<&Subtask> = j
+                .subtasks
+                .iter()
+                .filter(|s| j.record.spec.task(&s.task).is_some_and(|tt| tt.gang.as_ref() == Some(g)))
+                .collect();
             if members.iter().any(|s| s.attempt > 0) {
-                assert!(st.bound_at > 0, "seed {seed} step {step}: a member of gang {:?} started before the gang was bound", g.name);
+                assert!(
+                    st.bound_at > 0,
+                    "seed {seed} step {step}: a member of gang {:?} started before the gang was bound",
+                    g.name
+                );
             }
             if st.bound_at > 0 && !bound_before.contains_key(&(j.id(), g.name.clone())) {
                 let together = members.iter().filter(|s| s.attempt > 0 && s.assigned_at == st.bound_at).count() as u32;
-                assert!(together >= g.min_members, "seed {seed} step {step}: gang {:?} bound with {together} of {} members dispatched together", g.name, g.min_members);
+                assert!(
+                    together >= g.min_members,
+                    "seed {seed} step {step}: gang {:?} bound with {together} of {} members dispatched together",
+                    g.name,
+                    g.min_members
+                );
             }
         }
     }
@@ -352,7 +410,10 @@ fn check_invariants(c: &Core, seed: u64, step: usize, bound_before: &HashMap<(Jo
 fn snapshot(c: &Core) -> Snapshot {
     Snapshot {
         jobs: c.jobs().map(|j| j.record.clone()).collect(),
-        subtasks: c.jobs().flat_map(|j| j.subtasks.iter().enumerate().map(move |(i, s)| (j.id(), i as u32, s.clone()))).collect(),
+        subtasks: c
+            .jobs()
+            .flat_map(|j| j.subtasks.iter().enumerate().map(move |(i, s)| (j.id(), i as u32, s.clone())))
+            .collect(),
         workers: c.workers().map(|w| w.record.clone()).collect(),
         placements: c.jobs().flat_map(|j| j.placements.iter().map(move |(i, p)| (j.id(), *i, p.clone()))).collect(),
     }
@@ -407,7 +468,9 @@ fn scenario(seed: u64, cov: &mut Coverage) {
                 )
             } else {
                 let replicas = rng.random_range(1..=6);
-                format!("priority = {priority}\nqueue = \"{queue}\"\n[[task]]\nname = \"p\"\nkind = \"noop\"\ncpu = {cpu}\nreplicas = {replicas}\n")
+                format!(
+                    "priority = {priority}\nqueue = \"{queue}\"\n[[task]]\nname = \"p\"\nkind = \"noop\"\ncpu = {cpu}\nreplicas = {replicas}\n"
+                )
             };
             let id = JobId::random();
             if c.submit(id, parse(&src, Format::Toml, "r.toml").unwrap(), now).is_ok() {
@@ -442,12 +505,19 @@ fn scenario(seed: u64, cov: &mut Coverage) {
         for n in 1..=nw {
             let w = wid(n);
             if !down.contains_key(&w) {
-                let node = NodeReport { running: running.values().filter(|r| r.worker == w).map(|r| r.attempt.clone()).collect(), ..Default::default() };
+                let node = NodeReport {
+                    running: running.values().filter(|r| r.worker == w).map(|r| r.attempt.clone()).collect(),
+                    ..Default::default()
+                };
                 c.heartbeat(w, &sessions[&w], node, now);
             }
         }
         // Attempts end.
-        let due: Vec<(JobId, u32, u32)> = running.iter().filter(|(_, r)| r.ends_at <= now && !down.contains_key(&r.worker)).map(|(k, _)| *k).collect();
+        let due: Vec<(JobId, u32, u32)> = running
+            .iter()
+            .filter(|(_, r)| r.ends_at <= now && !down.contains_key(&r.worker))
+            .map(|(k, _)| *k)
+            .collect();
         for k in due {
             let r = running.remove(&k).unwrap();
             c.report(r.worker, &sessions[&r.worker], vec![ok(&r.attempt)], now);
@@ -471,10 +541,21 @@ fn scenario(seed: u64, cov: &mut Coverage) {
         c.schedule(now);
         for (w, a) in c.take_outbox().assignments {
             let ends_at = now + rng.random_range(100..=2_000);
-            running.insert((a.attempt.job, c.job(a.attempt.job).unwrap().subtask_index(&a.attempt.task, a.attempt.rank).unwrap(), a.attempt.attempt), Running { worker: w, attempt: a.attempt, ends_at });
+            running.insert(
+                (
+                    a.attempt.job,
+                    c.job(a.attempt.job).unwrap().subtask_index(&a.attempt.task, a.attempt.rank).unwrap(),
+                    a.attempt.attempt,
+                ),
+                Running { worker: w, attempt: a.attempt, ends_at },
+            );
         }
         // Attempts the core no longer holds (cancelled, lost, superseded) are forgotten.
-        running.retain(|(j, i, att), _| c.job(*j).is_some_and(|job| job.subtasks[*i as usize].attempt == *att && job.subtasks[*i as usize].state.is_placed()));
+        running.retain(|(j, i, att), _| {
+            c.job(*j).is_some_and(|job| {
+                job.subtasks[*i as usize].attempt == *att && job.subtasks[*i as usize].state.is_placed()
+            })
+        });
         check_invariants(&c, seed, step, &bound_before);
         for j in c.jobs() {
             for (n, g) in &j.record.gangs {
@@ -496,9 +577,16 @@ fn scenario(seed: u64, cov: &mut Coverage) {
     let stuck: Vec<String> = c
         .jobs()
         .filter(|j| !j.record.state.is_final())
-        .map(|j| format!("{} (priority {}, gangs {:?}, waiting {:?})", j.record.spec.name, j.record.spec.priority, j.record.gangs, j.waiting))
+        .map(|j| {
+            format!(
+                "{} (priority {}, gangs {:?}, waiting {:?})",
+                j.record.spec.name, j.record.spec.priority, j.record.gangs, j.waiting
+            )
+        })
         .collect();
-    panic!("seed {seed}: jobs still running {LIVENESS_ROUNDS} rounds after the chaos ended (deadlock or livelock): {stuck:?}");
+    panic!(
+        "seed {seed}: jobs still running {LIVENESS_ROUNDS} rounds after the chaos ended (deadlock or livelock): {stuck:?}"
+    );
 }
 
 /// Thousands of seeded scenarios: gangs and plain tasks of random sizes and priorities, worker
@@ -513,8 +601,14 @@ fn random_scenarios_keep_the_gang_invariants() {
     for seed in 0..n {
         scenario(seed, &mut cov);
     }
-    eprintln!("{n} scenarios: {} jobs, {} gangs bound, {} rollbacks, {} worker losses, {} coordinator restarts", cov.jobs, cov.bound, cov.rollbacks, cov.losses, cov.restarts);
+    eprintln!(
+        "{n} scenarios: {} jobs, {} gangs bound, {} rollbacks, {} worker losses, {} coordinator restarts",
+        cov.jobs, cov.bound, cov.rollbacks, cov.losses, cov.restarts
+    );
     if n >= 1_000 {
-        assert!(cov.bound > n / 2 && cov.rollbacks > 20 && cov.losses > n && cov.restarts > n / 4, "the scenarios do not exercise gangs enough");
+        assert!(
+            cov.bound > n / 2 && cov.rollbacks > 20 && cov.losses > n && cov.restarts > n / 4,
+            "the scenarios do not exercise gangs enough"
+        );
     }
 }

@@ -42,7 +42,10 @@ impl Core {
 
     /// The memory of device `gpu` of worker `wid` (0 when unknown).
     pub(super) fn device_memory(&self, wid: WorkerId, gpu: u32) -> u64 {
-        self.workers.get(&wid).and_then(|w| w.record.capacity.gpus.iter().find(|g| g.index == gpu)).map_or(0, |g| g.memory)
+        self.workers
+            .get(&wid)
+            .and_then(|w| w.record.capacity.gpus.iter().find(|g| g.index == gpu))
+            .map_or(0, |g| g.memory)
     }
 
     /// A sharing attempt joined device `gpu` of `wid`: it and every sharing attempt already
@@ -54,7 +57,12 @@ impl Core {
             .iter()
             .copied()
             .filter(|&p| p != key)
-            .filter(|(j, i)| self.jobs.get(j).is_some_and(|job| job.record.spec.tasks[job.task_of(*i)].shares_gpu() && job.subtasks[*i as usize].gpus.first() == Some(&gpu)))
+            .filter(|(j, i)| {
+                self.jobs.get(j).is_some_and(|job| {
+                    job.record.spec.tasks[job.task_of(*i)].shares_gpu()
+                        && job.subtasks[*i as usize].gpus.first() == Some(&gpu)
+                })
+            })
             .collect();
         let w = self.workers.get_mut(&wid).expect("exists");
         for p in &there {
@@ -74,11 +82,18 @@ impl Core {
         let s = &j.subtasks[idx as usize];
         let device = s.gpus.first().copied().unwrap_or(0);
         let memory = self.device_memory(wid, device);
-        let (measured_ms, per_iteration) = if s.iter_ms > 0.0 { (s.iter_ms, true) } else { (s.finished_at.saturating_sub(s.started_at) as f64, false) };
-        let peers: BTreeSet<(JobId, u32)> = self.workers.get(&wid).and_then(|w| w.gpu_peers.get(&(job, idx))).cloned().unwrap_or_default();
+        let (measured_ms, per_iteration) = if s.iter_ms > 0.0 {
+            (s.iter_ms, true)
+        } else {
+            (s.finished_at.saturating_sub(s.started_at) as f64, false)
+        };
+        let peers: BTreeSet<(JobId, u32)> =
+            self.workers.get(&wid).and_then(|w| w.gpu_peers.get(&(job, idx))).cloned().unwrap_or_default();
         let peers: Vec<TaskVector> = peers
             .into_iter()
-            .filter_map(|(pj, pi)| self.jobs.get(&pj).map(|pj| self.task_vector(&pj.record.spec.tasks[pj.task_of(pi)], memory)))
+            .filter_map(|(pj, pi)| {
+                self.jobs.get(&pj).map(|pj| self.task_vector(&pj.record.spec.tasks[pj.task_of(pi)], memory))
+            })
             .collect();
         let run = GpuRun { task: self.task_vector(task, memory), measured_ms, per_iteration, peers };
         self.gpu_learner.observe(&run);
@@ -196,7 +211,8 @@ impl Core {
                     .filter_map(|(pj, pi)| {
                         let job = self.jobs.get(pj)?;
                         let pt = &job.record.spec.tasks[job.task_of(*pi)];
-                        (pt.shares_gpu() && job.subtasks[*pi as usize].gpus.first() == Some(&g)).then(|| self.task_vector(pt, memory))
+                        (pt.shares_gpu() && job.subtasks[*pi as usize].gpus.first() == Some(&g))
+                            .then(|| self.task_vector(pt, memory))
                     })
                     .collect();
                 places.push((w.record.id, g));
@@ -208,7 +224,10 @@ impl Core {
         }
         let memory = places.first().map_or(0, |(w, g)| self.device_memory(*w, *g));
         let member = self.task_vector(task, memory);
-        let topo = ClusterTopology::from_capacities(self.workers.values().map(|w| (w.record.id, &w.record.capacity)), self.config.msc.clone());
+        let topo = ClusterTopology::from_capacities(
+            self.workers.values().map(|w| (w.record.id, &w.record.capacity)),
+            self.config.msc.clone(),
+        );
         let index: Vec<usize> = places.iter().map(|(w, g)| topo.index_of(*w, *g).unwrap_or(usize::MAX)).collect();
         let msc = |a: usize, b: usize| match (index[a], index[b]) {
             (x, y) if x == usize::MAX || y == usize::MAX => topo.costs().sys,

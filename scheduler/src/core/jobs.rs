@@ -57,13 +57,21 @@ pub enum GangPhase {
     /// Not reserving: not at its queue's head yet, or not released.
     Waiting,
     /// Holding reservations until the deadline.
-    Reserving { deadline: u64 },
-    Bound { at: u64 },
+    Reserving {
+        deadline: u64,
+    },
+    Bound {
+        at: u64,
+    },
     /// Rolled back, not reserving before `retry_at`.
-    BackingOff { retry_at: u64 },
+    BackingOff {
+        retry_at: u64,
+    },
     /// At its queue's head, expected to start at `start` by the time limits of what runs on
     /// the workers it holds (open meanwhile to work that ends before).
-    Planned { start: u64 },
+    Planned {
+        start: u64,
+    },
 }
 
 impl GangPhase {
@@ -95,7 +103,11 @@ impl Job {
             let state = self.record.gangs.get(&g.name).cloned().unwrap_or_default();
             // A collective is bound while every member is placed or done; one restarting (a member
             // ready again) waits to be placed whole anew.
-            let whole = task.collective.is_none() || range.clone().all(|i| self.subtasks[i as usize].state.is_placed() || self.subtasks[i as usize].state == SubtaskState::Succeeded);
+            let whole = task.collective.is_none()
+                || range.clone().all(|i| {
+                    self.subtasks[i as usize].state.is_placed()
+                        || self.subtasks[i as usize].state == SubtaskState::Succeeded
+                });
             let phase = if state.bound_at > 0 && whole {
                 GangPhase::Bound { at: state.bound_at }
             } else if state.retry_at > now {
@@ -150,7 +162,18 @@ impl Job {
                 failed_attempts[t] += s.failures;
             }
         }
-        Job { record, subtasks, placements: HashMap::new(), waiting: BTreeMap::new(), waiting_epoch: BTreeMap::new(), planned: BTreeMap::new(), offsets, counts, failed_attempts, dependents }
+        Job {
+            record,
+            subtasks,
+            placements: HashMap::new(),
+            waiting: BTreeMap::new(),
+            waiting_epoch: BTreeMap::new(),
+            planned: BTreeMap::new(),
+            offsets,
+            counts,
+            failed_attempts,
+            dependents,
+        }
     }
 
     pub fn id(&self) -> JobId {
@@ -200,7 +223,14 @@ impl Job {
 
     /// Subtasks that have ended (succeeded, failed or cancelled).
     pub fn ended(&self) -> u32 {
-        self.counts.iter().map(|c| c[state_index(SubtaskState::Succeeded)] + c[state_index(SubtaskState::Failed)] + c[state_index(SubtaskState::Cancelled)]).sum()
+        self.counts
+            .iter()
+            .map(|c| {
+                c[state_index(SubtaskState::Succeeded)]
+                    + c[state_index(SubtaskState::Failed)]
+                    + c[state_index(SubtaskState::Cancelled)]
+            })
+            .sum()
     }
 
     pub fn succeeded(&self) -> u32 {
@@ -227,12 +257,19 @@ impl Core {
     /// workers, checked per worker (first-fit by size, largest members first), if that is so.
     fn gang_too_big(&self, spec: &JobSpec) -> Option<String> {
         let alive: Vec<&Worker> = self.workers.values().filter(|w| w.record.alive).collect();
-        let mut names: Vec<&str> = spec.tasks.iter().filter(|t| t.collective.is_none()).filter_map(|t| t.gang.as_ref().map(|g| g.name.as_str())).collect();
+        let mut names: Vec<&str> = spec
+            .tasks
+            .iter()
+            .filter(|t| t.collective.is_none())
+            .filter_map(|t| t.gang.as_ref().map(|g| g.name.as_str()))
+            .collect();
         names.dedup();
         for name in names {
-            let tasks: Vec<&TaskSpec> = spec.tasks.iter().filter(|t| t.gang.as_ref().is_some_and(|g| g.name == name)).collect();
+            let tasks: Vec<&TaskSpec> =
+                spec.tasks.iter().filter(|t| t.gang.as_ref().is_some_and(|g| g.name == name)).collect();
             let k = tasks[0].gang.as_ref().map_or(0, |g| g.min_members);
-            let mut members: Vec<plexus_proto::Resources> = tasks.iter().flat_map(|t| std::iter::repeat_n(t.resources, t.replicas as usize)).collect();
+            let mut members: Vec<plexus_proto::Resources> =
+                tasks.iter().flat_map(|t| std::iter::repeat_n(t.resources, t.replicas as usize)).collect();
             members.sort_by(|a, b| b.cpu.total_cmp(&a.cpu).then(b.memory.cmp(&a.memory)).then(b.gpu.cmp(&a.gpu)));
             let mut room: Vec<plexus_proto::Resources> = alive.iter().map(|w| w.record.capacity.resources()).collect();
             let mut fit = 0u32;
@@ -287,7 +324,10 @@ impl Core {
                     "task {:?} shares a GPU with gpu_memory = {} but no live worker has a GPU that large ({})",
                     t.name,
                     bytesize::ByteSize(m).display().iec(),
-                    largest.map_or("no live worker has a GPU".to_string(), |l| format!("largest: {}", bytesize::ByteSize(l).display().iec())),
+                    largest.map_or("no live worker has a GPU".to_string(), |l| format!(
+                        "largest: {}",
+                        bytesize::ByteSize(l).display().iec()
+                    )),
                 ));
             }
         }
@@ -320,7 +360,10 @@ impl Core {
             match self.jobs.get(a).map(|j| j.record.state) {
                 None => return Err(Error::Unsatisfiable(format!("after_jobs: no job {a}"))),
                 Some(s) if s.is_final() && s != JobState::Succeeded => {
-                    return Err(Error::Unsatisfiable(format!("after_jobs: job {a} has already {}; this job would never start", s.as_str())));
+                    return Err(Error::Unsatisfiable(format!(
+                        "after_jobs: job {a} has already {}; this job would never start",
+                        s.as_str()
+                    )));
                 }
                 _ => {}
             }
@@ -349,7 +392,13 @@ impl Core {
                     outputs: Vec::new(),
                     stdout_tail: String::new(),
                     stderr_tail: String::new(),
-                    history: vec![Transition { state: SubtaskState::Waiting, at: now, attempt: 0, worker: None, note: String::new() }],
+                    history: vec![Transition {
+                        state: SubtaskState::Waiting,
+                        at: now,
+                        attempt: 0,
+                        worker: None,
+                        note: String::new(),
+                    }],
                     not_before: 0,
                     failed_attempts: Vec::new(),
                     gpus: Vec::new(),
@@ -362,7 +411,16 @@ impl Core {
             }
         }
         let n = subtasks.len() as u32;
-        let record = JobRecord { id, seq, spec, state: JobState::Running, submitted_at: now, finished_at: 0, error: String::new(), gangs: Default::default() };
+        let record = JobRecord {
+            id,
+            seq,
+            spec,
+            state: JobState::Running,
+            submitted_at: now,
+            finished_at: 0,
+            error: String::new(),
+            gangs: Default::default(),
+        };
         let job = Job::new(record, subtasks);
         for i in 0..n {
             self.out.subtasks.insert((id, i));
@@ -395,12 +453,18 @@ impl Core {
                 }
                 // Forgotten since (it was there at submission): it cannot succeed any more.
                 None => {
-                    self.finish_job(id, JobState::Failed, format!("job {a}, which this job runs after (after_jobs), is gone"), now);
+                    self.finish_job(
+                        id,
+                        JobState::Failed,
+                        format!("job {a}, which this job runs after (after_jobs), is gone"),
+                        now,
+                    );
                     return;
                 }
             }
         }
-        let roots: Vec<usize> = (0..j.record.spec.tasks.len()).filter(|&t| j.record.spec.tasks[t].after.is_empty()).collect();
+        let roots: Vec<usize> =
+            (0..j.record.spec.tasks.len()).filter(|&t| j.record.spec.tasks[t].after.is_empty()).collect();
         if pending.is_empty() {
             let j = self.jobs.get_mut(&id).expect("exists");
             for t in &roots {
@@ -548,12 +612,24 @@ impl Core {
         job.failed_attempts[t] += 1;
         let s = &mut job.subtasks[key.1 as usize];
         s.failures += 1;
-        s.failed_attempts.push(AttemptFailure { attempt: s.attempt, worker: s.worker, exit_code: s.exit_code, error: error.clone(), finished_at: s.finished_at });
+        s.failed_attempts.push(AttemptFailure {
+            attempt: s.attempt,
+            worker: s.worker,
+            exit_code: s.exit_code,
+            error: error.clone(),
+            finished_at: s.finished_at,
+        });
         let (failures, task, rank) = (s.failures, s.task.clone(), s.rank);
         if failures <= max_retries {
             let at = now + retry_delay_ms(backoff, failures);
             let wait = if at > now { format!(" in {} ms", at - now) } else { String::new() };
-            self.requeue_at(key.0, key.1, now, at, format!("attempt failed ({error}); retry {failures} of {max_retries}{wait}"));
+            self.requeue_at(
+                key.0,
+                key.1,
+                now,
+                at,
+                format!("attempt failed ({error}); retry {failures} of {max_retries}{wait}"),
+            );
             if collective {
                 // The gang restarts whole: the members still placed stop now (a failure that is
                 // not theirs, so not counted) and wait out the same back-off.
@@ -562,7 +638,12 @@ impl Core {
             return;
         }
         let attempts = if failures == 1 { "1 attempt".to_string() } else { format!("{failures} attempts") };
-        self.fail_for_good(key, now, error.clone(), format!("task {task:?} rank {rank} failed after {attempts}: {error}"));
+        self.fail_for_good(
+            key,
+            now,
+            error.clone(),
+            format!("task {task:?} rank {rank} failed after {attempts}: {error}"),
+        );
     }
 
     /// Fails a subtask that cannot run, without an attempt (its input is lost for good).
@@ -577,7 +658,8 @@ impl Core {
     pub(super) fn fail_for_good(&mut self, key: (JobId, u32), now: u64, error: String, why: String) {
         let Some(job) = self.jobs.get(&key.0) else { return };
         let t = job.task_of(key.1);
-        let (on_failure, collective) = (job.record.spec.tasks[t].on_failure, job.record.spec.tasks[t].collective.is_some());
+        let (on_failure, collective) =
+            (job.record.spec.tasks[t].on_failure, job.record.spec.tasks[t].collective.is_some());
         let rank = job.subtasks[key.1 as usize].rank;
         let wid = job.subtasks[key.1 as usize].worker.filter(|_| job.subtasks[key.1 as usize].state.is_placed());
         if let Some(w) = wid {

@@ -41,14 +41,21 @@ impl Core {
     /// Where the inputs of a subtask stand: every one held by a live worker, some that may still
     /// be (their producer's worker is alive but has not registered again since the coordinator
     /// restarted, so what it holds is not known yet), or some lost.
-    pub(super) fn input_availability<'a>(&self, job: JobId, inputs: impl Iterator<Item = &'a ObjectId>) -> Availability {
+    pub(super) fn input_availability<'a>(
+        &self,
+        job: JobId,
+        inputs: impl Iterator<Item = &'a ObjectId>,
+    ) -> Availability {
         let mut lost = Vec::new();
         for o in inputs {
             let live = |w: &plexus_proto::WorkerId| self.workers.get(w).is_some_and(|w| w.record.alive);
             if self.holders.get(o).is_some_and(|h| h.iter().any(live)) {
                 continue;
             }
-            let producer_worker = self.jobs.get(&job).and_then(|j| j.subtask_index(&o.task, o.rank).ok().and_then(|p| j.subtasks[p as usize].worker));
+            let producer_worker = self
+                .jobs
+                .get(&job)
+                .and_then(|j| j.subtask_index(&o.task, o.rank).ok().and_then(|p| j.subtasks[p as usize].worker));
             if producer_worker.and_then(|w| self.workers.get(&w)).is_some_and(|w| w.record.alive && !w.connected) {
                 return Availability::Unknown;
             }
@@ -72,13 +79,21 @@ impl Core {
                     // A collective's member runs again only with every member that completed.
                     let again: Vec<u32> = if j.record.spec.tasks[t].collective.is_some() {
                         let start = j.offsets[t];
-                        (start..start + j.record.spec.tasks[t].replicas).filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded).collect()
+                        (start..start + j.record.spec.tasks[t].replicas)
+                            .filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded)
+                            .collect()
                     } else {
                         vec![p]
                     };
                     if let Some(&spent) = again.iter().find(|&&i| j.subtasks[i as usize].reruns >= MAX_RERUNS) {
-                        let whom = if spent == p { "it".to_string() } else { format!("member {} of its collective", j.subtasks[spent as usize].rank) };
-                        let error = format!("input {o} was lost with {held_by}, and its producer cannot be re-run: {whom} was re-run {MAX_RERUNS} times already");
+                        let whom = if spent == p {
+                            "it".to_string()
+                        } else {
+                            format!("member {} of its collective", j.subtasks[spent as usize].rank)
+                        };
+                        let error = format!(
+                            "input {o} was lost with {held_by}, and its producer cannot be re-run: {whom} was re-run {MAX_RERUNS} times already"
+                        );
                         self.give_up((job, consumers[0]), now, error);
                         return;
                     }
@@ -94,7 +109,11 @@ impl Core {
                 // Already being made again (another consumer found it lost first).
                 SubtaskState::Waiting | SubtaskState::Ready | SubtaskState::Assigned | SubtaskState::Running => {}
                 SubtaskState::Failed | SubtaskState::Cancelled => {
-                    let error = format!("input {o} was lost with {held_by}, and its producer {} ended {}", producer.task, producer.state.as_str());
+                    let error = format!(
+                        "input {o} was lost with {held_by}, and its producer {} ended {}",
+                        producer.task,
+                        producer.state.as_str()
+                    );
                     self.give_up((job, consumers[0]), now, error);
                     return;
                 }
@@ -131,7 +150,10 @@ impl Core {
         let j = self.jobs.get_mut(&key.0).expect("exists");
         j.subtasks[key.1 as usize].unfetched_requeues += 1;
         let at = now.saturating_add(self.config.heartbeat_timeout_ms);
-        let note = format!("input {o} could not be fetched ({error}); placed again in {} ms, once its holders are known (not a failure)", at - now);
+        let note = format!(
+            "input {o} could not be fetched ({error}); placed again in {} ms, once its holders are known (not a failure)",
+            at - now
+        );
         self.requeue_at(key.0, key.1, now, at, note);
         if collective {
             self.restart_gang(key, now, at, format!("gang restarted: member {rank} could not fetch its input {o}"));

@@ -8,7 +8,6 @@ use plexus_proto::{AttemptRef, JobId, ObjectId, Resources, SubtaskState, WorkerI
 use super::records::Capacity;
 use crate::spec::{CollectiveSpec, TaskSpec, Work};
 
-
 /// Latest node state from a worker.
 #[derive(Clone, Debug, Default)]
 pub struct NodeReport {
@@ -114,7 +113,13 @@ pub struct Assignment {
 
 impl Assignment {
     /// The assignment of an attempt of `task` with the given resources, inputs and communicator.
-    pub(super) fn of(task: &TaskSpec, attempt: AttemptRef, resources: Resources, inputs: Vec<InputLocation>, collective: Option<CollectiveAssignment>) -> Assignment {
+    pub(super) fn of(
+        task: &TaskSpec,
+        attempt: AttemptRef,
+        resources: Resources,
+        inputs: Vec<InputLocation>,
+        collective: Option<CollectiveAssignment>,
+    ) -> Assignment {
         Assignment {
             attempt,
             replicas: task.replicas,

@@ -61,16 +61,22 @@ mod jobs;
 pub mod lineage;
 pub mod messages;
 mod placement;
-mod queues;
 mod queue;
+mod queues;
 pub mod records;
 mod workers;
 
-pub use jobs::{GangPhase, GangView, Job};
-pub use messages::{Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration, Report};
-pub use records::{AttemptFailure, Capacity, CandidateRecord, FetchPlan, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition, WorkerRecord};
-pub use workers::Worker;
 pub use gpus::{FieldHash, signature};
+pub use jobs::{GangPhase, GangView, Job};
+pub use messages::{
+    Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration,
+    Report,
+};
+pub use records::{
+    AttemptFailure, CandidateRecord, Capacity, FetchPlan, GpuRecord, JobRecord, PlacementRecord, Subtask, Transition,
+    WorkerRecord,
+};
+pub use workers::Worker;
 
 /// The scheduling core.
 pub struct Core {
@@ -176,7 +182,13 @@ impl Core {
 
     /// The live workers holding `object`, by id.
     pub fn live_holders(&self, object: &ObjectId) -> Vec<&Worker> {
-        self.holders.get(object).into_iter().flatten().filter_map(|w| self.workers.get(w)).filter(|w| w.connected && w.record.alive).collect()
+        self.holders
+            .get(object)
+            .into_iter()
+            .flatten()
+            .filter_map(|w| self.workers.get(w))
+            .filter(|w| w.connected && w.record.alive)
+            .collect()
     }
 
     /// Events counted since start.
@@ -205,7 +217,11 @@ impl Core {
             subs.sort_by_key(|(i, _)| *i);
             let expected = rec.spec.total_subtasks();
             if subs.len() as u64 != expected || subs.iter().enumerate().any(|(i, (idx, _))| i as u32 != *idx) {
-                return Err(Error::Restore(format!("job {}: store holds {} subtask records, the spec expands to {expected}", rec.id, subs.len())));
+                return Err(Error::Restore(format!(
+                    "job {}: store holds {} subtask records, the spec expands to {expected}",
+                    rec.id,
+                    subs.len()
+                )));
             }
             self.next_seq = self.next_seq.max(rec.seq + 1);
             self.job_order.insert(rec.seq, rec.id);
@@ -221,7 +237,18 @@ impl Core {
         }
         for mut rec in snap.workers {
             rec.last_heartbeat = now;
-            let w = Worker { record: rec, connected: false, node: NodeReport::default(), allocated: Resources::default(), placed: BTreeSet::new(), objects: HashMap::new(), gpus_used: BTreeSet::new(), reserved: BTreeSet::new(), gpu_shared: Default::default(), gpu_peers: HashMap::new() };
+            let w = Worker {
+                record: rec,
+                connected: false,
+                node: NodeReport::default(),
+                allocated: Resources::default(),
+                placed: BTreeSet::new(),
+                objects: HashMap::new(),
+                gpus_used: BTreeSet::new(),
+                reserved: BTreeSet::new(),
+                gpu_shared: Default::default(),
+                gpu_peers: HashMap::new(),
+            };
             self.workers.insert(w.record.id, w);
         }
         // Derived state: allocations, and the ready queue in submission order.
@@ -264,7 +291,13 @@ impl Core {
         let unbound: Vec<(JobId, String)> = self
             .jobs
             .values()
-            .flat_map(|j| j.record.gangs.iter().filter(|(_, g)| g.bound_at == 0 && g.reserving_since > 0).map(move |(n, _)| (j.record.id, n.clone())))
+            .flat_map(|j| {
+                j.record
+                    .gangs
+                    .iter()
+                    .filter(|(_, g)| g.bound_at == 0 && g.reserving_since > 0)
+                    .map(move |(n, _)| (j.record.id, n.clone()))
+            })
             .collect();
         let mut stray = Vec::new();
         for j in self.jobs.values_mut() {
@@ -280,7 +313,12 @@ impl Core {
             self.out.subtasks.insert(key);
         }
         // Jobs waiting for other jobs: indexed again, and settled if what they wait for ended.
-        let gated: Vec<JobId> = self.jobs.values().filter(|j| j.record.state == JobState::Running && !j.record.spec.after_jobs.is_empty()).map(|j| j.record.id).collect();
+        let gated: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.record.state == JobState::Running && !j.record.spec.after_jobs.is_empty())
+            .map(|j| j.record.id)
+            .collect();
         for id in gated {
             for a in self.jobs[&id].record.spec.after_jobs.clone() {
                 self.after_index.entry(a).or_default().push(id);
@@ -302,7 +340,12 @@ impl Core {
     /// Where subtask `idx` of `job` sits in the scheduling order.
     fn order_key(&self, job: JobId, idx: u32) -> Option<queue::OrderKey> {
         let j = self.jobs.get(&job)?;
-        Some(queue::OrderKey { priority: std::cmp::Reverse(j.record.spec.priority), seq: j.record.seq, task: j.task_of(idx) as u32, job })
+        Some(queue::OrderKey {
+            priority: std::cmp::Reverse(j.record.spec.priority),
+            seq: j.record.seq,
+            task: j.task_of(idx) as u32,
+            job,
+        })
     }
 
     /// Queues a ready subtask for placement.
@@ -354,6 +397,6 @@ impl Core {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod gang_tests;
+#[cfg(test)]
+mod tests;

@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
 use super::gang::Held;
-use super::lineage::Availability;
 use super::gpus::signature;
+use super::lineage::Availability;
 use super::{Assignment, CandidateRecord, Core, FetchPlan, HolderLocation, InputLocation, PlacementRecord};
 use crate::Error;
 use crate::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, ReadyWork, bounded_order};
@@ -40,7 +40,9 @@ impl Core {
         let util = self.cluster_utilisation();
         let Some(j) = self.jobs.get(&job) else { return };
         let s = &j.subtasks[idx as usize];
-        let Some(decision) = j.placements.get(&idx).filter(|p| p.attempt == s.attempt).map(|p| p.decision) else { return };
+        let Some(decision) = j.placements.get(&idx).filter(|p| p.attempt == s.attempt).map(|p| p.decision) else {
+            return;
+        };
         let outcome = Outcome {
             decision,
             worker: wid,
@@ -92,13 +94,17 @@ impl Core {
     /// the estimated ones. With nothing measured this is id order.
     pub(super) fn ranked_holders(&self, o: &ObjectId, size: u64, dst: WorkerId) -> Vec<WorkerId> {
         let Some(h) = self.holders.get(o) else { return Vec::new() };
-        let mut live: Vec<WorkerId> = h.iter().copied().filter(|w| self.workers.get(w).is_some_and(|w| w.record.alive)).collect();
+        let mut live: Vec<WorkerId> =
+            h.iter().copied().filter(|w| self.workers.get(w).is_some_and(|w| w.record.alive)).collect();
         let n = live.len().min(RANKED_HOLDERS);
         if n > 1 && !self.estimates.is_empty() {
             let dst_rack = self.rack_of(dst);
             let cost = |h: &WorkerId| match *h == dst {
                 true => f64::INFINITY,
-                false => self.estimates.link(*h, dst, same_rack(self.rack_of(*h), dst_rack)).map_or(f64::INFINITY, |l| l.fetch_ms(size)),
+                false => self
+                    .estimates
+                    .link(*h, dst, same_rack(self.rack_of(*h), dst_rack))
+                    .map_or(f64::INFINITY, |l| l.fetch_ms(size)),
             };
             let mut keyed: Vec<(f64, WorkerId)> = live[..n].iter().map(|h| (cost(h), *h)).collect();
             // Stable: equal costs (and the unestimated) keep id order.
@@ -115,7 +121,12 @@ impl Core {
     /// `skip_resident` is false), each from its first holder other than `wid`, counted as coming
     /// from the holder of most of those bytes (ties: the first met). `None` when nothing is
     /// fetched.
-    fn fetch_plan(&self, wid: WorkerId, inputs: &[(ObjectId, u64, Vec<WorkerId>)], skip_resident: bool) -> Option<FetchPlan> {
+    fn fetch_plan(
+        &self,
+        wid: WorkerId,
+        inputs: &[(ObjectId, u64, Vec<WorkerId>)],
+        skip_resident: bool,
+    ) -> Option<FetchPlan> {
         let w = self.workers.get(&wid)?;
         let mut from: Vec<(WorkerId, u64)> = Vec::new();
         let (mut objects, mut bytes) = (0u32, 0u64);
@@ -169,7 +180,11 @@ impl Core {
         let waiting_queues: HashSet<String> = if self.queue_shares.is_empty() {
             HashSet::new()
         } else {
-            self.ready.keys().into_iter().filter_map(|k| self.jobs.get(&k.job).map(|j| j.record.spec.queue.clone())).collect()
+            self.ready
+                .keys()
+                .into_iter()
+                .filter_map(|k| self.jobs.get(&k.job).map(|j| j.record.spec.queue.clone()))
+                .collect()
         };
         let mut over: Vec<(JobId, usize, String)> = Vec::new();
         // Requests that found no room this round: anything asking for as much waits too.
@@ -189,11 +204,19 @@ impl Core {
                 over.push((job, t, why));
                 continue;
             }
-            let gang = task.gang.clone().filter(|g| task.collective.is_some() || j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0));
+            let gang = task
+                .gang
+                .clone()
+                .filter(|g| task.collective.is_some() || j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0));
             if let Some(g) = gang {
                 // Only a gang with a member still ready takes its turn (entries of members
                 // placed since are dropped here).
-                let set: BTreeSet<u32> = self.ready.take(&key).into_iter().filter(|&i| j.subtasks[i as usize].state == SubtaskState::Ready).collect();
+                let set: BTreeSet<u32> = self
+                    .ready
+                    .take(&key)
+                    .into_iter()
+                    .filter(|&i| j.subtasks[i as usize].state == SubtaskState::Ready)
+                    .collect();
                 let live = !set.is_empty();
                 self.ready.put_back(key, set);
                 if !live || !gangs_seen.insert((job, g.name.clone())) {
@@ -209,7 +232,10 @@ impl Core {
             let req = task.resources;
             // A longer (or no) timeout backfills nowhere a shorter one could not.
             let span = if task.timeout_ms == 0 { u64::MAX } else { task.timeout_ms };
-            if full.iter().any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan) {
+            if full
+                .iter()
+                .any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan)
+            {
                 judged.insert((job, t), false);
                 continue;
             }
@@ -363,7 +389,9 @@ impl Core {
                 continue; // the same workers: the same reason
             }
             let task = &j.record.spec.tasks[t];
-            let reason = self.unrunnable(task).unwrap_or_else(|| format!("no live worker has room now for {}", fmt_res(&task.resources)));
+            let reason = self
+                .unrunnable(task)
+                .unwrap_or_else(|| format!("no live worker has room now for {}", fmt_res(&task.resources)));
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.waiting.insert(t, reason);
                 j.waiting_epoch.insert(t, epoch);
@@ -403,7 +431,14 @@ impl Core {
     /// Picks a worker for one subtask through the `Placer`, among the connected workers with
     /// room that are not `held` (for a gang ahead of it), and the decision's record. `note`
     /// goes into the record's reason (a gang reservation says so).
-    pub(super) fn choose(&mut self, job: JobId, idx: u32, now: u64, held: &Held, note: &str) -> Result<(WorkerId, PlacementRecord), Placed> {
+    pub(super) fn choose(
+        &mut self,
+        job: JobId,
+        idx: u32,
+        now: u64,
+        held: &Held,
+        note: &str,
+    ) -> Result<(WorkerId, PlacementRecord), Placed> {
         let inputs = self.inputs_of(job, idx);
         match self.input_availability(job, inputs.iter().map(|(o, _)| o)) {
             Availability::Held => {}
@@ -424,7 +459,12 @@ impl Core {
             .iter()
             .map(|(o, _)| {
                 self.holders.get(o).map_or_else(Vec::new, |h| {
-                    h.iter().filter_map(|w| self.workers.get(w)).filter(|w| w.record.alive).take(RANKED_HOLDERS).map(|w| (w.record.id, w.record.capacity.topology.rack())).collect()
+                    h.iter()
+                        .filter_map(|w| self.workers.get(w))
+                        .filter(|w| w.record.alive)
+                        .take(RANKED_HOLDERS)
+                        .map(|w| (w.record.id, w.record.capacity.topology.rack()))
+                        .collect()
                 })
             })
             .collect();
@@ -504,7 +544,10 @@ impl Core {
         };
         let decision = self.placer.place(&preq, &candidates);
         let Some(chosen) = candidates.get(decision.chosen).filter(|c| c.feasible) else {
-            tracing::error!(placer = self.placer.name(), "placer chose an infeasible or missing candidate; subtask left ready");
+            tracing::error!(
+                placer = self.placer.name(),
+                "placer chose an infeasible or missing candidate; subtask left ready"
+            );
             return Err(Placed::NotNow);
         };
         let wid = chosen.worker;
@@ -524,7 +567,11 @@ impl Core {
                     worker: c.worker,
                     feasible: c.feasible,
                     score: decision.scores.get(i).copied().filter(|s| !s.is_nan()),
-                    features: with_estimates(decision.features.as_ref().and_then(|f| f.get(i).cloned()).unwrap_or_else(|| c.features()), c, samples[i]),
+                    features: with_estimates(
+                        decision.features.as_ref().and_then(|f| f.get(i).cloned()).unwrap_or_else(|| c.features()),
+                        c,
+                        samples[i],
+                    ),
                     note: c.note.clone(),
                 })
                 .collect(),
@@ -555,7 +602,10 @@ impl Core {
                 holders: holders
                     .iter()
                     .filter_map(|h| self.workers.get(h))
-                    .map(|w| HolderLocation { peer_addr: w.record.peer_addr.clone(), rails: w.record.capacity.rails.clone() })
+                    .map(|w| HolderLocation {
+                        peer_addr: w.record.peer_addr.clone(),
+                        rails: w.record.capacity.rails.clone(),
+                    })
                     .collect(),
                 object,
                 size,
@@ -596,7 +646,14 @@ impl Core {
 
     /// Records a placement decided by [`Core::place`] or [`Core::place_gang`]: the subtask is
     /// `Assigned`, the worker's allocation grows, and the assignment goes out.
-    pub(super) fn dispatch(&mut self, (job, idx): (JobId, u32), wid: WorkerId, record: PlacementRecord, mut assignment: Assignment, now: u64) {
+    pub(super) fn dispatch(
+        &mut self,
+        (job, idx): (JobId, u32),
+        wid: WorkerId,
+        record: PlacementRecord,
+        mut assignment: Assignment,
+        now: u64,
+    ) {
         let task = &self.jobs[&job].record.spec.tasks[self.jobs[&job].task_of(idx)];
         let (req, share) = (task.resources, task.shares_gpu().then(|| task.shared_gpu_memory()));
         let planned = self.jobs[&job].subtasks[idx as usize].gpus.clone();
@@ -610,7 +667,11 @@ impl Core {
             // devices count exactly the devices taken), so this finds them.
             // (A GPU gang member gets the device its search planned, when that is still free.)
             None => {
-                let gpus = if req.gpu == 1 && planned.len() == 1 && w.free_devices().contains(&planned[0]) { planned } else { w.free_gpus(req.gpu).unwrap_or_default() };
+                let gpus = if req.gpu == 1 && planned.len() == 1 && w.free_devices().contains(&planned[0]) {
+                    planned
+                } else {
+                    w.free_gpus(req.gpu).unwrap_or_default()
+                };
                 w.gpus_used.extend(gpus.iter().copied());
                 gpus
             }
@@ -635,9 +696,12 @@ impl Core {
     pub fn explain(&self, job: JobId, task: &str, rank: u32) -> Result<&PlacementRecord, Error> {
         let j = self.jobs.get(&job).ok_or(Error::NoJob(job))?;
         let idx = j.subtask_index(task, rank)?;
-        j.placements
-            .get(&idx)
-            .ok_or_else(|| Error::NotPlaced(format!("task {task:?} rank {rank} of job {job} has not been placed yet ({})", j.subtasks[idx as usize].state.as_str())))
+        j.placements.get(&idx).ok_or_else(|| {
+            Error::NotPlaced(format!(
+                "task {task:?} rank {rank} of job {job} has not been placed yet ({})",
+                j.subtasks[idx as usize].state.as_str()
+            ))
+        })
     }
 }
 
@@ -645,8 +709,15 @@ impl Core {
 /// estimates are added when the placer scored other features (the learned placer), and
 /// `est_fetch_samples` / `est_compute_samples` (0: derived from other workers or pairs) always
 /// go with them, so `plexus explain` shows how far to trust each.
-fn with_estimates(mut features: Vec<(String, f64)>, c: &Candidate, (fetch, compute): (Option<f64>, Option<f64>)) -> Vec<(String, f64)> {
-    let estimates = [("est_fetch_ms", "est_fetch_samples", c.est_fetch_ms, fetch), ("est_compute_ms", "est_compute_samples", c.est_compute_ms, compute)];
+fn with_estimates(
+    mut features: Vec<(String, f64)>,
+    c: &Candidate,
+    (fetch, compute): (Option<f64>, Option<f64>),
+) -> Vec<(String, f64)> {
+    let estimates = [
+        ("est_fetch_ms", "est_fetch_samples", c.est_fetch_ms, fetch),
+        ("est_compute_ms", "est_compute_samples", c.est_compute_ms, compute),
+    ];
     for (name, samples_name, value, samples) in estimates {
         let Some(v) = value else { continue };
         if !features.iter().any(|(n, _)| n == name) {

@@ -15,11 +15,19 @@ pub const MAX_QUEUE_NAME: usize = 64;
 impl Core {
     /// Sets (`Some`) or clears (`None`) a queue's share, in (0, 1].
     pub fn set_queue_share(&mut self, queue: &str, share: Option<f64>) -> Result<(), String> {
-        if queue.is_empty() || queue.len() > MAX_QUEUE_NAME || !queue.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(format!("queue name {:?}: letters, digits, '-' and '_', at most {MAX_QUEUE_NAME}", queue.chars().take(MAX_QUEUE_NAME + 1).collect::<String>()));
+        if queue.is_empty()
+            || queue.len() > MAX_QUEUE_NAME
+            || !queue.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "queue name {:?}: letters, digits, '-' and '_', at most {MAX_QUEUE_NAME}",
+                queue.chars().take(MAX_QUEUE_NAME + 1).collect::<String>()
+            ));
         }
         match share {
-            Some(s) if !(s.is_finite() && s > 0.0 && s <= 1.0) => Err(format!("share {s} of queue {queue:?} is not in (0, 1]")),
+            Some(s) if !(s.is_finite() && s > 0.0 && s <= 1.0) => {
+                Err(format!("share {s} of queue {queue:?} is not in (0, 1]"))
+            }
             Some(s) => {
                 self.queue_shares.insert(queue.to_string(), s);
                 Ok(())
@@ -52,12 +60,18 @@ impl Core {
 
     /// Why a task of `queue` asking `cpu` cores may not place now: its queue is at its share
     /// and another queue has work waiting (`waiting`: the queues with ready work this round).
-    pub(super) fn over_share(&self, queue: &str, cpu: f64, waiting: &std::collections::HashSet<String>) -> Option<String> {
+    pub(super) fn over_share(
+        &self,
+        queue: &str,
+        cpu: f64,
+        waiting: &std::collections::HashSet<String>,
+    ) -> Option<String> {
         let share = *self.queue_shares.get(queue)?;
         if !waiting.iter().any(|q| q != queue) {
             return None;
         }
-        let total: f64 = self.workers.values().filter(|w| w.record.alive).map(|w| f64::from(w.record.capacity.cpus)).sum();
+        let total: f64 =
+            self.workers.values().filter(|w| w.record.alive).map(|w| f64::from(w.record.capacity.cpus)).sum();
         let used = self.queue_usage(queue);
         (used + cpu > share * total + 1e-9).then(|| {
             format!("queue {queue:?} holds {used:.1} of its share {share} × {total:.0} cores while other queues wait")

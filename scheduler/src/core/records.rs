@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::spec::JobSpec;
 
-
 /// A job as stored. Its subtasks are stored separately (one record each), so that a state change
 /// of one subtask rewrites one small record, not the whole job.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -1,10 +1,10 @@
 //! Unit tests of the scheduling core: no network, no disk, time passed by hand.
 
-use super::*;
 use super::lineage::{MAX_RERUNS, MAX_UNFETCHED_REQUEUES};
-use plexus_proto::AttemptRef;
+use super::*;
 use crate::placer::heuristic;
 use crate::spec::{Format, parse};
+use plexus_proto::AttemptRef;
 
 const FAN: &str = r#"
 name = "fan"
@@ -36,7 +36,15 @@ pub(super) fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Re
         worker: wid(n),
         session: session.into(),
         peer_addr: format!("http://127.0.0.1:{}", 7000 + n as u16),
-        capacity: Capacity { cpus, memory: 8 << 30, gpus: vec![], rails: vec!["127.0.0.1".into()], cache_bytes: 1 << 30, hostname: "h".into(), topology: Default::default() },
+        capacity: Capacity {
+            cpus,
+            memory: 8 << 30,
+            gpus: vec![],
+            rails: vec!["127.0.0.1".into()],
+            cache_bytes: 1 << 30,
+            hostname: "h".into(),
+            topology: Default::default(),
+        },
         state: NodeReport::default(),
         known,
     }
@@ -55,7 +63,14 @@ fn done(a: &AttemptRef, state: SubtaskState) -> Report {
     } else {
         vec![]
     };
-    Report { attempt: Some(a.clone()), state: Some(state), exit_code: if state == SubtaskState::Failed { 1 } else { 0 }, error: if state == SubtaskState::Failed { "exit code 1".into() } else { String::new() }, outputs, ..Default::default() }
+    Report {
+        attempt: Some(a.clone()),
+        state: Some(state),
+        exit_code: if state == SubtaskState::Failed { 1 } else { 0 },
+        error: if state == SubtaskState::Failed { "exit code 1".into() } else { String::new() },
+        outputs,
+        ..Default::default()
+    }
 }
 
 fn assigned(c: &mut Core) -> Vec<(WorkerId, Assignment)> {
@@ -82,7 +97,12 @@ fn fan_out_then_fan_in_runs_in_dependency_order() {
     assert_eq!(state(&c, job, "sum", 0), SubtaskState::Waiting);
 
     for (w, x) in &a[..2] {
-        assert!(c.report(*w, if *w == wid(1) { "s1" } else { "s2" }, vec![done(&x.attempt, SubtaskState::Succeeded)], 2));
+        assert!(c.report(
+            *w,
+            if *w == wid(1) { "s1" } else { "s2" },
+            vec![done(&x.attempt, SubtaskState::Succeeded)],
+            2
+        ));
     }
     c.schedule(3);
     assert!(assigned(&mut c).is_empty(), "sum waits for every gen replica");
@@ -174,7 +194,12 @@ fn lost_worker_attempts_are_placed_elsewhere_without_counting_a_failure() {
     assert!(c.heartbeat(wid(2), "s2", NodeReport::default(), 2_000));
     c.tick(2_000);
     assert!(c.worker(wid(1)).unwrap().record.alive, "not yet past the timeout");
-    c.report(wid(2), "s2", vec![done(&a.iter().find(|(w, _)| *w == wid(2)).unwrap().1.attempt, SubtaskState::Succeeded)], 2_500);
+    c.report(
+        wid(2),
+        "s2",
+        vec![done(&a.iter().find(|(w, _)| *w == wid(2)).unwrap().1.attempt, SubtaskState::Succeeded)],
+        2_500,
+    );
     assert!(c.heartbeat(wid(2), "s2", NodeReport::default(), 3_500));
     c.tick(3_500);
     assert!(!c.worker(wid(1)).unwrap().record.alive);
@@ -297,7 +322,11 @@ fn restore_refuses_a_store_with_missing_subtasks() {
     let mut c = core();
     let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 3\n", 0);
     let j = c.job(job).unwrap();
-    let snap = Snapshot { jobs: vec![j.record.clone()], subtasks: vec![(job, 0, j.subtasks[0].clone())], ..Default::default() };
+    let snap = Snapshot {
+        jobs: vec![j.record.clone()],
+        subtasks: vec![(job, 0, j.subtasks[0].clone())],
+        ..Default::default()
+    };
     let e = core().restore(snap, 0).unwrap_err();
     assert!(e.to_string().contains("1 subtask records"), "{e}");
 }
@@ -487,7 +516,11 @@ fn a_gang_that_does_not_fit_waits_whole_and_a_too_small_cluster_is_refused() {
     let reruns = assigned(&mut c);
     assert!(reruns.iter().all(|(_, x)| x.collective.is_none()), "no member placed alone");
     let lost: Vec<u32> = (0..3u32).filter(|&k| gen_at[k as usize] == wid(3)).collect();
-    assert_eq!(reruns.iter().map(|(_, x)| x.attempt.rank).collect::<Vec<_>>(), lost, "only what worker 3 held is made again");
+    assert_eq!(
+        reruns.iter().map(|(_, x)| x.attempt.rank).collect::<Vec<_>>(),
+        lost,
+        "only what worker 3 held is made again"
+    );
     for (w, x) in &reruns {
         c.report(*w, &format!("s{}b", w.as_bytes()[15]), vec![done(&x.attempt, SubtaskState::Succeeded)], 10_002);
     }
@@ -549,7 +582,10 @@ fn admission_counts_only_live_workers_and_a_waiting_gang_says_why() {
     // A new job that only the lost workers could run is refused, naming what is missing.
     let err = c.submit(JobId::random(), parse(GANG, Format::Toml, "t.toml").unwrap(), t).unwrap_err();
     assert!(matches!(err, Error::Unsatisfiable(_)));
-    assert!(err.to_string().contains("needs 3 workers for gang \"sum\"") && err.to_string().ends_with("1 alive"), "{err}");
+    assert!(
+        err.to_string().contains("needs 3 workers for gang \"sum\"") && err.to_string().ends_with("1 alive"),
+        "{err}"
+    );
 
     // The job accepted before says why its gang waits once its producers are done.
     c.schedule(t + 1);
@@ -583,7 +619,13 @@ fn with_every_worker_lost_a_job_is_refused_and_ready_work_says_so() {
     c.schedule(t);
     let why = &c.job(job).unwrap().waiting[&0];
     assert!(why.contains("none of the 1 registered worker(s) is alive"), "{why}");
-    let err = c.submit(JobId::random(), parse("[[task]]\nname = \"x\"\ncommand = [\"true\"]\n", Format::Toml, "t.toml").unwrap(), t).unwrap_err();
+    let err = c
+        .submit(
+            JobId::random(),
+            parse("[[task]]\nname = \"x\"\ncommand = [\"true\"]\n", Format::Toml, "t.toml").unwrap(),
+            t,
+        )
+        .unwrap_err();
     assert!(err.to_string().contains("none of the 1 registered worker(s) is alive"), "{err}");
 }
 
@@ -591,7 +633,13 @@ fn with_every_worker_lost_a_job_is_refused_and_ready_work_says_so() {
 fn a_task_too_big_for_every_live_worker_is_refused_and_a_busy_one_waits_for_room() {
     let mut c = core();
     c.register(reg(1, "s1", 4, vec![]), 0);
-    let err = c.submit(JobId::random(), parse("[[task]]\nname = \"x\"\ncommand = [\"true\"]\ncpu = 8\n", Format::Toml, "t.toml").unwrap(), 0).unwrap_err();
+    let err = c
+        .submit(
+            JobId::random(),
+            parse("[[task]]\nname = \"x\"\ncommand = [\"true\"]\ncpu = 8\n", Format::Toml, "t.toml").unwrap(),
+            0,
+        )
+        .unwrap_err();
     assert!(err.to_string().contains("no live worker can ever offer that (largest: cpu=4"), "{err}");
     let job = submit(&mut c, "[[task]]\nname = \"x\"\ncommand = [\"true\"]\ncpu = 3\nreplicas = 2\n", 0);
     c.schedule(1);
@@ -609,7 +657,11 @@ fn cancelled_subtasks_end_when_they_are_cancelled() {
     assert_eq!(assigned(&mut c).len(), 1);
     c.cancel(job, 50).unwrap();
     let j = c.job(job).unwrap();
-    assert!(j.subtasks.iter().all(|s| s.state == SubtaskState::Cancelled && s.finished_at == 50), "{:?}", j.subtasks.iter().map(|s| s.finished_at).collect::<Vec<_>>());
+    assert!(
+        j.subtasks.iter().all(|s| s.state == SubtaskState::Cancelled && s.finished_at == 50),
+        "{:?}",
+        j.subtasks.iter().map(|s| s.finished_at).collect::<Vec<_>>()
+    );
     assert!(j.waiting.is_empty());
 }
 
@@ -659,14 +711,20 @@ fn on_failure_continue_skips_dependants_and_completes_with_failures() {
     assert_eq!(j.record.state, JobState::Running, "the rest of the job runs");
     assert_eq!(state(&c, job, "gen", 0), SubtaskState::Failed);
     for (task, rank) in [("sum", 0), ("report", 0)] {
-        assert_eq!(state(&c, job, task, rank), SubtaskState::Cancelled, "{task} depends on the failed task, directly or not");
+        assert_eq!(
+            state(&c, job, task, rank),
+            SubtaskState::Cancelled,
+            "{task} depends on the failed task, directly or not"
+        );
         let s = &j.subtasks[j.subtask_index(task, rank).unwrap() as usize];
         assert_eq!(s.history.last().unwrap().note, "skipped: task \"gen\" failed");
     }
     let s0 = &j.subtasks[0];
     assert_eq!(s0.failed_attempts.len(), 2, "every failed attempt is kept");
     assert_eq!(s0.failed_attempts.iter().map(|f| f.attempt).collect::<Vec<_>>(), vec![1, 2]);
-    assert!(s0.failed_attempts.iter().all(|f| f.error == "exit code 1" && f.exit_code == 1 && f.worker == Some(wid(1))));
+    assert!(
+        s0.failed_attempts.iter().all(|f| f.error == "exit code 1" && f.exit_code == 1 && f.worker == Some(wid(1)))
+    );
     assert_eq!(j.failed_attempts(0), 2);
     // The other gen replicas and the independent task finish: the job completes with failures.
     for (_, x) in a.iter().filter(|(_, x)| !(x.attempt.task == "gen" && x.attempt.rank == 0)) {
@@ -684,7 +742,11 @@ fn retry_back_off_doubles_and_is_capped() {
     assert_eq!((1..=4).map(|f| retry_delay_ms(1_000, f)).collect::<Vec<_>>(), vec![1_000, 2_000, 4_000, 8_000]);
     assert_eq!(retry_delay_ms(1_000, 100), MAX_RETRY_BACKOFF_MS);
     assert_eq!(retry_delay_ms(0, 5), 0, "no back-off asked, none given");
-    assert_eq!(retry_delay_ms(10 * MAX_RETRY_BACKOFF_MS, 3), 10 * MAX_RETRY_BACKOFF_MS, "a first wait longer than the cap is kept");
+    assert_eq!(
+        retry_delay_ms(10 * MAX_RETRY_BACKOFF_MS, 3),
+        10 * MAX_RETRY_BACKOFF_MS,
+        "a first wait longer than the cap is kept"
+    );
     assert_eq!(retry_delay_ms(u64::MAX / 2, 64), u64::MAX / 2, "no overflow");
 }
 
@@ -692,14 +754,20 @@ fn retry_back_off_doubles_and_is_capped() {
 fn a_retry_waiting_out_its_back_off_survives_a_restart() {
     let mut c = core();
     c.register(reg(1, "s1", 8, vec![]), 0);
-    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"false\"]\nmax_retries = 2\nretry_backoff = \"10s\"\n", 0);
+    let job =
+        submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"false\"]\nmax_retries = 2\nretry_backoff = \"10s\"\n", 0);
     c.schedule(1);
     let a = assigned(&mut c).remove(0).1.attempt;
     c.report(wid(1), "s1", vec![done(&a, SubtaskState::Failed)], 100);
     let j = c.job(job).unwrap();
     assert_eq!(j.subtasks[0].not_before, 10_100);
     assert_eq!(c.delayed_len(), 1);
-    let snap = Snapshot { jobs: vec![j.record.clone()], subtasks: vec![(job, 0, j.subtasks[0].clone())], workers: c.workers().map(|w| w.record.clone()).collect(), placements: vec![] };
+    let snap = Snapshot {
+        jobs: vec![j.record.clone()],
+        subtasks: vec![(job, 0, j.subtasks[0].clone())],
+        workers: c.workers().map(|w| w.record.clone()).collect(),
+        placements: vec![],
+    };
     let mut d = core();
     d.restore(snap, 5_000).unwrap();
     assert_eq!((d.ready_len(), d.delayed_len()), (0, 1), "still waiting after the restart");
@@ -719,7 +787,15 @@ fn beat_all(c: &mut Core, ns: &[u8], now: u64) {
     for &n in ns {
         let w = wid(n);
         let session = c.worker(w).unwrap().record.session.clone();
-        assert!(c.heartbeat(w, &session, NodeReport { objects: c.worker(w).unwrap().objects.iter().map(|(o, s)| (o.clone(), *s)).collect(), ..Default::default() }, now));
+        assert!(c.heartbeat(
+            w,
+            &session,
+            NodeReport {
+                objects: c.worker(w).unwrap().objects.iter().map(|(o, s)| (o.clone(), *s)).collect(),
+                ..Default::default()
+            },
+            now
+        ));
     }
 }
 
@@ -738,7 +814,17 @@ fn pair_with_b_placed(c: &mut Core) -> (JobId, ObjectId, WorkerId, (WorkerId, As
     c.schedule(1);
     let (wa, xa) = assigned(c).remove(0);
     let o = ObjectId { job, task: "a".into(), rank: 0, name: "o".into() };
-    c.report(wa, &session_of(c, wa), vec![Report { attempt: Some(xa.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs: vec![(o.clone(), 10)], ..Default::default() }], 2);
+    c.report(
+        wa,
+        &session_of(c, wa),
+        vec![Report {
+            attempt: Some(xa.attempt.clone()),
+            state: Some(SubtaskState::Succeeded),
+            outputs: vec![(o.clone(), 10)],
+            ..Default::default()
+        }],
+        2,
+    );
     c.schedule(3);
     let b = assigned(c).remove(0);
     (job, o, wa, b)
@@ -746,7 +832,14 @@ fn pair_with_b_placed(c: &mut Core) -> (JobId, ObjectId, WorkerId, (WorkerId, As
 
 fn unfetched(c: &mut Core, (w, x): &(WorkerId, Assignment), o: &ObjectId, now: u64) {
     let error = format!("could not fetch input {o}: no holder could serve it");
-    let r = Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Failed), exit_code: -1, error, unfetched_input: Some(o.clone()), ..Default::default() };
+    let r = Report {
+        attempt: Some(x.attempt.clone()),
+        state: Some(SubtaskState::Failed),
+        exit_code: -1,
+        error,
+        unfetched_input: Some(o.clone()),
+        ..Default::default()
+    };
     assert!(c.report(*w, &session_of(c, *w), vec![r], now));
 }
 
@@ -762,7 +855,12 @@ fn an_attempt_that_could_not_fetch_its_input_is_placed_again_uncounted() {
     let j = c.job(job).unwrap();
     let sb = &j.subtasks[1];
     assert_eq!((sb.state, sb.failures, sb.unfetched_requeues, sb.not_before), (SubtaskState::Ready, 0, 1, 4 + timeout));
-    assert!(sb.history.last().unwrap().note.contains("could not be fetched") && sb.history.last().unwrap().note.contains("not a failure"), "{:?}", sb.history);
+    assert!(
+        sb.history.last().unwrap().note.contains("could not be fetched")
+            && sb.history.last().unwrap().note.contains("not a failure"),
+        "{:?}",
+        sb.history
+    );
     c.schedule(5);
     assert!(assigned(&mut c).is_empty(), "not before a heartbeat timeout");
     // a's holder is dead: only the other worker beats.
@@ -774,7 +872,17 @@ fn an_attempt_that_could_not_fetch_its_input_is_placed_again_uncounted() {
         c.schedule(t + round);
         for (w, x) in assigned(&mut c) {
             let outputs = if x.attempt.task == "a" { vec![(o.clone(), 10)] } else { vec![] };
-            c.report(w, &session_of(&c, w), vec![Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs, ..Default::default() }], t + round);
+            c.report(
+                w,
+                &session_of(&c, w),
+                vec![Report {
+                    attempt: Some(x.attempt.clone()),
+                    state: Some(SubtaskState::Succeeded),
+                    outputs,
+                    ..Default::default()
+                }],
+                t + round,
+            );
         }
     }
     let j = c.job(job).unwrap();
@@ -802,9 +910,22 @@ fn an_attempt_fetching_from_a_worker_that_is_lost_is_placed_again_at_once() {
     let (wh, xh) = first.iter().find(|(_, x)| x.attempt.task == "hold").unwrap().clone();
     assert_ne!(wa, wh);
     let o = ObjectId { job, task: "a".into(), rank: 0, name: "o".into() };
-    c.report(wa, &session_of(&c, wa), vec![Report { attempt: Some(xa.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs: vec![(o.clone(), 10)], ..Default::default() }], 2);
+    c.report(
+        wa,
+        &session_of(&c, wa),
+        vec![Report {
+            attempt: Some(xa.attempt.clone()),
+            state: Some(SubtaskState::Succeeded),
+            outputs: vec![(o.clone(), 10)],
+            ..Default::default()
+        }],
+        2,
+    );
     c.schedule(3);
-    assert_eq!(assigned(&mut c).iter().map(|(w, x)| (*w, x.attempt.task.as_str())).collect::<Vec<_>>(), vec![(wa, "blk")]);
+    assert_eq!(
+        assigned(&mut c).iter().map(|(w, x)| (*w, x.attempt.task.as_str())).collect::<Vec<_>>(),
+        vec![(wa, "blk")]
+    );
     c.report(wh, &session_of(&c, wh), vec![done(&xh.attempt, SubtaskState::Succeeded)], 4);
     c.schedule(5);
     let b = assigned(&mut c).remove(0);
@@ -818,12 +939,30 @@ fn an_attempt_fetching_from_a_worker_that_is_lost_is_placed_again_at_once() {
     let j = c.job(job).unwrap();
     let sb = &j.subtasks[j.subtask_index("b", 0).unwrap() as usize];
     assert_eq!((sb.state, sb.failures), (SubtaskState::Ready, 0));
-    assert!(sb.history.last().unwrap().note.contains(&format!("its input {o} was lost with worker {wa} while being fetched")), "{:?}", sb.history);
+    assert!(
+        sb.history
+            .last()
+            .unwrap()
+            .note
+            .contains(&format!("its input {o} was lost with worker {wa} while being fetched")),
+        "{:?}",
+        sb.history
+    );
     for round in 0..6 {
         c.schedule(t + 1 + round);
         for (w, x) in assigned(&mut c) {
             let outputs = if x.attempt.task == "a" { vec![(o.clone(), 10)] } else { vec![] };
-            c.report(w, &session_of(&c, w), vec![Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs, ..Default::default() }], t + 1 + round);
+            c.report(
+                w,
+                &session_of(&c, w),
+                vec![Report {
+                    attempt: Some(x.attempt.clone()),
+                    state: Some(SubtaskState::Succeeded),
+                    outputs,
+                    ..Default::default()
+                }],
+                t + 1 + round,
+            );
         }
     }
     let j = c.job(job).unwrap();
@@ -871,7 +1010,11 @@ fn an_output_lost_with_its_only_holder_is_made_again_by_its_producer() {
     c.register(reg(1, "s1", 2, vec![]), 0);
     c.register(reg(2, "s2", 2, vec![]), 0);
     // sum waits for a slow task too, so gen's outputs are held a while before anyone reads them.
-    let job = submit(&mut c, &format!("{FAN}after = [\"slow\"]\n[[task]]\nname = \"slow\"\ncommand = [\"true\"]\ncpu = 0\n"), 0);
+    let job = submit(
+        &mut c,
+        &format!("{FAN}after = [\"slow\"]\n[[task]]\nname = \"slow\"\ncommand = [\"true\"]\ncpu = 0\n"),
+        0,
+    );
     c.schedule(1);
     let a = assigned(&mut c);
     let gens: Vec<&(WorkerId, Assignment)> = a.iter().filter(|(_, x)| x.attempt.task == "gen").collect();
@@ -904,7 +1047,11 @@ fn an_output_lost_with_its_only_holder_is_made_again_by_its_producer() {
     for &r in &on_1 {
         let s = &j.subtasks[r as usize];
         assert_eq!((s.reruns, s.failures), (1, 0), "a re-run is counted apart from failures");
-        assert!(s.history.iter().any(|h| h.note.contains("re-run: its output") && h.note.contains(&wid(1).to_string())), "{:?}", s.history);
+        assert!(
+            s.history.iter().any(|h| h.note.contains("re-run: its output") && h.note.contains(&wid(1).to_string())),
+            "{:?}",
+            s.history
+        );
     }
     for (w, x) in out.iter().filter(|(_, x)| x.attempt.task == "gen") {
         c.report(*w, "s2", vec![done(&x.attempt, SubtaskState::Succeeded)], t + 4);
@@ -937,9 +1084,23 @@ fn recovery_walks_back_through_the_lineage() {
             a.extend(assigned(c));
         }
         let (w, x) = a.iter().find(|(_, x)| x.attempt.task == task).unwrap_or_else(|| panic!("{task} placed: {a:?}"));
-        let outputs = if task == "gate" || task == "c" { vec![] } else { vec![(ObjectId { job, task: task.into(), rank: 0, name: "o".into() }, 10)] };
+        let outputs = if task == "gate" || task == "c" {
+            vec![]
+        } else {
+            vec![(ObjectId { job, task: task.into(), rank: 0, name: "o".into() }, 10)]
+        };
         *now += 1;
-        c.report(*w, &session_of(c, *w), vec![Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs, ..Default::default() }], *now);
+        c.report(
+            *w,
+            &session_of(c, *w),
+            vec![Report {
+                attempt: Some(x.attempt.clone()),
+                state: Some(SubtaskState::Succeeded),
+                outputs,
+                ..Default::default()
+            }],
+            *now,
+        );
         *now += 1;
         *w
     };
@@ -993,7 +1154,9 @@ fn gang_completed_before_a_gated_check() -> (Core, JobId, WorkerId) {
     for n in 1..=4 {
         c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
     }
-    let src = format!("{GANG}[[task]]\nname = \"check\"\ncommand = [\"true\"]\ninputs = [\"sum/total[1]\"]\nafter = [\"gate\"]\n[[task]]\nname = \"gate\"\ncommand = [\"true\"]\nafter = [\"sum\"]\ncpu = 0\n");
+    let src = format!(
+        "{GANG}[[task]]\nname = \"check\"\ncommand = [\"true\"]\ninputs = [\"sum/total[1]\"]\nafter = [\"gate\"]\n[[task]]\nname = \"gate\"\ncommand = [\"true\"]\nafter = [\"sum\"]\ncpu = 0\n"
+    );
     let job = submit(&mut c, &src, 0);
     gens_done(&mut c, 1);
     c.schedule(3);
@@ -1088,12 +1251,20 @@ fn a_member_lost_after_its_peers_completed_reruns_the_whole_gang() {
 #[test]
 fn a_gang_that_cannot_run_again_fails_its_waiting_member() {
     let (mut c, job, holder) = gang_with_member_1_still_running();
-    c.jobs.get_mut(&job).unwrap().subtasks.iter_mut().filter(|s| s.task == "sum" && s.rank == 2).for_each(|s| s.reruns = MAX_RERUNS);
+    c.jobs
+        .get_mut(&job)
+        .unwrap()
+        .subtasks
+        .iter_mut()
+        .filter(|s| s.task == "sum" && s.rank == 2)
+        .for_each(|s| s.reruns = MAX_RERUNS);
     let t = lose(&mut c, holder);
     c.schedule(t);
     let j = c.job(job).unwrap();
     assert_eq!(j.record.state, JobState::Failed);
-    let want = format!("task \"sum\" rank 1 cannot run: its collective's member 2 completed but must run again with the gang, and it was re-run {MAX_RERUNS} times already");
+    let want = format!(
+        "task \"sum\" rank 1 cannot run: its collective's member 2 completed but must run again with the gang, and it was re-run {MAX_RERUNS} times already"
+    );
     assert_eq!(j.record.error, want);
 }
 
@@ -1102,13 +1273,21 @@ fn a_gang_that_cannot_run_again_fails_its_waiting_member() {
 #[test]
 fn a_collective_rerun_too_often_fails_its_consumer_naming_object_and_worker() {
     let (mut c, job, holder) = gang_completed_before_a_gated_check();
-    c.jobs.get_mut(&job).unwrap().subtasks.iter_mut().filter(|s| s.task == "sum" && s.rank == 2).for_each(|s| s.reruns = MAX_RERUNS);
+    c.jobs
+        .get_mut(&job)
+        .unwrap()
+        .subtasks
+        .iter_mut()
+        .filter(|s| s.task == "sum" && s.rank == 2)
+        .for_each(|s| s.reruns = MAX_RERUNS);
     let t = lose(&mut c, holder);
     assert_eq!(run_round(&mut c, t), vec![("gate".to_string(), 0)]);
     c.schedule(t + 1);
     let j = c.job(job).unwrap();
     assert_eq!(j.record.state, JobState::Failed);
-    let want = format!("input {job}/sum/1/total was lost with worker {holder}, and its producer cannot be re-run: member 2 of its collective was re-run {MAX_RERUNS} times already");
+    let want = format!(
+        "input {job}/sum/1/total was lost with worker {holder}, and its producer cannot be re-run: member 2 of its collective was re-run {MAX_RERUNS} times already"
+    );
     assert!(j.record.error.contains(&want), "{}", j.record.error);
     assert!(j.record.error.starts_with("task \"check\" rank 0 cannot run: "), "{}", j.record.error);
 }
@@ -1118,10 +1297,24 @@ fn after_a_coordinator_restart_inputs_wait_for_their_holders_to_register() {
     let mut c = core();
     c.register(reg(1, "s1", 4, vec![]), 0);
     c.register(reg(2, "s2", 4, vec![]), 0);
-    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\ncpu = 4\n[[task]]\nname = \"b\"\ncommand = [\"true\"]\ninputs = [\"a/o\"]\ncpu = 4\n", 0);
+    let job = submit(
+        &mut c,
+        "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\ncpu = 4\n[[task]]\nname = \"b\"\ncommand = [\"true\"]\ninputs = [\"a/o\"]\ncpu = 4\n",
+        0,
+    );
     c.schedule(1);
     let (wa, xa) = assigned(&mut c).remove(0);
-    c.report(wa, &session_of(&c, wa), vec![Report { attempt: Some(xa.attempt.clone()), state: Some(SubtaskState::Succeeded), outputs: vec![(ObjectId { job, task: "a".into(), rank: 0, name: "o".into() }, 10)], ..Default::default() }], 2);
+    c.report(
+        wa,
+        &session_of(&c, wa),
+        vec![Report {
+            attempt: Some(xa.attempt.clone()),
+            state: Some(SubtaskState::Succeeded),
+            outputs: vec![(ObjectId { job, task: "a".into(), rank: 0, name: "o".into() }, 10)],
+            ..Default::default()
+        }],
+        2,
+    );
     let j = c.job(job).unwrap();
     let snap = Snapshot {
         jobs: vec![j.record.clone()],
@@ -1160,15 +1353,22 @@ fn gpu_worker(n: u8, indices: &[u32]) -> Registration {
 fn sharing_tasks_fit_their_gpu_memory_and_never_meet_whole_device_tasks() {
     let mut c = core();
     c.register(gpu_worker(1, &[0, 1]), 0);
-    let share = |name: &str, mem: &str, n: u32| format!("[[task]]\nname = \"{name}\"\ncommand = [\"true\"]\ncpu = 0\ngpu_share = true\ngpu_memory = \"{mem}\"\nreplicas = {n}\n");
+    let share = |name: &str, mem: &str, n: u32| {
+        format!(
+            "[[task]]\nname = \"{name}\"\ncommand = [\"true\"]\ncpu = 0\ngpu_share = true\ngpu_memory = \"{mem}\"\nreplicas = {n}\n"
+        )
+    };
     let job = submit(&mut c, &share("s", "30GiB", 4), 0);
     c.schedule(1);
     let a = assigned(&mut c);
     assert_eq!(a.len(), 4, "two 30 GiB tasks on each 80 GiB device: {a:?}");
-    let mut devices: Vec<u32> = a.iter().map(|(_, x)| {
-        assert_eq!((x.resources.gpu, x.gpus.len()), (1, 1), "the worker is told one device");
-        x.gpus[0]
-    }).collect();
+    let mut devices: Vec<u32> = a
+        .iter()
+        .map(|(_, x)| {
+            assert_eq!((x.resources.gpu, x.gpus.len()), (1, 1), "the worker is told one device");
+            x.gpus[0]
+        })
+        .collect();
     devices.sort();
     assert_eq!(devices, vec![0, 0, 1, 1]);
     let w = c.worker(wid(1)).unwrap();
@@ -1204,8 +1404,12 @@ fn sharing_tasks_fit_their_gpu_memory_and_never_meet_whole_device_tasks() {
     assert!(c.worker(wid(1)).unwrap().shareable_gpus(1).iter().all(|&g| g == 1), "device 0 is held whole");
 
     // Admission: no GPU is as large as asked.
-    let e = c.submit(JobId::random(), parse(&share("huge", "100GiB", 1), Format::Toml, "t.toml").unwrap(), 8).unwrap_err();
-    assert!(e.to_string().contains("gpu_memory = 100.0 GiB but no live worker has a GPU that large (largest: 80.0 GiB)"), "{e}");
+    let e =
+        c.submit(JobId::random(), parse(&share("huge", "100GiB", 1), Format::Toml, "t.toml").unwrap(), 8).unwrap_err();
+    assert!(
+        e.to_string().contains("gpu_memory = 100.0 GiB but no live worker has a GPU that large (largest: 80.0 GiB)"),
+        "{e}"
+    );
 }
 
 /// GPU runs teach the core's learner: a run alone gives its signature's solo time (its printed
@@ -1219,7 +1423,8 @@ fn gpu_runs_teach_solo_times_and_sharers_meet() {
     let first = submit(&mut c, file, 0);
     c.schedule(1);
     let a = assigned(&mut c);
-    let report = Report { iter_ms: 12.5, started_at: 1, finished_at: 1001, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
+    let report =
+        Report { iter_ms: 12.5, started_at: 1, finished_at: 1001, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
     assert!(c.report(a[0].0, &session(a[0].0), vec![report], 1002));
     let spec = c.job(first).unwrap().record.spec.tasks[0].clone();
     let v = c.task_vector(&spec, 80 << 30);
@@ -1264,7 +1469,11 @@ fn a_gpu_gang_is_placed_by_the_search_on_the_best_connected_gpus() {
     nv.capacity.topology.gpu_links = links;
     c.register(nv, 0);
     c.register(gpu_worker(2, &[0, 1, 2, 3]), 0);
-    let job = submit(&mut c, "[[task]]\nname = \"train\"\ncommand = [\"true\"]\ncpu = 1\ngpu = 1\nmodel_size = \"1GiB\"\nreplicas = 2\nmin_members = 2\n", 0);
+    let job = submit(
+        &mut c,
+        "[[task]]\nname = \"train\"\ncommand = [\"true\"]\ncpu = 1\ngpu = 1\nmodel_size = \"1GiB\"\nreplicas = 2\nmin_members = 2\n",
+        0,
+    );
     c.schedule(1);
     let a = assigned(&mut c);
     assert_eq!(a.len(), 2, "bound whole: {a:?}");
@@ -1301,7 +1510,12 @@ fn gpu_tasks_get_their_own_devices() {
     assert_eq!(b[0].1.gpus, vec![2]);
     // Devices held by placed attempts survive a restart.
     let j = c.job(job).unwrap();
-    let snap = Snapshot { jobs: vec![j.record.clone()], subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(), workers: c.workers().map(|w| w.record.clone()).collect(), placements: vec![] };
+    let snap = Snapshot {
+        jobs: vec![j.record.clone()],
+        subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
+        workers: c.workers().map(|w| w.record.clone()).collect(),
+        placements: vec![],
+    };
     let mut d = core();
     d.restore(snap, 5).unwrap();
     assert_eq!(d.worker(wid(1)).unwrap().gpus_used, [0u32, 2].into_iter().collect());
@@ -1405,10 +1619,20 @@ fn measured_fetches_rank_holders_and_are_attributed_to_the_main_holder() {
     let a = assigned(&mut c);
     assert_eq!(a[0].0, wid(1), "nothing measured: least-loaded's first");
     let object = ObjectId { job, task: "gen".into(), rank: 0, name: "numbers".into() };
-    let gen_done = Report { outputs: vec![(object.clone(), 1 << 20)], started_at: 10, finished_at: 20, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
+    let gen_done = Report {
+        outputs: vec![(object.clone(), 1 << 20)],
+        started_at: 10,
+        finished_at: 20,
+        ..done(&a[0].1.attempt, SubtaskState::Succeeded)
+    };
     c.report(wid(1), "s1", vec![gen_done], 2);
     // Worker 2 holds a copy too.
-    assert!(c.heartbeat(wid(2), "s2", NodeReport { objects: vec![(object.clone(), 1 << 20)], ..Default::default() }, 2));
+    assert!(c.heartbeat(
+        wid(2),
+        "s2",
+        NodeReport { objects: vec![(object.clone(), 1 << 20)], ..Default::default() },
+        2
+    ));
     // What was measured before: worker 3 computes `sum` in 10 ms, 1 and 2 in 1000 ms; worker 1
     // sends 1 MiB to worker 3 in 500 ms, worker 2 (its rack) in 20 ms.
     let mut e = c.estimates().clone();
@@ -1426,11 +1650,21 @@ fn measured_fetches_rank_holders_and_are_attributed_to_the_main_holder() {
     assert_eq!(holders, vec!["http://127.0.0.1:7002", "http://127.0.0.1:7001"], "the faster holder first");
     let p = c.explain(job, "sum", 0).unwrap();
     assert_eq!((feature(p, wid(3), "est_fetch_ms"), feature(p, wid(3), "est_fetch_samples")), (Some(20.0), Some(1.0)));
-    assert_eq!((feature(p, wid(1), "est_fetch_ms"), feature(p, wid(1), "est_fetch_samples")), (Some(0.0), None), "resident");
+    assert_eq!(
+        (feature(p, wid(1), "est_fetch_ms"), feature(p, wid(1), "est_fetch_samples")),
+        (Some(0.0), None),
+        "resident"
+    );
     let j = c.job(job).unwrap();
     assert_eq!(j.subtasks[1].fetch_plan, Some(FetchPlan { from: wid(2), objects: 1, bytes: 1 << 20 }));
     // The attempt fetched 1 MiB in 30 ms and ran 12 ms: the pair 2 → 3 now has two samples.
-    let r = Report { started_at: 100, finished_at: 112, fetch_ms: 30, fetched_bytes: 1 << 20, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
+    let r = Report {
+        started_at: 100,
+        finished_at: 112,
+        fetch_ms: 30,
+        fetched_bytes: 1 << 20,
+        ..done(&a[0].1.attempt, SubtaskState::Succeeded)
+    };
     c.report(wid(3), "s3", vec![r], 4);
     let l = c.estimates().link(wid(2), wid(3), Some(true)).unwrap();
     // Both samples are 1 object of 1 MiB: all throughput, (0.9·20 + 30) / 1.9 ms per MiB.
@@ -1457,7 +1691,11 @@ impl crate::placer::Placer for Reorder {
     fn name(&self) -> &'static str {
         "reorder"
     }
-    fn place(&mut self, req: &crate::placer::PlacementRequest, candidates: &[crate::placer::Candidate]) -> crate::placer::Decision {
+    fn place(
+        &mut self,
+        req: &crate::placer::PlacementRequest,
+        candidates: &[crate::placer::Candidate],
+    ) -> crate::placer::Decision {
         crate::placer::LeastLoaded.place(req, candidates)
     }
     fn orders_work(&self) -> bool {
@@ -1517,7 +1755,17 @@ fn a_reordering_placer_overtakes_a_task_at_most_max_overtaken_rounds() {
             break;
         }
         now += 1;
-        assert!(c.report(wid(1), "s1", vec![Report { attempt: Some(a[0].1.attempt.clone()), state: Some(SubtaskState::Succeeded), finished_at: now, ..Default::default() }], now));
+        assert!(c.report(
+            wid(1),
+            "s1",
+            vec![Report {
+                attempt: Some(a[0].1.attempt.clone()),
+                state: Some(SubtaskState::Succeeded),
+                finished_at: now,
+                ..Default::default()
+            }],
+            now
+        ));
         now += 1;
     }
     let started = started.expect("the oldest job started within the bound");
@@ -1560,7 +1808,10 @@ fn a_drained_worker_takes_no_new_work_and_only_a_lost_one_is_removed() {
 
 fn after(name: &str, jobs: &[JobId]) -> String {
     let list: Vec<String> = jobs.iter().map(|j| format!("\"{j}\"")).collect();
-    format!("name = \"{name}\"\nafter_jobs = [{}]\n[[task]]\nname = \"t\"\ncommand = [\"true\"]\ncpu = 1\n", list.join(", "))
+    format!(
+        "name = \"{name}\"\nafter_jobs = [{}]\n[[task]]\nname = \"t\"\ncommand = [\"true\"]\ncpu = 1\n",
+        list.join(", ")
+    )
 }
 
 #[test]
@@ -1574,11 +1825,20 @@ fn a_job_runs_after_the_jobs_it_names_and_fails_with_them() {
     assert_eq!(first.iter().map(|(_, x)| x.attempt.job).collect::<Vec<_>>(), vec![a], "b waits for a");
     assert_eq!(state(&c, b, "t", 0), SubtaskState::Waiting);
     assert!(c.job(b).unwrap().waiting.values().any(|w| w.contains(&a.to_string())), "b says what it waits for");
-    let ok = Report { attempt: Some(first[0].1.attempt.clone()), state: Some(SubtaskState::Succeeded), finished_at: 3, ..Default::default() };
+    let ok = Report {
+        attempt: Some(first[0].1.attempt.clone()),
+        state: Some(SubtaskState::Succeeded),
+        finished_at: 3,
+        ..Default::default()
+    };
     assert!(c.report(wid(1), "s1", vec![ok], 3));
     assert_eq!(c.job(a).unwrap().record.state, JobState::Succeeded);
     c.schedule(4);
-    assert_eq!(assigned(&mut c).iter().map(|(_, x)| x.attempt.job).collect::<Vec<_>>(), vec![b], "released when a succeeded");
+    assert_eq!(
+        assigned(&mut c).iter().map(|(_, x)| x.attempt.job).collect::<Vec<_>>(),
+        vec![b],
+        "released when a succeeded"
+    );
 
     // Refused at submission: an unknown job, one that already failed.
     let unknown = JobId::random();

@@ -60,7 +60,13 @@ impl Worker {
 
     /// Every device index no placed attempt holds and none shares.
     pub fn free_devices(&self) -> Vec<u32> {
-        self.record.capacity.gpus.iter().map(|g| g.index).filter(|i| !self.gpus_used.contains(i) && !self.gpu_shared.contains_key(i)).collect()
+        self.record
+            .capacity
+            .gpus
+            .iter()
+            .map(|g| g.index)
+            .filter(|i| !self.gpus_used.contains(i) && !self.gpu_shared.contains_key(i))
+            .collect()
     }
 
     /// The devices a sharing task needing `memory` bytes could join now: not held whole, and
@@ -84,7 +90,9 @@ impl Worker {
     /// search's choice) when it still has room, else the least shared device with room.
     pub fn join_shared_gpu(&mut self, memory: u64, planned: Option<u32>) -> Option<u32> {
         let room = self.shareable_gpus(memory);
-        let device = planned.filter(|g| room.contains(g)).or_else(|| room.iter().copied().min_by_key(|g| (self.gpu_shared.get(g).map_or(0, |s| s.1), *g)))?;
+        let device = planned
+            .filter(|g| room.contains(g))
+            .or_else(|| room.iter().copied().min_by_key(|g| (self.gpu_shared.get(g).map_or(0, |s| s.1), *g)))?;
         self.share_gpu(device, memory);
         Some(device)
     }
@@ -256,8 +264,12 @@ impl Core {
             self.push_ready(job, idx);
         }
         let timeout = self.config.heartbeat_timeout_ms;
-        let lost: Vec<WorkerId> =
-            self.workers.values().filter(|w| w.record.alive && now.saturating_sub(w.record.last_heartbeat) > timeout).map(|w| w.record.id).collect();
+        let lost: Vec<WorkerId> = self
+            .workers
+            .values()
+            .filter(|w| w.record.alive && now.saturating_sub(w.record.last_heartbeat) > timeout)
+            .map(|w| w.record.id)
+            .collect();
         for id in lost {
             self.lose_worker(id, now);
         }
@@ -283,11 +295,17 @@ impl Core {
         }
         self.out.workers.insert(id);
         // A gang that had a reservation there is rolled back whole: it was not bound.
-        let reserved: Vec<(JobId, u32)> = self.workers.get(&id).map(|w| w.reserved.iter().copied().collect()).unwrap_or_default();
+        let reserved: Vec<(JobId, u32)> =
+            self.workers.get(&id).map(|w| w.reserved.iter().copied().collect()).unwrap_or_default();
         for (job, idx) in reserved {
-            let gang = self.jobs.get(&job).and_then(|j| j.record.spec.tasks[j.task_of(idx)].gang.as_ref().map(|g| g.name.clone()));
+            let gang = self
+                .jobs
+                .get(&job)
+                .and_then(|j| j.record.spec.tasks[j.task_of(idx)].gang.as_ref().map(|g| g.name.clone()));
             match gang {
-                Some(name) => self.rollback_gang(job, &name, format!("worker {id} was lost before the gang was bound"), now),
+                Some(name) => {
+                    self.rollback_gang(job, &name, format!("worker {id} was lost before the gang was bound"), now)
+                }
                 None => self.unreserve((job, idx)),
             }
         }
@@ -312,7 +330,10 @@ impl Core {
             .values()
             .filter(|w| w.record.alive)
             .flat_map(|w| w.placed.iter().copied())
-            .filter(|&(job, idx)| jobs.contains(&job) && self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Assigned))
+            .filter(|&(job, idx)| {
+                jobs.contains(&job)
+                    && self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Assigned)
+            })
             .collect();
         for (job, idx) in fetching {
             let j = &self.jobs[&job];
@@ -322,12 +343,21 @@ impl Core {
             }
             // What the attempt was sent to fetch: a collective member its own rank's inputs only.
             let collective = j.record.spec.tasks[t].collective.is_some();
-            let inputs: Vec<ObjectId> = if collective { self.member_inputs(job, t, rank) } else { self.inputs_of(job, idx).into_iter().map(|(o, _)| o).collect() };
+            let inputs: Vec<ObjectId> = if collective {
+                self.member_inputs(job, t, rank)
+            } else {
+                self.inputs_of(job, idx).into_iter().map(|(o, _)| o).collect()
+            };
             let Some(o) = inputs.into_iter().find(|o| gone.contains(o)) else { continue };
             self.stop_attempt((job, idx));
             self.requeue(job, idx, now, format!("its input {o} was lost with worker {from} while being fetched"));
             if collective {
-                self.restart_gang((job, idx), now, now, format!("gang restarted: member {rank}'s input {o} was lost with worker {from}"));
+                self.restart_gang(
+                    (job, idx),
+                    now,
+                    now,
+                    format!("gang restarted: member {rank}'s input {o} was lost with worker {from}"),
+                );
             }
         }
     }
@@ -346,7 +376,9 @@ impl Core {
     pub(super) fn release_worker(&mut self, (job, idx): (JobId, u32), wid: WorkerId) {
         let Some(j) = self.jobs.get(&job) else { return };
         let res = j.record.spec.tasks[j.task_of(idx)].resources;
-        let shared = j.record.spec.tasks[j.task_of(idx)].shares_gpu().then(|| j.record.spec.tasks[j.task_of(idx)].shared_gpu_memory());
+        let shared = j.record.spec.tasks[j.task_of(idx)]
+            .shares_gpu()
+            .then(|| j.record.spec.tasks[j.task_of(idx)].shared_gpu_memory());
         let gpus = std::mem::take(&mut self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus);
         if let Some(w) = self.workers.get_mut(&wid)
             && w.placed.remove(&(job, idx))

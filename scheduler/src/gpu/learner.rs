@@ -107,7 +107,10 @@ impl SoloTimes {
 
     /// The solo time of a signature, preferring iteration times.
     pub fn solo_ms(&self, signature: u64) -> Option<f64> {
-        self.by_signature.get(&(signature, true)).or_else(|| self.by_signature.get(&(signature, false))).map(|(ms, _)| *ms)
+        self.by_signature
+            .get(&(signature, true))
+            .or_else(|| self.by_signature.get(&(signature, false)))
+            .map(|(ms, _)| *ms)
     }
 }
 

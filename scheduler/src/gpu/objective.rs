@@ -118,12 +118,17 @@ impl Problem {
             return Err(SearchError::Shape("the gang has no members".into()));
         }
         if msc.len() != n * n {
-            return Err(SearchError::Shape(format!("msc has {} entries; {n} candidate GPUs need {n} × {n} = {}", msc.len(), n * n)));
+            return Err(SearchError::Shape(format!(
+                "msc has {} entries; {n} candidate GPUs need {n} × {n} = {}",
+                msc.len(),
+                n * n
+            )));
         }
         if let Some(k) = msc.iter().position(|v| !v.is_finite() || *v < 0.0) {
             return Err(SearchError::Shape(format!("msc({}, {}) = {} is not a finite cost ≥ 0", k / n, k % n, msc[k])));
         }
-        for (name, w) in [("alpha", weights.alpha), ("beta", weights.beta), ("msc_ref", weights.msc_ref.unwrap_or(0.0))] {
+        for (name, w) in [("alpha", weights.alpha), ("beta", weights.beta), ("msc_ref", weights.msc_ref.unwrap_or(0.0))]
+        {
             if !w.is_finite() || w < 0.0 {
                 return Err(SearchError::Shape(format!("weight {name} = {w} is not a finite number ≥ 0")));
             }
@@ -276,7 +281,15 @@ pub struct Evaluator<'a, M: InterferenceModel + ?Sized> {
 
 impl<'a, M: InterferenceModel + ?Sized> Evaluator<'a, M> {
     pub fn new(problem: &'a Problem, model: &'a M) -> Evaluator<'a, M> {
-        Evaluator { problem, model, cache: HashMap::default(), key: Vec::new(), order: Vec::new(), calls: 0, evaluations: 0 }
+        Evaluator {
+            problem,
+            model,
+            cache: HashMap::default(),
+            key: Vec::new(),
+            order: Vec::new(),
+            calls: 0,
+            evaluations: 0,
+        }
     }
 
     pub fn problem(&self) -> &'a Problem {
@@ -309,7 +322,11 @@ impl<'a, M: InterferenceModel + ?Sized> Evaluator<'a, M> {
         let predictions = self.model.predict(&tasks);
         self.calls += 1;
         debug_assert_eq!(predictions.len(), tasks.len(), "the interference model must predict one slowdown per task");
-        let sd = if predictions.is_empty() { f64::INFINITY } else { predictions.iter().sum::<f64>() / predictions.len() as f64 };
+        let sd = if predictions.is_empty() {
+            f64::INFINITY
+        } else {
+            predictions.iter().sum::<f64>() / predictions.len() as f64
+        };
         self.cache.insert(self.key.clone(), sd);
         sd
     }

@@ -50,12 +50,12 @@
 //! four times the frogs and iterations found nothing better on 128 GPUs.
 
 use rand::rngs::StdRng;
-use rand::seq::index::sample;
 use rand::seq::IndexedRandom;
+use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 
-use super::objective::{Evaluator, Problem};
 use super::InterferenceModel;
+use super::objective::{Evaluator, Problem};
 
 /// Why a search returned no assignment.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -213,7 +213,8 @@ fn random_frog(p: &Problem, rng: &mut StdRng) -> Option<Vec<usize>> {
 pub fn random<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, seed: u64) -> Result<Placement, SearchError> {
     let p = eval.problem();
     let mut rng = StdRng::seed_from_u64(seed);
-    let x = random_frog(p, &mut rng).ok_or_else(|| infeasible(p, format!("{RANDOM_ATTEMPTS} random attempts found no room")))?;
+    let x = random_frog(p, &mut rng)
+        .ok_or_else(|| infeasible(p, format!("{RANDOM_ATTEMPTS} random attempts found no room")))?;
     let objective = eval.objective(&x);
     Ok(Placement { assignment: x, objective })
 }
@@ -289,7 +290,9 @@ pub fn topology_greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M
                 start
             } else {
                 let pick = |used: bool| {
-                    (0..n).filter(|&g| load.fits(p, i, g) && (load.count[g] > 0) == used).min_by(|&a, &b| cost[a].total_cmp(&cost[b]))
+                    (0..n)
+                        .filter(|&g| load.fits(p, i, g) && (load.count[g] > 0) == used)
+                        .min_by(|&a, &b| cost[a].total_cmp(&cost[b]))
                 };
                 match pick(false).or_else(|| pick(true)) {
                     Some(g) => g,
@@ -345,7 +348,10 @@ pub fn exhaustive_count(p: &Problem) -> u128 {
 /// The optimum by enumeration: every assignment up to permutations of alike members (each
 /// class's GPUs in non-decreasing order), skipping those that overfill a GPU; refused with
 /// [`SearchError::TooLarge`] when [`exhaustive_count`] exceeds `limit`. Ties to the first found.
-pub fn exhaustive<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, limit: u64) -> Result<Placement, SearchError> {
+pub fn exhaustive<M: InterferenceModel + ?Sized>(
+    eval: &mut Evaluator<'_, M>,
+    limit: u64,
+) -> Result<Placement, SearchError> {
     let p = eval.problem();
     let count = exhaustive_count(p);
     if count > u128::from(limit) {
@@ -443,7 +449,9 @@ pub(crate) fn iteration(population: &mut [Frog], memeplexes: usize, local_steps:
             if fw == fb {
                 continue;
             }
-            let fg = (0..population.len()).min_by(|&a, &b| population[a].fitness.total_cmp(&population[b].fitness)).expect("a population has frogs");
+            let fg = (0..population.len())
+                .min_by(|&a, &b| population[a].fitness.total_cmp(&population[b].fitness))
+                .expect("a population has frogs");
             let worst = population[fw].fitness;
             let try_leap = |toward: usize, population: &mut [Frog], pond: &mut dyn Pond| {
                 let genes = pond.leap(&population[fw].genes, &population[toward].genes);
@@ -513,7 +521,8 @@ impl<M: InterferenceModel + ?Sized> Pond for SearchPond<'_, '_, M> {
             }
             load.add(p, i, h);
             let swappable = |j: usize| j != i && x[j] == g && !fixed[j] && load.swap_fits(p, &x, i, j);
-            let partner = (0..x.len()).find(|&j| swappable(j) && toward[j] != g).or_else(|| (0..x.len()).find(|&j| swappable(j)));
+            let partner =
+                (0..x.len()).find(|&j| swappable(j) && toward[j] != g).or_else(|| (0..x.len()).find(|&j| swappable(j)));
             if let Some(j) = partner {
                 load.remove(p, i, h);
                 load.remove(p, j, g);
@@ -547,7 +556,10 @@ const CONSTRUCTIVE_CHOICES: usize = 2;
 /// Each member is scored on every GPU in O(1): what a GPU's group would predict with one more
 /// member of a class is kept until that group changes, and the communication a member of each
 /// class would add on each GPU is kept as a running sum.
-fn constructive_frog<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, rng: &mut StdRng) -> Option<Vec<usize>> {
+fn constructive_frog<M: InterferenceModel + ?Sized>(
+    eval: &mut Evaluator<'_, M>,
+    rng: &mut StdRng,
+) -> Option<Vec<usize>> {
     let p = eval.problem();
     let (m, n, classes) = (p.members().len(), p.gpus().len(), p.classes());
     let w = p.weights();
@@ -624,7 +636,11 @@ fn constructive_frog<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>,
 }
 
 /// Seed 002's shuffled frog leaping search (see the module documentation), seeded.
-pub fn sfla<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, params: &SflaParams, seed: u64) -> Result<Placement, SearchError> {
+pub fn sfla<M: InterferenceModel + ?Sized>(
+    eval: &mut Evaluator<'_, M>,
+    params: &SflaParams,
+    seed: u64,
+) -> Result<Placement, SearchError> {
     let p = eval.problem();
     let size = p.members().len().max(params.min_frogs).max(1);
     let mut population: Vec<Frog> = Vec::with_capacity(size);
@@ -719,7 +735,8 @@ fn polish<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, frog: &mut
                 scratch.push(i);
                 let with = sum_sd(eval, g, &scratch);
                 let d_i = (without + with - here - there) / m as f64;
-                let d_c: f64 = (0..m).filter(|&j| j != i).map(|j| (p.msc(g, x[j]) - p.msc(h, x[j])) * p.muds(i, j)).sum();
+                let d_c: f64 =
+                    (0..m).filter(|&j| j != i).map(|j| (p.msc(g, x[j]) - p.msc(h, x[j])) * p.muds(i, j)).sum();
                 let delta = w.alpha * d_i + w.beta * p.normalise(d_c);
                 if delta < best.map_or(-1e-12, |b| b.0) {
                     best = Some((delta, g));
@@ -745,7 +762,8 @@ fn polish<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, frog: &mut
                     continue;
                 }
                 let (ga, gb) = (&p.gpus()[g], &p.gpus()[h]);
-                if a.len() > ga.slots || b.len() > gb.slots || memory(a) > ga.free_memory || memory(b) > gb.free_memory {
+                if a.len() > ga.slots || b.len() > gb.slots || memory(a) > ga.free_memory || memory(b) > gb.free_memory
+                {
                     continue;
                 }
                 for &i in a {

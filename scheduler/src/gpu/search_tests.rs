@@ -35,7 +35,9 @@ impl InterferenceModel for Pairwise {
                     .iter()
                     .enumerate()
                     .filter(|(j, _)| *j != i)
-                    .map(|(_, b)| a.utilisation * b.utilisation * (0.5 + ((a.signature ^ b.signature) % 7) as f64 / 7.0))
+                    .map(|(_, b)| {
+                        a.utilisation * b.utilisation * (0.5 + ((a.signature ^ b.signature) % 7) as f64 / 7.0)
+                    })
                     .sum();
                 total.max(1.0) * (1.0 + pairs)
             })
@@ -44,7 +46,14 @@ impl InterferenceModel for Pairwise {
 }
 
 fn task(utilisation: f64, memory_gib: u64, model_bytes: u64, signature: u64) -> TaskVector {
-    TaskVector { gpu_memory: memory_gib * GIB, device_memory: 32 * GIB, utilisation, solo_ms: 100.0, model_bytes, signature }
+    TaskVector {
+        gpu_memory: memory_gib * GIB,
+        device_memory: 32 * GIB,
+        utilisation,
+        solo_ms: 100.0,
+        model_bytes,
+        signature,
+    }
 }
 
 fn gpu(resident: Vec<TaskVector>, free_gib: u64, slots: usize) -> GpuCandidate {
@@ -56,7 +65,8 @@ fn objective_matches_a_hand_computed_value() {
     let member = task(0.8, 8, 400, 1);
     let gpus = vec![gpu(vec![task(0.4, 4, 0, 2)], 16, 2), gpu(vec![], 32, 2), gpu(vec![], 32, 2)];
     let msc = vec![0.0, 1.0, 4.0, 1.0, 0.0, 4.0, 4.0, 4.0, 0.0];
-    let p = Problem::with_msc_matrix(vec![member; 2], gpus, msc, Weights { alpha: 1.0, beta: 2.0, msc_ref: None }).unwrap();
+    let p =
+        Problem::with_msc_matrix(vec![member; 2], gpus, msc, Weights { alpha: 1.0, beta: 2.0, msc_ref: None }).unwrap();
     // muds = (400 + 400)/2 for the one pair; C_ref = 400 × the largest msc, 4.
     assert_eq!(p.muds(0, 1), 400.0);
     assert_eq!(p.c_ref(), 1600.0);
@@ -82,7 +92,13 @@ fn objective_matches_a_hand_computed_value() {
 
 #[test]
 fn predictions_are_cached_per_gpu_and_multiset_of_members() {
-    let p = Problem::new(vec![task(0.5, 4, 100, 1); 4], vec![gpu(vec![task(0.3, 4, 0, 2)], 32, 4); 3], |a, b| if a == b { 0.0 } else { 1.0 }, Weights::default()).unwrap();
+    let p = Problem::new(
+        vec![task(0.5, 4, 100, 1); 4],
+        vec![gpu(vec![task(0.3, 4, 0, 2)], 32, 4); 3],
+        |a, b| if a == b { 0.0 } else { 1.0 },
+        Weights::default(),
+    )
+    .unwrap();
     let mut eval = Evaluator::new(&p, &Additive);
     eval.objective(&[0, 1, 2, 0]);
     assert_eq!(eval.model_calls(), 3, "GPU 0 with two alike members, GPUs 1 and 2 with one");
@@ -94,13 +110,26 @@ fn predictions_are_cached_per_gpu_and_multiset_of_members() {
 
 #[test]
 fn malformed_problems_are_refused_naming_the_input() {
-    let err = Problem::with_msc_matrix(vec![task(0.5, 1, 1, 1)], vec![gpu(vec![], 8, 1); 2], vec![0.0; 3], Weights::default()).unwrap_err();
+    let err = Problem::with_msc_matrix(
+        vec![task(0.5, 1, 1, 1)],
+        vec![gpu(vec![], 8, 1); 2],
+        vec![0.0; 3],
+        Weights::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("msc has 3 entries"), "{err}");
     let err = Problem::new(vec![], vec![gpu(vec![], 8, 1)], |_, _| 0.0, Weights::default()).unwrap_err();
     assert!(err.to_string().contains("no members"), "{err}");
-    let err = Problem::new(vec![task(0.5, 1, 1, 1)], vec![gpu(vec![], 8, 1)], |_, _| -1.0, Weights::default()).unwrap_err();
+    let err =
+        Problem::new(vec![task(0.5, 1, 1, 1)], vec![gpu(vec![], 8, 1)], |_, _| -1.0, Weights::default()).unwrap_err();
     assert!(err.to_string().contains("msc(0, 0)"), "{err}");
-    let err = Problem::new(vec![task(0.5, 1, 1, 1)], vec![gpu(vec![], 8, 1)], |_, _| 0.0, Weights { beta: f64::NAN, ..Weights::default() }).unwrap_err();
+    let err = Problem::new(
+        vec![task(0.5, 1, 1, 1)],
+        vec![gpu(vec![], 8, 1)],
+        |_, _| 0.0,
+        Weights { beta: f64::NAN, ..Weights::default() },
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("beta"), "{err}");
 }
 
@@ -143,16 +172,16 @@ fn one_iteration_moves_the_worst_frogs_as_worked_by_hand() {
     // Two genes in 0..3, a fitness table (lower is better).
     fn table(x: &[usize]) -> f64 {
         match (x[0], x[1]) {
-        (0, 0) => 1.0,
-        (1, 1) => 2.0,
-        (1, 0) => 3.0,
-        (2, 0) => 4.0,
-        (2, 1) => 5.0,
-        (2, 2) => 6.0,
-        (0, 1) => 1.5,
-        (1, 2) => 8.0,
-        (0, 2) => 9.0,
-        _ => unreachable!(),
+            (0, 0) => 1.0,
+            (1, 1) => 2.0,
+            (1, 0) => 3.0,
+            (2, 0) => 4.0,
+            (2, 1) => 5.0,
+            (2, 2) => 6.0,
+            (0, 1) => 1.5,
+            (1, 2) => 8.0,
+            (0, 2) => 9.0,
+            _ => unreachable!(),
         }
     }
     let frog = |a: usize, b: usize| Frog { genes: vec![a, b], fitness: table(&[a, b]) };
@@ -183,13 +212,22 @@ fn instance(rng: &mut StdRng, n: usize, m: usize) -> Problem {
     let members = (0..m).map(|i| if i % 2 == 0 { first } else { second }).collect();
     let gpus = (0..n)
         .map(|_| {
-            let resident: Vec<TaskVector> = (0..rng.random_range(0..3)).map(|_| kinds[rng.random_range(0..3)]).collect();
+            let resident: Vec<TaskVector> =
+                (0..rng.random_range(0..3)).map(|_| kinds[rng.random_range(0..3)]).collect();
             let used: u64 = resident.iter().map(|t| t.gpu_memory / GIB).sum();
             GpuCandidate { free_memory: (32u64.saturating_sub(used)) * GIB, slots: rng.random_range(0..4), resident }
         })
         .collect();
     // Nodes of 4 GPUs: NVLink-ish inside a node, costlier between nodes.
-    let msc = |a: usize, b: usize| if a == b { 0.0 } else if a / 4 == b / 4 { 1.0 + ((a + b) % 2) as f64 } else { 10.0 };
+    let msc = |a: usize, b: usize| {
+        if a == b {
+            0.0
+        } else if a / 4 == b / 4 {
+            1.0 + ((a + b) % 2) as f64
+        } else {
+            10.0
+        }
+    };
     Problem::new(members, gpus, msc, Weights::default()).unwrap()
 }
 
@@ -233,7 +271,10 @@ fn every_search_returns_a_feasible_assignment_or_agrees_there_is_none() {
                     // error is allowed here; what it returns must fit.
                     if let Ok(found) = r {
                         p.check(&found.assignment).unwrap_or_else(|e| panic!("case {case}: {name}: {e}"));
-                        assert!((eval.objective(&found.assignment) - found.objective).abs() < 1e-9, "case {case}: {name} reports its objective");
+                        assert!(
+                            (eval.objective(&found.assignment) - found.objective).abs() < 1e-9,
+                            "case {case}: {name} reports its objective"
+                        );
                         assert!(found.objective >= best.objective - 1e-9, "case {case}: {name} beat the optimum");
                     }
                 }
@@ -241,7 +282,10 @@ fn every_search_returns_a_feasible_assignment_or_agrees_there_is_none() {
             Err(SearchError::Infeasible { .. }) => {
                 unsolvable += 1;
                 for (name, r) in &results {
-                    assert!(matches!(r, Err(SearchError::Infeasible { .. })), "case {case}: {name} found {r:?} where nothing fits");
+                    assert!(
+                        matches!(r, Err(SearchError::Infeasible { .. })),
+                        "case {case}: {name} found {r:?} where nothing fits"
+                    );
                 }
             }
             Err(e) => panic!("case {case}: {e}"),
@@ -259,7 +303,11 @@ fn exhaustive_finds_the_brute_force_optimum() {
         let mut eval = Evaluator::new(&p, &Pairwise);
         let brute = brute_force(&mut eval);
         match exhaustive(&mut eval, EXHAUSTIVE_LIMIT) {
-            Ok(found) => assert!((found.objective - brute.unwrap()).abs() < 1e-12, "case {case}: {} vs {brute:?}", found.objective),
+            Ok(found) => assert!(
+                (found.objective - brute.unwrap()).abs() < 1e-12,
+                "case {case}: {} vs {brute:?}",
+                found.objective
+            ),
             Err(e) => assert!(brute.is_none(), "case {case}: {e} but brute force found {brute:?}"),
         }
     }
@@ -285,14 +333,16 @@ fn exhaustive_counts_multisets_and_refuses_beyond_its_limit() {
 fn a_leap_copies_positions_and_repairs_by_swapping() {
     // Two GPUs with one slot each: copying either position of (1,0) into (0,1) overfills a GPU,
     // so the member there swaps; the leap lands on (1,0) whichever position it copies.
-    let p = Problem::new(vec![task(0.5, 4, 1, 1); 2], vec![gpu(vec![], 8, 1); 2], |_, _| 1.0, Weights::default()).unwrap();
+    let p =
+        Problem::new(vec![task(0.5, 4, 1, 1); 2], vec![gpu(vec![], 8, 1); 2], |_, _| 1.0, Weights::default()).unwrap();
     let mut eval = Evaluator::new(&p, &Additive);
     for seed in 0..20 {
         let mut pond = SearchPond::new(&mut eval, seed, false);
         assert_eq!(pond.leap(&[0, 1], &[1, 0]), vec![1, 0]);
     }
     // A frog that differs in one position lands on the target.
-    let p = Problem::new(vec![task(0.5, 4, 1, 1); 3], vec![gpu(vec![], 8, 1); 4], |_, _| 1.0, Weights::default()).unwrap();
+    let p =
+        Problem::new(vec![task(0.5, 4, 1, 1); 3], vec![gpu(vec![], 8, 1); 4], |_, _| 1.0, Weights::default()).unwrap();
     let mut eval = Evaluator::new(&p, &Additive);
     for seed in 0..20 {
         let mut pond = SearchPond::new(&mut eval, seed, false);

@@ -116,7 +116,9 @@ pub enum MscError {
     Duplicate(String),
     #[error("{key} = {value:?} is not a finite number ≥ 0")]
     NotACost { key: &'static str, value: String },
-    #[error("{higher} = {higher_cost} is less than {lower} = {lower_cost}: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)")]
+    #[error(
+        "{higher} = {higher_cost} is less than {lower} = {lower_cost}: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)"
+    )]
     Decreasing { lower: &'static str, lower_cost: f64, higher: &'static str, higher_cost: f64 },
 }
 
@@ -150,7 +152,12 @@ impl MscCosts {
         }
         for k in 1..v.len() {
             if v[k] < v[k - 1] {
-                return Err(MscError::Decreasing { lower: Self::KEYS[k - 1], lower_cost: v[k - 1], higher: Self::KEYS[k], higher_cost: v[k] });
+                return Err(MscError::Decreasing {
+                    lower: Self::KEYS[k - 1],
+                    lower_cost: v[k - 1],
+                    higher: Self::KEYS[k],
+                    higher_cost: v[k],
+                });
             }
         }
         Ok(())
@@ -174,7 +181,8 @@ impl MscCosts {
                 return Err(MscError::Duplicate(name.to_string()));
             }
             given.push(name);
-            let v: f64 = value.parse().map_err(|_| MscError::NotACost { key: name, value: value.chars().take(64).collect() })?;
+            let v: f64 =
+                value.parse().map_err(|_| MscError::NotACost { key: name, value: value.chars().take(64).collect() })?;
             if let Some(slot) = costs.slot(name) {
                 *slot = v;
             }
@@ -308,7 +316,15 @@ impl ClusterTopology {
         for n in nodes {
             by_worker.entry(n.worker).or_insert(n);
         }
-        let mut t = ClusterTopology { costs, gpus: Vec::new(), slot: Vec::new(), nodes: Vec::new(), racks: Vec::new(), groups: Vec::new(), index: BTreeMap::new() };
+        let mut t = ClusterTopology {
+            costs,
+            gpus: Vec::new(),
+            slot: Vec::new(),
+            nodes: Vec::new(),
+            racks: Vec::new(),
+            groups: Vec::new(),
+            index: BTreeMap::new(),
+        };
         let mut sockets = 0;
         for (node, (worker, n)) in by_worker.into_iter().enumerate() {
             let mut devices = n.gpus;
@@ -376,7 +392,8 @@ impl ClusterTopology {
                     continue;
                 }
                 let mut members = vec![seed];
-                let mut candidates: Vec<usize> = (seed + 1..k).filter(|&j| group_of[j] == usize::MAX && grouped(level(seed, j))).collect();
+                let mut candidates: Vec<usize> =
+                    (seed + 1..k).filter(|&j| group_of[j] == usize::MAX && grouped(level(seed, j))).collect();
                 candidates.sort_by_key(|&j| (level(seed, j), j));
                 for j in candidates {
                     if members.iter().all(|&m| grouped(level(m, j))) {
@@ -401,7 +418,14 @@ impl ClusterTopology {
             // Best-connected groups first (largest, then closest), so a topology-greedy search
             // can take the first that fits.
             let mut order: Vec<usize> = (0..node_groups.len()).collect();
-            order.sort_by(|&a, &b| node_groups[b].0.len().cmp(&node_groups[a].0.len()).then(node_groups[a].1.cmp(&node_groups[b].1)).then(a.cmp(&b)));
+            order.sort_by(|&a, &b| {
+                node_groups[b]
+                    .0
+                    .len()
+                    .cmp(&node_groups[a].0.len())
+                    .then(node_groups[a].1.cmp(&node_groups[b].1))
+                    .then(a.cmp(&b))
+            });
             let mut rank = vec![0; node_groups.len()];
             for (r, &g) in order.iter().enumerate() {
                 rank[g] = r;
@@ -412,17 +436,35 @@ impl ClusterTopology {
             }
             for (i, &device) in devices.iter().enumerate() {
                 t.index.insert((worker, device), base + i);
-                t.gpus.push(GpuPlace { worker, device, group: group_base + rank[group_of[i]], socket: socket[i], node, rack });
+                t.gpus.push(GpuPlace {
+                    worker,
+                    device,
+                    group: group_base + rank[group_of[i]],
+                    socket: socket[i],
+                    node,
+                    rack,
+                });
                 t.slot.push(i);
             }
-            t.nodes.push(NodeEntry { gpus: (base..base + k).collect(), levels, links_reported: !n.topology.gpu_links.is_empty() });
+            t.nodes.push(NodeEntry {
+                gpus: (base..base + k).collect(),
+                levels,
+                links_reported: !n.topology.gpu_links.is_empty(),
+            });
         }
         t
     }
 
     /// The tree of the workers' registered GPUs and topology reports.
-    pub fn from_capacities<'a>(workers: impl IntoIterator<Item = (WorkerId, &'a Capacity)>, costs: MscCosts) -> ClusterTopology {
-        let nodes = workers.into_iter().map(|(worker, c)| NodeGpus { worker, gpus: c.gpus.iter().map(|g| g.index).collect(), topology: c.topology.clone() });
+    pub fn from_capacities<'a>(
+        workers: impl IntoIterator<Item = (WorkerId, &'a Capacity)>,
+        costs: MscCosts,
+    ) -> ClusterTopology {
+        let nodes = workers.into_iter().map(|(worker, c)| NodeGpus {
+            worker,
+            gpus: c.gpus.iter().map(|g| g.index).collect(),
+            topology: c.topology.clone(),
+        });
         ClusterTopology::new(nodes, costs)
     }
 
@@ -546,7 +588,11 @@ mod tests {
     }
 
     fn groups_of(t: &ClusterTopology, node: usize) -> Vec<(Vec<u32>, String)> {
-        t.groups().iter().filter(|g| g.node == node).map(|g| (g.gpus.iter().map(|&i| t.gpu(i).device).collect(), g.worst.to_string())).collect()
+        t.groups()
+            .iter()
+            .filter(|g| g.node == node)
+            .map(|g| (g.gpus.iter().map(|&i| t.gpu(i).device).collect(), g.worst.to_string()))
+            .collect()
     }
 
     #[test]
@@ -585,17 +631,31 @@ mod tests {
         assert_eq!(e("sys=NaN"), "sys = \"NaN\" is not a finite number ≥ 0");
         assert_eq!(e("cross-rack=inf"), "cross-rack = \"inf\" is not a finite number ≥ 0");
         assert_eq!(e("nvlink=-1"), "nvlink = \"-1\" is not a finite number ≥ 0");
-        assert_eq!(e("sys=5"), "sys = 5 is less than phb = 15: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)");
-        assert_eq!(e("nvlink=20"), "pix = 12 is less than nvlink = 20: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)");
+        assert_eq!(
+            e("sys=5"),
+            "sys = 5 is less than phb = 15: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)"
+        );
+        assert_eq!(
+            e("nvlink=20"),
+            "pix = 12 is less than nvlink = 20: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)"
+        );
         let long = format!("{}=1", "k".repeat(100_000));
         assert!(e(&long).len() < 200, "a huge key is not echoed whole");
-        assert!(MscCosts::parse("nvlink=0,pix=0,phb=0,sys=0,same-rack=0,cross-rack=0").is_ok(), "all zero: topology-blind");
+        assert!(
+            MscCosts::parse("nvlink=0,pix=0,phb=0,sys=0,same-rack=0,cross-rack=0").is_ok(),
+            "all zero: topology-blind"
+        );
     }
 
     #[test]
     fn msc_from_the_tree_on_dgx1_nodes_in_racks() {
         let t = ClusterTopology::new(
-            [node(1, DGX1, Some("r1")), node(2, DGX1_TABS, Some("r1")), node(3, DGX1, Some("r2")), bare(4, 4, Some("r1"))],
+            [
+                node(1, DGX1, Some("r1")),
+                node(2, DGX1_TABS, Some("r1")),
+                node(3, DGX1, Some("r2")),
+                bare(4, 4, Some("r1")),
+            ],
             MscCosts::default(),
         );
         assert_eq!((t.len(), t.nodes()), (28, 4));
@@ -625,7 +685,10 @@ mod tests {
             for b in 0..t.len() {
                 assert_eq!(t.msc(a, b), t.msc(b, a));
                 assert_eq!(t.msc(a, b) == 0.0, a == b);
-                assert_eq!(t.distance(a, b) == Distance::SameRack, t.gpu(a).node != t.gpu(b).node && t.gpu(a).rack == t.gpu(b).rack);
+                assert_eq!(
+                    t.distance(a, b) == Distance::SameRack,
+                    t.gpu(a).node != t.gpu(b).node && t.gpu(a).rack == t.gpu(b).rack
+                );
             }
         }
         let m = t.msc_matrix(&[g(1, 0), g(1, 3), g(3, 0)]);
@@ -637,7 +700,14 @@ mod tests {
     #[test]
     fn groups_and_sockets_follow_the_links() {
         let t = ClusterTopology::new(
-            [node(1, DGX1, None), node(2, DGX_A100, None), node(3, RTX4090, None), node(4, A10, None), node(5, PHB5, None), bare(6, 3, None)],
+            [
+                node(1, DGX1, None),
+                node(2, DGX_A100, None),
+                node(3, RTX4090, None),
+                node(4, A10, None),
+                node(5, PHB5, None),
+                bare(6, 3, None),
+            ],
             MscCosts::default(),
         );
         assert_eq!(t.racks(), [""], "no rack labels: one unnamed rack");
@@ -684,7 +754,11 @@ mod tests {
             ..Default::default()
         };
         let t = ClusterTopology::new(
-            [NodeGpus { worker: wid(1), gpus: vec![2, 1, 0, 2, 1], topology }, bare(1, 8, None), NodeGpus { worker: wid(2), gpus: vec![], topology: NodeTopology::default() }],
+            [
+                NodeGpus { worker: wid(1), gpus: vec![2, 1, 0, 2, 1], topology },
+                bare(1, 8, None),
+                NodeGpus { worker: wid(2), gpus: vec![], topology: NodeTopology::default() },
+            ],
             MscCosts::default(),
         );
         assert_eq!(t.len(), 3, "repeats once; the repeated worker's second entry is ignored");

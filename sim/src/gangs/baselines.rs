@@ -11,11 +11,11 @@
 use std::collections::{HashMap, VecDeque};
 
 use plexus_proto::{Resources, WorkerId};
-use plexus_scheduler::placer::{heuristic, Candidate, PlacementRequest, Placer};
+use plexus_scheduler::placer::{Candidate, PlacementRequest, Placer, heuristic};
 
+use super::GangError;
 use super::engine::{GangScheduler, Start};
 use super::workload::Item;
-use super::GangError;
 
 /// The workers as a baseline sees them, and the placer that picks one for a member.
 struct Cluster {
@@ -32,7 +32,8 @@ struct Cluster {
 
 impl Cluster {
     fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<Cluster, GangError> {
-        let placer = heuristic(placer, seed).ok_or_else(|| GangError::Workload(format!("unknown placer {placer:?}")))?;
+        let placer =
+            heuristic(placer, seed).ok_or_else(|| GangError::Workload(format!("unknown placer {placer:?}")))?;
         let ids = (0..workers as u64)
             .map(|n| {
                 let mut b = [0u8; 16];
@@ -40,7 +41,15 @@ impl Cluster {
                 WorkerId::from_bytes(b)
             })
             .collect();
-        Ok(Cluster { cores, free: vec![cores; workers as usize], assigned: vec![0; workers as usize], ids, placer, next_decision: 1, at: HashMap::new() })
+        Ok(Cluster {
+            cores,
+            free: vec![cores; workers as usize],
+            assigned: vec![0; workers as usize],
+            ids,
+            placer,
+            next_decision: 1,
+            at: HashMap::new(),
+        })
     }
 
     /// How many members of `cores` cores fit the free cores now, all workers together.

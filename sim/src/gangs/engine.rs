@@ -22,7 +22,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use super::workload::{GangWorkload, Item, Kind};
-use super::{GangError, GangReport, End};
+use super::{End, GangError, GangReport};
 
 /// A member a scheduler starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +108,16 @@ pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Option
     let horizon = opts.horizon_ms.unwrap_or_else(|| (last_arrival.saturating_mul(50)).max(last_arrival + 3_600_000));
     let cap = workload.cores;
     let mut free: Vec<u32> = vec![cap; workload.workers as usize];
-    let mut runs: Vec<Run> = items.iter().map(|i| Run { workers: vec![None; i.members as usize], running: 0, all_at: None, done_at: None, partial: false }).collect();
+    let mut runs: Vec<Run> = items
+        .iter()
+        .map(|i| Run {
+            workers: vec![None; i.members as usize],
+            running: 0,
+            all_at: None,
+            done_at: None,
+            partial: false,
+        })
+        .collect();
     let mut ends: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
     let mut partial: BTreeSet<usize> = BTreeSet::new();
     let mut touched: BTreeSet<usize> = BTreeSet::new();
@@ -152,11 +161,26 @@ pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Option
         // The round.
         rounds += 1;
         for s in sched.round(now) {
-            let item = items.get(s.item).ok_or_else(|| GangError::Scheduler(format!("{} started item {} of {}", sched.name(), s.item, items.len())))?;
+            let item = items.get(s.item).ok_or_else(|| {
+                GangError::Scheduler(format!("{} started item {} of {}", sched.name(), s.item, items.len()))
+            })?;
             let r = &mut runs[s.item];
-            let slot = r.workers.get_mut(s.member as usize).ok_or_else(|| GangError::Scheduler(format!("{} started member {} of item {} ({} members)", sched.name(), s.member, s.item, item.members)))?;
+            let slot = r.workers.get_mut(s.member as usize).ok_or_else(|| {
+                GangError::Scheduler(format!(
+                    "{} started member {} of item {} ({} members)",
+                    sched.name(),
+                    s.member,
+                    s.item,
+                    item.members
+                ))
+            })?;
             if slot.is_some() || r.done_at.is_some() {
-                return Err(GangError::Scheduler(format!("{} started member {} of item {} twice (at {now} ms)", sched.name(), s.member, s.item)));
+                return Err(GangError::Scheduler(format!(
+                    "{} started member {} of item {} twice (at {now} ms)",
+                    sched.name(),
+                    s.member,
+                    s.item
+                )));
             }
             if s.worker >= free.len() || free[s.worker] < item.cores {
                 return Err(GangError::Scheduler(format!(
@@ -234,7 +258,8 @@ pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Option
     for (i, r) in runs.iter().enumerate() {
         if let (Some(at), None) = (r.all_at, r.done_at) {
             let item = &items[i];
-            useful_core_ms += u64::from(item.members) * u64::from(item.cores) * makespan.saturating_sub(at).min(item.duration_ms);
+            useful_core_ms +=
+                u64::from(item.members) * u64::from(item.cores) * makespan.saturating_sub(at).min(item.duration_ms);
         }
     }
     let wait = |i: &Item| runs[i.id].all_at.map(|at| at - i.arrival_ms);

@@ -29,7 +29,7 @@ use std::io::Write;
 
 pub use baselines::{Naive, StrictFifo};
 pub use engine::{GangScheduler, Options, Start};
-pub use ours::{job_file, Ours};
+pub use ours::{Ours, job_file};
 pub use workload::{GangConfig, GangWorkload, Item, Kind};
 
 /// What can go wrong running a gang simulation.
@@ -150,18 +150,30 @@ impl GangReport {
 
     /// Useful core-seconds ÷ (cores × makespan).
     pub fn utilisation(&self) -> f64 {
-        if self.makespan_ms == 0 { 0.0 } else { self.useful_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64) }
+        if self.makespan_ms == 0 {
+            0.0
+        } else {
+            self.useful_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64)
+        }
     }
 
     /// Held core-seconds ÷ (cores × makespan): counts the cores that partially started gangs
     /// hold without progress.
     pub fn held_utilisation(&self) -> f64 {
-        if self.makespan_ms == 0 { 0.0 } else { self.held_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64) }
+        if self.makespan_ms == 0 {
+            0.0
+        } else {
+            self.held_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64)
+        }
     }
 
     /// Reserved core-seconds ÷ (cores × makespan): cores set aside for gangs, idle.
     pub fn reserved_share(&self) -> f64 {
-        if self.makespan_ms == 0 { 0.0 } else { self.reserved_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64) }
+        if self.makespan_ms == 0 {
+            0.0
+        } else {
+            self.reserved_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64)
+        }
     }
 
     /// Items that did not run to completion.
@@ -173,7 +185,9 @@ impl GangReport {
     pub fn end_str(&self) -> String {
         match &self.end {
             End::Finished => "finished".into(),
-            End::Deadlock { at_ms, gangs } => format!("deadlock at {:.0} s ({} gangs)", *at_ms as f64 / 1e3, gangs.len()),
+            End::Deadlock { at_ms, gangs } => {
+                format!("deadlock at {:.0} s ({} gangs)", *at_ms as f64 / 1e3, gangs.len())
+            }
             End::Stalled { at_ms } => format!("stalled at {:.0} s", *at_ms as f64 / 1e3),
             End::Horizon { at_ms } => format!("horizon at {:.0} s", *at_ms as f64 / 1e3),
         }
@@ -239,7 +253,13 @@ pub fn targets(workload: &GangWorkload, ours: &GangReport, fifo: &GangReport) ->
     v.push(Target {
         name: "ours: zero deadlocks, every item done",
         pass: ours.end == End::Finished && ours.anomalies.is_empty(),
-        detail: format!("{}; {} of {} items done; {} anomalies", ours.end_str(), ours.completed, ours.items, ours.anomalies.len()),
+        detail: format!(
+            "{}; {} of {} items done; {} anomalies",
+            ours.end_str(),
+            ours.completed,
+            ours.items,
+            ours.anomalies.len()
+        ),
     });
     v.push(Target {
         name: "utilisation >= strict FIFO's",
@@ -323,12 +343,30 @@ pub fn print_header(out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<10} {:<12} {:>11} {:>7} {:>8} {:>11} {:>10} {:>12} {:>6} {:>6} {:>6} {:>10} {:>9} {:>7}",
-        "seed", "scheduler", "done", "partial", "deadlock", "gang wait s", "max gang s", "small wait s", "util%", "held%", "resv%", "makespan s", "rollbacks", "rounds"
+        "seed",
+        "scheduler",
+        "done",
+        "partial",
+        "deadlock",
+        "gang wait s",
+        "max gang s",
+        "small wait s",
+        "util%",
+        "held%",
+        "resv%",
+        "makespan s",
+        "rollbacks",
+        "rounds"
     )
 }
 
 /// One workload's comparison: rows, then the targets, PASS or FAIL each.
-pub fn print_comparison(out: &mut dyn Write, label: &str, workload: &GangWorkload, c: &Comparison) -> std::io::Result<bool> {
+pub fn print_comparison(
+    out: &mut dyn Write,
+    label: &str,
+    workload: &GangWorkload,
+    c: &Comparison,
+) -> std::io::Result<bool> {
     print_rows(out, label, c)?;
     for r in [&c.ours, &c.naive, &c.fifo] {
         if r.end != End::Finished {

@@ -14,9 +14,9 @@ use plexus_scheduler::core::{Capacity, Core, CoreConfig, NodeReport, Registratio
 use plexus_scheduler::placer::heuristic;
 use plexus_scheduler::spec::{self, Format};
 
+use super::GangError;
 use super::engine::{GangScheduler, Start};
 use super::workload::{Item, Kind};
-use super::GangError;
 
 /// The name of every gang's task (and so of its gang) in its job file.
 const GANG_TASK: &str = "m";
@@ -51,7 +51,10 @@ pub fn job_file(item: &Item) -> String {
             k = item.members,
             t = item.timeout_ms,
         ),
-        Kind::Small => format!("name = \"small-{}\"\n[[task]]\nname = \"t\"\nkind = \"noop\"\ncpu = {}\n{limit}", item.id, item.cores),
+        Kind::Small => format!(
+            "name = \"small-{}\"\n[[task]]\nname = \"t\"\nkind = \"noop\"\ncpu = {}\n{limit}",
+            item.id, item.cores
+        ),
     }
 }
 
@@ -91,7 +94,15 @@ impl Ours {
                     worker: id,
                     session: session(n),
                     peer_addr: format!("http://sim-{n}:7000"),
-                    capacity: Capacity { cpus: cores, memory: WORKER_MEMORY, gpus: vec![], rails: vec![], cache_bytes: 0, hostname: format!("sim-{n}"), topology: Default::default() },
+                    capacity: Capacity {
+                        cpus: cores,
+                        memory: WORKER_MEMORY,
+                        gpus: vec![],
+                        rails: vec![],
+                        cache_bytes: 0,
+                        hostname: format!("sim-{n}"),
+                        topology: Default::default(),
+                    },
                     state: NodeReport::default(),
                     known: vec![],
                 },
@@ -100,7 +111,21 @@ impl Ours {
         }
         let _ = core.take_outbox();
         let index = ids.iter().enumerate().map(|(n, &w)| (w, n)).collect();
-        Ok(Ours { core, workers: ids, index, items: HashMap::new(), attempts: HashMap::new(), unbound: BTreeMap::new(), changed: false, anomalies: Vec::new(), reserved: 0, last_round: 0, reserved_core_ms: 0, most_reserving: 0, rounds_reserving_many: 0 })
+        Ok(Ours {
+            core,
+            workers: ids,
+            index,
+            items: HashMap::new(),
+            attempts: HashMap::new(),
+            unbound: BTreeMap::new(),
+            changed: false,
+            anomalies: Vec::new(),
+            reserved: 0,
+            last_round: 0,
+            reserved_core_ms: 0,
+            most_reserving: 0,
+            rounds_reserving_many: 0,
+        })
     }
 
     /// The core, for tests that look at its records.
@@ -121,7 +146,8 @@ impl GangScheduler for Ours {
 
     fn submit(&mut self, item: &Item, now: u64) -> Result<(), GangError> {
         let src = job_file(item);
-        let spec = spec::parse(&src, Format::Toml, "sim.toml").map_err(|e| GangError::Refused { item: item.id, why: e.to_string() })?;
+        let spec = spec::parse(&src, Format::Toml, "sim.toml")
+            .map_err(|e| GangError::Refused { item: item.id, why: e.to_string() })?;
         let id = job_id(item.id);
         self.core.submit(id, spec, now).map_err(|e| GangError::Refused { item: item.id, why: e.to_string() })?;
         self.items.insert(id, item.id);
@@ -136,7 +162,12 @@ impl GangScheduler for Ours {
             self.anomalies.push(format!("item {} member {member} finished without an attempt of the core", item.id));
             return;
         };
-        let report = Report { attempt: Some(attempt), state: Some(SubtaskState::Succeeded), finished_at: now, ..Default::default() };
+        let report = Report {
+            attempt: Some(attempt),
+            state: Some(SubtaskState::Succeeded),
+            finished_at: now,
+            ..Default::default()
+        };
         if !self.core.report(self.workers[w], &session(w), vec![report], now) {
             self.anomalies.push(format!("the core refused worker {w}'s report at {now} ms"));
         }
@@ -175,7 +206,10 @@ impl GangScheduler for Ours {
         let mut reserving: BTreeSet<JobId> = BTreeSet::new();
         for w in self.core.workers() {
             if w.allocated.cpu > w.record.capacity.cpus as f64 + 1e-9 {
-                self.anomalies.push(format!("worker {} has {} cores allocated of {} at {now} ms", w.record.id, w.allocated.cpu, w.record.capacity.cpus));
+                self.anomalies.push(format!(
+                    "worker {} has {} cores allocated of {} at {now} ms",
+                    w.record.id, w.allocated.cpu, w.record.capacity.cpus
+                ));
             }
             for (job, idx) in &w.reserved {
                 reserving.insert(*job);
@@ -220,6 +254,9 @@ impl GangScheduler for Ours {
     }
 
     fn notes(&self) -> Vec<String> {
-        vec![format!("gangs holding reservations at once: at most {}; rounds that ended with more than one: {}", self.most_reserving, self.rounds_reserving_many)]
+        vec![format!(
+            "gangs holding reservations at once: at most {}; rounds that ended with more than one: {}",
+            self.most_reserving, self.rounds_reserving_many
+        )]
     }
 }

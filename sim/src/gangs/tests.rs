@@ -10,7 +10,16 @@ fn gang(at: u64, members: u32, cores: u32, dur: u64, timeout: u64) -> Item {
 }
 
 fn small(at: u64, dur: u64) -> Item {
-    Item { id: 0, kind: Kind::Small, arrival_ms: at, members: 1, cores: 1, duration_ms: dur, timeout_ms: 0, limit_ms: 0 }
+    Item {
+        id: 0,
+        kind: Kind::Small,
+        arrival_ms: at,
+        members: 1,
+        cores: 1,
+        duration_ms: dur,
+        timeout_ms: 0,
+        limit_ms: 0,
+    }
 }
 
 fn run(w: &GangWorkload, p: Policy) -> GangReport {
@@ -25,7 +34,12 @@ fn run(w: &GangWorkload, p: Policy) -> GangReport {
 /// whole at 10 s, then B; so does strict FIFO.
 #[test]
 fn naive_partially_starts_and_deadlocks_where_ours_does_not() {
-    let w = GangWorkload::from_items(2, 2, vec![small(0, 10 * S), gang(500, 2, 2, 20 * S, 120 * S), gang(600, 3, 1, 20 * S, 120 * S)]).unwrap();
+    let w = GangWorkload::from_items(
+        2,
+        2,
+        vec![small(0, 10 * S), gang(500, 2, 2, 20 * S, 120 * S), gang(600, 3, 1, 20 * S, 120 * S)],
+    )
+    .unwrap();
 
     let naive = run(&w, Policy::Naive);
     assert_eq!(naive.partial_starts, 2, "{naive:?}");
@@ -76,7 +90,11 @@ fn ours_backfills_small_tasks_that_strict_fifo_holds_back() {
     assert_eq!(ours.gang_wait_ms, vec![Some(99 * S)]);
     assert_eq!(fifo.gang_wait_ms, vec![Some(99 * S)]);
     let waits = |r: &GangReport| r.small_wait_ms.iter().map(|w| w.unwrap()).collect::<Vec<_>>();
-    assert!(waits(&ours)[2..].iter().all(|&w| w <= 100), "ours: the short tasks start within a round: {:?}", waits(&ours));
+    assert!(
+        waits(&ours)[2..].iter().all(|&w| w <= 100),
+        "ours: the short tasks start within a round: {:?}",
+        waits(&ours)
+    );
     assert!(waits(&fifo)[2..].iter().all(|&w| w >= 48 * S), "strict FIFO: they wait for the gang: {:?}", waits(&fifo));
     assert!(ours.mean_small_wait_s() <= 0.5 * fifo.mean_small_wait_s());
     assert_eq!((ours.partial_starts, fifo.partial_starts), (0, 0));
@@ -95,7 +113,8 @@ fn with_time_limits_the_head_plans_its_start_and_short_work_uses_its_workers() {
         i.limit_ms = 2 * i.duration_ms;
         i
     };
-    let mut items = vec![limited(small(0, 100 * S)), limited(small(0, 100 * S)), limited(gang(1_000, 2, 2, 50 * S, 120 * S))];
+    let mut items =
+        vec![limited(small(0, 100 * S)), limited(small(0, 100 * S)), limited(gang(1_000, 2, 2, 50 * S, 120 * S))];
     items.extend((0..10).map(|i| limited(small(2_000 + i * 5 * S, 5 * S))));
     let w = GangWorkload::from_items(3, 2, items).unwrap();
     let ours = run(&w, Policy::Ours);
@@ -119,7 +138,10 @@ fn a_head_that_cannot_fill_rolls_back_and_still_runs() {
     // Reservations at 0.5 s; deadlines at 5.5, then after 1 s, 2 s, 4 s, 8 s back-offs...
     assert!(ours.rollbacks >= 3, "{}", ours.rollbacks);
     let wait = ours.gang_wait_ms[0].unwrap();
-    assert!((30 * S - 500..=30 * S - 500 + 16 * S).contains(&wait), "bound when the small task ended or at the end of a back-off: {wait}");
+    assert!(
+        (30 * S - 500..=30 * S - 500 + 16 * S).contains(&wait),
+        "bound when the small task ended or at the end of a back-off: {wait}"
+    );
 }
 
 /// Same configuration and seed: the same workload and the same figures; another seed: another
@@ -131,7 +153,12 @@ fn the_same_seed_gives_the_same_numbers() {
     let a = GangWorkload::generate(&config, 7).unwrap();
     assert_eq!(a, GangWorkload::generate(&config, 7).unwrap());
     assert_ne!(a.items, GangWorkload::generate(&config, 8).unwrap().items);
-    assert!(a.gangs().count() >= 3 && a.smalls().count() > 100, "{} gangs, {} small", a.gangs().count(), a.smalls().count());
+    assert!(
+        a.gangs().count() >= 3 && a.smalls().count() > 100,
+        "{} gangs, {} small",
+        a.gangs().count(),
+        a.smalls().count()
+    );
     for p in Policy::ALL {
         let (x, y) = (run(&a, p), run(&a, p));
         assert_eq!(x, y, "{}", p.name());
@@ -183,7 +210,10 @@ fn workloads_have_the_configured_shape_and_load() {
     }
     let mean = loads.iter().sum::<f64>() / loads.len() as f64;
     assert!((0.65..0.95).contains(&mean), "mean offered load {mean} for 0.8 ({loads:?})");
-    assert!(GangWorkload::generate(&GangConfig { member_cores: vec![16], ..config.clone() }, 1).is_err(), "members larger than a worker");
+    assert!(
+        GangWorkload::generate(&GangConfig { member_cores: vec![16], ..config.clone() }, 1).is_err(),
+        "members larger than a worker"
+    );
     assert!(GangWorkload::from_items(2, 2, vec![gang(0, 5, 1, S, S)]).is_err(), "a gang larger than the cluster");
     assert!(GangWorkload::from_items(2, 2, vec![small(5, S), small(0, S)]).is_err(), "out of order");
 }
@@ -215,7 +245,8 @@ fn the_loop_refuses_impossible_starts() {
     let e = engine::run(&w, &mut Greedy(Vec::new()), &Options::default()).unwrap_err();
     assert!(matches!(&e, GangError::Scheduler(m) if m.contains("with 0 cores free")), "{e}");
     let w = GangWorkload::from_items(2, 2, vec![small(0, S)]).unwrap();
-    let e = engine::run(&w, &mut Greedy(vec![Start { item: 0, member: 0, worker: 1 }]), &Options::default()).unwrap_err();
+    let e =
+        engine::run(&w, &mut Greedy(vec![Start { item: 0, member: 0, worker: 1 }]), &Options::default()).unwrap_err();
     assert!(matches!(&e, GangError::Scheduler(m) if m.contains("twice")), "{e}");
 }
 
@@ -223,12 +254,14 @@ fn the_loop_refuses_impossible_starts() {
 #[test]
 fn job_files_carry_the_gang_fields() {
     let g = GangWorkload::from_items(4, 8, vec![gang(0, 12, 2, S, 30 * S)]).unwrap();
-    let spec = plexus_scheduler::spec::parse(&job_file(&g.items[0]), plexus_scheduler::spec::Format::Toml, "g.toml").unwrap();
+    let spec =
+        plexus_scheduler::spec::parse(&job_file(&g.items[0]), plexus_scheduler::spec::Format::Toml, "g.toml").unwrap();
     let t = &spec.tasks[0];
     assert_eq!((t.replicas, t.resources.cpu), (12, 2.0));
     let gs = t.gang.as_ref().unwrap();
     assert_eq!((gs.min_members, gs.timeout_ms), (12, 30 * S));
-    let s = plexus_scheduler::spec::parse(&job_file(&small(0, S)), plexus_scheduler::spec::Format::Toml, "s.toml").unwrap();
+    let s =
+        plexus_scheduler::spec::parse(&job_file(&small(0, S)), plexus_scheduler::spec::Format::Toml, "s.toml").unwrap();
     assert!(s.tasks[0].gang.is_none() && s.tasks[0].replicas == 1);
 }
 
@@ -241,7 +274,12 @@ fn job_files_carry_the_gang_fields() {
 /// deadline runs from the moment it is head: both finish.
 #[test]
 fn a_waiting_gangs_reservations_never_block_the_head_forever() {
-    let w = GangWorkload::from_items(2, 2, vec![small(0, 100 * S), gang(500, 2, 2, 10 * S, 5 * S), gang(600, 4, 1, 10 * S, 5 * S)]).unwrap();
+    let w = GangWorkload::from_items(
+        2,
+        2,
+        vec![small(0, 100 * S), gang(500, 2, 2, 10 * S, 5 * S), gang(600, 4, 1, 10 * S, 5 * S)],
+    )
+    .unwrap();
     let mut sched = Ours::new(2, 2, "least-loaded", 0).unwrap();
     let ours = engine::run(&w, &mut sched, &Options::default()).unwrap();
     let core = sched.core();

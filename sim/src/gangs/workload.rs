@@ -80,7 +80,8 @@ impl GangConfig {
         if self.member_cores.is_empty() || self.member_cores.iter().any(|&c| c == 0 || c > self.cores) {
             return bad(format!("member_cores {:?} on {}-core workers", self.member_cores, self.cores));
         }
-        if self.gang_s.0 == 0 || self.gang_s.0 > self.gang_s.1 || self.small_s.0 == 0 || self.small_s.0 > self.small_s.1 {
+        if self.gang_s.0 == 0 || self.gang_s.0 > self.gang_s.1 || self.small_s.0 == 0 || self.small_s.0 > self.small_s.1
+        {
             return bad(format!("durations gang_s {:?}, small_s {:?}", self.gang_s, self.small_s));
         }
         Ok(())
@@ -191,11 +192,29 @@ impl GangWorkload {
             let most = config.workers * (config.cores / cores);
             let members = rng.random_range(config.members.0..=config.members.1).min(most);
             let duration_ms = uniform(&mut rng, config.gang_s) * 1_000;
-            items.push(Item { id: 0, kind: Kind::Gang, arrival_ms: at, members, cores, duration_ms, timeout_ms: config.gang_timeout_ms, limit_ms: 0 });
+            items.push(Item {
+                id: 0,
+                kind: Kind::Gang,
+                arrival_ms: at,
+                members,
+                cores,
+                duration_ms,
+                timeout_ms: config.gang_timeout_ms,
+                limit_ms: 0,
+            });
         }
         for at in poisson(&mut rng, small_rate, window_ms) {
             let duration_ms = uniform(&mut rng, config.small_s) * 1_000;
-            items.push(Item { id: 0, kind: Kind::Small, arrival_ms: at, members: 1, cores: 1, duration_ms, timeout_ms: 0, limit_ms: 0 });
+            items.push(Item {
+                id: 0,
+                kind: Kind::Small,
+                arrival_ms: at,
+                members: 1,
+                cores: 1,
+                duration_ms,
+                timeout_ms: 0,
+                limit_ms: 0,
+            });
         }
         // Stable: at equal times gangs (drawn first) come first.
         items.sort_by_key(|i| i.arrival_ms);
@@ -215,10 +234,16 @@ impl GangWorkload {
         for (n, i) in items.iter_mut().enumerate() {
             i.id = n;
             if i.members == 0 || i.cores == 0 || i.cores > cores || i.duration_ms == 0 {
-                return Err(GangError::Workload(format!("item {n}: {} members × {} cores for {} ms on {cores}-core workers", i.members, i.cores, i.duration_ms)));
+                return Err(GangError::Workload(format!(
+                    "item {n}: {} members × {} cores for {} ms on {cores}-core workers",
+                    i.members, i.cores, i.duration_ms
+                )));
             }
             if i.members > workers * (cores / i.cores) {
-                return Err(GangError::Workload(format!("item {n}: {} members of {} cores never fit {workers} workers × {cores} cores at once", i.members, i.cores)));
+                return Err(GangError::Workload(format!(
+                    "item {n}: {} members of {} cores never fit {workers} workers × {cores} cores at once",
+                    i.members, i.cores
+                )));
             }
             if i.kind == Kind::Gang && i.timeout_ms == 0 {
                 return Err(GangError::Workload(format!("item {n}: a gang needs a deadline")));

@@ -8,9 +8,9 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use plexus_scheduler::gpu::TaskVector;
 use plexus_scheduler::gpu::objective::{GpuCandidate, Problem, Weights};
 use plexus_scheduler::gpu::search::SearchError;
-use plexus_scheduler::gpu::TaskVector;
 
 use super::truth::Kind;
 use crate::config::GIB;
@@ -191,7 +191,8 @@ impl GpuCluster {
                 if rng.random::<f64>() < config.busy {
                     let tasks = if rng.random::<f64>() < config.second { 2 } else { 1 };
                     for _ in 0..tasks {
-                        let pool: &[Kind] = if rng.random::<f64>() < config.services { &Kind::SERVICES } else { &Kind::TRAINING };
+                        let pool: &[Kind] =
+                            if rng.random::<f64>() < config.services { &Kind::SERVICES } else { &Kind::TRAINING };
                         let t = pool[rng.random_range(0..pool.len())].task(config.device_memory);
                         if gpu.free_memory() >= t.gpu_memory {
                             gpu.resident.push(t);
@@ -223,8 +224,15 @@ impl GpuCluster {
     /// The candidates for a gang of `members`: when they share GPUs (`gpu_share`), every GPU
     /// not held exclusively, taking up to `members_per_gpu` of them in its free memory; else
     /// only idle GPUs, one member each. Returns the problem and each candidate's GPU index.
-    pub fn problem(&self, members: Vec<TaskVector>, share: bool, weights: Weights) -> Result<(Problem, Vec<usize>), SearchError> {
-        let ids: Vec<usize> = (0..self.gpus.len()).filter(|&g| !self.gpus[g].exclusive && (share || self.gpus[g].resident.is_empty())).collect();
+    pub fn problem(
+        &self,
+        members: Vec<TaskVector>,
+        share: bool,
+        weights: Weights,
+    ) -> Result<(Problem, Vec<usize>), SearchError> {
+        let ids: Vec<usize> = (0..self.gpus.len())
+            .filter(|&g| !self.gpus[g].exclusive && (share || self.gpus[g].resident.is_empty()))
+            .collect();
         let candidates = ids
             .iter()
             .map(|&g| {

@@ -53,7 +53,7 @@ use plexus_scheduler::gpu::objective::{Evaluator, GpuCandidate, Problem, Weights
 use plexus_scheduler::gpu::search::{self, SearchError, SflaParams};
 use plexus_scheduler::gpu::{InterferenceModel, TaskVector};
 
-use super::cluster::{gang, GpuCluster, GpuClusterConfig};
+use super::cluster::{GpuCluster, GpuClusterConfig, gang};
 use super::truth::{GroundTruth, Kind};
 
 /// The bandwidth msc 1 stands for, bytes per second: NV2 on a V100-generation machine
@@ -95,7 +95,14 @@ impl JctConfig {
     /// them sharing GPUs, each running 5 minutes to 1 hour alone — the short end of the training
     /// jobs of the traces Gandiva and Lucid replay (most jobs are short, a few long).
     pub fn new(gpus: usize, load: f64) -> JctConfig {
-        JctConfig { cluster: GpuClusterConfig::new(gpus), jobs: 200, load, share: 0.5, members: vec![2, 4, 8, 16], solo_s: (300.0, 3_600.0) }
+        JctConfig {
+            cluster: GpuClusterConfig::new(gpus),
+            jobs: 200,
+            load,
+            share: 0.5,
+            members: vec![2, 4, 8, 16],
+            solo_s: (300.0, 3_600.0),
+        }
     }
 
     fn validate(&self) -> Result<(), JctError> {
@@ -176,10 +183,17 @@ impl JctWorkload {
                 return Err(JctError::Workload(format!("job {k} has id {}; ids are the jobs' indices", j.id)));
             }
             if j.members == 0 || j.iterations == 0 || !(j.arrival_ms.is_finite() && j.arrival_ms >= 0.0) {
-                return Err(JctError::Workload(format!("job {k}: {} members, {} iterations, arrival {} ms", j.members, j.iterations, j.arrival_ms)));
+                return Err(JctError::Workload(format!(
+                    "job {k}: {} members, {} iterations, arrival {} ms",
+                    j.members, j.iterations, j.arrival_ms
+                )));
             }
             if k > 0 && j.arrival_ms < self.jobs[k - 1].arrival_ms {
-                return Err(JctError::Workload(format!("job {k} arrives at {} ms, before job {}", j.arrival_ms, k - 1)));
+                return Err(JctError::Workload(format!(
+                    "job {k} arrives at {} ms, before job {}",
+                    j.arrival_ms,
+                    k - 1
+                )));
             }
         }
         Ok(())
@@ -284,7 +298,8 @@ struct Run {
 pub fn sync_ms(cluster: &GpuCluster, kind: Kind, gpus: &[usize]) -> f64 {
     let m = gpus.len();
     let per_pair = 2.0 * kind.profile().model_bytes as f64 / m as f64;
-    let worst = gpus.iter().map(|&a| gpus.iter().map(|&b| cluster.msc(a, b)).sum::<f64>() * per_pair).fold(0.0, f64::max);
+    let worst =
+        gpus.iter().map(|&a| gpus.iter().map(|&b| cluster.msc(a, b)).sum::<f64>() * per_pair).fold(0.0, f64::max);
     worst / MSC_UNIT_BYTES_PER_S * 1e3
 }
 
@@ -324,7 +339,8 @@ impl Sim<'_> {
         (0..self.w.cluster.gpus.len())
             .filter_map(|g| {
                 let gpu = &self.w.cluster.gpus[g];
-                let (held, others) = if gangs_running { (self.held[g], !self.on_gpu[g].is_empty()) } else { (gpu.exclusive, false) };
+                let (held, others) =
+                    if gangs_running { (self.held[g], !self.on_gpu[g].is_empty()) } else { (gpu.exclusive, false) };
                 if held || (!job.share && (others || !gpu.resident.is_empty())) {
                     return None;
                 }
@@ -345,10 +361,19 @@ impl Sim<'_> {
         }
         let slots = if job.share { self.w.cluster.config.members_per_gpu } else { 1 };
         let ids: Vec<usize> = room.iter().map(|&(g, _)| g).collect();
-        let gpus = ids.iter().map(|&g| GpuCandidate { resident: self.tasks(g), free_memory: self.free_memory(g), slots }).collect();
+        let gpus = ids
+            .iter()
+            .map(|&g| GpuCandidate { resident: self.tasks(g), free_memory: self.free_memory(g), slots })
+            .collect();
         let cluster = &self.w.cluster;
         let fail = |error| JctError::Search { placer: placer.name.clone(), job: j, error };
-        let problem = Problem::new(gang(job.kind, job.members, self.device()), gpus, |a, b| cluster.msc(ids[a], ids[b]), placer.weights).map_err(fail)?;
+        let problem = Problem::new(
+            gang(job.kind, job.members, self.device()),
+            gpus,
+            |a, b| cluster.msc(ids[a], ids[b]),
+            placer.weights,
+        )
+        .map_err(fail)?;
         let mut eval = Evaluator::new(&problem, placer.model);
         let seed = self.w.seed ^ (j as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let found = match &placer.search {
@@ -373,7 +398,8 @@ impl Sim<'_> {
             }
             let tasks = self.tasks(g);
             let residents = self.w.cluster.gpus[g].resident.len();
-            let at = residents + self.on_gpu[g].iter().position(|&o| o == j).expect("a member of a running job is on its GPU");
+            let at = residents
+                + self.on_gpu[g].iter().position(|&o| o == j).expect("a member of a running job is on its GPU");
             compute = compute.max(p.solo_ms * self.truth.predict(&tasks)[at]);
         }
         compute + sync_ms(&self.w.cluster, job.kind, gpus)
@@ -419,7 +445,8 @@ pub fn simulate(w: &JctWorkload, truth: &GroundTruth, placer: &Placer<'_>) -> Re
     let mut next = 0;
     loop {
         // The running set is bounded by the cluster (every job holds a GPU), not by the queue.
-        let ending = sim.running.iter().map(|&j| (sim.end_ms(j), j)).min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let ending =
+            sim.running.iter().map(|&j| (sim.end_ms(j), j)).min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let arrival = w.jobs.get(next).map(|j| j.arrival_ms);
         // An end at the same time as an arrival goes first: it frees room.
         let now = match (arrival, ending) {

@@ -4,7 +4,7 @@
 use plexus_scheduler::gpu::objective::Weights;
 use plexus_scheduler::gpu::search::SflaParams;
 
-use super::jct::{simulate, sync_ms, GangJob, JctConfig, JctReport, JctWorkload, Placer, Search, MSC_UNIT_BYTES_PER_S};
+use super::jct::{GangJob, JctConfig, JctReport, JctWorkload, MSC_UNIT_BYTES_PER_S, Placer, Search, simulate, sync_ms};
 use super::*;
 
 fn exact() -> GroundTruth {
@@ -54,7 +54,14 @@ fn a_tiny_case_matches_the_hand_computed_times() {
     let alone = 85.0 + sync;
     // Two ResNet-50s on one GPU: 2.156875 each (truth.rs's test).
     let shared = 85.0 * 2.156875 + sync;
-    let job = |id, arrival_ms, members, share, iterations| GangJob { id, arrival_ms, kind: Kind::ResNet50, members, share, iterations };
+    let job = |id, arrival_ms, members, share, iterations| GangJob {
+        id,
+        arrival_ms,
+        kind: Kind::ResNet50,
+        members,
+        share,
+        iterations,
+    };
     let w = JctWorkload {
         cluster,
         jobs: vec![
@@ -108,19 +115,25 @@ fn check_feasible(w: &JctWorkload, r: &JctReport) {
         let t = o.start_ms;
         let live: Vec<_> = r.jobs.iter().filter(|p| p.start_ms <= t && p.end_ms > t).collect();
         for (g, gpu) in w.cluster.gpus.iter().enumerate() {
-            let members: Vec<usize> = live.iter().flat_map(|p| p.gpus.iter().filter(move |&&h| h == g).map(move |_| p.id)).collect();
+            let members: Vec<usize> =
+                live.iter().flat_map(|p| p.gpus.iter().filter(move |&&h| h == g).map(move |_| p.id)).collect();
             if members.is_empty() {
                 continue;
             }
             assert!(!gpu.exclusive, "{}: GPU {g} is held by its resident", r.placer);
-            let memory: u64 = gpu.resident.iter().map(|v| v.gpu_memory).sum::<u64>() + members.iter().map(|&j| w.jobs[j].kind.profile().gpu_memory).sum::<u64>();
+            let memory: u64 = gpu.resident.iter().map(|v| v.gpu_memory).sum::<u64>()
+                + members.iter().map(|&j| w.jobs[j].kind.profile().gpu_memory).sum::<u64>();
             assert!(memory <= gpu.device_memory, "{}: GPU {g} at {t} ms holds {memory} bytes", r.placer);
             for &j in &members {
                 let count = members.iter().filter(|&&k| k == j).count();
                 if w.jobs[j].share {
                     assert!(count <= config.members_per_gpu, "{}: job {j} has {count} members on GPU {g}", r.placer);
                 } else {
-                    assert!(count == 1 && members.len() == 1 && gpu.resident.is_empty(), "{}: exclusive job {j} shares GPU {g}", r.placer);
+                    assert!(
+                        count == 1 && members.len() == 1 && gpu.resident.is_empty(),
+                        "{}: exclusive job {j} shares GPU {g}",
+                        r.placer
+                    );
                 }
             }
         }

@@ -24,6 +24,6 @@ mod jct_tests;
 #[cfg(test)]
 mod tests;
 
-pub use cluster::{gang, GpuCluster, GpuClusterConfig, Link, MscLevels, NodeKind, SimGpu};
+pub use cluster::{GpuCluster, GpuClusterConfig, Link, MscLevels, NodeKind, SimGpu, gang};
 pub use jct::{GangJob, JctConfig, JctError, JctReport, JctWorkload, JobOutcome, Placer, Search};
 pub use truth::{GroundTruth, Kind, Profile};

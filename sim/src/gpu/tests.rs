@@ -1,12 +1,12 @@
 //! Tests of the ground truth, the simulated GPU clusters, and the searches on them with the
 //! truth as the oracle.
 
-use rand::rngs::StdRng;
 use rand::SeedableRng;
+use rand::rngs::StdRng;
 
+use plexus_scheduler::gpu::InterferenceModel;
 use plexus_scheduler::gpu::objective::{Evaluator, Weights};
 use plexus_scheduler::gpu::search::{self, SflaParams};
-use plexus_scheduler::gpu::InterferenceModel;
 
 use super::*;
 use crate::config::GIB;
@@ -158,9 +158,13 @@ fn sfla_on_the_truth_is_optimal_when_small_and_beats_greedy_on_128_gpus() {
     for gpus in [8, 32] {
         for (seed, members) in (0..6).zip([2, 3, 4].into_iter().cycle()) {
             let cluster = GpuCluster::generate(&GpuClusterConfig::new(gpus), seed);
-            let (p, _) = cluster.problem(gang(Kind::TRAINING[seed as usize % 5], members, DEVICE), true, Weights::default()).unwrap();
+            let (p, _) = cluster
+                .problem(gang(Kind::TRAINING[seed as usize % 5], members, DEVICE), true, Weights::default())
+                .unwrap();
             let truth = GroundTruth::new(seed);
-            let Ok(best) = search::exhaustive(&mut Evaluator::new(&p, &truth), search::EXHAUSTIVE_LIMIT) else { continue };
+            let Ok(best) = search::exhaustive(&mut Evaluator::new(&p, &truth), search::EXHAUSTIVE_LIMIT) else {
+                continue;
+            };
             let found = search::sfla(&mut Evaluator::new(&p, &truth), &SflaParams::default(), seed).unwrap();
             gaps.push(found.objective / best.objective - 1.0);
         }
@@ -173,13 +177,17 @@ fn sfla_on_the_truth_is_optimal_when_small_and_beats_greedy_on_128_gpus() {
         let mut gains = Vec::new();
         for seed in 0..4 {
             let cluster = GpuCluster::generate(&GpuClusterConfig { busy, ..GpuClusterConfig::new(128) }, seed);
-            let (p, _) = cluster.problem(gang(Kind::TRAINING[seed as usize % 5], 16, DEVICE), true, Weights::default()).unwrap();
+            let (p, _) =
+                cluster.problem(gang(Kind::TRAINING[seed as usize % 5], 16, DEVICE), true, Weights::default()).unwrap();
             let truth = GroundTruth::new(seed);
             let found = search::sfla(&mut Evaluator::new(&p, &truth), &SflaParams::default(), seed).unwrap();
             assert!(p.is_feasible(&found.assignment));
             let greedy = search::greedy(&mut Evaluator::new(&p, &truth)).unwrap();
             let topology = search::topology_greedy(&mut Evaluator::new(&p, &truth)).unwrap();
-            assert!(found.objective <= greedy.objective.min(topology.objective) + 1e-12, "seed {seed}: never worse than the heuristics it starts from");
+            assert!(
+                found.objective <= greedy.objective.min(topology.objective) + 1e-12,
+                "seed {seed}: never worse than the heuristics it starts from"
+            );
             gains.push(1.0 - found.objective / greedy.objective);
         }
         let mean = gains.iter().sum::<f64>() / gains.len() as f64;

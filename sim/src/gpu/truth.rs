@@ -77,7 +77,15 @@ pub struct Profile {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [Kind::ResNet50, Kind::Vgg16, Kind::BertBase, Kind::Gpt2Small, Kind::Lstm, Kind::ServeResNet50, Kind::ServeBert];
+    pub const ALL: [Kind; 7] = [
+        Kind::ResNet50,
+        Kind::Vgg16,
+        Kind::BertBase,
+        Kind::Gpt2Small,
+        Kind::Lstm,
+        Kind::ServeResNet50,
+        Kind::ServeBert,
+    ];
     /// The kinds that train (gang members, and single-GPU trainers resident on a GPU).
     pub const TRAINING: [Kind; 5] = [Kind::ResNet50, Kind::Vgg16, Kind::BertBase, Kind::Gpt2Small, Kind::Lstm];
     /// The inference services.
@@ -111,7 +119,10 @@ impl Kind {
 
     /// The kind's signature hash (FNV-1a of its name): stable across runs and builds.
     pub fn signature(self) -> u64 {
-        self.profile().name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+        self.profile()
+            .name
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
     }
 
     pub fn from_signature(signature: u64) -> Option<Kind> {
@@ -163,7 +174,10 @@ impl GroundTruth {
 
     /// A noisy measurement of the slowdowns, as a worker would report them.
     pub fn measure(&self, tasks: &[TaskVector], rng: &mut impl Rng) -> Vec<f64> {
-        self.predict(tasks).into_iter().map(|s| (s * (self.noise * normal(rng.random(), rng.random())).exp()).max(1.0)).collect()
+        self.predict(tasks)
+            .into_iter()
+            .map(|s| (s * (self.noise * normal(rng.random(), rng.random())).exp()).max(1.0))
+            .collect()
     }
 }
 
@@ -174,7 +188,8 @@ impl InterferenceModel for GroundTruth {
         let b: f64 = hidden.iter().map(|h| h.0).sum();
         let memory: u64 = tasks.iter().map(|t| t.gpu_memory).sum();
         let device = tasks.iter().map(|t| t.device_memory).max().unwrap_or(0);
-        let paging = if device > 0 && memory > device { 1.0 + 4.0 * (memory - device) as f64 / device as f64 } else { 1.0 };
+        let paging =
+            if device > 0 && memory > device { 1.0 + 4.0 * (memory - device) as f64 / device as f64 } else { 1.0 };
         tasks
             .iter()
             .zip(&hidden)
@@ -183,7 +198,8 @@ impl InterferenceModel for GroundTruth {
                 if tasks.len() == 1 {
                     return paging;
                 }
-                let contention = si * (self.kappa_bw * bi * (b - bi) + self.kappa_sm * t.utilisation * (u - t.utilisation));
+                let contention =
+                    si * (self.kappa_bw * bi * (b - bi) + self.kappa_sm * t.utilisation * (u - t.utilisation));
                 (u.max(1.0) + contention) * self.effect(tasks, i).exp() * paging
             })
             .collect()
@@ -194,7 +210,8 @@ impl GroundTruth {
     /// `σ·z` for task i among `tasks`: a hash of the seed, its signature and the sorted
     /// signatures of the others, so it does not depend on their order.
     fn effect(&self, tasks: &[TaskVector], i: usize) -> f64 {
-        let mut others: Vec<u64> = tasks.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, t)| t.signature).collect();
+        let mut others: Vec<u64> =
+            tasks.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, t)| t.signature).collect();
         others.sort_unstable();
         let mut h = mix(self.seed ^ mix(tasks[i].signature));
         for s in others {
