@@ -312,15 +312,16 @@ pub mod gloo {
 }
 
 /// Pieces of the live benchmarks (`placement-live`) that run real worker processes under
-/// limits the benchmark sets: CPU quotas in cgroups of the benchmark's own, a TCP forwarder
-/// that lets processes in the rail rig's namespaces reach a coordinator on loopback, and a
-/// guard that stops child processes.
+/// limits the benchmark sets: CPU quotas in cgroups of the benchmark's own, the command prefix
+/// that puts a worker in one, and a TCP forwarder that lets processes in the rail rig's
+/// namespaces reach a coordinator on loopback.
 pub mod live {
+    use std::ffi::OsString;
     use std::io;
     use std::net::{IpAddr, SocketAddr};
     use std::path::{Path, PathBuf};
-    use std::process::{Child, Command, Stdio};
-    use std::time::{Duration, Instant};
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
 
     /// The parent of every cgroup the live benchmarks make, in the cpu hierarchy.
     pub const CGROUP_PARENT: &str = "plexus-bench-live";
@@ -456,56 +457,22 @@ pub mod live {
         eprintln!("warning: could not remove the cgroup {}", d.display());
     }
 
-    /// The command line that runs `program args` inside the cgroup whose `cgroup.procs` is
-    /// `procs` (the shell writes its pid there, then executes the program in its place), and
-    /// in network namespace `netns` when one is given (`ip netns exec`, which keeps the pid).
-    pub fn confined(procs: &Path, netns: Option<&str>, program: &Path, args: &[String]) -> Command {
-        let mut c = Command::new("sh");
-        c.arg("-c").arg("echo $$ > \"$1\" || exit 97; shift; exec \"$@\"").arg("sh").arg(procs);
+    /// The command prefix that runs a program inside the cgroup whose `cgroup.procs` is `procs`
+    /// (the shell writes its pid there, then executes the program in its place), and in network
+    /// namespace `netns` when one is given (`ip netns exec`, which keeps the pid). The program
+    /// and its arguments follow it (see `plexus_launch::WorkerLaunch::prefix`).
+    pub fn confined(procs: &Path, netns: Option<&str>) -> Vec<OsString> {
+        let mut c: Vec<OsString> = vec![
+            "sh".into(),
+            "-c".into(),
+            "echo $$ > \"$1\" || exit 97; shift; exec \"$@\"".into(),
+            "sh".into(),
+            procs.into(),
+        ];
         if let Some(ns) = netns {
-            c.args(["ip", "netns", "exec", ns]);
+            c.extend(["ip".into(), "netns".into(), "exec".into(), ns.into()]);
         }
-        c.arg(program).args(args);
         c
-    }
-
-    /// Child processes stopped when dropped: SIGTERM to each, up to `grace` for them to exit
-    /// (a worker kills its subtasks' process groups then), then SIGKILL.
-    pub struct Children {
-        pub procs: Vec<Child>,
-        pub grace: Duration,
-    }
-
-    impl Children {
-        pub fn new(grace: Duration) -> Children {
-            Children { procs: Vec::new(), grace }
-        }
-
-        /// The first child that has exited, with its status.
-        pub fn exited(&mut self) -> Option<(usize, std::process::ExitStatus)> {
-            self.procs.iter_mut().enumerate().find_map(|(i, c)| c.try_wait().ok().flatten().map(|s| (i, s)))
-        }
-
-        pub fn stop(&mut self) {
-            for c in &self.procs {
-                let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).stderr(Stdio::null()).status();
-            }
-            let deadline = Instant::now() + self.grace;
-            for c in &mut self.procs {
-                while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            self.procs.clear();
-        }
-    }
-
-    impl Drop for Children {
-        fn drop(&mut self) {
-            self.stop();
-        }
     }
 
     /// A TCP forwarder: connections to `listen_ip:<port>` are relayed to `target`, on a thread

@@ -3,16 +3,17 @@
 //! the control-plane benchmark use it to kill, pause and resume leaders.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use plexus_launch::{Http, LaunchError, LocalCluster, Store, WorkerLaunch};
 use plexus_proto::pb;
 use plexus_proto::pb::job_service_client::JobServiceClient;
 use plexus_security::tls::Bearer;
 use tonic::service::interceptor::InterceptedService;
 
+use crate::bin_dir;
 use crate::etcd::EtcdCluster;
-use crate::{bin_dir, log_file};
 
 pub type Client = JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>;
 
@@ -57,54 +58,63 @@ pub struct HaCluster {
     pub urls: Vec<String>,
     /// Coordinator i's dashboard address (`ip:port`), with [`HaConfig::http`].
     pub http: Vec<Option<String>>,
-    coordinators: Vec<Option<Child>>,
-    workers: Vec<Option<Child>>,
     pub ca: String,
     pub admin_token: String,
-    join_token: PathBuf,
+    /// The coordinators and workers, started and stopped by the one launcher.
+    launch: LocalCluster,
     rt: tokio::runtime::Runtime,
 }
 
 impl HaCluster {
     /// Starts etcd, the coordinators (one after the other, so the first makes the CA and the
     /// first tokens) and the workers; waits until one coordinator leads and every worker is
-    /// alive. `Err`: etcd is not installed (the reason, for a test to print and skip).
-    pub fn start(config: HaConfig) -> Result<HaCluster, String> {
+    /// alive. `Err`: etcd could not be started ([`LaunchError::is_missing_tool`] says whether
+    /// only because it is not installed); a coordinator or worker that does not start panics.
+    pub fn start(config: HaConfig) -> Result<HaCluster, LaunchError> {
         let etcd = EtcdCluster::start(config.etcd_members)?;
         let dir = tempfile::Builder::new().prefix("plexus-ha-").tempdir().expect("a temp dir");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+        let bin = bin_dir();
+        let launch = LocalCluster::builder(dir.path())
+            .bin_dir(&bin)
+            .store(Store::Etcd(etcd.url()))
+            .coordinators(config.coordinators)
+            .http(if config.http { Http::AnyPort } else { Http::Off })
+            .lease_ttl_s(config.lease_ttl_s)
+            .coordinator_args(&config.coordinator_args)
+            .advertise(config.advertise.clone())
+            .workers(config.workers)
+            .cpus(Some(config.cpus_per_worker))
+            .cache(Some("256MiB"))
+            .worker_args(["--memory", "2GiB", "--metrics", "none"])
+            .rust_log(&config.log)
+            .build()
+            .unwrap_or_else(|e| panic!("preparing the cluster in {}: {e}", dir.path().display()));
+        let n = config.coordinators;
         let mut c = HaCluster {
             config,
             dir,
             etcd,
-            bin: bin_dir(),
-            urls: Vec::new(),
-            http: Vec::new(),
-            coordinators: Vec::new(),
-            workers: Vec::new(),
+            bin,
+            urls: vec![String::new(); n],
+            http: vec![None; n],
             ca: String::new(),
             admin_token: String::new(),
-            join_token: PathBuf::new(),
+            launch,
             rt,
         };
-        for i in 0..c.config.coordinators {
-            c.coordinators.push(None);
-            c.urls.push(String::new());
+        for i in 0..n {
             c.start_coordinator(i);
             if i == 0 {
-                let d = c.coordinator_dir(0);
-                c.ca = std::fs::read_to_string(d.join("ca.pem")).expect("the first coordinator's ca.pem");
-                c.admin_token = std::fs::read_to_string(d.join("admin.token"))
+                c.ca = std::fs::read_to_string(c.launch.ca_file()).expect("the first coordinator's ca.pem");
+                c.admin_token = std::fs::read_to_string(c.launch.admin_token_file())
                     .expect("the first coordinator's admin.token")
                     .trim()
                     .to_string();
-                c.join_token = d.join("join.token");
-                std::fs::write(c.dir.path().join("ca.pem"), &c.ca).expect("writing ca.pem");
             }
         }
         c.wait_leader(Duration::from_secs(30));
         for i in 0..c.config.workers {
-            c.workers.push(None);
             c.start_worker(i);
         }
         let n = c.config.workers;
@@ -113,7 +123,7 @@ impl HaCluster {
     }
 
     pub fn coordinator_dir(&self, i: usize) -> PathBuf {
-        self.dir.path().join(format!("coordinator-{i}"))
+        self.launch.coordinator_dir(i)
     }
 
     pub fn log_path(&self, what: &str) -> PathBuf {
@@ -121,7 +131,7 @@ impl HaCluster {
     }
 
     pub fn coordinator_log(&self, i: usize) -> String {
-        std::fs::read_to_string(self.log_path(&format!("coordinator-{i}"))).unwrap_or_default()
+        std::fs::read_to_string(self.launch.coordinator_log(i)).unwrap_or_default()
     }
 
     /// Every URL, comma-separated: what workers and clients are given.
@@ -131,107 +141,40 @@ impl HaCluster {
 
     /// Starts (or restarts, on its port) coordinator `i`.
     pub fn start_coordinator(&mut self, i: usize) {
-        let listen = match self.urls[i].rsplit_once(':') {
-            Some((_, port)) => format!("127.0.0.1:{port}"),
-            None => "127.0.0.1:0".to_string(),
-        };
-        let mut child = Command::new(self.bin.join("plexus-coordinator"))
-            .args([
-                "--store",
-                &self.etcd.url(),
-                "--listen",
-                &listen,
-                "--http",
-                if self.config.http { "127.0.0.1:0" } else { "none" },
-                "--data-dir",
-            ])
-            .arg(self.coordinator_dir(i))
-            .args(["--lease-ttl", &format!("{}s", self.config.lease_ttl_s)])
-            .args(&self.config.coordinator_args)
-            .args(self.config.advertise.get(i).map(|a| ["--advertise", a.as_str()]).into_iter().flatten())
-            .env("RUST_LOG", &self.config.log)
-            .stdout(Stdio::piped())
-            .stderr(log_file(&self.log_path(&format!("coordinator-{i}"))))
-            .spawn()
-            .expect("spawning plexus-coordinator");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut stdout = std::io::BufReader::new(stdout);
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut stdout, &mut line).expect("reading the coordinator's first line");
-        if self.config.http {
-            let mut http = String::new();
-            std::io::BufRead::read_line(&mut stdout, &mut http).expect("reading the coordinator's http line");
-            let at = http.trim().strip_prefix("plexus-coordinator http on ").map(str::to_string);
-            self.http.resize(self.http.len().max(i + 1), None);
-            self.http[i] = at;
+        if let Err(e) = self.launch.start_coordinator(i) {
+            panic!("coordinator {i} did not start: {e}; log:\n{}", self.coordinator_log(i));
         }
-        let addr = line
-            .trim()
-            .strip_prefix("plexus-coordinator listening on ")
-            .unwrap_or_else(|| panic!("coordinator {i} did not start: {line:?}; log:\n{}", self.coordinator_log(i)))
-            .to_string();
-        self.urls[i] = format!("https://{addr}");
-        self.coordinators[i] = Some(child);
+        self.urls[i] = self.launch.url(i).expect("a started coordinator's URL").to_string();
+        self.http[i] = self.launch.http(i).map(|a| a.to_string());
     }
 
     pub fn coordinator_pid(&self, i: usize) -> Option<u32> {
-        self.coordinators[i].as_ref().map(Child::id)
+        self.launch.coordinator_pid(i)
     }
 
     /// `kill -9` coordinator `i`.
     pub fn kill_coordinator(&mut self, i: usize) {
-        if let Some(mut c) = self.coordinators[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.launch.kill_coordinator(i);
     }
 
     /// Sends `signal` (SIGSTOP, SIGCONT) to coordinator `i`.
     pub fn signal_coordinator(&self, i: usize, signal: i32) {
-        if let Some(pid) = self.coordinator_pid(i) {
-            // SAFETY: kill(2) on a pid we spawned.
-            unsafe { libc::kill(pid as i32, signal) };
-        }
+        // A coordinator that has exited has nothing to stop or continue.
+        let _ = self.launch.signal_coordinator(i, signal);
     }
 
     pub fn start_worker(&mut self, i: usize) {
         let urls = self.url_list();
-        self.start_worker_with(i, &urls);
+        self.launch
+            .start_worker_with(i, &WorkerLaunch { coordinators: Some(urls), ..Default::default() })
+            .unwrap_or_else(|e| panic!("starting worker {i}: {e}"));
     }
 
     /// Starts one more worker, given the coordinator list `urls`; returns its index.
     pub fn add_worker(&mut self, urls: &str) -> usize {
-        self.workers.push(None);
-        let i = self.workers.len() - 1;
-        self.start_worker_with(i, urls);
-        i
-    }
-
-    fn start_worker_with(&mut self, i: usize, urls: &str) {
-        let dir = self.dir.path().join(format!("worker-{i}"));
-        let child = Command::new(self.bin.join("plexus-worker"))
-            .args(["--coordinator", urls, "--data-dir"])
-            .arg(&dir)
-            .arg("--ca")
-            .arg(self.dir.path().join("ca.pem"))
-            .arg("--join-token-file")
-            .arg(&self.join_token)
-            .args([
-                "--cpus",
-                &self.config.cpus_per_worker.to_string(),
-                "--memory",
-                "2GiB",
-                "--cache",
-                "256MiB",
-                "--metrics",
-                "none",
-            ])
-            .env("RUST_LOG", &self.config.log)
-            .stdout(log_file(&self.log_path(&format!("worker-{i}"))))
-            .stderr(log_file(&self.log_path(&format!("worker-{i}"))))
-            .spawn()
-            .expect("spawning plexus-worker");
-        self.workers[i] = Some(child);
+        self.launch
+            .add_worker_with(&WorkerLaunch { coordinators: Some(urls.to_string()), ..Default::default() })
+            .unwrap_or_else(|e| panic!("adding a worker: {e}"))
     }
 
     /// A client of coordinator `i`, as the admin.
@@ -255,7 +198,7 @@ impl HaCluster {
     /// Which coordinator leads, as the live ones say (agreeing), if any.
     pub fn leader(&self) -> Option<usize> {
         for i in 0..self.urls.len() {
-            if self.coordinators[i].is_none() {
+            if self.launch.coordinator_pid(i).is_none() {
                 continue;
             }
             let Some(mut c) = self.client_of(i) else { continue };
@@ -348,7 +291,7 @@ impl HaCluster {
     pub fn plexus_at(&self, urls: &str, args: &[&str]) -> std::process::Output {
         Command::new(self.bin.join("plexus"))
             .env("PLEXUS_COORDINATOR", urls)
-            .env("PLEXUS_CA", self.dir.path().join("ca.pem"))
+            .env("PLEXUS_CA", self.launch.ca_file())
             .env("PLEXUS_TOKEN", &self.admin_token)
             .env_remove("PLEXUS_TOKEN_FILE")
             .args(args)
@@ -364,29 +307,9 @@ fn tail(s: &str, n: usize) -> String {
 
 impl Drop for HaCluster {
     fn drop(&mut self) {
-        for w in self.workers.iter_mut().flatten() {
-            // SAFETY: kill(2) on a pid we spawned.
-            unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(3);
-        for w in self.workers.iter_mut().flatten() {
-            while Instant::now() < deadline && matches!(w.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = w.kill();
-            let _ = w.wait();
-        }
-        for i in 0..self.workers.len() {
-            let id = std::fs::read_to_string(self.dir.path().join(format!("worker-{i}")).join("worker-id"))
-                .unwrap_or_default();
-            crate::remove_worker_cgroups(id.trim());
-        }
-        for c in self.coordinators.iter_mut().flatten() {
-            // SAFETY: kill(2) on a pid we spawned; a stopped one must be continued to die cleanly.
-            unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Workers, their leftover cgroups, then the coordinators (continued if paused, and
+        // killed), all before etcd under them goes with the fields.
+        self.launch.stop();
         if std::env::var_os("PLEXUS_KEEP_TEST_DIR").is_some() {
             let p = self.dir.path().to_path_buf();
             eprintln!("keeping {}", p.display());

@@ -7,19 +7,20 @@
 //! first (`cargo build --workspace --bins`, which `make test` does), or point `PLEXUS_BIN_DIR`
 //! at them.
 
-use std::fs::{File, OpenOptions};
-
 pub mod etcd;
 pub mod ha;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use plexus_launch::{Http, LocalCluster};
 use plexus_proto::pb;
 use plexus_proto::pb::job_service_client::JobServiceClient;
 use plexus_security::tls::Bearer;
 use tonic::service::interceptor::InterceptedService;
+
+pub use plexus_launch::remove_worker_cgroups;
 
 /// Where the Plexus binaries are.
 pub fn bin_dir() -> PathBuf {
@@ -57,6 +58,9 @@ pub struct ClusterConfig {
     /// Run everything with `--insecure` (no TLS, no tokens). Default: secure, as the product
     /// is: workers join with the coordinator's join token, clients use its admin token.
     pub insecure: bool,
+    /// How long workers get between SIGTERM and SIGKILL when the cluster stops (they kill their
+    /// subtasks' process groups in that time).
+    pub stop_grace: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -73,6 +77,7 @@ impl Default for ClusterConfig {
             coordinator_args: vec![],
             worker_env: vec![],
             insecure: false,
+            stop_grace: Duration::from_secs(3),
         }
     }
 }
@@ -84,17 +89,29 @@ pub struct Cluster {
     pub url: String,
     /// The coordinator's HTTP side (`/metrics`), `http://ADDR`.
     pub http: Option<String>,
-    port: u16,
     /// The cluster CA (PEM) and the admin token, read from the coordinator's data dir.
     pub ca: Option<String>,
     pub admin_token: Option<String>,
-    coordinator: Option<Child>,
-    workers: Vec<Option<Child>>,
+    /// The processes, started and stopped by the one launcher.
+    launch: LocalCluster,
     rt: tokio::runtime::Runtime,
 }
 
-fn log_file(path: &Path) -> File {
-    OpenOptions::new().create(true).append(true).open(path).expect("opening a log file in the test dir")
+/// Where the coordinator serves HTTP, as `--http` in `args` says (taken out of them), by default
+/// on any free port.
+fn http_of(args: &[String]) -> (Http, Vec<String>) {
+    let Some(at) = args.iter().position(|a| a == "--http") else { return (Http::AnyPort, args.to_vec()) };
+    let value = args.get(at + 1).map(String::as_str).unwrap_or_default();
+    let http = match value {
+        "none" => Http::Off,
+        v => match v.parse::<std::net::SocketAddr>().map(|a| a.port()) {
+            Ok(0) => Http::AnyPort,
+            Ok(p) => Http::Port(p),
+            Err(e) => panic!("the harness serves HTTP on 127.0.0.1 only: `--http {v}` ({e})"),
+        },
+    };
+    let rest = args.iter().enumerate().filter(|(i, _)| *i != at && *i != at + 1).map(|(_, a)| a.clone()).collect();
+    (http, rest)
 }
 
 impl Cluster {
@@ -102,22 +119,28 @@ impl Cluster {
     pub fn start(config: ClusterConfig) -> Cluster {
         let dir = tempfile::Builder::new().prefix("plexus-e2e-").tempdir().expect("a temp dir");
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-        let mut c = Cluster {
-            config,
-            dir,
-            bin: bin_dir(),
-            url: String::new(),
-            http: None,
-            port: 0,
-            ca: None,
-            admin_token: None,
-            coordinator: None,
-            workers: Vec::new(),
-            rt,
-        };
+        let bin = bin_dir();
+        let (http, coordinator_args) = http_of(&config.coordinator_args);
+        let launch = LocalCluster::builder(dir.path())
+            .bin_dir(&bin)
+            .insecure(config.insecure)
+            .placer(Some(&config.placer))
+            .heartbeat_timeout_ms(config.heartbeat_timeout_ms)
+            .http(http)
+            .coordinator_args(coordinator_args)
+            .workers(config.workers)
+            .cpus(Some(config.cpus_per_worker))
+            .cache(Some(&config.cache))
+            .worker_args(&config.worker_args)
+            .worker_env(config.worker_env.clone())
+            .rust_log(&config.log)
+            .stop_grace(config.stop_grace)
+            .build()
+            .unwrap_or_else(|e| panic!("preparing the cluster in {}: {e}", dir.path().display()));
+        let mut c =
+            Cluster { config, dir, bin, url: String::new(), http: None, ca: None, admin_token: None, launch, rt };
         c.start_coordinator();
         for i in 0..c.config.workers {
-            c.workers.push(None);
             c.start_worker(i);
         }
         c.wait_workers_alive(c.config.workers);
@@ -130,40 +153,11 @@ impl Cluster {
 
     /// Starts (or restarts, on the same data dir and port) the coordinator.
     pub fn start_coordinator(&mut self) {
-        let listen = format!("127.0.0.1:{}", self.port);
-        let mut child = Command::new(self.bin.join("plexus-coordinator"))
-            .args(self.config.insecure.then_some("--insecure"))
-            .args(["--listen", &listen, "--data-dir"])
-            .arg(self.path("coordinator"))
-            .args(["--placer", &self.config.placer])
-            .args(["--heartbeat-timeout-ms", &self.config.heartbeat_timeout_ms.to_string()])
-            .args(if self.config.coordinator_args.iter().any(|a| a == "--http") {
-                vec![]
-            } else {
-                vec!["--http", "127.0.0.1:0"]
-            })
-            .args(&self.config.coordinator_args)
-            .env("RUST_LOG", &self.config.log)
-            .stdout(Stdio::piped())
-            .stderr(log_file(&self.path("coordinator.log")))
-            .spawn()
-            .expect("spawning plexus-coordinator");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut line = String::new();
-        let mut out = BufReader::new(stdout);
-        out.read_line(&mut line).expect("reading the coordinator's first line");
-        let mut http = String::new();
-        if !self.config.coordinator_args.windows(2).any(|w| w[0] == "--http" && w[1] == "none") {
-            out.read_line(&mut http).expect("reading the coordinator's second line");
+        if let Err(e) = self.launch.start_coordinator(0) {
+            panic!("coordinator did not start: {e}; log:\n{}", self.coordinator_log());
         }
-        self.http = http.trim().strip_prefix("plexus-coordinator http on ").map(|a| format!("http://{a}"));
-        let addr = line
-            .trim()
-            .strip_prefix("plexus-coordinator listening on ")
-            .unwrap_or_else(|| panic!("coordinator did not start: {line:?}; log:\n{}", self.coordinator_log()))
-            .to_string();
-        self.port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port in the listen line");
-        self.url = format!("{}://{addr}", if self.config.insecure { "http" } else { "https" });
+        self.url = self.launch.url(0).expect("a started coordinator's URL").to_string();
+        self.http = self.launch.http(0).map(|a| format!("http://{a}"));
         if !self.config.insecure {
             // Written before the coordinator listens (the token files on its first start only).
             self.ca = Some(std::fs::read_to_string(self.ca_file()).expect("the coordinator's ca.pem"));
@@ -174,22 +168,21 @@ impl Cluster {
                     .to_string(),
             );
         }
-        self.coordinator = Some(child);
     }
 
     /// The CA certificate the coordinator wrote into its data dir.
     pub fn ca_file(&self) -> PathBuf {
-        self.path("coordinator").join("ca.pem")
+        self.launch.ca_file()
     }
 
     /// The first admin token, written on the coordinator's first start.
     pub fn admin_token_file(&self) -> PathBuf {
-        self.path("coordinator").join("admin.token")
+        self.launch.admin_token_file()
     }
 
     /// The join token for workers, written on the coordinator's first start.
     pub fn join_token_file(&self) -> PathBuf {
-        self.path("coordinator").join("join.token")
+        self.launch.join_token_file()
     }
 
     /// A channel to the coordinator as a client sees it: TLS checked against the cluster CA
@@ -223,46 +216,32 @@ impl Cluster {
     }
 
     pub fn coordinator_log(&self) -> String {
-        std::fs::read_to_string(self.path("coordinator.log")).unwrap_or_default()
+        std::fs::read_to_string(self.launch.coordinator_log(0)).unwrap_or_default()
     }
 
     pub fn worker_dir(&self, i: usize) -> PathBuf {
-        self.path(&format!("worker-{i}"))
+        self.launch.worker_dir(i)
     }
 
     /// Starts (or restarts) worker `i`.
     pub fn start_worker(&mut self, i: usize) {
-        let trust: Vec<std::ffi::OsString> = if self.config.insecure {
-            vec!["--insecure".into()]
-        } else {
-            vec!["--ca".into(), self.ca_file().into(), "--join-token-file".into(), self.join_token_file().into()]
-        };
-        let child = Command::new(self.bin.join("plexus-worker"))
-            .args(["--coordinator", &self.url, "--data-dir"])
-            .arg(self.worker_dir(i))
-            .args(trust)
-            .args(["--cpus", &self.config.cpus_per_worker.to_string(), "--cache", &self.config.cache])
-            .args(&self.config.worker_args)
-            .envs(self.config.worker_env.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", &self.config.log)
-            .stdout(log_file(&self.path(&format!("worker-{i}.log"))))
-            .stderr(log_file(&self.path(&format!("worker-{i}.log"))))
-            .spawn()
-            .expect("spawning plexus-worker");
-        self.workers[i] = Some(child);
+        self.launch.start_worker(i).unwrap_or_else(|e| panic!("starting worker {i}: {e}"));
     }
 
     /// Starts one more worker; returns its index.
     pub fn add_worker(&mut self) -> usize {
-        let i = self.workers.len();
-        self.workers.push(None);
-        self.start_worker(i);
-        i
+        self.launch.add_worker().unwrap_or_else(|e| panic!("adding a worker: {e}"))
+    }
+
+    /// The launcher under the harness, for what it does not wrap (a worker started under a
+    /// prefix command, say).
+    pub fn launcher(&mut self) -> &mut LocalCluster {
+        &mut self.launch
     }
 
     /// What worker `i` has logged so far (all its runs).
     pub fn worker_log(&self, i: usize) -> String {
-        std::fs::read_to_string(self.path(&format!("worker-{i}.log"))).unwrap_or_default()
+        std::fs::read_to_string(self.launch.worker_log(i)).unwrap_or_default()
     }
 
     /// The stable id of worker `i` (from its data dir).
@@ -272,24 +251,17 @@ impl Cluster {
 
     /// Which worker index has the given id.
     pub fn worker_index(&self, id: &str) -> Option<usize> {
-        (0..self.workers.len()).find(|&i| self.worker_id(i) == id)
+        (0..self.launch.worker_count()).find(|&i| self.worker_id(i) == id)
     }
 
     /// `kill -9` the coordinator.
     pub fn kill_coordinator(&mut self) {
-        if let Some(mut c) = self.coordinator.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.launch.kill_coordinator(0);
     }
 
     /// Stops the coordinator with SIGTERM (a clean shutdown) and waits for it.
     pub fn stop_coordinator(&mut self) {
-        if let Some(mut c) = self.coordinator.take() {
-            // SAFETY: kill(2) on a pid we spawned.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let _ = c.wait();
-        }
+        self.launch.terminate_coordinator(0);
     }
 
     /// The job's status without per-subtask entries.
@@ -303,19 +275,14 @@ impl Cluster {
 
     /// `kill -9` worker `i` (its running subtasks' processes are left to die on their own).
     pub fn kill_worker(&mut self, i: usize) {
-        if let Some(mut c) = self.workers[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.launch.kill_worker(i);
     }
 
     /// `kill -STOP` worker `i`: a host that hangs rather than dies (its sockets stay open, nothing
     /// answers). The harness kills it on drop, as any worker.
     pub fn freeze_worker(&self, i: usize) {
-        let pid = self.workers[i].as_ref().expect("worker is running").id();
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child's.
-        let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
-        assert_eq!(rc, 0, "SIGSTOP worker {i}: {}", std::io::Error::last_os_error());
+        assert!(self.launch.worker_pid(i).is_some(), "worker {i} is running");
+        self.launch.signal_worker(i, libc::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP worker {i}: {e}"));
     }
 
     fn client(&self) -> JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>> {
@@ -408,77 +375,14 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        // Workers first, politely, so they kill their subtasks' process groups.
-        for w in self.workers.iter_mut().flatten() {
-            // SAFETY: kill(2) on a pid we spawned; at worst the process is already gone.
-            unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(3);
-        for w in self.workers.iter_mut().flatten() {
-            while Instant::now() < deadline && matches!(w.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = w.kill();
-            let _ = w.wait();
-        }
-        // A worker killed with `kill -9` (and not restarted) leaves its cgroups, and maybe
-        // processes in them, until its next start; there is none for a test's worker.
-        for i in 0..self.workers.len() {
-            remove_worker_cgroups(&self.worker_id(i));
-        }
-        self.kill_coordinator();
+        // Workers first, politely, so they kill their subtasks' process groups; then the cgroups
+        // a killed worker left, then the coordinator: before the directory goes.
+        self.launch.stop();
         if std::env::var_os("PLEXUS_KEEP_TEST_DIR").is_some() {
             let p = self.dir.path().to_path_buf();
             eprintln!("keeping {}", p.display());
             std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir")));
         }
-    }
-}
-
-/// Kills whatever is left in the cgroups of worker `id` (`<cgroup mount>/plexus/<id>/…`, in every
-/// cgroup hierarchy mounted here) and removes them, and the shared `plexus` parent if it is empty
-/// then. What the worker's next start would do; a test's worker has none.
-pub fn remove_worker_cgroups(id: &str) {
-    if !id.starts_with("wkr-") || id.contains('/') {
-        return;
-    }
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    for line in mounts.lines() {
-        let Some((left, right)) = line.split_once(" - ") else { continue };
-        if !(right.starts_with("cgroup ") || right.starts_with("cgroup2 ")) {
-            continue;
-        }
-        let Some(point) = left.split(' ').nth(4) else { continue };
-        let shared = Path::new(point).join("plexus");
-        let parent = shared.join(id);
-        // Parents before children, then removed children first.
-        let mut dirs = Vec::new();
-        let mut stack = vec![parent];
-        while let Some(d) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&d) else { continue };
-            stack.extend(rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
-            dirs.push(d);
-        }
-        for d in dirs.iter().rev() {
-            for _ in 0..100 {
-                let pids: Vec<i32> = std::fs::read_to_string(d.join("cgroup.procs"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter_map(|l| l.trim().parse().ok())
-                    .filter(|&p: &i32| p > 1 && p != std::process::id() as i32)
-                    .collect();
-                if pids.is_empty() {
-                    break;
-                }
-                for p in pids {
-                    // SAFETY: kill(2); the pid is in a cgroup a test's worker made for its tasks.
-                    unsafe { libc::kill(p, libc::SIGKILL) };
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = std::fs::remove_dir(d);
-        }
-        let _ = std::fs::remove_dir(&shared);
     }
 }
 

@@ -34,15 +34,15 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use plexus_bench::live::{Children, CpuQuotas, Forward, confined};
+use plexus_bench::live::{CpuQuotas, Forward, confined};
 use plexus_bench::{parse_list, percentile};
 use plexus_dataplane::rig::Rig;
 use plexus_e2e::{Cluster, ClusterConfig};
+use plexus_launch::WorkerLaunch;
 use plexus_proto::pb;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -301,14 +301,29 @@ fn build_rig(o: &Opts) -> Result<RigPlan, String> {
     Ok(RigPlan { addrs: (0..n).map(|i| rig.addr(i + 1, 0)).collect(), rig })
 }
 
-/// Everything one placer's cluster holds, stopped in field order when dropped: the workers
-/// first (they kill their subtasks), then their cgroups, the forwarder, the coordinator and its
-/// directory.
+/// Everything one placer's cluster holds: the workers are stopped first when it is dropped
+/// (they kill their subtasks), then, in field order, their cgroups, the forwarder, the
+/// coordinator and its directory.
 struct Live {
-    workers: Children,
     quotas: CpuQuotas,
     _forward: Option<Forward>,
     cluster: Cluster,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.cluster.launcher().stop_workers();
+    }
+}
+
+impl Live {
+    /// The first worker that has exited, with its status.
+    fn exited_worker(&mut self) -> Option<(usize, std::process::ExitStatus)> {
+        let launcher = self.cluster.launcher();
+        let e = launcher.reap().into_iter().find(|e| e.name.starts_with("worker-"))?;
+        let i = (0..launcher.worker_count()).find(|&i| launcher.worker_log(i) == e.log)?;
+        Some((i, e.status))
+    }
 }
 
 fn start(o: &Opts, placer: &str, ids: &[String], rig: Option<&RigPlan>) -> Result<Live, String> {
@@ -319,6 +334,12 @@ fn start(o: &Opts, placer: &str, ids: &[String], rig: Option<&RigPlan>) -> Resul
         log: "warn".into(),
         // Workers held to a quarter of a core answer late under load; none is lost here.
         heartbeat_timeout_ms: 10_000,
+        cpus_per_worker: o.slots,
+        cache: "256MiB".into(),
+        // Subtasks stay in the worker's cgroup, under its quota (and in a namespace made by
+        // `ip netns exec`, /sys/fs/cgroup is not mounted anyway).
+        worker_args: vec!["--isolation".into(), "process-group".into()],
+        stop_grace: WORKER_GRACE,
         ..Default::default()
     };
     let cluster = Cluster::start(config);
@@ -339,58 +360,30 @@ fn start(o: &Opts, placer: &str, ids: &[String], rig: Option<&RigPlan>) -> Resul
         }
         None => None,
     };
-    let url = match &forward {
-        Some(f) => format!("https://{}", f.addr),
-        None => cluster.url.clone(),
-    };
-    let bin = plexus_e2e::bin_dir().join("plexus-worker");
-    let mut workers = Children::new(WORKER_GRACE);
+    let url = forward.as_ref().map(|f| format!("https://{}", f.addr));
+    let mut live = Live { quotas, _forward: forward, cluster };
     for (i, id) in ids.iter().enumerate() {
-        let dir = cluster.worker_dir(i);
+        let dir = live.cluster.worker_dir(i);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         std::fs::write(dir.join("worker-id"), format!("{id}\n")).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut args: Vec<String> = vec![
-            "--coordinator".into(),
-            url.clone(),
-            "--data-dir".into(),
-            dir.display().to_string(),
-            "--ca".into(),
-            cluster.ca_file().display().to_string(),
-            "--join-token-file".into(),
-            cluster.join_token_file().display().to_string(),
-            "--cpus".into(),
-            o.slots.to_string(),
-            "--cache".into(),
-            "256MiB".into(),
-            // Subtasks stay in the worker's cgroup, under its quota (and in a namespace made by
-            // `ip netns exec`, /sys/fs/cgroup is not mounted anyway).
-            "--isolation".into(),
-            "process-group".into(),
-        ];
         let netns = rig.map(|_| format!("plx-h{}", i + 1));
-        if let Some(r) = rig {
-            let a = r.addrs[i];
-            args.extend(["--rail".into(), a.to_string(), "--listen".into(), format!("{a}:0")]);
-        }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(cluster.path(&format!("worker-{i}.log")))
-            .map_err(|e| e.to_string())?;
-        let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let child = confined(&quotas.procs_file(i), netns.as_deref(), &bin, &args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(|e| format!("starting worker {i}: {e}"))?;
-        workers.procs.push(child);
+        let args = match rig {
+            Some(r) => {
+                let a = r.addrs[i];
+                vec!["--rail".into(), a.to_string().into(), "--listen".into(), format!("{a}:0").into()]
+            }
+            None => vec![],
+        };
+        let launch = WorkerLaunch {
+            prefix: confined(&live.quotas.procs_file(i), netns.as_deref()),
+            args,
+            coordinators: url.clone(),
+        };
+        live.cluster.launcher().add_worker_with(&launch).map_err(|e| format!("starting worker {i}: {e}"))?;
     }
-    let mut live = Live { workers, quotas, _forward: forward, cluster };
     let t0 = Instant::now();
     loop {
-        if let Some((i, status)) = live.workers.exited() {
+        if let Some((i, status)) = live.exited_worker() {
             return Err(format!(
                 "worker {i} exited ({status}) while joining; its log:\n{}",
                 live.cluster.worker_log(i)
@@ -442,8 +435,7 @@ fn run_placer(
         plans.len(),
         o.warmup
     );
-    let c = &live.cluster;
-    let mut client = c.client_with(c.admin_token.as_deref());
+    let mut client = live.cluster.client_with(live.cluster.admin_token.as_deref());
     let by_id: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut done = vec![false; plans.len()];
@@ -460,7 +452,7 @@ fn run_placer(
         let now = stream_t0.elapsed();
         while submitted < plans.len() && plans[submitted].at <= now {
             let i = submitted;
-            match c.try_submit(&format!("live-{i:03}.toml"), &plans[i].source) {
+            match live.cluster.try_submit(&format!("live-{i:03}.toml"), &plans[i].source) {
                 Ok(id) => {
                     index.insert(id.clone(), i);
                     out.jobs[i].id = id;
@@ -475,7 +467,7 @@ fn run_placer(
         }
         if last_poll.elapsed() >= POLL {
             last_poll = Instant::now();
-            match c.block_on(bounded(client.list_jobs(pb::ListJobsRequest {}))) {
+            match live.cluster.block_on(bounded(client.list_jobs(pb::ListJobsRequest {}))) {
                 Ok(r) => {
                     for j in r.into_inner().jobs {
                         let Some(&i) = index.get(&j.job_id) else { continue };
@@ -503,7 +495,8 @@ fn run_placer(
             // Jobs past their limit are cancelled and counted as failed.
             for (id, &i) in &index {
                 if !done[i] && now > plans[i].at + o.job_timeout {
-                    let _ = c.block_on(bounded(client.cancel_job(pb::CancelJobRequest { job_id: id.clone() })));
+                    let _ =
+                        live.cluster.block_on(bounded(client.cancel_job(pb::CancelJobRequest { job_id: id.clone() })));
                     out.jobs[i].failure = Some(format!("not done in {} s (cancelled)", o.job_timeout.as_secs()));
                     done[i] = true;
                     finished += 1;
@@ -518,10 +511,9 @@ fn run_placer(
             ));
             break;
         }
-        if let Some((i, status)) =
-            live.workers.procs.iter_mut().enumerate().find_map(|(i, p)| p.try_wait().ok().flatten().map(|s| (i, s)))
-        {
-            out.error = Some(format!("worker {i} exited ({status}); its log:\n{}", tail(&c.worker_log(i), 2000)));
+        if let Some((i, status)) = live.exited_worker() {
+            out.error =
+                Some(format!("worker {i} exited ({status}); its log:\n{}", tail(&live.cluster.worker_log(i), 2000)));
             break;
         }
         let next_arrival = plans.get(submitted).map(|p| p.at.saturating_sub(stream_t0.elapsed())).unwrap_or(POLL);
@@ -530,7 +522,8 @@ fn run_placer(
 
     // Where the work ran, from every job's subtasks.
     for (k, j) in out.jobs.iter().enumerate().filter(|(_, j)| !j.id.is_empty()) {
-        let Ok(s) = c.block_on(bounded(client.get_job(pb::GetJobRequest { job_id: j.id.clone(), subtasks: true })))
+        let Ok(s) =
+            live.cluster.block_on(bounded(client.get_job(pb::GetJobRequest { job_id: j.id.clone(), subtasks: true })))
         else {
             continue;
         };
@@ -552,7 +545,7 @@ fn run_placer(
         }
     }
     // What the coordinator learnt of each worker.
-    if let Ok(r) = c.block_on(bounded(client.list_workers(pb::ListWorkersRequest {}))) {
+    if let Ok(r) = live.cluster.block_on(bounded(client.list_workers(pb::ListWorkersRequest {}))) {
         for w in r.into_inner().workers {
             let Some(&i) = by_id.get(w.worker_id.as_str()) else { continue };
             if let Some(sp) = w.speed {
