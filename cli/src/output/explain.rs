@@ -1,0 +1,112 @@
+//! `plexus explain`: a placement decision and every candidate the placer weighed, as text and
+//! as JSON.
+
+use std::collections::BTreeMap;
+
+use plexus_proto::pb;
+use serde::Serialize;
+
+use super::format::{Table, age, dash, fields, non_empty, number, time, yes_no};
+use crate::client::one_line;
+
+/// A candidate's estimated fetch and compute, ms, from its features (issue 17).
+fn estimates_of(c: &pb::CandidateScore) -> (Option<f64>, Option<f64>) {
+    let get = |name: &str| c.features.iter().find(|f| f.name == name).map(|f| f.value);
+    (get("est_fetch_ms"), get("est_compute_ms"))
+}
+
+/// `plexus explain`: the decision, then one row per candidate with the chosen one marked `*`.
+/// When candidates carry estimates, EST MS is their fetch + compute (each also in FEATURES, with
+/// the samples behind it).
+pub fn explain_text(e: &pb::ExplainPlacementResponse, now_ms: u64) -> String {
+    let mut out = fields(&[
+        ("placer", e.placer.clone()),
+        ("attempt", e.attempt.to_string()),
+        ("chosen", dash(non_empty(&e.chosen_worker))),
+        ("exploratory", yes_no(e.exploratory).to_string()),
+        ("decided", age(e.decided_at, now_ms)),
+        ("reason", dash(non_empty(&one_line(&e.reason)))),
+    ]);
+    if e.candidates.is_empty() {
+        out.push_str("\nno candidates recorded\n");
+        return out;
+    }
+    let estimated = e.candidates.iter().any(|c| matches!(estimates_of(c), (Some(_), Some(_))));
+    let mut header = vec!["", "WORKER", "FEASIBLE", "SCORE"];
+    if estimated {
+        header.push("EST MS");
+    }
+    header.extend(["FEATURES", "NOTE"]);
+    let mut t = Table::new(&header);
+    for c in &e.candidates {
+        let chosen = !e.chosen_worker.is_empty() && c.worker_id == e.chosen_worker;
+        let features: Vec<String> = c.features.iter().map(|f| format!("{}={}", f.name, number(f.value))).collect();
+        let mut row = vec![
+            if chosen { "*" } else { "" }.to_string(),
+            c.worker_id.clone(),
+            yes_no(c.feasible).to_string(),
+            // An infeasible candidate was never scored in earnest.
+            if c.feasible { number(c.score) } else { "-".to_string() },
+        ];
+        if estimated {
+            row.push(match estimates_of(c) {
+                (Some(f), Some(x)) => number(f + x),
+                _ => "-".to_string(),
+            });
+        }
+        row.extend([features.join(" "), one_line(&c.note)]);
+        t.row(row);
+    }
+    out.push('\n');
+    out.push_str(&t.render());
+    out
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExplainView {
+    pub placer: String,
+    pub attempt: u32,
+    pub chosen_worker: Option<String>,
+    pub exploratory: bool,
+    pub reason: Option<String>,
+    pub decided_at_ms: Option<u64>,
+    pub candidates: Vec<CandidateView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CandidateView {
+    pub worker_id: String,
+    pub chosen: bool,
+    pub feasible: bool,
+    pub score: f64,
+    pub features: BTreeMap<String, f64>,
+    /// Its estimated fetch and compute, ms (also in `features`); null where none was made.
+    pub est_fetch_ms: Option<f64>,
+    pub est_compute_ms: Option<f64>,
+    pub note: Option<String>,
+}
+
+pub fn explain_view(e: &pb::ExplainPlacementResponse) -> ExplainView {
+    ExplainView {
+        placer: e.placer.clone(),
+        attempt: e.attempt,
+        chosen_worker: non_empty(&e.chosen_worker),
+        exploratory: e.exploratory,
+        reason: non_empty(&e.reason),
+        decided_at_ms: time(e.decided_at),
+        candidates: e
+            .candidates
+            .iter()
+            .map(|c| CandidateView {
+                worker_id: c.worker_id.clone(),
+                chosen: !e.chosen_worker.is_empty() && c.worker_id == e.chosen_worker,
+                feasible: c.feasible,
+                score: c.score,
+                features: c.features.iter().map(|f| (f.name.clone(), f.value)).collect(),
+                est_fetch_ms: estimates_of(c).0,
+                est_compute_ms: estimates_of(c).1,
+                note: non_empty(&c.note),
+            })
+            .collect(),
+    }
+}
