@@ -3,6 +3,10 @@
 //! temporary directory, talking gRPC over 127.0.0.1 ports. Tests and benchmarks use it to check
 //! behaviour the way a user sees it.
 //!
+//! The processes are started, watched and stopped by the one launcher, `plexus_launch::
+//! LocalCluster`; this crate adds what needs a client of the coordinator (waiting for workers,
+//! submitting, reading jobs) and the CLI run against the cluster.
+//!
 //! The binaries are found next to the running executable (`target/<profile>/`), so build them
 //! first (`cargo build --workspace --bins`, which `make test` does), or point `PLEXUS_BIN_DIR`
 //! at them.
