@@ -1,4 +1,5 @@
-//! Shared helpers of the benchmark binaries.
+//! Shared helpers of the benchmark binaries: the statistics and units their tables use, worlds
+//! of worker processes, Gloo anchors, and the pieces of the live benchmarks.
 
 /// The p-th percentile (0..=100) of a sample, by nearest rank; 0 for an empty sample.
 pub fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -9,17 +10,16 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
-/// A comma-separated list of `T` from a flag's value; a bad item ends `prog` with a message
-/// naming it.
-pub fn parse_list<T: std::str::FromStr>(prog: &str, s: &str, flag: &str) -> Vec<T> {
-    s.split(',')
-        .map(|x| {
-            x.trim().parse().unwrap_or_else(|_| {
-                eprintln!("{prog}: bad value {x:?} for {flag}");
-                std::process::exit(2)
-            })
-        })
-        .collect()
+/// The median of a sample (the upper one of an even count), `None` for an empty sample.
+pub fn median(sample: &[f64]) -> Option<f64> {
+    let mut v = sample.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// A byte count as the tables print it: `512 B`, `64.0 KiB`, `4.0 MiB` (IEC units).
+pub fn size(bytes: u64) -> String {
+    bytesize::ByteSize::b(bytes).display().iec().to_string()
 }
 
 /// Worlds of worker processes: copies of the running benchmark binary started as `--worker R`,
@@ -32,9 +32,24 @@ pub mod world {
     use plexus_dataplane::RailKey;
     use plexus_dataplane::rig::Rig;
 
+    /// The flags a benchmark gives the rank processes it starts (`--worker R`, with `--rails`
+    /// and `--rail-key`); hidden from a person's `--help`. Flattened into each benchmark's own.
+    #[derive(Debug, clap::Args)]
+    pub struct WorkerArgs {
+        /// A worker rank's own rail addresses (given by the parent).
+        #[arg(long, value_delimiter = ',', hide = true)]
+        pub rails: Vec<std::net::IpAddr>,
+        /// A worker rank's rail key, hex (given by the parent for `key`).
+        #[arg(long = "rail-key", hide = true)]
+        pub rail_key: Option<String>,
+        /// Run as worker rank R (started by the benchmark itself).
+        #[arg(long, value_name = "R", hide = true)]
+        pub worker: Option<usize>,
+    }
+
     /// A fresh rail key for one world, hex, or none for `open`.
     pub fn key(auth: &str) -> Option<String> {
-        (auth == "key").then(|| RailKey::random().as_bytes().iter().map(|b| format!("{b:02x}")).collect())
+        (auth == "key").then(|| hex::encode(RailKey::random().as_bytes()))
     }
 
     /// A worker's side: binds its endpoint on `rails` (loopback when none) with the weighted
@@ -53,13 +68,8 @@ pub mod world {
             seg_max,
             send_buffer,
             auth: match rail_key {
-                Some(hex) => {
-                    let bytes: Vec<u8> = (0..hex.len() / 2)
-                        .map(|i| {
-                            u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16)
-                                .map_err(|e| format!("--rail-key: {e}"))
-                        })
-                        .collect::<Result<_, _>>()?;
+                Some(text) => {
+                    let bytes = hex::decode(text).map_err(|e| format!("--rail-key: {e}"))?;
                     RailAuth::Key(RailKey::from_bytes(&bytes).map_err(|e| e.to_string())?)
                 }
                 None => RailAuth::Open,
@@ -534,5 +544,19 @@ mod tests {
         assert_eq!(super::percentile(&v, 99.0), 99);
         assert_eq!(super::percentile(&v, 100.0), 100);
         assert_eq!(super::percentile(&[], 50.0), 0);
+    }
+
+    #[test]
+    fn medians_are_the_middle_of_the_sorted_sample() {
+        assert_eq!(super::median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(super::median(&[4.0, 1.0, 3.0, 2.0]), Some(3.0), "the upper of two middles");
+        assert_eq!(super::median(&[]), None);
+    }
+
+    #[test]
+    fn sizes_in_iec_units() {
+        assert_eq!(super::size(512), "512 B");
+        assert_eq!(super::size(64 << 10), "64.0 KiB");
+        assert_eq!(super::size(4 << 20), "4.0 MiB");
     }
 }

@@ -65,62 +65,68 @@ struct Opts {
     rail_key: Option<String>,
 }
 
-fn parse_list<T: std::str::FromStr>(s: &str, flag: &str) -> Vec<T> {
-    plexus_bench::parse_list("allreduce", s, flag)
+/// The command line. `--worker R` (with `--rails` and `--rail-key`) is how the benchmark starts
+/// its own rank processes; a person passes the other flags.
+#[derive(Debug, clap::Parser)]
+#[command(name = "allreduce", about = "Plexus allreduce algorithms side by side, with Gloo as the anchor")]
+struct Cli {
+    /// World sizes (ranks), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "2,4")]
+    worlds: Vec<usize>,
+    /// Buffer sizes, MiB, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    sizes: Vec<usize>,
+    /// Timed iterations per algorithm and size (after the warm-up); at least 1.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    iters: u64,
+    /// Slices a buffer is cut into (default: the collective's).
+    #[arg(long)]
+    slices: Option<usize>,
+    /// Slices in flight per peer (default: the collective's send window).
+    #[arg(long)]
+    window: Option<usize>,
+    /// The endpoints' largest segment, MiB (fractions allowed; default: the endpoint's).
+    #[arg(long = "seg-max", value_name = "MIB")]
+    seg_max: Option<f64>,
+    /// Algorithms: halving, ring.
+    #[arg(long, value_delimiter = ',', default_value = "halving,ring")]
+    algorithms: Vec<Algorithm>,
+    /// Leave out the Gloo anchor.
+    #[arg(long = "no-gloo")]
+    no_gloo: bool,
+    /// Run every world on the rail rig with these rail rates (e.g. `2gbit,500mbit`).
+    #[arg(long)]
+    rig: Option<String>,
+    /// Rail authentication modes, side by side: `open` and/or `key` (the product's).
+    #[arg(long, value_delimiter = ',', default_value = "key", value_parser = ["open", "key"])]
+    auth: Vec<String>,
+    /// SO_SNDBUF of the rail connections, KiB (default: the kernel's autotuning).
+    #[arg(long, value_name = "KIB")]
+    sndbuf: Option<usize>,
+    #[command(flatten)]
+    world: plexus_bench::world::WorkerArgs,
 }
 
 impl Opts {
-    fn parse(args: &[String]) -> Opts {
-        let mut o = Opts {
-            worlds: vec![2, 4],
-            sizes: vec![1, 16, 64, 256],
-            iters: 10,
-            slices: CollectiveConfig::default().slices,
-            window: CollectiveConfig::default().send_window,
-            seg_max: EndpointConfig::default().seg_max,
-            gloo: true,
-            algorithms: Algorithm::ALL.to_vec(),
-            rig: None,
-            rails: Vec::new(),
-            sndbuf: None,
-            auth: vec!["key".into()],
-            rail_key: None,
+    /// The options and, for a worker process, its rank.
+    fn parse() -> (Opts, Option<usize>) {
+        let c = <Cli as clap::Parser>::parse();
+        let opts = Opts {
+            worlds: c.worlds,
+            sizes: c.sizes,
+            iters: c.iters as usize,
+            slices: c.slices.unwrap_or(CollectiveConfig::default().slices),
+            window: c.window.unwrap_or(CollectiveConfig::default().send_window),
+            seg_max: c.seg_max.map_or(EndpointConfig::default().seg_max, |m| (m * MIB as f64) as u64),
+            gloo: !c.no_gloo,
+            algorithms: c.algorithms,
+            rig: c.rig,
+            rails: c.world.rails,
+            sndbuf: c.sndbuf.map(|k| k << 10),
+            auth: c.auth,
+            rail_key: c.world.rail_key,
         };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut val = || {
-                it.next().cloned().unwrap_or_else(|| {
-                    eprintln!("allreduce: {a} needs a value");
-                    std::process::exit(2)
-                })
-            };
-            match a.as_str() {
-                "--worlds" => o.worlds = parse_list(&val(), a),
-                "--sizes" => o.sizes = parse_list(&val(), a),
-                "--iters" => o.iters = parse_list(&val(), a)[0],
-                "--slices" => o.slices = parse_list(&val(), a)[0],
-                "--window" => o.window = parse_list(&val(), a)[0],
-                "--seg-max" => o.seg_max = (parse_list::<f64>(&val(), a)[0] * MIB as f64) as u64,
-                "--algorithms" => o.algorithms = parse_list(&val(), a),
-                "--no-gloo" => o.gloo = false,
-                "--rig" => o.rig = Some(val()),
-                "--rails" => o.rails = parse_list(&val(), a),
-                "--sndbuf" => o.sndbuf = Some(parse_list::<usize>(&val(), a)[0] << 10),
-                "--auth" => {
-                    o.auth = parse_list(&val(), a);
-                    if let Some(bad) = o.auth.iter().find(|m| *m != "open" && *m != "key") {
-                        eprintln!("allreduce: --auth takes open and/or key, not {bad:?}");
-                        std::process::exit(2)
-                    }
-                }
-                "--rail-key" => o.rail_key = Some(val()),
-                _ => {
-                    eprintln!("allreduce: unknown flag {a}");
-                    std::process::exit(2)
-                }
-            }
-        }
-        o
+        (opts, c.world.worker)
     }
 
     fn to_args(&self) -> Vec<String> {
@@ -147,10 +153,8 @@ impl Opts {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--worker") {
-        let rank: usize = parse_list(&args[1], "--worker")[0];
-        let opts = Opts::parse(&args[2..]);
+    let (opts, worker_rank) = Opts::parse();
+    if let Some(rank) = worker_rank {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         if let Err(e) = rt.block_on(worker(rank, opts)) {
             eprintln!("allreduce worker {rank}: {e}");
@@ -158,7 +162,6 @@ fn main() {
         }
         return;
     }
-    let opts = Opts::parse(&args);
     if let Some(spec) = opts.rig.clone() {
         rig_main(&opts, &spec);
         return;
@@ -284,7 +287,7 @@ fn rig_main(opts: &Opts, spec: &str) {
         opts.slices,
         opts.window,
         opts.seg_max as f64 / MIB as f64,
-        opts.sndbuf.map_or("autotuned".to_string(), |b| format!("{} KiB", b >> 10)),
+        opts.sndbuf.map_or("autotuned".to_string(), |b| plexus_bench::size(b as u64)),
         opts.iters
     );
     let started = Instant::now();
@@ -487,8 +490,7 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
             }
             // The slowest rank per iteration, as the Gloo script reports.
             comm.allreduce_typed(&mut times, ReduceOp::Max).await.map_err(|e| e.to_string())?;
-            times.sort_by(f64::total_cmp);
-            let median = times[times.len() / 2];
+            let median = plexus_bench::median(&times).expect("at least one timed iteration");
             if rank == 0 {
                 let s = |d: Duration| d.as_secs_f64();
                 println!(

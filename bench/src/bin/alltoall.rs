@@ -191,70 +191,81 @@ struct Opts {
     rail_key: Option<String>,
 }
 
-fn parse_list<T: std::str::FromStr>(s: &str, flag: &str) -> Vec<T> {
-    plexus_bench::parse_list("alltoall", s, flag)
+/// The command line. `--worker R` (with `--rails` and `--rail-key`) is how the benchmark starts
+/// its own rank processes; a person passes the other flags.
+#[derive(Debug, clap::Parser)]
+#[command(name = "alltoall", about = "Plexus all-to-all schedules side by side, with Gloo as the anchor")]
+struct Cli {
+    /// World sizes (ranks), comma-separated; each at least 2.
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    worlds: Vec<usize>,
+    /// Total bytes exchanged per table, MiB, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "64,256")]
+    sizes: Vec<usize>,
+    /// Tables: uniform, skewed, block-cyclic.
+    #[arg(long, value_delimiter = ',', default_value = "uniform,skewed,block-cyclic")]
+    tables: Vec<TableKind>,
+    /// Schedules: shift, pairwise, css, css-ov, alg1, alg2, direct.
+    #[arg(long, value_delimiter = ',', default_value = "shift,pairwise,css,css-ov,alg1,alg2,direct")]
+    schedules: Vec<Sched>,
+    /// Timed iterations per schedule (after the warm-up).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    iters: u64,
+    /// The skewed table's Zipf exponent.
+    #[arg(long, default_value_t = 1.2)]
+    zipf: f64,
+    #[arg(long, default_value_t = 4)]
+    seed: u64,
+    /// Leave out the Gloo anchor.
+    #[arg(long = "no-gloo")]
+    no_gloo: bool,
+    /// Run on the rail rig with these rail rates (e.g. `1gbit,500mbit`).
+    #[arg(long)]
+    rig: Option<String>,
+    /// On the rig, how many rails ours uses, each in turn, comma-separated (default: every rail).
+    #[arg(long = "rails-used", value_delimiter = ',')]
+    rails_used: Vec<usize>,
+    /// Rail authentication: `key` (the product's) or `open`.
+    #[arg(long, default_value = "key", value_parser = ["open", "key"])]
+    auth: String,
+    /// The endpoints' largest segment, MiB (fractions allowed; default: the endpoint's).
+    #[arg(long = "seg-max", value_name = "MIB")]
+    seg_max: Option<f64>,
+    /// SO_SNDBUF of the rail connections, KiB (default: the kernel's autotuning).
+    #[arg(long, value_name = "KIB")]
+    sndbuf: Option<usize>,
+    #[command(flatten)]
+    world: plexus_bench::world::WorkerArgs,
 }
 
 impl Opts {
-    fn parse(args: &[String]) -> Opts {
-        let mut o = Opts {
-            worlds: vec![4, 8],
-            sizes: vec![64, 256],
-            tables: TableKind::ALL.to_vec(),
-            schedules: Sched::ALL.to_vec(),
-            iters: 5,
-            zipf: 1.2,
-            seed: 4,
-            gloo: true,
-            rig: None,
-            rails_used: Vec::new(),
-            auth: "key".into(),
-            seg_max: EndpointConfig::default().seg_max,
-            sndbuf: None,
-            rails: Vec::new(),
-            rail_key: None,
+    /// The options and, for a worker process, its rank.
+    fn parse() -> (Opts, Option<usize>) {
+        use clap::{CommandFactory, Parser};
+        let c = Cli::parse();
+        if c.worlds.iter().any(|&n| n < 2) {
+            Cli::command()
+                .error(clap::error::ErrorKind::ValueValidation, "every world needs at least 2 ranks (--worlds)")
+                .exit();
+        }
+        let opts = Opts {
+            worlds: c.worlds,
+            sizes: c.sizes,
+            tables: c.tables,
+            schedules: c.schedules,
+            iters: c.iters as usize,
+            zipf: c.zipf,
+            seed: c.seed,
+            gloo: !c.no_gloo,
+            rig: c.rig,
+            rails_used: c.rails_used,
+            auth: c.auth,
+            seg_max: c.seg_max.map_or(EndpointConfig::default().seg_max, |m| (m * MIB as f64) as u64),
+            sndbuf: c.sndbuf.map(|k| k << 10),
+            rails: c.world.rails,
+            rail_key: c.world.rail_key,
         };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut val = || {
-                it.next().cloned().unwrap_or_else(|| {
-                    eprintln!("alltoall: {a} needs a value");
-                    std::process::exit(2)
-                })
-            };
-            match a.as_str() {
-                "--worlds" => o.worlds = parse_list(&val(), a),
-                "--sizes" => o.sizes = parse_list(&val(), a),
-                "--tables" => o.tables = parse_list(&val(), a),
-                "--schedules" => o.schedules = parse_list(&val(), a),
-                "--iters" => o.iters = parse_list(&val(), a)[0],
-                "--zipf" => o.zipf = parse_list(&val(), a)[0],
-                "--seed" => o.seed = parse_list(&val(), a)[0],
-                "--no-gloo" => o.gloo = false,
-                "--rig" => o.rig = Some(val()),
-                "--rails-used" => o.rails_used = parse_list(&val(), a),
-                "--auth" => {
-                    o.auth = val();
-                    if o.auth != "open" && o.auth != "key" {
-                        eprintln!("alltoall: --auth takes open or key, not {:?}", o.auth);
-                        std::process::exit(2)
-                    }
-                }
-                "--seg-max" => o.seg_max = (parse_list::<f64>(&val(), a)[0] * MIB as f64) as u64,
-                "--sndbuf" => o.sndbuf = Some(parse_list::<usize>(&val(), a)[0] << 10),
-                "--rails" => o.rails = parse_list(&val(), a),
-                "--rail-key" => o.rail_key = Some(val()),
-                _ => {
-                    eprintln!("alltoall: unknown flag {a}");
-                    std::process::exit(2)
-                }
-            }
-        }
-        if o.iters == 0 || o.worlds.iter().any(|&n| n < 2) {
-            eprintln!("alltoall: --iters must be at least 1 and every world at least 2 ranks");
-            std::process::exit(2)
-        }
-        o
+        (opts, c.world.worker)
     }
 
     /// What a worker needs to rebuild the same tables and run the same schedules.
@@ -411,10 +422,8 @@ fn verify(me: usize, table: &ComTable, got: &[Bytes]) -> Result<(), String> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--worker") {
-        let rank: usize = parse_list(&args[1], "--worker")[0];
-        let opts = Opts::parse(&args[2..]);
+    let (opts, worker_rank) = Opts::parse();
+    if let Some(rank) = worker_rank {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         if let Err(e) = rt.block_on(worker(rank, opts)) {
             eprintln!("alltoall worker {rank}: {e}");
@@ -422,7 +431,6 @@ fn main() {
         }
         return;
     }
-    let opts = Opts::parse(&args);
     let started = Instant::now();
     let rig_rates: Vec<f64> =
         opts.rig.as_deref().map_or_else(Vec::new, |spec| spec.split(',').map(|r| rate_bits(r) / 8.0).collect());
@@ -506,7 +514,7 @@ fn main() {
 }
 
 fn sndbuf(opts: &Opts) -> String {
-    opts.sndbuf.map_or("autotuned".to_string(), |b| format!("{} KiB", b >> 10))
+    opts.sndbuf.map_or("autotuned".to_string(), |b| plexus_bench::size(b as u64))
 }
 
 /// tc's rate syntax ("2gbit", "500mbit", "100kbit", "1000bit", an optional ":delay" ignored)
@@ -937,9 +945,9 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                 // The slowest rank per iteration, as the Gloo script reports.
                 let mut ts = std::mem::take(&mut times[k]);
                 comm.allreduce_typed(&mut ts, ReduceOp::Max).await.map_err(|e| e.to_string())?;
-                ts.sort_by(f64::total_cmp);
                 if rank == 0 {
-                    println!("RESULT {mib} {} {} {}", t.name(), s.name(), ts[ts.len() / 2]);
+                    let median = plexus_bench::median(&ts).expect("--iters is at least 1");
+                    println!("RESULT {mib} {} {} {median}", t.name(), s.name());
                 }
             }
         }

@@ -184,30 +184,40 @@ fn measure(insecure: bool, metrics: bool) -> Measured {
 }
 
 fn median_rate(m: &Measured) -> f64 {
-    let mut rates: Vec<f64> = m.runs.iter().map(|r| SUBTASKS as f64 / r.wall.as_secs_f64()).collect();
-    rates.sort_by(|a, b| a.total_cmp(b));
-    rates[rates.len() / 2]
+    let rates: Vec<f64> = m.runs.iter().map(|r| SUBTASKS as f64 / r.wall.as_secs_f64()).collect();
+    plexus_bench::median(&rates).expect("at least one measured run")
+}
+
+/// The command line: which parts to run.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "control-plane",
+    about = "The control plane's throughput and latency, TLS and insecure, sled and etcd, side by side"
+)]
+struct Cli {
+    /// Only the deep-queue part.
+    #[arg(long = "deep-only")]
+    deep_only: bool,
+    /// Leave out the deep-queue part.
+    #[arg(long = "no-deep")]
+    no_deep: bool,
+    /// Only the stores part (sled and etcd).
+    #[arg(long = "stores-only")]
+    stores_only: bool,
+    /// Leave out the stores part.
+    #[arg(long = "no-stores")]
+    no_stores: bool,
+    /// How long the deep-queue part may take, seconds.
+    #[arg(long = "depth-timeout", value_name = "SECS", default_value_t = DEPTH_TIMEOUT.as_secs())]
+    depth_timeout: u64,
 }
 
 fn main() {
-    let (mut tls_part, mut deep_part, mut store_part, mut limit) = (true, true, true, DEPTH_TIMEOUT);
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--deep-only" => (tls_part, store_part) = (false, false),
-            "--no-deep" => deep_part = false,
-            "--stores-only" => (tls_part, deep_part) = (false, false),
-            "--no-stores" => store_part = false,
-            "--depth-timeout" => {
-                let v =
-                    args.next().and_then(|v| v.parse::<u64>().ok()).expect("--depth-timeout takes a number of seconds");
-                limit = Duration::from_secs(v);
-            }
-            _ => panic!(
-                "unknown argument {a:?} (expected --deep-only, --no-deep, --stores-only, --no-stores, --depth-timeout SECS)"
-            ),
-        }
-    }
+    let c = <Cli as clap::Parser>::parse();
+    let tls_part = !c.deep_only && !c.stores_only;
+    let deep_part = !c.no_deep && !c.stores_only;
+    let store_part = !c.no_stores && !c.deep_only;
+    let limit = Duration::from_secs(c.depth_timeout);
     if tls_part {
         tls_vs_insecure();
     }
@@ -805,9 +815,7 @@ async fn store_run(c: &mut Client) -> StoreRun {
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    plexus_bench::median(v).unwrap_or(0.0)
 }
 
 /// The leader killed mid-job, `trials` times: seconds until a standby serves as the leader.

@@ -17,65 +17,43 @@ use std::time::Duration;
 
 use plexus_sim::gangs::{self, Comparison, GangConfig, GangWorkload, Options};
 
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "gangs",
+    about = "Gangs in simulated time: the scheduling core against a naive scheduler and strict FIFO"
+)]
 struct Args {
+    /// Seeds per configuration.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     seeds: u64,
+    /// Configurations, `workers:load` comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_config, default_value = "16:0.7,16:0.9,64:0.9")]
     configs: Vec<(u32, f64)>,
+    /// The workload's arrival window, seconds (default: the simulator's).
+    #[arg(long = "window")]
     window_s: Option<u64>,
+    /// The gang reservation timeout, ms (default: the simulator's).
+    #[arg(long = "timeout-ms")]
     timeout_ms: Option<u64>,
-    placer: &'static str,
+    /// The placer under the gangs.
+    #[arg(long, default_value = "least-loaded", value_parser = clap::builder::PossibleValuesParser::new(plexus_sim::placer::HEURISTICS))]
+    placer: String,
+    /// Check the invariants after every scheduling round (`true`/`false`).
+    #[arg(long = "every-round", default_value_t = false, action = clap::ArgAction::Set)]
     every_round: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        seeds: 3,
-        configs: vec![(16, 0.7), (16, 0.9), (64, 0.9)],
-        window_s: None,
-        timeout_ms: None,
-        placer: "least-loaded",
-        every_round: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
-        match flag.as_str() {
-            "--seeds" => a.seeds = value.parse().map_err(|e| bad(&e))?,
-            "--window" => a.window_s = Some(value.parse().map_err(|e| bad(&e))?),
-            "--timeout-ms" => a.timeout_ms = Some(value.parse().map_err(|e| bad(&e))?),
-            "--every-round" => a.every_round = value.parse().map_err(|e| bad(&e))?,
-            "--placer" => {
-                a.placer = plexus_sim::placer::HEURISTICS
-                    .iter()
-                    .copied()
-                    .find(|h| *h == value)
-                    .ok_or_else(|| bad(&format!("one of {:?}", plexus_sim::placer::HEURISTICS)))?;
-            }
-            "--configs" => {
-                a.configs = value
-                    .split(',')
-                    .map(|c| {
-                        let (w, l) = c.split_once(':').ok_or_else(|| bad(&"expected workers:load"))?;
-                        Ok((w.parse().map_err(|e| bad(&e))?, l.parse().map_err(|e| bad(&e))?))
-                    })
-                    .collect::<Result<_, String>>()?;
-            }
-            _ => {
-                return Err(format!(
-                    "unknown flag {flag} (known: --seeds --configs --window --timeout-ms --placer --every-round)"
-                ));
-            }
-        }
-    }
-    if a.seeds == 0 || a.configs.is_empty() {
-        return Err("need at least one seed and one configuration".into());
-    }
-    Ok(a)
+/// One `workers:load` configuration.
+fn parse_config(c: &str) -> Result<(u32, f64), String> {
+    let (w, l) = c.split_once(':').ok_or_else(|| format!("{c}: expected workers:load"))?;
+    Ok((w.parse().map_err(|e| format!("{c}: {e}"))?, l.parse().map_err(|e| format!("{c}: {e}"))?))
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = parse_args()?;
-    let opts = Options { every_round: args.every_round, placer: args.placer, ..Options::default() };
+    let args = <Args as clap::Parser>::parse();
+    // The placer is one of the simulator's names, checked by the parser.
+    let placer = plexus_sim::placer::HEURISTICS.iter().copied().find(|h| *h == args.placer).unwrap_or("least-loaded");
+    let opts = Options { every_round: args.every_round, placer, ..Options::default() };
     let out = &mut std::io::stdout().lock();
     let mut failed = Vec::new();
     let mut costs = Vec::new();

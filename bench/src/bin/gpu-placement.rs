@@ -29,7 +29,6 @@
 
 use std::error::Error;
 use std::io::Write;
-use std::str::FromStr;
 use std::time::Instant;
 
 use rand::rngs::StdRng;
@@ -58,81 +57,72 @@ const GAIN_TARGET: f64 = 0.10;
 const TIME_TARGET_MS: f64 = 50.0;
 const JCT_TARGET: f64 = 0.15;
 
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "gpu-placement",
+    about = "GPU placement: the interference model, the search against exhaustive, and job completion times"
+)]
 struct Args {
+    /// Seeds of the placement comparison.
+    #[arg(long, default_value_t = 10)]
     seeds: u64,
+    /// Cluster sizes, GPUs, comma-separated; multiples of 8 (8-GPU nodes).
+    #[arg(long, value_delimiter = ',', default_value = "8,32,128", value_parser = multiple_of_8)]
     sizes: Vec<usize>,
+    /// Gang sizes, comma-separated; each at least 1.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = at_least_one)]
     members: Vec<usize>,
+    /// Busy fractions of the cluster, comma-separated, in [0, 1].
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.75", value_parser = fraction)]
     busy: Vec<f64>,
+    /// Samples the interference model is fitted on; at least 1.
+    #[arg(long, default_value_t = 4_000, value_parser = at_least_one)]
     samples: usize,
+    #[arg(long = "steps-per-sample", default_value_t = 4)]
     steps_per_sample: usize,
+    /// The seed of the ground truth the model is fitted to.
+    #[arg(long = "truth-seed", default_value_t = 1)]
     truth_seed: u64,
+    /// Cluster sizes of the completion-time runs, GPUs, comma-separated; multiples of 8.
+    #[arg(long = "jct-gpus", value_delimiter = ',', default_value = "64,128", value_parser = multiple_of_8)]
     jct_gpus: Vec<usize>,
+    /// Offered loads of the completion-time runs, comma-separated.
+    #[arg(long = "jct-loads", value_delimiter = ',', default_value = "0.2,0.4,0.7")]
     jct_loads: Vec<f64>,
+    #[arg(long = "jct-seeds", default_value_t = 8)]
     jct_seeds: u64,
+    #[arg(long = "jct-jobs", default_value_t = 300)]
     jct_jobs: usize,
+    /// The share of gang jobs in the completion-time runs, in [0, 1].
+    #[arg(long = "jct-share", default_value_t = 0.5, value_parser = fraction)]
     jct_share: f64,
+    /// The busy fraction of the completion-time runs, in [0, 1].
+    #[arg(long = "jct-busy", default_value_t = 0.5, value_parser = fraction)]
     jct_busy: f64,
 }
 
-fn list<T: FromStr>(value: &str) -> Result<Vec<T>, T::Err> {
-    value.split(',').map(str::parse).collect()
+fn multiple_of_8(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(g) if g > 0 && g % 8 == 0 => Ok(g),
+        Ok(g) => Err(format!("{g}: a multiple of 8 (8-GPU nodes)")),
+        Err(e) => Err(format!("{v}: {e}")),
+    }
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        seeds: 10,
-        sizes: vec![8, 32, 128],
-        members: vec![2, 4, 8, 16],
-        busy: vec![0.5, 0.75],
-        samples: 4_000,
-        steps_per_sample: 4,
-        truth_seed: 1,
-        jct_gpus: vec![64, 128],
-        jct_loads: vec![0.2, 0.4, 0.7],
-        jct_seeds: 8,
-        jct_jobs: 300,
-        jct_share: 0.5,
-        jct_busy: 0.5,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
-        match flag.as_str() {
-            "--seeds" => a.seeds = value.parse().map_err(|e| bad(&e))?,
-            "--sizes" => a.sizes = list(&value).map_err(|e| bad(&e))?,
-            "--members" => a.members = list(&value).map_err(|e| bad(&e))?,
-            "--busy" => a.busy = list(&value).map_err(|e| bad(&e))?,
-            "--samples" => a.samples = value.parse().map_err(|e| bad(&e))?,
-            "--steps-per-sample" => a.steps_per_sample = value.parse().map_err(|e| bad(&e))?,
-            "--truth-seed" => a.truth_seed = value.parse().map_err(|e| bad(&e))?,
-            "--jct-gpus" => a.jct_gpus = list(&value).map_err(|e| bad(&e))?,
-            "--jct-loads" => a.jct_loads = list(&value).map_err(|e| bad(&e))?,
-            "--jct-seeds" => a.jct_seeds = value.parse().map_err(|e| bad(&e))?,
-            "--jct-jobs" => a.jct_jobs = value.parse().map_err(|e| bad(&e))?,
-            "--jct-share" => a.jct_share = value.parse().map_err(|e| bad(&e))?,
-            "--jct-busy" => a.jct_busy = value.parse().map_err(|e| bad(&e))?,
-            _ => {
-                return Err(format!(
-                    "unknown flag {flag} (known: --seeds --sizes --members --busy --samples --steps-per-sample --truth-seed \
-                     --jct-gpus --jct-loads --jct-seeds --jct-jobs --jct-share --jct-busy)"
-                ));
-            }
-        }
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(n) => Err(format!("{n}: at least 1")),
+        Err(e) => Err(format!("{v}: {e}")),
     }
-    if a.sizes.iter().any(|&g| g == 0 || g % 8 != 0) {
-        return Err(format!("--sizes {:?}: multiples of 8 (8-GPU nodes)", a.sizes));
+}
+
+fn fraction(v: &str) -> Result<f64, String> {
+    match v.trim().parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        Ok(f) => Err(format!("{f}: a fraction in [0, 1]")),
+        Err(e) => Err(format!("{v}: {e}")),
     }
-    if a.jct_gpus.iter().any(|&g| g == 0 || g % 8 != 0) {
-        return Err(format!("--jct-gpus {:?}: multiples of 8", a.jct_gpus));
-    }
-    if a.members.contains(&0) || a.busy.iter().chain([&a.jct_busy, &a.jct_share]).any(|b| !(0.0..=1.0).contains(b)) {
-        return Err("gang sizes must be ≥ 1, busy and share fractions in [0, 1]".into());
-    }
-    if a.samples == 0 || a.busy.is_empty() || a.members.is_empty() || a.sizes.is_empty() {
-        return Err("need samples, and at least one size, gang size and busy fraction".into());
-    }
-    Ok(a)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -369,9 +359,7 @@ fn max(v: &[f64]) -> f64 {
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() { f64::NAN } else { s[s.len() / 2] }
+    plexus_bench::median(v).unwrap_or(f64::NAN)
 }
 
 fn pct(v: &[f64]) -> String {
@@ -651,7 +639,7 @@ fn verdict(pass: bool) -> &'static str {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = parse_args()?;
+    let args = <Args as clap::Parser>::parse();
     let out = &mut std::io::stdout().lock();
     let truth = GroundTruth::new(args.truth_seed);
     let started = Instant::now();

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use plexus_bench::live::{CpuQuotas, Forward, confined};
-use plexus_bench::{parse_list, percentile};
+use plexus_bench::percentile;
 use plexus_dataplane::rig::Rig;
 use plexus_e2e::{Cluster, ClusterConfig};
 use plexus_launch::WorkerLaunch;
@@ -83,87 +83,94 @@ struct Opts {
     drain: Duration,
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: {PROG} [--seed N] [--jobs N] [--warmup N] [--placers a,b,..] [--no-rig] [--quotas 100,50,25,25] [--slow 1,3] \
-         [--fast-rate 1gbit] [--slow-rate 200mbit] [--slots 2] [--interval-ms 2000] [--block 10] [--job-timeout SECS] [--drain SECS]"
-    );
-    std::process::exit(2)
+/// The command line.
+#[derive(Debug, clap::Parser)]
+#[command(name = "placement-live", about = "The placers side by side on a real heterogeneous cluster")]
+struct Cli {
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Jobs measured; at least 1.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: u64,
+    /// Jobs run first, not measured.
+    #[arg(long, default_value_t = 10)]
+    warmup: usize,
+    /// Placers, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "least-loaded,locality,fastest,rl")]
+    placers: Vec<String>,
+    /// Run on loopback instead of the rail rig.
+    #[arg(long = "no-rig")]
+    no_rig: bool,
+    /// Each worker's CPU quota, percent of one core, comma-separated (at least two workers).
+    #[arg(long, value_delimiter = ',', default_value = "100,50,25,25")]
+    quotas: Vec<f64>,
+    /// Workers behind the slow rail (rig only), comma-separated; `none` for none.
+    #[arg(long, default_value = "1,3", value_parser = parse_slow)]
+    slow: Slow,
+    #[arg(long = "fast-rate", default_value = "1gbit")]
+    fast_rate: String,
+    #[arg(long = "slow-rate", default_value = "200mbit")]
+    slow_rate: String,
+    /// Cores each worker offers (`--cpus`); every task asks for one. At least 1.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    slots: u32,
+    #[arg(long = "interval-ms", default_value_t = 2000)]
+    interval_ms: u64,
+    #[arg(long, default_value_t = 10)]
+    block: u64,
+    /// How long one job may run, seconds.
+    #[arg(long = "job-timeout", value_name = "SECS", default_value_t = 180)]
+    job_timeout: u64,
+    /// How long after the last arrival every job must be done, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 180)]
+    drain: u64,
+}
+
+/// `--slow`: worker indices (a newtype, so clap takes the whole list as one value).
+#[derive(Clone, Debug)]
+struct Slow(Vec<usize>);
+
+fn parse_slow(v: &str) -> Result<Slow, String> {
+    if v.is_empty() || v == "none" {
+        return Ok(Slow(vec![]));
+    }
+    v.split(',').map(|x| x.trim().parse().map_err(|e| format!("{x:?}: {e}"))).collect::<Result<_, _>>().map(Slow)
+}
+
+/// Ends the program with a usage error saying `msg`, as clap does for the flags it checks.
+fn fail(msg: String) -> ! {
+    use clap::CommandFactory;
+    Cli::command().error(clap::error::ErrorKind::ValueValidation, msg).exit()
 }
 
 fn parse_opts() -> Opts {
-    let mut o = Opts {
-        seed: 1,
-        jobs: 40,
-        warmup: 10,
-        placers: ["least-loaded", "locality", "fastest", "rl"].map(String::from).to_vec(),
-        rig: true,
-        quotas: vec![100.0, 50.0, 25.0, 25.0],
-        slow: vec![1, 3],
-        fast_rate: "1gbit".into(),
-        slow_rate: "200mbit".into(),
-        slots: 2,
-        interval_ms: 2000,
-        block: 10,
-        job_timeout: Duration::from_secs(180),
-        drain: Duration::from_secs(180),
+    let c = <Cli as clap::Parser>::parse();
+    let o = Opts {
+        seed: c.seed,
+        jobs: c.jobs as usize,
+        warmup: c.warmup,
+        placers: c.placers,
+        rig: !c.no_rig,
+        quotas: c.quotas,
+        slow: c.slow.0,
+        fast_rate: c.fast_rate,
+        slow_rate: c.slow_rate,
+        slots: c.slots,
+        interval_ms: c.interval_ms,
+        block: c.block.max(1) as usize,
+        job_timeout: Duration::from_secs(c.job_timeout),
+        drain: Duration::from_secs(c.drain),
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        if flag == "--no-rig" {
-            o.rig = false;
-            continue;
-        }
-        if flag == "-h" || flag == "--help" {
-            usage();
-        }
-        let Some(v) = args.next() else {
-            eprintln!("{PROG}: {flag} needs a value");
-            usage()
-        };
-        let num = |v: &str| -> u64 {
-            v.parse().unwrap_or_else(|_| {
-                eprintln!("{PROG}: bad value {v:?} for {flag}");
-                std::process::exit(2)
-            })
-        };
-        match flag.as_str() {
-            "--seed" => o.seed = num(&v),
-            "--jobs" => o.jobs = num(&v) as usize,
-            "--warmup" => o.warmup = num(&v) as usize,
-            "--placers" => o.placers = parse_list(PROG, &v, &flag),
-            "--quotas" => o.quotas = parse_list(PROG, &v, &flag),
-            "--slow" => o.slow = if v.is_empty() || v == "none" { vec![] } else { parse_list(PROG, &v, &flag) },
-            "--fast-rate" => o.fast_rate = v,
-            "--slow-rate" => o.slow_rate = v,
-            "--slots" => o.slots = num(&v) as u32,
-            "--interval-ms" => o.interval_ms = num(&v),
-            "--block" => o.block = num(&v).max(1) as usize,
-            "--job-timeout" => o.job_timeout = Duration::from_secs(num(&v)),
-            "--drain" => o.drain = Duration::from_secs(num(&v)),
-            _ => {
-                eprintln!("{PROG}: unknown flag {flag}");
-                usage()
-            }
-        }
-    }
     for p in &o.placers {
         if !plexus_coordinator::learned::PLACERS.contains(&p.as_str()) {
-            eprintln!("{PROG}: unknown placer {p:?} (known: {})", plexus_coordinator::learned::PLACERS.join(", "));
-            std::process::exit(2);
+            fail(format!("unknown placer {p:?} (known: {})", plexus_coordinator::learned::PLACERS.join(", ")));
         }
     }
     if o.quotas.len() < 2 || o.quotas.iter().any(|q| !(q.is_finite() && *q >= 1.0)) {
-        eprintln!("{PROG}: --quotas needs at least two workers, each at least 1 (% of a core)");
-        std::process::exit(2);
+        fail("--quotas needs at least two workers, each at least 1 (% of a core)".into());
     }
     if o.slow.iter().any(|&s| s >= o.quotas.len()) {
-        eprintln!("{PROG}: --slow names a worker past the {} of --quotas", o.quotas.len());
-        std::process::exit(2);
-    }
-    if o.jobs == 0 || o.slots == 0 {
-        eprintln!("{PROG}: --jobs and --slots must be at least 1");
-        std::process::exit(2);
+        fail(format!("--slow names a worker past the {} of --quotas", o.quotas.len()));
     }
     o
 }
@@ -229,7 +236,7 @@ fn stream(o: &Opts) -> Vec<Plan> {
 /// Worker ids, seeded: the same for every placer, so candidates come in the same id order (the
 /// heuristics break ties by it) in every run.
 fn worker_ids(o: &Opts) -> Vec<String> {
-    let mut rng = StdRng::seed_from_u64(o.seed ^ 0x5eed_1d5);
+    let mut rng = StdRng::seed_from_u64(o.seed ^ 0x05ee_d1d5);
     (0..o.quotas.len()).map(|_| format!("wkr-{:032x}", rng.random::<u128>())).collect()
 }
 
@@ -481,7 +488,7 @@ fn run_placer(
                         } else {
                             out.jobs[i].failure = Some(format!("state {}: {}", j.state, j.error));
                         }
-                        if finished % 10 == 0 {
+                        if finished.is_multiple_of(10) {
                             eprintln!(
                                 "[{placer}] {finished}/{} jobs done, {:.0} s",
                                 plans.len(),
@@ -668,7 +675,7 @@ fn report(o: &Opts, runs: &[PlacerRun], rig_note: &str, plans: &[Plan], total: D
         );
     }
     println!();
-    println!("{:<26} {:>8} {:>8} {:>8}  {}", "ratio", "mean", "p95", "target", "result (mean, p95)");
+    println!("{:<26} {:>8} {:>8} {:>8}  result (mean, p95)", "ratio", "mean", "p95", "target");
     for (a, b, target) in [
         ("rl", "least-loaded", TARGET_VS_LEAST_LOADED),
         ("fastest", "least-loaded", TARGET_VS_LEAST_LOADED),

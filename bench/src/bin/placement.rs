@@ -68,10 +68,10 @@ fn contenders(seed: u64, config: &SimConfig, args: &Args) -> Vec<Contender> {
         // comparison; its observation has the estimate features too (they are not switchable).
         v.push(Contender::learning("rl-seed", learned(1, 0, 0.0, PolicyConfig::default().epsilon, false)));
     }
-    v.push(Contender::learning("rl", learned(args.passes, args.history, args.run_weight, args.epsilon, true)));
+    v.push(Contender::learning("rl", learned(args.passes, args.history, args.run_weight, args.epsilon(), true)));
     if args.exact_rl {
         v.push(
-            Contender::learning("rl-exact", learned(args.passes, args.history, args.run_weight, args.epsilon, true))
+            Contender::learning("rl-exact", learned(args.passes, args.history, args.run_weight, args.epsilon(), true))
                 .on(EstimateMode::Exact),
         );
     }
@@ -98,34 +98,99 @@ const WARMUP_SCALE: f64 = 3.0;
 /// The summary column of the lower bound on mean response.
 const BOUND: &str = "(bound)";
 
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "placement",
+    about = "The placers side by side in the simulator, the learned one against the heuristics"
+)]
 struct Args {
-    /// Seeds per workload: `seeds` everywhere, but `seeds_by_nodes` where given.
-    seeds: u64,
-    seeds_by_nodes: Vec<(usize, u64)>,
+    /// Seeds per workload: `3`, or per cluster size `16:3,64:1` (sizes not named: 3).
+    #[arg(long = "seeds", value_name = "N|NODES:SEEDS", default_value = "3", value_parser = parse_seeds)]
+    seeds_arg: Seeds,
+    /// Jobs per workload, as a multiple of the simulator's.
+    #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// Cluster sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "16,64")]
     nodes: Vec<usize>,
+    /// Workload mixes, comma-separated (default: every mix).
+    #[arg(long = "mix", value_delimiter = ',', value_parser = parse_mix)]
     mixes: Vec<Mix>,
     /// `PolicyConfig::passes` of the `rl` contender.
+    #[arg(long, default_value_t = PASSES)]
     passes: usize,
     /// `PolicyConfig::history` of the `rl` contender.
+    #[arg(long, default_value_t = HISTORY)]
     history: usize,
     /// `RewardConfig::run_weight` of the `rl` contender.
+    #[arg(long = "run-weight", default_value_t = RUN_WEIGHT)]
     run_weight: f64,
-    /// `PolicyConfig::epsilon` of the `rl` contender (the seed's 0.05 by default; 0 shows what
-    /// the greedy policy alone reaches, without the cost of exploring).
-    epsilon: f64,
-    /// Also run `rl-seed`: the seed's schedule and reward exactly.
+    /// `PolicyConfig::epsilon` of the `rl` contender, in [0, 1) (the seed's 0.05 by default; 0
+    /// shows what the greedy policy alone reaches, without the cost of exploring).
+    #[arg(long, value_parser = parse_epsilon)]
+    epsilon: Option<f64>,
+    /// Also run `rl-seed`: the seed's schedule and reward exactly (`true`/`false`).
+    #[arg(long = "rl-seed", default_value_t = true, action = clap::ArgAction::Set)]
     seed_rl: bool,
-    /// Also run `rl-exact`: `rl` on the simulator's exact estimates.
+    /// Also run `rl-exact`: `rl` on the simulator's exact estimates (`true`/`false`).
+    #[arg(long = "rl-exact", default_value_t = false, action = clap::ArgAction::Set)]
     exact_rl: bool,
     /// Whether `rl` chooses which ready work goes next (shortest remaining job first), as the
     /// coordinator's `--placer rl` does; `--order false` measures placement alone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     order: bool,
 }
 
+/// `--seeds`: one count everywhere, or counts per cluster size (3 for the sizes not named).
+#[derive(Clone, Debug)]
+enum Seeds {
+    All(u64),
+    ByNodes(Vec<(usize, u64)>),
+}
+
+fn parse_seeds(v: &str) -> Result<Seeds, String> {
+    if !v.contains(':') {
+        return v.trim().parse().map(Seeds::All).map_err(|e| format!("{v}: {e}"));
+    }
+    v.split(',')
+        .map(|p| {
+            let (n, s) = p.split_once(':').ok_or_else(|| format!("{p}: expected NODES:SEEDS"))?;
+            Ok((n.trim().parse().map_err(|e| format!("{p}: {e}"))?, s.trim().parse().map_err(|e| format!("{p}: {e}"))?))
+        })
+        .collect::<Result<_, String>>()
+        .map(Seeds::ByNodes)
+}
+
+fn parse_mix(v: &str) -> Result<Mix, String> {
+    let names: Vec<&str> = Mix::ALL.iter().map(|m| m.name()).collect();
+    Mix::ALL.into_iter().find(|m| m.name() == v.trim()).ok_or_else(|| format!("unknown mix {v:?} (one of {names:?})"))
+}
+
+fn parse_epsilon(v: &str) -> Result<f64, String> {
+    let e: f64 = v.parse().map_err(|e| format!("{v}: {e}"))?;
+    if (0.0..1.0).contains(&e) { Ok(e) } else { Err(format!("{v}: must be in [0, 1)")) }
+}
+
 impl Args {
+    fn parse() -> Args {
+        let mut a = <Args as clap::Parser>::parse();
+        if a.mixes.is_empty() {
+            a.mixes = Mix::ALL.to_vec();
+        }
+        a
+    }
+
     fn seeds_at(&self, nodes: usize) -> u64 {
-        self.seeds_by_nodes.iter().find(|(n, _)| *n == nodes).map_or(self.seeds, |(_, s)| *s)
+        match &self.seeds_arg {
+            Seeds::All(n) => *n,
+            // Sizes not named get the default, 3.
+            Seeds::ByNodes(v) => v.iter().find(|(n, _)| *n == nodes).map_or(3, |(_, s)| *s),
+        }
+    }
+
+    /// `PolicyConfig::epsilon` of the `rl` contender.
+    fn epsilon(&self) -> f64 {
+        self.epsilon.unwrap_or(PolicyConfig::default().epsilon)
     }
 }
 
@@ -137,72 +202,8 @@ const PASSES: usize = 4;
 const HISTORY: usize = 4;
 const RUN_WEIGHT: f64 = 2.0;
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        seeds: 3,
-        seeds_by_nodes: Vec::new(),
-        scale: 1.0,
-        nodes: vec![16, 64],
-        mixes: Mix::ALL.to_vec(),
-        passes: PASSES,
-        history: HISTORY,
-        run_weight: RUN_WEIGHT,
-        seed_rl: true,
-        exact_rl: false,
-        epsilon: PolicyConfig::default().epsilon,
-        order: true,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
-        match flag.as_str() {
-            "--passes" => a.passes = value.parse().map_err(|e| bad(&e))?,
-            "--history" => a.history = value.parse().map_err(|e| bad(&e))?,
-            "--run-weight" => a.run_weight = value.parse().map_err(|e| bad(&e))?,
-            "--epsilon" => {
-                a.epsilon = value.parse().map_err(|e| bad(&e))?;
-                if !(0.0..1.0).contains(&a.epsilon) {
-                    return Err(format!("--epsilon {value}: must be in [0, 1)"));
-                }
-            }
-            "--rl-seed" => a.seed_rl = value.parse().map_err(|e| bad(&e))?,
-            "--rl-exact" => a.exact_rl = value.parse().map_err(|e| bad(&e))?,
-            "--order" => a.order = value.parse().map_err(|e| bad(&e))?,
-            // `--seeds 3`, or per cluster size: `--seeds 16:3,64:1` (sizes not named: 3).
-            "--seeds" if value.contains(':') => {
-                a.seeds_by_nodes = value
-                    .split(',')
-                    .map(|p| {
-                        let (n, s) = p.split_once(':').ok_or_else(|| bad(&"expected NODES:SEEDS"))?;
-                        Ok((n.trim().parse().map_err(|e| bad(&e))?, s.trim().parse().map_err(|e| bad(&e))?))
-                    })
-                    .collect::<Result<_, String>>()?
-            }
-            "--seeds" => a.seeds = value.parse().map_err(|e| bad(&e))?,
-            "--scale" => a.scale = value.parse().map_err(|e| bad(&e))?,
-            "--nodes" => {
-                a.nodes = value.split(',').map(|n| n.trim().parse()).collect::<Result<_, _>>().map_err(|e| bad(&e))?
-            }
-            "--mix" => {
-                a.mixes = value
-                    .split(',')
-                    .map(|m| Mix::ALL.into_iter().find(|x| x.name() == m.trim()).ok_or_else(|| bad(&"unknown mix")))
-                    .collect::<Result<_, _>>()?
-            }
-            _ => {
-                return Err(format!(
-                    "unknown flag {flag} (known: --seeds, --scale, --nodes, --mix, --passes, \
-                     --history, --run-weight, --epsilon, --rl-seed true|false, --rl-exact true|false, --order true|false)"
-                ));
-            }
-        }
-    }
-    Ok(a)
-}
-
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -211,7 +212,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         args.passes,
         args.history,
         args.run_weight,
-        args.epsilon,
+        args.epsilon(),
         if args.seed_rl {
             "; rl-seed: the seed's schedule and reward (1 pass, no history, no run-time term)"
         } else {

@@ -78,7 +78,7 @@ fn main() {
                     id,
                     &RewardInputs {
                         utilisation: rng.random_range(0.0..1.0),
-                        fetch_ms: if c.index % 3 == 0 { 0.0 } else { 80.0 },
+                        fetch_ms: if c.index.is_multiple_of(3) { 0.0 } else { 80.0 },
                         evicted_bytes: 0,
                         run_ms: rng.random_range(100.0..5000.0),
                         best_est_ms: Some(100.0),
@@ -91,7 +91,7 @@ fn main() {
             while steps(&p) == 0 && began.elapsed() < CASE_LIMIT {
                 one(&mut p, &mut rng, id);
                 id += 1;
-                if id % 256 == 0 {
+                if id.is_multiple_of(256) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
@@ -104,7 +104,7 @@ fn main() {
                 lat.push(one(&mut p, &mut rng, id).as_micros() as u64);
                 id += 1;
                 // Decisions arrive as placements do, not in one burst: the trainer keeps a core.
-                if id % 64 == 0 {
+                if id.is_multiple_of(64) {
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }

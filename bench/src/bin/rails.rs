@@ -49,20 +49,6 @@ const RIG_SEG: u64 = MIB;
 /// not its command line, which every user of the machine can read.
 const KEY_ENV: &str = "PLEXUS_BENCH_RAIL_KEY";
 
-const USAGE: &str = "\
-usage: rails [--only loopback,2,3,dynamic] [--sched NAME,...] [--repeat N] [--queue-max N]
-             [--auth open,key] [--seg MiB,...] [--secs S]
-  --only      parts to run (default all): loopback (iperf3 and the channel on 127.0.0.1),
-              2 (rig 2gbit,500mbit), 3 (rig 1500mbit,750mbit,250mbit), dynamic
-  --sched     schedulers to run (default all): round-robin, weighted, q-learning, q-learning-fresh
-  --repeat    runs per scheduler (rig tables) and per seg_max and mode (loopback); the row
-              shows the median run (default 1)
-  --queue-max segments per rail send queue (default: the endpoint's, 8)
-  --auth      rail handshake modes to run (default open,key): open (none), key (the
-              authenticated handshake under a random rail key); loopback runs them alternately
-  --seg       loopback seg_max values, MiB, fractions allowed (default 0.25,1,4,16)
-  --secs      seconds each loopback run issues messages (default 3)";
-
 /// What to run, from the command line.
 struct Opts {
     parts: Vec<String>,
@@ -88,76 +74,62 @@ fn mode_name(keyed: bool) -> &'static str {
     if keyed { "key" } else { "open" }
 }
 
+/// The command line.
+#[derive(Debug, clap::Parser)]
+#[command(name = "rails", about = "Plexus data plane: multi-rail channels on loopback and on the rail rig")]
+struct Cli {
+    /// Parts to run: loopback (iperf3 and the channel on 127.0.0.1), 2 (rig 2gbit,500mbit),
+    /// 3 (rig 1500mbit,750mbit,250mbit), dynamic.
+    #[arg(long, value_delimiter = ',', default_value = "loopback,2,3,dynamic",
+          value_parser = ["loopback", "2", "3", "dynamic"])]
+    only: Vec<String>,
+    /// Schedulers to run: round-robin, weighted, q-learning, q-learning-fresh (default all).
+    #[arg(long, value_delimiter = ',')]
+    sched: Vec<SchedulerKind>,
+    /// Runs per scheduler (rig tables) and per seg_max and mode (loopback); the row shows the
+    /// median run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    repeat: u64,
+    /// Segments per rail send queue (default: the endpoint's, 8).
+    #[arg(long = "queue-max", value_parser = clap::value_parser!(u64).range(1..))]
+    queue_max: Option<u64>,
+    /// Rail handshake modes to run: open (none), key (the authenticated handshake under a random
+    /// rail key); loopback runs them alternately.
+    #[arg(long, value_delimiter = ',', default_value = "open,key", value_parser = ["open", "key"])]
+    auth: Vec<String>,
+    /// Loopback seg_max values, MiB, fractions allowed.
+    #[arg(long, value_delimiter = ',', default_value = "0.25,1,4,16", value_parser = seg_bytes)]
+    seg: Vec<u64>,
+    /// Seconds each loopback run issues messages.
+    #[arg(long, default_value_t = 3.0, value_parser = positive_secs)]
+    secs: f64,
+}
+
+/// A seg_max in MiB as bytes, a whole number of 8-byte words, more than none.
+fn seg_bytes(m: &str) -> Result<u64, String> {
+    m.parse::<f64>()
+        .ok()
+        .map(|m| (m * MIB as f64) as u64 / 8 * 8)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("bad --seg value {m:?}"))
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    s.parse::<f64>().ok().filter(|&s| s > 0.0).ok_or_else(|| format!("--secs needs a positive number, not {s:?}"))
+}
+
 impl Opts {
-    fn parse(args: &[String]) -> Result<Opts, String> {
-        let mut o = Opts {
-            parts: ["loopback", "2", "3", "dynamic"].map(String::from).to_vec(),
-            scheds: SchedulerKind::ALL.to_vec(),
-            repeat: 1,
-            queue_max: None,
-            auth: vec![false, true],
-            loopback_segs: vec![256 << 10, MIB, 4 * MIB, 16 * MIB],
-            loopback_run: Duration::from_secs(3),
-        };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut val = || it.next().ok_or_else(|| format!("{a} needs a value"));
-            match a.as_str() {
-                "--help" | "-h" => {
-                    println!("{USAGE}");
-                    std::process::exit(0)
-                }
-                "--only" => {
-                    o.parts = val()?.split(',').map(String::from).collect();
-                    if let Some(p) = o.parts.iter().find(|p| !["loopback", "2", "3", "dynamic"].contains(&p.as_str())) {
-                        return Err(format!("unknown part {p:?}"));
-                    }
-                }
-                "--sched" => {
-                    o.scheds = val()?
-                        .split(',')
-                        .map(str::parse)
-                        .collect::<Result<_, plexus_dataplane::Error>>()
-                        .map_err(|e| e.to_string())?
-                }
-                "--repeat" => {
-                    o.repeat = val()?.parse().ok().filter(|&n| n > 0).ok_or("--repeat needs a positive number")?
-                }
-                "--queue-max" => {
-                    o.queue_max =
-                        Some(val()?.parse().ok().filter(|&n| n > 0).ok_or("--queue-max needs a positive number")?)
-                }
-                "--auth" => {
-                    o.auth = val()?
-                        .split(',')
-                        .map(|m| match m {
-                            "open" => Ok(false),
-                            "key" => Ok(true),
-                            _ => Err(format!("unknown --auth mode {m:?} (open or key)")),
-                        })
-                        .collect::<Result<_, _>>()?
-                }
-                "--seg" => {
-                    o.loopback_segs = val()?
-                        .split(',')
-                        .map(|m| {
-                            m.parse::<f64>()
-                                .ok()
-                                .map(|m| (m * MIB as f64) as u64 / 8 * 8)
-                                .filter(|&b| b > 0)
-                                .ok_or_else(|| format!("bad --seg value {m:?}"))
-                        })
-                        .collect::<Result<_, _>>()?
-                }
-                "--secs" => {
-                    o.loopback_run = Duration::from_secs_f64(
-                        val()?.parse::<f64>().ok().filter(|&s| s > 0.0).ok_or("--secs needs a positive number")?,
-                    )
-                }
-                _ => return Err(format!("unknown argument {a:?}\n{USAGE}")),
-            }
+    fn parse() -> Opts {
+        let c = <Cli as clap::Parser>::parse();
+        Opts {
+            parts: c.only,
+            scheds: if c.sched.is_empty() { SchedulerKind::ALL.to_vec() } else { c.sched },
+            repeat: c.repeat as usize,
+            queue_max: c.queue_max.map(|n| n as usize),
+            auth: c.auth.iter().map(|m| m == "key").collect(),
+            loopback_segs: c.seg,
+            loopback_run: Duration::from_secs_f64(c.secs),
         }
-        Ok(o)
     }
 
     fn runs(&self, part: &str) -> bool {
@@ -179,12 +151,11 @@ fn main() {
         }
         return;
     }
-    let opts = Opts::parse(&args).unwrap_or_else(|e| {
-        eprintln!("rails: {e}");
-        std::process::exit(2)
-    });
+    // `--serve` is the receiving process this benchmark starts; the data plane's test peer
+    // parses the rest of its command line. Everything else is a person's.
+    let opts = Opts::parse();
     let key = RailKey::random();
-    let hex: String = key.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(key.as_bytes());
     // SAFETY: no other thread exists yet (the runtime is made below), so nothing reads the
     // environment concurrently. Every receiver process inherits it (`--rail-key-env`).
     unsafe { std::env::set_var(KEY_ENV, hex) };
@@ -275,7 +246,7 @@ fn loopback(rt: &tokio::runtime::Runtime, opts: &Opts, key: &RailKey) {
                 runs[m].push((r.goodput_bps(), cpu));
             }
         }
-        let mut line = format!("{:<24}", size(seg));
+        let mut line = format!("{:<24}", plexus_bench::size(seg));
         let mut medians = vec![];
         for m in &mut runs {
             m.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -322,7 +293,7 @@ fn rig_table(
         "== rig: {} rails {spec} (Σ {:.2} Gbit/s), host 0 → host 1, seg_max {}; load average {} ==",
         rails.len(),
         sum / 1e9,
-        size(RIG_SEG),
+        plexus_bench::size(RIG_SEG),
         loadavg()
     );
     // What each rail gives alone: iperf3 (one TCP stream), and the channel with one rail (the
@@ -640,10 +611,6 @@ fn iperf3(rig: Option<&Rig>, to: &str, from: &str, secs: u32) -> Option<f64> {
     let key = "\"bits_per_second\":";
     let b = json[at..].find(key)? + at + key.len();
     json[b..].trim_start().split(|c: char| c == ',' || c.is_whitespace()).next()?.parse().ok()
-}
-
-fn size(b: u64) -> String {
-    if b >= MIB { format!("{} MiB", b / MIB) } else { format!("{} KiB", b >> 10) }
 }
 
 fn cores() -> usize {
