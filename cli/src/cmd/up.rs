@@ -61,8 +61,11 @@ pub async fn run(args: &UpArgs) -> anyhow::Result<ExitCode> {
         .stop_grace(STOP_GRACE)
         .build()?;
     let result = run_cluster(&mut cluster, args, &mut signals).await;
+    // Stopping blocks until the children exit; on a thread of its own, so this runtime goes on
+    // closing the connection of `up`'s client, which the coordinator waits for before it exits.
+    let killed = tokio::task::spawn_blocking(move || cluster.stop()).await.unwrap_or_default();
     let grace = output::human_duration(STOP_GRACE.as_millis() as u64);
-    for name in cluster.stop() {
+    for name in killed {
         note(&format!("{name} did not stop within {grace}; killing it"));
     }
     result.map(|()| ExitCode::SUCCESS)
