@@ -519,14 +519,18 @@ pub fn cycles(sources: &[(String, String)]) -> Vec<String> {
     // `endpoint::send` → `endpoint`; the root stays `crate`.
     let top = |m: &Module| m.first().cloned().unwrap_or_else(|| "crate".to_string());
     let mut problems = Vec::new();
+    // Every cycle found is reported, then broken at its first edge and the search repeated, so
+    // one failure lists the crate's cycles (up to a bound), not only the first.
     let mut report =
-        |what: &str, graph: BTreeMap<String, BTreeSet<String>>, evidence: BTreeMap<(String, String), String>| {
-            if let Some(cycle) = find_cycle(&graph) {
+        |what: &str, mut graph: BTreeMap<String, BTreeSet<String>>, evidence: BTreeMap<(String, String), String>| {
+            for _ in 0..16 {
+                let Some(cycle) = find_cycle(&graph) else { break };
                 let why: Vec<String> = cycle
                     .windows(2)
                     .map(|w| format!("  {} -> {}: {}", w[0], w[1], evidence[&(w[0].clone(), w[1].clone())]))
                     .collect();
                 problems.push(format!("{what} cycle: {}\n{}", cycle.join(" -> "), why.join("\n")));
+                graph.get_mut(&cycle[0]).expect("a cycle starts at a node with edges").remove(&cycle[1]);
             }
         };
 
