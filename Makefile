@@ -13,8 +13,9 @@ torch:
 	bash scripts/setup-torch.sh
 
 # System packages the rail rig needs (iproute2, iperf3), the browser the dashboard's tests
-# drive (chromium) and etcd for the HA tests; installs only what is missing. Without root it cannot install, and the tests
-# that need them skip with a printed reason.
+# drive (chromium) and etcd for the HA tests; installs only what is missing. Without root it
+# cannot install, and the tests that need them skip with a printed reason — unless
+# PLEXUS_REQUIRE_ALL=1 (set by .ci/run), under which a skip fails its test.
 deps:
 	@bash scripts/deps-rails.sh || echo "make deps: could not install the rail rig's packages; rig tests will skip"
 	@bash scripts/deps-browser.sh || echo "make deps: could not install chromium; the dashboard tests will skip"

@@ -1,6 +1,7 @@
 //! The etcd store against a real etcd (issue 19): rounds in parts, snapshots, a half-written
 //! round dropped, fenced writes of a deposed leader refused, large values in parts, and the copy
-//! of a sled store. Skipped, saying why, where etcd is not installed (`make deps`).
+//! of a sled store. Skipped, saying so on stderr, only where etcd is not installed (`make deps`);
+//! any other start error fails the test.
 
 use etcd_client::TxnOp;
 use plexus_coordinator::Error;
@@ -12,14 +13,18 @@ use plexus_scheduler::core::{Core, CoreConfig};
 use plexus_scheduler::placer::heuristic;
 use plexus_scheduler::spec::{Format, parse};
 
+// The e2e tests' gate, shared by path: this crate dev-depends on plexus-e2e, whose tests are
+// not a library.
+#[path = "../../e2e/tests/support/require.rs"]
+mod require;
+
+/// One etcd member and a connection under `prefix`, or `None` (the test is skipped, and says so)
+/// where etcd is not installed; any other start error fails the test.
 fn etcd(prefix: &str) -> Option<(EtcdCluster, Etcd)> {
-    let cluster = match EtcdCluster::start(1) {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("SKIPPED: {why}");
-            return None;
-        }
-    };
+    if !require::require(&[require::ETCD]) {
+        return None;
+    }
+    let cluster = EtcdCluster::start(1).unwrap_or_else(|e| panic!("starting one etcd member: {e}"));
     let url: EtcdUrl = format!("{}/{prefix}", cluster.url()).parse().unwrap();
     let e = Etcd::connect(&url).expect("connecting to the test etcd");
     Some((cluster, e))

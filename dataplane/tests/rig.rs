@@ -1,15 +1,20 @@
 //! The transport across the namespace rig (`scripts/rails-rig.sh`): a rail cut while a message
-//! is in flight. Needs root; without it the test writes `SKIPPED <test>: <why>` to stderr (shown
-//! even for a passing test) and returns without running.
+//! is in flight. Needs root and iproute2; without them the test writes `SKIPPED <test>: <why>` to
+//! stderr (shown even for a passing test) and returns without running, or, with
+//! `PLEXUS_REQUIRE_ALL=1`, fails.
 
 use std::time::Duration;
 
-use plexus_dataplane::rig::{self, PeerProcess, Rig, pattern};
+use plexus_dataplane::rig::{PeerProcess, Rig, pattern};
 use plexus_dataplane::{Endpoint, EndpointConfig, SchedulerKind};
+
+// The e2e tests' gate, shared by path (no dependency between the two crates).
+#[path = "../../e2e/tests/support/require.rs"]
+mod require;
 
 #[test]
 fn a_rail_cut_mid_transfer_still_delivers_the_message_intact() {
-    if rig::skip_unless_available("a_rail_cut_mid_transfer_still_delivers_the_message_intact") {
+    if !require::require(&[require::ROOT, require::IP, require::TC]) {
         return;
     }
     let _ = tracing_subscriber::fmt()

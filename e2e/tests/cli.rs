@@ -7,6 +7,9 @@ use std::time::Duration;
 use plexus_e2e::{Cluster, ClusterConfig, describe};
 use plexus_proto::pb;
 
+#[path = "support/wait.rs"]
+mod wait;
+
 fn job(name: &str, command: &str) -> String {
     format!("name = \"{name}\"\n[[task]]\nname = \"t\"\ncommand = \"{command}\"\n")
 }
@@ -158,18 +161,65 @@ fn a_frozen_coordinator_is_reported_not_waited_on_for_ever() {
     assert!(took < Duration::from_secs(45), "failed only after {took:?}");
 }
 
-/// Waits for `child` to end and returns its output; kills it and panics, naming `what`, if it
-/// has not ended within `limit` (a guard against a hang, not a measurement).
-fn output_within(mut child: std::process::Child, limit: Duration, what: &str) -> std::process::Output {
-    let deadline = std::time::Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what} did not end within {limit:?}");
+/// A child process whose stdout and stderr are read as they come (so a test can wait on what it
+/// has said so far), killed if the test ends before it does.
+struct Running {
+    child: std::process::Child,
+    out: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    err: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Takes over `child`, spawned with piped stdout and stderr.
+    fn new(mut child: std::process::Child) -> Running {
+        fn reader(
+            mut from: impl std::io::Read + Send + 'static,
+            into: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+        ) -> std::thread::JoinHandle<()> {
+            let into = into.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = from.read(&mut buf) {
+                    into.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            })
         }
-        std::thread::sleep(Duration::from_millis(100));
+        let (out, err) = Default::default();
+        let readers = vec![
+            reader(child.stdout.take().expect("stdout piped"), &out),
+            reader(child.stderr.take().expect("stderr piped"), &err),
+        ];
+        Running { child, out, err, readers }
     }
-    child.wait_with_output().unwrap()
+
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.err.lock().unwrap()).into_owned()
+    }
+
+    /// Waits for the child to end and returns its output; fails naming `what` if it has not
+    /// ended within `limit` (a guard against a hang, not a measurement; the child is killed).
+    fn output_within(mut self, limit: Duration, what: &str) -> std::process::Output {
+        let status = wait::until(&format!("{what} to end"), limit, || self.child.try_wait().unwrap());
+        for r in std::mem::take(&mut self.readers) {
+            r.join().unwrap();
+        }
+        let out = std::mem::take(&mut *self.out.lock().unwrap());
+        let err = std::mem::take(&mut *self.err.lock().unwrap());
+        std::process::Output { status, stdout: out, stderr: err }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Ended already, or the test failed: either way nothing is left running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Over TLS a server that accepts connections and never answers holds the handshake, which
@@ -189,7 +239,7 @@ fn a_coordinator_that_accepts_and_never_answers_over_tls_is_reported() {
         .spawn()
         .unwrap();
     // A guard against a hang, not a measurement: the CLI gives up after 5 s.
-    let o = output_within(child, Duration::from_secs(60), "plexus status against a silent coordinator");
+    let o = Running::new(child).output_within(Duration::from_secs(60), "plexus status against a silent coordinator");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("cannot reach the coordinator") && err.contains("no answer within 5s"),
@@ -213,11 +263,16 @@ fn watch_rides_through_a_coordinator_kill_and_restart() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    let watch = Running::new(watch);
+    // The coordinator dies once the watch follows the job (it has printed the job's status), and
+    // comes back once the watch has noticed.
+    wait::until("the watch to show the job", Duration::from_secs(30), || (!watch.stdout().is_empty()).then_some(()));
     c.kill_coordinator(); // kill -9
-    std::thread::sleep(Duration::from_millis(700));
+    wait::until("the watch to notice the coordinator is gone", Duration::from_secs(30), || {
+        watch.stderr().contains("lost the coordinator").then_some(())
+    });
     c.start_coordinator();
-    let o = output_within(watch, Duration::from_secs(90), "the watch");
+    let o = watch.output_within(Duration::from_secs(90), "the watch");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "the watch ends 0 when the job succeeds: {}", describe(&o));
     assert!(

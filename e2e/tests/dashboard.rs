@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use plexus_e2e::{Cluster, ClusterConfig};
 
+#[path = "support/require.rs"]
+mod require;
+
 const DAG: &str = r#"
 name = "dag"
 [[task]]
@@ -37,10 +40,12 @@ command = "echo about to fail >&2; exit 3"
 max_retries = 0
 "#;
 
+/// The browser, or `None` (the test is skipped, and says so) where none is installed.
 fn chromium() -> Option<PathBuf> {
-    ["chromium", "chromium-browser", "google-chrome"].iter().find_map(|b| {
-        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(b)).find(|f| f.is_file()))
-    })
+    if !require::require(&[require::CHROMIUM]) {
+        return None;
+    }
+    require::CHROMIUM.path()
 }
 
 /// A browser session (one profile, so the login cookie carries over).
@@ -105,10 +110,7 @@ fn get(base: &str, path: &str, token: &str) -> String {
 
 #[test]
 fn the_dashboard_in_a_real_browser() {
-    let Some(bin) = chromium() else {
-        eprintln!("SKIPPED: no chromium on PATH (make deps installs Debian's chromium)");
-        return;
-    };
+    let Some(bin) = chromium() else { return };
     let browser = Browser { bin, profile: tempfile::tempdir().unwrap() };
     let c = Cluster::start(ClusterConfig { workers: 2, ..ClusterConfig::default() });
     let base = c.http.clone().expect("the coordinator serves HTTP");
@@ -183,10 +185,7 @@ fn the_dashboard_in_a_real_browser() {
 
 #[test]
 fn the_learned_placer_page_shows_its_counters() {
-    let Some(bin) = chromium() else {
-        eprintln!("SKIPPED: no chromium on PATH (make deps installs Debian's chromium)");
-        return;
-    };
+    let Some(bin) = chromium() else { return };
     let browser = Browser { bin, profile: tempfile::tempdir().unwrap() };
     let c =
         Cluster::start(ClusterConfig { workers: 2, placer: "rl".into(), insecure: true, ..ClusterConfig::default() });

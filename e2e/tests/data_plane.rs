@@ -41,7 +41,7 @@ fn objects_travel_between_workers_striped_over_both_rails() {
     let status = c.wait_job(&job, Duration::from_secs(90));
     assert_eq!(status.state, pb::JobState::Succeeded as i32, "{status:?}\n{}", c.coordinator_log());
     let fetched: u64 = status.subtasks.iter().filter(|s| s.task == "check").map(|s| s.fetched_bytes).sum();
-    assert!(fetched >= 2 * 24 << 20, "each consumer fetched the other worker's blob: {fetched} bytes");
+    assert!(fetched >= (2 * 24) << 20, "each consumer fetched the other worker's blob: {fetched} bytes");
     for rank in ["0", "1"] {
         let logs = c.plexus(&["logs", &job, "check", "--rank", rank]);
         assert!(logs.status.success(), "{}", describe(&logs));
@@ -57,7 +57,7 @@ fn objects_travel_between_workers_striped_over_both_rails() {
                 per_rail[i] += r.bytes_received;
             }
         }
-        (per_rail.iter().sum::<u64>() >= 2 * 24 << 20).then_some(per_rail)
+        (per_rail.iter().sum::<u64>() >= (2 * 24) << 20).then_some(per_rail)
     });
     let total: u64 = per_rail.iter().sum();
     for (i, bytes) in per_rail.iter().enumerate() {
@@ -156,7 +156,7 @@ fn the_train_example_passes_its_check_with_the_learned_placer_over_two_rails() {
         let out = c.plexus(&["workers", "--rails"]);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let rows: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("WORKER ")).skip(1).collect();
-        let busy = rows.iter().filter(|r| !r.split_whitespace().nth(3).is_some_and(|sent| sent == "0")).count();
+        let busy = rows.iter().filter(|r| r.split_whitespace().nth(3).is_none_or(|sent| sent != "0")).count();
         (rows.len() == 8 && busy == 8).then_some(text)
     });
     assert!(rails.contains("127.0.0.2:") && rails.contains("127.0.0.3:"), "{rails}");

@@ -1,28 +1,20 @@
 //! The etcd harness ([`plexus_e2e::etcd`]) itself: a real cluster of three members starts and is
 //! healthy, keeps serving reads and writes with one member killed, and takes the member back
-//! when it is restarted on its data dir. Skipped, saying why, where etcd or etcdctl is not
-//! installed (`make deps`).
+//! when it is restarted on its data dir. Skipped, saying so on stderr, only where etcd or
+//! etcdctl is not installed (`make deps`); any other start error fails the test.
 
 use std::process::Command;
 use std::time::Duration;
 
-use plexus_e2e::etcd::{EtcdCluster, etcd_available};
+use plexus_e2e::etcd::EtcdCluster;
 
-/// Why these tests cannot run here, if they cannot: they need etcd and etcdctl.
-fn skip_reason() -> Option<String> {
-    if let Some(why) = etcd_available() {
-        return Some(why);
-    }
-    match Command::new("etcdctl").arg("version").output() {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!("`etcdctl version` failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
-        Err(e) => Some(format!("etcdctl is not installed ({e}); `make deps` installs Debian's etcd-client")),
-    }
-}
+#[path = "support/require.rs"]
+mod require;
 
+/// `members` members, or `None` (the test is skipped, and says so) where etcd or etcdctl is not
+/// installed.
 fn start(members: usize) -> Option<EtcdCluster> {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED: {why}");
+    if !require::require(&[require::ETCD, require::ETCDCTL]) {
         return None;
     }
     Some(EtcdCluster::start(members).unwrap_or_else(|e| panic!("starting {members} etcd members: {e}")))

@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 use plexus_e2e::{Cluster, ClusterConfig, describe};
 use plexus_proto::pb;
 
+#[path = "support/wait.rs"]
+mod wait;
+
 const SUCCEEDED: i32 = pb::JobState::Succeeded as i32;
 
 /// Whether the cluster's workers confine tasks in cgroups; if not, says on stderr that `test` is
@@ -93,7 +96,6 @@ fn a_killed_workers_task_dies_when_the_worker_restarts_and_its_work_is_done_once
     );
     let src = format!("[[task]]\nname = \"long\"\ncommand = {script:?}\ncpu = 0.5\n");
     let job = c.submit("long.toml", &src);
-    let started = Instant::now();
     let (leader_pid, bg_pid) = (wait_pid(&c, &leader), wait_pid(&c, &bg));
     let holder = c.job(&job).map(|j| subtask(&j, "long", 0).worker_id.clone()).unwrap();
     let i = c.worker_index(&holder).expect("the worker running attempt 1");
@@ -113,9 +115,8 @@ fn a_killed_workers_task_dies_when_the_worker_restarts_and_its_work_is_done_once
     assert!(restarted.elapsed() <= timeout);
     c.wait_workers_alive(2);
 
-    // Past the end of attempt 1's sleep: it never got to mark "late".
-    let end = started + Duration::from_secs(13);
-    std::thread::sleep(end.saturating_duration_since(Instant::now()));
+    // Attempt 1 never got to mark "late": only its shell could, after its background sleep, and
+    // both are gone (waited on above), so the marks are final now — no need to sit out the 12 s.
     assert_eq!(lines(&marks), ["start 1", "start 2"]);
     let log = c.worker_log(i);
     assert!(log.contains("killed processes that a previous worker process on this data dir left running"), "{log}");
@@ -230,21 +231,16 @@ fn a_second_worker_on_the_same_data_dir_refuses_to_start() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawning a second plexus-worker");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(s) = second.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = second.kill();
-            let _ = second.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // It must refuse the data dir and end; if it has not within the limit it is killed, and the
+    // test fails with its log.
+    let ended = wait::within(Duration::from_secs(15), || second.try_wait().unwrap());
+    if ended.is_none() {
+        let _ = second.kill();
+        let _ = second.wait();
+    }
     let mut stderr = String::new();
     std::io::Read::read_to_string(second.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    let status = status.unwrap_or_else(|| panic!("the second worker kept running; its log:\n{stderr}"));
+    let status = ended.unwrap_or_else(|| panic!("the second worker kept running; its log:\n{stderr}"));
     assert!(!status.success());
     assert!(stderr.contains("another worker process") && stderr.contains(&dir.display().to_string()), "{stderr}");
     // The first is untouched: same id, alive, the only worker.

@@ -1,4 +1,5 @@
-//! Learned placement: the dual-thread DQN policy of seed 001 on tch (libtorch).
+//! Learned placement: the dual-thread DQN policy of seed 001 on tch (libtorch); the seed, our
+//! readings of it and our departures are in docs/seeds/001-learned-placement.md.
 //!
 //! # Layout
 //! - [`features`]: the observation (one token per candidate node) and its normalisation.

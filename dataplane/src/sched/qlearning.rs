@@ -1,7 +1,8 @@
 //! The Q-learning rail scheduler of seed 000 (CN101833479): one Q-table per pair of rails,
 //! states from per-rail queue counters and waiting times, greedy action on the summed Q.
 //!
-//! The seed, step by step, with its reconstructed parts (SEEDS.md) marked:
+//! The seed, step by step, with its reconstructed parts marked (the readings are argued in
+//! docs/seeds/000-multi-rail-striping.md):
 //! * `time_interval = seg_max / bandwidth`, the time to send one full segment on one rail.
 //! * `queue_interval = ceil(queue_max / k)` (reconstructed).
 //! * When segment j leaves rail i's queue: `wait_time[i] = (now − enter_time[j]) / time_interval`.
@@ -31,7 +32,8 @@ use super::rail::{RailScheduler, RailView, SchedulerParams, next_up};
 /// Which reading of the seed to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QVariant {
-    /// The seed as written (with SEEDS.md's reconstructions), nothing added.
+    /// The seed as written (with the reconstructions of docs/seeds/000-multi-rail-striping.md),
+    /// nothing added.
     Seed,
     /// Two changes, argued in the module documentation of the endpoint and ARCHITECTURE.md:
     /// a rail whose queue is empty has waiting time 0 (the seed keeps the wait of the last

@@ -1,11 +1,15 @@
-//! The crate's modules depend on each other in one direction only: a test over the source text.
+//! The module graph of a crate, read from its source text: which module refers to which, and
+//! the cycles among them. `e2e/tests/architecture.rs` runs it over every crate of the workspace.
 //!
 //! Every file under `src/` (but `src/bin/`, whose binaries are crates of their own) is read, its
 //! comments and literals blanked, and its references to other modules of the crate collected:
 //! `use` trees and paths that start with `crate::`, `super::`, `self::` or the name of a child
-//! module the file declares. A `super::` inside an inline module (`mod tests { use super::*; }`)
-//! first climbs out of the inline modules, so a file's own tests do not count as importing its
-//! parent. Declaring a module (`mod x;`) is not a reference to it.
+//! module the file declares. A `super::` inside an inline module first climbs out of the inline
+//! modules, and inline test modules (`#[cfg(test)] mod tests { … }`) are not read at all: a
+//! module's tests may use any module of the crate. Declaring a module (`mod x;`) is not a
+//! reference to it, and neither is a re-export in the crate root (`pub use x::Item;` in
+//! `lib.rs`, the crate's facade); a path to a re-exported item is a reference to the module
+//! that defines it (see [`references`]).
 //!
 //! Two graphs are checked, and a failure names the cycle with the line that makes each edge:
 //! * the top-level modules (`crate::X`, and the crate root for `lib.rs`): no cycle;
@@ -20,21 +24,21 @@ use std::path::Path;
 
 /// A module path inside the crate: `[]` is the crate root, `["endpoint", "send"]` is
 /// `endpoint/send.rs`.
-type Module = Vec<String>;
+pub type Module = Vec<String>;
 
 /// Where an edge comes from: file and line of the first reference that makes it.
-type Evidence = BTreeMap<(Module, Module), String>;
+pub type Evidence = BTreeMap<(Module, Module), String>;
 
-fn name(m: &Module) -> String {
+pub fn name(m: &Module) -> String {
     if m.is_empty() { "crate".to_string() } else { m.join("::") }
 }
 
 /// `src/endpoint/send.rs` → `endpoint::send`; `src/endpoint/mod.rs` → `endpoint`;
-/// `src/lib.rs` → the root.
+/// `src/lib.rs` (or the `src/main.rs` of a crate without a library) → the root.
 fn module_of(rel: &str) -> Module {
     let rel = rel.strip_suffix(".rs").expect("a .rs file");
     let mut parts: Vec<String> = rel.split('/').map(str::to_string).collect();
-    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") || parts == ["main"] {
         parts.pop();
     }
     parts
@@ -42,7 +46,7 @@ fn module_of(rel: &str) -> Module {
 
 /// The source with comments, string and char literals replaced by spaces (newlines kept, so
 /// offsets and line numbers stay those of the file).
-fn blank_non_code(src: &str) -> String {
+pub fn blank_non_code(src: &str) -> String {
     let b = src.as_bytes();
     let mut out = b.to_vec();
     let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
@@ -130,6 +134,42 @@ fn blank_non_code(src: &str) -> String {
 
 fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// `code` with every inline test module (`#[cfg(test)] mod tests { … }`) blanked, newlines
+/// kept: a module's tests may use any module of the crate without making it a dependency.
+fn blank_test_modules(code: &str) -> String {
+    let mut out = code.to_string();
+    for (at, _) in code.match_indices("#[cfg(test)]") {
+        let mut rest = code[at + "#[cfg(test)]".len()..].trim_start();
+        while rest.starts_with("#[") {
+            rest = rest[rest.find(']').map_or(rest.len(), |e| e + 1)..].trim_start();
+        }
+        rest = rest.strip_prefix("pub(crate) ").or_else(|| rest.strip_prefix("pub ")).unwrap_or(rest).trim_start();
+        let Some(decl) = rest.strip_prefix("mod ") else { continue };
+        let open = code.len() - decl.len() + decl.find(['{', ';']).unwrap_or(decl.len());
+        if code.as_bytes().get(open) != Some(&b'{') {
+            continue; // `mod tests;`: a file of its own.
+        }
+        let mut depth = 0usize;
+        let mut end = code.len();
+        for (i, c) in code[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let blanked: String = code[at..end].chars().map(|c| if c == '\n' { c } else { ' ' }).collect();
+        out.replace_range(at..end, &blanked);
+    }
+    out
 }
 
 /// For every byte offset of `code`, how many inline modules (`mod x { … }`) enclose it.
@@ -233,8 +273,9 @@ fn resolve(
     children: &BTreeSet<String>,
     inline: usize,
     path: &[String],
-    known: &BTreeSet<Module>,
+    known: &Known,
 ) -> Option<Module> {
+    let Known { modules: known, reexports } = known;
     let (mut base, rest): (Module, &[String]) = match path.first().map(String::as_str) {
         Some("crate") => (vec![], &path[1..]),
         Some("self") => (file.clone(), &path[1..]),
@@ -262,27 +303,103 @@ fn resolve(
         if known.contains(&next) {
             base = next;
         } else {
+            // An item a module re-exports is the module's that defines it.
+            if let Some(m) = reexports.get(&(base.clone(), seg.clone())) {
+                return Some(m.clone());
+            }
             break;
         }
     }
     Some(base)
 }
 
+/// What paths are resolved against: the crate's modules, and the names each re-exports
+/// (`pub use endpoint::Endpoint;` in `lib.rs`: `crate::Endpoint` is `endpoint`'s).
+struct Known {
+    modules: BTreeSet<Module>,
+    reexports: BTreeMap<(Module, String), Module>,
+}
+
+/// The `pub use …;` statements of `code` (any visibility), as (start of `pub`, end after `;`).
+fn pub_uses(code: &str) -> Vec<(usize, usize)> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("use ") {
+        if at > 0 && is_ident(b[at - 1]) {
+            continue;
+        }
+        let before = code[..at].trim_end();
+        let vis = if before.ends_with("pub") {
+            before.len() - 3
+        } else if before.ends_with(')') {
+            match before.rfind("pub(") {
+                Some(p) if !before[p..].contains('\n') => p,
+                _ => continue,
+            }
+        } else {
+            continue;
+        };
+        if vis > 0 && is_ident(b[vis - 1]) {
+            continue;
+        }
+        if let Some(end) = code[at..].find(';') {
+            out.push((vis, at + end + 1));
+        }
+    }
+    out
+}
+
 /// Every edge (from file module, to module) of the crate whose files are `sources` (paths
 /// relative to `src/`), with the line that makes it.
-fn references(sources: &[(String, String)]) -> Evidence {
-    let known: BTreeSet<Module> = sources.iter().map(|(p, _)| module_of(p)).collect();
+///
+/// A path to a re-exported item (`crate::Item`, `super::Item` where that module says `pub use
+/// child::Item;`) is a reference to the module that defines it. The crate root's own re-exports
+/// are the crate's facade, not dependencies of the root: a child using `crate::Error` that
+/// `lib.rs` re-exports from `error.rs` depends on `error`, and nothing depends on `lib.rs` for it.
+/// But a child using the root's own items while the root's code uses the child is a cycle, and
+/// so is a child using its parent `mod.rs`'s items while the parent imports (or re-exports) it.
+pub fn references(sources: &[(String, String)]) -> Evidence {
+    let modules: BTreeSet<Module> = sources.iter().map(|(p, _)| module_of(p)).collect();
+    let mut known = Known { modules, reexports: BTreeMap::new() };
+    let children_of = |file: &Module, known: &Known| -> BTreeSet<String> {
+        known
+            .modules
+            .iter()
+            .filter(|m| m.len() == file.len() + 1 && m.starts_with(file))
+            .map(|m| m.last().expect("a child has a name").clone())
+            .collect()
+    };
+    for (rel, src) in sources {
+        let file = module_of(rel);
+        let code = blank_test_modules(&blank_non_code(src));
+        let depths = inline_depths(&code);
+        let children = children_of(&file, &known);
+        for (from, to) in pub_uses(&code) {
+            let tree = code[from..to].split_once("use ").map_or("", |(_, t)| t).trim_end_matches(';');
+            for path in expand_use_tree(tree) {
+                let Some(item) = path.last().filter(|s| *s != "self" && *s != "*") else { continue };
+                if let Some(m) = resolve(&file, &children, depths[from], &path, &known)
+                    && m != file
+                {
+                    known.reexports.insert((file.clone(), item.clone()), m);
+                }
+            }
+        }
+    }
     let mut edges = Evidence::new();
     for (rel, src) in sources {
         let file = module_of(rel);
-        let code = blank_non_code(src);
+        let mut code = blank_test_modules(&blank_non_code(src));
+        if file.is_empty() {
+            // The root's re-exports are the crate's facade (above): blanked, newlines kept.
+            for (from, to) in pub_uses(&code.clone()) {
+                let blanked: String = code[from..to].chars().map(|c| if c == '\n' { c } else { ' ' }).collect();
+                code.replace_range(from..to, &blanked);
+            }
+        }
         let depths = inline_depths(&code);
         // The file's child modules, which its paths may name directly (`use send::go;`).
-        let children: BTreeSet<String> = known
-            .iter()
-            .filter(|m| m.len() == file.len() + 1 && m.starts_with(&file))
-            .map(|m| m.last().expect("a child has a name").clone())
-            .collect();
+        let children = children_of(&file, &known);
         let line_of = |at: usize| code[..at].matches('\n').count() + 1;
         let mut add = |at: usize, path: &[String], text: &str| {
             if let Some(to) = resolve(&file, &children, depths[at], path, &known)
@@ -397,19 +514,23 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 }
 
 /// The two graphs' cycles, each described with the line making every edge; empty if none.
-fn cycles(sources: &[(String, String)]) -> Vec<String> {
+pub fn cycles(sources: &[(String, String)]) -> Vec<String> {
     let edges = references(sources);
     // `endpoint::send` → `endpoint`; the root stays `crate`.
     let top = |m: &Module| m.first().cloned().unwrap_or_else(|| "crate".to_string());
     let mut problems = Vec::new();
+    // Every cycle found is reported, then broken at its first edge and the search repeated, so
+    // one failure lists the crate's cycles (up to a bound), not only the first.
     let mut report =
-        |what: &str, graph: BTreeMap<String, BTreeSet<String>>, evidence: BTreeMap<(String, String), String>| {
-            if let Some(cycle) = find_cycle(&graph) {
+        |what: &str, mut graph: BTreeMap<String, BTreeSet<String>>, evidence: BTreeMap<(String, String), String>| {
+            for _ in 0..16 {
+                let Some(cycle) = find_cycle(&graph) else { break };
                 let why: Vec<String> = cycle
                     .windows(2)
                     .map(|w| format!("  {} -> {}: {}", w[0], w[1], evidence[&(w[0].clone(), w[1].clone())]))
                     .collect();
                 problems.push(format!("{what} cycle: {}\n{}", cycle.join(" -> "), why.join("\n")));
+                graph.get_mut(&cycle[0]).expect("a cycle starts at a node with edges").remove(&cycle[1]);
             }
         };
 
@@ -455,110 +576,14 @@ fn read_tree(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
     }
 }
 
-fn crate_sources() -> Vec<(String, String)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The files of the crate rooted at `src` (its library, or its one binary when it has no
+/// library), as (path relative to `src/`, text). `src/bin/` is left out, and so is a `main.rs`
+/// beside a `lib.rs`: each is a crate of its own that uses the library by name.
+pub fn crate_sources(src: &Path) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    read_tree(&src, &src, &mut out);
-    out
-}
-
-#[test]
-fn the_module_graph_has_no_cycle() {
-    let sources = crate_sources();
-    let problems = cycles(&sources);
-    assert!(problems.is_empty(), "\n{}", problems.join("\n\n"));
-}
-
-/// The scanner sees the crate's real dependencies, so the test above cannot pass by seeing
-/// nothing.
-#[test]
-fn the_scanner_sees_the_crates_dependencies() {
-    let edges = references(&crate_sources());
-    let has = |from: &str, to: &str| edges.keys().any(|(f, t)| name(f) == from && name(t) == to);
-    for (from, to) in [
-        ("collective", "endpoint"),
-        ("endpoint::receive", "elem"),
-        ("endpoint::receive", "endpoint::state"),
-        ("endpoint", "endpoint::state"),
-        ("endpoint", "endpoint::config"),
-        ("error", "peer_id"),
-        ("wire", "peer_id"),
-        ("collective::plan", "elem"),
-        ("sched::qlearning", "sched::rail"),
-        ("crate", "collective"),
-    ] {
-        assert!(
-            has(from, to),
-            "no edge {from} -> {to} among {:?}",
-            edges.keys().map(|(f, t)| format!("{} -> {}", name(f), name(t))).collect::<Vec<_>>()
-        );
+    read_tree(src, src, &mut out);
+    if out.iter().any(|(p, _)| p == "lib.rs") {
+        out.retain(|(p, _)| p != "main.rs");
     }
-    // A file's own tests (`mod tests { use super::*; }`) do not import its parent, and doc
-    // comments and strings are not references.
-    assert!(!has("shared_buf", "reassembly"), "a doc link counted as an import");
-    assert!(!has("endpoint::state", "endpoint"), "an inline test module's super:: counted as the parent");
-}
-
-fn files(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter().map(|(p, s)| (p.to_string(), s.to_string())).collect()
-}
-
-/// The checks fail on a cycle, and say which: two top-level modules importing each other.
-#[test]
-fn a_top_level_cycle_is_found_and_named() {
-    let problems = cycles(&files(&[
-        ("lib.rs", "pub mod error;\npub mod wire;\n"),
-        ("error.rs", "use crate::wire::PeerId;\npub enum Error {}\n"),
-        ("wire.rs", "use crate::error::{Error, Result};\npub struct PeerId;\n"),
-    ]));
-    let all = problems.join("\n");
-    assert!(
-        all.contains("top-level module cycle: error -> wire -> error")
-            || all.contains("top-level module cycle: wire -> error -> wire"),
-        "{all}"
-    );
-    assert!(all.contains("src/error.rs:1 `use crate::wire::PeerId;`"), "{all}");
-}
-
-/// A child using its parent's items through `super::` while the parent imports the child is
-/// a cycle; the same child using a sibling is not, and neither is an inline test module's
-/// `super::*`, a `mod` declaration, a comment or a string.
-#[test]
-fn a_parent_child_cycle_is_found_and_siblings_and_tests_are_not_cycles() {
-    let parent = "mod health;\nmod send;\nmod state;\npub use send::go;\n";
-    let bad = cycles(&files(&[
-        ("lib.rs", "pub mod endpoint;\n"),
-        ("endpoint/mod.rs", &format!("{parent}pub struct Inner;\n")),
-        ("endpoint/send.rs", "use super::Inner;\npub fn go() {}\n"),
-        ("endpoint/state.rs", "pub struct Inner;\n"),
-    ]));
-    let all = bad.join("\n");
-    assert!(all.contains("file cycle: endpoint -> endpoint::send -> endpoint"), "{all}");
-    assert!(all.contains("src/endpoint/send.rs:1 `use super::Inner;`"), "{all}");
-
-    let good = cycles(&files(&[
-        ("lib.rs", "pub mod endpoint;\n"),
-        ("endpoint/mod.rs", parent),
-        (
-            "endpoint/send.rs",
-            "use super::state::Inner;\n// use super::Inner;\nconst S: &str = \"super::Inner\";\npub fn go() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n    fn f<'a>(c: char) -> bool { c == '{' }\n}\n",
-        ),
-        ("endpoint/state.rs", "pub struct Inner;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n"),
-        ("endpoint/health.rs", "#[cfg(test)]\nmod tests {\n    use super::super::state::Inner;\n}\n"),
-    ]));
-    assert!(good.is_empty(), "{}", good.join("\n"));
-}
-
-/// A longer cycle through three files is found too (not only a file and its importer).
-#[test]
-fn a_three_file_cycle_is_found() {
-    let problems = cycles(&files(&[
-        ("lib.rs", "pub mod a;\npub mod b;\npub mod c;\npub mod segment;\n"),
-        ("segment.rs", "pub fn cut() {}\n"),
-        ("a.rs", "pub fn f() { crate::b::g() }\n"),
-        ("b.rs", "pub fn g() { crate::c::h() }\n"),
-        ("c.rs", "use crate::{a::f, segment};\npub fn h() {}\n"),
-    ]));
-    let all = problems.join("\n");
-    assert!(all.contains("top-level module cycle: a -> b -> c -> a"), "{all}");
+    out
 }
