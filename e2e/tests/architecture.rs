@@ -76,6 +76,12 @@ fn the_worker_and_cli_do_not_link_libtorch() {
 }
 
 #[test]
+fn the_launcher_only_spawns_processes() {
+    // `plexus up` links it, so it must stay as light as the CLI: no runtime, no gRPC, no libtorch.
+    assert_free_of("plexus-launch", &["tokio", "tonic", "tch", "torch-sys", "plexus-policy"]);
+}
+
+#[test]
 fn the_check_sees_what_a_crate_does_depend_on() {
     // Without this the checks above could pass on an empty or misparsed tree.
     let deps = dependencies("plexus-coordinator");
