@@ -25,8 +25,9 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use plexus_proto::pb;
 use serde_json::{Value, json};
 
-use crate::convert::Detail;
+use crate::convert;
 use crate::engine::{Cmd, EngineHandle};
+use crate::view::Detail;
 
 /// Points of the learning curve kept (one every [`SAMPLE_EVERY`]: about two hours).
 const CURVE_POINTS: usize = 3_600;
@@ -196,7 +197,7 @@ pub fn standby_page(why: &str, leader: Option<&str>) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Html(page("Standby", "", "", body).into_string())).into_response()
 }
 
-fn unavailable(e: crate::Error) -> Response {
+fn unavailable(e: crate::error::Error) -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         Html(page("Unavailable", "", "", html! { p.err { (e.to_string()) } }).into_string()),
@@ -210,8 +211,9 @@ pub struct JobsQuery {
     q: Option<String>,
 }
 
-async fn list_jobs(d: &Dash, query: &JobsQuery) -> Result<Vec<pb::JobStatus>, crate::Error> {
-    let mut jobs = d.engine.call(|reply| Cmd::ListJobs { reply }).await?;
+async fn list_jobs(d: &Dash, query: &JobsQuery) -> Result<Vec<pb::JobStatus>, crate::error::Error> {
+    let views = d.engine.call(|reply| Cmd::ListJobs { reply }).await?;
+    let mut jobs: Vec<pb::JobStatus> = views.iter().map(convert::job_status).collect();
     if let Some(s) = query.state.as_deref().filter(|s| !s.is_empty()) {
         jobs.retain(|j| state_name(j.state) == s);
     }
@@ -290,7 +292,7 @@ pub async fn api_jobs(State(d): State<Dash>, Query(query): Query<JobsQuery>) -> 
 async fn get_job(d: &Dash, id: &str) -> Result<pb::JobStatus, Response> {
     let job: plexus_proto::JobId = id.parse().map_err(|e| not_found(format!("{id:?} is not a job id: {e}")))?;
     match d.engine.call(|reply| Cmd::GetJob { job, detail: Detail::WithSubtasks, reply }).await {
-        Ok(Ok(j)) => Ok(j),
+        Ok(Ok(j)) => Ok(convert::job_status(&j)),
         Ok(Err(e)) => Err(not_found(e.to_string())),
         Err(e) => Err(unavailable(e)),
     }
@@ -331,7 +333,7 @@ pub async fn api_job(State(d): State<Dash>, Path(id): Path<String>, Query(q): Qu
     {
         let changed = tokio::time::timeout(LONG_POLL, async {
             while rx.changed().await.is_ok() {
-                if version(&rx.borrow_and_update()) != seen {
+                if version(&convert::job_status(&rx.borrow_and_update())) != seen {
                     return;
                 }
             }
@@ -457,7 +459,7 @@ pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response
 pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(String, String, u32)>) -> Response {
     let Ok(job) = id.parse::<plexus_proto::JobId>() else { return not_found(format!("{id:?} is not a job id")) };
     let e = match d.engine.call(|reply| Cmd::Explain { job, task: task.clone(), rank, reply }).await {
-        Ok(Ok(e)) => e,
+        Ok(Ok(e)) => convert::explanation(&e),
         Ok(Err(e)) => return not_found(e.to_string()),
         Err(e) => return unavailable(e),
     };
@@ -521,8 +523,8 @@ fn workers_json(ws: &[pb::WorkerInfo]) -> Value {
 }
 
 pub async fn workers_page(State(d): State<Dash>) -> Response {
-    let ws = match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
-        Ok(w) => w,
+    let ws: Vec<pb::WorkerInfo> = match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
+        Ok(w) => w.iter().map(convert::worker_info).collect(),
         Err(e) => return unavailable(e),
     };
     let body = html! {
@@ -550,7 +552,7 @@ pub async fn workers_page(State(d): State<Dash>) -> Response {
 
 pub async fn api_workers(State(d): State<Dash>) -> Response {
     match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
-        Ok(ws) => axum::Json(workers_json(&ws)).into_response(),
+        Ok(ws) => axum::Json(workers_json(&ws.iter().map(convert::worker_info).collect::<Vec<_>>())).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }
 }
@@ -639,7 +641,7 @@ pub async fn login(State(http): State<crate::http::Http>, Query(l): Query<Login>
             }
         },
     );
-    if let Err(refused) = crate::http::authorise(&http, &headers) {
+    if let Some(refused) = crate::http::refusal(&http, &headers) {
         return refused;
     }
     // Only a path of this site (no "//host", no scheme): not an open redirect.

@@ -36,8 +36,8 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, Get
 
 use plexus_scheduler::core::Snapshot;
 
-use crate::Error;
-use crate::store::{Batch, Kv, SharedKv, Spaces, Store};
+use crate::error::Error;
+use crate::store::{Batch, Kv, Pairs, SharedKv, Spaces, Store};
 
 /// The largest value or log part written in one request: etcd refuses requests over 1.5 MiB
 /// by default, and a part travels with its key and the fencing condition.
@@ -79,32 +79,32 @@ impl std::fmt::Display for EtcdUrl {
 }
 
 impl std::str::FromStr for EtcdUrl {
-    type Err = String;
+    type Err = Error;
 
-    fn from_str(s: &str) -> Result<EtcdUrl, String> {
-        let rest = s
-            .strip_prefix("etcd://")
-            .ok_or_else(|| format!("{s:?} is not an etcd URL: write etcd://host:port[,host:port…][/prefix]"))?;
+    fn from_str(s: &str) -> Result<EtcdUrl, Error> {
+        let rest = s.strip_prefix("etcd://").ok_or_else(|| {
+            Error::Invalid(format!("{s:?} is not an etcd URL: write etcd://host:port[,host:port…][/prefix]"))
+        })?;
         let (hosts, prefix) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/').to_string()),
             None => (rest, String::new()),
         };
         let prefix = if prefix.is_empty() { "/plexus".to_string() } else { prefix };
         if prefix.len() > 200 || prefix.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "the etcd key prefix {prefix:?} must be at most 200 characters, without spaces or control characters"
-            ));
+            )));
         }
         let mut endpoints = Vec::new();
         for h in hosts.split(',') {
             let h = h.trim();
             let Some((host, port)) = h.rsplit_once(':') else {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "etcd endpoint {h:?} in {s:?} has no port: write host:port (etcd's client port is usually 2379)"
-                ));
+                )));
             };
             if host.is_empty() || port.parse::<u16>().is_err() {
-                return Err(format!("etcd endpoint {h:?} in {s:?} is not host:port"));
+                return Err(Error::Invalid(format!("etcd endpoint {h:?} in {s:?} is not host:port")));
             }
             endpoints.push(h.to_string());
         }
@@ -250,7 +250,7 @@ impl Etcd {
     }
 
     /// Every key-value pair in `[from, end)`, in key order, read a page at a time.
-    pub fn range(&self, from: Vec<u8>, end: Vec<u8>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+    pub fn range(&self, from: Vec<u8>, end: Vec<u8>) -> Result<Pairs, Error> {
         let kv = self.inner.client.kv_client().max_decoding_message_size(MAX_RESPONSE);
         self.block(async move { retrying(|| range_async(kv.clone(), from.clone(), end.clone())).await })
     }
@@ -278,11 +278,7 @@ where
 }
 
 /// The reading of [`Etcd::range`], one attempt.
-async fn range_async(
-    mut kv: etcd_client::KvClient,
-    from: Vec<u8>,
-    end: Vec<u8>,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+async fn range_async(mut kv: etcd_client::KvClient, from: Vec<u8>, end: Vec<u8>) -> Result<Pairs, Error> {
     let mut out = Vec::new();
     let mut start = from;
     loop {
@@ -556,7 +552,7 @@ impl Kv for EtcdKv {
         Ok(())
     }
 
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+    fn scan(&self, prefix: &[u8]) -> Result<Pairs, Error> {
         let from = self.data_key(prefix);
         let base = self.data_key(b"").len();
         self.etcd
@@ -570,6 +566,9 @@ impl Kv for EtcdKv {
             .collect()
     }
 }
+
+/// Records as a round or a snapshot holds them: a key and its value, or `None` for a deletion.
+pub type Items = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 /// Records framed one after the other: key length (u32 BE), key, then 0 (deleted) or 1 and the
 /// value's length (u32 BE) and the value.
@@ -590,30 +589,32 @@ pub fn encode_items<'a>(items: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)
     out
 }
 
-/// The records of [`encode_items`], or what is wrong with them.
-pub fn decode_items(mut b: &[u8]) -> Result<Vec<(Vec<u8>, Option<Vec<u8>>)>, String> {
-    fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+/// The records of [`encode_items`], or what is wrong with them (`what`: where they were read,
+/// which names them in the error).
+pub fn decode_items(mut b: &[u8], what: &str) -> Result<Items, Error> {
+    let damaged = |reason: String| Error::Corrupt { key: what.to_string(), reason };
+    let take = |b: &mut &[u8], n: usize| -> Result<Vec<u8>, Error> {
         if b.len() < n {
-            return Err(format!("truncated: {n} bytes wanted, {} left", b.len()));
+            return Err(damaged(format!("truncated: {n} bytes wanted, {} left", b.len())));
         }
         let (head, rest) = b.split_at(n);
         *b = rest;
-        Ok(head)
-    }
-    let len = |b: &mut &[u8]| -> Result<usize, String> {
+        Ok(head.to_vec())
+    };
+    let len = |b: &mut &[u8]| -> Result<usize, Error> {
         Ok(u32::from_be_bytes(take(b, 4)?.try_into().expect("4 bytes")) as usize)
     };
     let mut out = Vec::new();
     while !b.is_empty() {
         let n = len(&mut b)?;
-        let k = take(&mut b, n)?.to_vec();
+        let k = take(&mut b, n)?;
         match take(&mut b, 1)?[0] {
             0 => out.push((k, None)),
             1 => {
                 let n = len(&mut b)?;
-                out.push((k, Some(take(&mut b, n)?.to_vec())));
+                out.push((k, Some(take(&mut b, n)?)));
             }
-            t => return Err(format!("unknown record tag {t}")),
+            t => return Err(damaged(format!("unknown record tag {t}"))),
         }
     }
     Ok(out)
@@ -623,14 +624,18 @@ fn compress(raw: &[u8]) -> Vec<u8> {
     lz4_flex::compress_prepend_size(raw)
 }
 
-fn decompress(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let claimed =
-        bytes.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize).ok_or("no size")?;
+/// The bytes [`compress`] made, or what is wrong with them (`what`: where they were read).
+fn decompress(bytes: &[u8], what: &str) -> Result<Vec<u8>, Error> {
+    let damaged = |reason: String| Error::Corrupt { key: what.to_string(), reason };
+    let claimed = bytes
+        .get(..4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+        .ok_or_else(|| damaged("no size".into()))?;
     // lz4 expands at most 255-fold; a larger claim is damage, not data.
     if claimed > MAX_DECOMPRESSED || claimed > bytes.len().saturating_mul(255) {
-        return Err(format!("implausible decompressed size {claimed}"));
+        return Err(damaged(format!("implausible decompressed size {claimed}")));
     }
-    lz4_flex::decompress_size_prepended(bytes).map_err(|e| e.to_string())
+    lz4_flex::decompress_size_prepended(bytes).map_err(|e| damaged(e.to_string()))
 }
 
 /// A log entry's header: format (1), round (u64 BE: the seq of its first part), last (0/1).
@@ -661,6 +666,26 @@ struct StateLog {
     /// the next snapshot is written.
     last_snapshot_revision: Arc<Mutex<i64>>,
     loaded: bool,
+}
+
+/// What [`EtcdStore::read`] found: the records as of the last complete round, and where the
+/// log stands.
+struct Loaded {
+    records: BTreeMap<Vec<u8>, Arc<[u8]>>,
+    next_seq: u64,
+    log_bytes: u64,
+    log_entries: u64,
+}
+
+impl StateLog {
+    /// Continues from what was read.
+    fn take(&mut self, l: Loaded) {
+        self.records = l.records;
+        self.next_seq = l.next_seq;
+        self.log_bytes = l.log_bytes;
+        self.log_entries = l.log_entries;
+        self.loaded = true;
+    }
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -706,7 +731,7 @@ impl EtcdStore {
     }
 
     /// Reads the snapshot and the log after it: the records as of the last complete round.
-    fn read(&self) -> Result<(BTreeMap<Vec<u8>, Arc<[u8]>>, u64, u64, u64), Error> {
+    fn read(&self) -> Result<Loaded, Error> {
         let corrupt = |key: &str, reason: String| Error::Corrupt { key: key.to_string(), reason };
         let mut records: BTreeMap<Vec<u8>, Arc<[u8]>> = BTreeMap::new();
         let mut after = 0u64;
@@ -719,8 +744,7 @@ impl EtcdStore {
                 return Err(corrupt("state/snapshot", format!("{} of its {} parts are there", parts.len(), p.parts)));
             }
             let bytes: Vec<u8> = parts.into_iter().flat_map(|(_, v)| v).collect();
-            let raw = decompress(&bytes).map_err(|e| corrupt("state/snapshot", e))?;
-            for (k, v) in decode_items(&raw).map_err(|e| corrupt("state/snapshot", e))? {
+            for (k, v) in decode_items(&decompress(&bytes, "state/snapshot")?, "state/snapshot")? {
                 if let Some(v) = v {
                     records.insert(k, v.into());
                 }
@@ -759,8 +783,8 @@ impl EtcdStore {
             }
             if last {
                 let (r, buf) = pending.take().expect("set above");
-                let raw = decompress(&buf).map_err(|e| corrupt(&format!("state/log round {r:x}"), e))?;
-                for (k, v) in decode_items(&raw).map_err(|e| corrupt(&format!("state/log round {r:x}"), e))? {
+                let what = format!("state/log round {r:x}");
+                for (k, v) in decode_items(&decompress(&buf, &what)?, &what)? {
                     match v {
                         Some(v) => records.insert(k, v.into()),
                         None => records.remove(&k),
@@ -771,7 +795,7 @@ impl EtcdStore {
         if let Some((r, _)) = pending {
             tracing::warn!(round = r, "dropping the last round: its last part was never written");
         }
-        Ok((records, last_seq + 1, bytes, count))
+        Ok(Loaded { records, next_seq: last_seq + 1, log_bytes: bytes, log_entries: count })
     }
 
     /// Writes a snapshot of `records` as of log entry `seq`, then the pointer (deleting the log
@@ -893,14 +917,9 @@ impl Drop for EtcdStore {
 
 impl Store for EtcdStore {
     fn load(&self) -> Result<Snapshot, Error> {
-        let (records, next_seq, bytes, entries) = self.read()?;
-        let snap = crate::store::decode_records(records.iter().map(|(k, v)| Ok((k.clone(), v.to_vec()))))?;
-        let mut st = self.lock();
-        st.records = records;
-        st.next_seq = next_seq;
-        st.log_bytes = bytes;
-        st.log_entries = entries;
-        st.loaded = true;
+        let loaded = self.read()?;
+        let snap = crate::store::decode_records(loaded.records.iter().map(|(k, v)| Ok((k.clone(), v.to_vec()))))?;
+        self.lock().take(loaded);
         Ok(snap)
     }
 
@@ -911,12 +930,7 @@ impl Store for EtcdStore {
         let mut st = self.lock();
         if !st.loaded {
             // Appending without knowing the log's end could overwrite entries.
-            let (records, next_seq, bytes, entries) = self.read()?;
-            st.records = records;
-            st.next_seq = next_seq;
-            st.log_bytes = bytes;
-            st.log_entries = entries;
-            st.loaded = true;
+            st.take(self.read()?);
         }
         let items = batch.into_items();
         let raw = encode_items(items.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
@@ -1044,18 +1058,18 @@ mod tests {
         let items: Vec<(Vec<u8>, Option<Vec<u8>>)> =
             vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), None), (vec![], Some(vec![]))];
         let raw = encode_items(items.iter().map(|(k, v)| (k.as_slice(), v.as_deref())));
-        assert_eq!(decode_items(&raw).unwrap(), items);
-        assert!(decode_items(&raw[..raw.len() - 1]).is_err());
+        assert_eq!(decode_items(&raw, "t").unwrap(), items);
+        assert!(decode_items(&raw[..raw.len() - 1], "t").is_err());
         let mut bad = raw.clone();
         bad[4 + 1] = 7;
-        assert!(decode_items(&bad).unwrap_err().contains("tag"));
+        assert!(decode_items(&bad, "t").unwrap_err().to_string().contains("tag"));
         let huge = [0xff, 0xff, 0xff, 0xff, 1];
-        assert!(decode_items(&huge).unwrap_err().contains("truncated"));
+        assert!(decode_items(&huge, "t").unwrap_err().to_string().contains("truncated"));
         let c = compress(&raw);
-        assert_eq!(decompress(&c).unwrap(), raw);
+        assert_eq!(decompress(&c, "t").unwrap(), raw);
         let mut lie = c.clone();
         lie[..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(decompress(&lie).unwrap_err().contains("implausible"));
+        assert!(decompress(&lie, "t").unwrap_err().to_string().contains("implausible"));
     }
 
     #[test]

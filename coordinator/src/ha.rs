@@ -16,15 +16,24 @@ use std::time::{Duration, Instant};
 
 use etcd_client::PutOptions;
 use tokio_util::sync::CancellationToken;
-use tonic::Status;
 use tonic::codegen::http;
 
-use crate::Error;
 use crate::engine::EngineHandle;
+use crate::error::Error;
 use crate::etcd::{Etcd, EtcdStore, Fence};
+pub use crate::status::LEADER_METADATA;
+use crate::status::status;
 
-/// The metadata key of a standby's refusal that holds the leader's URL.
-pub const LEADER_METADATA: &str = "plexus-leader";
+/// One coordinator of the control plane, as `plexus coordinators` lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Coordinator {
+    pub id: String,
+    pub url: String,
+    pub leader: bool,
+    pub started_ms: u64,
+    /// The coordinator answering.
+    pub me: bool,
+}
 
 /// Where this coordinator stands.
 pub struct Role {
@@ -107,27 +116,15 @@ impl Role {
         self.valid_until.lock().unwrap_or_else(|p| p.into_inner()).is_none_or(|t| Instant::now() >= t)
     }
 
-    /// The refusal of a standby.
-    pub fn refusal(&self) -> Status {
-        let mut st = match self.leader() {
-            Some(l) => Status::unavailable(format!("this coordinator ({}) is a standby; the leader is {l}", self.me)),
-            None => Status::unavailable(format!(
-                "this coordinator ({}) is a standby and no coordinator leads yet; try again shortly",
-                self.me
-            )),
-        };
-        if let Some(l) = self.leader()
-            && let Ok(v) = l.parse()
-        {
-            st.metadata_mut().insert(LEADER_METADATA, v);
-        }
-        st
+    /// The refusal of a standby, naming the leader if one is known.
+    pub fn refusal(&self) -> Error {
+        Error::Standby { me: self.me.clone(), leader: self.leader() }
     }
 
     /// Every coordinator of the control plane, the leader marked.
-    pub async fn coordinators(&self) -> Result<Vec<plexus_proto::pb::CoordinatorInfo>, Error> {
+    pub async fn coordinators(&self) -> Result<Vec<Coordinator>, Error> {
         let Some(etcd) = &self.etcd else {
-            return Ok(vec![plexus_proto::pb::CoordinatorInfo {
+            return Ok(vec![Coordinator {
                 id: self.id.clone(),
                 url: self.me.clone(),
                 leader: true,
@@ -144,10 +141,10 @@ impl Role {
             .map_err(|e| Error::Engine(e.to_string()))??;
         let members: Vec<Vec<u8>> = members.into_iter().map(|(_, v)| v).collect();
         let leader = self.leader();
-        let mut out: Vec<plexus_proto::pb::CoordinatorInfo> = members
+        let mut out: Vec<Coordinator> = members
             .iter()
             .filter_map(|v| serde_json::from_slice::<Member>(v).ok())
-            .map(|m| plexus_proto::pb::CoordinatorInfo {
+            .map(|m| Coordinator {
                 leader: leader.as_deref() == Some(m.url.as_str()),
                 me: m.id == self.id,
                 id: m.id,
@@ -216,7 +213,7 @@ where
         if self.role.is_leading() || standby_may_serve(req.uri().path()) {
             return futures::future::Either::Left(self.inner.call(req));
         }
-        futures::future::Either::Right(futures::future::ready(Ok(self.role.refusal().into_http())))
+        futures::future::Either::Right(futures::future::ready(Ok(status(self.role.refusal()).into_http())))
     }
 }
 

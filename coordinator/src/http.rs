@@ -20,6 +20,7 @@ use plexus_security::{Scope, Token};
 use crate::auth::Security;
 use crate::dashboard::{self, Board};
 use crate::engine::{Cmd, EngineHandle};
+use crate::error::Error;
 
 /// The cookie the dashboard keeps a token in.
 pub const TOKEN_COOKIE: &str = "plexus_token";
@@ -80,13 +81,13 @@ pub async fn serve(
 }
 
 /// The token a request presents: its `Authorization: Bearer` header, else the cookie.
-fn presented(headers: &HeaderMap) -> Result<Option<String>, String> {
+fn presented(headers: &HeaderMap) -> Result<Option<String>, Error> {
     if let Some(value) = headers.get(header::AUTHORIZATION) {
         let text = value
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or("the Authorization header is not \"Bearer <token>\"")?;
+            .ok_or_else(|| Error::Unauthenticated("the Authorization header is not \"Bearer <token>\"".into()))?;
         return Ok(Some(text.trim().to_string()));
     }
     for cookies in headers.get_all(header::COOKIE) {
@@ -101,20 +102,21 @@ fn presented(headers: &HeaderMap) -> Result<Option<String>, String> {
 }
 
 /// Refuses a request without a valid API token when security is on: the reason, for a 401.
-pub fn check(http: &Http, headers: &HeaderMap) -> Result<(), String> {
+pub fn check(http: &Http, headers: &HeaderMap) -> Result<(), Error> {
     let Some(security) = &http.security else { return Ok(()) };
-    let text = presented(headers)?.ok_or("this coordinator requires a token: send Authorization: Bearer <token> (plexus-coordinator token create --scope read)")?;
-    let token = Token::parse(&text).map_err(|e| e.to_string())?;
-    match security.authenticate(&token, plexus_proto::now_ms()) {
-        Ok(Scope::Worker) => Err("a worker's join token cannot read the dashboard or metrics".into()),
-        Ok(_) => Ok(()),
-        Err(status) => Err(status.message().to_string()),
+    let text = presented(headers)?.ok_or_else(|| Error::Unauthenticated("this coordinator requires a token: send Authorization: Bearer <token> (plexus-coordinator token create --scope read)".into()))?;
+    let token = Token::parse(&text).map_err(|e| Error::Unauthenticated(e.to_string()))?;
+    match security.authenticate(&token, plexus_proto::now_ms())? {
+        Scope::Worker => {
+            Err(Error::PermissionDenied("a worker's join token cannot read the dashboard or metrics".into()))
+        }
+        _ => Ok(()),
     }
 }
 
-/// [`check`] as a response: a 401 with the reason.
-pub fn authorise(http: &Http, headers: &HeaderMap) -> Result<(), Response> {
-    check(http, headers).map_err(|why| {
+/// [`check`] as a response: `None` when the request may go on, else a 401 with the reason.
+pub fn refusal(http: &Http, headers: &HeaderMap) -> Option<Response> {
+    check(http, headers).err().map(|why| {
         (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response()
     })
 }
@@ -128,7 +130,7 @@ async fn guard(State(http): State<Http>, req: Request, next: Next) -> Response {
         Ok(()) => match http.role.as_ref().filter(|r| !r.is_leading()) {
             None => next.run(req).await,
             Some(role) => {
-                let why = role.refusal().message().to_string();
+                let why = role.refusal().to_string();
                 if machine {
                     (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
                 } else {
@@ -140,7 +142,7 @@ async fn guard(State(http): State<Http>, req: Request, next: Next) -> Response {
             if machine {
                 (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response()
             } else {
-                dashboard::login_form(&why)
+                dashboard::login_form(&why.to_string())
             }
         }
     }

@@ -13,15 +13,15 @@ use tokio::net::TcpListener;
 use plexus_scheduler::core::{Core, CoreConfig};
 use plexus_scheduler::gpu::topology::MscCosts;
 
-use crate::Error;
 use crate::auth::{AuthLayer, Security};
 use crate::engine;
 use crate::engine::EngineHandle;
+use crate::error::Error;
 use crate::etcd::{Etcd, EtcdUrl};
 use crate::ha::Role;
 use crate::learned;
 use crate::rpc::{JobApi, WorkerApi};
-use crate::store::{SledStore, Spaces, Store};
+use crate::store::{SledStore, Spaces, Store, store_dir};
 
 /// Largest gRPC message either way: the one policy of coordinator, workers and clients.
 pub use plexus_proto::rules::MAX_MESSAGE;
@@ -74,11 +74,6 @@ impl SecurityMode {
 
 /// How often an insecure coordinator says so in its log.
 const INSECURE_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Where the sled database lives inside the data dir.
-pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
-    data_dir.join("state.sled")
-}
 
 /// Runs a coordinator until `shutdown` completes. Prints `plexus-coordinator listening on ADDR`
 /// on stdout once it accepts connections (with `--listen 127.0.0.1:0` that is how a caller learns
