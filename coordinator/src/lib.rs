@@ -28,7 +28,6 @@
 pub mod admin;
 pub mod auth;
 pub mod convert;
-pub mod dashboard;
 pub mod engine;
 pub mod error;
 pub mod etcd;
