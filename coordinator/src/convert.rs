@@ -358,49 +358,7 @@ pub fn job_status(job: &JobView) -> pb::JobStatus {
             }
         })
         .collect();
-    let subtasks = job
-        .subtasks
-        .iter()
-        .map(|s| pb::SubtaskStatus {
-            task: s.task.clone(),
-            rank: s.rank,
-            state: pb::SubtaskState::from(s.state) as i32,
-            attempt: s.attempt,
-            failures: s.failures,
-            worker_id: s.worker.map(|w| w.to_string()).unwrap_or_default(),
-            ready_at: s.ready_at,
-            assigned_at: s.assigned_at,
-            started_at: s.started_at,
-            finished_at: s.finished_at,
-            exit_code: s.exit_code,
-            error: s.error.clone(),
-            fetch_ms: s.fetch_ms,
-            fetched_bytes: s.fetched_bytes,
-            evicted_bytes: s.evicted_bytes,
-            outputs: s
-                .outputs
-                .iter()
-                .map(|(n, size)| pb::ObjectInfo {
-                    object_id: format!("{}/{}/{}/{}", job.id, s.task, s.rank, n),
-                    size: *size,
-                })
-                .collect(),
-            failed_attempts: s
-                .failed_attempts
-                .iter()
-                .map(|f| pb::AttemptFailure {
-                    attempt: f.attempt,
-                    worker_id: f.worker.map(|w| w.to_string()).unwrap_or_default(),
-                    exit_code: f.exit_code,
-                    error: f.error.clone(),
-                    finished_at: f.finished_at,
-                })
-                .collect(),
-            not_before: s.not_before,
-            reruns: s.reruns,
-            unfetched_requeues: s.unfetched_requeues,
-        })
-        .collect();
+    let subtasks = job.subtasks.iter().map(|s| subtask_status(job.id, s)).collect();
     pb::JobStatus {
         job_id: job.id.to_string(),
         name: job.name.clone(),
@@ -445,6 +403,46 @@ pub fn job_status(job: &JobView) -> pb::JobStatus {
             .collect(),
         priority: job.priority,
         queue: job.queue.clone(),
+    }
+}
+
+/// One subtask of job `job` as `plexus status --subtasks` shows it.
+fn subtask_status(job: plexus_proto::JobId, s: &crate::view::SubtaskView) -> pb::SubtaskStatus {
+    pb::SubtaskStatus {
+        task: s.task.clone(),
+        rank: s.rank,
+        state: pb::SubtaskState::from(s.state) as i32,
+        attempt: s.attempt,
+        failures: s.failures,
+        worker_id: s.worker.map(|w| w.to_string()).unwrap_or_default(),
+        ready_at: s.ready_at,
+        assigned_at: s.assigned_at,
+        started_at: s.started_at,
+        finished_at: s.finished_at,
+        exit_code: s.exit_code,
+        error: s.error.clone(),
+        fetch_ms: s.fetch_ms,
+        fetched_bytes: s.fetched_bytes,
+        evicted_bytes: s.evicted_bytes,
+        outputs: s
+            .outputs
+            .iter()
+            .map(|(n, size)| pb::ObjectInfo { object_id: format!("{}/{}/{}/{}", job, s.task, s.rank, n), size: *size })
+            .collect(),
+        failed_attempts: s
+            .failed_attempts
+            .iter()
+            .map(|f| pb::AttemptFailure {
+                attempt: f.attempt,
+                worker_id: f.worker.map(|w| w.to_string()).unwrap_or_default(),
+                exit_code: f.exit_code,
+                error: f.error.clone(),
+                finished_at: f.finished_at,
+            })
+            .collect(),
+        not_before: s.not_before,
+        reruns: s.reruns,
+        unfetched_requeues: s.unfetched_requeues,
     }
 }
 

@@ -509,6 +509,19 @@ impl Engine {
             Cmd::Logs { job, task, rank, attempt, reply } => {
                 replies.push(defer(reply, log_source(core, job, &task, rank, attempt)));
             }
+            cmd @ (Cmd::Register { .. }
+            | Cmd::Heartbeat { .. }
+            | Cmd::Report { .. }
+            | Cmd::Stop
+            | Cmd::CloseStreams { .. }
+            | Cmd::OpenStream { .. }) => self.apply_worker(cmd, now, replies),
+        }
+    }
+
+    /// The commands of workers' sessions: registration, heartbeats, reports and their streams.
+    fn apply_worker(&mut self, cmd: Cmd, now: u64, replies: &mut Vec<Deferred>) {
+        let core = &mut self.core;
+        match cmd {
             Cmd::Register { reg, reply } => {
                 let id = reg.worker;
                 tracing::info!(worker = %id, peer = %reg.peer_addr, known = reg.known.len(), "worker registered");
@@ -551,6 +564,8 @@ impl Engine {
                 };
                 replies.push(defer(reply, r));
             }
+            // The other commands are not a session's (see `apply`).
+            _ => {}
         }
     }
 
