@@ -28,10 +28,10 @@ impl std::str::FromStr for JobRef {
         if s.starts_with("wkr-") {
             return Err(format!("{s:?} is a worker id; expected the prefix \"job-\" (or a job's name)"));
         }
-        if let Some(hex) = s.strip_prefix("job-") {
-            if hex.len() > 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(format!("{s:?}: after \"job-\" a job id has up to 32 hex digits"));
-            }
+        if let Some(hex) = s.strip_prefix("job-")
+            && (hex.len() > 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()))
+        {
+            return Err(format!("{s:?}: after \"job-\" a job id has up to 32 hex digits"));
         }
         Ok(JobRef(s.to_string()))
     }
@@ -113,10 +113,13 @@ pub enum Command {
 pub enum TokenCommand {
     /// Make a token and print it: the one time it is shown (the coordinator keeps its hash).
     Create {
-        /// read (status, logs, watch, explain, workers), submit (read + submit, cancel),
-        /// admin (submit + tokens, policy export), or worker (a join token for workers).
-        #[arg(long, default_value = "submit")]
-        scope: String,
+        #[arg(
+            long,
+            default_value = plexus_security::tokens::DEFAULT_SCOPE_NAME,
+            value_parser = plexus_security::tokens::scope,
+            help = plexus_security::tokens::SCOPE_HELP
+        )]
+        scope: plexus_security::Scope,
         /// A label shown by `plexus token list`.
         #[arg(long, default_value = "")]
         name: String,

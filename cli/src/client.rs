@@ -179,10 +179,10 @@ pub async fn connect(target: &Target) -> anyhow::Result<Client> {
             }
             Leader::Me | Leader::Unknown => return Ok(client),
             Leader::Other(leader) => {
-                if leader != url.trim() {
-                    if let Ok(client) = connect_one(target, &leader).await {
-                        return Ok(client);
-                    }
+                if leader != url.trim()
+                    && let Ok(client) = connect_one(target, &leader).await
+                {
+                    return Ok(client);
                 }
                 // The leader's advertised URL does not reach it from here (e.g. a name inside a
                 // container network): the other URLs given may.

@@ -25,10 +25,10 @@ use std::task::{Context, Poll};
 use plexus_proto::WorkerId;
 use plexus_security::pki::Issued;
 use plexus_security::{ClusterCa, Fingerprint, Scope, Token};
-use tonic::Status;
 use tonic::codegen::http;
 
-use crate::Error;
+use crate::error::Error;
+use crate::status::status;
 use crate::store::SecurityStore;
 
 /// The file, in the data dir, that holds the CA certificate clients and workers trust.
@@ -61,11 +61,12 @@ pub struct TokenRecord {
 }
 
 impl TokenRecord {
-    pub fn info(&self) -> plexus_proto::pb::TokenInfo {
-        plexus_proto::pb::TokenInfo {
+    /// What lists and revocations show of it.
+    pub fn info(&self) -> plexus_security::tokens::TokenInfo {
+        plexus_security::tokens::TokenInfo {
             id: self.id.clone(),
-            name: self.name.clone(),
             scope: self.scope.clone(),
+            name: self.name.clone(),
             created_ms: self.created_ms,
             expires_ms: self.expires_ms,
             revoked_ms: self.revoked_ms,
@@ -251,7 +252,7 @@ impl Security {
                 "{id:?} is not a token id (12 hex digits, as `plexus token list` shows)"
             )));
         }
-        let mut record = self.token_record(id)?.ok_or_else(|| Error::Unavailable(format!("no token {id}")))?;
+        let mut record = self.token_record(id)?.ok_or_else(|| Error::NotFound(format!("no token {id}")))?;
         if record.revoked_ms == 0 {
             record.revoked_ms = now_ms;
             self.store.put(
@@ -262,20 +263,19 @@ impl Security {
         Ok(record)
     }
 
-    /// The scope of a presented token, or the status that refuses it.
-    pub fn authenticate(&self, token: &Token, now_ms: u64) -> Result<Scope, Status> {
+    /// The scope of a presented token, or why it is refused.
+    pub fn authenticate(&self, token: &Token, now_ms: u64) -> Result<Scope, Error> {
         let record = self
-            .token_record(&token.id)
-            .map_err(|e| Status::internal(e.to_string()))?
+            .token_record(&token.id)?
             .filter(|r| token.matches(&hex_bytes(&r.hash)))
-            .ok_or_else(|| Status::unauthenticated(format!("token {} is not known to this coordinator", token.id)))?;
+            .ok_or_else(|| Error::Unauthenticated(format!("token {} is not known to this coordinator", token.id)))?;
         if record.revoked_ms != 0 {
-            return Err(Status::unauthenticated(format!("token {} was revoked", token.id)));
+            return Err(Error::Unauthenticated(format!("token {} was revoked", token.id)));
         }
         if record.expires_ms != 0 && now_ms >= record.expires_ms {
-            return Err(Status::unauthenticated(format!("token {} has expired", token.id)));
+            return Err(Error::Unauthenticated(format!("token {} has expired", token.id)));
         }
-        record.scope.parse::<Scope>().map_err(|e| Status::internal(format!("token {}: {e}", token.id)))
+        record.scope.parse::<Scope>().map_err(|e| corrupt(&format!("token/{}", token.id), e))
     }
 
     /// Signs a joining worker's public key; its previous certificate stops being recognised.
@@ -380,44 +380,43 @@ pub enum Caller {
     Worker(WorkerId),
 }
 
-/// Checks that a worker call's `worker_id` is the caller's. `secure`: the coordinator checks
-/// callers (without it there is no [`Caller`] and nothing to compare).
-pub fn check_worker<T>(req: &tonic::Request<T>, claimed: WorkerId, secure: bool) -> Result<(), Status> {
-    match req.extensions().get::<Caller>() {
+/// Checks that a worker call's `worker_id` is the caller's (`caller`: what [`AuthLayer`] left
+/// in the request). `secure`: the coordinator checks callers (without it there is no [`Caller`]
+/// and nothing to compare).
+pub fn check_worker(caller: Option<&Caller>, claimed: WorkerId, secure: bool) -> Result<(), Error> {
+    match caller {
         Some(Caller::Worker(id)) if *id == claimed => Ok(()),
-        Some(Caller::Worker(id)) => Err(Status::permission_denied(format!(
+        Some(Caller::Worker(id)) => Err(Error::PermissionDenied(format!(
             "worker id {claimed} in the request does not match the caller's certificate, which was issued to {id}"
         ))),
         Some(Caller::User { .. }) => {
-            Err(Status::permission_denied("worker calls need a worker's certificate, not a user token"))
+            Err(Error::PermissionDenied("worker calls need a worker's certificate, not a user token".into()))
         }
-        None if secure => Err(Status::unauthenticated("worker calls need a worker's certificate")),
+        None if secure => Err(Error::Unauthenticated("worker calls need a worker's certificate".into())),
         None => Ok(()),
     }
 }
 
 /// Decides one call: the [`Caller`] or the refusal.
-fn decide<B>(security: &Security, req: &http::Request<B>) -> Result<Caller, Status> {
+fn decide<B>(security: &Security, req: &http::Request<B>) -> Result<Caller, Error> {
     let path = req.uri().path();
     let Some(need) = need(path) else {
-        return Err(Status::permission_denied(format!("{path} is not a method this coordinator serves to anyone")));
+        return Err(Error::PermissionDenied(format!("{path} is not a method this coordinator serves to anyone")));
     };
     match need {
         Need::Token(scope) => {
             let header = req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-            let token = plexus_security::tls::bearer_of(header).map_err(Status::unauthenticated)?.ok_or_else(|| {
-                if scope == Scope::Worker {
-                    Status::unauthenticated(
-                        "joining needs a join token (plexus-coordinator token create --scope worker)",
-                    )
+            let token = plexus_security::tls::bearer_of(header).map_err(Error::Unauthenticated)?.ok_or_else(|| {
+                Error::Unauthenticated(if scope == Scope::Worker {
+                    "joining needs a join token (plexus-coordinator token create --scope worker)".into()
                 } else {
-                    Status::unauthenticated(NEED_TOKEN)
-                }
+                    NEED_TOKEN.into()
+                })
             })?;
             let have = security.authenticate(&token, plexus_proto::now_ms())?;
             if !have.allows(scope) {
                 let method = path.rsplit('/').next().unwrap_or(path);
-                return Err(Status::permission_denied(format!(
+                return Err(Error::PermissionDenied(format!(
                     "token {} has scope {have}; {method} needs {scope}",
                     token.id
                 )));
@@ -430,15 +429,16 @@ fn decide<B>(security: &Security, req: &http::Request<B>) -> Result<Caller, Stat
                 .get::<tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>>()
                 .and_then(|i| i.peer_certs());
             let Some(cert) = certs.as_ref().and_then(|c| c.first()) else {
-                return Err(Status::unauthenticated(
-                    "worker calls need the worker's certificate: start the worker with a join token (--join-token-file)",
+                return Err(Error::Unauthenticated(
+                    "worker calls need the worker's certificate: start the worker with a join token (--join-token-file)"
+                        .into(),
                 ));
             };
             let fp = Fingerprint::of_der(cert.as_ref());
             security
                 .worker_of(&fp)
                 .map(Caller::Worker)
-                .ok_or_else(|| Status::unauthenticated("this certificate is not a current worker certificate (the worker joined again, or was issued by another cluster); join again with a join token"))
+                .ok_or_else(|| Error::Unauthenticated("this certificate is not a current worker certificate (the worker joined again, or was issued by another cluster); join again with a join token".into()))
         }
     }
 }
@@ -492,9 +492,10 @@ where
                 req.extensions_mut().insert(caller);
                 futures::future::Either::Left(self.inner.call(req))
             }
-            Err(status) => {
-                tracing::debug!(path = req.uri().path(), code = ?status.code(), message = status.message(), "call refused");
-                futures::future::Either::Right(futures::future::ready(Ok(status.into_http())))
+            Err(refused) => {
+                let refused = status(refused);
+                tracing::debug!(path = req.uri().path(), code = ?refused.code(), message = refused.message(), "call refused");
+                futures::future::Either::Right(futures::future::ready(Ok(refused.into_http())))
             }
         }
     }
@@ -548,19 +549,19 @@ mod tests {
         let (token, record) = security.create_token(Scope::Read, "ci", 500, 1_000).unwrap();
         assert_eq!(record.expires_ms, 1_500);
         assert_eq!(security.authenticate(&token, 1_200).unwrap(), Scope::Read);
-        let err = security.authenticate(&token, 1_500).unwrap_err();
+        let err = status(security.authenticate(&token, 1_500).unwrap_err());
         assert_eq!(err.code(), tonic::Code::Unauthenticated);
         assert!(err.message().contains("expired"), "{}", err.message());
 
         let (token, _) = security.create_token(Scope::Submit, "bot", 0, 1_000).unwrap();
         // Right id, wrong secret.
         let forged = Token::parse(&format!("plx_{}_{}", token.id, "0".repeat(64))).unwrap();
-        assert!(security.authenticate(&forged, 1_000).unwrap_err().message().contains("not known"));
+        assert!(security.authenticate(&forged, 1_000).unwrap_err().to_string().contains("not known"));
         assert!(security.authenticate(&Token::generate(), 1_000).is_err());
         security.revoke(&token.id, 2_000).unwrap();
-        assert!(security.authenticate(&token, 2_001).unwrap_err().message().contains("revoked"));
+        assert!(security.authenticate(&token, 2_001).unwrap_err().to_string().contains("revoked"));
         assert!(security.revoke("nope", 1).is_err());
-        assert!(matches!(security.revoke("0123456789ab", 1), Err(Error::Unavailable(_))));
+        assert!(matches!(security.revoke("0123456789ab", 1), Err(Error::NotFound(_))));
         assert!(security.create_token(Scope::Read, "bad\nname", 0, 1).is_err());
     }
 

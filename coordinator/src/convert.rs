@@ -1,35 +1,21 @@
 //! The coordinator's one place for proto ↔ domain conversion: incoming worker messages become
-//! core inputs (checked, never trusted), core state becomes outgoing proto views.
+//! core inputs (checked, never trusted), and the engine's views ([`crate::view`]) become
+//! outgoing messages.
 
 use plexus_proto::convert::{self as pc, ConvertError};
-use plexus_proto::{AttemptRef, JobState, ObjectId, SubtaskState, pb};
+use plexus_proto::{AttemptRef, ObjectId, SubtaskState, pb};
 
 use plexus_proto::rules;
 use plexus_proto::topology::{self as topo, GpuLink, LinkLevel};
 use plexus_scheduler::core::estimates::WorkerSpeed;
 use plexus_scheduler::core::messages::GpuUsage;
 use plexus_scheduler::core::{
-    Assignment, Capacity, GangPhase, GpuRecord, Job, NodeReport, PlacementRecord, RailCounter, Registration, Report,
-    Worker,
+    Assignment, Capacity, GangPhase, GpuRecord, NodeReport, PlacementRecord, RailCounter, Registration, Report,
 };
 use plexus_scheduler::gpu::topology::NodeTopology;
 use plexus_scheduler::spec::Work;
 
-/// How much of a job a status carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Detail {
-    /// Per-task counts only: what lists, watches and cancels return.
-    Summary,
-    /// Also every subtask with its history.
-    WithSubtasks,
-}
-
-impl Detail {
-    /// The detail a `GetJob` request asks for.
-    pub fn of_request(subtasks: bool) -> Detail {
-        if subtasks { Detail::WithSubtasks } else { Detail::Summary }
-    }
-}
+use crate::view::{JobView, QueueView, WorkBatch, WorkerView};
 
 /// The largest tail of a log the coordinator keeps per stream.
 pub const LOG_TAIL_MAX: usize = 64 * 1024;
@@ -350,19 +336,15 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
     }
 }
 
-pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
-    let r = &job.record;
-    let groups = r
-        .spec
-        .tasks
+pub fn job_status(job: &JobView) -> pb::JobStatus {
+    let groups = job
+        .groups
         .iter()
-        .enumerate()
-        .map(|(t, spec)| {
-            let c = job.counts(t);
-            let at = |s: SubtaskState| c[s as usize];
+        .map(|g| {
+            let at = |s: SubtaskState| g.count(s);
             pb::TaskGroupStatus {
-                task: spec.name.clone(),
-                replicas: spec.replicas,
+                task: g.task.clone(),
+                replicas: g.replicas,
                 waiting: at(SubtaskState::Waiting),
                 ready: at(SubtaskState::Ready),
                 assigned: at(SubtaskState::Assigned),
@@ -370,71 +352,27 @@ pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
                 succeeded: at(SubtaskState::Succeeded),
                 failed: at(SubtaskState::Failed),
                 cancelled: at(SubtaskState::Cancelled),
-                waiting_reason: job.waiting.get(&t).cloned().unwrap_or_default(),
-                failed_attempts: job.failed_attempts(t),
-                after: spec.after.clone(),
+                waiting_reason: g.waiting_reason.clone(),
+                failed_attempts: g.failed_attempts,
+                after: g.after.clone(),
             }
         })
         .collect();
-    let subtasks = if detail == Detail::WithSubtasks {
-        job.subtasks
-            .iter()
-            .map(|s| pb::SubtaskStatus {
-                task: s.task.clone(),
-                rank: s.rank,
-                state: pb::SubtaskState::from(s.state) as i32,
-                attempt: s.attempt,
-                failures: s.failures,
-                worker_id: s.worker.map(|w| w.to_string()).unwrap_or_default(),
-                ready_at: s.ready_at,
-                assigned_at: s.assigned_at,
-                started_at: s.started_at,
-                finished_at: s.finished_at,
-                exit_code: s.exit_code,
-                error: s.error.clone(),
-                fetch_ms: s.fetch_ms,
-                fetched_bytes: s.fetched_bytes,
-                evicted_bytes: s.evicted_bytes,
-                outputs: s
-                    .outputs
-                    .iter()
-                    .map(|(n, size)| pb::ObjectInfo {
-                        object_id: format!("{}/{}/{}/{}", r.id, s.task, s.rank, n),
-                        size: *size,
-                    })
-                    .collect(),
-                failed_attempts: s
-                    .failed_attempts
-                    .iter()
-                    .map(|f| pb::AttemptFailure {
-                        attempt: f.attempt,
-                        worker_id: f.worker.map(|w| w.to_string()).unwrap_or_default(),
-                        exit_code: f.exit_code,
-                        error: f.error.clone(),
-                        finished_at: f.finished_at,
-                    })
-                    .collect(),
-                not_before: s.not_before,
-                reruns: s.reruns,
-                unfetched_requeues: s.unfetched_requeues,
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let subtasks = job.subtasks.iter().map(|s| subtask_status(job.id, s)).collect();
     pb::JobStatus {
-        job_id: r.id.to_string(),
-        name: r.spec.name.clone(),
-        state: pb::JobState::from(r.state) as i32,
-        submitted_at: r.submitted_at,
-        finished_at: r.finished_at,
-        error: r.error.clone(),
+        job_id: job.id.to_string(),
+        name: job.name.clone(),
+        state: pb::JobState::from(job.state) as i32,
+        submitted_at: job.submitted_at,
+        finished_at: job.finished_at,
+        error: job.error.clone(),
         groups,
         subtasks,
-        total_subtasks: job.total(),
+        total_subtasks: job.total_subtasks,
         gangs: job
-            .gangs(now)
-            .into_iter()
+            .gangs
+            .iter()
+            .cloned()
             .map(|g| {
                 let (deadline, bound_at) = match g.phase {
                     GangPhase::Reserving { deadline } => (deadline, 0),
@@ -463,13 +401,49 @@ pub fn job_status(job: &Job, detail: Detail, now: u64) -> pb::JobStatus {
                 }
             })
             .collect(),
-        priority: r.spec.priority,
-        queue: r.spec.queue.clone(),
+        priority: job.priority,
+        queue: job.queue.clone(),
     }
 }
 
-pub fn is_final(status: &pb::JobStatus) -> bool {
-    pc::job_state("state", status.state).map(JobState::is_final).unwrap_or(true)
+/// One subtask of job `job` as `plexus status --subtasks` shows it.
+fn subtask_status(job: plexus_proto::JobId, s: &crate::view::SubtaskView) -> pb::SubtaskStatus {
+    pb::SubtaskStatus {
+        task: s.task.clone(),
+        rank: s.rank,
+        state: pb::SubtaskState::from(s.state) as i32,
+        attempt: s.attempt,
+        failures: s.failures,
+        worker_id: s.worker.map(|w| w.to_string()).unwrap_or_default(),
+        ready_at: s.ready_at,
+        assigned_at: s.assigned_at,
+        started_at: s.started_at,
+        finished_at: s.finished_at,
+        exit_code: s.exit_code,
+        error: s.error.clone(),
+        fetch_ms: s.fetch_ms,
+        fetched_bytes: s.fetched_bytes,
+        evicted_bytes: s.evicted_bytes,
+        outputs: s
+            .outputs
+            .iter()
+            .map(|(n, size)| pb::ObjectInfo { object_id: format!("{}/{}/{}/{}", job, s.task, s.rank, n), size: *size })
+            .collect(),
+        failed_attempts: s
+            .failed_attempts
+            .iter()
+            .map(|f| pb::AttemptFailure {
+                attempt: f.attempt,
+                worker_id: f.worker.map(|w| w.to_string()).unwrap_or_default(),
+                exit_code: f.exit_code,
+                error: f.error.clone(),
+                finished_at: f.finished_at,
+            })
+            .collect(),
+        not_before: s.not_before,
+        reruns: s.reruns,
+        unfetched_requeues: s.unfetched_requeues,
+    }
 }
 
 fn capacity(c: &Capacity) -> pb::NodeCapacity {
@@ -492,13 +466,13 @@ fn capacity(c: &Capacity) -> pb::NodeCapacity {
     }
 }
 
-/// A worker for `plexus workers`, with what was measured of its speed (`None`: nothing yet).
-pub fn worker_info(w: &Worker, speed: Option<&WorkerSpeed>) -> pb::WorkerInfo {
+/// A worker for `plexus workers`, with what was measured of its speed (none: nothing yet).
+pub fn worker_info(w: &WorkerView) -> pb::WorkerInfo {
     pb::WorkerInfo {
-        worker_id: w.record.id.to_string(),
-        peer_addr: w.record.peer_addr.clone(),
+        worker_id: w.id.to_string(),
+        peer_addr: w.peer_addr.clone(),
         // The stored capacity has no isolation: the latest node state carries it.
-        capacity: Some(pb::NodeCapacity { isolation: w.node.isolation.clone(), ..capacity(&w.record.capacity) }),
+        capacity: Some(pb::NodeCapacity { isolation: w.node.isolation.clone(), ..capacity(&w.capacity) }),
         state: Some(pb::NodeState {
             cpu_utilisation: w.node.cpu_utilisation,
             memory_free: w.node.memory_free,
@@ -525,12 +499,12 @@ pub fn worker_info(w: &Worker, speed: Option<&WorkerSpeed>) -> pb::WorkerInfo {
             isolation: w.node.isolation.clone(),
             rails_refused: w.node.rails_refused,
         }),
-        alive: w.record.alive,
-        last_heartbeat: w.record.last_heartbeat,
+        alive: w.alive,
+        last_heartbeat: w.last_heartbeat,
         allocated: Some((&w.allocated).into()),
-        assigned: w.placed.len() as u32,
-        speed: speed.map(worker_speed),
-        draining: w.record.draining,
+        assigned: w.assigned,
+        speed: w.speed.as_ref().map(worker_speed),
+        draining: w.draining,
     }
 }
 
@@ -569,6 +543,37 @@ pub fn explanation(p: &PlacementRecord) -> pb::ExplainPlacementResponse {
         decided_at: p.decided_at,
         reason: p.reason.clone(),
     }
+}
+
+pub fn queue_info(q: &QueueView) -> pb::QueueInfo {
+    pb::QueueInfo { name: q.name.clone(), share: q.share, used_cpu: q.used_cpu }
+}
+
+pub fn queue_list(queues: &[QueueView]) -> pb::QueueList {
+    pb::QueueList { queues: queues.iter().map(queue_info).collect() }
+}
+
+/// One worker's new work and cancellations, as its assignment stream carries them.
+pub fn work_batch(b: &WorkBatch) -> pb::AssignmentBatch {
+    pb::AssignmentBatch {
+        assign: b.assign.iter().map(assignment).collect(),
+        cancel: b.cancel.iter().map(Into::into).collect(),
+    }
+}
+
+pub fn token_info(t: &crate::auth::TokenRecord) -> pb::TokenInfo {
+    pb::TokenInfo {
+        id: t.id.clone(),
+        name: t.name.clone(),
+        scope: t.scope.clone(),
+        created_ms: t.created_ms,
+        expires_ms: t.expires_ms,
+        revoked_ms: t.revoked_ms,
+    }
+}
+
+pub fn coordinator_info(c: &crate::ha::Coordinator) -> pb::CoordinatorInfo {
+    pb::CoordinatorInfo { id: c.id.clone(), url: c.url.clone(), leader: c.leader, started_ms: c.started_ms, me: c.me }
 }
 
 #[cfg(test)]

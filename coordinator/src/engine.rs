@@ -10,16 +10,16 @@ use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
-use plexus_proto::{JobId, WorkerId, pb};
+use plexus_proto::{JobId, WorkerId};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use plexus_scheduler::Error as SchedulerError;
 use plexus_scheduler::core::{Core, NodeReport, Outbox, Registration, Report};
 use plexus_scheduler::spec::JobSpec;
 
-use crate::Error;
-use crate::convert::{self, Detail};
+use crate::error::Error;
 use crate::store::{Batch, Store};
+use crate::view::{Detail, Explanation, JobView, QueueView, WorkBatch, WorkerView};
 
 /// How often the engine wakes with nothing to do, to detect lost workers. A tenth of a second
 /// keeps lost-worker detection within 100 ms of the heartbeat timeout at negligible cost.
@@ -60,7 +60,7 @@ pub enum Cmd {
     },
     Cancel {
         job: JobId,
-        reply: Reply<Result<pb::JobStatus, SchedulerError>>,
+        reply: Reply<Result<JobView, SchedulerError>>,
     },
     /// The peer URLs of the live workers holding an object (its job must exist).
     Holders {
@@ -87,26 +87,26 @@ pub enum Cmd {
     GetJob {
         job: JobId,
         detail: Detail,
-        reply: Reply<Result<pb::JobStatus, SchedulerError>>,
+        reply: Reply<Result<JobView, SchedulerError>>,
     },
     ListJobs {
-        reply: Reply<Vec<pb::JobStatus>>,
+        reply: Reply<Vec<JobView>>,
     },
     Watch {
         job: JobId,
-        reply: Reply<Result<watch::Receiver<pb::JobStatus>, SchedulerError>>,
+        reply: Reply<Result<watch::Receiver<JobView>, SchedulerError>>,
     },
     ListWorkers {
-        reply: Reply<Vec<pb::WorkerInfo>>,
+        reply: Reply<Vec<WorkerView>>,
     },
     /// Sets (`Some`) or clears a queue's share; replies with every queue's share and use.
     SetQueue {
         name: String,
         share: Option<f64>,
-        reply: Reply<Result<Vec<pb::QueueInfo>, String>>,
+        reply: Reply<Result<Vec<QueueView>, Error>>,
     },
     ListQueues {
-        reply: Reply<Vec<pb::QueueInfo>>,
+        reply: Reply<Vec<QueueView>>,
     },
     /// The metrics in the Prometheus text format.
     Metrics {
@@ -120,7 +120,7 @@ pub enum Cmd {
         job: JobId,
         task: String,
         rank: u32,
-        reply: Reply<Result<pb::ExplainPlacementResponse, SchedulerError>>,
+        reply: Reply<Result<Explanation, SchedulerError>>,
     },
     /// Where the logs of an attempt (0: the latest) are.
     Logs {
@@ -130,8 +130,9 @@ pub enum Cmd {
         attempt: u32,
         reply: Reply<Result<LogSource, SchedulerError>>,
     },
+    /// (Boxed: a registration is large, and every command is as large as the largest.)
     Register {
-        reg: Registration,
+        reg: Box<Registration>,
         reply: Reply<(u64, u64)>,
     },
     Heartbeat {
@@ -149,7 +150,7 @@ pub enum Cmd {
     OpenStream {
         worker: WorkerId,
         session: String,
-        reply: Reply<Option<mpsc::UnboundedReceiver<pb::AssignmentBatch>>>,
+        reply: Reply<Option<mpsc::UnboundedReceiver<WorkBatch>>>,
     },
     /// Ends every assignment and watch stream, so a graceful shutdown has no open stream to wait
     /// for. Workers reconnect to the next coordinator process; watchers see the stream end.
@@ -205,9 +206,9 @@ impl EngineHandle {
 #[derive(Default)]
 struct Delivery {
     session: String,
-    stream: Option<mpsc::UnboundedSender<pb::AssignmentBatch>>,
+    stream: Option<mpsc::UnboundedSender<WorkBatch>>,
     /// Decided before the worker opened its stream; sent when it does.
-    pending: pb::AssignmentBatch,
+    pending: WorkBatch,
 }
 
 /// Where the engine's time goes, logged when it stops (the control-plane benchmark reads it).
@@ -228,7 +229,7 @@ struct Engine {
     store: Box<dyn Store>,
     clock: fn() -> u64,
     delivery: HashMap<WorkerId, Delivery>,
-    watchers: HashMap<JobId, watch::Sender<pb::JobStatus>>,
+    watchers: HashMap<JobId, watch::Sender<JobView>>,
     /// The estimates' revision last saved, and when.
     estimates_saved: (u64, u64),
     /// `None`: metrics off (no `--http`), so they cost nothing.
@@ -311,7 +312,7 @@ impl Engine {
             let t1 = Instant::now();
             self.core.tick(now);
             self.core.schedule(now);
-            let out = self.core.take_outbox();
+            let mut out = self.core.take_outbox();
             let t2 = Instant::now();
             let committed = self.commit(&out);
             let t3 = Instant::now();
@@ -327,11 +328,12 @@ impl Engine {
             for r in replies {
                 r();
             }
-            self.dispatch(&out);
+            let busy = n > 0 || !out.is_empty();
+            self.dispatch(&mut out);
             self.notify(&out, now);
             self.save_estimates(now, stop);
             let st = &mut self.stats;
-            if n > 0 || !out.is_empty() {
+            if busy {
                 st.rounds += 1;
             }
             st.commands += n as u64;
@@ -448,22 +450,22 @@ impl Engine {
             Cmd::Cancel { job, reply } => {
                 let r = core
                     .cancel(job, now)
-                    .map(|_| convert::job_status(core.job(job).expect("cancelled job exists"), Detail::Summary, now));
+                    .map(|_| JobView::of(core.job(job).expect("cancelled job exists"), Detail::Summary, now));
                 replies.push(defer(reply, r));
             }
             Cmd::GetJob { job, detail, reply } => {
-                let r = core.job(job).map(|j| convert::job_status(j, detail, now)).ok_or(SchedulerError::NoJob(job));
+                let r = core.job(job).map(|j| JobView::of(j, detail, now)).ok_or(SchedulerError::NoJob(job));
                 replies.push(defer(reply, r));
             }
             Cmd::ListJobs { reply } => {
-                let v = core.jobs().map(|j| convert::job_status(j, Detail::Summary, now)).collect();
+                let v = core.jobs().map(|j| JobView::of(j, Detail::Summary, now)).collect();
                 replies.push(defer(reply, v));
             }
             Cmd::Watch { job, reply } => {
                 let r = match core.job(job) {
                     None => Err(SchedulerError::NoJob(job)),
                     Some(j) => {
-                        let status = convert::job_status(j, Detail::Summary, now);
+                        let status = JobView::of(j, Detail::Summary, now);
                         let final_already = j.record.state.is_final();
                         if final_already {
                             // Nothing will change: a channel whose sender is gone at once.
@@ -476,12 +478,14 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::ListWorkers { reply } => {
-                let speeds = core.estimates().speeds();
-                let v = core.workers().map(|w| convert::worker_info(w, speeds.get(&w.record.id))).collect();
-                replies.push(defer(reply, v));
+                replies.push(defer(reply, WorkerView::all(core)));
             }
             Cmd::SetQueue { name, share, reply } => {
-                let r = core.set_queue_share(&name, share).map(|()| queue_list(&core));
+                // The core says why a share is refused; that is the caller's mistake.
+                let r = core
+                    .set_queue_share(&name, share)
+                    .map(|()| QueueView::all(core))
+                    .map_err(|e| Error::Invalid(e.to_string()));
                 replies.push(defer(reply, r));
             }
             Cmd::Metrics { reply } => {
@@ -496,22 +500,35 @@ impl Engine {
                 replies.push(defer(reply, (self.core.placer_name(), l)));
             }
             Cmd::ListQueues { reply } => {
-                replies.push(defer(reply, queue_list(&core)));
+                replies.push(defer(reply, QueueView::all(core)));
             }
             Cmd::Explain { job, task, rank, reply } => {
-                let r = core.explain(job, &task, rank).map(convert::explanation);
+                let r = core.explain(job, &task, rank).cloned();
                 replies.push(defer(reply, r));
             }
             Cmd::Logs { job, task, rank, attempt, reply } => {
                 replies.push(defer(reply, log_source(core, job, &task, rank, attempt)));
             }
+            cmd @ (Cmd::Register { .. }
+            | Cmd::Heartbeat { .. }
+            | Cmd::Report { .. }
+            | Cmd::Stop
+            | Cmd::CloseStreams { .. }
+            | Cmd::OpenStream { .. }) => self.apply_worker(cmd, now, replies),
+        }
+    }
+
+    /// The commands of workers' sessions: registration, heartbeats, reports and their streams.
+    fn apply_worker(&mut self, cmd: Cmd, now: u64, replies: &mut Vec<Deferred>) {
+        let core = &mut self.core;
+        match cmd {
             Cmd::Register { reg, reply } => {
                 let id = reg.worker;
                 tracing::info!(worker = %id, peer = %reg.peer_addr, known = reg.known.len(), "worker registered");
                 // A new registration ends the previous stream and drops what was waiting for
                 // it: the core has just re-placed whatever the worker did not list as known.
                 self.delivery.insert(id, Delivery { session: reg.session.clone(), ..Default::default() });
-                core.register(reg, now);
+                core.register(*reg, now);
                 let cfg = core.config();
                 replies.push(defer(reply, (cfg.heartbeat_interval_ms, cfg.heartbeat_timeout_ms)));
             }
@@ -537,7 +554,7 @@ impl Engine {
                     (true, Some(d)) => {
                         let (tx, rx) = mpsc::unbounded_channel();
                         let pending = std::mem::take(&mut d.pending);
-                        if !pending.assign.is_empty() || !pending.cancel.is_empty() {
+                        if !pending.is_empty() {
                             let _ = tx.send(pending);
                         }
                         d.stream = Some(tx);
@@ -547,17 +564,20 @@ impl Engine {
                 };
                 replies.push(defer(reply, r));
             }
+            // The other commands are not a session's (see `apply`).
+            _ => {}
         }
     }
 
-    /// Sends each worker its new assignments and cancellations, in one message per worker.
-    fn dispatch(&mut self, out: &Outbox) {
-        let mut per_worker: HashMap<WorkerId, pb::AssignmentBatch> = HashMap::new();
-        for (w, a) in &out.assignments {
-            per_worker.entry(*w).or_default().assign.push(convert::assignment(a));
+    /// Sends each worker its new assignments and cancellations, in one message per worker
+    /// (moved out of the outbox: nothing after this reads them).
+    fn dispatch(&mut self, out: &mut Outbox) {
+        let mut per_worker: HashMap<WorkerId, WorkBatch> = HashMap::new();
+        for (w, a) in out.assignments.drain(..) {
+            per_worker.entry(w).or_default().assign.push(a);
         }
-        for (w, a) in &out.cancels {
-            per_worker.entry(*w).or_default().cancel.push(a.into());
+        for (w, a) in out.cancels.drain(..) {
+            per_worker.entry(w).or_default().cancel.push(a);
         }
         for (w, batch) in per_worker {
             let d = self.delivery.entry(w).or_default();
@@ -592,7 +612,7 @@ impl Engine {
                 self.watchers.remove(&job);
                 continue;
             }
-            tx.send_replace(convert::job_status(j, Detail::Summary, now));
+            tx.send_replace(JobView::of(j, Detail::Summary, now));
             if j.record.state.is_final() {
                 // Dropping the sender ends every watch stream after its final status.
                 self.watchers.remove(&job);
@@ -648,14 +668,6 @@ fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Re
     })
 }
 
-/// Every queue with a share, with the cores its placed attempts hold.
-fn queue_list(core: &Core) -> Vec<pb::QueueInfo> {
-    core.queue_shares()
-        .iter()
-        .map(|(name, share)| pb::QueueInfo { name: name.clone(), share: *share, used_cpu: core.queue_usage(name) })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -685,7 +697,7 @@ mod tests {
             state: NodeReport::default(),
             known: vec![],
         };
-        handle.call(|reply| Cmd::Register { reg, reply }).await.unwrap();
+        handle.call(|reply| Cmd::Register { reg: Box::new(reg), reply }).await.unwrap();
         let job = JobId::random();
         let spec = parse("[[task]]\nname = \"a\"\ncommand = [\"work\"]\n", Format::Toml, "j.toml").unwrap();
         handle.call(|reply| Cmd::Submit { id: job, spec, reply }).await.unwrap().unwrap();
@@ -704,7 +716,7 @@ mod tests {
                 .unwrap()
         );
         let workers = handle.call(|reply| Cmd::ListWorkers { reply }).await.unwrap();
-        let speed = workers[0].speed.expect("measured");
+        let speed = workers[0].speed.as_ref().expect("measured");
         assert_eq!((speed.signatures, speed.run_samples), (1, 1.0));
         assert!(store.load_estimates().unwrap().is_none(), "not saved with every round");
         handle.stop();

@@ -14,17 +14,25 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use etcd_client::PutOptions;
 use tokio_util::sync::CancellationToken;
-use tonic::Status;
 use tonic::codegen::http;
 
-use crate::Error;
 use crate::engine::EngineHandle;
-use crate::etcd::{Etcd, EtcdStore, Fence};
+use crate::error::Error;
+use crate::etcd::{Etcd, EtcdStore, LeaseId, LeaseRenewal};
+pub use crate::status::LEADER_METADATA;
+use crate::status::status;
 
-/// The metadata key of a standby's refusal that holds the leader's URL.
-pub const LEADER_METADATA: &str = "plexus-leader";
+/// One coordinator of the control plane, as `plexus coordinators` lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Coordinator {
+    pub id: String,
+    pub url: String,
+    pub leader: bool,
+    pub started_ms: u64,
+    /// The coordinator answering.
+    pub me: bool,
+}
 
 /// Where this coordinator stands.
 pub struct Role {
@@ -107,27 +115,15 @@ impl Role {
         self.valid_until.lock().unwrap_or_else(|p| p.into_inner()).is_none_or(|t| Instant::now() >= t)
     }
 
-    /// The refusal of a standby.
-    pub fn refusal(&self) -> Status {
-        let mut st = match self.leader() {
-            Some(l) => Status::unavailable(format!("this coordinator ({}) is a standby; the leader is {l}", self.me)),
-            None => Status::unavailable(format!(
-                "this coordinator ({}) is a standby and no coordinator leads yet; try again shortly",
-                self.me
-            )),
-        };
-        if let Some(l) = self.leader()
-            && let Ok(v) = l.parse()
-        {
-            st.metadata_mut().insert(LEADER_METADATA, v);
-        }
-        st
+    /// The refusal of a standby, naming the leader if one is known.
+    pub fn refusal(&self) -> Error {
+        Error::Standby { me: self.me.clone(), leader: self.leader() }
     }
 
     /// Every coordinator of the control plane, the leader marked.
-    pub async fn coordinators(&self) -> Result<Vec<plexus_proto::pb::CoordinatorInfo>, Error> {
+    pub async fn coordinators(&self) -> Result<Vec<Coordinator>, Error> {
         let Some(etcd) = &self.etcd else {
-            return Ok(vec![plexus_proto::pb::CoordinatorInfo {
+            return Ok(vec![Coordinator {
                 id: self.id.clone(),
                 url: self.me.clone(),
                 leader: true,
@@ -144,10 +140,10 @@ impl Role {
             .map_err(|e| Error::Engine(e.to_string()))??;
         let members: Vec<Vec<u8>> = members.into_iter().map(|(_, v)| v).collect();
         let leader = self.leader();
-        let mut out: Vec<plexus_proto::pb::CoordinatorInfo> = members
+        let mut out: Vec<Coordinator> = members
             .iter()
             .filter_map(|v| serde_json::from_slice::<Member>(v).ok())
-            .map(|m| plexus_proto::pb::CoordinatorInfo {
+            .map(|m| Coordinator {
                 leader: leader.as_deref() == Some(m.url.as_str()),
                 me: m.id == self.id,
                 id: m.id,
@@ -216,7 +212,7 @@ where
         if self.role.is_leading() || standby_may_serve(req.uri().path()) {
             return futures::future::Either::Left(self.inner.call(req));
         }
-        futures::future::Either::Right(futures::future::ready(Ok(self.role.refusal().into_http())))
+        futures::future::Either::Right(futures::future::ready(Ok(status(self.role.refusal()).into_http())))
     }
 }
 
@@ -272,49 +268,40 @@ async fn one_term(
     term: &Arc<dyn Term>,
     shutdown: &CancellationToken,
 ) -> Result<(), Error> {
-    let mut client = etcd.client();
     let granted_at = Instant::now();
-    let lease = client.lease_grant(ttl_s, None).await.map_err(|e| Error::Etcd(format!("granting a lease: {e}")))?.id();
+    let lease = etcd.grant_lease(ttl_s).await?;
     role.extend(granted_at + ttl);
     let lost = CancellationToken::new();
     let keeper = tokio::spawn(keep_alive(role.clone(), etcd.clone(), lease, ttl, lost.clone()));
     let member = Member { id: role.id.clone(), url: role.me.clone(), started_ms: role.started_ms };
     let member_key = etcd.key(&format!("/members/{}", role.id));
-    let registered = client
-        .put(member_key, serde_json::to_vec(&member).expect("plain struct"), Some(PutOptions::new().with_lease(lease)))
-        .await;
+    let registered = etcd.put_on_lease(member_key, serde_json::to_vec(&member).expect("plain struct"), lease).await;
     if let Err(e) = registered {
         keeper.abort();
-        let _ = client.lease_revoke(lease).await;
-        return Err(Error::Etcd(format!("registering as a coordinator: {e}")));
+        let _ = etcd.revoke_lease(lease).await;
+        return Err(Error::Context { what: "registering as a coordinator".into(), source: Box::new(e) });
     }
     tracing::info!(lease, ttl_s, "campaigning for leadership");
-    let mut waiting = etcd.waiting_client();
     let campaign = tokio::select! {
-        r = waiting.campaign(election.to_vec(), role.me.clone(), lease) => Some(r),
+        r = etcd.campaign(election.to_vec(), role.me.clone(), lease) => Some(r),
         _ = lost.cancelled() => None,
         _ = shutdown.cancelled() => None,
     };
-    let leader_key = match campaign {
-        Some(Ok(mut r)) => r.take_leader(),
+    let fence = match campaign {
+        Some(Ok(fence)) => fence,
         Some(Err(e)) => {
             keeper.abort();
-            let _ = client.lease_revoke(lease).await;
-            return Err(Error::Etcd(format!("campaigning: {e}")));
+            let _ = etcd.revoke_lease(lease).await;
+            return Err(e);
         }
         None => {
             keeper.abort();
-            let _ = client.lease_revoke(lease).await;
+            let _ = etcd.revoke_lease(lease).await;
             return Ok(());
         }
     };
-    let Some(leader_key) = leader_key else {
-        keeper.abort();
-        let _ = client.lease_revoke(lease).await;
-        return Err(Error::Etcd("the election answered without a leader key".into()));
-    };
     let elected_at = Instant::now();
-    etcd.set_fence(Some(Fence { key: leader_key.key().to_vec(), rev: leader_key.rev() }));
+    etcd.set_fence(Some(fence));
     term.on_lead();
     let started = {
         let term = term.clone();
@@ -326,7 +313,7 @@ async fn one_term(
         Err(e) => {
             etcd.set_fence(None);
             keeper.abort();
-            let _ = client.lease_revoke(lease).await;
+            let _ = etcd.revoke_lease(lease).await;
             return Err(e);
         }
     };
@@ -358,29 +345,22 @@ async fn one_term(
     etcd.set_fence(None);
     keeper.abort();
     // Giving the lease back deletes the election key now, so a standby takes over at once.
-    let _ = client.lease_revoke(lease).await;
+    let _ = etcd.revoke_lease(lease).await;
     Ok(())
 }
 
 /// Renews `lease` every third of its TTL; cancels `lost` when etcd says it expired, or when no
 /// renewal has been confirmed for longer than the TTL.
-async fn keep_alive(role: Arc<Role>, etcd: Etcd, lease: i64, ttl: Duration, lost: CancellationToken) {
+async fn keep_alive(role: Arc<Role>, etcd: Etcd, lease: LeaseId, ttl: Duration, lost: CancellationToken) {
     let every = ttl / 3;
-    let mut client = etcd.client();
-    let mut stream: Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)> = None;
+    let mut stream: Option<LeaseRenewal> = None;
     loop {
         let sent = Instant::now();
         if stream.is_none() {
-            stream = tokio::time::timeout(every, client.lease_keep_alive(lease)).await.ok().and_then(|r| r.ok());
+            stream = tokio::time::timeout(every, etcd.renewal(lease)).await.ok().and_then(Result::ok);
         }
         let renewed = match &mut stream {
-            Some((keeper, responses)) => match keeper.keep_alive().await {
-                Ok(()) => match tokio::time::timeout(every, responses.message()).await {
-                    Ok(Ok(Some(r))) => Some(r.ttl()),
-                    _ => None,
-                },
-                Err(_) => None,
-            },
+            Some(renewal) => renewal.renew(every).await.ok(),
             None => None,
         };
         match renewed {
@@ -405,16 +385,11 @@ async fn keep_alive(role: Arc<Role>, etcd: Etcd, lease: i64, ttl: Duration, lost
 
 /// Keeps [`Role::leader`] current for a standby's refusals.
 async fn watch_leader(role: Arc<Role>, etcd: Etcd, election: Vec<u8>, shutdown: CancellationToken) {
-    let mut client = etcd.client();
     while !shutdown.is_cancelled() {
         if !role.leading.load(Ordering::SeqCst) {
-            match client.leader(election.clone()).await {
-                Ok(mut r) => {
-                    role.set_leader(r.take_kv().map(|kv| String::from_utf8_lossy(&kv.into_key_value().1).into_owned()))
-                }
-                Err(e) if e.to_string().contains("no leader") => role.set_leader(None),
-                // etcd unreachable for a moment (a member down): keep what was seen.
-                Err(_) => {}
+            // etcd unreachable for a moment (a member down): keep what was seen.
+            if let Ok(leader) = etcd.leader(election.clone()).await {
+                role.set_leader(leader);
             }
         }
         tokio::select! {

@@ -13,7 +13,7 @@ use plexus_scheduler::placer::{
     heuristic, shortest_remaining_first,
 };
 
-use crate::Error;
+use crate::error::Error;
 
 /// Every name accepted by `--placer`: the heuristics, and `rl`.
 pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "fastest", "rl"];

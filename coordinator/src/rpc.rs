@@ -1,6 +1,8 @@
 //! The gRPC adapters: `JobService` for clients and `WorkerService` for workers. The only module
-//! that knows tonic's service traits. Each handler converts and checks its request, calls the
-//! engine, and maps errors to a `Status` in one place ([`status`]).
+//! that implements tonic's service traits. Each handler converts and checks its request, calls
+//! the engine, converts the engine's views ([`crate::view`]) with [`crate::convert`], and returns
+//! the crate's [`Error`]; the trait methods only wrap that in a `Response`, the error made a
+//! `Status` by [`crate::status::status`], the one place that happens.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,17 +13,19 @@ use plexus_proto::convert::{self as pc};
 use plexus_proto::pb::job_service_server::JobService;
 use plexus_proto::pb::peer_service_client::PeerServiceClient;
 use plexus_proto::pb::worker_service_server::WorkerService;
-use plexus_proto::{JobId, pb};
+use plexus_proto::{JobId, WorkerId, pb};
 use plexus_scheduler::Error as SchedulerError;
 use plexus_scheduler::spec::{self, Format};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
-use crate::Error;
-use crate::auth::{self, Security};
-use crate::convert::{self, Detail};
+use crate::auth::{self, Caller, Security};
+use crate::convert;
 use crate::engine::{Cmd, EngineHandle};
+use crate::error::Error;
+use crate::status::status;
+use crate::view::Detail;
 
 /// How long the coordinator waits on a worker when proxying a log read. Logs are small and the
 /// worker is local to the cluster; past this the coordinator serves the tail it keeps.
@@ -36,50 +40,21 @@ const WATCH_MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Largest job file accepted.
 const MAX_JOB_SOURCE: usize = 16 << 20;
 
-/// The one place an error becomes a `Status`: the code says what kind of failure it is (the
-/// caller's mistake, something missing, a state conflict, the server's trouble), the message
-/// says which input.
-pub fn status(e: impl Into<Error>) -> Status {
-    let e = e.into();
-    let msg = e.to_string();
-    match &e {
-        Error::Scheduler(s) | Error::InFile { source: s, .. } => match s {
-            SchedulerError::NoWorker(_)
-            | SchedulerError::NoJob(_)
-            | SchedulerError::NoTask { .. }
-            | SchedulerError::NoRank { .. }
-            | SchedulerError::NotPlaced(_) => Status::not_found(msg),
-            SchedulerError::JobFinished { .. } | SchedulerError::WorkerBusy(_) => Status::failed_precondition(msg),
-            SchedulerError::Duplicate(_) => Status::already_exists(msg),
-            SchedulerError::Spec(_) | SchedulerError::Unsatisfiable(_) | SchedulerError::UnknownPlacer { .. } => {
-                Status::invalid_argument(msg)
-            }
-            SchedulerError::Restore(_) => Status::internal(msg),
-        },
-        Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
-        Error::Unavailable(_) | Error::EngineStopped | Error::ShuttingDown | Error::Etcd(_) | Error::Fenced => {
-            Status::unavailable(msg)
-        }
-        Error::NotRegistered => Status::failed_precondition(msg),
-        Error::Io(..)
-        | Error::Sled(_)
-        | Error::Migration(_)
-        | Error::Corrupt { .. }
-        | Error::Locked { .. }
-        | Error::Policy(_)
-        | Error::Engine(_)
-        | Error::Transport(_) => Status::internal(msg),
-    }
+/// A handler's answer as tonic wants it.
+fn reply<T>(r: Result<T, Error>) -> Result<Response<T>, Status> {
+    r.map(Response::new).map_err(status)
 }
 
-impl From<Error> for Status {
-    fn from(e: Error) -> Self {
-        status(e)
-    }
+fn job_id(s: &str) -> Result<JobId, Error> {
+    Ok(pc::job_id("job_id", s)?)
 }
 
-fn job_id(s: &str) -> Result<JobId, Status> {
-    pc::job_id("job_id", s).map_err(status)
+/// Waits for blocking work (the store, certificates) run off the runtime's threads.
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Engine(format!("{what}: {e}")))?
 }
 
 /// What the running coordinator tells administrative commands about its store, which they cannot
@@ -101,8 +76,8 @@ pub struct JobApi {
     /// The cluster's trust: tokens, and the certificate the log proxy shows workers. `None`:
     /// the coordinator runs with `--insecure`.
     security: Option<Arc<Security>>,
-    /// The tasks feeding `WatchJob` streams: cancelled and awaited at shutdown
-    /// ([`JobApi::stop_streams`]), so none outlives the server.
+    /// The tasks feeding `WatchJob` and `GetObject` streams: cancelled and awaited at shutdown
+    /// ([`JobApi::stream_stopper`]), so none outlives the server.
     streams: TaskTracker,
     stop: CancellationToken,
 }
@@ -125,18 +100,17 @@ impl JobApi {
         self
     }
 
-    fn security(&self) -> Result<&Arc<Security>, Status> {
-        self.security.as_ref().ok_or_else(|| {
-            Status::failed_precondition(
-                "this coordinator runs with --insecure: it has no tokens (restart it without --insecure)",
+    fn security(&self) -> Result<Arc<Security>, Error> {
+        self.security.clone().ok_or_else(|| {
+            Error::Insecure(
+                "this coordinator runs with --insecure: it has no tokens (restart it without --insecure)".into(),
             )
         })
     }
 
     /// A client of a worker's `PeerService`, over mutual TLS unless the coordinator is insecure.
-    async fn peer_client(&self, peer: &str) -> Result<PeerServiceClient<tonic::transport::Channel>, Status> {
-        let unavailable =
-            |e: &dyn std::fmt::Display| status(Error::Unavailable(format!("connecting to worker {peer}: {e}")));
+    async fn peer_client(&self, peer: &str) -> Result<PeerServiceClient<tonic::transport::Channel>, Error> {
+        let unavailable = |e: &dyn std::fmt::Display| Error::Unavailable(format!("connecting to worker {peer}: {e}"));
         let limit = std::time::Duration::from_secs(5);
         let mut endpoint = tonic::transport::Endpoint::from_shared(peer.to_string())
             .map_err(|e| unavailable(&e))?
@@ -161,10 +135,8 @@ impl JobApi {
         self
     }
 
-    fn store(&self) -> Result<&StoreAccess, Status> {
-        self.store
-            .as_ref()
-            .ok_or_else(|| status(Error::Unavailable("this coordinator serves no store information".into())))
+    fn store(&self) -> Result<&StoreAccess, Error> {
+        self.store.as_ref().ok_or_else(|| Error::Unavailable("this coordinator serves no store information".into()))
     }
 
     /// A handle that ends every watch stream, now and later, and waits for their tasks.
@@ -211,35 +183,31 @@ impl StreamStopper {
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::JobStatus, Status>> + Send>>;
+type ObjectStream = Pin<Box<dyn Stream<Item = Result<pb::ObjectChunk, Status>> + Send>>;
 
-#[tonic::async_trait]
-impl JobService for JobApi {
-    async fn submit_job(&self, req: Request<pb::SubmitJobRequest>) -> Result<Response<pb::SubmitJobResponse>, Status> {
-        let r = req.into_inner();
+/// The handlers of `JobService`, each on the plain request, answering with the crate's error.
+impl JobApi {
+    async fn submit(&self, r: pb::SubmitJobRequest) -> Result<pb::SubmitJobResponse, Error> {
         let filename = if r.filename.is_empty() { "<job>".to_string() } else { r.filename.clone() };
         if r.source.len() > MAX_JOB_SOURCE {
-            return Err(status(Error::Invalid(format!(
-                "{filename}: job file is larger than {} MiB",
-                MAX_JOB_SOURCE >> 20
-            ))));
+            return Err(Error::Invalid(format!("{filename}: job file is larger than {} MiB", MAX_JOB_SOURCE >> 20)));
         }
-        let format = Format::infer(&r.format, &filename).map_err(|e| status(SchedulerError::from(e)))?;
+        let format = Format::infer(&r.format, &filename).map_err(SchedulerError::from)?;
         // Parsing happens off the engine and off the runtime's worker threads (a large file takes
         // a moment), so neither heartbeats nor other requests wait for it.
         let (source, file) = (r.source, filename.clone());
-        let spec = tokio::task::spawn_blocking(move || spec::parse(&source, format, &file))
+        let mut spec = tokio::task::spawn_blocking(move || spec::parse(&source, format, &file))
             .await
-            .map_err(|e| status(Error::Engine(format!("parsing the job file: {e}"))))?
-            .map_err(|e| status(SchedulerError::from(e)))?;
-        let mut spec = spec;
+            .map_err(|e| Error::Engine(format!("parsing the job file: {e}")))?
+            .map_err(SchedulerError::from)?;
         for (i, a) in r.after_jobs.iter().enumerate() {
-            let a = job_id(a).map_err(|e| Status::invalid_argument(format!("after_jobs[{i}]: {}", e.message())))?;
+            let a = pc::job_id("job_id", a).map_err(|e| Error::Invalid(format!("after_jobs[{i}]: {e}")))?;
             if !spec.after_jobs.contains(&a) {
                 spec.after_jobs.push(a);
             }
         }
         if spec.after_jobs.len() > plexus_scheduler::spec::MAX_AFTER_JOBS {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::Invalid(format!(
                 "{filename}: runs after {} jobs; at most {}",
                 spec.after_jobs.len(),
                 plexus_scheduler::spec::MAX_AFTER_JOBS
@@ -250,46 +218,35 @@ impl JobService for JobApi {
             .engine
             .call(|reply| Cmd::Submit { id, spec, reply })
             .await?
-            .map_err(|source| status(Error::InFile { file: filename.clone(), source }))?;
-        Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n }))
+            .map_err(|source| Error::InFile { file: filename.clone(), source })?;
+        Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n })
     }
 
-    async fn resubmit_job(
-        &self,
-        req: Request<pb::ResubmitJobRequest>,
-    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
-        let job = job_id(&req.into_inner().job_id)?;
-        let id = JobId::random();
-        let n = self.engine.call(|reply| Cmd::Resubmit { job, id, reply }).await?.map_err(status)?;
-        Ok(Response::new(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n }))
-    }
-
-    async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
-        let r = req.into_inner();
+    async fn resubmit(&self, r: pb::ResubmitJobRequest) -> Result<pb::SubmitJobResponse, Error> {
         let job = job_id(&r.job_id)?;
-        let s = self
-            .engine
-            .call(|reply| Cmd::GetJob { job, detail: Detail::of_request(r.subtasks), reply })
-            .await?
-            .map_err(status)?;
-        Ok(Response::new(s))
+        let id = JobId::random();
+        let n = self.engine.call(|reply| Cmd::Resubmit { job, id, reply }).await??;
+        Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n })
     }
 
-    async fn list_jobs(&self, _req: Request<pb::ListJobsRequest>) -> Result<Response<pb::ListJobsResponse>, Status> {
+    async fn get(&self, r: pb::GetJobRequest) -> Result<pb::JobStatus, Error> {
+        let job = job_id(&r.job_id)?;
+        let detail = Detail::of_request(r.subtasks);
+        let view = self.engine.call(|reply| Cmd::GetJob { job, detail, reply }).await??;
+        Ok(convert::job_status(&view))
+    }
+
+    async fn list(&self) -> Result<pb::ListJobsResponse, Error> {
         let jobs = self.engine.call(|reply| Cmd::ListJobs { reply }).await?;
-        Ok(Response::new(pb::ListJobsResponse { jobs }))
+        Ok(pb::ListJobsResponse { jobs: jobs.iter().map(convert::job_status).collect() })
     }
 
-    type WatchJobStream = WatchStream;
-    type GetObjectStream = Pin<Box<dyn Stream<Item = Result<pb::ObjectChunk, Status>> + Send>>;
-
-    async fn get_object(&self, req: Request<pb::GetObjectRequest>) -> Result<Response<Self::GetObjectStream>, Status> {
-        let object_id = req.into_inner().object_id;
-        let object = plexus_proto::convert::object_id("object_id", &object_id)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let peers = self.engine.call(|reply| Cmd::Holders { object: object.clone(), reply }).await?.map_err(status)?;
+    async fn object(&self, r: pb::GetObjectRequest) -> Result<ObjectStream, Error> {
+        let object_id = r.object_id;
+        let object = pc::object_id("object_id", &object_id)?;
+        let peers = self.engine.call(|reply| Cmd::Holders { object: object.clone(), reply }).await??;
         if peers.is_empty() {
-            return Err(Status::not_found(format!(
+            return Err(Error::NotFound(format!(
                 "no live worker holds {object_id} (not produced yet, or lost with its worker; a job that needs it again re-runs its producer)"
             )));
         }
@@ -297,14 +254,18 @@ impl JobService for JobApi {
         for peer in &peers {
             let fetch = async {
                 let mut client = self.peer_client(peer).await?;
-                client.fetch_object(pb::FetchObjectRequest { object_id: object_id.clone() }).await
+                client
+                    .fetch_object(pb::FetchObjectRequest { object_id: object_id.clone() })
+                    .await
+                    .map_err(|s| Error::Unavailable(s.message().to_string()))
             };
             match tokio::time::timeout(LOG_PROXY_TIMEOUT, fetch).await {
                 Ok(Ok(stream)) => {
                     // Relayed chunk by chunk: a holder that stops sending mid-object (it hung)
                     // ends the download with an error instead of holding the caller for ever.
+                    // The worker's own error, if it sends one, reaches the caller as it is.
                     let (mut inner, id) = (stream.into_inner(), object_id.clone());
-                    let relay = self.tracked_stream(move |tx| async move {
+                    return Ok(self.tracked_stream(move |tx| async move {
                         loop {
                             let next = match tokio::time::timeout(RELAY_IDLE_TIMEOUT, inner.message()).await {
                                 Ok(Ok(Some(chunk))) => Ok(chunk),
@@ -319,24 +280,23 @@ impl JobService for JobApi {
                                 return;
                             }
                         }
-                    });
-                    return Ok(Response::new(relay));
+                    }));
                 }
-                Ok(Err(e)) => last = format!("{peer}: {}", e.message()),
+                Ok(Err(e)) => last = format!("{peer}: {e}"),
                 Err(_) => last = format!("{peer}: no answer within {LOG_PROXY_TIMEOUT:?}"),
             }
         }
-        Err(status(Error::Unavailable(format!("no holder of {object_id} could serve it ({last})"))))
+        Err(Error::Unavailable(format!("no holder of {object_id} could serve it ({last})")))
     }
 
-    async fn watch_job(&self, req: Request<pb::WatchJobRequest>) -> Result<Response<WatchStream>, Status> {
-        let job = job_id(&req.into_inner().job_id)?;
-        let mut rx = self.engine.call(|reply| Cmd::Watch { job, reply }).await?.map_err(status)?;
-        let stream = self.tracked_stream(move |tx| async move {
+    async fn watch(&self, r: pb::WatchJobRequest) -> Result<WatchStream, Error> {
+        let job = job_id(&r.job_id)?;
+        let mut rx = self.engine.call(|reply| Cmd::Watch { job, reply }).await??;
+        Ok(self.tracked_stream(move |tx| async move {
             loop {
                 let current = rx.borrow_and_update().clone();
-                let done = convert::is_final(&current);
-                if tx.send(Ok(current)).await.is_err() || done {
+                let done = current.is_final();
+                if tx.send(Ok(convert::job_status(&current))).await.is_err() || done {
                     return;
                 }
                 tokio::time::sleep(WATCH_MIN_INTERVAL).await;
@@ -344,43 +304,43 @@ impl JobService for JobApi {
                     // The engine dropped the sender: the job ended (its final status is the
                     // last value) or the coordinator is stopping.
                     let last = rx.borrow().clone();
-                    if convert::is_final(&last) {
-                        let _ = tx.send(Ok(last)).await;
+                    let _ = if last.is_final() {
+                        tx.send(Ok(convert::job_status(&last))).await
                     } else {
-                        let _ = tx.send(Err(status(Error::ShuttingDown))).await;
-                    }
+                        tx.send(Err(status(Error::ShuttingDown))).await
+                    };
                     return;
                 }
             }
-        });
-        Ok(Response::new(stream))
+        }))
     }
 
-    async fn cancel_job(&self, req: Request<pb::CancelJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
-        let job = job_id(&req.into_inner().job_id)?;
-        let s = self.engine.call(|reply| Cmd::Cancel { job, reply }).await?.map_err(status)?;
-        Ok(Response::new(s))
+    async fn cancel(&self, r: pb::CancelJobRequest) -> Result<pb::JobStatus, Error> {
+        let job = job_id(&r.job_id)?;
+        let view = self.engine.call(|reply| Cmd::Cancel { job, reply }).await??;
+        Ok(convert::job_status(&view))
     }
 
-    async fn get_logs(&self, req: Request<pb::GetLogsRequest>) -> Result<Response<pb::GetLogsResponse>, Status> {
-        let r = req.into_inner();
+    async fn logs(&self, r: pb::GetLogsRequest) -> Result<pb::GetLogsResponse, Error> {
         let job = job_id(&r.job_id)?;
         let src = self
             .engine
             .call(|reply| Cmd::Logs { job, task: r.task.clone(), rank: r.rank, attempt: r.attempt, reply })
-            .await?
-            .map_err(status)?;
+            .await??;
         // The worker has the whole log; ask it first, and fall back on the tail we keep.
         if let Some(peer) = &src.peer_addr {
             let attempt = pb::AttemptRef::from(&src.attempt_ref);
             let read = async {
                 let mut client = self.peer_client(peer).await?;
-                client.read_log(pb::ReadLogRequest { attempt: Some(attempt), max_bytes: 0 }).await
+                client
+                    .read_log(pb::ReadLogRequest { attempt: Some(attempt), max_bytes: 0 })
+                    .await
+                    .map_err(|s| Error::Unavailable(s.message().to_string()))
             };
             match tokio::time::timeout(LOG_PROXY_TIMEOUT, read).await {
                 Ok(Ok(resp)) => {
                     let l = resp.into_inner();
-                    return Ok(Response::new(pb::GetLogsResponse {
+                    return Ok(pb::GetLogsResponse {
                         stdout: l.stdout,
                         stderr: l.stderr,
                         worker_id: src.worker,
@@ -388,21 +348,21 @@ impl JobService for JobApi {
                         truncated: l.truncated,
                         state: pb::SubtaskState::from(src.state) as i32,
                         latest_attempt: src.latest_attempt,
-                    }));
+                    });
                 }
                 Ok(Err(e)) => {
-                    tracing::debug!(peer, error = %e.message(), "log read from worker failed; serving the kept tail")
+                    tracing::debug!(peer, error = %e, "log read from worker failed; serving the kept tail")
                 }
                 Err(_) => tracing::debug!(peer, "log read from worker timed out; serving the kept tail"),
             }
         }
         if src.stdout_tail.is_empty() && src.stderr_tail.is_empty() && src.peer_addr.is_none() {
-            return Err(status(Error::Unavailable(format!(
+            return Err(Error::Unavailable(format!(
                 "the logs of task {:?} rank {} are on worker {}, which is not reachable, and no tail was kept",
                 r.task, r.rank, src.worker
-            ))));
+            )));
         }
-        Ok(Response::new(pb::GetLogsResponse {
+        Ok(pb::GetLogsResponse {
             stdout: src.stdout_tail.into_bytes(),
             stderr: src.stderr_tail.into_bytes(),
             worker_id: src.worker,
@@ -410,163 +370,230 @@ impl JobService for JobApi {
             truncated: true,
             state: pb::SubtaskState::from(src.state) as i32,
             latest_attempt: src.latest_attempt,
-        }))
+        })
+    }
+
+    async fn workers(&self) -> Result<pb::ListWorkersResponse, Error> {
+        let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
+        Ok(pb::ListWorkersResponse { workers: workers.iter().map(convert::worker_info).collect() })
+    }
+
+    fn store_info(&self) -> Result<pb::StoreInfo, Error> {
+        let s = self.store()?;
+        Ok(pb::StoreInfo {
+            dir: s.dir.clone(),
+            schema_version: s.schema_version,
+            binary_version: plexus_migrations::CURRENT,
+        })
+    }
+
+    async fn policy_weights(&self) -> Result<pb::ExportPolicyResponse, Error> {
+        let policy = self.store()?.policy.clone();
+        let weights = blocking("reading the policy weights", move || {
+            policy.load_weights().map_err(|e| Error::Unavailable(format!("reading the policy weights: {e}")))
+        })
+        .await?;
+        Ok(pb::ExportPolicyResponse { weights: weights.unwrap_or_default() })
+    }
+
+    async fn token_create(&self, r: pb::CreateTokenRequest) -> Result<pb::CreateTokenResponse, Error> {
+        let security = self.security()?;
+        let scope = plexus_security::tokens::scope(&r.scope).map_err(|e| Error::Invalid(e.to_string()))?;
+        let (token, record) = blocking("creating a token", move || {
+            security.create_token(scope, &r.name, r.ttl_ms, plexus_proto::now_ms())
+        })
+        .await?;
+        tracing::info!(id = record.id, scope = record.scope, name = record.name, "token created");
+        Ok(pb::CreateTokenResponse { token: token.expose(), info: Some(convert::token_info(&record)) })
+    }
+
+    async fn token_list(&self) -> Result<pb::ListTokensResponse, Error> {
+        let security = self.security()?;
+        let tokens = blocking("listing tokens", move || security.list_tokens()).await?;
+        Ok(pb::ListTokensResponse { tokens: tokens.iter().map(convert::token_info).collect() })
+    }
+
+    async fn token_revoke(&self, r: pb::RevokeTokenRequest) -> Result<pb::TokenInfo, Error> {
+        let security = self.security()?;
+        let record = blocking("revoking a token", move || security.revoke(&r.id, plexus_proto::now_ms())).await?;
+        tracing::info!(id = record.id, "token revoked");
+        Ok(convert::token_info(&record))
+    }
+
+    async fn queue_set(&self, r: pb::SetQueueRequest) -> Result<pb::QueueList, Error> {
+        let share = (!r.clear).then_some(r.share);
+        let name = r.name.clone();
+        let queues = self.engine.call(|reply| Cmd::SetQueue { name: r.name, share, reply }).await??;
+        if let Some(tree) = self.store.as_ref().and_then(|s| s.queues.clone()) {
+            let key = name.clone();
+            blocking("storing a queue share", move || crate::store::set_queue_share(tree.as_ref(), &key, share))
+                .await
+                .map_err(|e| Error::QueueNotStored { queue: name.clone(), source: Box::new(e) })?;
+        }
+        tracing::info!(queue = name, ?share, "queue share set");
+        Ok(convert::queue_list(&queues))
+    }
+
+    async fn queue_list(&self) -> Result<pb::QueueList, Error> {
+        let queues = self.engine.call(|reply| Cmd::ListQueues { reply }).await?;
+        Ok(convert::queue_list(&queues))
+    }
+
+    async fn coordinators(&self) -> Result<pb::ListCoordinatorsResponse, Error> {
+        let Some(role) = &self.role else {
+            return Err(Error::Unavailable("this coordinator serves no control-plane information".into()));
+        };
+        let coordinators = role.coordinators().await?;
+        Ok(pb::ListCoordinatorsResponse {
+            coordinators: coordinators.iter().map(convert::coordinator_info).collect(),
+            store: role.store.clone(),
+        })
+    }
+
+    async fn worker_revoke(&self, r: pb::RevokeWorkerRequest) -> Result<pb::RevokeWorkerResponse, Error> {
+        let security = self.security()?;
+        let worker = pc::worker_id("worker_id", &r.worker_id)?;
+        let revoked = blocking("revoking a worker certificate", move || security.revoke_worker(worker)).await?;
+        tracing::info!(%worker, revoked, "worker certificate revoked");
+        Ok(pb::RevokeWorkerResponse { revoked })
+    }
+
+    async fn drain(&self, r: pb::DrainWorkerRequest) -> Result<pb::DrainWorkerResponse, Error> {
+        let worker = pc::worker_id("worker_id", &r.worker_id)?;
+        self.engine.call(|reply| Cmd::DrainWorker { worker, on: !r.undrain, reply }).await??;
+        Ok(pb::DrainWorkerResponse {})
+    }
+
+    async fn remove(&self, r: pb::RemoveWorkerRequest) -> Result<pb::RemoveWorkerResponse, Error> {
+        let worker = pc::worker_id("worker_id", &r.worker_id)?;
+        self.engine.call(|reply| Cmd::RemoveWorker { worker, reply }).await??;
+        Ok(pb::RemoveWorkerResponse {})
+    }
+
+    async fn explain(&self, r: pb::ExplainPlacementRequest) -> Result<pb::ExplainPlacementResponse, Error> {
+        let job = job_id(&r.job_id)?;
+        let e = self.engine.call(|reply| Cmd::Explain { job, task: r.task, rank: r.rank, reply }).await??;
+        Ok(convert::explanation(&e))
+    }
+}
+
+#[tonic::async_trait]
+impl JobService for JobApi {
+    async fn submit_job(&self, req: Request<pb::SubmitJobRequest>) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        reply(self.submit(req.into_inner()).await)
+    }
+
+    async fn resubmit_job(
+        &self,
+        req: Request<pb::ResubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        reply(self.resubmit(req.into_inner()).await)
+    }
+
+    async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
+        reply(self.get(req.into_inner()).await)
+    }
+
+    async fn list_jobs(&self, _req: Request<pb::ListJobsRequest>) -> Result<Response<pb::ListJobsResponse>, Status> {
+        reply(self.list().await)
+    }
+
+    type WatchJobStream = WatchStream;
+    type GetObjectStream = ObjectStream;
+
+    async fn get_object(&self, req: Request<pb::GetObjectRequest>) -> Result<Response<ObjectStream>, Status> {
+        reply(self.object(req.into_inner()).await)
+    }
+
+    async fn watch_job(&self, req: Request<pb::WatchJobRequest>) -> Result<Response<WatchStream>, Status> {
+        reply(self.watch(req.into_inner()).await)
+    }
+
+    async fn cancel_job(&self, req: Request<pb::CancelJobRequest>) -> Result<Response<pb::JobStatus>, Status> {
+        reply(self.cancel(req.into_inner()).await)
+    }
+
+    async fn get_logs(&self, req: Request<pb::GetLogsRequest>) -> Result<Response<pb::GetLogsResponse>, Status> {
+        reply(self.logs(req.into_inner()).await)
     }
 
     async fn list_workers(
         &self,
         _req: Request<pb::ListWorkersRequest>,
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
-        let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
-        Ok(Response::new(pb::ListWorkersResponse { workers }))
+        reply(self.workers().await)
     }
 
     async fn get_store_info(&self, _req: Request<pb::GetStoreInfoRequest>) -> Result<Response<pb::StoreInfo>, Status> {
-        let s = self.store()?;
-        Ok(Response::new(pb::StoreInfo {
-            dir: s.dir.clone(),
-            schema_version: s.schema_version,
-            binary_version: plexus_migrations::CURRENT,
-        }))
+        reply(self.store_info())
     }
 
     async fn export_policy(
         &self,
         _req: Request<pb::ExportPolicyRequest>,
     ) -> Result<Response<pb::ExportPolicyResponse>, Status> {
-        let policy = self.store()?.policy.clone();
-        let weights = tokio::task::spawn_blocking(move || policy.load_weights())
-            .await
-            .map_err(|e| status(Error::Engine(format!("reading the policy weights: {e}"))))?
-            .map_err(|e| status(Error::Unavailable(format!("reading the policy weights: {e}"))))?;
-        Ok(Response::new(pb::ExportPolicyResponse { weights: weights.unwrap_or_default() }))
+        reply(self.policy_weights().await)
     }
 
     async fn create_token(
         &self,
         req: Request<pb::CreateTokenRequest>,
     ) -> Result<Response<pb::CreateTokenResponse>, Status> {
-        let security = Arc::clone(self.security()?);
-        let r = req.into_inner();
-        let scope = r.scope.parse::<plexus_security::Scope>().map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let (token, record) = tokio::task::spawn_blocking(move || {
-            security.create_token(scope, &r.name, r.ttl_ms, plexus_proto::now_ms())
-        })
-        .await
-        .map_err(|e| status(Error::Engine(e.to_string())))?
-        .map_err(status)?;
-        tracing::info!(id = record.id, scope = record.scope, name = record.name, "token created");
-        Ok(Response::new(pb::CreateTokenResponse { token: token.expose(), info: Some(record.info()) }))
+        reply(self.token_create(req.into_inner()).await)
     }
 
     async fn list_tokens(
         &self,
         _req: Request<pb::ListTokensRequest>,
     ) -> Result<Response<pb::ListTokensResponse>, Status> {
-        let security = Arc::clone(self.security()?);
-        let tokens = tokio::task::spawn_blocking(move || security.list_tokens())
-            .await
-            .map_err(|e| status(Error::Engine(e.to_string())))?
-            .map_err(status)?;
-        Ok(Response::new(pb::ListTokensResponse { tokens: tokens.iter().map(auth::TokenRecord::info).collect() }))
+        reply(self.token_list().await)
     }
 
     async fn revoke_token(&self, req: Request<pb::RevokeTokenRequest>) -> Result<Response<pb::TokenInfo>, Status> {
-        let security = Arc::clone(self.security()?);
-        let id = req.into_inner().id;
-        let record = tokio::task::spawn_blocking(move || security.revoke(&id, plexus_proto::now_ms()))
-            .await
-            .map_err(|e| status(Error::Engine(e.to_string())))?
-            .map_err(|e| match e {
-                Error::Unavailable(m) => Status::not_found(m),
-                e => status(e),
-            })?;
-        tracing::info!(id = record.id, "token revoked");
-        Ok(Response::new(record.info()))
+        reply(self.token_revoke(req.into_inner()).await)
     }
 
     async fn set_queue(&self, req: Request<pb::SetQueueRequest>) -> Result<Response<pb::QueueList>, Status> {
-        let r = req.into_inner();
-        let share = (!r.clear).then_some(r.share);
-        let name = r.name.clone();
-        let queues = self
-            .engine
-            .call(|reply| Cmd::SetQueue { name: r.name, share, reply })
-            .await?
-            .map_err(Status::invalid_argument)?;
-        if let Some(tree) = self.store.as_ref().and_then(|s| s.queues.clone()) {
-            let key = name.clone();
-            tokio::task::spawn_blocking(move || crate::store::set_queue_share(tree.as_ref(), &key, share))
-                .await
-                .map_err(|e| status(Error::Engine(e.to_string())))?
-                .map_err(|e| {
-                    Status::internal(format!(
-                        "the share of queue {name:?} applies, but could not be stored (it lasts until a restart): {e}"
-                    ))
-                })?;
-        }
-        tracing::info!(queue = name, ?share, "queue share set");
-        Ok(Response::new(pb::QueueList { queues }))
+        reply(self.queue_set(req.into_inner()).await)
     }
 
     async fn list_queues(&self, _req: Request<pb::ListQueuesRequest>) -> Result<Response<pb::QueueList>, Status> {
-        let queues = self.engine.call(|reply| Cmd::ListQueues { reply }).await?;
-        Ok(Response::new(pb::QueueList { queues }))
+        reply(self.queue_list().await)
     }
 
     async fn list_coordinators(
         &self,
         _req: Request<pb::ListCoordinatorsRequest>,
     ) -> Result<Response<pb::ListCoordinatorsResponse>, Status> {
-        let Some(role) = &self.role else {
-            return Err(status(Error::Unavailable("this coordinator serves no control-plane information".into())));
-        };
-        let coordinators = role.coordinators().await?;
-        Ok(Response::new(pb::ListCoordinatorsResponse { coordinators, store: role.store.clone() }))
+        reply(self.coordinators().await)
     }
 
     async fn revoke_worker(
         &self,
         req: Request<pb::RevokeWorkerRequest>,
     ) -> Result<Response<pb::RevokeWorkerResponse>, Status> {
-        let security = Arc::clone(self.security()?);
-        let worker = pc::worker_id("worker_id", &req.into_inner().worker_id).map_err(status)?;
-        let revoked = tokio::task::spawn_blocking(move || security.revoke_worker(worker))
-            .await
-            .map_err(|e| status(Error::Engine(e.to_string())))?
-            .map_err(status)?;
-        tracing::info!(%worker, revoked, "worker certificate revoked");
-        Ok(Response::new(pb::RevokeWorkerResponse { revoked }))
+        reply(self.worker_revoke(req.into_inner()).await)
     }
 
     async fn drain_worker(
         &self,
         req: Request<pb::DrainWorkerRequest>,
     ) -> Result<Response<pb::DrainWorkerResponse>, Status> {
-        let r = req.into_inner();
-        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
-        self.engine.call(|reply| Cmd::DrainWorker { worker, on: !r.undrain, reply }).await?.map_err(status)?;
-        Ok(Response::new(pb::DrainWorkerResponse {}))
+        reply(self.drain(req.into_inner()).await)
     }
 
     async fn remove_worker(
         &self,
         req: Request<pb::RemoveWorkerRequest>,
     ) -> Result<Response<pb::RemoveWorkerResponse>, Status> {
-        let worker = pc::worker_id("worker_id", &req.into_inner().worker_id).map_err(status)?;
-        self.engine.call(|reply| Cmd::RemoveWorker { worker, reply }).await?.map_err(status)?;
-        Ok(Response::new(pb::RemoveWorkerResponse {}))
+        reply(self.remove(req.into_inner()).await)
     }
 
     async fn explain_placement(
         &self,
         req: Request<pb::ExplainPlacementRequest>,
     ) -> Result<Response<pb::ExplainPlacementResponse>, Status> {
-        let r = req.into_inner();
-        let job = job_id(&r.job_id)?;
-        let e =
-            self.engine.call(|reply| Cmd::Explain { job, task: r.task, rank: r.rank, reply }).await?.map_err(status)?;
-        Ok(Response::new(e))
+        reply(self.explain(req.into_inner()).await)
     }
 }
 
@@ -576,6 +603,8 @@ pub struct WorkerApi {
     /// `None`: the coordinator runs with `--insecure` (no certificates, no rail key).
     security: Option<Arc<Security>>,
 }
+
+type AssignmentStream = Pin<Box<dyn Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
 
 impl WorkerApi {
     pub fn new(engine: EngineHandle) -> WorkerApi {
@@ -589,103 +618,136 @@ impl WorkerApi {
         self
     }
 
-    fn check<T>(&self, req: &Request<T>, claimed: &str) -> Result<plexus_proto::WorkerId, Status> {
-        let worker = pc::worker_id("worker_id", claimed).map_err(status)?;
-        auth::check_worker(req, worker, self.security.is_some())?;
+    /// The worker id a message claims, checked against the caller's certificate.
+    fn check(&self, caller: Option<&Caller>, claimed: &str) -> Result<WorkerId, Error> {
+        let worker = pc::worker_id("worker_id", claimed)?;
+        auth::check_worker(caller, worker, self.security.is_some())?;
         Ok(worker)
+    }
+
+    async fn registration(
+        &self,
+        caller: Option<&Caller>,
+        r: pb::RegisterRequest,
+    ) -> Result<pb::RegisterResponse, Error> {
+        self.check(caller, &r.worker_id)?;
+        let reg = Box::new(convert::registration(&r)?);
+        let (interval, timeout) = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
+        let rail_key = self.security.as_ref().map(|s| s.rail_key.clone()).unwrap_or_default();
+        Ok(pb::RegisterResponse { heartbeat_interval_ms: interval, heartbeat_timeout_ms: timeout, rail_key })
+    }
+
+    async fn certificate(&self, r: pb::JoinRequest) -> Result<pb::JoinResponse, Error> {
+        let Some(security) = self.security.clone() else {
+            return Err(Error::Insecure(
+                "this coordinator runs with --insecure: workers need no certificate (start the worker with --insecure)"
+                    .into(),
+            ));
+        };
+        let worker = pc::worker_id("worker_id", &r.worker_id)?;
+        let (certificate, ca) = blocking("issuing a worker certificate", move || {
+            security.issue_worker(worker, &r.public_key).map(|c| (c, security.ca_pem().to_string()))
+        })
+        .await?;
+        tracing::info!(%worker, "issued a worker certificate");
+        Ok(pb::JoinResponse { certificate, ca })
+    }
+
+    async fn resolve(&self, r: pb::ResolvePeerRequest) -> Result<pb::ResolvePeerResponse, Error> {
+        let Some(security) = &self.security else {
+            return Err(Error::Insecure(
+                "this coordinator runs with --insecure: there are no certificates to resolve".into(),
+            ));
+        };
+        let fp = plexus_security::Fingerprint(r.fingerprint);
+        let worker = security
+            .worker_of(&fp)
+            .ok_or_else(|| Error::NotFound(format!("no current worker certificate has fingerprint {fp}")))?;
+        let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
+        let rails =
+            workers.into_iter().find(|w| w.id == worker && w.alive).map(|w| w.capacity.rails).unwrap_or_default();
+        Ok(pb::ResolvePeerResponse { worker_id: worker.to_string(), rails })
+    }
+
+    async fn beat(&self, caller: Option<&Caller>, r: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse, Error> {
+        let worker = self.check(caller, &r.worker_id)?;
+        let node = convert::node_report(r.state.as_ref())?;
+        let ok = self.engine.call(|reply| Cmd::Heartbeat { worker, session: r.session, node, reply }).await?;
+        Ok(pb::HeartbeatResponse { reregister: !ok })
+    }
+
+    async fn assignment_stream(
+        &self,
+        caller: Option<&Caller>,
+        r: pb::AssignmentsRequest,
+    ) -> Result<AssignmentStream, Error> {
+        let worker = self.check(caller, &r.worker_id)?;
+        let rx = self
+            .engine
+            .call(|reply| Cmd::OpenStream { worker, session: r.session, reply })
+            .await?
+            .ok_or(Error::NotRegistered)?;
+        let stream = futures::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), |b| {
+            Ok(convert::work_batch(&b))
+        });
+        Ok(Box::pin(stream))
+    }
+
+    async fn report(
+        &self,
+        caller: Option<&Caller>,
+        r: pb::ReportTasksRequest,
+    ) -> Result<pb::ReportTasksResponse, Error> {
+        let worker = self.check(caller, &r.worker_id)?;
+        // One bad report refuses the whole call: the worker keeps them all and the error names
+        // the field, which is a bug on the worker's side to be fixed, not data to half-apply.
+        let reports = r.reports.iter().map(convert::report).collect::<Result<Vec<_>, _>>()?;
+        let ok = self.engine.call(|reply| Cmd::Report { worker, session: r.session, reports, reply }).await?;
+        Ok(pb::ReportTasksResponse { reregister: !ok })
     }
 }
 
-type AssignmentStream = Pin<Box<dyn Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
+/// Who made a call, as the auth layer left it in the request (nothing with `--insecure`).
+fn caller<T>(req: &Request<T>) -> Option<Caller> {
+    req.extensions().get::<Caller>().cloned()
+}
 
 #[tonic::async_trait]
 impl WorkerService for WorkerApi {
     async fn register(&self, req: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
-        self.check(&req, &req.get_ref().worker_id)?;
-        let reg = convert::registration(&req.into_inner()).map_err(status)?;
-        let (interval, timeout) = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
-        let rail_key = self.security.as_ref().map(|s| s.rail_key.clone()).unwrap_or_default();
-        Ok(Response::new(pb::RegisterResponse {
-            heartbeat_interval_ms: interval,
-            heartbeat_timeout_ms: timeout,
-            rail_key,
-        }))
+        let caller = caller(&req);
+        reply(self.registration(caller.as_ref(), req.into_inner()).await)
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinResponse>, Status> {
-        let Some(security) = self.security.clone() else {
-            return Err(Status::failed_precondition(
-                "this coordinator runs with --insecure: workers need no certificate (start the worker with --insecure)",
-            ));
-        };
-        let r = req.into_inner();
-        let worker = pc::worker_id("worker_id", &r.worker_id).map_err(status)?;
-        let certificate = tokio::task::spawn_blocking(move || {
-            security.issue_worker(worker, &r.public_key).map(|c| (c, security.ca_pem().to_string()))
-        })
-        .await
-        .map_err(|e| status(Error::Engine(e.to_string())))?
-        .map_err(status)?;
-        tracing::info!(%worker, "issued a worker certificate");
-        Ok(Response::new(pb::JoinResponse { certificate: certificate.0, ca: certificate.1 }))
+        reply(self.certificate(req.into_inner()).await)
     }
 
     async fn resolve_peer(
         &self,
         req: Request<pb::ResolvePeerRequest>,
     ) -> Result<Response<pb::ResolvePeerResponse>, Status> {
-        let Some(security) = &self.security else {
-            return Err(Status::failed_precondition(
-                "this coordinator runs with --insecure: there are no certificates to resolve",
-            ));
-        };
-        let fp = plexus_security::Fingerprint(req.into_inner().fingerprint);
-        let worker = security
-            .worker_of(&fp)
-            .ok_or_else(|| Status::not_found(format!("no current worker certificate has fingerprint {fp}")))?;
-        let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
-        let rails = workers
-            .into_iter()
-            .find(|w| w.worker_id == worker.to_string() && w.alive)
-            .and_then(|w| w.capacity)
-            .map(|c| c.rails)
-            .unwrap_or_default();
-        Ok(Response::new(pb::ResolvePeerResponse { worker_id: worker.to_string(), rails }))
+        reply(self.resolve(req.into_inner()).await)
     }
 
     async fn heartbeat(&self, req: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let worker = self.check(&req, &req.get_ref().worker_id)?;
-        let r = req.into_inner();
-        let node = convert::node_report(r.state.as_ref()).map_err(status)?;
-        let ok = self.engine.call(|reply| Cmd::Heartbeat { worker, session: r.session, node, reply }).await?;
-        Ok(Response::new(pb::HeartbeatResponse { reregister: !ok }))
+        let caller = caller(&req);
+        reply(self.beat(caller.as_ref(), req.into_inner()).await)
     }
 
     type AssignmentsStream = AssignmentStream;
 
     async fn assignments(&self, req: Request<pb::AssignmentsRequest>) -> Result<Response<AssignmentStream>, Status> {
-        let worker = self.check(&req, &req.get_ref().worker_id)?;
-        let r = req.into_inner();
-        let rx = self
-            .engine
-            .call(|reply| Cmd::OpenStream { worker, session: r.session, reply })
-            .await?
-            .ok_or_else(|| status(Error::NotRegistered))?;
-        let stream = futures::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), Ok);
-        Ok(Response::new(Box::pin(stream)))
+        let caller = caller(&req);
+        reply(self.assignment_stream(caller.as_ref(), req.into_inner()).await)
     }
 
     async fn report_tasks(
         &self,
         req: Request<pb::ReportTasksRequest>,
     ) -> Result<Response<pb::ReportTasksResponse>, Status> {
-        let worker = self.check(&req, &req.get_ref().worker_id)?;
-        let r = req.into_inner();
-        // One bad report refuses the whole call: the worker keeps them all and the error names
-        // the field, which is a bug on the worker's side to be fixed, not data to half-apply.
-        let reports = r.reports.iter().map(convert::report).collect::<Result<Vec<_>, _>>().map_err(status)?;
-        let ok = self.engine.call(|reply| Cmd::Report { worker, session: r.session, reports, reply }).await?;
-        Ok(Response::new(pb::ReportTasksResponse { reregister: !ok }))
+        let caller = caller(&req);
+        reply(self.report(caller.as_ref(), req.into_inner()).await)
     }
 }
 

@@ -9,19 +9,21 @@ use std::sync::Arc;
 use plexus_proto::pb::job_service_server::JobServiceServer;
 use plexus_proto::pb::worker_service_server::WorkerServiceServer;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use plexus_scheduler::core::{Core, CoreConfig};
 use plexus_scheduler::gpu::topology::MscCosts;
 
-use crate::Error;
 use crate::auth::{AuthLayer, Security};
 use crate::engine;
 use crate::engine::EngineHandle;
+use crate::error::Error;
 use crate::etcd::{Etcd, EtcdUrl};
 use crate::ha::Role;
 use crate::learned;
 use crate::rpc::{JobApi, WorkerApi};
-use crate::store::{SledStore, Spaces, Store};
+use crate::store::{SledStore, Spaces, Store, store_dir};
 
 /// Largest gRPC message either way: the one policy of coordinator, workers and clients.
 pub use plexus_proto::rules::MAX_MESSAGE;
@@ -75,9 +77,212 @@ impl SecurityMode {
 /// How often an insecure coordinator says so in its log.
 const INSECURE_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Where the sled database lives inside the data dir.
-pub fn store_dir(data_dir: &std::path::Path) -> PathBuf {
-    data_dir.join("state.sled")
+/// The one owner of a coordinator's shutdown. Every task `run` spawns observes `stop` (the
+/// signal, the HTTP server, the insecure warning, the engine's watcher) and is awaited before
+/// `run` returns; leadership (with etcd) observes `step_down`, which is cancelled only once
+/// serving is over, so requests in their grace period still reach an engine.
+struct Shutdown {
+    stop: CancellationToken,
+    step_down: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Shutdown {
+    fn new() -> Shutdown {
+        Shutdown { stop: CancellationToken::new(), step_down: CancellationToken::new(), tasks: TaskTracker::new() }
+    }
+
+    /// Starts the shutdown when `signal` completes (or when something else starts it).
+    fn on(&self, signal: impl Future<Output = ()> + Send + 'static) {
+        let stop = self.stop.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = signal => tracing::info!("shutting down"),
+                () = stop.cancelled() => {}
+            }
+            stop.cancel();
+        });
+    }
+
+    /// Logs that the coordinator runs with `--insecure`, every [`INSECURE_WARNING_EVERY`], until
+    /// the shutdown.
+    fn warn_insecure(&self, addr: SocketAddr) {
+        let stop = self.stop.clone();
+        self.tasks.spawn(async move {
+            loop {
+                tracing::warn!(%addr, "running with --insecure: no TLS and no tokens; anyone who reaches this address can run commands on every worker");
+                tokio::select! {
+                    () = tokio::time::sleep(INSECURE_WARNING_EVERY) => {}
+                    () = stop.cancelled() => return,
+                }
+            }
+        });
+    }
+
+    /// Shuts the coordinator down when the engine thread ends by itself (a storage failure);
+    /// the returned task yields the thread's outcome.
+    fn watch_engine(&self, thread: EngineThread) -> tokio::task::JoinHandle<Result<(), Error>> {
+        let stop = self.stop.clone();
+        tokio::task::spawn_blocking(move || {
+            let r = thread.join();
+            if !stop.is_cancelled() {
+                tracing::error!("engine stopped; shutting down");
+                stop.cancel();
+            }
+            r.unwrap_or_else(|_| Err(Error::Engine("the engine thread panicked".into())))
+        })
+    }
+
+    /// Ends every task: after serving, leadership steps down (stopping its engine and giving
+    /// the lease back, so a standby leads at once), and every spawned task is awaited.
+    async fn finish(self) {
+        self.stop.cancel();
+        self.step_down.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+type EngineThread = std::thread::JoinHandle<Result<(), Error>>;
+
+/// Where the state lives, opened: its namespaces, and the sled store or the etcd connection.
+struct Opened {
+    spaces: Spaces,
+    sled: Option<SledStore>,
+    etcd: Option<Etcd>,
+}
+
+/// Opens the store: sled in the data dir, or etcd (issue 19), whose coordinators share one CA.
+async fn open_store(config: &Config) -> Result<Opened, Error> {
+    match &config.etcd {
+        None => {
+            let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
+            for m in &applied {
+                tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
+            }
+            Ok(Opened { spaces: store.spaces()?, sled: Some(store), etcd: None })
+        }
+        Some(url) => {
+            let url = url.clone();
+            let etcd = tokio::task::spawn_blocking(move || Etcd::connect(&url))
+                .await
+                .map_err(|e| Error::Engine(e.to_string()))??;
+            tracing::info!(store = %etcd.url(), "state in etcd");
+            Ok(Opened { spaces: etcd.spaces(), sled: None, etcd: Some(etcd) })
+        }
+    }
+}
+
+/// The cluster's trust (`None` with `--insecure`): loaded or made once, its files written to the
+/// data dir (and the join directory). With etcd, coordinators starting together make the CA
+/// once, and check the schema, under etcd's start-up lock.
+async fn open_security(config: &Config, opened: &Opened) -> Result<Option<Arc<Security>>, Error> {
+    let etcd = opened.etcd.clone();
+    let SecurityMode::Secure { names, join_dir } = &config.security else {
+        if let Some(e) = etcd {
+            tokio::task::spawn_blocking(move || e.locked("init", || e.check_version()))
+                .await
+                .map_err(|e| Error::Engine(e.to_string()))??;
+        }
+        return Ok(None);
+    };
+    let (store, names) = (opened.spaces.security_store(), names.clone());
+    let open = move || match &etcd {
+        Some(etcd) => etcd.locked("init", || {
+            etcd.check_version()?;
+            Security::open(store, &names, plexus_proto::now_ms())
+        }),
+        None => Security::open(store, &names, plexus_proto::now_ms()),
+    };
+    let (security, first) = tokio::task::spawn_blocking(open).await.map_err(|e| Error::Engine(e.to_string()))??;
+    security.write_files(&config.data_dir, first.as_ref())?;
+    if let Some(dir) = join_dir {
+        security.write_join_files(&config.data_dir, dir)?;
+    }
+    Ok(Some(Arc::new(security)))
+}
+
+/// Serves HTTP (`/metrics`, the dashboard) until the shutdown, if asked to; the server's task
+/// joins `shutdown`'s. A port that cannot be bound is logged, not fatal: the API still serves.
+async fn start_http(
+    config: &Config,
+    handle: &EngineHandle,
+    security: &Option<Arc<Security>>,
+    role: &Arc<Role>,
+    shutdown: &Shutdown,
+) {
+    let Some(at) = config.http else { return };
+    let stop = shutdown.stop.clone();
+    let served =
+        crate::http::serve(
+            at,
+            handle.clone(),
+            security.clone(),
+            Some(role.clone()),
+            async move { stop.cancelled().await },
+        )
+        .await;
+    match served {
+        Ok((bound, task)) => {
+            // After the "listening on" line, which some callers read alone before closing the
+            // pipe: a closed stdout must not stop the coordinator.
+            let _ =
+                std::io::Write::write_fmt(&mut std::io::stdout(), format_args!("plexus-coordinator http on {bound}\n"));
+            tracing::info!(%bound, "serving /metrics");
+            // Awaited with the other tasks, but no longer than the grace period.
+            shutdown.tasks.spawn(async move {
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, task).await;
+            });
+        }
+        // A second coordinator on one machine, or a port in use, should not stop the control
+        // plane for want of metrics.
+        Err(e) => {
+            tracing::error!(%at, error = %e, "cannot serve HTTP (/metrics) there; pass --http ADDR (port 0: any free port) or --http none")
+        }
+    }
+}
+
+/// Starts leading: at once on a sled store (the engine's thread is returned), or by campaigning
+/// on etcd in a task that leads, steps down and campaigns again until `step_down`.
+fn start_leading(
+    config: &Config,
+    opened: Opened,
+    term: &Arc<LeaderTerm>,
+    handle: &EngineHandle,
+    me: &str,
+    addr: SocketAddr,
+    shutdown: &Shutdown,
+) -> Result<(Arc<Role>, Option<EngineThread>), Error> {
+    match (opened.etcd, opened.sled) {
+        (None, Some(store)) => {
+            let (engine, thread) = term.start_on(Box::new(store))?;
+            handle.replace(&engine);
+            let role = Role::single(me.to_string(), format!("sled:{}", store_dir(&config.data_dir).display()));
+            Ok((role, Some(thread)))
+        }
+        (Some(etcd), _) => {
+            if config.advertise.is_none() && addr.ip().is_unspecified() {
+                return Err(Error::Invalid(format!(
+                    "with --store etcd:// every coordinator tells workers and clients where it is: pass --advertise URL (it listens on {addr}, which is no address to connect to)"
+                )));
+            }
+            let role = Role::candidate(me.to_string(), etcd);
+            let lead = crate::ha::lead(
+                role.clone(),
+                config.lease_ttl,
+                handle.clone(),
+                term.clone() as Arc<dyn crate::ha::Term>,
+                shutdown.step_down.clone(),
+            );
+            shutdown.tasks.spawn(async move {
+                if let Err(e) = lead.await {
+                    tracing::error!(error = %e, "leadership stopped");
+                }
+            });
+            Ok((role, None))
+        }
+        (None, None) => unreachable!("sled is opened when there is no etcd"),
+    }
 }
 
 /// Runs a coordinator until `shutdown` completes. Prints `plexus-coordinator listening on ADDR`
@@ -94,63 +299,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     }
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
-    // The store: sled in the data dir, or etcd (issue 19), whose coordinators share one CA.
-    let (spaces, sled_store, etcd) = match &config.etcd {
-        None => {
-            let (store, applied) = SledStore::open(&store_dir(&config.data_dir))?;
-            for m in &applied {
-                tracing::info!(to = m.to, name = m.name, records = m.records, "migration applied");
-            }
-            (store.spaces()?, Some(store), None)
-        }
-        Some(url) => {
-            let url = url.clone();
-            let etcd = tokio::task::spawn_blocking(move || Etcd::connect(&url))
-                .await
-                .map_err(|e| Error::Engine(e.to_string()))??;
-            tracing::info!(store = %etcd.url(), "state in etcd");
-            (etcd.spaces(), None, Some(etcd))
-        }
-    };
-    let security = match &config.security {
-        SecurityMode::Secure { names, join_dir } => {
-            let open = {
-                let (store, names, etcd) = (spaces.security_store(), names.clone(), etcd.clone());
-                move || match &etcd {
-                    // Coordinators starting together make the CA once, and check the schema.
-                    Some(etcd) => etcd.locked("init", || {
-                        etcd.check_version()?;
-                        Security::open(store, &names, plexus_proto::now_ms())
-                    }),
-                    None => Security::open(store, &names, plexus_proto::now_ms()),
-                }
-            };
-            let (security, first) =
-                tokio::task::spawn_blocking(open).await.map_err(|e| Error::Engine(e.to_string()))??;
-            security.write_files(&config.data_dir, first.as_ref())?;
-            if let Some(dir) = join_dir {
-                security.write_join_files(&config.data_dir, dir)?;
-            }
-            Some(Arc::new(security))
-        }
-        SecurityMode::Insecure { .. } => {
-            if let Some(etcd) = &etcd {
-                let e = etcd.clone();
-                tokio::task::spawn_blocking(move || e.locked("init", || e.check_version()))
-                    .await
-                    .map_err(|e| Error::Engine(e.to_string()))??;
-            }
-            None
-        }
-    };
+    let opened = open_store(&config).await?;
+    let security = open_security(&config, &opened).await?;
     let store_access = crate::rpc::StoreAccess {
-        dir: match &etcd {
+        dir: match &opened.etcd {
             Some(e) => e.url().to_string(),
             None => store_dir(&config.data_dir).display().to_string(),
         },
         schema_version: plexus_migrations::CURRENT,
-        policy: spaces.policy_store(),
-        queues: Some(spaces.queues.clone()),
+        policy: opened.spaces.policy_store(),
+        queues: Some(opened.spaces.queues.clone()),
     };
     // Tell the operator now, not at the first job, that the GPU costs were read.
     tracing::info!(msc = %config.msc, "GPU topology costs");
@@ -162,113 +320,33 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         Some(url) => url.clone(),
         None => format!("{}://{addr}", if config.security.is_secure() { "https" } else { "http" }),
     };
-    let term = Arc::new(LeaderTerm { config: config.clone(), spaces: spaces.clone(), security: security.clone() });
+    let owner = Shutdown::new();
+    let term =
+        Arc::new(LeaderTerm { config: config.clone(), spaces: opened.spaces.clone(), security: security.clone() });
     let handle = EngineHandle::detached();
-    let (role, leadership, engine_thread) = match (&etcd, sled_store) {
-        (None, Some(store)) => {
-            let (engine, thread) = term.start_on(Box::new(store))?;
-            handle.replace(&engine);
-            (Role::single(me.clone(), format!("sled:{}", store_dir(&config.data_dir).display())), None, Some(thread))
-        }
-        (Some(etcd), _) => {
-            if config.advertise.is_none() && addr.ip().is_unspecified() {
-                return Err(Error::Invalid(format!(
-                    "with --store etcd:// every coordinator tells workers and clients where it is: pass --advertise URL (it listens on {addr}, which is no address to connect to)"
-                )));
-            }
-            let role = Role::candidate(me.clone(), etcd.clone());
-            let cancel = tokio_util::sync::CancellationToken::new();
-            let task = tokio::spawn(crate::ha::lead(
-                role.clone(),
-                config.lease_ttl,
-                handle.clone(),
-                term.clone() as Arc<dyn crate::ha::Term>,
-                cancel.clone(),
-            ));
-            (role, Some((cancel, task)), None)
-        }
-        (None, None) => unreachable!("sled is opened when there is no etcd"),
-    };
+    let (role, engine_thread) = start_leading(&config, opened, &term, &handle, &me, addr, &owner)?;
     println!("plexus-coordinator listening on {addr}");
     tracing::info!(%addr, advertise = me, "listening");
-
     // Stop serving on shutdown, or when the engine stops by itself (a storage failure); with
     // etcd, an engine that stops means this coordinator is a standby again, not a shutdown.
-    let (engine_done_tx, engine_done_rx) = tokio::sync::oneshot::channel::<()>();
-    let engine_waiter = tokio::task::spawn_blocking(move || {
-        let r = engine_thread.map(|t| t.join());
-        if r.is_some() {
-            let _ = engine_done_tx.send(());
-        } else {
-            // Held open until shutdown, so the select below never sees it end.
-            std::mem::forget(engine_done_tx);
-        }
-        r
-    });
-    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-    let closer = handle.clone();
-    let closer_for_stop = handle.clone();
-    let stop = async move {
-        tokio::select! {
-            _ = shutdown => tracing::info!("shutting down"),
-            _ = engine_done_rx => tracing::error!("engine stopped; shutting down"),
-        }
-        // Assignment and watch streams never end by themselves; end them so the graceful
-        // shutdown below has nothing to wait for.
-        let _ = closer.call(|reply| crate::engine::Cmd::CloseStreams { reply }).await;
-        let _ = stopping_tx.send(());
-    };
-
-    let http = match config.http {
-        Some(at) => {
-            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            match crate::http::serve(at, handle.clone(), security.clone(), Some(role.clone()), async move {
-                let _ = rx.await;
-            })
-            .await
-            {
-                Ok((bound, task)) => {
-                    // After the "listening on" line, which some callers read alone before
-                    // closing the pipe: a closed stdout must not stop the coordinator.
-                    let _ = std::io::Write::write_fmt(
-                        &mut std::io::stdout(),
-                        format_args!("plexus-coordinator http on {bound}\n"),
-                    );
-                    tracing::info!(%bound, "serving /metrics");
-                    Some((tx, task))
-                }
-                // The API still serves: a second coordinator on one machine, or a port in use,
-                // should not stop the control plane for want of metrics.
-                Err(e) => {
-                    tracing::error!(%at, error = %e, "cannot serve HTTP (/metrics) there; pass --http ADDR (port 0: any free port) or --http none");
-                    None
-                }
-            }
-        }
-        None => None,
-    };
+    owner.on(shutdown);
+    let engine = engine_thread.map(|t| owner.watch_engine(t));
+    start_http(&config, &handle, &security, &role, &owner).await;
 
     let job_api =
         JobApi::new(handle.clone()).with_store(store_access).with_security(security.clone()).with_role(role.clone());
     let watch_streams = job_api.stream_stopper();
     let jobs =
         JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
-    let workers = WorkerServiceServer::new(WorkerApi::new(handle).with_security(security.clone()))
+    let workers = WorkerServiceServer::new(WorkerApi::new(handle.clone()).with_security(security.clone()))
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let mut builder = tonic::transport::Server::builder();
-    let warner = match &security {
-        Some(s) => {
-            builder = builder.tls_config(s.server_tls()).map_err(Error::Transport)?;
-            None
-        }
-        None => Some(tokio::spawn(async move {
-            loop {
-                tracing::warn!(%addr, "running with --insecure: no TLS and no tokens; anyone who reaches this address can run commands on every worker");
-                tokio::time::sleep(INSECURE_WARNING_EVERY).await;
-            }
-        })),
-    };
+    match &security {
+        Some(s) => builder = builder.tls_config(s.server_tls()).map_err(Error::Transport)?,
+        None => owner.warn_insecure(addr),
+    }
+    let (stop, closer) = (owner.stop.clone(), handle.clone());
     let serve = builder
         .layer(crate::ha::LeaderGate::new(role.clone()))
         .layer(AuthLayer::new(security))
@@ -278,40 +356,33 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         // ACKs would hold each one back ~40 ms.
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            stop,
+            async move {
+                stop.cancelled().await;
+                // Assignment and watch streams never end by themselves; end them so the
+                // graceful shutdown has nothing to wait for.
+                let _ = closer.call(|reply| crate::engine::Cmd::CloseStreams { reply }).await;
+            },
         );
     // Requests in flight get a grace period once shutdown starts; past it they are dropped.
     let grace = async {
-        let _ = stopping_rx.await;
+        owner.stop.cancelled().await;
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
     let served = tokio::select! {
         r = serve => r,
-        _ = grace => {
+        () = grace => {
             tracing::warn!("connections still open after {SHUTDOWN_GRACE:?}; stopping anyway");
             Ok(())
         }
     };
-    if let Some(w) = warner {
-        w.abort();
-    }
-    if let Some((stop_http, task)) = http {
-        let _ = stop_http.send(());
-        let _ = tokio::time::timeout(SHUTDOWN_GRACE, task).await;
-    }
     // Watch streams still open (the grace period ran out) end now, and their tasks are awaited.
     watch_streams.stop().await;
-    if let Some((cancel, task)) = leadership {
-        // Steps down (stopping the engine) and gives the lease back, so a standby leads now.
-        cancel.cancel();
-        let _ = task.await;
-    }
-    closer_for_stop.stop();
+    owner.finish().await;
+    handle.stop();
     served.map_err(Error::Transport)?;
-    match engine_waiter.await.map_err(|e| Error::Engine(e.to_string()))? {
+    match engine {
         None => Ok(()),
-        Some(Ok(r)) => r,
-        Some(Err(_)) => Err(Error::Engine("the engine thread panicked".into())),
+        Some(thread) => thread.await.map_err(|e| Error::Engine(e.to_string()))?,
     }
 }
 
@@ -324,10 +395,7 @@ struct LeaderTerm {
 }
 
 impl LeaderTerm {
-    fn start_on(
-        &self,
-        store: Box<dyn Store>,
-    ) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error> {
+    fn start_on(&self, store: Box<dyn Store>) -> Result<(EngineHandle, EngineThread), Error> {
         let config = &self.config;
         let placer = learned::by_name(&config.placer, config.seed, Some(self.spaces.policy_store()))?;
         let snapshot = store.load()?;

@@ -15,7 +15,7 @@ use plexus_policy::StoreError;
 use plexus_scheduler::core::estimates::Estimates;
 use plexus_scheduler::core::{JobRecord, PlacementRecord, Snapshot, Subtask, WorkerRecord};
 
-use crate::Error;
+use crate::error::Error;
 
 /// How long [`SledStore::open`] waits for another holder of the database lock to let go: a `Db`
 /// that was just dropped (or a coordinator that is still exiting) releases the lock only when
@@ -193,8 +193,16 @@ pub trait Kv: Send + Sync {
     /// Removes every key of `keys` (absent ones are no error).
     fn remove(&self, keys: &[Vec<u8>]) -> Result<(), Error>;
     /// Every record whose key starts with `prefix`, in key order.
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error>;
+    fn scan(&self, prefix: &[u8]) -> Result<Pairs, Error>;
 }
+
+/// Where the sled database lives inside the data dir.
+pub fn store_dir(data_dir: &std::path::Path) -> std::path::PathBuf {
+    data_dir.join("state.sled")
+}
+
+/// Keys and their values, in key order.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 pub type SharedKv = std::sync::Arc<dyn Kv>;
 
@@ -241,7 +249,7 @@ impl Kv for SledKv {
         self.tree.apply_batch(b)?;
         self.flushed()
     }
-    fn scan(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+    fn scan(&self, prefix: &[u8]) -> Result<Pairs, Error> {
         self.tree
             .scan_prefix(prefix)
             .map(|r| {
@@ -336,8 +344,7 @@ impl plexus_policy::PolicyStore for KvPolicyStore {
         self.kv.put(&experience_key(id), bytes).map_err(policy_error)
     }
     fn put_experiences(&self, items: &[(u64, Vec<u8>)]) -> Result<(), StoreError> {
-        let records: Vec<(Vec<u8>, Vec<u8>)> =
-            items.iter().map(|(id, bytes)| (experience_key(*id), bytes.clone())).collect();
+        let records: Pairs = items.iter().map(|(id, bytes)| (experience_key(*id), bytes.clone())).collect();
         self.kv.put_many(&records).map_err(policy_error)
     }
     fn remove_experiences(&self, ids: &[u64]) -> Result<(), StoreError> {
@@ -396,7 +403,7 @@ impl SledStore {
     }
 
     /// Every state record as stored (v2 key, JSON value): what `migrate --to etcd://` copies.
-    pub fn raw_state(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+    pub fn raw_state(&self) -> Result<Pairs, Error> {
         self.state.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Error::from)).collect()
     }
 

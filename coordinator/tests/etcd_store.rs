@@ -5,7 +5,7 @@
 
 use etcd_client::TxnOp;
 use plexus_coordinator::Error;
-use plexus_coordinator::etcd::{Etcd, EtcdStore, EtcdUrl, Fence, prefix_end};
+use plexus_coordinator::etcd::{Etcd, EtcdStore, EtcdUrl, LeaseId, prefix_end};
 use plexus_coordinator::store::{Batch, SledStore, Store};
 use plexus_e2e::etcd::EtcdCluster;
 use plexus_proto::JobId;
@@ -31,26 +31,23 @@ fn etcd(prefix: &str) -> Option<(EtcdCluster, Etcd)> {
 }
 
 /// Wins `election` on a lease of its own and fences `e`'s writes on it: `e` writes as the leader.
-fn lead(e: &Etcd, election: &str) -> i64 {
-    let mut client = e.client();
-    let election = election.to_string();
-    let (lease, key, rev) = e
+fn lead(e: &Etcd, election: &str) -> LeaseId {
+    let (etcd, election) = (e.clone(), election.as_bytes().to_vec());
+    let (lease, fence) = e
         .block(async move {
-            let lease = client.lease_grant(5, None).await.map_err(|x| Error::Etcd(x.to_string()))?.id();
-            let mut r = client.campaign(election, "me", lease).await.map_err(|x| Error::Etcd(x.to_string()))?;
-            let l = r.take_leader().expect("a leader key");
-            Ok((lease, l.key().to_vec(), l.rev()))
+            let lease = etcd.grant_lease(5).await?;
+            let fence = etcd.campaign(election, "me".into(), lease).await?;
+            Ok((lease, fence))
         })
         .unwrap();
-    e.set_fence(Some(Fence { key, rev }));
+    e.set_fence(Some(fence));
     lease
 }
 
 /// Gives `lease` back: the leader key goes, and `e`, still fenced on it, is a deposed leader.
-fn depose(e: &Etcd, lease: i64) {
-    let mut client = e.client();
-    e.block(async move { client.lease_revoke(lease).await.map(|_| ()).map_err(|x| Error::Etcd(x.to_string())) })
-        .unwrap();
+fn depose(e: &Etcd, lease: LeaseId) {
+    let etcd = e.clone();
+    e.block(async move { etcd.revoke_lease(lease).await }).unwrap();
 }
 
 /// A core holding one job of `n` subtasks, and the batch that stores it.

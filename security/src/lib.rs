@@ -8,6 +8,9 @@
 //! - [`tls`]: the tonic TLS settings every component uses, and the names certificates are
 //!   checked against.
 //! - [`files`]: credential files written owner-only (mode 0600) and atomically.
+//! - [`tokens`]: the token commands' shared logic — the default scope, reading a scope and a
+//!   lifetime, the list and revocation as printed — used by `plexus token` and
+//!   `plexus-coordinator token` alike.
 //!
 //! Nothing here opens a socket or a store: the coordinator keeps the CA and the token hashes in
 //! sled, the worker keeps its certificate in its data dir.
@@ -16,6 +19,7 @@ pub mod files;
 pub mod pki;
 pub mod tls;
 pub mod token;
+pub mod tokens;
 
 pub use pki::{ClusterCa, Fingerprint, Issued, WorkerKey};
 pub use token::{Scope, Token};

@@ -14,8 +14,7 @@
 //! or the `plexus_token` cookie that `/login?token=…` sets (HttpOnly, SameSite=Strict, 12 hours) before
 //! redirecting, so the token leaves the address bar.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
@@ -25,68 +24,19 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use plexus_proto::pb;
 use serde_json::{Value, json};
 
-use crate::convert::Detail;
-use crate::engine::{Cmd, EngineHandle};
+use super::access::{Http, TOKEN_COOKIE, refusal};
+use super::board::Sample;
+use crate::convert;
+use crate::engine::Cmd;
+use crate::view::Detail;
 
-/// Points of the learning curve kept (one every [`SAMPLE_EVERY`]: about two hours).
-const CURVE_POINTS: usize = 3_600;
-const SAMPLE_EVERY: Duration = Duration::from_secs(2);
 /// Subtask rows a job page shows (the rest are counted).
 const MAX_ROWS: usize = 500;
 /// Jobs the jobs page lists (the newest).
 const MAX_JOBS: usize = 1_000;
 
-/// One sample of the learned placer's counters.
-#[derive(Clone, Debug)]
-pub struct Sample {
-    pub at_ms: u64,
-    pub decisions: u64,
-    pub exploratory: u64,
-    pub training_steps: u64,
-    pub loss: Option<f64>,
-}
-
-/// What the dashboard keeps between requests: the learning curve.
-#[derive(Default)]
-pub struct Board {
-    curve: Mutex<VecDeque<Sample>>,
-}
-
-impl Board {
-    fn push(&self, s: Sample) {
-        let mut c = self.curve.lock().unwrap_or_else(|p| p.into_inner());
-        if c.len() == CURVE_POINTS {
-            c.pop_front();
-        }
-        c.push_back(s);
-    }
-
-    fn curve(&self) -> Vec<Sample> {
-        self.curve.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
-    }
-}
-
-/// Samples the learned placer's counters every [`SAMPLE_EVERY`] until `stop`.
-pub async fn sample(engine: EngineHandle, board: Arc<Board>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    loop {
-        if let Ok((_, Some(l))) = engine.call(|reply| Cmd::Learning { reply }).await {
-            board.push(Sample {
-                at_ms: plexus_proto::now_ms(),
-                decisions: l.decisions,
-                exploratory: l.exploratory,
-                training_steps: l.training_steps,
-                loss: l.loss,
-            });
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(SAMPLE_EVERY) => {}
-            _ = stop.changed() => return,
-        }
-    }
-}
-
 /// The dashboard's handlers' shared state: the HTTP side's.
-type Dash = crate::http::Http;
+type Dash = Http;
 
 fn page(title: &str, nav: &str, live: &str, body: Markup) -> Markup {
     html! {
@@ -113,7 +63,7 @@ fn page(title: &str, nav: &str, live: &str, body: Markup) -> Markup {
     }
 }
 
-const CSS: &str = include_str!("../static/dashboard.css");
+const CSS: &str = include_str!("../../static/dashboard.css");
 
 /// A number of bytes, for people.
 fn bytes(n: u64) -> String {
@@ -196,7 +146,7 @@ pub fn standby_page(why: &str, leader: Option<&str>) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Html(page("Standby", "", "", body).into_string())).into_response()
 }
 
-fn unavailable(e: crate::Error) -> Response {
+fn unavailable(e: crate::error::Error) -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         Html(page("Unavailable", "", "", html! { p.err { (e.to_string()) } }).into_string()),
@@ -210,8 +160,9 @@ pub struct JobsQuery {
     q: Option<String>,
 }
 
-async fn list_jobs(d: &Dash, query: &JobsQuery) -> Result<Vec<pb::JobStatus>, crate::Error> {
-    let mut jobs = d.engine.call(|reply| Cmd::ListJobs { reply }).await?;
+async fn list_jobs(d: &Dash, query: &JobsQuery) -> Result<Vec<pb::JobStatus>, crate::error::Error> {
+    let views = d.engine.call(|reply| Cmd::ListJobs { reply }).await?;
+    let mut jobs: Vec<pb::JobStatus> = views.iter().map(convert::job_status).collect();
     if let Some(s) = query.state.as_deref().filter(|s| !s.is_empty()) {
         jobs.retain(|j| state_name(j.state) == s);
     }
@@ -290,7 +241,7 @@ pub async fn api_jobs(State(d): State<Dash>, Query(query): Query<JobsQuery>) -> 
 async fn get_job(d: &Dash, id: &str) -> Result<pb::JobStatus, Response> {
     let job: plexus_proto::JobId = id.parse().map_err(|e| not_found(format!("{id:?} is not a job id: {e}")))?;
     match d.engine.call(|reply| Cmd::GetJob { job, detail: Detail::WithSubtasks, reply }).await {
-        Ok(Ok(j)) => Ok(j),
+        Ok(Ok(j)) => Ok(convert::job_status(&j)),
         Ok(Err(e)) => Err(not_found(e.to_string())),
         Err(e) => Err(unavailable(e)),
     }
@@ -331,7 +282,7 @@ pub async fn api_job(State(d): State<Dash>, Path(id): Path<String>, Query(q): Qu
     {
         let changed = tokio::time::timeout(LONG_POLL, async {
             while rx.changed().await.is_ok() {
-                if version(&rx.borrow_and_update()) != seen {
+                if version(&convert::job_status(&rx.borrow_and_update())) != seen {
                     return;
                 }
             }
@@ -457,7 +408,7 @@ pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response
 pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(String, String, u32)>) -> Response {
     let Ok(job) = id.parse::<plexus_proto::JobId>() else { return not_found(format!("{id:?} is not a job id")) };
     let e = match d.engine.call(|reply| Cmd::Explain { job, task: task.clone(), rank, reply }).await {
-        Ok(Ok(e)) => e,
+        Ok(Ok(e)) => convert::explanation(&e),
         Ok(Err(e)) => return not_found(e.to_string()),
         Err(e) => return unavailable(e),
     };
@@ -521,8 +472,8 @@ fn workers_json(ws: &[pb::WorkerInfo]) -> Value {
 }
 
 pub async fn workers_page(State(d): State<Dash>) -> Response {
-    let ws = match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
-        Ok(w) => w,
+    let ws: Vec<pb::WorkerInfo> = match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
+        Ok(w) => w.iter().map(convert::worker_info).collect(),
         Err(e) => return unavailable(e),
     };
     let body = html! {
@@ -550,7 +501,7 @@ pub async fn workers_page(State(d): State<Dash>) -> Response {
 
 pub async fn api_workers(State(d): State<Dash>) -> Response {
     match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
-        Ok(ws) => axum::Json(workers_json(&ws)).into_response(),
+        Ok(ws) => axum::Json(workers_json(&ws.iter().map(convert::worker_info).collect::<Vec<_>>())).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }
 }
@@ -628,7 +579,7 @@ pub struct Login {
 const COOKIE_MAX_AGE_S: u32 = 12 * 3600;
 
 /// `/login?token=…[&next=/path]`: checks the token and keeps it in a cookie.
-pub async fn login(State(http): State<crate::http::Http>, Query(l): Query<Login>) -> Response {
+pub async fn login(State(http): State<Http>, Query(l): Query<Login>) -> Response {
     let mut headers = HeaderMap::new();
     headers.insert(
         header::AUTHORIZATION,
@@ -639,7 +590,7 @@ pub async fn login(State(http): State<crate::http::Http>, Query(l): Query<Login>
             }
         },
     );
-    if let Err(refused) = crate::http::authorise(&http, &headers) {
+    if let Some(refused) = refusal(&http, &headers) {
         return refused;
     }
     // Only a path of this site (no "//host", no scheme): not an open redirect.
@@ -647,11 +598,8 @@ pub async fn login(State(http): State<crate::http::Http>, Query(l): Query<Login>
         .next
         .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\'))
         .unwrap_or_else(|| "/".into());
-    let cookie = format!(
-        "{}={}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; SameSite=Strict",
-        crate::http::TOKEN_COOKIE,
-        l.token.trim()
-    );
+    let cookie =
+        format!("{}={}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; SameSite=Strict", TOKEN_COOKIE, l.token.trim());
     let mut r = Redirect::to(&next).into_response();
     if let Ok(v) = cookie.parse() {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -670,4 +618,4 @@ pub fn login_form(why: &str) -> Response {
 }
 
 /// The dashboard's script: polls `/api/*` every second and updates the page in place.
-const APP_JS: &str = include_str!("../static/app.js");
+const APP_JS: &str = include_str!("../../static/app.js");

@@ -1,7 +1,7 @@
 //! The coordinator's HTTP side (`--http`, default `127.0.0.1:8265`): `/metrics` in the
-//! Prometheus text format, and the web dashboard (`crate::dashboard`). Plain HTTP; with
-//! security on (no `--insecure`) every request but `/login` and the script needs a token of
-//! the API (read scope or more; a worker's join token is refused), as the gRPC API does: an
+//! Prometheus text format, and the web dashboard ([`dashboard`]); [`access`] decides who may
+//! read them. Plain HTTP; with security on (no `--insecure`) every request but `/login` and the
+//! script needs a token of the API (read scope or more; a worker's join token is refused), as the gRPC API does: an
 //! `Authorization: Bearer` header, or the cookie `/login` sets.
 
 use std::net::SocketAddr;
@@ -9,30 +9,21 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
 
-use plexus_security::{Scope, Token};
+pub mod access;
+pub mod board;
+pub mod dashboard;
+
+pub use access::{Http, TOKEN_COOKIE, check, refusal};
+use board::Board;
 
 use crate::auth::Security;
-use crate::dashboard::{self, Board};
 use crate::engine::{Cmd, EngineHandle};
-
-/// The cookie the dashboard keeps a token in.
-pub const TOKEN_COOKIE: &str = "plexus_token";
-
-/// What every HTTP handler shares.
-#[derive(Clone)]
-pub struct Http {
-    pub engine: EngineHandle,
-    pub security: Option<Arc<Security>>,
-    pub board: Arc<Board>,
-    /// Whether this coordinator leads: a standby's pages and API say so and name the leader.
-    pub role: Option<Arc<crate::ha::Role>>,
-}
 
 /// The content type of the Prometheus text format, version 0.0.4.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -67,7 +58,7 @@ pub async fn serve(
         .route("/static/app.js", get(dashboard::app_js))
         .with_state(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let sampler = tokio::spawn(dashboard::sample(engine, state.board.clone(), stop_rx));
+    let sampler = tokio::spawn(board::sample(engine, state.board.clone(), stop_rx));
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
         let _ = stop_tx.send(true);
@@ -79,46 +70,6 @@ pub async fn serve(
     Ok((bound, task))
 }
 
-/// The token a request presents: its `Authorization: Bearer` header, else the cookie.
-fn presented(headers: &HeaderMap) -> Result<Option<String>, String> {
-    if let Some(value) = headers.get(header::AUTHORIZATION) {
-        let text = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or("the Authorization header is not \"Bearer <token>\"")?;
-        return Ok(Some(text.trim().to_string()));
-    }
-    for cookies in headers.get_all(header::COOKIE) {
-        let Ok(cookies) = cookies.to_str() else { continue };
-        for c in cookies.split(';') {
-            if let Some(v) = c.trim().strip_prefix(TOKEN_COOKIE).and_then(|r| r.strip_prefix('=')) {
-                return Ok(Some(v.to_string()));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// Refuses a request without a valid API token when security is on: the reason, for a 401.
-pub fn check(http: &Http, headers: &HeaderMap) -> Result<(), String> {
-    let Some(security) = &http.security else { return Ok(()) };
-    let text = presented(headers)?.ok_or("this coordinator requires a token: send Authorization: Bearer <token> (plexus-coordinator token create --scope read)")?;
-    let token = Token::parse(&text).map_err(|e| e.to_string())?;
-    match security.authenticate(&token, plexus_proto::now_ms()) {
-        Ok(Scope::Worker) => Err("a worker's join token cannot read the dashboard or metrics".into()),
-        Ok(_) => Ok(()),
-        Err(status) => Err(status.message().to_string()),
-    }
-}
-
-/// [`check`] as a response: a 401 with the reason.
-pub fn authorise(http: &Http, headers: &HeaderMap) -> Result<(), Response> {
-    check(http, headers).map_err(|why| {
-        (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response()
-    })
-}
-
 /// Every guarded route: pages answer a sign-in form without a token, the rest a plain 401.
 /// A standby (HA, etcd) has no engine to show: every guarded route answers 503 naming the leader.
 async fn guard(State(http): State<Http>, req: Request, next: Next) -> Response {
@@ -128,7 +79,7 @@ async fn guard(State(http): State<Http>, req: Request, next: Next) -> Response {
         Ok(()) => match http.role.as_ref().filter(|r| !r.is_leading()) {
             None => next.run(req).await,
             Some(role) => {
-                let why = role.refusal().message().to_string();
+                let why = role.refusal().to_string();
                 if machine {
                     (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
                 } else {
@@ -140,7 +91,7 @@ async fn guard(State(http): State<Http>, req: Request, next: Next) -> Response {
             if machine {
                 (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], format!("{why}\n")).into_response()
             } else {
-                dashboard::login_form(&why)
+                dashboard::login_form(&why.to_string())
             }
         }
     }

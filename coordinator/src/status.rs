@@ -1,0 +1,89 @@
+//! The one place a coordinator [`Error`] becomes a `tonic::Status`: the code says what kind of
+//! failure it is (the caller's mistake, something missing, a state conflict, a refusal, the
+//! server's trouble), the message says which input. Handlers return [`Error`]; the tower layers
+//! in front of them (the auth check, the standby's gate), which answer before any handler runs,
+//! turn their refusal into a response with [`status`] too.
+
+use plexus_scheduler::Error as SchedulerError;
+use tonic::Status;
+
+use crate::error::Error;
+
+/// The metadata key of a standby's refusal that holds the leader's URL, which workers and
+/// clients follow.
+pub const LEADER_METADATA: &str = "plexus-leader";
+
+/// The status a client sees for `e`.
+pub fn status(e: impl Into<Error>) -> Status {
+    let e = e.into();
+    let msg = e.to_string();
+    match &e {
+        Error::Scheduler(s) | Error::InFile { source: s, .. } => match s {
+            SchedulerError::NoWorker(_)
+            | SchedulerError::NoJob(_)
+            | SchedulerError::NoTask { .. }
+            | SchedulerError::NoRank { .. }
+            | SchedulerError::NotPlaced(_) => Status::not_found(msg),
+            SchedulerError::JobFinished { .. } | SchedulerError::WorkerBusy(_) => Status::failed_precondition(msg),
+            SchedulerError::Duplicate(_) => Status::already_exists(msg),
+            SchedulerError::Spec(_) | SchedulerError::Unsatisfiable(_) | SchedulerError::UnknownPlacer { .. } => {
+                Status::invalid_argument(msg)
+            }
+            SchedulerError::Restore(_) => Status::internal(msg),
+        },
+        Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
+        Error::NotFound(_) => Status::not_found(msg),
+        Error::Unauthenticated(_) => Status::unauthenticated(msg),
+        Error::PermissionDenied(_) => Status::permission_denied(msg),
+        Error::Insecure(_) | Error::NotRegistered => Status::failed_precondition(msg),
+        Error::Standby { leader, .. } => {
+            let mut st = Status::unavailable(msg);
+            if let Some(v) = leader.as_deref().and_then(|l| l.parse().ok()) {
+                st.metadata_mut().insert(LEADER_METADATA, v);
+            }
+            st
+        }
+        Error::Unavailable(_)
+        | Error::EngineStopped
+        | Error::ShuttingDown
+        | Error::Etcd(_)
+        | Error::Fenced
+        | Error::Remote { .. }
+        | Error::Unreachable { .. } => Status::unavailable(msg),
+        Error::QueueNotStored { .. }
+        | Error::Context { .. }
+        | Error::Credentials(_)
+        | Error::PolicyStore(_)
+        | Error::Io(..)
+        | Error::Sled(_)
+        | Error::Migration(_)
+        | Error::Corrupt { .. }
+        | Error::Locked { .. }
+        | Error::Policy(_)
+        | Error::Engine(_)
+        | Error::Transport(_) => Status::internal(msg),
+    }
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        status(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A standby's refusal names the leader in its message and in the metadata clients follow.
+    #[test]
+    fn a_standby_names_its_leader_in_the_metadata() {
+        let s = status(Error::Standby { me: "http://b:1".into(), leader: Some("http://a:1".into()) });
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert_eq!(s.message(), "this coordinator (http://b:1) is a standby; the leader is http://a:1");
+        assert_eq!(s.metadata().get(LEADER_METADATA).unwrap(), "http://a:1");
+        let s = status(Error::Standby { me: "http://b:1".into(), leader: None });
+        assert!(s.message().contains("no coordinator leads yet"), "{}", s.message());
+        assert!(s.metadata().get(LEADER_METADATA).is_none());
+    }
+}

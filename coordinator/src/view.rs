@@ -1,0 +1,237 @@
+//! What the engine answers with: plain, owned snapshots of the core's state (a job, a worker, a
+//! queue, a batch of work for a worker), taken on the engine thread and handed to the adapters.
+//! They know no protobuf: [`crate::convert`] makes the gRPC messages of them, the dashboard its
+//! pages. Built here, and only here, from the core's types, so what a reply shows of the core is
+//! decided in one file.
+
+use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
+use plexus_scheduler::core::estimates::WorkerSpeed;
+use plexus_scheduler::core::{
+    Assignment, AttemptFailure, Capacity, Core, GangView, Job, NodeReport, PlacementRecord, Worker,
+};
+
+/// How much of a job a view carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// Per-task counts only: what lists, watches and cancels return.
+    Summary,
+    /// Also every subtask with its failed attempts.
+    WithSubtasks,
+}
+
+impl Detail {
+    /// The detail a `GetJob` request asks for.
+    pub fn of_request(subtasks: bool) -> Detail {
+        if subtasks { Detail::WithSubtasks } else { Detail::Summary }
+    }
+}
+
+/// A job as `plexus status` and the dashboard show it.
+#[derive(Clone, Debug)]
+pub struct JobView {
+    pub id: JobId,
+    pub name: String,
+    pub state: JobState,
+    pub submitted_at: u64,
+    pub finished_at: u64,
+    pub error: String,
+    /// One per task, in file order.
+    pub groups: Vec<TaskGroupView>,
+    /// Empty unless [`Detail::WithSubtasks`].
+    pub subtasks: Vec<SubtaskView>,
+    pub total_subtasks: u32,
+    pub gangs: Vec<GangView>,
+    pub priority: i64,
+    pub queue: String,
+}
+
+/// A task's subtasks counted by state, and why its ready ones wait.
+#[derive(Clone, Debug)]
+pub struct TaskGroupView {
+    pub task: String,
+    pub replicas: u32,
+    /// Subtasks in each state, indexed by `SubtaskState as usize`.
+    pub counts: [u32; 7],
+    pub waiting_reason: String,
+    pub failed_attempts: u32,
+    pub after: Vec<String>,
+}
+
+impl TaskGroupView {
+    /// How many of the task's subtasks are in state `s`.
+    pub fn count(&self, s: SubtaskState) -> u32 {
+        self.counts[s as usize]
+    }
+}
+
+/// One subtask: where it stands and what its attempts did. The log tails and the transition
+/// history stay on the engine (they are large, and `plexus logs` reads them otherwise).
+#[derive(Clone, Debug)]
+pub struct SubtaskView {
+    pub task: String,
+    pub rank: u32,
+    pub state: SubtaskState,
+    pub attempt: u32,
+    pub failures: u32,
+    pub worker: Option<WorkerId>,
+    pub ready_at: u64,
+    pub assigned_at: u64,
+    pub started_at: u64,
+    pub finished_at: u64,
+    pub exit_code: i32,
+    pub error: String,
+    pub fetch_ms: u64,
+    pub fetched_bytes: u64,
+    pub evicted_bytes: u64,
+    /// (output name, size) of a succeeded attempt.
+    pub outputs: Vec<(String, u64)>,
+    pub failed_attempts: Vec<AttemptFailure>,
+    pub not_before: u64,
+    pub reruns: u32,
+    pub unfetched_requeues: u32,
+}
+
+impl JobView {
+    /// `job` as of `now` (gangs' phases depend on it), with its subtasks if `detail` asks.
+    pub fn of(job: &Job, detail: Detail, now: u64) -> JobView {
+        let r = &job.record;
+        let groups = r
+            .spec
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(t, spec)| TaskGroupView {
+                task: spec.name.clone(),
+                replicas: spec.replicas,
+                counts: job.counts(t),
+                waiting_reason: job.waiting.get(&t).cloned().unwrap_or_default(),
+                failed_attempts: job.failed_attempts(t),
+                after: spec.after.clone(),
+            })
+            .collect();
+        let subtasks = match detail {
+            Detail::Summary => Vec::new(),
+            Detail::WithSubtasks => job
+                .subtasks
+                .iter()
+                .map(|s| SubtaskView {
+                    task: s.task.clone(),
+                    rank: s.rank,
+                    state: s.state,
+                    attempt: s.attempt,
+                    failures: s.failures,
+                    worker: s.worker,
+                    ready_at: s.ready_at,
+                    assigned_at: s.assigned_at,
+                    started_at: s.started_at,
+                    finished_at: s.finished_at,
+                    exit_code: s.exit_code,
+                    error: s.error.clone(),
+                    fetch_ms: s.fetch_ms,
+                    fetched_bytes: s.fetched_bytes,
+                    evicted_bytes: s.evicted_bytes,
+                    outputs: s.outputs.clone(),
+                    failed_attempts: s.failed_attempts.clone(),
+                    not_before: s.not_before,
+                    reruns: s.reruns,
+                    unfetched_requeues: s.unfetched_requeues,
+                })
+                .collect(),
+        };
+        JobView {
+            id: r.id,
+            name: r.spec.name.clone(),
+            state: r.state,
+            submitted_at: r.submitted_at,
+            finished_at: r.finished_at,
+            error: r.error.clone(),
+            groups,
+            subtasks,
+            total_subtasks: job.total(),
+            gangs: job.gangs(now),
+            priority: r.spec.priority,
+            queue: r.spec.queue.clone(),
+        }
+    }
+
+    pub fn is_final(&self) -> bool {
+        self.state.is_final()
+    }
+}
+
+/// A worker for `plexus workers` and the dashboard.
+#[derive(Clone, Debug)]
+pub struct WorkerView {
+    pub id: WorkerId,
+    pub peer_addr: String,
+    pub capacity: Capacity,
+    /// The latest node state it reported (its isolation among it).
+    pub node: NodeReport,
+    pub objects: Vec<(ObjectId, u64)>,
+    pub alive: bool,
+    pub last_heartbeat: u64,
+    pub allocated: Resources,
+    /// Attempts placed on it.
+    pub assigned: u32,
+    /// What was measured of its speed (`None`: nothing yet).
+    pub speed: Option<WorkerSpeed>,
+    pub draining: bool,
+}
+
+impl WorkerView {
+    pub fn of(w: &Worker, speed: Option<&WorkerSpeed>) -> WorkerView {
+        WorkerView {
+            id: w.record.id,
+            peer_addr: w.record.peer_addr.clone(),
+            capacity: w.record.capacity.clone(),
+            node: w.node.clone(),
+            objects: w.objects.iter().map(|(o, s)| (o.clone(), *s)).collect(),
+            alive: w.record.alive,
+            last_heartbeat: w.record.last_heartbeat,
+            allocated: w.allocated,
+            assigned: w.placed.len() as u32,
+            speed: speed.cloned(),
+            draining: w.record.draining,
+        }
+    }
+
+    /// Every worker of `core`, with its measured speed.
+    pub fn all(core: &Core) -> Vec<WorkerView> {
+        let speeds = core.estimates().speeds();
+        core.workers().map(|w| WorkerView::of(w, speeds.get(&w.record.id))).collect()
+    }
+}
+
+/// A queue with a share, and the cores its placed attempts hold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueView {
+    pub name: String,
+    pub share: f64,
+    pub used_cpu: f64,
+}
+
+impl QueueView {
+    /// Every queue of `core` that has a share.
+    pub fn all(core: &Core) -> Vec<QueueView> {
+        core.queue_shares()
+            .iter()
+            .map(|(name, share)| QueueView { name: name.clone(), share: *share, used_cpu: core.queue_usage(name) })
+            .collect()
+    }
+}
+
+/// Why a subtask was placed where it was: the core's own record of the decision.
+pub type Explanation = PlacementRecord;
+
+/// New work and cancellations for one worker, sent in one message.
+#[derive(Clone, Debug, Default)]
+pub struct WorkBatch {
+    pub assign: Vec<Assignment>,
+    pub cancel: Vec<AttemptRef>,
+}
+
+impl WorkBatch {
+    pub fn is_empty(&self) -> bool {
+        self.assign.is_empty() && self.cancel.is_empty()
+    }
+}
