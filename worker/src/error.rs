@@ -200,7 +200,7 @@ pub enum Error {
 
     /// The kernel killed a process of the attempt for exceeding its memory limit (its cgroup's
     /// OOM-kill count went up), rather than it dying of SIGKILL for another reason.
-    #[error("killed: out of memory (limit {})", crate::isolation::human_bytes(*limit))]
+    #[error("killed: out of memory (limit {})", human_bytes(*limit))]
     OutOfMemory { limit: u64 },
 
     /// The attempt ran past its `timeout_ms`.
@@ -333,6 +333,21 @@ impl From<Error> for tonic::Status {
     }
 }
 
+/// A byte count as the reports say it: `64 MiB`, `1.5 GiB`, `100 bytes`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (size, unit) in UNITS {
+        if n >= size {
+            return if n.is_multiple_of(size) {
+                format!("{} {unit}", n / size)
+            } else {
+                format!("{:.1} {unit}", n as f64 / size as f64)
+            };
+        }
+    }
+    format!("{n} bytes")
+}
+
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -371,5 +386,14 @@ mod tests {
             format!("object {object} is not in the cache of this worker")
         );
         assert_eq!(Error::Rule(RuleError::TooManyRails(65)).to_string(), "65 rail addresses; at most 64");
+    }
+
+    #[test]
+    fn byte_counts_read_as_people_write_them() {
+        assert_eq!(human_bytes(64 << 20), "64 MiB");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(human_bytes(1 << 40), "1 TiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(100), "100 bytes");
     }
 }

@@ -257,21 +257,6 @@ pub fn v1_oom(oom_control: &str, failcnt: Option<u64>) -> bool {
     }
 }
 
-/// A byte count as the reports say it: `64 MiB`, `1.5 GiB`, `100 bytes`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for (size, unit) in UNITS {
-        if n >= size {
-            return if n.is_multiple_of(size) {
-                format!("{} {unit}", n / size)
-            } else {
-                format!("{:.1} {unit}", n as f64 / size as f64)
-            };
-        }
-    }
-    format!("{n} bytes")
-}
-
 /// A pid record of an attempt run as a bare process group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PidRecord {
@@ -1048,15 +1033,6 @@ garbage
         assert!(v1_oom(old, Some(3)));
         assert!(v1_oom("oom_kill_disable 0\nunder_oom 1\n", None));
         assert!(!v1_oom("", None));
-    }
-
-    #[test]
-    fn byte_counts_read_as_people_write_them() {
-        assert_eq!(human_bytes(64 << 20), "64 MiB");
-        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
-        assert_eq!(human_bytes(1 << 40), "1 TiB");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(100), "100 bytes");
     }
 
     #[test]
