@@ -476,7 +476,7 @@ fn the_scanner_sees_the_crates_dependencies() {
     let edges = references(&crate_sources());
     let has = |from: &str, to: &str| edges.keys().any(|(f, t)| name(f) == from && name(t) == to);
     for (from, to) in [
-        ("collective", "endpoint"),
+        ("collective::executor", "endpoint"),
         ("endpoint::receive", "elem"),
         ("endpoint::receive", "endpoint::state"),
         ("endpoint", "endpoint::state"),

@@ -300,9 +300,30 @@ pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
         return Err(TopoError::TooLarge(text.len()));
     }
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    let (header_line, header) = find_header(&mut lines)?;
+    let mut m = Matrix::from_header(header_line, header)?;
+    let mut rows = 0;
+    for (line, text) in lines {
+        let t = text.trim();
+        if t.is_empty() {
+            if rows > 0 {
+                break;
+            }
+            continue;
+        }
+        if t.starts_with("Legend") {
+            break;
+        }
+        if m.read_row(line, t)? {
+            rows += 1;
+        }
+    }
+    m.finish()
+}
 
-    // The header: the first line that starts with a GPU label not followed by a link level.
-    let (header_line, header) = loop {
+/// The header: the first line that starts with a GPU label not followed by a link level.
+fn find_header<'t>(lines: &mut impl Iterator<Item = (usize, &'t str)>) -> Result<(usize, &'t str), TopoError> {
+    loop {
         let Some((n, line)) = lines.next() else { return Err(TopoError::NoHeader) };
         let t = line.trim();
         if t.starts_with('#') {
@@ -311,11 +332,133 @@ pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
         let mut fields = t.split_whitespace();
         let Some(first) = fields.next() else { continue };
         if gpu_label(first).is_some() && fields.next().is_none_or(|f| f.parse::<LinkLevel>().is_err()) {
-            break (n, t);
+            return Ok((n, t));
         }
-    };
+    }
+}
 
-    // Device columns (Some(device) for a GPU, None for a NIC), then the trailing columns.
+/// A matrix being read: its columns from the header, and what the GPU rows read so far said.
+struct Matrix {
+    /// Device columns: Some(device) for a GPU, None for a NIC.
+    columns: Vec<Option<u32>>,
+    /// The columns after the device columns.
+    trailing: Vec<Trailing>,
+    /// The GPUs of the columns, in column order.
+    devices: Vec<u32>,
+    /// `levels[row * n + col]`, set as the rows are read.
+    levels: Vec<Option<LinkLevel>>,
+    gpus: Vec<TopoGpu>,
+    /// Which GPUs' rows were read.
+    seen: Vec<bool>,
+}
+
+impl Matrix {
+    fn from_header(header_line: usize, header: &str) -> Result<Matrix, TopoError> {
+        let (columns, trailing) = header_columns(header_line, header)?;
+        let devices: Vec<u32> = columns.iter().flatten().copied().collect();
+        let n = devices.len();
+        if n > MAX_TOPO_GPUS {
+            return Err(TopoError::Line {
+                line: header_line,
+                reason: format!("{n} GPU columns; at most {MAX_TOPO_GPUS}"),
+            });
+        }
+        let gpus = devices.iter().map(|&index| TopoGpu { index, numa: None, cpu_affinity: None }).collect();
+        Ok(Matrix { columns, trailing, levels: vec![None; n * n], gpus, seen: vec![false; n], devices })
+    }
+
+    fn position(&self, device: u32) -> Option<usize> {
+        self.devices.iter().position(|d| *d == device)
+    }
+
+    /// Reads one line of the matrix's body; true when it was a GPU's row. NIC rows, and
+    /// anything else that is not a GPU's row, are not read.
+    fn read_row(&mut self, line: usize, t: &str) -> Result<bool, TopoError> {
+        let n = self.devices.len();
+        let mut fields = t.split_whitespace();
+        let Some(label) = fields.next() else { return Ok(false) };
+        let Some(device) = gpu_label(label) else { return Ok(false) };
+        let Some(row) = self.position(device) else {
+            return Err(TopoError::Token {
+                line,
+                token: quote(label),
+                reason: "a row for a GPU the header has no column for",
+            });
+        };
+        if self.seen[row] {
+            return Err(TopoError::Token { line, token: quote(label), reason: "a second row for this GPU" });
+        }
+        self.seen[row] = true;
+        for (k, column) in self.columns.iter().enumerate() {
+            let Some(field) = fields.next() else {
+                return Err(TopoError::Line {
+                    line,
+                    reason: format!(
+                        "{label} has {k} link fields; the header has {} device columns",
+                        self.columns.len()
+                    ),
+                });
+            };
+            // NIC columns are not read: a damaged NIC cell does not cost the GPUs' links.
+            let Some(other) = column else { continue };
+            let level = field.parse::<LinkLevel>().map_err(|_| TopoError::Token {
+                line,
+                token: quote(field),
+                reason: "not a link level (X, NV#, PIX, PXB, PHB, NODE, SYS)",
+            })?;
+            let col = self.devices.iter().position(|d| d == other).unwrap_or(row);
+            if (col == row) != (level == LinkLevel::SameGpu) {
+                return Err(TopoError::Token {
+                    line,
+                    token: quote(field),
+                    reason: "X must be on the diagonal, and only there",
+                });
+            }
+            self.levels[row * n + col] = Some(level);
+        }
+        for (k, field) in fields.enumerate() {
+            match self.trailing.get(k) {
+                None => {
+                    return Err(TopoError::Token {
+                        line,
+                        token: quote(field),
+                        reason: "a field past the header's last column",
+                    });
+                }
+                Some(Trailing::CpuAffinity) => self.gpus[row].cpu_affinity = cpu_affinity(field),
+                Some(Trailing::NumaAffinity) => self.gpus[row].numa = numa_node(field),
+                Some(Trailing::Other) => {}
+            }
+        }
+        Ok(true)
+    }
+
+    /// The topology, once every GPU's row was read and the matrix is symmetric.
+    fn finish(self) -> Result<GpuTopo, TopoError> {
+        let (n, devices, levels) = (self.devices.len(), &self.devices, &self.levels);
+        if let Some(missing) = self.seen.iter().position(|s| !s) {
+            return Err(TopoError::MissingRow(devices[missing]));
+        }
+        let mut full = Vec::with_capacity(n * n);
+        for i in 0..n {
+            for j in 0..n {
+                // Every row read all the GPU columns, so every cell is set; a hole is a parser
+                // bug, reported as the missing row rather than a panic.
+                let Some(ab) = levels[i * n + j] else { return Err(TopoError::MissingRow(devices[i])) };
+                let ba = levels[j * n + i].unwrap_or(ab);
+                if ab != ba {
+                    return Err(TopoError::Asymmetric { a: devices[i], b: devices[j], ab, ba });
+                }
+                full.push(ab);
+            }
+        }
+        Ok(GpuTopo { gpus: self.gpus, levels: full })
+    }
+}
+
+/// The header's device columns (Some(device) for a GPU, None for a NIC), then its trailing
+/// columns.
+fn header_columns(header_line: usize, header: &str) -> Result<(Vec<Option<u32>>, Vec<Trailing>), TopoError> {
     let mut columns: Vec<Option<u32>> = Vec::new();
     let mut trailing: Vec<Trailing> = Vec::new();
     let fields: Vec<&str> = header.split_whitespace().take(MAX_TOPO_COLUMNS + 16).collect();
@@ -341,120 +484,16 @@ pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
             i += 1;
             continue;
         }
-        match (f, fields.get(i + 1).copied(), fields.get(i + 2).copied()) {
-            ("CPU", Some("Affinity"), _) => {
-                trailing.push(Trailing::CpuAffinity);
-                i += 2;
-            }
-            ("NUMA", Some("Affinity"), _) => {
-                trailing.push(Trailing::NumaAffinity);
-                i += 2;
-            }
-            ("GPU", Some("NUMA"), Some("ID")) => {
-                trailing.push(Trailing::Other);
-                i += 3;
-            }
-            _ => {
-                trailing.push(Trailing::Other);
-                i += 1;
-            }
-        }
-    }
-    let devices: Vec<u32> = columns.iter().flatten().copied().collect();
-    let n = devices.len();
-    if n > MAX_TOPO_GPUS {
-        return Err(TopoError::Line { line: header_line, reason: format!("{n} GPU columns; at most {MAX_TOPO_GPUS}") });
-    }
-    let position = |device: u32| devices.iter().position(|d| *d == device);
-
-    let mut levels: Vec<Option<LinkLevel>> = vec![None; n * n];
-    let mut gpus: Vec<TopoGpu> =
-        devices.iter().map(|&index| TopoGpu { index, numa: None, cpu_affinity: None }).collect();
-    let mut seen = vec![false; n];
-    let mut rows = 0;
-    for (line, text) in lines {
-        let t = text.trim();
-        if t.is_empty() {
-            if rows > 0 {
-                break;
-            }
-            continue;
-        }
-        if t.starts_with("Legend") {
-            break;
-        }
-        let mut fields = t.split_whitespace();
-        let Some(label) = fields.next() else { continue };
-        // NIC rows, and anything else that is not a GPU's row, are not read.
-        let Some(device) = gpu_label(label) else { continue };
-        let Some(row) = position(device) else {
-            return Err(TopoError::Token {
-                line,
-                token: quote(label),
-                reason: "a row for a GPU the header has no column for",
-            });
+        let (kind, width) = match (f, fields.get(i + 1).copied(), fields.get(i + 2).copied()) {
+            ("CPU", Some("Affinity"), _) => (Trailing::CpuAffinity, 2),
+            ("NUMA", Some("Affinity"), _) => (Trailing::NumaAffinity, 2),
+            ("GPU", Some("NUMA"), Some("ID")) => (Trailing::Other, 3),
+            _ => (Trailing::Other, 1),
         };
-        if seen[row] {
-            return Err(TopoError::Token { line, token: quote(label), reason: "a second row for this GPU" });
-        }
-        seen[row] = true;
-        rows += 1;
-        for (k, column) in columns.iter().enumerate() {
-            let Some(field) = fields.next() else {
-                return Err(TopoError::Line {
-                    line,
-                    reason: format!("{label} has {k} link fields; the header has {} device columns", columns.len()),
-                });
-            };
-            // NIC columns are not read: a damaged NIC cell does not cost the GPUs' links.
-            let Some(other) = column else { continue };
-            let level = field.parse::<LinkLevel>().map_err(|_| TopoError::Token {
-                line,
-                token: quote(field),
-                reason: "not a link level (X, NV#, PIX, PXB, PHB, NODE, SYS)",
-            })?;
-            let col = position(*other).unwrap_or(row);
-            if (col == row) != (level == LinkLevel::SameGpu) {
-                return Err(TopoError::Token {
-                    line,
-                    token: quote(field),
-                    reason: "X must be on the diagonal, and only there",
-                });
-            }
-            levels[row * n + col] = Some(level);
-        }
-        for (k, field) in fields.enumerate() {
-            match trailing.get(k) {
-                None => {
-                    return Err(TopoError::Token {
-                        line,
-                        token: quote(field),
-                        reason: "a field past the header's last column",
-                    });
-                }
-                Some(Trailing::CpuAffinity) => gpus[row].cpu_affinity = cpu_affinity(field),
-                Some(Trailing::NumaAffinity) => gpus[row].numa = numa_node(field),
-                Some(Trailing::Other) => {}
-            }
-        }
+        trailing.push(kind);
+        i += width;
     }
-    if let Some(missing) = seen.iter().position(|s| !s) {
-        return Err(TopoError::MissingRow(devices[missing]));
-    }
-    let mut full = Vec::with_capacity(n * n);
-    for i in 0..n {
-        for j in 0..n {
-            // Every row read all the GPU columns, so every cell is set; a hole is a parser bug,
-            // reported as the missing row rather than a panic.
-            let Some(ab) = levels[i * n + j] else { return Err(TopoError::MissingRow(devices[i])) };
-            let ba = levels[j * n + i].unwrap_or(ab);
-            if ab != ba {
-                return Err(TopoError::Asymmetric { a: devices[i], b: devices[j], ab, ba });
-            }
-            full.push(ab);
-        }
-    }
-    Ok(GpuTopo { gpus, levels: full })
+    Ok((columns, trailing))
 }
 
 /// The label that names a node's rack: workers with the same value share a rack.
