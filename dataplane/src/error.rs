@@ -44,21 +44,25 @@ pub enum Error {
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
     /// A rail scheduler name that is not one of
-    /// [`SchedulerKind::ALL`](crate::sched::SchedulerKind::ALL).
+    /// [`SchedulerKind::ALL`](crate::striping::SchedulerKind::ALL).
     #[error("unknown rail scheduler {got:?} (one of: {expected})")]
     UnknownScheduler { got: String, expected: String },
     /// A command-line argument of the peer process (`plexus-rail-peer`, `rails --serve`) that
     /// does not parse; the text names the argument.
+    #[cfg(feature = "rig")]
     #[error("{0}")]
     Usage(String),
     /// `scripts/rails-rig.sh` could not be started.
+    #[cfg(feature = "rig")]
     #[error("rails-rig.sh: {0}")]
     RigStart(#[source] std::io::Error),
     /// `scripts/rails-rig.sh` failed: its arguments and what it wrote to stderr.
+    #[cfg(feature = "rig")]
     #[error("rails-rig.sh {args}: {stderr}")]
     Rig { args: String, stderr: String },
-    /// A peer process (see [`peer`](crate::peer)) did not follow its stdout protocol; the text
+    /// A peer process (see `peer`, with the `rig` feature) did not follow its stdout protocol; the text
     /// says what it said or did instead.
+    #[cfg(feature = "rig")]
     #[error("{0}")]
     PeerProcess(String),
 }

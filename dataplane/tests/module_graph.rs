@@ -484,7 +484,7 @@ fn the_scanner_sees_the_crates_dependencies() {
         ("error", "peer_id"),
         ("wire", "peer_id"),
         ("collective::plan", "elem"),
-        ("sched::qlearning", "sched::rail"),
+        ("striping::qlearning", "striping::rail"),
         ("crate", "collective"),
     ] {
         assert!(
