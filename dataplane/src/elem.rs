@@ -4,7 +4,7 @@
 //! little-endian bytes that a posted reduction (in the endpoint) and the collective executor both
 //! run.
 
-pub use plexus_proto::collective::{Algorithm, DType, ReduceOp, UnknownName};
+pub use plexus_proto::collective::{Algorithm, DType, ReduceOp};
 
 /// An element type the typed API accepts.
 pub trait Element: Copy + Send + Sync + 'static {

@@ -26,6 +26,17 @@ pub enum Error {
     /// every rail to the peer is down or the peer is gone.
     #[error("message {msg_id} to {peer} made no progress for {secs:.1} s (every rail down or peer gone)")]
     Stalled { peer: PeerId, msg_id: u64, secs: f64 },
+    /// A segment that lies outside its message. This and the next two are why a segment is
+    /// refused by the message's reassembly: a correct sender never produces them, and the
+    /// transport closes the connection that sent one.
+    #[error("segment [{offset}, +{len}) lies outside the message's {total} bytes")]
+    SegmentOutOfBounds { offset: u64, len: u64, total: u64 },
+    /// A segment that partly overlaps data already received or being received.
+    #[error("segment [{offset}, +{len}) partly overlaps data already received or being received")]
+    SegmentOverlap { offset: u64, len: u64 },
+    /// A segment without a byte.
+    #[error("empty segment in a message of {total} bytes")]
+    EmptySegment { total: u64 },
     /// A rail key that is not exactly 32 bytes long.
     #[error("a rail key is exactly 32 bytes, got {0}")]
     BadRailKey(usize),
@@ -44,30 +55,34 @@ pub enum Error {
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
     /// A rail scheduler name that is not one of
-    /// [`SchedulerKind::ALL`](crate::sched::SchedulerKind::ALL).
+    /// [`SchedulerKind::ALL`](crate::striping::SchedulerKind::ALL).
     #[error("unknown rail scheduler {got:?} (one of: {expected})")]
     UnknownScheduler { got: String, expected: String },
     /// A command-line argument of the peer process (`plexus-rail-peer`, `rails --serve`) that
     /// does not parse; the text names the argument.
+    #[cfg(feature = "rig")]
     #[error("{0}")]
     Usage(String),
     /// `scripts/rails-rig.sh` could not be started.
+    #[cfg(feature = "rig")]
     #[error("rails-rig.sh: {0}")]
     RigStart(#[source] std::io::Error),
     /// `scripts/rails-rig.sh` failed: its arguments and what it wrote to stderr.
+    #[cfg(feature = "rig")]
     #[error("rails-rig.sh {args}: {stderr}")]
     Rig { args: String, stderr: String },
-    /// A peer process (see [`peer`](crate::peer)) did not follow its stdout protocol; the text
+    /// A peer process (see `peer`, with the `rig` feature) did not follow its stdout protocol; the text
     /// says what it said or did instead.
+    #[cfg(feature = "rig")]
     #[error("{0}")]
     PeerProcess(String),
 }
 
 /// A collective parameter's name (dtype, reduce op, algorithm) that is not one of its names: a
-/// configuration error, with the text of [`plexus_proto::UnknownName`] (which names the value
-/// and the expected ones).
-impl From<plexus_proto::UnknownName> for Error {
-    fn from(e: plexus_proto::UnknownName) -> Error {
+/// configuration error, with the text of the contract's error (which names the value and the
+/// expected ones).
+impl From<plexus_proto::Error> for Error {
+    fn from(e: plexus_proto::Error) -> Error {
         Error::Config(e.to_string())
     }
 }

@@ -15,9 +15,11 @@
 //! * [`segment`] — cutting a message into segments of at most `seg_max`.
 //! * [`reassembly`] — the [`Reassembler`](reassembly::Reassembler): which ranges of an incoming
 //!   message are held or being written; accepts any order, refuses overlaps.
-//! * [`sched`] — the [`RailScheduler`](sched::RailScheduler) trait and the schedulers:
-//!   round-robin, weighted, the seed's Q-learning and its `fresh` variant. Pure: time is a
-//!   parameter.
+//! * [`striping`] — how a message is striped over the rails: the
+//!   [`RailScheduler`](striping::RailScheduler) trait and the rail schedulers (round-robin,
+//!   weighted, the seed's Q-learning and its `fresh` variant), which pick the rail of each
+//!   segment. Pure: time is a parameter. (Named for what they do, apart from the
+//!   `plexus-scheduler` crate, which places tasks on workers.)
 //! * [`endpoint`] — the tokio transport that executes them: one listener and one TCP connection
 //!   per rail and peer, per-rail FCFS send queues, acknowledgements, resends.
 //! * [`collective`] — `reduce` and `allreduce` over a group of endpoints (seed 003's pipelined
@@ -26,14 +28,15 @@
 //! * `shared_buf` — one allocation read and written by several tasks in ranges their protocol
 //!   keeps exclusive: an incoming message's buffer, a collective's working buffer.
 //! * [`error`] — the crate's one error enum.
-//! * [`peer`] — a receiving peer in its own process (`plexus-rail-peer`), and [`rig`] — the
-//!   `scripts/rails-rig.sh` namespaces driven from Rust, with a drop guard; both for tests and
-//!   the `rails` benchmark.
+//! * `peer` — a receiving peer in its own process (`plexus-rail-peer`), and `rig` — the
+//!   `scripts/rails-rig.sh` namespaces driven from Rust, with a drop guard, and deterministic
+//!   test data; both test and benchmark support, compiled only with the `rig` feature (the
+//!   crate's own tests and the benchmarks turn it on; the worker does not ship them).
 //!
 //! Modules depend on each other in one direction only, each only on modules of the groups
 //! before its own: `peer_id`; `error`; `segment`, `reassembly`, `shared_buf`; `wire`, `elem`,
-//! `sched`, `rig`, `auth`; `endpoint`; `collective`, `peer`. Inside `endpoint/`, `collective/` and
-//! `sched/` a file imports its siblings, never its `mod.rs`. `tests/module_graph.rs` checks
+//! `striping`, `rig`, `auth`; `endpoint`; `collective`, `peer`. Inside `endpoint/`, `collective/` and
+//! `striping/` a file imports its siblings, never its `mod.rs`. `tests/module_graph.rs` checks
 //! both and names any cycle.
 
 pub mod auth;
@@ -41,13 +44,15 @@ pub mod collective;
 pub mod elem;
 pub mod endpoint;
 pub mod error;
+#[cfg(feature = "rig")]
 pub mod peer;
 pub mod peer_id;
 pub mod reassembly;
+#[cfg(feature = "rig")]
 pub mod rig;
-pub mod sched;
 pub mod segment;
 mod shared_buf;
+pub mod striping;
 pub mod wire;
 
 pub use auth::{RailAuth, RailKey};
@@ -59,4 +64,4 @@ pub use elem::{Algorithm, DType, ReduceOp};
 pub use endpoint::{Endpoint, EndpointConfig, Faults, PeerAddrs, RailStats, Stats};
 pub use error::{Error, Result};
 pub use peer_id::PeerId;
-pub use sched::SchedulerKind;
+pub use striping::SchedulerKind;

@@ -9,17 +9,7 @@
 
 use std::collections::BTreeMap;
 
-/// Why a segment was refused. The transport closes the connection that sent it: a correct
-/// sender never produces these.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ReassemblyError {
-    #[error("segment [{offset}, +{len}) lies outside the message's {total} bytes")]
-    OutOfBounds { offset: u64, len: u64, total: u64 },
-    #[error("segment [{offset}, +{len}) partly overlaps data already received or being received")]
-    Overlap { offset: u64, len: u64 },
-    #[error("empty segment in a message of {total} bytes")]
-    Empty { total: u64 },
-}
+use crate::error::Error;
 
 /// What to do with an arriving segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,16 +57,16 @@ impl Reassembler {
 
     /// Decides what to do with the segment `[offset, offset + len)`; on `Fresh` the range is
     /// reserved for the caller.
-    pub fn reserve(&mut self, offset: u64, len: u64) -> Result<Admit, ReassemblyError> {
+    pub fn reserve(&mut self, offset: u64, len: u64) -> Result<Admit, Error> {
         let end = match offset.checked_add(len) {
             Some(end) if end <= self.total => end,
             _ => {
-                return Err(ReassemblyError::OutOfBounds { offset, len, total: self.total });
+                return Err(Error::SegmentOutOfBounds { offset, len, total: self.total });
             }
         };
         if len == 0 {
             if self.total != 0 {
-                return Err(ReassemblyError::Empty { total: self.total });
+                return Err(Error::EmptySegment { total: self.total });
             }
             let first = !self.empty_seen;
             self.empty_seen = true;
@@ -91,7 +81,7 @@ impl Reassembler {
             return Ok(Admit::Busy);
         }
         if overlaps(&self.held, offset, end) || overlaps(&self.reserved, offset, end) {
-            return Err(ReassemblyError::Overlap { offset, len });
+            return Err(Error::SegmentOverlap { offset, len });
         }
         self.reserved.insert(offset, end);
         Ok(Admit::Fresh)
@@ -183,7 +173,7 @@ mod tests {
             for (n, &i) in order.iter().enumerate() {
                 assert!(!r.is_complete());
                 let (o, l) = segs[i];
-                assert_eq!(r.reserve(o, l), Ok(Admit::Fresh), "order {order:?}");
+                assert_eq!(r.reserve(o, l).ok(), Some(Admit::Fresh), "order {order:?}");
                 r.commit(o, l);
                 assert_eq!(
                     r.received(),
@@ -202,7 +192,7 @@ mod tests {
             let segs = cut(40, 10);
             let mut r = Reassembler::new(40);
             for &i in &order {
-                assert_eq!(r.reserve(segs[i].0, segs[i].1), Ok(Admit::Fresh));
+                assert_eq!(r.reserve(segs[i].0, segs[i].1).ok(), Some(Admit::Fresh));
             }
             assert_eq!(r.in_flight(), 4);
             for &i in order.iter().rev() {
@@ -216,16 +206,16 @@ mod tests {
     #[test]
     fn duplicates_are_recognised_after_commit_and_busy_while_reserved() {
         let mut r = Reassembler::new(30);
-        assert_eq!(r.reserve(10, 10), Ok(Admit::Fresh));
-        assert_eq!(r.reserve(10, 10), Ok(Admit::Busy));
+        assert_eq!(r.reserve(10, 10).ok(), Some(Admit::Fresh));
+        assert_eq!(r.reserve(10, 10).ok(), Some(Admit::Busy));
         r.commit(10, 10);
-        assert_eq!(r.reserve(10, 10), Ok(Admit::Duplicate));
-        assert_eq!(r.reserve(12, 3), Ok(Admit::Duplicate), "a sub-range of held data is a duplicate");
+        assert_eq!(r.reserve(10, 10).ok(), Some(Admit::Duplicate));
+        assert_eq!(r.reserve(12, 3).ok(), Some(Admit::Duplicate), "a sub-range of held data is a duplicate");
         assert_eq!(r.received(), 10);
-        assert_eq!(r.reserve(0, 10), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(0, 10).ok(), Some(Admit::Fresh));
         r.commit(0, 10);
-        assert_eq!(r.reserve(0, 20), Ok(Admit::Duplicate), "merged ranges still recognise duplicates");
-        assert_eq!(r.reserve(20, 10), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(0, 20).ok(), Some(Admit::Duplicate), "merged ranges still recognise duplicates");
+        assert_eq!(r.reserve(20, 10).ok(), Some(Admit::Fresh));
         r.commit(20, 10);
         assert!(r.is_complete());
         assert_eq!(r.received(), 30);
@@ -234,12 +224,12 @@ mod tests {
     #[test]
     fn aborted_ranges_can_be_received_again() {
         let mut r = Reassembler::new(20);
-        assert_eq!(r.reserve(0, 10), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(0, 10).ok(), Some(Admit::Fresh));
         r.abort(0, 10);
         assert_eq!(r.received(), 0);
-        assert_eq!(r.reserve(0, 10), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(0, 10).ok(), Some(Admit::Fresh));
         r.commit(0, 10);
-        assert_eq!(r.reserve(10, 10), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(10, 10).ok(), Some(Admit::Fresh));
         assert!(!r.is_complete(), "a reservation keeps the message incomplete");
         r.commit(10, 10);
         assert!(r.is_complete());
@@ -248,24 +238,24 @@ mod tests {
     #[test]
     fn refuses_overlaps_and_out_of_bounds() {
         let mut r = Reassembler::new(100);
-        assert_eq!(r.reserve(10, 10), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(10, 10).ok(), Some(Admit::Fresh));
         r.commit(10, 10);
-        assert_eq!(r.reserve(40, 10), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(40, 10).ok(), Some(Admit::Fresh));
         // Partial overlaps with held data, from either side, and spanning it.
-        assert_eq!(r.reserve(5, 10), Err(ReassemblyError::Overlap { offset: 5, len: 10 }));
-        assert_eq!(r.reserve(15, 10), Err(ReassemblyError::Overlap { offset: 15, len: 10 }));
-        assert_eq!(r.reserve(0, 30), Err(ReassemblyError::Overlap { offset: 0, len: 30 }));
+        assert!(matches!(r.reserve(5, 10), Err(Error::SegmentOverlap { offset: 5, len: 10 })));
+        assert!(matches!(r.reserve(15, 10), Err(Error::SegmentOverlap { offset: 15, len: 10 })));
+        assert!(matches!(r.reserve(0, 30), Err(Error::SegmentOverlap { offset: 0, len: 30 })));
         // Partial overlaps with a reservation.
-        assert_eq!(r.reserve(45, 10), Err(ReassemblyError::Overlap { offset: 45, len: 10 }));
-        assert_eq!(r.reserve(35, 10), Err(ReassemblyError::Overlap { offset: 35, len: 10 }));
-        assert_eq!(r.reserve(40, 5), Err(ReassemblyError::Overlap { offset: 40, len: 5 }));
+        assert!(matches!(r.reserve(45, 10), Err(Error::SegmentOverlap { offset: 45, len: 10 })));
+        assert!(matches!(r.reserve(35, 10), Err(Error::SegmentOverlap { offset: 35, len: 10 })));
+        assert!(matches!(r.reserve(40, 5), Err(Error::SegmentOverlap { offset: 40, len: 5 })));
         // Adjacent ranges are fine.
-        assert_eq!(r.reserve(20, 20), Ok(Admit::Fresh));
-        assert_eq!(r.reserve(0, 10), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(20, 20).ok(), Some(Admit::Fresh));
+        assert_eq!(r.reserve(0, 10).ok(), Some(Admit::Fresh));
         // Bounds.
-        assert_eq!(r.reserve(95, 6), Err(ReassemblyError::OutOfBounds { offset: 95, len: 6, total: 100 }));
-        assert!(matches!(r.reserve(u64::MAX, 2), Err(ReassemblyError::OutOfBounds { .. })));
-        assert_eq!(r.reserve(50, 0), Err(ReassemblyError::Empty { total: 100 }));
+        assert!(matches!(r.reserve(95, 6), Err(Error::SegmentOutOfBounds { offset: 95, len: 6, total: 100 })));
+        assert!(matches!(r.reserve(u64::MAX, 2), Err(Error::SegmentOutOfBounds { .. })));
+        assert!(matches!(r.reserve(50, 0), Err(Error::EmptySegment { total: 100 })));
         // Refusals changed nothing.
         assert_eq!(r.received(), 10);
         assert_eq!(r.in_flight(), 3);
@@ -275,11 +265,11 @@ mod tests {
     fn empty_message_completes_on_its_one_empty_segment() {
         let mut r = Reassembler::new(0);
         assert!(!r.is_complete());
-        assert_eq!(r.reserve(0, 0), Ok(Admit::Fresh));
+        assert_eq!(r.reserve(0, 0).ok(), Some(Admit::Fresh));
         r.commit(0, 0);
         assert!(r.is_complete());
-        assert_eq!(r.reserve(0, 0), Ok(Admit::Duplicate));
-        assert!(matches!(r.reserve(0, 1), Err(ReassemblyError::OutOfBounds { .. })));
+        assert_eq!(r.reserve(0, 0).ok(), Some(Admit::Duplicate));
+        assert!(matches!(r.reserve(0, 1), Err(Error::SegmentOutOfBounds { .. })));
     }
 
     #[test]

@@ -10,15 +10,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A name that is not one of an enum's names.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} {got:?}; expected one of {}", expected.join(", "))]
-pub struct UnknownName {
-    /// What was being named ("dtype", "reduce op", "collective algorithm").
-    pub what: &'static str,
-    pub got: String,
-    pub expected: &'static [&'static str],
-}
+use crate::error::Error;
 
 /// Declares a fieldless enum whose variants have one text name each (plus optional aliases
 /// accepted when parsing), with `ALL`, `NAMES`, `name`, `code`, `from_code`, `Display` and
@@ -66,11 +58,11 @@ macro_rules! named_enum {
         }
 
         impl FromStr for $name {
-            type Err = UnknownName;
-            fn from_str(s: &str) -> Result<$name, UnknownName> {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<$name, Error> {
                 match s {
                     $($text $(| $alias)* => Ok($name::$variant),)+
-                    _ => Err(UnknownName { what: $what, got: s.to_string(), expected: Self::NAMES }),
+                    _ => Err(Error::UnknownName { what: $what, got: s.to_string(), expected: Self::NAMES }),
                 }
             }
         }

@@ -1,46 +1,47 @@
 //! The one place where proto types become domain types and back.
 //!
 //! Everything arriving from the network is checked here: an id with the wrong prefix, a name
-//! with a path separator or an unknown enum value becomes a [`ConvertError`] naming the field,
+//! with a path separator or an unknown enum value becomes an [`Error`] naming the field,
 //! never a panic.
 
 use crate::domain::{JobState, Resources, SubtaskState};
-use crate::ids::{AttemptRef, IdError, JobId, ObjectId, WorkerId, check_task_name};
+use crate::error::Error;
+use crate::ids::{AttemptRef, JobId, ObjectId, WorkerId, check_task_name};
 use crate::pb;
 
-/// A proto message that does not make a valid domain value.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ConvertError {
-    #[error("field {field}: {source}")]
-    Id { field: &'static str, source: IdError },
-    #[error("field {field}: {reason}")]
-    Invalid { field: &'static str, reason: String },
-    #[error("field {0} is missing")]
-    Missing(&'static str),
-}
+/// The old name of the crate's error for proto messages, kept for the crates that still name
+/// it: the same type as [`Error`].
+pub type ConvertError = Error;
 
-impl From<ConvertError> for tonic::Status {
-    fn from(e: ConvertError) -> Self {
+/// A proto message that does not make a valid domain value is the caller's mistake: every error
+/// of this crate becomes INVALID_ARGUMENT, with its text.
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
         tonic::Status::invalid_argument(e.to_string())
     }
 }
 
-pub fn job_id(field: &'static str, s: &str) -> Result<JobId, ConvertError> {
-    s.parse().map_err(|source| ConvertError::Id { field, source })
+/// A field that holds an invalid id or name.
+fn field(field: &'static str) -> impl FnOnce(Error) -> Error {
+    move |source| Error::Field { field, source: Box::new(source) }
 }
 
-pub fn worker_id(field: &'static str, s: &str) -> Result<WorkerId, ConvertError> {
-    s.parse().map_err(|source| ConvertError::Id { field, source })
+pub fn job_id(field: &'static str, s: &str) -> Result<JobId, Error> {
+    s.parse().map_err(self::field(field))
 }
 
-pub fn object_id(field: &'static str, s: &str) -> Result<ObjectId, ConvertError> {
-    s.parse().map_err(|source| ConvertError::Id { field, source })
+pub fn worker_id(field: &'static str, s: &str) -> Result<WorkerId, Error> {
+    s.parse().map_err(self::field(field))
+}
+
+pub fn object_id(field: &'static str, s: &str) -> Result<ObjectId, Error> {
+    s.parse().map_err(self::field(field))
 }
 
 impl TryFrom<&pb::AttemptRef> for AttemptRef {
-    type Error = ConvertError;
-    fn try_from(p: &pb::AttemptRef) -> Result<Self, ConvertError> {
-        check_task_name(&p.task).map_err(|source| ConvertError::Id { field: "attempt.task", source })?;
+    type Error = Error;
+    fn try_from(p: &pb::AttemptRef) -> Result<Self, Error> {
+        check_task_name(&p.task).map_err(field("attempt.task"))?;
         Ok(AttemptRef {
             job: job_id("attempt.job_id", &p.job_id)?,
             task: p.task.clone(),
@@ -57,8 +58,8 @@ impl From<&AttemptRef> for pb::AttemptRef {
 }
 
 /// Converts an optional attempt field, naming it when absent.
-pub fn attempt(field: &'static str, p: Option<&pb::AttemptRef>) -> Result<AttemptRef, ConvertError> {
-    AttemptRef::try_from(p.ok_or(ConvertError::Missing(field))?)
+pub fn attempt(field: &'static str, p: Option<&pb::AttemptRef>) -> Result<AttemptRef, Error> {
+    AttemptRef::try_from(p.ok_or(Error::Missing(field))?)
 }
 
 impl From<SubtaskState> for pb::SubtaskState {
@@ -76,7 +77,7 @@ impl From<SubtaskState> for pb::SubtaskState {
 }
 
 /// Decodes a subtask state sent as its proto number.
-pub fn subtask_state(field: &'static str, v: i32) -> Result<SubtaskState, ConvertError> {
+pub fn subtask_state(field: &'static str, v: i32) -> Result<SubtaskState, Error> {
     Ok(match pb::SubtaskState::try_from(v) {
         Ok(pb::SubtaskState::Waiting) => SubtaskState::Waiting,
         Ok(pb::SubtaskState::Ready) => SubtaskState::Ready,
@@ -85,7 +86,7 @@ pub fn subtask_state(field: &'static str, v: i32) -> Result<SubtaskState, Conver
         Ok(pb::SubtaskState::Succeeded) => SubtaskState::Succeeded,
         Ok(pb::SubtaskState::Failed) => SubtaskState::Failed,
         Ok(pb::SubtaskState::Cancelled) => SubtaskState::Cancelled,
-        _ => return Err(ConvertError::Invalid { field, reason: format!("unknown subtask state {v}") }),
+        _ => return Err(Error::Invalid { field, reason: format!("unknown subtask state {v}") }),
     })
 }
 
@@ -102,14 +103,14 @@ impl From<JobState> for pb::JobState {
 }
 
 /// Decodes a job state sent as its proto number.
-pub fn job_state(field: &'static str, v: i32) -> Result<JobState, ConvertError> {
+pub fn job_state(field: &'static str, v: i32) -> Result<JobState, Error> {
     Ok(match pb::JobState::try_from(v) {
         Ok(pb::JobState::Running) => JobState::Running,
         Ok(pb::JobState::Succeeded) => JobState::Succeeded,
         Ok(pb::JobState::Failed) => JobState::Failed,
         Ok(pb::JobState::Cancelled) => JobState::Cancelled,
         Ok(pb::JobState::CompletedWithFailures) => JobState::CompletedWithFailures,
-        _ => return Err(ConvertError::Invalid { field, reason: format!("unknown job state {v}") }),
+        _ => return Err(Error::Invalid { field, reason: format!("unknown job state {v}") }),
     })
 }
 
@@ -120,10 +121,10 @@ impl From<&Resources> for pb::Resources {
 }
 
 impl TryFrom<&pb::Resources> for Resources {
-    type Error = ConvertError;
-    fn try_from(p: &pb::Resources) -> Result<Self, ConvertError> {
+    type Error = Error;
+    fn try_from(p: &pb::Resources) -> Result<Self, Error> {
         if !p.cpu.is_finite() || p.cpu < 0.0 {
-            return Err(ConvertError::Invalid {
+            return Err(Error::Invalid {
                 field: "resources.cpu",
                 reason: format!("{} is not a non-negative number", p.cpu),
             });

@@ -10,20 +10,11 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use uuid::Uuid;
 
-/// Why a piece of text is not a valid id or name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {what} {input:?}: {reason}")]
-pub struct IdError {
-    pub what: &'static str,
-    pub input: String,
-    pub reason: String,
-}
+use crate::error::Error;
 
-impl IdError {
-    fn new(what: &'static str, input: &str, reason: impl Into<String>) -> Self {
-        IdError { what, input: input.to_string(), reason: reason.into() }
-    }
-}
+/// The old name of the crate's error for ids and names, kept for the crates that still name it:
+/// the same type as [`Error`].
+pub type IdError = Error;
 
 macro_rules! typed_id {
     ($name:ident, $prefix:literal, $what:literal) => {
@@ -69,16 +60,16 @@ macro_rules! typed_id {
         }
 
         impl FromStr for $name {
-            type Err = IdError;
-            fn from_str(s: &str) -> Result<Self, IdError> {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self, Error> {
                 let s = s.trim();
                 let Some(rest) = s.strip_prefix($prefix) else {
-                    return Err(IdError::new($what, s, concat!("expected the prefix \"", $prefix, "\"")));
+                    return Err(Error::id($what, s, concat!("expected the prefix \"", $prefix, "\"")));
                 };
                 if rest.len() != 32 || !rest.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(IdError::new($what, s, concat!("expected \"", $prefix, "\" and 32 hex digits")));
+                    return Err(Error::id($what, s, concat!("expected \"", $prefix, "\" and 32 hex digits")));
                 }
-                Uuid::parse_str(rest).map($name).map_err(|e| IdError::new($what, s, e.to_string()))
+                Uuid::parse_str(rest).map($name).map_err(|e| Error::id($what, s, e.to_string()))
             }
         }
 
@@ -101,18 +92,18 @@ typed_id!(JobId, "job-", "job");
 typed_id!(WorkerId, "wkr-", "worker");
 
 /// Checks a task name: 1–64 characters of `[A-Za-z0-9_-]`, starting with a letter or digit.
-pub fn check_task_name(s: &str) -> Result<(), IdError> {
+pub fn check_task_name(s: &str) -> Result<(), Error> {
     check_name(Name::Task, s)
 }
 
 /// Checks a job name: the task-name rules (1–64 characters of `[A-Za-z0-9_-]`, starting with a
 /// letter, digit or underscore), because job names are printed in tables and terminals.
-pub fn check_job_name(s: &str) -> Result<(), IdError> {
+pub fn check_job_name(s: &str) -> Result<(), Error> {
     check_name(Name::Job, s)
 }
 
 /// Checks an output name: 1–128 characters of `[A-Za-z0-9_.-]`, not starting with a dot.
-pub fn check_output_name(s: &str) -> Result<(), IdError> {
+pub fn check_output_name(s: &str) -> Result<(), Error> {
     check_name(Name::Output, s)
 }
 
@@ -124,24 +115,24 @@ enum Name {
     Output,
 }
 
-fn check_name(kind: Name, s: &str) -> Result<(), IdError> {
+fn check_name(kind: Name, s: &str) -> Result<(), Error> {
     let (what, max, dots) = match kind {
         Name::Task => ("task name", 64, false),
         Name::Job => ("job name", 64, false),
         Name::Output => ("output name", 128, true),
     };
     if s.is_empty() {
-        return Err(IdError::new(what, s, "must not be empty"));
+        return Err(Error::id(what, s, "must not be empty"));
     }
     if s.len() > max {
-        return Err(IdError::new(what, s, format!("longer than {max} characters")));
+        return Err(Error::id(what, s, format!("longer than {max} characters")));
     }
     if !s.as_bytes()[0].is_ascii_alphanumeric() && s.as_bytes()[0] != b'_' {
-        return Err(IdError::new(what, s, "must start with a letter, digit or underscore"));
+        return Err(Error::id(what, s, "must start with a letter, digit or underscore"));
     }
     if let Some(c) = s.chars().find(|&c| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || (dots && c == '.'))) {
         let allowed = if dots { "letters, digits, '_', '-' and '.'" } else { "letters, digits, '_' and '-'" };
-        return Err(IdError::new(what, s, format!("character {c:?} is not allowed (only {allowed})")));
+        return Err(Error::id(what, s, format!("character {c:?} is not allowed (only {allowed})")));
     }
     Ok(())
 }
@@ -199,16 +190,16 @@ impl fmt::Display for ObjectId {
 }
 
 impl FromStr for ObjectId {
-    type Err = IdError;
-    fn from_str(s: &str) -> Result<Self, IdError> {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
         let parts: Vec<&str> = s.split('/').collect();
         let [job, task, rank, name] = parts.as_slice() else {
-            return Err(IdError::new("object id", s, "expected <job>/<task>/<rank>/<name>"));
+            return Err(Error::id("object id", s, "expected <job>/<task>/<rank>/<name>"));
         };
         let job: JobId = job.parse()?;
         check_task_name(task)?;
         let rank: u32 =
-            rank.parse().map_err(|_| IdError::new("object id", s, format!("rank {rank:?} is not a number")))?;
+            rank.parse().map_err(|_| Error::id("object id", s, format!("rank {rank:?} is not a number")))?;
         check_output_name(name)?;
         Ok(ObjectId { job, task: task.to_string(), rank, name: name.to_string() })
     }

@@ -10,6 +10,7 @@
 //!   kinds, rail limits).
 //! - [`topology`]: GPU link levels, the parser of `nvidia-smi topo -m`, and worker labels.
 //! - [`convert`]: the one place where proto types become domain types and back.
+//! - [`error`]: the crate's one error enum; each variant names the input it refused.
 //!
 //! `pb` and `convert` are behind the default `grpc` feature; without it this crate is pure (no
 //! tonic, no prost), which is how the scheduling core and the data plane depend on it.
@@ -18,6 +19,7 @@ pub mod collective;
 #[cfg(feature = "grpc")]
 pub mod convert;
 pub mod domain;
+pub mod error;
 pub mod ids;
 pub mod rules;
 pub mod topology;
@@ -29,12 +31,12 @@ pub mod pb {
     tonic::include_proto!("plexus.v1");
 }
 
-pub use collective::{Algorithm, DType, ExchangeSchedule, ReduceOp, Split, UnknownName};
+pub use collective::{Algorithm, DType, ExchangeSchedule, ReduceOp, Split};
 #[cfg(feature = "grpc")]
 pub use convert::ConvertError;
 pub use domain::{JobState, Resources, SubtaskState};
+pub use error::{Error, Result};
 pub use ids::{AttemptRef, IdError, JobId, ObjectId, SubtaskKey, WorkerId};
-pub use rules::RuleError;
 
 /// Milliseconds since the Unix epoch, the time unit of the whole contract.
 pub fn now_ms() -> u64 {

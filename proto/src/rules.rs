@@ -4,6 +4,8 @@
 
 use std::net::SocketAddr;
 
+use crate::error::Error;
+
 /// Built-in task kinds the workers know. A kind runs inside the worker, not as a process.
 pub const BUILTIN_KINDS: &[&str] = &["noop", "allreduce", "reduce", "alltoall", "redistribute"];
 
@@ -55,38 +57,25 @@ pub const MAX_NODE_GPUS: usize = 256;
 /// Hostnames and GPU model names.
 pub const MAX_NAME_LEN: usize = 256;
 
-/// A value that breaks one of these rules; the text says which value and which rule.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RuleError {
-    #[error("env key {0:?} is not a valid variable name")]
-    EnvKey(String),
-    #[error("env key {0:?} is reserved (PLEXUS_* are set by the worker)")]
-    ReservedEnvKey(String),
-    #[error("{0} rail addresses; at most {MAX_RAILS}")]
-    TooManyRails(usize),
-    #[error("rail address {0:?} is not ip:port")]
-    RailAddr(String),
-}
-
 /// An environment variable name a job may set: not empty, no `=` or NUL (which cannot be in a
 /// process's environment), and not one the worker reserves.
-pub fn check_env_key(k: &str) -> Result<(), RuleError> {
+pub fn check_env_key(k: &str) -> Result<(), Error> {
     if k.is_empty() || k.contains('=') || k.contains('\0') {
-        return Err(RuleError::EnvKey(k.to_string()));
+        return Err(Error::EnvKey(k.to_string()));
     }
     if k.starts_with(RESERVED_ENV_PREFIX) {
-        return Err(RuleError::ReservedEnvKey(k.to_string()));
+        return Err(Error::ReservedEnvKey(k.to_string()));
     }
     Ok(())
 }
 
 /// Parses rail addresses from the network, naming the first bad one.
-pub fn parse_rails(list: &[String]) -> Result<Vec<SocketAddr>, RuleError> {
+pub fn parse_rails(list: &[String]) -> Result<Vec<SocketAddr>, Error> {
     if list.len() > MAX_RAILS {
-        return Err(RuleError::TooManyRails(list.len()));
+        return Err(Error::TooManyRails { count: list.len(), max: MAX_RAILS });
     }
     list.iter()
-        .map(|r| r.parse::<SocketAddr>().map_err(|_| RuleError::RailAddr(r.chars().take(MAX_RAIL_ADDR_LEN).collect())))
+        .map(|r| r.parse::<SocketAddr>().map_err(|_| Error::RailAddr(r.chars().take(MAX_RAIL_ADDR_LEN).collect())))
         .collect()
 }
 
@@ -104,17 +93,17 @@ mod tests {
     fn env_keys_are_checked_and_named() {
         assert_eq!(check_env_key("OMP_NUM_THREADS"), Ok(()));
         assert_eq!(check_env_key("A=B").unwrap_err().to_string(), "env key \"A=B\" is not a valid variable name");
-        assert!(matches!(check_env_key(""), Err(RuleError::EnvKey(_))));
-        assert!(matches!(check_env_key("X\0"), Err(RuleError::EnvKey(_))));
+        assert!(matches!(check_env_key(""), Err(Error::EnvKey(_))));
+        assert!(matches!(check_env_key("X\0"), Err(Error::EnvKey(_))));
         assert!(check_env_key("PLEXUS_OUT").unwrap_err().to_string().contains("reserved"));
     }
 
     #[test]
     fn rails_are_parsed_within_limits() {
         assert_eq!(parse_rails(&["127.0.0.1:9000".into()]).unwrap().len(), 1);
-        assert_eq!(parse_rails(&["nope".into()]), Err(RuleError::RailAddr("nope".into())));
+        assert_eq!(parse_rails(&["nope".into()]), Err(Error::RailAddr("nope".into())));
         let many: Vec<String> = (0..=MAX_RAILS).map(|i| format!("127.0.0.1:{}", 9000 + i)).collect();
-        assert_eq!(parse_rails(&many), Err(RuleError::TooManyRails(MAX_RAILS + 1)));
+        assert_eq!(parse_rails(&many), Err(Error::TooManyRails { count: MAX_RAILS + 1, max: MAX_RAILS }));
         assert!(!rails_within_limits(&many));
         assert!(!rails_within_limits(&["x".repeat(MAX_RAIL_ADDR_LEN + 1)]));
         assert!(rails_within_limits(&many[..MAX_RAILS]));

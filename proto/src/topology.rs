@@ -25,6 +25,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::error::Error;
+
 /// The most text [`parse_topo_matrix`] reads: an 8-GPU node with 18 NICs prints about 10 KiB.
 pub const MAX_TOPO_BYTES: usize = 1 << 20;
 /// The most GPUs of one matrix: the bound of a node's GPUs (`rules::MAX_NODE_GPUS`).
@@ -119,7 +121,7 @@ impl fmt::Display for LinkLevel {
 /// Reads `X`, `NV#`, `PIX`, `PXB`, `PHB`, `NODE`, `SYS` or `SOC` (in any case: some tools print
 /// a lower-case `x`).
 impl FromStr for LinkLevel {
-    type Err = TopoError;
+    type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let level = match s.to_ascii_uppercase().as_str() {
@@ -135,7 +137,7 @@ impl FromStr for LinkLevel {
                     .filter(|d| (1..=2).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()));
                 match n.and_then(|d| d.parse::<u8>().ok()) {
                     Some(n) if (1..=MAX_NVLINKS).contains(&n) => LinkLevel::NvLink(n),
-                    _ => return Err(TopoError::Level(quote(s))),
+                    _ => return Err(Error::Level(quote(s))),
                 }
             }
         };
@@ -229,26 +231,9 @@ impl GpuTopo {
     }
 }
 
-/// What is wrong with a topology matrix or a label; the text names the line and the token.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TopoError {
-    #[error("the output is {0} bytes; at most {MAX_TOPO_BYTES} are read")]
-    TooLarge(usize),
-    #[error("no matrix header (a line starting with GPU0) in the output")]
-    NoHeader,
-    #[error("line {line}: {reason}: {token}")]
-    Token { line: usize, token: String, reason: &'static str },
-    #[error("line {line}: {reason}")]
-    Line { line: usize, reason: String },
-    #[error("GPU{0} has a column in the header but no row")]
-    MissingRow(u32),
-    #[error("GPU{a}/GPU{b} is {ab} but GPU{b}/GPU{a} is {ba}: the matrix is not symmetric")]
-    Asymmetric { a: u32, b: u32, ab: LinkLevel, ba: LinkLevel },
-    #[error("{0} is not a link level (expected X, NV#, PIX, PXB, PHB, NODE, SYS or SOC)")]
-    Level(String),
-    #[error("label {label}: {reason}")]
-    Label { label: String, reason: String },
-}
+/// The old name of the crate's error for topology matrices and labels, kept for the crates that
+/// still name it: the same type as [`Error`].
+pub type TopoError = Error;
 
 /// A token as an error repeats it: quoted with escapes (so control characters cannot reach a
 /// terminal), cut to [`ECHO_LEN`] characters.
@@ -295,82 +280,13 @@ fn numa_node(token: &str) -> Option<u32> {
 }
 
 /// Parses the whole output of `nvidia-smi topo -m` (see the module docs for what it accepts).
-pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
+pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, Error> {
     if text.len() > MAX_TOPO_BYTES {
-        return Err(TopoError::TooLarge(text.len()));
+        return Err(Error::TooLarge { len: text.len(), max: MAX_TOPO_BYTES });
     }
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
-
-    // The header: the first line that starts with a GPU label not followed by a link level.
-    let (header_line, header) = loop {
-        let Some((n, line)) = lines.next() else { return Err(TopoError::NoHeader) };
-        let t = line.trim();
-        if t.starts_with('#') {
-            continue;
-        }
-        let mut fields = t.split_whitespace();
-        let Some(first) = fields.next() else { continue };
-        if gpu_label(first).is_some() && fields.next().is_none_or(|f| f.parse::<LinkLevel>().is_err()) {
-            break (n, t);
-        }
-    };
-
-    // Device columns (Some(device) for a GPU, None for a NIC), then the trailing columns.
-    let mut columns: Vec<Option<u32>> = Vec::new();
-    let mut trailing: Vec<Trailing> = Vec::new();
-    let fields: Vec<&str> = header.split_whitespace().take(MAX_TOPO_COLUMNS + 16).collect();
-    let mut i = 0;
-    while i < fields.len() {
-        let f = fields[i];
-        if trailing.is_empty() && !matches!(f, "CPU" | "NUMA" | "GPU") {
-            if columns.len() == MAX_TOPO_COLUMNS {
-                return Err(TopoError::Line {
-                    line: header_line,
-                    reason: format!("more than {MAX_TOPO_COLUMNS} device columns"),
-                });
-            }
-            let gpu = gpu_label(f);
-            if gpu.is_some() && columns.contains(&gpu) {
-                return Err(TopoError::Token {
-                    line: header_line,
-                    token: quote(f),
-                    reason: "a GPU column listed twice",
-                });
-            }
-            columns.push(gpu);
-            i += 1;
-            continue;
-        }
-        match (f, fields.get(i + 1).copied(), fields.get(i + 2).copied()) {
-            ("CPU", Some("Affinity"), _) => {
-                trailing.push(Trailing::CpuAffinity);
-                i += 2;
-            }
-            ("NUMA", Some("Affinity"), _) => {
-                trailing.push(Trailing::NumaAffinity);
-                i += 2;
-            }
-            ("GPU", Some("NUMA"), Some("ID")) => {
-                trailing.push(Trailing::Other);
-                i += 3;
-            }
-            _ => {
-                trailing.push(Trailing::Other);
-                i += 1;
-            }
-        }
-    }
-    let devices: Vec<u32> = columns.iter().flatten().copied().collect();
-    let n = devices.len();
-    if n > MAX_TOPO_GPUS {
-        return Err(TopoError::Line { line: header_line, reason: format!("{n} GPU columns; at most {MAX_TOPO_GPUS}") });
-    }
-    let position = |device: u32| devices.iter().position(|d| *d == device);
-
-    let mut levels: Vec<Option<LinkLevel>> = vec![None; n * n];
-    let mut gpus: Vec<TopoGpu> =
-        devices.iter().map(|&index| TopoGpu { index, numa: None, cpu_affinity: None }).collect();
-    let mut seen = vec![false; n];
+    let (header_line, header) = find_header(&mut lines)?;
+    let mut m = Matrix::from_header(header_line, header)?;
     let mut rows = 0;
     for (line, text) in lines {
         let t = text.trim();
@@ -383,78 +299,184 @@ pub fn parse_topo_matrix(text: &str) -> Result<GpuTopo, TopoError> {
         if t.starts_with("Legend") {
             break;
         }
+        if m.read_row(line, t)? {
+            rows += 1;
+        }
+    }
+    m.finish()
+}
+
+/// The header: the first line that starts with a GPU label not followed by a link level.
+fn find_header<'t>(lines: &mut impl Iterator<Item = (usize, &'t str)>) -> Result<(usize, &'t str), Error> {
+    loop {
+        let Some((n, line)) = lines.next() else { return Err(Error::NoHeader) };
+        let t = line.trim();
+        if t.starts_with('#') {
+            continue;
+        }
         let mut fields = t.split_whitespace();
-        let Some(label) = fields.next() else { continue };
-        // NIC rows, and anything else that is not a GPU's row, are not read.
-        let Some(device) = gpu_label(label) else { continue };
-        let Some(row) = position(device) else {
-            return Err(TopoError::Token {
+        let Some(first) = fields.next() else { continue };
+        if gpu_label(first).is_some() && fields.next().is_none_or(|f| f.parse::<LinkLevel>().is_err()) {
+            return Ok((n, t));
+        }
+    }
+}
+
+/// A matrix being read: its columns from the header, and what the GPU rows read so far said.
+struct Matrix {
+    /// Device columns: Some(device) for a GPU, None for a NIC.
+    columns: Vec<Option<u32>>,
+    /// The columns after the device columns.
+    trailing: Vec<Trailing>,
+    /// The GPUs of the columns, in column order.
+    devices: Vec<u32>,
+    /// `levels[row * n + col]`, set as the rows are read.
+    levels: Vec<Option<LinkLevel>>,
+    gpus: Vec<TopoGpu>,
+    /// Which GPUs' rows were read.
+    seen: Vec<bool>,
+}
+
+impl Matrix {
+    fn from_header(header_line: usize, header: &str) -> Result<Matrix, Error> {
+        let (columns, trailing) = header_columns(header_line, header)?;
+        let devices: Vec<u32> = columns.iter().flatten().copied().collect();
+        let n = devices.len();
+        if n > MAX_TOPO_GPUS {
+            return Err(Error::Line { line: header_line, reason: format!("{n} GPU columns; at most {MAX_TOPO_GPUS}") });
+        }
+        let gpus = devices.iter().map(|&index| TopoGpu { index, numa: None, cpu_affinity: None }).collect();
+        Ok(Matrix { columns, trailing, levels: vec![None; n * n], gpus, seen: vec![false; n], devices })
+    }
+
+    fn position(&self, device: u32) -> Option<usize> {
+        self.devices.iter().position(|d| *d == device)
+    }
+
+    /// Reads one line of the matrix's body; true when it was a GPU's row. NIC rows, and
+    /// anything else that is not a GPU's row, are not read.
+    fn read_row(&mut self, line: usize, t: &str) -> Result<bool, Error> {
+        let n = self.devices.len();
+        let mut fields = t.split_whitespace();
+        let Some(label) = fields.next() else { return Ok(false) };
+        let Some(device) = gpu_label(label) else { return Ok(false) };
+        let Some(row) = self.position(device) else {
+            return Err(Error::Token {
                 line,
                 token: quote(label),
                 reason: "a row for a GPU the header has no column for",
             });
         };
-        if seen[row] {
-            return Err(TopoError::Token { line, token: quote(label), reason: "a second row for this GPU" });
+        if self.seen[row] {
+            return Err(Error::Token { line, token: quote(label), reason: "a second row for this GPU" });
         }
-        seen[row] = true;
-        rows += 1;
-        for (k, column) in columns.iter().enumerate() {
+        self.seen[row] = true;
+        for (k, column) in self.columns.iter().enumerate() {
             let Some(field) = fields.next() else {
-                return Err(TopoError::Line {
+                return Err(Error::Line {
                     line,
-                    reason: format!("{label} has {k} link fields; the header has {} device columns", columns.len()),
+                    reason: format!(
+                        "{label} has {k} link fields; the header has {} device columns",
+                        self.columns.len()
+                    ),
                 });
             };
             // NIC columns are not read: a damaged NIC cell does not cost the GPUs' links.
             let Some(other) = column else { continue };
-            let level = field.parse::<LinkLevel>().map_err(|_| TopoError::Token {
+            let level = field.parse::<LinkLevel>().map_err(|_| Error::Token {
                 line,
                 token: quote(field),
                 reason: "not a link level (X, NV#, PIX, PXB, PHB, NODE, SYS)",
             })?;
-            let col = position(*other).unwrap_or(row);
+            let col = self.devices.iter().position(|d| d == other).unwrap_or(row);
             if (col == row) != (level == LinkLevel::SameGpu) {
-                return Err(TopoError::Token {
+                return Err(Error::Token {
                     line,
                     token: quote(field),
                     reason: "X must be on the diagonal, and only there",
                 });
             }
-            levels[row * n + col] = Some(level);
+            self.levels[row * n + col] = Some(level);
         }
         for (k, field) in fields.enumerate() {
-            match trailing.get(k) {
+            match self.trailing.get(k) {
                 None => {
-                    return Err(TopoError::Token {
+                    return Err(Error::Token {
                         line,
                         token: quote(field),
                         reason: "a field past the header's last column",
                     });
                 }
-                Some(Trailing::CpuAffinity) => gpus[row].cpu_affinity = cpu_affinity(field),
-                Some(Trailing::NumaAffinity) => gpus[row].numa = numa_node(field),
+                Some(Trailing::CpuAffinity) => self.gpus[row].cpu_affinity = cpu_affinity(field),
+                Some(Trailing::NumaAffinity) => self.gpus[row].numa = numa_node(field),
                 Some(Trailing::Other) => {}
             }
         }
+        Ok(true)
     }
-    if let Some(missing) = seen.iter().position(|s| !s) {
-        return Err(TopoError::MissingRow(devices[missing]));
-    }
-    let mut full = Vec::with_capacity(n * n);
-    for i in 0..n {
-        for j in 0..n {
-            // Every row read all the GPU columns, so every cell is set; a hole is a parser bug,
-            // reported as the missing row rather than a panic.
-            let Some(ab) = levels[i * n + j] else { return Err(TopoError::MissingRow(devices[i])) };
-            let ba = levels[j * n + i].unwrap_or(ab);
-            if ab != ba {
-                return Err(TopoError::Asymmetric { a: devices[i], b: devices[j], ab, ba });
-            }
-            full.push(ab);
+
+    /// The topology, once every GPU's row was read and the matrix is symmetric.
+    fn finish(self) -> Result<GpuTopo, Error> {
+        let (n, devices, levels) = (self.devices.len(), &self.devices, &self.levels);
+        if let Some(missing) = self.seen.iter().position(|s| !s) {
+            return Err(Error::MissingRow(devices[missing]));
         }
+        let mut full = Vec::with_capacity(n * n);
+        for i in 0..n {
+            for j in 0..n {
+                // Every row read all the GPU columns, so every cell is set; a hole is a parser
+                // bug, reported as the missing row rather than a panic.
+                let Some(ab) = levels[i * n + j] else { return Err(Error::MissingRow(devices[i])) };
+                let ba = levels[j * n + i].unwrap_or(ab);
+                if ab != ba {
+                    return Err(Error::Asymmetric {
+                        a: devices[i],
+                        b: devices[j],
+                        ab: ab.to_string(),
+                        ba: ba.to_string(),
+                    });
+                }
+                full.push(ab);
+            }
+        }
+        Ok(GpuTopo { gpus: self.gpus, levels: full })
     }
-    Ok(GpuTopo { gpus, levels: full })
+}
+
+/// The header's device columns (Some(device) for a GPU, None for a NIC), then its trailing
+/// columns.
+fn header_columns(header_line: usize, header: &str) -> Result<(Vec<Option<u32>>, Vec<Trailing>), Error> {
+    let mut columns: Vec<Option<u32>> = Vec::new();
+    let mut trailing: Vec<Trailing> = Vec::new();
+    let fields: Vec<&str> = header.split_whitespace().take(MAX_TOPO_COLUMNS + 16).collect();
+    let mut i = 0;
+    while i < fields.len() {
+        let f = fields[i];
+        if trailing.is_empty() && !matches!(f, "CPU" | "NUMA" | "GPU") {
+            if columns.len() == MAX_TOPO_COLUMNS {
+                return Err(Error::Line {
+                    line: header_line,
+                    reason: format!("more than {MAX_TOPO_COLUMNS} device columns"),
+                });
+            }
+            let gpu = gpu_label(f);
+            if gpu.is_some() && columns.contains(&gpu) {
+                return Err(Error::Token { line: header_line, token: quote(f), reason: "a GPU column listed twice" });
+            }
+            columns.push(gpu);
+            i += 1;
+            continue;
+        }
+        let (kind, width) = match (f, fields.get(i + 1).copied(), fields.get(i + 2).copied()) {
+            ("CPU", Some("Affinity"), _) => (Trailing::CpuAffinity, 2),
+            ("NUMA", Some("Affinity"), _) => (Trailing::NumaAffinity, 2),
+            ("GPU", Some("NUMA"), Some("ID")) => (Trailing::Other, 3),
+            _ => (Trailing::Other, 1),
+        };
+        trailing.push(kind);
+        i += width;
+    }
+    Ok((columns, trailing))
 }
 
 /// The label that names a node's rack: workers with the same value share a rack.
@@ -473,23 +495,23 @@ fn label_text_ok(s: &str) -> bool {
 /// A label a worker may carry: key and value of 1 to [`MAX_LABEL_LEN`] characters of `a-z`,
 /// `A-Z`, `0-9`, `-`, `_` and `.`, starting with a letter or digit. Labels are shown in tables and
 /// compared for racks, so nothing else is accepted.
-pub fn check_label(key: &str, value: &str) -> Result<(), TopoError> {
+pub fn check_label(key: &str, value: &str) -> Result<(), Error> {
     let rule =
         format!("1 to {MAX_LABEL_LEN} characters of a-z, A-Z, 0-9, '-', '_' and '.', starting with a letter or digit");
     let label = || quote(&format!("{key}={value}"));
     if !label_text_ok(key) {
-        return Err(TopoError::Label { label: label(), reason: format!("the key must be {rule}") });
+        return Err(Error::Label { label: label(), reason: format!("the key must be {rule}") });
     }
     if !label_text_ok(value) {
-        return Err(TopoError::Label { label: label(), reason: format!("the value must be {rule}") });
+        return Err(Error::Label { label: label(), reason: format!("the value must be {rule}") });
     }
     Ok(())
 }
 
 /// Parses `key=value` (`--label rack=r1`) and checks it with [`check_label`].
-pub fn parse_label(s: &str) -> Result<(String, String), TopoError> {
+pub fn parse_label(s: &str) -> Result<(String, String), Error> {
     let Some((key, value)) = s.split_once('=') else {
-        return Err(TopoError::Label { label: quote(s), reason: "expected key=value, e.g. rack=r1".into() });
+        return Err(Error::Label { label: quote(s), reason: "expected key=value, e.g. rack=r1".into() });
     };
     check_label(key, value)?;
     Ok((key.to_string(), value.to_string()))
@@ -735,7 +757,10 @@ mod tests {
         );
         assert!(!e.contains('\u{1b}'), "no raw escape reaches a terminal");
         let huge = "x".repeat(MAX_TOPO_BYTES + 1);
-        assert_eq!(parse_topo_matrix(&huge).unwrap_err(), TopoError::TooLarge(MAX_TOPO_BYTES + 1));
+        assert_eq!(
+            parse_topo_matrix(&huge).unwrap_err(),
+            Error::TooLarge { len: MAX_TOPO_BYTES + 1, max: MAX_TOPO_BYTES }
+        );
         let wide =
             format!("GPU0 {}\nGPU0 X\n", (1..=MAX_TOPO_GPUS).map(|i| format!("GPU{i}")).collect::<Vec<_>>().join(" "));
         assert_eq!(err(&wide), format!("line 1: {} GPU columns; at most {MAX_TOPO_GPUS}", MAX_TOPO_GPUS + 1));

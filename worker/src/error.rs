@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use plexus_proto::{ConvertError, IdError, ObjectId, RuleError};
+use plexus_proto::ObjectId;
 
 /// Everything that can go wrong in the worker.
 #[derive(Debug, thiserror::Error)]
@@ -20,18 +20,12 @@ pub enum Error {
     #[error("{action} {}: {source}", path.display())]
     Io { action: &'static str, path: PathBuf, source: std::io::Error },
 
-    /// Something arrived from the network (or was found on disk) that is not a valid id or name.
+    /// Something arrived from the network (or was found on disk) that breaks the contract: not
+    /// a valid id or name, a proto message that does not convert into a valid domain value, or
+    /// one of the rules shared with the coordinator (`plexus_proto::rules`), e.g. too many rail
+    /// addresses or one that is not `ip:port`.
     #[error(transparent)]
-    Id(#[from] IdError),
-
-    /// A proto message did not convert into a valid domain value.
-    #[error(transparent)]
-    Convert(#[from] ConvertError),
-
-    /// A request broke one of the rules shared with the coordinator (`plexus_proto::rules`), e.g.
-    /// too many rail addresses or one that is not `ip:port`.
-    #[error(transparent)]
-    Rule(#[from] RuleError),
+    Proto(#[from] plexus_proto::Error),
 
     /// An assignment that cannot be run as sent (e.g. neither a command nor a kind).
     #[error("invalid assignment: {0}")]
@@ -40,12 +34,33 @@ pub enum Error {
     /// An assignment that breaks one of the shared rules (e.g. an env key the coordinator would
     /// have refused at submit: the worker does not trust the network).
     #[error("invalid assignment: {0}")]
-    AssignmentRule(#[source] RuleError),
+    AssignmentRule(#[source] plexus_proto::Error),
 
     /// A collective assignment whose dtype, op or algorithm is not one of the names in
     /// `plexus_proto::collective`.
     #[error("invalid assignment: collective {field}: {source}")]
-    CollectiveName { field: &'static str, source: plexus_proto::UnknownName },
+    CollectiveName { field: &'static str, source: plexus_proto::Error },
+
+    /// A `PushObject` request without a client certificate: only a worker of the cluster may
+    /// ask for a push.
+    #[error("PushObject needs a worker's certificate")]
+    PushUnauthenticated,
+
+    /// The coordinator could not say which worker a `PushObject` caller is (`reason`: what the
+    /// last coordinator asked answered).
+    #[error("cannot check the caller of PushObject with the coordinator: {reason}")]
+    PushUnchecked { reason: String },
+
+    /// A `PushObject` to rails the calling worker did not register: pushes go only to the
+    /// caller's own rails, so no worker can make another send data anywhere.
+    #[error(
+        "PushObject to rails {rails:?}: not all of them are registered by the calling worker {worker}; pushes go only to the caller's own rails"
+    )]
+    PushRefused { rails: Vec<String>, worker: String },
+
+    /// This worker was given no coordinator to ask.
+    #[error("no coordinator to ask")]
+    NoCoordinator,
 
     /// A `PushObject` request that names no rail to push to.
     #[error("PushObject needs the requester's rail addresses")]
@@ -200,7 +215,7 @@ pub enum Error {
 
     /// The kernel killed a process of the attempt for exceeding its memory limit (its cgroup's
     /// OOM-kill count went up), rather than it dying of SIGKILL for another reason.
-    #[error("killed: out of memory (limit {})", crate::isolation::human_bytes(*limit))]
+    #[error("killed: out of memory (limit {})", human_bytes(*limit))]
     OutOfMemory { limit: u64 },
 
     /// The attempt ran past its `timeout_ms`.
@@ -272,15 +287,15 @@ impl Error {
     /// The gRPC code this error is answered with when it ends a PeerService request: what the
     /// caller asked for is absent (NOT_FOUND), the request itself is wrong (INVALID_ARGUMENT), the
     /// data plane or another service failed (UNAVAILABLE), this worker is at a limit on what it
-    /// serves at once (RESOURCE_EXHAUSTED: the caller may try another holder), or this worker
+    /// serves at once (RESOURCE_EXHAUSTED: the caller may try another holder), the caller may
+    /// not ask for it (UNAUTHENTICATED without a certificate, PERMISSION_DENIED for a push to
+    /// rails that are not its own), or this worker
     /// failed locally (INTERNAL). Every variant is listed, so a new one has to choose.
     pub fn code(&self) -> tonic::Code {
         use tonic::Code;
         match self {
             Error::ObjectNotFound { .. } | Error::NoLogs { .. } => Code::NotFound,
-            Error::Id(_)
-            | Error::Convert(_)
-            | Error::Rule(_)
+            Error::Proto(_)
             | Error::InvalidAssignment(_)
             | Error::AssignmentRule(_)
             | Error::CollectiveName { .. }
@@ -288,10 +303,13 @@ impl Error {
             | Error::Config(_)
             | Error::Size { .. } => Code::InvalidArgument,
             Error::DataDirLocked { .. } => Code::FailedPrecondition,
+            Error::PushUnauthenticated => Code::Unauthenticated,
+            Error::PushUnchecked { .. } | Error::PushRefused { .. } => Code::PermissionDenied,
             Error::OutOfMemory { .. } | Error::Busy { .. } => Code::ResourceExhausted,
             Error::Dataplane(_)
             | Error::Push { .. }
             | Error::Connect { .. }
+            | Error::NoCoordinator
             | Error::Reregister
             | Error::StreamClosed
             | Error::Communicator(_)
@@ -333,6 +351,21 @@ impl From<Error> for tonic::Status {
     }
 }
 
+/// A byte count as the reports say it: `64 MiB`, `1.5 GiB`, `100 bytes`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (size, unit) in UNITS {
+        if n >= size {
+            return if n.is_multiple_of(size) {
+                format!("{} {unit}", n / size)
+            } else {
+                format!("{:.1} {unit}", n as f64 / size as f64)
+            };
+        }
+    }
+    format!("{n} bytes")
+}
+
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -346,7 +379,13 @@ mod tests {
         let object = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "x".into() };
         let cases = [
             (Error::ObjectNotFound { object: object.clone() }, tonic::Code::NotFound),
-            (Error::Rule(RuleError::TooManyRails(65)), tonic::Code::InvalidArgument),
+            (Error::Proto(plexus_proto::Error::TooManyRails { count: 65, max: 64 }), tonic::Code::InvalidArgument),
+            (Error::PushUnauthenticated, tonic::Code::Unauthenticated),
+            (Error::PushUnchecked { reason: "no coordinator to ask".into() }, tonic::Code::PermissionDenied),
+            (
+                Error::PushRefused { rails: vec!["10.0.0.1:7000".into()], worker: "wkr-1".into() },
+                tonic::Code::PermissionDenied,
+            ),
             (Error::NoRequesterRails, tonic::Code::InvalidArgument),
             (
                 Error::Push { object: object.clone(), source: Box::new(plexus_dataplane::Error::Shutdown) },
@@ -370,6 +409,24 @@ mod tests {
             Error::ObjectNotFound { object: object.clone() }.to_string(),
             format!("object {object} is not in the cache of this worker")
         );
-        assert_eq!(Error::Rule(RuleError::TooManyRails(65)).to_string(), "65 rail addresses; at most 64");
+        assert_eq!(
+            Error::Proto(plexus_proto::Error::TooManyRails { count: 65, max: 64 }).to_string(),
+            "65 rail addresses; at most 64"
+        );
+        assert_eq!(Error::PushUnauthenticated.to_string(), "PushObject needs a worker's certificate");
+        assert_eq!(
+            Error::PushRefused { rails: vec!["10.0.0.1:7000".into()], worker: "wkr-1".into() }.to_string(),
+            "PushObject to rails [\"10.0.0.1:7000\"]: not all of them are registered by the calling worker wkr-1; \
+             pushes go only to the caller's own rails"
+        );
+    }
+
+    #[test]
+    fn byte_counts_read_as_people_write_them() {
+        assert_eq!(human_bytes(64 << 20), "64 MiB");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(human_bytes(1 << 40), "1 TiB");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(100), "100 bytes");
     }
 }

@@ -104,38 +104,7 @@ impl Exchange {
         split_file: Option<&[u8]>,
     ) -> Result<Bytes> {
         let (n, rank, e) = (x.size(), x.rank(), dtype.size());
-        let shape = |len: usize| match input {
-            Some(object) => Error::InputShape { object: object.clone(), len, dtype },
-            None => Error::ExchangeInput(format!("{len} bytes of input where none was expected")),
-        };
-        // This member's row, in elements, or why it cannot take part.
-        let row: Result<Vec<u64>> = if !data.len().is_multiple_of(e) {
-            Err(shape(data.len()))
-        } else {
-            let len = (data.len() / e) as u64;
-            match (&self.redistribute, self.split) {
-                (Some(l), _) => {
-                    let mut row = if rank < l.p { l.send_counts(rank, len) } else { Vec::new() };
-                    row.resize(n, 0);
-                    Ok(row)
-                }
-                (None, Split::Equal) => {
-                    Ok((0..n as u64).map(|j| len / n as u64 + u64::from(j < len % n as u64)).collect())
-                }
-                (None, Split::Counts) => {
-                    let row = self.counts[rank * n..(rank + 1) * n].to_vec();
-                    let sum: u128 = row.iter().map(|&c| u128::from(c)).sum();
-                    if sum == u128::from(len) {
-                        Ok(row)
-                    } else {
-                        Err(Error::ExchangeInput(format!(
-                            "counts[{rank}] adds up to {sum} elements, but member {rank}'s input has {len} {dtype} elements"
-                        )))
-                    }
-                }
-                (None, Split::File) => parse_split_file(split_file.unwrap_or_default(), n, rank, len),
-            }
-        };
+        let row = self.row(n, rank, dtype, data.len(), input, split_file);
         let mine: Vec<u64> = match &row {
             Ok(r) => r.iter().map(|&c| c * e as u64).collect(),
             Err(_) => vec![REFUSED; n],
@@ -197,6 +166,51 @@ impl Exchange {
                 l.unpack(rank, &parts, e)
                     .map(Bytes::from)
                     .map_err(|err| Error::ExchangeInput(format!("from_block = {}: {}", l.x, plain(err))))
+            }
+        }
+    }
+
+    /// This member's row of the exchange's table, in elements, from its input of `bytes` bytes;
+    /// or why it cannot take part.
+    fn row(
+        &self,
+        n: usize,
+        rank: usize,
+        dtype: DType,
+        bytes: usize,
+        input: Option<&ObjectId>,
+        split_file: Option<&[u8]>,
+    ) -> Result<Vec<u64>> {
+        let e = dtype.size();
+        let shape = |len: usize| match input {
+            Some(object) => Error::InputShape { object: object.clone(), len, dtype },
+            None => Error::ExchangeInput(format!("{len} bytes of input where none was expected")),
+        };
+        if !bytes.is_multiple_of(e) {
+            Err(shape(bytes))
+        } else {
+            let len = (bytes / e) as u64;
+            match (&self.redistribute, self.split) {
+                (Some(l), _) => {
+                    let mut row = if rank < l.p { l.send_counts(rank, len) } else { Vec::new() };
+                    row.resize(n, 0);
+                    Ok(row)
+                }
+                (None, Split::Equal) => {
+                    Ok((0..n as u64).map(|j| len / n as u64 + u64::from(j < len % n as u64)).collect())
+                }
+                (None, Split::Counts) => {
+                    let row = self.counts[rank * n..(rank + 1) * n].to_vec();
+                    let sum: u128 = row.iter().map(|&c| u128::from(c)).sum();
+                    if sum == u128::from(len) {
+                        Ok(row)
+                    } else {
+                        Err(Error::ExchangeInput(format!(
+                            "counts[{rank}] adds up to {sum} elements, but member {rank}'s input has {len} {dtype} elements"
+                        )))
+                    }
+                }
+                (None, Split::File) => parse_split_file(split_file.unwrap_or_default(), n, rank, len),
             }
         }
     }

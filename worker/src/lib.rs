@@ -147,7 +147,8 @@ impl Worker {
         }
     }
 
-    /// The rest of [`Worker::start`], once the data dir is locked and the isolation ready.
+    /// The rest of [`Worker::start`], once the data dir is locked and the isolation ready: the
+    /// steps in order, each a function below.
     async fn bring_up(
         config: Config,
         coordinator: String,
@@ -161,103 +162,29 @@ impl Worker {
         let credentials = credentials::obtain(&config.trust, &layout, worker_id, &coordinator).await?;
         let session = uuid::Uuid::new_v4().to_string();
         let cache = Cache::open(layout.cache_dir(), config.cache_bytes)?;
-
-        let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| Error::Io {
-            action: "bind the peer service to",
-            path: config.listen.to_string().into(),
-            source: e,
-        })?;
-        let local_addr =
-            listener.local_addr().map_err(Error::io("read the bound address of", config.listen.to_string()))?;
+        let (listener, local_addr) = bind_peer_listener(config.listen).await?;
         let peer_addr = match &config.advertise {
             Some(url) => url.clone(),
             None => default_advertise(local_addr, &config.rails, credentials.is_some()),
         };
-        let rails = Arc::new(
-            plexus_dataplane::Endpoint::bind(plexus_dataplane::EndpointConfig {
-                rails: config.rails.clone(),
-                port: config.rail_port,
-                scheduler: config.rail_scheduler,
-                seg_max: config.seg_max,
-                send_buffer: config.send_buffer,
-                // The rail key arrives with the registration; until then rails refuse everything.
-                auth: if credentials.is_some() {
-                    plexus_dataplane::RailAuth::Pending
-                } else {
-                    plexus_dataplane::RailAuth::Open
-                },
-                ..Default::default()
-            })
-            .await?,
-        );
-
-        let detected = node::detect_gpus().await;
-        let offered = config.gpus.apply(&detected).map_err(Error::Config)?;
-        let offered_indices: Vec<u32> = offered.iter().map(|g| g.index).collect();
-        let (gpu_links, gpu_numa) = if offered.is_empty() {
-            Default::default()
-        } else {
-            match node::detect_topology().await {
-                Ok(topo) => {
-                    let missing: Vec<u32> = offered_indices
-                        .iter()
-                        .copied()
-                        .filter(|&d| !topo.gpus().iter().any(|g| g.index == d))
-                        .collect();
-                    if !missing.is_empty() {
-                        warn!(
-                            ?missing,
-                            "nvidia-smi topo -m does not list these offered GPUs; their links are unknown (counted as SYS)"
-                        );
-                    }
-                    node::topology_report(&topo, &offered_indices)
-                }
-                Err(e) => {
-                    warn!(error = %e, "no GPU topology: reporting no links (the coordinator counts every pair of GPUs as SYS)");
-                    Default::default()
-                }
-            }
-        };
-        let capacity = pb::NodeCapacity {
-            cpus: config.cpus,
-            memory: config.memory,
-            gpus: offered.iter().map(GpuDevice::info).collect(),
-            rails: rails.local_addrs().iter().map(ToString::to_string).collect(),
-            cache_bytes: config.cache_bytes,
-            hostname: node::hostname(),
-            isolation: isolation.mode().as_str().to_string(),
-            gpu_links,
-            labels: config.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            gpu_numa,
-        };
+        let rails = bind_rails(&config, credentials.is_some()).await?;
+        let gpus_found = NodeGpusFound::detect(&config).await?;
+        let capacity = node_capacity(&config, &gpus_found, &rails, &isolation);
         info!(
             %worker_id, %session, peer_addr, data_dir = %layout.root().display(), cpus = capacity.cpus,
-            memory = capacity.memory, gpus = ?offered_indices, gpu_links = capacity.gpu_links.len(), labels = ?config.labels,
-            gpus_present = detected.len(), cache_bytes = capacity.cache_bytes, rails = ?capacity.rails,
-            rail_scheduler = %config.rail_scheduler, isolation = %isolation.mode(), "worker starting"
+            memory = capacity.memory, gpus = ?gpus_found.offered_indices(), gpu_links = capacity.gpu_links.len(),
+            labels = ?config.labels, gpus_present = gpus_found.detected, cache_bytes = capacity.cache_bytes,
+            rails = ?capacity.rails, rail_scheduler = %config.rail_scheduler, isolation = %isolation.mode(),
+            "worker starting"
         );
 
         let shutdown = CancellationToken::new();
-        let mut server = PeerServer::new(cache.clone(), layout.clone(), Arc::clone(&rails));
-        let mut coordinator_tls = None;
-        if let Some(c) = &credentials {
-            let tls = c.coordinator_tls();
-            let mut channels = Vec::new();
-            for url in coordinator.split(',') {
-                let channel = tonic::transport::Endpoint::from_shared(url.to_string())
-                    .map_err(Error::connect(url))?
-                    .tls_config(tls.clone())
-                    .map_err(Error::connect(url))?
-                    .connect_lazy();
-                channels.push(channel);
-            }
-            server = server.with_push_guard(Arc::new(peer::PushGuard::new(channels)));
-            coordinator_tls = Some(tls);
-        }
+        let server = PeerServer::new(cache.clone(), layout.clone(), Arc::clone(&rails));
+        let (server, coordinator_tls) = guard_pushes(server, credentials.as_ref(), &coordinator)?;
         let server_tls = credentials.as_ref().map(credentials::Credentials::peer_server_tls);
         let server_task = tokio::spawn(peer::serve(listener, server, server_tls, shutdown.child_token()));
 
-        let gpus = Arc::new(GpuSampler::new(&offered));
+        let gpus = Arc::new(GpuSampler::new(&gpus_found.offered));
         let gpu_task = tokio::spawn({
             let (gpus, stop) = (Arc::clone(&gpus), shutdown.child_token());
             async move { gpus.run(GPU_SAMPLE_INTERVAL, stop).await }
@@ -266,7 +193,6 @@ impl Worker {
         let counters = Arc::new(metrics::Counters::default());
         let attempts = Attempts::new(shutdown.child_token());
         let attempt_tasks = TaskTracker::new();
-        let node_gpus = NodeGpus { offered: offered.iter().map(|g| g.index).collect(), present: !detected.is_empty() };
         let runner = Runner::new(
             layout.clone(),
             cache.clone(),
@@ -274,32 +200,13 @@ impl Worker {
             attempt_tasks.clone(),
             Arc::clone(&rails),
             Arc::clone(&isolation),
-            node_gpus,
+            gpus_found.node_gpus(),
         )
         .with_peer_tls(credentials.as_ref().map(credentials::Credentials::peer_client_tls))
         .with_counters(Arc::clone(&counters));
-        let metrics_addr = match config.metrics {
-            Some(at) => {
-                let sources = metrics::Sources {
-                    counters,
-                    rails: Arc::clone(&rails),
-                    cache: cache.clone(),
-                    gpus: Arc::clone(&gpus),
-                };
-                match metrics::serve(at, sources, shutdown.child_token()).await {
-                    Ok((bound, _task)) => {
-                        info!(%bound, "serving /metrics");
-                        Some(bound)
-                    }
-                    // The worker still works: metrics are not worth refusing work for.
-                    Err(e) => {
-                        warn!(%at, error = %e, "cannot serve /metrics there; pass --metrics ADDR (port 0: any free port) or --metrics none");
-                        None
-                    }
-                }
-            }
-            None => None,
-        };
+        let sources =
+            metrics::Sources { counters, rails: Arc::clone(&rails), cache: cache.clone(), gpus: Arc::clone(&gpus) };
+        let metrics_addr = serve_metrics(config.metrics, sources, &shutdown).await;
         let session_loop = Session {
             coordinators: Arc::new(session::Coordinators::new(&coordinator)),
             worker_id,
@@ -501,6 +408,150 @@ fn load_or_create_worker_id(layout: &Layout) -> Result<WorkerId> {
             Ok(id)
         }
         Err(e) => Err(Error::Io { action: "read", path, source: e }),
+    }
+}
+
+/// Binds the PeerService's listener; returns it with the address it is bound to.
+async fn bind_peer_listener(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| Error::Io {
+        action: "bind the peer service to",
+        path: listen.to_string().into(),
+        source: e,
+    })?;
+    let local_addr = listener.local_addr().map_err(Error::io("read the bound address of", listen.to_string()))?;
+    Ok((listener, local_addr))
+}
+
+/// Binds the data plane's rails. In a secure cluster the rail key arrives with the registration:
+/// until then the rails refuse everything.
+async fn bind_rails(config: &Config, secure: bool) -> Result<Arc<plexus_dataplane::Endpoint>> {
+    let endpoint = plexus_dataplane::Endpoint::bind(plexus_dataplane::EndpointConfig {
+        rails: config.rails.clone(),
+        port: config.rail_port,
+        scheduler: config.rail_scheduler,
+        seg_max: config.seg_max,
+        send_buffer: config.send_buffer,
+        auth: if secure { plexus_dataplane::RailAuth::Pending } else { plexus_dataplane::RailAuth::Open },
+        ..Default::default()
+    })
+    .await?;
+    Ok(Arc::new(endpoint))
+}
+
+/// The node's GPUs as found at start: how many are present, which are offered (`--gpus`), and
+/// the offered ones' links and NUMA nodes for the registration.
+struct NodeGpusFound {
+    /// How many GPUs the node has, offered or not.
+    detected: usize,
+    offered: Vec<GpuDevice>,
+    links: Vec<pb::GpuLink>,
+    numa: std::collections::HashMap<u32, u32>,
+}
+
+impl NodeGpusFound {
+    async fn detect(config: &Config) -> Result<NodeGpusFound> {
+        let detected = node::detect_gpus().await;
+        let offered = config.gpus.apply(&detected).map_err(Error::Config)?;
+        let (links, numa) = if offered.is_empty() { Default::default() } else { gpu_topology(&offered).await };
+        Ok(NodeGpusFound { detected: detected.len(), offered, links, numa })
+    }
+
+    fn offered_indices(&self) -> Vec<u32> {
+        self.offered.iter().map(|g| g.index).collect()
+    }
+
+    /// What the runner tells subtasks about the node's GPUs.
+    fn node_gpus(&self) -> NodeGpus {
+        NodeGpus { offered: self.offered_indices(), present: self.detected > 0 }
+    }
+}
+
+/// The links and NUMA nodes of the offered GPUs from `nvidia-smi topo -m`; none when it fails
+/// (the coordinator then counts every pair of GPUs as SYS).
+async fn gpu_topology(offered: &[GpuDevice]) -> (Vec<pb::GpuLink>, std::collections::HashMap<u32, u32>) {
+    let offered_indices: Vec<u32> = offered.iter().map(|g| g.index).collect();
+    match node::detect_topology().await {
+        Ok(topo) => {
+            let missing: Vec<u32> =
+                offered_indices.iter().copied().filter(|&d| !topo.gpus().iter().any(|g| g.index == d)).collect();
+            if !missing.is_empty() {
+                warn!(
+                    ?missing,
+                    "nvidia-smi topo -m does not list these offered GPUs; their links are unknown (counted as SYS)"
+                );
+            }
+            node::topology_report(&topo, &offered_indices)
+        }
+        Err(e) => {
+            warn!(error = %e, "no GPU topology: reporting no links (the coordinator counts every pair of GPUs as SYS)");
+            Default::default()
+        }
+    }
+}
+
+/// What the worker registers as its capacity.
+fn node_capacity(
+    config: &Config,
+    gpus: &NodeGpusFound,
+    rails: &plexus_dataplane::Endpoint,
+    isolation: &Isolation,
+) -> pb::NodeCapacity {
+    pb::NodeCapacity {
+        cpus: config.cpus,
+        memory: config.memory,
+        gpus: gpus.offered.iter().map(GpuDevice::info).collect(),
+        rails: rails.local_addrs().iter().map(ToString::to_string).collect(),
+        cache_bytes: config.cache_bytes,
+        hostname: node::hostname(),
+        isolation: isolation.mode().as_str().to_string(),
+        gpu_links: gpus.links.clone(),
+        labels: config.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        gpu_numa: gpus.numa.clone(),
+    }
+}
+
+/// In a secure cluster, pushes go only to rails the calling worker registered, as the
+/// coordinators say ([`peer::PushGuard`]): the server gets a guard with one mutual-TLS channel
+/// per coordinator, and the coordinator TLS config is returned for the session. An insecure
+/// cluster's server is returned as it is.
+fn guard_pushes(
+    server: PeerServer,
+    credentials: Option<&credentials::Credentials>,
+    coordinator: &str,
+) -> Result<(PeerServer, Option<tonic::transport::ClientTlsConfig>)> {
+    let Some(c) = credentials else {
+        return Ok((server, None));
+    };
+    let tls = c.coordinator_tls();
+    let mut channels = Vec::new();
+    for url in coordinator.split(',') {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+            .map_err(Error::connect(url))?
+            .tls_config(tls.clone())
+            .map_err(Error::connect(url))?
+            .connect_lazy();
+        channels.push(channel);
+    }
+    Ok((server.with_push_guard(Arc::new(peer::PushGuard::new(channels))), Some(tls)))
+}
+
+/// Serves `/metrics` at `at` when asked to; the address bound, or `None`. A worker that cannot
+/// serve its metrics still works: metrics are not worth refusing work for.
+async fn serve_metrics(
+    at: Option<SocketAddr>,
+    sources: metrics::Sources,
+    shutdown: &CancellationToken,
+) -> Option<SocketAddr> {
+    let at = at?;
+    match metrics::serve(at, sources, shutdown.child_token()).await {
+        Ok((bound, _task)) => {
+            info!(%bound, "serving /metrics");
+            Some(bound)
+        }
+        Err(e) => {
+            warn!(%at, error = %e, "cannot serve /metrics there; pass --metrics ADDR (port 0: any free port) or --metrics none");
+            None
+        }
     }
 }
 

@@ -112,7 +112,19 @@ impl Sources {
     /// The metrics now, in the Prometheus text format.
     pub fn render(&self) -> String {
         let mut r = Registry::default();
-        let c = &self.counters;
+        self.register_rails(&mut r);
+        self.register_inputs_and_cache(&mut r);
+        self.register_work(&mut r);
+        let build: Family<BuildLabels, Gauge> = Family::default();
+        build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
+        r.register("plexus_build_info", "The worker's build: always 1, with its version as a label", build);
+        let mut text = String::new();
+        let _ = encode(&mut text, &r);
+        text
+    }
+
+    /// The data plane's counters, per rail and in all.
+    fn register_rails(&self, r: &mut Registry) {
         let stats = self.rails.stats();
         let addrs = self.rails.local_addrs();
         let per_rail = |f: &dyn Fn(&plexus_dataplane::RailStats) -> u64| {
@@ -140,21 +152,21 @@ impl Sources {
             per_rail(&|s| s.failures),
         );
         counter(
-            &mut r,
+            r,
             "plexus_rail_segments_resent",
             "Segments sent again after a rail failure, a checksum failure or a busy reply",
             None,
             stats.resent,
         );
         counter(
-            &mut r,
+            r,
             "plexus_rail_segments_corrupt",
             "Segments received whose checksum did not match",
             None,
             stats.corrupt_received,
         );
         counter(
-            &mut r,
+            r,
             "plexus_rail_handshake_failures",
             "Rail connections dropped for failing the rail handshake",
             None,
@@ -163,20 +175,24 @@ impl Sources {
         let open: Gauge = Gauge::default();
         open.set(i64::try_from(stats.open_bytes).unwrap_or(i64::MAX));
         r.register_with_unit("plexus_rail_open", "Bytes held for incoming messages not taken yet", Unit::Bytes, open);
+    }
 
-        counter(&mut r, "plexus_cache_hits", "Inputs found in the object cache", None, c.cache_hits.load(Relaxed));
-        counter(&mut r, "plexus_fetches", "Inputs fetched from a peer", None, c.fetches.load(Relaxed));
-        counter(&mut r, "plexus_fetch_failures", "Inputs no holder could serve", None, c.fetch_failures.load(Relaxed));
+    /// Inputs fetched or found in the cache, and the cache's size.
+    fn register_inputs_and_cache(&self, r: &mut Registry) {
+        let c = &self.counters;
+        counter(r, "plexus_cache_hits", "Inputs found in the object cache", None, c.cache_hits.load(Relaxed));
+        counter(r, "plexus_fetches", "Inputs fetched from a peer", None, c.fetches.load(Relaxed));
+        counter(r, "plexus_fetch_failures", "Inputs no holder could serve", None, c.fetch_failures.load(Relaxed));
         counter(
-            &mut r,
+            r,
             "plexus_fetched",
             "Bytes of inputs fetched from peers",
             Some(Unit::Bytes),
             c.fetched_bytes.load(Relaxed),
         );
-        seconds_counter(&mut r, "plexus_fetch", "Time spent fetching inputs", c.fetch_us.load(Relaxed));
+        seconds_counter(r, "plexus_fetch", "Time spent fetching inputs", c.fetch_us.load(Relaxed));
         counter(
-            &mut r,
+            r,
             "plexus_cache_evicted",
             "Bytes evicted from the object cache to make room",
             Some(Unit::Bytes),
@@ -188,7 +204,11 @@ impl Sources {
         let cap: Gauge = Gauge::default();
         cap.set(i64::try_from(self.cache.capacity()).unwrap_or(i64::MAX));
         r.register_with_unit("plexus_cache_capacity", "The object cache's bound", Unit::Bytes, cap);
+    }
 
+    /// The work this worker ran: attempts by result, collective members by kind, GPU load.
+    fn register_work(&self, r: &mut Registry) {
+        let c = &self.counters;
         let attempts: Family<ResultLabel, Counter> = Family::default();
         for (n, name) in ["succeeded", "failed", "cancelled"].iter().enumerate() {
             attempts.get_or_create(&ResultLabel { result: name.to_string() }).inc_by(c.attempts[n].load(Relaxed));
@@ -218,13 +238,6 @@ impl Sources {
             gpus.get_or_create(&GpuLabel { gpu: g.index.to_string() }).set(g.utilisation);
         }
         r.register("plexus_gpu_utilisation_ratio", "Each offered GPU's utilisation (0..1), from nvidia-smi", gpus);
-
-        let build: Family<BuildLabels, Gauge> = Family::default();
-        build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
-        r.register("plexus_build_info", "The worker's build: always 1, with its version as a label", build);
-        let mut text = String::new();
-        let _ = encode(&mut text, &r);
-        text
     }
 }
 

@@ -255,10 +255,10 @@ impl PushGuard {
 
     /// `ResolvePeer` at the coordinator that answered last, then at the others: a standby
     /// refuses with UNAVAILABLE.
-    async fn resolve(&self, fingerprint: String) -> std::result::Result<pb::ResolvePeerResponse, Status> {
+    async fn resolve(&self, fingerprint: String) -> Result<pb::ResolvePeerResponse> {
         let n = self.coordinators.len().max(1);
         let first = self.leader.load(std::sync::atomic::Ordering::Relaxed);
-        let mut last = Status::unavailable("no coordinator to ask");
+        let mut last = Error::NoCoordinator;
         for i in 0..n {
             let at = (first + i) % n;
             let Some(c) = self.coordinators.get(at) else { break };
@@ -267,17 +267,17 @@ impl PushGuard {
                     self.leader.store(at, std::sync::atomic::Ordering::Relaxed);
                     return Ok(r.into_inner());
                 }
-                Err(s) if s.code() == tonic::Code::Unavailable => last = s,
-                Err(s) => return Err(s),
+                Err(s) if s.code() == tonic::Code::Unavailable => last = Error::rpc("ResolvePeer")(s),
+                Err(s) => return Err(Error::rpc("ResolvePeer")(s)),
             }
         }
         Err(last)
     }
 
     /// Ok when every rail of `rails` was registered by the worker whose certificate is `cert`.
-    pub async fn check(&self, cert: Option<&[u8]>, rails: &[String]) -> std::result::Result<(), Status> {
+    pub async fn check(&self, cert: Option<&[u8]>, rails: &[String]) -> Result<()> {
         let Some(cert) = cert else {
-            return Err(Status::unauthenticated("PushObject needs a worker's certificate"));
+            return Err(Error::PushUnauthenticated);
         };
         let fp = plexus_security::Fingerprint::of_der(cert).0;
         let fresh = |entry: Option<&Resolved>| {
@@ -289,11 +289,12 @@ impl PushGuard {
             // Refused a moment ago: do not ask the coordinator again for every retry.
             Some((w, false, true)) => w,
             _ => {
-                let reply = self.resolve(fp.clone()).await.map_err(|s| {
-                    Status::permission_denied(format!(
-                        "cannot check the caller of PushObject with the coordinator: {}",
-                        s.message()
-                    ))
+                // The coordinator's own words, without the call's name: what the caller sees.
+                let reply = self.resolve(fp.clone()).await.map_err(|e| Error::PushUnchecked {
+                    reason: match e {
+                        Error::Rpc { status, .. } => status.message().to_string(),
+                        other => other.to_string(),
+                    },
                 })?;
                 let ok = rails.iter().all(|r| reply.rails.contains(r));
                 let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
@@ -311,9 +312,7 @@ impl PushGuard {
                 reply.worker_id
             }
         };
-        Err(Status::permission_denied(format!(
-            "PushObject to rails {rails:?}: not all of them are registered by the calling worker {worker}; pushes go only to the caller's own rails"
-        )))
+        Err(Error::PushRefused { rails: rails.to_vec(), worker })
     }
 }
 

@@ -330,22 +330,19 @@ impl Exchanger {
         Ok(())
     }
 
-    async fn execute(&self, base: u64, call: Call<'_>) -> Result<Vec<Bytes>> {
-        let n = self.size();
-        let me = self.rank;
-        if n == 1 {
-            return Ok(call.sends);
-        }
-        // Where each sender's message lands in the receive buffer.
+    /// Where each sender's message lands in the receive buffer: `offsets[j]..offsets[j + 1]` is
+    /// rank j's (empty for this rank's own), `offsets[n]` the buffer's length.
+    fn receive_offsets(&self, table: &ComTable) -> Result<Vec<usize>> {
+        let (n, me) = (self.size(), self.rank);
         let mut offsets = Vec::with_capacity(n + 1);
         let mut total = 0usize;
         for j in 0..n {
             offsets.push(total);
             if j != me {
-                let len = usize::try_from(call.table.get(j, me)).map_err(|_| {
+                let len = usize::try_from(table.get(j, me)).map_err(|_| {
                     Error::Config(format!(
                         "rank {j} sends {} bytes, more than this machine can address",
-                        call.table.get(j, me)
+                        table.get(j, me)
                     ))
                 })?;
                 total = total
@@ -354,6 +351,17 @@ impl Exchanger {
             }
         }
         offsets.push(total);
+        Ok(offsets)
+    }
+
+    async fn execute(&self, base: u64, call: Call<'_>) -> Result<Vec<Bytes>> {
+        let n = self.size();
+        let me = self.rank;
+        if n == 1 {
+            return Ok(call.sends);
+        }
+        let offsets = self.receive_offsets(&call.table)?;
+        let total = offsets[n];
         let buf = Arc::new(
             SharedBuf::try_uninit(total)
                 .ok_or_else(|| Error::Config(format!("cannot allocate {total} bytes for what this rank receives")))?,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::auth::RailAuth;
 use crate::error::{Error, Result};
-use crate::sched::SchedulerKind;
+use crate::striping::SchedulerKind;
 use crate::wire::MAX_SEGMENT_LEN;
 
 /// How an [`Endpoint`](super::Endpoint) is set up. `Default` gives one loopback rail.

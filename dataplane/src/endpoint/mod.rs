@@ -98,7 +98,7 @@ pub use stats::{RailStats, Stats};
 use crate::auth::{RailAuth, RailKey};
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
-use crate::sched;
+use crate::striping;
 
 /// A peer's rail addresses, in rail order (what its [`Endpoint::local_addrs`] returned).
 pub type PeerAddrs = [SocketAddr];
@@ -140,7 +140,7 @@ impl Endpoint {
     }
 
     /// The configured scheduler.
-    pub fn scheduler(&self) -> sched::SchedulerKind {
+    pub fn scheduler(&self) -> striping::SchedulerKind {
         self.inner.cfg.scheduler
     }
 
@@ -269,7 +269,7 @@ mod tests {
     fn cfg(faults: Faults) -> EndpointConfig {
         EndpointConfig {
             rails: (1..=3).map(|i| IpAddr::from([127, 0, 0, i])).collect(),
-            scheduler: sched::SchedulerKind::Weighted,
+            scheduler: striping::SchedulerKind::Weighted,
             seg_max: 256 << 10,
             queue_max: 4,
             faults,

@@ -24,7 +24,7 @@ use super::stats::Counters;
 use crate::auth::RailAuth;
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
-use crate::sched::{self, RailScheduler, RailView, SchedulerParams};
+use crate::striping::{self, RailScheduler, RailView, SchedulerParams};
 
 /// How often waits re-check rail health and the watchdog looks for silent connections. 100 ms
 /// is small next to `rail_timeout` (seconds) and costs nothing measurable.
@@ -150,7 +150,7 @@ impl Inner {
             local,
             start: Instant::now(),
             sched: Mutex::new(SchedState {
-                sched: sched::build(cfg.scheduler, &params),
+                sched: striping::build(cfg.scheduler, &params),
                 queues: (0..m).map(|_| VecDeque::new()).collect(),
                 health: HashMap::new(),
             }),

@@ -1,4 +1,7 @@
-//! Rail schedulers: which rail carries the next segment.
+//! Striping a message over the rails: the rail schedulers, which pick the rail that carries the
+//! next segment (round robin, weighted by measured throughput, and the seed's Q-learning). Not to
+//! be confused with the `plexus-scheduler` crate, which places tasks on workers: these place
+//! segments on rails.
 //!
 //! A scheduler sees a snapshot of every rail ([`RailView`]: in service or not, how many
 //! segments and bytes wait in its send queue, how many bytes it carries unacknowledged) and

@@ -1,0 +1,156 @@
+//! One attempt's confinement: its cgroup(s) or its pid record, what the runner asks of it
+//! (the files its child joins, the kill at its end, whether it was OOM-killed), and its removal.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use tracing::{debug, warn};
+
+use super::cgroup::{kill_group, kill_v1, kill_v2, remove_tree};
+use super::parse::{PidRecord, oom_kills, stat_start_time, v1_oom};
+
+/// An attempt's cgroup(s), or its pid record. Dropping it kills every process still in it and
+/// removes it.
+#[derive(Debug)]
+pub struct Confinement {
+    kind: Kind,
+    memory_limit: Option<u64>,
+    released: bool,
+}
+
+#[derive(Debug)]
+enum Kind {
+    V2 {
+        dir: PathBuf,
+    },
+    /// Freezer first when present.
+    V1 {
+        dirs: Vec<(&'static str, PathBuf)>,
+    },
+    ProcessGroup {
+        record: PathBuf,
+        pgid: Option<i32>,
+    },
+}
+
+impl Confinement {
+    /// A v2 cgroup at `dir`.
+    pub(super) fn v2(dir: PathBuf, memory_limit: Option<u64>) -> Confinement {
+        Confinement { kind: Kind::V2 { dir }, memory_limit, released: false }
+    }
+
+    /// v1 cgroups, (controller, dir), freezer first when present.
+    pub(super) fn v1(dirs: Vec<(&'static str, PathBuf)>, memory_limit: Option<u64>) -> Confinement {
+        Confinement { kind: Kind::V1 { dirs }, memory_limit, released: false }
+    }
+
+    /// A process group, recorded at `record` once it starts.
+    pub(super) fn process_group(record: PathBuf) -> Confinement {
+        Confinement { kind: Kind::ProcessGroup { record, pgid: None }, memory_limit: None, released: false }
+    }
+
+    /// The `cgroup.procs` files the child writes itself into before it executes the command
+    /// (see [`join_cgroups`]); empty for a process group.
+    pub fn procs_files(&self) -> Vec<CString> {
+        let files: Vec<PathBuf> = match &self.kind {
+            Kind::V2 { dir } => vec![dir.join("cgroup.procs")],
+            Kind::V1 { dirs } => dirs.iter().map(|(_, d)| d.join("cgroup.procs")).collect(),
+            Kind::ProcessGroup { .. } => vec![],
+        };
+        // Paths built from a mount point and validated names never hold a NUL byte.
+        files.into_iter().filter_map(|p| CString::new(p.as_os_str().as_bytes()).ok()).collect()
+    }
+
+    /// The command started as group leader `pid`: a process group's record is written now, so
+    /// that a restarted worker can find it.
+    pub fn started(&mut self, pid: i32) {
+        if let Kind::ProcessGroup { record, pgid } = &mut self.kind {
+            *pgid = Some(pid);
+            let start = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(stat_start_time);
+            match start {
+                Some(start) => {
+                    if let Err(e) = std::fs::write(&*record, PidRecord { pgid: pid, start }.to_text()) {
+                        warn!(record = %record.display(), error = %e, "could not write a pid record; a restarted worker will not find this attempt");
+                    }
+                }
+                None => debug!(pid, "the process ended before its pid record was written"),
+            }
+        }
+    }
+
+    /// The memory limit, when there is one this mode enforces.
+    pub fn memory_limit(&self) -> Option<u64> {
+        match self.kind {
+            Kind::ProcessGroup { .. } => None,
+            _ => self.memory_limit,
+        }
+    }
+
+    /// Kills every process in the confinement and waits (at most `KILL_WAIT`, 5 s) until they
+    /// are gone. Blocking, for a few milliseconds: call it off the async threads.
+    pub fn kill(&self) {
+        match &self.kind {
+            Kind::V2 { dir } => {
+                kill_v2(dir);
+            }
+            Kind::V1 { dirs } => {
+                let freezer = dirs.iter().find(|(c, _)| *c == "freezer").map(|(_, d)| d.as_path());
+                let others: Vec<PathBuf> =
+                    dirs.iter().filter(|(c, _)| *c != "freezer").map(|(_, d)| d.clone()).collect();
+                kill_v1(freezer, &others);
+            }
+            Kind::ProcessGroup { pgid, .. } => {
+                if let Some(pgid) = pgid {
+                    kill_group(*pgid);
+                }
+            }
+        }
+    }
+
+    /// Whether the kernel killed a process of this attempt for exceeding its memory limit.
+    pub fn oom_killed(&self) -> bool {
+        match &self.kind {
+            Kind::V2 { dir } => std::fs::read_to_string(dir.join("memory.events"))
+                .ok()
+                .as_deref()
+                .and_then(oom_kills)
+                .is_some_and(|n| n > 0),
+            Kind::V1 { dirs } => {
+                let Some((_, dir)) = dirs.iter().find(|(c, _)| *c == "memory") else { return false };
+                let Ok(ctl) = std::fs::read_to_string(dir.join("memory.oom_control")) else { return false };
+                let failcnt =
+                    std::fs::read_to_string(dir.join("memory.failcnt")).ok().and_then(|t| t.trim().parse().ok());
+                v1_oom(&ctl, failcnt)
+            }
+            Kind::ProcessGroup { .. } => false,
+        }
+    }
+
+    /// Kills what is left and removes the cgroups or the record (what dropping does; explicit so
+    /// the caller can run it off the async threads).
+    pub fn release(mut self) {
+        self.release_now();
+    }
+
+    fn release_now(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        self.kill();
+        match &self.kind {
+            Kind::V2 { dir } => remove_tree(dir),
+            Kind::V1 { dirs } => dirs.iter().for_each(|(_, d)| remove_tree(d)),
+            Kind::ProcessGroup { record, .. } => {
+                let _ = std::fs::remove_file(record);
+            }
+        }
+    }
+}
+
+impl Drop for Confinement {
+    fn drop(&mut self) {
+        self.release_now();
+    }
+}

@@ -1,0 +1,168 @@
+//! The command stage: the attempt's process spawned in its own process group and confinement
+//! ([`crate::isolation`]), waited for until it exits, times out or is cancelled, and then
+//! everything still in its confinement killed, so that nothing it started outlives it.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::error::{Error, Result};
+use crate::isolation::{Confinement, Isolation, Limits, join_cgroups, kill_group};
+use crate::layout::Layout;
+
+use super::context::{Ctx, NO_EXIT_CODE, Outcome, WorkDirs, sleep_until};
+use super::environment::task_env;
+use super::validation::Work;
+
+/// How a command's process ended.
+pub(super) enum ProcessEnd {
+    /// It exited with status 0 (`exit_code`): its outputs are collected next.
+    Succeeded { exit_code: i32 },
+    /// It ended any other way, or never started: the outcome says how.
+    Ended(Outcome),
+}
+
+/// Why the wait for the process ended.
+enum End {
+    Exited,
+    TimedOut,
+    Cancelled,
+}
+
+impl Ctx {
+    /// Runs the attempt's command with `logs` (stdout, stderr) to its end.
+    pub(super) async fn run_process(
+        &self,
+        work: &Work,
+        dirs: &WorkDirs,
+        logs: (std::fs::File, std::fs::File),
+        cancel: &CancellationToken,
+        started_at: u64,
+    ) -> ProcessEnd {
+        let a = &work.attempt;
+        let failed = |e: Error, exit_code: i32| ProcessEnd::Ended(Outcome::failed(e, started_at, exit_code));
+        let mut confinement =
+            match confine(&self.isolation, Layout::attempt_name(a), Limits::new(work.cpu, work.memory)).await {
+                Ok(c) => c,
+                Err(e) => return failed(e, NO_EXIT_CODE),
+            };
+        let mut child = match self.spawn(work, dirs, logs, &confinement) {
+            Ok(c) => c,
+            Err(e) => {
+                release(confinement).await;
+                return failed(e, NO_EXIT_CODE);
+            }
+        };
+        // With process_group(0) the group id is the leader's pid.
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        if let Some(pid) = pgid {
+            confinement.started(pid);
+        }
+        debug!(attempt = %a, pid = ?pgid, isolation = %self.isolation.mode(), "process started");
+
+        let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
+        let (end, waited): (End, Option<std::io::Result<ExitStatus>>) = tokio::select! {
+            s = child.wait() => (End::Exited, Some(s)),
+            () = sleep_until(deadline) => (End::TimedOut, None),
+            () = cancel.cancelled() => (End::Cancelled, None),
+        };
+        // On timeout or cancel this is the point; after a normal exit it removes whatever the
+        // command left behind (background processes, daemons), so that nothing outlives its
+        // attempt.
+        if let Some(pgid) = pgid {
+            kill_group(pgid);
+        }
+        let confinement = kill(confinement).await;
+        let status = match waited {
+            Some(s) => s,
+            None => child.wait().await,
+        };
+        let unsuccessful = !matches!(&status, Ok(s) if s.success());
+        let memory_limit = confinement.as_ref().and_then(Confinement::memory_limit);
+        let oom = unsuccessful && confinement.as_ref().is_some_and(Confinement::oom_killed);
+        if let Some(c) = confinement {
+            release(c).await;
+        }
+        let status = match status {
+            Ok(s) => s,
+            Err(e) => return failed(Error::Wait(e), NO_EXIT_CODE),
+        };
+        let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        match end {
+            End::TimedOut => failed(Error::TimedOut { after: work.timeout.unwrap_or_default() }, exit_code),
+            End::Cancelled => ProcessEnd::Ended(self.cancelled(started_at, exit_code)),
+            End::Exited if status.success() => ProcessEnd::Succeeded { exit_code },
+            End::Exited => match memory_limit {
+                Some(limit) if oom => failed(Error::OutOfMemory { limit }, exit_code),
+                _ => failed(Error::Exit { status }, exit_code),
+            },
+        }
+    }
+
+    /// Starts the command in the work dir with its environment, in its own process group, joining
+    /// its cgroups (if any) between fork and exec.
+    fn spawn(
+        &self,
+        work: &Work,
+        dirs: &WorkDirs,
+        (stdout, stderr): (std::fs::File, std::fs::File),
+        confinement: &Confinement,
+    ) -> Result<tokio::process::Child> {
+        let program = &work.argv[0];
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(&work.argv[1..])
+            .current_dir(dirs.root())
+            .envs(task_env(work, &self.gpus, &dirs.input, &dirs.output))
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            // Its own process group, so that a timeout or cancel can signal everything it started
+            // (and, without cgroups, so that a restarted worker can find it by its record).
+            .process_group(0)
+            // A backstop in case this future is dropped: the leader at least does not leak.
+            .kill_on_drop(true);
+        let cgroups = confinement.procs_files();
+        if !cgroups.is_empty() {
+            // SAFETY: `join_cgroups` only makes async-signal-safe system calls on memory prepared
+            // before the fork, as code between fork and exec must.
+            unsafe {
+                cmd.pre_exec(move || join_cgroups(&cgroups));
+            }
+        }
+        cmd.spawn().map_err(|source| Error::Spawn { program: program.clone(), source })
+    }
+}
+
+/// Creates an attempt's confinement (its cgroups and their limits), off the async threads.
+async fn confine(isolation: &Arc<Isolation>, name: String, limits: Limits) -> Result<Confinement> {
+    let iso = Arc::clone(isolation);
+    tokio::task::spawn_blocking(move || iso.confine(&name, &limits)).await?
+}
+
+/// Kills everything in an attempt's confinement, off the async threads (it waits, for
+/// milliseconds, until the processes are gone), and hands the confinement back.
+async fn kill(c: Confinement) -> Option<Confinement> {
+    let killed = tokio::task::spawn_blocking(move || {
+        c.kill();
+        c
+    });
+    match killed.await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            // The confinement was dropped with the task, which kills and removes it again.
+            warn!(error = %e, "killing an attempt's processes failed");
+            None
+        }
+    }
+}
+
+/// Removes an attempt's confinement (cgroups or pid record), off the async threads.
+async fn release(c: Confinement) {
+    if let Err(e) = tokio::task::spawn_blocking(move || c.release()).await {
+        warn!(error = %e, "removing an attempt's cgroup failed");
+    }
+}

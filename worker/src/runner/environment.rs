@@ -1,0 +1,71 @@
+//! The environment stage: which GPUs an attempt may use, and the variables its command runs with.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+use super::validation::Work;
+
+impl Work {
+    /// Checks the GPUs given against those this worker offers: the coordinator assigns only
+    /// those, so another index is a confused coordinator, not a device to hand out.
+    pub fn check_gpus(&self, node: &NodeGpus) -> Result<()> {
+        match self.gpus.iter().find(|g| !node.offered.contains(g)) {
+            None => Ok(()),
+            Some(g) => {
+                Err(Error::InvalidAssignment(format!("GPU {g} is not one this worker offers ({:?})", node.offered)))
+            }
+        }
+    }
+}
+
+/// The node's GPUs as subtasks' environments need them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeGpus {
+    /// The device indices this worker offers (`--gpus`), as nvidia-smi numbers them.
+    pub offered: Vec<u32>,
+    /// Whether the node has any GPU at all, offered or not: then every subtask is told which it
+    /// may use, an empty list included, so one without GPUs cannot touch them.
+    pub present: bool,
+}
+
+/// The variables a command runs with on top of the worker's own environment, in the order they
+/// are applied (a later one wins), each key once:
+///
+/// 1. the job's `env`;
+/// 2. `OMP_NUM_THREADS` and `MKL_NUM_THREADS` as the cpu request rounded up (at least 1), unless
+///    the job's env sets them: thread pools sized for the whole machine would fight the cgroup's
+///    cpu limit;
+/// 3. when the attempt has GPUs or the node has any: `CUDA_VISIBLE_DEVICES` as its device indices
+///    (empty without GPUs), `CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers devices as
+///    nvidia-smi does; these override the job's env, as the device assignment is the
+///    coordinator's, not the job's;
+/// 4. `PLEXUS_GPUS` (the same indices, also without GPUs on the node) and the other `PLEXUS_*`.
+pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = work.env.clone();
+    let set = |env: &mut Vec<(String, String)>, k: &str, v: String| {
+        env.retain(|(key, _)| key != k);
+        env.push((k.to_string(), v));
+    };
+    let threads = (work.cpu.ceil() as u64).max(1).to_string();
+    for k in ["OMP_NUM_THREADS", "MKL_NUM_THREADS"] {
+        if !work.env.iter().any(|(key, _)| key == k) {
+            set(&mut env, k, threads.clone());
+        }
+    }
+    let devices = work.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    if !work.gpus.is_empty() || gpus.present {
+        set(&mut env, "CUDA_VISIBLE_DEVICES", devices.clone());
+        set(&mut env, "CUDA_DEVICE_ORDER", "PCI_BUS_ID".into());
+    }
+    let a = &work.attempt;
+    set(&mut env, "PLEXUS_GPUS", devices);
+    set(&mut env, "PLEXUS_JOB", a.job.to_string());
+    set(&mut env, "PLEXUS_TASK", a.task.clone());
+    set(&mut env, "PLEXUS_RANK", a.rank.to_string());
+    set(&mut env, "PLEXUS_REPLICAS", work.replicas.to_string());
+    set(&mut env, "PLEXUS_ATTEMPT", a.attempt.to_string());
+    set(&mut env, "PLEXUS_OUT", out_dir.display().to_string());
+    set(&mut env, "PLEXUS_IN", in_dir.display().to_string());
+    env
+}

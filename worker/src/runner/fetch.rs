@@ -1,0 +1,163 @@
+//! The fetch stage: every input linked into the work dir from the cache, after fetching the ones
+//! not cached from the first holder that can serve them (over the data plane when it has rails,
+//! else as a gRPC stream). Inputs stay pinned in the cache until the attempt's report is built.
+
+use std::path::{Path, PathBuf};
+
+use tracing::{debug, warn};
+
+use crate::cache::Pin;
+use crate::error::{Error, Result};
+use crate::peer;
+
+use super::context::{Accounting, Ctx, WorkDirs};
+use super::validation::Input;
+
+impl Ctx {
+    /// Links every input into `in/<task>/<rank>/<name>`, fetching the ones not cached.
+    pub(super) async fn materialise(
+        &self,
+        inputs: &[Input],
+        dirs: &WorkDirs,
+        acct: &mut Accounting,
+        pins: &mut Vec<Pin>,
+    ) -> Result<()> {
+        for input in inputs {
+            let dest = dirs.input_path(&input.task, input.rank, &input.name);
+            let cached = match self.cache.pin(&input.id) {
+                Some(pin) => match link_or_copy(&self.cache.path(&input.id), &dest) {
+                    Ok(()) => {
+                        self.counters.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Some(pin)
+                    }
+                    // Listed but its file is gone: forgotten, and fetched like any other.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        drop(pin);
+                        self.cache.forget(&input.id);
+                        None
+                    }
+                    Err(source) => return Err(Error::PlaceInput { object: input.id.clone(), dest, source }),
+                },
+                None => None,
+            };
+            let pin = match cached {
+                Some(pin) => pin,
+                None => {
+                    let pin = self.fetch(input, acct).await?;
+                    link_or_copy(&self.cache.path(&input.id), &dest).map_err(|source| Error::PlaceInput {
+                        object: input.id.clone(),
+                        dest: dest.clone(),
+                        source,
+                    })?;
+                    pin
+                }
+            };
+            pins.push(pin);
+        }
+        Ok(())
+    }
+
+    /// Fetches an input from the first holder that can serve it, into the cache: over the data
+    /// plane when the holder has rails, else (or when that fails) as a gRPC stream.
+    async fn fetch(&self, input: &Input, acct: &mut Accounting) -> Result<Pin> {
+        let started = std::time::Instant::now();
+        let mut last_error = Error::NoHolder;
+        let mut pin = None;
+        for holder in &input.holders {
+            let url = &holder.peer_addr;
+            let mut fetched = None;
+            if !holder.rails.is_empty() {
+                let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
+                match peer::fetch_object_rails(
+                    &self.rails,
+                    self.peer_tls.as_ref(),
+                    holder,
+                    &input.id,
+                    input.expected_size(),
+                    &tmp.0,
+                )
+                .await
+                {
+                    Ok(f) => {
+                        debug!(object = %input.id, holder = url, bytes = f.bytes, "fetched over the data plane");
+                        fetched = Some((f, tmp));
+                    }
+                    Err(e) => {
+                        warn!(object = %input.id, holder = url, error = %e, "data-plane fetch failed; trying gRPC");
+                        last_error = Error::Holder { url: url.clone(), source: Box::new(e) };
+                    }
+                }
+            }
+            let (fetched, tmp) = match fetched {
+                Some(f) => f,
+                None => {
+                    let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
+                    match peer::fetch_object(url, self.peer_tls.as_ref(), &input.id, input.expected_size(), &tmp.0)
+                        .await
+                    {
+                        Ok(f) => (f, tmp),
+                        Err(e) => {
+                            debug!(object = %input.id, holder = url, error = %e, "fetch from holder failed");
+                            last_error = Error::Holder { url: url.clone(), source: Box::new(e) };
+                            continue;
+                        }
+                    }
+                }
+            };
+            match self.cache.insert(&input.id, &tmp.0) {
+                Ok(ins) => {
+                    acct.fetched_bytes += fetched.bytes;
+                    acct.evicted_bytes += ins.evicted_bytes;
+                    self.counters.fetched_bytes.fetch_add(fetched.bytes, std::sync::atomic::Ordering::Relaxed);
+                    self.counters.evicted_bytes.fetch_add(ins.evicted_bytes, std::sync::atomic::Ordering::Relaxed);
+                    pin = Some(ins.pin);
+                    break;
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        acct.fetch_ms += u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            let c = &self.counters;
+            c.fetch_us.fetch_add(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX), Relaxed);
+            match &pin {
+                Some(_) => {
+                    c.fetches.fetch_add(1, Relaxed);
+                }
+                None => {
+                    c.fetch_failures.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        pin.ok_or_else(|| Error::FetchInput { object: input.id.clone(), source: Box::new(last_error) })
+    }
+}
+
+/// A partial download, removed when dropped (also when the attempt is cancelled mid-fetch). After
+/// a successful insert the file has moved and the removal finds nothing.
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn link_or_copy(src: &Path, dest: &Path) -> std::io::Result<()> {
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if std::fs::symlink_metadata(dest).is_ok() {
+        // The same input listed twice: it is already in place.
+        return Ok(());
+    }
+    // A hard link costs nothing; across file systems (or where links are refused) copy instead.
+    std::fs::hard_link(src, dest).or_else(|_| std::fs::copy(src, dest).map(|_| ()))
+}
+
+/// A collective member's input, as materialised in its work dir.
+pub(super) async fn read_input(input: &Input, dirs: &WorkDirs) -> Result<Vec<u8>> {
+    let path = dirs.input_path(&input.task, input.rank, &input.name);
+    tokio::fs::read(&path).await.map_err(|source| Error::ReadInput { object: input.id.clone(), source })
+}
