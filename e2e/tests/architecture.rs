@@ -369,7 +369,7 @@ fn the_scanner_sees_the_crates_dependencies() {
     let edges = references(&crate_sources(&root().join("dataplane/src")));
     let has = |from: &str, to: &str| edges.keys().any(|(f, t)| name(f) == from && name(t) == to);
     for (from, to) in [
-        ("collective", "endpoint"),
+        ("collective::executor", "endpoint"),
         ("endpoint::receive", "elem"),
         ("endpoint::receive", "endpoint::state"),
         ("endpoint", "endpoint::state"),
@@ -377,7 +377,7 @@ fn the_scanner_sees_the_crates_dependencies() {
         ("error", "peer_id"),
         ("wire", "peer_id"),
         ("collective::plan", "elem"),
-        ("sched::qlearning", "sched::rail"),
+        ("striping::qlearning", "striping::rail"),
     ] {
         assert!(
             has(from, to),
