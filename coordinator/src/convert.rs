@@ -495,18 +495,18 @@ fn capacity(c: &Capacity) -> pb::NodeCapacity {
 /// A worker for `plexus workers`, with what was measured of its speed (`None`: nothing yet).
 pub fn worker_info(w: &Worker, speed: Option<&WorkerSpeed>) -> pb::WorkerInfo {
     pb::WorkerInfo {
-        worker_id: w.record.id.to_string(),
-        peer_addr: w.record.peer_addr.clone(),
+        worker_id: w.record().id.to_string(),
+        peer_addr: w.record().peer_addr.clone(),
         // The stored capacity has no isolation: the latest node state carries it.
-        capacity: Some(pb::NodeCapacity { isolation: w.node.isolation.clone(), ..capacity(&w.record.capacity) }),
+        capacity: Some(pb::NodeCapacity { isolation: w.node().isolation.clone(), ..capacity(&w.record().capacity) }),
         state: Some(pb::NodeState {
-            cpu_utilisation: w.node.cpu_utilisation,
-            memory_free: w.node.memory_free,
-            running: w.node.running.iter().map(pb::AttemptRef::from).collect(),
-            objects: w.objects.iter().map(|(o, s)| pb::ObjectInfo { object_id: o.to_string(), size: *s }).collect(),
-            cache_used: w.node.cache_used,
+            cpu_utilisation: w.node().cpu_utilisation,
+            memory_free: w.node().memory_free,
+            running: w.node().running.iter().map(pb::AttemptRef::from).collect(),
+            objects: w.objects().iter().map(|(o, s)| pb::ObjectInfo { object_id: o.to_string(), size: *s }).collect(),
+            cache_used: w.node().cache_used,
             rails: w
-                .node
+                .node()
                 .rails
                 .iter()
                 .map(|r| pb::RailCounters {
@@ -517,20 +517,20 @@ pub fn worker_info(w: &Worker, speed: Option<&WorkerSpeed>) -> pb::WorkerInfo {
                 })
                 .collect(),
             gpus: w
-                .node
+                .node()
                 .gpus
                 .iter()
                 .map(|g| pb::GpuState { index: g.index, utilisation: g.utilisation, memory_used: g.memory_used })
                 .collect(),
-            isolation: w.node.isolation.clone(),
-            rails_refused: w.node.rails_refused,
+            isolation: w.node().isolation.clone(),
+            rails_refused: w.node().rails_refused,
         }),
-        alive: w.record.alive,
-        last_heartbeat: w.record.last_heartbeat,
-        allocated: Some((&w.allocated).into()),
-        assigned: w.placed.len() as u32,
+        alive: w.record().alive,
+        last_heartbeat: w.record().last_heartbeat,
+        allocated: Some((&w.allocated()).into()),
+        assigned: w.placed().len() as u32,
         speed: speed.map(worker_speed),
-        draining: w.record.draining,
+        draining: w.record().draining,
     }
 }
 

@@ -395,7 +395,7 @@ impl Engine {
         }
         for id in &out.workers {
             if let Some(w) = self.core.worker(*id) {
-                b.worker(&w.record);
+                b.worker(&w.record());
             }
         }
         for id in &out.removed_workers {
@@ -417,7 +417,9 @@ impl Engine {
             Cmd::Holders { object, reply } => {
                 let r = match core.job(object.job) {
                     None => Err(SchedulerError::NoJob(object.job)),
-                    Some(_) => Ok(core.live_holders(&object).into_iter().map(|w| w.record.peer_addr.clone()).collect()),
+                    Some(_) => {
+                        Ok(core.live_holders(&object).into_iter().map(|w| w.record().peer_addr.clone()).collect())
+                    }
                 };
                 replies.push(defer(reply, r));
             }
@@ -477,11 +479,11 @@ impl Engine {
             }
             Cmd::ListWorkers { reply } => {
                 let speeds = core.estimates().speeds();
-                let v = core.workers().map(|w| convert::worker_info(w, speeds.get(&w.record.id))).collect();
+                let v = core.workers().map(|w| convert::worker_info(w, speeds.get(&w.record().id))).collect();
                 replies.push(defer(reply, v));
             }
             Cmd::SetQueue { name, share, reply } => {
-                let r = core.set_queue_share(&name, share).map(|()| queue_list(&core));
+                let r = core.set_queue_share(&name, share).map(|()| queue_list(&core)).map_err(|e| e.to_string());
                 replies.push(defer(reply, r));
             }
             Cmd::Metrics { reply } => {
@@ -531,7 +533,7 @@ impl Engine {
                 replies.push(defer(reply, ()));
             }
             Cmd::OpenStream { worker, session, reply } => {
-                let registered = core.worker(worker).is_some_and(|w| w.connected && w.record.session == session);
+                let registered = core.worker(worker).is_some_and(|w| w.connected() && w.record().session == session);
                 let d = self.delivery.get_mut(&worker).filter(|d| d.session == session);
                 let r = match (registered, d) {
                     (true, Some(d)) => {
@@ -634,7 +636,7 @@ fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Re
         }
     };
     let latest = attempt == s.attempt || s.worker.is_none();
-    let peer = core.worker(w).filter(|w| w.record.alive).map(|w| w.record.peer_addr.clone());
+    let peer = core.worker(w).filter(|w| w.record().alive).map(|w| w.record().peer_addr.clone());
     Ok(LogSource {
         attempt,
         worker: w.to_string(),

@@ -56,20 +56,7 @@ use rand::{Rng, SeedableRng};
 
 use super::InterferenceModel;
 use super::objective::{Evaluator, Problem};
-
-/// Why a search returned no assignment.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum SearchError {
-    /// The problem is malformed (sizes that do not match, negative costs or weights).
-    #[error("gpu placement problem: {0}")]
-    Shape(String),
-    /// No feasible assignment was found.
-    #[error("no feasible assignment of {members} members to {gpus} candidate GPUs: {why}")]
-    Infeasible { members: usize, gpus: usize, why: String },
-    /// The exhaustive search would enumerate more assignments than its limit.
-    #[error("exhaustive search over {count} assignments refused (limit {limit})")]
-    TooLarge { count: u128, limit: u64 },
-}
+use crate::error::Error;
 
 /// A search's answer: member i → candidate GPU `assignment[i]`, and its objective.
 #[derive(Clone, Debug, PartialEq)]
@@ -173,8 +160,8 @@ impl Load {
     }
 }
 
-fn infeasible(p: &Problem, why: impl Into<String>) -> SearchError {
-    SearchError::Infeasible { members: p.members().len(), gpus: p.gpus().len(), why: why.into() }
+fn infeasible(p: &Problem, why: impl Into<String>) -> Error {
+    Error::Infeasible { members: p.members().len(), gpus: p.gpus().len(), why: why.into() }
 }
 
 /// Members by decreasing memory (ties by index): the order the constructive searches place
@@ -210,7 +197,7 @@ fn random_frog(p: &Problem, rng: &mut StdRng) -> Option<Vec<usize>> {
 }
 
 /// A random feasible assignment.
-pub fn random<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, seed: u64) -> Result<Placement, SearchError> {
+pub fn random<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, seed: u64) -> Result<Placement, Error> {
     let p = eval.problem();
     let mut rng = StdRng::seed_from_u64(seed);
     let x = random_frog(p, &mut rng)
@@ -229,7 +216,7 @@ fn added_communication(p: &Problem, x: &[usize], placed: &[bool], i: usize, g: u
 /// it does to the members already on that GPU. Ties (equal predictions, as for every idle GPU)
 /// go to the GPU that adds the least communication to the members placed so far, then to the
 /// lowest index, so greedy is not needlessly scattered.
-pub fn greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Result<Placement, SearchError> {
+pub fn greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Result<Placement, Error> {
     let p = eval.problem();
     let (m, n) = (p.members().len(), p.gpus().len());
     let mut x = vec![0; m];
@@ -272,7 +259,7 @@ pub fn greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Res
 /// the feasible GPU with the least msc to those already chosen (a GPU already used only when no
 /// unused one has room, as the plugin allocates whole GPUs), ties to the lowest index; the best
 /// start wins (least `C`, then lowest start). Blind to interference.
-pub fn topology_greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Result<Placement, SearchError> {
+pub fn topology_greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Result<Placement, Error> {
     let p = eval.problem();
     let (m, n) = (p.members().len(), p.gpus().len());
     let order = by_memory(p);
@@ -347,15 +334,12 @@ pub fn exhaustive_count(p: &Problem) -> u128 {
 
 /// The optimum by enumeration: every assignment up to permutations of alike members (each
 /// class's GPUs in non-decreasing order), skipping those that overfill a GPU; refused with
-/// [`SearchError::TooLarge`] when [`exhaustive_count`] exceeds `limit`. Ties to the first found.
-pub fn exhaustive<M: InterferenceModel + ?Sized>(
-    eval: &mut Evaluator<'_, M>,
-    limit: u64,
-) -> Result<Placement, SearchError> {
+/// [`Error::TooLarge`] when [`exhaustive_count`] exceeds `limit`. Ties to the first found.
+pub fn exhaustive<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, limit: u64) -> Result<Placement, Error> {
     let p = eval.problem();
     let count = exhaustive_count(p);
     if count > u128::from(limit) {
-        return Err(SearchError::TooLarge { count, limit });
+        return Err(Error::TooLarge { count, limit });
     }
     let (m, n) = (p.members().len(), p.gpus().len());
     // Members grouped by class, so each class's members are consecutive in the order.
@@ -640,7 +624,7 @@ pub fn sfla<M: InterferenceModel + ?Sized>(
     eval: &mut Evaluator<'_, M>,
     params: &SflaParams,
     seed: u64,
-) -> Result<Placement, SearchError> {
+) -> Result<Placement, Error> {
     let p = eval.problem();
     let size = p.members().len().max(params.min_frogs).max(1);
     let mut population: Vec<Frog> = Vec::with_capacity(size);

@@ -37,33 +37,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use plexus_proto::WorkerId;
-use plexus_proto::topology::{GpuLink, LinkLevel, RACK_LABEL};
+use plexus_proto::topology::LinkLevel;
 use serde::{Deserialize, Serialize};
 
-use crate::core::Capacity;
-
-/// Where a worker's node sits and how its GPUs connect, as it registered them: kept in its
-/// [`Capacity`] (stored with the worker record; every field defaults, so records stored before
-/// it load).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeTopology {
-    /// `--label key=value`; `rack` names the node's rack.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// How pairs of its offered GPUs connect (`nvidia-smi topo -m`), `a < b`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gpu_links: Vec<GpuLink>,
-    /// The NUMA node of each offered GPU whose node is known (device index → NUMA node).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub gpu_numa: BTreeMap<u32, u32>,
-}
-
-impl NodeTopology {
-    /// The node's rack, when labelled.
-    pub fn rack(&self) -> Option<&str> {
-        self.labels.get(RACK_LABEL).map(String::as_str)
-    }
-}
+use crate::error::Error;
+use crate::hardware::Capacity;
+pub use crate::hardware::NodeTopology;
 
 /// The model-synchronisation cost of each level of the tree, in one unit: the cost of moving a
 /// byte at 300 GB/s, so **cost = 300 GB/s ÷ the level's bandwidth per direction**. The defaults,
@@ -105,23 +84,6 @@ impl Default for MscCosts {
     }
 }
 
-/// A cost table that cannot be used; the text names the entry.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum MscError {
-    #[error("{0:?} is not key=value (keys: {keys})", keys = MscCosts::KEYS.join(", "))]
-    Syntax(String),
-    #[error("unknown key {0:?} (keys: {keys})", keys = MscCosts::KEYS.join(", "))]
-    UnknownKey(String),
-    #[error("{0} is given twice")]
-    Duplicate(String),
-    #[error("{key} = {value:?} is not a finite number ≥ 0")]
-    NotACost { key: &'static str, value: String },
-    #[error(
-        "{higher} = {higher_cost} is less than {lower} = {lower_cost}: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)"
-    )]
-    Decreasing { lower: &'static str, lower_cost: f64, higher: &'static str, higher_cost: f64 },
-}
-
 impl MscCosts {
     /// The keys, from closest to farthest, as `--msc` names them.
     pub const KEYS: &'static [&'static str] = &["nvlink", "pix", "phb", "sys", "same-rack", "cross-rack"];
@@ -143,16 +105,16 @@ impl MscCosts {
     }
 
     /// Finite, ≥ 0, and non-decreasing from `nvlink` to `cross-rack`.
-    pub fn validate(&self) -> Result<(), MscError> {
+    pub fn validate(&self) -> Result<(), Error> {
         let v = self.values();
         for (key, value) in Self::KEYS.iter().zip(v) {
             if !(value.is_finite() && value >= 0.0) {
-                return Err(MscError::NotACost { key, value: value.to_string() });
+                return Err(Error::NotACost { key, value: value.to_string() });
             }
         }
         for k in 1..v.len() {
             if v[k] < v[k - 1] {
-                return Err(MscError::Decreasing {
+                return Err(Error::MscDecreasing {
                     lower: Self::KEYS[k - 1],
                     lower_cost: v[k - 1],
                     higher: Self::KEYS[k],
@@ -165,24 +127,24 @@ impl MscCosts {
 
     /// The defaults with the entries of `s` (`nvlink=1,pix=12,...`; any subset, in any order)
     /// in their place, validated.
-    pub fn parse(s: &str) -> Result<MscCosts, MscError> {
+    pub fn parse(s: &str) -> Result<MscCosts, Error> {
         let mut costs = MscCosts::default();
         let mut given: Vec<&str> = Vec::new();
         for entry in s.split(',') {
             let entry = entry.trim();
             let Some((key, value)) = entry.split_once('=') else {
-                return Err(MscError::Syntax(entry.chars().take(64).collect()));
+                return Err(Error::MscSyntax { entry: entry.chars().take(64).collect(), keys: Self::KEYS });
             };
             let (key, value) = (key.trim(), value.trim());
             let Some(&name) = Self::KEYS.iter().find(|k| **k == key) else {
-                return Err(MscError::UnknownKey(key.chars().take(64).collect()));
+                return Err(Error::MscUnknownKey { key: key.chars().take(64).collect(), keys: Self::KEYS });
             };
             if given.contains(&name) {
-                return Err(MscError::Duplicate(name.to_string()));
+                return Err(Error::MscDuplicate(name.to_string()));
             }
             given.push(name);
             let v: f64 =
-                value.parse().map_err(|_| MscError::NotACost { key: name, value: value.chars().take(64).collect() })?;
+                value.parse().map_err(|_| Error::NotACost { key: name, value: value.chars().take(64).collect() })?;
             if let Some(slot) = costs.slot(name) {
                 *slot = v;
             }
@@ -213,7 +175,7 @@ impl MscCosts {
 }
 
 impl FromStr for MscCosts {
-    type Err = MscError;
+    type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         MscCosts::parse(s)
@@ -554,6 +516,7 @@ impl ClusterTopology {
 mod tests {
     use super::*;
     use plexus_proto::topology::parse_topo_matrix;
+    use plexus_proto::topology::{GpuLink, RACK_LABEL};
 
     const DGX1: &str = include_str!("../../../proto/tests/fixtures/nvidia-smi-topo/dgx1-v100.txt");
     const DGX1_TABS: &str = include_str!("../../../proto/tests/fixtures/nvidia-smi-topo/dgx1-v100-tabs.txt");
