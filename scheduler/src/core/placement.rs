@@ -17,6 +17,7 @@ use super::signature::signature;
 use super::state::Core;
 use crate::error::Error;
 use crate::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, ReadyWork, bounded_order};
+use crate::spec::TaskSpec;
 
 /// Live holders of an input whose fetch is estimated for each candidate, and which are ranked
 /// best-first for the worker an attempt goes to (the others follow in id order). Bounds a
@@ -27,6 +28,23 @@ const RANKED_HOLDERS: usize = 8;
 /// Whether two workers share a rack: `None` unless both carry a `rack` label.
 fn same_rack(a: Option<&str>, b: Option<&str>) -> Option<bool> {
     Some(a? == b?)
+}
+
+/// The samples behind a candidate's fetch and compute estimates (`None`: a fallback).
+type Samples = (Option<f64>, Option<f64>);
+
+/// What a scheduling round has found so far.
+struct Round {
+    /// Each (job, task) with ready subtasks is judged once per round: placed, or why not.
+    judged: HashMap<(JobId, usize), bool>,
+    /// The gang heads of each queue, and the workers held for them.
+    book: GangBook,
+    /// With queue shares: the queues that have ready work this round.
+    waiting_queues: HashSet<String>,
+    /// Tasks stopped by their queue's share, and why.
+    over: Vec<(JobId, usize, String)>,
+    /// Requests that found no room this round: anything asking for as much waits too.
+    full: Vec<(Resources, u64)>,
 }
 
 /// What one try to place a subtask came to.
@@ -166,17 +184,11 @@ impl Core {
         if self.ready.is_empty() {
             return;
         }
-        // Each (job, task) with ready subtasks is judged once per round: placed, or why not.
-        let mut judged: HashMap<(JobId, usize), bool> = HashMap::new();
         if !self.workers.values().any(|w| w.live()) {
-            for (key, _) in self.ready.entries() {
-                judged.insert((key.job, key.task as usize), false);
-            }
+            let judged = self.ready.entries().map(|(key, _)| ((key.job, key.task as usize), false)).collect();
             self.explain_waiting(judged);
             return;
         }
-        // The gang heads of each queue, and the workers held for them.
-        let mut book = GangBook::default();
         // With queue shares: the queues that have ready work this round (a queue over its
         // share waits only while another queue has work waiting).
         let waiting_queues: HashSet<String> = if self.fair_share.is_empty() {
@@ -188,114 +200,133 @@ impl Core {
                 .filter_map(|k| self.jobs.get(&k.job).map(|j| j.record.spec.queue.clone()))
                 .collect()
         };
-        let mut over: Vec<(JobId, usize, String)> = Vec::new();
-        // Requests that found no room this round: anything asking for as much waits too.
-        let mut full: Vec<(Resources, u64)> = Vec::new();
+        let mut round = Round {
+            judged: HashMap::new(),
+            book: GangBook::default(),
+            waiting_queues,
+            over: Vec::new(),
+            full: Vec::new(),
+        };
         let (keys, overtaken) = self.ordered_keys(now);
         for key in keys {
-            let (job, t) = (key.job, key.task as usize);
-            let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
-                self.ready.remove_task(&key);
-                continue;
-            };
-            let task = &j.record.spec.tasks[t];
-            if !self.fair_share.is_empty()
-                && let Some(why) = self.over_share(&j.record.spec.queue, task.resources.cpu, &waiting_queues)
-            {
-                judged.insert((job, t), false);
-                over.push((job, t, why));
-                continue;
-            }
-            let gang = task
-                .gang
-                .clone()
-                .filter(|g| task.collective.is_some() || j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0));
-            if let Some(g) = gang {
-                // Only a gang with a member still ready takes its turn (entries of members
-                // placed since are dropped here).
-                let set: BTreeSet<u32> = self
-                    .ready
-                    .take(&key)
-                    .into_iter()
-                    .filter(|&i| j.subtasks[i as usize].state == SubtaskState::Ready)
-                    .collect();
-                let live = !set.is_empty();
-                self.ready.put_back(key, set);
-                if !live || !book.first_turn(job, &g.name) {
-                    continue; // judged with the gang's first task
-                }
-                let queue = j.record.spec.queue.clone();
-                let placed = self.schedule_gang(job, t, &g, &queue, now, &mut book);
-                for gt in self.gang_tasks(job, &g.name) {
-                    judged.insert((job, gt), placed);
-                }
-                continue;
-            }
-            let req = task.resources;
-            // A longer (or no) timeout backfills nowhere a shorter one could not.
-            let span = if task.timeout_ms == 0 { u64::MAX } else { task.timeout_ms };
-            if full
-                .iter()
-                .any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan)
-            {
-                judged.insert((job, t), false);
-                continue;
-            }
-            let mut set = self.ready.take(&key);
-            let mut skipped = BTreeSet::new();
-            let mut all = true;
-            while let Some(idx) = set.pop_first() {
-                let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
-                    set.clear();
-                    break;
-                };
-                if j.subtasks[idx as usize].state != SubtaskState::Ready {
-                    continue; // stale entry
-                }
-                if !self.fair_share.is_empty()
-                    && let Some(why) = self.over_share(&j.record.spec.queue, req.cpu, &waiting_queues)
-                {
-                    all = false;
-                    set.insert(idx);
-                    over.push((job, t, why));
-                    break;
-                }
-                match self.place(job, idx, now, &book) {
-                    Placed::Yes => {}
-                    Placed::NotNow => {
-                        all = false;
-                        // Still ready (its inputs are being located): it stays queued. Sent
-                        // back to `Waiting` while lost inputs are made again: it leaves.
-                        if self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Ready) {
-                            skipped.insert(idx);
-                        }
-                    }
-                    Placed::NoRoom => {
-                        all = false;
-                        set.insert(idx);
-                        // (A sharing task may lack GPU memory, which `full` cannot express.)
-                        if !self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].shares_gpu()) {
-                            full.push((req, span));
-                        }
-                        break;
-                    }
-                }
-            }
-            set.extend(skipped);
-            self.ready.put_back(key, set);
-            let seen = judged.entry((job, t)).or_insert(true);
-            *seen &= all;
+            self.judge_task(key, now, &mut round);
         }
         // A task left waiting in a round where later work went first counts it; one that left
         // the queue forgets.
         self.ready.count_overtaken(overtaken);
-        self.explain_waiting(judged);
-        for (job, t, why) in over {
+        self.explain_waiting(round.judged);
+        for (job, t, why) in round.over {
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.waiting.insert(t, why);
                 j.waiting_epoch.remove(&t);
             }
         }
+    }
+
+    /// One task's turn in a round: a gang's turn, or its ready subtasks placed until one does
+    /// not fit; judged placed or not in `round`.
+    fn judge_task(&mut self, key: OrderKey, now: u64, round: &mut Round) {
+        let (job, t) = (key.job, key.task as usize);
+        let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
+            self.ready.remove_task(&key);
+            return;
+        };
+        let task = &j.record.spec.tasks[t];
+        if !self.fair_share.is_empty()
+            && let Some(why) = self.over_share(&j.record.spec.queue, task.resources.cpu, &round.waiting_queues)
+        {
+            round.judged.insert((job, t), false);
+            round.over.push((job, t, why));
+            return;
+        }
+        let gang = task
+            .gang
+            .clone()
+            .filter(|g| task.collective.is_some() || j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0));
+        if let Some(g) = gang {
+            // Only a gang with a member still ready takes its turn (entries of members
+            // placed since are dropped here).
+            let set: BTreeSet<u32> = self
+                .ready
+                .take(&key)
+                .into_iter()
+                .filter(|&i| j.subtasks[i as usize].state == SubtaskState::Ready)
+                .collect();
+            let live = !set.is_empty();
+            self.ready.put_back(key, set);
+            if !live || !round.book.first_turn(job, &g.name) {
+                return; // judged with the gang's first task
+            }
+            let queue = j.record.spec.queue.clone();
+            let placed = self.schedule_gang(job, t, &g, &queue, now, &mut round.book);
+            for gt in self.gang_tasks(job, &g.name) {
+                round.judged.insert((job, gt), placed);
+            }
+            return;
+        }
+        let req = task.resources;
+        // A longer (or no) timeout backfills nowhere a shorter one could not.
+        let span = if task.timeout_ms == 0 { u64::MAX } else { task.timeout_ms };
+        if round
+            .full
+            .iter()
+            .any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan)
+        {
+            round.judged.insert((job, t), false);
+            return;
+        }
+        let all = self.place_ready(key, (req, span), now, round);
+        let seen = round.judged.entry((job, t)).or_insert(true);
+        *seen &= all;
+    }
+
+    /// Places the ready subtasks of task `key` (asking `req` for up to `span` ms) until one does
+    /// not fit; true when every one was placed.
+    fn place_ready(&mut self, key: OrderKey, (req, span): (Resources, u64), now: u64, round: &mut Round) -> bool {
+        let (job, t) = (key.job, key.task as usize);
+        let mut set = self.ready.take(&key);
+        let mut skipped = BTreeSet::new();
+        let mut all = true;
+        while let Some(idx) = set.pop_first() {
+            let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
+                set.clear();
+                break;
+            };
+            if j.subtasks[idx as usize].state != SubtaskState::Ready {
+                continue; // stale entry
+            }
+            if !self.fair_share.is_empty()
+                && let Some(why) = self.over_share(&j.record.spec.queue, req.cpu, &round.waiting_queues)
+            {
+                all = false;
+                set.insert(idx);
+                round.over.push((job, t, why));
+                break;
+            }
+            match self.place(job, idx, now, &round.book) {
+                Placed::Yes => {}
+                Placed::NotNow => {
+                    all = false;
+                    // Still ready (its inputs are being located): it stays queued. Sent
+                    // back to `Waiting` while lost inputs are made again: it leaves.
+                    if self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Ready) {
+                        skipped.insert(idx);
+                    }
+                }
+                Placed::NoRoom => {
+                    all = false;
+                    set.insert(idx);
+                    // (A sharing task may lack GPU memory, which `full` cannot express.)
+                    if !self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].shares_gpu()) {
+                        round.full.push((req, span));
+                    }
+                    break;
+                }
+            }
+        }
+        set.extend(skipped);
+        self.ready.put_back(key, set);
+        all
     }
 
     /// The ready queue's task keys in the order this round considers them: queue order, except
@@ -447,6 +478,69 @@ impl Core {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[j.task_of(idx)];
         let req = task.resources;
+        self.counters.placement_tries += 1;
+        let (candidates, samples) = self.candidates(task, &inputs, held, now);
+        if !candidates.iter().any(|c| c.feasible) {
+            return Err(Placed::NoRoom);
+        }
+        let decision_id = self.next_decision;
+        self.next_decision += 1;
+        let preq = PlacementRequest {
+            decision: decision_id,
+            job_age_ms: now.saturating_sub(j.record.submitted_at),
+            resources: req,
+            input_bytes: inputs.iter().map(|(_, s)| *s).sum(),
+            flops: task.flops,
+            writes: !task.outputs.is_empty(),
+        };
+        let decision = self.placer.place(&preq, &candidates);
+        let Some(chosen) = candidates.get(decision.chosen).filter(|c| c.feasible) else {
+            tracing::error!(
+                placer = self.placer.name(),
+                "placer chose an infeasible or missing candidate; subtask left ready"
+            );
+            return Err(Placed::NotNow);
+        };
+        let wid = chosen.worker;
+        let reason = if note.is_empty() { decision.reason.clone() } else { format!("{note}; {}", decision.reason) };
+        let record = PlacementRecord {
+            decision: decision_id,
+            placer: self.placer.name().to_string(),
+            attempt: j.subtasks[idx as usize].attempt + 1,
+            chosen: wid,
+            exploratory: decision.exploratory,
+            reason,
+            decided_at: now,
+            candidates: candidates
+                .iter()
+                .enumerate()
+                .map(|(i, c)| CandidateRecord {
+                    worker: c.worker,
+                    feasible: c.feasible,
+                    score: decision.scores.get(i).copied().filter(|s| !s.is_nan()),
+                    features: with_estimates(
+                        decision.features.as_ref().and_then(|f| f.get(i).cloned()).unwrap_or_else(|| c.features()),
+                        c,
+                        samples[i],
+                    ),
+                    note: c.note.clone(),
+                })
+                .collect(),
+        };
+        Ok((wid, record))
+    }
+
+    /// Every live worker as a candidate for an attempt of `task` reading `inputs`: feasible or
+    /// not (and why not), with its fetch and compute estimates and the samples behind them
+    /// (`None`: derived from other workers or pairs).
+    fn candidates(
+        &self,
+        task: &TaskSpec,
+        inputs: &[(ObjectId, u64)],
+        held: &GangBook,
+        now: u64,
+    ) -> (Vec<Candidate>, Vec<Samples>) {
+        let req = task.resources;
         let share = task.shares_gpu().then(|| task.shared_gpu_memory());
         // For the estimates: the task's signature, and each input's first live holders with
         // their racks, once per decision, so that each candidate costs O(inputs).
@@ -465,10 +559,9 @@ impl Core {
             })
             .collect();
 
-        self.counters.placement_tries += 1;
         let mut candidates = Vec::new();
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
-        let mut samples: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+        let mut samples: Vec<Samples> = Vec::new();
         for w in self.workers.values().filter(|w| w.live()) {
             let free = w.available();
             // A worker held for a gang ahead takes only work that ends before the gang needs it.
@@ -526,54 +619,7 @@ impl Core {
                 est_compute_ms: compute.map(|c| c.ms),
             });
         }
-        if !candidates.iter().any(|c| c.feasible) {
-            return Err(Placed::NoRoom);
-        }
-        let decision_id = self.next_decision;
-        self.next_decision += 1;
-        let preq = PlacementRequest {
-            decision: decision_id,
-            job_age_ms: now.saturating_sub(j.record.submitted_at),
-            resources: req,
-            input_bytes: inputs.iter().map(|(_, s)| *s).sum(),
-            flops: task.flops,
-            writes: !task.outputs.is_empty(),
-        };
-        let decision = self.placer.place(&preq, &candidates);
-        let Some(chosen) = candidates.get(decision.chosen).filter(|c| c.feasible) else {
-            tracing::error!(
-                placer = self.placer.name(),
-                "placer chose an infeasible or missing candidate; subtask left ready"
-            );
-            return Err(Placed::NotNow);
-        };
-        let wid = chosen.worker;
-        let reason = if note.is_empty() { decision.reason.clone() } else { format!("{note}; {}", decision.reason) };
-        let record = PlacementRecord {
-            decision: decision_id,
-            placer: self.placer.name().to_string(),
-            attempt: j.subtasks[idx as usize].attempt + 1,
-            chosen: wid,
-            exploratory: decision.exploratory,
-            reason,
-            decided_at: now,
-            candidates: candidates
-                .iter()
-                .enumerate()
-                .map(|(i, c)| CandidateRecord {
-                    worker: c.worker,
-                    feasible: c.feasible,
-                    score: decision.scores.get(i).copied().filter(|s| !s.is_nan()),
-                    features: with_estimates(
-                        decision.features.as_ref().and_then(|f| f.get(i).cloned()).unwrap_or_else(|| c.features()),
-                        c,
-                        samples[i],
-                    ),
-                    note: c.note.clone(),
-                })
-                .collect(),
-        };
-        Ok((wid, record))
+        (candidates, samples)
     }
 
     /// A subtask's inputs with their sizes and their holders best-first for `wid`.
