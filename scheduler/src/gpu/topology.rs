@@ -317,63 +317,9 @@ impl ClusterTopology {
                     levels[j * k + i] = l.level;
                 }
             }
-            let level = |i: usize, j: usize| levels[i * k + j];
-
-            // Sockets: the same reported NUMA node, or a same-socket PCIe path to a GPU whose
-            // node is unknown.
             let numa: Vec<Option<u32>> = devices.iter().map(|d| n.topology.gpu_numa.get(d).copied()).collect();
-            let mut parent: Vec<usize> = (0..k).collect();
-            for i in 0..k {
-                for j in i + 1..k {
-                    let joined = match (numa[i], numa[j]) {
-                        (Some(a), Some(b)) => a == b,
-                        _ => level(i, j).same_socket(),
-                    };
-                    if joined {
-                        let (a, b) = (find(&mut parent, i), find(&mut parent, j));
-                        parent[a.max(b)] = a.min(b);
-                    }
-                }
-            }
-            let mut socket_of_root: BTreeMap<usize, usize> = BTreeMap::new();
-            let mut socket = vec![0; k];
-            for (i, s) in socket.iter_mut().enumerate() {
-                let root = find(&mut parent, i);
-                *s = *socket_of_root.entry(root).or_insert_with(|| {
-                    sockets += 1;
-                    sockets - 1
-                });
-            }
-
-            // Link groups: greedy cliques over NVLink and PCIe-switch links.
-            let grouped = |l: LinkLevel| l.nvlinks() > 0 || l.is_pcie_switch();
-            let mut group_of = vec![usize::MAX; k];
-            let mut node_groups: Vec<(Vec<usize>, LinkLevel)> = Vec::new();
-            for seed in 0..k {
-                if group_of[seed] != usize::MAX {
-                    continue;
-                }
-                let mut members = vec![seed];
-                let mut candidates: Vec<usize> =
-                    (seed + 1..k).filter(|&j| group_of[j] == usize::MAX && grouped(level(seed, j))).collect();
-                candidates.sort_by_key(|&j| (level(seed, j), j));
-                for j in candidates {
-                    if members.iter().all(|&m| grouped(level(m, j))) {
-                        members.push(j);
-                    }
-                }
-                members.sort_unstable();
-                let mut worst = LinkLevel::SameGpu;
-                for (x, &a) in members.iter().enumerate() {
-                    for &b in &members[x + 1..] {
-                        worst = worst.max(level(a, b));
-                    }
-                }
-                for &m in &members {
-                    group_of[m] = node_groups.len();
-                }
-                node_groups.push((members, worst));
-            }
+            let socket = sockets_of(&numa, &levels, &mut sockets);
+            let (group_of, node_groups) = link_groups(&levels, k);
 
             let base = t.gpus.len();
             let group_base = t.groups.len();
@@ -510,6 +456,74 @@ impl ClusterTopology {
     pub fn msc_matrix(&self, gpus: &[usize]) -> Vec<f64> {
         gpus.iter().flat_map(|&a| gpus.iter().map(move |&b| self.msc(a, b))).collect()
     }
+}
+
+/// Each GPU's socket (numbered on from `next`, which advances past those used): GPUs share one
+/// when they report the same NUMA node, or, when a node is unknown, a same-socket PCIe path.
+fn sockets_of(numa: &[Option<u32>], levels: &[LinkLevel], next: &mut usize) -> Vec<usize> {
+    let k = numa.len();
+    let level = |i: usize, j: usize| levels[i * k + j];
+    let mut parent: Vec<usize> = (0..k).collect();
+    for i in 0..k {
+        for j in i + 1..k {
+            let joined = match (numa[i], numa[j]) {
+                (Some(a), Some(b)) => a == b,
+                _ => level(i, j).same_socket(),
+            };
+            if joined {
+                let (a, b) = (find(&mut parent, i), find(&mut parent, j));
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut socket_of_root: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut socket = vec![0; k];
+    for (i, s) in socket.iter_mut().enumerate() {
+        let root = find(&mut parent, i);
+        *s = *socket_of_root.entry(root).or_insert_with(|| {
+            *next += 1;
+            *next - 1
+        });
+    }
+    socket
+}
+
+/// A clique of a node's GPUs (their slots), with its worst link.
+type LinkClique = (Vec<usize>, LinkLevel);
+
+/// A node's link groups, greedy cliques over NVLink and PCIe-switch links: each GPU's group,
+/// and each group's members with its worst link.
+fn link_groups(levels: &[LinkLevel], k: usize) -> (Vec<usize>, Vec<LinkClique>) {
+    let level = |i: usize, j: usize| levels[i * k + j];
+    let grouped = |l: LinkLevel| l.nvlinks() > 0 || l.is_pcie_switch();
+    let mut group_of = vec![usize::MAX; k];
+    let mut node_groups: Vec<LinkClique> = Vec::new();
+    for seed in 0..k {
+        if group_of[seed] != usize::MAX {
+            continue;
+        }
+        let mut members = vec![seed];
+        let mut candidates: Vec<usize> =
+            (seed + 1..k).filter(|&j| group_of[j] == usize::MAX && grouped(level(seed, j))).collect();
+        candidates.sort_by_key(|&j| (level(seed, j), j));
+        for j in candidates {
+            if members.iter().all(|&m| grouped(level(m, j))) {
+                members.push(j);
+            }
+        }
+        members.sort_unstable();
+        let mut worst = LinkLevel::SameGpu;
+        for (x, &a) in members.iter().enumerate() {
+            for &b in &members[x + 1..] {
+                worst = worst.max(level(a, b));
+            }
+        }
+        for &m in &members {
+            group_of[m] = node_groups.len();
+        }
+        node_groups.push((members, worst));
+    }
+    (group_of, node_groups)
 }
 
 #[cfg(test)]
