@@ -397,7 +397,7 @@ impl Engine {
         }
         for id in &out.workers {
             if let Some(w) = self.core.worker(*id) {
-                b.worker(&w.record);
+                b.worker(w.record());
             }
         }
         for id in &out.removed_workers {
@@ -419,7 +419,9 @@ impl Engine {
             Cmd::Holders { object, reply } => {
                 let r = match core.job(object.job) {
                     None => Err(SchedulerError::NoJob(object.job)),
-                    Some(_) => Ok(core.live_holders(&object).into_iter().map(|w| w.record.peer_addr.clone()).collect()),
+                    Some(_) => {
+                        Ok(core.live_holders(&object).into_iter().map(|w| w.record().peer_addr.clone()).collect())
+                    }
                 };
                 replies.push(defer(reply, r));
             }
@@ -481,11 +483,8 @@ impl Engine {
                 replies.push(defer(reply, WorkerView::all(core)));
             }
             Cmd::SetQueue { name, share, reply } => {
-                // The core says why a share is refused; that is the caller's mistake.
-                let r = core
-                    .set_queue_share(&name, share)
-                    .map(|()| QueueView::all(core))
-                    .map_err(|e| Error::Invalid(e.to_string()));
+                // The core says why a share is refused (a bad name or share: INVALID_ARGUMENT).
+                let r = core.set_queue_share(&name, share).map(|()| QueueView::all(core)).map_err(Error::Scheduler);
                 replies.push(defer(reply, r));
             }
             Cmd::Metrics { reply } => {
@@ -548,7 +547,7 @@ impl Engine {
                 replies.push(defer(reply, ()));
             }
             Cmd::OpenStream { worker, session, reply } => {
-                let registered = core.worker(worker).is_some_and(|w| w.connected && w.record.session == session);
+                let registered = core.worker(worker).is_some_and(|w| w.connected() && w.record().session == session);
                 let d = self.delivery.get_mut(&worker).filter(|d| d.session == session);
                 let r = match (registered, d) {
                     (true, Some(d)) => {
@@ -654,7 +653,7 @@ fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Re
         }
     };
     let latest = attempt == s.attempt || s.worker.is_none();
-    let peer = core.worker(w).filter(|w| w.record.alive).map(|w| w.record.peer_addr.clone());
+    let peer = core.worker(w).filter(|w| w.record().alive).map(|w| w.record().peer_addr.clone());
     Ok(LogSource {
         attempt,
         worker: w.to_string(),

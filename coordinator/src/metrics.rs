@@ -299,17 +299,17 @@ impl Metrics {
         let mut workers = [0i64; 3];
         self.gpu_utilisation.clear();
         for w in core.workers() {
-            workers[if !w.record.alive {
+            workers[if !w.record().alive {
                 2
-            } else if w.connected {
+            } else if w.connected() {
                 0
             } else {
                 1
             }] += 1;
-            if w.record.alive {
-                for g in &w.node.gpus {
+            if w.record().alive {
+                for g in &w.node().gpus {
                     self.gpu_utilisation
-                        .get_or_create(&GpuLabels { worker: w.record.id.to_string(), gpu: g.index.to_string() })
+                        .get_or_create(&GpuLabels { worker: w.record().id.to_string(), gpu: g.index.to_string() })
                         .set(g.utilisation);
                 }
             }

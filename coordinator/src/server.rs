@@ -411,7 +411,7 @@ impl LeaderTerm {
         core.set_estimates(crate::store::load_estimates(store.as_ref()));
         for (name, share) in crate::store::queue_shares(self.spaces.queues.as_ref())? {
             if let Err(e) = core.set_queue_share(&name, Some(share)) {
-                tracing::warn!(queue = name, error = e, "a stored queue share is not valid; ignored");
+                tracing::warn!(queue = name, error = %e, "a stored queue share is not valid; ignored");
             }
         }
         tracing::info!(

@@ -26,10 +26,21 @@ pub fn status(e: impl Into<Error>) -> Status {
             | SchedulerError::NotPlaced(_) => Status::not_found(msg),
             SchedulerError::JobFinished { .. } | SchedulerError::WorkerBusy(_) => Status::failed_precondition(msg),
             SchedulerError::Duplicate(_) => Status::already_exists(msg),
-            SchedulerError::Spec(_) | SchedulerError::Unsatisfiable(_) | SchedulerError::UnknownPlacer { .. } => {
-                Status::invalid_argument(msg)
-            }
-            SchedulerError::Restore(_) => Status::internal(msg),
+            SchedulerError::Spec(_)
+            | SchedulerError::Unsatisfiable(_)
+            | SchedulerError::UnknownPlacer { .. }
+            | SchedulerError::QueueName { .. }
+            | SchedulerError::QueueShare { .. }
+            | SchedulerError::MscSyntax { .. }
+            | SchedulerError::MscUnknownKey { .. }
+            | SchedulerError::MscDuplicate(_)
+            | SchedulerError::NotACost { .. }
+            | SchedulerError::MscDecreasing { .. } => Status::invalid_argument(msg),
+            SchedulerError::Restore(_)
+            | SchedulerError::GpuProblem(_)
+            | SchedulerError::Infeasible { .. }
+            | SchedulerError::TooLarge { .. }
+            | SchedulerError::EstimatesFormat { .. } => Status::internal(msg),
         },
         Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
         Error::NotFound(_) => Status::not_found(msg),

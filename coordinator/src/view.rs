@@ -181,24 +181,24 @@ pub struct WorkerView {
 impl WorkerView {
     pub fn of(w: &Worker, speed: Option<&WorkerSpeed>) -> WorkerView {
         WorkerView {
-            id: w.record.id,
-            peer_addr: w.record.peer_addr.clone(),
-            capacity: w.record.capacity.clone(),
-            node: w.node.clone(),
-            objects: w.objects.iter().map(|(o, s)| (o.clone(), *s)).collect(),
-            alive: w.record.alive,
-            last_heartbeat: w.record.last_heartbeat,
-            allocated: w.allocated,
-            assigned: w.placed.len() as u32,
+            id: w.record().id,
+            peer_addr: w.record().peer_addr.clone(),
+            capacity: w.record().capacity.clone(),
+            node: w.node().clone(),
+            objects: w.objects().iter().map(|(o, s)| (o.clone(), *s)).collect(),
+            alive: w.record().alive,
+            last_heartbeat: w.record().last_heartbeat,
+            allocated: w.allocated(),
+            assigned: w.placed().len() as u32,
             speed: speed.cloned(),
-            draining: w.record.draining,
+            draining: w.record().draining,
         }
     }
 
     /// Every worker of `core`, with its measured speed.
     pub fn all(core: &Core) -> Vec<WorkerView> {
         let speeds = core.estimates().speeds();
-        core.workers().map(|w| WorkerView::of(w, speeds.get(&w.record.id))).collect()
+        core.workers().map(|w| WorkerView::of(w, speeds.get(&w.record().id))).collect()
     }
 }
 

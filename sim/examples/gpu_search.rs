@@ -7,10 +7,10 @@
 use std::time::Instant;
 
 use plexus_scheduler::gpu::objective::{Evaluator, Weights};
-use plexus_scheduler::gpu::search::{self, Placement, SearchError, SflaParams};
+use plexus_scheduler::gpu::search::{self, Placement, SflaParams};
 use plexus_sim::gpu::{GpuCluster, GpuClusterConfig, GroundTruth, Kind, gang};
 
-type Search = fn(&mut Evaluator<'_, GroundTruth>, u64) -> Result<Placement, SearchError>;
+type Search = fn(&mut Evaluator<'_, GroundTruth>, u64) -> Result<Placement, plexus_scheduler::Error>;
 
 const SEARCHES: [(&str, Search); 7] = [
     ("sfla", |e, s| search::sfla(e, &SflaParams::default(), s)),

@@ -37,7 +37,7 @@ use rand::{Rng, SeedableRng};
 use plexus_policy::{InterferenceConfig, InterferenceMlp, Predictor, Sample};
 use plexus_scheduler::gpu::learner::ContentionModel;
 use plexus_scheduler::gpu::objective::{Evaluator, Problem, Weights};
-use plexus_scheduler::gpu::search::{self, Placement, SearchError, SflaParams};
+use plexus_scheduler::gpu::search::{self, Placement, SflaParams};
 use plexus_scheduler::gpu::{InterferenceModel, TaskVector};
 use plexus_sim::gpu::jct::{self, JctConfig, JctReport, JctWorkload, Placer, Search};
 use plexus_sim::gpu::{GpuCluster, GpuClusterConfig, GroundTruth, Kind, gang};
@@ -325,7 +325,7 @@ fn run<M: InterferenceModel + ?Sized>(
     model: &M,
     algo: Algo,
     seed: u64,
-) -> (Result<Placement, SearchError>, f64) {
+) -> (Result<Placement, plexus_scheduler::Error>, f64) {
     let mut eval = Evaluator::new(p, model);
     let started = Instant::now();
     let found = match algo {

@@ -55,6 +55,8 @@ use std::collections::HashMap;
 use plexus_proto::WorkerId;
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
+
 /// Weight of every earlier sample when a new one arrives. 0.9: about ten samples count (the
 /// effective window is `1 / (1 − λ)`), enough to smooth the ±20 % a single run varies by on a
 /// busy node, while a node whose speed changes (a co-tenant, a throttled link) is followed within
@@ -555,21 +557,14 @@ impl From<Estimates> for Stored {
     }
 }
 
-/// Why stored estimates were refused.
-#[derive(Debug, thiserror::Error)]
-#[error("stored estimates have format {found}, this coordinator reads format {FORMAT}")]
-pub struct FormatError {
-    found: u32,
-}
-
 impl TryFrom<Stored> for Estimates {
-    type Error = FormatError;
+    type Error = Error;
 
     /// Entries that are not finite and non-negative (a damaged store) are dropped; the bounds
     /// are applied again.
-    fn try_from(s: Stored) -> Result<Estimates, FormatError> {
+    fn try_from(s: Stored) -> Result<Estimates, Error> {
         if s.format != FORMAT {
-            return Err(FormatError { found: s.format });
+            return Err(Error::EstimatesFormat { found: s.format, expected: FORMAT });
         }
         let mut e = Estimates { revision: s.revision, ..Estimates::default() };
         e.runs =

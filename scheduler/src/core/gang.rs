@@ -33,39 +33,14 @@ use std::collections::HashMap;
 
 use plexus_proto::{JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
+use super::gang_book::{GangBook, Hold, gang_backoff_ms};
+use super::ledger::Worker;
 use super::lineage::{Availability, MAX_RERUNS};
+use super::messages::{Assignment, CollectiveAssignment, InputLocation};
 use super::placement::Placed;
-use super::{Assignment, CollectiveAssignment, Core, InputLocation, PlacementRecord};
+use super::records::{GangState, PlacementRecord};
+use super::state::Core;
 use crate::spec::GangSpec;
-
-/// Workers held for the gangs at the head of their queues this round.
-pub(super) type Held = HashMap<WorkerId, Hold>;
-
-/// A worker held for a head gang: for which, and when the gang can expect to use it (the
-/// time enough of what runs there will have ended, by the attempts' `timeout`s; `None` when
-/// something it waits for has no timeout). Work that will end before then may still use it
-/// (backfill, as Slurm does around a reservation): the gang loses nothing.
-#[derive(Clone, Debug)]
-pub(super) struct Hold {
-    pub label: String,
-    pub until: Option<u64>,
-}
-
-impl Hold {
-    /// Whether a task with `timeout_ms` (0 = none) placed `now` ends before the gang needs the
-    /// worker.
-    pub fn admits(&self, timeout_ms: u64, now: u64) -> bool {
-        timeout_ms > 0 && self.until.is_some_and(|u| now.saturating_add(timeout_ms) <= u)
-    }
-}
-
-/// The longest back-off of a gang that was rolled back.
-pub const MAX_GANG_BACKOFF_MS: u64 = 60_000;
-
-/// The back-off after a gang's `n`-th rollback: 1 s, doubling, at most [`MAX_GANG_BACKOFF_MS`].
-pub fn gang_backoff_ms(n: u32) -> u64 {
-    1_000u64.saturating_mul(1u64 << n.saturating_sub(1).min(16)).min(MAX_GANG_BACKOFF_MS)
-}
 
 impl Core {
     /// The tasks (indices) of job `job` in gang `name`.
@@ -84,10 +59,7 @@ impl Core {
     /// Every member (subtask index) of gang `name`, task by task, rank by rank.
     pub(super) fn gang_member_idxs(&self, job: JobId, name: &str) -> Vec<u32> {
         let j = &self.jobs[&job];
-        self.gang_tasks(job, name)
-            .into_iter()
-            .flat_map(|t| j.offsets[t]..j.offsets[t] + j.record.spec.tasks[t].replicas)
-            .collect()
+        self.gang_tasks(job, name).into_iter().flat_map(|t| j.members(t)).collect()
     }
 
     /// One round's turn of an unbound gang (or a collective): true when it was placed.
@@ -99,21 +71,19 @@ impl Core {
         g: &GangSpec,
         queue: &str,
         now: u64,
-        held: &mut Held,
-        heads: &mut std::collections::HashSet<String>,
+        held: &mut GangBook,
     ) -> bool {
         if self.jobs[&job].record.spec.tasks[t].collective.is_some() && !self.restart_collective(job, t, now) {
             return false;
         }
         let state = self.jobs[&job].record.gangs.get(&g.name).cloned().unwrap_or_default();
-        if state.retry_at > now || heads.contains(queue) {
+        if state.retry_at > now || !held.take_head(queue) {
             // Not its queue's head this round (backing off, or another gang is ahead): only a
             // head holds reservations, so whatever it holds goes back, and its clock stops. Two
             // gangs holding part of what each needs would otherwise wait for each other forever.
             self.yield_gang(job, &g.name);
             return false;
         }
-        heads.insert(queue.to_string());
         let label = format!("gang {:?} of job {job}", g.name);
         let req = self.jobs[&job].record.spec.tasks[t].resources;
         let distinct = self.jobs[&job].record.spec.tasks[t].collective.is_some();
@@ -129,7 +99,7 @@ impl Core {
             self.jobs.get_mut(&job).expect("exists").planned.insert(g.name.clone(), start);
             let until = start.min(now.saturating_add(g.timeout_ms / 2));
             for wid in workers {
-                held.insert(wid, Hold { label: label.clone(), until: Some(until) });
+                held.hold(wid, Hold { label: label.clone(), until: Some(until) });
             }
             return false;
         }
@@ -172,7 +142,7 @@ impl Core {
 
     /// Reserves members of gang `g` until `min_members` hold one, then binds them. `None`: bound
     /// (now or before); `Some(n)`: still `n` members short.
-    fn reserve_gang(&mut self, job: JobId, g: &GangSpec, now: u64, held: &Held) -> Option<u32> {
+    fn reserve_gang(&mut self, job: JobId, g: &GangSpec, now: u64, held: &GangBook) -> Option<u32> {
         let members = self.gang_member_idxs(job, &g.name);
         let mut reserved =
             members.iter().filter(|&&i| self.jobs[&job].subtasks[i as usize].reserved_on.is_some()).count() as u32;
@@ -199,7 +169,7 @@ impl Core {
                     Some(m) => w.shareable_gpus(m).contains(&device),
                     None => w.free_devices().contains(&device),
                 };
-                if !req.fits_in(&w.free()) || !device_ok {
+                if !req.fits_in(&w.available()) || !device_ok {
                     break; // the rest reserve one by one below
                 }
                 let record = PlacementRecord {
@@ -268,21 +238,17 @@ impl Core {
     /// Sets aside a member's request on `wid`.
     fn reserve(&mut self, job: JobId, idx: u32, wid: WorkerId, record: PlacementRecord) {
         let j = self.jobs.get_mut(&job).expect("exists");
-        let t = j.task_of(idx);
-        let req = j.record.spec.tasks[t].resources;
-        let share = j.record.spec.tasks[t].shares_gpu().then(|| j.record.spec.tasks[t].shared_gpu_memory());
+        let claim = j.claim(idx);
         j.subtasks[idx as usize].reserved_on = Some(wid);
         self.counters.gang_reservations += 1;
         j.placements.insert(idx, record);
         let planned = j.subtasks[idx as usize].gpus.first().copied();
         if let Some(w) = self.workers.get_mut(&wid) {
-            w.allocated.add(&req);
-            w.reserved.insert((job, idx));
             // A sharing member sets its memory aside on one device: the one planned for it (a
             // GPU gang's search), else the least shared.
-            if let Some(memory) = share {
-                let device = w.join_shared_gpu(memory, planned);
-                self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = device.into_iter().collect();
+            let device = w.reserve((job, idx), claim, planned);
+            if claim.shared_memory.is_some() {
+                self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = device;
             }
         }
         self.out.subtasks.insert((job, idx));
@@ -293,20 +259,10 @@ impl Core {
     pub(super) fn unreserve(&mut self, (job, idx): (JobId, u32)) {
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let Some(wid) = j.subtasks[idx as usize].reserved_on.take() else { return };
-        let req = j.record.spec.tasks[j.task_of(idx)].resources;
-        let share = j.record.spec.tasks[j.task_of(idx)]
-            .shares_gpu()
-            .then(|| j.record.spec.tasks[j.task_of(idx)].shared_gpu_memory());
+        let claim = j.claim(idx);
         let planned = std::mem::take(&mut j.subtasks[idx as usize].gpus);
-        if let Some(w) = self.workers.get_mut(&wid)
-            && w.reserved.remove(&(job, idx))
-        {
-            w.allocated.sub(&req);
-            if let Some(memory) = share {
-                for g in planned {
-                    w.unshare_gpu(g, memory);
-                }
-            }
+        if let Some(w) = self.workers.get_mut(&wid) {
+            w.release((job, idx), claim, &planned);
         }
         self.out.subtasks.insert((job, idx));
     }
@@ -348,7 +304,7 @@ impl Core {
     }
 
     /// Changes a gang's state (made if absent) and marks the job for the store.
-    pub(super) fn set_gang(&mut self, job: JobId, name: &str, f: impl FnOnce(&mut super::records::GangState)) {
+    pub(super) fn set_gang(&mut self, job: JobId, name: &str, f: impl FnOnce(&mut GangState)) {
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let before = j.record.gangs.get(name).cloned();
         let s = j.record.gangs.entry(name.to_string()).or_default();
@@ -367,23 +323,23 @@ impl Core {
     /// busy with a long task until their deadline: in the gang simulator, mean gang wait 183 s
     /// against strict FIFO's 70 s at 64 workers; with the spares, 71 s.) Each hold says when the
     /// gang can expect the worker, for backfill.
-    fn hold_for(&self, req: Resources, needed: u32, distinct: bool, label: &str, now: u64, held: &mut Held) {
+    fn hold_for(&self, req: Resources, needed: u32, distinct: bool, label: &str, now: u64, held: &mut GangBook) {
         let mut room: Vec<(WorkerId, Resources, Resources, Option<u64>)> = self
             .workers
             .values()
-            .filter(|w| w.placeable() && !held.contains_key(&w.record.id))
+            .filter(|w| w.placeable() && !held.is_held(&w.id()))
             .map(|w| {
                 let mut reserved = Resources::default();
-                for (j, i) in &w.reserved {
+                for (j, i) in w.reserved() {
                     if let Some(job) = self.jobs.get(j) {
                         reserved.add(&job.record.spec.tasks[job.task_of(*i)].resources);
                     }
                 }
                 (
-                    w.record.id,
-                    w.record.capacity.resources().minus(&reserved),
-                    w.free(),
-                    self.ready_at(w, w.free(), req, now),
+                    w.id(),
+                    w.record().capacity.resources().minus(&reserved),
+                    w.available(),
+                    self.ready_at(w, w.available(), req, now),
                 )
             })
             .collect();
@@ -402,7 +358,7 @@ impl Core {
             );
             let Some((wid, cap, free, ready)) = best else { return };
             k += 1;
-            held.insert(*wid, Hold { label: label.to_string(), until: *ready });
+            held.hold(*wid, Hold { label: label.to_string(), until: *ready });
             if distinct {
                 *cap = Resources::default();
                 cap.cpu = -1.0;
@@ -423,17 +379,17 @@ impl Core {
         k: u32,
         distinct: bool,
         now: u64,
-        held: &Held,
+        held: &GangBook,
     ) -> Option<(u64, Vec<WorkerId>)> {
         let mut slots: Vec<(u64, WorkerId)> = Vec::new();
-        for w in self.workers.values().filter(|w| w.placeable() && !held.contains_key(&w.record.id)) {
-            if !req.fits_in(&w.record.capacity.resources()) {
+        for w in self.workers.values().filter(|w| w.placeable() && !held.is_held(&w.id())) {
+            if !req.fits_in(&w.record().capacity.resources()) {
                 continue;
             }
-            let mut free = w.free();
+            let mut free = w.available();
             for _ in 0..(if distinct { 1 } else { k }) {
                 let Some(at) = self.ready_at(w, free, req, now) else { break };
-                slots.push((at, w.record.id));
+                slots.push((at, w.id()));
                 free = free.minus(&req);
             }
         }
@@ -465,12 +421,12 @@ impl Core {
     /// When `req` will fit in `free` on `w`, by the estimated ends (`timeout` after the attempt started)
     /// of what is placed there, earliest first: `now` if it fits already, `None` when an
     /// attempt it must wait for has no timeout (or it never fits).
-    fn ready_at(&self, w: &super::Worker, mut free: Resources, req: Resources, now: u64) -> Option<u64> {
+    fn ready_at(&self, w: &Worker, mut free: Resources, req: Resources, now: u64) -> Option<u64> {
         if req.fits_in(&free) {
             return Some(now);
         }
-        let mut ends: Vec<(u64, Resources)> = Vec::with_capacity(w.placed.len());
-        for (j, i) in &w.placed {
+        let mut ends: Vec<(u64, Resources)> = Vec::with_capacity(w.placed().len());
+        for (j, i) in w.placed() {
             let job = self.jobs.get(j)?;
             let task = &job.record.spec.tasks[job.task_of(*i)];
             if task.timeout_ms == 0 {
@@ -500,7 +456,7 @@ impl Core {
     fn restart_collective(&mut self, job: JobId, t: usize, now: u64) -> bool {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
-        let (start, n) = (j.offsets[t], task.replicas);
+        let (start, n) = (j.members(t).start, task.replicas);
         let members: Vec<u32> = (start..start + n).collect();
         let done: Vec<u32> =
             members.iter().copied().filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded).collect();
@@ -552,13 +508,13 @@ impl Core {
     /// (the producer replica of the same rank) is resident when that worker has room, else on
     /// the feasible worker with the most free cores. False when the gang does not fit now (or
     /// cannot be re-run); nothing is then placed.
-    pub(super) fn place_gang(&mut self, job: JobId, t: usize, now: u64, held: &Held) -> bool {
+    pub(super) fn place_gang(&mut self, job: JobId, t: usize, now: u64, held: &GangBook) -> bool {
         if !self.restart_collective(job, t, now) {
             return false;
         }
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[t];
-        let (start, n) = (j.offsets[t], task.replicas);
+        let (start, n) = (j.members(t).start, task.replicas);
         let members: Vec<u32> = (start..start + n).collect();
 
         let j = &self.jobs[&job];
@@ -585,17 +541,17 @@ impl Core {
         let mut free: HashMap<WorkerId, Resources> = self
             .workers
             .values()
-            .filter(|w| w.placeable() && !held.contains_key(&w.record.id))
-            .map(|w| (w.record.id, w.free()))
+            .filter(|w| w.placeable() && !held.is_held(&w.id()))
+            .map(|w| (w.id(), w.available()))
             .collect();
-        let mut chosen: Vec<(WorkerId, Vec<(ObjectId, u64)>, &'static str)> = Vec::with_capacity(members.len());
+        let mut chosen: Vec<Chosen> = Vec::with_capacity(members.len());
         for objects in objects {
             let sized: Vec<(ObjectId, u64)> = objects
                 .into_iter()
                 .map(|o| {
                     let size = j
                         .task_index(&o.task)
-                        .map(|p| &j.subtasks[(j.offsets[p] + o.rank) as usize])
+                        .map(|p| &j.subtasks[(j.members(p).start + o.rank) as usize])
                         .and_then(|s| s.outputs.iter().find(|(name, _)| *name == o.name).map(|(_, sz)| *sz))
                         .unwrap_or(0);
                     (o, size)
@@ -605,7 +561,7 @@ impl Core {
             // Near the member's (first) input when its holder has room.
             let holder = sized
                 .first()
-                .and_then(|(o, _)| self.holders.get(o))
+                .and_then(|(o, _)| self.workers.holders(o))
                 .and_then(|h| h.iter().copied().find(|w| !taken(w) && free.get(w).is_some_and(|f| req.fits_in(f))));
             let (wid, why) = match holder {
                 Some(w) => (w, "holds the member's input"),
@@ -630,7 +586,7 @@ impl Core {
 
         let spec = task.collective.clone().expect("a collective task");
         let rails: Vec<Vec<String>> =
-            chosen.iter().map(|(w, ..)| self.workers[w].record.capacity.rails.clone()).collect();
+            chosen.iter().map(|(w, ..)| self.workers[w].record().capacity.rails.clone()).collect();
         let generation = j.subtasks[start as usize].attempt + 1;
         // The gang's tag base: distinct per job, task and generation, with the low 32 bits free
         // for the communicator's own message numbering.
@@ -663,6 +619,9 @@ impl Core {
         true
     }
 }
+
+/// A collective member's choice: its worker, its inputs with their sizes, and why there.
+type Chosen = (WorkerId, Vec<(ObjectId, u64)>, &'static str);
 
 /// A collective gang's tag base: a 32-bit FNV-1a hash of (job, task, generation) in the high
 /// half, so concurrent gangs on the same workers use disjoint tags and a rerun never matches a

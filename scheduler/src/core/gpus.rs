@@ -10,10 +10,12 @@ use std::collections::BTreeSet;
 
 use plexus_proto::{JobId, WorkerId};
 
-use super::Core;
+use super::gang_book::GangBook;
+use super::signature::signature;
+use super::state::Core;
 use crate::gpu::TaskVector;
 use crate::gpu::learner::{GpuLearner, GpuRun};
-use crate::spec::{TaskSpec, Work};
+use crate::spec::TaskSpec;
 
 impl Core {
     /// Replaces the GPU learner (the coordinator's learned model).
@@ -44,7 +46,7 @@ impl Core {
     pub(super) fn device_memory(&self, wid: WorkerId, gpu: u32) -> u64 {
         self.workers
             .get(&wid)
-            .and_then(|w| w.record.capacity.gpus.iter().find(|g| g.index == gpu))
+            .and_then(|w| w.record().capacity.gpus.iter().find(|g| g.index == gpu))
             .map_or(0, |g| g.memory)
     }
 
@@ -53,7 +55,7 @@ impl Core {
     pub(super) fn met_on_gpu(&mut self, wid: WorkerId, key: (JobId, u32), gpu: u32) {
         let Some(w) = self.workers.get(&wid) else { return };
         let there: Vec<(JobId, u32)> = w
-            .placed
+            .placed()
             .iter()
             .copied()
             .filter(|&p| p != key)
@@ -64,11 +66,7 @@ impl Core {
                 })
             })
             .collect();
-        let w = self.workers.get_mut(&wid).expect("exists");
-        for p in &there {
-            w.gpu_peers.entry(*p).or_default().insert(key);
-        }
-        w.gpu_peers.entry(key).or_default().extend(there);
+        self.workers.get_mut(&wid).expect("exists").met(key, there);
     }
 
     /// A GPU attempt ended well on `wid`: its run goes to the learner. Call before its worker
@@ -88,7 +86,7 @@ impl Core {
             (s.finished_at.saturating_sub(s.started_at) as f64, false)
         };
         let peers: BTreeSet<(JobId, u32)> =
-            self.workers.get(&wid).and_then(|w| w.gpu_peers.get(&(job, idx))).cloned().unwrap_or_default();
+            self.workers.get(&wid).and_then(|w| w.gpu_peers().get(&(job, idx))).cloned().unwrap_or_default();
         let peers: Vec<TaskVector> = peers
             .into_iter()
             .filter_map(|(pj, pi)| {
@@ -100,53 +98,6 @@ impl Core {
     }
 }
 
-/// FNV-1a over a sequence of fields (each field closed by a separator byte, so `ab`,`c` and
-/// `a`,`bc` differ): the signature hash of tasks, here and in the simulator.
-#[derive(Clone, Copy, Debug)]
-pub struct FieldHash(u64);
-
-impl Default for FieldHash {
-    fn default() -> Self {
-        FieldHash(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl FieldHash {
-    /// Adds one field.
-    pub fn eat(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self.0 ^= 0xff;
-        self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-
-    pub fn finish(self) -> u64 {
-        self.0
-    }
-}
-
-/// A task's signature: what it runs and asks for, so runs of the same work across jobs share
-/// what was measured of them (FNV-1a over the command or kind, the resources and the GPU
-/// profile; not the name or the job).
-pub fn signature(task: &TaskSpec) -> u64 {
-    let mut h = FieldHash::default();
-    match &task.work {
-        Work::Command(argv) => argv.iter().for_each(|a| h.eat(a.as_bytes())),
-        Work::Kind(k) => h.eat(k.as_bytes()),
-    }
-    h.eat(&task.resources.cpu.to_le_bytes());
-    h.eat(&task.resources.memory.to_le_bytes());
-    h.eat(&task.resources.gpu.to_le_bytes());
-    if let Some(p) = task.gpu_profile {
-        h.eat(&p.memory.to_le_bytes());
-        h.eat(&p.model_bytes.to_le_bytes());
-        h.eat(&[u8::from(p.share)]);
-    }
-    h.finish()
-}
-
 /// A GPU gang's members placed by the search: (member, worker, device, its decision's reason).
 pub(super) type GpuPlan = Vec<(u32, WorkerId, u32, String)>;
 
@@ -156,7 +107,7 @@ impl Core {
     /// workers not `held`, with greedy's objective for comparison in every reason. `None` when
     /// the members are not all one GPU task, or no feasible assignment exists now (the caller
     /// reserves member by member as for any gang).
-    pub(super) fn plan_gpu_gang(&self, job: JobId, todo: &[u32], held: &super::gang::Held) -> Option<GpuPlan> {
+    pub(super) fn plan_gpu_gang(&self, job: JobId, todo: &[u32], held: &GangBook) -> Option<GpuPlan> {
         use crate::gpu::objective::{Evaluator, GpuCandidate, Problem, Weights};
         use crate::gpu::search::{SflaParams, greedy, sfla};
         use crate::gpu::topology::ClusterTopology;
@@ -178,8 +129,8 @@ impl Core {
         // and memory.
         let mut places: Vec<(WorkerId, u32)> = Vec::new();
         let mut cands: Vec<GpuCandidate> = Vec::new();
-        for w in self.workers.values().filter(|w| w.placeable() && !held.contains_key(&w.record.id)) {
-            let mut free = w.free();
+        for w in self.workers.values().filter(|w| w.placeable() && !held.is_held(&w.id())) {
+            let mut free = w.available();
             free.gpu = 0;
             let mut fit = 0usize;
             while fit < k && host.fits_in(&free) {
@@ -194,19 +145,19 @@ impl Core {
                     .shareable_gpus(memory)
                     .into_iter()
                     .map(|g| {
-                        let total = self.device_memory(w.record.id, g);
-                        let used = w.gpu_shared.get(&g).map_or(0, |s| s.0);
+                        let total = self.device_memory(w.id(), g);
+                        let used = w.gpu_shared().get(&g).map_or(0, |s| s.0);
                         (g, if total == 0 { u64::MAX } else { total - used.min(total) })
                     })
                     .collect(),
                 // (Every free device: a worker's cores bound how many members it takes, which a
                 // plan that puts more there does not get: its reservations stop there.)
-                None => w.free_devices().into_iter().take(w.free().gpu as usize).map(|g| (g, u64::MAX)).collect(),
+                None => w.free_devices().into_iter().take(w.available().gpu as usize).map(|g| (g, u64::MAX)).collect(),
             };
             for (g, free_memory) in devices {
-                let memory = self.device_memory(w.record.id, g);
+                let memory = self.device_memory(w.id(), g);
                 let resident: Vec<TaskVector> = w
-                    .placed
+                    .placed()
                     .iter()
                     .filter_map(|(pj, pi)| {
                         let job = self.jobs.get(pj)?;
@@ -215,7 +166,7 @@ impl Core {
                             .then(|| self.task_vector(pt, memory))
                     })
                     .collect();
-                places.push((w.record.id, g));
+                places.push((w.id(), g));
                 cands.push(GpuCandidate { resident, free_memory, slots: if share.is_some() { fit } else { 1 } });
             }
         }
@@ -225,8 +176,8 @@ impl Core {
         let memory = places.first().map_or(0, |(w, g)| self.device_memory(*w, *g));
         let member = self.task_vector(task, memory);
         let topo = ClusterTopology::from_capacities(
-            self.workers.values().map(|w| (w.record.id, &w.record.capacity)),
-            self.config.msc.clone(),
+            self.workers.values().map(|w| (w.id(), &w.record().capacity)),
+            self.config.msc,
         );
         let index: Vec<usize> = places.iter().map(|(w, g)| topo.index_of(*w, *g).unwrap_or(usize::MAX)).collect();
         let msc = |a: usize, b: usize| match (index[a], index[b]) {
@@ -234,11 +185,12 @@ impl Core {
             (x, y) => topo.msc(x, y),
         };
         let problem = Problem::new(vec![member; k], cands, msc, Weights::default()).ok()?;
-        let started = std::time::Instant::now();
         let mut eval = Evaluator::new(&problem, self.gpu_learner.as_ref());
         let seed = u64::from_le_bytes(job.as_bytes()[..8].try_into().unwrap_or_default()) ^ u64::from(todo[0]);
         let best = sfla(&mut eval, &SflaParams::default(), seed).ok()?;
-        let took = started.elapsed();
+        // The search's cost as work done (objective evaluations), not as time: the core reads
+        // no clock, and a count is the same on every replay of the same decisions.
+        let evaluations = eval.evaluations();
         let alternative = greedy(&mut eval).ok().map(|g| g.objective);
         let b = eval.breakdown(&best.assignment);
         let n = problem.gpus().len();
@@ -249,9 +201,8 @@ impl Core {
                 .map(|(m, (&idx, &c))| {
                     let (wid, g) = places[c];
                     let reason = format!(
-                        "GPU gang placed by SFLA over {n} candidate GPUs in {:.1} ms: this member on GPU {g}, predicted slowdown {:.3} ({}); \
+                        "GPU gang placed by SFLA over {n} candidate GPUs in {evaluations} objective evaluations: this member on GPU {g}, predicted slowdown {:.3} ({}); \
                          the group's I = {:.3}, C = {:.3} (normalised {:.3}), objective α·I + β·C = {:.3}; greedy's would be {}",
-                        took.as_secs_f64() * 1e3,
                         b.slowdowns[m],
                         self.gpu_learner.name(),
                         b.interference,

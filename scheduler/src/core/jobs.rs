@@ -1,246 +1,17 @@
 //! Jobs and subtasks: submission, cancellation, reports of attempts, retries, DAG release and
 //! the end of a job. Every subtask state change goes through `Core::set_state`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, SubtaskState, WorkerId};
 
-use super::{AttemptFailure, Core, JobRecord, PlacementRecord, Report, Subtask, Transition, Worker};
-use crate::Error;
+use super::job_table::Job;
+use super::ledger::Worker;
+use super::messages::Report;
+use super::records::{AttemptFailure, JobRecord, Subtask, Transition};
+use super::state::Core;
+use crate::error::Error;
 use crate::spec::{JobSpec, OnFailure, TaskSpec, retry_delay_ms};
-
-/// A job in memory: its record, its subtasks (task by task, rank by rank) and derived indexes.
-pub struct Job {
-    pub record: JobRecord,
-    pub subtasks: Vec<Subtask>,
-    pub placements: HashMap<u32, PlacementRecord>,
-    /// Why tasks with ready subtasks are not placed (task index → reason), as of the last
-    /// scheduling round: derived state, shown by `plexus status`, not stored.
-    pub waiting: BTreeMap<usize, String>,
-    /// The `Core::worker_epoch` each `waiting` reason was worked out at: it is worked out again
-    /// only when the workers changed, not every round (thousands of waiting tasks made that the
-    /// bulk of a round).
-    pub(super) waiting_epoch: BTreeMap<usize, u64>,
-    /// Gangs at their queue's head whose start the time limits of what runs put later (gang →
-    /// that time): they reserve nothing yet and hold the workers they will use. Derived.
-    pub(super) planned: BTreeMap<String, u64>,
-    /// Index of the first subtask of each task.
-    pub(super) offsets: Vec<u32>,
-    /// counts[task][state as usize]
-    pub(super) counts: Vec<[u32; 7]>,
-    /// Failed attempts per task (retried or not), for `plexus watch`.
-    pub(super) failed_attempts: Vec<u32>,
-    /// Tasks that list each task in `after`.
-    pub(super) dependents: Vec<Vec<usize>>,
-}
-
-pub(super) fn state_index(s: SubtaskState) -> usize {
-    s as usize
-}
-
-/// A gang of a job as `plexus status` shows it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GangView {
-    pub name: String,
-    pub tasks: Vec<String>,
-    pub min_members: u32,
-    pub members: u32,
-    pub reserved: u32,
-    pub timeout_ms: u64,
-    pub phase: GangPhase,
-    pub state: super::records::GangState,
-}
-
-/// Where a gang stands, for display.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GangPhase {
-    /// Not reserving: not at its queue's head yet, or not released.
-    Waiting,
-    /// Holding reservations until the deadline.
-    Reserving {
-        deadline: u64,
-    },
-    Bound {
-        at: u64,
-    },
-    /// Rolled back, not reserving before `retry_at`.
-    BackingOff {
-        retry_at: u64,
-    },
-    /// At its queue's head, expected to start at `start` by the time limits of what runs on
-    /// the workers it holds (open meanwhile to work that ends before).
-    Planned {
-        start: u64,
-    },
-}
-
-impl GangPhase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GangPhase::Waiting => "waiting",
-            GangPhase::Reserving { .. } => "reserving",
-            GangPhase::Bound { .. } => "bound",
-            GangPhase::BackingOff { .. } => "backing off",
-            GangPhase::Planned { .. } => "planned",
-        }
-    }
-}
-
-impl Job {
-    /// The job's gangs, in file order of their first task, as of `now`.
-    pub fn gangs(&self, now: u64) -> Vec<GangView> {
-        let mut out: Vec<GangView> = Vec::new();
-        for (t, task) in self.record.spec.tasks.iter().enumerate() {
-            let Some(g) = &task.gang else { continue };
-            let range = self.offsets[t]..self.offsets[t] + task.replicas;
-            let reserved = range.clone().filter(|&i| self.subtasks[i as usize].reserved_on.is_some()).count() as u32;
-            if let Some(v) = out.iter_mut().find(|v| v.name == g.name) {
-                v.tasks.push(task.name.clone());
-                v.members += task.replicas;
-                v.reserved += reserved;
-                continue;
-            }
-            let state = self.record.gangs.get(&g.name).cloned().unwrap_or_default();
-            // A collective is bound while every member is placed or done; one restarting (a member
-            // ready again) waits to be placed whole anew.
-            let whole = task.collective.is_none()
-                || range.clone().all(|i| {
-                    self.subtasks[i as usize].state.is_placed()
-                        || self.subtasks[i as usize].state == SubtaskState::Succeeded
-                });
-            let phase = if state.bound_at > 0 && whole {
-                GangPhase::Bound { at: state.bound_at }
-            } else if state.retry_at > now {
-                GangPhase::BackingOff { retry_at: state.retry_at }
-            } else if state.reserving_since > 0 {
-                GangPhase::Reserving { deadline: state.reserving_since.saturating_add(g.timeout_ms) }
-            } else if let Some(&start) = self.planned.get(&g.name) {
-                GangPhase::Planned { start }
-            } else {
-                GangPhase::Waiting
-            };
-            out.push(GangView {
-                name: g.name.clone(),
-                tasks: vec![task.name.clone()],
-                min_members: g.min_members,
-                members: task.replicas,
-                reserved,
-                timeout_ms: g.timeout_ms,
-                phase,
-                state,
-            });
-        }
-        out
-    }
-
-    pub(super) fn new(record: JobRecord, subtasks: Vec<Subtask>) -> Job {
-        let spec = &record.spec;
-        let mut offsets = Vec::with_capacity(spec.tasks.len());
-        let mut off = 0u32;
-        for t in &spec.tasks {
-            offsets.push(off);
-            off += t.replicas;
-        }
-        let names: HashMap<&str, usize> = spec.tasks.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
-        let mut dependents = vec![Vec::new(); spec.tasks.len()];
-        for (i, t) in spec.tasks.iter().enumerate() {
-            for a in &t.after {
-                if let Some(&j) = names.get(a.as_str()) {
-                    dependents[j].push(i);
-                }
-            }
-        }
-        let mut counts = vec![[0u32; 7]; spec.tasks.len()];
-        for s in &subtasks {
-            if let Some(&t) = names.get(s.task.as_str()) {
-                counts[t][state_index(s.state)] += 1;
-            }
-        }
-        let mut failed_attempts = vec![0u32; spec.tasks.len()];
-        for s in &subtasks {
-            if let Some(&t) = names.get(s.task.as_str()) {
-                failed_attempts[t] += s.failures;
-            }
-        }
-        Job {
-            record,
-            subtasks,
-            placements: HashMap::new(),
-            waiting: BTreeMap::new(),
-            waiting_epoch: BTreeMap::new(),
-            planned: BTreeMap::new(),
-            offsets,
-            counts,
-            failed_attempts,
-            dependents,
-        }
-    }
-
-    pub fn id(&self) -> JobId {
-        self.record.id
-    }
-
-    pub fn spec(&self) -> &JobSpec {
-        &self.record.spec
-    }
-
-    pub fn task_index(&self, name: &str) -> Option<usize> {
-        self.record.spec.tasks.iter().position(|t| t.name == name)
-    }
-
-    /// Index of a subtask, checking that the task and rank exist.
-    pub fn subtask_index(&self, task: &str, rank: u32) -> Result<u32, Error> {
-        let t = self.task_index(task).ok_or_else(|| Error::NoTask { job: self.id(), task: task.to_string() })?;
-        let replicas = self.record.spec.tasks[t].replicas;
-        if rank >= replicas {
-            return Err(Error::NoRank { job: self.id(), task: task.to_string(), rank, replicas });
-        }
-        Ok(self.offsets[t] + rank)
-    }
-
-    /// Subtasks of task `t` per state, indexed like [`SubtaskState`].
-    pub fn counts(&self, t: usize) -> [u32; 7] {
-        self.counts[t]
-    }
-
-    pub(super) fn task_of(&self, idx: u32) -> usize {
-        // offsets is sorted; the task is the last one starting at or before idx.
-        self.offsets.partition_point(|&o| o <= idx) - 1
-    }
-
-    pub(super) fn task_done(&self, t: usize) -> bool {
-        self.counts[t][state_index(SubtaskState::Succeeded)] == self.record.spec.tasks[t].replicas
-    }
-
-    pub(super) fn deps_done(&self, t: usize) -> bool {
-        self.record.spec.tasks[t].after.iter().all(|a| self.task_index(a).is_some_and(|j| self.task_done(j)))
-    }
-
-    /// Failed attempts of task `t`'s subtasks so far, retried or not.
-    pub fn failed_attempts(&self, t: usize) -> u32 {
-        self.failed_attempts[t]
-    }
-
-    /// Subtasks that have ended (succeeded, failed or cancelled).
-    pub fn ended(&self) -> u32 {
-        self.counts
-            .iter()
-            .map(|c| {
-                c[state_index(SubtaskState::Succeeded)]
-                    + c[state_index(SubtaskState::Failed)]
-                    + c[state_index(SubtaskState::Cancelled)]
-            })
-            .sum()
-    }
-
-    pub fn succeeded(&self) -> u32 {
-        self.counts.iter().map(|c| c[state_index(SubtaskState::Succeeded)]).sum()
-    }
-
-    pub fn total(&self) -> u32 {
-        self.subtasks.len() as u32
-    }
-}
 
 impl Core {
     /// Why no set of live workers could ever run some task of `spec`, if that is so. With no
@@ -256,7 +27,7 @@ impl Core {
     /// Why a gang of `spec` cannot ever have `min_members` members placed at once on the live
     /// workers, checked per worker (first-fit by size, largest members first), if that is so.
     fn gang_too_big(&self, spec: &JobSpec) -> Option<String> {
-        let alive: Vec<&Worker> = self.workers.values().filter(|w| w.record.alive).collect();
+        let alive: Vec<&Worker> = self.workers.values().filter(|w| w.record().alive).collect();
         let mut names: Vec<&str> = spec
             .tasks
             .iter()
@@ -271,7 +42,8 @@ impl Core {
             let mut members: Vec<plexus_proto::Resources> =
                 tasks.iter().flat_map(|t| std::iter::repeat_n(t.resources, t.replicas as usize)).collect();
             members.sort_by(|a, b| b.cpu.total_cmp(&a.cpu).then(b.memory.cmp(&a.memory)).then(b.gpu.cmp(&a.gpu)));
-            let mut room: Vec<plexus_proto::Resources> = alive.iter().map(|w| w.record.capacity.resources()).collect();
+            let mut room: Vec<plexus_proto::Resources> =
+                alive.iter().map(|w| w.record().capacity.resources()).collect();
             let mut fit = 0u32;
             for m in &members {
                 if fit >= k {
@@ -294,7 +66,7 @@ impl Core {
 
     /// Why task `t` cannot run on the live workers whatever they are running now, if that is so.
     pub(super) fn unrunnable(&self, t: &TaskSpec) -> Option<String> {
-        let alive: Vec<&Worker> = self.workers.values().filter(|w| w.record.alive).collect();
+        let alive: Vec<&Worker> = self.workers.values().filter(|w| w.record().alive).collect();
         let r = &t.resources;
         if alive.is_empty() {
             return Some(format!(
@@ -303,10 +75,10 @@ impl Core {
                 self.workers.len()
             ));
         }
-        if !alive.iter().any(|w| r.fits_in(&w.record.capacity.resources())) {
-            let max_cpu = alive.iter().map(|w| w.record.capacity.cpus).max().unwrap_or(0);
-            let max_mem = alive.iter().map(|w| w.record.capacity.memory).max().unwrap_or(0);
-            let max_gpu = alive.iter().map(|w| w.record.capacity.gpus.len()).max().unwrap_or(0);
+        if !alive.iter().any(|w| r.fits_in(&w.record().capacity.resources())) {
+            let max_cpu = alive.iter().map(|w| w.record().capacity.cpus).max().unwrap_or(0);
+            let max_mem = alive.iter().map(|w| w.record().capacity.memory).max().unwrap_or(0);
+            let max_gpu = alive.iter().map(|w| w.record().capacity.gpus.len()).max().unwrap_or(0);
             return Some(format!(
                 "task {:?} asks for cpu={}, memory={}, gpu={} but no live worker can ever offer that (largest: cpu={max_cpu}, memory={}, gpu={max_gpu})",
                 t.name,
@@ -318,8 +90,8 @@ impl Core {
         }
         if t.shares_gpu() {
             let m = t.shared_gpu_memory();
-            if !alive.iter().any(|w| w.record.capacity.gpus.iter().any(|g| g.memory == 0 || g.memory >= m)) {
-                let largest = alive.iter().flat_map(|w| w.record.capacity.gpus.iter().map(|g| g.memory)).max();
+            if !alive.iter().any(|w| w.record().capacity.gpus.iter().any(|g| g.memory == 0 || g.memory >= m)) {
+                let largest = alive.iter().flat_map(|w| w.record().capacity.gpus.iter().map(|g| g.memory)).max();
                 return Some(format!(
                     "task {:?} shares a GPU with gpu_memory = {} but no live worker has a GPU that large ({})",
                     t.name,
@@ -332,7 +104,7 @@ impl Core {
             }
         }
         if t.collective.is_some() {
-            let able = alive.iter().filter(|w| r.fits_in(&w.record.capacity.resources())).count();
+            let able = alive.iter().filter(|w| r.fits_in(&w.record().capacity.resources())).count();
             if able < t.replicas as usize {
                 return Some(format!(
                     "needs {} workers for gang {:?} (a collective of {} members, one per worker, each able to fit cpu={} memory={} gpu={}), {able} alive",
@@ -368,8 +140,7 @@ impl Core {
                 _ => {}
             }
         }
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let seq = self.jobs.take_seq();
         let mut subtasks = Vec::with_capacity(spec.total_subtasks() as usize);
         for t in &spec.tasks {
             for rank in 0..t.replicas {
@@ -426,11 +197,10 @@ impl Core {
             self.out.subtasks.insert((id, i));
         }
         let after = job.record.spec.after_jobs.clone();
-        self.jobs.insert(id, job);
-        self.job_order.insert(seq, id);
+        self.jobs.insert(job);
         self.out.jobs.insert(id);
-        for a in &after {
-            self.after_index.entry(*a).or_default().push(id);
+        for a in after {
+            self.jobs.wait_for(a, id);
         }
         self.settle_after(id, now);
         Ok(n)
@@ -498,7 +268,7 @@ impl Core {
     /// Applies a worker's reports. Returns false if the worker must register again first.
     pub fn report(&mut self, id: WorkerId, session: &str, reports: Vec<Report>, now: u64) -> bool {
         match self.workers.get(&id) {
-            Some(w) if w.connected && w.record.session == session => {}
+            Some(w) if w.connected() && w.record().session == session => {}
             _ => return false,
         }
         for r in reports {
@@ -518,12 +288,10 @@ impl Core {
         }
         let key = (a.job, idx);
         match state {
-            SubtaskState::Running => {
-                if s.state == SubtaskState::Assigned {
-                    let st = &mut job.subtasks[idx as usize];
-                    st.started_at = if r.started_at > 0 { r.started_at } else { now };
-                    self.set_state(key, SubtaskState::Running, now, String::new());
-                }
+            SubtaskState::Running if s.state == SubtaskState::Assigned => {
+                let st = &mut job.subtasks[idx as usize];
+                st.started_at = if r.started_at > 0 { r.started_at } else { now };
+                self.set_state(key, SubtaskState::Running, now, String::new());
             }
             SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled => {
                 {
@@ -567,17 +335,12 @@ impl Core {
         let Some(job) = self.jobs.get_mut(&key.0) else { return };
         let s = &mut job.subtasks[key.1 as usize];
         s.outputs = outputs.iter().map(|(o, size)| (o.name.clone(), *size)).collect();
-        if let Some(w) = self.workers.get_mut(&wid) {
-            for (o, size) in outputs {
-                w.objects.insert(o.clone(), size);
-                self.holders.entry(o).or_default().insert(wid);
-            }
-        }
+        self.workers.add_objects(wid, outputs);
         self.set_state(key, SubtaskState::Succeeded, now, String::new());
         let job = &self.jobs[&key.0];
         let t = job.task_of(key.1);
         if job.task_done(t) {
-            for d in job.dependents[t].clone() {
+            for d in job.dependents(t).to_vec() {
                 if self.jobs[&key.0].deps_done(d) {
                     self.release_task(key.0, d, now);
                 }
@@ -609,7 +372,7 @@ impl Core {
         let t = job.task_of(key.1);
         let spec = &job.record.spec.tasks[t];
         let (max_retries, backoff, collective) = (spec.max_retries, spec.retry_backoff_ms, spec.collective.is_some());
-        job.failed_attempts[t] += 1;
+        job.count_failure(t);
         let s = &mut job.subtasks[key.1 as usize];
         s.failures += 1;
         s.failed_attempts.push(AttemptFailure {
@@ -725,26 +488,23 @@ impl Core {
     /// The other subtasks of the task of `key`.
     fn gang_members(&self, key: (JobId, u32)) -> Vec<u32> {
         let j = &self.jobs[&key.0];
-        let t = j.task_of(key.1);
-        let start = j.offsets[t];
-        (start..start + j.record.spec.tasks[t].replicas).filter(|&i| i != key.1).collect()
+        j.members(j.task_of(key.1)).filter(|&i| i != key.1).collect()
     }
 
     /// Cancels, as skipped, every subtask of the tasks that depend on task `t`, directly or
     /// through others (an explicit stack: dependency chains may be thousands deep).
     fn skip_dependants(&mut self, job: JobId, t: usize, now: u64) {
         let failed = self.jobs[&job].record.spec.tasks[t].name.clone();
-        let mut stack = self.jobs[&job].dependents[t].clone();
+        let mut stack = self.jobs[&job].dependents(t).to_vec();
         let mut seen = HashSet::new();
         while let Some(d) = stack.pop() {
             if !seen.insert(d) {
                 continue;
             }
             let j = &self.jobs[&job];
-            let start = j.offsets[d];
-            stack.extend(j.dependents[d].iter().copied());
-            let replicas = j.record.spec.tasks[d].replicas;
-            self.cancel_subtasks(job, start..start + replicas, now, &format!("skipped: task {failed:?} failed"));
+            stack.extend(j.dependents(d).iter().copied());
+            let members = j.members(d);
+            self.cancel_subtasks(job, members, now, &format!("skipped: task {failed:?} failed"));
         }
     }
 
@@ -774,7 +534,7 @@ impl Core {
         s.not_before = if at > now { at } else { 0 };
         self.set_state((job, idx), SubtaskState::Ready, now, note);
         if at > now {
-            self.delayed.insert((at, job, idx));
+            self.ready.delay(at, job, idx);
         } else {
             self.push_ready(job, idx);
         }
@@ -782,9 +542,7 @@ impl Core {
 
     pub(super) fn release_task(&mut self, job: JobId, t: usize, now: u64) {
         let Some(j) = self.jobs.get(&job) else { return };
-        let start = j.offsets[t];
-        let n = j.record.spec.tasks[t].replicas;
-        for idx in start..start + n {
+        for idx in j.members(t) {
             if self.jobs[&job].subtasks[idx as usize].state == SubtaskState::Waiting {
                 self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].ready_at = now;
                 self.set_state((job, idx), SubtaskState::Ready, now, String::new());
@@ -807,7 +565,7 @@ impl Core {
         // Jobs that run after this one: released, or failed with it. Worked off as a list, not
         // by recursion, so a long chain of jobs failing one after another cannot overflow the
         // stack.
-        let dependents = self.after_index.remove(&id).unwrap_or_default();
+        let dependents = self.jobs.take_waiters(&id);
         self.to_settle.extend(dependents);
         if !self.settling {
             self.settling = true;
@@ -825,17 +583,7 @@ impl Core {
             self.unreserve((job, idx));
         }
         let Some(j) = self.jobs.get_mut(&job) else { return };
-        let t = j.task_of(idx);
-        let s = &mut j.subtasks[idx as usize];
-        j.counts[t][state_index(s.state)] -= 1;
-        j.counts[t][state_index(state)] += 1;
-        s.state = state;
-        // A subtask cancelled with its job ends now (any end time it has is an earlier
-        // attempt's); one that ends by a report already carries the worker's end time.
-        if state == SubtaskState::Cancelled || (state.is_final() && s.finished_at == 0) {
-            s.finished_at = now;
-        }
-        s.history.push(Transition { state, at: now, attempt: s.attempt, worker: s.worker, note });
+        j.set_state(idx, state, now, note);
         self.out.subtasks.insert((job, idx));
     }
 }

@@ -16,7 +16,7 @@
 
 use plexus_proto::{JobId, ObjectId, SubtaskState};
 
-use super::Core;
+use super::state::Core;
 
 /// Whether a subtask's inputs can be fetched now.
 pub enum Availability {
@@ -48,15 +48,15 @@ impl Core {
     ) -> Availability {
         let mut lost = Vec::new();
         for o in inputs {
-            let live = |w: &plexus_proto::WorkerId| self.workers.get(w).is_some_and(|w| w.record.alive);
-            if self.holders.get(o).is_some_and(|h| h.iter().any(live)) {
+            let live = |w: &plexus_proto::WorkerId| self.workers.get(w).is_some_and(|w| w.record().alive);
+            if self.workers.holders(o).is_some_and(|h| h.iter().any(live)) {
                 continue;
             }
             let producer_worker = self
                 .jobs
                 .get(&job)
                 .and_then(|j| j.subtask_index(&o.task, o.rank).ok().and_then(|p| j.subtasks[p as usize].worker));
-            if producer_worker.and_then(|w| self.workers.get(&w)).is_some_and(|w| w.record.alive && !w.connected) {
+            if producer_worker.and_then(|w| self.workers.get(&w)).is_some_and(|w| w.record().alive && !w.connected()) {
                 return Availability::Unknown;
             }
             lost.push(o.clone());
@@ -78,10 +78,7 @@ impl Core {
                     let t = j.task_of(p);
                     // A collective's member runs again only with every member that completed.
                     let again: Vec<u32> = if j.record.spec.tasks[t].collective.is_some() {
-                        let start = j.offsets[t];
-                        (start..start + j.record.spec.tasks[t].replicas)
-                            .filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded)
-                            .collect()
+                        j.members(t).filter(|&i| j.subtasks[i as usize].state == SubtaskState::Succeeded).collect()
                     } else {
                         vec![p]
                     };

@@ -7,12 +7,17 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
-use super::gang::Held;
-use super::gpus::signature;
+use super::gang_book::GangBook;
+use super::ledger::Devices;
 use super::lineage::Availability;
-use super::{Assignment, CandidateRecord, Core, FetchPlan, HolderLocation, InputLocation, PlacementRecord};
-use crate::Error;
+use super::messages::{Assignment, HolderLocation, InputLocation};
+use super::ready::OrderKey;
+use super::records::{CandidateRecord, FetchPlan, PlacementRecord};
+use super::signature::signature;
+use super::state::Core;
+use crate::error::Error;
 use crate::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, ReadyWork, bounded_order};
+use crate::spec::TaskSpec;
 
 /// Live holders of an input whose fetch is estimated for each candidate, and which are ranked
 /// best-first for the worker an attempt goes to (the others follow in id order). Bounds a
@@ -23,6 +28,23 @@ const RANKED_HOLDERS: usize = 8;
 /// Whether two workers share a rack: `None` unless both carry a `rack` label.
 fn same_rack(a: Option<&str>, b: Option<&str>) -> Option<bool> {
     Some(a? == b?)
+}
+
+/// The samples behind a candidate's fetch and compute estimates (`None`: a fallback).
+type Samples = (Option<f64>, Option<f64>);
+
+/// What a scheduling round has found so far.
+struct Round {
+    /// Each (job, task) with ready subtasks is judged once per round: placed, or why not.
+    judged: HashMap<(JobId, usize), bool>,
+    /// The gang heads of each queue, and the workers held for them.
+    book: GangBook,
+    /// With queue shares: the queues that have ready work this round.
+    waiting_queues: HashSet<String>,
+    /// Tasks stopped by their queue's share, and why.
+    over: Vec<(JobId, usize, String)>,
+    /// Requests that found no room this round: anything asking for as much waits too.
+    full: Vec<(Resources, u64)>,
 }
 
 /// What one try to place a subtask came to.
@@ -85,7 +107,7 @@ impl Core {
     }
 
     fn rack_of(&self, w: WorkerId) -> Option<&str> {
-        self.workers.get(&w).and_then(|w| w.record.capacity.topology.rack())
+        self.workers.get(&w).and_then(|w| w.record().capacity.topology.rack())
     }
 
     /// The live holders of `o` in the order an attempt on `dst` should try them: the first
@@ -93,9 +115,9 @@ impl Core {
     /// then the rest; holders without an estimate, and `dst` itself, keep their id order after
     /// the estimated ones. With nothing measured this is id order.
     pub(super) fn ranked_holders(&self, o: &ObjectId, size: u64, dst: WorkerId) -> Vec<WorkerId> {
-        let Some(h) = self.holders.get(o) else { return Vec::new() };
+        let Some(h) = self.workers.holders(o) else { return Vec::new() };
         let mut live: Vec<WorkerId> =
-            h.iter().copied().filter(|w| self.workers.get(w).is_some_and(|w| w.record.alive)).collect();
+            h.iter().copied().filter(|w| self.workers.get(w).is_some_and(|w| w.record().alive)).collect();
         let n = live.len().min(RANKED_HOLDERS);
         if n > 1 && !self.estimates.is_empty() {
             let dst_rack = self.rack_of(dst);
@@ -131,7 +153,7 @@ impl Core {
         let mut from: Vec<(WorkerId, u64)> = Vec::new();
         let (mut objects, mut bytes) = (0u32, 0u64);
         for (o, size, holders) in inputs {
-            if skip_resident && w.objects.contains_key(o) {
+            if skip_resident && w.objects().contains_key(o) {
                 continue;
             }
             let Some(h) = holders.iter().find(|h| **h != wid) else { continue };
@@ -162,22 +184,14 @@ impl Core {
         if self.ready.is_empty() {
             return;
         }
-        // Each (job, task) with ready subtasks is judged once per round: placed, or why not.
-        let mut judged: HashMap<(JobId, usize), bool> = HashMap::new();
-        if !self.workers.values().any(|w| w.connected && w.record.alive) {
-            for (key, _) in self.ready.entries() {
-                judged.insert((key.job, key.task as usize), false);
-            }
+        if !self.workers.values().any(|w| w.live()) {
+            let judged = self.ready.entries().map(|(key, _)| ((key.job, key.task as usize), false)).collect();
             self.explain_waiting(judged);
             return;
         }
-        // Workers held for gangs at the head of their queue, and for which gang.
-        let mut held: Held = HashMap::new();
-        let mut heads: HashSet<String> = HashSet::new();
-        let mut gangs_seen: HashSet<(JobId, String)> = HashSet::new();
         // With queue shares: the queues that have ready work this round (a queue over its
         // share waits only while another queue has work waiting).
-        let waiting_queues: HashSet<String> = if self.queue_shares.is_empty() {
+        let waiting_queues: HashSet<String> = if self.fair_share.is_empty() {
             HashSet::new()
         } else {
             self.ready
@@ -186,120 +200,133 @@ impl Core {
                 .filter_map(|k| self.jobs.get(&k.job).map(|j| j.record.spec.queue.clone()))
                 .collect()
         };
-        let mut over: Vec<(JobId, usize, String)> = Vec::new();
-        // Requests that found no room this round: anything asking for as much waits too.
-        let mut full: Vec<(Resources, u64)> = Vec::new();
+        let mut round = Round {
+            judged: HashMap::new(),
+            book: GangBook::default(),
+            waiting_queues,
+            over: Vec::new(),
+            full: Vec::new(),
+        };
         let (keys, overtaken) = self.ordered_keys(now);
         for key in keys {
-            let (job, t) = (key.job, key.task as usize);
-            let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
-                self.ready.remove_task(&key);
-                continue;
-            };
-            let task = &j.record.spec.tasks[t];
-            if !self.queue_shares.is_empty()
-                && let Some(why) = self.over_share(&j.record.spec.queue, task.resources.cpu, &waiting_queues)
-            {
-                judged.insert((job, t), false);
-                over.push((job, t, why));
-                continue;
-            }
-            let gang = task
-                .gang
-                .clone()
-                .filter(|g| task.collective.is_some() || j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0));
-            if let Some(g) = gang {
-                // Only a gang with a member still ready takes its turn (entries of members
-                // placed since are dropped here).
-                let set: BTreeSet<u32> = self
-                    .ready
-                    .take(&key)
-                    .into_iter()
-                    .filter(|&i| j.subtasks[i as usize].state == SubtaskState::Ready)
-                    .collect();
-                let live = !set.is_empty();
-                self.ready.put_back(key, set);
-                if !live || !gangs_seen.insert((job, g.name.clone())) {
-                    continue; // judged with the gang's first task
-                }
-                let queue = j.record.spec.queue.clone();
-                let placed = self.schedule_gang(job, t, &g, &queue, now, &mut held, &mut heads);
-                for gt in self.gang_tasks(job, &g.name) {
-                    judged.insert((job, gt), placed);
-                }
-                continue;
-            }
-            let req = task.resources;
-            // A longer (or no) timeout backfills nowhere a shorter one could not.
-            let span = if task.timeout_ms == 0 { u64::MAX } else { task.timeout_ms };
-            if full
-                .iter()
-                .any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan)
-            {
-                judged.insert((job, t), false);
-                continue;
-            }
-            let mut set = self.ready.take(&key);
-            let mut skipped = BTreeSet::new();
-            let mut all = true;
-            while let Some(idx) = set.pop_first() {
-                let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
-                    set.clear();
-                    break;
-                };
-                if j.subtasks[idx as usize].state != SubtaskState::Ready {
-                    continue; // stale entry
-                }
-                if !self.queue_shares.is_empty()
-                    && let Some(why) = self.over_share(&j.record.spec.queue, req.cpu, &waiting_queues)
-                {
-                    all = false;
-                    set.insert(idx);
-                    over.push((job, t, why));
-                    break;
-                }
-                match self.place(job, idx, now, &held) {
-                    Placed::Yes => {}
-                    Placed::NotNow => {
-                        all = false;
-                        // Still ready (its inputs are being located): it stays queued. Sent
-                        // back to `Waiting` while lost inputs are made again: it leaves.
-                        if self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Ready) {
-                            skipped.insert(idx);
-                        }
-                    }
-                    Placed::NoRoom => {
-                        all = false;
-                        set.insert(idx);
-                        // (A sharing task may lack GPU memory, which `full` cannot express.)
-                        if !self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].shares_gpu()) {
-                            full.push((req, span));
-                        }
-                        break;
-                    }
-                }
-            }
-            set.extend(skipped);
-            self.ready.put_back(key, set);
-            let seen = judged.entry((job, t)).or_insert(true);
-            *seen &= all;
+            self.judge_task(key, now, &mut round);
         }
         // A task left waiting in a round where later work went first counts it; one that left
         // the queue forgets.
-        for key in overtaken {
-            if self.ready.contains(&key) {
-                *self.overtaken.entry(key).or_insert(0) += 1;
-            }
-        }
-        let ready = &self.ready;
-        self.overtaken.retain(|k, _| ready.contains(k));
-        self.explain_waiting(judged);
-        for (job, t, why) in over {
+        self.ready.count_overtaken(overtaken);
+        self.explain_waiting(round.judged);
+        for (job, t, why) in round.over {
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.waiting.insert(t, why);
                 j.waiting_epoch.remove(&t);
             }
         }
+    }
+
+    /// One task's turn in a round: a gang's turn, or its ready subtasks placed until one does
+    /// not fit; judged placed or not in `round`.
+    fn judge_task(&mut self, key: OrderKey, now: u64, round: &mut Round) {
+        let (job, t) = (key.job, key.task as usize);
+        let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
+            self.ready.remove_task(&key);
+            return;
+        };
+        let task = &j.record.spec.tasks[t];
+        if !self.fair_share.is_empty()
+            && let Some(why) = self.over_share(&j.record.spec.queue, task.resources.cpu, &round.waiting_queues)
+        {
+            round.judged.insert((job, t), false);
+            round.over.push((job, t, why));
+            return;
+        }
+        let gang = task
+            .gang
+            .clone()
+            .filter(|g| task.collective.is_some() || j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0));
+        if let Some(g) = gang {
+            // Only a gang with a member still ready takes its turn (entries of members
+            // placed since are dropped here).
+            let set: BTreeSet<u32> = self
+                .ready
+                .take(&key)
+                .into_iter()
+                .filter(|&i| j.subtasks[i as usize].state == SubtaskState::Ready)
+                .collect();
+            let live = !set.is_empty();
+            self.ready.put_back(key, set);
+            if !live || !round.book.first_turn(job, &g.name) {
+                return; // judged with the gang's first task
+            }
+            let queue = j.record.spec.queue.clone();
+            let placed = self.schedule_gang(job, t, &g, &queue, now, &mut round.book);
+            for gt in self.gang_tasks(job, &g.name) {
+                round.judged.insert((job, gt), placed);
+            }
+            return;
+        }
+        let req = task.resources;
+        // A longer (or no) timeout backfills nowhere a shorter one could not.
+        let span = if task.timeout_ms == 0 { u64::MAX } else { task.timeout_ms };
+        if round
+            .full
+            .iter()
+            .any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan)
+        {
+            round.judged.insert((job, t), false);
+            return;
+        }
+        let all = self.place_ready(key, (req, span), now, round);
+        let seen = round.judged.entry((job, t)).or_insert(true);
+        *seen &= all;
+    }
+
+    /// Places the ready subtasks of task `key` (asking `req` for up to `span` ms) until one does
+    /// not fit; true when every one was placed.
+    fn place_ready(&mut self, key: OrderKey, (req, span): (Resources, u64), now: u64, round: &mut Round) -> bool {
+        let (job, t) = (key.job, key.task as usize);
+        let mut set = self.ready.take(&key);
+        let mut skipped = BTreeSet::new();
+        let mut all = true;
+        while let Some(idx) = set.pop_first() {
+            let Some(j) = self.jobs.get(&job).filter(|j| j.record.state == JobState::Running) else {
+                set.clear();
+                break;
+            };
+            if j.subtasks[idx as usize].state != SubtaskState::Ready {
+                continue; // stale entry
+            }
+            if !self.fair_share.is_empty()
+                && let Some(why) = self.over_share(&j.record.spec.queue, req.cpu, &round.waiting_queues)
+            {
+                all = false;
+                set.insert(idx);
+                round.over.push((job, t, why));
+                break;
+            }
+            match self.place(job, idx, now, &round.book) {
+                Placed::Yes => {}
+                Placed::NotNow => {
+                    all = false;
+                    // Still ready (its inputs are being located): it stays queued. Sent
+                    // back to `Waiting` while lost inputs are made again: it leaves.
+                    if self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Ready) {
+                        skipped.insert(idx);
+                    }
+                }
+                Placed::NoRoom => {
+                    all = false;
+                    set.insert(idx);
+                    // (A sharing task may lack GPU memory, which `full` cannot express.)
+                    if !self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].shares_gpu()) {
+                        round.full.push((req, span));
+                    }
+                    break;
+                }
+            }
+        }
+        set.extend(skipped);
+        self.ready.put_back(key, set);
+        all
     }
 
     /// The ready queue's task keys in the order this round considers them: queue order, except
@@ -308,14 +335,14 @@ impl Core {
     /// gang, so a gang's holds still bind what queues after it); [`bounded_order`] puts tasks
     /// overtaken `MAX_OVERTAKEN` times first. Also the keys that work queued after them
     /// overtook this round.
-    fn ordered_keys(&mut self, now: u64) -> (Vec<super::queue::OrderKey>, Vec<super::queue::OrderKey>) {
+    fn ordered_keys(&mut self, now: u64) -> (Vec<OrderKey>, Vec<OrderKey>) {
         let mut keys = self.ready.keys();
         let mut overtaken = Vec::new();
         if !self.placer.orders_work() || keys.len() < 2 {
             return (keys, overtaken);
         }
         let window = keys.len().min(ORDER_WINDOW);
-        let plain = |c: &Core, k: &super::queue::OrderKey| {
+        let plain = |c: &Core, k: &OrderKey| {
             c.jobs.get(&k.job).is_some_and(|j| {
                 let t = &j.record.spec.tasks[k.task as usize];
                 j.record.state == JobState::Running && t.gang.is_none() && t.collective.is_none()
@@ -335,7 +362,7 @@ impl Core {
                 let work: Vec<ReadyWork> = keys[start..end].iter().map(|k| self.ready_work(k, now)).collect();
                 let answer = self.placer.order(&work);
                 let order = bounded_order(&work, answer);
-                let segment: Vec<super::queue::OrderKey> = order.iter().map(|&i| keys[start + i]).collect();
+                let segment: Vec<OrderKey> = order.iter().map(|&i| keys[start + i]).collect();
                 // Overtaken: a task placed after one that queued after it.
                 let mut latest = 0usize;
                 for &i in &order {
@@ -352,7 +379,7 @@ impl Core {
     }
 
     /// What a reordering placer sees of a task with ready work.
-    fn ready_work(&self, key: &super::queue::OrderKey, now: u64) -> ReadyWork {
+    fn ready_work(&self, key: &OrderKey, now: u64) -> ReadyWork {
         let j = &self.jobs[&key.job];
         let t = key.task as usize;
         let task = &j.record.spec.tasks[t];
@@ -361,15 +388,15 @@ impl Core {
         let est_run_ms = self
             .workers
             .values()
-            .filter(|w| w.connected && w.record.alive)
-            .filter_map(|w| self.estimates.compute(w.record.id, sig, task.flops).map(|e| e.ms))
+            .filter(|w| w.live())
+            .filter_map(|w| self.estimates.compute(w.id(), sig, task.flops).map(|e| e.ms))
             .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.min(e))));
         ReadyWork {
             job_age_ms: now.saturating_sub(j.record.submitted_at),
             ready: j.counts(t)[SubtaskState::Ready as usize],
             job_remaining: total.saturating_sub(j.ended()),
             est_run_ms,
-            overtaken: self.overtaken.get(key).copied().unwrap_or(0),
+            overtaken: self.ready.overtaken(key),
         }
     }
 
@@ -382,7 +409,7 @@ impl Core {
                 j.waiting.remove(t);
             }
         }
-        let epoch = self.worker_epoch;
+        let epoch = self.workers.epoch();
         for ((job, t), _) in judged.into_iter().filter(|(_, all_placed)| !*all_placed) {
             let Some(j) = self.jobs.get(&job) else { continue };
             if j.waiting.contains_key(&t) && j.waiting_epoch.get(&t) == Some(&epoch) {
@@ -409,7 +436,7 @@ impl Core {
             let Some(t) = j.task_index(&input.task) else { continue };
             let producer = &j.record.spec.tasks[t];
             for rank in input.rank.ranks(j.subtasks[idx as usize].rank, producer.replicas) {
-                let s = &j.subtasks[(j.offsets[t] + rank) as usize];
+                let s = &j.subtasks[(j.members(t).start + rank) as usize];
                 let size = s.outputs.iter().find(|(n, _)| *n == input.output).map(|(_, sz)| *sz).unwrap_or(0);
                 inputs.push((ObjectId { job, task: input.task.clone(), rank, name: input.output.clone() }, size));
             }
@@ -417,8 +444,8 @@ impl Core {
         inputs
     }
 
-    /// Places one subtask, on a worker not in `held`.
-    pub(super) fn place(&mut self, job: JobId, idx: u32, now: u64, held: &Held) -> Placed {
+    /// Places one subtask, on a worker not held for a gang ahead of it.
+    pub(super) fn place(&mut self, job: JobId, idx: u32, now: u64, held: &GangBook) -> Placed {
         match self.choose(job, idx, now, held, "") {
             Ok((wid, record)) => {
                 self.assign(job, idx, wid, record, now);
@@ -436,7 +463,7 @@ impl Core {
         job: JobId,
         idx: u32,
         now: u64,
-        held: &Held,
+        held: &GangBook,
         note: &str,
     ) -> Result<(WorkerId, PlacementRecord), Placed> {
         let inputs = self.inputs_of(job, idx);
@@ -451,84 +478,8 @@ impl Core {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[j.task_of(idx)];
         let req = task.resources;
-        let share = task.shares_gpu().then(|| task.shared_gpu_memory());
-        // For the estimates: the task's signature, and each input's first live holders with
-        // their racks, once per decision, so that each candidate costs O(inputs).
-        let sig = signature(task);
-        let sources: Vec<Vec<(WorkerId, Option<&str>)>> = inputs
-            .iter()
-            .map(|(o, _)| {
-                self.holders.get(o).map_or_else(Vec::new, |h| {
-                    h.iter()
-                        .filter_map(|w| self.workers.get(w))
-                        .filter(|w| w.record.alive)
-                        .take(RANKED_HOLDERS)
-                        .map(|w| (w.record.id, w.record.capacity.topology.rack()))
-                        .collect()
-                })
-            })
-            .collect();
-
-        let mut candidates = Vec::new();
-        // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
-        let mut samples: Vec<(Option<f64>, Option<f64>)> = Vec::new();
-        for w in self.workers.values().filter(|w| w.connected && w.record.alive) {
-            let free = w.free();
-            // A worker held for a gang ahead takes only work that ends before the gang needs it.
-            let gang = held.get(&w.record.id).filter(|h| !h.admits(task.timeout_ms, now));
-            let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());
-            let draining = w.record.draining;
-            let fits = req.fits_in(&free) && gpu_room && gang.is_none() && !draining;
-            let (id, rack) = (w.record.id, w.record.capacity.topology.rack());
-            let mut local = 0u64;
-            // Each missing input from its best holder; unknown if any has no estimate.
-            let mut fetch = Some(0.0);
-            let mut fetch_samples: Option<f64> = None;
-            for ((o, size), from) in inputs.iter().zip(&sources) {
-                if w.objects.contains_key(o) {
-                    local += size;
-                    continue;
-                }
-                let Some(total) = fetch.as_mut() else { continue };
-                let best = from
-                    .iter()
-                    .filter(|(h, _)| *h != id)
-                    .filter_map(|(h, r)| self.estimates.link(*h, id, same_rack(*r, rack)))
-                    .min_by(|a, b| a.fetch_ms(*size).total_cmp(&b.fetch_ms(*size)));
-                match best {
-                    Some(l) => {
-                        *total += l.fetch_ms(*size);
-                        fetch_samples = Some(fetch_samples.map_or(l.samples, |s: f64| s.min(l.samples)));
-                    }
-                    None => fetch = None,
-                }
-            }
-            let compute = self.estimates.compute(id, sig, task.flops);
-            samples.push((fetch.and(fetch_samples), compute.map(|c| c.samples)));
-            candidates.push(Candidate {
-                worker: w.record.id,
-                feasible: fits,
-                note: match gang {
-                    _ if draining => "drained (plexus workers drain): takes no new work".to_string(),
-                    Some(g) => match g.until {
-                        Some(u) if task.timeout_ms > 0 => format!("held for {}, which is ahead in the queue and expects it in {} ms, before this task's timeout would end", g.label, u.saturating_sub(now)),
-                        _ => format!("held for {}, which is ahead in the queue", g.label),
-                    },
-                    None if fits => String::new(),
-                    None if !gpu_room => format!("no GPU with {} of memory free to share", bytesize::ByteSize(share.unwrap_or(0)).display().iec()),
-                    None => format!("needs {} free, has {}", fmt_res(&req), fmt_res(&free)),
-                },
-                capacity: w.record.capacity.resources(),
-                free,
-                assigned: w.placed.len() as u32,
-                cpu_utilisation: w.node.cpu_utilisation,
-                local_input_bytes: local,
-                cache_bytes: w.record.capacity.cache_bytes,
-                cache_used: w.node.cache_used,
-                est_fetch_ms: fetch,
-                est_compute_ms: compute.map(|c| c.ms),
-            });
-        }
+        self.counters.placement_tries += 1;
+        let (candidates, samples) = self.candidates(task, &inputs, held, now);
         if !candidates.iter().any(|c| c.feasible) {
             return Err(Placed::NoRoom);
         }
@@ -579,6 +530,98 @@ impl Core {
         Ok((wid, record))
     }
 
+    /// Every live worker as a candidate for an attempt of `task` reading `inputs`: feasible or
+    /// not (and why not), with its fetch and compute estimates and the samples behind them
+    /// (`None`: derived from other workers or pairs).
+    fn candidates(
+        &self,
+        task: &TaskSpec,
+        inputs: &[(ObjectId, u64)],
+        held: &GangBook,
+        now: u64,
+    ) -> (Vec<Candidate>, Vec<Samples>) {
+        let req = task.resources;
+        let share = task.shares_gpu().then(|| task.shared_gpu_memory());
+        // For the estimates: the task's signature, and each input's first live holders with
+        // their racks, once per decision, so that each candidate costs O(inputs).
+        let sig = signature(task);
+        let sources: Vec<Vec<(WorkerId, Option<&str>)>> = inputs
+            .iter()
+            .map(|(o, _)| {
+                self.workers.holders(o).map_or_else(Vec::new, |h| {
+                    h.iter()
+                        .filter_map(|w| self.workers.get(w))
+                        .filter(|w| w.record().alive)
+                        .take(RANKED_HOLDERS)
+                        .map(|w| (w.id(), w.record().capacity.topology.rack()))
+                        .collect()
+                })
+            })
+            .collect();
+
+        let mut candidates = Vec::new();
+        // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
+        let mut samples: Vec<Samples> = Vec::new();
+        for w in self.workers.values().filter(|w| w.live()) {
+            let free = w.available();
+            // A worker held for a gang ahead takes only work that ends before the gang needs it.
+            let gang = held.hold_of(&w.id()).filter(|h| !h.admits(task.timeout_ms, now));
+            let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());
+            let draining = w.record().draining;
+            let fits = req.fits_in(&free) && gpu_room && gang.is_none() && !draining;
+            let (id, rack) = (w.id(), w.record().capacity.topology.rack());
+            let mut local = 0u64;
+            // Each missing input from its best holder; unknown if any has no estimate.
+            let mut fetch = Some(0.0);
+            let mut fetch_samples: Option<f64> = None;
+            for ((o, size), from) in inputs.iter().zip(&sources) {
+                if w.objects().contains_key(o) {
+                    local += size;
+                    continue;
+                }
+                let Some(total) = fetch.as_mut() else { continue };
+                let best = from
+                    .iter()
+                    .filter(|(h, _)| *h != id)
+                    .filter_map(|(h, r)| self.estimates.link(*h, id, same_rack(*r, rack)))
+                    .min_by(|a, b| a.fetch_ms(*size).total_cmp(&b.fetch_ms(*size)));
+                match best {
+                    Some(l) => {
+                        *total += l.fetch_ms(*size);
+                        fetch_samples = Some(fetch_samples.map_or(l.samples, |s: f64| s.min(l.samples)));
+                    }
+                    None => fetch = None,
+                }
+            }
+            let compute = self.estimates.compute(id, sig, task.flops);
+            samples.push((fetch.and(fetch_samples), compute.map(|c| c.samples)));
+            candidates.push(Candidate {
+                worker: w.id(),
+                feasible: fits,
+                note: match gang {
+                    _ if draining => "drained (plexus workers drain): takes no new work".to_string(),
+                    Some(g) => match g.until {
+                        Some(u) if task.timeout_ms > 0 => format!("held for {}, which is ahead in the queue and expects it in {} ms, before this task's timeout would end", g.label, u.saturating_sub(now)),
+                        _ => format!("held for {}, which is ahead in the queue", g.label),
+                    },
+                    None if fits => String::new(),
+                    None if !gpu_room => format!("no GPU with {} of memory free to share", bytesize::ByteSize(share.unwrap_or(0)).display().iec()),
+                    None => format!("needs {} free, has {}", fmt_res(&req), fmt_res(&free)),
+                },
+                capacity: w.record().capacity.resources(),
+                free,
+                assigned: w.placed().len() as u32,
+                cpu_utilisation: w.node().cpu_utilisation,
+                local_input_bytes: local,
+                cache_bytes: w.record().capacity.cache_bytes,
+                cache_used: w.node().cache_used,
+                est_fetch_ms: fetch,
+                est_compute_ms: compute.map(|c| c.ms),
+            });
+        }
+        (candidates, samples)
+    }
+
     /// A subtask's inputs with their sizes and their holders best-first for `wid`.
     fn ranked_inputs(&self, job: JobId, idx: u32, wid: WorkerId) -> Vec<(ObjectId, u64, Vec<WorkerId>)> {
         self.inputs_of(job, idx)
@@ -603,8 +646,8 @@ impl Core {
                     .iter()
                     .filter_map(|h| self.workers.get(h))
                     .map(|w| HolderLocation {
-                        peer_addr: w.record.peer_addr.clone(),
-                        rails: w.record.capacity.rails.clone(),
+                        peer_addr: w.record().peer_addr.clone(),
+                        rails: w.record().capacity.rails.clone(),
                     })
                     .collect(),
                 object,
@@ -621,11 +664,14 @@ impl Core {
 
     /// Live workers holding `o`, with their rails: where an assignment's input can be fetched.
     pub(super) fn holder_locations(&self, o: &ObjectId) -> Vec<HolderLocation> {
-        let Some(h) = self.holders.get(o) else { return Vec::new() };
+        let Some(h) = self.workers.holders(o) else { return Vec::new() };
         h.iter()
             .filter_map(|w| self.workers.get(w))
-            .filter(|w| w.record.alive)
-            .map(|w| HolderLocation { peer_addr: w.record.peer_addr.clone(), rails: w.record.capacity.rails.clone() })
+            .filter(|w| w.record().alive)
+            .map(|w| HolderLocation {
+                peer_addr: w.record().peer_addr.clone(),
+                rails: w.record().capacity.rails.clone(),
+            })
             .collect()
     }
 
@@ -654,33 +700,16 @@ impl Core {
         mut assignment: Assignment,
         now: u64,
     ) {
-        let task = &self.jobs[&job].record.spec.tasks[self.jobs[&job].task_of(idx)];
-        let (req, share) = (task.resources, task.shares_gpu().then(|| task.shared_gpu_memory()));
+        let claim = self.jobs[&job].claim(idx);
         let planned = self.jobs[&job].subtasks[idx as usize].gpus.clone();
         let w = self.workers.get_mut(&wid).expect("candidate exists");
-        let gpus = match share {
-            // A sharing attempt joins one device with room for its memory: the one a gang's
-            // search chose for it, else the least shared.
-            Some(memory) => w.join_shared_gpu(memory, planned.first().copied()).into_iter().collect(),
-            // A worker's GPUs are individual devices: the attempt gets the lowest free indices.
-            // The count fits (the placement was feasible, and allocated.gpu plus the shared
-            // devices count exactly the devices taken), so this finds them.
-            // (A GPU gang member gets the device its search planned, when that is still free.)
-            None => {
-                let gpus = if req.gpu == 1 && planned.len() == 1 && w.free_devices().contains(&planned[0]) {
-                    planned
-                } else {
-                    w.free_gpus(req.gpu).unwrap_or_default()
-                };
-                w.gpus_used.extend(gpus.iter().copied());
-                gpus
-            }
-        };
-        w.allocated.add(&req);
-        w.placed.insert((job, idx));
+        // A sharing attempt joins one device with room for its memory: the one a gang's search
+        // chose for it, else the least shared. A whole-device attempt gets the lowest free
+        // indices (a GPU gang member the device its search planned, when that is still free).
+        let gpus = w.place((job, idx), claim, Devices::Preferred(&planned));
         assignment.gpus = gpus.clone();
         self.count_queue(job, idx, 1.0);
-        if let (Some(_), Some(&g)) = (share, gpus.first()) {
+        if let (Some(_), Some(&g)) = (claim.shared_memory, gpus.first()) {
             self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = gpus.clone();
             self.met_on_gpu(wid, (job, idx), g);
         }

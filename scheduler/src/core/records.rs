@@ -1,9 +1,10 @@
 //! The records the store keeps: jobs, subtasks, workers and placement decisions, as they are
 //! serialised.
 
-use plexus_proto::{JobId, JobState, Resources, SubtaskState, WorkerId};
+use plexus_proto::{JobId, JobState, SubtaskState, WorkerId};
 use serde::{Deserialize, Serialize};
 
+pub use crate::hardware::{Capacity, GpuRecord};
 use crate::spec::JobSpec;
 
 /// A job as stored. Its subtasks are stored separately (one record each), so that a state change
@@ -147,33 +148,6 @@ pub struct AttemptFailure {
     pub finished_at: u64,
 }
 
-/// The hardware a worker offers.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Capacity {
-    pub cpus: u32,
-    pub memory: u64,
-    pub gpus: Vec<GpuRecord>,
-    pub rails: Vec<String>,
-    pub cache_bytes: u64,
-    pub hostname: String,
-    /// Its labels and how its GPUs connect (issue 16); absent from records stored before.
-    #[serde(default)]
-    pub topology: crate::gpu::topology::NodeTopology,
-}
-
-impl Capacity {
-    pub fn resources(&self) -> Resources {
-        Resources { cpu: self.cpus as f64, memory: self.memory, gpu: self.gpus.len() as u32 }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GpuRecord {
-    pub index: u32,
-    pub name: String,
-    pub memory: u64,
-}
-
 /// A worker as stored.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerRecord {
@@ -214,4 +188,13 @@ pub struct PlacementRecord {
     pub reason: String,
     pub decided_at: u64,
     pub candidates: Vec<CandidateRecord>,
+}
+
+/// Everything loaded from the store at start.
+#[derive(Default, Debug)]
+pub struct Snapshot {
+    pub jobs: Vec<JobRecord>,
+    pub subtasks: Vec<(JobId, u32, Subtask)>,
+    pub workers: Vec<WorkerRecord>,
+    pub placements: Vec<(JobId, u32, PlacementRecord)>,
 }

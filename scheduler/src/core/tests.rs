@@ -4,7 +4,10 @@ use super::lineage::{MAX_RERUNS, MAX_UNFETCHED_REQUEUES};
 use super::*;
 use crate::placer::heuristic;
 use crate::spec::{Format, parse};
-use plexus_proto::AttemptRef;
+use std::collections::BTreeSet;
+
+use crate::error::Error;
+use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
 const FAN: &str = r#"
 name = "fan"
@@ -121,7 +124,7 @@ fn fan_out_then_fan_in_runs_in_dependency_order() {
     let s = if b[0].0 == wid(1) { "s1" } else { "s2" };
     c.report(b[0].0, s, vec![done(&sum.attempt, SubtaskState::Succeeded)], 6);
     assert_eq!(c.job(job).unwrap().record.state, JobState::Succeeded);
-    assert!(c.workers().all(|w| w.placed.is_empty() && w.allocated == Resources::default()));
+    assert!(c.workers().all(|w| w.placed().is_empty() && w.allocated() == Resources::default()));
 }
 
 #[test]
@@ -151,7 +154,7 @@ fn failure_is_retried_then_fails_the_job_and_cancels_the_rest() {
     assert_eq!(state(&c, job, "sum", 0), SubtaskState::Cancelled);
     let out = c.take_outbox();
     assert_eq!(out.cancels.len(), 2, "the two running gen replicas are killed");
-    assert!(c.workers().all(|w| w.placed.is_empty()));
+    assert!(c.workers().all(|w| w.placed().is_empty()));
 }
 
 #[test]
@@ -193,7 +196,7 @@ fn lost_worker_attempts_are_placed_elsewhere_without_counting_a_failure() {
     // Worker 2 keeps beating, worker 1 falls silent.
     assert!(c.heartbeat(wid(2), "s2", NodeReport::default(), 2_000));
     c.tick(2_000);
-    assert!(c.worker(wid(1)).unwrap().record.alive, "not yet past the timeout");
+    assert!(c.worker(wid(1)).unwrap().record().alive, "not yet past the timeout");
     c.report(
         wid(2),
         "s2",
@@ -202,7 +205,7 @@ fn lost_worker_attempts_are_placed_elsewhere_without_counting_a_failure() {
     );
     assert!(c.heartbeat(wid(2), "s2", NodeReport::default(), 3_500));
     c.tick(3_500);
-    assert!(!c.worker(wid(1)).unwrap().record.alive);
+    assert!(!c.worker(wid(1)).unwrap().record().alive);
     assert_eq!(state(&c, job, on1.task.as_str(), on1.rank), SubtaskState::Ready);
     c.schedule(3_501);
     let again = assigned(&mut c);
@@ -264,7 +267,7 @@ fn reregistration_reconciles_attempts() {
     // A new process of the same worker loses everything it had.
     c.register(reg(1, "s1-restarted", 8, vec![]), 20);
     assert_eq!(state(&c, job, "a", a[0].rank), SubtaskState::Ready);
-    assert!(c.worker(wid(1)).unwrap().placed.is_empty());
+    assert!(c.worker(wid(1)).unwrap().placed().is_empty());
     assert_eq!(c.job(job).unwrap().subtasks[a[0].rank as usize].failures, 0);
 }
 
@@ -281,7 +284,7 @@ fn cancel_kills_placed_attempts() {
     assert_eq!(c.job(job).unwrap().record.state, JobState::Cancelled);
     assert!(matches!(c.cancel(job, 3), Err(Error::JobFinished { .. })));
     assert!(matches!(c.cancel(JobId::random(), 3), Err(Error::NoJob(_))));
-    assert!(c.workers().all(|w| w.allocated == Resources::default()));
+    assert!(c.workers().all(|w| w.allocated() == Resources::default()));
 }
 
 #[test]
@@ -297,14 +300,14 @@ fn restore_rebuilds_allocations_and_the_ready_queue() {
     let snap = Snapshot {
         jobs: vec![j.record.clone()],
         subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
-        workers: c.workers().map(|w| w.record.clone()).collect(),
+        workers: c.workers().map(|w| w.record().clone()).collect(),
         placements: j.placements.iter().map(|(i, p)| (job, *i, p.clone())).collect(),
     };
     let mut r = core();
     r.restore(snap, 100).unwrap();
     assert_eq!(r.ready_len(), 2);
-    assert_eq!(r.worker(wid(1)).unwrap().allocated.cpu, 1.0);
-    assert!(!r.worker(wid(1)).unwrap().connected);
+    assert_eq!(r.worker(wid(1)).unwrap().allocated().cpu, 1.0);
+    assert!(!r.worker(wid(1)).unwrap().connected());
     r.schedule(101);
     assert!(r.take_outbox().assignments.is_empty(), "nothing goes to a worker that has not registered again");
     // The worker comes back in the same process, still running its attempt.
@@ -372,7 +375,7 @@ fn heartbeat_objects_feed_locality() {
     // The holder later reports (by heartbeat) that it evicted everything: holders are updated.
     let s = if holder_of_rank0 == wid(1) { "s1" } else { "s2" };
     c.heartbeat(holder_of_rank0, s, NodeReport::default(), 4);
-    assert!(c.worker(holder_of_rank0).unwrap().objects.is_empty());
+    assert!(c.worker(holder_of_rank0).unwrap().objects().is_empty());
     let _ = job;
 }
 
@@ -429,7 +432,7 @@ fn a_collective_gang_is_placed_together_on_distinct_workers_near_its_inputs() {
         assert_eq!(*w, gen_at[r], "member {r} runs where its input is");
         assert_eq!(x.inputs.len(), 1, "a member reads only its own rank's input");
         assert_eq!(x.inputs[0].object.rank, x.attempt.rank);
-        assert_eq!(coll.members[r], c.workers().find(|v| v.record.id == *w).unwrap().record.capacity.rails);
+        assert_eq!(coll.members[r], c.workers().find(|v| v.record().id == *w).unwrap().record().capacity.rails);
         assert_eq!(c.placement(job, 3 + r as u32).unwrap().placer, "gang");
     }
     assert_eq!(members.tag & 0xFFFF_FFFF, 0, "the low half is the communicator's");
@@ -577,7 +580,7 @@ fn admission_counts_only_live_workers_and_a_waiting_gang_says_why() {
     let t = CoreConfig::default().heartbeat_timeout_ms + 1;
     assert!(c.heartbeat(wid(1), "s1", NodeReport::default(), t));
     c.tick(t);
-    assert_eq!(c.workers().filter(|w| w.record.alive).count(), 1);
+    assert_eq!(c.workers().filter(|w| w.record().alive).count(), 1);
 
     // A new job that only the lost workers could run is refused, naming what is missing.
     let err = c.submit(JobId::random(), parse(GANG, Format::Toml, "t.toml").unwrap(), t).unwrap_err();
@@ -733,7 +736,7 @@ fn on_failure_continue_skips_dependants_and_completes_with_failures() {
     let j = c.job(job).unwrap();
     assert_eq!(j.record.state, JobState::CompletedWithFailures);
     assert!(j.record.error.contains("task \"gen\" rank 0 failed after 2 attempts"), "{}", j.record.error);
-    assert!(c.workers().all(|w| w.placed.is_empty()));
+    assert!(c.workers().all(|w| w.placed().is_empty()));
 }
 
 #[test]
@@ -765,7 +768,7 @@ fn a_retry_waiting_out_its_back_off_survives_a_restart() {
     let snap = Snapshot {
         jobs: vec![j.record.clone()],
         subtasks: vec![(job, 0, j.subtasks[0].clone())],
-        workers: c.workers().map(|w| w.record.clone()).collect(),
+        workers: c.workers().map(|w| w.record().clone()).collect(),
         placements: vec![],
     };
     let mut d = core();
@@ -786,12 +789,12 @@ fn a_retry_waiting_out_its_back_off_survives_a_restart() {
 fn beat_all(c: &mut Core, ns: &[u8], now: u64) {
     for &n in ns {
         let w = wid(n);
-        let session = c.worker(w).unwrap().record.session.clone();
+        let session = c.worker(w).unwrap().record().session.clone();
         assert!(c.heartbeat(
             w,
             &session,
             NodeReport {
-                objects: c.worker(w).unwrap().objects.iter().map(|(o, s)| (o.clone(), *s)).collect(),
+                objects: c.worker(w).unwrap().objects().iter().map(|(o, s)| (o.clone(), *s)).collect(),
                 ..Default::default()
             },
             now
@@ -800,7 +803,7 @@ fn beat_all(c: &mut Core, ns: &[u8], now: u64) {
 }
 
 fn session_of(c: &Core, w: WorkerId) -> String {
-    c.worker(w).unwrap().record.session.clone()
+    c.worker(w).unwrap().record().session.clone()
 }
 
 const PAIR: &str = "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\ncpu = 2\n[[task]]\nname = \"b\"\ncommand = [\"true\"]\ninputs = [\"a/o\"]\ncpu = 2\n";
@@ -1319,7 +1322,7 @@ fn after_a_coordinator_restart_inputs_wait_for_their_holders_to_register() {
     let snap = Snapshot {
         jobs: vec![j.record.clone()],
         subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
-        workers: c.workers().map(|w| w.record.clone()).collect(),
+        workers: c.workers().map(|w| w.record().clone()).collect(),
         placements: vec![],
     };
     let mut d = core();
@@ -1372,8 +1375,8 @@ fn sharing_tasks_fit_their_gpu_memory_and_never_meet_whole_device_tasks() {
     devices.sort();
     assert_eq!(devices, vec![0, 0, 1, 1]);
     let w = c.worker(wid(1)).unwrap();
-    assert_eq!((w.free().gpu, w.gpus_used.len()), (0, 0), "shared devices are taken for whole-device tasks");
-    assert_eq!(w.gpu_shared.get(&0), Some(&((60u64) << 30, 2)));
+    assert_eq!((w.available().gpu, w.gpus_used().len()), (0, 0), "shared devices are taken for whole-device tasks");
+    assert_eq!(w.gpu_shared().get(&0), Some(&((60u64) << 30, 2)));
 
     // A third 30 GiB task does not fit (20 GiB left on each); a whole-device task waits too.
     let more = submit(&mut c, &share("t", "30GiB", 1), 2);
@@ -1397,7 +1400,7 @@ fn sharing_tasks_fit_their_gpu_memory_and_never_meet_whole_device_tasks() {
     // The first job's sharers of device 0 end (cancelled): the whole-device task takes it.
     c.cancel(job, 6).unwrap();
     let w = c.worker(wid(1)).unwrap();
-    assert_eq!(w.gpu_shared.keys().copied().collect::<Vec<_>>(), vec![1], "{:?}", w.gpu_shared);
+    assert_eq!(w.gpu_shared().keys().copied().collect::<Vec<_>>(), vec![1], "{:?}", w.gpu_shared());
     c.schedule(7);
     let d = assigned(&mut c);
     assert_eq!((d.len(), d[0].1.attempt.job, d[0].1.gpus.clone()), (1, whole, vec![0]));
@@ -1439,16 +1442,16 @@ fn gpu_runs_teach_solo_times_and_sharers_meet() {
     let b = assigned(&mut c);
     assert_eq!(b.len(), 2);
     let w = c.worker(wid(1)).unwrap();
-    let keys: Vec<_> = w.gpu_peers.keys().copied().collect();
+    let keys: Vec<_> = w.gpu_peers().keys().copied().collect();
     assert_eq!(keys.len(), 2);
     for k in &keys {
-        assert_eq!(w.gpu_peers[k].len(), 1, "{:?}", w.gpu_peers);
-        assert!(!w.gpu_peers[k].contains(k));
+        assert_eq!(w.gpu_peers()[k].len(), 1, "{:?}", w.gpu_peers());
+        assert!(!w.gpu_peers()[k].contains(k));
     }
     for (wk, x) in &b {
         assert!(c.report(*wk, &session(*wk), vec![done(&x.attempt, SubtaskState::Succeeded)], 3000));
     }
-    assert!(c.worker(wid(1)).unwrap().gpu_peers.is_empty(), "released with their attempts");
+    assert!(c.worker(wid(1)).unwrap().gpu_peers().is_empty(), "released with their attempts");
 }
 
 /// Issue 16, item 4: a GPU gang goes where seed 002's search puts the group. On a worker whose
@@ -1513,12 +1516,12 @@ fn gpu_tasks_get_their_own_devices() {
     let snap = Snapshot {
         jobs: vec![j.record.clone()],
         subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
-        workers: c.workers().map(|w| w.record.clone()).collect(),
+        workers: c.workers().map(|w| w.record().clone()).collect(),
         placements: vec![],
     };
     let mut d = core();
     d.restore(snap, 5).unwrap();
-    assert_eq!(d.worker(wid(1)).unwrap().gpus_used, [0u32, 2].into_iter().collect());
+    assert_eq!(d.worker(wid(1)).unwrap().gpus_used(), &[0u32, 2].into_iter().collect::<BTreeSet<u32>>());
     assert_eq!(d.worker(wid(1)).unwrap().free_gpus(1), None);
 }
 
@@ -1533,7 +1536,7 @@ fn a_two_gpu_task_gets_two_distinct_devices_and_frees_them() {
     all.sort();
     assert_eq!(all, vec![0, 1, 2, 3]);
     c.cancel(job, 2).unwrap();
-    assert!(c.worker(wid(1)).unwrap().gpus_used.is_empty());
+    assert!(c.worker(wid(1)).unwrap().gpus_used().is_empty());
     assert_eq!(c.worker(wid(1)).unwrap().free_gpus(4), Some(vec![0, 1, 2, 3]));
 }
 
@@ -1588,7 +1591,7 @@ fn measured_run_times_become_estimates_that_fastest_places_on() {
     }
     // A new worker has run nothing: it is taken to be typical, the mean of the others.
     c.register(reg(4, "s4", 4, vec![]), 4);
-    let sig = gpus::signature(&c.job(job).unwrap().record.spec.tasks[0]);
+    let sig = signature(&c.job(job).unwrap().record.spec.tasks[0]);
     assert_eq!(c.estimates().compute(wid(4), sig, None).map(|e| (e.ms, e.samples)), Some((200.0, 0.0)));
     // A second run on worker 1 moves its mean by recency weight: (0.9·100 + 160) / 1.9.
     let r = Report { started_at: 5_000, finished_at: 5_160, ..done(&a[0].1.attempt, SubtaskState::Succeeded) };
@@ -1613,7 +1616,7 @@ fn measured_fetches_rank_holders_and_are_attributed_to_the_main_holder() {
     let job = submit(&mut c, src, 0);
     let (gen_sig, sum_sig) = {
         let spec = &c.job(job).unwrap().record.spec;
-        (gpus::signature(&spec.tasks[0]), gpus::signature(&spec.tasks[1]))
+        (signature(&spec.tasks[0]), signature(&spec.tasks[1]))
     };
     c.schedule(1);
     let a = assigned(&mut c);
@@ -1716,7 +1719,7 @@ fn a_reordering_placer_runs_the_shortest_job_first() {
     c.register(reg(1, "s1", 1, vec![]), 0);
     let long = submit(&mut c, &one_task("long"), 1);
     let short = submit(&mut c, &one_task("short"), 2);
-    let sig = |c: &Core, j: JobId| gpus::signature(&c.job(j).unwrap().record.spec.tasks[0]);
+    let sig = |c: &Core, j: JobId| signature(&c.job(j).unwrap().record.spec.tasks[0]);
     let mut e = c.estimates().clone();
     e.observe_run(wid(1), sig(&c, long), None, 60_000.0);
     e.observe_run(wid(1), sig(&c, short), None, 50.0);
@@ -1778,7 +1781,7 @@ fn a_drained_worker_takes_no_new_work_and_only_a_lost_one_is_removed() {
     c.register(reg(1, "s1", 4, vec![]), 0);
     c.register(reg(2, "s2", 4, vec![]), 0);
     c.drain_worker(wid(1), true).unwrap();
-    assert!(c.worker(wid(1)).unwrap().record.draining);
+    assert!(c.worker(wid(1)).unwrap().record().draining);
     assert!(c.take_outbox().workers.contains(&wid(1)), "drain is durable");
     let job = submit(&mut c, "name = \"d\"\n[[task]]\nname = \"t\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = 6\n", 1);
     c.schedule(1);
@@ -1790,15 +1793,15 @@ fn a_drained_worker_takes_no_new_work_and_only_a_lost_one_is_removed() {
     assert!(note.contains("drained"), "{note}");
     // Re-registering (a worker restart) keeps the drain.
     c.register(reg(1, "s1b", 4, vec![]), 2);
-    assert!(c.worker(wid(1)).unwrap().record.draining);
+    assert!(c.worker(wid(1)).unwrap().record().draining);
     c.drain_worker(wid(1), false).unwrap();
     c.schedule(3);
     assert_eq!(assigned(&mut c).len(), 2, "undrained: the rest go to worker 1");
     // Removal: a live worker is refused, an unknown one is named, a lost one goes.
-    assert!(matches!(c.remove_worker(wid(2)), Err(crate::Error::WorkerBusy(m)) if m.contains("alive")));
-    assert!(matches!(c.remove_worker(wid(9)), Err(crate::Error::NoWorker(_))));
+    assert!(matches!(c.remove_worker(wid(2)), Err(crate::error::Error::WorkerBusy(m)) if m.contains("alive")));
+    assert!(matches!(c.remove_worker(wid(9)), Err(crate::error::Error::NoWorker(_))));
     c.tick(1_000_000); // past the heartbeat timeout: both lost
-    assert!(!c.worker(wid(2)).unwrap().record.alive);
+    assert!(!c.worker(wid(2)).unwrap().record().alive);
     let _ = c.take_outbox();
     c.remove_worker(wid(2)).unwrap();
     assert!(c.worker(wid(2)).is_none());

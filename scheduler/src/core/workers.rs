@@ -1,120 +1,14 @@
 //! Workers: registration (and reconciliation after either side restarted), heartbeats, the
 //! objects they hold, loss after missed heartbeats, and the resources attempts hold on them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 
-use plexus_proto::{AttemptRef, JobId, ObjectId, Resources, SubtaskState, WorkerId};
+use plexus_proto::{AttemptRef, JobId, ObjectId, SubtaskState, WorkerId};
 
-use super::{Core, NodeReport, Registration, WorkerRecord};
-
-/// A worker in memory.
-pub struct Worker {
-    pub record: WorkerRecord,
-    /// Registered with this coordinator process (a session is live). False after a restart until
-    /// the worker registers again; assignments go only to connected workers.
-    pub connected: bool,
-    pub node: NodeReport,
-    pub allocated: Resources,
-    pub placed: BTreeSet<(JobId, u32)>,
-    pub objects: HashMap<ObjectId, u64>,
-    /// GPU device indices held by placed attempts: each device belongs to one attempt at a time.
-    pub gpus_used: BTreeSet<u32>,
-    /// Gang members holding a reservation here: their requests are in `allocated` too, so
-    /// `allocated` = placed + reserved.
-    pub reserved: BTreeSet<(JobId, u32)>,
-    /// Devices shared by `gpu_share` attempts (placed or reserved): device → (their
-    /// `gpu_memory` summed, how many). A shared device is in no one's `gpus_used` and counts as
-    /// taken for whole-device requests.
-    pub gpu_shared: BTreeMap<u32, (u64, u32)>,
-    /// For each sharing attempt placed here, the sharing attempts it met on its device (in
-    /// memory only: what the GPU learner is told when it ends).
-    pub gpu_peers: HashMap<(JobId, u32), BTreeSet<(JobId, u32)>>,
-}
-
-impl Worker {
-    /// Whether new work may be placed here: connected, alive and not drained.
-    pub fn placeable(&self) -> bool {
-        self.connected && self.record.alive && !self.record.draining
-    }
-
-    pub fn free(&self) -> Resources {
-        let mut free = self.record.capacity.resources().minus(&self.allocated);
-        free.gpu = free.gpu.saturating_sub(self.gpu_shared.len() as u32);
-        free
-    }
-
-    /// The `n` lowest device indices no placed attempt holds and none shares, or `None` if
-    /// fewer are free.
-    pub fn free_gpus(&self, n: u32) -> Option<Vec<u32>> {
-        let free: Vec<u32> = self
-            .record
-            .capacity
-            .gpus
-            .iter()
-            .map(|g| g.index)
-            .filter(|i| !self.gpus_used.contains(i) && !self.gpu_shared.contains_key(i))
-            .take(n as usize)
-            .collect();
-        (free.len() == n as usize).then_some(free)
-    }
-
-    /// Every device index no placed attempt holds and none shares.
-    pub fn free_devices(&self) -> Vec<u32> {
-        self.record
-            .capacity
-            .gpus
-            .iter()
-            .map(|g| g.index)
-            .filter(|i| !self.gpus_used.contains(i) && !self.gpu_shared.contains_key(i))
-            .collect()
-    }
-
-    /// The devices a sharing task needing `memory` bytes could join now: not held whole, and
-    /// with that much memory left after the sharing attempts already there (a device whose
-    /// memory the worker did not report is taken at its word: any amount fits).
-    pub fn shareable_gpus(&self, memory: u64) -> Vec<u32> {
-        self.record
-            .capacity
-            .gpus
-            .iter()
-            .filter(|g| !self.gpus_used.contains(&g.index))
-            .filter(|g| {
-                let used = self.gpu_shared.get(&g.index).map_or(0, |s| s.0);
-                g.memory == 0 || used.saturating_add(memory) <= g.memory
-            })
-            .map(|g| g.index)
-            .collect()
-    }
-
-    /// Where a sharing attempt of `memory` bytes joins, and joins it: `planned` (a GPU gang's
-    /// search's choice) when it still has room, else the least shared device with room.
-    pub fn join_shared_gpu(&mut self, memory: u64, planned: Option<u32>) -> Option<u32> {
-        let room = self.shareable_gpus(memory);
-        let device = planned
-            .filter(|g| room.contains(g))
-            .or_else(|| room.iter().copied().min_by_key(|g| (self.gpu_shared.get(g).map_or(0, |s| s.1), *g)))?;
-        self.share_gpu(device, memory);
-        Some(device)
-    }
-
-    /// A sharing attempt of `memory` bytes joins device `gpu`.
-    pub fn share_gpu(&mut self, gpu: u32, memory: u64) {
-        let s = self.gpu_shared.entry(gpu).or_insert((0, 0));
-        s.0 = s.0.saturating_add(memory);
-        s.1 += 1;
-    }
-
-    /// A sharing attempt of `memory` bytes leaves device `gpu`.
-    pub fn unshare_gpu(&mut self, gpu: u32, memory: u64) {
-        if let Some(s) = self.gpu_shared.get_mut(&gpu) {
-            s.0 = s.0.saturating_sub(memory);
-            s.1 = s.1.saturating_sub(1);
-            if s.1 == 0 {
-                self.gpu_shared.remove(&gpu);
-            }
-        }
-    }
-}
+use super::messages::{NodeReport, Registration};
+use super::records::WorkerRecord;
+use super::state::Core;
+use crate::error::Error;
 
 impl Core {
     /// Registers a worker or re-registers it after a restart of either side.
@@ -124,13 +18,12 @@ impl Core {
     /// the connection broke), placed attempts it does not list in `known` never reached it and are
     /// placed again, and attempts it lists that are no longer current are cancelled on it.
     pub fn register(&mut self, reg: Registration, now: u64) {
-        self.worker_epoch += 1;
         let id = reg.worker;
-        let same_process = self.workers.get(&id).is_some_and(|w| w.record.session == reg.session);
+        let same_process = self.workers.get(&id).is_some_and(|w| w.record().session == reg.session);
         let known: HashSet<&AttemptRef> = reg.known.iter().collect();
 
         if let Some(w) = self.workers.get(&id) {
-            let placed: Vec<(JobId, u32)> = w.placed.iter().copied().collect();
+            let placed: Vec<(JobId, u32)> = w.placed().iter().copied().collect();
             for (job, idx) in placed {
                 let Some(s) = self.jobs.get(&job).map(|j| &j.subtasks[idx as usize]) else { continue };
                 let current = AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt };
@@ -153,8 +46,8 @@ impl Core {
             }
         }
 
-        let registered_at = self.workers.get(&id).map(|w| w.record.registered_at).unwrap_or(now);
-        let draining = self.workers.get(&id).is_some_and(|w| w.record.draining);
+        let registered_at = self.workers.get(&id).map(|w| w.record().registered_at).unwrap_or(now);
+        let draining = self.workers.get(&id).is_some_and(|w| w.record().draining);
         let record = WorkerRecord {
             id,
             session: reg.session,
@@ -165,31 +58,15 @@ impl Core {
             last_heartbeat: now,
             draining,
         };
-        let w = self.workers.entry(id).or_insert_with(|| Worker {
-            record: record.clone(),
-            connected: true,
-            node: NodeReport::default(),
-            allocated: Resources::default(),
-            placed: BTreeSet::new(),
-            objects: HashMap::new(),
-            gpus_used: BTreeSet::new(),
-            gpu_shared: BTreeMap::new(),
-            gpu_peers: HashMap::new(),
-            reserved: BTreeSet::new(),
-        });
-        w.record = record;
-        w.connected = true;
+        self.workers.register(record);
         self.out.workers.insert(id);
-        self.update_node(id, reg.state);
+        self.workers.update_node(id, reg.state);
     }
 
     /// Drains (`on`) or undrains a worker: while drained nothing new is placed on it (gangs do not
     /// count on it either); what runs there finishes. Durable.
-    pub fn drain_worker(&mut self, id: WorkerId, on: bool) -> Result<(), crate::Error> {
-        let w = self.workers.get_mut(&id).ok_or(crate::Error::NoWorker(id))?;
-        if w.record.draining != on {
-            w.record.draining = on;
-            self.worker_epoch += 1;
+    pub fn drain_worker(&mut self, id: WorkerId, on: bool) -> Result<(), Error> {
+        if self.workers.set_draining(id, on)? {
             self.out.workers.insert(id);
         }
         Ok(())
@@ -198,23 +75,8 @@ impl Core {
     /// Forgets a lost worker (`plexus workers remove`): its record is deleted and the objects it
     /// was last known to hold are no longer looked for there. A live worker is refused: drain and
     /// stop it first (it would register again anyway).
-    pub fn remove_worker(&mut self, id: WorkerId) -> Result<(), crate::Error> {
-        let w = self.workers.get(&id).ok_or(crate::Error::NoWorker(id))?;
-        if w.record.alive {
-            return Err(crate::Error::WorkerBusy(format!(
-                "worker {id} is alive: only a lost worker can be removed (drain it, stop its process, and remove it once it is lost)"
-            )));
-        }
-        let w = self.workers.remove(&id).expect("checked");
-        for o in w.objects.keys() {
-            if let Some(h) = self.holders.get_mut(o) {
-                h.remove(&id);
-                if h.is_empty() {
-                    self.holders.remove(o);
-                }
-            }
-        }
-        self.worker_epoch += 1;
+    pub fn remove_worker(&mut self, id: WorkerId) -> Result<(), Error> {
+        self.workers.remove(id)?;
         self.out.workers.remove(&id);
         self.out.removed_workers.insert(id);
         Ok(())
@@ -222,53 +84,25 @@ impl Core {
 
     /// A heartbeat; false if the worker must register again (unknown, or another session).
     pub fn heartbeat(&mut self, id: WorkerId, session: &str, node: NodeReport, now: u64) -> bool {
-        let Some(w) = self.workers.get_mut(&id) else { return false };
-        if !w.connected || w.record.session != session {
+        if !self.workers.heartbeat(id, session, now) {
             return false;
         }
-        w.record.last_heartbeat = now;
-        self.update_node(id, node);
+        self.workers.update_node(id, node);
         true
-    }
-
-    pub(super) fn update_node(&mut self, id: WorkerId, node: NodeReport) {
-        let Some(w) = self.workers.get_mut(&id) else { return };
-        let new: HashMap<ObjectId, u64> = node.objects.iter().cloned().collect();
-        for o in w.objects.keys() {
-            if !new.contains_key(o)
-                && let Some(h) = self.holders.get_mut(o)
-            {
-                h.remove(&id);
-                if h.is_empty() {
-                    self.holders.remove(o);
-                }
-            }
-        }
-        for o in new.keys() {
-            if !w.objects.contains_key(o) {
-                self.holders.entry(o.clone()).or_default().insert(id);
-            }
-        }
-        w.objects = new;
-        w.node = node;
     }
 
     /// Declares workers whose heartbeats stopped lost and places their attempts again, and makes
     /// retries whose back-off is over ready.
     pub fn tick(&mut self, now: u64) {
-        while let Some(&(at, job, idx)) = self.delayed.first() {
-            if at > now {
-                break;
-            }
-            self.delayed.pop_first();
+        for (job, idx) in self.ready.due(now) {
             self.push_ready(job, idx);
         }
         let timeout = self.config.heartbeat_timeout_ms;
         let lost: Vec<WorkerId> = self
             .workers
             .values()
-            .filter(|w| w.record.alive && now.saturating_sub(w.record.last_heartbeat) > timeout)
-            .map(|w| w.record.id)
+            .filter(|w| w.record().alive && now.saturating_sub(w.record().last_heartbeat) > timeout)
+            .map(|w| w.id())
             .collect();
         for id in lost {
             self.lose_worker(id, now);
@@ -276,27 +110,13 @@ impl Core {
     }
 
     pub(super) fn lose_worker(&mut self, id: WorkerId, now: u64) {
-        let Some(w) = self.workers.get_mut(&id) else { return };
-        self.worker_epoch += 1;
-        tracing::warn!(worker = %id, "worker missed its heartbeats; declared lost");
-        w.record.alive = false;
-        w.connected = false;
-        let placed: Vec<(JobId, u32)> = w.placed.iter().copied().collect();
-        let objects: Vec<ObjectId> = w.objects.drain().map(|(o, _)| o).collect();
-        let mut gone = HashSet::new();
-        for o in objects {
-            if let Some(h) = self.holders.get_mut(&o) {
-                h.remove(&id);
-                if h.is_empty() {
-                    self.holders.remove(&o);
-                    gone.insert(o);
-                }
-            }
-        }
-        self.out.workers.insert(id);
+        let Some(w) = self.workers.get(&id) else { return };
+        let placed: Vec<(JobId, u32)> = w.placed().iter().copied().collect();
         // A gang that had a reservation there is rolled back whole: it was not bound.
-        let reserved: Vec<(JobId, u32)> =
-            self.workers.get(&id).map(|w| w.reserved.iter().copied().collect()).unwrap_or_default();
+        let reserved: Vec<(JobId, u32)> = w.reserved().iter().copied().collect();
+        tracing::warn!(worker = %id, "worker missed its heartbeats; declared lost");
+        let gone = self.workers.lose(id).unwrap_or_default();
+        self.out.workers.insert(id);
         for (job, idx) in reserved {
             let gang = self
                 .jobs
@@ -328,8 +148,8 @@ impl Core {
         let fetching: Vec<(JobId, u32)> = self
             .workers
             .values()
-            .filter(|w| w.record.alive)
-            .flat_map(|w| w.placed.iter().copied())
+            .filter(|w| w.record().alive)
+            .flat_map(|w| w.placed().iter().copied())
             .filter(|&(job, idx)| {
                 jobs.contains(&job)
                     && self.jobs.get(&job).is_some_and(|j| j.subtasks[idx as usize].state == SubtaskState::Assigned)
@@ -362,37 +182,14 @@ impl Core {
         }
     }
 
-    /// Promised share of all live cores.
-    pub fn cluster_utilisation(&self) -> f64 {
-        let (used, total) = self
-            .workers
-            .values()
-            .filter(|w| w.record.alive)
-            .fold((0.0, 0.0), |(u, t), w| (u + w.allocated.cpu, t + w.record.capacity.cpus as f64));
-        if total > 0.0 { (used / total).min(1.0) } else { 0.0 }
-    }
-
     /// Frees the resources an attempt held on a worker.
     pub(super) fn release_worker(&mut self, (job, idx): (JobId, u32), wid: WorkerId) {
-        let Some(j) = self.jobs.get(&job) else { return };
-        let res = j.record.spec.tasks[j.task_of(idx)].resources;
-        let shared = j.record.spec.tasks[j.task_of(idx)]
-            .shares_gpu()
-            .then(|| j.record.spec.tasks[j.task_of(idx)].shared_gpu_memory());
-        let gpus = std::mem::take(&mut self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus);
+        let Some(j) = self.jobs.get_mut(&job) else { return };
+        let claim = j.claim(idx);
+        let gpus = std::mem::take(&mut j.subtasks[idx as usize].gpus);
         if let Some(w) = self.workers.get_mut(&wid)
-            && w.placed.remove(&(job, idx))
+            && w.free((job, idx), claim, &gpus)
         {
-            w.gpu_peers.remove(&(job, idx));
-            w.allocated.sub(&res);
-            for g in gpus {
-                match shared {
-                    Some(memory) => w.unshare_gpu(g, memory),
-                    None => {
-                        w.gpus_used.remove(&g);
-                    }
-                }
-            }
             self.count_queue(job, idx, -1.0);
         }
     }

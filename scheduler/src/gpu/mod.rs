@@ -18,7 +18,9 @@
 use serde::{Deserialize, Serialize};
 
 pub mod learner;
+mod load;
 pub mod objective;
+mod polish;
 pub mod search;
 pub mod topology;
 

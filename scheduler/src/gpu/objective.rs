@@ -39,8 +39,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::search::SearchError;
 use super::{InterferenceModel, TaskVector};
+use crate::error::Error;
 
 /// A GPU a gang's members may go to.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -100,7 +100,7 @@ impl Problem {
         gpus: Vec<GpuCandidate>,
         msc: impl Fn(usize, usize) -> f64,
         weights: Weights,
-    ) -> Result<Problem, SearchError> {
+    ) -> Result<Problem, Error> {
         let n = gpus.len();
         let matrix = (0..n * n).map(|k| msc(k / n, k % n)).collect();
         Problem::with_msc_matrix(members, gpus, matrix, weights)
@@ -112,25 +112,25 @@ impl Problem {
         gpus: Vec<GpuCandidate>,
         msc: Vec<f64>,
         weights: Weights,
-    ) -> Result<Problem, SearchError> {
+    ) -> Result<Problem, Error> {
         let (m, n) = (members.len(), gpus.len());
         if m == 0 {
-            return Err(SearchError::Shape("the gang has no members".into()));
+            return Err(Error::GpuProblem("the gang has no members".into()));
         }
         if msc.len() != n * n {
-            return Err(SearchError::Shape(format!(
+            return Err(Error::GpuProblem(format!(
                 "msc has {} entries; {n} candidate GPUs need {n} × {n} = {}",
                 msc.len(),
                 n * n
             )));
         }
         if let Some(k) = msc.iter().position(|v| !v.is_finite() || *v < 0.0) {
-            return Err(SearchError::Shape(format!("msc({}, {}) = {} is not a finite cost ≥ 0", k / n, k % n, msc[k])));
+            return Err(Error::GpuProblem(format!("msc({}, {}) = {} is not a finite cost ≥ 0", k / n, k % n, msc[k])));
         }
         for (name, w) in [("alpha", weights.alpha), ("beta", weights.beta), ("msc_ref", weights.msc_ref.unwrap_or(0.0))]
         {
             if !w.is_finite() || w < 0.0 {
-                return Err(SearchError::Shape(format!("weight {name} = {w} is not a finite number ≥ 0")));
+                return Err(Error::GpuProblem(format!("weight {name} = {w} is not a finite number ≥ 0")));
             }
         }
         let mut reps: Vec<TaskVector> = Vec::new();
@@ -206,16 +206,16 @@ impl Problem {
     }
 
     /// As [`Problem::is_feasible`], saying what is wrong.
-    pub fn check(&self, assignment: &[usize]) -> Result<(), SearchError> {
+    pub fn check(&self, assignment: &[usize]) -> Result<(), Error> {
         let (m, n) = (self.members.len(), self.gpus.len());
         if assignment.len() != m {
-            return Err(SearchError::Shape(format!("an assignment of {} members for a gang of {m}", assignment.len())));
+            return Err(Error::GpuProblem(format!("an assignment of {} members for a gang of {m}", assignment.len())));
         }
         let mut count = vec![0usize; n];
         let mut memory = vec![0u64; n];
         for (i, &g) in assignment.iter().enumerate() {
             if g >= n {
-                return Err(SearchError::Shape(format!("member {i} on GPU {g}, but there are {n} candidates")));
+                return Err(Error::GpuProblem(format!("member {i} on GPU {g}, but there are {n} candidates")));
             }
             count[g] += 1;
             memory[g] = memory[g].saturating_add(self.members[i].gpu_memory);
@@ -223,7 +223,7 @@ impl Problem {
         for g in 0..n {
             let c = &self.gpus[g];
             if count[g] > c.slots || memory[g] > c.free_memory {
-                return Err(SearchError::Shape(format!(
+                return Err(Error::GpuProblem(format!(
                     "GPU {g} holds {} members needing {} bytes; it has {} slots and {} bytes free",
                     count[g], memory[g], c.slots, c.free_memory
                 )));

@@ -55,21 +55,10 @@ use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 
 use super::InterferenceModel;
+use super::load::Load;
 use super::objective::{Evaluator, Problem};
-
-/// Why a search returned no assignment.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum SearchError {
-    /// The problem is malformed (sizes that do not match, negative costs or weights).
-    #[error("gpu placement problem: {0}")]
-    Shape(String),
-    /// No feasible assignment was found.
-    #[error("no feasible assignment of {members} members to {gpus} candidate GPUs: {why}")]
-    Infeasible { members: usize, gpus: usize, why: String },
-    /// The exhaustive search would enumerate more assignments than its limit.
-    #[error("exhaustive search over {count} assignments refused (limit {limit})")]
-    TooLarge { count: u128, limit: u64 },
-}
+use super::polish::polish;
+use crate::error::Error;
 
 /// A search's answer: member i → candidate GPU `assignment[i]`, and its objective.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,50 +120,8 @@ impl SflaParams {
     }
 }
 
-/// Members and memory taken on each candidate by one assignment.
-#[derive(Clone, Debug)]
-struct Load {
-    count: Vec<usize>,
-    memory: Vec<u64>,
-}
-
-impl Load {
-    fn empty(p: &Problem) -> Load {
-        Load { count: vec![0; p.gpus().len()], memory: vec![0; p.gpus().len()] }
-    }
-
-    fn of(p: &Problem, assignment: &[usize]) -> Load {
-        let mut load = Load::empty(p);
-        for (i, &g) in assignment.iter().enumerate() {
-            load.add(p, i, g);
-        }
-        load
-    }
-
-    fn fits(&self, p: &Problem, i: usize, g: usize) -> bool {
-        p.fits(i, g, self.count[g], self.memory[g])
-    }
-
-    fn add(&mut self, p: &Problem, i: usize, g: usize) {
-        self.count[g] += 1;
-        self.memory[g] += p.members()[i].gpu_memory;
-    }
-
-    fn remove(&mut self, p: &Problem, i: usize, g: usize) {
-        self.count[g] -= 1;
-        self.memory[g] -= p.members()[i].gpu_memory;
-    }
-
-    /// Whether member i, now on GPU `x[i]`, and member j, now on another GPU, can trade places.
-    fn swap_fits(&self, p: &Problem, x: &[usize], i: usize, j: usize) -> bool {
-        let (mi, mj) = (p.members()[i].gpu_memory, p.members()[j].gpu_memory);
-        let (gi, gj) = (x[i], x[j]);
-        self.memory[gj] - mj + mi <= p.gpus()[gj].free_memory && self.memory[gi] - mi + mj <= p.gpus()[gi].free_memory
-    }
-}
-
-fn infeasible(p: &Problem, why: impl Into<String>) -> SearchError {
-    SearchError::Infeasible { members: p.members().len(), gpus: p.gpus().len(), why: why.into() }
+fn infeasible(p: &Problem, why: impl Into<String>) -> Error {
+    Error::Infeasible { members: p.members().len(), gpus: p.gpus().len(), why: why.into() }
 }
 
 /// Members by decreasing memory (ties by index): the order the constructive searches place
@@ -210,7 +157,7 @@ fn random_frog(p: &Problem, rng: &mut StdRng) -> Option<Vec<usize>> {
 }
 
 /// A random feasible assignment.
-pub fn random<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, seed: u64) -> Result<Placement, SearchError> {
+pub fn random<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, seed: u64) -> Result<Placement, Error> {
     let p = eval.problem();
     let mut rng = StdRng::seed_from_u64(seed);
     let x = random_frog(p, &mut rng)
@@ -229,7 +176,7 @@ fn added_communication(p: &Problem, x: &[usize], placed: &[bool], i: usize, g: u
 /// it does to the members already on that GPU. Ties (equal predictions, as for every idle GPU)
 /// go to the GPU that adds the least communication to the members placed so far, then to the
 /// lowest index, so greedy is not needlessly scattered.
-pub fn greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Result<Placement, SearchError> {
+pub fn greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Result<Placement, Error> {
     let p = eval.problem();
     let (m, n) = (p.members().len(), p.gpus().len());
     let mut x = vec![0; m];
@@ -272,7 +219,7 @@ pub fn greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Res
 /// the feasible GPU with the least msc to those already chosen (a GPU already used only when no
 /// unused one has room, as the plugin allocates whole GPUs), ties to the lowest index; the best
 /// start wins (least `C`, then lowest start). Blind to interference.
-pub fn topology_greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Result<Placement, SearchError> {
+pub fn topology_greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>) -> Result<Placement, Error> {
     let p = eval.problem();
     let (m, n) = (p.members().len(), p.gpus().len());
     let order = by_memory(p);
@@ -291,7 +238,7 @@ pub fn topology_greedy<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M
             } else {
                 let pick = |used: bool| {
                     (0..n)
-                        .filter(|&g| load.fits(p, i, g) && (load.count[g] > 0) == used)
+                        .filter(|&g| load.fits(p, i, g) && (load.members_on(g) > 0) == used)
                         .min_by(|&a, &b| cost[a].total_cmp(&cost[b]))
                 };
                 match pick(false).or_else(|| pick(true)) {
@@ -347,15 +294,12 @@ pub fn exhaustive_count(p: &Problem) -> u128 {
 
 /// The optimum by enumeration: every assignment up to permutations of alike members (each
 /// class's GPUs in non-decreasing order), skipping those that overfill a GPU; refused with
-/// [`SearchError::TooLarge`] when [`exhaustive_count`] exceeds `limit`. Ties to the first found.
-pub fn exhaustive<M: InterferenceModel + ?Sized>(
-    eval: &mut Evaluator<'_, M>,
-    limit: u64,
-) -> Result<Placement, SearchError> {
+/// [`Error::TooLarge`] when [`exhaustive_count`] exceeds `limit`. Ties to the first found.
+pub fn exhaustive<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, limit: u64) -> Result<Placement, Error> {
     let p = eval.problem();
     let count = exhaustive_count(p);
     if count > u128::from(limit) {
-        return Err(SearchError::TooLarge { count, limit });
+        return Err(Error::TooLarge { count, limit });
     }
     let (m, n) = (p.members().len(), p.gpus().len());
     // Members grouped by class, so each class's members are consecutive in the order.
@@ -640,7 +584,7 @@ pub fn sfla<M: InterferenceModel + ?Sized>(
     eval: &mut Evaluator<'_, M>,
     params: &SflaParams,
     seed: u64,
-) -> Result<Placement, SearchError> {
+) -> Result<Placement, Error> {
     let p = eval.problem();
     let size = p.members().len().max(params.min_frogs).max(1);
     let mut population: Vec<Frog> = Vec::with_capacity(size);
@@ -679,151 +623,7 @@ pub fn sfla<M: InterferenceModel + ?Sized>(
         }
     }
     if params.polish {
-        polish(eval, &mut best);
+        best.fitness = polish(eval, &mut best.genes);
     }
     Ok(Placement { assignment: best.genes, objective: best.fitness })
-}
-
-/// Passes of local search at most; each pass that improves nothing ends it earlier.
-const POLISH_PASSES: usize = 16;
-
-/// Local search from a feasible frog, until a pass changes nothing:
-/// - each member in turn moves to the GPU that lowers the objective most (computed
-///   incrementally: only its old and new GPU's groups and its own pairs change);
-/// - the members on a GPU trade places with those on another (or move there whole), so a
-///   group of members sharing a GPU can move together;
-/// - members of different kinds swap GPUs.
-fn polish<M: InterferenceModel + ?Sized>(eval: &mut Evaluator<'_, M>, frog: &mut Frog) {
-    let p = eval.problem();
-    let (m, n) = (p.members().len(), p.gpus().len());
-    let w = p.weights();
-    let x = &mut frog.genes;
-    let mut load = Load::of(p, x);
-    let mut groups: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, &g) in x.iter().enumerate() {
-        groups[g].push(i);
-    }
-    let mut scratch = Vec::new();
-    let sum_sd = |eval: &mut Evaluator<'_, M>, g: usize, members: &[usize]| {
-        if members.is_empty() { 0.0 } else { members.len() as f64 * eval.group_sd(g, members) }
-    };
-    let memory = |members: &[usize]| members.iter().map(|&i| p.members()[i].gpu_memory).sum::<u64>();
-    let same_classes = |a: &[usize], b: &[usize]| {
-        let classes = |g: &[usize]| {
-            let mut c: Vec<u32> = g.iter().map(|&i| p.class(i)).collect();
-            c.sort_unstable();
-            c
-        };
-        a.len() == b.len() && classes(a) == classes(b)
-    };
-    for _ in 0..POLISH_PASSES {
-        let mut improved = false;
-        for i in 0..m {
-            let h = x[i];
-            let here = sum_sd(eval, h, &groups[h]);
-            scratch.clear();
-            scratch.extend(groups[h].iter().copied().filter(|&j| j != i));
-            let without = sum_sd(eval, h, &scratch);
-            let mut best: Option<(f64, usize)> = None;
-            for (g, group) in groups.iter().enumerate() {
-                if g == h || !load.fits(p, i, g) {
-                    continue;
-                }
-                scratch.clear();
-                scratch.extend_from_slice(group);
-                let there = sum_sd(eval, g, &scratch);
-                scratch.push(i);
-                let with = sum_sd(eval, g, &scratch);
-                let d_i = (without + with - here - there) / m as f64;
-                let d_c: f64 =
-                    (0..m).filter(|&j| j != i).map(|j| (p.msc(g, x[j]) - p.msc(h, x[j])) * p.muds(i, j)).sum();
-                let delta = w.alpha * d_i + w.beta * p.normalise(d_c);
-                if delta < best.map_or(-1e-12, |b| b.0) {
-                    best = Some((delta, g));
-                }
-            }
-            if let Some((_, g)) = best {
-                groups[h].retain(|&j| j != i);
-                groups[g].push(i);
-                load.remove(p, i, h);
-                load.add(p, i, g);
-                x[i] = g;
-                improved = true;
-            }
-        }
-        let mut current = eval.objective(x);
-        let used: Vec<usize> = (0..n).filter(|&g| !groups[g].is_empty()).collect();
-        for h in used {
-            for g in 0..n {
-                let (a, b) = (&groups[h], &groups[g]);
-                // One member to an empty GPU is a move the pass above tried; alike groups
-                // trading places change nothing.
-                if g == h || a.is_empty() || (a.len() == 1 && b.is_empty()) || same_classes(a, b) {
-                    continue;
-                }
-                let (ga, gb) = (&p.gpus()[g], &p.gpus()[h]);
-                if a.len() > ga.slots || b.len() > gb.slots || memory(a) > ga.free_memory || memory(b) > gb.free_memory
-                {
-                    continue;
-                }
-                for &i in a {
-                    x[i] = g;
-                }
-                for &i in b {
-                    x[i] = h;
-                }
-                let f = eval.objective(x);
-                if f < current - 1e-12 {
-                    for &i in a {
-                        load.remove(p, i, h);
-                        load.add(p, i, g);
-                    }
-                    for &i in b {
-                        load.remove(p, i, g);
-                        load.add(p, i, h);
-                    }
-                    groups.swap(g, h);
-                    current = f;
-                    improved = true;
-                } else {
-                    for &i in &groups[h] {
-                        x[i] = h;
-                    }
-                    for &i in &groups[g] {
-                        x[i] = g;
-                    }
-                }
-            }
-        }
-        if p.classes() > 1 {
-            for i in 0..m {
-                for j in i + 1..m {
-                    if p.class(i) == p.class(j) || x[i] == x[j] || !load.swap_fits(p, x, i, j) {
-                        continue;
-                    }
-                    x.swap(i, j);
-                    let f = eval.objective(x);
-                    if f < current - 1e-12 {
-                        let (gi, gj) = (x[i], x[j]);
-                        load.remove(p, i, gj);
-                        load.remove(p, j, gi);
-                        load.add(p, i, gi);
-                        load.add(p, j, gj);
-                        groups[gj].retain(|&k| k != i);
-                        groups[gi].retain(|&k| k != j);
-                        groups[gi].push(i);
-                        groups[gj].push(j);
-                        current = f;
-                        improved = true;
-                    } else {
-                        x.swap(i, j);
-                    }
-                }
-            }
-        }
-        if !improved {
-            break;
-        }
-    }
-    frog.fitness = eval.objective(x);
 }

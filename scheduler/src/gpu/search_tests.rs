@@ -7,6 +7,7 @@ use rand::{Rng, SeedableRng};
 use super::objective::{Evaluator, GpuCandidate, Problem, Weights};
 use super::search::*;
 use super::{InterferenceModel, TaskVector};
+use crate::error::Error;
 
 const GIB: u64 = 1 << 30;
 
@@ -279,11 +280,11 @@ fn every_search_returns_a_feasible_assignment_or_agrees_there_is_none() {
                     }
                 }
             }
-            Err(SearchError::Infeasible { .. }) => {
+            Err(Error::Infeasible { .. }) => {
                 unsolvable += 1;
                 for (name, r) in &results {
                     assert!(
-                        matches!(r, Err(SearchError::Infeasible { .. })),
+                        matches!(r, Err(Error::Infeasible { .. })),
                         "case {case}: {name} found {r:?} where nothing fits"
                     );
                 }
@@ -321,7 +322,7 @@ fn exhaustive_counts_multisets_and_refuses_beyond_its_limit() {
     // Two alike members on 3 GPUs: C(4, 2) = 6 multisets; the third member: 3.
     assert_eq!(exhaustive_count(&p), 18);
     let mut eval = Evaluator::new(&p, &Additive);
-    assert_eq!(exhaustive(&mut eval, 17), Err(SearchError::TooLarge { count: 18, limit: 17 }));
+    assert_eq!(exhaustive(&mut eval, 17), Err(Error::TooLarge { count: 18, limit: 17 }));
     assert_eq!(eval.evaluations(), 0, "refused before evaluating anything");
     exhaustive(&mut eval, 18).unwrap();
     assert_eq!(eval.evaluations(), 18, "every multiset fits here, each evaluated once");

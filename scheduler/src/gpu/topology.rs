@@ -37,33 +37,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use plexus_proto::WorkerId;
-use plexus_proto::topology::{GpuLink, LinkLevel, RACK_LABEL};
+use plexus_proto::topology::LinkLevel;
 use serde::{Deserialize, Serialize};
 
-use crate::core::Capacity;
-
-/// Where a worker's node sits and how its GPUs connect, as it registered them: kept in its
-/// [`Capacity`] (stored with the worker record; every field defaults, so records stored before
-/// it load).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeTopology {
-    /// `--label key=value`; `rack` names the node's rack.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// How pairs of its offered GPUs connect (`nvidia-smi topo -m`), `a < b`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gpu_links: Vec<GpuLink>,
-    /// The NUMA node of each offered GPU whose node is known (device index → NUMA node).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub gpu_numa: BTreeMap<u32, u32>,
-}
-
-impl NodeTopology {
-    /// The node's rack, when labelled.
-    pub fn rack(&self) -> Option<&str> {
-        self.labels.get(RACK_LABEL).map(String::as_str)
-    }
-}
+use crate::error::Error;
+use crate::hardware::Capacity;
+pub use crate::hardware::NodeTopology;
 
 /// The model-synchronisation cost of each level of the tree, in one unit: the cost of moving a
 /// byte at 300 GB/s, so **cost = 300 GB/s ÷ the level's bandwidth per direction**. The defaults,
@@ -105,23 +84,6 @@ impl Default for MscCosts {
     }
 }
 
-/// A cost table that cannot be used; the text names the entry.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum MscError {
-    #[error("{0:?} is not key=value (keys: {keys})", keys = MscCosts::KEYS.join(", "))]
-    Syntax(String),
-    #[error("unknown key {0:?} (keys: {keys})", keys = MscCosts::KEYS.join(", "))]
-    UnknownKey(String),
-    #[error("{0} is given twice")]
-    Duplicate(String),
-    #[error("{key} = {value:?} is not a finite number ≥ 0")]
-    NotACost { key: &'static str, value: String },
-    #[error(
-        "{higher} = {higher_cost} is less than {lower} = {lower_cost}: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)"
-    )]
-    Decreasing { lower: &'static str, lower_cost: f64, higher: &'static str, higher_cost: f64 },
-}
-
 impl MscCosts {
     /// The keys, from closest to farthest, as `--msc` names them.
     pub const KEYS: &'static [&'static str] = &["nvlink", "pix", "phb", "sys", "same-rack", "cross-rack"];
@@ -143,16 +105,16 @@ impl MscCosts {
     }
 
     /// Finite, ≥ 0, and non-decreasing from `nvlink` to `cross-rack`.
-    pub fn validate(&self) -> Result<(), MscError> {
+    pub fn validate(&self) -> Result<(), Error> {
         let v = self.values();
         for (key, value) in Self::KEYS.iter().zip(v) {
             if !(value.is_finite() && value >= 0.0) {
-                return Err(MscError::NotACost { key, value: value.to_string() });
+                return Err(Error::NotACost { key, value: value.to_string() });
             }
         }
         for k in 1..v.len() {
             if v[k] < v[k - 1] {
-                return Err(MscError::Decreasing {
+                return Err(Error::MscDecreasing {
                     lower: Self::KEYS[k - 1],
                     lower_cost: v[k - 1],
                     higher: Self::KEYS[k],
@@ -165,24 +127,24 @@ impl MscCosts {
 
     /// The defaults with the entries of `s` (`nvlink=1,pix=12,...`; any subset, in any order)
     /// in their place, validated.
-    pub fn parse(s: &str) -> Result<MscCosts, MscError> {
+    pub fn parse(s: &str) -> Result<MscCosts, Error> {
         let mut costs = MscCosts::default();
         let mut given: Vec<&str> = Vec::new();
         for entry in s.split(',') {
             let entry = entry.trim();
             let Some((key, value)) = entry.split_once('=') else {
-                return Err(MscError::Syntax(entry.chars().take(64).collect()));
+                return Err(Error::MscSyntax { entry: entry.chars().take(64).collect(), keys: Self::KEYS });
             };
             let (key, value) = (key.trim(), value.trim());
             let Some(&name) = Self::KEYS.iter().find(|k| **k == key) else {
-                return Err(MscError::UnknownKey(key.chars().take(64).collect()));
+                return Err(Error::MscUnknownKey { key: key.chars().take(64).collect(), keys: Self::KEYS });
             };
             if given.contains(&name) {
-                return Err(MscError::Duplicate(name.to_string()));
+                return Err(Error::MscDuplicate(name.to_string()));
             }
             given.push(name);
             let v: f64 =
-                value.parse().map_err(|_| MscError::NotACost { key: name, value: value.chars().take(64).collect() })?;
+                value.parse().map_err(|_| Error::NotACost { key: name, value: value.chars().take(64).collect() })?;
             if let Some(slot) = costs.slot(name) {
                 *slot = v;
             }
@@ -213,7 +175,7 @@ impl MscCosts {
 }
 
 impl FromStr for MscCosts {
-    type Err = MscError;
+    type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         MscCosts::parse(s)
@@ -355,63 +317,9 @@ impl ClusterTopology {
                     levels[j * k + i] = l.level;
                 }
             }
-            let level = |i: usize, j: usize| levels[i * k + j];
-
-            // Sockets: the same reported NUMA node, or a same-socket PCIe path to a GPU whose
-            // node is unknown.
             let numa: Vec<Option<u32>> = devices.iter().map(|d| n.topology.gpu_numa.get(d).copied()).collect();
-            let mut parent: Vec<usize> = (0..k).collect();
-            for i in 0..k {
-                for j in i + 1..k {
-                    let joined = match (numa[i], numa[j]) {
-                        (Some(a), Some(b)) => a == b,
-                        _ => level(i, j).same_socket(),
-                    };
-                    if joined {
-                        let (a, b) = (find(&mut parent, i), find(&mut parent, j));
-                        parent[a.max(b)] = a.min(b);
-                    }
-                }
-            }
-            let mut socket_of_root: BTreeMap<usize, usize> = BTreeMap::new();
-            let mut socket = vec![0; k];
-            for (i, s) in socket.iter_mut().enumerate() {
-                let root = find(&mut parent, i);
-                *s = *socket_of_root.entry(root).or_insert_with(|| {
-                    sockets += 1;
-                    sockets - 1
-                });
-            }
-
-            // Link groups: greedy cliques over NVLink and PCIe-switch links.
-            let grouped = |l: LinkLevel| l.nvlinks() > 0 || l.is_pcie_switch();
-            let mut group_of = vec![usize::MAX; k];
-            let mut node_groups: Vec<(Vec<usize>, LinkLevel)> = Vec::new();
-            for seed in 0..k {
-                if group_of[seed] != usize::MAX {
-                    continue;
-                }
-                let mut members = vec![seed];
-                let mut candidates: Vec<usize> =
-                    (seed + 1..k).filter(|&j| group_of[j] == usize::MAX && grouped(level(seed, j))).collect();
-                candidates.sort_by_key(|&j| (level(seed, j), j));
-                for j in candidates {
-                    if members.iter().all(|&m| grouped(level(m, j))) {
-                        members.push(j);
-                    }
-                }
-                members.sort_unstable();
-                let mut worst = LinkLevel::SameGpu;
-                for (x, &a) in members.iter().enumerate() {
-                    for &b in &members[x + 1..] {
-                        worst = worst.max(level(a, b));
-                    }
-                }
-                for &m in &members {
-                    group_of[m] = node_groups.len();
-                }
-                node_groups.push((members, worst));
-            }
+            let socket = sockets_of(&numa, &levels, &mut sockets);
+            let (group_of, node_groups) = link_groups(&levels, k);
 
             let base = t.gpus.len();
             let group_base = t.groups.len();
@@ -550,10 +458,79 @@ impl ClusterTopology {
     }
 }
 
+/// Each GPU's socket (numbered on from `next`, which advances past those used): GPUs share one
+/// when they report the same NUMA node, or, when a node is unknown, a same-socket PCIe path.
+fn sockets_of(numa: &[Option<u32>], levels: &[LinkLevel], next: &mut usize) -> Vec<usize> {
+    let k = numa.len();
+    let level = |i: usize, j: usize| levels[i * k + j];
+    let mut parent: Vec<usize> = (0..k).collect();
+    for i in 0..k {
+        for j in i + 1..k {
+            let joined = match (numa[i], numa[j]) {
+                (Some(a), Some(b)) => a == b,
+                _ => level(i, j).same_socket(),
+            };
+            if joined {
+                let (a, b) = (find(&mut parent, i), find(&mut parent, j));
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut socket_of_root: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut socket = vec![0; k];
+    for (i, s) in socket.iter_mut().enumerate() {
+        let root = find(&mut parent, i);
+        *s = *socket_of_root.entry(root).or_insert_with(|| {
+            *next += 1;
+            *next - 1
+        });
+    }
+    socket
+}
+
+/// A clique of a node's GPUs (their slots), with its worst link.
+type LinkClique = (Vec<usize>, LinkLevel);
+
+/// A node's link groups, greedy cliques over NVLink and PCIe-switch links: each GPU's group,
+/// and each group's members with its worst link.
+fn link_groups(levels: &[LinkLevel], k: usize) -> (Vec<usize>, Vec<LinkClique>) {
+    let level = |i: usize, j: usize| levels[i * k + j];
+    let grouped = |l: LinkLevel| l.nvlinks() > 0 || l.is_pcie_switch();
+    let mut group_of = vec![usize::MAX; k];
+    let mut node_groups: Vec<LinkClique> = Vec::new();
+    for seed in 0..k {
+        if group_of[seed] != usize::MAX {
+            continue;
+        }
+        let mut members = vec![seed];
+        let mut candidates: Vec<usize> =
+            (seed + 1..k).filter(|&j| group_of[j] == usize::MAX && grouped(level(seed, j))).collect();
+        candidates.sort_by_key(|&j| (level(seed, j), j));
+        for j in candidates {
+            if members.iter().all(|&m| grouped(level(m, j))) {
+                members.push(j);
+            }
+        }
+        members.sort_unstable();
+        let mut worst = LinkLevel::SameGpu;
+        for (x, &a) in members.iter().enumerate() {
+            for &b in &members[x + 1..] {
+                worst = worst.max(level(a, b));
+            }
+        }
+        for &m in &members {
+            group_of[m] = node_groups.len();
+        }
+        node_groups.push((members, worst));
+    }
+    (group_of, node_groups)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use plexus_proto::topology::parse_topo_matrix;
+    use plexus_proto::topology::{GpuLink, RACK_LABEL};
 
     const DGX1: &str = include_str!("../../../proto/tests/fixtures/nvidia-smi-topo/dgx1-v100.txt");
     const DGX1_TABS: &str = include_str!("../../../proto/tests/fixtures/nvidia-smi-topo/dgx1-v100-tabs.txt");

@@ -205,13 +205,15 @@ impl GangScheduler for Ours {
         self.reserved = 0;
         let mut reserving: BTreeSet<JobId> = BTreeSet::new();
         for w in self.core.workers() {
-            if w.allocated.cpu > w.record.capacity.cpus as f64 + 1e-9 {
+            if w.allocated().cpu > w.record().capacity.cpus as f64 + 1e-9 {
                 self.anomalies.push(format!(
                     "worker {} has {} cores allocated of {} at {now} ms",
-                    w.record.id, w.allocated.cpu, w.record.capacity.cpus
+                    w.record().id,
+                    w.allocated().cpu,
+                    w.record().capacity.cpus
                 ));
             }
-            for (job, idx) in &w.reserved {
+            for (job, idx) in w.reserved() {
                 reserving.insert(*job);
                 if let Some(t) = self.core.job(*job).and_then(|j| j.spec().task(&j.subtasks[*idx as usize].task)) {
                     self.reserved += t.resources.cpu.round() as u64;

@@ -10,7 +10,6 @@ use rand::{Rng, SeedableRng};
 
 use plexus_scheduler::gpu::TaskVector;
 use plexus_scheduler::gpu::objective::{GpuCandidate, Problem, Weights};
-use plexus_scheduler::gpu::search::SearchError;
 
 use super::truth::Kind;
 use crate::config::GIB;
@@ -229,7 +228,7 @@ impl GpuCluster {
         members: Vec<TaskVector>,
         share: bool,
         weights: Weights,
-    ) -> Result<(Problem, Vec<usize>), SearchError> {
+    ) -> Result<(Problem, Vec<usize>), plexus_scheduler::Error> {
         let ids: Vec<usize> = (0..self.gpus.len())
             .filter(|&g| !self.gpus[g].exclusive && (share || self.gpus[g].resident.is_empty()))
             .collect();

@@ -50,7 +50,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use plexus_scheduler::gpu::objective::{Evaluator, GpuCandidate, Problem, Weights};
-use plexus_scheduler::gpu::search::{self, SearchError, SflaParams};
+use plexus_scheduler::gpu::search::{self, SflaParams};
 use plexus_scheduler::gpu::{InterferenceModel, TaskVector};
 
 use super::cluster::{GpuCluster, GpuClusterConfig, gang};
@@ -69,7 +69,7 @@ pub enum JctError {
     /// A search failed although the gang fits (a bug of the search), or returned an assignment
     /// the problem does not allow.
     #[error("placer {placer} on job {job}: {error}")]
-    Search { placer: String, job: usize, error: SearchError },
+    Search { placer: String, job: usize, error: plexus_scheduler::Error },
 }
 
 /// The cluster and the workload mix to draw.

@@ -6,9 +6,13 @@
 //!
 //! Entries may be stale (a subtask placed, cancelled or made `Waiting` again since it was
 //! queued); whoever takes one checks its state, as before.
+//!
+//! Beside the queue proper: ready subtasks waiting out a retry back-off, by the time they may be
+//! placed (so a waiting retry costs nothing per round), and how many rounds each queued task was
+//! overtaken by work queued after it (kept only for tasks still queued).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use plexus_proto::JobId;
 
@@ -28,6 +32,11 @@ pub struct ReadyQueue {
     tasks: BTreeMap<OrderKey, BTreeSet<u32>>,
     /// Entries held, stale ones included.
     len: usize,
+    /// Ready subtasks waiting out a retry back-off: (when they may be placed, job, index).
+    delayed: BTreeSet<(u64, JobId, u32)>,
+    /// Rounds each task with ready work was overtaken by work queued after it (a reordering
+    /// placer, `Placer::order`); only tasks still queued have an entry.
+    overtaken: HashMap<OrderKey, u32>,
 }
 
 impl ReadyQueue {
@@ -72,11 +81,6 @@ impl ReadyQueue {
         }
     }
 
-    /// Whether the task has subtasks queued (stale entries included).
-    pub fn contains(&self, key: &OrderKey) -> bool {
-        self.tasks.contains_key(key)
-    }
-
     pub fn remove_task(&mut self, key: &OrderKey) {
         self.take(key);
     }
@@ -87,6 +91,47 @@ impl ReadyQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Holds subtask `idx` of `job` back until `at`, when [`ReadyQueue::due`] hands it out.
+    pub fn delay(&mut self, at: u64, job: JobId, idx: u32) {
+        self.delayed.insert((at, job, idx));
+    }
+
+    /// Takes out the delayed subtasks whose time has come by `now`, earliest first, to be
+    /// queued.
+    pub fn due(&mut self, now: u64) -> Vec<(JobId, u32)> {
+        let mut due = Vec::new();
+        while let Some(&(at, job, idx)) = self.delayed.first() {
+            if at > now {
+                break;
+            }
+            self.delayed.pop_first();
+            due.push((job, idx));
+        }
+        due
+    }
+
+    /// Number of subtasks waiting out a back-off.
+    pub fn delayed_len(&self) -> usize {
+        self.delayed.len()
+    }
+
+    /// Rounds task `key` was overtaken while queued.
+    pub fn overtaken(&self, key: &OrderKey) -> u32 {
+        self.overtaken.get(key).copied().unwrap_or(0)
+    }
+
+    /// Ends a round in which the tasks of `keys` were overtaken: those still queued count it,
+    /// and tasks that left the queue forget theirs.
+    pub fn count_overtaken(&mut self, keys: Vec<OrderKey>) {
+        for key in keys {
+            if self.tasks.contains_key(&key) {
+                *self.overtaken.entry(key).or_insert(0) += 1;
+            }
+        }
+        let tasks = &self.tasks;
+        self.overtaken.retain(|k, _| tasks.contains_key(k));
     }
 
     /// Every (job, subtask) entry, in order (for explaining why a cluster without workers

@@ -1,0 +1,463 @@
+//! The worker ledger: every worker the core knows, what each offers and what attempts hold on it,
+//! and which workers hold each object.
+//!
+//! Invariants kept here, behind private fields:
+//! - A worker's `allocated` resources are exactly the sum of the requests of the attempts placed
+//!   on it (`placed`) and of the gang members holding a reservation there (`reserved`). Only
+//!   [`Worker::reserve`], [`Worker::release`], [`Worker::place`] and [`Worker::free`] change
+//!   them, each moving one attempt's [`Claim`] in or out together with its devices.
+//! - A whole GPU device belongs to at most one placed attempt (`gpus_used`), and a device shared
+//!   by `gpu_share` attempts (`gpu_shared`) is in no one's `gpus_used`.
+//! - The holders index lists exactly the workers whose last report (or succeeded attempt) says
+//!   they hold each object: it changes only with a worker's objects.
+//! - The epoch grows whenever the set of workers that could take work changes (a worker
+//!   registers, is lost, drained, undrained or removed): what a waiting task's reason depends on.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use plexus_proto::{JobId, ObjectId, Resources, WorkerId};
+
+use super::messages::NodeReport;
+use super::records::WorkerRecord;
+use crate::error::Error;
+
+/// An attempt, as the ledger keys it: (job, subtask index).
+pub type AttemptKey = (JobId, u32);
+
+/// What one attempt holds on a worker: its request and, for an attempt that shares a GPU, the
+/// device memory it sets aside on one device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Claim {
+    pub resources: Resources,
+    pub shared_memory: Option<u64>,
+}
+
+/// Which devices an attempt being placed gets.
+#[derive(Clone, Copy, Debug)]
+pub enum Devices<'a> {
+    /// The device a GPU gang's search planned for it when that is still free (or, sharing, still
+    /// has room), else the lowest free (or the least shared device with room).
+    Preferred(&'a [u32]),
+    /// Exactly these, as stored before a restart.
+    Exactly(&'a [u32]),
+}
+
+/// A worker in memory. Its fields are read through accessors; what attempts hold on it changes
+/// only through [`Worker::reserve`], [`Worker::release`], [`Worker::place`] and [`Worker::free`].
+#[derive(Debug)]
+pub struct Worker {
+    record: WorkerRecord,
+    /// Registered with this coordinator process (a session is live). False after a restart until
+    /// the worker registers again; assignments go only to connected workers.
+    connected: bool,
+    node: NodeReport,
+    /// placed + reserved.
+    allocated: Resources,
+    placed: BTreeSet<AttemptKey>,
+    objects: HashMap<ObjectId, u64>,
+    /// GPU device indices held by placed attempts: each device belongs to one attempt at a time.
+    gpus_used: BTreeSet<u32>,
+    /// Gang members holding a reservation here: their requests are in `allocated` too.
+    reserved: BTreeSet<AttemptKey>,
+    /// Devices shared by `gpu_share` attempts (placed or reserved): device → (their
+    /// `gpu_memory` summed, how many). A shared device is in no one's `gpus_used` and counts as
+    /// taken for whole-device requests.
+    gpu_shared: BTreeMap<u32, (u64, u32)>,
+    /// For each sharing attempt placed here, the sharing attempts it met on its device (in
+    /// memory only: what the GPU learner is told when it ends).
+    gpu_peers: HashMap<AttemptKey, BTreeSet<AttemptKey>>,
+}
+
+impl Worker {
+    fn new(record: WorkerRecord, connected: bool) -> Worker {
+        Worker {
+            record,
+            connected,
+            node: NodeReport::default(),
+            allocated: Resources::default(),
+            placed: BTreeSet::new(),
+            objects: HashMap::new(),
+            gpus_used: BTreeSet::new(),
+            reserved: BTreeSet::new(),
+            gpu_shared: BTreeMap::new(),
+            gpu_peers: HashMap::new(),
+        }
+    }
+
+    pub fn record(&self) -> &WorkerRecord {
+        &self.record
+    }
+
+    pub fn id(&self) -> WorkerId {
+        self.record.id
+    }
+
+    /// Registered with this coordinator process (a session is live).
+    pub fn connected(&self) -> bool {
+        self.connected
+    }
+
+    /// What the worker last reported of itself.
+    pub fn node(&self) -> &NodeReport {
+        &self.node
+    }
+
+    /// What placed and reserved attempts hold here.
+    pub fn allocated(&self) -> Resources {
+        self.allocated
+    }
+
+    /// The attempts placed here.
+    pub fn placed(&self) -> &BTreeSet<AttemptKey> {
+        &self.placed
+    }
+
+    /// The gang members holding a reservation here.
+    pub fn reserved(&self) -> &BTreeSet<AttemptKey> {
+        &self.reserved
+    }
+
+    /// The objects it holds, with their sizes.
+    pub fn objects(&self) -> &HashMap<ObjectId, u64> {
+        &self.objects
+    }
+
+    /// The devices placed attempts hold whole.
+    pub fn gpus_used(&self) -> &BTreeSet<u32> {
+        &self.gpus_used
+    }
+
+    /// The devices sharing attempts are on: device → (the memory they set aside, how many).
+    pub fn gpu_shared(&self) -> &BTreeMap<u32, (u64, u32)> {
+        &self.gpu_shared
+    }
+
+    /// For each sharing attempt placed here, the sharing attempts it met on its device.
+    pub fn gpu_peers(&self) -> &HashMap<AttemptKey, BTreeSet<AttemptKey>> {
+        &self.gpu_peers
+    }
+
+    /// Whether new work may be placed here: connected, alive and not drained.
+    pub fn placeable(&self) -> bool {
+        self.connected && self.record.alive && !self.record.draining
+    }
+
+    /// Connected and alive: it runs what it is sent (drained or not).
+    pub fn live(&self) -> bool {
+        self.connected && self.record.alive
+    }
+
+    /// What is not allocated: its capacity less what attempts hold, shared devices counted as
+    /// taken.
+    pub fn available(&self) -> Resources {
+        let mut free = self.record.capacity.resources().minus(&self.allocated);
+        free.gpu = free.gpu.saturating_sub(self.gpu_shared.len() as u32);
+        free
+    }
+
+    /// The `n` lowest device indices no placed attempt holds and none shares, or `None` if
+    /// fewer are free.
+    pub fn free_gpus(&self, n: u32) -> Option<Vec<u32>> {
+        let free: Vec<u32> = self.free_devices().into_iter().take(n as usize).collect();
+        (free.len() == n as usize).then_some(free)
+    }
+
+    /// Every device index no placed attempt holds and none shares.
+    pub fn free_devices(&self) -> Vec<u32> {
+        self.record
+            .capacity
+            .gpus
+            .iter()
+            .map(|g| g.index)
+            .filter(|i| !self.gpus_used.contains(i) && !self.gpu_shared.contains_key(i))
+            .collect()
+    }
+
+    /// The devices a sharing task needing `memory` bytes could join now: not held whole, and
+    /// with that much memory left after the sharing attempts already there (a device whose
+    /// memory the worker did not report is taken at its word: any amount fits).
+    pub fn shareable_gpus(&self, memory: u64) -> Vec<u32> {
+        self.record
+            .capacity
+            .gpus
+            .iter()
+            .filter(|g| !self.gpus_used.contains(&g.index))
+            .filter(|g| {
+                let used = self.gpu_shared.get(&g.index).map_or(0, |s| s.0);
+                g.memory == 0 || used.saturating_add(memory) <= g.memory
+            })
+            .map(|g| g.index)
+            .collect()
+    }
+
+    /// Sets a gang member's claim aside here; returns the device a sharing member joined: the
+    /// one `planned` for it (a GPU gang's search) when it still has room, else the least shared.
+    pub fn reserve(&mut self, key: AttemptKey, claim: Claim, planned: Option<u32>) -> Vec<u32> {
+        self.allocated.add(&claim.resources);
+        self.reserved.insert(key);
+        match claim.shared_memory {
+            Some(memory) => self.join_shared_gpu(memory, planned).into_iter().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Gives back a reservation made with [`Worker::reserve`] (`gpus`: the devices it set memory
+    /// aside on); false, changing nothing, when `key` holds none here.
+    pub fn release(&mut self, key: AttemptKey, claim: Claim, gpus: &[u32]) -> bool {
+        if !self.reserved.remove(&key) {
+            return false;
+        }
+        self.allocated.sub(&claim.resources);
+        if let Some(memory) = claim.shared_memory {
+            for &g in gpus {
+                self.unshare_gpu(g, memory);
+            }
+        }
+        true
+    }
+
+    /// Places an attempt here and returns its devices. A sharing attempt joins one device with
+    /// room for its memory; a whole-device attempt gets the lowest free indices. The count fits
+    /// (the placement was feasible, and `allocated.gpu` plus the shared devices count exactly the
+    /// devices taken), so they are found.
+    pub fn place(&mut self, key: AttemptKey, claim: Claim, devices: Devices<'_>) -> Vec<u32> {
+        let want = claim.resources.gpu as usize;
+        let gpus = match (claim.shared_memory, devices) {
+            (Some(memory), Devices::Exactly(gpus)) => {
+                for &g in gpus {
+                    self.share_gpu(g, memory);
+                }
+                gpus.to_vec()
+            }
+            (Some(memory), Devices::Preferred(planned)) => {
+                self.join_shared_gpu(memory, planned.first().copied()).into_iter().collect()
+            }
+            (None, Devices::Exactly(gpus)) => gpus.to_vec(),
+            (None, Devices::Preferred(planned)) => {
+                // (A GPU gang member gets the device its search planned, when that is still free.)
+                if want == 1 && planned.len() == 1 && self.free_devices().contains(&planned[0]) {
+                    planned.to_vec()
+                } else {
+                    self.free_gpus(claim.resources.gpu).unwrap_or_default()
+                }
+            }
+        };
+        if claim.shared_memory.is_none() {
+            self.gpus_used.extend(gpus.iter().copied());
+        }
+        self.allocated.add(&claim.resources);
+        self.placed.insert(key);
+        gpus
+    }
+
+    /// Frees what a placed attempt held (`gpus`: its devices); false, changing nothing, when it
+    /// is not placed here.
+    pub fn free(&mut self, key: AttemptKey, claim: Claim, gpus: &[u32]) -> bool {
+        if !self.placed.remove(&key) {
+            return false;
+        }
+        self.gpu_peers.remove(&key);
+        self.allocated.sub(&claim.resources);
+        for &g in gpus {
+            match claim.shared_memory {
+                Some(memory) => self.unshare_gpu(g, memory),
+                None => {
+                    self.gpus_used.remove(&g);
+                }
+            }
+        }
+        true
+    }
+
+    /// Sharing attempt `key` joined a device where `there` already were: they have all met.
+    pub fn met(&mut self, key: AttemptKey, there: Vec<AttemptKey>) {
+        for p in &there {
+            self.gpu_peers.entry(*p).or_default().insert(key);
+        }
+        self.gpu_peers.entry(key).or_default().extend(there);
+    }
+
+    fn join_shared_gpu(&mut self, memory: u64, planned: Option<u32>) -> Option<u32> {
+        let room = self.shareable_gpus(memory);
+        let device = planned
+            .filter(|g| room.contains(g))
+            .or_else(|| room.iter().copied().min_by_key(|g| (self.gpu_shared.get(g).map_or(0, |s| s.1), *g)))?;
+        self.share_gpu(device, memory);
+        Some(device)
+    }
+
+    fn share_gpu(&mut self, gpu: u32, memory: u64) {
+        let s = self.gpu_shared.entry(gpu).or_insert((0, 0));
+        s.0 = s.0.saturating_add(memory);
+        s.1 += 1;
+    }
+
+    fn unshare_gpu(&mut self, gpu: u32, memory: u64) {
+        if let Some(s) = self.gpu_shared.get_mut(&gpu) {
+            s.0 = s.0.saturating_sub(memory);
+            s.1 = s.1.saturating_sub(1);
+            if s.1 == 0 {
+                self.gpu_shared.remove(&gpu);
+            }
+        }
+    }
+}
+
+/// Every worker by id, the holders of each object, and the workers' epoch.
+#[derive(Default)]
+pub struct Ledger {
+    workers: BTreeMap<WorkerId, Worker>,
+    /// Which workers hold each object.
+    holders: HashMap<ObjectId, BTreeSet<WorkerId>>,
+    /// Bumped whenever the workers that could take work change.
+    epoch: u64,
+}
+
+impl Ledger {
+    pub fn get(&self, id: &WorkerId) -> Option<&Worker> {
+        self.workers.get(id)
+    }
+
+    /// A worker, to change what attempts hold on it.
+    pub fn get_mut(&mut self, id: &WorkerId) -> Option<&mut Worker> {
+        self.workers.get_mut(id)
+    }
+
+    /// Every worker, by id.
+    pub fn values(&self) -> impl Iterator<Item = &Worker> {
+        self.workers.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    /// The workers last known to hold `o` (alive or not).
+    pub fn holders(&self, o: &ObjectId) -> Option<&BTreeSet<WorkerId>> {
+        self.holders.get(o)
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A worker as stored, not connected until it registers again.
+    pub fn restore(&mut self, record: WorkerRecord) {
+        self.workers.insert(record.id, Worker::new(record, false));
+    }
+
+    /// A worker registered (new, or again): its record replaces the stored one and it is
+    /// connected. What attempts hold on it stays.
+    pub fn register(&mut self, record: WorkerRecord) {
+        self.epoch += 1;
+        let id = record.id;
+        let w = self.workers.entry(id).or_insert_with(|| Worker::new(record.clone(), true));
+        w.record = record;
+        w.connected = true;
+    }
+
+    /// Drains (`on`) or undrains a worker; true when that changed it.
+    pub fn set_draining(&mut self, id: WorkerId, on: bool) -> Result<bool, Error> {
+        let w = self.workers.get_mut(&id).ok_or(Error::NoWorker(id))?;
+        if w.record.draining == on {
+            return Ok(false);
+        }
+        w.record.draining = on;
+        self.epoch += 1;
+        Ok(true)
+    }
+
+    /// Forgets a lost worker and the objects it was last known to hold; a live one is refused.
+    pub fn remove(&mut self, id: WorkerId) -> Result<(), Error> {
+        let w = self.workers.get(&id).ok_or(Error::NoWorker(id))?;
+        if w.record.alive {
+            return Err(Error::WorkerBusy(format!(
+                "worker {id} is alive: only a lost worker can be removed (drain it, stop its process, and remove it once it is lost)"
+            )));
+        }
+        let w = self.workers.remove(&id).expect("checked");
+        for o in w.objects.keys() {
+            self.drop_holder(o, id);
+        }
+        self.epoch += 1;
+        Ok(())
+    }
+
+    /// A heartbeat of session `session` at `now`; false if the worker must register again
+    /// (unknown, not connected, or another session).
+    pub fn heartbeat(&mut self, id: WorkerId, session: &str, now: u64) -> bool {
+        match self.workers.get_mut(&id) {
+            Some(w) if w.connected && w.record.session == session => {
+                w.record.last_heartbeat = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The worker's report of itself, with the objects it holds now.
+    pub fn update_node(&mut self, id: WorkerId, node: NodeReport) {
+        let Some(w) = self.workers.get_mut(&id) else { return };
+        let new: HashMap<ObjectId, u64> = node.objects.iter().cloned().collect();
+        let gone: Vec<ObjectId> = w.objects.keys().filter(|o| !new.contains_key(*o)).cloned().collect();
+        for o in new.keys() {
+            if !w.objects.contains_key(o) {
+                self.holders.entry(o.clone()).or_default().insert(id);
+            }
+        }
+        w.objects = new;
+        w.node = node;
+        for o in gone {
+            self.drop_holder(&o, id);
+        }
+    }
+
+    /// Objects a succeeded attempt wrote on `id`.
+    pub fn add_objects(&mut self, id: WorkerId, objects: Vec<(ObjectId, u64)>) {
+        let Some(w) = self.workers.get_mut(&id) else { return };
+        for (o, size) in objects {
+            w.objects.insert(o.clone(), size);
+            self.holders.entry(o).or_default().insert(id);
+        }
+    }
+
+    /// Declares a worker lost: not alive, not connected, holding nothing. Returns the objects no
+    /// worker holds any more, or `None` for an unknown worker.
+    pub fn lose(&mut self, id: WorkerId) -> Option<HashSet<ObjectId>> {
+        let w = self.workers.get_mut(&id)?;
+        self.epoch += 1;
+        w.record.alive = false;
+        w.connected = false;
+        let objects: Vec<ObjectId> = w.objects.drain().map(|(o, _)| o).collect();
+        let mut gone = HashSet::new();
+        for o in objects {
+            if self.drop_holder(&o, id) {
+                gone.insert(o);
+            }
+        }
+        Some(gone)
+    }
+
+    /// Removes `id` from `o`'s holders; true when none is left.
+    fn drop_holder(&mut self, o: &ObjectId, id: WorkerId) -> bool {
+        let Some(h) = self.holders.get_mut(o) else { return false };
+        h.remove(&id);
+        if h.is_empty() {
+            self.holders.remove(o);
+            return true;
+        }
+        false
+    }
+}
+
+impl std::ops::Index<&WorkerId> for Ledger {
+    type Output = Worker;
+
+    fn index(&self, id: &WorkerId) -> &Worker {
+        &self.workers[id]
+    }
+}

@@ -1,0 +1,124 @@
+//! Rebuilding the core from what the store kept: jobs, subtasks, workers and placements, then
+//! the derived state (allocations, the ready queue, the jobs waiting for others), and the gangs
+//! that were not bound rolled back.
+
+use std::collections::HashMap;
+
+use plexus_proto::{JobId, JobState, SubtaskState};
+
+use super::job_table::Job;
+use super::ledger::Devices;
+use super::records::{Snapshot, Subtask};
+use super::state::Core;
+use crate::error::Error;
+
+impl Core {
+    /// Rebuilds the state from stored records. Workers are not connected until they register
+    /// again; each gets a full heartbeat timeout from `now` to do so before it is declared lost.
+    pub fn restore(&mut self, snap: Snapshot, now: u64) -> Result<(), Error> {
+        let mut subtasks: HashMap<JobId, Vec<(u32, Subtask)>> = HashMap::new();
+        for (job, idx, s) in snap.subtasks {
+            subtasks.entry(job).or_default().push((idx, s));
+        }
+        for rec in snap.jobs {
+            let mut subs = subtasks.remove(&rec.id).unwrap_or_default();
+            subs.sort_by_key(|(i, _)| *i);
+            let expected = rec.spec.total_subtasks();
+            if subs.len() as u64 != expected || subs.iter().enumerate().any(|(i, (idx, _))| i as u32 != *idx) {
+                return Err(Error::Restore(format!(
+                    "job {}: store holds {} subtask records, the spec expands to {expected}",
+                    rec.id,
+                    subs.len()
+                )));
+            }
+            self.jobs.insert(Job::new(rec, subs.into_iter().map(|(_, s)| s).collect()));
+        }
+        for (job, idx, p) in snap.placements {
+            // Decision ids stay unique across restarts.
+            self.next_decision = self.next_decision.max(p.decision + 1);
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.placements.insert(idx, p);
+            }
+        }
+        for mut rec in snap.workers {
+            rec.last_heartbeat = now;
+            self.workers.restore(rec);
+        }
+        // Derived state: allocations, and the ready queue in submission order.
+        let order: Vec<JobId> = self.jobs.in_order().map(|j| j.record.id).collect();
+        let mut ready = Vec::new();
+        for id in order {
+            let job = &self.jobs[&id];
+            let running = job.record.state == JobState::Running;
+            for (i, s) in job.subtasks.iter().enumerate() {
+                if s.state.is_placed()
+                    && let Some(w) = s.worker.and_then(|w| self.workers.get_mut(&w))
+                {
+                    let claim = job.claim(i as u32);
+                    w.place((id, i as u32), claim, Devices::Exactly(&s.gpus));
+                    self.fair_share.add(&job.record.spec.queue, claim.resources.cpu);
+                }
+                if running && s.state == SubtaskState::Ready {
+                    if s.not_before > now {
+                        self.ready.delay(s.not_before, id, i as u32);
+                    } else {
+                        ready.push((id, i as u32));
+                    }
+                }
+            }
+        }
+        for (id, i) in ready {
+            self.push_ready(id, i);
+        }
+        // Reservations of gangs that were not bound are rolled back: the workers they were on
+        // may not come back, and the gang reserves again from nothing (at once). Stored with
+        // the first round's commit.
+        let unbound: Vec<(JobId, String)> = self
+            .jobs
+            .values()
+            .flat_map(|j| {
+                j.record
+                    .gangs
+                    .iter()
+                    .filter(|(_, g)| g.bound_at == 0 && g.reserving_since > 0)
+                    .map(move |(n, _)| (j.record.id, n.clone()))
+            })
+            .collect();
+        let mut stray = Vec::new();
+        for j in self.jobs.values_mut() {
+            for (i, s) in j.subtasks.iter_mut().enumerate() {
+                if s.reserved_on.take().is_some() {
+                    // A sharing member's planned device goes with its reservation.
+                    s.gpus.clear();
+                    stray.push((j.record.id, i as u32));
+                }
+            }
+        }
+        for key in stray {
+            self.out.subtasks.insert(key);
+        }
+        // Jobs waiting for other jobs: indexed again, and settled if what they wait for ended.
+        let gated: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.record.state == JobState::Running && !j.record.spec.after_jobs.is_empty())
+            .map(|j| j.record.id)
+            .collect();
+        for id in gated {
+            for a in self.jobs[&id].record.spec.after_jobs.clone() {
+                self.jobs.wait_for(a, id);
+            }
+            self.settle_after(id, now);
+        }
+        for (job, name) in unbound {
+            self.set_gang(job, &name, |g| {
+                g.reserving_since = 0;
+                g.rollbacks += 1;
+                g.rolled_back_at = now;
+                g.retry_at = now;
+                g.reason = "the coordinator restarted before the gang was bound".into();
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,119 @@
+//! A job file as written, before validation: the serde shapes of TOML and JSON job files, and
+//! where in the text each task is declared (for errors that name their line).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+
+use super::model::Format;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJob {
+    pub(super) name: Option<String>,
+    pub(super) priority: Option<i64>,
+    pub(super) queue: Option<String>,
+    #[serde(default)]
+    pub(super) after_jobs: Vec<String>,
+    #[serde(alias = "tasks", default)]
+    pub(super) task: Vec<RawTask>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTask {
+    pub(super) name: String,
+    pub(super) command: Option<RawCommand>,
+    pub(super) kind: Option<String>,
+    pub(super) cpu: Option<f64>,
+    pub(super) memory: Option<RawSize>,
+    pub(super) gpu: Option<u32>,
+    #[serde(default)]
+    pub(super) after: Vec<String>,
+    pub(super) replicas: Option<u32>,
+    #[serde(default)]
+    pub(super) inputs: Vec<String>,
+    #[serde(default)]
+    pub(super) outputs: Vec<String>,
+    pub(super) max_retries: Option<u32>,
+    pub(super) timeout: Option<RawDuration>,
+    #[serde(default)]
+    pub(super) env: BTreeMap<String, String>,
+    pub(super) flops: Option<f64>,
+    pub(super) on_failure: Option<String>,
+    pub(super) retry_backoff: Option<RawDuration>,
+    pub(super) dtype: Option<String>,
+    pub(super) op: Option<String>,
+    pub(super) root: Option<u32>,
+    pub(super) algorithm: Option<String>,
+    pub(super) schedule: Option<String>,
+    pub(super) split: Option<String>,
+    pub(super) counts: Option<Vec<Vec<u64>>>,
+    pub(super) from_block: Option<i64>,
+    pub(super) to_block: Option<i64>,
+    pub(super) gpu_share: Option<bool>,
+    pub(super) gpu_memory: Option<RawSize>,
+    pub(super) gpu_util: Option<f64>,
+    pub(super) model_size: Option<RawSize>,
+    pub(super) min_members: Option<u32>,
+    pub(super) gang_timeout: Option<RawDuration>,
+    pub(super) gang: Option<String>,
+}
+
+/// `command = ["prog", "arg"]` (argv), or `command = "shell text"` run with `sh -c`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawCommand {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+/// `memory = "512MiB"` or a number of bytes.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+/// `timeout = "90s"` / `"5m"` or a number of seconds.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+/// The line (1-based) of byte `offset` of `source`.
+pub(super) fn line_of_offset(source: &str, offset: usize) -> usize {
+    source.as_bytes()[..offset.min(source.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// Lines (1-based) where each task name is declared, in file order, found in one pass over the
+/// text. The parsers do not keep positions of values, so a declaration is found as `name = "x"`
+/// (or `'x'`) in TOML, `"name": "x"` in JSON.
+pub(super) fn task_name_lines(source: &str, format: Format) -> HashMap<&str, Vec<usize>> {
+    // The job's own `name = ...` is a top-level key, which also matches in TOML; a task's
+    // declaration follows a `[[task]]` header, so lines before the first table are skipped.
+    let first_table = match format {
+        Format::Toml => source.lines().position(|l| l.trim_start().starts_with('[')).unwrap_or(usize::MAX),
+        Format::Json => 0,
+    };
+    let mut lines: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, line) in source.lines().enumerate() {
+        if format == Format::Toml && i < first_table {
+            continue;
+        }
+        let rest = line.trim_start();
+        let after_key = match format {
+            Format::Toml => rest.strip_prefix("name").and_then(|r| r.trim_start().strip_prefix('=')),
+            Format::Json => rest.find("\"name\"").and_then(|p| rest[p + 6..].trim_start().strip_prefix(':')),
+        };
+        let Some(value) = after_key.map(str::trim_start) else { continue };
+        let Some(quote) = value.chars().next().filter(|c| *c == '"' || *c == '\'') else { continue };
+        if let Some(end) = value[1..].find(quote) {
+            lines.entry(&value[1..1 + end]).or_default().push(i + 1);
+        }
+    }
+    lines
+}
