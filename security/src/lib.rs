@@ -5,14 +5,16 @@
 //!   id), and the fingerprints by which the coordinator recognises a worker's certificate.
 //! - [`token`]: bearer tokens — their text form, their hash (the only thing stored), and the
 //!   [`token::Scope`] each one carries.
-//! - [`tls`]: the tonic TLS settings every component uses, and the names certificates are
-//!   checked against.
+//! - [`names`]: the fixed names certificates hold and are checked against, shared by [`pki`]
+//!   (which writes them) and [`tls`] (which expects them), so neither imports the other.
+//! - [`tls`]: the tonic TLS settings every component uses.
 //! - [`files`]: credential files written owner-only (mode 0600) and atomically.
 //!
 //! Nothing here opens a socket or a store: the coordinator keeps the CA and the token hashes in
 //! sled, the worker keeps its certificate in its data dir.
 
 pub mod files;
+pub mod names;
 pub mod pki;
 pub mod tls;
 pub mod token;

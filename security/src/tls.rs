@@ -13,10 +13,8 @@ use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 use crate::{Issued, Token};
 
-/// The name every coordinator certificate holds and every client checks.
-pub const COORDINATOR_NAME: &str = "coordinator.plexus";
-/// The name every worker certificate holds and every peer checks.
-pub const WORKER_NAME: &str = "worker.plexus";
+// Re-exported so callers keep reaching the names through the TLS settings that check them.
+pub use crate::names::{COORDINATOR_NAME, WORKER_NAME};
 /// How long a TLS handshake may take on a server before the connection is dropped, so a client
 /// that opens a connection and says nothing holds nothing for long.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
