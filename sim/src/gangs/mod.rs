@@ -32,20 +32,7 @@ pub use engine::{GangScheduler, Options, Start};
 pub use ours::{Ours, job_file};
 pub use workload::{GangConfig, GangWorkload, Item, Kind};
 
-/// What can go wrong running a gang simulation.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum GangError {
-    /// A configuration or hand-built workload that cannot be simulated.
-    #[error("gang workload: {0}")]
-    Workload(String),
-    /// The scheduling core refused an arrival's job file.
-    #[error("the core refused item {item}: {why}")]
-    Refused { item: usize, why: String },
-    /// A scheduler started something that cannot be started (more cores than a worker has
-    /// free, a member twice): a bug of the scheduler under test.
-    #[error("scheduler bug: {0}")]
-    Scheduler(String),
-}
+use crate::SimError;
 
 /// The three schedulers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,7 +182,7 @@ impl GangReport {
 }
 
 /// Runs `workload` under one scheduler.
-pub fn simulate(workload: &GangWorkload, policy: Policy, opts: &Options) -> Result<GangReport, GangError> {
+pub fn simulate(workload: &GangWorkload, policy: Policy, opts: &Options) -> Result<GangReport, SimError> {
     let (w, c, seed) = (workload.workers, workload.cores, workload.seed);
     match policy {
         Policy::Ours => engine::run(workload, &mut Ours::new(w, c, opts.placer, seed)?, opts),
@@ -215,8 +202,8 @@ pub struct Comparison {
 }
 
 /// Runs the three schedulers on `workload`.
-pub fn compare(workload: &GangWorkload, opts: &Options) -> Result<Comparison, GangError> {
-    let timed = |p: Policy| -> Result<(GangReport, std::time::Duration), GangError> {
+pub fn compare(workload: &GangWorkload, opts: &Options) -> Result<Comparison, SimError> {
+    let timed = |p: Policy| -> Result<(GangReport, std::time::Duration), SimError> {
         let t0 = std::time::Instant::now();
         let r = simulate(workload, p, opts)?;
         Ok((r, t0.elapsed()))
