@@ -21,8 +21,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
+use super::report::{End, GangReport};
 use super::workload::{GangWorkload, Item, Kind};
-use super::{End, GangReport};
 use crate::SimError;
 
 /// A member a scheduler starts.
