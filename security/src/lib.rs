@@ -22,7 +22,7 @@ pub mod token;
 pub use pki::{ClusterCa, Fingerprint, Issued, WorkerKey};
 pub use token::{Scope, Token};
 
-/// Everything that can go wrong making or reading credentials.
+/// Everything that can go wrong making or reading credentials, or connecting with them.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("certificate: {0}")]
@@ -31,6 +31,13 @@ pub enum Error {
     Token(String),
     #[error("{what} {path}: {source}")]
     Io { what: &'static str, path: String, source: std::io::Error },
+    /// A connection that did not come up within [`tls::connect_within`]'s limit.
+    #[error("no answer within {0:?} (TCP connect, TLS handshake and HTTP/2 set-up did not complete together)")]
+    ConnectTimedOut(std::time::Duration),
+    /// A connection that failed; transparent, so a caller walking the sources sees tonic's cause
+    /// chain as it was.
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
 }
 
 impl From<rcgen::Error> for Error {
