@@ -85,6 +85,8 @@ use plexus_scheduler::gpu::{InterferenceModel, TaskVector};
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
+use crate::PolicyError;
+
 /// Number of signature buckets (the one-hot part of a task's features).
 pub const BUCKETS: usize = 8;
 /// Features standardised by the normaliser (0–3).
@@ -125,20 +127,6 @@ const INITIAL_SLOWDOWN: f64 = 1.1;
 /// Format of [`InterferenceMlp::to_bytes`].
 const MAGIC: &[u8; 4] = b"PXIM";
 const VERSION: u32 = 1;
-
-#[derive(Debug, thiserror::Error)]
-pub enum InterferenceError {
-    #[error("libtorch: {0}")]
-    Torch(#[from] tch::TchError),
-    #[error("invalid interference model configuration: {0}")]
-    Config(String),
-    #[error("invalid interference sample: {0}")]
-    Sample(String),
-    #[error("stored interference model is not usable: {what} (at byte {at})")]
-    Corrupt { at: usize, what: String },
-    #[error("stored interference model has format version {found}; this build reads version {supported}")]
-    Version { found: u32, supported: u32 },
-}
 
 /// A task vector as the network's features (see the module's table). Never NaN.
 pub fn task_features(t: &TaskVector) -> [f32; FEATURES] {
@@ -331,8 +319,8 @@ impl Default for InterferenceConfig {
 }
 
 impl InterferenceConfig {
-    fn validate(&self) -> Result<(), InterferenceError> {
-        let bad = |m: String| Err(InterferenceError::Config(m));
+    fn validate(&self) -> Result<(), PolicyError> {
+        let bad = |m: String| Err(PolicyError::Config(m));
         if self.hidden.is_empty() || self.hidden.len() > 8 || self.hidden.iter().any(|&w| w == 0 || w > 1024) {
             return bad(format!("hidden layers {:?}: 1 to 8 layers of 1 to 1024", self.hidden));
         }
@@ -514,7 +502,7 @@ impl std::fmt::Debug for InterferenceMlp {
 impl InterferenceMlp {
     /// A fresh model: He-uniform weights from `config.seed` for the hidden layers, a small
     /// uniform output layer, zero biases but the output's (which starts at σ⁻¹(1.1)).
-    pub fn new(config: InterferenceConfig) -> Result<Self, InterferenceError> {
+    pub fn new(config: InterferenceConfig) -> Result<Self, PolicyError> {
         config.validate()?;
         // One intra-op thread, as the placement policy: the engine and training threads each keep
         // one core, and more threads would fight over small machines' cores for tiny matrices.
@@ -594,8 +582,8 @@ impl InterferenceMlp {
 
     /// Adds a measured sample to the replay buffer (the oldest leaves when it is full) and its
     /// task vectors to the normaliser.
-    pub fn observe(&mut self, sample: Sample) -> Result<(), InterferenceError> {
-        sample.validate().map_err(InterferenceError::Sample)?;
+    pub fn observe(&mut self, sample: Sample) -> Result<(), PolicyError> {
+        sample.validate().map_err(PolicyError::Sample)?;
         for t in &sample.tasks {
             self.norm.update(&task_features(t));
         }
@@ -611,7 +599,7 @@ impl InterferenceMlp {
     /// `k` gradient steps, each on `batch` samples drawn uniformly (with replacement) from the
     /// replay buffer. Returns the loss of the last step's batch before its update; None when the
     /// buffer is empty (nothing is done).
-    pub fn train_steps(&mut self, k: usize) -> Result<Option<f64>, InterferenceError> {
+    pub fn train_steps(&mut self, k: usize) -> Result<Option<f64>, PolicyError> {
         if self.buffer.is_empty() || k == 0 {
             return Ok(None);
         }
@@ -630,12 +618,12 @@ impl InterferenceMlp {
 
     /// The loss of claim 3 (see the module's docs) on `samples` with the current weights and
     /// normaliser; the value training descends.
-    pub fn loss(&self, samples: &[Sample]) -> Result<f64, InterferenceError> {
+    pub fn loss(&self, samples: &[Sample]) -> Result<f64, PolicyError> {
         if samples.is_empty() {
             return Ok(0.0);
         }
         for s in samples {
-            s.validate().map_err(InterferenceError::Sample)?;
+            s.validate().map_err(PolicyError::Sample)?;
         }
         let refs: Vec<&Sample> = samples.iter().collect();
         tch::no_grad(|| Ok(self.loss_tensor(&refs)?.double_value(&[])))
@@ -672,7 +660,7 @@ impl InterferenceMlp {
         x.squeeze_dim(-1).softplus() + 1.0
     }
 
-    fn loss_tensor(&self, batch: &[&Sample]) -> Result<Tensor, InterferenceError> {
+    fn loss_tensor(&self, batch: &[&Sample]) -> Result<Tensor, PolicyError> {
         let mut rows = Vec::new();
         let mut targets = Vec::new();
         let mut weights = Vec::new();
@@ -696,8 +684,8 @@ impl InterferenceMlp {
     }
 
     /// Copies plain weights into the libtorch layers and the predictor.
-    fn load_dense(&mut self, dense: &[Dense]) -> Result<(), InterferenceError> {
-        tch::no_grad(|| -> Result<(), InterferenceError> {
+    fn load_dense(&mut self, dense: &[Dense]) -> Result<(), PolicyError> {
+        tch::no_grad(|| -> Result<(), PolicyError> {
             for (l, d) in self.layers.iter_mut().zip(dense) {
                 l.ws.f_copy_(&Tensor::f_from_slice(&d.w)?.view([d.out as i64, d.inp as i64]))?;
                 if let Some(bs) = &mut l.bs {
@@ -710,7 +698,7 @@ impl InterferenceMlp {
     }
 
     /// Copies the libtorch layers' weights (and the normaliser) into the predictor.
-    fn refresh_predictor(&mut self) -> Result<(), InterferenceError> {
+    fn refresh_predictor(&mut self) -> Result<(), PolicyError> {
         let layers = self
             .layers
             .iter()
@@ -786,21 +774,18 @@ impl InterferenceMlp {
     /// Rebuilds a model from [`InterferenceMlp::to_bytes`]: it predicts exactly as the one saved,
     /// and goes on training from the same buffer and sampler state (the optimiser keeps no state:
     /// plain gradient descent).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, InterferenceError> {
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, PolicyError> {
         if bytes.len() < MAGIC.len() + 4 + 8 || &bytes[..4] != MAGIC {
-            return Err(InterferenceError::Corrupt {
-                at: 0,
-                what: "not an interference model (no PXIM header)".into(),
-            });
+            return Err(PolicyError::Corrupt { at: 0, what: "not an interference model (no PXIM header)".into() });
         }
         let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
         if version != VERSION {
-            return Err(InterferenceError::Version { found: version, supported: VERSION });
+            return Err(PolicyError::Version { found: version, supported: VERSION });
         }
         let body = bytes.len() - 8;
         let stored = u64::from_le_bytes(bytes[body..].try_into().expect("8 bytes"));
         if fnv1a(&bytes[..body]) != stored {
-            return Err(InterferenceError::Corrupt { at: body, what: "checksum mismatch".into() });
+            return Err(PolicyError::Corrupt { at: body, what: "checksum mismatch".into() });
         }
         let mut r = Reader { b: &bytes[..body], at: 8 };
         let seed = r.u64("seed")?;
@@ -909,28 +894,28 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn corrupt(&self, what: impl Into<String>) -> InterferenceError {
-        InterferenceError::Corrupt { at: self.at, what: what.into() }
+    fn corrupt(&self, what: impl Into<String>) -> PolicyError {
+        PolicyError::Corrupt { at: self.at, what: what.into() }
     }
-    fn take<const N: usize>(&mut self, what: &str) -> Result<[u8; N], InterferenceError> {
+    fn take<const N: usize>(&mut self, what: &str) -> Result<[u8; N], PolicyError> {
         let s = self.b.get(self.at..self.at + N).ok_or_else(|| self.corrupt(format!("truncated reading {what}")))?;
         self.at += N;
         Ok(s.try_into().expect("N bytes"))
     }
-    fn u32(&mut self, what: &str) -> Result<u32, InterferenceError> {
+    fn u32(&mut self, what: &str) -> Result<u32, PolicyError> {
         Ok(u32::from_le_bytes(self.take(what)?))
     }
-    fn u64(&mut self, what: &str) -> Result<u64, InterferenceError> {
+    fn u64(&mut self, what: &str) -> Result<u64, PolicyError> {
         Ok(u64::from_le_bytes(self.take(what)?))
     }
-    fn f64(&mut self, what: &str) -> Result<f64, InterferenceError> {
+    fn f64(&mut self, what: &str) -> Result<f64, PolicyError> {
         Ok(f64::from_le_bytes(self.take(what)?))
     }
-    fn finite(&mut self, what: &str) -> Result<f64, InterferenceError> {
+    fn finite(&mut self, what: &str) -> Result<f64, PolicyError> {
         let x = self.f64(what)?;
         if x.is_finite() { Ok(x) } else { Err(self.corrupt(format!("{what} is {x}"))) }
     }
-    fn f32(&mut self, what: &str) -> Result<f32, InterferenceError> {
+    fn f32(&mut self, what: &str) -> Result<f32, PolicyError> {
         let x = f32::from_le_bytes(self.take(what)?);
         if x.is_finite() { Ok(x) } else { Err(self.corrupt(format!("{what} is {x}"))) }
     }
