@@ -350,7 +350,7 @@ impl DqnPolicy {
 
     /// Every `sync_every` decisions, swaps the newest published weights in.
     fn maybe_sync(&mut self) {
-        if self.decisions == 0 || self.decisions % self.config.sync_every != 0 {
+        if self.decisions == 0 || !self.decisions.is_multiple_of(self.config.sync_every) {
             return;
         }
         let Some(latest) = self.from_trainer.try_iter().last() else { return };
