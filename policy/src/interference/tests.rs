@@ -3,6 +3,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::codec::fnv1a;
 use super::*;
 
 const GIB: u64 = 1 << 30;
