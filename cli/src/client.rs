@@ -253,7 +253,7 @@ async fn connect_one(target: &Target, url: &str) -> anyhow::Result<Client> {
     }
     let channel = match plexus_security::tls::connect_within(&endpoint, CONNECT_TIMEOUT).await {
         Ok(c) => c,
-        Err(plexus_security::tls::ConnectError::Transport(e)) => {
+        Err(plexus_security::Error::Transport(e)) => {
             return Err(Unreachable { url, cause: root_cause(&e) }.into());
         }
         Err(e) => return Err(Unreachable { url, cause: e.to_string() }.into()),

@@ -195,10 +195,7 @@ const SOLO_KEY: &[u8] = b"gpu-solo";
 impl LearnedGpu {
     /// The learner, restored from `tree` when it holds one (a corrupt value is logged and
     /// replaced by a fresh model, like the placement policy's weights).
-    pub fn open(
-        tree: Option<crate::store::SharedKv>,
-        seed: u64,
-    ) -> Result<LearnedGpu, plexus_policy::InterferenceError> {
+    pub fn open(tree: Option<crate::store::SharedKv>, seed: u64) -> Result<LearnedGpu, plexus_policy::PolicyError> {
         let config = plexus_policy::InterferenceConfig { seed, ..plexus_policy::InterferenceConfig::default() };
         let stored = tree.as_ref().and_then(|t| t.get(MODEL_KEY).ok().flatten());
         let mlp = match stored.map(|b| plexus_policy::InterferenceMlp::from_bytes(&b)) {

@@ -28,6 +28,7 @@ use rand::{Rng, SeedableRng};
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
+use crate::PolicyError;
 use crate::buffer::{Experience, ExperienceBuffer, Inserted};
 use crate::features::{FEATURES, Observation};
 use crate::net::{NetConfig, QNet, criticality_loss};
@@ -159,14 +160,6 @@ pub struct Stats {
     /// Optimiser steps (one per batch per pass).
     pub gradient_steps: AtomicU64,
     pub last_loss_micro: AtomicU64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum PolicyError {
-    #[error("libtorch: {0}")]
-    Torch(#[from] tch::TchError),
-    #[error("{0}")]
-    Io(String),
 }
 
 type Weights = Vec<(String, Tensor)>;
@@ -357,7 +350,7 @@ impl DqnPolicy {
 
     /// Every `sync_every` decisions, swaps the newest published weights in.
     fn maybe_sync(&mut self) {
-        if self.decisions == 0 || self.decisions % self.config.sync_every != 0 {
+        if self.decisions == 0 || !self.decisions.is_multiple_of(self.config.sync_every) {
             return;
         }
         let Some(latest) = self.from_trainer.try_iter().last() else { return };

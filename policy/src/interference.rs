@@ -85,6 +85,10 @@ use plexus_scheduler::gpu::{InterferenceModel, TaskVector};
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
+use crate::PolicyError;
+
+mod codec;
+
 /// Number of signature buckets (the one-hot part of a task's features).
 pub const BUCKETS: usize = 8;
 /// Features standardised by the normaliser (0–3).
@@ -121,24 +125,6 @@ const COUNT_SCALE: f32 = 8.0;
 /// The output bias starts where σ gives 1.1: an untrained model predicts mild interference
 /// instead of softplus(0) = +69 %.
 const INITIAL_SLOWDOWN: f64 = 1.1;
-
-/// Format of [`InterferenceMlp::to_bytes`].
-const MAGIC: &[u8; 4] = b"PXIM";
-const VERSION: u32 = 1;
-
-#[derive(Debug, thiserror::Error)]
-pub enum InterferenceError {
-    #[error("libtorch: {0}")]
-    Torch(#[from] tch::TchError),
-    #[error("invalid interference model configuration: {0}")]
-    Config(String),
-    #[error("invalid interference sample: {0}")]
-    Sample(String),
-    #[error("stored interference model is not usable: {what} (at byte {at})")]
-    Corrupt { at: usize, what: String },
-    #[error("stored interference model has format version {found}; this build reads version {supported}")]
-    Version { found: u32, supported: u32 },
-}
 
 /// A task vector as the network's features (see the module's table). Never NaN.
 pub fn task_features(t: &TaskVector) -> [f32; FEATURES] {
@@ -331,8 +317,8 @@ impl Default for InterferenceConfig {
 }
 
 impl InterferenceConfig {
-    fn validate(&self) -> Result<(), InterferenceError> {
-        let bad = |m: String| Err(InterferenceError::Config(m));
+    fn validate(&self) -> Result<(), PolicyError> {
+        let bad = |m: String| Err(PolicyError::Config(m));
         if self.hidden.is_empty() || self.hidden.len() > 8 || self.hidden.iter().any(|&w| w == 0 || w > 1024) {
             return bad(format!("hidden layers {:?}: 1 to 8 layers of 1 to 1024", self.hidden));
         }
@@ -514,7 +500,7 @@ impl std::fmt::Debug for InterferenceMlp {
 impl InterferenceMlp {
     /// A fresh model: He-uniform weights from `config.seed` for the hidden layers, a small
     /// uniform output layer, zero biases but the output's (which starts at σ⁻¹(1.1)).
-    pub fn new(config: InterferenceConfig) -> Result<Self, InterferenceError> {
+    pub fn new(config: InterferenceConfig) -> Result<Self, PolicyError> {
         config.validate()?;
         // One intra-op thread, as the placement policy: the engine and training threads each keep
         // one core, and more threads would fight over small machines' cores for tiny matrices.
@@ -594,8 +580,8 @@ impl InterferenceMlp {
 
     /// Adds a measured sample to the replay buffer (the oldest leaves when it is full) and its
     /// task vectors to the normaliser.
-    pub fn observe(&mut self, sample: Sample) -> Result<(), InterferenceError> {
-        sample.validate().map_err(InterferenceError::Sample)?;
+    pub fn observe(&mut self, sample: Sample) -> Result<(), PolicyError> {
+        sample.validate().map_err(PolicyError::Sample)?;
         for t in &sample.tasks {
             self.norm.update(&task_features(t));
         }
@@ -611,7 +597,7 @@ impl InterferenceMlp {
     /// `k` gradient steps, each on `batch` samples drawn uniformly (with replacement) from the
     /// replay buffer. Returns the loss of the last step's batch before its update; None when the
     /// buffer is empty (nothing is done).
-    pub fn train_steps(&mut self, k: usize) -> Result<Option<f64>, InterferenceError> {
+    pub fn train_steps(&mut self, k: usize) -> Result<Option<f64>, PolicyError> {
         if self.buffer.is_empty() || k == 0 {
             return Ok(None);
         }
@@ -630,12 +616,12 @@ impl InterferenceMlp {
 
     /// The loss of claim 3 (see the module's docs) on `samples` with the current weights and
     /// normaliser; the value training descends.
-    pub fn loss(&self, samples: &[Sample]) -> Result<f64, InterferenceError> {
+    pub fn loss(&self, samples: &[Sample]) -> Result<f64, PolicyError> {
         if samples.is_empty() {
             return Ok(0.0);
         }
         for s in samples {
-            s.validate().map_err(InterferenceError::Sample)?;
+            s.validate().map_err(PolicyError::Sample)?;
         }
         let refs: Vec<&Sample> = samples.iter().collect();
         tch::no_grad(|| Ok(self.loss_tensor(&refs)?.double_value(&[])))
@@ -672,7 +658,7 @@ impl InterferenceMlp {
         x.squeeze_dim(-1).softplus() + 1.0
     }
 
-    fn loss_tensor(&self, batch: &[&Sample]) -> Result<Tensor, InterferenceError> {
+    fn loss_tensor(&self, batch: &[&Sample]) -> Result<Tensor, PolicyError> {
         let mut rows = Vec::new();
         let mut targets = Vec::new();
         let mut weights = Vec::new();
@@ -696,8 +682,8 @@ impl InterferenceMlp {
     }
 
     /// Copies plain weights into the libtorch layers and the predictor.
-    fn load_dense(&mut self, dense: &[Dense]) -> Result<(), InterferenceError> {
-        tch::no_grad(|| -> Result<(), InterferenceError> {
+    fn load_dense(&mut self, dense: &[Dense]) -> Result<(), PolicyError> {
+        tch::no_grad(|| -> Result<(), PolicyError> {
             for (l, d) in self.layers.iter_mut().zip(dense) {
                 l.ws.f_copy_(&Tensor::f_from_slice(&d.w)?.view([d.out as i64, d.inp as i64]))?;
                 if let Some(bs) = &mut l.bs {
@@ -710,7 +696,7 @@ impl InterferenceMlp {
     }
 
     /// Copies the libtorch layers' weights (and the normaliser) into the predictor.
-    fn refresh_predictor(&mut self) -> Result<(), InterferenceError> {
+    fn refresh_predictor(&mut self) -> Result<(), PolicyError> {
         let layers = self
             .layers
             .iter()
@@ -729,210 +715,11 @@ impl InterferenceMlp {
         self.predictor = Predictor { layers, norm: self.norm.clone() };
         Ok(())
     }
-
-    /// The whole model as bytes (little-endian): magic `PXIM`, version, configuration, counters
-    /// and the batch sampler's state, the normaliser, every layer's weights and biases, the replay
-    /// buffer, and an FNV-1a checksum of all that. The coordinator keeps it under one key.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let c = &self.config;
-        let mut b = Vec::new();
-        b.extend_from_slice(MAGIC);
-        put_u32(&mut b, VERSION);
-        put_u64(&mut b, c.seed);
-        put_f64(&mut b, c.lambda);
-        put_f64(&mut b, c.learning_rate);
-        put_u32(&mut b, c.batch as u32);
-        put_u32(&mut b, c.capacity as u32);
-        put_u32(&mut b, c.hidden.len() as u32);
-        for &w in &c.hidden {
-            put_u32(&mut b, w as u32);
-        }
-        put_u64(&mut b, self.observed);
-        put_u64(&mut b, self.steps);
-        put_u64(&mut b, self.rng.0);
-        put_u64(&mut b, self.norm.count);
-        for x in self.norm.mean.iter().chain(&self.norm.m2) {
-            put_f64(&mut b, *x);
-        }
-        for l in self.predictor.layers.iter().map(Layer::dense) {
-            put_u32(&mut b, l.inp as u32);
-            put_u32(&mut b, l.out as u32);
-            for x in l.w.iter().chain(&l.b) {
-                b.extend_from_slice(&x.to_le_bytes());
-            }
-        }
-        put_u32(&mut b, self.buffer.len() as u32);
-        for s in &self.buffer {
-            put_u32(&mut b, s.tasks.len() as u32);
-            put_u32(&mut b, s.slowdowns.len() as u32);
-            put_f64(&mut b, s.weight);
-            for t in &s.tasks {
-                put_u64(&mut b, t.gpu_memory);
-                put_u64(&mut b, t.device_memory);
-                put_f64(&mut b, t.utilisation);
-                put_f64(&mut b, t.solo_ms);
-                put_u64(&mut b, t.model_bytes);
-                put_u64(&mut b, t.signature);
-            }
-            for y in &s.slowdowns {
-                put_f64(&mut b, *y);
-            }
-        }
-        let sum = fnv1a(&b);
-        put_u64(&mut b, sum);
-        b
-    }
-
-    /// Rebuilds a model from [`InterferenceMlp::to_bytes`]: it predicts exactly as the one saved,
-    /// and goes on training from the same buffer and sampler state (the optimiser keeps no state:
-    /// plain gradient descent).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, InterferenceError> {
-        if bytes.len() < MAGIC.len() + 4 + 8 || &bytes[..4] != MAGIC {
-            return Err(InterferenceError::Corrupt {
-                at: 0,
-                what: "not an interference model (no PXIM header)".into(),
-            });
-        }
-        let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-        if version != VERSION {
-            return Err(InterferenceError::Version { found: version, supported: VERSION });
-        }
-        let body = bytes.len() - 8;
-        let stored = u64::from_le_bytes(bytes[body..].try_into().expect("8 bytes"));
-        if fnv1a(&bytes[..body]) != stored {
-            return Err(InterferenceError::Corrupt { at: body, what: "checksum mismatch".into() });
-        }
-        let mut r = Reader { b: &bytes[..body], at: 8 };
-        let seed = r.u64("seed")?;
-        let lambda = r.f64("lambda")?;
-        let learning_rate = r.f64("learning rate")?;
-        let batch = r.u32("batch")? as usize;
-        let capacity = r.u32("capacity")? as usize;
-        let layers = r.u32("hidden layer count")? as usize;
-        if layers > 8 {
-            return Err(r.corrupt(format!("{layers} hidden layers")));
-        }
-        let hidden = (0..layers).map(|_| r.u32("hidden width").map(|w| w as usize)).collect::<Result<Vec<_>, _>>()?;
-        let config = InterferenceConfig { hidden, lambda, learning_rate, batch, capacity, seed };
-        config.validate().map_err(|e| r.corrupt(e.to_string()))?;
-        let observed = r.u64("observed")?;
-        let steps = r.u64("steps")?;
-        let rng = r.u64("sampler state")?;
-        let mut norm = Normaliser { count: r.u64("normaliser count")?, ..Default::default() };
-        for i in 0..NUMERIC {
-            norm.mean[i] = r.finite("normaliser mean")?;
-        }
-        for i in 0..NUMERIC {
-            norm.m2[i] = r.finite("normaliser variance")?;
-        }
-        let mut dense = Vec::new();
-        for (i, (inp, out)) in config.shapes().into_iter().enumerate() {
-            let (si, so) = (r.u32("layer inputs")? as usize, r.u32("layer outputs")? as usize);
-            if (si, so) != (inp, out) {
-                return Err(r.corrupt(format!("layer {i} is {si} → {so}; the configuration says {inp} → {out}")));
-            }
-            let w = (0..inp * out).map(|_| r.f32("weight")).collect::<Result<Vec<_>, _>>()?;
-            let b = (0..out).map(|_| r.f32("bias")).collect::<Result<Vec<_>, _>>()?;
-            dense.push(Dense { inp, out, w, b });
-        }
-        let n = r.u32("buffer length")? as usize;
-        if n > capacity {
-            return Err(r.corrupt(format!("{n} buffered samples exceed the capacity {capacity}")));
-        }
-        let mut buffer = VecDeque::with_capacity(n);
-        for _ in 0..n {
-            let k = r.u32("sample size")? as usize;
-            if k == 0 || k > MAX_SHARE {
-                return Err(r.corrupt(format!("a sample of {k} tasks")));
-            }
-            let measured = r.u32("measured count")? as usize;
-            if measured == 0 || measured > k {
-                return Err(r.corrupt(format!("{measured} slowdowns for {k} tasks")));
-            }
-            let weight = r.f64("sample weight")?;
-            let mut s = Sample { tasks: Vec::with_capacity(k), slowdowns: Vec::with_capacity(measured), weight };
-            for _ in 0..k {
-                s.tasks.push(TaskVector {
-                    gpu_memory: r.u64("gpu memory")?,
-                    device_memory: r.u64("device memory")?,
-                    utilisation: r.f64("utilisation")?,
-                    solo_ms: r.f64("solo ms")?,
-                    model_bytes: r.u64("model bytes")?,
-                    signature: r.u64("signature")?,
-                });
-            }
-            for _ in 0..measured {
-                s.slowdowns.push(r.f64("slowdown")?);
-            }
-            s.validate().map_err(|e| r.corrupt(e))?;
-            buffer.push_back(s);
-        }
-        if r.at != body {
-            return Err(r.corrupt(format!("{} bytes left over", body - r.at)));
-        }
-        let mut m = InterferenceMlp::new(config)?;
-        m.norm = norm;
-        m.buffer = buffer;
-        m.rng = SplitMix(rng);
-        m.observed = observed;
-        m.steps = steps;
-        m.load_dense(&dense)?;
-        Ok(m)
-    }
 }
 
 impl InterferenceModel for InterferenceMlp {
     fn predict(&self, tasks: &[TaskVector]) -> Vec<f64> {
         self.predictor.predict(tasks)
-    }
-}
-
-fn put_u32(b: &mut Vec<u8>, x: u32) {
-    b.extend_from_slice(&x.to_le_bytes());
-}
-fn put_u64(b: &mut Vec<u8>, x: u64) {
-    b.extend_from_slice(&x.to_le_bytes());
-}
-fn put_f64(b: &mut Vec<u8>, x: f64) {
-    b.extend_from_slice(&x.to_le_bytes());
-}
-
-/// FNV-1a, 64-bit: a checksum whose definition cannot change with the Rust release (std's
-/// `DefaultHasher` may).
-fn fnv1a(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| (h ^ x as u64).wrapping_mul(0x0000_0100_0000_01b3))
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn corrupt(&self, what: impl Into<String>) -> InterferenceError {
-        InterferenceError::Corrupt { at: self.at, what: what.into() }
-    }
-    fn take<const N: usize>(&mut self, what: &str) -> Result<[u8; N], InterferenceError> {
-        let s = self.b.get(self.at..self.at + N).ok_or_else(|| self.corrupt(format!("truncated reading {what}")))?;
-        self.at += N;
-        Ok(s.try_into().expect("N bytes"))
-    }
-    fn u32(&mut self, what: &str) -> Result<u32, InterferenceError> {
-        Ok(u32::from_le_bytes(self.take(what)?))
-    }
-    fn u64(&mut self, what: &str) -> Result<u64, InterferenceError> {
-        Ok(u64::from_le_bytes(self.take(what)?))
-    }
-    fn f64(&mut self, what: &str) -> Result<f64, InterferenceError> {
-        Ok(f64::from_le_bytes(self.take(what)?))
-    }
-    fn finite(&mut self, what: &str) -> Result<f64, InterferenceError> {
-        let x = self.f64(what)?;
-        if x.is_finite() { Ok(x) } else { Err(self.corrupt(format!("{what} is {x}"))) }
-    }
-    fn f32(&mut self, what: &str) -> Result<f32, InterferenceError> {
-        let x = f32::from_le_bytes(self.take(what)?);
-        if x.is_finite() { Ok(x) } else { Err(self.corrupt(format!("{what} is {x}"))) }
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`reward`]: the reward of claims 8–10 from measured fetch latency, eviction and utilisation.
 //! - [`buffer`]: the experience buffer (dedupe on insert, removal on sample) and its codec.
 //! - [`net`]: the Transformer Q-network and the criticality loss.
+//! - `error`: [`PolicyError`], the crate's one error type.
 //! - [`agent`]: the decision side, the training thread, weight sync and persistence.
 //! - [`interference`]: seed 002's interference model, an MLP predicting the slowdowns of tasks
 //!   sharing a GPU (`plexus_scheduler::gpu::InterferenceModel`), trained online, persisted as bytes.
@@ -16,13 +17,15 @@
 
 pub mod agent;
 pub mod buffer;
+mod error;
 pub mod features;
 pub mod interference;
 pub mod net;
 pub mod reward;
 
-pub use agent::{Choice, DqnPolicy, MemPolicyStore, PolicyConfig, PolicyError, PolicyStore, StoreError};
+pub use agent::{Choice, DqnPolicy, MemPolicyStore, PolicyConfig, PolicyStore, StoreError};
+pub use error::PolicyError;
 pub use features::{Observation, TaskFeatures};
-pub use interference::{InterferenceConfig, InterferenceError, InterferenceMlp, Predictor, Sample};
+pub use interference::{InterferenceConfig, InterferenceMlp, Predictor, Sample};
 pub use net::NetConfig;
 pub use reward::{RewardConfig, RewardInputs};

@@ -5,8 +5,9 @@
 //!   id), and the fingerprints by which the coordinator recognises a worker's certificate.
 //! - [`token`]: bearer tokens — their text form, their hash (the only thing stored), and the
 //!   [`token::Scope`] each one carries.
-//! - [`tls`]: the tonic TLS settings every component uses, and the names certificates are
-//!   checked against.
+//! - [`names`]: the fixed names certificates hold and are checked against, shared by [`pki`]
+//!   (which writes them) and [`tls`] (which expects them), so neither imports the other.
+//! - [`tls`]: the tonic TLS settings every component uses.
 //! - [`files`]: credential files written owner-only (mode 0600) and atomically.
 //! - [`tokens`]: the token commands' shared logic — the default scope, reading a scope and a
 //!   lifetime, the list and revocation as printed — used by `plexus token` and
@@ -16,6 +17,7 @@
 //! sled, the worker keeps its certificate in its data dir.
 
 pub mod files;
+pub mod names;
 pub mod pki;
 pub mod tls;
 pub mod token;
@@ -24,7 +26,7 @@ pub mod tokens;
 pub use pki::{ClusterCa, Fingerprint, Issued, WorkerKey};
 pub use token::{Scope, Token};
 
-/// Everything that can go wrong making or reading credentials.
+/// Everything that can go wrong making or reading credentials, or connecting with them.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("certificate: {0}")]
@@ -33,6 +35,13 @@ pub enum Error {
     Token(String),
     #[error("{what} {path}: {source}")]
     Io { what: &'static str, path: String, source: std::io::Error },
+    /// A connection that did not come up within [`tls::connect_within`]'s limit.
+    #[error("no answer within {0:?} (TCP connect, TLS handshake and HTTP/2 set-up did not complete together)")]
+    ConnectTimedOut(std::time::Duration),
+    /// A connection that failed; transparent, so a caller walking the sources sees tonic's cause
+    /// chain as it was.
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
 }
 
 impl From<rcgen::Error> for Error {

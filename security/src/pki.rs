@@ -3,10 +3,10 @@
 //! The coordinator makes the CA on its first start ([`ClusterCa::create`]) and keeps its
 //! certificate and key in the store; from then on [`ClusterCa::load`] rebuilds it. It issues:
 //!
-//! - the coordinator's own certificate, anew at every start, for [`crate::tls::COORDINATOR_NAME`]
+//! - the coordinator's own certificate, anew at every start, for [`crate::names::COORDINATOR_NAME`]
 //!   plus the names and addresses it is reached by (server and client auth: the coordinator is a
 //!   client of the workers' `PeerService` when it proxies logs);
-//! - one certificate per worker, for [`crate::tls::WORKER_NAME`] and `<worker id>.worker.plexus`,
+//! - one certificate per worker, for [`crate::names::WORKER_NAME`] and `<worker id>.worker.plexus`,
 //!   over a public key the worker made itself ([`WorkerKey`]): its private key never leaves the
 //!   worker. The coordinator records each issued certificate's [`Fingerprint`] with the worker
 //!   id, and recognises a caller by the fingerprint of the certificate it presented.
@@ -22,7 +22,7 @@ use rcgen::{
 };
 
 use crate::Error;
-use crate::tls::{COORDINATOR_NAME, WORKER_NAME};
+use crate::names::{COORDINATOR_NAME, WORKER_NAME};
 
 /// A certificate and its private key, both PEM.
 #[derive(Clone)]

@@ -11,35 +11,26 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
-use crate::{Issued, Token};
+use crate::{Error, Issued, Token};
 
-/// The name every coordinator certificate holds and every client checks.
-pub const COORDINATOR_NAME: &str = "coordinator.plexus";
-/// The name every worker certificate holds and every peer checks.
-pub const WORKER_NAME: &str = "worker.plexus";
+// Re-exported so callers keep reaching the names through the TLS settings that check them.
+pub use crate::names::{COORDINATOR_NAME, WORKER_NAME};
 /// How long a TLS handshake may take on a server before the connection is dropped, so a client
 /// that opens a connection and says nothing holds nothing for long.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A connection that did not come up within [`connect_within`]'s limit, or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("no answer within {0:?} (TCP connect, TLS handshake and HTTP/2 set-up did not complete together)")]
-    TimedOut(std::time::Duration),
-    #[error(transparent)]
-    Transport(#[from] tonic::transport::Error),
-}
-
-/// Connects `endpoint` within `limit`, TLS handshake and HTTP/2 set-up included. tonic's
-/// `connect_timeout` bounds the TCP connect only, so a server whose kernel accepts connections
-/// but that never answers (a stopped process, a hung host) would hold the caller for ever.
+/// Connects `endpoint` within `limit`, TLS handshake and HTTP/2 set-up included: a connection
+/// that failed is [`Error::Transport`], one that did not come up in time
+/// [`Error::ConnectTimedOut`]. tonic's `connect_timeout` bounds the TCP connect only, so a
+/// server whose kernel accepts connections but that never answers (a stopped process, a hung
+/// host) would hold the caller for ever.
 pub async fn connect_within(
     endpoint: &tonic::transport::Endpoint,
     limit: std::time::Duration,
-) -> Result<tonic::transport::Channel, ConnectError> {
+) -> Result<tonic::transport::Channel, Error> {
     match tokio::time::timeout(limit, endpoint.connect()).await {
         Ok(r) => Ok(r?),
-        Err(_) => Err(ConnectError::TimedOut(limit)),
+        Err(_) => Err(Error::ConnectTimedOut(limit)),
     }
 }
 

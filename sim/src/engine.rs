@@ -43,11 +43,14 @@ use plexus_proto::Resources;
 use plexus_scheduler::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, Placer, ReadyWork, bounded_order};
 
 use crate::SimError;
-use crate::cache::{Cache, Pin};
-use crate::config::{NodeSpec, SimConfig, Tier};
+use crate::cache::Cache;
+use crate::config::{NodeSpec, SimConfig};
 use crate::estimates::{self, EstimateMode, FetchSample, FetchTally, Measured};
 use crate::report::{JobRecord, Report, TaskRecord, Utilisation, Window};
 use crate::workload::{Task, Workload};
+
+mod data;
+mod setup;
 
 /// Runs `workload` on `config.cluster` with `placer`, numbering decisions from 0.
 pub fn simulate(config: &SimConfig, workload: &Workload, placer: &mut dyn Placer) -> Result<Report, SimError> {
@@ -183,150 +186,6 @@ struct Sim<'a> {
 }
 
 impl<'a> Sim<'a> {
-    fn new(config: &'a SimConfig, workload: &'a Workload, first_decision: u64) -> Result<Self, SimError> {
-        let specs = config.cluster.node_specs()?;
-        let n = specs.len();
-        let fits_somewhere = |r: &Resources| specs.iter().any(|s| r.fits_in(&s.capacity));
-
-        let mut objects: Vec<Object> = Vec::with_capacity(workload.objects.len() + workload.tasks());
-        for o in &workload.objects {
-            if o.home >= n {
-                return Err(SimError::BadLocation { object: o.name.clone(), node: o.home, nodes: n });
-            }
-            objects.push(Object { bytes: o.bytes, home: o.home, holders: Vec::new() });
-        }
-
-        let mut task_of = Vec::new();
-        let mut offsets = Vec::with_capacity(workload.jobs.len());
-        for (j, job) in workload.jobs.iter().enumerate() {
-            offsets.push(task_of.len());
-            for (t, task) in job.tasks.iter().enumerate() {
-                if !fits_somewhere(&task.resources) {
-                    let r = &task.resources;
-                    let needs = format!("{} cores, {} MiB, {} GPUs", r.cpu, r.memory >> 20, r.gpu);
-                    return Err(SimError::Unplaceable { job: job.name.clone(), task: task.name.clone(), needs });
-                }
-                if let Some(&bad) = task.deps.iter().find(|&&d| d >= job.tasks.len()) {
-                    return Err(SimError::Config(format!(
-                        "job {:?} task {:?} depends on task #{bad}, which does not exist",
-                        job.name, task.name
-                    )));
-                }
-                if let Some(&bad) = task.inputs.iter().find(|&&o| o >= workload.objects.len()) {
-                    return Err(SimError::Config(format!(
-                        "job {:?} task {:?} reads object #{bad}, which does not exist",
-                        job.name, task.name
-                    )));
-                }
-                task_of.push((j, t));
-            }
-        }
-        let total = task_of.len();
-
-        // Output objects follow the workload's objects; they get a home when their task starts.
-        let mut output = vec![None; total];
-        for (g, &(j, t)) in task_of.iter().enumerate() {
-            let bytes = workload.jobs[j].tasks[t].output_bytes;
-            if bytes > 0 {
-                output[g] = Some(objects.len());
-                objects.push(Object { bytes, home: usize::MAX, holders: Vec::new() });
-            }
-        }
-        let mut inputs = vec![Vec::new(); total];
-        let mut dependents = vec![Vec::new(); total];
-        let mut pending_deps = vec![0; total];
-        for (g, &(j, t)) in task_of.iter().enumerate() {
-            let task = &workload.jobs[j].tasks[t];
-            let mut deps = task.deps.clone();
-            deps.sort_unstable();
-            deps.dedup();
-            let mut ins: Vec<usize> = task.inputs.clone();
-            for &d in &deps {
-                let dg = offsets[j] + d;
-                dependents[dg].push(g);
-                ins.extend(output[dg]);
-            }
-            // Deduplicate, keeping first-mention order: an object read twice is fetched once.
-            let mut seen = std::collections::HashSet::new();
-            ins.retain(|o| seen.insert(*o));
-            inputs[g] = ins;
-            pending_deps[g] = deps.len();
-        }
-        let input_bytes = inputs.iter().map(|ins| ins.iter().map(|&o| objects[o].bytes).sum()).collect();
-
-        let mut nodes: Vec<Node> = specs
-            .into_iter()
-            .map(|spec| Node {
-                cache: Cache::new(spec.cache_bytes),
-                spec,
-                allocated: Resources::default(),
-                busy: 0.0,
-                assigned: 0,
-            })
-            .collect();
-        // Initial locations: each workload object starts in its home's fast memory if it fits
-        // without evicting anything placed before it.
-        for (o, obj) in objects.iter_mut().enumerate().take(workload.objects.len()) {
-            let node = &mut nodes[obj.home];
-            if node.cache.used() + obj.bytes <= node.spec.cache_bytes {
-                node.cache.insert(o, obj.bytes, Pin::Unpinned);
-                obj.holders.push(obj.home);
-            }
-        }
-
-        let capacity = Utilisation {
-            cpu: nodes.iter().map(|n| n.spec.capacity.cpu).sum(),
-            busy: 0.0,
-            gpu: nodes.iter().map(|n| n.spec.capacity.gpu as f64).sum(),
-            memory: nodes.iter().map(|n| n.spec.capacity.memory as f64).sum(),
-            cache: nodes.iter().map(|n| n.spec.cache_bytes as f64).sum(),
-        };
-        let in_use = Utilisation { cache: nodes.iter().map(|n| n.cache.used() as f64).sum(), ..Default::default() };
-        let start = workload.jobs.iter().map(|j| j.arrival_us).min().unwrap_or(0);
-        let integrals = Integrals { at_us: start, ..Default::default() };
-
-        let mut sim = Sim {
-            config,
-            workload,
-            nodes,
-            objects,
-            task_of,
-            offsets,
-            inputs,
-            input_bytes,
-            output,
-            dependents,
-            pending_deps,
-            ready_at: vec![0; total],
-            running: (0..total).map(|_| None).collect(),
-            ready: VecDeque::new(),
-            events: BinaryHeap::new(),
-            seq: 0,
-            now: start,
-            capacity,
-            in_use,
-            integrals,
-            window_start: integrals,
-            window_responses: Vec::new(),
-            next_decision: first_decision,
-            first_decision,
-            job_left: workload.jobs.iter().map(|j| j.tasks.len()).collect(),
-            overtaken: vec![0; workload.jobs.iter().map(|j| j.tasks.len()).sum()],
-            jobs: workload
-                .jobs
-                .iter()
-                .map(|j| JobRecord { arrival_us: j.arrival_us, first_start_us: u64::MAX, finish_us: j.arrival_us })
-                .collect(),
-            done: Vec::with_capacity(total),
-            windows: Vec::new(),
-            measured: None,
-        };
-        for (j, job) in workload.jobs.iter().enumerate() {
-            sim.push(job.arrival_us, Event::Arrive(j));
-        }
-        Ok(sim)
-    }
-
     fn push(&mut self, at: u64, event: Event) {
         self.events.push(Reverse((at, self.seq, event)));
         self.seq += 1;
@@ -596,91 +455,6 @@ impl<'a> Sim<'a> {
         }
         self.start(g, chosen, decision);
         Ok(true)
-    }
-
-    /// The fetch estimate of task `g` on node `n`. Exact: what `start` would charge for the
-    /// fetches if the task ran here now (eviction aside): the simulator knows the tiers, every
-    /// copy and the engines. Measured: the coordinator's estimator over `sources` (each
-    /// input's first holders), inputs the node holds in any memory counting as resident.
-    fn est_fetch_ms(&self, g: usize, n: &Node, sources: &[Vec<usize>]) -> Option<f64> {
-        match &self.measured {
-            None => Some(
-                self.inputs[g]
-                    .iter()
-                    .filter(|&&o| !n.cache.contains(o))
-                    .map(|&o| self.fetch_cost(o, n.spec.index))
-                    .sum::<u64>() as f64
-                    / 1e3,
-            ),
-            Some(m) => {
-                let i = n.spec.index;
-                let held = |o: usize| self.objects[o].home == i || self.objects[o].holders.binary_search(&i).is_ok();
-                m.fetch_ms(
-                    i,
-                    self.inputs[g].iter().zip(sources).map(|(&o, s)| (self.objects[o].bytes, s.as_slice(), held(o))),
-                )
-            }
-        }
-    }
-
-    /// The first [`estimates::RANKED_HOLDERS`] nodes holding a copy of `o` (in fast memory, or
-    /// its home), in index order.
-    fn sources(&self, o: usize) -> Vec<usize> {
-        let obj = &self.objects[o];
-        let mut v = obj.holders.clone();
-        if let Err(i) = v.binary_search(&obj.home) {
-            v.insert(i, obj.home);
-        }
-        v.truncate(estimates::RANKED_HOLDERS);
-        v
-    }
-
-    fn tier(&self, to: usize, from: usize) -> &Tier {
-        let tiers = &self.config.cluster.tiers;
-        if to == from {
-            &tiers.local
-        } else if self.nodes[to].spec.rack == self.nodes[from].spec.rack {
-            &tiers.rack
-        } else {
-            &tiers.remote
-        }
-    }
-
-    /// The cheapest way to bring object `o` to node `n`, which does not hold it in fast memory.
-    fn fetch_cost(&self, o: usize, n: usize) -> u64 {
-        self.fetch_source(o, n).0
-    }
-
-    /// [`Sim::fetch_cost`] and the node it comes from: the home copy, or the first holder in
-    /// index order that is strictly cheaper.
-    fn fetch_source(&self, o: usize, n: usize) -> (u64, usize) {
-        let obj = &self.objects[o];
-        let mut best = (self.tier(n, obj.home).transfer_us(obj.bytes), obj.home);
-        for &h in &obj.holders {
-            let c = self.tier(n, h).transfer_us(obj.bytes);
-            if c < best.0 {
-                best = (c, h);
-            }
-        }
-        best
-    }
-
-    /// Inserts `o` pinned into node `n`'s fast memory; returns the bytes evicted.
-    fn cache_insert(&mut self, n: usize, o: usize, pinned: &mut Vec<usize>) -> u64 {
-        let Some(evicted) = self.nodes[n].cache.insert(o, self.objects[o].bytes, Pin::Pinned) else { return 0 };
-        let mut bytes = 0;
-        for (v, b) in evicted {
-            bytes += b;
-            let h = &mut self.objects[v].holders;
-            if let Ok(i) = h.binary_search(&n) {
-                h.remove(i);
-            }
-        }
-        if let Err(i) = self.objects[o].holders.binary_search(&n) {
-            self.objects[o].holders.insert(i, n);
-        }
-        pinned.push(o);
-        bytes
     }
 
     fn start(&mut self, g: usize, n: usize, decision: u64) {

@@ -1,7 +1,7 @@
 //! The crate's one error type.
 
-/// What can go wrong reading a trace or running a simulation. Every variant names the input
-/// that was wrong.
+/// What can go wrong reading a trace or running a simulation (of placers, of gangs, or of GPU
+/// jobs). Every variant names the input that was wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     /// A trace line that does not parse or does not make sense (line numbers start at 1).
@@ -30,4 +30,21 @@ pub enum SimError {
     /// The cluster configuration cannot be simulated.
     #[error("cluster configuration: {0}")]
     Config(String),
+    /// A gang configuration or hand-built gang workload that cannot be simulated.
+    #[error("gang workload: {0}")]
+    GangWorkload(String),
+    /// The scheduling core refused a gang simulation's arrival's job file.
+    #[error("the core refused item {item}: {why}")]
+    Refused { item: usize, why: String },
+    /// A gang scheduler started something that cannot be started (more cores than a worker has
+    /// free, a member twice): a bug of the scheduler under test.
+    #[error("scheduler bug: {0}")]
+    SchedulerBug(String),
+    /// A GPU job-completion-time configuration or hand-built workload that cannot be simulated.
+    #[error("jct workload: {0}")]
+    JctWorkload(String),
+    /// A GPU search failed although the gang fits (a bug of the search), or returned an
+    /// assignment the problem does not allow.
+    #[error("placer {placer} on job {job}: {error}")]
+    Search { placer: String, job: usize, error: plexus_scheduler::Error },
 }

@@ -86,7 +86,7 @@ fn weights_are_copied_every_sync_every_decisions() {
     }
     assert_eq!(p.stats().training_steps.load(Ordering::Relaxed), 1);
     // Step right up to a boundary without crossing it: nothing may change.
-    while (p.decisions() + 1) % 8 != 0 {
+    while !(p.decisions() + 1).is_multiple_of(8) {
         p.decide(id, obs(4, |_| true));
         id += 1;
     }

@@ -3,6 +3,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::codec::fnv1a;
 use super::*;
 
 const GIB: u64 = 1 << 30;
@@ -238,7 +239,7 @@ fn corrupt_bytes_are_errors_not_panics() {
     }
     let mut v2 = good.clone();
     v2[4] = 2;
-    assert!(matches!(InterferenceMlp::from_bytes(&v2), Err(InterferenceError::Version { found: 2, supported: 1 })));
+    assert!(matches!(InterferenceMlp::from_bytes(&v2), Err(PolicyError::Version { found: 2, supported: 1 })));
     // Past a valid checksum, the content is still checked, and the error says what was wrong.
     let reseal = |mut b: Vec<u8>| {
         let body = b.len() - 8;
@@ -275,7 +276,7 @@ fn samples_are_checked_and_the_buffer_is_bounded() {
         Sample { tasks: vec![util(0.5); MAX_SHARE + 1], slowdowns: vec![1.2; MAX_SHARE + 1], weight: 1.0 },
     ];
     for s in bad {
-        assert!(matches!(m.observe(s), Err(InterferenceError::Sample(_))));
+        assert!(matches!(m.observe(s), Err(PolicyError::Sample(_))));
     }
     assert_eq!(m.observed(), 0);
     assert_eq!(m.train_steps(5).unwrap(), None, "nothing to train on");

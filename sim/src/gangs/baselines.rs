@@ -13,9 +13,9 @@ use std::collections::{HashMap, VecDeque};
 use plexus_proto::{Resources, WorkerId};
 use plexus_scheduler::placer::{Candidate, PlacementRequest, Placer, heuristic};
 
-use super::GangError;
 use super::engine::{GangScheduler, Start};
 use super::workload::Item;
+use crate::SimError;
 
 /// The workers as a baseline sees them, and the placer that picks one for a member.
 struct Cluster {
@@ -31,9 +31,9 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<Cluster, GangError> {
+    fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<Cluster, SimError> {
         let placer =
-            heuristic(placer, seed).ok_or_else(|| GangError::Workload(format!("unknown placer {placer:?}")))?;
+            heuristic(placer, seed).ok_or_else(|| SimError::GangWorkload(format!("unknown placer {placer:?}")))?;
         let ids = (0..workers as u64)
             .map(|n| {
                 let mut b = [0u8; 16];
@@ -131,7 +131,7 @@ pub struct Naive {
 }
 
 impl Naive {
-    pub fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<Naive, GangError> {
+    pub fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<Naive, SimError> {
         Ok(Naive { cluster: Cluster::new(workers, cores, placer, seed)?, queue: VecDeque::new(), changed: false })
     }
 }
@@ -141,7 +141,7 @@ impl GangScheduler for Naive {
         "naive"
     }
 
-    fn submit(&mut self, item: &Item, _now: u64) -> Result<(), GangError> {
+    fn submit(&mut self, item: &Item, _now: u64) -> Result<(), SimError> {
         let q = Queued::of(item);
         self.queue.extend((0..item.members).map(|m| (q, m)));
         Ok(())
@@ -192,7 +192,7 @@ pub struct StrictFifo {
 }
 
 impl StrictFifo {
-    pub fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<StrictFifo, GangError> {
+    pub fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<StrictFifo, SimError> {
         Ok(StrictFifo { cluster: Cluster::new(workers, cores, placer, seed)?, queue: VecDeque::new(), changed: false })
     }
 }
@@ -202,7 +202,7 @@ impl GangScheduler for StrictFifo {
         "strict-fifo"
     }
 
-    fn submit(&mut self, item: &Item, _now: u64) -> Result<(), GangError> {
+    fn submit(&mut self, item: &Item, _now: u64) -> Result<(), SimError> {
         self.queue.push_back(Queued::of(item));
         Ok(())
     }

@@ -21,8 +21,9 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
+use super::report::{End, GangReport};
 use super::workload::{GangWorkload, Item, Kind};
-use super::{End, GangError, GangReport};
+use crate::SimError;
 
 /// A member a scheduler starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +38,7 @@ pub struct Start {
 pub trait GangScheduler {
     fn name(&self) -> &'static str;
     /// An arrival, at the round it is noticed.
-    fn submit(&mut self, item: &Item, now: u64) -> Result<(), GangError>;
+    fn submit(&mut self, item: &Item, now: u64) -> Result<(), SimError>;
     /// A member finished (its item ran its duration); its cores are free.
     fn finished(&mut self, item: &Item, member: u32, now: u64);
     /// One scheduling round: the members it starts now.
@@ -100,7 +101,7 @@ struct Run {
 }
 
 /// Runs `workload` under `sched`.
-pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Options) -> Result<GangReport, GangError> {
+pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Options) -> Result<GangReport, SimError> {
     let round = opts.round_ms.max(1);
     let grid = |t: u64| t.div_ceil(round) * round;
     let items = &workload.items;
@@ -162,11 +163,11 @@ pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Option
         rounds += 1;
         for s in sched.round(now) {
             let item = items.get(s.item).ok_or_else(|| {
-                GangError::Scheduler(format!("{} started item {} of {}", sched.name(), s.item, items.len()))
+                SimError::SchedulerBug(format!("{} started item {} of {}", sched.name(), s.item, items.len()))
             })?;
             let r = &mut runs[s.item];
             let slot = r.workers.get_mut(s.member as usize).ok_or_else(|| {
-                GangError::Scheduler(format!(
+                SimError::SchedulerBug(format!(
                     "{} started member {} of item {} ({} members)",
                     sched.name(),
                     s.member,
@@ -175,7 +176,7 @@ pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Option
                 ))
             })?;
             if slot.is_some() || r.done_at.is_some() {
-                return Err(GangError::Scheduler(format!(
+                return Err(SimError::SchedulerBug(format!(
                     "{} started member {} of item {} twice (at {now} ms)",
                     sched.name(),
                     s.member,
@@ -183,7 +184,7 @@ pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Option
                 )));
             }
             if s.worker >= free.len() || free[s.worker] < item.cores {
-                return Err(GangError::Scheduler(format!(
+                return Err(SimError::SchedulerBug(format!(
                     "{} started member {} of item {} ({} cores) on worker {} with {} cores free at {now} ms",
                     sched.name(),
                     s.member,

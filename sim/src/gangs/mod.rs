@@ -9,6 +9,8 @@
 //!   and deadlocks observed from outside the scheduler.
 //! - `ours`: the real [`plexus_scheduler::core::Core`] (reservations, one head gang per queue,
 //!   holding and backfill, deadlines and rollbacks) driven in simulated time.
+//! - `report`: [`GangReport`], what one scheduler's run measured, and how it [`End`]ed; the
+//!   engine fills it in and the comparison reads it, so it sits apart from both.
 //! - `baselines`: `naive` (members one by one as room appears, any that fits, no reservation)
 //!   and `strict-fifo` (the head starts whole before anything behind it).
 //! - [`compare`] runs the three, [`targets`] checks the targets, [`print_comparison`]
@@ -20,6 +22,7 @@
 mod baselines;
 pub mod engine;
 mod ours;
+mod report;
 pub mod workload;
 
 #[cfg(test)]
@@ -30,22 +33,10 @@ use std::io::Write;
 pub use baselines::{Naive, StrictFifo};
 pub use engine::{GangScheduler, Options, Start};
 pub use ours::{Ours, job_file};
+pub use report::{End, GangReport};
 pub use workload::{GangConfig, GangWorkload, Item, Kind};
 
-/// What can go wrong running a gang simulation.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum GangError {
-    /// A configuration or hand-built workload that cannot be simulated.
-    #[error("gang workload: {0}")]
-    Workload(String),
-    /// The scheduling core refused an arrival's job file.
-    #[error("the core refused item {item}: {why}")]
-    Refused { item: usize, why: String },
-    /// A scheduler started something that cannot be started (more cores than a worker has
-    /// free, a member twice): a bug of the scheduler under test.
-    #[error("scheduler bug: {0}")]
-    Scheduler(String),
-}
+use crate::SimError;
 
 /// The three schedulers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,135 +58,8 @@ impl Policy {
     }
 }
 
-/// How a run ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum End {
-    /// Every item ran to completion.
-    Finished,
-    /// These partially started gangs (item ids) could never complete; the run stopped here.
-    Deadlock { at_ms: u64, gangs: Vec<usize> },
-    /// Nothing left to happen with work unfinished (nothing running, no arrival, no timer).
-    Stalled { at_ms: u64 },
-    /// The horizon passed with work unfinished.
-    Horizon { at_ms: u64 },
-}
-
-/// What one scheduler's run measured. Times are milliseconds of simulated time.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GangReport {
-    pub scheduler: String,
-    pub end: End,
-    /// The gangs' item ids, in arrival order; `gang_wait_ms` is in the same order.
-    pub gang_ids: Vec<usize>,
-    /// Arrival → all members running, per gang; `None`: never.
-    pub gang_wait_ms: Vec<Option<u64>>,
-    /// Arrival → start, per small task; `None`: never.
-    pub small_wait_ms: Vec<Option<u64>>,
-    /// Items that ran to completion, of `items`.
-    pub completed: usize,
-    pub items: usize,
-    /// Gangs that had some but not all of their members running at some point.
-    pub partial_starts: usize,
-    /// The last completion (or when the run stopped early).
-    pub makespan_ms: u64,
-    /// Core-ms of work done: cores × time of members whose item had all its members running.
-    pub useful_core_ms: u64,
-    /// Core-ms held by started members, whether their item progressed or not.
-    pub held_core_ms: u64,
-    pub cores: u64,
-    /// Rounds the loop ran (rounds where nothing could change are skipped).
-    pub rounds: u64,
-    /// Gang rollbacks at deadlines (ours only).
-    pub rollbacks: u64,
-    /// What the scheduler saw that should not happen (empty when all is well).
-    pub anomalies: Vec<String>,
-    /// Core-ms set aside by reservations of gangs not running yet (ours only).
-    pub reserved_core_ms: u64,
-    /// Observations of the scheduler's own (ours: how many gangs held reservations at once).
-    pub notes: Vec<String>,
-}
-
-fn mean(v: impl Iterator<Item = u64>) -> f64 {
-    let (n, s) = v.fold((0u64, 0u64), |(n, s), x| (n + 1, s + x));
-    if n == 0 { 0.0 } else { s as f64 / n as f64 }
-}
-
-impl GangReport {
-    /// Deadlocks: 1 if the run stopped at one (it stops at the first).
-    pub fn deadlocks(&self) -> usize {
-        usize::from(matches!(self.end, End::Deadlock { .. }))
-    }
-
-    /// Gangs caught in the deadlock the run stopped at.
-    pub fn deadlocked_gangs(&self) -> usize {
-        match &self.end {
-            End::Deadlock { gangs, .. } => gangs.len(),
-            _ => 0,
-        }
-    }
-
-    /// Mean wait of the gangs that started, seconds.
-    pub fn mean_gang_wait_s(&self) -> f64 {
-        mean(self.gang_wait_ms.iter().flatten().copied()) / 1e3
-    }
-
-    pub fn max_gang_wait_s(&self) -> f64 {
-        self.gang_wait_ms.iter().flatten().copied().max().unwrap_or(0) as f64 / 1e3
-    }
-
-    /// Mean wait of the small tasks that started, seconds.
-    pub fn mean_small_wait_s(&self) -> f64 {
-        mean(self.small_wait_ms.iter().flatten().copied()) / 1e3
-    }
-
-    /// Useful core-seconds ÷ (cores × makespan).
-    pub fn utilisation(&self) -> f64 {
-        if self.makespan_ms == 0 {
-            0.0
-        } else {
-            self.useful_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64)
-        }
-    }
-
-    /// Held core-seconds ÷ (cores × makespan): counts the cores that partially started gangs
-    /// hold without progress.
-    pub fn held_utilisation(&self) -> f64 {
-        if self.makespan_ms == 0 {
-            0.0
-        } else {
-            self.held_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64)
-        }
-    }
-
-    /// Reserved core-seconds ÷ (cores × makespan): cores set aside for gangs, idle.
-    pub fn reserved_share(&self) -> f64 {
-        if self.makespan_ms == 0 {
-            0.0
-        } else {
-            self.reserved_core_ms as f64 / (self.cores as f64 * self.makespan_ms as f64)
-        }
-    }
-
-    /// Items that did not run to completion.
-    pub fn unfinished(&self) -> usize {
-        self.items - self.completed
-    }
-
-    /// How the run ended, in a few words.
-    pub fn end_str(&self) -> String {
-        match &self.end {
-            End::Finished => "finished".into(),
-            End::Deadlock { at_ms, gangs } => {
-                format!("deadlock at {:.0} s ({} gangs)", *at_ms as f64 / 1e3, gangs.len())
-            }
-            End::Stalled { at_ms } => format!("stalled at {:.0} s", *at_ms as f64 / 1e3),
-            End::Horizon { at_ms } => format!("horizon at {:.0} s", *at_ms as f64 / 1e3),
-        }
-    }
-}
-
 /// Runs `workload` under one scheduler.
-pub fn simulate(workload: &GangWorkload, policy: Policy, opts: &Options) -> Result<GangReport, GangError> {
+pub fn simulate(workload: &GangWorkload, policy: Policy, opts: &Options) -> Result<GangReport, SimError> {
     let (w, c, seed) = (workload.workers, workload.cores, workload.seed);
     match policy {
         Policy::Ours => engine::run(workload, &mut Ours::new(w, c, opts.placer, seed)?, opts),
@@ -215,8 +79,8 @@ pub struct Comparison {
 }
 
 /// Runs the three schedulers on `workload`.
-pub fn compare(workload: &GangWorkload, opts: &Options) -> Result<Comparison, GangError> {
-    let timed = |p: Policy| -> Result<(GangReport, std::time::Duration), GangError> {
+pub fn compare(workload: &GangWorkload, opts: &Options) -> Result<Comparison, SimError> {
+    let timed = |p: Policy| -> Result<(GangReport, std::time::Duration), SimError> {
         let t0 = std::time::Instant::now();
         let r = simulate(workload, p, opts)?;
         Ok((r, t0.elapsed()))

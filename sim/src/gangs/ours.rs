@@ -14,9 +14,9 @@ use plexus_scheduler::core::{Capacity, Core, CoreConfig, NodeReport, Registratio
 use plexus_scheduler::placer::heuristic;
 use plexus_scheduler::spec::{self, Format};
 
-use super::GangError;
 use super::engine::{GangScheduler, Start};
 use super::workload::{Item, Kind};
+use crate::SimError;
 
 /// The name of every gang's task (and so of its gang) in its job file.
 const GANG_TASK: &str = "m";
@@ -84,8 +84,8 @@ pub struct Ours {
 impl Ours {
     /// A core with `placer` (a heuristic's name) and `workers` workers of `cores` cores,
     /// registered at time 0.
-    pub fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<Ours, GangError> {
-        let p = heuristic(placer, seed).ok_or_else(|| GangError::Workload(format!("unknown placer {placer:?}")))?;
+    pub fn new(workers: u32, cores: u32, placer: &str, seed: u64) -> Result<Ours, SimError> {
+        let p = heuristic(placer, seed).ok_or_else(|| SimError::GangWorkload(format!("unknown placer {placer:?}")))?;
         let mut core = Core::new(CoreConfig::default(), p);
         let ids: Vec<WorkerId> = (0..workers as usize).map(worker_id).collect();
         for (n, &id) in ids.iter().enumerate() {
@@ -144,12 +144,12 @@ impl GangScheduler for Ours {
         "ours"
     }
 
-    fn submit(&mut self, item: &Item, now: u64) -> Result<(), GangError> {
+    fn submit(&mut self, item: &Item, now: u64) -> Result<(), SimError> {
         let src = job_file(item);
         let spec = spec::parse(&src, Format::Toml, "sim.toml")
-            .map_err(|e| GangError::Refused { item: item.id, why: e.to_string() })?;
+            .map_err(|e| SimError::Refused { item: item.id, why: e.to_string() })?;
         let id = job_id(item.id);
-        self.core.submit(id, spec, now).map_err(|e| GangError::Refused { item: item.id, why: e.to_string() })?;
+        self.core.submit(id, spec, now).map_err(|e| SimError::Refused { item: item.id, why: e.to_string() })?;
         self.items.insert(id, item.id);
         if item.kind == Kind::Gang {
             self.unbound.insert(item.id, (id, item.timeout_ms));

@@ -226,7 +226,7 @@ fn the_loop_refuses_impossible_starts() {
         fn name(&self) -> &'static str {
             "greedy"
         }
-        fn submit(&mut self, item: &Item, _now: u64) -> Result<(), GangError> {
+        fn submit(&mut self, item: &Item, _now: u64) -> Result<(), SimError> {
             self.0.extend((0..item.members).map(|m| Start { item: item.id, member: m, worker: 0 }));
             Ok(())
         }
@@ -243,11 +243,11 @@ fn the_loop_refuses_impossible_starts() {
     }
     let w = GangWorkload::from_items(2, 2, vec![gang(0, 3, 1, S, S)]).unwrap();
     let e = engine::run(&w, &mut Greedy(Vec::new()), &Options::default()).unwrap_err();
-    assert!(matches!(&e, GangError::Scheduler(m) if m.contains("with 0 cores free")), "{e}");
+    assert!(matches!(&e, SimError::SchedulerBug(m) if m.contains("with 0 cores free")), "{e}");
     let w = GangWorkload::from_items(2, 2, vec![small(0, S)]).unwrap();
     let e =
         engine::run(&w, &mut Greedy(vec![Start { item: 0, member: 0, worker: 1 }]), &Options::default()).unwrap_err();
-    assert!(matches!(&e, GangError::Scheduler(m) if m.contains("twice")), "{e}");
+    assert!(matches!(&e, SimError::SchedulerBug(m) if m.contains("twice")), "{e}");
 }
 
 /// Every arrival becomes a job file the core accepts, with the gang's fields.

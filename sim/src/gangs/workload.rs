@@ -9,7 +9,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::GangError;
+use crate::SimError;
 
 /// The cluster and the mix a gang workload is drawn for.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,8 +63,8 @@ impl GangConfig {
         u64::from(self.workers) * u64::from(self.cores)
     }
 
-    fn validate(&self) -> Result<(), GangError> {
-        let bad = |m: String| Err(GangError::Workload(m));
+    fn validate(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::GangWorkload(m));
         if self.workers == 0 || self.cores == 0 {
             return bad(format!("a cluster of {} workers × {} cores", self.workers, self.cores));
         }
@@ -172,7 +172,7 @@ fn poisson<R: Rng>(rng: &mut R, per_ms: f64, window_ms: u64) -> Vec<u64> {
 
 impl GangWorkload {
     /// Draws a workload from `seed`: the same configuration and seed give the same items.
-    pub fn generate(config: &GangConfig, seed: u64) -> Result<GangWorkload, GangError> {
+    pub fn generate(config: &GangConfig, seed: u64) -> Result<GangWorkload, SimError> {
         config.validate()?;
         let mut rng = StdRng::seed_from_u64(seed);
         let window_ms = config.window_s * 1_000;
@@ -229,28 +229,28 @@ impl GangWorkload {
 
     /// A hand-built workload (tests, traces): items are numbered in the order given, which must
     /// be arrival order, and every gang must fit the cluster alone.
-    pub fn from_items(workers: u32, cores: u32, items: Vec<Item>) -> Result<GangWorkload, GangError> {
+    pub fn from_items(workers: u32, cores: u32, items: Vec<Item>) -> Result<GangWorkload, SimError> {
         let mut items = items;
         for (n, i) in items.iter_mut().enumerate() {
             i.id = n;
             if i.members == 0 || i.cores == 0 || i.cores > cores || i.duration_ms == 0 {
-                return Err(GangError::Workload(format!(
+                return Err(SimError::GangWorkload(format!(
                     "item {n}: {} members × {} cores for {} ms on {cores}-core workers",
                     i.members, i.cores, i.duration_ms
                 )));
             }
             if i.members > workers * (cores / i.cores) {
-                return Err(GangError::Workload(format!(
+                return Err(SimError::GangWorkload(format!(
                     "item {n}: {} members of {} cores never fit {workers} workers × {cores} cores at once",
                     i.members, i.cores
                 )));
             }
             if i.kind == Kind::Gang && i.timeout_ms == 0 {
-                return Err(GangError::Workload(format!("item {n}: a gang needs a deadline")));
+                return Err(SimError::GangWorkload(format!("item {n}: a gang needs a deadline")));
             }
         }
         if items.windows(2).any(|w| w[0].arrival_ms > w[1].arrival_ms) {
-            return Err(GangError::Workload("items are not in arrival order".into()));
+            return Err(SimError::GangWorkload("items are not in arrival order".into()));
         }
         Ok(GangWorkload { workers, cores, items, seed: 0 })
     }

@@ -55,22 +55,11 @@ use plexus_scheduler::gpu::{InterferenceModel, TaskVector};
 
 use super::cluster::{GpuCluster, GpuClusterConfig, gang};
 use super::truth::{GroundTruth, Kind};
+use crate::SimError;
 
 /// The bandwidth msc 1 stands for, bytes per second: NV2 on a V100-generation machine
 /// (≈ 50 GB/s, the unit [`MscLevels`](super::MscLevels) is relative to).
 pub const MSC_UNIT_BYTES_PER_S: f64 = 50e9;
-
-/// What can go wrong running a JCT simulation.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum JctError {
-    /// A configuration or hand-built workload that cannot be simulated.
-    #[error("jct workload: {0}")]
-    Workload(String),
-    /// A search failed although the gang fits (a bug of the search), or returned an assignment
-    /// the problem does not allow.
-    #[error("placer {placer} on job {job}: {error}")]
-    Search { placer: String, job: usize, error: plexus_scheduler::Error },
-}
 
 /// The cluster and the workload mix to draw.
 #[derive(Clone, Debug, PartialEq)]
@@ -105,8 +94,8 @@ impl JctConfig {
         }
     }
 
-    fn validate(&self) -> Result<(), JctError> {
-        let bad = |m: String| Err(JctError::Workload(m));
+    fn validate(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::JctWorkload(m));
         if !(self.load.is_finite() && self.load > 0.0) {
             return bad(format!("load {} must be finite and > 0", self.load));
         }
@@ -151,7 +140,7 @@ pub struct JctWorkload {
 
 impl JctWorkload {
     /// Draws the cluster and the jobs from `seed`.
-    pub fn generate(config: &JctConfig, seed: u64) -> Result<JctWorkload, JctError> {
+    pub fn generate(config: &JctConfig, seed: u64) -> Result<JctWorkload, SimError> {
         config.validate()?;
         let cluster = GpuCluster::generate(&config.cluster, seed);
         // A stream of its own, so the jobs do not change when the cluster's draws do.
@@ -177,19 +166,19 @@ impl JctWorkload {
         Ok(JctWorkload { cluster, jobs, seed })
     }
 
-    fn validate(&self) -> Result<(), JctError> {
+    fn validate(&self) -> Result<(), SimError> {
         for (k, j) in self.jobs.iter().enumerate() {
             if j.id != k {
-                return Err(JctError::Workload(format!("job {k} has id {}; ids are the jobs' indices", j.id)));
+                return Err(SimError::JctWorkload(format!("job {k} has id {}; ids are the jobs' indices", j.id)));
             }
             if j.members == 0 || j.iterations == 0 || !(j.arrival_ms.is_finite() && j.arrival_ms >= 0.0) {
-                return Err(JctError::Workload(format!(
+                return Err(SimError::JctWorkload(format!(
                     "job {k}: {} members, {} iterations, arrival {} ms",
                     j.members, j.iterations, j.arrival_ms
                 )));
             }
             if k > 0 && j.arrival_ms < self.jobs[k - 1].arrival_ms {
-                return Err(JctError::Workload(format!(
+                return Err(SimError::JctWorkload(format!(
                     "job {k} arrives at {} ms, before job {}",
                     j.arrival_ms,
                     k - 1
@@ -352,7 +341,7 @@ impl Sim<'_> {
     }
 
     /// Places job j if it fits now: `None` when it does not.
-    fn place(&self, j: usize, placer: &Placer<'_>) -> Result<Option<Vec<usize>>, JctError> {
+    fn place(&self, j: usize, placer: &Placer<'_>) -> Result<Option<Vec<usize>>, SimError> {
         let job = &self.w.jobs[j];
         // Members are alike, so the gang fits exactly when the candidates' room adds up.
         let room = self.candidates(j, true);
@@ -366,7 +355,7 @@ impl Sim<'_> {
             .map(|&g| GpuCandidate { resident: self.tasks(g), free_memory: self.free_memory(g), slots })
             .collect();
         let cluster = &self.w.cluster;
-        let fail = |error| JctError::Search { placer: placer.name.clone(), job: j, error };
+        let fail = |error| SimError::Search { placer: placer.name.clone(), job: j, error };
         let problem = Problem::new(
             gang(job.kind, job.members, self.device()),
             gpus,
@@ -429,7 +418,7 @@ impl Sim<'_> {
 }
 
 /// Runs the workload with one placer; the ground truth decides how fast everything runs.
-pub fn simulate(w: &JctWorkload, truth: &GroundTruth, placer: &Placer<'_>) -> Result<JctReport, JctError> {
+pub fn simulate(w: &JctWorkload, truth: &GroundTruth, placer: &Placer<'_>) -> Result<JctReport, SimError> {
     w.validate()?;
     let n = w.cluster.gpus.len();
     let mut sim = Sim {

@@ -6,6 +6,7 @@ use plexus_scheduler::gpu::search::SflaParams;
 
 use super::jct::{GangJob, JctConfig, JctReport, JctWorkload, MSC_UNIT_BYTES_PER_S, Placer, Search, simulate, sync_ms};
 use super::*;
+use crate::SimError;
 
 fn exact() -> GroundTruth {
     GroundTruth { sigma: 0.0, ..GroundTruth::new(1) }
@@ -170,5 +171,5 @@ fn bad_configurations_and_workloads_are_refused() {
     let mut w = JctWorkload::generate(&JctConfig { jobs: 3, ..JctConfig::new(8, 1.0) }, 0).unwrap();
     w.jobs.swap(0, 1);
     let truth = exact();
-    assert!(matches!(simulate(&w, &truth, &placer("greedy", Search::Greedy, &truth)), Err(JctError::Workload(_))));
+    assert!(matches!(simulate(&w, &truth, &placer("greedy", Search::Greedy, &truth)), Err(SimError::JctWorkload(_))));
 }

@@ -25,5 +25,5 @@ mod jct_tests;
 mod tests;
 
 pub use cluster::{GpuCluster, GpuClusterConfig, Link, MscLevels, NodeKind, SimGpu, gang};
-pub use jct::{GangJob, JctConfig, JctError, JctReport, JctWorkload, JobOutcome, Placer, Search};
+pub use jct::{GangJob, JctConfig, JctReport, JctWorkload, JobOutcome, Placer, Search};
 pub use truth::{GroundTruth, Kind, Profile};
