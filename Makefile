@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live fmt clippy clean \
+.PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live fmt clippy lint clean \
         images compose-up compose-down compose-test ha-demo demo-fanout python-client
 
 all: build
@@ -98,8 +98,13 @@ compose-test: torch
 fmt:
 	$(CARGO) fmt --all
 
-clippy:
-	$(CARGO) clippy --workspace --all-targets
+clippy: torch
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# The habits CI checks before the tests: formatted as rustfmt.toml says, and no clippy warning.
+lint: torch
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 clean:
 	$(CARGO) clean

@@ -80,24 +80,6 @@ pub async fn run(target: &crate::client::Target, args: &GetArgs) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn selections() {
-        assert_eq!(selection("gen").unwrap(), Selection { task: "gen".into(), rank: None, output: None });
-        assert_eq!(selection("gen/3").unwrap(), Selection { task: "gen".into(), rank: Some(3), output: None });
-        assert_eq!(
-            selection("gen/3/blob").unwrap(),
-            Selection { task: "gen".into(), rank: Some(3), output: Some("blob".into()) }
-        );
-        for bad in ["", "/1", "gen/x", "gen/1/", "gen/1/a/b"] {
-            assert!(selection(bad).is_err(), "{bad:?}");
-        }
-    }
-}
-
 /// Writes object `object_id` (`size` bytes) into `tmp`, checking its size.
 async fn download(
     client: &mut client::Client,
@@ -120,4 +102,22 @@ async fn download(
     }
     file.sync_all().ok();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selections() {
+        assert_eq!(selection("gen").unwrap(), Selection { task: "gen".into(), rank: None, output: None });
+        assert_eq!(selection("gen/3").unwrap(), Selection { task: "gen".into(), rank: Some(3), output: None });
+        assert_eq!(
+            selection("gen/3/blob").unwrap(),
+            Selection { task: "gen".into(), rank: Some(3), output: Some("blob".into()) }
+        );
+        for bad in ["", "/1", "gen/x", "gen/1/", "gen/1/a/b"] {
+            assert!(selection(bad).is_err(), "{bad:?}");
+        }
+    }
 }

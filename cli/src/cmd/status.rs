@@ -87,6 +87,37 @@ pub fn filter_jobs(jobs: &mut Vec<JobStatus>, args: &StatusArgs) {
     }
 }
 
+/// `plexus coordinators`: every coordinator of the control plane, the leader first.
+pub async fn coordinators(
+    target: &crate::client::Target,
+    format: crate::args::OutputFormat,
+) -> anyhow::Result<ExitCode> {
+    let mut client = client::connect(target).await?;
+    let r = client.list_coordinators(ListCoordinatorsRequest {}).await?.into_inner();
+    if format == crate::args::OutputFormat::Json {
+        let list: Vec<serde_json::Value> = r
+            .coordinators
+            .iter()
+            .map(|c| serde_json::json!({ "id": c.id, "url": c.url, "leader": c.leader, "started_at_ms": c.started_ms, "answered": c.me }))
+            .collect();
+        output::print(&output::json(&serde_json::json!({ "store": r.store, "coordinators": list })))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = plexus_proto::now_ms();
+    let mut text = format!("store: {}\n{:<8} {:<40} {:<10} {}\n", r.store, "ROLE", "URL", "UP", "ID");
+    for c in &r.coordinators {
+        let up = humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(c.started_ms) / 1000))
+            .to_string();
+        let role = if c.leader { "leader" } else { "standby" };
+        text.push_str(&format!("{role:<8} {:<40} {up:<10} {}\n", c.url, c.id));
+    }
+    if !r.coordinators.iter().any(|c| c.leader) {
+        text.push_str("no coordinator leads right now (an election is under way, or etcd is unreachable)\n");
+    }
+    output::print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,35 +163,4 @@ mod tests {
         filter_jobs(&mut v, &args(&["--state", "cancelled"]));
         assert!(v.is_empty());
     }
-}
-
-/// `plexus coordinators`: every coordinator of the control plane, the leader first.
-pub async fn coordinators(
-    target: &crate::client::Target,
-    format: crate::args::OutputFormat,
-) -> anyhow::Result<ExitCode> {
-    let mut client = client::connect(target).await?;
-    let r = client.list_coordinators(ListCoordinatorsRequest {}).await?.into_inner();
-    if format == crate::args::OutputFormat::Json {
-        let list: Vec<serde_json::Value> = r
-            .coordinators
-            .iter()
-            .map(|c| serde_json::json!({ "id": c.id, "url": c.url, "leader": c.leader, "started_at_ms": c.started_ms, "answered": c.me }))
-            .collect();
-        output::print(&output::json(&serde_json::json!({ "store": r.store, "coordinators": list })))?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let now = plexus_proto::now_ms();
-    let mut text = format!("store: {}\n{:<8} {:<40} {:<10} {}\n", r.store, "ROLE", "URL", "UP", "ID");
-    for c in &r.coordinators {
-        let up = humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(c.started_ms) / 1000))
-            .to_string();
-        let role = if c.leader { "leader" } else { "standby" };
-        text.push_str(&format!("{role:<8} {:<40} {up:<10} {}\n", c.url, c.id));
-    }
-    if !r.coordinators.iter().any(|c| c.leader) {
-        text.push_str("no coordinator leads right now (an election is under way, or etcd is unreachable)\n");
-    }
-    output::print(&text)?;
-    Ok(ExitCode::SUCCESS)
 }
