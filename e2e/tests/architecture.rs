@@ -340,7 +340,7 @@ fn the_source_checks_see_the_code() {
     for member in ["proto", "scheduler", "coordinator", "worker", "cli", "dataplane", "bench"] {
         assert!(all.iter().any(|s| s.member == member), "no source read for {member}");
     }
-    assert!(file("coordinator/src/etcd.rs").all_code.contains("etcd_client"));
+    assert!(file("coordinator/src/etcd/client.rs").all_code.contains("etcd_client"));
     assert!(file("scheduler/src/lib.rs").lines > 10);
     assert!(error_enums(&file("worker/src/error.rs").code) == ["Error"]);
     assert!(file("cli/src/main.rs").binary && file("bench/src/bin/rails.rs").binary);

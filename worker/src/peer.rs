@@ -353,7 +353,7 @@ fn chunks(file: tokio::fs::File, id: ObjectId, total_size: u64) -> ChunkStream {
         let (mut file, id, first) = state?;
         let mut data = Vec::with_capacity(CHUNK_BYTES.min(total_size) as usize);
         match (&mut file).take(CHUNK_BYTES).read_to_end(&mut data).await {
-            Err(e) => Some((Err(Status::from(Error::object_io("reading", &id)(e))), None)),
+            Err(e) => Some((Err(Error::object_io("reading", &id)(e).into()), None)),
             Ok(0) if !first => None,
             Ok(_) => {
                 let chunk = pb::ObjectChunk { data, total_size: if first { total_size } else { 0 } };
