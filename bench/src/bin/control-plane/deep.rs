@@ -117,7 +117,7 @@ fn deep_run(c: &Cluster, n: u32, mixed: bool, limit: Duration) -> Deep {
     let t0 = Instant::now();
     let ids = match submit_deep(c, &mut client, &sources) {
         Ok(ids) => ids,
-        Err(skipped) => return skipped,
+        Err(Refused(why)) => return Deep::Skipped(why),
     };
     let submit = t0.elapsed();
     let (timed_out, failed, placed_seen) = wait_deep(c, &mut client, &ids, t0 + limit);
@@ -143,9 +143,12 @@ fn deep_run(c: &Cluster, n: u32, mixed: bool, limit: Duration) -> Deep {
     Deep::Ran(run)
 }
 
+/// Why the coordinator refused a run's job, so the run is skipped.
+struct Refused(String);
+
 /// Submits every job of a run; a refused one cancels what went before and skips the run,
 /// saying why.
-fn submit_deep(c: &Cluster, client: &mut Client, sources: &[(String, String)]) -> Result<Vec<String>, Deep> {
+fn submit_deep(c: &Cluster, client: &mut Client, sources: &[(String, String)]) -> Result<Vec<String>, Refused> {
     let mut ids: Vec<String> = Vec::new();
     for (name, src) in sources {
         let req = pb::SubmitJobRequest {
@@ -164,7 +167,7 @@ fn submit_deep(c: &Cluster, client: &mut Client, sources: &[(String, String)]) -
                 } else {
                     format!("REFUSED {name}: {}", e.message())
                 };
-                return Err(Deep::Skipped(why));
+                return Err(Refused(why));
             }
         }
     }

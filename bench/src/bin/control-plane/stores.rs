@@ -179,9 +179,14 @@ pub(crate) fn stores() {
     print_failover(&failover);
 }
 
+/// Each store's name and what was measured on it.
+type StoreRows = Vec<(String, StoreRun)>;
+/// Per lease TTL (seconds), the failover times measured (seconds).
+type Failovers = Vec<(u64, Vec<f64>)>;
+
 /// Measured rows per store (sled, etcd with 1 and 3 members), and per lease TTL the failover
 /// times; the etcd rows stop at the first cluster that cannot start, saying why.
-fn measure_stores() -> (Vec<(String, StoreRun)>, Vec<(u64, Vec<f64>)>) {
+fn measure_stores() -> (StoreRows, Failovers) {
     use plexus_e2e::ha::{HaCluster, HaConfig};
     eprintln!("stores: sled, then etcd with 1 and 3 members (3 coordinators each)");
     let sled = {
