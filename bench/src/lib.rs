@@ -1,13 +1,10 @@
 //! Shared helpers of the benchmark binaries: the statistics and units their tables use, worlds
 //! of worker processes, Gloo anchors, and the pieces of the live benchmarks.
 
-/// The p-th percentile (0..=100) of a sample, by nearest rank; 0 for an empty sample.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
+/// The p-th percentile (0..=100) of a sample, by nearest rank; 0 for an empty sample. The one
+/// rule is the simulator's report's, so the benchmarks and the simulator count alike.
+pub fn percentile(sample: &[u64], p: f64) -> u64 {
+    plexus_sim::report::percentile(sample.to_vec(), p)
 }
 
 /// The median of a sample (the upper one of an even count), `None` for an empty sample.

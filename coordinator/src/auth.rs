@@ -131,7 +131,7 @@ impl Security {
                 ClusterCa::load(&cluster, &cert, &key).map_err(|e| corrupt("meta/ca_key", e))?
             }
             (None, None, None) => {
-                let cluster = plexus_security::hex(&plexus_security::random_bytes::<8>());
+                let cluster = hex::encode(plexus_security::random_bytes::<8>());
                 let ca = ClusterCa::create(&cluster).map_err(security_error)?;
                 store.put("meta/rail_key", &plexus_security::random_bytes::<32>())?;
                 store.put("meta/ca_key", ca.key_pem().as_bytes())?;
@@ -220,7 +220,7 @@ impl Security {
             id: token.id.clone(),
             name: name.to_string(),
             scope: scope.as_str().to_string(),
-            hash: plexus_security::hex(&token.hash()),
+            hash: hex::encode(token.hash()),
             created_ms: now_ms,
             expires_ms: if ttl_ms == 0 { 0 } else { now_ms.saturating_add(ttl_ms) },
             revoked_ms: 0,
@@ -267,7 +267,7 @@ impl Security {
     pub fn authenticate(&self, token: &Token, now_ms: u64) -> Result<Scope, Error> {
         let record = self
             .token_record(&token.id)?
-            .filter(|r| token.matches(&hex_bytes(&r.hash)))
+            .filter(|r| hex::decode(&r.hash).is_ok_and(|hash| token.matches(&hash)))
             .ok_or_else(|| Error::Unauthenticated(format!("token {} is not known to this coordinator", token.id)))?;
         if record.revoked_ms != 0 {
             return Err(Error::Unauthenticated(format!("token {} was revoked", token.id)));
@@ -334,10 +334,6 @@ impl Security {
     pub fn peer_tls(&self) -> tonic::transport::ClientTlsConfig {
         plexus_security::tls::client(self.ca_pem(), plexus_security::tls::WORKER_NAME, Some(&self.identity))
     }
-}
-
-fn hex_bytes(s: &str) -> Vec<u8> {
-    (0..s.len() / 2).filter_map(|i| s.get(2 * i..2 * i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
 }
 
 /// What a method needs of its caller.

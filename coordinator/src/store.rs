@@ -525,7 +525,7 @@ pub fn decode_records(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Err
     let mut snap = Snapshot::default();
     for item in items {
         let (k, v) = item?;
-        let corrupt = |reason: String| Error::Corrupt { key: k.iter().map(|b| format!("{b:02x}")).collect(), reason };
+        let corrupt = |reason: String| Error::Corrupt { key: hex::encode(&k), reason };
         let id = |k: &[u8]| -> Option<[u8; 16]> { k.get(1..17)?.try_into().ok() };
         let idx = |k: &[u8]| -> Option<u32> { Some(u32::from_be_bytes(k.get(17..21)?.try_into().ok()?)) };
         match k.first().copied() {

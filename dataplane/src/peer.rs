@@ -102,12 +102,7 @@ pub async fn serve(opts: PeerOpts) -> Result<()> {
 
 /// A rail key written as 64 hex digits.
 fn key_from_hex(hex: &str) -> Result<RailKey> {
-    let hex = hex.trim();
-    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::Usage("a rail key is written as 64 hex digits".into()));
-    }
-    let bytes: Vec<u8> =
-        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digits")).collect();
+    let bytes = hex::decode(hex.trim()).map_err(|_| Error::Usage("a rail key is written as 64 hex digits".into()))?;
     RailKey::from_bytes(&bytes)
 }
 

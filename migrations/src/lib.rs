@@ -128,7 +128,8 @@ pub fn set_version(db: &sled::Db, v: u32) -> Result<(), MigrationError> {
 /// record is removed only after, so an interrupted run resumes where it stopped.
 fn v1_to_v2(db: &sled::Db) -> Result<u64, MigrationError> {
     const NAME: &str = "one atomic state tree; subtasks split out of job records";
-    let bad = |key: &[u8], reason: String| MigrationError::BadRecord { to: 2, name: NAME, key: hex(key), reason };
+    let bad =
+        |key: &[u8], reason: String| MigrationError::BadRecord { to: 2, name: NAME, key: hex::encode(key), reason };
     let state = db.open_tree(STATE_TREE)?;
     let jobs = db.open_tree("jobs")?;
     let workers = db.open_tree("workers")?;
@@ -174,10 +175,6 @@ fn v1_to_v2(db: &sled::Db) -> Result<u64, MigrationError> {
     db.drop_tree("workers")?;
     db.flush()?;
     Ok(records)
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -50,15 +50,6 @@ impl From<rcgen::Error> for Error {
     }
 }
 
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
 /// `n` bytes from the operating system's random source.
 pub fn random_bytes<const N: usize>() -> [u8; N] {
     use ring::rand::SecureRandom;

@@ -43,7 +43,7 @@ pub struct Fingerprint(pub String);
 
 impl Fingerprint {
     pub fn of_der(der: &[u8]) -> Fingerprint {
-        Fingerprint(crate::hex(ring::digest::digest(&ring::digest::SHA256, der).as_ref()))
+        Fingerprint(hex::encode(ring::digest::digest(&ring::digest::SHA256, der).as_ref()))
     }
 
     /// The fingerprint of the first certificate in a PEM text.

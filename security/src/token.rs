@@ -78,8 +78,8 @@ impl std::fmt::Debug for Token {
 impl Token {
     /// A new random token.
     pub fn generate() -> Token {
-        let id = crate::hex(&crate::random_bytes::<{ ID_HEX / 2 }>());
-        let secret = crate::hex(&crate::random_bytes::<{ SECRET_HEX / 2 }>());
+        let id = hex::encode(crate::random_bytes::<{ ID_HEX / 2 }>());
+        let secret = hex::encode(crate::random_bytes::<{ SECRET_HEX / 2 }>());
         Token { id, secret }
     }
 

@@ -39,7 +39,7 @@ impl EtcdKv {
 
     /// Where the parts of one generation of `key`'s value live.
     fn chunk_prefix(&self, key: &[u8], generation: Option<u64>) -> Vec<u8> {
-        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex::encode(key);
         let mut p = self.etcd.key(&format!("/chunks/{}/{hex}/", self.space));
         if let Some(g) = generation {
             p.extend_from_slice(format!("{g:016x}/").as_bytes());
