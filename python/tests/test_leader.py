@@ -208,11 +208,21 @@ def test_the_standby_refuses_naming_the_leader(ha: Ha) -> None:
     token = ha.token_file.read_text().strip()
     from plexus._pb import pb, pb_grpc
 
+    # The standby learns who leads by watching the election (every 250 ms); the fixture waits only
+    # for the leader to lead, so until the standby has looked it refuses without a name ("no
+    # coordinator leads yet"). Ask again until it names one, as the client does, then check it.
+    deadline = time.monotonic() + 10
     with grpc.secure_channel(standby[len("https://"):], grpc.ssl_channel_credentials(ca)) as ch:
-        with pytest.raises(grpc.RpcError) as e:
-            pb_grpc.JobServiceStub(ch).ListWorkers(pb.ListWorkersRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10)
-    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert dict(e.value.trailing_metadata() or ()).get("plexus-leader") == leader, e.value.trailing_metadata()
+        while True:
+            with pytest.raises(grpc.RpcError) as e:
+                pb_grpc.JobServiceStub(ch).ListWorkers(pb.ListWorkersRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
+            named = dict(e.value.trailing_metadata() or ()).get("plexus-leader")
+            if named is not None or time.monotonic() > deadline:
+                break
+            assert "no coordinator leads yet" in (e.value.details() or ""), e.value.details()
+            time.sleep(0.1)
+    assert named == leader, e.value.trailing_metadata()
 
 
 def test_after_kill_9_of_the_leader_the_client_finds_the_new_one_and_the_job(ha: Ha) -> None:
