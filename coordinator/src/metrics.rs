@@ -111,88 +111,107 @@ impl Metrics {
             placer,
             registry: Registry::default(),
         };
-        r.register("plexus_jobs", "Jobs known to the coordinator, by state", m.jobs.clone());
-        r.register("plexus_subtasks", "Subtasks of jobs known to the coordinator, by state", m.subtasks.clone());
+        m.register_state(&mut r);
+        m.register_latencies(&mut r);
+        m.register_gangs(&mut r);
+        if placer == "rl" {
+            m.register_policy(&mut r);
+        }
+        register_build(&mut r);
+        Metrics { registry: r, ..m }
+    }
+
+    /// Jobs, subtasks (and why pending), workers and placements, by state.
+    fn register_state(&self, r: &mut Registry) {
+        r.register("plexus_jobs", "Jobs known to the coordinator, by state", self.jobs.clone());
+        r.register("plexus_subtasks", "Subtasks of jobs known to the coordinator, by state", self.subtasks.clone());
         r.register(
             "plexus_subtasks_pending",
             "Subtasks not placed yet, by why: dependencies (inputs not produced), placing (ready, not judged yet), no_room, gang (waiting for its gang), queue_share, unsatisfiable (no live worker could ever run it)",
-            m.pending.clone(),
+            self.pending.clone(),
         );
         r.register(
             "plexus_workers",
             "Workers by state: alive (connected), disconnected (alive, stream closed), lost",
-            m.workers.clone(),
+            self.workers.clone(),
         );
-        r.register("plexus_placements", "Subtasks placed on a worker, by placer and result", m.placements.clone());
+        r.register("plexus_placements", "Subtasks placed on a worker, by placer and result", self.placements.clone());
+    }
+
+    /// The latencies: submission to placement, placement to running, a round, a store commit.
+    fn register_latencies(&self, r: &mut Registry) {
         r.register_with_unit(
             "plexus_submit_to_placed",
             "Time from a job's submission to each of its subtasks' placement",
             Unit::Seconds,
-            m.submit_to_placed.clone(),
+            self.submit_to_placed.clone(),
         );
         r.register_with_unit(
             "plexus_placed_to_running",
             "Time from a subtask's placement to its worker reporting it running",
             Unit::Seconds,
-            m.placed_to_running.clone(),
+            self.placed_to_running.clone(),
         );
         r.register_with_unit(
             "plexus_engine_round",
             "Time the engine spends applying commands and scheduling in one round",
             Unit::Seconds,
-            m.round.clone(),
+            self.round.clone(),
         );
         r.register_with_unit(
             "plexus_store_commit",
             "Time of one group commit to the store (sled, flushed)",
             Unit::Seconds,
-            m.commit.clone(),
+            self.commit.clone(),
         );
-        r.register("plexus_gang_reservations", "Gang members reserved", m.gang_reservations.clone());
+    }
+
+    /// Gang reservations, bindings, rollbacks and timeouts, and each GPU's utilisation.
+    fn register_gangs(&self, r: &mut Registry) {
+        r.register("plexus_gang_reservations", "Gang members reserved", self.gang_reservations.clone());
         r.register(
             "plexus_gangs_bound",
             "Gangs whose min_members were reserved and dispatched together",
-            m.gangs_bound.clone(),
+            self.gangs_bound.clone(),
         );
         r.register(
             "plexus_gang_rollbacks",
             "Gangs rolled back (deadline, worker lost before binding, restart)",
-            m.gang_rollbacks.clone(),
+            self.gang_rollbacks.clone(),
         );
-        r.register("plexus_gang_timeouts", "Gangs rolled back at their deadline", m.gang_timeouts.clone());
+        r.register("plexus_gang_timeouts", "Gangs rolled back at their deadline", self.gang_timeouts.clone());
         r.register(
             "plexus_gpu_utilisation_ratio",
             "Each worker GPU's utilisation (0..1), from the worker's last heartbeat",
-            m.gpu_utilisation.clone(),
+            self.gpu_utilisation.clone(),
         );
-        if placer == "rl" {
-            r.register("plexus_policy_decisions", "Placements the learned placer decided", m.policy_decisions.clone());
-            r.register(
-                "plexus_policy_exploratory_decisions",
-                "Of those, exploratory (ε-greedy) ones",
-                m.policy_exploratory.clone(),
-            );
-            r.register(
-                "plexus_policy_experiences",
-                "Experiences (decision, reward, next state) sent to training",
-                m.policy_experiences.clone(),
-            );
-            r.register(
-                "plexus_policy_training_steps",
-                "Training steps the learned placer's training thread completed",
-                m.policy_training_steps.clone(),
-            );
-            r.register_with_unit(
-                "plexus_policy_decision",
-                "Time of one learned placement decision (inference and choice)",
-                Unit::Seconds,
-                m.policy_decision.clone(),
-            );
-        }
-        let build: Family<BuildLabels, Gauge> = Family::default();
-        build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
-        r.register("plexus_build_info", "The coordinator's build: always 1, with its version as a label", build);
-        Metrics { registry: r, ..m }
+    }
+
+    /// The learned placer's decisions, experiences, training steps and decision time (only
+    /// registered when it places).
+    fn register_policy(&self, r: &mut Registry) {
+        r.register("plexus_policy_decisions", "Placements the learned placer decided", self.policy_decisions.clone());
+        r.register(
+            "plexus_policy_exploratory_decisions",
+            "Of those, exploratory (ε-greedy) ones",
+            self.policy_exploratory.clone(),
+        );
+        r.register(
+            "plexus_policy_experiences",
+            "Experiences (decision, reward, next state) sent to training",
+            self.policy_experiences.clone(),
+        );
+        r.register(
+            "plexus_policy_training_steps",
+            "Training steps the learned placer's training thread completed",
+            self.policy_training_steps.clone(),
+        );
+        r.register_with_unit(
+            "plexus_policy_decision",
+            "Time of one learned placement decision (inference and choice)",
+            Unit::Seconds,
+            self.policy_decision.clone(),
+        );
     }
 
     /// What one round did: its placements (submission → placement latency), the subtasks that
@@ -339,3 +358,10 @@ const SUBTASK_STATES: [SubtaskState; 7] = [
     SubtaskState::Failed,
     SubtaskState::Cancelled,
 ];
+
+/// The build's info: always 1, with the version as a label.
+fn register_build(r: &mut Registry) {
+    let build: Family<BuildLabels, Gauge> = Family::default();
+    build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").to_string() }).set(1);
+    r.register("plexus_build_info", "The coordinator's build: always 1, with its version as a label", build);
+}

@@ -513,20 +513,11 @@ impl Core {
             return false;
         }
         let j = &self.jobs[&job];
-        let task = &j.record.spec.tasks[t];
-        let (start, n) = (j.members(t).start, task.replicas);
+        let (start, n) = (j.members(t).start, j.record.spec.tasks[t].replicas);
         let members: Vec<u32> = (start..start + n).collect();
-
-        let j = &self.jobs[&job];
-        let task = &j.record.spec.tasks[t];
-        // Every member ready, and none still waiting out a retry's back-off.
-        if members
-            .iter()
-            .any(|&i| j.subtasks[i as usize].state != SubtaskState::Ready || j.subtasks[i as usize].not_before > now)
-        {
+        if !self.gang_ready(job, &members, now) {
             return false;
         }
-        let req = task.resources;
         let objects: Vec<Vec<ObjectId>> = (0..n).map(|rank| self.member_inputs(job, t, rank)).collect();
         match self.input_availability(job, objects.iter().flatten()) {
             Availability::Held => {}
@@ -536,15 +527,41 @@ impl Core {
                 return false;
             }
         }
+        let Some(chosen) = self.choose_gang_workers(job, t, objects, held) else {
+            return false;
+        };
+        self.dispatch_gang(job, t, chosen, now);
+        true
+    }
+
+    /// Whether every member is ready, and none still waiting out a retry's back-off.
+    fn gang_ready(&self, job: JobId, members: &[u32], now: u64) -> bool {
         let j = &self.jobs[&job];
-        let task = &j.record.spec.tasks[t];
+        members.iter().all(|&i| {
+            let s = &j.subtasks[i as usize];
+            s.state == SubtaskState::Ready && s.not_before <= now
+        })
+    }
+
+    /// One worker per member, each near its (first) input when the holder has room and otherwise
+    /// the one with the most free cores, counting what earlier members took; `None` when some
+    /// member fits nowhere, since a gang starts whole or not at all.
+    fn choose_gang_workers(
+        &self,
+        job: JobId,
+        t: usize,
+        objects: Vec<Vec<ObjectId>>,
+        held: &GangBook,
+    ) -> Option<Vec<Chosen>> {
+        let j = &self.jobs[&job];
+        let req = j.record.spec.tasks[t].resources;
         let mut free: HashMap<WorkerId, Resources> = self
             .workers
             .values()
             .filter(|w| w.placeable() && !held.is_held(&w.id()))
             .map(|w| (w.id(), w.available()))
             .collect();
-        let mut chosen: Vec<Chosen> = Vec::with_capacity(members.len());
+        let mut chosen: Vec<Chosen> = Vec::with_capacity(objects.len());
         for objects in objects {
             let sized: Vec<(ObjectId, u64)> = objects
                 .into_iter()
@@ -570,10 +587,7 @@ impl Core {
                         .iter()
                         .filter(|(w, f)| !taken(w) && req.fits_in(f))
                         .max_by(|(a, fa), (b, fb)| fa.cpu.total_cmp(&fb.cpu).then_with(|| b.cmp(a)));
-                    match best {
-                        Some((w, _)) => (*w, "most free cores"),
-                        None => return false,
-                    }
+                    (*best?.0, "most free cores")
                 }
             };
             if let Some(f) = free.get_mut(&wid) {
@@ -583,7 +597,15 @@ impl Core {
             }
             chosen.push((wid, sized, why));
         }
+        Some(chosen)
+    }
 
+    /// Dispatches every member to its chosen worker with one shared collective assignment: the
+    /// members' rails in rank order and the generation's tag base.
+    fn dispatch_gang(&mut self, job: JobId, t: usize, chosen: Vec<Chosen>, now: u64) {
+        let j = &self.jobs[&job];
+        let task = &j.record.spec.tasks[t];
+        let (start, n, req) = (j.members(t).start, task.replicas, task.resources);
         let spec = task.collective.clone().expect("a collective task");
         let rails: Vec<Vec<String>> =
             chosen.iter().map(|(w, ..)| self.workers[w].record().capacity.rails.clone()).collect();
@@ -616,7 +638,6 @@ impl Core {
             let assignment = Assignment::of(task, attempt, req, inputs, Some(collective));
             self.dispatch((job, idx), wid, record, assignment, now);
         }
-        true
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use plexus_proto::{JobId, WorkerId};
+use plexus_proto::{JobId, Resources, WorkerId};
 
 use super::gang_book::GangBook;
 use super::signature::signature;
@@ -108,7 +108,7 @@ impl Core {
     /// the members are not all one GPU task, or no feasible assignment exists now (the caller
     /// reserves member by member as for any gang).
     pub(super) fn plan_gpu_gang(&self, job: JobId, todo: &[u32], held: &GangBook) -> Option<GpuPlan> {
-        use crate::gpu::objective::{Evaluator, GpuCandidate, Problem, Weights};
+        use crate::gpu::objective::{Evaluator, Problem, Weights};
         use crate::gpu::search::{SflaParams, greedy, sfla};
         use crate::gpu::topology::ClusterTopology;
 
@@ -125,51 +125,7 @@ impl Core {
         let mut host = task.resources;
         host.gpu = 0;
         let k = todo.len();
-        // Candidate GPUs: (worker, device, candidate), members per worker bounded by its cores
-        // and memory.
-        let mut places: Vec<(WorkerId, u32)> = Vec::new();
-        let mut cands: Vec<GpuCandidate> = Vec::new();
-        for w in self.workers.values().filter(|w| w.placeable() && !held.is_held(&w.id())) {
-            let mut free = w.available();
-            free.gpu = 0;
-            let mut fit = 0usize;
-            while fit < k && host.fits_in(&free) {
-                free = free.minus(&host);
-                fit += 1;
-            }
-            if fit == 0 {
-                continue;
-            }
-            let devices: Vec<(u32, u64)> = match share {
-                Some(memory) => w
-                    .shareable_gpus(memory)
-                    .into_iter()
-                    .map(|g| {
-                        let total = self.device_memory(w.id(), g);
-                        let used = w.gpu_shared().get(&g).map_or(0, |s| s.0);
-                        (g, if total == 0 { u64::MAX } else { total - used.min(total) })
-                    })
-                    .collect(),
-                // (Every free device: a worker's cores bound how many members it takes, which a
-                // plan that puts more there does not get: its reservations stop there.)
-                None => w.free_devices().into_iter().take(w.available().gpu as usize).map(|g| (g, u64::MAX)).collect(),
-            };
-            for (g, free_memory) in devices {
-                let memory = self.device_memory(w.id(), g);
-                let resident: Vec<TaskVector> = w
-                    .placed()
-                    .iter()
-                    .filter_map(|(pj, pi)| {
-                        let job = self.jobs.get(pj)?;
-                        let pt = &job.record.spec.tasks[job.task_of(*pi)];
-                        (pt.shares_gpu() && job.subtasks[*pi as usize].gpus.first() == Some(&g))
-                            .then(|| self.task_vector(pt, memory))
-                    })
-                    .collect();
-                places.push((w.id(), g));
-                cands.push(GpuCandidate { resident, free_memory, slots: if share.is_some() { fit } else { 1 } });
-            }
-        }
+        let (places, cands) = self.gpu_candidates(host, k, share, held);
         if cands.is_empty() {
             return None;
         }
@@ -215,5 +171,66 @@ impl Core {
                 })
                 .collect(),
         )
+    }
+
+    /// The GPUs a GPU gang's `k` members may go to, as (worker, device) places and the search's
+    /// candidates in the same order: every free (or, for members sharing `share` bytes,
+    /// shareable) device of a connected worker not `held`, with the sharing attempts already
+    /// resident there, and members per worker bounded by its cores and memory.
+    fn gpu_candidates(
+        &self,
+        host: Resources,
+        k: usize,
+        share: Option<u64>,
+        held: &GangBook,
+    ) -> (Vec<(WorkerId, u32)>, Vec<crate::gpu::objective::GpuCandidate>) {
+        use crate::gpu::objective::GpuCandidate;
+
+        // Candidate GPUs: (worker, device, candidate), members per worker bounded by its cores
+        // and memory.
+        let mut places: Vec<(WorkerId, u32)> = Vec::new();
+        let mut cands: Vec<GpuCandidate> = Vec::new();
+        for w in self.workers.values().filter(|w| w.placeable() && !held.is_held(&w.id())) {
+            let mut free = w.available();
+            free.gpu = 0;
+            let mut fit = 0usize;
+            while fit < k && host.fits_in(&free) {
+                free = free.minus(&host);
+                fit += 1;
+            }
+            if fit == 0 {
+                continue;
+            }
+            let devices: Vec<(u32, u64)> = match share {
+                Some(memory) => w
+                    .shareable_gpus(memory)
+                    .into_iter()
+                    .map(|g| {
+                        let total = self.device_memory(w.id(), g);
+                        let used = w.gpu_shared().get(&g).map_or(0, |s| s.0);
+                        (g, if total == 0 { u64::MAX } else { total - used.min(total) })
+                    })
+                    .collect(),
+                // (Every free device: a worker's cores bound how many members it takes, which a
+                // plan that puts more there does not get: its reservations stop there.)
+                None => w.free_devices().into_iter().take(w.available().gpu as usize).map(|g| (g, u64::MAX)).collect(),
+            };
+            for (g, free_memory) in devices {
+                let memory = self.device_memory(w.id(), g);
+                let resident: Vec<TaskVector> = w
+                    .placed()
+                    .iter()
+                    .filter_map(|(pj, pi)| {
+                        let job = self.jobs.get(pj)?;
+                        let pt = &job.record.spec.tasks[job.task_of(*pi)];
+                        (pt.shares_gpu() && job.subtasks[*pi as usize].gpus.first() == Some(&g))
+                            .then(|| self.task_vector(pt, memory))
+                    })
+                    .collect();
+                places.push((w.id(), g));
+                cands.push(GpuCandidate { resident, free_memory, slots: if share.is_some() { fit } else { 1 } });
+            }
+        }
+        (places, cands)
     }
 }

@@ -16,6 +16,17 @@ impl Core {
     /// Rebuilds the state from stored records. Workers are not connected until they register
     /// again; each gets a full heartbeat timeout from `now` to do so before it is declared lost.
     pub fn restore(&mut self, snap: Snapshot, now: u64) -> Result<(), Error> {
+        self.restore_records(snap, now)?;
+        self.rebuild_allocations(now);
+        let unbound = self.drop_reservations();
+        self.reindex_gated(now);
+        self.roll_back_gangs(unbound, now);
+        Ok(())
+    }
+
+    /// The stored records: jobs with their subtasks (checked against what the spec expands
+    /// to), placements and workers.
+    fn restore_records(&mut self, snap: Snapshot, now: u64) -> Result<(), Error> {
         let mut subtasks: HashMap<JobId, Vec<(u32, Subtask)>> = HashMap::new();
         for (job, idx, s) in snap.subtasks {
             subtasks.entry(job).or_default().push((idx, s));
@@ -44,7 +55,11 @@ impl Core {
             rec.last_heartbeat = now;
             self.workers.restore(rec);
         }
-        // Derived state: allocations, and the ready queue in submission order.
+        Ok(())
+    }
+
+    /// Derived state: allocations, and the ready queue in submission order.
+    fn rebuild_allocations(&mut self, now: u64) {
         let order: Vec<JobId> = self.jobs.in_order().map(|j| j.record.id).collect();
         let mut ready = Vec::new();
         for id in order {
@@ -70,9 +85,13 @@ impl Core {
         for (id, i) in ready {
             self.push_ready(id, i);
         }
-        // Reservations of gangs that were not bound are rolled back: the workers they were on
-        // may not come back, and the gang reserves again from nothing (at once). Stored with
-        // the first round's commit.
+    }
+
+    /// Reservations of gangs that were not bound are rolled back: the workers they were on may
+    /// not come back, and the gang reserves again from nothing (at once). Clears every
+    /// member's reservation and returns the gangs that were reserving, for
+    /// [`Core::roll_back_gangs`].
+    fn drop_reservations(&mut self) -> Vec<(JobId, String)> {
         let unbound: Vec<(JobId, String)> = self
             .jobs
             .values()
@@ -97,7 +116,11 @@ impl Core {
         for key in stray {
             self.out.subtasks.insert(key);
         }
-        // Jobs waiting for other jobs: indexed again, and settled if what they wait for ended.
+        unbound
+    }
+
+    /// Jobs waiting for other jobs: indexed again, and settled if what they wait for ended.
+    fn reindex_gated(&mut self, now: u64) {
         let gated: Vec<JobId> = self
             .jobs
             .values()
@@ -110,6 +133,11 @@ impl Core {
             }
             self.settle_after(id, now);
         }
+    }
+
+    /// Marks each gang that was reserving as rolled back, to reserve again at once. Stored with
+    /// the first round's commit.
+    fn roll_back_gangs(&mut self, unbound: Vec<(JobId, String)>, now: u64) {
         for (job, name) in unbound {
             self.set_gang(job, &name, |g| {
                 g.reserving_since = 0;
@@ -119,6 +147,5 @@ impl Core {
                 g.reason = "the coordinator restarted before the gang was bound".into();
             });
         }
-        Ok(())
     }
 }

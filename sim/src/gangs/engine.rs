@@ -103,69 +103,157 @@ struct Run {
 /// Runs `workload` under `sched`.
 pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Options) -> Result<GangReport, SimError> {
     let round = opts.round_ms.max(1);
-    let grid = |t: u64| t.div_ceil(round) * round;
     let items = &workload.items;
     let last_arrival = items.last().map_or(0, |i| i.arrival_ms);
     let horizon = opts.horizon_ms.unwrap_or_else(|| (last_arrival.saturating_mul(50)).max(last_arrival + 3_600_000));
-    let cap = workload.cores;
-    let mut free: Vec<u32> = vec![cap; workload.workers as usize];
-    let mut runs: Vec<Run> = items
-        .iter()
-        .map(|i| Run {
-            workers: vec![None; i.members as usize],
-            running: 0,
-            all_at: None,
-            done_at: None,
-            partial: false,
-        })
-        .collect();
-    let mut ends: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let mut partial: BTreeSet<usize> = BTreeSet::new();
-    let mut touched: BTreeSet<usize> = BTreeSet::new();
-    let mut next_arrival = 0usize;
-    let mut done = 0usize;
-    let (mut allocated, mut held_core_ms, mut useful_core_ms) = (0u64, 0u64, 0u64);
-    let (mut rounds, mut partial_starts) = (0u64, 0usize);
-    let mut now = grid(items.first().map_or(0, |i| i.arrival_ms));
-    let mut last_t = now;
-    let mut makespan = 0u64;
-    let end: End;
-    loop {
-        held_core_ms += allocated * (now - last_t);
-        last_t = now;
+    let mut st = State::new(workload, on_grid(items.first().map_or(0, |i| i.arrival_ms), round));
+    let end = loop {
+        st.held_core_ms += st.allocated * (st.now - st.last_t);
+        st.last_t = st.now;
+        let mut moved = st.complete(sched);
+        st.arrive(sched)?;
+        st.rounds += 1;
+        moved |= st.start(sched)?;
+        st.judge_starts();
+        if st.done == items.len() {
+            break End::Finished;
+        }
+        if moved && !st.partial.is_empty() {
+            let stuck = deadlocked(workload, &st.runs, &st.partial);
+            if !stuck.is_empty() {
+                st.makespan = st.now;
+                break End::Deadlock { at_ms: st.now, gangs: stuck };
+            }
+        }
+        match st.next_round(sched, opts, round) {
+            None => {
+                st.makespan = st.now;
+                break End::Stalled { at_ms: st.now };
+            }
+            Some(t) if t > horizon => {
+                st.makespan = st.now;
+                break End::Horizon { at_ms: st.now };
+            }
+            Some(t) => st.now = t,
+        }
+    };
+    Ok(st.report(workload, sched, end))
+}
+
+/// `t` rounded up to the round grid.
+fn on_grid(t: u64, round: u64) -> u64 {
+    t.div_ceil(round) * round
+}
+
+/// The loop's state between rounds: its own account of every worker's cores and every item,
+/// and the figures it measures.
+struct State<'w> {
+    items: &'w [Item],
+    /// Free cores per worker.
+    free: Vec<u32>,
+    runs: Vec<Run>,
+    /// Running items by the time they finish, earliest first.
+    ends: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Gangs with some but not all members running.
+    partial: BTreeSet<usize>,
+    /// Items that had a member started in the current round.
+    touched: BTreeSet<usize>,
+    /// The first item not submitted yet.
+    next_arrival: usize,
+    done: usize,
+    /// Cores held by running members now.
+    allocated: u64,
+    held_core_ms: u64,
+    useful_core_ms: u64,
+    rounds: u64,
+    partial_starts: usize,
+    now: u64,
+    /// When `held_core_ms` was last brought up to date.
+    last_t: u64,
+    makespan: u64,
+}
+
+impl<'w> State<'w> {
+    fn new(workload: &'w GangWorkload, now: u64) -> Self {
+        let items = &workload.items;
+        State {
+            items,
+            free: vec![workload.cores; workload.workers as usize],
+            runs: items
+                .iter()
+                .map(|i| Run {
+                    workers: vec![None; i.members as usize],
+                    running: 0,
+                    all_at: None,
+                    done_at: None,
+                    partial: false,
+                })
+                .collect(),
+            ends: BinaryHeap::new(),
+            partial: BTreeSet::new(),
+            touched: BTreeSet::new(),
+            next_arrival: 0,
+            done: 0,
+            allocated: 0,
+            held_core_ms: 0,
+            useful_core_ms: 0,
+            rounds: 0,
+            partial_starts: 0,
+            now,
+            last_t: now,
+            makespan: 0,
+        }
+    }
+
+    /// Completions up to now: every member of a finished item frees its cores and the scheduler
+    /// is told. Whether any item finished.
+    fn complete(&mut self, sched: &mut dyn GangScheduler) -> bool {
+        let (items, now) = (self.items, self.now);
         let mut moved = false;
-        // Completions.
-        while let Some(&Reverse((at, i))) = ends.peek() {
+        while let Some(&Reverse((at, i))) = self.ends.peek() {
             if at > now {
                 break;
             }
-            ends.pop();
+            self.ends.pop();
             let item = &items[i];
             for m in 0..item.members {
-                let w = runs[i].workers[m as usize].take().expect("a finishing member runs");
-                free[w] += item.cores;
-                allocated -= u64::from(item.cores);
+                let w = self.runs[i].workers[m as usize].take().expect("a finishing member runs");
+                self.free[w] += item.cores;
+                self.allocated -= u64::from(item.cores);
                 sched.finished(item, m, now);
             }
-            runs[i].running = 0;
-            runs[i].done_at = Some(at);
-            useful_core_ms += item.core_ms();
-            makespan = makespan.max(at);
-            done += 1;
+            self.runs[i].running = 0;
+            self.runs[i].done_at = Some(at);
+            self.useful_core_ms += item.core_ms();
+            self.makespan = self.makespan.max(at);
+            self.done += 1;
             moved = true;
         }
-        // Arrivals.
-        while next_arrival < items.len() && items[next_arrival].arrival_ms <= now {
-            sched.submit(&items[next_arrival], now)?;
-            next_arrival += 1;
+        moved
+    }
+
+    /// Arrivals up to now, submitted to the scheduler.
+    fn arrive(&mut self, sched: &mut dyn GangScheduler) -> Result<(), SimError> {
+        let items = self.items;
+        while self.next_arrival < items.len() && items[self.next_arrival].arrival_ms <= self.now {
+            sched.submit(&items[self.next_arrival], self.now)?;
+            self.next_arrival += 1;
         }
-        // The round.
-        rounds += 1;
+        Ok(())
+    }
+
+    /// The scheduler's round: its starts, each checked against the loop's own books (a start
+    /// of an unknown or running member, or one that does not fit, is a scheduler bug). Whether
+    /// anything started.
+    fn start(&mut self, sched: &mut dyn GangScheduler) -> Result<bool, SimError> {
+        let (items, now) = (self.items, self.now);
+        let free = &mut self.free;
+        let mut moved = false;
         for s in sched.round(now) {
             let item = items.get(s.item).ok_or_else(|| {
                 SimError::SchedulerBug(format!("{} started item {} of {}", sched.name(), s.item, items.len()))
             })?;
-            let r = &mut runs[s.item];
+            let r = &mut self.runs[s.item];
             let slot = r.workers.get_mut(s.member as usize).ok_or_else(|| {
                 SimError::SchedulerBug(format!(
                     "{} started member {} of item {} ({} members)",
@@ -195,43 +283,43 @@ pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Option
                 )));
             }
             free[s.worker] -= item.cores;
-            allocated += u64::from(item.cores);
+            self.allocated += u64::from(item.cores);
             *slot = Some(s.worker);
             r.running += 1;
             moved = true;
-            touched.insert(s.item);
+            self.touched.insert(s.item);
         }
-        // Judged once the round's starts are all in: a gang whose members all started in this
-        // round started whole.
-        for i in std::mem::take(&mut touched) {
-            let (item, r) = (&items[i], &mut runs[i]);
+        Ok(moved)
+    }
+
+    /// Judged once the round's starts are all in: a gang whose members all started in this
+    /// round started whole.
+    fn judge_starts(&mut self) {
+        for i in std::mem::take(&mut self.touched) {
+            let (item, r) = (&self.items[i], &mut self.runs[i]);
             if r.running == item.members {
-                r.all_at = Some(now);
-                ends.push(Reverse((now + item.duration_ms, i)));
-                partial.remove(&i);
+                r.all_at = Some(self.now);
+                self.ends.push(Reverse((self.now + item.duration_ms, i)));
+                self.partial.remove(&i);
             } else {
                 if !r.partial {
                     r.partial = true;
-                    partial_starts += 1;
+                    self.partial_starts += 1;
                 }
-                partial.insert(i);
+                self.partial.insert(i);
             }
         }
-        if done == items.len() {
-            end = End::Finished;
-            break;
-        }
-        if moved && !partial.is_empty() {
-            let stuck = deadlocked(workload, &runs, &partial);
-            if !stuck.is_empty() {
-                end = End::Deadlock { at_ms: now, gangs: stuck };
-                makespan = now;
-                break;
-            }
-        }
-        let mut next: Option<u64> = ends.peek().map(|Reverse((at, _))| grid(*at).max(now + round));
+    }
+
+    /// The next round worth running: the next completion, arrival or scheduler timer, or the
+    /// next on the grid when every round runs or the last one changed the scheduler's state.
+    /// `None` when nothing is left to happen.
+    fn next_round(&self, sched: &dyn GangScheduler, opts: &Options, round: u64) -> Option<u64> {
+        let now = self.now;
+        let grid = |t: u64| on_grid(t, round);
+        let mut next: Option<u64> = self.ends.peek().map(|Reverse((at, _))| grid(*at).max(now + round));
         let mut consider = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
-        if let Some(i) = items.get(next_arrival) {
+        if let Some(i) = self.items.get(self.next_arrival) {
             consider(grid(i.arrival_ms).max(now + round));
         }
         if let Some(t) = sched.next_timer(now) {
@@ -240,49 +328,43 @@ pub fn run(workload: &GangWorkload, sched: &mut dyn GangScheduler, opts: &Option
         if opts.every_round || sched.changed() {
             consider(now + round);
         }
-        match next {
-            None => {
-                end = End::Stalled { at_ms: now };
-                makespan = now;
-                break;
+        next
+    }
+
+    /// The run's figures, once it ended with `end`.
+    fn report(mut self, workload: &GangWorkload, sched: &dyn GangScheduler, end: End) -> GangReport {
+        let (items, makespan, last_t) = (self.items, self.makespan, self.last_t);
+        self.held_core_ms += self.allocated * (makespan.max(last_t) - last_t);
+        // Work done by items still running when the run ended early.
+        for (i, r) in self.runs.iter().enumerate() {
+            if let (Some(at), None) = (r.all_at, r.done_at) {
+                let item = &items[i];
+                self.useful_core_ms +=
+                    u64::from(item.members) * u64::from(item.cores) * makespan.saturating_sub(at).min(item.duration_ms);
             }
-            Some(t) if t > horizon => {
-                end = End::Horizon { at_ms: now };
-                makespan = now;
-                break;
-            }
-            Some(t) => now = t,
+        }
+        let runs = &self.runs;
+        let wait = |i: &Item| runs[i.id].all_at.map(|at| at - i.arrival_ms);
+        GangReport {
+            scheduler: sched.name().to_string(),
+            end,
+            gang_ids: items.iter().filter(|i| i.kind == Kind::Gang).map(|i| i.id).collect(),
+            gang_wait_ms: items.iter().filter(|i| i.kind == Kind::Gang).map(wait).collect(),
+            small_wait_ms: items.iter().filter(|i| i.kind == Kind::Small).map(wait).collect(),
+            completed: self.done,
+            items: items.len(),
+            partial_starts: self.partial_starts,
+            makespan_ms: makespan,
+            useful_core_ms: self.useful_core_ms,
+            held_core_ms: self.held_core_ms,
+            cores: workload.total_cores(),
+            rounds: self.rounds,
+            rollbacks: sched.rollbacks(),
+            anomalies: sched.anomalies(),
+            reserved_core_ms: sched.reserved_core_ms(),
+            notes: sched.notes(),
         }
     }
-    held_core_ms += allocated * (makespan.max(last_t) - last_t);
-    // Work done by items still running when the run ended early.
-    for (i, r) in runs.iter().enumerate() {
-        if let (Some(at), None) = (r.all_at, r.done_at) {
-            let item = &items[i];
-            useful_core_ms +=
-                u64::from(item.members) * u64::from(item.cores) * makespan.saturating_sub(at).min(item.duration_ms);
-        }
-    }
-    let wait = |i: &Item| runs[i.id].all_at.map(|at| at - i.arrival_ms);
-    Ok(GangReport {
-        scheduler: sched.name().to_string(),
-        end,
-        gang_ids: items.iter().filter(|i| i.kind == Kind::Gang).map(|i| i.id).collect(),
-        gang_wait_ms: items.iter().filter(|i| i.kind == Kind::Gang).map(wait).collect(),
-        small_wait_ms: items.iter().filter(|i| i.kind == Kind::Small).map(wait).collect(),
-        completed: done,
-        items: items.len(),
-        partial_starts,
-        makespan_ms: makespan,
-        useful_core_ms,
-        held_core_ms,
-        cores: workload.total_cores(),
-        rounds,
-        rollbacks: sched.rollbacks(),
-        anomalies: sched.anomalies(),
-        reserved_core_ms: sched.reserved_core_ms(),
-        notes: sched.notes(),
-    })
 }
 
 /// The partially started gangs that can never complete: repeatedly, a gang whose missing
