@@ -167,6 +167,10 @@ async fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 fn config(coordinator: String, dir: &Path) -> Config {
+    // Searchable by others: a root worker's tasks run as uids of their own and reach their work
+    // dirs through it.
+    std::fs::set_permissions(dir, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711))
+        .unwrap();
     let mut c = Config::new(coordinator, dir);
     c.cache_bytes = 1 << 30;
     c

@@ -10,6 +10,7 @@ use tracing::{info, warn};
 
 use crate::cache::Pin;
 use crate::error::{Error, Result};
+use crate::isolation::{TaskUser, give_to};
 use crate::logs::{REPORT_TAIL_BYTES, iteration_times, tail_or_empty};
 
 use super::command::ProcessEnd;
@@ -20,10 +21,19 @@ impl Ctx {
     /// Runs a command (or collective) attempt to its end and returns its final report.
     pub(super) async fn run_command(&self, work: &Work, cancel: &CancellationToken) -> pb::TaskReport {
         let a = &work.attempt;
-        let dirs = WorkDirs::new(self.layout.work_dir(a));
+        // The job's uid is held until the work dir is gone; releasing the last hold kills what
+        // still runs as it.
+        let (user, refused) = match self.users.acquire(a.job) {
+            Ok(u) => (Some(u), None),
+            Err(e) => (None, Some(e)),
+        };
+        let dirs = WorkDirs::new(self.layout.work_dir(a), user.as_ref().and_then(TaskUser::uid));
         let mut acct = Accounting::default();
         let mut pins = Vec::new();
-        let outcome = self.execute(work, &dirs, cancel, &mut acct, &mut pins).await;
+        let outcome = match refused {
+            Some(e) => Outcome::failed(e, 0, NO_EXIT_CODE),
+            None => self.execute(work, &dirs, cancel, &mut acct, &mut pins).await,
+        };
         let (out_log, err_log) = self.layout.log_files(a);
         let stdout_tail = tail_or_empty(&out_log, REPORT_TAIL_BYTES).await;
         let (iter_ms, iters) = iteration_times(&stdout_tail);
@@ -45,6 +55,9 @@ impl Ctx {
         };
         drop(pins);
         remove_dir(dirs.root).await;
+        if let Err(e) = tokio::task::spawn_blocking(move || drop(user)).await {
+            warn!(attempt = %a, error = %e, "releasing the task uid failed");
+        }
         let slot = match outcome.state {
             pb::SubtaskState::Succeeded => Some(0),
             pb::SubtaskState::Failed => Some(1),
@@ -103,7 +116,7 @@ impl Ctx {
                 ProcessEnd::Ended(outcome) => return outcome,
             },
         };
-        match self.collect_outputs(work, &dirs.output, acct, pins) {
+        match self.collect_outputs(work, &dirs.output, dirs.uid, acct, pins) {
             Ok(outputs) => Outcome::succeeded(started_at, exit_code, outputs),
             Err(e) => Outcome::failed(e, started_at, failed_exit_code),
         }
@@ -126,13 +139,24 @@ impl Ctx {
     }
 }
 
+/// Creates the work dir with empty `in/`, `out/` and `tmp/`. The work dir, `out/` and `tmp/` are
+/// the task's (its uid's, 0700: no other job's task can enter them); `in/` and what is placed in
+/// it stay the worker's, so the task cannot swap its inputs.
 async fn prepare_work_dir(dirs: &WorkDirs) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     // A leftover from a crashed earlier process must not leak files into this attempt.
     if tokio::fs::symlink_metadata(dirs.root()).await.is_ok() {
         remove_dir(dirs.root().to_path_buf()).await;
     }
-    for d in [&dirs.input, &dirs.output] {
+    for d in [&dirs.input, &dirs.output, &dirs.tmp] {
         tokio::fs::create_dir_all(d).await.map_err(Error::io("create work dir", d))?;
+    }
+    for d in [&dirs.root, &dirs.output, &dirs.tmp] {
+        if let Some(uid) = dirs.uid {
+            give_to(d, uid)?;
+        }
+        let private = std::fs::Permissions::from_mode(0o700);
+        tokio::fs::set_permissions(d, private).await.map_err(Error::io("set the mode of", d))?;
     }
     Ok(())
 }
