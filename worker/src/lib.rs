@@ -383,6 +383,15 @@ fn task_users(config: &Config, layout: &Layout) -> Result<Arc<TaskUsers>> {
     let euid = unsafe { libc::geteuid() };
     let users = TaskUsers::resolve(config.task_user, config.task_uids, euid)?;
     if let Some(range) = users.uid_range() {
+        let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        if !map.is_empty() && !isolation::range_is_mapped(range, &map) {
+            return Err(Error::Config(format!(
+                "--task-uids {range}: not every uid of the range is mapped in this user namespace \
+                 (/proc/self/uid_map: {:?}), so tasks could not take them; pass --task-uids within the \
+                 mapped uids, or --task-user worker",
+                map.split_whitespace().collect::<Vec<_>>().join(" ")
+            )));
+        }
         if let Some((dir, mode)) = isolation::unsearchable_ancestor(layout.root()) {
             return Err(Error::Config(format!(
                 "tasks run as uids {range} (a uid per job: the worker runs as root), and they could not reach \

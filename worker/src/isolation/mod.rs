@@ -60,7 +60,9 @@ pub use parse::{
     CPU_PERIOD_US, Limits, Mounts, PidRecord, V1_CONTROLLERS, group_is_ours, lists_controller, oom_kills,
     parse_mountinfo, parse_procs, stat_start_time, v1_oom,
 };
-pub use users::{TaskUser, TaskUserChoice, TaskUsers, UidRange, become_user, give_to, unsearchable_ancestor};
+pub use users::{
+    TaskUser, TaskUserChoice, TaskUsers, UidRange, become_user, give_to, range_is_mapped, unsearchable_ancestor,
+};
 
 /// The directory under each hierarchy's root that holds every worker's parent cgroup.
 pub const PARENT: &str = "plexus";

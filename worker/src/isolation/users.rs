@@ -308,6 +308,29 @@ pub fn unsearchable_ancestor(dir: &Path) -> Option<(PathBuf, u32)> {
     })
 }
 
+/// Whether every uid of `range` is mapped in this process's user namespace, from the text of
+/// `/proc/self/uid_map` (`inside outside count` lines): a uid that is not cannot be taken
+/// (`setuid` fails with EINVAL), as in a rootless container, which maps 65,536 uids or fewer.
+pub fn range_is_mapped(range: UidRange, uid_map: &str) -> bool {
+    let mut spans: Vec<(u64, u64)> = uid_map
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace().map(|w| w.parse::<u64>().ok());
+            let (inside, _outside, count) = (f.next()??, f.next()??, f.next()??);
+            Some((inside, inside + count))
+        })
+        .collect();
+    spans.sort_unstable();
+    // Walk the spans from the first uid on: the range is covered if they reach past its end.
+    let mut next = u64::from(range.first);
+    for (start, end) in spans {
+        if start <= next && end > next {
+            next = end;
+        }
+    }
+    next > u64::from(range.last)
+}
+
 /// `chown` of `path` (not following a symlink) to `uid`:`uid`.
 pub fn give_to(path: &Path, uid: u32) -> Result<()> {
     std::os::unix::fs::lchown(path, Some(uid), Some(uid)).map_err(Error::io("give to the task uid", path))
@@ -348,6 +371,17 @@ mod tests {
         }
         let long = format!("{}-1", "9".repeat(5000));
         assert!(long.parse::<UidRange>().unwrap_err().len() < 200, "a long input is not echoed whole");
+    }
+
+    #[test]
+    fn a_range_must_be_mapped_in_the_user_namespace() {
+        let r = UidRange::DEFAULT;
+        assert!(range_is_mapped(r, "         0          0 4294967295\n"));
+        assert!(!range_is_mapped(r, "0 100000 65536\n"), "a rootless container's map");
+        assert!(range_is_mapped(UidRange { first: 10_000, last: 65_535 }, "0 100000 65536\n"));
+        assert!(range_is_mapped(r, "0 0 210000\n210000 500000 100000\n"), "two adjoining spans");
+        assert!(!range_is_mapped(r, "0 0 210000\n210001 500000 100000\n"), "a hole at 210000");
+        assert!(!range_is_mapped(r, ""));
     }
 
     #[test]
