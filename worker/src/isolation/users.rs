@@ -62,7 +62,7 @@ impl UidRange {
     pub const DEFAULT: UidRange = UidRange { first: 200_000, last: 265_535 };
 
     /// How many uids the range holds.
-    pub fn len(self) -> u64 {
+    pub fn count(self) -> u64 {
         u64::from(self.last) - u64::from(self.first) + 1
     }
 
@@ -230,12 +230,12 @@ impl Drop for TaskUser {
 fn preferred_offset(job: &JobId, range: UidRange) -> u64 {
     let b = job.as_bytes();
     let low = u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
-    low % range.len()
+    low % range.count()
 }
 
 /// The first uid from `first + offset` onwards (wrapping round the range) that is not `taken`.
 fn pick(range: UidRange, offset: u64, taken: impl Fn(u32) -> bool) -> Option<u32> {
-    let len = range.len();
+    let len = range.count();
     (0..len)
         .map(|i| (offset + i) % len)
         .filter_map(|o| u32::try_from(u64::from(range.first) + o).ok())
@@ -355,7 +355,7 @@ mod tests {
     #[test]
     fn uid_ranges_parse_and_bad_ones_are_named() {
         assert_eq!("200000-265535".parse::<UidRange>(), Ok(UidRange::DEFAULT));
-        assert_eq!(" 7 - 7 ".parse::<UidRange>().map(UidRange::len), Ok(1));
+        assert_eq!(" 7 - 7 ".parse::<UidRange>().map(UidRange::count), Ok(1));
         for (bad, says) in [
             ("200000", "\"200000\" is not a uid range: expected FIRST-LAST"),
             ("a-5", "the first uid \"a\" is not a number"),
