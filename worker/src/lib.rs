@@ -381,7 +381,8 @@ fn lock_data_dir(layout: &Layout) -> Result<std::fs::File> {
 fn task_users(config: &Config, layout: &Layout) -> Result<Arc<TaskUsers>> {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    let users = TaskUsers::resolve(config.task_user, config.task_uids, euid)?;
+    let users = TaskUsers::resolve(config.task_user, config.task_uids, euid)?
+        .with_locks(std::path::Path::new(isolation::UID_LOCKS))?;
     if let Some(range) = users.uid_range() {
         let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
         if !map.is_empty() && !isolation::range_is_mapped(range, &map) {

@@ -61,7 +61,8 @@ pub use parse::{
     parse_mountinfo, parse_procs, stat_start_time, v1_oom,
 };
 pub use users::{
-    TaskUser, TaskUserChoice, TaskUsers, UidRange, become_user, give_to, range_is_mapped, unsearchable_ancestor,
+    TaskUser, TaskUserChoice, TaskUsers, UID_LOCKS, UidRange, become_user, give_to, range_is_mapped,
+    unsearchable_ancestor,
 };
 
 /// The directory under each hierarchy's root that holds every worker's parent cgroup.

@@ -5,10 +5,10 @@
 //! dir, its key, its cache, or another job's work dirs, and cannot write the cache's files (they
 //! belong to the worker and are read-only). The uid of a job is chosen from its id (the same job
 //! gets the same uid on this worker while it has attempts here), probing onwards past uids that
-//! another job running here holds or that name an account of the system (`getpwuid`). The table
-//! of who holds which uid lives in the worker; when a job's last attempt here ends, every process
-//! still running as its uid is killed (so nothing a job left, even where no cgroup could be made,
-//! runs on under a uid another job may get next) and the uid is free again.
+//! another job running here holds, that another worker of this host holds (each held uid is
+//! `flock`ed in [`UID_LOCKS`]), or that name an account of the system (`getpwuid`). The table of
+//! who holds which uid lives in the worker; when a job's last attempt here ends, the uid is free
+//! again.
 //!
 //! A worker that is not root cannot change users: its tasks run as its own user, which the
 //! README's "Not protected" section spells out.
@@ -114,23 +114,50 @@ pub struct TaskUsers {
     held: Mutex<Held>,
     /// Whether a uid is an account of the system (skipped); `getpwuid` unless a test says.
     named: fn(u32) -> bool,
+    /// Where the workers of this host lock the uids they hold (`<dir>/<uid>`, `flock`), so
+    /// that two workers on one host never give one uid to two jobs; `None`: this worker only.
+    locks: Option<PathBuf>,
 }
+
+/// The host-wide directory of uid locks.
+pub const UID_LOCKS: &str = "/run/plexus/task-uids";
 
 #[derive(Debug, Default)]
 struct Held {
-    by_job: HashMap<JobId, (u32, u32)>,
+    by_job: HashMap<JobId, Hold>,
     by_uid: HashMap<u32, JobId>,
+}
+
+/// A job's uid, how many of its attempts run here, and the host-wide lock on the uid.
+#[derive(Debug)]
+struct Hold {
+    uid: u32,
+    attempts: u32,
+    _lock: Option<std::fs::File>,
 }
 
 impl TaskUsers {
     /// Tasks run as the worker's own user.
     pub fn worker() -> TaskUsers {
-        TaskUsers { range: None, held: Mutex::default(), named: has_account }
+        TaskUsers { range: None, held: Mutex::default(), named: has_account, locks: None }
     }
 
     /// Tasks run as a uid per job from `range`.
     pub fn range(range: UidRange) -> TaskUsers {
-        TaskUsers { range: Some(range), held: Mutex::default(), named: has_account }
+        TaskUsers { range: Some(range), held: Mutex::default(), named: has_account, locks: None }
+    }
+
+    /// The same, locking each uid it hands out in `dir` (created, 0700), against the other
+    /// workers of this host.
+    pub fn with_locks(mut self, dir: &Path) -> Result<TaskUsers> {
+        use std::os::unix::fs::PermissionsExt;
+        if self.range.is_some() {
+            std::fs::create_dir_all(dir).map_err(Error::io("create", dir))?;
+            let private = std::fs::Permissions::from_mode(0o700);
+            std::fs::set_permissions(dir, private).map_err(Error::io("set the mode of", dir))?;
+            self.locks = Some(dir.to_path_buf());
+        }
+        Ok(self)
     }
 
     /// What `choice` means for a worker whose effective uid is `euid`.
@@ -164,15 +191,23 @@ impl TaskUsers {
     pub fn acquire(self: &Arc<TaskUsers>, job: JobId) -> Result<TaskUser> {
         let Some(range) = self.range else { return Ok(TaskUser { users: Arc::clone(self), job, uid: None }) };
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((uid, n)) = held.by_job.get_mut(&job) {
-            *n += 1;
-            return Ok(TaskUser { users: Arc::clone(self), job, uid: Some(*uid) });
+        if let Some(h) = held.by_job.get_mut(&job) {
+            h.attempts += 1;
+            return Ok(TaskUser { users: Arc::clone(self), job, uid: Some(h.uid) });
         }
-        let taken = |uid: u32| held.by_uid.contains_key(&uid) || (self.named)(uid);
-        let Some(uid) = pick(range, preferred_offset(&job, range), taken) else {
+        let free = |uid: u32| {
+            if held.by_uid.contains_key(&uid) || (self.named)(uid) {
+                return None;
+            }
+            match &self.locks {
+                None => Some((uid, None)),
+                Some(dir) => lock_uid(dir, uid).map(|f| (uid, Some(f))),
+            }
+        };
+        let Some((uid, lock)) = pick(range, preferred_offset(&job, range), free) else {
             return Err(Error::NoTaskUid { range: range.to_string(), jobs: held.by_job.len() });
         };
-        held.by_job.insert(job, (uid, 1));
+        held.by_job.insert(job, Hold { uid, attempts: 1, _lock: lock });
         held.by_uid.insert(uid, job);
         debug!(%job, uid, "task uid taken");
         Ok(TaskUser { users: Arc::clone(self), job, uid: Some(uid) })
@@ -180,19 +215,15 @@ impl TaskUsers {
 
     fn release(&self, job: JobId) {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((uid, n)) = held.by_job.get_mut(&job) else { return };
-        *n -= 1;
-        if *n > 0 {
+        let Some(h) = held.by_job.get_mut(&job) else { return };
+        h.attempts -= 1;
+        if h.attempts > 0 {
             return;
         }
-        let uid = *uid;
-        // Under the lock: no other job can take the uid before what runs as it is gone.
-        let killed = kill_uid(uid);
-        if killed {
-            debug!(%job, uid, "task uid released");
+        if let Some(h) = held.by_job.remove(&job) {
+            held.by_uid.remove(&h.uid);
+            debug!(%job, uid = h.uid, "task uid released");
         }
-        held.by_job.remove(&job);
-        held.by_uid.remove(&uid);
     }
 
     /// The uids held now, by job (for tests).
@@ -233,13 +264,23 @@ fn preferred_offset(job: &JobId, range: UidRange) -> u64 {
     low % range.count()
 }
 
-/// The first uid from `first + offset` onwards (wrapping round the range) that is not `taken`.
-fn pick(range: UidRange, offset: u64, taken: impl Fn(u32) -> bool) -> Option<u32> {
+/// The first uid from `first + offset` onwards (wrapping round the range) that `free` takes.
+fn pick<T>(range: UidRange, offset: u64, mut free: impl FnMut(u32) -> Option<T>) -> Option<T> {
     let len = range.count();
-    (0..len)
-        .map(|i| (offset + i) % len)
-        .filter_map(|o| u32::try_from(u64::from(range.first) + o).ok())
-        .find(|&u| !taken(u))
+    (0..len).map(|i| (offset + i) % len).filter_map(|o| u32::try_from(u64::from(range.first) + o).ok()).find_map(free)
+}
+
+/// The lock of `uid` in `dir`, when no other worker of this host holds it.
+fn lock_uid(dir: &Path, uid: u32) -> Option<std::fs::File> {
+    let path = dir.join(uid.to_string());
+    let file = std::fs::File::options().write(true).create(true).truncate(false).open(&path);
+    match file {
+        Ok(f) => f.try_lock().ok().map(|()| f),
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "cannot open a task uid's lock; skipping the uid");
+            None
+        }
+    }
 }
 
 /// Whether `uid` names an account of this system (then a task must not run as it: it may own
@@ -252,32 +293,6 @@ fn has_account(uid: u32) -> bool {
     // SAFETY: every pointer is valid for the call, and `buf` for its length.
     let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result) };
     rc == 0 && !result.is_null()
-}
-
-/// SIGKILLs every process running as `uid`: a child takes the uid and signals everything it may
-/// (`kill(-1)`), which is exactly the processes of that uid. False when the child could not run.
-fn kill_uid(uid: u32) -> bool {
-    // SAFETY: between fork and _exit the child makes only async-signal-safe system calls.
-    unsafe {
-        let pid = libc::fork();
-        if pid < 0 {
-            warn!(uid, error = %std::io::Error::last_os_error(), "could not fork to kill a task uid's processes");
-            return false;
-        }
-        if pid == 0 {
-            if libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(uid) == 0 && libc::setuid(uid) == 0 {
-                libc::kill(-1, libc::SIGKILL);
-            }
-            libc::_exit(0);
-        }
-        let mut status = 0;
-        while libc::waitpid(pid, &mut status, 0) < 0 {
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                break;
-            }
-        }
-    }
-    true
 }
 
 /// Takes `uid` (gid the same, no supplementary groups) and forbids gaining privileges again
@@ -420,6 +435,25 @@ mod tests {
         let e = u.acquire(job(2));
         drop((b, c, d));
         assert_eq!(e.unwrap().uid(), Some(4000001001));
+    }
+
+    #[test]
+    fn two_workers_of_one_host_never_give_one_uid_to_two_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let on_host = || {
+            let mut u = TaskUsers::range("4000001000-4000001003".parse().unwrap()).with_locks(dir.path()).unwrap();
+            u.named = |_| false;
+            Arc::new(u)
+        };
+        let (w1, w2) = (on_host(), on_host());
+        // Jobs 1 and 5 prefer the same uid; each on a worker of its own.
+        let a = w1.acquire(job(1)).unwrap();
+        let b = w2.acquire(job(5)).unwrap();
+        assert_eq!((a.uid(), b.uid()), (Some(4000001001), Some(4000001002)));
+        // The same job on both workers: each worker's own choice, never one the other holds.
+        assert_eq!(w2.acquire(job(1)).unwrap().uid(), Some(4000001003));
+        drop(a);
+        assert_eq!(w2.acquire(job(1)).unwrap().uid(), Some(4000001001), "released by worker 1");
     }
 
     #[test]

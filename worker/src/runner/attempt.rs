@@ -21,8 +21,7 @@ impl Ctx {
     /// Runs a command (or collective) attempt to its end and returns its final report.
     pub(super) async fn run_command(&self, work: &Work, cancel: &CancellationToken) -> pb::TaskReport {
         let a = &work.attempt;
-        // The job's uid is held until the work dir is gone; releasing the last hold kills what
-        // still runs as it.
+        // The job's uid is held until the work dir is gone.
         let (user, refused) = match self.users.acquire(a.job) {
             Ok(u) => (Some(u), None),
             Err(e) => (None, Some(e)),
@@ -95,6 +94,11 @@ impl Ctx {
         if let Err(e) = materialised {
             return Outcome::failed(e, 0, NO_EXIT_CODE);
         }
+        if work.collective.is_none()
+            && let Err(e) = hand_over(dirs)
+        {
+            return Outcome::failed(e, 0, NO_EXIT_CODE);
+        }
 
         let started_at = now_ms();
         self.report_running(work, started_at, acct);
@@ -139,9 +143,8 @@ impl Ctx {
     }
 }
 
-/// Creates the work dir with empty `in/`, `out/` and `tmp/`. The work dir, `out/` and `tmp/` are
-/// the task's (its uid's, 0700: no other job's task can enter them); `in/` and what is placed in
-/// it stay the worker's, so the task cannot swap its inputs.
+/// Creates the work dir with empty `in/`, `out/` and `tmp/`, the worker's and 0700 until
+/// [`hand_over`]; `in/` and what is placed in it stay the worker's.
 async fn prepare_work_dir(dirs: &WorkDirs) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     // A leftover from a crashed earlier process must not leak files into this attempt.
@@ -152,11 +155,20 @@ async fn prepare_work_dir(dirs: &WorkDirs) -> Result<()> {
         tokio::fs::create_dir_all(d).await.map_err(Error::io("create work dir", d))?;
     }
     for d in [&dirs.root, &dirs.output, &dirs.tmp] {
-        if let Some(uid) = dirs.uid {
-            give_to(d, uid)?;
-        }
         let private = std::fs::Permissions::from_mode(0o700);
         tokio::fs::set_permissions(d, private).await.map_err(Error::io("set the mode of", d))?;
+    }
+    Ok(())
+}
+
+/// Gives the work dir, `out/` and `tmp/` to the task's uid, once the inputs are in place: until
+/// then no process of that uid can enter, so none can swap `in/` for a link while the worker
+/// writes there. (A collective runs no process: its dirs stay the worker's.)
+fn hand_over(dirs: &WorkDirs) -> Result<()> {
+    if let Some(uid) = dirs.uid {
+        for d in [&dirs.root, &dirs.output, &dirs.tmp] {
+            give_to(d, uid)?;
+        }
     }
     Ok(())
 }

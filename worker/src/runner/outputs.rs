@@ -18,7 +18,9 @@ impl Ctx {
     ///
     /// Moved first and checked after: `out/` is the task's, so whatever was checked there could
     /// be swapped (for a symbolic link to the worker's key, say) by another process of the task's
-    /// uid before the move; in `DIR/tmp/` nothing but the worker can touch it.
+    /// uid before the move; in `DIR/tmp/` nothing but the worker can touch it. `out/` itself is
+    /// opened without following a link, so a task that replaced it with one pointing elsewhere
+    /// makes the worker move nothing from there.
     pub(super) fn collect_outputs(
         &self,
         work: &Work,
@@ -29,17 +31,26 @@ impl Ctx {
     ) -> Result<Vec<pb::ObjectInfo>> {
         // All taken and checked first, so a failed attempt leaves nothing in the cache.
         let mut staged = Vec::with_capacity(work.outputs.len());
+        let first = work.outputs.first().cloned().unwrap_or_default();
+        let store_error = |name: &str, action, path: &Path, e| Error::StoreOutput {
+            name: name.to_string(),
+            source: Box::new(Error::Io { action, path: path.to_path_buf(), source: e }),
+        };
+        // `out/` lies in the task's work dir: it is opened without following a link the task may
+        // have put in its place, and outputs are taken relative to it (`renameat`).
+        let (out, tmp) = match (open_dir(out_dir), open_dir(&self.layout.tmp_dir())) {
+            (Ok(o), Ok(t)) => (o, t),
+            (Err(e), _) => return Err(store_error(&first, "open", out_dir, e)),
+            (_, Err(e)) => return Err(store_error(&first, "open", &self.layout.tmp_dir(), e)),
+        };
         for name in &work.outputs {
             let s = Staged(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-            match std::fs::rename(out_dir.join(name), &s.0) {
+            match rename_at(&out, name, &tmp, &s.0) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     return Err(Error::OutputMissing { name: name.clone() });
                 }
-                Err(e) => {
-                    let source = Box::new(Error::Io { action: "take", path: out_dir.join(name), source: e });
-                    return Err(Error::StoreOutput { name: name.clone(), source });
-                }
+                Err(e) => return Err(store_error(name, "take", &out_dir.join(name), e)),
             }
             match std::fs::symlink_metadata(&s.0) {
                 Ok(m) if m.is_file() => {}
@@ -69,6 +80,28 @@ impl Ctx {
         }
         Ok(infos)
     }
+}
+
+/// A directory opened for `*at` calls, refusing a symbolic link in its place.
+fn open_dir(dir: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY).open(dir)
+}
+
+/// `renameat(from_dir, name, to_dir, to's file name)`: moves the entry itself, whatever it is
+/// (a link is moved, not followed).
+fn rename_at(from_dir: &std::fs::File, name: &str, to_dir: &std::fs::File, to: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = |_| std::io::Error::from(std::io::ErrorKind::InvalidInput);
+    let from = std::ffi::CString::new(name).map_err(bad)?;
+    let to = std::ffi::CString::new(to.file_name().unwrap_or_default().as_bytes()).map_err(bad)?;
+    // SAFETY: both descriptors are open and both names NUL-terminated for the call.
+    let rc = unsafe { libc::renameat(from_dir.as_raw_fd(), from.as_ptr(), to_dir.as_raw_fd(), to.as_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The worker's effective uid and gid.
