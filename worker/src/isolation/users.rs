@@ -265,7 +265,7 @@ fn preferred_offset(job: &JobId, range: UidRange) -> u64 {
 }
 
 /// The first uid from `first + offset` onwards (wrapping round the range) that `free` takes.
-fn pick<T>(range: UidRange, offset: u64, mut free: impl FnMut(u32) -> Option<T>) -> Option<T> {
+fn pick<T>(range: UidRange, offset: u64, free: impl FnMut(u32) -> Option<T>) -> Option<T> {
     let len = range.count();
     (0..len).map(|i| (offset + i) % len).filter_map(|o| u32::try_from(u64::from(range.first) + o).ok()).find_map(free)
 }
