@@ -176,3 +176,26 @@ fn as_the_workers_user_a_consumer_appends_to_its_own_copy_only() {
     appending_to_an_input_changes_nothing_else(&c, &marks);
     assert_eq!(std::fs::read_to_string(marks.join("c1")).unwrap(), "appended\n");
 }
+
+/// A task that owns its work dir replaces `out/` with a link to the worker's `tls/` and declares
+/// `worker.key` its output, for the worker (root) to move the key into the cache, where `plexus
+/// get` would hand it out. The worker does not follow the link: the attempt fails, the key stays.
+#[test]
+fn a_task_cannot_make_the_worker_take_its_key_as_an_output() {
+    if !require::require(&[require::ROOT]) {
+        return;
+    }
+    let c = Cluster::start(ClusterConfig { workers: 1, ..Default::default() });
+    let key = c.worker_dir(0).join("tls/worker.key");
+    let before = std::fs::read(&key).unwrap();
+    let swap = format!("{DATA_DIR}; cd $PLEXUS_OUT/.. && mv out out.old && ln -s $d/tls out");
+    let src = format!(
+        "name = \"thief\"\n[[task]]\nname = \"t\"\ncpu = 0.5\nmax_retries = 0\noutputs = [\"worker.key\"]\ncommand = {swap:?}\n"
+    );
+    let job = c.submit("thief.toml", &src);
+    let st = c.wait_job(&job, Duration::from_secs(60));
+    assert_ne!(st.state, SUCCEEDED, "{st:?}");
+    assert_eq!(std::fs::read(&key).unwrap(), before, "the worker's key is where it was");
+    assert!(!c.worker_dir(0).join(format!("cache/{job}/t/0/worker.key")).exists());
+    assert!(c.plexus(&["workers"]).status.success());
+}

@@ -5,8 +5,9 @@
 //!
 //! 1. The job's task uid is taken ([`crate::isolation::TaskUsers`]: a uid per job when the worker
 //!    is root), and its work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` is created with empty
-//!    `in/`, `out/` and `tmp/`: the work dir, `out/` and `tmp/` belong to the task uid (0700),
-//!    `in/` to the worker.
+//!    `in/`, `out/` and `tmp/`, all the worker's (0700) until the inputs are in place; then the
+//!    work dir, `out/` and `tmp/` are given to the task uid (a command's: a collective runs no
+//!    process), and `in/` stays the worker's.
 //! 2. Inputs are materialised as `in/<task>/<rank>/<name>`, read-only to the task: hard links of
 //!    the cache's files when the task runs under a uid of its own (the worker owns them, mode
 //!    0444: the task can neither write nor chmod them), else reflinked or copied, so that the
