@@ -351,7 +351,12 @@ async fn shutdown_kills_running_process_groups() {
     let dir = tempfile::tempdir().unwrap();
     let worker = Worker::start(config(fake.url(), dir.path())).await.unwrap();
     let a = attempt(JobId::random(), "forever", 0);
-    let pid_file = dir.path().join("bg.pid");
+    // Where the task may write: a root worker runs it as a uid of its own.
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o1777))
+        .unwrap();
+    let pid_file = shared.join("bg.pid");
     let script = format!("sleep 100 & echo $! > '{}'; wait", pid_file.display());
     fake.send(pb::AssignmentBatch { assign: vec![command(&a, &script, &[])], cancel: vec![] }).await;
     let bg: i32 = wait_until("the background pid", || {
