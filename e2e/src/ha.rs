@@ -73,6 +73,7 @@ impl HaCluster {
     pub fn start(config: HaConfig) -> Result<HaCluster, LaunchError> {
         let etcd = EtcdCluster::start(config.etcd_members)?;
         let dir = tempfile::Builder::new().prefix("plexus-ha-").tempdir().expect("a temp dir");
+        crate::open_to_tasks(dir.path());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
         let bin = bin_dir();
         let launch = LocalCluster::builder(dir.path())

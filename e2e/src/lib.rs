@@ -26,6 +26,14 @@ use tonic::service::interceptor::InterceptedService;
 
 pub use plexus_launch::remove_worker_cgroups;
 
+/// Makes `dir` writable by the cluster's tasks, as `/tmp` is (sticky: none removes another's
+/// files). A root worker runs tasks as uids of their own; they must reach their work dirs under
+/// the cluster's directory, and tests have them write markers there.
+pub fn open_to_tasks(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).expect("chmod of a test dir");
+}
+
 /// Where the Plexus binaries are.
 pub fn bin_dir() -> PathBuf {
     if let Ok(d) = std::env::var("PLEXUS_BIN_DIR") {
@@ -122,6 +130,7 @@ impl Cluster {
     /// Starts a coordinator and the configured workers and waits until all workers are alive.
     pub fn start(config: ClusterConfig) -> Cluster {
         let dir = tempfile::Builder::new().prefix("plexus-e2e-").tempdir().expect("a temp dir");
+        open_to_tasks(dir.path());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
         let bin = bin_dir();
         let (http, coordinator_args) = http_of(&config.coordinator_args);
@@ -153,6 +162,15 @@ impl Cluster {
 
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
+    }
+
+    /// A directory `p` of the cluster's that its tasks may write in (markers, ledgers): a root
+    /// worker runs them as uids of their own, to whom the test's own directories are closed.
+    pub fn task_dir(&self, p: &str) -> PathBuf {
+        let dir = self.path(p);
+        std::fs::create_dir_all(&dir).expect("a task dir");
+        open_to_tasks(&dir);
+        dir
     }
 
     /// Starts (or restarts, on the same data dir and port) the coordinator.

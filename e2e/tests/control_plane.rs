@@ -87,8 +87,7 @@ fn fan_out_fan_in_job_computes_its_result() {
 #[test]
 fn coordinator_killed_mid_job_restarts_and_every_subtask_completes_once() {
     let mut c = Cluster::start(ClusterConfig::default());
-    let mark = c.path("marks");
-    std::fs::create_dir_all(&mark).unwrap();
+    let mark = c.task_dir("marks");
     let job_file = format!(
         r#"
 name = "durable"

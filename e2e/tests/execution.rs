@@ -156,8 +156,7 @@ fn gpu_tasks_see_only_their_own_devices() {
     let path = format!("{}:{}", fake.path().display(), std::env::var("PATH").unwrap_or_default());
     let c = Cluster::start(ClusterConfig { workers: 1, worker_env: vec![("PATH".into(), path)], ..Default::default() });
 
-    let dir = c.path("seen");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = c.task_dir("seen");
     // Each GPU replica writes what it sees, then waits for the other's file: they run together.
     let gpu = format!(
         "printf %s \"${{CUDA_VISIBLE_DEVICES-unset}}\" > {d}/g.$PLEXUS_RANK; printf %s \"$PLEXUS_GPUS\" > {d}/p.$PLEXUS_RANK; \

@@ -34,8 +34,7 @@ fn starts(dir: &Path, name: &str, n: u32) -> Vec<Option<u128>> {
 #[test]
 fn two_gangs_needing_three_of_four_workers_both_succeed_without_partial_starts() {
     let c = Cluster::start(ClusterConfig { workers: 4, cpus_per_worker: 1, ..Default::default() });
-    let marks = c.path("marks");
-    std::fs::create_dir_all(&marks).unwrap();
+    let marks = c.task_dir("marks");
     let a = c.submit("a.toml", &gang_job("a", &marks, 3, 3, "60s", 1.5));
     let b = c.submit("b.toml", &gang_job("b", &marks, 3, 3, "60s", 1.5));
     for (job, name) in [(&a, "a"), (&b, "b")] {
@@ -59,8 +58,7 @@ fn two_gangs_needing_three_of_four_workers_both_succeed_without_partial_starts()
 #[test]
 fn a_gang_that_cannot_fill_rolls_back_is_shown_and_runs_when_a_worker_joins() {
     let mut c = Cluster::start(ClusterConfig { workers: 3, cpus_per_worker: 1, ..Default::default() });
-    let marks = c.path("marks");
-    std::fs::create_dir_all(&marks).unwrap();
+    let marks = c.task_dir("marks");
     // A long task takes one of the three workers.
     let long = c.submit("long.toml", "name = \"long\"\n[[task]]\nname = \"l\"\ncpu = 1\ncommand = \"sleep 600\"\n");
     c.wait_for("the long task to run", Duration::from_secs(20), |c| {

@@ -136,6 +136,7 @@ fn a_killed_leader_is_replaced_within_the_lease_and_nothing_is_lost_or_done_twic
     };
     let markers = c.dir.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
+    plexus_e2e::open_to_tasks(&markers);
     let n = 1000;
     let job = c.try_submit("big.toml", &marker_job("big", n, &markers, "0.02")).expect("the job is accepted");
     let load = Submitter::start(&c);
@@ -185,6 +186,7 @@ fn a_paused_leader_is_fenced_steps_down_on_resume_and_nothing_is_done_twice() {
     };
     let markers = c.dir.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
+    plexus_e2e::open_to_tasks(&markers);
     let n = 200;
     let job = c.try_submit("paused.toml", &marker_job("paused", n, &markers, "0.05")).expect("accepted");
     c.wait_for("some of the job done", Duration::from_secs(60), |c| progress(c, &job).filter(|(s, _)| *s >= 20));
@@ -235,6 +237,7 @@ fn a_leader_that_hangs_for_good_is_passed_over_by_workers_old_and_new() {
     };
     let markers = c.dir.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
+    plexus_e2e::open_to_tasks(&markers);
     let n = 100;
     let job = c.try_submit("hung.toml", &marker_job("hung", n, &markers, "0.05")).expect("accepted");
     c.wait_for("some of the job done", Duration::from_secs(60), |c| progress(c, &job).filter(|(s, _)| *s >= 10));
@@ -263,6 +266,7 @@ fn an_etcd_member_killed_of_three_and_the_cluster_goes_on() {
     };
     let markers = c.dir.path().join("markers");
     std::fs::create_dir_all(&markers).unwrap();
+    plexus_e2e::open_to_tasks(&markers);
     let first = c.try_submit("a.toml", &marker_job("a", 100, &markers, "0.02")).expect("accepted");
     c.wait_for("some of the job done", Duration::from_secs(60), |c| progress(c, &first).filter(|(s, _)| *s >= 10));
     c.etcd.kill(0);
@@ -272,6 +276,7 @@ fn an_etcd_member_killed_of_three_and_the_cluster_goes_on() {
     // New work is accepted and runs with two members of three.
     let more = c.dir.path().join("more");
     std::fs::create_dir_all(&more).unwrap();
+    plexus_e2e::open_to_tasks(&more);
     let second = c.try_submit("b.toml", &marker_job("b", 50, &more, "0")).expect("accepted with a member down");
     let end = c.wait_job(&second, Duration::from_secs(120));
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}");

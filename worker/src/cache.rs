@@ -20,8 +20,9 @@
 //!   object's mtime on every access so this order survives restarts). Files whose path is not a
 //!   valid object id are ignored, never served.
 //!
-//! Cached files are made read-only because inputs are hard-linked into work directories: a
-//! subtask that tried to write to its input must not silently corrupt the cached object.
+//! Cached files are the worker's and read-only, in a directory only the worker can enter: inputs
+//! are hard-linked into work directories only for tasks under a uid of their own (which can
+//! neither write nor chmod them), and copied (or reflinked) otherwise (`runner::fetch`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;

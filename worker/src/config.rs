@@ -13,7 +13,7 @@ use plexus_dataplane::SchedulerKind;
 use plexus_proto::topology::{self, parse_label};
 
 use crate::error::{Error, Result};
-use crate::isolation::Choice;
+use crate::isolation::{Choice, TaskUserChoice, UidRange};
 use crate::node::{self, GpuSelection};
 
 /// The default object cache bound: large enough for typical intermediate data, small enough not to
@@ -100,6 +100,17 @@ pub struct Args {
     /// cgroup-v2, cgroup-v1 or process-group.
     #[arg(long, default_value = "auto")]
     pub isolation: Choice,
+
+    /// Who subtasks run as: auto (a uid of its own per job from --task-uids when the worker runs
+    /// as root, else the worker's user), range (the same; the worker must be root) or worker
+    /// (the worker's own user, root included).
+    #[arg(long, default_value = "auto")]
+    pub task_user: TaskUserChoice,
+
+    /// The uids (gid = uid) a root worker runs jobs' subtasks as, FIRST-LAST: one per job
+    /// running here. Uids that name an account of the system are skipped.
+    #[arg(long, default_value = "200000-265535", value_name = "FIRST-LAST")]
+    pub task_uids: UidRange,
 
     /// The cluster CA's certificate (ca.pem in the coordinator's data dir): the coordinator is
     /// checked against it when joining. Needed until the worker has joined.
@@ -191,6 +202,9 @@ pub struct Config {
     pub labels: BTreeMap<String, String>,
     /// How subtasks are confined.
     pub isolation: Choice,
+    /// Who subtasks run as, and the uids of `--task-uids`.
+    pub task_user: TaskUserChoice,
+    pub task_uids: UidRange,
     /// TLS and the join token, or `--insecure`.
     pub trust: crate::credentials::TrustConfig,
 }
@@ -230,6 +244,8 @@ impl Config {
             gpus: GpuSelection::All,
             labels: BTreeMap::new(),
             isolation: Choice::Auto,
+            task_user: TaskUserChoice::Auto,
+            task_uids: UidRange::DEFAULT,
             trust: crate::credentials::TrustConfig { insecure: true, ..Default::default() },
         }
     }
@@ -315,6 +331,8 @@ impl Args {
             gpus: self.gpus,
             labels,
             isolation: self.isolation,
+            task_user: self.task_user,
+            task_uids: self.task_uids,
             trust,
         })
     }
@@ -376,6 +394,14 @@ mod tests {
         );
         let e = parse(&["--isolation=chroot"]).unwrap_err().to_string();
         assert!(e.contains("unknown isolation \"chroot\""), "{e}");
+        let c = parse(&[]).unwrap();
+        assert_eq!((c.task_user, c.task_uids), (TaskUserChoice::Auto, UidRange::DEFAULT));
+        let c = parse(&["--task-user=worker", "--task-uids=5000-5999"]).unwrap();
+        assert_eq!((c.task_user, c.task_uids), (TaskUserChoice::Worker, UidRange { first: 5000, last: 5999 }));
+        let e = parse(&["--task-uids=5999-5000"]).unwrap_err().to_string();
+        assert!(e.contains("--task-uids") && e.contains("the first uid 5999 is above the last 5000"), "{e}");
+        let e = parse(&["--task-user=nobody"]).unwrap_err().to_string();
+        assert!(e.contains("--task-user") && e.contains("unknown task user \"nobody\""), "{e}");
     }
 
     #[test]

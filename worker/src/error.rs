@@ -226,6 +226,13 @@ pub enum Error {
     #[error("cancelled")]
     Cancelled,
 
+    /// Every uid of `--task-uids` is held by another job running on this worker (or names an
+    /// account of the system): the attempt cannot get a uid of its own.
+    #[error(
+        "no free task uid in --task-uids {range}: {jobs} job(s) running here hold the rest (or they name accounts of the system)"
+    )]
+    NoTaskUid { range: String, jobs: usize },
+
     /// The PeerService server failed.
     #[error("peer server: {0}")]
     Serve(#[source] tonic::transport::Error),
@@ -305,7 +312,7 @@ impl Error {
             Error::DataDirLocked { .. } => Code::FailedPrecondition,
             Error::PushUnauthenticated => Code::Unauthenticated,
             Error::PushUnchecked { .. } | Error::PushRefused { .. } => Code::PermissionDenied,
-            Error::OutOfMemory { .. } | Error::Busy { .. } => Code::ResourceExhausted,
+            Error::OutOfMemory { .. } | Error::Busy { .. } | Error::NoTaskUid { .. } => Code::ResourceExhausted,
             Error::Dataplane(_)
             | Error::Push { .. }
             | Error::Connect { .. }

@@ -13,8 +13,13 @@
 //! DIR/work/<job>/<task>/<rank>.<attempt>/          an attempt's working directory, removed after it
 //! DIR/work/<job>/<task>/<rank>.<attempt>/in/<task>/<rank>/<name>    its inputs ($PLEXUS_IN)
 //! DIR/work/<job>/<task>/<rank>.<attempt>/out/<name>                 its outputs ($PLEXUS_OUT)
+//! DIR/work/<job>/<task>/<rank>.<attempt>/tmp/                       its $TMPDIR
 //! DIR/logs/<job>/<task>/<rank>.<attempt>.out|.err  stdout / stderr of an attempt; kept
 //! ```
+//!
+//! Modes (set at start): DIR and `work/` 0711 (tasks under uids of their own reach their work
+//! dirs through them, and list nothing), `tls/`, `cache/`, `logs/`, `tmp/`, `procs/` 0700 and
+//! `lock` 0600; an attempt's work dir, `out/` and `tmp/` 0700, its task uid's.
 //!
 //! Every path component comes from a validated [`AttemptRef`] or [`ObjectId`] (job ids are
 //! `job-<hex>`, task and output names exclude `/` and leading dots), so nothing that arrives from

@@ -54,7 +54,7 @@ pub use error::{Error, Result};
 
 use crate::attempts::Attempts;
 use crate::cache::Cache;
-use crate::isolation::Isolation;
+use crate::isolation::{Isolation, TaskUsers};
 use crate::layout::Layout;
 use crate::node::{CpuSampler, GpuDevice, GpuSampler};
 use crate::peer::PeerServer;
@@ -103,6 +103,7 @@ impl Worker {
         let data_dir = std::path::absolute(&config.data_dir).map_err(Error::io("resolve", &config.data_dir))?;
         let layout = Layout::new(data_dir);
         std::fs::create_dir_all(layout.root()).map_err(Error::io("create", layout.root()))?;
+        let users = task_users(&config, &layout)?;
         // Before anything in the dir is touched: a second worker on it must not clear the first
         // one's work dirs, or register with its id.
         let lock = lock_data_dir(&layout)?;
@@ -138,7 +139,7 @@ impl Worker {
             (isolation::Mode::ProcessGroup, Some(_)) => {}
             (mode, _) => isolation.gaps().iter().for_each(|gap| warn!(%mode, "not enforced: {gap}")),
         }
-        match Worker::bring_up(config, coordinator, layout, lock, worker_id, Arc::clone(&isolation)).await {
+        match Worker::bring_up(config, coordinator, layout, lock, worker_id, Arc::clone(&isolation), users).await {
             Ok(w) => Ok(w),
             Err(e) => {
                 close_isolation(&isolation).await;
@@ -156,6 +157,7 @@ impl Worker {
         lock: std::fs::File,
         worker_id: WorkerId,
         isolation: Arc<Isolation>,
+        users: Arc<TaskUsers>,
     ) -> Result<Worker> {
         prepare_data_dir(&layout)?;
         // Before anything listens: a worker of a secure cluster serves peers only over TLS.
@@ -175,7 +177,7 @@ impl Worker {
             memory = capacity.memory, gpus = ?gpus_found.offered_indices(), gpu_links = capacity.gpu_links.len(),
             labels = ?config.labels, gpus_present = gpus_found.detected, cache_bytes = capacity.cache_bytes,
             rails = ?capacity.rails, rail_scheduler = %config.rail_scheduler, isolation = %isolation.mode(),
-            "worker starting"
+            tasks_run_as = users.describe(), "worker starting"
         );
 
         let shutdown = CancellationToken::new();
@@ -203,7 +205,8 @@ impl Worker {
             gpus_found.node_gpus(),
         )
         .with_peer_tls(credentials.as_ref().map(credentials::Credentials::peer_client_tls))
-        .with_counters(Arc::clone(&counters));
+        .with_counters(Arc::clone(&counters))
+        .with_task_users(users);
         let sources =
             metrics::Sources { counters, rails: Arc::clone(&rails), cache: cache.clone(), gpus: Arc::clone(&gpus) };
         let metrics_addr = serve_metrics(config.metrics, sources, &shutdown).await;
@@ -372,9 +375,45 @@ fn lock_data_dir(layout: &Layout) -> Result<std::fs::File> {
     Ok(file)
 }
 
-/// Creates the data dir's directories and clears what a previous process left half-done.
+/// Who subtasks run as (`--task-user`, `--task-uids`). Tasks under uids of their own must reach
+/// their work dirs below the data dir: a directory on the way that other users cannot search
+/// is refused here, with what to do, rather than failing every task.
+fn task_users(config: &Config, layout: &Layout) -> Result<Arc<TaskUsers>> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let users = TaskUsers::resolve(config.task_user, config.task_uids, euid)?
+        .with_locks(std::path::Path::new(isolation::UID_LOCKS))?;
+    if let Some(range) = users.uid_range() {
+        let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        if !map.is_empty() && !isolation::range_is_mapped(range, &map) {
+            return Err(Error::Config(format!(
+                "--task-uids {range}: not every uid of the range is mapped in this user namespace \
+                 (/proc/self/uid_map: {:?}), so tasks could not take them; pass --task-uids within the \
+                 mapped uids, or --task-user worker",
+                map.split_whitespace().collect::<Vec<_>>().join(" ")
+            )));
+        }
+        if let Some((dir, mode)) = isolation::unsearchable_ancestor(layout.root()) {
+            return Err(Error::Config(format!(
+                "tasks run as uids {range} (a uid per job: the worker runs as root), and they could not reach \
+                 their work dirs under {}: {} is mode {mode:o}, which other users cannot search; \
+                 make it searchable (chmod o+x {}), choose a data dir elsewhere, or run tasks as the worker's \
+                 user (--task-user worker)",
+                layout.root().display(),
+                dir.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(Arc::new(users))
+}
+
+/// Creates the data dir's directories and clears what a previous process left half-done. The
+/// data dir and the work root are searchable but not listable by others (tasks under their own
+/// uids reach their work dirs through them); everything else is the worker's alone.
 fn prepare_data_dir(layout: &Layout) -> Result<()> {
-    for dir in [layout.root().to_path_buf(), layout.cache_dir(), layout.logs_root()] {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [layout.root().to_path_buf(), layout.cache_dir(), layout.logs_root(), layout.tls_dir()] {
         std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
     }
     // Work dirs and partial downloads belong to attempts of an earlier process, which the
@@ -386,6 +425,24 @@ fn prepare_data_dir(layout: &Layout) -> Result<()> {
             Err(e) => warn!(dir = %dir.display(), error = %e, "could not clear a leftover directory"),
         }
         std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
+    }
+    let modes = [
+        (layout.root().to_path_buf(), 0o711),
+        (layout.work_root(), 0o711),
+        (layout.tls_dir(), 0o700),
+        (layout.cache_dir(), 0o700),
+        (layout.logs_root(), 0o700),
+        (layout.tmp_dir(), 0o700),
+        (layout.pid_records_dir(), 0o700),
+        (layout.lock_file(), 0o600),
+    ];
+    for (path, mode) in modes {
+        match std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::Io { action: "set the mode of", path, source: e });
+            }
+            _ => {}
+        }
     }
     // A marker a killed process left says nothing about this one.
     let _ = std::fs::remove_file(layout.registered_file());

@@ -167,6 +167,10 @@ async fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 fn config(coordinator: String, dir: &Path) -> Config {
+    // Searchable by others: a root worker's tasks run as uids of their own and reach their work
+    // dirs through it.
+    std::fs::set_permissions(dir, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711))
+        .unwrap();
     let mut c = Config::new(coordinator, dir);
     c.cache_bytes = 1 << 30;
     c
@@ -347,7 +351,12 @@ async fn shutdown_kills_running_process_groups() {
     let dir = tempfile::tempdir().unwrap();
     let worker = Worker::start(config(fake.url(), dir.path())).await.unwrap();
     let a = attempt(JobId::random(), "forever", 0);
-    let pid_file = dir.path().join("bg.pid");
+    // Where the task may write: a root worker runs it as a uid of its own.
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o1777))
+        .unwrap();
+    let pid_file = shared.join("bg.pid");
     let script = format!("sleep 100 & echo $! > '{}'; wait", pid_file.display());
     fake.send(pb::AssignmentBatch { assign: vec![command(&a, &script, &[])], cancel: vec![] }).await;
     let bg: i32 = wait_until("the background pid", || {

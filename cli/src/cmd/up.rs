@@ -59,6 +59,7 @@ pub async fn run(args: &UpArgs) -> anyhow::Result<ExitCode> {
         .detach_from_terminal()
         .terminate_coordinators(true)
         .stop_grace(STOP_GRACE)
+        .worker_args(task_user_args(&args.dir))
         .build()?;
     let result = run_cluster(&mut cluster, args, &mut signals).await;
     // Stopping blocks until the children exit; on a thread of its own, so this runtime goes on
@@ -207,6 +208,32 @@ async fn wait_for_workers(
             }
             _ = tokio::time::sleep(POLL) => {}
         }
+    }
+}
+
+/// The workers' `--task-user`: their default (as root, a uid per job) unless, as root, the
+/// cluster's directory lies below one that other users cannot search (a home directory, say):
+/// tasks under uids of their own could not reach their work dirs, so they run as the workers'
+/// user, which `up` says.
+fn task_user_args(dir: &Path) -> Vec<&'static str> {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return vec![];
+    }
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let closed = dir.ancestors().find(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 == 0));
+    match closed {
+        Some(d) => {
+            note(&format!(
+                "{} is not searchable by other users, so tasks run as root, not as a uid per job \
+                 (chmod o+x {} or start the cluster elsewhere to confine them)",
+                d.display(),
+                d.display()
+            ));
+            vec!["--task-user", "worker"]
+        }
+        None => vec![],
     }
 }
 

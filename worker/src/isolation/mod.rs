@@ -36,6 +36,7 @@
 //! - `parse`: the pure parts (mount table, limits, OOM counters, pid records, `/proc` texts);
 //! - `cgroup`: the mechanism on the file system (create, limit, kill, remove; process groups);
 //! - `confinement`: one attempt's [`Confinement`];
+//! - `users`: who a subtask runs as ([`TaskUsers`]: a uid per job when the worker is root);
 //! - this file: [`Mode`], [`Choice`], and [`Isolation`], which chooses the mechanism, reaps
 //!   leftovers and confines attempts. The other files never import this one.
 
@@ -44,6 +45,7 @@ mod confinement;
 mod parse;
 #[cfg(test)]
 pub(crate) mod tests;
+mod users;
 
 use std::path::PathBuf;
 
@@ -57,6 +59,10 @@ pub use confinement::Confinement;
 pub use parse::{
     CPU_PERIOD_US, Limits, Mounts, PidRecord, V1_CONTROLLERS, group_is_ours, lists_controller, oom_kills,
     parse_mountinfo, parse_procs, stat_start_time, v1_oom,
+};
+pub use users::{
+    TaskUser, TaskUserChoice, TaskUsers, UID_LOCKS, UidRange, become_user, give_to, range_is_mapped,
+    unsearchable_ancestor,
 };
 
 /// The directory under each hierarchy's root that holds every worker's parent cgroup.

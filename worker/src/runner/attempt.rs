@@ -10,6 +10,7 @@ use tracing::{info, warn};
 
 use crate::cache::Pin;
 use crate::error::{Error, Result};
+use crate::isolation::{TaskUser, give_to};
 use crate::logs::{REPORT_TAIL_BYTES, iteration_times, tail_or_empty};
 
 use super::command::ProcessEnd;
@@ -20,10 +21,18 @@ impl Ctx {
     /// Runs a command (or collective) attempt to its end and returns its final report.
     pub(super) async fn run_command(&self, work: &Work, cancel: &CancellationToken) -> pb::TaskReport {
         let a = &work.attempt;
-        let dirs = WorkDirs::new(self.layout.work_dir(a));
+        // The job's uid is held until the work dir is gone.
+        let (user, refused) = match self.users.acquire(a.job) {
+            Ok(u) => (Some(u), None),
+            Err(e) => (None, Some(e)),
+        };
+        let dirs = WorkDirs::new(self.layout.work_dir(a), user.as_ref().and_then(TaskUser::uid));
         let mut acct = Accounting::default();
         let mut pins = Vec::new();
-        let outcome = self.execute(work, &dirs, cancel, &mut acct, &mut pins).await;
+        let outcome = match refused {
+            Some(e) => Outcome::failed(e, 0, NO_EXIT_CODE),
+            None => self.execute(work, &dirs, cancel, &mut acct, &mut pins).await,
+        };
         let (out_log, err_log) = self.layout.log_files(a);
         let stdout_tail = tail_or_empty(&out_log, REPORT_TAIL_BYTES).await;
         let (iter_ms, iters) = iteration_times(&stdout_tail);
@@ -45,6 +54,9 @@ impl Ctx {
         };
         drop(pins);
         remove_dir(dirs.root).await;
+        if let Err(e) = tokio::task::spawn_blocking(move || drop(user)).await {
+            warn!(attempt = %a, error = %e, "releasing the task uid failed");
+        }
         let slot = match outcome.state {
             pb::SubtaskState::Succeeded => Some(0),
             pb::SubtaskState::Failed => Some(1),
@@ -82,6 +94,11 @@ impl Ctx {
         if let Err(e) = materialised {
             return Outcome::failed(e, 0, NO_EXIT_CODE);
         }
+        if work.collective.is_none()
+            && let Err(e) = hand_over(dirs)
+        {
+            return Outcome::failed(e, 0, NO_EXIT_CODE);
+        }
 
         let started_at = now_ms();
         self.report_running(work, started_at, acct);
@@ -103,7 +120,7 @@ impl Ctx {
                 ProcessEnd::Ended(outcome) => return outcome,
             },
         };
-        match self.collect_outputs(work, &dirs.output, acct, pins) {
+        match self.collect_outputs(work, &dirs.output, dirs.uid, acct, pins) {
             Ok(outputs) => Outcome::succeeded(started_at, exit_code, outputs),
             Err(e) => Outcome::failed(e, started_at, failed_exit_code),
         }
@@ -126,13 +143,32 @@ impl Ctx {
     }
 }
 
+/// Creates the work dir with empty `in/`, `out/` and `tmp/`, the worker's and 0700 until
+/// [`hand_over`]; `in/` and what is placed in it stay the worker's.
 async fn prepare_work_dir(dirs: &WorkDirs) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     // A leftover from a crashed earlier process must not leak files into this attempt.
     if tokio::fs::symlink_metadata(dirs.root()).await.is_ok() {
         remove_dir(dirs.root().to_path_buf()).await;
     }
-    for d in [&dirs.input, &dirs.output] {
+    for d in [&dirs.input, &dirs.output, &dirs.tmp] {
         tokio::fs::create_dir_all(d).await.map_err(Error::io("create work dir", d))?;
+    }
+    for d in [&dirs.root, &dirs.output, &dirs.tmp] {
+        let private = std::fs::Permissions::from_mode(0o700);
+        tokio::fs::set_permissions(d, private).await.map_err(Error::io("set the mode of", d))?;
+    }
+    Ok(())
+}
+
+/// Gives the work dir, `out/` and `tmp/` to the task's uid, once the inputs are in place: until
+/// then no process of that uid can enter, so none can swap `in/` for a link while the worker
+/// writes there. (A collective runs no process: its dirs stay the worker's.)
+fn hand_over(dirs: &WorkDirs) -> Result<()> {
+    if let Some(uid) = dirs.uid {
+        for d in [&dirs.root, &dirs.output, &dirs.tmp] {
+            give_to(d, uid)?;
+        }
     }
     Ok(())
 }

@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::error::{Error, Result};
-use crate::isolation::{Confinement, Isolation, Limits, join_cgroups, kill_group};
+use crate::isolation::{Confinement, Isolation, Limits, become_user, join_cgroups, kill_group};
 use crate::layout::Layout;
 
 use super::context::{Ctx, NO_EXIT_CODE, Outcome, WorkDirs, sleep_until};
-use super::environment::task_env;
+use super::environment::{WORKER_ONLY_ENV, account_env, task_env};
 use super::validation::Work;
 
 /// How a command's process ended.
@@ -104,7 +104,7 @@ impl Ctx {
     }
 
     /// Starts the command in the work dir with its environment, in its own process group, joining
-    /// its cgroups (if any) between fork and exec.
+    /// its cgroups (if any) and then taking the task uid (if any) between fork and exec.
     fn spawn(
         &self,
         work: &Work,
@@ -117,6 +117,7 @@ impl Ctx {
         cmd.args(&work.argv[1..])
             .current_dir(dirs.root())
             .envs(task_env(work, &self.gpus, &dirs.input, &dirs.output))
+            .envs(account_env(work, &dirs.root, &dirs.tmp, dirs.uid))
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -125,12 +126,23 @@ impl Ctx {
             .process_group(0)
             // A backstop in case this future is dropped: the leader at least does not leak.
             .kill_on_drop(true);
+        for k in WORKER_ONLY_ENV {
+            cmd.env_remove(k);
+        }
         let cgroups = confinement.procs_files();
-        if !cgroups.is_empty() {
-            // SAFETY: `join_cgroups` only makes async-signal-safe system calls on memory prepared
-            // before the fork, as code between fork and exec must.
+        let uid = dirs.uid;
+        if !cgroups.is_empty() || uid.is_some() {
+            // SAFETY: `join_cgroups` and `become_user` only make async-signal-safe system calls
+            // on memory prepared before the fork, as code between fork and exec must. The
+            // cgroups are joined first: writing `cgroup.procs` takes root.
             unsafe {
-                cmd.pre_exec(move || join_cgroups(&cgroups));
+                cmd.pre_exec(move || {
+                    join_cgroups(&cgroups)?;
+                    match uid {
+                        Some(uid) => become_user(uid),
+                        None => Ok(()),
+                    }
+                });
             }
         }
         cmd.spawn().map_err(|source| Error::Spawn { program: program.clone(), source })

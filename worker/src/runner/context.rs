@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::attempts::Attempts;
 use crate::cache::Cache;
 use crate::error::Error;
-use crate::isolation::Isolation;
+use crate::isolation::{Isolation, TaskUsers};
 use crate::layout::Layout;
 
 use super::environment::NodeGpus;
@@ -36,19 +36,24 @@ pub(super) struct Ctx {
     pub(super) peer_tls: Option<tonic::transport::ClientTlsConfig>,
     /// What `/metrics` reports of the runner's work.
     pub(super) counters: Arc<crate::metrics::Counters>,
+    /// Who commands run as.
+    pub(super) users: Arc<TaskUsers>,
 }
 
-/// An attempt's work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` and its `in/` and `out/`.
+/// An attempt's work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` and its `in/`, `out/` and
+/// `tmp/` (the task's `TMPDIR`), and the uid the task runs as (`None`: the worker's).
 #[derive(Debug)]
 pub(super) struct WorkDirs {
     pub(super) root: PathBuf,
     pub(super) input: PathBuf,
     pub(super) output: PathBuf,
+    pub(super) tmp: PathBuf,
+    pub(super) uid: Option<u32>,
 }
 
 impl WorkDirs {
-    pub(super) fn new(root: PathBuf) -> WorkDirs {
-        WorkDirs { input: root.join("in"), output: root.join("out"), root }
+    pub(super) fn new(root: PathBuf, uid: Option<u32>) -> WorkDirs {
+        WorkDirs { input: root.join("in"), output: root.join("out"), tmp: root.join("tmp"), root, uid }
     }
 
     /// Where an input lives under `in/`: `<task>/<rank>/<name>`.

@@ -69,3 +69,22 @@ pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> 
     set(&mut env, "PLEXUS_IN", in_dir.display().to_string());
     env
 }
+
+/// Variables of the worker's own environment that its tasks do not inherit: the join token
+/// buys a worker certificate.
+pub const WORKER_ONLY_ENV: [&str; 2] = ["PLEXUS_JOIN_TOKEN", "PLEXUS_JOIN_TOKEN_FILE"];
+
+/// The account variables of a task, each unless the job's `env` sets it: `TMPDIR` is the
+/// attempt's own `tmp/`; under a uid of its own (`uid`), `HOME` is the work dir (the worker's
+/// home is not the task's to write) and `USER`/`LOGNAME` are `plexus-<uid>` (the uid names no
+/// account, and programs that ask for the user's name read these first).
+pub fn account_env(work: &Work, root: &Path, tmp: &Path, uid: Option<u32>) -> Vec<(String, String)> {
+    let mut env = vec![("TMPDIR".to_string(), tmp.display().to_string())];
+    if let Some(uid) = uid {
+        env.push(("HOME".into(), root.display().to_string()));
+        env.push(("USER".into(), format!("plexus-{uid}")));
+        env.push(("LOGNAME".into(), format!("plexus-{uid}")));
+    }
+    env.retain(|(k, _)| !work.env.iter().any(|(key, _)| key == k));
+    env
+}

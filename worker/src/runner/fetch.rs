@@ -1,5 +1,5 @@
-//! The fetch stage: every input linked into the work dir from the cache, after fetching the ones
-//! not cached from the first holder that can serve them (over the data plane when it has rails,
+//! The fetch stage: every input placed in the work dir from the cache, read-only to the task
+//! (see [`place_input`]), after fetching the ones not cached from the first holder that can serve them (over the data plane when it has rails,
 //! else as a gRPC stream). Inputs stay pinned in the cache until the attempt's report is built.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use super::context::{Accounting, Ctx, WorkDirs};
 use super::validation::Input;
 
 impl Ctx {
-    /// Links every input into `in/<task>/<rank>/<name>`, fetching the ones not cached.
+    /// Places every input at `in/<task>/<rank>/<name>`, fetching the ones not cached.
     pub(super) async fn materialise(
         &self,
         inputs: &[Input],
@@ -25,7 +25,7 @@ impl Ctx {
         for input in inputs {
             let dest = dirs.input_path(&input.task, input.rank, &input.name);
             let cached = match self.cache.pin(&input.id) {
-                Some(pin) => match link_or_copy(&self.cache.path(&input.id), &dest) {
+                Some(pin) => match place_input(&self.cache.path(&input.id), &dest, dirs.uid.is_some()) {
                     Ok(()) => {
                         self.counters.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         Some(pin)
@@ -44,11 +44,8 @@ impl Ctx {
                 Some(pin) => pin,
                 None => {
                     let pin = self.fetch(input, acct).await?;
-                    link_or_copy(&self.cache.path(&input.id), &dest).map_err(|source| Error::PlaceInput {
-                        object: input.id.clone(),
-                        dest: dest.clone(),
-                        source,
-                    })?;
+                    place_input(&self.cache.path(&input.id), &dest, dirs.uid.is_some())
+                        .map_err(|source| Error::PlaceInput { object: input.id.clone(), dest: dest.clone(), source })?;
                     pin
                 }
             };
@@ -144,7 +141,13 @@ impl Drop for TempFile {
     }
 }
 
-fn link_or_copy(src: &Path, dest: &Path) -> std::io::Result<()> {
+/// Places a cached object at `dest` read-only to the task, never handing the task the cache's
+/// inode to change. A task under a uid of its own (`own_uid`) gets a hard link (free) when the
+/// cached file is the worker's and read-only: the task is not its owner, so it can neither write
+/// nor chmod it. Otherwise (the task runs as the worker's user, who owns the cache) it gets a
+/// reflink where the file system has them, else a copy, mode 0444.
+fn place_input(src: &Path, dest: &Path, own_uid: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     if let Some(dir) = dest.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -152,8 +155,32 @@ fn link_or_copy(src: &Path, dest: &Path) -> std::io::Result<()> {
         // The same input listed twice: it is already in place.
         return Ok(());
     }
-    // A hard link costs nothing; across file systems (or where links are refused) copy instead.
-    std::fs::hard_link(src, dest).or_else(|_| std::fs::copy(src, dest).map(|_| ()))
+    let meta = std::fs::symlink_metadata(src)?;
+    // SAFETY: geteuid has no preconditions.
+    let ours_read_only = meta.uid() == unsafe { libc::geteuid() } && meta.mode() & 0o222 == 0;
+    if own_uid && ours_read_only && std::fs::hard_link(src, dest).is_ok() {
+        return Ok(());
+    }
+    if reflink(src, dest).is_err() {
+        let _ = std::fs::remove_file(dest);
+        std::fs::copy(src, dest)?;
+    }
+    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o444))
+}
+
+/// `dest` made a reflink of `src` (`FICLONE`: the same blocks, copied on write), where the file
+/// system can (btrfs, XFS); an error otherwise.
+fn reflink(src: &Path, dest: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let from = std::fs::File::open(src)?;
+    let to = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(dest)?;
+    // SAFETY: both descriptors are open for the duration of the call.
+    let rc = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE, from.as_raw_fd()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A collective member's input, as materialised in its work dir.

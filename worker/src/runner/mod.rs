@@ -3,19 +3,28 @@
 //!
 //! An attempt of a command goes through these steps, each of which can end it:
 //!
-//! 1. Its work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` is created with empty `in/` and `out/`.
-//! 2. Inputs are materialised as `in/<task>/<rank>/<name>`: hard-linked from the cache (copied when
-//!    linking fails), after fetching them from the first holder that can serve them when they are
-//!    not cached. They stay pinned in the cache until the attempt's final report is built.
+//! 1. The job's task uid is taken ([`crate::isolation::TaskUsers`]: a uid per job when the worker
+//!    is root), and its work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` is created with empty
+//!    `in/`, `out/` and `tmp/`, all the worker's (0700) until the inputs are in place; then the
+//!    work dir, `out/` and `tmp/` are given to the task uid (a command's: a collective runs no
+//!    process), and `in/` stays the worker's.
+//! 2. Inputs are materialised as `in/<task>/<rank>/<name>`, read-only to the task: hard links of
+//!    the cache's files when the task runs under a uid of its own (the worker owns them, mode
+//!    0444: the task can neither write nor chmod them), else reflinked or copied, so that the
+//!    cache's inode is never the task's to change. Inputs not cached are fetched first from the
+//!    first holder that can serve them; they stay pinned in the cache until the attempt's final
+//!    report is built.
 //! 3. Only now is RUNNING reported (with `started_at`), then the process is spawned in its own
 //!    process group and its own confinement ([`crate::isolation`]: a cgroup with the cpu and
-//!    memory requests as limits, or a recorded process group), with the environment of
-//!    [`task_env`], stdout/stderr going to the log files.
+//!    memory requests as limits, or a recorded process group), as the task uid (taken after the
+//!    child joined its cgroups), with the environment of [`task_env`], stdout/stderr going to the
+//!    log files.
 //! 4. The process ends, times out, or is cancelled; in every case everything still in its cgroup
 //!    (or process group) is then SIGKILLed, so that nothing a command started — background
 //!    processes, daemons — outlives its attempt. A command that died while its cgroup counted an
 //!    OOM kill failed with `killed: out of memory (limit …)`.
-//! 5. On exit 0 every declared output must be a regular file in `out/`; they move into the cache.
+//! 5. On exit 0 every declared output is first moved out of the task's reach (into `DIR/tmp/`),
+//!    then must be a regular file; they become the worker's, read-only, and move into the cache.
 //! 6. The final report carries the tails of the logs and the fetch/eviction accounting, and the
 //!    work dir is removed (the logs stay).
 //!
@@ -65,7 +74,7 @@ use tracing::{debug, info, warn};
 
 use crate::attempts::Attempts;
 use crate::cache::Cache;
-use crate::isolation::Isolation;
+use crate::isolation::{Isolation, TaskUsers};
 use crate::layout::Layout;
 
 use context::Ctx;
@@ -100,6 +109,7 @@ impl Runner {
                 gpus,
                 peer_tls: None,
                 counters: Arc::default(),
+                users: Arc::new(TaskUsers::worker()),
             }),
         }
     }
@@ -111,6 +121,16 @@ impl Runner {
         match Arc::get_mut(&mut self.ctx) {
             Some(ctx) => ctx.counters = counters,
             None => tracing::error!("Runner::with_counters called after the runner was shared; not applied"),
+        }
+        self
+    }
+
+    /// The same runner running commands as `users` says (a uid per job, or the worker's user;
+    /// by default the worker's). Call before any assignment.
+    pub fn with_task_users(mut self, users: Arc<TaskUsers>) -> Runner {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.users = users,
+            None => tracing::error!("Runner::with_task_users called after the runner was shared; not applied"),
         }
         self
     }
