@@ -43,11 +43,11 @@ fn assert_each_once(markers: &Path, n: u32) {
     for r in 0..n {
         match std::fs::read_to_string(markers.join(r.to_string())) {
             Ok(s) if s.lines().count() == 1 => {}
-            Ok(s) => twice.push((r, s.lines().count())),
+            Ok(s) => twice.push((r, s.lines().map(str::to_string).collect::<Vec<_>>())),
             Err(_) => missing.push(r),
         }
     }
-    assert!(twice.is_empty(), "subtasks completed more than once (rank, times): {twice:?}");
+    assert!(twice.is_empty(), "subtasks completed more than once (rank, the attempts that completed it): {twice:?}");
     assert!(missing.is_empty(), "subtasks that never completed: {missing:?}");
 }
 
