@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use super::cluster::ChaosCluster;
@@ -99,27 +100,19 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Fault> {
     let total: u32 = kinds.iter().map(|k| k.1).sum();
     let mut out = Vec::new();
     let every = shape.every.as_millis() as u64;
+    // Every kind once first, in a seeded order, so a short run meets each; then by weight.
+    let mut first: Vec<FaultKind> = kinds.iter().map(|k| k.0).collect();
+    first.shuffle(&mut rng);
     let mut t = Duration::from_millis(rng.random_range(every / 2..=every * 3 / 2));
     while t < shape.duration {
-        let mut pick = rng.random_range(0..total);
-        let kind = kinds
-            .iter()
-            .find(|(_, w)| {
-                if pick < *w {
-                    true
-                } else {
-                    pick -= w;
-                    false
-                }
-            })
-            .map(|k| k.0)
-            .expect("a weight was drawn");
+        let kind = if out.len() < first.len() { first[out.len()] } else { weighted(&mut rng, &kinds, total) };
         let (target, hold_ms) = match kind {
             FaultKind::KillWorker => (rng.random_range(0..shape.workers), rng.random_range(500..4_000)),
             // Past the coordinator's heartbeat timeout (3 s) about half of the time.
             FaultKind::StopWorker => (rng.random_range(0..shape.workers), rng.random_range(1_000..8_000)),
             FaultKind::KillCoordinator => (rng.random_range(0..shape.coordinators), rng.random_range(500..3_000)),
-            FaultKind::StopCoordinator => (rng.random_range(0..shape.coordinators), rng.random_range(1_000..8_000)),
+            // Past the 7 s pause that once made a coordinator evict every worker, now and then.
+            FaultKind::StopCoordinator => (rng.random_range(0..shape.coordinators), rng.random_range(1_000..10_000)),
             FaultKind::KillEtcd => (rng.random_range(0..shape.etcd_members), rng.random_range(1_000..6_000)),
             FaultKind::DiskFull => (0, rng.random_range(2_000..10_000)),
         };
@@ -128,6 +121,18 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Fault> {
         t += hold + Duration::from_millis(rng.random_range(every / 2..=every * 3 / 2));
     }
     out
+}
+
+/// A kind drawn by weight.
+fn weighted(rng: &mut StdRng, kinds: &[(FaultKind, u32)], total: u32) -> FaultKind {
+    let mut pick = rng.random_range(0..total);
+    for (k, w) in kinds {
+        if pick < *w {
+            return *k;
+        }
+        pick -= w;
+    }
+    kinds[kinds.len() - 1].0
 }
 
 fn inject(c: &mut ChaosCluster, f: &Fault) -> Result<(), String> {
@@ -216,8 +221,9 @@ mod tests {
         for w in a.windows(2) {
             assert!(w[0].at + w[0].hold < w[1].at, "{w:?}");
         }
+        // Every kind comes once among the first six.
         for k in FaultKind::ALL {
-            assert!(a.iter().any(|f| f.kind == k), "{k:?} never drawn in 600 s");
+            assert!(a[..FaultKind::ALL.len()].iter().any(|f| f.kind == k), "{k:?} not among the first faults");
         }
     }
 

@@ -119,10 +119,12 @@ fn dag(rng: &mut StdRng, ledger: &Path, token: Token) -> (String, Vec<Expected>)
     let replicas = rng.random_range(1..=3u32);
     let size = rng.random_range(1..=64usize) << 10;
     let mut expected = Vec::new();
+    // Some attempts outlive a worker's heartbeat timeout (3 s), so a worker declared lost while
+    // they run shows whether they are fenced.
     let mut text = task(
         "gen",
         ledger,
-        rng.random_range(2..=10),
+        rng.random_range(2..=40),
         &format!("yes \"{}/$PLEXUS_RANK\" | head -c {size} > $PLEXUS_OUT/out", token("gen", 0).trim_end_matches("/0")),
         &format!("replicas = {replicas}\noutputs = [\"out\"]"),
     );
@@ -169,7 +171,7 @@ fn gang(rng: &mut StdRng, ledger: &Path, token: Token) -> (String, Vec<Expected>
     let text = task(
         "member",
         ledger,
-        rng.random_range(3..=15),
+        rng.random_range(5..=40),
         &format!("yes \"{prefix}/$PLEXUS_RANK\" | head -c 2000 > $PLEXUS_OUT/out"),
         &format!("replicas = {members}\nmin_members = {members}\noutputs = [\"out\"]"),
     );
