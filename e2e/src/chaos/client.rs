@@ -18,6 +18,11 @@ const CALL: Duration = Duration::from_secs(10);
 /// How long one `plexus get` may take (a few MiB over loopback).
 const GET: Duration = Duration::from_secs(60);
 
+/// A JobService client presenting the admin token.
+type Service = JobServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>;
+/// One call on a [`Service`], boxed so [`Client::call`] can make it again on another coordinator.
+type Call<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, tonic::Status>>>>;
+
 /// Where the cluster is and how to talk to it; cheap to clone into another thread.
 #[derive(Clone, Debug)]
 pub struct Access {
@@ -56,11 +61,7 @@ impl Client {
         &self.access
     }
 
-    fn connect(
-        &self,
-        i: usize,
-    ) -> Option<JobServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>>
-    {
+    fn connect(&self, i: usize) -> Option<Service> {
         let tls = plexus_security::tls::client(&self.access.ca, plexus_security::tls::COORDINATOR_NAME, None);
         let endpoint = tonic::transport::Endpoint::from_shared(self.access.urls[i].clone())
             .ok()?
@@ -77,9 +78,7 @@ impl Client {
     /// answers other than UNAVAILABLE (a standby, or one that cannot be reached).
     fn call<T, F>(&mut self, call: F) -> Result<T, tonic::Status>
     where
-        F: Fn(
-            JobServiceClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>>,
-        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, tonic::Status>>>>,
+        F: Fn(Service) -> Call<T>,
     {
         let n = self.access.urls.len();
         let mut last = tonic::Status::unavailable("no coordinator could be reached");
