@@ -23,6 +23,24 @@ type Service = JobServiceClient<tonic::service::interceptor::InterceptedService<
 /// One call on a [`Service`], boxed so [`Client::call`] can make it again on another coordinator.
 type Call<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, tonic::Status>>>>;
 
+/// Why a call did not succeed.
+#[derive(Debug)]
+pub enum CallError {
+    /// A coordinator that serves answered with this refusal.
+    Refused(tonic::Status),
+    /// No coordinator served: unreachable, paused, a standby, or the call timed out.
+    Unserved(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Refused(s) => write!(f, "refused: {:?}: {}", s.code(), s.message()),
+            CallError::Unserved(why) => write!(f, "no coordinator served: {why}"),
+        }
+    }
+}
+
 /// Where the cluster is and how to talk to it; cheap to clone into another thread.
 #[derive(Clone, Debug)]
 pub struct Access {
@@ -76,12 +94,12 @@ impl Client {
 
     /// Runs `call` against the coordinators, the last one that answered first, until one
     /// answers other than UNAVAILABLE (a standby, or one that cannot be reached).
-    fn call<T, F>(&mut self, call: F) -> Result<T, tonic::Status>
+    fn call<T, F>(&mut self, call: F) -> Result<T, CallError>
     where
         F: Fn(Service) -> Call<T>,
     {
         let n = self.access.urls.len();
-        let mut last = tonic::Status::unavailable("no coordinator could be reached");
+        let mut last = "no coordinator could be reached".to_string();
         for k in 0..n {
             let i = (self.preferred + k) % n;
             let Some(c) = self.connect(i) else { continue };
@@ -92,17 +110,17 @@ impl Client {
                     return Ok(v);
                 }
                 Ok(Err(s)) if s.code() != tonic::Code::Unavailable && s.code() != tonic::Code::Unknown => {
-                    return Err(s);
+                    return Err(CallError::Refused(s));
                 }
-                Ok(Err(s)) => last = s,
-                Err(_) => last = tonic::Status::deadline_exceeded("the call timed out"),
+                Ok(Err(s)) => last = s.message().to_string(),
+                Err(_) => last = format!("the call took over {CALL:?}"),
             }
         }
-        Err(last)
+        Err(CallError::Unserved(last))
     }
 
     /// Submits a job file's text; the job id once a coordinator acknowledged it.
-    pub fn submit(&mut self, filename: &str, source: &str) -> Result<String, tonic::Status> {
+    pub fn submit(&mut self, filename: &str, source: &str) -> Result<String, CallError> {
         let req = pb::SubmitJobRequest {
             source: source.into(),
             format: String::new(),
@@ -116,7 +134,7 @@ impl Client {
     }
 
     /// The job's state; `Err` when no coordinator answered.
-    pub fn state(&mut self, id: &str) -> Result<JobState, tonic::Status> {
+    pub fn state(&mut self, id: &str) -> Result<JobState, CallError> {
         let req = pb::GetJobRequest { job_id: id.into(), subtasks: false };
         let r = self.call(move |mut c| {
             let req = req.clone();
@@ -130,13 +148,13 @@ impl Client {
                     .map(|s| s.as_str_name().to_string())
                     .unwrap_or_else(|_| j.state.to_string()),
             )),
-            Err(s) if s.code() == tonic::Code::NotFound => Ok(JobState::Unknown),
+            Err(CallError::Refused(s)) if s.code() == tonic::Code::NotFound => Ok(JobState::Unknown),
             Err(s) => Err(s),
         }
     }
 
     /// How many workers the serving coordinator counts alive.
-    pub fn live_workers(&mut self) -> Result<usize, tonic::Status> {
+    pub fn live_workers(&mut self) -> Result<usize, CallError> {
         let workers = self.call(|mut c| {
             Box::pin(async move { c.list_workers(pb::ListWorkersRequest {}).await.map(|r| r.into_inner().workers) })
         })?;

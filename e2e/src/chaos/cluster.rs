@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use plexus_launch::{EtcdCluster, LocalCluster, Store};
 
-use super::Config;
 use super::client::Access;
 
 /// The size of the tmpfs under worker 0's data dir: room for its cache (see [`CACHE`]) and the
@@ -41,24 +40,25 @@ fn mount_tmpfs(dir: &Path, size_mb: u64) -> Result<(), String> {
 }
 
 impl ChaosCluster {
-    /// Starts etcd (with `--ha`), the coordinators and the workers under `dir`.
-    pub fn start(config: &Config, dir: &Path, bin: &Path) -> Result<ChaosCluster, String> {
-        let etcd = if config.ha {
-            Some(EtcdCluster::start(3).map_err(|e| format!("starting 3 etcd members: {e}"))?)
-        } else {
-            None
-        };
+    /// Starts etcd and `coordinators` coordinators on it (with `ha`; else one on sled), and
+    /// `workers` workers, under `dir`.
+    pub fn start(
+        ha: bool,
+        coordinators: usize,
+        workers: usize,
+        dir: &Path,
+        bin: &Path,
+    ) -> Result<ChaosCluster, String> {
+        let etcd =
+            if ha { Some(EtcdCluster::start(3).map_err(|e| format!("starting 3 etcd members: {e}"))?) } else { None };
         let store = etcd.as_ref().map(|e| Store::Etcd(e.url())).unwrap_or_default();
-        let mut builder = LocalCluster::builder(dir).bin_dir(bin).store(store).coordinators(if config.ha {
-            config.coordinators.max(2)
-        } else {
-            1
-        });
-        if config.ha {
+        let coordinators = if ha { coordinators.max(2) } else { 1 };
+        let mut builder = LocalCluster::builder(dir).bin_dir(bin).store(store).coordinators(coordinators);
+        if ha {
             builder = builder.lease_ttl_s(2);
         }
         let launch = builder
-            .workers(config.workers)
+            .workers(workers)
             .cpus(Some(2))
             .cache(Some(CACHE))
             .worker_args(["--memory", "2GiB", "--metrics", "none"])

@@ -122,7 +122,8 @@ pub fn run(config: &Config, bin: &Path) -> Result<Report, String> {
     let ledger_dir = dir.path().join("ledger");
     open_up(dir.path(), &ledger_dir)?;
     let ledger = ledger_dir.join("ledger");
-    let cluster = ChaosCluster::start(config, &dir.path().join("cluster"), bin)?;
+    let cluster =
+        ChaosCluster::start(config.ha, config.coordinators, config.workers, &dir.path().join("cluster"), bin)?;
     let mut client = Client::new(cluster.access(bin)?);
     wait_serving(&mut client, config.workers)?;
     let mut report = Report {
@@ -211,12 +212,7 @@ fn stream(
                 }
                 Err(e) => {
                     report.unacknowledged += 1;
-                    eprintln!(
-                        "chaos: {:>7.1}s submitting {} failed: {}",
-                        start.elapsed().as_secs_f64(),
-                        plan.name,
-                        e.message()
-                    );
+                    eprintln!("chaos: {:>7.1}s submitting {} failed: {}", start.elapsed().as_secs_f64(), plan.name, e);
                 }
             }
         }
