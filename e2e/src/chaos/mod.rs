@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use client::{Client, JobState};
+use client::{CallError, Client, JobState};
 use cluster::ChaosCluster;
 use jobs::JobPlan;
 use report::{Mismatch, Report};
@@ -200,19 +200,32 @@ fn stream(
     let mut rng = StdRng::seed_from_u64(config.seed);
     let mut tracked: Vec<Tracked> = Vec::new();
     let mut n = 0u64;
+    // A job no coordinator answered for is submitted again (the same job, so the stream stays
+    // the seed's): had it been accepted, its duplicate only costs work.
+    let mut next: Option<JobPlan> = None;
     while start.elapsed() < config.duration {
         let running = tracked.iter().filter(|t| t.state == JobState::Running).count();
         if running < config.max_in_flight {
-            let plan = jobs::plan(n, config.seed, &mut rng, ledger);
-            n += 1;
+            let plan = next.take().unwrap_or_else(|| {
+                n += 1;
+                jobs::plan(n - 1, config.seed, &mut rng, ledger)
+            });
             match client.submit(&format!("{}.toml", plan.name), &plan.source) {
                 Ok(id) => {
                     report.submitted += 1;
                     tracked.push(Tracked { plan, id, state: JobState::Running, checked: None });
                 }
-                Err(e) => {
+                Err(CallError::Unserved(_)) => {
                     report.unacknowledged += 1;
-                    eprintln!("chaos: {:>7.1}s submitting {} failed: {}", start.elapsed().as_secs_f64(), plan.name, e);
+                    next = Some(plan);
+                }
+                Err(e) => {
+                    report.refused += 1;
+                    eprintln!(
+                        "chaos: {:>7.1}s submitting {} was refused: {e}",
+                        start.elapsed().as_secs_f64(),
+                        plan.name
+                    );
                 }
             }
         }

@@ -26,8 +26,11 @@ pub struct Report {
     pub duration_s: u64,
     pub settle_s: u64,
     pub submitted: usize,
-    /// Submissions no coordinator acknowledged (during a fault): not tracked further.
+    /// Submissions no coordinator answered (during a fault): each submitted again.
     pub unacknowledged: usize,
+    /// Submissions a serving coordinator refused (a job the cluster cannot run: a bug of the
+    /// stream, or of the coordinator).
+    pub refused: usize,
     pub succeeded: usize,
     pub failed: usize,
     /// Failed jobs: (job id, name, state).
@@ -151,7 +154,8 @@ impl Report {
             let _ = writeln!(s, "{name:<58} {value:>8}  {must:<8}  {verdict}");
         };
         row("jobs submitted (acknowledged)", self.submitted.to_string(), "", "");
-        row("submissions not acknowledged (during a fault)", self.unacknowledged.to_string(), "", "");
+        row("submissions no coordinator answered (tried again)", self.unacknowledged.to_string(), "", "");
+        row("submissions refused", self.refused.to_string(), "", "");
         row("jobs ended: succeeded", self.succeeded.to_string(), "", "");
         row("jobs ended: failed", self.failed.to_string(), "", "");
         row("jobs lost (acknowledged, then unknown)", self.lost.len().to_string(), "0", ok(!self.lost.is_empty()));
