@@ -149,7 +149,7 @@ impl Report {
                 writeln!(s, "  ({failed_faults} faults could not be injected or healed cleanly: see the run's output)");
         }
         let ok = |bad: bool| if bad { "VIOLATED" } else { "ok" };
-        let _ = writeln!(s, "\n{:<58} {:>8}  {:<8}  {}", "invariant", "value", "must be", "verdict");
+        let _ = writeln!(s, "\n{:<58} {:>8}  {:<8}  verdict", "invariant", "value", "must be");
         let mut row = |name: &str, value: String, must: &str, verdict: &str| {
             let _ = writeln!(s, "{name:<58} {value:>8}  {must:<8}  {verdict}");
         };
