@@ -14,6 +14,10 @@
 //! lost one. The assertion is not weakened for either: until those land, this test fails and
 //! its table says which invariant, with the seed.
 //!
+//! On the main of 2026-11-27 (before fencing) it fails as expected, seed 29: two subtasks ran
+//! twice at once, both while a worker was `SIGSTOP`'d past the heartbeat timeout (declared lost,
+//! its attempts placed again while the originals ran on).
+//!
 //! The disk-full fault needs root (a tmpfs); without it the run leaves that fault out and the
 //! table says why.
 
