@@ -208,7 +208,7 @@ fn stream(
         if running < config.max_in_flight {
             let plan = next.take().unwrap_or_else(|| {
                 n += 1;
-                jobs::plan(n - 1, config.seed, &mut rng, ledger)
+                jobs::plan(n - 1, config.seed, config.workers, &mut rng, ledger)
             });
             match client.submit(&format!("{}.toml", plan.name), &plan.source) {
                 Ok(id) => {
