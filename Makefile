@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live fmt clippy lint clean \
+.PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live bench-chaos fmt clippy lint clean \
         images compose-up compose-down compose-test ha-demo demo-fanout python-client
 
 all: build
@@ -75,6 +75,13 @@ bench-control: release deps
 # fan-out/fan-in jobs; mean and p95 job completion time per placer (about 8 minutes).
 bench-placement-live: release deps
 	$(CARGO) run --release -p plexus-bench --bin placement-live
+
+# The reliability benchmark: 3 minutes of a seeded stream of jobs (DAGs, gangs, an allreduce, MiB
+# outputs) under seeded faults (kill -9 / SIGSTOP of workers and the coordinator, a full disk), then
+# the invariant table; exits 1 on a violation, naming the seed. CHAOS_ARGS passes more flags
+# (`--ha` for etcd and 3 coordinators, `--seed N`, `--duration S`).
+bench-chaos: release deps
+	$(CARGO) run --release -p plexus-bench --bin chaos -- $(CHAOS_ARGS)
 
 # Container images of the compose cluster (docker-compose.yml): the base image (debootstrapped and
 # imported once when no registry has it), then plexus-coordinator and plexus-worker from this

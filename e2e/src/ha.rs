@@ -311,9 +311,14 @@ impl Drop for HaCluster {
         // Workers, their leftover cgroups, then the coordinators (continued if paused, and
         // killed), all before etcd under them goes with the fields.
         self.launch.stop();
-        if std::env::var_os("PLEXUS_KEEP_TEST_DIR").is_some() {
+        // A failed test keeps its logs (the etcd members' copied beside the coordinators' and
+        // workers'), and says where.
+        if std::thread::panicking() || std::env::var_os("PLEXUS_KEEP_TEST_DIR").is_some() {
+            for i in 0..self.config.etcd_members {
+                let _ = std::fs::copy(self.etcd.log_path(i), self.dir.path().join(format!("etcd-{i}.log")));
+            }
             let p = self.dir.path().to_path_buf();
-            eprintln!("keeping {}", p.display());
+            eprintln!("keeping the cluster's logs and data in {}", p.display());
             std::mem::forget(std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir")));
         }
     }

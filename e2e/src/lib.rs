@@ -11,6 +11,7 @@
 //! first (`cargo build --workspace --bins`, which `make test` does), or point `PLEXUS_BIN_DIR`
 //! at them.
 
+pub mod chaos;
 pub mod etcd;
 pub mod ha;
 
