@@ -193,7 +193,13 @@ pub struct Config {
     pub isolation: Choice,
     /// TLS and the join token, or `--insecure`.
     pub trust: crate::credentials::TrustConfig,
+    /// The program each command attempt runs under ([`crate::shim`]): this worker's own
+    /// executable, [`SELF_EXE`]; a process that embeds the worker names the `plexus-worker` binary.
+    pub supervisor: PathBuf,
 }
+
+/// The running executable, even when its file was replaced on disk since it started.
+pub const SELF_EXE: &str = "/proc/self/exe";
 
 /// `--metrics`: an address, or `none`.
 #[derive(Clone, Debug, PartialEq)]
@@ -231,6 +237,7 @@ impl Config {
             labels: BTreeMap::new(),
             isolation: Choice::Auto,
             trust: crate::credentials::TrustConfig { insecure: true, ..Default::default() },
+            supervisor: PathBuf::from(SELF_EXE),
         }
     }
 }
@@ -316,6 +323,7 @@ impl Args {
             labels,
             isolation: self.isolation,
             trust,
+            supervisor: PathBuf::from(SELF_EXE),
         })
     }
 }

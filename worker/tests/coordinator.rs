@@ -169,6 +169,8 @@ async fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 fn config(coordinator: String, dir: &Path) -> Config {
     let mut c = Config::new(coordinator, dir);
     c.cache_bytes = 1 << 30;
+    // In-process: the test binary is no worker; attempts run under the real one's supervisor.
+    c.supervisor = env!("CARGO_BIN_EXE_plexus-worker").into();
     c
 }
 
