@@ -201,7 +201,7 @@ impl Drop for Netns {
     fn drop(&mut self) {
         // Deleting the namespace deletes its end of the veth pair, and the pair with it.
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
-        let _ = Command::new("ip").args(["link", "del", &self.host_if]).status();
+        let _ = Command::new("ip").args(["link", "del", &self.host_if]).stderr(std::process::Stdio::null()).status();
     }
 }
 
