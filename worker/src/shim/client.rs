@@ -12,8 +12,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::watch;
 use tracing::debug;
 
-use super::SHIM_ARG;
-use super::protocol::{Spec, Status, renew_line};
+use super::protocol::{SHIM_ARG, Spec, Status, renew_line};
 
 /// A running shim and its command.
 #[derive(Debug)]

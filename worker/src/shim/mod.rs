@@ -38,8 +38,5 @@ mod protocol;
 mod serve;
 
 pub use client::Supervisor;
-pub use protocol::{Spec, Status};
+pub use protocol::{SHIM_ARG, Spec, Status};
 pub use serve::main;
-
-/// The first argument that makes the worker's executable a shim.
-pub const SHIM_ARG: &str = "--plexus-attempt-shim";

@@ -4,6 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::isolation::KillTarget;
 
+/// The first argument that makes the worker's executable a shim.
+pub const SHIM_ARG: &str = "--plexus-attempt-shim";
+
 /// What the shim runs and guards: the first line the worker writes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spec {
