@@ -106,11 +106,6 @@ pub enum Error {
     #[error("the coordinator closed the assignment stream")]
     StreamClosed,
 
-    /// The worker's lease with the coordinator ran out (it was paused, or cut off): its attempts
-    /// were fenced and it must register again.
-    #[error("the lease with the coordinator ran out; the running attempts were fenced")]
-    LeaseExpired,
-
     /// A peer asked for an object this worker does not hold.
     #[error("object {object} is not in the cache of this worker")]
     ObjectNotFound { object: ObjectId },
@@ -317,7 +312,6 @@ impl Error {
             | Error::NoCoordinator
             | Error::Reregister
             | Error::StreamClosed
-            | Error::LeaseExpired
             | Error::Communicator(_)
             | Error::Collective { .. } => Code::Unavailable,
             // Another service's answer keeps its code: a peer's NOT_FOUND stays NOT_FOUND.

@@ -292,15 +292,14 @@ impl Session {
         }
     }
 
-    /// Before anything is sent on a connection: a lease that ran out (the worker was paused, or
-    /// cut off) fences first and ends the connection, so that nothing is reported as running
-    /// that may run elsewhere already.
-    fn check_lease(&self) -> Result<()> {
+    /// Before anything is sent: a lease that ran out (the worker was paused, or cut off) fences
+    /// first, so that nothing is reported as running that may run elsewhere already. The
+    /// connection goes on: a heartbeat the coordinator still accepts renews the lease, and one it
+    /// refuses (it gave the worker up) makes the worker register again.
+    fn fence_if_expired(&self) {
         if self.lease.expired() {
             self.fence();
-            return Err(Error::LeaseExpired);
         }
-        Ok(())
     }
 
     /// One connection, to its end.
@@ -342,9 +341,7 @@ impl Session {
 
         // A worker that resumes after its lease ran out lists its attempts only once they are
         // fenced: it must never report as running what may run elsewhere already.
-        if self.lease.expired() {
-            self.fence();
-        }
+        self.fence_if_expired();
         let known = self.attempts.known();
         let request = pb::RegisterRequest {
             worker_id: self.worker_id.to_string(),
@@ -391,7 +388,6 @@ impl Session {
             r = self.assignments(stream) => r,
             r = self.heartbeats(client.clone(), interval, hb_timeout, lease_length) => r,
             r = self.reports(client.clone()) => r,
-            () = self.lease_lapsed() => self.check_lease().and(Err(Error::LeaseExpired)),
         }
     }
 
@@ -400,7 +396,7 @@ impl Session {
             let Some(batch) = stream.message().await.map_err(Error::rpc("Assignments"))? else {
                 return Err(Error::StreamClosed);
             };
-            self.check_lease()?;
+            self.fence_if_expired();
             if !batch.assign.is_empty() || !batch.cancel.is_empty() {
                 debug!(assign = batch.assign.len(), cancel = batch.cancel.len(), "assignment batch");
             }
@@ -426,7 +422,7 @@ impl Session {
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            self.check_lease()?;
+            self.fence_if_expired();
             let sent_at = boot_ms();
             let request = pb::HeartbeatRequest {
                 worker_id: self.worker_id.to_string(),
@@ -447,7 +443,7 @@ impl Session {
     ) -> Result<std::convert::Infallible> {
         loop {
             self.attempts.reports_ready().await;
-            self.check_lease()?;
+            self.fence_if_expired();
             let Some(batch) = self.attempts.take_batch() else { continue };
             let request = pb::ReportTasksRequest {
                 worker_id: self.worker_id.to_string(),
