@@ -74,6 +74,9 @@ pub struct ClusterConfig {
     /// How long workers get between SIGTERM and SIGKILL when the cluster stops (they kill their
     /// subtasks' process groups in that time).
     pub stop_grace: Duration,
+    /// Where the coordinator's gRPC side listens (default 127.0.0.1; another address for workers
+    /// in a network namespace of their own).
+    pub listen_ip: std::net::IpAddr,
 }
 
 impl Default for ClusterConfig {
@@ -91,6 +94,7 @@ impl Default for ClusterConfig {
             worker_env: vec![],
             insecure: false,
             stop_grace: Duration::from_secs(3),
+            listen_ip: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         }
     }
 }
@@ -138,6 +142,7 @@ impl Cluster {
         let launch = LocalCluster::builder(dir.path())
             .bin_dir(&bin)
             .insecure(config.insecure)
+            .listen_ip(config.listen_ip)
             .placer(Some(&config.placer))
             .heartbeat_timeout_ms(config.heartbeat_timeout_ms)
             .http(http)
@@ -306,6 +311,11 @@ impl Cluster {
     pub fn freeze_worker(&self, i: usize) {
         assert!(self.launch.worker_pid(i).is_some(), "worker {i} is running");
         self.launch.signal_worker(i, libc::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP worker {i}: {e}"));
+    }
+
+    /// `kill -CONT` worker `i`: a frozen worker resumes.
+    pub fn thaw_worker(&self, i: usize) {
+        self.launch.signal_worker(i, libc::SIGCONT).unwrap_or_else(|e| panic!("SIGCONT worker {i}: {e}"));
     }
 
     fn client(&self) -> JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>> {

@@ -84,6 +84,7 @@ pub struct Builder {
     workers: usize,
     first_worker: usize,
     insecure: bool,
+    listen_ip: IpAddr,
     port: u16,
     http: Http,
     placer: Option<String>,
@@ -117,6 +118,7 @@ impl Builder {
             workers: 0,
             first_worker: 0,
             insecure: false,
+            listen_ip: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             port: 0,
             http: Http::Off,
             placer: None,
@@ -186,6 +188,13 @@ impl Builder {
     /// No TLS and no tokens (`--insecure` everywhere). Default: secure, as the product is.
     pub fn insecure(mut self, insecure: bool) -> Self {
         self.insecure = insecure;
+        self
+    }
+
+    /// The address the coordinators' gRPC side listens on (default 127.0.0.1): another, for
+    /// workers in a network namespace of their own to reach them over a veth.
+    pub fn listen_ip(mut self, ip: IpAddr) -> Self {
+        self.listen_ip = ip;
         self
     }
 
@@ -450,7 +459,7 @@ impl LocalCluster {
         };
         args.extend([
             "--listen".into(),
-            format!("127.0.0.1:{}", self.coordinators[i].port).into(),
+            SocketAddr::new(c.listen_ip, self.coordinators[i].port).to_string().into(),
             "--http".into(),
             http.into(),
             "--data-dir".into(),

@@ -51,6 +51,8 @@ struct Inner {
     recent: VecDeque<AttemptRef>,
     recent_set: HashSet<AttemptRef>,
     pending: VecDeque<Report>,
+    /// Active attempts the worker fenced ([`Attempts::fence`]) → why, until they finish.
+    fenced: HashMap<AttemptRef, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +135,7 @@ impl Attempts {
         {
             let mut inner = self.lock();
             inner.active.remove(a);
+            inner.fenced.remove(a);
             inner.remember_finished(a);
             inner.pending.push_back(Report { attempt: a.clone(), is_final: true, msg: report });
         }
@@ -148,6 +151,27 @@ impl Attempts {
             }
             None => false,
         }
+    }
+
+    /// Fencing ([`crate::lease`]): cancels every active attempt, recording `why` as the reason
+    /// its report gives. Returns how many attempts it cancelled.
+    pub fn fence(&self, why: &str) -> usize {
+        let mut inner = self.lock();
+        let Inner { active, fenced, .. } = &mut *inner;
+        let mut n = 0;
+        for (a, token) in active.iter() {
+            if !token.is_cancelled() {
+                token.cancel();
+                fenced.insert(a.clone(), why.to_string());
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Why an active attempt was fenced, if it was.
+    pub fn fenced(&self, a: &AttemptRef) -> Option<String> {
+        self.lock().fenced.get(a).cloned()
     }
 
     /// Attempts running or being prepared.
@@ -315,6 +339,23 @@ mod tests {
         assert_eq!(attempts.known().len(), 2);
         attempts.take_batch().unwrap().ack();
         assert!(attempts.known().is_empty());
+    }
+
+    #[test]
+    fn fencing_cancels_every_active_attempt_and_says_why() {
+        let attempts = Attempts::new(CancellationToken::new());
+        let job = JobId::random();
+        let (a, b, c) = (attempt(job, 0), attempt(job, 1), attempt(job, 2));
+        let (ta, tb) = (attempts.begin(&a).unwrap(), attempts.begin(&b).unwrap());
+        assert!(attempts.cancel(&b), "b was cancelled by the coordinator before");
+        attempts.complete_at_once(&c, report(&c, pb::SubtaskState::Succeeded));
+        assert_eq!(attempts.fence("fenced: lease"), 1);
+        assert!(ta.is_cancelled() && tb.is_cancelled());
+        assert_eq!(attempts.fenced(&a).as_deref(), Some("fenced: lease"));
+        assert_eq!(attempts.fenced(&b), None, "a cancel the coordinator asked for stays one");
+        attempts.finish(&a, report(&a, pb::SubtaskState::Cancelled));
+        assert_eq!(attempts.fenced(&a), None);
+        assert_eq!(attempts.fence("again"), 0, "nothing left to fence");
     }
 
     #[test]

@@ -207,7 +207,13 @@ pub struct Config {
     pub task_uids: UidRange,
     /// TLS and the join token, or `--insecure`.
     pub trust: crate::credentials::TrustConfig,
+    /// The program each command attempt runs under ([`crate::shim`]): this worker's own
+    /// executable, [`SELF_EXE`]; a process that embeds the worker names the `plexus-worker` binary.
+    pub supervisor: PathBuf,
 }
+
+/// The running executable, even when its file was replaced on disk since it started.
+pub const SELF_EXE: &str = "/proc/self/exe";
 
 /// `--metrics`: an address, or `none`.
 #[derive(Clone, Debug, PartialEq)]
@@ -247,6 +253,7 @@ impl Config {
             task_user: TaskUserChoice::Auto,
             task_uids: UidRange::DEFAULT,
             trust: crate::credentials::TrustConfig { insecure: true, ..Default::default() },
+            supervisor: PathBuf::from(SELF_EXE),
         }
     }
 }
@@ -334,6 +341,7 @@ impl Args {
             task_user: self.task_user,
             task_uids: self.task_uids,
             trust,
+            supervisor: PathBuf::from(SELF_EXE),
         })
     }
 }

@@ -17,7 +17,10 @@
 //! - [`attempts`]: which attempts this process knows, and the batched report queue.
 //! - [`runner`]: running an assignment (built-in kinds and commands).
 //! - [`session`]: the coordinator connection (register, assignments, heartbeats, reports) and
-//!   its reconnect loop.
+//!   its reconnect loop; it renews the [`lease`] and fences attempts when the lease runs out.
+//! - [`lease`]: the worker's lease with its coordinator, on the boot clock.
+//! - [`shim`]: each command attempt's supervisor, which kills it when the worker dies or its
+//!   lease runs out.
 //!
 //! [`run`] ties these together: [`Worker::start`] locks the data dir, kills what a previous
 //! process on it left running, then brings everything up; [`Worker::shutdown`] kills every
@@ -31,12 +34,14 @@ pub mod error;
 pub mod exchange;
 pub mod isolation;
 pub mod layout;
+pub mod lease;
 pub mod logs;
 pub mod metrics;
 pub mod node;
 pub mod peer;
 pub mod runner;
 pub mod session;
+pub mod shim;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -194,6 +199,7 @@ impl Worker {
 
         let counters = Arc::new(metrics::Counters::default());
         let attempts = Attempts::new(shutdown.child_token());
+        let lease = Arc::new(lease::Lease::new());
         let attempt_tasks = TaskTracker::new();
         let runner = Runner::new(
             layout.clone(),
@@ -206,7 +212,8 @@ impl Worker {
         )
         .with_peer_tls(credentials.as_ref().map(credentials::Credentials::peer_client_tls))
         .with_counters(Arc::clone(&counters))
-        .with_task_users(users);
+        .with_task_users(users)
+        .with_lease(Arc::clone(&lease), config.supervisor.clone());
         let sources =
             metrics::Sources { counters, rails: Arc::clone(&rails), cache: cache.clone(), gpus: Arc::clone(&gpus) };
         let metrics_addr = serve_metrics(config.metrics, sources, &shutdown).await;
@@ -225,6 +232,7 @@ impl Worker {
             rails: Arc::clone(&rails),
             tls: coordinator_tls,
             registered_file: layout.registered_file(),
+            lease,
         };
         let session_task = tokio::spawn(session_loop.run(shutdown.child_token()));
         Ok(Worker {

@@ -1,5 +1,6 @@
 //! The `plexus-worker` binary: parses the command line, sets up logging, and runs the worker
-//! until SIGTERM or Ctrl-C.
+//! until SIGTERM or Ctrl-C; or, started by a worker with `--plexus-attempt-shim`, supervises one
+//! attempt ([`plexus_worker::shim`]).
 
 use std::io::IsTerminal;
 
@@ -7,8 +8,15 @@ use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // An attempt's supervisor: the same executable, started by the worker, no runtime.
+    if std::env::args_os().nth(1).is_some_and(|a| a == plexus_worker::shim::SHIM_ARG) {
+        std::process::exit(plexus_worker::shim::main());
+    }
+    tokio::runtime::Runtime::new().context("cannot start the async runtime")?.block_on(worker())
+}
+
+async fn worker() -> anyhow::Result<()> {
     let args = plexus_worker::Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))

@@ -23,11 +23,12 @@ use plexus_proto::rules::MAX_MESSAGE;
 use plexus_proto::{WorkerId, pb};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::attempts::Attempts;
 use crate::cache::Cache;
 use crate::error::{Error, Result};
+use crate::lease::{self, Lease, boot_ms};
 use crate::node::{self, CpuSampler, GpuSampler};
 use crate::runner::Runner;
 
@@ -158,7 +159,13 @@ pub struct Session {
     /// Exists while this worker is registered (`Layout::registered_file`): what a container
     /// health check reads without credentials of its own.
     pub registered_file: std::path::PathBuf,
+    /// The lease every acknowledged `Register` and heartbeat renews ([`crate::lease`]).
+    pub lease: Arc<Lease>,
 }
+
+/// The reason a fenced attempt's report gives (`plexus status` and `plexus logs` show it).
+pub const FENCED: &str = "fenced: the worker's lease with the coordinator ran out (it was paused, or cut off \
+                          from the coordinator); killed so that it cannot run beside its replacement";
 
 /// The reconnect delays: [`INITIAL_BACKOFF`] doubling to [`MAX_BACKOFF`], back to the start
 /// after every successful registration. Pure: the caller sleeps.
@@ -236,9 +243,63 @@ where
 }
 
 impl Session {
-    /// Talks to the coordinator until `shutdown` is cancelled, reconnecting forever.
+    /// Talks to the coordinator until `shutdown` is cancelled, reconnecting forever, and fences
+    /// the running attempts whenever the lease runs out, connected or not.
     pub async fn run(self, shutdown: CancellationToken) {
-        reconnect(&shutdown, &self.coordinators, || self.connection()).await;
+        tokio::select! {
+            () = reconnect(&shutdown, &self.coordinators, || self.connection()) => {}
+            never = self.fence_on_expiry() => match never {},
+        }
+    }
+
+    /// Waits until the lease has run out (renewals push its end back). Reads the boot clock at
+    /// least every second, so a machine that slept through its lease fences soon after it wakes.
+    async fn lease_lapsed(&self) {
+        let mut renewals = self.lease.subscribe();
+        loop {
+            let (end, now) = (*renewals.borrow_and_update(), boot_ms());
+            if now >= end {
+                return;
+            }
+            let wait = Duration::from_millis((end - now).min(1_000));
+            tokio::select! {
+                _ = renewals.changed() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Fences every time the lease runs out, then waits for the next renewal.
+    async fn fence_on_expiry(&self) -> std::convert::Infallible {
+        let mut renewals = self.lease.subscribe();
+        loop {
+            self.lease_lapsed().await;
+            self.fence();
+            renewals.borrow_and_update();
+            while self.lease.expired() {
+                // The sender lives in `self.lease`: `changed` cannot fail while we hold it.
+                let _ = renewals.changed().await;
+            }
+        }
+    }
+
+    /// The lease ran out: the coordinator may place this worker's attempts elsewhere any moment,
+    /// so every running attempt is killed first.
+    fn fence(&self) {
+        let n = self.attempts.fence(FENCED);
+        if n > 0 {
+            warn!(attempts = n, "the lease with the coordinator ran out; the running attempts were killed (fenced)");
+        }
+    }
+
+    /// Before anything is sent: a lease that ran out (the worker was paused, or cut off) fences
+    /// first, so that nothing is reported as running that may run elsewhere already. The
+    /// connection goes on: a heartbeat the coordinator still accepts renews the lease, and one it
+    /// refuses (it gave the worker up) makes the worker register again.
+    fn fence_if_expired(&self) {
+        if self.lease.expired() {
+            self.fence();
+        }
     }
 
     /// One connection, to its end.
@@ -278,6 +339,9 @@ impl Session {
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
 
+        // A worker that resumes after its lease ran out lists its attempts only once they are
+        // fenced: it must never report as running what may run elsewhere already.
+        self.fence_if_expired();
         let known = self.attempts.known();
         let request = pb::RegisterRequest {
             worker_id: self.worker_id.to_string(),
@@ -287,6 +351,7 @@ impl Session {
             state: Some(self.node_state()),
             known: known.clone(),
         };
+        let sent_at = boot_ms();
         let reply = with_timeout("Register", SETUP_TIMEOUT, client.register(request)).await?.into_inner();
         *registered = true;
         if !reply.rail_key.is_empty() {
@@ -309,9 +374,11 @@ impl Session {
             0 => DEFAULT_HEARTBEAT_TIMEOUT,
             ms => Duration::from_millis(ms),
         };
+        let lease_length = lease::length(hb_timeout, interval);
+        self.lease.renew(sent_at, lease_length);
         info!(
             coordinator = %coordinator, worker_id = %self.worker_id, known = known.len(),
-            heartbeat = ?interval, "registered with the coordinator"
+            heartbeat = ?interval, lease = ?lease_length, "registered with the coordinator"
         );
 
         let stream_request =
@@ -319,7 +386,7 @@ impl Session {
         let stream = with_timeout("Assignments", SETUP_TIMEOUT, client.assignments(stream_request)).await?.into_inner();
         tokio::select! {
             r = self.assignments(stream) => r,
-            r = self.heartbeats(client.clone(), interval, hb_timeout) => r,
+            r = self.heartbeats(client.clone(), interval, hb_timeout, lease_length) => r,
             r = self.reports(client.clone()) => r,
         }
     }
@@ -329,6 +396,7 @@ impl Session {
             let Some(batch) = stream.message().await.map_err(Error::rpc("Assignments"))? else {
                 return Err(Error::StreamClosed);
             };
+            self.fence_if_expired();
             if !batch.assign.is_empty() || !batch.cancel.is_empty() {
                 debug!(assign = batch.assign.len(), cancel = batch.cancel.len(), "assignment batch");
             }
@@ -346,6 +414,7 @@ impl Session {
         mut client: pb::worker_service_client::WorkerServiceClient<Channel>,
         interval: Duration,
         timeout: Duration,
+        lease_length: Duration,
     ) -> Result<std::convert::Infallible> {
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -353,6 +422,8 @@ impl Session {
         ticks.tick().await;
         loop {
             ticks.tick().await;
+            self.fence_if_expired();
+            let sent_at = boot_ms();
             let request = pb::HeartbeatRequest {
                 worker_id: self.worker_id.to_string(),
                 session: self.session.clone(),
@@ -362,6 +433,7 @@ impl Session {
             if reply.reregister {
                 return Err(Error::Reregister);
             }
+            self.lease.renew(sent_at, lease_length);
         }
     }
 
@@ -371,6 +443,7 @@ impl Session {
     ) -> Result<std::convert::Infallible> {
         loop {
             self.attempts.reports_ready().await;
+            self.fence_if_expired();
             let Some(batch) = self.attempts.take_batch() else { continue };
             let request = pb::ReportTasksRequest {
                 worker_id: self.worker_id.to_string(),

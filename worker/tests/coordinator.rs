@@ -173,6 +173,8 @@ fn config(coordinator: String, dir: &Path) -> Config {
         .unwrap();
     let mut c = Config::new(coordinator, dir);
     c.cache_bytes = 1 << 30;
+    // In-process: the test binary is no worker; attempts run under the real one's supervisor.
+    c.supervisor = env!("CARGO_BIN_EXE_plexus-worker").into();
     c
 }
 

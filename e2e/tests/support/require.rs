@@ -35,6 +35,8 @@ pub const CHROMIUM: Need = Need::Program {
     install: "`make deps` (scripts/deps-browser.sh) installs chromium",
 };
 pub const IP: Need = Need::Program { names: &["ip"], install: "`make deps` (scripts/deps-rails.sh) installs iproute2" };
+pub const NSENTER: Need =
+    Need::Program { names: &["nsenter"], install: "util-linux (`apt-get install util-linux`) installs nsenter" };
 pub const TC: Need = Need::Program { names: &["tc"], install: "`make deps` (scripts/deps-rails.sh) installs iproute2" };
 pub const ROOT: Need = Need::Root;
 

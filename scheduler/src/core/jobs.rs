@@ -320,8 +320,15 @@ impl Core {
                         None => self.fail_attempt(key, now, r.error),
                     },
                     // Workers cancel only what we asked them to; any other cancellation (the
-                    // worker shutting down) is not the task's fault: place it again.
-                    _ => self.requeue(key.0, key.1, now, "cancelled on the worker".into()),
+                    // worker shutting down, or fencing an attempt when its lease ran out) is not
+                    // the task's fault: place it again, saying why.
+                    _ => {
+                        let note = match r.error.as_str() {
+                            "" => "cancelled on the worker".to_string(),
+                            why => format!("cancelled on the worker: {why}"),
+                        };
+                        self.requeue(key.0, key.1, now, note)
+                    }
                 }
             }
             _ => {}

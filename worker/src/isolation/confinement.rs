@@ -5,6 +5,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
 use super::cgroup::{kill_group, kill_v1, kill_v2, remove_tree};
@@ -90,21 +91,23 @@ impl Confinement {
     /// Kills every process in the confinement and waits (at most `KILL_WAIT`, 5 s) until they
     /// are gone. Blocking, for a few milliseconds: call it off the async threads.
     pub fn kill(&self) {
+        let pgid = match &self.kind {
+            Kind::ProcessGroup { pgid, .. } => *pgid,
+            _ => None,
+        };
+        self.kill_target().kill(pgid);
+    }
+
+    /// What [`Confinement::kill`] kills, as data: for the attempt's supervisor
+    /// ([`crate::shim`]), which kills it when the worker cannot.
+    pub fn kill_target(&self) -> KillTarget {
         match &self.kind {
-            Kind::V2 { dir } => {
-                kill_v2(dir);
-            }
-            Kind::V1 { dirs } => {
-                let freezer = dirs.iter().find(|(c, _)| *c == "freezer").map(|(_, d)| d.as_path());
-                let others: Vec<PathBuf> =
-                    dirs.iter().filter(|(c, _)| *c != "freezer").map(|(_, d)| d.clone()).collect();
-                kill_v1(freezer, &others);
-            }
-            Kind::ProcessGroup { pgid, .. } => {
-                if let Some(pgid) = pgid {
-                    kill_group(*pgid);
-                }
-            }
+            Kind::V2 { dir } => KillTarget::V2 { dir: dir.clone() },
+            Kind::V1 { dirs } => KillTarget::V1 {
+                freezer: dirs.iter().find(|(c, _)| *c == "freezer").map(|(_, d)| d.clone()),
+                others: dirs.iter().filter(|(c, _)| *c != "freezer").map(|(_, d)| d.clone()).collect(),
+            },
+            Kind::ProcessGroup { .. } => KillTarget::ProcessGroup,
         }
     }
 
@@ -152,5 +155,34 @@ impl Confinement {
 impl Drop for Confinement {
     fn drop(&mut self) {
         self.release_now();
+    }
+}
+
+/// Everything in an attempt's confinement, as its supervisor is told it: the cgroup tree (v2), the
+/// freezer and other v1 cgroups, or only the process group (whose id is the command's pid).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum KillTarget {
+    V2 { dir: PathBuf },
+    V1 { freezer: Option<PathBuf>, others: Vec<PathBuf> },
+    ProcessGroup,
+}
+
+impl KillTarget {
+    /// SIGKILLs the process group `pgid` (the command's, when it started) and everything in the
+    /// cgroups, and waits (at most 5 s) until they are gone. Blocking, for milliseconds.
+    pub fn kill(&self, pgid: Option<i32>) {
+        if let Some(pgid) = pgid {
+            kill_group(pgid);
+        }
+        match self {
+            KillTarget::V2 { dir } => {
+                kill_v2(dir);
+            }
+            KillTarget::V1 { freezer, others } => {
+                kill_v1(freezer.as_deref(), others);
+            }
+            KillTarget::ProcessGroup => {}
+        }
     }
 }

@@ -55,7 +55,7 @@ use crate::error::{Error, Result};
 
 use cgroup::{fresh_dir, kill_v1, kill_v2, remove_tree, write_limit};
 pub use cgroup::{join_cgroups, kill_group};
-pub use confinement::Confinement;
+pub use confinement::{Confinement, KillTarget};
 pub use parse::{
     CPU_PERIOD_US, Limits, Mounts, PidRecord, V1_CONTROLLERS, group_is_ours, lists_controller, oom_kills,
     parse_mountinfo, parse_procs, stat_start_time, v1_oom,

@@ -88,7 +88,7 @@ impl Ctx {
         }
         let materialised = tokio::select! {
             biased;
-            () = cancel.cancelled() => return self.cancelled(0, NO_EXIT_CODE),
+            () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
             r = self.materialise(&work.inputs, dirs, acct, pins) => r,
         };
         if let Err(e) = materialised {
@@ -112,7 +112,7 @@ impl Ctx {
         let (exit_code, failed_exit_code) = match &work.collective {
             Some(c) => match self.collective(work, c, dirs, stdout, cancel).await {
                 Ok(()) => (0, NO_EXIT_CODE),
-                Err(Error::Cancelled) => return self.cancelled(started_at, NO_EXIT_CODE),
+                Err(Error::Cancelled) => return self.cancelled(a, started_at, NO_EXIT_CODE),
                 Err(e) => return Outcome::failed(e, started_at, NO_EXIT_CODE),
             },
             None => match self.run_process(work, dirs, (stdout, stderr), cancel, started_at).await {

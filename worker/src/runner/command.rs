@@ -1,11 +1,13 @@
 //! The command stage: the attempt's process spawned in its own process group and confinement
-//! ([`crate::isolation`]), waited for until it exits, times out or is cancelled, and then
+//! ([`crate::isolation`]) under its supervisor ([`crate::shim`], which kills it when the worker
+//! dies or its lease runs out), waited for until it exits, times out or is cancelled, and then
 //! everything still in its confinement killed, so that nothing it started outlives it.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -13,6 +15,7 @@ use tracing::{debug, warn};
 use crate::error::{Error, Result};
 use crate::isolation::{Confinement, Isolation, Limits, become_user, join_cgroups, kill_group};
 use crate::layout::Layout;
+use crate::shim::{Spec, Supervisor};
 
 use super::context::{Ctx, NO_EXIT_CODE, Outcome, WorkDirs, sleep_until};
 use super::environment::{WORKER_ONLY_ENV, account_env, task_env};
@@ -24,6 +27,31 @@ pub(super) enum ProcessEnd {
     Succeeded { exit_code: i32 },
     /// It ended any other way, or never started: the outcome says how.
     Ended(Outcome),
+}
+
+/// The attempt's process: its supervisor's command, or the worker's own child.
+enum Process {
+    Supervised(Supervisor),
+    Child(tokio::process::Child),
+}
+
+impl Process {
+    /// The command's pid, which is its process group's id.
+    fn pid(&self) -> Option<i32> {
+        match self {
+            Process::Supervised(s) => Some(s.pid()),
+            Process::Child(c) => c.id().and_then(|p| i32::try_from(p).ok()),
+        }
+    }
+
+    /// Waits for the command's end (renewing its supervisor's lease meanwhile): its status, and
+    /// why its supervisor killed it, if it did. Cancel-safe.
+    async fn wait(&mut self, lease: &mut watch::Receiver<u64>) -> std::io::Result<(ExitStatus, Option<String>)> {
+        match self {
+            Process::Supervised(s) => s.wait(lease).await.map(|e| (e.status, e.fenced)),
+            Process::Child(c) => c.wait().await.map(|s| (s, None)),
+        }
+    }
 }
 
 /// Why the wait for the process ended.
@@ -50,23 +78,24 @@ impl Ctx {
                 Ok(c) => c,
                 Err(e) => return failed(e, NO_EXIT_CODE),
             };
-        let mut child = match self.spawn(work, dirs, logs, &confinement) {
-            Ok(c) => c,
+        let mut process = match self.start(work, dirs, logs, &confinement).await {
+            Ok(p) => p,
             Err(e) => {
                 release(confinement).await;
                 return failed(e, NO_EXIT_CODE);
             }
         };
         // With process_group(0) the group id is the leader's pid.
-        let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        let pgid = process.pid();
         if let Some(pid) = pgid {
             confinement.started(pid);
         }
         debug!(attempt = %a, pid = ?pgid, isolation = %self.isolation.mode(), "process started");
 
         let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
-        let (end, waited): (End, Option<std::io::Result<ExitStatus>>) = tokio::select! {
-            s = child.wait() => (End::Exited, Some(s)),
+        let mut lease = self.lease.subscribe();
+        let (end, waited) = tokio::select! {
+            s = process.wait(&mut lease) => (End::Exited, Some(s)),
             () = sleep_until(deadline) => (End::TimedOut, None),
             () = cancel.cancelled() => (End::Cancelled, None),
         };
@@ -77,34 +106,64 @@ impl Ctx {
             kill_group(pgid);
         }
         let confinement = kill(confinement).await;
-        let status = match waited {
+        let waited = match waited {
             Some(s) => s,
-            None => child.wait().await,
+            None => process.wait(&mut lease).await,
         };
-        let unsuccessful = !matches!(&status, Ok(s) if s.success());
+        let unsuccessful = !matches!(&waited, Ok((s, _)) if s.success());
         let memory_limit = confinement.as_ref().and_then(Confinement::memory_limit);
         let oom = unsuccessful && confinement.as_ref().is_some_and(Confinement::oom_killed);
         if let Some(c) = confinement {
             release(c).await;
         }
-        let status = match status {
+        let (status, fenced) = match waited {
             Ok(s) => s,
             Err(e) => return failed(Error::Wait(e), NO_EXIT_CODE),
         };
         let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-        match end {
-            End::TimedOut => failed(Error::TimedOut { after: work.timeout.unwrap_or_default() }, exit_code),
-            End::Cancelled => ProcessEnd::Ended(self.cancelled(started_at, exit_code)),
-            End::Exited if status.success() => ProcessEnd::Succeeded { exit_code },
-            End::Exited => match memory_limit {
+        match (end, fenced) {
+            // The supervisor killed it: the worker died or its lease ran out.
+            (_, Some(why)) => ProcessEnd::Ended(Outcome::fenced(why, started_at, exit_code)),
+            (End::TimedOut, None) => failed(Error::TimedOut { after: work.timeout.unwrap_or_default() }, exit_code),
+            (End::Cancelled, None) => ProcessEnd::Ended(self.cancelled(a, started_at, exit_code)),
+            (End::Exited, None) if status.success() => ProcessEnd::Succeeded { exit_code },
+            (End::Exited, None) => match memory_limit {
                 Some(limit) if oom => failed(Error::OutOfMemory { limit }, exit_code),
                 _ => failed(Error::Exit { status }, exit_code),
             },
         }
     }
 
-    /// Starts the command in the work dir with its environment, in its own process group, joining
-    /// its cgroups (if any) and then taking the task uid (if any) between fork and exec.
+    /// Starts the command: under its supervisor ([`crate::shim`]) when the runner has one, else
+    /// as the worker's own child.
+    async fn start(
+        &self,
+        work: &Work,
+        dirs: &WorkDirs,
+        logs: (std::fs::File, std::fs::File),
+        confinement: &Confinement,
+    ) -> Result<Process> {
+        let Some(program) = &self.supervisor else {
+            return self.spawn(work, dirs, logs, confinement).map(Process::Child);
+        };
+        let spec = Spec {
+            argv: work.argv.clone(),
+            cgroups: confinement.procs_files().iter().map(|f| f.to_string_lossy().into_owned()).collect(),
+            kill: confinement.kill_target(),
+            lease_end: self.lease.end(),
+            uid: dirs.uid,
+        };
+        let mut env = task_env(work, &self.gpus, &dirs.input, &dirs.output);
+        env.extend(account_env(work, &dirs.root, &dirs.tmp, dirs.uid));
+        Supervisor::start(program, &spec, dirs.root(), env, &WORKER_ONLY_ENV, logs)
+            .await
+            .map(Process::Supervised)
+            .map_err(|source| Error::Spawn { program: work.argv[0].clone(), source })
+    }
+
+    /// Starts the command as the worker's child in the work dir with its environment, in its own
+    /// process group, joining its cgroups (if any) and then taking the task uid (if any) between
+    /// fork and exec.
     fn spawn(
         &self,
         work: &Work,

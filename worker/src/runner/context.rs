@@ -38,6 +38,11 @@ pub(super) struct Ctx {
     pub(super) counters: Arc<crate::metrics::Counters>,
     /// Who commands run as.
     pub(super) users: Arc<TaskUsers>,
+    /// The worker's lease with its coordinator: no command runs past its end.
+    pub(super) lease: Arc<crate::lease::Lease>,
+    /// The supervisor program (the worker's executable) each command runs under; `None`: the
+    /// command is the worker's own child (the runner's unit tests).
+    pub(super) supervisor: Option<std::path::PathBuf>,
 }
 
 /// An attempt's work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` and its `in/`, `out/` and
@@ -122,13 +127,26 @@ impl Outcome {
 }
 
 impl Ctx {
-    /// A CANCELLED attempt, saying whether the coordinator or the worker's shutdown ended it.
-    pub(super) fn cancelled(&self, started_at: u64, exit_code: i32) -> Outcome {
-        let why = if self.attempts.shutting_down() { "the worker shut down" } else { "cancelled by the coordinator" };
+    /// A CANCELLED attempt, saying whether the coordinator, the worker's shutdown or fencing
+    /// ([`crate::lease`]) ended it.
+    pub(super) fn cancelled(&self, a: &AttemptRef, started_at: u64, exit_code: i32) -> Outcome {
+        let why = match self.attempts.fenced(a) {
+            Some(why) => why,
+            None if self.attempts.shutting_down() => "the worker shut down".into(),
+            None => "cancelled by the coordinator".into(),
+        };
+        Outcome::fenced(why, started_at, exit_code)
+    }
+}
+
+impl Outcome {
+    /// A CANCELLED attempt that ended for `why` (not the task's doing: the coordinator places it
+    /// again, uncounted, unless it asked for the cancel).
+    pub(super) fn fenced(why: String, started_at: u64, exit_code: i32) -> Outcome {
         Outcome {
             state: pb::SubtaskState::Cancelled,
             exit_code,
-            error: why.into(),
+            error: why,
             started_at,
             outputs: Vec::new(),
             unfetched_input: String::new(),

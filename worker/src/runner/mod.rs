@@ -110,6 +110,8 @@ impl Runner {
                 peer_tls: None,
                 counters: Arc::default(),
                 users: Arc::new(TaskUsers::worker()),
+                lease: Arc::new(crate::lease::Lease::unlimited()),
+                supervisor: None,
             }),
         }
     }
@@ -131,6 +133,21 @@ impl Runner {
         match Arc::get_mut(&mut self.ctx) {
             Some(ctx) => ctx.users = users,
             None => tracing::error!("Runner::with_task_users called after the runner was shared; not applied"),
+        }
+        self
+    }
+
+    /// The same runner holding its attempts to `lease` ([`crate::lease`]), each command run by a
+    /// supervisor (`program`, the worker's own executable, in shim mode: [`crate::shim`]). Without
+    /// this (the runner's unit tests), commands run as the worker's children, with no lease.
+    /// Call before any assignment.
+    pub fn with_lease(mut self, lease: Arc<crate::lease::Lease>, program: std::path::PathBuf) -> Runner {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => {
+                ctx.lease = lease;
+                ctx.supervisor = Some(program);
+            }
+            None => tracing::error!("Runner::with_lease called after the runner was shared; not applied"),
         }
         self
     }
