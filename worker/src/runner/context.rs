@@ -36,6 +36,8 @@ pub(super) struct Ctx {
     pub(super) peer_tls: Option<tonic::transport::ClientTlsConfig>,
     /// What `/metrics` reports of the runner's work.
     pub(super) counters: Arc<crate::metrics::Counters>,
+    /// The most bytes kept of each attempt's stdout, and of its stderr (`--log-cap`).
+    pub(super) log_cap: u64,
 }
 
 /// An attempt's work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` and its `in/` and `out/`.

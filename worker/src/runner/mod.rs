@@ -100,6 +100,7 @@ impl Runner {
                 gpus,
                 peer_tls: None,
                 counters: Arc::default(),
+                log_cap: crate::config::DEFAULT_LOG_CAP,
             }),
         }
     }
@@ -111,6 +112,15 @@ impl Runner {
         match Arc::get_mut(&mut self.ctx) {
             Some(ctx) => ctx.counters = counters,
             None => tracing::error!("Runner::with_counters called after the runner was shared; not applied"),
+        }
+        self
+    }
+
+    /// Keeps each attempt's stdout and stderr within `cap` bytes (`--log-cap`).
+    pub fn with_log_cap(mut self, cap: u64) -> Runner {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.log_cap = cap,
+            None => tracing::error!("Runner::with_log_cap called after the runner was shared; not applied"),
         }
         self
     }
