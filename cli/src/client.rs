@@ -77,7 +77,9 @@ impl Target {
         let token = token_text.map(|t| Token::parse(&t)).transpose().map_err(|e| anyhow::anyhow!("the token: {e}"))?;
         let ca = match &sources.ca_file {
             Some(f) => {
-                let pem = read(f, "the CA certificate")?;
+                let bytes = std::fs::read(f)
+                    .map_err(|e| anyhow::anyhow!("cannot read the CA certificate {}: {e}", f.display()))?;
+                let pem = String::from_utf8(bytes).unwrap_or_default();
                 plexus_security::pki::pem_to_der(&pem).map_err(|e| {
                     anyhow::anyhow!(
                         "the CA certificate {} is not a PEM certificate ({e}): pass the cluster's ca.pem (--ca FILE or PLEXUS_CA)",

@@ -74,7 +74,8 @@ impl Capture {
 /// start where one is near) are kept, with a line `[plexus: N bytes dropped]` between them, and
 /// `N` kept in [`dropped_path`] for `ReadLog`.
 pub fn capture(path: &Path, cap: u64) -> std::io::Result<Capture> {
-    let file = std::fs::File::create(path)?;
+    // Readable too: cutting the file reads back what it keeps.
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
     let (reader, writer) = std::io::pipe()?;
     let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader))?;
     let copier = tokio::spawn(copy_capped(reader, tokio::fs::File::from_std(file), path.to_path_buf(), cap));
@@ -211,5 +212,44 @@ mod tests {
         assert_eq!(read_tail(&p, 16).await.unwrap(), Some((b"0123456789abcdef".to_vec(), false)));
         assert_eq!(read_tail(&p, 100).await.unwrap(), Some((b"0123456789abcdef".to_vec(), false)));
         assert_eq!(tail_or_empty(&p, 2).await, b"ef".to_vec());
+    }
+
+    /// A stream far past the cap leaves a file within it: the first quarter, the marker, the
+    /// latest part from a line start; what is kept and what was dropped add up to what was
+    /// written, and the count is kept beside the log.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_capture_keeps_the_start_and_the_end_within_the_cap() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("0.1.out");
+        let cap = 16 << 10;
+        let c = capture(&p, cap).unwrap();
+        let mut w = c.writer.try_clone().unwrap();
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut written = 0u64;
+            for i in 0..20_000u32 {
+                let line = format!("line {i:010}\n");
+                w.write_all(line.as_bytes()).unwrap();
+                written += line.len() as u64;
+            }
+            written
+        });
+        let written = writer.await.unwrap();
+        c.finish(&p).await;
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.len() as u64 <= cap, "{} bytes", text.len());
+        assert!(text.starts_with("line 0000000000\n") && text.ends_with("line 0000019999\n"));
+        let marker = text.lines().find(|l| l.starts_with("[plexus: ")).expect("a marker");
+        let dropped = dropped_bytes(&p).await;
+        assert_eq!(marker, format!("[plexus: {dropped} bytes dropped]"));
+        let kept = text.len() as u64 - marker.len() as u64 - 1;
+        assert_eq!(kept + dropped, written);
+        // Under the cap: the file as written, nothing dropped.
+        let q = dir.path().join("0.2.out");
+        let mut c = capture(&q, cap).unwrap();
+        c.writer.write_all(b"short\n").unwrap();
+        c.finish(&q).await;
+        assert_eq!(std::fs::read_to_string(&q).unwrap(), "short\n");
+        assert_eq!(dropped_bytes(&q).await, 0);
     }
 }
