@@ -237,7 +237,7 @@ impl Config {
             send_buffer: None,
             cpus: node::available_cpus(),
             max_attempts: default_max_attempts(node::available_cpus()),
-            log_cap: DEFAULT_LOG_CAP,
+            log_cap: crate::logs::DEFAULT_LOG_CAP,
             memory: node::total_memory().unwrap_or(0),
             cache_bytes: DEFAULT_CACHE_BYTES,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -250,9 +250,6 @@ impl Config {
         }
     }
 }
-
-/// The default of `--log-cap`: 64 MiB of each stream of each attempt.
-pub const DEFAULT_LOG_CAP: u64 = 64 << 20;
 
 /// The default of `--max-attempts`: 4 per offered core, at least 8 (tasks that mostly wait, and
 /// gangs whose members run side by side, need more attempts than cores).

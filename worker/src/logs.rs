@@ -40,6 +40,9 @@ pub async fn tail_or_empty(path: &Path, max: u64) -> Vec<u8> {
     }
 }
 
+/// The default of `--log-cap`: 64 MiB of each stream of each attempt.
+pub const DEFAULT_LOG_CAP: u64 = 64 << 20;
+
 /// One stream of an attempt being written to its log file: the pipe's write end, which the
 /// process (or a collective) gets as its stdout or stderr, and the task copying the pipe into
 /// the file.

@@ -100,7 +100,7 @@ impl Runner {
                 gpus,
                 peer_tls: None,
                 counters: Arc::default(),
-                log_cap: crate::config::DEFAULT_LOG_CAP,
+                log_cap: crate::logs::DEFAULT_LOG_CAP,
             }),
         }
     }
