@@ -68,12 +68,26 @@ impl Target {
         };
         let token_text = match (&sources.token, &sources.token_file) {
             (Some(t), _) if !t.trim().is_empty() => Some(t.clone()),
-            (_, Some(f)) => Some(read(f, "the token file")?),
+            (_, Some(f)) => {
+                warn_if_shared(f);
+                Some(read(f, "the token file")?)
+            }
             _ => std::fs::read_to_string(up.join("admin.token")).ok(),
         };
         let token = token_text.map(|t| Token::parse(&t)).transpose().map_err(|e| anyhow::anyhow!("the token: {e}"))?;
         let ca = match &sources.ca_file {
-            Some(f) => Some(read(f, "the CA certificate")?),
+            Some(f) => {
+                let bytes = std::fs::read(f)
+                    .map_err(|e| anyhow::anyhow!("cannot read the CA certificate {}: {e}", f.display()))?;
+                let pem = String::from_utf8(bytes).unwrap_or_default();
+                plexus_security::pki::pem_to_der(&pem).map_err(|e| {
+                    anyhow::anyhow!(
+                        "the CA certificate {} is not a PEM certificate ({e}): pass the cluster's ca.pem (--ca FILE or PLEXUS_CA)",
+                        f.display()
+                    )
+                })?;
+                Some(pem)
+            }
             None => std::fs::read_to_string(up.join("ca.pem")).ok(),
         };
         Ok(Target { url, ca, token })
@@ -85,6 +99,22 @@ impl Target {
         let token = Token::parse(&read("admin.token")?)
             .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("admin.token").display()))?;
         Ok(Target { url, ca: Some(read("ca.pem")?), token: Some(token) })
+    }
+}
+
+/// Warns (on stderr, once) when the token file `path` can be read by its group or by others:
+/// whoever can read it can act as its holder.
+fn warn_if_shared(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        eprintln!(
+            "warning: the token file {} can be read by other users (mode {:o}); make it owner-only: chmod 600 {}",
+            path.display(),
+            meta.permissions().mode() & 0o777,
+            path.display()
+        );
     }
 }
 
@@ -131,17 +161,26 @@ fn is_certificate_failure(cause: &str) -> bool {
 impl std::error::Error for Unreachable {}
 
 /// Adds `https://` (`http://` when `insecure`) to a bare `host:port`, the form people type
-/// most; an empty value (an exported but empty `PLEXUS_COORDINATOR`) means the default. A
-/// scheme that contradicts `insecure` is an error that says which flag to change.
+/// most. An empty value (an exported but empty `PLEXUS_COORDINATOR`) and a scheme other than
+/// http(s) are refused: they would otherwise mean a coordinator nobody asked for. A scheme that
+/// contradicts `insecure` is an error that says which flag to change.
 pub fn normalise_url(url: &str, insecure: bool) -> anyhow::Result<String> {
     let url = url.trim();
     let scheme = if insecure { "http" } else { "https" };
-    let url = if url.is_empty() {
-        format!("{scheme}://{}", crate::args::DEFAULT_COORDINATOR)
-    } else if url.contains("://") {
-        url.to_string()
-    } else {
-        format!("{scheme}://{url}")
+    if url.is_empty() {
+        anyhow::bail!(
+            "the coordinator URL is empty (--coordinator, or PLEXUS_COORDINATOR set but empty): give HOST:PORT or {scheme}://HOST:PORT, or unset PLEXUS_COORDINATOR for {}",
+            crate::args::DEFAULT_COORDINATOR
+        );
+    }
+    let url = match url.split_once("://") {
+        Some(("http" | "https", rest)) if !rest.is_empty() => url.to_string(),
+        Some((other, _)) => {
+            anyhow::bail!(
+                "the coordinator URL {url:?} is not http(s) (scheme {other:?}): give HOST:PORT or {scheme}://HOST:PORT"
+            )
+        }
+        None => format!("{scheme}://{url}"),
     };
     if !insecure && url.starts_with("http://") {
         anyhow::bail!(
@@ -462,7 +501,14 @@ mod tests {
         assert_eq!(normalise_url("127.0.0.1:7000", true).unwrap(), "http://127.0.0.1:7000");
         assert_eq!(normalise_url(" http://h:1 ", true).unwrap(), "http://h:1");
         assert_eq!(normalise_url("https://h:1", false).unwrap(), "https://h:1");
-        assert_eq!(normalise_url("", false).unwrap(), format!("https://{}", crate::args::DEFAULT_COORDINATOR));
+        for empty in ["", "  "] {
+            let e = normalise_url(empty, false).unwrap_err().to_string();
+            assert!(e.contains("the coordinator URL is empty") && e.contains("PLEXUS_COORDINATOR"), "{e}");
+        }
+        for other in ["ftp://x", "unix:///run/p.sock", "https://", "://h:1"] {
+            let e = normalise_url(other, false).unwrap_err().to_string();
+            assert!(e.contains("is not http(s)"), "{other}: {e}");
+        }
         let e = normalise_url("http://h:1", false).unwrap_err().to_string();
         assert!(e.contains("plaintext") && e.contains("--insecure"), "{e}");
         assert!(normalise_url("https://h:1", true).is_err());

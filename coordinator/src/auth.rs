@@ -169,7 +169,7 @@ impl Security {
     }
 
     /// Writes `ca.pem` (every start) and, on the first start, `admin.token` and `join.token`
-    /// (mode 0600) into `dir`, and prints the admin token once on stderr.
+    /// (mode 0600) into `dir`, and says on stderr where the admin token is (never the token).
     pub fn write_files(&self, dir: &Path, first: Option<&FirstStart>) -> Result<(), Error> {
         let io = |e: plexus_security::Error| Error::Invalid(e.to_string());
         plexus_security::files::write(&dir.join(CA_FILE), self.ca_pem(), 0o644).map_err(io)?;
@@ -178,11 +178,12 @@ impl Security {
             plexus_security::files::write_secret(&admin, &format!("{}\n", first.admin.expose())).map_err(io)?;
             plexus_security::files::write_secret(&dir.join(JOIN_TOKEN_FILE), &format!("{}\n", first.join.expose()))
                 .map_err(io)?;
-            // Shown once, as `nomad acl bootstrap` does; the file keeps it.
+            // Where it is, never the token itself: stderr usually ends in a log file that is
+            // kept, rotated and read by others.
             eprintln!(
-                "plexus-coordinator: first start: the admin token (also in {}, mode 0600) is\n  {}",
+                "plexus-coordinator: first start: an admin token is in {} (mode 0600; `export PLEXUS_TOKEN_FILE={}`)",
                 admin.display(),
-                first.admin.expose()
+                admin.display()
             );
         }
         Ok(())

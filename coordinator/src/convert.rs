@@ -229,6 +229,7 @@ pub fn registration(r: &pb::RegisterRequest) -> Result<Registration, ConvertErro
             cache_bytes: cap.cache_bytes,
             hostname: cap.hostname.clone(),
             topology,
+            max_attempts: cap.max_attempts,
         },
         state,
         known: r.known.iter().map(AttemptRef::try_from).collect::<Result<_, _>>()?,
@@ -463,6 +464,7 @@ fn capacity(c: &Capacity) -> pb::NodeCapacity {
             .collect(),
         labels: c.topology.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         gpu_numa: c.topology.gpu_numa.iter().map(|(&d, &n)| (d, n)).collect(),
+        max_attempts: c.max_attempts,
     }
 }
 

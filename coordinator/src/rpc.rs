@@ -348,6 +348,7 @@ impl JobApi {
                         truncated: l.truncated,
                         state: pb::SubtaskState::from(src.state) as i32,
                         latest_attempt: src.latest_attempt,
+                        dropped_bytes: l.dropped_bytes,
                     });
                 }
                 Ok(Err(e)) => {
@@ -370,6 +371,7 @@ impl JobApi {
             truncated: true,
             state: pb::SubtaskState::from(src.state) as i32,
             latest_attempt: src.latest_attempt,
+            dropped_bytes: 0,
         })
     }
 

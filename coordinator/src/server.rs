@@ -299,6 +299,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     }
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
+    // Owner-only: the CA's key, the tokens and the store are inside.
+    if let Err(e) = std::fs::set_permissions(&config.data_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)) {
+        tracing::warn!(dir = %config.data_dir.display(), error = %e, "cannot make the data dir owner-only (0700)");
+    }
     let opened = open_store(&config).await?;
     let security = open_security(&config, &opened).await?;
     let store_access = crate::rpc::StoreAccess {

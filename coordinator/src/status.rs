@@ -13,10 +13,27 @@ use crate::error::Error;
 /// clients follow.
 pub const LEADER_METADATA: &str = "plexus-leader";
 
+/// The longest message a status carries. It travels in an HTTP/2 header (`grpc-message`,
+/// percent-encoded, up to three bytes per byte), and a header block past the peer's limit (16 KiB
+/// by default) is refused as a protocol error, which a client reports as an unreachable server.
+pub const MAX_MESSAGE_BYTES: usize = 4 << 10;
+
+/// `msg` cut to [`MAX_MESSAGE_BYTES`] at a character boundary, saying how much was cut.
+pub fn bounded(msg: String) -> String {
+    if msg.len() <= MAX_MESSAGE_BYTES {
+        return msg;
+    }
+    let mut end = MAX_MESSAGE_BYTES - 64;
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} more bytes of this error cut)", &msg[..end], msg.len() - end)
+}
+
 /// The status a client sees for `e`.
 pub fn status(e: impl Into<Error>) -> Status {
     let e = e.into();
-    let msg = e.to_string();
+    let msg = bounded(e.to_string());
     match &e {
         Error::Scheduler(s) | Error::InFile { source: s, .. } => match s {
             SchedulerError::NoWorker(_)
@@ -85,6 +102,16 @@ impl From<Error> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Any message, however long, fits a header a client accepts: cut, and said so.
+    #[test]
+    fn a_long_message_is_cut_and_says_so() {
+        let s = status(Error::Invalid("é".repeat(100_000)));
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert!(s.message().len() <= MAX_MESSAGE_BYTES, "{}", s.message().len());
+        assert!(s.message().ends_with("more bytes of this error cut)"), "{}", &s.message()[4000..]);
+        assert_eq!(bounded("short".into()), "short");
+    }
 
     /// A standby's refusal names the leader in its message and in the metadata clients follow.
     #[test]

@@ -453,3 +453,134 @@ fn submit_after_other_jobs() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("in-file.toml:2") && err.contains("after_jobs[1]"), "{}", describe(&o));
 }
+
+/// What the coordinator refuses reaches the user as its own words, however large it would be:
+/// a 3,000-task cycle names its first tasks and the count (it used to exceed what a gRPC status
+/// header carries and read "cannot reach the coordinator"), and a command past what execve
+/// takes is refused at submit, naming the task and the size.
+#[test]
+fn large_refusals_and_commands_past_the_os_limits_are_reported_at_submit() {
+    let c = Cluster::start(ClusterConfig { workers: 0, ..ClusterConfig::default() });
+    let dir = c.path("files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = 3000;
+    let ring: String = (0..n)
+        .map(|i| {
+            format!(
+                "[[task]]\nname = \"a-rather-long-task-name-{i:04}\"\ncommand = \"true\"\nafter = [\"a-rather-long-task-name-{:04}\"]\n",
+                (i + 1) % n
+            )
+        })
+        .collect();
+    let file = dir.join("ring.toml");
+    std::fs::write(&file, format!("name = \"ring\"\n{ring}")).unwrap();
+    let o = c.plexus(&["submit", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{}", describe(&o));
+    assert!(
+        err.contains("dependency cycle: a-rather-long-task-name-") && err.contains("(3000 tasks in the cycle)"),
+        "{err}"
+    );
+    assert!(!err.contains("cannot reach"), "{err}");
+
+    let big = dir.join("big.toml");
+    let arg = "x".repeat(200 << 10);
+    std::fs::write(&big, format!("name = \"big\"\n[[task]]\nname = \"echo\"\ncommand = [\"echo\", \"{arg}\"]\n"))
+        .unwrap();
+    let o = c.plexus(&["submit", big.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("task \"echo\": command argument 1 is 204800 bytes; the OS refuses"),
+        "{err}"
+    );
+}
+
+/// The CLI refuses a coordinator nobody meant (an empty `PLEXUS_COORDINATOR`, a scheme that is
+/// not http(s)) instead of trying the default or a host named "ftp", says when a token file can
+/// be read by others, and when the CA file is not a PEM certificate.
+#[test]
+fn an_empty_or_foreign_coordinator_a_shared_token_and_a_non_pem_ca_are_reported() {
+    use std::os::unix::fs::PermissionsExt;
+    let plexus = |env: &[(&str, &str)], args: &[&str]| {
+        let mut cmd = std::process::Command::new(plexus_e2e::bin_dir().join("plexus"));
+        for v in ["PLEXUS_COORDINATOR", "PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE", "PLEXUS_CA"] {
+            cmd.env_remove(v);
+        }
+        cmd.envs(env.iter().copied()).args(args).output().unwrap()
+    };
+    for (env, args) in [
+        (vec![("PLEXUS_COORDINATOR", "")], vec!["workers"]),
+        (vec![], vec!["--coordinator", "", "workers"]),
+        (vec![("PLEXUS_COORDINATOR", "  ")], vec!["--insecure", "workers"]),
+    ] {
+        let o = plexus(&env, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("the coordinator URL is empty"),
+            "{env:?} {args:?}: {}",
+            describe(&o)
+        );
+    }
+    let o = plexus(&[("PLEXUS_COORDINATOR", "ftp://x")], &["workers"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("\"ftp://x\" is not http(s)"), "{}", describe(&o));
+
+    let c = Cluster::start(ClusterConfig { workers: 0, ..ClusterConfig::default() });
+    let shared = c.path("shared.token");
+    std::fs::copy(c.admin_token_file(), &shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let ca = c.ca_file();
+    let env = [("PLEXUS_COORDINATOR", c.url.as_str()), ("PLEXUS_CA", ca.to_str().unwrap())];
+    let o = plexus(&[env[0], env[1], ("PLEXUS_TOKEN_FILE", shared.to_str().unwrap())], &["workers"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "a warning, not a refusal: {}", describe(&o));
+    assert!(err.contains("can be read by other users (mode 644); make it owner-only: chmod 600"), "{err}");
+    let o = plexus(&[env[0], env[1], ("PLEXUS_TOKEN_FILE", c.admin_token_file().to_str().unwrap())], &["workers"]);
+    assert!(o.status.success() && o.stderr.is_empty(), "an owner-only file: no warning: {}", describe(&o));
+
+    let not_pem = c.path("ca.der");
+    std::fs::write(&not_pem, b"\x30\x82\x01\x0a binary, not PEM").unwrap();
+    let o = plexus(&[env[0], ("PLEXUS_CA", not_pem.to_str().unwrap())], &["workers"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("is not a PEM certificate"), "{}", describe(&o));
+}
+
+/// A task that writes far more than the worker's `--log-cap` leaves a log within the cap: its
+/// start and its latest part, with a line saying how much was dropped between, and `plexus logs`
+/// says so.
+#[test]
+fn a_log_past_the_cap_keeps_its_start_and_end_and_says_what_was_dropped() {
+    let c = Cluster::start(ClusterConfig {
+        workers: 1,
+        worker_args: vec!["--log-cap".into(), "64KiB".into()],
+        ..ClusterConfig::default()
+    });
+    // 20,000 numbered lines of 16 bytes (312.5 KiB) on stdout, one line on stderr.
+    let id = c.submit(
+        "loud.toml",
+        "name = \"loud\"\n[[task]]\nname = \"t\"\ncommand = \"seq -f 'line %010g' 0 19999; echo quiet >&2\"\n",
+    );
+    let st = c.wait_job(&id, Duration::from_secs(60));
+    assert_eq!(st.state, pb::JobState::Succeeded as i32, "{st:?}");
+    let log = c.worker_dir(0).join("logs").join(&id).join("t").join("0.1.out");
+    let len = std::fs::metadata(&log).unwrap().len();
+    assert!(len <= 64 << 10, "{} is {len} bytes", log.display());
+
+    let o = c.plexus(&["logs", &id, "t"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let text = stdout(&o);
+    assert!(text.starts_with("line 0000000000\nline 0000000001\n"), "the start is kept: {}", &text[..100]);
+    assert!(text.ends_with("line 0000019998\nline 0000019999\n"), "the end is kept");
+    let marker = text.lines().find(|l| l.starts_with("[plexus: ")).expect("a marker line");
+    let dropped: u64 = marker.trim_start_matches("[plexus: ").trim_end_matches(" bytes dropped]").parse().unwrap();
+    // What is kept and what was dropped add up to what was written: whole lines, in order.
+    let kept: Vec<&str> = text.lines().filter(|l| l.starts_with("line ")).collect();
+    assert!(kept.iter().all(|l| l.len() == 15), "whole lines only");
+    assert_eq!(kept.len() as u64 * 16 + dropped, 20_000 * 16, "{marker}");
+    let numbers: Vec<u64> = kept.iter().map(|l| l[5..].parse().unwrap()).collect();
+    let gap = numbers.windows(2).filter(|w| w[1] != w[0] + 1).count();
+    assert_eq!(gap, 1, "one cut, where the marker stands");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("quiet"), "{err}");
+    assert!(err.contains(&format!("{dropped} bytes were dropped")) && err.contains("--log-cap"), "{err}");
+}

@@ -210,3 +210,45 @@ fn the_learned_placer_page_shows_its_counters() {
         browser.screenshot(&format!("{base}/policy"), &PathBuf::from(dir).join("policy.png"));
     }
 }
+
+/// The head of the response to one GET of `path` (status line and headers), over a fresh
+/// connection: for the redirect `/login` answers.
+fn response_head(base: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = base.strip_prefix("http://").expect("an http:// URL");
+    let mut s = std::net::TcpStream::connect(addr).expect("connecting to the coordinator's HTTP side");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("reading the response");
+    raw.split("\r\n\r\n").next().unwrap_or_default().to_string()
+}
+
+/// `/login` sends the browser only to a plain path of this site: a `next` a browser would turn
+/// into another site (TAB, CR and LF are stripped from URLs) is refused with 400, as is one
+/// that cannot be a header (CR/LF), instead of answering 500 or redirecting off-site.
+#[test]
+fn login_redirects_only_to_plain_local_paths() {
+    let c = Cluster::start(ClusterConfig { workers: 0, ..ClusterConfig::default() });
+    let base = c.http.clone().expect("the coordinator serves HTTP");
+    let token = c.admin_token.clone().expect("a secure cluster");
+    let login = |next: &str| response_head(&base, &format!("/login?token={token}&next={next}"));
+    let location = |head: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix("location: ").or_else(|| l.strip_prefix("Location: ")))
+            .map(str::to_string)
+    };
+    let code = |head: &str| head.split_whitespace().nth(1).unwrap_or_default().to_string();
+
+    let ok = login("%2Fjobs%3Fstate%3Dfailed");
+    assert_eq!((code(&ok), location(&ok).as_deref()), ("303".into(), Some("/jobs?state=failed")), "{ok}");
+    for off_site in ["%2F%09%2Fevil.example", "%2F%0A%2Fevil.example", "%2Fjobs%0D%0ASet-Cookie:%20x=1", "%2F%00"] {
+        let head = login(off_site);
+        assert_eq!(code(&head), "400", "next={off_site}: {head}");
+        assert!(location(&head).is_none() && !head.contains("x=1"), "next={off_site}: {head}");
+    }
+    for elsewhere in ["%2F%2Fevil.example", "https:%2F%2Fevil.example", "%2F%5Cevil.example", "evil"] {
+        let head = login(elsewhere);
+        assert_eq!((code(&head), location(&head).as_deref()), ("303".into(), Some("/")), "next={elsewhere}: {head}");
+    }
+}

@@ -261,3 +261,66 @@ fn a_second_worker_on_the_same_data_dir_refuses_to_start() {
     let job = c.submit("after.toml", "[[task]]\nname = \"t\"\ncommand = \"true\"\n");
     assert_eq!(c.wait_job(&job, Duration::from_secs(30)).state, SUCCEEDED);
 }
+
+/// `cpu = 0` tasks take no core, so a worker's `--max-attempts` is what bounds how many run at
+/// once: the coordinator places within it (a ledger the tasks write shows at most 2 running).
+#[test]
+fn a_worker_runs_at_most_max_attempts_at_once() {
+    let c = Cluster::start(ClusterConfig {
+        workers: 1,
+        cpus_per_worker: 2,
+        worker_args: vec!["--max-attempts".into(), "2".into()],
+        ..ClusterConfig::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger");
+    std::fs::write(&ledger, "").unwrap();
+    // Writable by whatever user the worker runs tasks as.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&ledger, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let job = c.submit(
+        "sleepers.toml",
+        &format!(
+            "name = \"sleepers\"\n[[task]]\nname = \"s\"\nreplicas = 8\ncpu = 0\ncommand = \"echo start >> {l}; sleep 0.5; echo end >> {l}\"\n",
+            l = ledger.display()
+        ),
+    );
+    let st = c.wait_job(&job, Duration::from_secs(120));
+    assert_eq!(st.state, SUCCEEDED, "{st:?}");
+    let (mut running, mut most) = (0i32, 0i32);
+    for line in lines(&ledger) {
+        running += if line == "start" { 1 } else { -1 };
+        most = most.max(running);
+    }
+    assert_eq!(lines(&ledger).len(), 16, "every sleeper ran once");
+    assert_eq!(most, 2, "at most --max-attempts (2) ran at once, and that many did");
+    let workers = c.workers().unwrap();
+    assert_eq!(workers[0].capacity.as_ref().map(|c| c.max_attempts), Some(2), "reported at registration");
+}
+
+/// The object cache's bound holds: an output larger than the whole cache fails its attempt
+/// with an error naming the sizes, instead of being kept past the bound.
+#[test]
+fn an_output_larger_than_the_cache_fails_its_attempt_naming_the_sizes() {
+    let c = Cluster::start(ClusterConfig { workers: 1, cache: "1MiB".into(), ..ClusterConfig::default() });
+    let job = c.submit(
+        "big.toml",
+        "name = \"big\"\n[[task]]\nname = \"t\"\noutputs = [\"o\"]\ncommand = \"head -c 2097152 /dev/zero > $PLEXUS_OUT/o\"\n",
+    );
+    let st = c.wait_job(&job, Duration::from_secs(60));
+    assert_eq!(st.state, pb::JobState::Failed as i32, "{st:?}");
+    let error = &subtask(&st, "t", 0).error;
+    assert!(error.contains("is 2.0 MiB and this worker's object cache holds at most 1.0 MiB (--cache)"), "{error}");
+    let cached: u64 = walk(&c.worker_dir(0).join("cache")).iter().map(|p| p.metadata().map_or(0, |m| m.len())).sum();
+    assert!(cached <= 1 << 20, "the cache holds {cached} bytes");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() { files.extend(walk(&p)) } else { files.push(p) }
+    }
+    files
+}

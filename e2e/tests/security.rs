@@ -294,3 +294,53 @@ fn insecure_is_loopback_only_unless_the_user_insists() {
     assert_eq!(c.wait_job(&job, Duration::from_secs(60)).state, pb::JobState::Succeeded as i32);
     assert!(c.coordinator_log().contains("running with --insecure"));
 }
+
+/// `plexus up` never writes a token into a log, and its logs are owner-only: the coordinator's
+/// first start says where the admin token is, not what it is.
+#[test]
+fn plexus_up_logs_no_token_and_keeps_its_logs_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let out_path = home.path().join("up.out");
+    let mut up = std::process::Command::new(plexus_e2e::bin_dir().join("plexus"))
+        .args(["up", "--workers", "1", "--port", "0", "--cpus", "1"])
+        .current_dir(home.path())
+        .env_remove("PLEXUS_COORDINATOR")
+        .env_remove("PLEXUS_TOKEN")
+        .env_remove("PLEXUS_TOKEN_FILE")
+        .env_remove("PLEXUS_CA")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(home.path().join("up.err")).unwrap())
+        .spawn()
+        .expect("starting plexus up");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&out_path).unwrap_or_default().contains("export PLEXUS_TOKEN_FILE=") {
+        let exited = up.try_wait().unwrap();
+        let err = std::fs::read_to_string(home.path().join("up.err")).unwrap_or_default();
+        assert!(exited.is_none() && Instant::now() < deadline, "plexus up did not come up ({exited:?}):\n{err}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let plexus = home.path().join(".plexus");
+    let token = std::fs::read_to_string(plexus.join("coordinator/admin.token")).unwrap();
+    let secret = token.trim();
+    assert!(secret.len() > 20, "{secret}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let logs = plexus.join("logs");
+    assert_eq!(mode(&logs), 0o700, "{}", logs.display());
+    assert_eq!(mode(&plexus.join("coordinator")), 0o700, "the coordinator's data dir");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&logs).unwrap() {
+        let p = entry.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(!text.contains(secret), "{} holds the admin token:\n{text}", p.display());
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+        seen += 1;
+    }
+    assert!(seen >= 2, "the coordinator's and the worker's logs");
+    let coordinator_log = std::fs::read_to_string(logs.join("coordinator.log")).unwrap();
+    assert!(coordinator_log.contains("admin token is in"), "it says where the token is:\n{coordinator_log}");
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
+    assert!(up.wait().unwrap().success());
+}

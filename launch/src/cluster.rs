@@ -306,6 +306,12 @@ impl Builder {
         for d in [&self.dir, &log_dir] {
             std::fs::create_dir_all(d).map_err(LaunchError::io("create the directory", d))?;
         }
+        // A log directory of its own is owner-only (0700), as each log is (0600). The cluster's
+        // directory is not: the workers' tasks may run as other users under it.
+        if log_dir != self.dir {
+            std::fs::set_permissions(&log_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .map_err(LaunchError::io("restrict the log directory", &log_dir))?;
+        }
         let coordinator_program = match &self.coordinator_program {
             Some(p) => p.clone(),
             None => programs::find(programs::COORDINATOR)?,

@@ -61,9 +61,20 @@ pub struct Proc {
     lines: Option<mpsc::Receiver<String>>,
 }
 
-/// Opens `path` for appending, creating it.
+/// Opens `path` for appending, creating it, owner-only (0600): a log names the cluster's files,
+/// jobs and commands, which are nobody else's business.
 pub(crate) fn append(path: &Path) -> Result<File, LaunchError> {
-    OpenOptions::new().create(true).append(true).open(path).map_err(LaunchError::io("open the log file", path))
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(LaunchError::io("open the log file", path))?;
+    // `mode` applies only when the file is created; one left by an earlier version gets it too.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(LaunchError::io("restrict the log file", path))?;
+    Ok(f)
 }
 
 impl Proc {

@@ -78,6 +78,10 @@ pub struct Resources {
 }
 
 impl Resources {
+    /// Room that no request fits in, not even one of nothing: a worker running as many attempts
+    /// as it takes. (Negative cores: every request asks for at least 0.)
+    pub const NO_ROOM: Resources = Resources { cpu: -1.0, memory: 0, gpu: 0 };
+
     /// Whether `self` (a request) fits into `room`.
     pub fn fits_in(&self, room: &Resources) -> bool {
         // A small epsilon so that ten 0.1-core requests fit into one core.

@@ -33,11 +33,22 @@ pub fn is_collective(kind: &str) -> bool {
 /// The prefix of the variables the worker sets for a subtask; a job may not set them.
 pub const RESERVED_ENV_PREFIX: &str = "PLEXUS_";
 
-/// The most bytes a task's command and environment may take (argv strings, env keys and values),
-/// checked when a job is submitted. Every assignment of the task carries them, and a gRPC
-/// message has a size limit ([`MAX_MESSAGE`]); a megabyte of command line is far past what any
-/// real command needs (Linux caps one argument at 128 KiB), data belongs in input objects.
+/// The most bytes a task's command and environment may take, checked when a job is submitted,
+/// counted as `execve` counts them: each argv string and `KEY=VALUE` entry with its NUL and its
+/// pointer ([`exec_bytes`]). Linux refuses an `execve` whose strings pass a quarter of the stack
+/// limit (2 MiB at the usual 8 MiB): half of that is left to the variables the worker sets, and
+/// every assignment of the task carries them within a gRPC message ([`MAX_MESSAGE`]). Data
+/// belongs in input objects.
 pub const MAX_TASK_SPEC_BYTES: usize = 1 << 20;
+
+/// The longest one argv string or one `KEY=VALUE` env entry may be: Linux's `MAX_ARG_STRLEN`
+/// (32 pages, 128 KiB, counting the NUL) less its NUL; `execve` fails with E2BIG past it.
+pub const MAX_ARG_BYTES: usize = (128 << 10) - 1;
+
+/// What one string of `len` bytes takes of the `execve` limit: itself, its NUL and its pointer.
+pub fn exec_bytes(len: usize) -> usize {
+    len + 1 + size_of::<usize>()
+}
 
 /// The largest gRPC message either side sends or accepts, the one size policy of coordinator,
 /// workers and clients: a status of a 100,000-subtask job is ~10 MiB.

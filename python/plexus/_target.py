@@ -3,10 +3,10 @@ CLI resolves them (``cli/src/client.rs``, ``cli/src/args.rs``):
 
 * URL: the ``url`` argument, else ``$PLEXUS_COORDINATOR``, else ``127.0.0.1:50051``. Several
   URLs separated by commas name the coordinators of an HA control plane, tried in order. A bare
-  ``host:port`` means ``https://`` (``http://`` with ``insecure``); an empty one the default; a
-  scheme that contradicts ``insecure`` is an error.
+  ``host:port`` means ``https://`` (``http://`` with ``insecure``); an empty one, a scheme other
+  than http(s), and a scheme that contradicts ``insecure`` are errors.
 * Token: the ``token`` argument, else ``$PLEXUS_TOKEN`` (either ignored when blank), else the
-  file ``token_file`` / ``$PLEXUS_TOKEN_FILE``, else ``./.plexus/coordinator/admin.token`` (the
+  file ``token_file`` / ``$PLEXUS_TOKEN_FILE`` (a warning when others can read it), else ``./.plexus/coordinator/admin.token`` (the
   admin token of a ``plexus up`` cluster started in the current directory) when it exists. None
   is not an error: the coordinator says whether a call needs one.
 * CA: the file ``ca`` / ``$PLEXUS_CA``, else ``./.plexus/coordinator/ca.pem`` when it exists.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Tuple, Union
@@ -43,13 +44,23 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 def normalise_url(url: str, insecure: bool) -> str:
     """``https://`` (``http://`` when ``insecure``) added to a bare ``host:port``; an empty value
-    means the default; a scheme that contradicts ``insecure`` is a :class:`ConfigError` saying
-    which setting to change."""
+    and a scheme other than http(s) are a :class:`ConfigError` (they would otherwise mean a
+    coordinator nobody asked for), as is a scheme that contradicts ``insecure``, saying which
+    setting to change."""
     url = url.strip()
     scheme = "http" if insecure else "https"
     if not url:
-        url = f"{scheme}://{DEFAULT_COORDINATOR}"
-    elif "://" not in url:
+        raise ConfigError(
+            "the coordinator URL is empty (url=, or PLEXUS_COORDINATOR set but empty): give HOST:PORT or "
+            f"{scheme}://HOST:PORT, or unset PLEXUS_COORDINATOR for {DEFAULT_COORDINATOR}"
+        )
+    if "://" in url:
+        given, rest = url.split("://", 1)
+        if given not in ("http", "https") or not rest:
+            raise ConfigError(
+                f"the coordinator URL {url!r} is not http(s) (scheme {given!r}): give HOST:PORT or {scheme}://HOST:PORT"
+            )
+    else:
         url = f"{scheme}://{url}"
     if not insecure and url.startswith("http://"):
         raise ConfigError(
@@ -123,6 +134,7 @@ class Target:
         else:
             file = token_file if token_file is not None else env.get("PLEXUS_TOKEN_FILE") or None
             if file is not None:
+                _warn_if_shared(Path(file))
                 token_text = _read(Path(file), "the token file").decode("utf-8", errors="replace")
             else:
                 token_text = _read_optional(up / "admin.token")
@@ -148,6 +160,20 @@ class Target:
 
 #: The first line of a certificate in PEM.
 PEM_CERTIFICATE = "-----BEGIN CERTIFICATE-----"
+
+
+def _warn_if_shared(path: Path) -> None:
+    """Warns when the token file can be read by its group or by others: whoever can read it can
+    act as its holder."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077:
+        warnings.warn(
+            f"the token file {path} can be read by other users (mode {mode:o}); make it owner-only: chmod 600 {path}",
+            stacklevel=3,
+        )
 
 
 def _read(path: Path, what: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from pathlib import Path
 
 import grpc
@@ -27,7 +28,12 @@ def test_urls_get_a_scheme_as_the_cli_gives_them() -> None:
     assert normalise_url("127.0.0.1:7000", True) == "http://127.0.0.1:7000"
     assert normalise_url(" http://h:1 ", True) == "http://h:1"
     assert normalise_url("https://h:1", False) == "https://h:1"
-    assert normalise_url("", False) == f"https://{DEFAULT_COORDINATOR}"
+    for empty in ("", "  "):
+        with pytest.raises(ConfigError, match="the coordinator URL is empty"):
+            normalise_url(empty, False)
+    for other in ("ftp://x", "unix:///run/p.sock", "https://", "://h:1"):
+        with pytest.raises(ConfigError, match=r"is not http\(s\)"):
+            normalise_url(other, False)
     with pytest.raises(ConfigError, match="plaintext") as e:
         normalise_url("http://h:1", False)
     assert "insecure=True" in str(e.value)
@@ -71,6 +77,7 @@ def test_credentials_are_found_where_the_cli_finds_them(tmp_path: Path) -> None:
 
     # $PLEXUS_TOKEN_FILE and $PLEXUS_CA win over ./.plexus; $PLEXUS_TOKEN over the file.
     (tmp_path / "tok").write_text(OTHER)
+    (tmp_path / "tok").chmod(0o600)
     (tmp_path / "ca.pem").write_bytes(b"-----BEGIN CERTIFICATE-----\nOTHER CA\n")
     env = {"PLEXUS_TOKEN_FILE": str(tmp_path / "tok"), "PLEXUS_CA": str(tmp_path / "ca.pem")}
     t = Target.resolve(env=env, cwd=tmp_path)
@@ -89,6 +96,22 @@ def test_credentials_are_found_where_the_cli_finds_them(tmp_path: Path) -> None:
     assert (t.urls, t.token, t.ca, t.insecure) == (("http://h:1",), None, None, True)
 
 
+def test_an_empty_or_foreign_coordinator_and_a_shared_token_file_are_reported(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="PLEXUS_COORDINATOR set but empty"):
+        Target.resolve(env={"PLEXUS_COORDINATOR": ""}, cwd=tmp_path)
+    with pytest.raises(ConfigError, match=r"'ftp://x' is not http\(s\)"):
+        Target.resolve(env={"PLEXUS_COORDINATOR": "ftp://x"}, cwd=tmp_path)
+    tok = tmp_path / "tok"
+    tok.write_text(TOKEN)
+    tok.chmod(0o644)
+    with pytest.warns(UserWarning, match="can be read by other users \\(mode 644\\); make it owner-only"):
+        assert Target.resolve(token_file=tok, env={}, cwd=tmp_path).token == TOKEN
+    tok.chmod(0o600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Target.resolve(token_file=tok, env={}, cwd=tmp_path).token == TOKEN
+
+
 def test_coordinator_lists_and_their_errors(tmp_path: Path) -> None:
     t = Target.resolve(env={"PLEXUS_COORDINATOR": "a:1, https://b:2"}, cwd=tmp_path)
     assert t.urls == ("https://a:1", "https://b:2")
@@ -98,6 +121,7 @@ def test_coordinator_lists_and_their_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the CA certificate"):
         Target.resolve(env={"PLEXUS_CA": str(tmp_path / "missing.pem")}, cwd=tmp_path)
     (tmp_path / "bad").write_text("not a token")
+    (tmp_path / "bad").chmod(0o600)
     with pytest.raises(ConfigError, match="the token: this is not a Plexus token"):
         Target.resolve(token_file=tmp_path / "bad", env={}, cwd=tmp_path)
 

@@ -20,6 +20,10 @@ pub struct Capacity {
     /// Its labels and how its GPUs connect (issue 16); absent from records stored before.
     #[serde(default)]
     pub topology: NodeTopology,
+    /// The most attempts it runs at once, whatever they ask for (tasks with `cpu = 0` take no
+    /// core): placed and reserved attempts count. 0: no bound (records stored before).
+    #[serde(default)]
+    pub max_attempts: u32,
 }
 
 impl Capacity {

@@ -11,11 +11,11 @@
 //!   evicted until the new object fits, and the bytes evicted are returned to the caller so that
 //!   they count against the attempt that caused the insert.
 //! - When the object cannot fit even after evicting everything unpinned (it is larger than the
-//!   whole cache, or the rest is pinned), it is kept anyway and a warning is logged. Dropping a
-//!   just-produced output or a just-fetched input would fail the attempt (or its consumers) for
-//!   no benefit; the cache goes back under its bound at a later insert, which evicts the
-//!   oversized object first once it is the least recently used and unpinned. Unpinning never
-//!   evicts by itself, so an output stays available to consumers until something needs the room.
+//!   whole cache, or the rest is pinned), the insert is refused ([`Error::CacheFull`], naming
+//!   the sizes) before anything is evicted or moved: the attempt that made the output, or
+//!   fetched the input, fails with that error rather than the disk growing past the bound.
+//!   Unpinning never evicts by itself, so an output stays available to consumers until
+//!   something needs the room.
 //! - At start, the index is rebuilt by scanning the directory, in mtime order (the cache sets an
 //!   object's mtime on every access so this order survives restarts). Files whose path is not a
 //!   valid object id are ignored, never served.
@@ -224,6 +224,12 @@ impl Cache {
         let size = meta.len();
         let dest = self.path(id);
         let mut st = self.lock();
+        // What no eviction can free: objects running attempts use (an older copy of `id` is
+        // replaced, so it does not count).
+        let pinned: u64 = st.entries.iter().filter(|(k, e)| e.pins > 0 && *k != id).map(|(_, e)| e.size).sum();
+        if pinned.saturating_add(size) > self.shared.capacity {
+            return Err(Error::CacheFull { object: id.to_string(), size, capacity: self.shared.capacity, pinned });
+        }
         // The file moves first, so that a failure leaves the index exactly as it was.
         move_into_place(src, &dest)?;
         set_mtime_now(&dest);
@@ -240,13 +246,6 @@ impl Cache {
         st.order.insert(tick, id.clone());
         st.entries.insert(id.clone(), Entry { size, tick, pins: pins + 1 });
         st.used += size;
-        if st.used > self.shared.capacity {
-            warn!(
-                object = %id, size, used = st.used, capacity = self.shared.capacity,
-                "object cache is over its bound (the object is larger than the room that can be freed); \
-                 keeping it until a later insert can evict it"
-            );
-        }
         debug!(object = %id, size, evicted_bytes, "object cached");
         Ok(Inserted { pin: Pin { cache: self.clone(), id: id.clone() }, size, evicted_bytes })
     }
@@ -444,42 +443,39 @@ mod tests {
         assert_eq!(ins.evicted_bytes, 50);
         assert!(cache.contains(&a) && !cache.contains(&b) && cache.contains(&c));
         drop(ins);
-        // Nothing unpinned can make room for 80 more bytes except `c`; `a` stays, so the cache
-        // goes over its bound rather than dropping the new object.
+        // Evicting `c`, all that is unpinned, would still leave no room for 80 more bytes next
+        // to the pinned `a`: refused, and nothing is evicted or moved for it.
         let d = oid(job, "d");
-        let ins = put(&cache, dir.path(), &d, 80);
-        assert_eq!(ins.evicted_bytes, 50);
-        assert!(cache.contains(&a) && cache.contains(&d));
-        assert_eq!(cache.used(), 130);
-        drop(ins);
+        let src = dir.path().join("src-d");
+        fs::write(&src, vec![b'x'; 80]).unwrap();
+        let e = cache.insert(&d, &src).unwrap_err();
+        assert!(matches!(e, Error::CacheFull { size: 80, capacity: 100, pinned: 50, .. }), "{e}");
+        assert!(cache.contains(&a) && cache.contains(&c) && !cache.contains(&d));
+        assert_eq!(cache.used(), 100);
+        assert!(src.exists(), "left where it was");
+        // Once `a` is no longer used, both go for it, oldest first, and the bound holds.
         drop(pin_a);
-        // Unpinning does not evict; the next insert brings the cache back under its bound.
-        assert_eq!(cache.used(), 130);
-        let e = oid(job, "e");
-        let ins = put(&cache, dir.path(), &e, 10);
-        assert_eq!(ins.evicted_bytes, 50);
-        assert_eq!(names(&cache), ["d", "e"]);
-        assert_eq!(cache.used(), 90);
+        let ins = cache.insert(&d, &src).unwrap();
+        assert_eq!(ins.evicted_bytes, 100);
+        assert_eq!(names(&cache), ["d"]);
+        assert_eq!(cache.used(), 80);
     }
 
+    /// The bound holds for an object larger than the whole cache: refused with an error naming
+    /// the sizes, which fails the attempt that made (or fetched) it.
     #[test]
-    fn an_object_larger_than_the_cache_is_kept_while_pinned() {
+    fn an_object_larger_than_the_cache_is_refused_naming_the_sizes() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = Cache::open(dir.path().join("cache"), 10).unwrap();
+        let cache = Cache::open(dir.path().join("cache"), 256 << 10).unwrap();
         let job = JobId::random();
+        drop(put(&cache, dir.path(), &oid(job, "small"), 1000));
         let big = oid(job, "big");
-        let ins = put(&cache, dir.path(), &big, 100);
-        assert_eq!(ins.evicted_bytes, 0);
-        assert!(cache.contains(&big));
-        let pin_again = cache.pin(&big).unwrap();
-        drop(ins);
-        let small = oid(job, "small");
-        drop(put(&cache, dir.path(), &small, 5));
-        assert!(cache.contains(&big), "still pinned by pin_again");
-        drop(pin_again);
-        let other = oid(job, "other");
-        assert_eq!(put(&cache, dir.path(), &other, 5).evicted_bytes, 100);
-        assert!(!cache.contains(&big));
+        let src = dir.path().join("big");
+        fs::write(&src, vec![0u8; 400 << 10]).unwrap();
+        let e = cache.insert(&big, &src).unwrap_err().to_string();
+        assert!(e.contains("is 400.0 KiB and this worker's object cache holds at most 256.0 KiB (--cache)"), "{e}");
+        assert!(!cache.contains(&big) && cache.contains(&oid(job, "small")), "nothing evicted for it");
+        assert_eq!(cache.used(), 1000);
     }
 
     #[test]

@@ -63,6 +63,16 @@ pub struct Args {
     #[arg(long)]
     pub cpus: Option<u32>,
 
+    /// The most attempts run at once, whatever they ask for (a task with cpu = 0 takes no core):
+    /// the coordinator places within it. Default: 4 per offered core, at least 8.
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+
+    /// The most bytes kept of each attempt's stdout and of its stderr, e.g. 64MiB: past it the
+    /// start and the latest part are kept, with a line saying how much was dropped between.
+    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    pub log_cap: u64,
+
     /// Memory offered to subtasks, e.g. 512MiB, 4GiB or a byte count. Default: MemTotal.
     #[arg(long, value_parser = parse_size)]
     pub memory: Option<u64>,
@@ -186,6 +196,10 @@ pub struct Config {
     pub send_buffer: Option<usize>,
     /// Cores offered to subtasks.
     pub cpus: u32,
+    /// The most attempts run at once (reported to the coordinator, which places within it).
+    pub max_attempts: u32,
+    /// The most bytes kept of each attempt's stdout, and of its stderr.
+    pub log_cap: u64,
     /// Memory offered to subtasks, in bytes.
     pub memory: u64,
     /// Bound of the object cache, in bytes.
@@ -242,6 +256,8 @@ impl Config {
             seg_max: 1 << 20,
             send_buffer: None,
             cpus: node::available_cpus(),
+            max_attempts: default_max_attempts(node::available_cpus()),
+            log_cap: crate::logs::DEFAULT_LOG_CAP,
             memory: node::total_memory().unwrap_or(0),
             cache_bytes: DEFAULT_CACHE_BYTES,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -256,6 +272,12 @@ impl Config {
             supervisor: PathBuf::from(SELF_EXE),
         }
     }
+}
+
+/// The default of `--max-attempts`: 4 per offered core, at least 8 (tasks that mostly wait, and
+/// gangs whose members run side by side, need more attempts than cores).
+pub fn default_max_attempts(cpus: u32) -> u32 {
+    cpus.saturating_mul(4).max(8)
 }
 
 fn default_rail() -> IpAddr {
@@ -285,6 +307,14 @@ impl Args {
             Some(n) => n,
             None => node::available_cpus(),
         };
+        let max_attempts = match self.max_attempts {
+            Some(0) => return Err(Error::Config("--max-attempts must be at least 1".into())),
+            Some(n) => n,
+            None => default_max_attempts(cpus),
+        };
+        if self.log_cap < 4096 {
+            return Err(Error::Config(format!("--log-cap {}: must be at least 4KiB", self.log_cap)));
+        }
         let rails = if self.rails.is_empty() { vec![default_rail()] } else { self.rails };
         if let Some(ip) = rails.iter().find(|ip| ip.is_unspecified()) {
             return Err(Error::Config(format!(
@@ -330,6 +360,8 @@ impl Args {
             seg_max: self.seg_max,
             send_buffer,
             cpus,
+            max_attempts,
+            log_cap: self.log_cap,
             memory,
             cache_bytes: self.cache,
             listen: self.listen,
@@ -459,6 +491,19 @@ mod tests {
         let c = args.into_config().unwrap();
         assert_eq!(c.rails, vec!["10.0.0.1".parse::<IpAddr>().unwrap(), "10.0.1.1".parse().unwrap()]);
         assert_eq!((c.cpus, c.memory, c.cache_bytes), (3, 1_000_000, 4 << 30));
+        assert_eq!((c.max_attempts, c.log_cap), (12, 64 << 20), "4 attempts per core; 64 MiB of each log");
+        let more = |extra: &[&str]| {
+            let mut v = vec!["plexus-worker", "--coordinator=x", "--data-dir=/d", "--memory=1", "--cpus=1"];
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v).unwrap().into_config().map_err(|e| e.to_string())
+        };
+        assert_eq!(more(&[]).unwrap().max_attempts, 8, "at least 8");
+        assert_eq!(
+            more(&["--max-attempts=2", "--log-cap=1MiB"]).map(|c| (c.max_attempts, c.log_cap)),
+            Ok((2, 1 << 20))
+        );
+        assert!(more(&["--max-attempts=0"]).unwrap_err().contains("--max-attempts must be at least 1"));
+        assert!(more(&["--log-cap=100"]).unwrap_err().contains("--log-cap 100: must be at least 4KiB"));
         assert_eq!(c.advertise.as_deref(), Some("https://node1:7001"));
         assert!(!c.trust.insecure, "secure unless --insecure");
         assert!(Args::try_parse_from(["plexus-worker", "--coordinator=x", "--data-dir=/d", "--cache=huge"]).is_err());

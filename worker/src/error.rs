@@ -118,6 +118,16 @@ pub enum Error {
     #[error("{action} object {object}: {source}")]
     ObjectIo { action: &'static str, object: ObjectId, source: std::io::Error },
 
+    /// An object does not fit the object cache's bound even with every object no running attempt
+    /// uses evicted: refused rather than kept over the bound.
+    #[error(
+        "object {object} is {} and this worker's object cache holds at most {} (--cache), {} of it used by running attempts: give the worker a larger --cache, or make the object smaller",
+        bytesize::ByteSize(*size).display().iec(),
+        bytesize::ByteSize(*capacity).display().iec(),
+        bytesize::ByteSize(*pinned).display().iec()
+    )]
+    CacheFull { object: String, size: u64, capacity: u64, pinned: u64 },
+
     /// A peer sent an object that does not match what it announced.
     #[error("object {object}: {reason}")]
     BadObject { object: String, reason: String },
@@ -312,7 +322,9 @@ impl Error {
             Error::DataDirLocked { .. } => Code::FailedPrecondition,
             Error::PushUnauthenticated => Code::Unauthenticated,
             Error::PushUnchecked { .. } | Error::PushRefused { .. } => Code::PermissionDenied,
-            Error::OutOfMemory { .. } | Error::Busy { .. } | Error::NoTaskUid { .. } => Code::ResourceExhausted,
+            Error::OutOfMemory { .. } | Error::Busy { .. } | Error::NoTaskUid { .. } | Error::CacheFull { .. } => {
+                Code::ResourceExhausted
+            }
             Error::Dataplane(_)
             | Error::Push { .. }
             | Error::Connect { .. }

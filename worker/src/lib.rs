@@ -213,7 +213,8 @@ impl Worker {
         .with_peer_tls(credentials.as_ref().map(credentials::Credentials::peer_client_tls))
         .with_counters(Arc::clone(&counters))
         .with_task_users(users)
-        .with_lease(Arc::clone(&lease), config.supervisor.clone());
+        .with_lease(Arc::clone(&lease), config.supervisor.clone())
+        .with_log_cap(config.log_cap);
         let sources =
             metrics::Sources { counters, rails: Arc::clone(&rails), cache: cache.clone(), gpus: Arc::clone(&gpus) };
         let metrics_addr = serve_metrics(config.metrics, sources, &shutdown).await;
@@ -572,6 +573,7 @@ fn node_capacity(
         gpu_links: gpus.links.clone(),
         labels: config.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         gpu_numa: gpus.numa.clone(),
+        max_attempts: config.max_attempts,
     }
 }
 

@@ -1,9 +1,11 @@
-//! Reading the tails of attempt log files, for final reports and for `ReadLog`.
+//! Attempt log files: written through a pipe that keeps each within the worker's `--log-cap`
+//! ([`capture`]), and their tails read for final reports and for `ReadLog`.
 
 use std::io::SeekFrom;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
 
 /// How much of stdout and of stderr a final report carries: the contract's "last 64 KiB".
 pub const REPORT_TAIL_BYTES: u64 = 64 * 1024;
@@ -35,6 +37,134 @@ pub async fn tail_or_empty(path: &Path, max: u64) -> Vec<u8> {
             tracing::warn!(path = %path.display(), error = %e, "could not read a log file");
             Vec::new()
         }
+    }
+}
+
+/// The default of `--log-cap`: 64 MiB of each stream of each attempt.
+pub const DEFAULT_LOG_CAP: u64 = 64 << 20;
+
+/// One stream of an attempt being written to its log file: the pipe's write end, which the
+/// process (or a collective) gets as its stdout or stderr, and the task copying the pipe into
+/// the file.
+pub struct Capture {
+    pub writer: std::fs::File,
+    copier: JoinHandle<std::io::Result<()>>,
+}
+
+/// How long the copy may go on after the attempt ended: what its processes wrote is in the pipe
+/// by then, and only a process that escaped the attempt's confinement still holds it open.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Capture {
+    /// Waits (bounded) until everything written was copied, once the writer is closed.
+    pub async fn finish(self, path: &Path) {
+        let Capture { writer, mut copier } = self;
+        drop(writer);
+        match tokio::time::timeout(DRAIN_TIMEOUT, &mut copier).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(path = %path.display(), error = %e, "writing a log file failed"),
+            Ok(Err(e)) => tracing::warn!(path = %path.display(), error = %e, "the log copier failed"),
+            Err(_) => {
+                copier.abort();
+                tracing::warn!(path = %path.display(), "a process outside the attempt still holds its log open; no longer copied");
+            }
+        }
+    }
+}
+
+/// Creates the log file `path` and a pipe into it whose copier keeps the file within `cap`
+/// bytes: past it, the first quarter and the latest part (at least a quarter, from a line
+/// start where one is near) are kept, with a line `[plexus: N bytes dropped]` between them, and
+/// `N` kept in [`dropped_path`] for `ReadLog`.
+pub fn capture(path: &Path, cap: u64) -> std::io::Result<Capture> {
+    // Readable too: cutting the file reads back what it keeps.
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+    let (reader, writer) = std::io::pipe()?;
+    let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(reader))?;
+    let copier = tokio::spawn(copy_capped(reader, tokio::fs::File::from_std(file), path.to_path_buf(), cap));
+    Ok(Capture { writer: std::fs::File::from(std::os::fd::OwnedFd::from(writer)), copier })
+}
+
+/// Where the count of bytes dropped from log `path` is kept (absent: none were).
+pub fn dropped_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".dropped");
+    PathBuf::from(name)
+}
+
+/// The bytes dropped from log `path` (0 when none were, or the count cannot be read).
+pub async fn dropped_bytes(path: &Path) -> u64 {
+    tokio::fs::read_to_string(dropped_path(path)).await.ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+async fn copy_capped(
+    mut pipe: tokio::net::unix::pipe::Receiver,
+    mut file: tokio::fs::File,
+    path: PathBuf,
+    cap: u64,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut len = 0u64;
+    let mut kept = Kept { head: cap / 4, marker: 0, dropped: 0 };
+    loop {
+        let n = pipe.read(&mut buf).await?;
+        if n == 0 {
+            return file.flush().await;
+        }
+        file.write_all(&buf[..n]).await?;
+        len += n as u64;
+        if len > cap {
+            file.flush().await?;
+            let std = file.try_clone().await?.into_std().await;
+            let (new_len, k) = tokio::task::spawn_blocking(move || kept.compact(&std, len, cap / 4)).await??;
+            (len, kept) = (new_len, k);
+            file.seek(SeekFrom::Start(len)).await?;
+            tokio::fs::write(dropped_path(&path), format!("{}\n", kept.dropped)).await?;
+        }
+    }
+}
+
+/// The layout of a log file that was cut: `head` bytes as written, a marker line of `marker`
+/// bytes saying how many were `dropped`, then the latest part.
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    head: u64,
+    marker: u64,
+    dropped: u64,
+}
+
+impl Kept {
+    /// Drops what lies between the marker and the last `keep` bytes of the `len` written (from
+    /// the next line start, when one is within 4 KiB), rewrites the marker, and returns the new
+    /// length.
+    fn compact(mut self, f: &std::fs::File, len: u64, keep: u64) -> std::io::Result<(u64, Kept)> {
+        use std::os::unix::fs::FileExt;
+        let mut from = len.saturating_sub(keep).max(self.head + self.marker);
+        let mut probe = vec![0u8; 4096];
+        let n = f.read_at(&mut probe, from)?;
+        if let Some(i) = probe[..n].iter().position(|&b| b == b'\n') {
+            from += i as u64 + 1;
+        }
+        self.dropped += from - (self.head + self.marker);
+        let mut last = [0u8; 1];
+        let newline =
+            if self.head > 0 && f.read_at(&mut last, self.head - 1)? == 1 && last[0] != b'\n' { "\n" } else { "" };
+        let marker = format!("{newline}[plexus: {} bytes dropped]\n", self.dropped);
+        f.write_all_at(marker.as_bytes(), self.head)?;
+        self.marker = marker.len() as u64;
+        // Forward, chunk by chunk: the destination lies before the source.
+        let mut to = self.head + self.marker;
+        let mut chunk = vec![0u8; 1 << 20];
+        while from < len {
+            let n = f.read_at(&mut chunk, from)?;
+            if n == 0 {
+                break;
+            }
+            f.write_all_at(&chunk[..n], to)?;
+            (from, to) = (from + n as u64, to + n as u64);
+        }
+        f.set_len(to)?;
+        Ok((to, self))
     }
 }
 
@@ -85,5 +215,44 @@ mod tests {
         assert_eq!(read_tail(&p, 16).await.unwrap(), Some((b"0123456789abcdef".to_vec(), false)));
         assert_eq!(read_tail(&p, 100).await.unwrap(), Some((b"0123456789abcdef".to_vec(), false)));
         assert_eq!(tail_or_empty(&p, 2).await, b"ef".to_vec());
+    }
+
+    /// A stream far past the cap leaves a file within it: the first quarter, the marker, the
+    /// latest part from a line start; what is kept and what was dropped add up to what was
+    /// written, and the count is kept beside the log.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_capture_keeps_the_start_and_the_end_within_the_cap() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("0.1.out");
+        let cap = 16 << 10;
+        let c = capture(&p, cap).unwrap();
+        let mut w = c.writer.try_clone().unwrap();
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut written = 0u64;
+            for i in 0..20_000u32 {
+                let line = format!("line {i:010}\n");
+                w.write_all(line.as_bytes()).unwrap();
+                written += line.len() as u64;
+            }
+            written
+        });
+        let written = writer.await.unwrap();
+        c.finish(&p).await;
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.len() as u64 <= cap, "{} bytes", text.len());
+        assert!(text.starts_with("line 0000000000\n") && text.ends_with("line 0000019999\n"));
+        let marker = text.lines().find(|l| l.starts_with("[plexus: ")).expect("a marker");
+        let dropped = dropped_bytes(&p).await;
+        assert_eq!(marker, format!("[plexus: {dropped} bytes dropped]"));
+        let kept = text.len() as u64 - marker.len() as u64 - 1;
+        assert_eq!(kept + dropped, written);
+        // Under the cap: the file as written, nothing dropped.
+        let q = dir.path().join("0.2.out");
+        let mut c = capture(&q, cap).unwrap();
+        c.writer.write_all(b"short\n").unwrap();
+        c.finish(&q).await;
+        assert_eq!(std::fs::read_to_string(&q).unwrap(), "short\n");
+        assert_eq!(dropped_bytes(&q).await, 0);
     }
 }

@@ -39,7 +39,7 @@ use tracing::{debug, info};
 use crate::cache::Cache;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::logs::read_tail;
+use crate::logs::{dropped_bytes, read_tail};
 
 /// Objects travel in chunks of 1 MiB: large enough that per-message overhead is negligible, small
 /// enough to stay far below gRPC's default 4 MiB message limit.
@@ -216,7 +216,9 @@ impl PeerServer {
         }
         let (stdout, cut_out) = out.unwrap_or_default();
         let (stderr, cut_err) = err.unwrap_or_default();
-        Ok(pb::ReadLogResponse { stdout, stderr, truncated: cut_out || cut_err })
+        let (out_path, err_path) = self.layout.log_files(&attempt);
+        let dropped_bytes = dropped_bytes(&out_path).await + dropped_bytes(&err_path).await;
+        Ok(pb::ReadLogResponse { stdout, stderr, truncated: cut_out || cut_err, dropped_bytes })
     }
 }
 

@@ -60,6 +60,14 @@ fn header(n: usize, task: &str, rank: u32, what: &str) -> anyhow::Result<()> {
 fn write_logs(logs: &GetLogsResponse) -> anyhow::Result<()> {
     output::write_bytes(&mut io::stdout().lock(), &logs.stdout)?;
     output::write_bytes(&mut io::stderr().lock(), &logs.stderr)?;
+    if logs.dropped_bytes > 0 {
+        let newline = if logs.stderr.last().is_some_and(|&b| b != b'\n') { "\n" } else { "" };
+        let _ = writeln!(
+            io::stderr().lock(),
+            "{newline}note: this attempt wrote more than its worker keeps of a log (--log-cap): {} bytes were dropped between the start and the latest part, where a line \"[plexus: N bytes dropped]\" stands",
+            logs.dropped_bytes
+        );
+    }
     if logs.truncated {
         let mut err = io::stderr().lock();
         // The note goes on its own line even when the log's last line had no newline.

@@ -331,6 +331,7 @@ fn workers() -> Vec<pb::WorkerInfo> {
             gpu_links: vec![pb::GpuLink { a: 0, b: 2, level: "NV2".into() }],
             labels: [("rack".to_string(), "r1".to_string())].into(),
             gpu_numa: [(0, 1)].into(),
+            max_attempts: 16,
         }),
         state: Some(pb::NodeState {
             cpu_utilisation: 0.375,

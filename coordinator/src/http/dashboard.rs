@@ -593,18 +593,29 @@ pub async fn login(State(http): State<Http>, Query(l): Query<Login>) -> Response
     if let Some(refused) = refusal(&http, &headers) {
         return refused;
     }
-    // Only a path of this site (no "//host", no scheme): not an open redirect.
-    let next = l
-        .next
-        .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\'))
-        .unwrap_or_else(|| "/".into());
+    let next = match l.next.as_deref().map(local_path) {
+        None => "/",
+        Some(Ok(path)) => path,
+        Some(Err(why)) => return (StatusCode::BAD_REQUEST, why).into_response(),
+    };
     let cookie =
         format!("{}={}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; SameSite=Strict", TOKEN_COOKIE, l.token.trim());
-    let mut r = Redirect::to(&next).into_response();
+    let mut r = Redirect::to(next).into_response();
     if let Ok(v) = cookie.parse() {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
+}
+
+/// Where `/login` may send the browser: a plain path of this site (one leading '/', no '//host',
+/// no scheme, no backslash), else the front page. A control character is refused, not dropped:
+/// browsers strip TAB, CR and LF from a URL, so `/\t/evil.example` would become `//evil.example`,
+/// another site, and CR/LF cannot be carried in a header.
+fn local_path(next: &str) -> Result<&str, &'static str> {
+    if next.chars().any(char::is_control) {
+        return Err("`next` must be a plain path of this site; it has a control character\n");
+    }
+    Ok(if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') { next } else { "/" })
 }
 
 /// The page a browser sees without a token when security is on.

@@ -387,7 +387,12 @@ impl Core {
                 continue;
             }
             let mut free = w.available();
-            for _ in 0..(if distinct { 1 } else { k }) {
+            // (At most as many members as it takes attempts: `max_attempts`, once work ends.)
+            let bound = match w.record().capacity.max_attempts {
+                0 => k,
+                max => k.min(max),
+            };
+            for _ in 0..(if distinct { 1 } else { bound }) {
                 let Some(at) = self.ready_at(w, free, req, now) else { break };
                 slots.push((at, w.id()));
                 free = free.minus(&req);
@@ -424,6 +429,11 @@ impl Core {
     fn ready_at(&self, w: &Worker, mut free: Resources, req: Resources, now: u64) -> Option<u64> {
         if req.fits_in(&free) {
             return Some(now);
+        }
+        if free == Resources::NO_ROOM {
+            // Every attempt slot is taken: the first attempt to end gives one back, with what it
+            // held.
+            free = w.record().capacity.resources().minus(&w.allocated());
         }
         let mut ends: Vec<(u64, Resources)> = Vec::with_capacity(w.placed().len());
         for (j, i) in w.placed() {

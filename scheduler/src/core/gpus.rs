@@ -194,7 +194,7 @@ impl Core {
             let mut free = w.available();
             free.gpu = 0;
             let mut fit = 0usize;
-            while fit < k && host.fits_in(&free) {
+            while fit < k && fit < w.free_slots() as usize && host.fits_in(&free) {
                 free = free.minus(&host);
                 fit += 1;
             }

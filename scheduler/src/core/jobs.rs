@@ -42,15 +42,25 @@ impl Core {
             let mut members: Vec<plexus_proto::Resources> =
                 tasks.iter().flat_map(|t| std::iter::repeat_n(t.resources, t.replicas as usize)).collect();
             members.sort_by(|a, b| b.cpu.total_cmp(&a.cpu).then(b.memory.cmp(&a.memory)).then(b.gpu.cmp(&a.gpu)));
-            let mut room: Vec<plexus_proto::Resources> =
-                alive.iter().map(|w| w.record().capacity.resources()).collect();
+            // Each live worker's capacity, and how many attempts it takes at once.
+            let mut room: Vec<(plexus_proto::Resources, u32)> = alive
+                .iter()
+                .map(|w| {
+                    let slots = match w.record().capacity.max_attempts {
+                        0 => u32::MAX,
+                        n => n,
+                    };
+                    (w.record().capacity.resources(), slots)
+                })
+                .collect();
             let mut fit = 0u32;
             for m in &members {
                 if fit >= k {
                     break;
                 }
-                if let Some(r) = room.iter_mut().find(|r| m.fits_in(r)) {
+                if let Some((r, slots)) = room.iter_mut().find(|(r, slots)| *slots > 0 && m.fits_in(r)) {
                     r.sub(m);
+                    *slots -= 1;
                     fit += 1;
                 }
             }

@@ -147,9 +147,21 @@ impl Worker {
         self.connected && self.record.alive
     }
 
+    /// How many more attempts it takes at once (`max_attempts` less those placed and reserved);
+    /// `u32::MAX` when it sets no bound.
+    pub fn free_slots(&self) -> u32 {
+        match self.record.capacity.max_attempts {
+            0 => u32::MAX,
+            max => max.saturating_sub(u32::try_from(self.placed.len() + self.reserved.len()).unwrap_or(u32::MAX)),
+        }
+    }
+
     /// What is not allocated: its capacity less what attempts hold, shared devices counted as
-    /// taken.
+    /// taken; [`Resources::NO_ROOM`] when it runs as many attempts as it takes.
     pub fn available(&self) -> Resources {
+        if self.free_slots() == 0 {
+            return Resources::NO_ROOM;
+        }
         let mut free = self.record.capacity.resources().minus(&self.allocated);
         free.gpu = free.gpu.saturating_sub(self.gpu_shared.len() as u32);
         free

@@ -606,10 +606,12 @@ impl Core {
                     },
                     None if fits => String::new(),
                     None if !gpu_room => format!("no GPU with {} of memory free to share", bytesize::ByteSize(share.unwrap_or(0)).display().iec()),
+                    None if w.free_slots() == 0 => format!("runs {} attempts, as many as it takes at once (--max-attempts)", w.record().capacity.max_attempts),
                     None => format!("needs {} free, has {}", fmt_res(&req), fmt_res(&free)),
                 },
                 capacity: w.record().capacity.resources(),
-                free,
+                // (What the placer sees: no room, without the sentinel's negative cores.)
+                free: if w.free_slots() == 0 { Resources::default() } else { free },
                 assigned: w.placed().len() as u32,
                 cpu_utilisation: w.node().cpu_utilisation,
                 local_input_bytes: local,

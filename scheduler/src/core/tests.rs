@@ -47,6 +47,7 @@ pub(super) fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Re
             cache_bytes: 1 << 30,
             hostname: "h".into(),
             topology: Default::default(),
+            max_attempts: 0,
         },
         state: NodeReport::default(),
         known,
@@ -1869,4 +1870,39 @@ fn a_long_chain_of_jobs_fails_with_its_first_without_recursion() {
         assert_eq!(r.state, JobState::Failed, "{}", r.error);
         assert!(r.error.contains("runs after"), "{}", r.error);
     }
+}
+
+/// `cpu = 0` tasks take no core, so only a worker's `max_attempts` bounds how many run there at
+/// once: the core places within it, and a gang that needs more is refused at submission.
+#[test]
+fn a_worker_runs_no_more_attempts_than_its_max_attempts() {
+    let mut c = core();
+    let mut r = reg(1, "s1", 2, vec![]);
+    r.capacity.max_attempts = 2;
+    c.register(r, 0);
+    let job = submit(&mut c, "[[task]]\nname = \"s\"\ncommand = [\"sleep\", \"9\"]\nreplicas = 10\ncpu = 0\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 2, "two attempt slots");
+    assert_eq!(c.worker(wid(1)).unwrap().free_slots(), 0);
+    c.schedule(2);
+    assert!(assigned(&mut c).is_empty(), "nothing more while both run");
+    // One ends: one more starts, no more.
+    let ended =
+        Report { attempt: Some(a[0].1.attempt.clone()), state: Some(SubtaskState::Succeeded), ..Default::default() };
+    c.report(wid(1), "s1", vec![ended], 3);
+    c.schedule(4);
+    assert_eq!(assigned(&mut c).len(), 1);
+    assert_eq!(c.worker(wid(1)).unwrap().placed().len(), 2);
+    assert_eq!(c.job(job).unwrap().subtasks.iter().filter(|s| s.state == SubtaskState::Ready).count(), 7);
+
+    // A gang of three cpu = 0 members never fits a worker that takes two attempts: said at
+    // submission, not left reserving for ever.
+    let mut c = core();
+    let mut r = reg(1, "s1", 2, vec![]);
+    r.capacity.max_attempts = 2;
+    c.register(r, 0);
+    let gang = "[[task]]\nname = \"g\"\ncommand = [\"true\"]\nreplicas = 3\ncpu = 0\ngang = \"trio\"\n";
+    let text = c.unsatisfiable(&parse(gang, Format::Toml, "t.toml").unwrap()).unwrap_or_default();
+    assert!(text.contains("can hold at most 2 of them together"), "{text}");
 }

@@ -68,20 +68,24 @@ pub(super) enum RawCommand {
     Shell(String),
 }
 
-/// `memory = "512MiB"` or a number of bytes.
+/// `memory = "512MiB"` or a number of bytes; anything else is kept as `Other` so that
+/// validation can name the field (serde's untagged enums would only name the enum).
 #[derive(Deserialize)]
 #[serde(untagged)]
 pub(super) enum RawSize {
     Bytes(u64),
     Text(String),
+    Other(serde_json::Value),
 }
 
-/// `timeout = "90s"` / `"5m"` or a number of seconds.
+/// `timeout = "90s"` / `"5m"` or a number of seconds; anything else is kept as `Other`, as
+/// for [`RawSize`].
 #[derive(Deserialize)]
 #[serde(untagged)]
 pub(super) enum RawDuration {
     Seconds(u64),
     Text(String),
+    Other(serde_json::Value),
 }
 
 /// The line (1-based) of byte `offset` of `source`.

@@ -102,6 +102,7 @@ impl Ours {
                         cache_bytes: 0,
                         hostname: format!("sim-{n}"),
                         topology: Default::default(),
+                        max_attempts: 0,
                     },
                     state: NodeReport::default(),
                     known: vec![],

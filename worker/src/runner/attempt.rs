@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use crate::cache::Pin;
 use crate::error::{Error, Result};
 use crate::isolation::{TaskUser, give_to};
-use crate::logs::{REPORT_TAIL_BYTES, iteration_times, tail_or_empty};
+use crate::logs::{Capture, REPORT_TAIL_BYTES, capture, iteration_times, tail_or_empty};
 
 use super::command::ProcessEnd;
 use super::context::{Accounting, Ctx, NO_EXIT_CODE, Outcome, WorkDirs, report};
@@ -103,22 +103,34 @@ impl Ctx {
         let started_at = now_ms();
         self.report_running(work, started_at, acct);
         let (out_log, err_log) = self.layout.log_files(a);
-        let (stdout, stderr) = match open_logs(&out_log, &err_log) {
-            Ok(files) => files,
+        let (stdout, stderr) = match open_logs(&out_log, &err_log, self.log_cap) {
+            Ok(captures) => captures,
             Err(e) => return Outcome::failed(e, started_at, NO_EXIT_CODE),
+        };
+        let (out_file, err_file) = match (stdout.writer.try_clone(), stderr.writer.try_clone()) {
+            (Ok(o), Ok(e)) => (o, e),
+            (Err(e), _) | (_, Err(e)) => {
+                return Outcome::failed(Error::io("open log pipe", &out_log)(e), started_at, NO_EXIT_CODE);
+            }
         };
         // The exit code a success reports, and the one a failure to store the outputs reports:
         // a collective runs no process, so it has none of its own to report when that fails.
-        let (exit_code, failed_exit_code) = match &work.collective {
-            Some(c) => match self.collective(work, c, dirs, stdout, cancel).await {
-                Ok(()) => (0, NO_EXIT_CODE),
-                Err(Error::Cancelled) => return self.cancelled(a, started_at, NO_EXIT_CODE),
-                Err(e) => return Outcome::failed(e, started_at, NO_EXIT_CODE),
+        let ran = match &work.collective {
+            Some(c) => match self.collective(work, c, dirs, out_file, cancel).await {
+                Ok(()) => Ok((0, NO_EXIT_CODE)),
+                Err(Error::Cancelled) => Err(self.cancelled(a, started_at, NO_EXIT_CODE)),
+                Err(e) => Err(Outcome::failed(e, started_at, NO_EXIT_CODE)),
             },
-            None => match self.run_process(work, dirs, (stdout, stderr), cancel, started_at).await {
-                ProcessEnd::Succeeded { exit_code } => (exit_code, exit_code),
-                ProcessEnd::Ended(outcome) => return outcome,
+            None => match self.run_process(work, dirs, (out_file, err_file), cancel, started_at).await {
+                ProcessEnd::Succeeded { exit_code } => Ok((exit_code, exit_code)),
+                ProcessEnd::Ended(outcome) => Err(outcome),
             },
+        };
+        // Everything written is in the log files before their tails are read for the report.
+        tokio::join!(stdout.finish(&out_log), stderr.finish(&err_log));
+        let (exit_code, failed_exit_code) = match ran {
+            Ok(codes) => codes,
+            Err(outcome) => return outcome,
         };
         match self.collect_outputs(work, &dirs.output, dirs.uid, acct, pins) {
             Ok(outputs) => Outcome::succeeded(started_at, exit_code, outputs),
@@ -173,12 +185,13 @@ fn hand_over(dirs: &WorkDirs) -> Result<()> {
     Ok(())
 }
 
-fn open_logs(out: &Path, err: &Path) -> Result<(std::fs::File, std::fs::File)> {
+/// The attempt's stdout and stderr, each through a pipe into its log file kept within `cap`.
+fn open_logs(out: &Path, err: &Path, cap: u64) -> Result<(Capture, Capture)> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).map_err(Error::io("create log dir", dir))?;
     }
-    let o = std::fs::File::create(out).map_err(Error::io("create log file", out))?;
-    let e = std::fs::File::create(err).map_err(Error::io("create log file", err))?;
+    let o = capture(out, cap).map_err(Error::io("create log file", out))?;
+    let e = capture(err, cap).map_err(Error::io("create log file", err))?;
     Ok((o, e))
 }
 

@@ -43,6 +43,8 @@ pub(super) struct Ctx {
     /// The supervisor program (the worker's executable) each command runs under; `None`: the
     /// command is the worker's own child (the runner's unit tests).
     pub(super) supervisor: Option<std::path::PathBuf>,
+    /// The most bytes kept of each attempt's stdout, and of its stderr (`--log-cap`).
+    pub(super) log_cap: u64,
 }
 
 /// An attempt's work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` and its `in/`, `out/` and

@@ -112,6 +112,7 @@ impl Runner {
                 users: Arc::new(TaskUsers::worker()),
                 lease: Arc::new(crate::lease::Lease::unlimited()),
                 supervisor: None,
+                log_cap: crate::logs::DEFAULT_LOG_CAP,
             }),
         }
     }
@@ -148,6 +149,15 @@ impl Runner {
                 ctx.supervisor = Some(program);
             }
             None => tracing::error!("Runner::with_lease called after the runner was shared; not applied"),
+        }
+        self
+    }
+
+    /// Keeps each attempt's stdout and stderr within `cap` bytes (`--log-cap`).
+    pub fn with_log_cap(mut self, cap: u64) -> Runner {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.log_cap = cap,
+            None => tracing::error!("Runner::with_log_cap called after the runner was shared; not applied"),
         }
         self
     }

@@ -5,7 +5,7 @@ use plexus_proto::ids::check_task_name;
 use super::Validator;
 use crate::error::SpecError;
 use crate::spec::model::{DEFAULT_GANG_TIMEOUT_MS, GangSpec, TaskSpec};
-use crate::spec::raw::{RawDuration, RawTask};
+use crate::spec::raw::RawTask;
 
 impl Validator<'_> {
     /// Resolves `min_members`, `gang_timeout` and `gang` into each task's [`GangSpec`]: tasks
@@ -67,12 +67,7 @@ impl Validator<'_> {
                     min = Some(k);
                 }
                 if let Some(d) = &t.gang_timeout {
-                    let ms = match d {
-                        RawDuration::Seconds(s) => s.saturating_mul(1000),
-                        RawDuration::Text(s) => humantime::parse_duration(s)
-                            .map_err(|e| at(format!("gang_timeout {s:?}: {e}")))?
-                            .as_millis() as u64,
-                    };
+                    let ms = self.duration_ms(t, "gang_timeout", d)?;
                     if ms == 0 || ms > 24 * 3_600_000 {
                         return Err(at(format!("gang_timeout must be between 1 ms and a day, not {ms} ms")));
                     }

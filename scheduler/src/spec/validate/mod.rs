@@ -17,6 +17,20 @@ use super::raw::RawJob;
 use crate::error::SpecError;
 use graph::{declared_replicas, find_cycle};
 
+/// How many tasks of a dependency cycle its error names; a longer cycle is cut with its length.
+const CYCLE_NAMES: usize = 10;
+
+/// A cycle (first name repeated at the end) as `a -> b -> a`, or, past [`CYCLE_NAMES`] tasks,
+/// its first tasks and how many there are: a 3,000-task cycle must not make an error text too
+/// large for any transport.
+fn cycle_text(cycle: &[String]) -> String {
+    let tasks = cycle.len() - 1;
+    if tasks <= CYCLE_NAMES {
+        return cycle.join(" -> ");
+    }
+    format!("{} -> ... ({tasks} tasks in the cycle)", cycle[..CYCLE_NAMES].join(" -> "))
+}
+
 /// Default resource request of a task that names none: one core, no memory reservation.
 pub(super) const DEFAULT_CPU: f64 = 1.0;
 
@@ -96,7 +110,7 @@ impl Validator<'_> {
         }
         if let Some(cycle) = find_cycle(&tasks) {
             let line = self.task_line(&cycle[0], 0);
-            return Err(self.err(line, format!("dependency cycle: {}", cycle.join(" -> "))));
+            return Err(self.err(line, format!("dependency cycle: {}", cycle_text(&cycle))));
         }
         self.gangs(&raw.task, &mut tasks)?;
         let queue = match raw.queue {

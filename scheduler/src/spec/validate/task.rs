@@ -130,6 +130,22 @@ impl Validator<'_> {
                 .parse::<bytesize::ByteSize>()
                 .map(|b| Some(b.as_u64()))
                 .map_err(|e| self.at(t, format!("{field}: {s:?} is not a size ({e})"))),
+            Some(RawSize::Other(v)) => {
+                Err(self
+                    .at(t, format!("{field} = {v} is not a size (a whole number of bytes, or text like \"512MiB\")")))
+            }
+        }
+    }
+
+    /// A duration field (`"90s"` or a whole number of seconds) in milliseconds.
+    pub(super) fn duration_ms(&self, t: &RawTask, field: &str, v: &RawDuration) -> Result<u64, SpecError> {
+        match v {
+            RawDuration::Seconds(s) => Ok(s.saturating_mul(1000)),
+            RawDuration::Text(s) => humantime::parse_duration(s)
+                .map(|d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .map_err(|e| self.at(t, format!("{field} {s:?}: {e}"))),
+            RawDuration::Other(v) => Err(self
+                .at(t, format!("{field} = {v} is not a duration (a whole number of seconds, or text like \"90s\")"))),
         }
     }
 
@@ -138,14 +154,17 @@ impl Validator<'_> {
         let at = |msg: String| self.at(t, msg);
         let timeout_ms = match &t.timeout {
             None => 0,
-            Some(RawDuration::Seconds(0)) => return Err(at("timeout must be positive".into())),
-            Some(RawDuration::Seconds(s)) => s.saturating_mul(1000),
-            Some(RawDuration::Text(s)) => {
-                let d: Duration = humantime::parse_duration(s).map_err(|e| at(format!("timeout {s:?}: {e}")))?;
-                if d.is_zero() {
+            Some(d) => {
+                let zero = match d {
+                    RawDuration::Seconds(s) => *s == 0,
+                    RawDuration::Text(s) => humantime::parse_duration(s).is_ok_and(|d| d.is_zero()),
+                    RawDuration::Other(_) => false,
+                };
+                if zero {
                     return Err(at("timeout must be positive".into()));
                 }
-                d.as_millis().max(1) as u64
+                // Text below a millisecond rounds up: a timeout is never zero by accident.
+                self.duration_ms(t, "timeout", d)?.max(1)
             }
         };
         let on_failure = match t.on_failure.as_deref() {
@@ -155,10 +174,7 @@ impl Validator<'_> {
         };
         let retry_backoff_ms = match &t.retry_backoff {
             None => DEFAULT_RETRY_BACKOFF_MS,
-            Some(RawDuration::Seconds(s)) => s.saturating_mul(1000),
-            Some(RawDuration::Text(s)) => {
-                humantime::parse_duration(s).map_err(|e| at(format!("retry_backoff {s:?}: {e}")))?.as_millis() as u64
-            }
+            Some(d) => self.duration_ms(t, "retry_backoff", d)?,
         };
         if retry_backoff_ms > 24 * 3_600_000 {
             return Err(at(format!("retry_backoff of {retry_backoff_ms} ms is longer than a day")));
@@ -227,14 +243,33 @@ impl Validator<'_> {
         if let Some(k) = t.env.iter().find(|(_, v)| v.contains('\0')).map(|(k, _)| k) {
             return Err(at(format!("env {k:?}: the value contains a NUL byte, which no process can receive")));
         }
-        let spec_bytes = match work {
-            Work::Command(argv) => argv.iter().map(String::len).sum::<usize>(),
-            Work::Kind(k) => k.len(),
-        } + t.env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        let args: &[String] = match work {
+            Work::Command(argv) => argv,
+            Work::Kind(_) => &[],
+        };
+        let env_entry = |k: &String, v: &String| k.len() + 1 + v.len();
+        let spec_bytes = args.iter().map(|a| rules::exec_bytes(a.len())).sum::<usize>()
+            + t.env.iter().map(|(k, v)| rules::exec_bytes(env_entry(k, v))).sum::<usize>();
         if spec_bytes > rules::MAX_TASK_SPEC_BYTES {
             return Err(at(format!(
-                "command and env take {spec_bytes} bytes; at most {} KiB per task (put large data in an input object)",
+                "command and env take {spec_bytes} bytes (with each string's NUL and pointer, as execve counts them); \
+                 at most {} KiB per task (put large data in an input object)",
                 rules::MAX_TASK_SPEC_BYTES >> 10
+            )));
+        }
+        let over = |len: usize| len > rules::MAX_ARG_BYTES;
+        if let Some(i) = args.iter().position(|a| over(a.len())) {
+            return Err(at(format!(
+                "command argument {i} is {} bytes; the OS refuses an argument over {} bytes (put large data in an input object)",
+                args[i].len(),
+                rules::MAX_ARG_BYTES
+            )));
+        }
+        if let Some((k, v)) = t.env.iter().find(|(k, v)| over(env_entry(k, v))) {
+            return Err(at(format!(
+                "env {k:?} is {} bytes as KEY=VALUE; the OS refuses an environment entry over {} bytes (put large data in an input object)",
+                env_entry(k, v),
+                rules::MAX_ARG_BYTES
             )));
         }
         Ok(())
