@@ -19,7 +19,7 @@ use plexus_scheduler::spec::JobSpec;
 
 use crate::error::Error;
 use crate::store::{Batch, Store};
-use crate::view::{Detail, Explanation, JobView, QueueView, WorkBatch, WorkerView};
+use crate::view::{Detail, Explanation, JobView, QueueView, Timing, WorkBatch, WorkerView};
 
 /// How often the engine wakes with nothing to do, to detect lost workers. A tenth of a second
 /// keeps lost-worker detection within 100 ms of the heartbeat timeout at negligible cost.
@@ -133,7 +133,7 @@ pub enum Cmd {
     /// (Boxed: a registration is large, and every command is as large as the largest.)
     Register {
         reg: Box<Registration>,
-        reply: Reply<(u64, u64)>,
+        reply: Reply<Timing>,
     },
     Heartbeat {
         worker: WorkerId,
@@ -529,7 +529,12 @@ impl Engine {
                 self.delivery.insert(id, Delivery { session: reg.session.clone(), ..Default::default() });
                 core.register(*reg, now);
                 let cfg = core.config();
-                replies.push(defer(reply, (cfg.heartbeat_interval_ms, cfg.heartbeat_timeout_ms)));
+                let timing = Timing {
+                    heartbeat_interval_ms: cfg.heartbeat_interval_ms,
+                    heartbeat_timeout_ms: cfg.heartbeat_timeout_ms,
+                    lease_ms: cfg.lease_ms,
+                };
+                replies.push(defer(reply, timing));
             }
             Cmd::Heartbeat { worker, session, node, reply } => {
                 let ok = core.heartbeat(worker, &session, node, now);

@@ -49,9 +49,15 @@ struct Args {
     /// Heartbeat interval asked of workers, in ms.
     #[arg(long, default_value_t = CoreConfig::default().heartbeat_interval_ms)]
     heartbeat_interval_ms: u64,
-    /// A worker silent for longer than this (ms) is lost and its subtasks are placed again.
+    /// A worker silent for longer than this (ms) is lost and its subtasks are placed again. Must
+    /// be at least the worker lease plus 500 ms.
     #[arg(long, default_value_t = CoreConfig::default().heartbeat_timeout_ms)]
     heartbeat_timeout_ms: u64,
+    /// The lease sent to workers (ms): a worker whose heartbeats go unanswered this long kills its
+    /// running attempts, before the coordinator places them again (default: two thirds of the
+    /// heartbeat timeout; at least two heartbeat intervals).
+    #[arg(long)]
+    worker_lease_ms: Option<u64>,
     /// The model-synchronisation cost of each level of the GPU topology tree, for GPU gang
     /// placement: any of nvlink (per bonded link), pix (PIX/PXB), phb (PHB/NODE), sys, same-rack,
     /// cross-rack, as key=value pairs; the rest keep their defaults. Costs must be finite, ≥ 0,
@@ -142,6 +148,7 @@ fn main() -> anyhow::Result<()> {
         core: CoreConfig {
             heartbeat_interval_ms: args.heartbeat_interval_ms,
             heartbeat_timeout_ms: args.heartbeat_timeout_ms,
+            lease_ms: args.worker_lease_ms.unwrap_or(CoreConfig::default_lease_ms(args.heartbeat_timeout_ms)),
             msc: args.msc,
         },
         msc: args.msc,

@@ -632,9 +632,14 @@ impl WorkerApi {
     ) -> Result<pb::RegisterResponse, Error> {
         self.check(caller, &r.worker_id)?;
         let reg = Box::new(convert::registration(&r)?);
-        let (interval, timeout) = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
+        let t = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
         let rail_key = self.security.as_ref().map(|s| s.rail_key.clone()).unwrap_or_default();
-        Ok(pb::RegisterResponse { heartbeat_interval_ms: interval, heartbeat_timeout_ms: timeout, rail_key })
+        Ok(pb::RegisterResponse {
+            heartbeat_interval_ms: t.heartbeat_interval_ms,
+            heartbeat_timeout_ms: t.heartbeat_timeout_ms,
+            lease_ms: t.lease_ms,
+            rail_key,
+        })
     }
 
     async fn certificate(&self, r: pb::JoinRequest) -> Result<pb::JoinResponse, Error> {

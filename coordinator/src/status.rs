@@ -35,6 +35,7 @@ pub fn status(e: impl Into<Error>) -> Status {
             | SchedulerError::MscUnknownKey { .. }
             | SchedulerError::MscDuplicate(_)
             | SchedulerError::NotACost { .. }
+            | SchedulerError::Timing(_)
             | SchedulerError::MscDecreasing { .. } => Status::invalid_argument(msg),
             SchedulerError::Restore(_)
             | SchedulerError::GpuProblem(_)

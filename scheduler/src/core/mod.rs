@@ -66,7 +66,7 @@ mod signature;
 mod state;
 mod workers;
 
-pub use config::{CoreConfig, Counters};
+pub use config::{CoreConfig, Counters, MIN_FENCE_MARGIN_MS};
 pub use job_table::{GangPhase, GangView, Job};
 pub use ledger::{AttemptKey, Worker};
 pub use messages::{
