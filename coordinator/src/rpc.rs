@@ -651,7 +651,9 @@ impl WorkerApi {
         };
         let worker = pc::worker_id("worker_id", &r.worker_id)?;
         let (certificate, ca) = blocking("issuing a worker certificate", move || {
-            security.issue_worker(worker, &r.public_key).map(|c| (c, security.ca_pem().to_string()))
+            security
+                .issue_worker(worker, &r.public_key, plexus_proto::now_ms())
+                .map(|c| (c, security.ca_pem().to_string()))
         })
         .await?;
         tracing::info!(%worker, "issued a worker certificate");

@@ -45,6 +45,7 @@ pub fn status(e: impl Into<Error>) -> Status {
         },
         Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
         Error::NotFound(_) => Status::not_found(msg),
+        Error::AlreadyExists(_) => Status::already_exists(msg),
         Error::Unauthenticated(_) => Status::unauthenticated(msg),
         Error::PermissionDenied(_) => Status::permission_denied(msg),
         Error::Insecure(_) | Error::NotRegistered => Status::failed_precondition(msg),
