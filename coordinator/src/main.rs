@@ -9,7 +9,7 @@ use clap::Parser;
 use plexus_coordinator::admin::{self, Admin};
 use plexus_coordinator::etcd::EtcdUrl;
 use plexus_coordinator::{Config, Error, SecurityMode, run};
-use plexus_scheduler::core::CoreConfig;
+use plexus_scheduler::core::{CoreConfig, EvictionGuard};
 use plexus_scheduler::gpu::topology::MscCosts;
 
 #[derive(Parser)]
@@ -58,6 +58,14 @@ struct Args {
     /// heartbeat timeout; at least two heartbeat intervals).
     #[arg(long)]
     worker_lease_ms: Option<u64>,
+    /// When more than this share of the workers miss their heartbeats at once, none is declared
+    /// lost: evictions halt (logged, `plexus_evictions_halted`, `plexus workers`) until they
+    /// heartbeat again, as Kubernetes stops evicting from a fully disrupted zone. 1: never halt.
+    #[arg(long, default_value_t = EvictionGuard::default().max_lost_share)]
+    max_lost_share: f64,
+    /// ... only in a cluster of at least this many alive workers.
+    #[arg(long, default_value_t = EvictionGuard::default().min_workers)]
+    halt_min_workers: usize,
     /// The model-synchronisation cost of each level of the GPU topology tree, for GPU gang
     /// placement: any of nvlink (per bonded link), pix (PIX/PXB), phb (PHB/NODE), sys, same-rack,
     /// cross-rack, as key=value pairs; the rest keep their defaults. Costs must be finite, ≥ 0,
@@ -149,6 +157,7 @@ fn main() -> anyhow::Result<()> {
             heartbeat_interval_ms: args.heartbeat_interval_ms,
             heartbeat_timeout_ms: args.heartbeat_timeout_ms,
             lease_ms: args.worker_lease_ms.unwrap_or(CoreConfig::default_lease_ms(args.heartbeat_timeout_ms)),
+            eviction: EvictionGuard { max_lost_share: args.max_lost_share, min_workers: args.halt_min_workers },
             msc: args.msc,
         },
         msc: args.msc,

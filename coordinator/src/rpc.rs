@@ -375,7 +375,11 @@ impl JobApi {
 
     async fn workers(&self) -> Result<pb::ListWorkersResponse, Error> {
         let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
-        Ok(pb::ListWorkersResponse { workers: workers.iter().map(convert::worker_info).collect() })
+        let halt = self.engine.call(|reply| Cmd::EvictionHalt { reply }).await?;
+        Ok(pb::ListWorkersResponse {
+            workers: workers.iter().map(convert::worker_info).collect(),
+            evictions_halted: halt.map(convert::eviction_halt),
+        })
     }
 
     fn store_info(&self) -> Result<pb::StoreInfo, Error> {

@@ -2,6 +2,7 @@
 
 use crate::gpu::topology::MscCosts;
 
+use super::liveness::EvictionGuard;
 use crate::error::Error;
 
 /// The least time a worker whose lease ran out has to kill its attempts before the coordinator
@@ -21,6 +22,8 @@ pub struct CoreConfig {
     /// `heartbeat_timeout_ms >= lease_ms + MIN_FENCE_MARGIN_MS`, so the attempts are dead before
     /// the coordinator places them again.
     pub lease_ms: u64,
+    /// When the loss of many workers at once halts evictions (`liveness.rs`).
+    pub eviction: EvictionGuard,
     /// The GPU topology's model-synchronisation costs, for GPU gangs (issue 16).
     pub msc: MscCosts,
 }
@@ -35,6 +38,7 @@ impl Default for CoreConfig {
             heartbeat_interval_ms: 500,
             heartbeat_timeout_ms: 3_000,
             lease_ms: CoreConfig::default_lease_ms(3_000),
+            eviction: EvictionGuard::default(),
             msc: Default::default(),
         }
     }
@@ -51,6 +55,13 @@ impl CoreConfig {
     /// than [`MIN_FENCE_MARGIN_MS`] after its lease to kill its attempts.
     pub fn check(&self) -> Result<(), Error> {
         let (interval, timeout, lease) = (self.heartbeat_interval_ms, self.heartbeat_timeout_ms, self.lease_ms);
+        let share = self.eviction.max_lost_share;
+        if !(share > 0.0 && share <= 1.0) {
+            return Err(Error::Timing(format!(
+                "--max-lost-share {share} is not in (0, 1]: the share of workers that may be declared lost at once \
+                 (1: evictions never halt)"
+            )));
+        }
         if interval == 0 {
             return Err(Error::Timing("the heartbeat interval must be at least 1 ms".into()));
         }
@@ -85,6 +96,8 @@ pub struct Counters {
     /// Tries to place one subtask through the placer (each judges every worker once, and ends
     /// in a decision or in finding no room): the work a scheduling round does.
     pub placement_tries: u64,
+    /// Times evictions halted because too many workers fell silent at once.
+    pub eviction_halts: u64,
 }
 
 #[cfg(test)]
