@@ -42,7 +42,7 @@ impl Default for EvictionGuard {
 pub struct EvictionHalt {
     /// When the halt began.
     pub since: u64,
-    /// Workers silent past the heartbeat timeout, not declared lost.
+    /// Workers silent for over half the heartbeat timeout (none is declared lost).
     pub silent: usize,
     /// Alive workers (the silent ones included).
     pub alive: usize,
@@ -55,18 +55,26 @@ pub fn may_evict(guard: &EvictionGuard, alive: usize, silent: usize) -> bool {
 
 impl Core {
     /// Declares lost the workers silent past the heartbeat timeout, unless too many are silent
-    /// at once (then evictions halt until they are not).
+    /// at once (then evictions halt until they are not). Workers that fall silent together do
+    /// not pass the timeout in the same round (their last heartbeats were up to an interval
+    /// apart), so the share counts every worker silent for over half the timeout: otherwise the
+    /// first would be lost alone, and the cluster be too small to halt by the time of the next.
     pub(super) fn evict_silent(&mut self, now: u64) {
         let timeout = self.config.heartbeat_timeout_ms;
         let mut alive = 0;
+        let mut unresponsive = 0;
         let mut silent: Vec<WorkerId> = Vec::new();
         for w in self.workers.values().filter(|w| w.record().alive) {
             alive += 1;
-            if now.saturating_sub(w.record().last_heartbeat) > timeout {
+            let quiet = now.saturating_sub(w.record().last_heartbeat);
+            if quiet > timeout / 2 {
+                unresponsive += 1;
+            }
+            if quiet > timeout {
                 silent.push(w.id());
             }
         }
-        if may_evict(&self.config.eviction, alive, silent.len()) {
+        if silent.is_empty() || may_evict(&self.config.eviction, alive, unresponsive) {
             if let Some(h) = self.halt.take() {
                 tracing::warn!(
                     silent = silent.len(),
@@ -85,18 +93,17 @@ impl Core {
             None => {
                 self.counters.eviction_halts += 1;
                 tracing::warn!(
-                    silent = silent.len(),
+                    silent = unresponsive,
                     alive,
                     max_lost_share = self.config.eviction.max_lost_share,
-                    "evictions halted: {} of {alive} workers missed their heartbeats at once, more than the allowed \
-                     share; none is declared lost (a fault on the coordinator's side is likelier) until they \
-                     heartbeat again or --max-lost-share is raised",
-                    silent.len()
+                    "evictions halted: {unresponsive} of {alive} workers missed their heartbeats at once, more than \
+                     the allowed share; none is declared lost (a fault on the coordinator's side is likelier) until \
+                     they heartbeat again or --max-lost-share is raised"
                 );
                 now
             }
         };
-        self.halt = Some(EvictionHalt { since, silent: silent.len(), alive });
+        self.halt = Some(EvictionHalt { since, silent: unresponsive, alive });
     }
 
     /// Whether `worker` has been silent past the heartbeat timeout at `now` (while evictions are
@@ -179,6 +186,22 @@ mod tests {
         assert_eq!(c.eviction_halt(), None, "evictions resumed");
         assert!(!c.worker(wid(3)).unwrap().record().alive);
         assert!(c.worker(wid(2)).unwrap().record().alive);
+    }
+
+    #[test]
+    fn workers_that_fall_silent_a_moment_apart_count_together() {
+        let mut c = core();
+        for n in 1..=3 {
+            c.register(reg(n, &format!("s{n}"), 1, vec![]), 0);
+        }
+        assert!(c.heartbeat(wid(3), "s3", NodeReport::default(), 400));
+        let t = CoreConfig::default().heartbeat_timeout_ms + 1;
+        for now in [t, t + 100, t + 400] {
+            assert!(c.heartbeat(wid(1), "s1", NodeReport::default(), now));
+            c.tick(now);
+            assert!(c.workers().all(|w| w.record().alive), "at {now}");
+        }
+        assert_eq!(c.eviction_halt().map(|h| (h.since, h.silent, h.alive)), Some((t, 2, 3)));
     }
 
     #[test]
