@@ -2,7 +2,7 @@
 
 use crate::gpu::topology::MscCosts;
 
-use super::liveness::EvictionGuard;
+use super::eviction::EvictionGuard;
 use crate::error::Error;
 
 /// The least time a worker whose lease ran out has to kill its attempts before the coordinator

@@ -51,6 +51,7 @@
 
 pub mod config;
 pub mod estimates;
+mod eviction;
 mod fair_share;
 mod gang;
 mod gang_book;
@@ -70,9 +71,9 @@ mod state;
 mod workers;
 
 pub use config::{CoreConfig, Counters, MIN_FENCE_MARGIN_MS};
+pub use eviction::{EvictionGuard, EvictionHalt, may_evict};
 pub use job_table::{GangPhase, GangView, Job};
 pub use ledger::{AttemptKey, Worker};
-pub use liveness::{EvictionGuard, EvictionHalt};
 pub use messages::{
     Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration,
     Report,

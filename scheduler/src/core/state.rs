@@ -9,10 +9,10 @@ use plexus_proto::{JobId, ObjectId, WorkerId};
 
 use super::config::{CoreConfig, Counters};
 use super::estimates::Estimates;
+use super::eviction::EvictionHalt;
 use super::fair_share::FairShare;
 use super::job_table::{Job, JobTable};
 use super::ledger::{Ledger, Worker};
-use super::liveness::EvictionHalt;
 use super::messages::Outbox;
 use super::ready::{OrderKey, ReadyQueue};
 use super::records::{PlacementRecord, Subtask};
