@@ -8,8 +8,12 @@
 //! - `token/<id>`: a [`TokenRecord`] — scope, name, times, and the SHA-256 of the secret, never
 //!   the secret.
 //! - `cert/<fingerprint>` → worker id, and `worker/<worker id>` → its current fingerprint: the
-//!   certificates issued to workers. A worker that joins again gets a new certificate and its
-//!   old one stops being recognised.
+//!   certificates issued to workers; `issued/<worker id>`: an [`IssuedRecord`] (the key it was
+//!   issued for, its expiry, the certificate). A worker id is bound to the key of its current
+//!   certificate: a join that claims it with another key is refused (issue 29: a join token
+//!   would otherwise buy a live worker's identity and lock it out), until an admin revokes the
+//!   certificate (`plexus-coordinator token revoke-worker ID`) or it expires. The same key gets
+//!   the same certificate again (a join whose reply was lost).
 //!
 //! [`AuthLayer`] runs before every call: it looks up what the called method needs ([`need`]),
 //! checks the bearer token (looked up in the store on every call, so a revoked token stops at
@@ -72,6 +76,16 @@ impl TokenRecord {
             revoked_ms: self.revoked_ms,
         }
     }
+}
+
+/// What is kept of a worker's current certificate besides its fingerprint.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct IssuedRecord {
+    /// The public key it certifies, hex.
+    key: String,
+    /// The end of its validity, Unix seconds.
+    not_after_s: i64,
+    pem: String,
 }
 
 /// Tokens made on the first start, to be written to the data dir.
@@ -279,19 +293,47 @@ impl Security {
         record.scope.parse::<Scope>().map_err(|e| corrupt(&format!("token/{}", token.id), e))
     }
 
-    /// Signs a joining worker's public key; its previous certificate stops being recognised.
-    pub fn issue_worker(&self, worker: WorkerId, public_key: &[u8]) -> Result<String, Error> {
-        let pem = self.ca.issue_worker(&worker.to_string(), public_key).map_err(security_error)?;
-        let fp = Fingerprint::of_pem(&pem).map_err(security_error)?;
+    /// Signs a joining worker's public key into a certificate for `worker`. An id whose current
+    /// certificate (unrevoked, unexpired at `now_ms`) is for another key is refused; for the same
+    /// key, that certificate is returned again.
+    pub fn issue_worker(&self, worker: WorkerId, public_key: &[u8], now_ms: u64) -> Result<String, Error> {
+        plexus_security::pki::check_worker_key(public_key)
+            .map_err(|e| Error::Invalid(format!("the join of worker {worker} is refused: {e}")))?;
+        let key = hex::encode(public_key);
+        // Held from the check to the write, so two joins for one id cannot both pass the check.
         let mut certs = self.certs.write().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = text(&self.store, &format!("worker/{worker}"))? {
+            let now_s = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
+            match self.issued_record(worker)? {
+                Some(r) if r.not_after_s <= now_s => {} // expired: the id is free again
+                Some(r) if r.key == key => return Ok(r.pem),
+                _ => {
+                    return Err(Error::AlreadyExists(format!(
+                        "worker id {worker} already has a current certificate, for another key: a join may not take \
+                         over a worker's identity. If that worker is gone for good, an admin revokes its certificate \
+                         first (`plexus-coordinator token revoke-worker {worker}`), then the id may join again"
+                    )));
+                }
+            }
             self.store.remove(&format!("cert/{old}"))?;
             certs.remove(&Fingerprint(old));
         }
+        let issued = self.ca.issue_worker(&worker.to_string(), public_key).map_err(security_error)?;
+        let fp = Fingerprint::of_pem(&issued.pem).map_err(security_error)?;
+        let record = IssuedRecord { key, not_after_s: issued.not_after_s, pem: issued.pem.clone() };
+        let json = serde_json::to_vec(&record).map_err(|e| Error::Invalid(e.to_string()))?;
+        self.store.put(&format!("issued/{worker}"), &json)?;
         self.store.put(&format!("cert/{fp}"), worker.to_string().as_bytes())?;
         self.store.put(&format!("worker/{worker}"), fp.0.as_bytes())?;
         certs.insert(fp, worker);
-        Ok(pem)
+        Ok(issued.pem)
+    }
+
+    /// The record of `worker`'s current certificate; `None` for one issued before records were
+    /// kept (treated as current for any key: only a revocation frees its id).
+    fn issued_record(&self, worker: WorkerId) -> Result<Option<IssuedRecord>, Error> {
+        let key = format!("issued/{worker}");
+        self.store.get(&key)?.map(|v| serde_json::from_slice(&v).map_err(|e| corrupt(&key, e))).transpose()
     }
 
     /// Revokes the current certificate of `worker`; false when it had none.
@@ -300,6 +342,7 @@ impl Security {
         let Some(fp) = text(&self.store, &format!("worker/{worker}"))? else { return Ok(false) };
         self.store.remove(&format!("cert/{fp}"))?;
         self.store.remove(&format!("worker/{worker}"))?;
+        self.store.remove(&format!("issued/{worker}"))?;
         certs.remove(&Fingerprint(fp));
         Ok(true)
     }
@@ -563,21 +606,42 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_that_joins_again_loses_its_old_certificate() {
+    fn a_worker_id_is_bound_to_its_key_until_revoked() {
         let dir = tempfile::tempdir().unwrap();
         let (_store, security, _) = open(dir.path());
         let worker = WorkerId::random();
-        let key = plexus_security::WorkerKey::generate().unwrap();
-        let first = Fingerprint::of_pem(&security.issue_worker(worker, &key.public_key()).unwrap()).unwrap();
+        let key = plexus_security::WorkerKey::generate().unwrap().public_key();
+        let now = 1_000;
+        let pem = security.issue_worker(worker, &key, now).unwrap();
+        let first = Fingerprint::of_pem(&pem).unwrap();
         assert_eq!(security.worker_of(&first), Some(worker));
-        let second = Fingerprint::of_pem(&security.issue_worker(worker, &key.public_key()).unwrap()).unwrap();
-        assert_ne!(first, second);
+        // The same key again (a join whose reply was lost): the same certificate.
+        assert_eq!(security.issue_worker(worker, &key, now).unwrap(), pem);
+        // Another key: refused, naming the id and the way out; the first stays current.
+        let other = plexus_security::WorkerKey::generate().unwrap().public_key();
+        let err = security.issue_worker(worker, &other, now).unwrap_err();
+        assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
+        assert!(err.to_string().contains(&format!("token revoke-worker {worker}")), "{err}");
+        assert_eq!(security.worker_of(&first), Some(worker));
+        // Past its expiry the id is free.
+        let expires_s = security.issued_record(worker).unwrap().unwrap().not_after_s;
+        let expired = 1000 * expires_s as u64 + 1;
+        let third = Fingerprint::of_pem(&security.issue_worker(worker, &other, expired).unwrap()).unwrap();
         assert_eq!(security.worker_of(&first), None);
-        assert_eq!(security.worker_of(&second), Some(worker));
-        assert!(security.issue_worker(worker, &[1, 2, 3]).is_err());
+        assert_eq!(security.worker_of(&third), Some(worker));
+        // Revoked: free for any key.
         assert!(security.revoke_worker(worker).unwrap());
-        assert_eq!(security.worker_of(&second), None);
+        assert_eq!(security.worker_of(&third), None);
         assert!(!security.revoke_worker(worker).unwrap());
+        let fourth = Fingerprint::of_pem(&security.issue_worker(worker, &key, now).unwrap()).unwrap();
+        assert_eq!(security.worker_of(&fourth), Some(worker));
+        // Not a key: refused with the reason, before anything is stored.
+        let err = security.issue_worker(WorkerId::random(), &[1, 2, 3], now).unwrap_err().to_string();
+        assert!(err.contains("3 bytes"), "{err}");
+        let mut off = key.clone();
+        off[64] ^= 1;
+        let err = security.issue_worker(WorkerId::random(), &off, now).unwrap_err().to_string();
+        assert!(err.contains("not a point on the P-256 curve"), "{err}");
     }
 
     /// Every method of the proto's coordinator services is in [`need`]'s table.

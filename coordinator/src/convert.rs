@@ -578,6 +578,15 @@ pub fn coordinator_info(c: &crate::ha::Coordinator) -> pb::CoordinatorInfo {
     pb::CoordinatorInfo { id: c.id.clone(), url: c.url.clone(), leader: c.leader, started_ms: c.started_ms, me: c.me }
 }
 
+/// Evictions halted, as `ListWorkers` says it.
+pub fn eviction_halt(h: plexus_scheduler::core::EvictionHalt) -> pb::EvictionHalt {
+    pb::EvictionHalt {
+        since_ms: h.since,
+        silent: u32::try_from(h.silent).unwrap_or(u32::MAX),
+        alive: u32::try_from(h.alive).unwrap_or(u32::MAX),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,11 +19,16 @@ use plexus_scheduler::spec::JobSpec;
 
 use crate::error::Error;
 use crate::store::{Batch, Store};
-use crate::view::{Detail, Explanation, JobView, QueueView, WorkBatch, WorkerView};
+use crate::view::{Detail, Explanation, JobView, QueueView, Timing, WorkBatch, WorkerView};
 
 /// How often the engine wakes with nothing to do, to detect lost workers. A tenth of a second
 /// keeps lost-worker detection within 100 ms of the heartbeat timeout at negligible cost.
 const TICK: Duration = Duration::from_millis(100);
+
+/// The least gap between two engine rounds (or between the wall clock's and the monotonic
+/// clock's advance over one) that counts as a stall of the coordinator itself; at least a third
+/// of the heartbeat timeout is needed too (see [`Engine::notice_stall`]).
+const MIN_STALL: Duration = Duration::from_millis(500);
 
 /// At most this many commands go into one group commit, so replies are never held back for long
 /// under a flood of requests.
@@ -99,6 +104,10 @@ pub enum Cmd {
     ListWorkers {
         reply: Reply<Vec<WorkerView>>,
     },
+    /// Whether evictions are halted now (too many workers silent at once).
+    EvictionHalt {
+        reply: Reply<Option<plexus_scheduler::core::EvictionHalt>>,
+    },
     /// Sets (`Some`) or clears a queue's share; replies with every queue's share and use.
     SetQueue {
         name: String,
@@ -133,7 +142,7 @@ pub enum Cmd {
     /// (Boxed: a registration is large, and every command is as large as the largest.)
     Register {
         reg: Box<Registration>,
-        reply: Reply<(u64, u64)>,
+        reply: Reply<Timing>,
     },
     Heartbeat {
         worker: WorkerId,
@@ -234,6 +243,8 @@ struct Engine {
     estimates_saved: (u64, u64),
     /// `None`: metrics off (no `--http`), so they cost nothing.
     metrics: Option<crate::metrics::Metrics>,
+    /// The previous round's start on the monotonic clock and on `clock`, to notice stalls.
+    last_round: Option<(Instant, u64)>,
 }
 
 /// Starts the engine thread. It runs until every handle is dropped, or a commit fails; the
@@ -265,6 +276,7 @@ pub fn start_with(
         watchers: HashMap::new(),
         estimates_saved,
         metrics,
+        last_round: None,
     };
     let join = std::thread::Builder::new()
         .name("plexus-engine".into())
@@ -295,6 +307,7 @@ impl Engine {
                 }
             };
             let now = (self.clock)();
+            self.notice_stall(now);
             let mut replies: Vec<Deferred> = Vec::new();
             let mut next = first;
             let mut n = 0;
@@ -346,6 +359,35 @@ impl Engine {
                 self.log_stats();
                 return Ok(());
             }
+        }
+    }
+
+    /// Notices that the coordinator itself stalled — a gap between two rounds (the loop wakes at
+    /// least every [`TICK`]), or the wall clock advancing further than the monotonic one — longer
+    /// than a third of the heartbeat timeout (at least [`MIN_STALL`]). Its process was stopped, or
+    /// starved, or its clock jumped: the workers' heartbeats were not heard, through no fault of
+    /// theirs, so every worker gets a fresh heartbeat timeout from now (issue 29: a `kill -STOP`
+    /// of 7 s once declared every worker lost).
+    fn notice_stall(&mut self, now: u64) {
+        let mono = Instant::now();
+        let previous = self.last_round.replace((mono, now));
+        let Some((prev_mono, prev_now)) = previous else { return };
+        let bound = MIN_STALL.max(Duration::from_millis(self.core.config().heartbeat_timeout_ms / 3));
+        let gap = mono.duration_since(prev_mono);
+        let wall_gap = Duration::from_millis(now.saturating_sub(prev_now));
+        if gap <= bound && wall_gap <= gap + bound {
+            return;
+        }
+        let workers = self.core.grace(now);
+        tracing::warn!(
+            gap_ms = gap.as_millis() as u64,
+            wall_gap_ms = wall_gap.as_millis() as u64,
+            workers,
+            "the coordinator stalled (its engine did not run, or its clock jumped); every worker gets a fresh \
+             heartbeat timeout rather than being declared lost"
+        );
+        if let Some(m) = &mut self.metrics {
+            m.stalled();
         }
     }
 
@@ -482,6 +524,9 @@ impl Engine {
             Cmd::ListWorkers { reply } => {
                 replies.push(defer(reply, WorkerView::all(core)));
             }
+            Cmd::EvictionHalt { reply } => {
+                replies.push(defer(reply, core.eviction_halt()));
+            }
             Cmd::SetQueue { name, share, reply } => {
                 // The core says why a share is refused (a bad name or share: INVALID_ARGUMENT).
                 let r = core.set_queue_share(&name, share).map(|()| QueueView::all(core)).map_err(Error::Scheduler);
@@ -529,7 +574,12 @@ impl Engine {
                 self.delivery.insert(id, Delivery { session: reg.session.clone(), ..Default::default() });
                 core.register(*reg, now);
                 let cfg = core.config();
-                replies.push(defer(reply, (cfg.heartbeat_interval_ms, cfg.heartbeat_timeout_ms)));
+                let timing = Timing {
+                    heartbeat_interval_ms: cfg.heartbeat_interval_ms,
+                    heartbeat_timeout_ms: cfg.heartbeat_timeout_ms,
+                    lease_ms: cfg.lease_ms,
+                };
+                replies.push(defer(reply, timing));
             }
             Cmd::Heartbeat { worker, session, node, reply } => {
                 let ok = core.heartbeat(worker, &session, node, now);

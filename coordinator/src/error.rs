@@ -20,6 +20,10 @@ pub enum Error {
     /// was not kept).
     #[error("{0}")]
     Unavailable(String),
+    /// What the request would make exists already and may not be replaced (a worker id with a
+    /// current certificate, claimed by a join with another key).
+    #[error("{0}")]
+    AlreadyExists(String),
     /// What the request names does not exist (a token id, an object no live worker holds).
     #[error("{0}")]
     NotFound(String),

@@ -9,7 +9,7 @@ use clap::Parser;
 use plexus_coordinator::admin::{self, Admin};
 use plexus_coordinator::etcd::EtcdUrl;
 use plexus_coordinator::{Config, Error, SecurityMode, run};
-use plexus_scheduler::core::CoreConfig;
+use plexus_scheduler::core::{CoreConfig, EvictionGuard};
 use plexus_scheduler::gpu::topology::MscCosts;
 
 #[derive(Parser)]
@@ -49,9 +49,23 @@ struct Args {
     /// Heartbeat interval asked of workers, in ms.
     #[arg(long, default_value_t = CoreConfig::default().heartbeat_interval_ms)]
     heartbeat_interval_ms: u64,
-    /// A worker silent for longer than this (ms) is lost and its subtasks are placed again.
+    /// A worker silent for longer than this (ms) is lost and its subtasks are placed again. Must
+    /// be at least the worker lease plus 500 ms.
     #[arg(long, default_value_t = CoreConfig::default().heartbeat_timeout_ms)]
     heartbeat_timeout_ms: u64,
+    /// The lease sent to workers (ms): a worker whose heartbeats go unanswered this long kills its
+    /// running attempts, before the coordinator places them again (default: two thirds of the
+    /// heartbeat timeout; at least two heartbeat intervals).
+    #[arg(long)]
+    worker_lease_ms: Option<u64>,
+    /// When more than this share of the workers miss their heartbeats at once, none is declared
+    /// lost: evictions halt (logged, `plexus_evictions_halted`, `plexus workers`) until they
+    /// heartbeat again, as Kubernetes stops evicting from a fully disrupted zone. 1: never halt.
+    #[arg(long, default_value_t = EvictionGuard::default().max_lost_share)]
+    max_lost_share: f64,
+    /// ... only in a cluster of at least this many alive workers.
+    #[arg(long, default_value_t = EvictionGuard::default().min_workers)]
+    halt_min_workers: usize,
     /// The model-synchronisation cost of each level of the GPU topology tree, for GPU gang
     /// placement: any of nvlink (per bonded link), pix (PIX/PXB), phb (PHB/NODE), sys, same-rack,
     /// cross-rack, as key=value pairs; the rest keep their defaults. Costs must be finite, ≥ 0,
@@ -142,6 +156,8 @@ fn main() -> anyhow::Result<()> {
         core: CoreConfig {
             heartbeat_interval_ms: args.heartbeat_interval_ms,
             heartbeat_timeout_ms: args.heartbeat_timeout_ms,
+            lease_ms: args.worker_lease_ms.unwrap_or(CoreConfig::default_lease_ms(args.heartbeat_timeout_ms)),
+            eviction: EvictionGuard { max_lost_share: args.max_lost_share, min_workers: args.halt_min_workers },
             msc: args.msc,
         },
         msc: args.msc,

@@ -65,6 +65,9 @@ pub struct Metrics {
     gang_rollbacks: Counter,
     gang_timeouts: Counter,
     gpu_utilisation: Family<GpuLabels, Gauge<f64, AtomicU64>>,
+    evictions_halted: Gauge,
+    eviction_halts: Counter,
+    stalls: Counter,
     policy_decisions: Counter,
     policy_exploratory: Counter,
     policy_experiences: Counter,
@@ -100,6 +103,9 @@ impl Metrics {
             gang_rollbacks: Counter::default(),
             gang_timeouts: Counter::default(),
             gpu_utilisation: Family::default(),
+            evictions_halted: Gauge::default(),
+            eviction_halts: Counter::default(),
+            stalls: Counter::default(),
             policy_decisions: Counter::default(),
             policy_exploratory: Counter::default(),
             policy_experiences: Counter::default(),
@@ -114,6 +120,7 @@ impl Metrics {
         m.register_state(&mut r);
         m.register_latencies(&mut r);
         m.register_gangs(&mut r);
+        m.register_liveness(&mut r);
         if placer == "rl" {
             m.register_policy(&mut r);
         }
@@ -185,6 +192,30 @@ impl Metrics {
             "Each worker GPU's utilisation (0..1), from the worker's last heartbeat",
             self.gpu_utilisation.clone(),
         );
+    }
+
+    /// Evictions halted, and the coordinator's own stalls (issue 29).
+    fn register_liveness(&self, r: &mut Registry) {
+        r.register(
+            "plexus_evictions_halted",
+            "1 while evictions are halted: more than --max-lost-share of the workers missed their heartbeats at once, and none is declared lost",
+            self.evictions_halted.clone(),
+        );
+        r.register(
+            "plexus_eviction_halts",
+            "Times evictions halted because too many workers fell silent at once",
+            self.eviction_halts.clone(),
+        );
+        r.register(
+            "plexus_coordinator_stalls",
+            "Times the coordinator noticed it had stalled (its engine loop or clock jumped) and gave every worker a fresh heartbeat timeout",
+            self.stalls.clone(),
+        );
+    }
+
+    /// Counts one stall of the coordinator.
+    pub fn stalled(&mut self) {
+        self.stalls.inc();
     }
 
     /// The learned placer's decisions, experiences, training steps and decision time (only
@@ -341,6 +372,8 @@ impl Metrics {
         self.gangs_bound.inc_by(now.gangs_bound.saturating_sub(self.seen.gangs_bound));
         self.gang_rollbacks.inc_by(now.gang_rollbacks.saturating_sub(self.seen.gang_rollbacks));
         self.gang_timeouts.inc_by(now.gang_timeouts.saturating_sub(self.seen.gang_timeouts));
+        self.eviction_halts.inc_by(now.eviction_halts.saturating_sub(self.seen.eviction_halts));
+        self.evictions_halted.set(i64::from(core.eviction_halt().is_some()));
         self.seen = now;
     }
 }

@@ -377,7 +377,11 @@ impl JobApi {
 
     async fn workers(&self) -> Result<pb::ListWorkersResponse, Error> {
         let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
-        Ok(pb::ListWorkersResponse { workers: workers.iter().map(convert::worker_info).collect() })
+        let halt = self.engine.call(|reply| Cmd::EvictionHalt { reply }).await?;
+        Ok(pb::ListWorkersResponse {
+            workers: workers.iter().map(convert::worker_info).collect(),
+            evictions_halted: halt.map(convert::eviction_halt),
+        })
     }
 
     fn store_info(&self) -> Result<pb::StoreInfo, Error> {
@@ -634,9 +638,14 @@ impl WorkerApi {
     ) -> Result<pb::RegisterResponse, Error> {
         self.check(caller, &r.worker_id)?;
         let reg = Box::new(convert::registration(&r)?);
-        let (interval, timeout) = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
+        let t = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
         let rail_key = self.security.as_ref().map(|s| s.rail_key.clone()).unwrap_or_default();
-        Ok(pb::RegisterResponse { heartbeat_interval_ms: interval, heartbeat_timeout_ms: timeout, rail_key })
+        Ok(pb::RegisterResponse {
+            heartbeat_interval_ms: t.heartbeat_interval_ms,
+            heartbeat_timeout_ms: t.heartbeat_timeout_ms,
+            lease_ms: t.lease_ms,
+            rail_key,
+        })
     }
 
     async fn certificate(&self, r: pb::JoinRequest) -> Result<pb::JoinResponse, Error> {
@@ -648,7 +657,9 @@ impl WorkerApi {
         };
         let worker = pc::worker_id("worker_id", &r.worker_id)?;
         let (certificate, ca) = blocking("issuing a worker certificate", move || {
-            security.issue_worker(worker, &r.public_key).map(|c| (c, security.ca_pem().to_string()))
+            security
+                .issue_worker(worker, &r.public_key, plexus_proto::now_ms())
+                .map(|c| (c, security.ca_pem().to_string()))
         })
         .await?;
         tracing::info!(%worker, "issued a worker certificate");

@@ -297,6 +297,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
             config.listen
         )));
     }
+    config.core.check()?;
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| Error::Io(format!("creating data dir {}", config.data_dir.display()), e))?;
     // Owner-only: the CA's key, the tokens and the store are inside.

@@ -52,6 +52,7 @@ pub fn status(e: impl Into<Error>) -> Status {
             | SchedulerError::MscUnknownKey { .. }
             | SchedulerError::MscDuplicate(_)
             | SchedulerError::NotACost { .. }
+            | SchedulerError::Timing(_)
             | SchedulerError::MscDecreasing { .. } => Status::invalid_argument(msg),
             SchedulerError::Restore(_)
             | SchedulerError::GpuProblem(_)
@@ -61,6 +62,7 @@ pub fn status(e: impl Into<Error>) -> Status {
         },
         Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
         Error::NotFound(_) => Status::not_found(msg),
+        Error::AlreadyExists(_) => Status::already_exists(msg),
         Error::Unauthenticated(_) => Status::unauthenticated(msg),
         Error::PermissionDenied(_) => Status::permission_denied(msg),
         Error::Insecure(_) | Error::NotRegistered => Status::failed_precondition(msg),

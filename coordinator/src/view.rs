@@ -26,6 +26,15 @@ impl Detail {
     }
 }
 
+/// The worker protocol's timing a registration is answered with (`RegisterResponse`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat_interval_ms: u64,
+    pub heartbeat_timeout_ms: u64,
+    /// The worker's lease (see `CoreConfig::lease_ms`).
+    pub lease_ms: u64,
+}
+
 /// A job as `plexus status` and the dashboard show it.
 #[derive(Clone, Debug)]
 pub struct JobView {

@@ -305,3 +305,96 @@ fn policy_export_and_migrate_dry_run_work_while_the_coordinator_runs() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use by a running coordinator"), "{}", describe(&out));
 }
+
+/// Three sleepers, one per worker of a 1-core cluster: long enough to outlast the faults.
+const SLEEPERS: &str = "name = \"long\"\n[[task]]\nname = \"s\"\ncommand = \"sleep 15\"\ncpu = 1\nreplicas = 3\n";
+
+fn all_running(c: &Cluster, job: &str) -> Option<()> {
+    let j = c.job(job)?;
+    (j.subtasks.len() == 3 && j.subtasks.iter().all(|s| s.state == pb::SubtaskState::Running as i32)).then_some(())
+}
+
+fn metric(c: &Cluster, name: &str) -> Option<f64> {
+    let (code, text) = plexus_e2e::http_get(
+        c.http.as_deref().expect("the coordinator serves HTTP"),
+        "/metrics",
+        c.admin_token.as_deref(),
+    );
+    if code != 200 {
+        return None;
+    }
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Issue 29: a coordinator stopped (`kill -STOP`) for longer than the heartbeat timeout declared
+/// every worker lost when it resumed, and restarted every running subtask, though the workers
+/// were fine. It notices its own stall and gives every worker a fresh timeout instead. (The
+/// eviction guard is off here, so that it is the stall that saves them.)
+#[test]
+fn a_coordinator_paused_past_the_heartbeat_timeout_evicts_nobody() {
+    let mut c = Cluster::start(ClusterConfig {
+        workers: 3,
+        cpus_per_worker: 1,
+        coordinator_args: vec!["--max-lost-share".into(), "1".into()],
+        ..Default::default()
+    });
+    let job = c.submit("long.toml", SLEEPERS);
+    c.wait_for("the three sleepers running", Duration::from_secs(60), |c| all_running(c, &job));
+    c.launcher().signal_coordinator(0, libc::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_millis(c.config.heartbeat_timeout_ms + 2_000));
+    c.launcher().signal_coordinator(0, libc::SIGCONT).unwrap();
+    c.wait_for("the stall to be counted", Duration::from_secs(30), |c| {
+        (metric(c, "plexus_coordinator_stalls_total")? >= 1.0).then_some(())
+    });
+    let done = c.wait_job(&job, Duration::from_secs(90));
+    assert_eq!(done.state, pb::JobState::Succeeded as i32, "{done:?}");
+    assert!(done.subtasks.iter().all(|s| s.attempt == 1), "a subtask ran again: {:?}", done.subtasks);
+    let log = c.coordinator_log();
+    assert!(!log.contains("missed its heartbeats; declared lost"), "{log}");
+    assert!(log.contains("the coordinator stalled"), "{log}");
+    assert!(c.workers().unwrap().iter().all(|w| w.alive));
+}
+
+/// Issue 29: when more than `--max-lost-share` of the workers fall silent at once, none is
+/// declared lost: evictions halt, and the metric and `plexus workers` say so, until they
+/// heartbeat again; then evictions resume (a worker lost alone afterwards is lost as before).
+#[test]
+fn two_of_three_workers_silent_at_once_halt_evictions_until_they_come_back() {
+    let mut c = Cluster::start(ClusterConfig {
+        workers: 3,
+        cpus_per_worker: 1,
+        coordinator_args: vec!["--max-lost-share".into(), "0.5".into()],
+        ..Default::default()
+    });
+    let job = c.submit("long.toml", SLEEPERS);
+    c.wait_for("the three sleepers running", Duration::from_secs(60), |c| all_running(c, &job));
+    c.freeze_worker(1);
+    c.freeze_worker(2);
+    c.wait_for("evictions halted", Duration::from_secs(30), |c| {
+        (metric(c, "plexus_evictions_halted")? == 1.0).then_some(())
+    });
+    let out = c.plexus(&["workers"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("evictions halted: 2 of 3 workers"), "{}", describe(&out));
+    assert!(c.workers().unwrap().iter().all(|w| w.alive), "nobody is declared lost while halted");
+    assert!(c.coordinator_log().contains("evictions halted"));
+
+    // They come back: the halt ends, and nobody was lost or restarted.
+    c.launcher().signal_worker(1, libc::SIGCONT).unwrap();
+    c.launcher().signal_worker(2, libc::SIGCONT).unwrap();
+    c.wait_for("evictions resumed", Duration::from_secs(30), |c| {
+        (metric(c, "plexus_evictions_halted")? == 0.0).then_some(())
+    });
+    assert!(!String::from_utf8_lossy(&c.plexus(&["workers"]).stderr).contains("evictions halted"));
+    assert_eq!(metric(&c, "plexus_eviction_halts_total"), Some(1.0));
+    let j = c.job(&job).unwrap();
+    assert!(j.subtasks.iter().all(|s| s.attempt == 1), "a subtask ran again: {:?}", j.subtasks);
+
+    // One of three lost alone is within the share: declared lost as before.
+    let gone = c.worker_id(2);
+    c.kill_worker(2);
+    c.wait_for("worker 2 lost", Duration::from_secs(30), |c| {
+        c.workers()?.iter().any(|w| w.worker_id == gone && !w.alive).then_some(())
+    });
+    assert_eq!(metric(&c, "plexus_evictions_halted"), Some(0.0));
+}

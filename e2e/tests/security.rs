@@ -344,3 +344,65 @@ fn plexus_up_logs_no_token_and_keeps_its_logs_owner_only() {
     unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
     assert!(up.wait().unwrap().success());
 }
+
+/// `Join` as a join-token holder would call it: TLS without a client certificate, the token.
+fn join(c: &Cluster, worker_id: &str, public_key: Vec<u8>) -> Result<pb::JoinResponse, tonic::Status> {
+    let token = std::fs::read_to_string(c.join_token_file()).expect("the join token");
+    let token = plexus_security::Token::parse(token.trim()).unwrap();
+    let mut client = pb::worker_service_client::WorkerServiceClient::with_interceptor(
+        c.channel().unwrap(),
+        tls::Bearer::new(Some(&token)),
+    );
+    let req = pb::JoinRequest { worker_id: worker_id.to_string(), public_key };
+    c.block_on(client.join(req)).map(|r| r.into_inner())
+}
+
+/// Issue 29: a join-token holder took over a live worker's id (`Join` with its id returned a
+/// certificate) and locked the real worker out for good.
+#[test]
+fn a_join_may_not_take_over_a_live_workers_id_until_an_admin_revokes_it() {
+    let mut c = Cluster::start(ClusterConfig { workers: 1, ..Default::default() });
+    let victim = c.worker_id(0);
+    let hostile = plexus_security::WorkerKey::generate().unwrap();
+
+    // Refused, naming the id and what an admin does about it.
+    let err = join(&c, &victim, hostile.public_key()).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::AlreadyExists, "{err:?}");
+    assert!(
+        err.message().contains(&victim) && err.message().contains(&format!("token revoke-worker {victim}")),
+        "{}",
+        err.message()
+    );
+
+    // The real worker keeps working, and after a restart registers again with its tls/ dir.
+    let job = c.submit("one.toml", JOB);
+    assert_eq!(c.wait_job(&job, Duration::from_secs(60)).state, pb::JobState::Succeeded as i32);
+    let registered = |c: &Cluster| c.worker_log(0).matches("registered with the coordinator").count();
+    let before = registered(&c);
+    c.kill_worker(0);
+    c.start_worker(0);
+    c.wait_for("worker 0 registered again", Duration::from_secs(30), |c| (registered(c) > before).then_some(()));
+    c.wait_workers_alive(1);
+    assert!(!c.worker_log(0).contains("Unauthenticated"), "{}", c.worker_log(0));
+    let job = c.submit("one.toml", JOB);
+    assert_eq!(c.wait_job(&job, Duration::from_secs(60)).state, pb::JobState::Succeeded as i32);
+
+    // A public key that is not a point on the curve: refused, naming it.
+    let mut bad = vec![0u8; 65];
+    bad[0] = 4;
+    let err = join(&c, &plexus_proto::WorkerId::random().to_string(), bad).unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("not a point on the P-256 curve"), "{}", err.message());
+
+    // The worker is gone for good: an admin revokes its certificate, and the id may join again.
+    c.kill_worker(0);
+    let out = std::process::Command::new(c.bin.join("plexus-coordinator"))
+        .args(["--coordinator", &c.url, "--data-dir"])
+        .arg(c.path("coordinator"))
+        .args(["token", "revoke-worker", &victim])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let issued = join(&c, &victim, hostile.public_key()).expect("a join after the revocation");
+    assert!(issued.certificate.starts_with("-----BEGIN CERTIFICATE-----"));
+}

@@ -67,6 +67,10 @@ pub enum Error {
         "{higher} = {higher_cost} is less than {lower} = {lower_cost}: costs must not decrease with distance (nvlink ≤ pix ≤ phb ≤ sys ≤ same-rack ≤ cross-rack)"
     )]
     MscDecreasing { lower: &'static str, lower_cost: f64, higher: &'static str, higher_cost: f64 },
+    /// Worker-protocol timings that break the liveness contract (heartbeat interval, timeout,
+    /// lease).
+    #[error("{0}")]
+    Timing(String),
     /// Stored measured speeds in a format this version does not read.
     #[error("stored estimates have format {found}, this coordinator reads format {expected}")]
     EstimatesFormat { found: u32, expected: u32 },

@@ -74,10 +74,20 @@ fn this_year() -> i32 {
     1970 + (secs / 31_556_952) as i32
 }
 
-fn validity(params: &mut CertificateParams, years: i32) {
+/// Sets the validity period; returns its end in Unix seconds.
+fn validity(params: &mut CertificateParams, years: i32) -> i64 {
     let year = this_year();
     params.not_before = rcgen::date_time_ymd(year - 1, 1, 1);
     params.not_after = rcgen::date_time_ymd(year + years, 1, 1);
+    params.not_after.unix_timestamp()
+}
+
+/// A worker's certificate as issued, and when it expires.
+#[derive(Clone, Debug)]
+pub struct WorkerCert {
+    pub pem: String,
+    /// The end of its validity, in Unix seconds.
+    pub not_after_s: i64,
 }
 
 /// The CA of one cluster.
@@ -156,7 +166,7 @@ impl ClusterCa {
 
     /// A worker's certificate over the public key it sent (`WorkerKey::public_key`): the raw
     /// uncompressed P-256 point, 65 bytes starting with 4.
-    pub fn issue_worker(&self, worker_id: &str, public_key: &[u8]) -> Result<String, Error> {
+    pub fn issue_worker(&self, worker_id: &str, public_key: &[u8]) -> Result<WorkerCert, Error> {
         if !worker_id.starts_with("wkr-")
             || worker_id.len() > 40
             || !worker_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
@@ -169,8 +179,8 @@ impl ClusterCa {
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         params.use_authority_key_identifier_extension = true;
-        validity(&mut params, 5);
-        Ok(params.signed_by(&key, &self.issuer())?.pem())
+        let not_after_s = validity(&mut params, 5);
+        Ok(WorkerCert { pem: params.signed_by(&key, &self.issuer())?.pem(), not_after_s })
     }
 }
 
@@ -184,17 +194,37 @@ fn san(name: &str) -> Result<SanType, Error> {
     })
 }
 
+/// Checks that `bytes` are a public key as a worker sends it: an uncompressed ECDSA P-256 point
+/// (65 bytes starting with 4) that lies on the curve and is not the point at infinity. ring's
+/// ECDH validates the peer's point fully (NIST SP 800-56A's public key validation), so one
+/// agreement with a throw-away key is the check.
+pub fn check_worker_key(bytes: &[u8]) -> Result<(), Error> {
+    use ring::agreement;
+    if bytes.len() != 65 || bytes[0] != 4 {
+        return Err(Error::Certificate(format!(
+            "the public key is {} bytes{}; a worker sends an uncompressed ECDSA P-256 point (65 bytes starting with 4)",
+            bytes.len(),
+            bytes.first().map(|b| format!(" starting with {b}")).unwrap_or_default()
+        )));
+    }
+    let rng = ring::rand::SystemRandom::new();
+    let mine = agreement::EphemeralPrivateKey::generate(&agreement::ECDH_P256, &rng)
+        .map_err(|_| Error::Certificate("cannot make a key to check the public key with".into()))?;
+    let peer = agreement::UnparsedPublicKey::new(&agreement::ECDH_P256, bytes);
+    agreement::agree_ephemeral(mine, &peer, |_| ()).map_err(|_| {
+        Error::Certificate(format!(
+            "the public key {}… is not a point on the P-256 curve: a worker sends the public half of the key pair it made",
+            hex::encode(&bytes[..9])
+        ))
+    })
+}
+
 /// An ECDSA P-256 public key as a worker sends it.
 struct RawP256(Vec<u8>);
 
 impl RawP256 {
     fn new(bytes: &[u8]) -> Result<RawP256, Error> {
-        if bytes.len() != 65 || bytes[0] != 4 {
-            return Err(Error::Certificate(format!(
-                "the public key is {} bytes; a worker sends an uncompressed ECDSA P-256 point (65 bytes starting with 4)",
-                bytes.len()
-            )));
-        }
+        check_worker_key(bytes)?;
         Ok(RawP256(bytes.to_vec()))
     }
 }
@@ -240,6 +270,8 @@ mod tests {
         let again = ClusterCa::load("c1", ca.cert_pem(), &ca.key_pem()).unwrap();
         let key = WorkerKey::generate().unwrap();
         let cert = again.issue_worker("wkr-0123456789abcdef0123456789abcdef", &key.public_key()).unwrap();
+        assert!(cert.not_after_s > (this_year() as i64 - 1970) * 31_556_952);
+        let cert = cert.pem;
         assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"));
         assert_ne!(Fingerprint::of_pem(&cert).unwrap(), Fingerprint::of_pem(ca.cert_pem()).unwrap());
     }
@@ -252,6 +284,31 @@ mod tests {
         let key = WorkerKey::generate().unwrap();
         let err = ca.issue_worker("../etc", &key.public_key()).unwrap_err();
         assert!(err.to_string().contains("not a worker id"), "{err}");
+    }
+
+    #[test]
+    fn a_public_key_off_the_curve_is_refused() {
+        let good = WorkerKey::generate().unwrap().public_key();
+        check_worker_key(&good).unwrap();
+        // The right length and prefix, but (almost surely) not on the curve: y changed.
+        let mut off = good.clone();
+        off[64] ^= 1;
+        let err = check_worker_key(&off).unwrap_err().to_string();
+        assert!(err.contains("is not a point on the P-256 curve") && err.contains(&hex::encode(&off[..9])), "{err}");
+        // All zeros after the prefix: (0, 0) is not on the curve either.
+        let mut zero = [0u8; 65];
+        zero[0] = 4;
+        assert!(check_worker_key(&zero).unwrap_err().to_string().contains("not a point"));
+        // Coordinates past the field's prime.
+        let mut big = [0xffu8; 65];
+        big[0] = 4;
+        assert!(check_worker_key(&big).is_err());
+        // A compressed point, and nothing at all.
+        let err = check_worker_key(&good[..33]).unwrap_err().to_string();
+        assert!(err.contains("33 bytes starting with 4"), "{err}");
+        assert!(check_worker_key(&[]).unwrap_err().to_string().contains("0 bytes;"));
+        let ca = ClusterCa::create("c1").unwrap();
+        assert!(ca.issue_worker("wkr-0123456789abcdef0123456789abcdef", &off).is_err());
     }
 
     #[test]

@@ -374,7 +374,13 @@ impl Session {
             0 => DEFAULT_HEARTBEAT_TIMEOUT,
             ms => Duration::from_millis(ms),
         };
-        let lease_length = lease::length(hb_timeout, interval);
+        // The coordinator states the lease (`lease_ms`); one older than that field does not, and
+        // the worker derives it from the timeout. Never within 500 ms of the timeout, whatever a
+        // coordinator says (it refuses to start with less: `CoreConfig::check`).
+        let lease_length = match reply.lease_ms {
+            0 => lease::length(hb_timeout, interval),
+            ms => Duration::from_millis(ms).min(hb_timeout.saturating_sub(Duration::from_millis(500))),
+        };
         self.lease.renew(sent_at, lease_length);
         info!(
             coordinator = %coordinator, worker_id = %self.worker_id, known = known.len(),

@@ -46,6 +46,7 @@ impl pb::worker_service_server::WorkerService for FakeService {
         Ok(Response::new(pb::RegisterResponse {
             heartbeat_interval_ms: 50,
             heartbeat_timeout_ms: 5000,
+            lease_ms: 0,
             rail_key: vec![],
         }))
     }

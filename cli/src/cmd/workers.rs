@@ -10,7 +10,8 @@ use crate::{client, output};
 
 pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
-    let workers = client.list_workers(ListWorkersRequest {}).await?.into_inner().workers;
+    let listed = client.list_workers(ListWorkersRequest {}).await?.into_inner();
+    let (workers, halt) = (listed.workers, listed.evictions_halted);
     if let Some(action) = &args.action {
         let (name, verb) = match action {
             WorkersAction::Drain { worker } => (worker, "drained"),
@@ -37,6 +38,14 @@ pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::
         OutputFormat::Table => output::workers_table(&workers, plexus_proto::now_ms()),
         OutputFormat::Json => output::json(&output::worker_list_view(&workers)),
     };
+    // Said first, in either format's place for a person: stderr keeps the JSON parseable.
+    if let Some(h) = halt {
+        eprintln!(
+            "evictions halted: {} of {} workers missed their heartbeats at once; none is declared lost until they \
+             heartbeat again (plexus-coordinator --max-lost-share)",
+            h.silent, h.alive
+        );
+    }
     output::print(&text)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -476,8 +476,12 @@ pub async fn workers_page(State(d): State<Dash>) -> Response {
         Ok(w) => w.iter().map(convert::worker_info).collect(),
         Err(e) => return unavailable(e),
     };
+    let halt = d.engine.call(|reply| Cmd::EvictionHalt { reply }).await.ok().flatten();
     let body = html! {
         h2 { "Workers" }
+        @if let Some(h) = halt {
+            p.err #evictions-halted { "Evictions halted: " (h.silent) " of " (h.alive) " workers missed their heartbeats at once; none is declared lost until they heartbeat again (--max-lost-share)." }
+        }
         table #workers {
             thead { tr { th { "Worker" } th { "Host" } th { "State" } th { "CPU" } th { "Memory" } th { "GPUs" } th { "Rails (sent / received)" } th { "Cache" } th { "Attempts" } } }
             tbody { @for w in &ws {

@@ -411,6 +411,16 @@ impl Ledger {
         }
     }
 
+    /// A fresh heartbeat timeout from `now` for every alive worker; how many.
+    pub fn grace(&mut self, now: u64) -> usize {
+        let mut n = 0;
+        for w in self.workers.values_mut().filter(|w| w.record.alive) {
+            w.record.last_heartbeat = w.record.last_heartbeat.max(now);
+            n += 1;
+        }
+        n
+    }
+
     /// The worker's report of itself, with the objects it holds now.
     pub fn update_node(&mut self, id: WorkerId, node: NodeReport) {
         let Some(w) = self.workers.get_mut(&id) else { return };

@@ -36,6 +36,8 @@
 //!   rollbacks — and collectives placed all at once, or none.
 //! - `gpus`: GPU attempts, the GPU gang search, and what the GPU learner is told.
 //! - `restore`: the state rebuilt from the store's records.
+//! - [`liveness`]: silent workers declared lost, evictions halted when too many fall silent at
+//!   once, and the grace period after the coordinator's own stall.
 //!
 //! And the values they trade in:
 //! - [`records`]: what the store keeps (jobs, subtasks, workers, placement decisions).
@@ -49,6 +51,7 @@
 
 pub mod config;
 pub mod estimates;
+mod eviction;
 mod fair_share;
 mod gang;
 mod gang_book;
@@ -57,6 +60,7 @@ mod job_table;
 mod jobs;
 mod ledger;
 pub mod lineage;
+pub mod liveness;
 pub mod messages;
 mod placement;
 mod ready;
@@ -66,7 +70,8 @@ mod signature;
 mod state;
 mod workers;
 
-pub use config::{CoreConfig, Counters};
+pub use config::{CoreConfig, Counters, MIN_FENCE_MARGIN_MS};
+pub use eviction::{EvictionGuard, EvictionHalt, may_evict};
 pub use job_table::{GangPhase, GangView, Job};
 pub use ledger::{AttemptKey, Worker};
 pub use messages::{

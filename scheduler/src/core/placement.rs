@@ -567,7 +567,9 @@ impl Core {
             // A worker held for a gang ahead takes only work that ends before the gang needs it.
             let gang = held.hold_of(&w.id()).filter(|h| !h.admits(task.timeout_ms, now));
             let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());
-            let draining = w.record().draining;
+            // Silent past the timeout but not lost (evictions halted): nothing new goes there.
+            let draining =
+                w.record().draining || (self.halt.is_some() && self.is_silent(w.record().last_heartbeat, now));
             let fits = req.fits_in(&free) && gpu_room && gang.is_none() && !draining;
             let (id, rack) = (w.id(), w.record().capacity.topology.rack());
             let mut local = 0u64;

@@ -9,6 +9,7 @@ use plexus_proto::{JobId, ObjectId, WorkerId};
 
 use super::config::{CoreConfig, Counters};
 use super::estimates::Estimates;
+use super::eviction::EvictionHalt;
 use super::fair_share::FairShare;
 use super::job_table::{Job, JobTable};
 use super::ledger::{Ledger, Worker};
@@ -44,6 +45,8 @@ pub struct Core {
     /// Jobs whose `after_jobs` changed state, worked off by `finish_job`.
     pub(super) to_settle: Vec<JobId>,
     pub(super) settling: bool,
+    /// Evictions halted because too many workers fell silent at once (`liveness.rs`).
+    pub(super) halt: Option<EvictionHalt>,
 }
 
 impl Core {
@@ -61,6 +64,7 @@ impl Core {
             counters: Counters::default(),
             to_settle: Vec::new(),
             settling: false,
+            halt: None,
             out: Outbox::default(),
         }
     }

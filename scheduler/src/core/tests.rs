@@ -77,7 +77,7 @@ fn done(a: &AttemptRef, state: SubtaskState) -> Report {
     }
 }
 
-fn assigned(c: &mut Core) -> Vec<(WorkerId, Assignment)> {
+pub(super) fn assigned(c: &mut Core) -> Vec<(WorkerId, Assignment)> {
     c.take_outbox().assignments
 }
 
@@ -495,6 +495,8 @@ fn exchange_gangs_give_each_member_the_inputs_of_its_rank() {
 #[test]
 fn a_gang_that_does_not_fit_waits_whole_and_a_too_small_cluster_is_refused() {
     let mut c = core();
+    // Most of the cluster is lost at once here: evictions must not halt (`liveness.rs`).
+    c.config.eviction.max_lost_share = 1.0;
     c.register(reg(1, "s1", 4, vec![]), 0);
     c.register(reg(2, "s2", 4, vec![]), 0);
     let err = c.submit(JobId::random(), parse(GANG, Format::Toml, "t.toml").unwrap(), 0).unwrap_err();
@@ -573,6 +575,8 @@ fn a_failed_member_restarts_the_whole_gang_with_a_new_communicator() {
 #[test]
 fn admission_counts_only_live_workers_and_a_waiting_gang_says_why() {
     let mut c = core();
+    // Most of the cluster is lost at once here: evictions must not halt (`liveness.rs`).
+    c.config.eviction.max_lost_share = 1.0;
     for n in 1..=3 {
         c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
     }

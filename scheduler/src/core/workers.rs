@@ -91,22 +91,13 @@ impl Core {
         true
     }
 
-    /// Declares workers whose heartbeats stopped lost and places their attempts again, and makes
-    /// retries whose back-off is over ready.
+    /// Declares workers whose heartbeats stopped lost and places their attempts again (unless
+    /// evictions halt, `liveness.rs`), and makes retries whose back-off is over ready.
     pub fn tick(&mut self, now: u64) {
         for (job, idx) in self.ready.due(now) {
             self.push_ready(job, idx);
         }
-        let timeout = self.config.heartbeat_timeout_ms;
-        let lost: Vec<WorkerId> = self
-            .workers
-            .values()
-            .filter(|w| w.record().alive && now.saturating_sub(w.record().last_heartbeat) > timeout)
-            .map(|w| w.id())
-            .collect();
-        for id in lost {
-            self.lose_worker(id, now);
-        }
+        self.evict_silent(now);
     }
 
     pub(super) fn lose_worker(&mut self, id: WorkerId, now: u64) {
