@@ -64,6 +64,7 @@ pub struct Metrics {
     gangs_bound: Counter,
     gang_rollbacks: Counter,
     gang_timeouts: Counter,
+    digest_mismatches: Counter,
     gpu_utilisation: Family<GpuLabels, Gauge<f64, AtomicU64>>,
     policy_decisions: Counter,
     policy_exploratory: Counter,
@@ -99,6 +100,7 @@ impl Metrics {
             gangs_bound: Counter::default(),
             gang_rollbacks: Counter::default(),
             gang_timeouts: Counter::default(),
+            digest_mismatches: Counter::default(),
             gpu_utilisation: Family::default(),
             policy_decisions: Counter::default(),
             policy_exploratory: Counter::default(),
@@ -114,6 +116,11 @@ impl Metrics {
         m.register_state(&mut r);
         m.register_latencies(&mut r);
         m.register_gangs(&mut r);
+        r.register(
+            "plexus_digest_mismatches",
+            "Copies of objects whose bytes did not match the digest their attempt reported (found by a worker fetching an input, or by the coordinator relaying a download); each holder is then treated as having lost the object",
+            m.digest_mismatches.clone(),
+        );
         if placer == "rl" {
             m.register_policy(&mut r);
         }
@@ -341,6 +348,7 @@ impl Metrics {
         self.gangs_bound.inc_by(now.gangs_bound.saturating_sub(self.seen.gangs_bound));
         self.gang_rollbacks.inc_by(now.gang_rollbacks.saturating_sub(self.seen.gang_rollbacks));
         self.gang_timeouts.inc_by(now.gang_timeouts.saturating_sub(self.seen.gang_timeouts));
+        self.digest_mismatches.inc_by(now.digest_mismatches.saturating_sub(self.seen.digest_mismatches));
         self.seen = now;
     }
 }

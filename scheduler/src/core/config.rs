@@ -34,4 +34,7 @@ pub struct Counters {
     /// Tries to place one subtask through the placer (each judges every worker once, and ends
     /// in a decision or in finding no room): the work a scheduling round does.
     pub placement_tries: u64,
+    /// Copies of objects found not to match their digest (by a worker fetching an input, or the
+    /// coordinator relaying a download).
+    pub digest_mismatches: u64,
 }

@@ -70,8 +70,8 @@ pub use config::{CoreConfig, Counters};
 pub use job_table::{GangPhase, GangView, Job};
 pub use ledger::{AttemptKey, Worker};
 pub use messages::{
-    Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration,
-    Report,
+    Assignment, BadCopy, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter,
+    Registration, Report,
 };
 pub use records::{
     AttemptFailure, CandidateRecord, Capacity, FetchPlan, GpuRecord, JobRecord, PlacementRecord, Snapshot, Subtask,
