@@ -107,6 +107,15 @@ fn get_refuses_a_changed_copy_and_takes_another_holders() {
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "{end:?}");
     let consumer = end.subtasks.iter().find(|s| s.task == "use").unwrap().worker_id.clone();
     assert_ne!(consumer, holder);
+    // The consumer's worker says it holds the fetched copy with its next heartbeat.
+    let object = format!("{job}/gen/0/value");
+    c.wait_for("both workers to list gen's value", Duration::from_secs(30), |c| {
+        let listing = c.workers()?;
+        listing
+            .iter()
+            .all(|w| w.state.as_ref().is_some_and(|s| s.objects.iter().any(|o| o.object_id == object)))
+            .then_some(())
+    });
 
     let expected = Digest::of(b"42\n");
     let o = c.plexus(&["status", &job, "--subtasks", "-o", "json"]);
@@ -133,7 +142,6 @@ fn get_refuses_a_changed_copy_and_takes_another_holders() {
     let o = c.plexus(&["get", &job, "gen", "-o", dir.to_str().unwrap()]);
     assert!(!o.status.success(), "{}", describe(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    let object = format!("{job}/gen/0/value");
     let got = Digest::of(b"43\n");
     for part in [
         object.as_str(),
