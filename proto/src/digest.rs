@@ -122,9 +122,12 @@ impl Verifier {
     pub fn finish(&self, object: &str, holder: &str) -> Result<Digest, Error> {
         let got = Digest(*self.hasher.finalize().as_bytes());
         match self.expected {
-            Some(expected) if expected != got => {
-                Err(Error::DigestMismatch { object: object.to_string(), holder: holder.to_string(), expected, got })
-            }
+            Some(expected) if expected != got => Err(Error::DigestMismatch {
+                object: object.to_string(),
+                holder: holder.to_string(),
+                expected: expected.0,
+                got: got.0,
+            }),
             _ => Ok(got),
         }
     }
@@ -178,7 +181,12 @@ mod tests {
         let e = v.finish("job-1/gen/0/o", "worker wkr-2").unwrap_err();
         assert_eq!(
             e,
-            Error::DigestMismatch { object: "job-1/gen/0/o".into(), holder: "worker wkr-2".into(), expected, got }
+            Error::DigestMismatch {
+                object: "job-1/gen/0/o".into(),
+                holder: "worker wkr-2".into(),
+                expected: *expected.as_bytes(),
+                got: *got.as_bytes()
+            }
         );
         let text = e.to_string();
         for part in ["job-1/gen/0/o", "worker wkr-2", &expected.to_string(), &got.to_string()] {

@@ -63,11 +63,13 @@ pub enum Error {
     Label { label: String, reason: String },
 
     /// A copy of an object whose bytes do not hash to the digest its attempt reported
-    /// ([`crate::digest`]): `holder` says where the copy came from.
+    /// (the digests' bytes; see `digest.rs`): `holder` says where the copy came from.
     #[error(
-        "{object} from {holder} does not match its digest: expected BLAKE3 {expected}, got {got} (the copy was changed after its attempt completed)"
+        "{object} from {holder} does not match its digest: expected BLAKE3 {}, got {} (the copy was changed after its attempt completed)",
+        hex::encode(expected),
+        hex::encode(got)
     )]
-    DigestMismatch { object: String, holder: String, expected: crate::digest::Digest, got: crate::digest::Digest },
+    DigestMismatch { object: String, holder: String, expected: [u8; 32], got: [u8; 32] },
 }
 
 impl Error {
