@@ -125,8 +125,8 @@ impl Verifier {
             Some(expected) if expected != got => Err(Error::DigestMismatch {
                 object: object.to_string(),
                 holder: holder.to_string(),
-                expected: expected.0,
-                got: got.0,
+                expected: expected.to_string(),
+                got: got.to_string(),
             }),
             _ => Ok(got),
         }
@@ -184,8 +184,8 @@ mod tests {
             Error::DigestMismatch {
                 object: "job-1/gen/0/o".into(),
                 holder: "worker wkr-2".into(),
-                expected: *expected.as_bytes(),
-                got: *got.as_bytes()
+                expected: expected.to_string(),
+                got: got.to_string()
             }
         );
         let text = e.to_string();

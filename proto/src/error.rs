@@ -63,13 +63,11 @@ pub enum Error {
     Label { label: String, reason: String },
 
     /// A copy of an object whose bytes do not hash to the digest its attempt reported
-    /// (the digests' bytes; see `digest.rs`): `holder` says where the copy came from.
+    /// (both digests in their hex text; see `digest.rs`): `holder` says where the copy came from.
     #[error(
-        "{object} from {holder} does not match its digest: expected BLAKE3 {}, got {} (the copy was changed after its attempt completed)",
-        hex::encode(expected),
-        hex::encode(got)
+        "{object} from {holder} does not match its digest: expected BLAKE3 {expected}, got {got} (the copy was changed after its attempt completed)"
     )]
-    DigestMismatch { object: String, holder: String, expected: [u8; 32], got: [u8; 32] },
+    DigestMismatch { object: String, holder: String, expected: String, got: String },
 }
 
 impl Error {

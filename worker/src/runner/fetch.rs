@@ -153,11 +153,12 @@ impl Ctx {
         warn!(object = %input.id, holder = %holder.peer_addr, error = %e, "a fetched copy did not match its digest; refused");
         self.counters.digest_mismatches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let plexus_proto::Error::DigestMismatch { expected, got, .. } = &e {
+            let bytes = |d: &str| d.parse::<plexus_proto::Digest>().map(|d| d.to_vec()).unwrap_or_default();
             acct.bad_copies.push(pb::BadCopy {
                 object_id: input.id.to_string(),
                 worker_id: holder.worker.clone(),
-                expected: expected.to_vec(),
-                got: got.to_vec(),
+                expected: bytes(expected),
+                got: bytes(got),
             });
         }
         Error::Holder { url: holder.peer_addr.clone(), source: Box::new(Error::DigestMismatch(e)) }
