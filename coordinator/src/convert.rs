@@ -3,14 +3,14 @@
 //! outgoing messages.
 
 use plexus_proto::convert::{self as pc, ConvertError};
-use plexus_proto::{AttemptRef, ObjectId, SubtaskState, pb};
+use plexus_proto::{AttemptRef, Digest, ObjectId, SubtaskState, pb};
 
 use plexus_proto::rules;
 use plexus_proto::topology::{self as topo, GpuLink, LinkLevel};
 use plexus_scheduler::core::estimates::WorkerSpeed;
 use plexus_scheduler::core::messages::GpuUsage;
 use plexus_scheduler::core::{
-    Assignment, Capacity, GangPhase, GpuRecord, NodeReport, PlacementRecord, RailCounter, Registration, Report,
+    Assignment, BadCopy, Capacity, GangPhase, GpuRecord, NodeReport, PlacementRecord, RailCounter, Registration, Report,
 };
 use plexus_scheduler::gpu::topology::NodeTopology;
 use plexus_scheduler::spec::Work;
@@ -19,6 +19,25 @@ use crate::view::{JobView, QueueView, WorkBatch, WorkerView};
 
 /// The largest tail of a log the coordinator keeps per stream.
 pub const LOG_TAIL_MAX: usize = 64 * 1024;
+
+/// A worker's reports of copies that did not match their digests (at most one per input of an
+/// attempt, so a few; more are refused).
+fn bad_copies(list: &[pb::BadCopy]) -> Result<Vec<BadCopy>, ConvertError> {
+    if list.len() > 4096 {
+        return Err(ConvertError::Invalid {
+            field: "bad_copies",
+            reason: format!("{} entries; at most 4096", list.len()),
+        });
+    }
+    list.iter()
+        .map(|b| {
+            Ok(BadCopy {
+                object: pc::object_id("bad_copies.object_id", &b.object_id)?,
+                holder: pc::worker_id("bad_copies.worker_id", &b.worker_id)?,
+            })
+        })
+        .collect()
+}
 
 fn objects(list: &[pb::ObjectInfo]) -> Result<Vec<(ObjectId, u64)>, ConvertError> {
     list.iter().map(|o| Ok((pc::object_id("object_id", &o.object_id)?, o.size))).collect()
@@ -262,6 +281,12 @@ pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
             reason: format!("object {o} does not belong to attempt {attempt}"),
         });
     }
+    let mut digests = std::collections::BTreeMap::new();
+    for (i, o) in r.outputs.iter().enumerate() {
+        if let Some(d) = Digest::from_field("outputs.digest", &o.digest)? {
+            digests.insert(outputs[i].0.name.clone(), d);
+        }
+    }
     Ok(Report {
         attempt: Some(attempt),
         state: Some(state),
@@ -273,6 +298,8 @@ pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
         fetched_bytes: r.fetched_bytes,
         evicted_bytes: r.evicted_bytes,
         outputs,
+        digests,
+        bad_copies: bad_copies(&r.bad_copies)?,
         stdout_tail: tail(&r.stdout_tail),
         stderr_tail: tail(&r.stderr_tail),
         // A figure from the network: anything but a plausible time is no figure.
@@ -310,8 +337,13 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
                 sources: i
                     .holders
                     .iter()
-                    .map(|h| pb::Holder { peer_addr: h.peer_addr.clone(), rails: h.rails.clone() })
+                    .map(|h| pb::Holder {
+                        peer_addr: h.peer_addr.clone(),
+                        rails: h.rails.clone(),
+                        worker_id: h.worker.to_string(),
+                    })
                     .collect(),
+                digest: i.digest.map(|d| d.to_vec()).unwrap_or_default(),
             })
             .collect(),
         outputs: a.outputs.clone(),
@@ -428,7 +460,11 @@ fn subtask_status(job: plexus_proto::JobId, s: &crate::view::SubtaskView) -> pb:
         outputs: s
             .outputs
             .iter()
-            .map(|(n, size)| pb::ObjectInfo { object_id: format!("{}/{}/{}/{}", job, s.task, s.rank, n), size: *size })
+            .map(|(n, size)| pb::ObjectInfo {
+                object_id: format!("{}/{}/{}/{}", job, s.task, s.rank, n),
+                size: *size,
+                digest: s.digests.get(n).map(|d| d.to_vec()).unwrap_or_default(),
+            })
             .collect(),
         failed_attempts: s
             .failed_attempts
@@ -479,7 +515,11 @@ pub fn worker_info(w: &WorkerView) -> pb::WorkerInfo {
             cpu_utilisation: w.node.cpu_utilisation,
             memory_free: w.node.memory_free,
             running: w.node.running.iter().map(pb::AttemptRef::from).collect(),
-            objects: w.objects.iter().map(|(o, s)| pb::ObjectInfo { object_id: o.to_string(), size: *s }).collect(),
+            objects: w
+                .objects
+                .iter()
+                .map(|(o, s)| pb::ObjectInfo { object_id: o.to_string(), size: *s, digest: Vec::new() })
+                .collect(),
             cache_used: w.node.cache_used,
             rails: w
                 .node
@@ -605,7 +645,7 @@ mod tests {
         let waiting = pb::TaskReport { state: pb::SubtaskState::Waiting as i32, ..ok.clone() };
         assert!(report(&waiting).unwrap_err().to_string().contains("cannot report waiting"));
         let foreign = pb::TaskReport {
-            outputs: vec![pb::ObjectInfo { object_id: format!("{job}/other/0/x"), size: 1 }],
+            outputs: vec![pb::ObjectInfo { object_id: format!("{job}/other/0/x"), size: 1, ..Default::default() }],
             ..ok.clone()
         };
         assert!(report(&foreign).unwrap_err().to_string().contains("does not belong"));

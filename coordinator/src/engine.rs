@@ -56,6 +56,14 @@ pub struct LogSource {
 
 pub type Reply<T> = oneshot::Sender<T>;
 
+/// Where an object can be read, and what it must hash to.
+pub struct ObjectSources {
+    /// The digest its producer reported (`None`: not known).
+    pub digest: Option<plexus_proto::Digest>,
+    /// The live workers holding it: id and PeerService URL.
+    pub holders: Vec<(WorkerId, String)>,
+}
+
 /// A request to the engine.
 pub enum Cmd {
     Submit {
@@ -67,10 +75,17 @@ pub enum Cmd {
         job: JobId,
         reply: Reply<Result<JobView, SchedulerError>>,
     },
-    /// The peer URLs of the live workers holding an object (its job must exist).
+    /// The live workers holding an object (its job must exist), and its digest.
     Holders {
         object: plexus_proto::ObjectId,
-        reply: Reply<Result<Vec<String>, SchedulerError>>,
+        reply: Reply<Result<ObjectSources, SchedulerError>>,
+    },
+    /// A copy of `object` that `holder` served did not match its digest (found by this
+    /// coordinator's relay): the holder is treated as having lost it.
+    BadCopy {
+        holder: WorkerId,
+        object: plexus_proto::ObjectId,
+        reply: Reply<()>,
     },
     /// Drains (`true`) or undrains a worker.
     DrainWorker {
@@ -461,11 +476,20 @@ impl Engine {
             Cmd::Holders { object, reply } => {
                 let r = match core.job(object.job) {
                     None => Err(SchedulerError::NoJob(object.job)),
-                    Some(_) => {
-                        Ok(core.live_holders(&object).into_iter().map(|w| w.record().peer_addr.clone()).collect())
-                    }
+                    Some(_) => Ok(ObjectSources {
+                        digest: core.digest_of(&object),
+                        holders: core
+                            .live_holders(&object)
+                            .into_iter()
+                            .map(|w| (w.id(), w.record().peer_addr.clone()))
+                            .collect(),
+                    }),
                 };
                 replies.push(defer(reply, r));
+            }
+            Cmd::BadCopy { holder, object, reply } => {
+                core.bad_copy(holder, &object, "the coordinator relaying it");
+                replies.push(defer(reply, ()));
             }
             Cmd::DrainWorker { worker, on, reply } => {
                 let r = core.drain_worker(worker, on);

@@ -43,6 +43,10 @@ pub enum Error {
     /// leader (`None`: none is elected yet) for the caller to follow.
     #[error("{}", standby_message(.me, .leader.as_deref()))]
     Standby { me: String, leader: Option<String> },
+    /// A copy of an object relayed from a worker did not match the object's digest
+    /// ([`plexus_proto::Error::DigestMismatch`]); the holder is treated as having lost it.
+    #[error("{0}; that worker is treated as having lost it")]
+    DigestMismatch(plexus_proto::Error),
     /// A queue's new share applies in memory but was not stored.
     #[error("the share of queue {queue:?} applies, but could not be stored (it lasts until a restart): {source}")]
     QueueNotStored { queue: String, source: Box<Error> },

@@ -17,6 +17,7 @@
 //! - [`convert`]: proto ↔ domain conversion for the coordinator (requests in, views out).
 //! - [`rpc`]: the tonic services (the only module that implements tonic service traits); each
 //!   handler returns the crate's [`Error`].
+//! - [`relay`]: `GetObject`'s relay of a holder's stream, checked against the object's digest.
 //! - [`error`]: [`Error`], the crate's one error enum; [`status`]: the one place an [`Error`]
 //!   becomes a `tonic::Status`.
 //! - [`learned`]: the adapter from the `Placer` trait to the learned policy of `plexus-policy`,
@@ -35,6 +36,7 @@ pub mod ha;
 pub mod http;
 pub mod learned;
 pub mod metrics;
+pub mod relay;
 pub mod rpc;
 pub mod server;
 pub mod status;

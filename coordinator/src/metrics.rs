@@ -64,6 +64,7 @@ pub struct Metrics {
     gangs_bound: Counter,
     gang_rollbacks: Counter,
     gang_timeouts: Counter,
+    digest_mismatches: Counter,
     gpu_utilisation: Family<GpuLabels, Gauge<f64, AtomicU64>>,
     evictions_halted: Gauge,
     eviction_halts: Counter,
@@ -102,6 +103,7 @@ impl Metrics {
             gangs_bound: Counter::default(),
             gang_rollbacks: Counter::default(),
             gang_timeouts: Counter::default(),
+            digest_mismatches: Counter::default(),
             gpu_utilisation: Family::default(),
             evictions_halted: Gauge::default(),
             eviction_halts: Counter::default(),
@@ -121,6 +123,11 @@ impl Metrics {
         m.register_latencies(&mut r);
         m.register_gangs(&mut r);
         m.register_liveness(&mut r);
+        r.register(
+            "plexus_digest_mismatches",
+            "Copies of objects whose bytes did not match the digest their attempt reported (found by a worker fetching an input, or by the coordinator relaying a download); each holder is then treated as having lost the object",
+            m.digest_mismatches.clone(),
+        );
         if placer == "rl" {
             m.register_policy(&mut r);
         }
@@ -374,6 +381,7 @@ impl Metrics {
         self.gang_timeouts.inc_by(now.gang_timeouts.saturating_sub(self.seen.gang_timeouts));
         self.eviction_halts.inc_by(now.eviction_halts.saturating_sub(self.seen.eviction_halts));
         self.evictions_halted.set(i64::from(core.eviction_halt().is_some()));
+        self.digest_mismatches.inc_by(now.digest_mismatches.saturating_sub(self.seen.digest_mismatches));
         self.seen = now;
     }
 }

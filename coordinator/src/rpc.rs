@@ -24,14 +24,13 @@ use crate::auth::{self, Caller, Security};
 use crate::convert;
 use crate::engine::{Cmd, EngineHandle};
 use crate::error::Error;
+use crate::relay;
 use crate::status::status;
 use crate::view::Detail;
 
 /// How long the coordinator waits on a worker when proxying a log read. Logs are small and the
 /// worker is local to the cluster; past this the coordinator serves the tail it keeps.
 const LOG_PROXY_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a relayed object download may go without a chunk from the worker serving it.
-const RELAY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Watch streams send at most one status per this interval; a 10,000-subtask job changes every
 /// millisecond, and nobody reads progress bars faster than this.
@@ -244,16 +243,16 @@ impl JobApi {
     async fn object(&self, r: pb::GetObjectRequest) -> Result<ObjectStream, Error> {
         let object_id = r.object_id;
         let object = pc::object_id("object_id", &object_id)?;
-        let peers = self.engine.call(|reply| Cmd::Holders { object: object.clone(), reply }).await??;
-        if peers.is_empty() {
+        let sources = self.engine.call(|reply| Cmd::Holders { object: object.clone(), reply }).await??;
+        if sources.holders.is_empty() {
             return Err(Error::NotFound(format!(
-                "no live worker holds {object_id} (not produced yet, or lost with its worker; a job that needs it again re-runs its producer)"
+                "no live worker holds {object_id} (not produced yet, lost with its worker, or its copies did not match its digest; a job that needs it again re-runs its producer)"
             )));
         }
         let mut last = String::new();
-        for peer in &peers {
+        for (holder, peer) in sources.holders {
             let fetch = async {
-                let mut client = self.peer_client(peer).await?;
+                let mut client = self.peer_client(&peer).await?;
                 client
                     .fetch_object(pb::FetchObjectRequest { object_id: object_id.clone() })
                     .await
@@ -261,26 +260,9 @@ impl JobApi {
             };
             match tokio::time::timeout(LOG_PROXY_TIMEOUT, fetch).await {
                 Ok(Ok(stream)) => {
-                    // Relayed chunk by chunk: a holder that stops sending mid-object (it hung)
-                    // ends the download with an error instead of holding the caller for ever.
-                    // The worker's own error, if it sends one, reaches the caller as it is.
-                    let (mut inner, id) = (stream.into_inner(), object_id.clone());
-                    return Ok(self.tracked_stream(move |tx| async move {
-                        loop {
-                            let next = match tokio::time::timeout(RELAY_IDLE_TIMEOUT, inner.message()).await {
-                                Ok(Ok(Some(chunk))) => Ok(chunk),
-                                Ok(Ok(None)) => return,
-                                Ok(Err(s)) => Err(s),
-                                Err(_) => Err(status(Error::Unavailable(format!(
-                                    "the worker serving {id} sent nothing for {RELAY_IDLE_TIMEOUT:?}"
-                                )))),
-                            };
-                            let end = next.is_err();
-                            if tx.send(next).await.is_err() || end {
-                                return;
-                            }
-                        }
-                    }));
+                    let (engine, copy) =
+                        (self.engine.clone(), relay::Copy { object, holder, peer, digest: sources.digest });
+                    return Ok(self.tracked_stream(move |tx| relay::forward(stream.into_inner(), tx, engine, copy)));
                 }
                 Ok(Err(e)) => last = format!("{peer}: {e}"),
                 Err(_) => last = format!("{peer}: no answer within {LOG_PROXY_TIMEOUT:?}"),

@@ -63,6 +63,7 @@ pub fn status(e: impl Into<Error>) -> Status {
         Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
         Error::NotFound(_) => Status::not_found(msg),
         Error::AlreadyExists(_) => Status::already_exists(msg),
+        Error::DigestMismatch(_) => Status::data_loss(msg),
         Error::Unauthenticated(_) => Status::unauthenticated(msg),
         Error::PermissionDenied(_) => Status::permission_denied(msg),
         Error::Insecure(_) | Error::NotRegistered => Status::failed_precondition(msg),

@@ -606,6 +606,43 @@ mod tests {
         assert_eq!(restored.ready_len(), 4);
     }
 
+    /// A succeeded subtask's output digests survive a reopen and a restore; a record written
+    /// before digests (no `digests` field) still loads, with none.
+    #[test]
+    fn output_digests_survive_reopening_and_old_records_load_without() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
+        let job = JobId::random();
+        let src = "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\nreplicas = 2\n";
+        core.submit(job, parse(src, Format::Toml, "j").unwrap(), 5).unwrap();
+        let digest = plexus_proto::Digest::of(b"the output");
+        let mut done = core.job(job).unwrap().subtasks[0].clone();
+        done.state = plexus_proto::SubtaskState::Succeeded;
+        done.outputs = vec![("o".into(), 10)];
+        done.digests = [("o".to_string(), digest)].into();
+        let mut old = serde_json::to_value(&done).unwrap();
+        assert_eq!(old["digests"]["o"], json!(digest.to_string()), "stored as hex");
+        old.as_object_mut().unwrap().remove("digests");
+        {
+            let (store, _) = SledStore::open(dir.path()).unwrap();
+            let mut b = Batch::default();
+            b.job(&core.job(job).unwrap().record);
+            b.subtask(job, 0, &done);
+            b.raw(key(mig::SUBTASK_PREFIX, job.as_bytes(), Some(1)), serde_json::to_vec(&old).unwrap());
+            store.commit(b).unwrap();
+        }
+        let (store, _) = SledStore::open(dir.path()).unwrap();
+        let snap = store.load().unwrap();
+        let by_idx = |i: u32| snap.subtasks.iter().find(|(_, n, _)| *n == i).map(|(_, _, s)| s.clone()).unwrap();
+        assert_eq!(by_idx(0).digests, done.digests);
+        assert!(by_idx(1).digests.is_empty(), "an old record loads without digests");
+        let mut restored = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
+        restored.restore(snap, 10).unwrap();
+        let o = plexus_proto::ObjectId { job, task: "a".into(), rank: 0, name: "o".into() };
+        assert_eq!(restored.digest_of(&o), Some(digest));
+        assert_eq!(restored.digest_of(&plexus_proto::ObjectId { rank: 1, ..o }), None);
+    }
+
     /// A database held open elsewhere is refused with an error naming the directory, after a
     /// bounded wait; once its holder lets go it opens.
     #[test]

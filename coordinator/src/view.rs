@@ -94,6 +94,8 @@ pub struct SubtaskView {
     pub evicted_bytes: u64,
     /// (output name, size) of a succeeded attempt.
     pub outputs: Vec<(String, u64)>,
+    /// Each output's digest, by output name (absent: not known).
+    pub digests: std::collections::BTreeMap<String, plexus_proto::Digest>,
     pub failed_attempts: Vec<AttemptFailure>,
     pub not_before: u64,
     pub reruns: u32,
@@ -140,6 +142,7 @@ impl JobView {
                     fetched_bytes: s.fetched_bytes,
                     evicted_bytes: s.evicted_bytes,
                     outputs: s.outputs.clone(),
+                    digests: s.digests.clone(),
                     failed_attempts: s.failed_attempts.clone(),
                     not_before: s.not_before,
                     reruns: s.reruns,

@@ -95,6 +95,31 @@ fn rounds_come_back_whole_across_stores_even_cut_into_many_parts() {
     assert_eq!(core.job(job).unwrap().total(), 2_000);
 }
 
+/// A succeeded subtask's output digests come back from etcd, and the restored core hands them
+/// out.
+#[test]
+fn output_digests_come_back_from_etcd() {
+    let Some((_cluster, e)) = etcd("digests") else { return };
+    let (core, job, _) = job_batch(1);
+    let digest = plexus_proto::Digest::of(b"the output");
+    let mut done = core.job(job).unwrap().subtasks[0].clone();
+    done.state = plexus_proto::SubtaskState::Succeeded;
+    done.outputs = vec![("o".into(), 10)];
+    done.digests = [("o".to_string(), digest)].into();
+    let mut batch = Batch::default();
+    batch.job(&core.job(job).unwrap().record);
+    batch.subtask(job, 0, &done);
+    let store = EtcdStore::new(e.clone());
+    store.commit(batch).unwrap();
+    let back = EtcdStore::new(e.clone()).load().unwrap();
+    let (_, _, s) = back.subtasks.iter().find(|(j, i, _)| *j == job && *i == 0).unwrap();
+    assert_eq!(s.digests, done.digests);
+    let mut restored = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
+    restored.restore(back, 10).unwrap();
+    let o = plexus_proto::ObjectId { job, task: "a".into(), rank: 0, name: "o".into() };
+    assert_eq!(restored.digest_of(&o), Some(digest));
+}
+
 #[test]
 fn a_round_whose_last_part_was_never_written_is_dropped() {
     let Some((_cluster, e)) = etcd("partial") else { return };

@@ -61,6 +61,13 @@ pub enum Error {
     /// A worker label that breaks the label rules.
     #[error("label {label}: {reason}")]
     Label { label: String, reason: String },
+
+    /// A copy of an object whose bytes do not hash to the digest its attempt reported
+    /// (both digests in their hex text; see `digest.rs`): `holder` says where the copy came from.
+    #[error(
+        "{object} from {holder} does not match its digest: expected BLAKE3 {expected}, got {got} (the copy was changed after its attempt completed)"
+    )]
+    DigestMismatch { object: String, holder: String, expected: String, got: String },
 }
 
 impl Error {

@@ -4,6 +4,7 @@
 //! - [`pb`]: the generated gRPC types, clients and servers (`proto/plexus.proto`).
 //! - [`ids`]: typed ids (`JobId`, `WorkerId`) with a checked, prefixed text form, and the
 //!   structured names of subtasks, attempts and data objects.
+//! - [`digest`]: objects' content digests (BLAKE3) and the running check of a copy.
 //! - [`domain`]: the small domain enums and structs that every crate shares.
 //! - [`collective`]: the collective kinds' element types, operators and algorithms, named once.
 //! - [`rules`]: validation rules both the coordinator and the worker apply (env keys, collective
@@ -18,6 +19,7 @@
 pub mod collective;
 #[cfg(feature = "grpc")]
 pub mod convert;
+pub mod digest;
 pub mod domain;
 pub mod error;
 pub mod ids;
@@ -34,6 +36,7 @@ pub mod pb {
 pub use collective::{Algorithm, DType, ExchangeSchedule, ReduceOp, Split};
 #[cfg(feature = "grpc")]
 pub use convert::ConvertError;
+pub use digest::{Digest, Verifier};
 pub use domain::{JobState, Resources, SubtaskState};
 pub use error::{Error, Result};
 pub use ids::{AttemptRef, IdError, JobId, ObjectId, SubtaskKey, WorkerId};

@@ -39,7 +39,7 @@ def subtask_state(value: int) -> t.SubtaskState:
 
 
 def output(o: Any) -> t.Output:
-    return t.Output(object_id=o.object_id, name=o.object_id.rsplit("/", 1)[-1], size=o.size)
+    return t.Output(object_id=o.object_id, name=o.object_id.rsplit("/", 1)[-1], size=o.size, digest=o.digest.hex())
 
 
 def attempt_failure(f: Any) -> t.AttemptFailure:

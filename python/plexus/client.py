@@ -515,7 +515,10 @@ class Job:
     def get(self, task: str, rank: Optional[int] = None, output: Optional[str] = None, dest: PathLike = ".") -> List[Path]:
         """Downloads outputs of finished subtasks (``plexus get JOB TASK[/RANK[/OUTPUT]] -o
         DEST``) into ``DEST/TASK/RANK/OUTPUT``, each checked against its size, and returns the
-        paths written. The coordinator relays each from whichever live worker holds it."""
+        paths written. The coordinator relays each from whichever live worker holds it, checking
+        it against the digest its attempt reported: a copy that does not match raises
+        ``PlexusError`` (gRPC DATA_LOSS, naming the object, the holder and both digests) and
+        nothing is written; that holder is then treated as having lost the object."""
         _check_task(task)
         if rank is not None:
             _u32("rank", rank)

@@ -46,11 +46,14 @@ class SubtaskState(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Output:
-    """An output of a finished subtask: ``object_id`` is ``<job>/<task>/<rank>/<name>``."""
+    """An output of a finished subtask: ``object_id`` is ``<job>/<task>/<rank>/<name>``;
+    ``digest`` is the BLAKE3 of its bytes (64 hex digits) as its attempt reported it, empty when
+    not known. ``Job.get`` receives only copies the coordinator checked against it."""
 
     object_id: str
     name: str
     size: int
+    digest: str = ""
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,13 @@ impl Cache {
         let st = self.lock();
         st.order
             .values()
-            .filter_map(|id| st.entries.get(id).map(|e| pb::ObjectInfo { object_id: id.to_string(), size: e.size }))
+            .filter_map(|id| {
+                st.entries.get(id).map(|e| pb::ObjectInfo {
+                    object_id: id.to_string(),
+                    size: e.size,
+                    digest: Vec::new(),
+                })
+            })
             .collect()
     }
 

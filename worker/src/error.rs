@@ -142,6 +142,12 @@ pub enum Error {
     #[error("object {object}: holder {holder} sent more than the {announced} bytes it announced; cut off")]
     TooMuchData { object: ObjectId, holder: String, announced: u64 },
 
+    /// A holder sent an object whose bytes do not hash to the digest its producer reported
+    /// ([`plexus_proto::Error::DigestMismatch`], naming the object, the holder and both
+    /// digests): the copy is refused, and the holder reported as having lost it.
+    #[error("{0}")]
+    DigestMismatch(plexus_proto::Error),
+
     /// This worker is already serving as many requests of a kind as it allows at once, and none
     /// finished within the wait.
     #[error(
@@ -339,6 +345,7 @@ impl Error {
             Error::Cancelled => Code::Cancelled,
             Error::FetchInput { source, .. } | Error::Holder { source, .. } => source.code(),
             Error::NoHolder => Code::NotFound,
+            Error::DigestMismatch(_) => Code::DataLoss,
             Error::Io { .. }
             | Error::ObjectIo { .. }
             | Error::BadObject { .. }

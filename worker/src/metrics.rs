@@ -38,6 +38,8 @@ pub struct Counters {
     pub fetches: AtomicU64,
     pub fetched_bytes: AtomicU64,
     pub fetch_failures: AtomicU64,
+    /// Fetched copies refused because they did not match their digest.
+    pub digest_mismatches: AtomicU64,
     /// Microseconds spent fetching.
     pub fetch_us: AtomicU64,
     /// Bytes evicted from the cache to make room.
@@ -183,6 +185,13 @@ impl Sources {
         counter(r, "plexus_cache_hits", "Inputs found in the object cache", None, c.cache_hits.load(Relaxed));
         counter(r, "plexus_fetches", "Inputs fetched from a peer", None, c.fetches.load(Relaxed));
         counter(r, "plexus_fetch_failures", "Inputs no holder could serve", None, c.fetch_failures.load(Relaxed));
+        counter(
+            r,
+            "plexus_digest_mismatches",
+            "Fetched copies of inputs refused because they did not match their digest",
+            None,
+            c.digest_mismatches.load(Relaxed),
+        );
         counter(
             r,
             "plexus_fetched",

@@ -27,7 +27,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures::Stream;
 use plexus_dataplane::PeerId;
 use plexus_proto::rules::{MAX_MESSAGE, parse_rails};
-use plexus_proto::{ObjectId, convert, pb};
+use plexus_proto::{Digest, ObjectId, Verifier, convert, pb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -71,6 +71,8 @@ const SIZE_HEADER: usize = 8;
 /// A worker holding an object, as an assignment names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
+    /// Its worker id (empty when the coordinator did not say): named when its copy is bad.
+    pub worker: String,
     /// PeerService URL.
     pub peer_addr: String,
     /// Data-plane rails, in rail order; empty when the holder has none (or sent none usable).
@@ -358,7 +360,8 @@ fn chunks(file: tokio::fs::File, id: ObjectId, total_size: u64) -> ChunkStream {
             Err(e) => Some((Err(Error::object_io("reading", &id)(e).into()), None)),
             Ok(0) if !first => None,
             Ok(_) => {
-                let chunk = pb::ObjectChunk { data, total_size: if first { total_size } else { 0 } };
+                let chunk =
+                    pb::ObjectChunk { data, total_size: if first { total_size } else { 0 }, ..Default::default() };
                 Some((Ok(chunk), Some((file, id, false))))
             }
         }
@@ -398,6 +401,66 @@ pub async fn serve(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fetched {
     pub bytes: u64,
+    /// The digest of what arrived (the expected one, when the assignment gave one).
+    pub digest: Digest,
+}
+
+/// What a fetched copy must be, as the assignment gives it: its size (a holder announcing
+/// another is refused before anything is written) and its digest (a copy that hashes to another
+/// is refused when it has arrived, with [`Error::DigestMismatch`]). `None`: not known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expected {
+    pub size: Option<u64>,
+    pub digest: Option<Digest>,
+}
+
+impl From<Option<u64>> for Expected {
+    fn from(size: Option<u64>) -> Expected {
+        Expected { size, digest: None }
+    }
+}
+
+impl Source {
+    /// How an error names this holder.
+    fn name(&self) -> String {
+        if self.worker.is_empty() {
+            self.peer_addr.clone()
+        } else {
+            format!("worker {} ({})", self.worker, self.peer_addr)
+        }
+    }
+}
+
+/// A copy being received: written to its file while a running hash of it is kept. Each piece
+/// is hashed on a blocking thread while it is written.
+struct Receiving {
+    file: tokio::fs::File,
+    verifier: Verifier,
+}
+
+impl Receiving {
+    async fn create(dest: &Path, digest: Option<Digest>) -> Result<Receiving> {
+        let file = tokio::fs::File::create(dest).await.map_err(Error::io("create", dest))?;
+        Ok(Receiving { file, verifier: Verifier::new(digest) })
+    }
+
+    async fn write(&mut self, data: Bytes, dest: &Path) -> Result<()> {
+        let mut v = std::mem::replace(&mut self.verifier, Verifier::new(None));
+        let piece = data.clone();
+        let hashing = tokio::task::spawn_blocking(move || {
+            v.update(&piece);
+            v
+        });
+        self.file.write_all(&data).await.map_err(Error::io("write", dest))?;
+        self.verifier = hashing.await?;
+        Ok(())
+    }
+
+    /// Flushes the file and checks the copy's digest.
+    async fn finish(mut self, id: &ObjectId, holder: &str, dest: &Path) -> Result<Digest> {
+        self.file.flush().await.map_err(Error::io("write", dest))?;
+        self.verifier.finish(&id.to_string(), holder).map_err(Error::DigestMismatch)
+    }
 }
 
 /// A PeerService client for `holder`, over mutual TLS with `tls` (this worker's certificate).
@@ -436,9 +499,10 @@ fn check_announced(id: &ObjectId, holder: &str, announced: u64, expected: Option
 /// holder to push it to this worker's rails, and writes the messages as they arrive. On error
 /// the partial file may remain; the caller owns `dest` and removes it.
 ///
-/// `expected` is the object's size as the assignment gives it (`None`: unknown). A holder that
+/// `expected` is the object's size and digest as the assignment gives them. A holder that
 /// announces another size is refused before anything is written, and nothing beyond the
-/// announced size is ever written: a holder cannot make this worker fill its disk.
+/// announced size is ever written: a holder cannot make this worker fill its disk. A copy that
+/// does not hash to the digest is refused once it has arrived ([`Error::DigestMismatch`]).
 ///
 /// Messages of an abandoned transfer that arrive later stay queued in the endpoint under their
 /// tag, which is never asked for again (tags are random 64-bit numbers).
@@ -447,9 +511,10 @@ pub async fn fetch_object_rails(
     tls: Option<&ClientTlsConfig>,
     holder: &Source,
     id: &ObjectId,
-    expected: Option<u64>,
+    expected: impl Into<Expected>,
     dest: &Path,
 ) -> Result<Fetched> {
+    let expected = expected.into();
     let Some(&from) = holder.rails.first() else {
         return Err(Error::BadObject { object: id.to_string(), reason: "the holder has no data-plane rails".into() });
     };
@@ -465,7 +530,7 @@ pub async fn fetch_object_rails(
         async move { client.push_object(request).await.map(|r| r.into_inner().size).map_err(Error::rpc("PushObject")) };
     let bad = |reason: String| Error::BadObject { object: id.to_string(), reason };
     let receive = async {
-        let mut file = tokio::fs::File::create(dest).await.map_err(Error::io("create", dest))?;
+        let mut file = Receiving::create(dest, expected.digest).await?;
         let mut announced: Option<u64> = None;
         let mut received = 0u64;
         loop {
@@ -483,7 +548,7 @@ pub async fn fetch_object_rails(
                     }
                     let mut msg = msg.freeze();
                     let size = u64::from_le_bytes(msg.split_to(SIZE_HEADER)[..].try_into().expect("8 bytes"));
-                    check_announced(id, &holder.peer_addr, size, expected)?;
+                    check_announced(id, &holder.peer_addr, size, expected.size)?;
                     announced = Some(size);
                     msg
                 }
@@ -497,35 +562,38 @@ pub async fn fetch_object_rails(
                     announced: total,
                 });
             }
-            file.write_all(&data).await.map_err(Error::io("write", dest))?;
+            file.write(data, dest).await?;
             if received == total {
                 break;
             }
         }
-        file.flush().await.map_err(Error::io("write", dest))?;
-        Ok::<u64, Error>(received)
+        Ok::<_, Error>((received, file))
     };
     // The holder answers only after every message was acknowledged, so both finish; an early
     // error on either side ends the fetch.
-    let (size, received) = tokio::try_join!(push, receive)?;
+    let (size, (received, file)) = tokio::try_join!(push, receive)?;
     if size != received {
         return Err(bad(format!("the peer announced {size} bytes and sent {received}")));
     }
-    Ok(Fetched { bytes: received })
+    let digest = file.finish(id, &holder.name(), dest).await?;
+    Ok(Fetched { bytes: received, digest })
 }
 
 /// Fetches object `id` from the PeerService at `holder` into the new file `dest`, as a gRPC
 /// stream. On error the partial file may remain; the caller owns `dest` and removes it.
 ///
 /// `expected` as for [`fetch_object_rails`]: a first chunk announcing another size is refused
-/// before it is written, and the stream is cut off as soon as more bytes arrive than announced.
+/// before it is written, the stream is cut off as soon as more bytes arrive than announced, and
+/// a copy that does not hash to the digest is refused. `holder` names the holder in errors.
 pub async fn fetch_object(
-    holder: &str,
+    source: impl Into<Holder<'_>>,
     tls: Option<&ClientTlsConfig>,
     id: &ObjectId,
-    expected: Option<u64>,
+    expected: impl Into<Expected>,
     dest: &Path,
 ) -> Result<Fetched> {
+    let (expected, source) = (expected.into(), source.into());
+    let holder = source.url;
     let mut client = client(holder, tls).await?;
     let call = client.fetch_object(pb::FetchObjectRequest { object_id: id.to_string() });
     let mut stream = tokio::time::timeout(PEER_IDLE_TIMEOUT, call)
@@ -533,7 +601,7 @@ pub async fn fetch_object(
         .map_err(|_| Error::Timeout { call: "FetchObject", after: PEER_IDLE_TIMEOUT })?
         .map_err(Error::rpc("FetchObject"))?
         .into_inner();
-    let mut file = tokio::fs::File::create(dest).await.map_err(Error::io("create", dest))?;
+    let mut file = Receiving::create(dest, expected.digest).await?;
     let bad = |reason: String| Error::BadObject { object: id.to_string(), reason };
     let mut total: Option<u64> = None;
     let mut received: u64 = 0;
@@ -546,7 +614,7 @@ pub async fn fetch_object(
         let announced = match total {
             Some(t) => t,
             None => {
-                check_announced(id, holder, chunk.total_size, expected)?;
+                check_announced(id, holder, chunk.total_size, expected.size)?;
                 *total.insert(chunk.total_size)
             }
         };
@@ -554,7 +622,7 @@ pub async fn fetch_object(
         if received > announced {
             return Err(Error::TooMuchData { object: id.clone(), holder: holder.to_string(), announced });
         }
-        file.write_all(&chunk.data).await.map_err(Error::io("write", dest))?;
+        file.write(Bytes::from(chunk.data), dest).await?;
     }
     let Some(announced) = total else {
         return Err(bad("the peer sent no data".into()));
@@ -562,8 +630,32 @@ pub async fn fetch_object(
     if received != announced {
         return Err(bad(format!("the peer sent {received} of the announced {announced} bytes")));
     }
-    file.flush().await.map_err(Error::io("write", dest))?;
-    Ok(Fetched { bytes: received })
+    let digest = file.finish(id, &source.name, dest).await?;
+    Ok(Fetched { bytes: received, digest })
+}
+
+/// The holder [`fetch_object`] asks: its PeerService URL, and how errors name it.
+pub struct Holder<'a> {
+    pub url: &'a str,
+    pub name: String,
+}
+
+impl<'a> From<&'a str> for Holder<'a> {
+    fn from(url: &'a str) -> Holder<'a> {
+        Holder { url, name: url.to_string() }
+    }
+}
+
+impl<'a> From<&'a String> for Holder<'a> {
+    fn from(url: &'a String) -> Holder<'a> {
+        Holder { url, name: url.clone() }
+    }
+}
+
+impl<'a> From<&'a Source> for Holder<'a> {
+    fn from(s: &'a Source) -> Holder<'a> {
+        Holder { url: &s.peer_addr, name: s.name() }
+    }
 }
 
 #[cfg(test)]
@@ -792,7 +884,7 @@ mod tests {
         let empty = ObjectId { job, task: "gen".into(), rank: 0, name: "empty".into() };
         put(&a.cache, a.layout.root(), &big, &data);
         put(&a.cache, a.layout.root(), &empty, b"");
-        let holder = Source { peer_addr: a.url.clone(), rails: a.rails.local_addrs() };
+        let holder = Source { worker: String::new(), peer_addr: a.url.clone(), rails: a.rails.local_addrs() };
         for (id, expect) in [(&big, &data[..]), (&empty, &b""[..])] {
             let tmp = b.layout.root().join("download");
             let got = fetch_object_rails(&b.rails, None, &holder, id, Some(expect.len() as u64), &tmp).await.unwrap();
@@ -864,7 +956,7 @@ mod tests {
         let data = vec![7u8; 3 * CHUNK_BYTES as usize];
         let id = ObjectId { job: JobId::random(), task: "gen".into(), rank: 0, name: "big".into() };
         put(&a.cache, a.layout.root(), &id, &data);
-        let holder = Source { peer_addr: a.url.clone(), rails: a.rails.local_addrs() };
+        let holder = Source { worker: String::new(), peer_addr: a.url.clone(), rails: a.rails.local_addrs() };
         let dest = b.layout.root().join("download");
         // The assignment says 1 MiB (or 4 MiB); the holder has (and announces) 3 MiB.
         for expected in [CHUNK_BYTES, 4 * CHUNK_BYTES] {
@@ -915,7 +1007,11 @@ mod tests {
             let (announced, produced) = (self.announced, Arc::clone(&self.produced));
             let stream = futures::StreamExt::map(futures::stream::iter(0..self.chunks), move |i| {
                 produced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Ok(pb::ObjectChunk { data: vec![1u8; 4096], total_size: if i == 0 { announced } else { 0 } })
+                Ok(pb::ObjectChunk {
+                    data: vec![1u8; 4096],
+                    total_size: if i == 0 { announced } else { 0 },
+                    ..Default::default()
+                })
             });
             Ok(Response::new(Box::pin(stream)))
         }

@@ -238,7 +238,8 @@ async fn register_assign_heartbeat_report() {
             .await;
     assert_eq!(done.stdout_tail, b"hi\n");
     let object = format!("{job}/gen/3/x");
-    assert_eq!(done.outputs, vec![pb::ObjectInfo { object_id: object.clone(), size: 2 }]);
+    let digest = plexus_proto::Digest::of(b"42").to_vec();
+    assert_eq!(done.outputs, vec![pb::ObjectInfo { object_id: object.clone(), size: 2, digest }]);
     fake.with(|r| {
         assert!(find(&r.accepted, &n, pb::SubtaskState::Succeeded).is_some());
         assert!(find(&r.accepted, &n, pb::SubtaskState::Running).is_none(), "noop reports no RUNNING");

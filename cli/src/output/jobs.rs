@@ -322,6 +322,8 @@ pub struct AttemptFailureView {
 pub struct ObjectView {
     pub object_id: String,
     pub size_bytes: u64,
+    /// BLAKE3 of its bytes (64 hex digits), as its attempt reported it; null when not known.
+    pub digest: Option<String>,
 }
 
 pub fn job_view(job: &pb::JobStatus, detail: Detail) -> JobView {
@@ -397,7 +399,15 @@ fn subtask_view(s: &pb::SubtaskStatus) -> SubtaskView {
         fetch_ms: s.fetch_ms,
         fetched_bytes: s.fetched_bytes,
         evicted_bytes: s.evicted_bytes,
-        outputs: s.outputs.iter().map(|o| ObjectView { object_id: o.object_id.clone(), size_bytes: o.size }).collect(),
+        outputs: s
+            .outputs
+            .iter()
+            .map(|o| ObjectView {
+                object_id: o.object_id.clone(),
+                size_bytes: o.size,
+                digest: plexus_proto::Digest::from_field("digest", &o.digest).ok().flatten().map(|d| d.to_string()),
+            })
+            .collect(),
         failed_attempts: s
             .failed_attempts
             .iter()

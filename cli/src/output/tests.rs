@@ -66,7 +66,11 @@ fn job() -> pb::JobStatus {
                 started_at: NOW - 63_000,
                 finished_at: NOW - 60_500,
                 exit_code: 0,
-                outputs: vec![pb::ObjectInfo { object_id: format!("{J1}/gen/0/numbers"), size: 4096 }],
+                outputs: vec![pb::ObjectInfo {
+                    object_id: format!("{J1}/gen/0/numbers"),
+                    size: 4096,
+                    digest: vec![0xab; 32],
+                }],
                 ..Default::default()
             },
             pb::SubtaskStatus {
@@ -255,7 +259,7 @@ fn job_json_shape() {
             "worker_id": W1, "ready_at_ms": NOW - 64_000, "assigned_at_ms": NOW - 63_900,
             "started_at_ms": NOW - 63_000, "finished_at_ms": NOW - 60_500, "duration_ms": 2_500,
             "exit_code": 0, "error": null, "fetch_ms": 0, "fetched_bytes": 0, "evicted_bytes": 0,
-            "outputs": [{"object_id": format!("{J1}/gen/0/numbers"), "size_bytes": 4096}],
+            "outputs": [{"object_id": format!("{J1}/gen/0/numbers"), "size_bytes": 4096, "digest": "ab".repeat(32)}],
             "failed_attempts": [], "not_before_ms": null, "reruns": 0, "unfetched_requeues": 0
         })
     );
@@ -337,7 +341,7 @@ fn workers() -> Vec<pb::WorkerInfo> {
             cpu_utilisation: 0.375,
             memory_free: 6 << 30,
             running: vec![pb::AttemptRef { job_id: J1.into(), task: "gen".into(), rank: 2, attempt: 1 }],
-            objects: vec![pb::ObjectInfo { object_id: "o".into(), size: 12 << 20 }],
+            objects: vec![pb::ObjectInfo { object_id: "o".into(), size: 12 << 20, ..Default::default() }],
             cache_used: 12 << 20,
             rails: vec![pb::RailCounters {
                 addr: "10.0.0.1:7100".into(),

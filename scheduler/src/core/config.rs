@@ -98,6 +98,9 @@ pub struct Counters {
     pub placement_tries: u64,
     /// Times evictions halted because too many workers fell silent at once.
     pub eviction_halts: u64,
+    /// Copies of objects found not to match their digest (by a worker fetching an input, or the
+    /// coordinator relaying a download).
+    pub digest_mismatches: u64,
 }
 
 #[cfg(test)]

@@ -628,7 +628,12 @@ impl Core {
             let idx = start + rank as u32;
             let inputs: Vec<InputLocation> = objects
                 .into_iter()
-                .map(|(object, size)| InputLocation { holders: self.holder_locations(&object), object, size })
+                .map(|(object, size)| InputLocation {
+                    holders: self.holder_locations(&object),
+                    digest: self.digest_of(&object),
+                    object,
+                    size,
+                })
                 .collect();
             let decision = self.next_decision;
             self.next_decision += 1;

@@ -171,6 +171,7 @@ impl Core {
                     fetched_bytes: 0,
                     evicted_bytes: 0,
                     outputs: Vec::new(),
+                    digests: Default::default(),
                     stdout_tail: String::new(),
                     stderr_tail: String::new(),
                     history: vec![Transition {
@@ -281,7 +282,10 @@ impl Core {
             Some(w) if w.connected() && w.record().session == session => {}
             _ => return false,
         }
-        for r in reports {
+        for mut r in reports {
+            for b in std::mem::take(&mut r.bad_copies) {
+                self.bad_copy(b.holder, &b.object, &format!("worker {id} fetching it"));
+            }
             self.apply_report(id, r, now);
         }
         true
@@ -324,7 +328,7 @@ impl Core {
                     self.feedback(key, wid, state == SubtaskState::Succeeded);
                 }
                 match state {
-                    SubtaskState::Succeeded => self.succeed(key, wid, r.outputs, now),
+                    SubtaskState::Succeeded => self.succeed(key, wid, (r.outputs, r.digests), now),
                     SubtaskState::Failed => match r.unfetched_input {
                         Some(o) => self.input_unfetched(key, o, now, r.error),
                         None => self.fail_attempt(key, now, r.error),
@@ -345,13 +349,22 @@ impl Core {
         }
     }
 
-    pub(super) fn succeed(&mut self, key: (JobId, u32), wid: WorkerId, outputs: Vec<(ObjectId, u64)>, now: u64) {
+    /// A succeeded attempt: its outputs (with their digests, by output name) are kept, and
+    /// what depends on its task is released once the task is done.
+    pub(super) fn succeed(
+        &mut self,
+        key: (JobId, u32),
+        wid: WorkerId,
+        (outputs, digests): (Vec<(ObjectId, u64)>, std::collections::BTreeMap<String, plexus_proto::Digest>),
+        now: u64,
+    ) {
         self.learn_gpu_run(key, wid);
         self.learn_speeds(key, wid);
         self.release_worker(key, wid);
         let Some(job) = self.jobs.get_mut(&key.0) else { return };
         let s = &mut job.subtasks[key.1 as usize];
         s.outputs = outputs.iter().map(|(o, size)| (o.name.clone(), *size)).collect();
+        s.digests = digests.into_iter().filter(|(name, _)| s.outputs.iter().any(|(n, _)| n == name)).collect();
         self.workers.add_objects(wid, outputs);
         self.set_state(key, SubtaskState::Succeeded, now, String::new());
         let job = &self.jobs[&key.0];

@@ -9,7 +9,8 @@
 //! - A whole GPU device belongs to at most one placed attempt (`gpus_used`), and a device shared
 //!   by `gpu_share` attempts (`gpu_shared`) is in no one's `gpus_used`.
 //! - The holders index lists exactly the workers whose last report (or succeeded attempt) says
-//!   they hold each object: it changes only with a worker's objects.
+//!   they hold each object, less the copies found bad (served bytes that did not match the
+//!   object's digest): it changes only with a worker's objects.
 //! - The epoch grows whenever the set of workers that could take work changes (a worker
 //!   registers, is lost, drained, undrained or removed): what a waiting task's reason depends on.
 
@@ -55,6 +56,10 @@ pub struct Worker {
     allocated: Resources,
     placed: BTreeSet<AttemptKey>,
     objects: HashMap<ObjectId, u64>,
+    /// Objects whose copy here served bytes that did not match their digest: not held, whatever
+    /// the worker's reports say, until a succeeded attempt writes the object here again (or the
+    /// worker stops listing it, or is lost).
+    bad: HashSet<ObjectId>,
     /// GPU device indices held by placed attempts: each device belongs to one attempt at a time.
     gpus_used: BTreeSet<u32>,
     /// Gang members holding a reservation here: their requests are in `allocated` too.
@@ -77,6 +82,7 @@ impl Worker {
             allocated: Resources::default(),
             placed: BTreeSet::new(),
             objects: HashMap::new(),
+            bad: HashSet::new(),
             gpus_used: BTreeSet::new(),
             reserved: BTreeSet::new(),
             gpu_shared: BTreeMap::new(),
@@ -424,7 +430,9 @@ impl Ledger {
     /// The worker's report of itself, with the objects it holds now.
     pub fn update_node(&mut self, id: WorkerId, node: NodeReport) {
         let Some(w) = self.workers.get_mut(&id) else { return };
-        let new: HashMap<ObjectId, u64> = node.objects.iter().cloned().collect();
+        // A bad copy the worker no longer lists is gone; one it still lists is not held.
+        w.bad.retain(|o| node.objects.iter().any(|(n, _)| n == o));
+        let new: HashMap<ObjectId, u64> = node.objects.iter().filter(|(o, _)| !w.bad.contains(o)).cloned().collect();
         let gone: Vec<ObjectId> = w.objects.keys().filter(|o| !new.contains_key(*o)).cloned().collect();
         for o in new.keys() {
             if !w.objects.contains_key(o) {
@@ -442,6 +450,7 @@ impl Ledger {
     pub fn add_objects(&mut self, id: WorkerId, objects: Vec<(ObjectId, u64)>) {
         let Some(w) = self.workers.get_mut(&id) else { return };
         for (o, size) in objects {
+            w.bad.remove(&o);
             w.objects.insert(o.clone(), size);
             self.holders.entry(o).or_default().insert(id);
         }
@@ -455,6 +464,7 @@ impl Ledger {
         w.record.alive = false;
         w.connected = false;
         let objects: Vec<ObjectId> = w.objects.drain().map(|(o, _)| o).collect();
+        w.bad.clear();
         let mut gone = HashSet::new();
         for o in objects {
             if self.drop_holder(&o, id) {
@@ -462,6 +472,18 @@ impl Ledger {
             }
         }
         Some(gone)
+    }
+
+    /// The copy of `o` on `id` served bytes that do not match its digest: `id` no longer holds
+    /// it (see `Worker::bad`). True when it was listed as holding it.
+    pub fn distrust(&mut self, id: WorkerId, o: &ObjectId) -> bool {
+        let Some(w) = self.workers.get_mut(&id) else { return false };
+        w.bad.insert(o.clone());
+        if w.objects.remove(o).is_none() {
+            return false;
+        }
+        self.drop_holder(o, id);
+        true
     }
 
     /// Removes `id` from `o`'s holders; true when none is left.

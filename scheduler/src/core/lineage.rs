@@ -14,7 +14,7 @@
 //! the object and the worker that held it — only when a producer (or, for a collective, one of
 //! its members) was re-run [`MAX_RERUNS`] times already.
 
-use plexus_proto::{JobId, ObjectId, SubtaskState};
+use plexus_proto::{Digest, JobId, ObjectId, SubtaskState, WorkerId};
 
 use super::state::Core;
 
@@ -157,6 +157,25 @@ impl Core {
         }
     }
 
+    /// A copy of `object` that `holder` served did not match the object's digest (`found_by`
+    /// says who hashed it): the holder is treated as having lost the object. It is no longer
+    /// listed as a holder, even while its reports still list it, so a consumer fetches from
+    /// another holder or, with none left, the producer is re-run (`input_availability`).
+    pub fn bad_copy(&mut self, holder: WorkerId, object: &ObjectId, found_by: &str) {
+        self.counters.digest_mismatches += 1;
+        let held = self.workers.distrust(holder, object);
+        tracing::warn!(%object, %holder, found_by, held, "a copy did not match its digest; the holder is treated as having lost it");
+    }
+
+    /// The digest the producer of `o` reported for it, if the object is one of a succeeded
+    /// subtask's outputs and the digest is known.
+    pub fn digest_of(&self, o: &ObjectId) -> Option<Digest> {
+        let j = self.jobs.get(&o.job)?;
+        let idx = j.subtask_index(&o.task, o.rank).ok()?;
+        let s = &j.subtasks[idx as usize];
+        (s.state == SubtaskState::Succeeded).then(|| s.digests.get(&o.name).copied()).flatten()
+    }
+
     /// Makes a succeeded subtask ready again to recompute its outputs.
     pub(super) fn rerun(&mut self, job: JobId, idx: u32, now: u64, note: String) {
         let j = self.jobs.get_mut(&job).expect("exists");
@@ -165,6 +184,7 @@ impl Core {
         // The bound on uncounted re-placements is per run, not per lifetime.
         s.unfetched_requeues = 0;
         s.outputs.clear();
+        s.digests.clear();
         s.worker = None;
         s.ready_at = now;
         s.not_before = 0;

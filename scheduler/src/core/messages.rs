@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use plexus_proto::{AttemptRef, JobId, ObjectId, Resources, SubtaskState, WorkerId};
+use plexus_proto::{AttemptRef, Digest, JobId, ObjectId, Resources, SubtaskState, WorkerId};
 
 use super::records::Capacity;
 use crate::spec::{CollectiveSpec, TaskSpec, Work};
@@ -70,12 +70,24 @@ pub struct Report {
     pub fetched_bytes: u64,
     pub evicted_bytes: u64,
     pub outputs: Vec<(ObjectId, u64)>,
+    /// The digest of each output (by output name) the worker reported with them.
+    pub digests: BTreeMap<String, Digest>,
     pub stdout_tail: String,
     pub stderr_tail: String,
     /// The median iteration time the task printed (`plexus:iter_ms=`), ms; 0 = none.
     pub iter_ms: f64,
     /// A failed attempt's input that no holder could serve (the task never ran).
     pub unfetched_input: Option<ObjectId>,
+    /// Copies of inputs that a holder served and that did not match their digest.
+    pub bad_copies: Vec<BadCopy>,
+}
+
+/// A copy of `object` that `holder` served and whose bytes did not hash to its digest: the
+/// holder is treated as having lost the object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BadCopy {
+    pub object: ObjectId,
+    pub holder: WorkerId,
 }
 
 /// An input object of an assignment and where to get it.
@@ -83,6 +95,8 @@ pub struct Report {
 pub struct InputLocation {
     pub object: ObjectId,
     pub size: u64,
+    /// Its digest as its producer reported it (`None`: not known).
+    pub digest: Option<Digest>,
     /// Live workers holding it.
     pub holders: Vec<HolderLocation>,
 }
@@ -90,6 +104,7 @@ pub struct InputLocation {
 /// A worker holding an input: its PeerService URL and its data-plane rails.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HolderLocation {
+    pub worker: WorkerId,
     pub peer_addr: String,
     pub rails: Vec<String>,
 }

@@ -75,8 +75,8 @@ pub use eviction::{EvictionGuard, EvictionHalt, may_evict};
 pub use job_table::{GangPhase, GangView, Job};
 pub use ledger::{AttemptKey, Worker};
 pub use messages::{
-    Assignment, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter, Registration,
-    Report,
+    Assignment, BadCopy, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter,
+    Registration, Report,
 };
 pub use records::{
     AttemptFailure, CandidateRecord, Capacity, FetchPlan, GpuRecord, JobRecord, PlacementRecord, Snapshot, Subtask,

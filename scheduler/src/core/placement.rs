@@ -650,10 +650,12 @@ impl Core {
                     .iter()
                     .filter_map(|h| self.workers.get(h))
                     .map(|w| HolderLocation {
+                        worker: w.id(),
                         peer_addr: w.record().peer_addr.clone(),
                         rails: w.record().capacity.rails.clone(),
                     })
                     .collect(),
+                digest: self.digest_of(&object),
                 object,
                 size,
             })
@@ -673,6 +675,7 @@ impl Core {
             .filter_map(|w| self.workers.get(w))
             .filter(|w| w.record().alive)
             .map(|w| HolderLocation {
+                worker: w.id(),
                 peer_addr: w.record().peer_addr.clone(),
                 rails: w.record().capacity.rails.clone(),
             })

@@ -1,7 +1,7 @@
 //! The records the store keeps: jobs, subtasks, workers and placement decisions, as they are
 //! serialised.
 
-use plexus_proto::{JobId, JobState, SubtaskState, WorkerId};
+use plexus_proto::{Digest, JobId, JobState, SubtaskState, WorkerId};
 use serde::{Deserialize, Serialize};
 
 pub use crate::hardware::{Capacity, GpuRecord};
@@ -84,6 +84,11 @@ pub struct Subtask {
     pub evicted_bytes: u64,
     /// (output name, size) of a succeeded attempt.
     pub outputs: Vec<(String, u64)>,
+    /// The content digest of each output of a succeeded attempt, by output name, as the worker
+    /// that ran it reported: what every copy is checked against. Empty in records from before
+    /// digests, and for outputs of workers that sent none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub digests: std::collections::BTreeMap<String, Digest>,
     pub stdout_tail: String,
     pub stderr_tail: String,
     pub history: Vec<Transition>,

@@ -898,6 +898,73 @@ fn an_attempt_that_could_not_fetch_its_input_is_placed_again_uncounted() {
     assert_eq!((j.subtasks[0].reruns, j.subtasks[1].failures), (1, 0), "a made o again; b never failed");
 }
 
+/// The digest a producer reports goes with its output to every consumer's assignment, with each
+/// holder's id. A holder whose copy a consumer found not to match it is treated as having lost
+/// the object, though its heartbeats still list it: the consumer, placed again uncounted, meets
+/// no holder, so the producer runs again (and its new copy is trusted again); the job succeeds.
+#[test]
+fn a_holder_whose_copy_does_not_match_its_digest_has_lost_it_and_the_producer_runs_again() {
+    let mut c = core();
+    c.register(reg(1, "s1", 2, vec![]), 0);
+    c.register(reg(2, "s2", 2, vec![]), 0);
+    let job = submit(&mut c, PAIR, 0);
+    c.schedule(1);
+    let (wa, xa) = assigned(&mut c).remove(0);
+    let o = ObjectId { job, task: "a".into(), rank: 0, name: "o".into() };
+    let digest = plexus_proto::Digest::of(b"0123456789");
+    let ok = |x: &Assignment, outputs: Vec<(ObjectId, u64)>| Report {
+        attempt: Some(x.attempt.clone()),
+        state: Some(SubtaskState::Succeeded),
+        outputs,
+        digests: [("o".to_string(), digest), ("not-an-output".to_string(), digest)].into(),
+        ..Default::default()
+    };
+    c.report(wa, &session_of(&c, wa), vec![ok(&xa, vec![(o.clone(), 10)])], 2);
+    assert_eq!(c.job(job).unwrap().subtasks[0].digests, [("o".to_string(), digest)].into(), "outputs' only");
+    c.schedule(3);
+    let b = assigned(&mut c).remove(0);
+    assert_eq!(b.1.inputs[0].digest, Some(digest));
+    assert_eq!(b.1.inputs[0].holders.iter().map(|h| h.worker).collect::<Vec<_>>(), vec![wa]);
+
+    let r = Report {
+        attempt: Some(b.1.attempt.clone()),
+        state: Some(SubtaskState::Failed),
+        exit_code: -1,
+        error: format!("could not fetch input {o}: its copy does not match its digest"),
+        unfetched_input: Some(o.clone()),
+        bad_copies: vec![BadCopy { object: o.clone(), holder: wa }],
+        ..Default::default()
+    };
+    assert!(c.report(b.0, &session_of(&c, b.0), vec![r], 4));
+    assert_eq!(c.counters().digest_mismatches, 1);
+    assert!(c.live_holders(&o).is_empty(), "the bad copy is not held");
+    // wa still lists the object in every heartbeat: it stays not held.
+    let listing = || NodeReport { objects: vec![(o.clone(), 10)], ..Default::default() };
+    let timeout = CoreConfig::default().heartbeat_timeout_ms;
+    let t = 4 + timeout + 10;
+    for n in [1, 2] {
+        let w = wid(n);
+        let node = if w == wa { listing() } else { NodeReport::default() };
+        assert!(c.heartbeat(w, &session_of(&c, w), node, t - 5));
+    }
+    assert!(c.live_holders(&o).is_empty(), "a heartbeat listing the bad copy does not make it held again");
+    c.tick(t);
+    for round in 0..4 {
+        c.schedule(t + round);
+        for (w, x) in assigned(&mut c) {
+            if x.attempt.task == "b" {
+                assert_eq!(x.inputs[0].digest, Some(digest), "the re-run's digest");
+                assert!(!x.inputs[0].holders.is_empty());
+            }
+            let outputs = if x.attempt.task == "a" { vec![(o.clone(), 10)] } else { vec![] };
+            c.report(w, &session_of(&c, w), vec![ok(&x, outputs)], t + round);
+        }
+    }
+    let j = c.job(job).unwrap();
+    assert_eq!(j.record.state, JobState::Succeeded, "{}", j.record.error);
+    assert_eq!((j.subtasks[0].reruns, j.subtasks[1].failures), (1, 0), "a made o again; b never failed");
+}
+
 /// A consumer still fetching its input from a worker that hangs (no report, no refusal) is not
 /// left to wait out its fetch timeouts: when the holder is declared lost, the attempt is placed
 /// again at once, uncounted, and the input is made again.

@@ -46,6 +46,7 @@ impl Ctx {
             evicted_bytes: acct.evicted_bytes,
             outputs: outcome.outputs,
             unfetched_input: outcome.unfetched_input,
+            bad_copies: acct.bad_copies,
             stdout_tail,
             stderr_tail: tail_or_empty(&err_log, REPORT_TAIL_BYTES).await,
             iter_ms,
@@ -132,7 +133,7 @@ impl Ctx {
             Ok(codes) => codes,
             Err(outcome) => return outcome,
         };
-        match self.collect_outputs(work, &dirs.output, dirs.uid, acct, pins) {
+        match self.collect_outputs(work, &dirs.output, dirs.uid, acct, pins).await {
             Ok(outputs) => Outcome::succeeded(started_at, exit_code, outputs),
             Err(e) => Outcome::failed(e, started_at, failed_exit_code),
         }

@@ -73,12 +73,14 @@ impl WorkDirs {
     }
 }
 
-/// Fetch and eviction accounting of one attempt.
-#[derive(Debug, Default, Clone, Copy)]
+/// Fetch and eviction accounting of one attempt, and the copies of its inputs found bad.
+#[derive(Debug, Default, Clone)]
 pub(super) struct Accounting {
     pub(super) fetch_ms: u64,
     pub(super) fetched_bytes: u64,
     pub(super) evicted_bytes: u64,
+    /// Copies that holders served and that did not match their digest, for the report.
+    pub(super) bad_copies: Vec<pb::BadCopy>,
 }
 
 /// How an attempt of a command ended, before the logs and accounting are added.

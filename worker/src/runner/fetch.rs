@@ -1,9 +1,14 @@
 //! The fetch stage: every input placed in the work dir from the cache, read-only to the task
 //! (see [`place_input`]), after fetching the ones not cached from the first holder that can serve them (over the data plane when it has rails,
 //! else as a gRPC stream). Inputs stay pinned in the cache until the attempt's report is built.
+//! A fetched copy is hashed as it arrives and refused when its digest is not the one its
+//! producer reported: that holder is listed in the report's `bad_copies` (the coordinator then
+//! treats it as having lost the object) and the next holder is tried. A copy in the cache was
+//! checked when it arrived (or hashed when this worker made it), so it is not hashed again.
 
 use std::path::{Path, PathBuf};
 
+use plexus_proto::pb;
 use tracing::{debug, warn};
 
 use crate::cache::Pin;
@@ -70,7 +75,7 @@ impl Ctx {
                     self.peer_tls.as_ref(),
                     holder,
                     &input.id,
-                    input.expected_size(),
+                    input.expected(),
                     &tmp.0,
                 )
                 .await
@@ -78,6 +83,10 @@ impl Ctx {
                     Ok(f) => {
                         debug!(object = %input.id, holder = url, bytes = f.bytes, "fetched over the data plane");
                         fetched = Some((f, tmp));
+                    }
+                    Err(Error::DigestMismatch(e)) => {
+                        last_error = self.bad_copy(input, holder, e, acct);
+                        continue;
                     }
                     Err(e) => {
                         warn!(object = %input.id, holder = url, error = %e, "data-plane fetch failed; trying gRPC");
@@ -89,10 +98,13 @@ impl Ctx {
                 Some(f) => f,
                 None => {
                     let tmp = TempFile(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
-                    match peer::fetch_object(url, self.peer_tls.as_ref(), &input.id, input.expected_size(), &tmp.0)
-                        .await
+                    match peer::fetch_object(holder, self.peer_tls.as_ref(), &input.id, input.expected(), &tmp.0).await
                     {
                         Ok(f) => (f, tmp),
+                        Err(Error::DigestMismatch(e)) => {
+                            last_error = self.bad_copy(input, holder, e, acct);
+                            continue;
+                        }
                         Err(e) => {
                             debug!(object = %input.id, holder = url, error = %e, "fetch from holder failed");
                             last_error = Error::Holder { url: url.clone(), source: Box::new(e) };
@@ -128,6 +140,25 @@ impl Ctx {
             }
         }
         pin.ok_or_else(|| Error::FetchInput { object: input.id.clone(), source: Box::new(last_error) })
+    }
+}
+
+impl Ctx {
+    /// A copy from `holder` that did not match its digest (`e` names both): listed for the
+    /// report, counted, and returned as the holder's error.
+    fn bad_copy(&self, input: &Input, holder: &peer::Source, e: plexus_proto::Error, acct: &mut Accounting) -> Error {
+        warn!(object = %input.id, holder = %holder.peer_addr, error = %e, "a fetched copy did not match its digest; refused");
+        self.counters.digest_mismatches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let plexus_proto::Error::DigestMismatch { expected, got, .. } = &e {
+            let bytes = |d: &str| d.parse::<plexus_proto::Digest>().map(|d| d.to_vec()).unwrap_or_default();
+            acct.bad_copies.push(pb::BadCopy {
+                object_id: input.id.to_string(),
+                worker_id: holder.worker.clone(),
+                expected: bytes(expected),
+                got: bytes(got),
+            });
+        }
+        Error::Holder { url: holder.peer_addr.clone(), source: Box::new(Error::DigestMismatch(e)) }
     }
 }
 

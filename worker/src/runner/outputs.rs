@@ -1,9 +1,10 @@
 //! The outputs stage: on success every declared output is taken out of the task's reach, must be
-//! a regular file, and becomes the worker's; they all move into the cache, or none does.
+//! a regular file, and becomes the worker's; each is hashed (its digest goes with the report: what
+//! every copy is checked against), then they all move into the cache, or none does.
 
 use std::path::{Path, PathBuf};
 
-use plexus_proto::{ObjectId, pb};
+use plexus_proto::{Digest, ObjectId, pb};
 
 use crate::cache::Pin;
 use crate::error::{Error, Result};
@@ -14,14 +15,14 @@ use super::validation::Work;
 impl Ctx {
     /// Moves every declared output out of `out_dir` into `DIR/tmp/` (the worker's alone), checks
     /// that each is a regular file, makes it the worker's (`uid`: the task's own uid, whose files
-    /// they were), then moves them all into the cache.
+    /// they were), hashes each there, then moves them all into the cache.
     ///
     /// Moved first and checked after: `out/` is the task's, so whatever was checked there could
     /// be swapped (for a symbolic link to the worker's key, say) by another process of the task's
     /// uid before the move; in `DIR/tmp/` nothing but the worker can touch it. `out/` itself is
     /// opened without following a link, so a task that replaced it with one pointing elsewhere
     /// makes the worker move nothing from there.
-    pub(super) fn collect_outputs(
+    pub(super) async fn collect_outputs(
         &self,
         work: &Work,
         out_dir: &Path,
@@ -65,9 +66,12 @@ impl Ctx {
             }
             staged.push(s);
         }
+        let files: Vec<(String, PathBuf)> =
+            work.outputs.iter().cloned().zip(staged.iter().map(|s| s.0.clone())).collect();
+        let digests = tokio::task::spawn_blocking(move || digests(&files)).await??;
         let a = &work.attempt;
         let mut infos = Vec::with_capacity(work.outputs.len());
-        for (name, s) in work.outputs.iter().zip(&staged) {
+        for ((name, s), digest) in work.outputs.iter().zip(&staged).zip(digests) {
             let id = ObjectId { job: a.job, task: a.task.clone(), rank: a.rank, name: name.clone() };
             let ins = self
                 .cache
@@ -75,7 +79,7 @@ impl Ctx {
                 .map_err(|e| Error::StoreOutput { name: name.clone(), source: Box::new(e) })?;
             acct.evicted_bytes += ins.evicted_bytes;
             self.counters.evicted_bytes.fetch_add(ins.evicted_bytes, std::sync::atomic::Ordering::Relaxed);
-            infos.push(pb::ObjectInfo { object_id: id.to_string(), size: ins.size });
+            infos.push(pb::ObjectInfo { object_id: id.to_string(), size: ins.size, digest: digest.to_vec() });
             pins.push(ins.pin);
         }
         Ok(infos)
@@ -126,4 +130,21 @@ impl Drop for Staged {
             Err(_) => {}
         }
     }
+}
+
+/// Each output file's digest, read to its end (blocking: run off the async threads).
+fn digests(files: &[(String, PathBuf)]) -> Result<Vec<Digest>> {
+    files
+        .iter()
+        .map(|(name, path)| {
+            let file = std::fs::File::open(path).map_err(|source| Error::StoreOutput {
+                name: name.clone(),
+                source: Box::new(Error::io("open to hash", path)(source)),
+            })?;
+            Digest::of_reader(file).map_err(|source| Error::StoreOutput {
+                name: name.clone(),
+                source: Box::new(Error::io("hash", path)(source)),
+            })
+        })
+        .collect()
 }

@@ -57,7 +57,7 @@ async fn endpoint() -> Arc<plexus_dataplane::Endpoint> {
 }
 
 fn grpc_only(url: &str) -> peer::Source {
-    peer::Source { peer_addr: url.into(), rails: vec![] }
+    peer::Source { worker: String::new(), peer_addr: url.into(), rails: vec![] }
 }
 
 fn attempt(job: JobId, task: &str) -> AttemptRef {
@@ -118,7 +118,9 @@ async fn commands_see_their_environment_and_outputs_go_to_the_cache() {
     assert_eq!(r.stderr_tail, b"to-stderr\n");
     let expected = format!("{} gen 2 4 1 x y", a.job);
     let env_id = ObjectId { job: a.job, task: "gen".into(), rank: 2, name: "env".into() };
-    assert_eq!(r.outputs[0], pb::ObjectInfo { object_id: env_id.to_string(), size: expected.len() as u64 });
+    // Each output's digest is made when the attempt completes.
+    let digest = plexus_proto::Digest::of(expected.as_bytes()).to_vec();
+    assert_eq!(r.outputs[0], pb::ObjectInfo { object_id: env_id.to_string(), size: expected.len() as u64, digest });
     assert_eq!(std::fs::read_to_string(f.cache.path(&env_id)).unwrap(), expected);
     assert_eq!(r.outputs[1].size, 2, "the work dir checks passed");
     // The RUNNING report went out first; the work dir is gone, the logs stay.
@@ -516,7 +518,15 @@ async fn cached_inputs_are_linked_and_missing_ones_fail_the_attempt() {
         let src = f.layout.root().join("scratch");
         std::fs::write(&src, format!("{rank}\n")).unwrap();
         drop(f.cache.insert(&id, &src).unwrap());
-        inputs.push(Input { id, task: "gen".into(), rank, name: "numbers".into(), holders: vec![], size: 2 });
+        inputs.push(Input {
+            id,
+            task: "gen".into(),
+            rank,
+            name: "numbers".into(),
+            holders: vec![],
+            size: 2,
+            digest: None,
+        });
     }
     let a = attempt(job, "sum");
     let mut w = work(&a, sh("cat \"$PLEXUS_IN\"/gen/*/numbers > \"$PLEXUS_OUT/all\""));
@@ -537,6 +547,7 @@ async fn cached_inputs_are_linked_and_missing_ones_fail_the_attempt() {
         name: "numbers".into(),
         holders: vec![grpc_only("http://127.0.0.1:1")],
         size: 0,
+        digest: None,
     }];
     let r = f.runner.run(&w, &CancellationToken::new()).await;
     assert_eq!(state(&r), pb::SubtaskState::Failed);
@@ -594,9 +605,10 @@ async fn inputs_are_fetched_from_a_peer_with_accounting() {
         name: "numbers".into(),
         holders: vec![
             grpc_only("http://127.0.0.1:1"),
-            peer::Source { peer_addr: url, rails: producer_rails.local_addrs() },
+            peer::Source { worker: String::new(), peer_addr: url, rails: producer_rails.local_addrs() },
         ],
         size: 3_000_000,
+        digest: None,
     }];
     w.outputs = vec!["n".into()];
     let r = f.runner.run(&w, &CancellationToken::new()).await;
@@ -610,6 +622,82 @@ async fn inputs_are_fetched_from_a_peer_with_accounting() {
     assert!(got >= 3_000_000, "the object came over the data plane ({got} bytes received)");
     stop.cancel();
     server.await.unwrap().unwrap();
+}
+
+/// A PeerService in front of a cache holding `data` as object `id`: its URL, rails, and what
+/// stops it.
+async fn holding(
+    id: &ObjectId,
+    data: &[u8],
+) -> (String, Arc<plexus_dataplane::Endpoint>, CancellationToken, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path());
+    let cache = Cache::open(layout.cache_dir(), 1 << 30).unwrap();
+    std::fs::write(layout.root().join("scratch"), data).unwrap();
+    drop(cache.insert(id, &layout.root().join("scratch")).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let rails = endpoint().await;
+    tokio::spawn(peer::serve(listener, peer::PeerServer::new(cache, layout, rails.clone()), None, stop.clone()));
+    (url, rails, stop, dir)
+}
+
+/// A holder whose copy does not hash to the input's digest is refused, over the data plane and
+/// over gRPC alike, and named in the report's `bad_copies`; the next holder's good copy is used.
+/// With no good copy the attempt fails before its task runs, naming the input (so the
+/// coordinator places it again), and leaves no partial download.
+#[tokio::test]
+async fn a_fetched_copy_that_does_not_match_its_digest_is_refused_and_reported() {
+    let job = JobId::random();
+    let id = ObjectId { job, task: "gen".into(), rank: 5, name: "numbers".into() };
+    let good = vec![7u8; 3_000_000];
+    let mut bad = good.clone();
+    bad[2_999_999] = 8;
+    let (bad_url, bad_rails, stop_bad, _d1) = holding(&id, &bad).await;
+    let (good_url, _, stop_good, _d2) = holding(&id, &good).await;
+    let digest = plexus_proto::Digest::of(&good);
+    let expected_bad_copy = pb::BadCopy {
+        object_id: id.to_string(),
+        worker_id: "wkr-bad".into(),
+        expected: digest.to_vec(),
+        got: plexus_proto::Digest::of(&bad).to_vec(),
+    };
+    let input = |holders: Vec<peer::Source>| Input {
+        id: id.clone(),
+        task: "gen".into(),
+        rank: 5,
+        name: "numbers".into(),
+        holders,
+        size: 3_000_000,
+        digest: Some(digest),
+    };
+    let bad_holder =
+        |rails: Vec<std::net::SocketAddr>| peer::Source { worker: "wkr-bad".into(), peer_addr: bad_url.clone(), rails };
+
+    let f = fixture().await;
+    let mut w = work(&attempt(job, "use"), sh("cp \"$PLEXUS_IN/gen/5/numbers\" \"$PLEXUS_OUT/copy\""));
+    w.inputs = vec![input(vec![bad_holder(bad_rails.local_addrs()), grpc_only(&good_url)])];
+    w.outputs = vec!["copy".into()];
+    let r = f.runner.run(&w, &CancellationToken::new()).await;
+    assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+    assert_eq!(r.bad_copies, vec![expected_bad_copy.clone()]);
+    let copy = ObjectId { job, task: "use".into(), rank: 2, name: "copy".into() };
+    assert_eq!(std::fs::read(f.cache.path(&copy)).unwrap(), good, "the task read the good copy");
+    assert_eq!(r.outputs[0].digest, digest.to_vec());
+
+    let f = fixture().await;
+    let mut w = work(&attempt(job, "use"), sh("touch \"$PLEXUS_OUT/ran\""));
+    w.inputs = vec![input(vec![bad_holder(vec![])])];
+    let r = f.runner.run(&w, &CancellationToken::new()).await;
+    assert_eq!(state(&r), pb::SubtaskState::Failed);
+    assert_eq!(r.unfetched_input, id.to_string(), "{}", r.error);
+    assert!(r.error.contains("does not match its digest") && r.error.contains("worker wkr-bad"), "{}", r.error);
+    assert_eq!(r.bad_copies, vec![expected_bad_copy]);
+    assert!(!f.cache.contains(&id), "the bad copy is not kept");
+    assert!(std::fs::read_dir(f.layout.tmp_dir()).unwrap().next().is_none(), "no partial downloads left");
+    stop_bad.cancel();
+    stop_good.cancel();
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use plexus_proto::ids::{check_output_name, check_task_name};
 use plexus_proto::rules::{check_env_key, is_collective, parse_rails};
-use plexus_proto::{Algorithm, AttemptRef, DType, ObjectId, ReduceOp, convert, pb};
+use plexus_proto::{Algorithm, AttemptRef, DType, Digest, ObjectId, ReduceOp, convert, pb};
 
 use crate::error::{Error, Result};
 use crate::exchange::Exchange;
@@ -110,12 +110,15 @@ pub struct Input {
     /// Its size as the assignment gives it; 0 when the coordinator does not know it (it sends 0
     /// for an output whose size no report gave). A holder announcing another size is refused.
     pub size: u64,
+    /// Its digest as its producer reported it (`None`: not known). A copy that hashes to
+    /// another is refused.
+    pub digest: Option<Digest>,
 }
 
 impl Input {
-    /// The size a holder must announce, when known.
-    pub(super) fn expected_size(&self) -> Option<u64> {
-        (self.size > 0).then_some(self.size)
+    /// The size a holder must announce and the digest its copy must have, when known.
+    pub(super) fn expected(&self) -> peer::Expected {
+        peer::Expected { size: (self.size > 0).then_some(self.size), digest: self.digest }
     }
 }
 
@@ -205,14 +208,22 @@ fn input_from_pb(i: pb::InputObject) -> Result<Input> {
     // gets the gRPC path. Rail addresses that do not parse are dropped with the rails
     // path for that holder, not the input.
     let holders = if i.sources.is_empty() {
-        i.holders.into_iter().map(|peer_addr| peer::Source { peer_addr, rails: vec![] }).collect()
+        i.holders
+            .into_iter()
+            .map(|peer_addr| peer::Source { worker: String::new(), peer_addr, rails: vec![] })
+            .collect()
     } else {
         i.sources
             .into_iter()
-            .map(|h| peer::Source { rails: parse_rails(&h.rails).unwrap_or_default(), peer_addr: h.peer_addr })
+            .map(|h| peer::Source {
+                worker: h.worker_id,
+                rails: parse_rails(&h.rails).unwrap_or_default(),
+                peer_addr: h.peer_addr,
+            })
             .collect()
     };
-    Ok(Input { id, task, rank, name, holders, size: i.size })
+    let digest = Digest::from_field("inputs.digest", &i.digest)?;
+    Ok(Input { id, task, rank, name, holders, size: i.size, digest })
 }
 
 /// The job's environment, sorted by key, each key and value checked.
