@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use plexus_proto::ObjectId;
+use plexus_proto::{ObjectId, human_bytes};
 
 /// Everything that can go wrong in the worker.
 #[derive(Debug, thiserror::Error)]
@@ -407,21 +407,6 @@ impl From<Error> for tonic::Status {
     }
 }
 
-/// A byte count as the reports say it: `64 MiB`, `1.5 GiB`, `100 bytes`.
-fn human_bytes(n: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for (size, unit) in UNITS {
-        if n >= size {
-            return if n.is_multiple_of(size) {
-                format!("{} {unit}", n / size)
-            } else {
-                format!("{:.1} {unit}", n as f64 / size as f64)
-            };
-        }
-    }
-    format!("{n} bytes")
-}
-
 /// Device indices as a list people read: `0, 1, 2`, or `none`.
 fn index_list(indices: &[u32]) -> String {
     if indices.is_empty() {
@@ -487,10 +472,11 @@ mod tests {
 
     #[test]
     fn byte_counts_read_as_people_write_them() {
-        assert_eq!(human_bytes(64 << 20), "64 MiB");
+        assert_eq!(human_bytes(64 << 20), "64.0 MiB");
         assert_eq!(human_bytes(3 << 29), "1.5 GiB");
-        assert_eq!(human_bytes(1 << 40), "1 TiB");
+        assert_eq!(human_bytes(1 << 40), "1.0 TiB");
         assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(100), "100 bytes");
+        assert_eq!(human_bytes(100), "100 B");
+        assert_eq!(Error::OutOfMemory { limit: 64 << 20 }.to_string(), "killed: out of memory (limit 64.0 MiB)");
     }
 }
