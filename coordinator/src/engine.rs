@@ -382,7 +382,7 @@ impl Engine {
         let mut b = Batch::default();
         for id in &out.jobs {
             if let Some(j) = self.core.job(*id) {
-                b.job(&j.record);
+                b.job(j.record());
             }
         }
         for (job, idx) in &out.subtasks {
@@ -468,7 +468,7 @@ impl Engine {
                     None => Err(SchedulerError::NoJob(job)),
                     Some(j) => {
                         let status = JobView::of(j, Detail::Summary, now);
-                        let final_already = j.record.state.is_final();
+                        let final_already = j.record().state.is_final();
                         if final_already {
                             // Nothing will change: a channel whose sender is gone at once.
                             Ok(watch::channel(status).1)
@@ -612,7 +612,7 @@ impl Engine {
                 continue;
             }
             tx.send_replace(JobView::of(j, Detail::Summary, now));
-            if j.record.state.is_final() {
+            if j.record().state.is_final() {
                 // Dropping the sender ends every watch stream after its final status.
                 self.watchers.remove(&job);
             }
@@ -623,7 +623,7 @@ impl Engine {
 fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Result<LogSource, SchedulerError> {
     let j = core.job(job).ok_or(SchedulerError::NoJob(job))?;
     let idx = j.subtask_index(task, rank)?;
-    let s = &j.subtasks[idx as usize];
+    let s = &j.subtasks()[idx as usize];
     let (w, attempt) = if wanted == 0 {
         // The latest attempt that reached a worker: the current one, or (after a requeue) the one
         // before it, whose logs are the most recent there are.
