@@ -425,20 +425,6 @@ impl Engine {
                 };
                 replies.push(defer(reply, r));
             }
-            Cmd::DrainWorker { worker, on, reply } => {
-                let r = core.drain_worker(worker, on);
-                if r.is_ok() {
-                    tracing::info!(%worker, draining = on, "worker drain set");
-                }
-                replies.push(defer(reply, r));
-            }
-            Cmd::RemoveWorker { worker, reply } => {
-                let r = core.remove_worker(worker);
-                if r.is_ok() {
-                    tracing::info!(%worker, "worker removed");
-                }
-                replies.push(defer(reply, r));
-            }
             Cmd::Resubmit { job, id, reply } => {
                 let r = match core.job(job).map(|j| j.spec().clone()) {
                     Some(spec) => core.submit(id, spec, now),
@@ -479,6 +465,48 @@ impl Engine {
                 };
                 replies.push(defer(reply, r));
             }
+            Cmd::Explain { job, task, rank, reply } => {
+                let r = core.explain(job, &task, rank).cloned();
+                replies.push(defer(reply, r));
+            }
+            Cmd::Logs { job, task, rank, attempt, reply } => {
+                replies.push(defer(reply, log_source(core, job, &task, rank, attempt)));
+            }
+            cmd @ (Cmd::DrainWorker { .. }
+            | Cmd::RemoveWorker { .. }
+            | Cmd::ListWorkers { .. }
+            | Cmd::SetQueue { .. }
+            | Cmd::Metrics { .. }
+            | Cmd::Learning { .. }
+            | Cmd::ListQueues { .. }) => self.apply_admin(cmd, replies),
+            cmd @ (Cmd::Register { .. }
+            | Cmd::Heartbeat { .. }
+            | Cmd::Report { .. }
+            | Cmd::Stop
+            | Cmd::CloseStreams { .. }
+            | Cmd::OpenStream { .. }) => self.apply_worker(cmd, now, replies),
+        }
+    }
+
+    /// The commands of the cluster's administration: draining and removing workers, queues,
+    /// and what the workers, metrics and learning look like.
+    fn apply_admin(&mut self, cmd: Cmd, replies: &mut Vec<Deferred>) {
+        let core = &mut self.core;
+        match cmd {
+            Cmd::DrainWorker { worker, on, reply } => {
+                let r = core.drain_worker(worker, on);
+                if r.is_ok() {
+                    tracing::info!(%worker, draining = on, "worker drain set");
+                }
+                replies.push(defer(reply, r));
+            }
+            Cmd::RemoveWorker { worker, reply } => {
+                let r = core.remove_worker(worker);
+                if r.is_ok() {
+                    tracing::info!(%worker, "worker removed");
+                }
+                replies.push(defer(reply, r));
+            }
             Cmd::ListWorkers { reply } => {
                 replies.push(defer(reply, WorkerView::all(core)));
             }
@@ -501,19 +529,8 @@ impl Engine {
             Cmd::ListQueues { reply } => {
                 replies.push(defer(reply, QueueView::all(core)));
             }
-            Cmd::Explain { job, task, rank, reply } => {
-                let r = core.explain(job, &task, rank).cloned();
-                replies.push(defer(reply, r));
-            }
-            Cmd::Logs { job, task, rank, attempt, reply } => {
-                replies.push(defer(reply, log_source(core, job, &task, rank, attempt)));
-            }
-            cmd @ (Cmd::Register { .. }
-            | Cmd::Heartbeat { .. }
-            | Cmd::Report { .. }
-            | Cmd::Stop
-            | Cmd::CloseStreams { .. }
-            | Cmd::OpenStream { .. }) => self.apply_worker(cmd, now, replies),
+            // The other commands are not the administration's (see `apply`).
+            _ => {}
         }
     }
 
