@@ -646,7 +646,7 @@ mod tests {
         assert_eq!(applied.len(), 1);
         let mut restored = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
         restored.restore(store.load().unwrap(), 10).unwrap();
-        assert_eq!(restored.job(job).unwrap().subtasks.len(), 3);
+        assert_eq!(restored.job(job).unwrap().subtasks().len(), 3);
     }
 
     /// Saved speeds come back after a reopen; unreadable ones give fresh estimates, not an error.

@@ -617,16 +617,19 @@ fn jct_placers(truth: &GroundTruth, mlp: &Predictor) -> Vec<(Placer<'static>, Op
     ]
 }
 
-/// Per placer of `placers`: per seed (mean JCT, p95, makespan, wait, stretch, jobs, sync), and
-/// the simulations' wall time, on `gpus` GPUs at `load`.
+/// One placer's runs: per seed (mean JCT, p95, makespan, wait, stretch, jobs, sync), and the
+/// simulations' wall time.
+type PlacerRuns = (Vec<[f64; 7]>, f64);
+
+/// Per placer of `placers`, its runs on `gpus` GPUs at `load`.
 fn jct_runs(
     args: &Args,
     truth: &GroundTruth,
     placers: &[(Placer, Option<&str>)],
     gpus: usize,
     load: f64,
-) -> Result<Vec<(Vec<[f64; 7]>, f64)>, Box<dyn Error>> {
-    let mut per: Vec<(Vec<[f64; 7]>, f64)> = vec![(Vec::new(), 0.0); placers.len()];
+) -> Result<Vec<PlacerRuns>, Box<dyn Error>> {
+    let mut per: Vec<PlacerRuns> = vec![(Vec::new(), 0.0); placers.len()];
     for seed in 0..args.jct_seeds {
         let config = JctConfig {
             cluster: GpuClusterConfig { busy: args.jct_busy, ..GpuClusterConfig::new(gpus) },
