@@ -14,10 +14,9 @@ pub fn median(sample: &[f64]) -> Option<f64> {
     v.get(v.len() / 2).copied()
 }
 
-/// A byte count as the tables print it: `512 B`, `64.0 KiB`, `4.0 MiB` (IEC units).
-pub fn size(bytes: u64) -> String {
-    bytesize::ByteSize::b(bytes).display().iec().to_string()
-}
+/// A byte count as the tables print it: `512 B`, `64.0 KiB`, `4.0 MiB` (IEC units; the one
+/// byte formatter, the CLI's and the worker's).
+pub use plexus_proto::human_bytes as size;
 
 /// Worlds of worker processes: copies of the running benchmark binary started as `--worker R`,
 /// one per rank (on the rail rig, rank r in host r's namespace with its first rails), which

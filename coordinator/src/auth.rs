@@ -446,13 +446,15 @@ fn decide<B>(security: &Security, req: &http::Request<B>) -> Result<Caller, Erro
     match need {
         Need::Token(scope) => {
             let header = req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-            let token = plexus_security::tls::bearer_of(header).map_err(Error::Unauthenticated)?.ok_or_else(|| {
-                Error::Unauthenticated(if scope == Scope::Worker {
-                    "joining needs a join token (plexus-coordinator token create --scope worker)".into()
-                } else {
-                    NEED_TOKEN.into()
-                })
-            })?;
+            let token = plexus_security::tls::bearer_of(header)
+                .map_err(|e| Error::Unauthenticated(e.to_string()))?
+                .ok_or_else(|| {
+                    Error::Unauthenticated(if scope == Scope::Worker {
+                        "joining needs a join token (plexus-coordinator token create --scope worker)".into()
+                    } else {
+                        NEED_TOKEN.into()
+                    })
+                })?;
             let have = security.authenticate(&token, plexus_proto::now_ms())?;
             if !have.allows(scope) {
                 let method = path.rsplit('/').next().unwrap_or(path);

@@ -439,7 +439,7 @@ impl Engine {
         let mut b = Batch::default();
         for id in &out.jobs {
             if let Some(j) = self.core.job(*id) {
-                b.job(&j.record);
+                b.job(j.record());
             }
         }
         for (job, idx) in &out.subtasks {
@@ -491,20 +491,6 @@ impl Engine {
                 core.bad_copy(holder, &object, "the coordinator relaying it");
                 replies.push(defer(reply, ()));
             }
-            Cmd::DrainWorker { worker, on, reply } => {
-                let r = core.drain_worker(worker, on);
-                if r.is_ok() {
-                    tracing::info!(%worker, draining = on, "worker drain set");
-                }
-                replies.push(defer(reply, r));
-            }
-            Cmd::RemoveWorker { worker, reply } => {
-                let r = core.remove_worker(worker);
-                if r.is_ok() {
-                    tracing::info!(%worker, "worker removed");
-                }
-                replies.push(defer(reply, r));
-            }
             Cmd::Resubmit { job, id, reply } => {
                 let r = match core.job(job).map(|j| j.spec().clone()) {
                     Some(spec) => core.submit(id, spec, now),
@@ -534,7 +520,7 @@ impl Engine {
                     None => Err(SchedulerError::NoJob(job)),
                     Some(j) => {
                         let status = JobView::of(j, Detail::Summary, now);
-                        let final_already = j.record.state.is_final();
+                        let final_already = j.record().state.is_final();
                         if final_already {
                             // Nothing will change: a channel whose sender is gone at once.
                             Ok(watch::channel(status).1)
@@ -543,6 +529,49 @@ impl Engine {
                         }
                     }
                 };
+                replies.push(defer(reply, r));
+            }
+            Cmd::Explain { job, task, rank, reply } => {
+                let r = core.explain(job, &task, rank).cloned();
+                replies.push(defer(reply, r));
+            }
+            Cmd::Logs { job, task, rank, attempt, reply } => {
+                replies.push(defer(reply, log_source(core, job, &task, rank, attempt)));
+            }
+            cmd @ (Cmd::DrainWorker { .. }
+            | Cmd::RemoveWorker { .. }
+            | Cmd::ListWorkers { .. }
+            | Cmd::EvictionHalt { .. }
+            | Cmd::SetQueue { .. }
+            | Cmd::Metrics { .. }
+            | Cmd::Learning { .. }
+            | Cmd::ListQueues { .. }) => self.apply_admin(cmd, replies),
+            cmd @ (Cmd::Register { .. }
+            | Cmd::Heartbeat { .. }
+            | Cmd::Report { .. }
+            | Cmd::Stop
+            | Cmd::CloseStreams { .. }
+            | Cmd::OpenStream { .. }) => self.apply_worker(cmd, now, replies),
+        }
+    }
+
+    /// The commands of the cluster's administration: draining and removing workers, queues,
+    /// and what the workers, metrics and learning look like.
+    fn apply_admin(&mut self, cmd: Cmd, replies: &mut Vec<Deferred>) {
+        let core = &mut self.core;
+        match cmd {
+            Cmd::DrainWorker { worker, on, reply } => {
+                let r = core.drain_worker(worker, on);
+                if r.is_ok() {
+                    tracing::info!(%worker, draining = on, "worker drain set");
+                }
+                replies.push(defer(reply, r));
+            }
+            Cmd::RemoveWorker { worker, reply } => {
+                let r = core.remove_worker(worker);
+                if r.is_ok() {
+                    tracing::info!(%worker, "worker removed");
+                }
                 replies.push(defer(reply, r));
             }
             Cmd::ListWorkers { reply } => {
@@ -570,19 +599,8 @@ impl Engine {
             Cmd::ListQueues { reply } => {
                 replies.push(defer(reply, QueueView::all(core)));
             }
-            Cmd::Explain { job, task, rank, reply } => {
-                let r = core.explain(job, &task, rank).cloned();
-                replies.push(defer(reply, r));
-            }
-            Cmd::Logs { job, task, rank, attempt, reply } => {
-                replies.push(defer(reply, log_source(core, job, &task, rank, attempt)));
-            }
-            cmd @ (Cmd::Register { .. }
-            | Cmd::Heartbeat { .. }
-            | Cmd::Report { .. }
-            | Cmd::Stop
-            | Cmd::CloseStreams { .. }
-            | Cmd::OpenStream { .. }) => self.apply_worker(cmd, now, replies),
+            // The other commands are not the administration's (see `apply`).
+            _ => {}
         }
     }
 
@@ -686,7 +704,7 @@ impl Engine {
                 continue;
             }
             tx.send_replace(JobView::of(j, Detail::Summary, now));
-            if j.record.state.is_final() {
+            if j.record().state.is_final() {
                 // Dropping the sender ends every watch stream after its final status.
                 self.watchers.remove(&job);
             }
@@ -697,7 +715,7 @@ impl Engine {
 fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Result<LogSource, SchedulerError> {
     let j = core.job(job).ok_or(SchedulerError::NoJob(job))?;
     let idx = j.subtask_index(task, rank)?;
-    let s = &j.subtasks[idx as usize];
+    let s = &j.subtasks()[idx as usize];
     let (w, attempt) = if wanted == 0 {
         // The latest attempt that reached a worker: the current one, or (after a requeue) the one
         // before it, whose logs are the most recent there are.

@@ -263,9 +263,9 @@ impl Metrics {
                 placed.inc();
                 let at = &a.attempt;
                 if let Some(j) = core.job(at.job)
-                    && let Some(s) = j.subtask_index(&at.task, at.rank).ok().map(|i| &j.subtasks[i as usize])
+                    && let Some(s) = j.subtask_index(&at.task, at.rank).ok().map(|i| &j.subtasks()[i as usize])
                 {
-                    self.submit_to_placed.observe(s.assigned_at.saturating_sub(j.record.submitted_at) as f64 / 1e3);
+                    self.submit_to_placed.observe(s.assigned_at.saturating_sub(j.record().submitted_at) as f64 / 1e3);
                 }
             }
         }
@@ -317,22 +317,22 @@ impl Metrics {
         let mut subtasks = [0i64; 7];
         let mut pending = [0i64; 6];
         for j in core.jobs() {
-            jobs[JOB_STATES.iter().position(|s| *s == j.record.state).expect("every state is listed")] += 1;
-            for (t, task) in j.record.spec.tasks.iter().enumerate() {
+            jobs[JOB_STATES.iter().position(|s| *s == j.record().state).expect("every state is listed")] += 1;
+            for (t, task) in j.record().spec.tasks.iter().enumerate() {
                 let c = j.counts(t);
                 for (n, v) in c.iter().enumerate() {
                     subtasks[n] += i64::from(*v);
                 }
-                if j.record.state != JobState::Running {
+                if j.record().state != JobState::Running {
                     continue;
                 }
                 pending[0] += i64::from(c[SubtaskState::Waiting as usize]);
                 let ready = i64::from(c[SubtaskState::Ready as usize]);
-                let class = match j.waiting.get(&t) {
+                let class = match j.waiting_reason(t) {
                     _ if task
                         .gang
                         .as_ref()
-                        .is_some_and(|g| j.record.gangs.get(&g.name).is_none_or(|s| s.bound_at == 0)) =>
+                        .is_some_and(|g| j.record().gangs.get(&g.name).is_none_or(|s| s.bound_at == 0)) =>
                     {
                         3
                     }

@@ -572,8 +572,8 @@ mod tests {
     fn batch_of(core: &Core, job: JobId) -> Batch {
         let mut b = Batch::default();
         let j = core.job(job).unwrap();
-        b.job(&j.record);
-        for (i, s) in j.subtasks.iter().enumerate() {
+        b.job(j.record());
+        for (i, s) in j.subtasks().iter().enumerate() {
             b.subtask(job, i as u32, s);
         }
         b
@@ -672,8 +672,8 @@ mod tests {
         {
             let db = sled::open(dir.path()).unwrap();
             let j = core.job(job).unwrap();
-            let mut v = serde_json::to_value(&j.record).unwrap();
-            v["subtasks"] = json!(j.subtasks);
+            let mut v = serde_json::to_value(j.record()).unwrap();
+            v["subtasks"] = json!(j.subtasks());
             db.open_tree("jobs").unwrap().insert(job.as_bytes(), serde_json::to_vec(&v).unwrap()).unwrap();
             plexus_migrations::set_version(&db, 1).unwrap();
         }
@@ -683,7 +683,7 @@ mod tests {
         assert_eq!(applied.len(), 1);
         let mut restored = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).unwrap());
         restored.restore(store.load().unwrap(), 10).unwrap();
-        assert_eq!(restored.job(job).unwrap().subtasks.len(), 3);
+        assert_eq!(restored.job(job).unwrap().subtasks().len(), 3);
     }
 
     /// Saved speeds come back after a reopen; unreadable ones give fresh estimates, not an error.

@@ -105,7 +105,7 @@ pub struct SubtaskView {
 impl JobView {
     /// `job` as of `now` (gangs' phases depend on it), with its subtasks if `detail` asks.
     pub fn of(job: &Job, detail: Detail, now: u64) -> JobView {
-        let r = &job.record;
+        let r = job.record();
         let groups = r
             .spec
             .tasks
@@ -115,7 +115,7 @@ impl JobView {
                 task: spec.name.clone(),
                 replicas: spec.replicas,
                 counts: job.counts(t),
-                waiting_reason: job.waiting.get(&t).cloned().unwrap_or_default(),
+                waiting_reason: job.waiting_reason(t).unwrap_or_default().to_string(),
                 failed_attempts: job.failed_attempts(t),
                 after: spec.after.clone(),
             })
@@ -123,7 +123,7 @@ impl JobView {
         let subtasks = match detail {
             Detail::Summary => Vec::new(),
             Detail::WithSubtasks => job
-                .subtasks
+                .subtasks()
                 .iter()
                 .map(|s| SubtaskView {
                     task: s.task.clone(),

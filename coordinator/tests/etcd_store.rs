@@ -63,8 +63,8 @@ fn job_batch(n: u32) -> (Core, JobId, Batch) {
     core.submit(job, spec, 5).unwrap();
     let mut b = Batch::default();
     let j = core.job(job).unwrap();
-    b.job(&j.record);
-    for (i, s) in j.subtasks.iter().enumerate() {
+    b.job(j.record());
+    for (i, s) in j.subtasks().iter().enumerate() {
         b.subtask(job, i as u32, s);
     }
     (core, job, b)

@@ -5,8 +5,8 @@
 //! * on the source text of every crate of the workspace (read from the root `Cargo.toml`'s
 //!   `members`): no module cycle in any crate (`architecture/module_graph.rs`), no source file
 //!   over 800 lines of non-test code, only `coordinator::etcd` names `etcd_client`, a `tonic::Status`
-//!   is built in one module per crate, one error enum per library crate, and the scheduling core
-//!   reads no clock.
+//!   is built in one module per crate, one error enum per library crate, the scheduling core
+//!   reads no clock, and no function is over 100 lines.
 //!
 //! What counts as source: every `.rs` file under a member's `src/`, binaries (`src/main.rs`,
 //! `src/bin/`) included — a binary is read like any other code. Not counted: `tests/`,
@@ -242,6 +242,50 @@ fn error_enums(code: &str) -> Vec<String> {
         .collect()
 }
 
+/// The functions with a body that `code` (comments and literals blanked) defines: (line of the
+/// `fn`, lines from it to the closing brace, name). A signature ends at the first `{` (a body)
+/// or `;` (a declaration without one) outside its parentheses and brackets (`[u8; 4]`); the
+/// body ends at the brace that matches. Nested functions count on their own and in their
+/// enclosing one.
+fn functions(code: &str) -> Vec<(usize, usize, String)> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("fn ").filter(|(at, _)| starts_word(code, *at)) {
+        let name: String =
+            code[at + 3..].trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if name.is_empty() {
+            continue; // a fn pointer type, `fn(u32) -> u32`
+        }
+        let mut depth = 0i32;
+        let mut i = at;
+        let open = loop {
+            match b.get(i) {
+                None => break None,
+                Some(b';') if depth == 0 => break None,
+                Some(b'(' | b'[') => depth += 1,
+                Some(b')' | b']') => depth -= 1,
+                Some(b'{') if depth == 0 => break Some(i),
+                _ => {}
+            }
+            i += 1;
+        };
+        let Some(open) = open else { continue };
+        let mut braces = 0i32;
+        let close = (open..b.len()).find(|&j| {
+            match b[j] {
+                b'{' => braces += 1,
+                b'}' => braces -= 1,
+                _ => {}
+            }
+            braces == 0
+        });
+        let end = close.unwrap_or(b.len().saturating_sub(1));
+        let first = line_at(code, at);
+        out.push((first, line_at(code, end) - first + 1, name));
+    }
+    out
+}
+
 /// 1-based line of byte offset `at`.
 fn line_at(code: &str, at: usize) -> usize {
     code[..at].matches('\n').count() + 1
@@ -268,6 +312,24 @@ fn no_source_file_is_over_800_lines_of_non_test_code() {
         sources().into_iter().filter(|s| s.lines > MAX).map(|s| (s.lines, s.path)).collect();
     over.sort_by(|a, b| b.cmp(a));
     assert!(over.is_empty(), "source files over {MAX} lines of non-test code (lines, file): {over:?}");
+}
+
+/// Functions stay short enough to read at once: none in non-test code is over 100 lines, from
+/// its `fn` line to its closing brace. A longer one is split into named steps.
+#[test]
+fn no_function_is_over_100_lines() {
+    const MAX: usize = 100;
+    let mut over: Vec<(usize, String)> = sources()
+        .iter()
+        .flat_map(|s| {
+            functions(&s.code)
+                .into_iter()
+                .filter(|(_, len, _)| *len > MAX)
+                .map(move |(line, len, name)| (len, format!("{}:{line} fn {name}", s.path)))
+        })
+        .collect();
+    over.sort_by(|a, b| b.cmp(a));
+    assert!(over.is_empty(), "functions over {MAX} lines of non-test code (lines, file:line):\n{over:#?}");
 }
 
 #[test]
@@ -354,6 +416,14 @@ fn the_source_checks_see_the_code() {
     assert_eq!(status_constructions(&code), ["Status::not_found("]);
     assert_eq!(error_enums(&code), ["ParseError"]);
     assert!(status_constructions("pb::JobStatus::default()").is_empty());
+    let code = blank_non_code(
+        "type F = fn(u32) -> u32;\ntrait T {\n    fn declared(&self, k: [u8; 4]);\n}\n\
+         pub fn outer(k: [u8; 4]) -> u32 {\n    let c = '{';\n    let s = \"}}\";\n    fn inner() {}\n    // }\n    1\n}\n",
+    );
+    let found = functions(&code);
+    let found: Vec<(usize, usize, &str)> = found.iter().map(|(l, n, f)| (*l, *n, f.as_str())).collect();
+    assert_eq!(found, [(5, 7, "outer"), (8, 1, "inner")]);
+    assert!(functions(&file("worker/src/error.rs").code).iter().any(|(_, len, name)| name == "code" && *len > 40));
     assert_eq!(
         test_modules(
             "#[cfg(test)]\nmod tests;\n#[cfg(test)]\n#[path = \"x.rs\"]\npub(crate) mod hostile;\n#[cfg(test)]\nmod inline {}\n"

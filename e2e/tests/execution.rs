@@ -219,7 +219,7 @@ fn a_task_over_its_memory_is_killed_and_reported_out_of_memory() {
     let status = c.wait_job(&job, Duration::from_secs(60));
     let hog = subtask(&status, "hog", 0);
     assert_eq!(hog.state, pb::SubtaskState::Failed as i32, "{status:?}");
-    assert_eq!(hog.error, "killed: out of memory (limit 64 MiB)");
+    assert_eq!(hog.error, "killed: out of memory (limit 64.0 MiB)");
     assert_eq!(subtask(&status, "calm", 0).state, pb::SubtaskState::Succeeded as i32, "{status:?}");
     assert_eq!(status.state, pb::JobState::CompletedWithFailures as i32);
     // The worker is unharmed: alive, and running the next job.

@@ -260,22 +260,22 @@ pub struct Sample {
 }
 
 impl Sample {
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), PolicyError> {
         let k = self.tasks.len();
         if k == 0 || k > MAX_SHARE {
-            return Err(format!("{k} tasks; a sample has 1 to {MAX_SHARE}"));
+            return Err(PolicyError::Sample(format!("{k} tasks; a sample has 1 to {MAX_SHARE}")));
         }
         if self.slowdowns.is_empty() || self.slowdowns.len() > k {
-            return Err(format!(
+            return Err(PolicyError::Sample(format!(
                 "{} slowdowns for {k} tasks; a sample measures 1 to all of its tasks",
                 self.slowdowns.len()
-            ));
+            )));
         }
         if let Some((i, s)) = self.slowdowns.iter().enumerate().find(|(_, s)| !(s.is_finite() && **s > 0.0)) {
-            return Err(format!("slowdown {i} is {s}; it must be finite and > 0"));
+            return Err(PolicyError::Sample(format!("slowdown {i} is {s}; it must be finite and > 0")));
         }
         if !(self.weight.is_finite() && self.weight > 0.0) {
-            return Err(format!("weight is {}; it must be finite and > 0", self.weight));
+            return Err(PolicyError::Sample(format!("weight is {}; it must be finite and > 0", self.weight)));
         }
         Ok(())
     }
@@ -581,7 +581,7 @@ impl InterferenceMlp {
     /// Adds a measured sample to the replay buffer (the oldest leaves when it is full) and its
     /// task vectors to the normaliser.
     pub fn observe(&mut self, sample: Sample) -> Result<(), PolicyError> {
-        sample.validate().map_err(PolicyError::Sample)?;
+        sample.validate()?;
         for t in &sample.tasks {
             self.norm.update(&task_features(t));
         }
@@ -621,7 +621,7 @@ impl InterferenceMlp {
             return Ok(0.0);
         }
         for s in samples {
-            s.validate().map_err(PolicyError::Sample)?;
+            s.validate()?;
         }
         let refs: Vec<&Sample> = samples.iter().collect();
         tch::no_grad(|| Ok(self.loss_tensor(&refs)?.double_value(&[])))

@@ -41,6 +41,12 @@ pub use domain::{JobState, Resources, SubtaskState};
 pub use error::{Error, Result};
 pub use ids::{AttemptRef, IdError, JobId, ObjectId, SubtaskKey, WorkerId};
 
+/// A byte count as Plexus shows it to people, in binary units (`bytesize`'s IEC style): `100 B`,
+/// `1.5 KiB`, `64.0 MiB`. The CLI's tables and the worker's reports both say sizes through it.
+pub fn human_bytes(bytes: u64) -> String {
+    bytesize::ByteSize(bytes).display().iec().to_string()
+}
+
 /// Milliseconds since the Unix epoch, the time unit of the whole contract.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)

@@ -33,6 +33,9 @@ pub enum Error {
     Certificate(String),
     #[error("{0}")]
     Token(String),
+    /// A call's `authorization` header that is not `Bearer <token>`; the text says what is wrong.
+    #[error("the authorization header {0}")]
+    Authorization(&'static str),
     #[error("{what} {path}: {source}")]
     Io { what: &'static str, path: String, source: std::io::Error },
     /// A connection that did not come up within [`tls::connect_within`]'s limit.

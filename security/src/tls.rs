@@ -78,12 +78,29 @@ impl Interceptor for Bearer {
 
 /// The token of a call's `authorization` value (`Bearer <token>`): `Ok(None)` without one, an
 /// error naming the problem for a malformed one.
-pub fn bearer_of(header: Option<&[u8]>) -> Result<Option<Token>, String> {
+pub fn bearer_of(header: Option<&[u8]>) -> Result<Option<Token>, Error> {
     let Some(value) = header else { return Ok(None) };
-    let text = std::str::from_utf8(value).map_err(|_| "the authorization header is not text".to_string())?;
+    let text = std::str::from_utf8(value).map_err(|_| Error::Authorization("is not text"))?;
     let token = text
         .strip_prefix("Bearer ")
         .or_else(|| text.strip_prefix("bearer "))
-        .ok_or_else(|| "the authorization header must read `Bearer <token>`".to_string())?;
-    Token::parse(token).map(Some).map_err(|e| e.to_string())
+        .ok_or(Error::Authorization("must read `Bearer <token>`"))?;
+    Token::parse(token).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bearer_header_gives_its_token_and_a_malformed_one_says_what_is_wrong() {
+        let token = Token::generate();
+        let header = format!("Bearer {}", token.expose());
+        assert_eq!(bearer_of(Some(header.as_bytes())).unwrap().map(|t| t.id), Some(token.id.clone()));
+        assert!(bearer_of(None).unwrap().is_none());
+        let err = |h: &[u8]| bearer_of(Some(h)).unwrap_err().to_string();
+        assert_eq!(err(b"Bearer \xff"), "the authorization header is not text");
+        assert_eq!(err(b"Basic dXNlcg=="), "the authorization header must read `Bearer <token>`");
+        assert!(err(b"Bearer hunter2").starts_with("this is not a Plexus token"), "{}", err(b"Bearer hunter2"));
+    }
 }

@@ -233,13 +233,11 @@ pub const SELF_EXE: &str = "/proc/self/exe";
 #[derive(Clone, Debug, PartialEq)]
 pub struct MetricsAddr(pub Option<SocketAddr>);
 
-fn parse_metrics(s: &str) -> std::result::Result<MetricsAddr, String> {
+fn parse_metrics(s: &str) -> Result<MetricsAddr> {
     if s == "none" {
         return Ok(MetricsAddr(None));
     }
-    s.parse()
-        .map(|a| MetricsAddr(Some(a)))
-        .map_err(|e| format!("{e}: expected an address such as 127.0.0.1:9265, or none"))
+    s.parse().map(|a| MetricsAddr(Some(a))).map_err(|source| Error::MetricsAddr { source })
 }
 
 impl Config {

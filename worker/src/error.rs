@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use plexus_proto::ObjectId;
+use plexus_proto::{ObjectId, human_bytes};
 
 /// Everything that can go wrong in the worker.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,51 @@ pub enum Error {
     /// The isolation asked for with `--isolation` cannot be had here; `reason` says why.
     #[error("cannot use {mode} isolation: {reason}")]
     Isolation { mode: &'static str, reason: String },
+
+    /// `--isolation` names no mechanism this worker knows.
+    #[error("unknown isolation {input:?} (expected auto, cgroup-v2, cgroup-v1 or process-group)")]
+    UnknownIsolation { input: String },
+
+    /// `--gpus` given empty.
+    #[error("expected all, none or device indices such as 0,2")]
+    NoGpuSelection,
+
+    /// A part of `--gpus` that is not a device index.
+    #[error("{part:?} is not a GPU index (expected all, none or indices such as 0,2)")]
+    NotAGpuIndex { part: String },
+
+    /// A device index `--gpus` lists more than once.
+    #[error("GPU {index} is listed twice")]
+    GpuListedTwice { index: u32 },
+
+    /// A device index `--gpus` lists that this node does not have (`have`: those nvidia-smi lists).
+    #[error("--gpus: this node has no GPU {index} (nvidia-smi lists: {})", index_list(have))]
+    NoSuchGpu { index: u32, have: Vec<u32> },
+
+    /// `--metrics` that is neither an address nor `none`.
+    #[error("{source}: expected an address such as 127.0.0.1:9265, or none")]
+    MetricsAddr { source: std::net::AddrParseError },
+
+    /// The GPU topology command (`nvidia-smi topo -m`) could not be run, read or waited for
+    /// (`action`: "cannot run", "reading", "waiting for").
+    #[error("{action} {command}: {source}")]
+    TopologyIo { action: &'static str, command: String, source: std::io::Error },
+
+    /// The GPU topology command printed more than the worker reads.
+    #[error("{command} printed more than {max} bytes")]
+    TopologyTooLong { command: String, max: usize },
+
+    /// The GPU topology command ended unsuccessfully.
+    #[error("{command} failed ({status})")]
+    TopologyFailed { command: String, status: ExitStatus },
+
+    /// The GPU topology command did not end within its limit (it was killed).
+    #[error("{command} did not answer within {after:?}")]
+    TopologyTimeout { command: String, after: Duration },
+
+    /// The GPU topology command's output is not a topology matrix.
+    #[error("cannot read {command}: {source}")]
+    TopologyOutput { command: String, source: plexus_proto::Error },
 
     /// A size on the command line (`--cache`, `--memory`, …) that does not parse.
     #[error("invalid size {input:?}: {reason}")]
@@ -324,6 +369,12 @@ impl Error {
             | Error::CollectiveName { .. }
             | Error::NoRequesterRails
             | Error::Config(_)
+            | Error::UnknownIsolation { .. }
+            | Error::NoGpuSelection
+            | Error::NotAGpuIndex { .. }
+            | Error::GpuListedTwice { .. }
+            | Error::NoSuchGpu { .. }
+            | Error::MetricsAddr { .. }
             | Error::Size { .. } => Code::InvalidArgument,
             Error::DataDirLocked { .. } => Code::FailedPrecondition,
             Error::PushUnauthenticated => Code::Unauthenticated,
@@ -362,6 +413,11 @@ impl Error {
             | Error::Spawn { .. }
             | Error::Wait(_)
             | Error::Isolation { .. }
+            | Error::TopologyIo { .. }
+            | Error::TopologyTooLong { .. }
+            | Error::TopologyFailed { .. }
+            | Error::TopologyTimeout { .. }
+            | Error::TopologyOutput { .. }
             | Error::Exit { .. }
             | Error::Serve(_)
             | Error::Join(_) => Code::Internal,
@@ -377,19 +433,12 @@ impl From<Error> for tonic::Status {
     }
 }
 
-/// A byte count as the reports say it: `64 MiB`, `1.5 GiB`, `100 bytes`.
-fn human_bytes(n: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for (size, unit) in UNITS {
-        if n >= size {
-            return if n.is_multiple_of(size) {
-                format!("{} {unit}", n / size)
-            } else {
-                format!("{:.1} {unit}", n as f64 / size as f64)
-            };
-        }
+/// Device indices as a list people read: `0, 1, 2`, or `none`.
+fn index_list(indices: &[u32]) -> String {
+    if indices.is_empty() {
+        return "none".to_string();
     }
-    format!("{n} bytes")
+    indices.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// The library's result type.
@@ -449,10 +498,11 @@ mod tests {
 
     #[test]
     fn byte_counts_read_as_people_write_them() {
-        assert_eq!(human_bytes(64 << 20), "64 MiB");
+        assert_eq!(human_bytes(64 << 20), "64.0 MiB");
         assert_eq!(human_bytes(3 << 29), "1.5 GiB");
-        assert_eq!(human_bytes(1 << 40), "1 TiB");
+        assert_eq!(human_bytes(1 << 40), "1.0 TiB");
         assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(100), "100 bytes");
+        assert_eq!(human_bytes(100), "100 B");
+        assert_eq!(Error::OutOfMemory { limit: 64 << 20 }.to_string(), "killed: out of memory (limit 64.0 MiB)");
     }
 }

@@ -517,7 +517,7 @@ struct NodeGpusFound {
 impl NodeGpusFound {
     async fn detect(config: &Config) -> Result<NodeGpusFound> {
         let detected = node::detect_gpus().await;
-        let offered = config.gpus.apply(&detected).map_err(Error::Config)?;
+        let offered = config.gpus.apply(&detected)?;
         let (links, numa) = if offered.is_empty() { Default::default() } else { gpu_topology(&offered).await };
         Ok(NodeGpusFound { detected: detected.len(), offered, links, numa })
     }

@@ -14,6 +14,8 @@ use plexus_proto::pb;
 use plexus_proto::topology::{GpuTopo, MAX_TOPO_BYTES, parse_topo_matrix};
 use tracing::{debug, warn};
 
+use crate::error::{Error, Result};
+
 /// How long `nvidia-smi` may take before we give up on it: it normally answers in well under a
 /// second, but a wedged driver can make it hang, and a worker must still start without GPUs.
 const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(10);
@@ -159,43 +161,44 @@ const NVIDIA_SMI_TOPO_TIMEOUT: Duration = Duration::from_secs(10);
 /// ([`NVIDIA_SMI_TOPO_TIMEOUT`]) and output ([`MAX_TOPO_BYTES`]). An error says why (no
 /// nvidia-smi, a failure, a hang, too much or unreadable output); the caller logs it and reports
 /// no links, which the coordinator reads as every pair at `SYS`.
-pub async fn detect_topology() -> Result<GpuTopo, String> {
+pub async fn detect_topology() -> Result<GpuTopo> {
     read_topology("nvidia-smi", &["topo", "-m"], NVIDIA_SMI_TOPO_TIMEOUT).await
 }
 
 /// [`detect_topology`] with the command and the time limit as parameters, for tests.
-async fn read_topology(program: &str, args: &[&str], limit: Duration) -> Result<GpuTopo, String> {
+async fn read_topology(program: &str, args: &[&str], limit: Duration) -> Result<GpuTopo> {
     use tokio::io::AsyncReadExt;
     let what = std::iter::once(program).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let io = |action: &'static str| {
+        let command = what.clone();
+        move |source| Error::TopologyIo { action, command, source }
+    };
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {what}: {e}"))?;
-    let stdout = child.stdout.take().ok_or_else(|| format!("{what}: no stdout"))?;
+    let mut child = cmd.spawn().map_err(io("cannot run"))?;
+    let stdout = child.stdout.take().ok_or_else(|| io("reading")(std::io::Error::other("no stdout")))?;
     let run = async {
         let mut out = Vec::new();
         // One byte past the bound tells "too much" from "exactly the bound".
-        stdout
-            .take(MAX_TOPO_BYTES as u64 + 1)
-            .read_to_end(&mut out)
-            .await
-            .map_err(|e| format!("reading {what}: {e}"))?;
+        stdout.take(MAX_TOPO_BYTES as u64 + 1).read_to_end(&mut out).await.map_err(io("reading"))?;
         if out.len() > MAX_TOPO_BYTES {
-            return Err(format!("{what} printed more than {MAX_TOPO_BYTES} bytes"));
+            return Err(Error::TopologyTooLong { command: what.clone(), max: MAX_TOPO_BYTES });
         }
-        let status = child.wait().await.map_err(|e| format!("waiting for {what}: {e}"))?;
+        let status = child.wait().await.map_err(io("waiting for"))?;
         if !status.success() {
-            return Err(format!("{what} failed ({status})"));
+            return Err(Error::TopologyFailed { command: what.clone(), status });
         }
         Ok(out)
     };
     // On every early return the child is dropped, and `kill_on_drop` ends it.
-    let out =
-        tokio::time::timeout(limit, run).await.map_err(|_| format!("{what} did not answer within {limit:?}"))??;
-    parse_topo_matrix(&String::from_utf8_lossy(&out)).map_err(|e| format!("cannot read {what}: {e}"))
+    let out = tokio::time::timeout(limit, run)
+        .await
+        .map_err(|_| Error::TopologyTimeout { command: what.clone(), after: limit })??;
+    parse_topo_matrix(&String::from_utf8_lossy(&out)).map_err(|source| Error::TopologyOutput { command: what, source })
 }
 
 /// What the registration reports of the offered GPUs' topology: the links among them
@@ -224,20 +227,18 @@ pub enum GpuSelection {
 }
 
 /// Parses `--gpus`: `all`, `none`, or comma-separated device indices (`0,2`).
-pub fn parse_gpu_selection(s: &str) -> Result<GpuSelection, String> {
+pub fn parse_gpu_selection(s: &str) -> Result<GpuSelection> {
     match s.trim() {
         "all" => return Ok(GpuSelection::All),
         "none" => return Ok(GpuSelection::None),
-        "" => return Err("expected all, none or device indices such as 0,2".into()),
+        "" => return Err(Error::NoGpuSelection),
         _ => {}
     }
     let mut list = Vec::new();
     for part in s.split(',').map(str::trim) {
-        let i: u32 = part
-            .parse()
-            .map_err(|_| format!("{part:?} is not a GPU index (expected all, none or indices such as 0,2)"))?;
+        let i: u32 = part.parse().map_err(|_| Error::NotAGpuIndex { part: part.to_string() })?;
         if list.contains(&i) {
-            return Err(format!("GPU {i} is listed twice"));
+            return Err(Error::GpuListedTwice { index: i });
         }
         list.push(i);
     }
@@ -247,7 +248,7 @@ pub fn parse_gpu_selection(s: &str) -> Result<GpuSelection, String> {
 impl GpuSelection {
     /// The devices offered out of those detected, in index order; an index the node does not
     /// have is an error naming it.
-    pub fn apply(&self, detected: &[GpuDevice]) -> Result<Vec<GpuDevice>, String> {
+    pub fn apply(&self, detected: &[GpuDevice]) -> Result<Vec<GpuDevice>> {
         let mut offered: Vec<GpuDevice> = match self {
             GpuSelection::All => detected.to_vec(),
             GpuSelection::None => Vec::new(),
@@ -257,9 +258,8 @@ impl GpuSelection {
                     match detected.iter().find(|d| d.index == *i) {
                         Some(d) => v.push(d.clone()),
                         None => {
-                            let have: Vec<String> = detected.iter().map(|d| d.index.to_string()).collect();
-                            let have = if have.is_empty() { "none".to_string() } else { have.join(", ") };
-                            return Err(format!("--gpus: this node has no GPU {i} (nvidia-smi lists: {have})"));
+                            let have = detected.iter().map(|d| d.index).collect();
+                            return Err(Error::NoSuchGpu { index: *i, have });
                         }
                     }
                 }
@@ -423,14 +423,14 @@ mod tests {
 
     #[test]
     fn gpu_selections_parse_and_name_what_is_missing() {
-        assert_eq!(parse_gpu_selection("all"), Ok(GpuSelection::All));
-        assert_eq!(parse_gpu_selection("none"), Ok(GpuSelection::None));
-        assert_eq!(parse_gpu_selection("0,2"), Ok(GpuSelection::Only(vec![0, 2])));
-        assert_eq!(parse_gpu_selection(" 3 , 1 "), Ok(GpuSelection::Only(vec![3, 1])));
+        assert_eq!(parse_gpu_selection("all").unwrap(), GpuSelection::All);
+        assert_eq!(parse_gpu_selection("none").unwrap(), GpuSelection::None);
+        assert_eq!(parse_gpu_selection("0,2").unwrap(), GpuSelection::Only(vec![0, 2]));
+        assert_eq!(parse_gpu_selection(" 3 , 1 ").unwrap(), GpuSelection::Only(vec![3, 1]));
         assert!(parse_gpu_selection("").is_err());
-        assert!(parse_gpu_selection("0,,1").unwrap_err().contains("\"\" is not a GPU index"));
-        assert!(parse_gpu_selection("gpu0").unwrap_err().contains("\"gpu0\" is not a GPU index"));
-        assert_eq!(parse_gpu_selection("1,1").unwrap_err(), "GPU 1 is listed twice");
+        assert!(parse_gpu_selection("0,,1").unwrap_err().to_string().contains("\"\" is not a GPU index"));
+        assert!(parse_gpu_selection("gpu0").unwrap_err().to_string().contains("\"gpu0\" is not a GPU index"));
+        assert_eq!(parse_gpu_selection("1,1").unwrap_err().to_string(), "GPU 1 is listed twice");
 
         let node = [device(0), device(1), device(2)];
         let idx = |v: Vec<GpuDevice>| v.iter().map(|d| d.index).collect::<Vec<_>>();
@@ -438,11 +438,11 @@ mod tests {
         assert_eq!(idx(GpuSelection::None.apply(&node).unwrap()), Vec::<u32>::new());
         assert_eq!(idx(GpuSelection::Only(vec![2, 0]).apply(&node).unwrap()), [0, 2]);
         assert_eq!(
-            GpuSelection::Only(vec![0, 5]).apply(&node).unwrap_err(),
+            GpuSelection::Only(vec![0, 5]).apply(&node).unwrap_err().to_string(),
             "--gpus: this node has no GPU 5 (nvidia-smi lists: 0, 1, 2)"
         );
         assert_eq!(
-            GpuSelection::Only(vec![0]).apply(&[]).unwrap_err(),
+            GpuSelection::Only(vec![0]).apply(&[]).unwrap_err().to_string(),
             "--gpus: this node has no GPU 0 (nvidia-smi lists: none)"
         );
     }
@@ -504,11 +504,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_broken_topology_command_is_an_error_not_a_hang() {
-        let e = read_topology("/nonexistent/nvidia-smi", &["topo", "-m"], Duration::from_secs(10)).await.unwrap_err();
+        let e = read_topology("/nonexistent/nvidia-smi", &["topo", "-m"], Duration::from_secs(10))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("cannot run /nonexistent/nvidia-smi topo -m"), "{e}");
-        let e = read_topology("false", &[], Duration::from_secs(10)).await.unwrap_err();
+        let e = read_topology("false", &[], Duration::from_secs(10)).await.unwrap_err().to_string();
         assert!(e.contains("false failed"), "{e}");
-        let e = read_topology("echo", &["No devices were found"], Duration::from_secs(10)).await.unwrap_err();
+        let e =
+            read_topology("echo", &["No devices were found"], Duration::from_secs(10)).await.unwrap_err().to_string();
         assert!(e.contains("no matrix header"), "{e}");
         let e = read_topology(
             "sh",
@@ -516,13 +520,14 @@ mod tests {
             Duration::from_secs(10),
         )
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("line 2") && e.contains("NV9000"), "{e}");
         // Endless output is cut at the bound, and the command is killed.
-        let e = read_topology("yes", &["GPU0"], Duration::from_secs(30)).await.unwrap_err();
+        let e = read_topology("yes", &["GPU0"], Duration::from_secs(30)).await.unwrap_err().to_string();
         assert!(e.contains(&format!("printed more than {MAX_TOPO_BYTES} bytes")), "{e}");
         // A command that never answers: the limit (short here, so the test does not wait).
-        let e = read_topology("sleep", &["30"], Duration::from_millis(200)).await.unwrap_err();
+        let e = read_topology("sleep", &["30"], Duration::from_millis(200)).await.unwrap_err().to_string();
         assert!(e.contains("did not answer within 200ms"), "{e}");
     }
 

@@ -58,105 +58,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut failed = Vec::new();
     let mut costs = Vec::new();
     for &(workers, load) in &args.configs {
-        let mut config = GangConfig::new(workers, load);
-        if let Some(w) = args.window_s {
-            config.window_s = w;
-        }
-        if let Some(t) = args.timeout_ms {
-            config.gang_timeout_ms = t;
-        }
-        writeln!(
-            out,
-            "\n== {workers} workers × {} cores, load {load}: arrivals over {} s; gangs of {}–{} members × {:?} cores for {}–{} s ({:.0}% of the work), gang_timeout {} ms; small tasks 1 core for {}–{} s; placer {}",
-            config.cores,
-            config.window_s,
-            config.members.0,
-            config.members.1,
-            config.member_cores,
-            config.gang_s.0,
-            config.gang_s.1,
-            config.gang_share * 100.0,
-            config.gang_timeout_ms,
-            config.small_s.0,
-            config.small_s.1,
-            args.placer,
-        )?;
-        let mut runs: Vec<(GangWorkload, Comparison)> = Vec::new();
-        for seed in 1..=args.seeds {
-            let w = GangWorkload::generate(&config, seed)?;
-            let c = gangs::compare(&w, &opts)?;
-            runs.push((w, c));
-        }
-        for (w, _) in &runs {
-            writeln!(
-                out,
-                "seed {}: {} gangs, {} small tasks, offered load {:.2}",
-                w.seed,
-                w.gangs().count(),
-                w.smalls().count(),
-                w.offered_load()
-            )?;
-        }
-        gangs::print_header(out)?;
-        for (w, c) in &runs {
-            if !gangs::print_comparison(out, &format!("{}", w.seed), w, c)? {
-                failed.push(format!("{workers}:{load} seed {}", w.seed));
-            }
-        }
-        // Means over the seeds, one row per scheduler.
-        let mean = |f: &dyn Fn(&Comparison) -> [f64; 3]| -> [f64; 3] {
-            let mut s = [0.0; 3];
-            for (_, c) in &runs {
-                for (a, b) in s.iter_mut().zip(f(c)) {
-                    *a += b / runs.len() as f64;
-                }
-            }
-            s
-        };
-        let gw = mean(&|c| [c.ours.mean_gang_wait_s(), c.naive.mean_gang_wait_s(), c.fifo.mean_gang_wait_s()]);
-        let sw = mean(&|c| [c.ours.mean_small_wait_s(), c.naive.mean_small_wait_s(), c.fifo.mean_small_wait_s()]);
-        let ut = mean(&|c| [c.ours.utilisation(), c.naive.utilisation(), c.fifo.utilisation()]);
-        let ps = mean(&|c| [c.ours.partial_starts as f64, c.naive.partial_starts as f64, c.fifo.partial_starts as f64]);
-        let dl = mean(&|c| [c.ours.deadlocks() as f64, c.naive.deadlocks() as f64, c.fifo.deadlocks() as f64]);
-        writeln!(
-            out,
-            "mean over {} seeds: {:<14} {:>14} {:>14} {:>14}",
-            runs.len(),
-            "",
-            "ours",
-            "naive",
-            "strict-fifo"
-        )?;
-        for (name, v, scale, unit) in [
-            ("partial starts", ps, 1.0, ""),
-            ("deadlocks", dl, 1.0, ""),
-            ("gang wait", gw, 1.0, " s"),
-            ("small wait", sw, 1.0, " s"),
-            ("utilisation", ut, 100.0, " %"),
-        ] {
-            writeln!(
-                out,
-                "{:>20} {name:<14} {:>12.2}{unit:2} {:>12.2}{unit:2} {:>12.2}{unit:2}",
-                "",
-                v[0] * scale,
-                v[1] * scale,
-                v[2] * scale
-            )?;
-        }
-        let total = |k: usize| runs.iter().map(|(_, c)| c.wall[k]).sum::<Duration>();
-        let items: usize = runs.iter().map(|(w, _)| w.items.len()).sum();
-        let rounds =
-            |k: usize| runs.iter().map(|(_, c)| [c.ours.rounds, c.naive.rounds, c.fifo.rounds][k]).sum::<u64>();
-        costs.push(format!(
-            "{workers:>3} workers, load {load}: {items} items over {} seeds; ours {:.2} s ({} rounds), naive {:.2} s ({} rounds), strict-fifo {:.2} s ({} rounds)",
-            runs.len(),
-            total(0).as_secs_f64(),
-            rounds(0),
-            total(1).as_secs_f64(),
-            rounds(1),
-            total(2).as_secs_f64(),
-            rounds(2),
-        ));
+        costs.push(run_config(out, &args, &opts, (workers, load), &mut failed)?);
     }
     writeln!(
         out,
@@ -172,6 +74,112 @@ fn main() -> Result<(), Box<dyn Error>> {
         writeln!(out, "\nevery target met on every workload")?;
     } else {
         writeln!(out, "\ntargets not all met on: {}", failed.join(", "))?;
+    }
+    Ok(())
+}
+
+/// One `workers:load` configuration over every seed: its workloads, each seed's comparison
+/// (a workload that misses a target goes into `failed`), the means; returns its cost line.
+fn run_config(
+    out: &mut impl Write,
+    args: &Args,
+    opts: &Options,
+    (workers, load): (u32, f64),
+    failed: &mut Vec<String>,
+) -> Result<String, Box<dyn Error>> {
+    let mut config = GangConfig::new(workers, load);
+    if let Some(w) = args.window_s {
+        config.window_s = w;
+    }
+    if let Some(t) = args.timeout_ms {
+        config.gang_timeout_ms = t;
+    }
+    writeln!(
+        out,
+        "\n== {workers} workers × {} cores, load {load}: arrivals over {} s; gangs of {}–{} members × {:?} cores for {}–{} s ({:.0}% of the work), gang_timeout {} ms; small tasks 1 core for {}–{} s; placer {}",
+        config.cores,
+        config.window_s,
+        config.members.0,
+        config.members.1,
+        config.member_cores,
+        config.gang_s.0,
+        config.gang_s.1,
+        config.gang_share * 100.0,
+        config.gang_timeout_ms,
+        config.small_s.0,
+        config.small_s.1,
+        args.placer,
+    )?;
+    let mut runs: Vec<(GangWorkload, Comparison)> = Vec::new();
+    for seed in 1..=args.seeds {
+        let w = GangWorkload::generate(&config, seed)?;
+        let c = gangs::compare(&w, opts)?;
+        runs.push((w, c));
+    }
+    for (w, _) in &runs {
+        writeln!(
+            out,
+            "seed {}: {} gangs, {} small tasks, offered load {:.2}",
+            w.seed,
+            w.gangs().count(),
+            w.smalls().count(),
+            w.offered_load()
+        )?;
+    }
+    gangs::print_header(&mut *out)?;
+    for (w, c) in &runs {
+        if !gangs::print_comparison(&mut *out, &format!("{}", w.seed), w, c)? {
+            failed.push(format!("{workers}:{load} seed {}", w.seed));
+        }
+    }
+    print_means(out, &runs)?;
+    let total = |k: usize| runs.iter().map(|(_, c)| c.wall[k]).sum::<Duration>();
+    let items: usize = runs.iter().map(|(w, _)| w.items.len()).sum();
+    let rounds = |k: usize| runs.iter().map(|(_, c)| [c.ours.rounds, c.naive.rounds, c.fifo.rounds][k]).sum::<u64>();
+    Ok(format!(
+        "{workers:>3} workers, load {load}: {items} items over {} seeds; ours {:.2} s ({} rounds), naive {:.2} s ({} rounds), strict-fifo {:.2} s ({} rounds)",
+        runs.len(),
+        total(0).as_secs_f64(),
+        rounds(0),
+        total(1).as_secs_f64(),
+        rounds(1),
+        total(2).as_secs_f64(),
+        rounds(2),
+    ))
+}
+
+/// Means over the seeds, one row per figure, one column per scheduler.
+fn print_means(out: &mut impl Write, runs: &[(GangWorkload, Comparison)]) -> Result<(), Box<dyn Error>> {
+    let mean = |f: &dyn Fn(&Comparison) -> [f64; 3]| -> [f64; 3] {
+        let mut s = [0.0; 3];
+        for (_, c) in runs {
+            for (a, b) in s.iter_mut().zip(f(c)) {
+                *a += b / runs.len() as f64;
+            }
+        }
+        s
+    };
+    let gw = mean(&|c| [c.ours.mean_gang_wait_s(), c.naive.mean_gang_wait_s(), c.fifo.mean_gang_wait_s()]);
+    let sw = mean(&|c| [c.ours.mean_small_wait_s(), c.naive.mean_small_wait_s(), c.fifo.mean_small_wait_s()]);
+    let ut = mean(&|c| [c.ours.utilisation(), c.naive.utilisation(), c.fifo.utilisation()]);
+    let ps = mean(&|c| [c.ours.partial_starts as f64, c.naive.partial_starts as f64, c.fifo.partial_starts as f64]);
+    let dl = mean(&|c| [c.ours.deadlocks() as f64, c.naive.deadlocks() as f64, c.fifo.deadlocks() as f64]);
+    writeln!(out, "mean over {} seeds: {:<14} {:>14} {:>14} {:>14}", runs.len(), "", "ours", "naive", "strict-fifo")?;
+    for (name, v, scale, unit) in [
+        ("partial starts", ps, 1.0, ""),
+        ("deadlocks", dl, 1.0, ""),
+        ("gang wait", gw, 1.0, " s"),
+        ("small wait", sw, 1.0, " s"),
+        ("utilisation", ut, 100.0, " %"),
+    ] {
+        writeln!(
+            out,
+            "{:>20} {name:<14} {:>12.2}{unit:2} {:>12.2}{unit:2} {:>12.2}{unit:2}",
+            "",
+            v[0] * scale,
+            v[1] * scale,
+            v[2] * scale
+        )?;
     }
     Ok(())
 }

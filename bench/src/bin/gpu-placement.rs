@@ -402,80 +402,8 @@ fn searches(
         )?;
         for &gpus in &args.sizes {
             for &members in &args.members {
-                let mut acc = vec![Acc::default(); CONTENDERS.len()];
-                for seed in 0..args.seeds {
-                    let cluster = GpuCluster::generate(&GpuClusterConfig { busy, ..GpuClusterConfig::new(gpus) }, seed);
-                    let kind = Kind::TRAINING[seed as usize % Kind::TRAINING.len()];
-                    let (problem, _) =
-                        cluster.problem(gang(kind, members, cluster.config.device_memory), true, Weights::default())?;
-                    let found: Vec<_> = CONTENDERS
-                        .iter()
-                        .map(
-                            |&(_, algo, oracle)| {
-                                if oracle { run(&problem, truth, algo, seed) } else { run(&problem, mlp, algo, seed) }
-                            },
-                        )
-                        .collect();
-                    // The gang does not fit this cluster: nothing to compare.
-                    if found[index("greedy")].0.is_err() {
-                        continue;
-                    }
-                    let scored: Vec<Option<(f64, f64, f64)>> = found
-                        .iter()
-                        .map(|(f, ms)| {
-                            f.as_ref()
-                                .ok()
-                                .map(|p| (p.objective, Evaluator::new(&problem, truth).objective(&p.assignment), *ms))
-                        })
-                        .collect();
-                    let true_optimum = scored[index("exhaustive*")].map(|s| s.1);
-                    for (k, &(_, _, oracle)) in CONTENDERS.iter().enumerate() {
-                        let Some((model, true_score, ms)) = scored[k] else { continue };
-                        let (greedy, optimum) = if oracle {
-                            (index("greedy*"), index("exhaustive*"))
-                        } else {
-                            (index("greedy"), index("exhaustive"))
-                        };
-                        let a = &mut acc[k];
-                        a.model.push(model);
-                        a.truth.push(true_score);
-                        a.ms.push(ms);
-                        if let Some((o, _, _)) = scored[optimum] {
-                            a.gap_model.push(model / o - 1.0);
-                        }
-                        if let Some(o) = true_optimum {
-                            a.gap_truth.push(true_score / o - 1.0);
-                        }
-                        let (gm, gt, _) = scored[greedy].expect("greedy fits");
-                        a.gain_model.push(1.0 - model / gm);
-                        a.gain_truth.push(1.0 - true_score / gt);
-                    }
-                }
-                for (k, (name, _, _)) in CONTENDERS.iter().enumerate() {
-                    let a = &acc[k];
-                    if a.model.is_empty() {
-                        let why = if acc[index("greedy")].model.is_empty() {
-                            "the gang fits no cluster"
-                        } else {
-                            "refused (too many assignments)"
-                        };
-                        writeln!(out, "{gpus:>5} {members:>4} {name:<16} {:>3} {why}", 0)?;
-                        continue;
-                    }
-                    writeln!(
-                        out,
-                        "{gpus:>5} {members:>4} {name:<16} {:>3} {:>9.4} {:>9.4} {:>13} {:>13} {:>10.2} {:>10.2} {:>8.3} {:>8.3}",
-                        a.model.len(),
-                        mean(&a.model),
-                        mean(&a.truth),
-                        pct(&a.gap_model),
-                        pct(&a.gap_truth),
-                        100.0 * mean(&a.gain_model),
-                        100.0 * mean(&a.gain_truth),
-                        median(&a.ms),
-                        max(&a.ms)
-                    )?;
-                }
+                let acc = search_instances(args, truth, mlp, busy, gpus, members)?;
+                print_search_row(out, gpus, members, &acc)?;
                 results.push(((busy, gpus, members), acc));
             }
         }
@@ -491,6 +419,93 @@ fn searches(
     Ok(results)
 }
 
+/// Every contender's figures on `args.seeds` clusters of `gpus` GPUs (`busy` of them busy) and a
+/// gang of `members`; the seeds where the gang fits no cluster are left out.
+fn search_instances(
+    args: &Args,
+    truth: &GroundTruth,
+    mlp: &Predictor,
+    busy: f64,
+    gpus: usize,
+    members: usize,
+) -> Result<Vec<Acc>, Box<dyn Error>> {
+    let mut acc = vec![Acc::default(); CONTENDERS.len()];
+    for seed in 0..args.seeds {
+        let cluster = GpuCluster::generate(&GpuClusterConfig { busy, ..GpuClusterConfig::new(gpus) }, seed);
+        let kind = Kind::TRAINING[seed as usize % Kind::TRAINING.len()];
+        let (problem, _) =
+            cluster.problem(gang(kind, members, cluster.config.device_memory), true, Weights::default())?;
+        let found: Vec<_> = CONTENDERS
+            .iter()
+            .map(
+                |&(_, algo, oracle)| {
+                    if oracle { run(&problem, truth, algo, seed) } else { run(&problem, mlp, algo, seed) }
+                },
+            )
+            .collect();
+        // The gang does not fit this cluster: nothing to compare.
+        if found[index("greedy")].0.is_err() {
+            continue;
+        }
+        let scored: Vec<Option<(f64, f64, f64)>> = found
+            .iter()
+            .map(|(f, ms)| {
+                f.as_ref().ok().map(|p| (p.objective, Evaluator::new(&problem, truth).objective(&p.assignment), *ms))
+            })
+            .collect();
+        let true_optimum = scored[index("exhaustive*")].map(|s| s.1);
+        for (k, &(_, _, oracle)) in CONTENDERS.iter().enumerate() {
+            let Some((model, true_score, ms)) = scored[k] else { continue };
+            let (greedy, optimum) =
+                if oracle { (index("greedy*"), index("exhaustive*")) } else { (index("greedy"), index("exhaustive")) };
+            let a = &mut acc[k];
+            a.model.push(model);
+            a.truth.push(true_score);
+            a.ms.push(ms);
+            if let Some((o, _, _)) = scored[optimum] {
+                a.gap_model.push(model / o - 1.0);
+            }
+            if let Some(o) = true_optimum {
+                a.gap_truth.push(true_score / o - 1.0);
+            }
+            let (gm, gt, _) = scored[greedy].expect("greedy fits");
+            a.gain_model.push(1.0 - model / gm);
+            a.gain_truth.push(1.0 - true_score / gt);
+        }
+    }
+    Ok(acc)
+}
+
+/// One row per contender of [`searches`]' table.
+fn print_search_row(out: &mut impl Write, gpus: usize, members: usize, acc: &[Acc]) -> Result<(), Box<dyn Error>> {
+    for (k, (name, _, _)) in CONTENDERS.iter().enumerate() {
+        let a = &acc[k];
+        if a.model.is_empty() {
+            let why = if acc[index("greedy")].model.is_empty() {
+                "the gang fits no cluster"
+            } else {
+                "refused (too many assignments)"
+            };
+            writeln!(out, "{gpus:>5} {members:>4} {name:<16} {:>3} {why}", 0)?;
+            continue;
+        }
+        writeln!(
+            out,
+            "{gpus:>5} {members:>4} {name:<16} {:>3} {:>9.4} {:>9.4} {:>13} {:>13} {:>10.2} {:>10.2} {:>8.3} {:>8.3}",
+            a.model.len(),
+            mean(&a.model),
+            mean(&a.truth),
+            pct(&a.gap_model),
+            pct(&a.gap_truth),
+            100.0 * mean(&a.gain_model),
+            100.0 * mean(&a.gain_truth),
+            median(&a.ms),
+            max(&a.ms)
+        )?;
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // (c) Job completion times.
 
@@ -499,25 +514,7 @@ type JctResults = Vec<((usize, f64), Vec<(String, Vec<f64>)>)>;
 
 fn jcts(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write) -> Result<JctResults, Box<dyn Error>> {
     // (placer, the placer it is compared with)
-    let placers: Vec<(Placer, Option<&str>)> = {
-        let p = |name: &str, search, model: &'static dyn InterferenceModel| Placer {
-            name: name.into(),
-            search,
-            model,
-            weights: Weights::default(),
-        };
-        // A placer borrows its model for the benchmark's whole run; one leaked copy of each.
-        let mlp: &'static Predictor = Box::leak(Box::new(mlp.clone()));
-        let oracle: &'static GroundTruth = Box::leak(Box::new(truth.clone()));
-        vec![
-            (p("sfla", Search::Sfla(SflaParams::default()), mlp), Some("greedy")),
-            (p("greedy", Search::Greedy, mlp), None),
-            (p("topology-greedy", Search::TopologyGreedy, mlp), Some("greedy")),
-            (p("random", Search::Random, mlp), Some("greedy")),
-            (p("sfla*", Search::Sfla(SflaParams::default()), oracle), Some("greedy*")),
-            (p("greedy*", Search::Greedy, oracle), Some("greedy")),
-        ]
-    };
+    let placers = jct_placers(truth, mlp);
     let base = JctConfig::new(8, 1.0);
     writeln!(
         out,
@@ -551,40 +548,7 @@ fn jcts(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write)
     let mut results = JctResults::new();
     for &gpus in &args.jct_gpus {
         for &load in &args.jct_loads {
-            // Per placer: per seed (mean JCT, p95, makespan, wait, stretch, jobs, sync), and wall time.
-            let mut per: Vec<(Vec<[f64; 7]>, f64)> = vec![(Vec::new(), 0.0); placers.len()];
-            for seed in 0..args.jct_seeds {
-                let config = JctConfig {
-                    cluster: GpuClusterConfig { busy: args.jct_busy, ..GpuClusterConfig::new(gpus) },
-                    jobs: args.jct_jobs,
-                    share: args.jct_share,
-                    ..JctConfig::new(gpus, load)
-                };
-                let w = JctWorkload::generate(&config, seed)?;
-                for (k, (placer, _)) in placers.iter().enumerate() {
-                    let started = Instant::now();
-                    let r: JctReport = jct::simulate(&w, truth, placer)?;
-                    per[k].1 += started.elapsed().as_secs_f64();
-                    let sync = mean(
-                        &r.jobs
-                            .iter()
-                            .map(|o| {
-                                w.jobs[o.id].iterations as f64 * jct::sync_ms(&w.cluster, w.jobs[o.id].kind, &o.gpus)
-                                    / o.solo_ms
-                            })
-                            .collect::<Vec<_>>(),
-                    );
-                    per[k].0.push([
-                        r.mean_jct_ms(),
-                        r.p95_jct_ms(),
-                        r.makespan_ms(),
-                        r.mean_wait_ms(),
-                        r.mean_stretch(),
-                        r.jobs.len() as f64,
-                        sync,
-                    ]);
-                }
-            }
+            let per = jct_runs(args, truth, &placers, gpus, load)?;
             let column = |k: usize, c: usize| per[k].0.iter().map(|v| v[c]).collect::<Vec<f64>>();
             for (k, (placer, base)) in placers.iter().enumerate() {
                 let (vs, each) = match base {
@@ -630,6 +594,75 @@ fn jcts(args: &Args, truth: &GroundTruth, mlp: &Predictor, out: &mut impl Write)
          the simulations' wall time, all seeds."
     )?;
     Ok(results)
+}
+
+/// The placers the JCT simulation compares, each with the placer it is compared with.
+fn jct_placers(truth: &GroundTruth, mlp: &Predictor) -> Vec<(Placer<'static>, Option<&'static str>)> {
+    let p = |name: &str, search, model: &'static dyn InterferenceModel| Placer {
+        name: name.into(),
+        search,
+        model,
+        weights: Weights::default(),
+    };
+    // A placer borrows its model for the benchmark's whole run; one leaked copy of each.
+    let mlp: &'static Predictor = Box::leak(Box::new(mlp.clone()));
+    let oracle: &'static GroundTruth = Box::leak(Box::new(truth.clone()));
+    vec![
+        (p("sfla", Search::Sfla(SflaParams::default()), mlp), Some("greedy")),
+        (p("greedy", Search::Greedy, mlp), None),
+        (p("topology-greedy", Search::TopologyGreedy, mlp), Some("greedy")),
+        (p("random", Search::Random, mlp), Some("greedy")),
+        (p("sfla*", Search::Sfla(SflaParams::default()), oracle), Some("greedy*")),
+        (p("greedy*", Search::Greedy, oracle), Some("greedy")),
+    ]
+}
+
+/// One placer's runs: per seed (mean JCT, p95, makespan, wait, stretch, jobs, sync), and the
+/// simulations' wall time.
+type PlacerRuns = (Vec<[f64; 7]>, f64);
+
+/// Per placer of `placers`, its runs on `gpus` GPUs at `load`.
+fn jct_runs(
+    args: &Args,
+    truth: &GroundTruth,
+    placers: &[(Placer, Option<&str>)],
+    gpus: usize,
+    load: f64,
+) -> Result<Vec<PlacerRuns>, Box<dyn Error>> {
+    let mut per: Vec<PlacerRuns> = vec![(Vec::new(), 0.0); placers.len()];
+    for seed in 0..args.jct_seeds {
+        let config = JctConfig {
+            cluster: GpuClusterConfig { busy: args.jct_busy, ..GpuClusterConfig::new(gpus) },
+            jobs: args.jct_jobs,
+            share: args.jct_share,
+            ..JctConfig::new(gpus, load)
+        };
+        let w = JctWorkload::generate(&config, seed)?;
+        for (k, (placer, _)) in placers.iter().enumerate() {
+            let started = Instant::now();
+            let r: JctReport = jct::simulate(&w, truth, placer)?;
+            per[k].1 += started.elapsed().as_secs_f64();
+            let sync = mean(
+                &r.jobs
+                    .iter()
+                    .map(|o| {
+                        w.jobs[o.id].iterations as f64 * jct::sync_ms(&w.cluster, w.jobs[o.id].kind, &o.gpus)
+                            / o.solo_ms
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            per[k].0.push([
+                r.mean_jct_ms(),
+                r.p95_jct_ms(),
+                r.makespan_ms(),
+                r.mean_wait_ms(),
+                r.mean_stretch(),
+                r.jobs.len() as f64,
+                sync,
+            ]);
+        }
+    }
+    Ok(per)
 }
 
 // ---------------------------------------------------------------------------------------------

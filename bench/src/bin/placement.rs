@@ -202,9 +202,41 @@ const PASSES: usize = 4;
 const HISTORY: usize = 4;
 const RUN_WEIGHT: f64 = 2.0;
 
+/// (mix, nodes) → placer → mean response (ms), one entry per seed.
+type Means = BTreeMap<(usize, usize), BTreeMap<String, Vec<f64>>>;
+
+/// What the runs gather for the closing tables.
+#[derive(Default)]
+struct Tally {
+    means: Means,
+    /// Every (mix, nodes, seed) where `rl` did not beat the best heuristic on measured estimates.
+    losses: Vec<String>,
+    /// Placers in the order they ran.
+    order: Vec<String>,
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
     let mut out = std::io::stdout().lock();
+    print_header(&mut out, &args)?;
+    let mut tally = Tally::default();
+    for (mi, &mix) in args.mixes.iter().enumerate() {
+        for &nodes in &args.nodes {
+            for seed in 1..=args.seeds_at(nodes) {
+                run_seed(&mut out, &args, (mi, mix), nodes, seed, &mut tally)?;
+            }
+        }
+    }
+    // Placers in the order they ran, the bound last.
+    tally.order.retain(|n| n != BOUND);
+    tally.order.push(BOUND.to_string());
+    print_summary(&mut out, &args, &tally.order, &tally.means)?;
+    print_target(&mut out, &args, &tally.means)?;
+    print_losses(&mut out, &tally.losses)
+}
+
+/// What the learned placer runs with, and which placers see which estimates.
+fn print_header(out: &mut impl Write, args: &Args) -> Result<(), Box<dyn Error>> {
     writeln!(
         out,
         "rl: {} pass(es) per training step over its batches and those of {} earlier steps, \
@@ -225,71 +257,82 @@ fn main() -> Result<(), Box<dyn Error>> {
          workers report) for every placer but {FASTEST_EXACT}{} (the simulator's exact ones)",
         if args.exact_rl { " and rl-exact" } else { "" }
     )?;
-    // (mix, nodes) → placer → mean response (ms), one entry per seed.
-    let mut means: BTreeMap<(usize, usize), BTreeMap<String, Vec<f64>>> = BTreeMap::new();
-    // Every (mix, nodes, seed) where `rl` did not beat the best heuristic on measured estimates.
-    let mut losses: Vec<String> = Vec::new();
-    let mut order: Vec<String> = Vec::new();
-    for (mi, &mix) in args.mixes.iter().enumerate() {
-        for &nodes in &args.nodes {
-            for seed in 1..=args.seeds_at(nodes) {
-                let mut config = SimConfig::new(nodes, mix, seed);
-                config.workload.jobs = ((config.workload.jobs as f64 * args.scale).round() as usize).max(1);
-                let workload = Workload::generate(&config)?;
-                // The online warm-up: WARMUP_SCALE times the measured workload's jobs, another seed.
-                let mut warm = config.with_seed(seed + WARMUP_SEED_OFFSET);
-                warm.workload.jobs = (config.workload.jobs as f64 * WARMUP_SCALE).round() as usize;
-                let warmup = Workload::generate(&warm)?;
-                if seed == 1 {
-                    writeln!(out, "\n#### {} · {nodes} nodes\n{}", mix.name(), describe(&config, &workload))?;
-                }
-                let runs = run_all(&config, &workload, Some(&warmup), contenders(seed, &config, &args))?;
-                let title = format!(
-                    "\n{} · {nodes} nodes · seed {seed} · {} jobs, {} tasks (vs best: ÷ the best \
-                     heuristic on measured estimates)",
-                    mix.name(),
-                    workload.jobs.len(),
-                    workload.tasks()
-                );
-                print_table(&mut out, &title, &runs)?;
-                let best = best_heuristic(&runs);
-                let best_ms = best.map(|r| r.report.mean_response_ms()).unwrap_or(f64::NAN);
-                let bound = response_bound_ms(&config, &workload)?;
-                writeln!(
-                    out,
-                    "  bound: no placer can average below {bound:.0} ms (every task on its fastest \
-                     node, no wait, no fetch) = {:.2} × the best heuristic",
-                    bound / best_ms
-                )?;
-                let mean_of = |name: &str| runs.iter().find(|r| r.name == name).map(|r| r.report.mean_response_ms());
-                if let (Some(rl), Some(b)) = (mean_of("rl"), best)
-                    && rl >= best_ms
-                {
-                    let vs = |name: &str| mean_of(name).map(|m| format!("{:.2}", rl / m)).unwrap_or_else(|| "-".into());
-                    losses.push(format!(
-                        "{} · {nodes} nodes · seed {seed}: rl {rl:.0} ms, best heuristic {} \
-                         {best_ms:.0} ms ({:.2}×); rl ÷ fastest {}, ÷ locality {}, ÷ {FASTEST_EXACT} {}",
-                        mix.name(),
-                        b.name,
-                        rl / best_ms,
-                        vs(FASTEST),
-                        vs("locality"),
-                        vs(FASTEST_EXACT),
-                    ));
-                }
-                let row = means.entry((mi, nodes)).or_default();
-                let figures =
-                    runs.iter().map(|r| (r.name.as_str(), r.report.mean_response_ms())).chain([(BOUND, bound)]);
-                for (name, ms) in figures {
-                    if !order.iter().any(|n| n == name) {
-                        order.push(name.to_string());
-                    }
-                    row.entry(name.to_string()).or_default().push(ms);
-                }
-            }
-        }
-    }
+    Ok(())
+}
 
+/// One workload (mix `mi`, `nodes`, `seed`): every contender on it, its table and bound, and
+/// its figures into `tally`.
+fn run_seed(
+    out: &mut impl Write,
+    args: &Args,
+    (mi, mix): (usize, Mix),
+    nodes: usize,
+    seed: u64,
+    tally: &mut Tally,
+) -> Result<(), Box<dyn Error>> {
+    let mut config = SimConfig::new(nodes, mix, seed);
+    config.workload.jobs = ((config.workload.jobs as f64 * args.scale).round() as usize).max(1);
+    let workload = Workload::generate(&config)?;
+    // The online warm-up: WARMUP_SCALE times the measured workload's jobs, another seed.
+    let mut warm = config.with_seed(seed + WARMUP_SEED_OFFSET);
+    warm.workload.jobs = (config.workload.jobs as f64 * WARMUP_SCALE).round() as usize;
+    let warmup = Workload::generate(&warm)?;
+    if seed == 1 {
+        writeln!(out, "\n#### {} · {nodes} nodes\n{}", mix.name(), describe(&config, &workload))?;
+    }
+    let runs = run_all(&config, &workload, Some(&warmup), contenders(seed, &config, args))?;
+    let title = format!(
+        "\n{} · {nodes} nodes · seed {seed} · {} jobs, {} tasks (vs best: ÷ the best \
+         heuristic on measured estimates)",
+        mix.name(),
+        workload.jobs.len(),
+        workload.tasks()
+    );
+    print_table(&mut *out, &title, &runs)?;
+    let best = best_heuristic(&runs);
+    let best_ms = best.map(|r| r.report.mean_response_ms()).unwrap_or(f64::NAN);
+    let bound = response_bound_ms(&config, &workload)?;
+    writeln!(
+        out,
+        "  bound: no placer can average below {bound:.0} ms (every task on its fastest \
+         node, no wait, no fetch) = {:.2} × the best heuristic",
+        bound / best_ms
+    )?;
+    let mean_of = |name: &str| runs.iter().find(|r| r.name == name).map(|r| r.report.mean_response_ms());
+    if let (Some(rl), Some(b)) = (mean_of("rl"), best)
+        && rl >= best_ms
+    {
+        let vs = |name: &str| mean_of(name).map(|m| format!("{:.2}", rl / m)).unwrap_or_else(|| "-".into());
+        tally.losses.push(format!(
+            "{} · {nodes} nodes · seed {seed}: rl {rl:.0} ms, best heuristic {} \
+             {best_ms:.0} ms ({:.2}×); rl ÷ fastest {}, ÷ locality {}, ÷ {FASTEST_EXACT} {}",
+            mix.name(),
+            b.name,
+            rl / best_ms,
+            vs(FASTEST),
+            vs("locality"),
+            vs(FASTEST_EXACT),
+        ));
+    }
+    let row = tally.means.entry((mi, nodes)).or_default();
+    let figures = runs.iter().map(|r| (r.name.as_str(), r.report.mean_response_ms())).chain([(BOUND, bound)]);
+    for (name, ms) in figures {
+        if !tally.order.iter().any(|n| n == name) {
+            tally.order.push(name.to_string());
+        }
+        row.entry(name.to_string()).or_default().push(ms);
+    }
+    Ok(())
+}
+
+/// Each seed's mean response of placer `name` ÷ `fastest`'s on the same workload.
+fn ratios(per: &BTreeMap<String, Vec<f64>>, name: &str) -> Option<Vec<f64>> {
+    let (v, f) = (per.get(name)?, per.get(FASTEST)?);
+    Some(v.iter().zip(f).map(|(x, f)| x / f).collect())
+}
+
+/// The summary table: every placer (in `order`) ÷ `fastest`, one figure per seed.
+fn print_summary(out: &mut impl Write, args: &Args, order: &[String], means: &Means) -> Result<(), Box<dyn Error>> {
     writeln!(
         out,
         "\n#### Summary: mean task response ÷ `{FASTEST}`'s (measured estimates) on the same \
@@ -297,23 +340,16 @@ fn main() -> Result<(), Box<dyn Error>> {
          Every placer sees measured estimates but {FASTEST_EXACT} (exact ones: an oracle); \
          {BOUND} is the lowest any placer could reach."
     )?;
-    // Placers in the order they ran, the bound last.
-    order.retain(|n| n != BOUND);
-    order.push(BOUND.to_string());
-    let ratios = |per: &BTreeMap<String, Vec<f64>>, name: &str| -> Option<Vec<f64>> {
-        let (v, f) = (per.get(name)?, per.get(FASTEST)?);
-        Some(v.iter().zip(f).map(|(x, f)| x / f).collect())
-    };
     let width = 5 * args.nodes.iter().map(|&n| args.seeds_at(n)).max().unwrap_or(1) as usize;
     let width = width.max(14);
     write!(out, "  {:<16} {:>5}", "workload", "nodes")?;
-    for name in &order {
+    for name in order {
         write!(out, " {:>width$}", name)?;
     }
     writeln!(out)?;
-    for ((mi, nodes), per) in &means {
+    for ((mi, nodes), per) in means {
         write!(out, "  {:<16} {:>5}", args.mixes[*mi].name(), nodes)?;
-        for name in &order {
+        for name in order {
             let cell = ratios(per, name)
                 .map(|v| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" "))
                 .unwrap_or_default();
@@ -321,14 +357,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         writeln!(out)?;
     }
+    Ok(())
+}
 
+/// Issue 17's target, PASS or FAIL where it applies.
+fn print_target(out: &mut impl Write, args: &Args, means: &Means) -> Result<(), Box<dyn Error>> {
     writeln!(
         out,
         "\n#### Target (issue 17): rl ≤ {TARGET:.2} × {FASTEST} (measured estimates) on {} at \
          {TARGET_NODES} nodes, on the mean over seeds",
         TARGET_MIXES.iter().map(|m| m.name()).collect::<Vec<_>>().join(" and ")
     )?;
-    for ((mi, nodes), per) in &means {
+    for ((mi, nodes), per) in means {
         let mix = args.mixes[*mi];
         let target = *nodes == TARGET_NODES && TARGET_MIXES.contains(&mix);
         let Some(r) = ratios(per, "rl") else { continue };
@@ -346,12 +386,17 @@ fn main() -> Result<(), Box<dyn Error>> {
             nodes
         )?;
     }
+    Ok(())
+}
+
+/// Every workload where `rl` lost to the best heuristic.
+fn print_losses(out: &mut impl Write, losses: &[String]) -> Result<(), Box<dyn Error>> {
     writeln!(
         out,
         "\n#### Workloads where rl does not beat the best heuristic on measured estimates ({})",
         losses.len()
     )?;
-    for l in &losses {
+    for l in losses {
         writeln!(out, "  {l}")?;
     }
     if losses.is_empty() {

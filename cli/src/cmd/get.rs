@@ -82,7 +82,7 @@ pub async fn run(target: &crate::client::Target, args: &GetArgs) -> anyhow::Resu
             return Err(e);
         }
         std::fs::rename(&tmp, &dest).with_context(|| format!("cannot move {} into place", tmp.display()))?;
-        output::print(&format!("{} ({})\n", dest.display(), output::human_size(size)))?;
+        output::print(&format!("{} ({})\n", dest.display(), output::human_bytes(size)))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,20 +4,9 @@
 use plexus_proto::convert::{job_state, subtask_state};
 use plexus_proto::{JobState, SubtaskState};
 
-/// `512 B`, `1.5 KiB`, `12.0 MiB`, `3.2 GiB`, `1.0 TiB`.
-pub fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
+/// `512 B`, `1.5 KiB`, `12.0 MiB`, `3.2 GiB`, `1.0 TiB`: the one byte formatter, shared with the
+/// worker's reports.
+pub use plexus_proto::human_bytes;
 
 /// `850ms`, `12.3s`, `4m05s`, `2h03m`, `3d04h`.
 pub fn human_duration(ms: u64) -> String {

@@ -99,14 +99,14 @@ fn job() -> pb::JobStatus {
 
 #[test]
 fn sizes() {
-    assert_eq!(human_size(0), "0 B");
-    assert_eq!(human_size(1023), "1023 B");
-    assert_eq!(human_size(1024), "1.0 KiB");
-    assert_eq!(human_size(1536), "1.5 KiB");
-    assert_eq!(human_size(12 * 1024 * 1024), "12.0 MiB");
-    assert_eq!(human_size(3 * 1024 * 1024 * 1024 + 200 * 1024 * 1024), "3.2 GiB");
-    assert_eq!(human_size(1 << 40), "1.0 TiB");
-    assert_eq!(human_size(u64::MAX), "16384.0 PiB");
+    assert_eq!(human_bytes(0), "0 B");
+    assert_eq!(human_bytes(1023), "1023 B");
+    assert_eq!(human_bytes(1024), "1.0 KiB");
+    assert_eq!(human_bytes(1536), "1.5 KiB");
+    assert_eq!(human_bytes(12 * 1024 * 1024), "12.0 MiB");
+    assert_eq!(human_bytes(3 * 1024 * 1024 * 1024 + 200 * 1024 * 1024), "3.2 GiB");
+    assert_eq!(human_bytes(1 << 40), "1.0 TiB");
+    assert_eq!(human_bytes(u64::MAX), "16.0 EiB");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use plexus_proto::pb;
 use serde::Serialize;
 
-use super::format::{Table, age, dash, human_size, non_empty, number, short_names, time, yes_no};
+use super::format::{Table, age, dash, human_bytes, non_empty, number, short_names, time, yes_no};
 
 /// `plexus workers`: one row per worker, then, when any worker has GPUs, one row per device with
 /// its model and its load from the latest heartbeat. SPEED and FETCH IN are what the coordinator
@@ -46,17 +46,17 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
             if w.draining { format!("{}, drained", yes_no(w.alive)) } else { yes_no(w.alive).to_string() },
             w.peer_addr.clone(),
             cap.cpus.to_string(),
-            human_size(cap.memory),
+            human_bytes(cap.memory),
             cap.gpus.len().to_string(),
             cap.rails.len().to_string(),
             dash(non_empty(&cap.isolation)),
             w.assigned.to_string(),
             number(alloc.cpu),
             format!("{:.0}%", state.cpu_utilisation * 100.0),
-            format!("{}/{}", human_size(state.cache_used), human_size(cap.cache_bytes)),
+            format!("{}/{}", human_bytes(state.cache_used), human_bytes(cap.cache_bytes)),
             state.objects.len().to_string(),
             speed.relative_speed.map_or("-".into(), |v| format!("{v:.2}x")),
-            speed.fetch_bytes_per_s.map_or("-".into(), |v| format!("{}/s", human_size(v as u64))),
+            speed.fetch_bytes_per_s.map_or("-".into(), |v| format!("{}/s", human_bytes(v as u64))),
             age(w.last_heartbeat, now_ms),
         ]);
         for g in &cap.gpus {
@@ -67,8 +67,8 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
                 g.name.clone(),
                 load.map_or("-".into(), |s| format!("{:.0}%", s.utilisation * 100.0)),
                 match load {
-                    Some(s) => format!("{}/{}", human_size(s.memory_used), human_size(g.memory)),
-                    None => format!("-/{}", human_size(g.memory)),
+                    Some(s) => format!("{}/{}", human_bytes(s.memory_used), human_bytes(g.memory)),
+                    None => format!("-/{}", human_bytes(g.memory)),
                 },
             ]);
         }
@@ -93,8 +93,8 @@ pub fn rails_table(workers: &[pb::WorkerInfo]) -> String {
                 name.clone(),
                 i.to_string(),
                 r.addr.clone(),
-                human_size(r.bytes_sent),
-                human_size(r.bytes_received),
+                human_bytes(r.bytes_sent),
+                human_bytes(r.bytes_received),
                 if total == 0 {
                     "-".to_string()
                 } else {

@@ -147,7 +147,10 @@ impl InterferenceMlp {
             for _ in 0..measured {
                 s.slowdowns.push(r.f64("slowdown")?);
             }
-            s.validate().map_err(|e| r.corrupt(e))?;
+            s.validate().map_err(|e| match e {
+                PolicyError::Sample(why) => r.corrupt(why),
+                other => other,
+            })?;
             buffer.push_back(s);
         }
         if r.at != body {

@@ -18,12 +18,12 @@ use crate::spec::JobSpec;
 
 /// A job in memory: its record, its subtasks (task by task, rank by rank) and derived indexes.
 pub struct Job {
-    pub record: JobRecord,
-    pub subtasks: Vec<Subtask>,
-    pub placements: HashMap<u32, PlacementRecord>,
+    pub(super) record: JobRecord,
+    pub(super) subtasks: Vec<Subtask>,
+    pub(super) placements: HashMap<u32, PlacementRecord>,
     /// Why tasks with ready subtasks are not placed (task index → reason), as of the last
     /// scheduling round: derived state, shown by `plexus status`, not stored.
-    pub waiting: BTreeMap<usize, String>,
+    pub(super) waiting: BTreeMap<usize, String>,
     /// The `Core::worker_epoch` each `waiting` reason was worked out at: it is worked out again
     /// only when the workers changed, not every round (thousands of waiting tasks made that the
     /// bulk of a round).
@@ -186,6 +186,27 @@ impl Job {
 
     pub fn id(&self) -> JobId {
         self.record.id
+    }
+
+    /// The job's stored record (spec, state, gangs): read-only, only the core changes it.
+    pub fn record(&self) -> &JobRecord {
+        &self.record
+    }
+
+    /// Every subtask of the job, task by task, rank by rank.
+    pub fn subtasks(&self) -> &[Subtask] {
+        &self.subtasks
+    }
+
+    /// Where each placed subtask (by index) runs.
+    pub fn placements(&self) -> &HashMap<u32, PlacementRecord> {
+        &self.placements
+    }
+
+    /// Why task `task`'s ready subtasks are not placed, as of the last round; `None` when
+    /// nothing of it waits.
+    pub fn waiting_reason(&self, task: usize) -> Option<&str> {
+        self.waiting.get(&task).map(String::as_str)
     }
 
     pub fn spec(&self) -> &JobSpec {

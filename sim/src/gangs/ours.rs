@@ -216,7 +216,7 @@ impl GangScheduler for Ours {
             }
             for (job, idx) in w.reserved() {
                 reserving.insert(*job);
-                if let Some(t) = self.core.job(*job).and_then(|j| j.spec().task(&j.subtasks[*idx as usize].task)) {
+                if let Some(t) = self.core.job(*job).and_then(|j| j.spec().task(&j.subtasks()[*idx as usize].task)) {
                     self.reserved += t.resources.cpu.round() as u64;
                 }
             }
@@ -233,7 +233,7 @@ impl GangScheduler for Ours {
     fn next_timer(&self, now: u64) -> Option<u64> {
         let mut next: Option<u64> = None;
         for (job, timeout) in self.unbound.values() {
-            let Some(st) = self.core.job(*job).and_then(|j| j.record.gangs.get(GANG_TASK)) else { continue };
+            let Some(st) = self.core.job(*job).and_then(|j| j.record().gangs.get(GANG_TASK)) else { continue };
             let deadline = (st.reserving_since > 0).then(|| st.reserving_since + timeout);
             for t in deadline.into_iter().chain(Some(st.retry_at)) {
                 if t > now {
@@ -245,7 +245,7 @@ impl GangScheduler for Ours {
     }
 
     fn rollbacks(&self) -> u64 {
-        self.core.jobs().filter_map(|j| j.record.gangs.get(GANG_TASK)).map(|g| u64::from(g.rollbacks)).sum()
+        self.core.jobs().filter_map(|j| j.record().gangs.get(GANG_TASK)).map(|g| u64::from(g.rollbacks)).sum()
     }
 
     fn anomalies(&self) -> Vec<String> {

@@ -287,8 +287,8 @@ fn a_waiting_gangs_reservations_never_block_the_head_forever() {
         .iter()
         .map(|&i| {
             let j = core.job(Ours::job_of(i)).unwrap();
-            let reserved = j.subtasks.iter().filter(|s| s.reserved_on.is_some()).count();
-            format!("gang {i}: {reserved} reserved, {:?}", j.record.gangs.get("m"))
+            let reserved = j.subtasks().iter().filter(|s| s.reserved_on.is_some()).count();
+            format!("gang {i}: {reserved} reserved, {:?}", j.record().gangs.get("m"))
         })
         .collect();
     assert_eq!(ours.end, End::Finished, "{}; {state:?}", ours.end_str());

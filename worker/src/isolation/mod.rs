@@ -101,14 +101,14 @@ pub enum Choice {
 }
 
 impl std::str::FromStr for Choice {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Choice, String> {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Choice> {
         match s {
             "auto" => Ok(Choice::Auto),
             "cgroup-v2" => Ok(Choice::Only(Mode::CgroupV2)),
             "cgroup-v1" => Ok(Choice::Only(Mode::CgroupV1)),
             "process-group" => Ok(Choice::Only(Mode::ProcessGroup)),
-            other => Err(format!("unknown isolation {other:?} (expected auto, cgroup-v2, cgroup-v1 or process-group)")),
+            other => Err(Error::UnknownIsolation { input: other.to_string() }),
         }
     }
 }
@@ -169,10 +169,9 @@ impl Isolation {
             }
         }
         let mut iso = Isolation { backend: Backend::ProcessGroup, records, leftover_parents, fallback_reason: None };
-        let unavailable = |mode: Mode, reason: String| Error::Isolation { mode: mode.as_str(), reason };
         let mut reasons = Vec::new();
         // v2 first, then v1: the first that can be set up (or only the one asked for).
-        type Setup = fn(&Mounts, &str) -> std::result::Result<Backend, String>;
+        type Setup = fn(&Mounts, &str) -> Result<Backend>;
         for (mode, label, setup) in
             [(Mode::CgroupV2, "cgroup v2", setup_v2 as Setup), (Mode::CgroupV1, "cgroup v1", setup_v1 as Setup)]
         {
@@ -184,8 +183,10 @@ impl Isolation {
                     iso.backend = b;
                     return Ok(iso);
                 }
-                Err(reason) if choice == Choice::Auto => reasons.push(format!("{label}: {reason}")),
-                Err(reason) => return Err(unavailable(mode, reason)),
+                Err(Error::Isolation { reason, .. }) if choice == Choice::Auto => {
+                    reasons.push(format!("{label}: {reason}"))
+                }
+                Err(e) => return Err(e),
             }
         }
         if !reasons.is_empty() {
@@ -327,26 +328,32 @@ impl Isolation {
     }
 }
 
-fn setup_v2(mounts: &Mounts, worker: &str) -> std::result::Result<Backend, String> {
-    let Some(mount) = &mounts.unified else { return Err("no cgroup2 file system is mounted".into()) };
+/// Why `mode` cannot be used here, as the error [`Isolation::setup_with`] reports.
+fn unavailable(mode: Mode, reason: impl Into<String>) -> Error {
+    Error::Isolation { mode: mode.as_str(), reason: reason.into() }
+}
+
+fn setup_v2(mounts: &Mounts, worker: &str) -> Result<Backend> {
+    let v2 = |reason: String| unavailable(Mode::CgroupV2, reason);
+    let Some(mount) = &mounts.unified else { return Err(v2("no cgroup2 file system is mounted".into())) };
     let root_ctl = std::fs::read_to_string(mount.join("cgroup.subtree_control"))
-        .map_err(|e| format!("{}: {e}", mount.display()))?;
+        .map_err(|e| v2(format!("{}: {e}", mount.display())))?;
     if !lists_controller(&root_ctl, "memory") {
-        return Err(format!(
+        return Err(v2(format!(
             "{} does not delegate the memory controller (cgroup.subtree_control: {:?})",
             mount.display(),
             root_ctl.trim()
-        ));
+        )));
     }
     let shared = mount.join(PARENT);
     let parent = shared.join(worker);
-    std::fs::create_dir_all(&parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    std::fs::create_dir_all(&parent).map_err(|e| v2(format!("cannot create {}: {e}", parent.display())))?;
     // Our own cgroups hand the controllers on: a cgroup's children can use only what its
     // subtree_control enables. Neither holds a process, so the kernel allows it.
     let mut cpu = lists_controller(&root_ctl, "cpu");
     for dir in [&shared, &parent] {
         let ctl = dir.join("cgroup.subtree_control");
-        std::fs::write(&ctl, "+memory").map_err(|e| format!("cannot enable memory in {}: {e}", ctl.display()))?;
+        std::fs::write(&ctl, "+memory").map_err(|e| v2(format!("cannot enable memory in {}: {e}", ctl.display())))?;
         cpu = cpu && std::fs::write(&ctl, "+cpu").is_ok();
         if lists_controller(&root_ctl, "pids") {
             let _ = std::fs::write(&ctl, "+pids");
@@ -355,9 +362,9 @@ fn setup_v2(mounts: &Mounts, worker: &str) -> std::result::Result<Backend, Strin
     Ok(Backend::V2 { parent, cpu })
 }
 
-fn setup_v1(mounts: &Mounts, worker: &str) -> std::result::Result<Backend, String> {
+fn setup_v1(mounts: &Mounts, worker: &str) -> Result<Backend> {
     if mounts.v1.is_empty() {
-        return Err("none of the freezer, memory, cpu and pids hierarchies is mounted".into());
+        return Err(unavailable(Mode::CgroupV1, "none of the freezer, memory, cpu and pids hierarchies is mounted"));
     }
     let mut parents = Vec::new();
     let mut errors = Vec::new();
@@ -370,7 +377,7 @@ fn setup_v1(mounts: &Mounts, worker: &str) -> std::result::Result<Backend, Strin
         }
     }
     if parents.is_empty() {
-        return Err(errors.join("; "));
+        return Err(unavailable(Mode::CgroupV1, errors.join("; ")));
     }
     Ok(Backend::V1 { parents })
 }

@@ -163,10 +163,10 @@ fn proc_lists_never_name_init_or_ourselves() {
 
 #[test]
 fn choices_parse_by_name() {
-    assert_eq!("auto".parse::<Choice>(), Ok(Choice::Auto));
-    assert_eq!("cgroup-v1".parse::<Choice>(), Ok(Choice::Only(Mode::CgroupV1)));
-    assert_eq!("process-group".parse::<Choice>(), Ok(Choice::Only(Mode::ProcessGroup)));
-    assert!("docker".parse::<Choice>().unwrap_err().contains("unknown isolation \"docker\""));
+    assert_eq!("auto".parse::<Choice>().unwrap(), Choice::Auto);
+    assert_eq!("cgroup-v1".parse::<Choice>().unwrap(), Choice::Only(Mode::CgroupV1));
+    assert_eq!("process-group".parse::<Choice>().unwrap(), Choice::Only(Mode::ProcessGroup));
+    assert!("docker".parse::<Choice>().unwrap_err().to_string().contains("unknown isolation \"docker\""));
     assert_eq!(Mode::CgroupV2.to_string(), "cgroup-v2");
 }
 

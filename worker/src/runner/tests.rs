@@ -440,7 +440,7 @@ async fn memory_over_the_limit_is_reported_as_out_of_memory() {
     w.memory = 64 << 20;
     let r = f.runner.run(&w, &CancellationToken::new()).await;
     assert_eq!(state(&r), pb::SubtaskState::Failed);
-    assert_eq!(r.error, "killed: out of memory (limit 64 MiB)");
+    assert_eq!(r.error, "killed: out of memory (limit 64.0 MiB)");
     let mut w = work(&attempt(job, "fits"), sh("head -c 16M /dev/zero | tail > /dev/null"));
     w.memory = 64 << 20;
     let r = f.runner.run(&w, &CancellationToken::new()).await;
