@@ -616,7 +616,7 @@ mod tests {
         let src = "[[task]]\nname = \"a\"\ncommand = [\"true\"]\noutputs = [\"o\"]\nreplicas = 2\n";
         core.submit(job, parse(src, Format::Toml, "j").unwrap(), 5).unwrap();
         let digest = plexus_proto::Digest::of(b"the output");
-        let mut done = core.job(job).unwrap().subtasks[0].clone();
+        let mut done = core.job(job).unwrap().subtasks()[0].clone();
         done.state = plexus_proto::SubtaskState::Succeeded;
         done.outputs = vec![("o".into(), 10)];
         done.digests = [("o".to_string(), digest)].into();
@@ -626,7 +626,7 @@ mod tests {
         {
             let (store, _) = SledStore::open(dir.path()).unwrap();
             let mut b = Batch::default();
-            b.job(&core.job(job).unwrap().record);
+            b.job(core.job(job).unwrap().record());
             b.subtask(job, 0, &done);
             b.raw(key(mig::SUBTASK_PREFIX, job.as_bytes(), Some(1)), serde_json::to_vec(&old).unwrap());
             store.commit(b).unwrap();

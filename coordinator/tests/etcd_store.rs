@@ -102,12 +102,12 @@ fn output_digests_come_back_from_etcd() {
     let Some((_cluster, e)) = etcd("digests") else { return };
     let (core, job, _) = job_batch(1);
     let digest = plexus_proto::Digest::of(b"the output");
-    let mut done = core.job(job).unwrap().subtasks[0].clone();
+    let mut done = core.job(job).unwrap().subtasks()[0].clone();
     done.state = plexus_proto::SubtaskState::Succeeded;
     done.outputs = vec![("o".into(), 10)];
     done.digests = [("o".to_string(), digest)].into();
     let mut batch = Batch::default();
-    batch.job(&core.job(job).unwrap().record);
+    batch.job(core.job(job).unwrap().record());
     batch.subtask(job, 0, &done);
     let store = EtcdStore::new(e.clone());
     store.commit(batch).unwrap();
