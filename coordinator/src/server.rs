@@ -285,10 +285,10 @@ fn start_leading(
     }
 }
 
-/// Runs a coordinator until `shutdown` completes. Prints `plexus-coordinator listening on ADDR`
-/// on stdout once it accepts connections (with `--listen 127.0.0.1:0` that is how a caller learns
-/// the port).
-pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+/// What a coordinator checks and makes before it opens its store: an insecure listener only on
+/// loopback (unless told otherwise), a timing that keeps the lease contract, and an owner-only
+/// data dir.
+fn prepare(config: &Config) -> Result<(), Error> {
     if let SecurityMode::Insecure { anywhere: false } = config.security
         && !config.listen.ip().is_loopback()
     {
@@ -304,6 +304,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     if let Err(e) = std::fs::set_permissions(&config.data_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)) {
         tracing::warn!(dir = %config.data_dir.display(), error = %e, "cannot make the data dir owner-only (0700)");
     }
+    Ok(())
+}
+
+/// Runs a coordinator until `shutdown` completes. Prints `plexus-coordinator listening on ADDR`
+/// on stdout once it accepts connections (with `--listen 127.0.0.1:0` that is how a caller learns
+/// the port).
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+    prepare(&config)?;
     let opened = open_store(&config).await?;
     let security = open_security(&config, &opened).await?;
     let store_access = crate::rpc::StoreAccess {
