@@ -259,12 +259,14 @@ fn a_leader_that_hangs_for_good_is_passed_over_by_workers_old_and_new() {
 
 /// Killing a member can cost the leader its lease (its renewals miss the 2 s TTL while etcd
 /// re-elects or the client leaves the dead member): it steps down and the standby leads. Once
-/// this saw two subtasks complete twice (issue 29): the new leader gives each worker only the
+/// this saw two subtasks complete twice (issue 29): the new leader gave each worker only the
 /// heartbeat timeout (3 s) from its restore to register again; a worker later than that (its
 /// reconnect back-off grows to 2 s, a step per refusal that names no leader, on a loaded
-/// machine) is declared lost, and the attempts it had finished but whose reports were not yet
-/// acknowledged are placed again while their own reports are ignored. A failure keeps the
-/// cluster's logs (coordinators, workers, etcd members) and prints where.
+/// machine) was declared lost, and the attempts it had finished but whose reports were not yet
+/// acknowledged were placed again while their own reports were ignored. A restored worker now
+/// has the timeout plus `RESTORE_GRACE_MS` (5 s) to register again (`core/restore.rs`, with a
+/// unit test). A failure keeps the cluster's logs (coordinators, workers, etcd members) and
+/// prints where.
 #[test]
 fn an_etcd_member_killed_of_three_and_the_cluster_goes_on() {
     let Some(mut c) =

@@ -12,9 +12,18 @@ use super::records::{Snapshot, Subtask};
 use super::state::Core;
 use crate::error::Error;
 
+/// What a restored worker gets beyond the heartbeat timeout to register again with a new
+/// leader: its reconnect back-off (at most 2 s) and a TLS set-up on a loaded machine. Without it
+/// a worker that found the new leader a moment late was declared lost, and the attempts it had
+/// finished but not yet reported were run again (seen as two completions of one subtask after an
+/// etcd member's kill, `e2e/tests/ha.rs`). Waiting longer is always safe: a worker fences its
+/// attempts on its own lease, never on the coordinator's timeout.
+pub const RESTORE_GRACE_MS: u64 = 5_000;
+
 impl Core {
     /// Rebuilds the state from stored records. Workers are not connected until they register
-    /// again; each gets a full heartbeat timeout from `now` to do so before it is declared lost.
+    /// again; each gets a full heartbeat timeout from `now` plus [`RESTORE_GRACE_MS`] to do so
+    /// before it is declared lost.
     pub fn restore(&mut self, snap: Snapshot, now: u64) -> Result<(), Error> {
         self.restore_records(snap, now)?;
         self.rebuild_allocations(now);
@@ -52,7 +61,7 @@ impl Core {
             }
         }
         for mut rec in snap.workers {
-            rec.last_heartbeat = now;
+            rec.last_heartbeat = now.saturating_add(RESTORE_GRACE_MS);
             self.workers.restore(rec);
         }
         Ok(())

@@ -321,6 +321,27 @@ fn restore_rebuilds_allocations_and_the_ready_queue() {
     assert!(r.explain(job, "a", a[0].1.attempt.rank).is_ok());
 }
 
+/// A restored worker gets the heartbeat timeout plus the restore grace to register again with
+/// the new leader, not the timeout alone; past both it is lost.
+#[test]
+fn a_restored_worker_has_the_restore_grace_to_register_again() {
+    let mut c = core();
+    c.register(reg(1, "s1", 1, vec![]), 0);
+    let snap = Snapshot {
+        jobs: vec![],
+        subtasks: vec![],
+        workers: c.workers().map(|w| w.record().clone()).collect(),
+        placements: vec![],
+    };
+    let mut r = core();
+    r.restore(snap, 100).unwrap();
+    let timeout = CoreConfig::default().heartbeat_timeout_ms;
+    r.tick(100 + timeout + 1);
+    assert!(r.worker(wid(1)).unwrap().record().alive, "lost after the timeout alone");
+    r.tick(100 + timeout + super::restore::RESTORE_GRACE_MS + 1);
+    assert!(!r.worker(wid(1)).unwrap().record().alive, "still alive past the timeout and the grace");
+}
+
 #[test]
 fn restore_refuses_a_store_with_missing_subtasks() {
     let mut c = core();

@@ -126,6 +126,11 @@ fn spawn(spec: &Spec) -> Result<Child, String> {
     // on memory prepared before the fork. The cgroups are joined first: that takes root.
     unsafe {
         cmd.pre_exec(move || {
+            join_cgroups(&cgroups)?;
+            if let Some(uid) = uid {
+                become_user(uid)?;
+            }
+            // After the uid change: changing credentials clears the parent-death signal.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -133,11 +138,7 @@ fn spawn(spec: &Spec) -> Result<Child, String> {
             if libc::getppid() != shim {
                 return Err(std::io::Error::other("the attempt's supervisor is gone"));
             }
-            join_cgroups(&cgroups)?;
-            match uid {
-                Some(uid) => become_user(uid),
-                None => Ok(()),
-            }
+            Ok(())
         });
     }
     cmd.spawn().map_err(|e| format!("cannot start {program:?}: {e}"))
