@@ -614,12 +614,13 @@ impl Engine {
                 // A new registration ends the previous stream and drops what was waiting for
                 // it: the core has just re-placed whatever the worker did not list as known.
                 self.delivery.insert(id, Delivery { session: reg.session.clone(), ..Default::default() });
-                core.register(*reg, now);
+                let resumed = core.register(*reg, now);
                 let cfg = core.config();
                 let timing = Timing {
                     heartbeat_interval_ms: cfg.heartbeat_interval_ms,
                     heartbeat_timeout_ms: cfg.heartbeat_timeout_ms,
                     lease_ms: cfg.lease_ms,
+                    resumed,
                 };
                 replies.push(defer(reply, timing));
             }

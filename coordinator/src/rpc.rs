@@ -627,6 +627,7 @@ impl WorkerApi {
             heartbeat_timeout_ms: t.heartbeat_timeout_ms,
             lease_ms: t.lease_ms,
             rail_key,
+            resumed: t.resumed,
         })
     }
 

@@ -33,6 +33,8 @@ pub struct Timing {
     pub heartbeat_timeout_ms: u64,
     /// The worker's lease (see `CoreConfig::lease_ms`).
     pub lease_ms: u64,
+    /// The registration was of a worker process (session) the coordinator still had alive.
+    pub resumed: bool,
 }
 
 /// A job as `plexus status` and the dashboard show it.

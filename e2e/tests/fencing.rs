@@ -141,11 +141,16 @@ fn a_stopped_workers_attempt_is_fenced_before_its_replacement_starts() {
     // Stopped far longer than the coordinator waits (3 s): until the replacement has finished.
     wait_replaced(&c, &job, &ledger);
     c.thaw_worker(i);
-    // Resumed, the worker fences and registers again; nothing of the old attempt comes back.
+    // Resumed, the worker learns it was given up and kills the attempt its supervisor froze at
+    // the lease's end, before it registers again; nothing of the old attempt comes back.
+    c.wait_for("the resumed worker to kill its frozen attempt", Duration::from_secs(30), |c| {
+        c.worker_log(i).contains("the attempts were killed").then_some(())
+    });
     c.wait_workers_alive(2);
     assert!(ledger.assert_no_overlap() >= 2, "{}", ledger.text());
     let log = c.worker_log(i);
-    assert!(log.contains("fenced: the worker's lease with the coordinator ran out"), "{log}");
+    assert!(log.contains("the lease ran out without a renewal; freezing the attempt"), "{log}");
+    assert!(!log.contains("thawing the attempt"), "{log}");
     let end = c.job(&job).expect("the job");
     assert_eq!(end.state, pb::JobState::Succeeded as i32, "the resumed worker changed nothing: {end:?}");
 }
@@ -236,7 +241,12 @@ fn a_partitioned_workers_attempt_is_fenced_before_its_replacement_starts() {
     ns.link(false);
     wait_replaced(&c, &job, &ledger);
     ns.link(true);
+    // Back in touch, the worker learns it was given up and kills what froze at the lease's end.
+    c.wait_for("the partitioned worker to kill its frozen attempt", Duration::from_secs(30), |c| {
+        c.worker_log(inside).contains("the attempts were killed").then_some(())
+    });
     assert!(ledger.assert_no_overlap() >= 2, "{}", ledger.text());
     let log = c.worker_log(inside);
-    assert!(log.contains("the running attempts were killed (fenced)"), "{log}");
+    assert!(log.contains("the running commands are frozen"), "{log}");
+    assert!(!log.contains("thawing the attempt"), "{log}");
 }

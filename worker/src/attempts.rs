@@ -53,6 +53,9 @@ struct Inner {
     pending: VecDeque<Report>,
     /// Active attempts the worker fenced ([`Attempts::fence`]) → why, until they finish.
     fenced: HashMap<AttemptRef, String>,
+    /// Active attempts that run inside the worker (no supervisor to freeze them): cancelled when
+    /// the lease runs out ([`Attempts::lapse`]).
+    in_worker: HashSet<AttemptRef>,
 }
 
 #[derive(Debug, Clone)]
@@ -136,6 +139,7 @@ impl Attempts {
             let mut inner = self.lock();
             inner.active.remove(a);
             inner.fenced.remove(a);
+            inner.in_worker.remove(a);
             inner.remember_finished(a);
             inner.pending.push_back(Report { attempt: a.clone(), is_final: true, msg: report });
         }
@@ -161,6 +165,32 @@ impl Attempts {
         let mut n = 0;
         for (a, token) in active.iter() {
             if !token.is_cancelled() {
+                token.cancel();
+                fenced.insert(a.clone(), why.to_string());
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Marks an active attempt as running inside the worker (a collective, or a command without
+    /// a supervisor): it cannot be frozen, so [`Attempts::lapse`] cancels it.
+    pub fn mark_in_worker(&self, a: &AttemptRef) {
+        let mut inner = self.lock();
+        if inner.active.contains_key(a) {
+            inner.in_worker.insert(a.clone());
+        }
+    }
+
+    /// The lease ran out: cancels the active attempts that run inside the worker, recording
+    /// `why` (the others are frozen by their supervisors, and killed by [`Attempts::fence`] if
+    /// the coordinator gave the worker up). Returns how many it cancelled.
+    pub fn lapse(&self, why: &str) -> usize {
+        let mut inner = self.lock();
+        let Inner { active, fenced, in_worker, .. } = &mut *inner;
+        let mut n = 0;
+        for a in in_worker.iter() {
+            if let Some(token) = active.get(a).filter(|t| !t.is_cancelled()) {
                 token.cancel();
                 fenced.insert(a.clone(), why.to_string());
                 n += 1;
@@ -356,6 +386,22 @@ mod tests {
         attempts.finish(&a, report(&a, pb::SubtaskState::Cancelled));
         assert_eq!(attempts.fenced(&a), None);
         assert_eq!(attempts.fence("again"), 0, "nothing left to fence");
+    }
+
+    #[test]
+    fn a_lapse_cancels_only_what_runs_inside_the_worker() {
+        let attempts = Attempts::new(CancellationToken::new());
+        let job = JobId::random();
+        let (command, collective) = (attempt(job, 0), attempt(job, 1));
+        let (tc, tl) = (attempts.begin(&command).unwrap(), attempts.begin(&collective).unwrap());
+        attempts.mark_in_worker(&collective);
+        assert_eq!(attempts.lapse("fenced: lease"), 1);
+        assert!(tl.is_cancelled(), "a collective cannot be frozen");
+        assert!(!tc.is_cancelled(), "a command is frozen by its supervisor, not cancelled");
+        assert_eq!(attempts.fenced(&collective).as_deref(), Some("fenced: lease"));
+        assert_eq!(attempts.lapse("again"), 0);
+        assert_eq!(attempts.fence("fenced: lost"), 1, "the coordinator gave the worker up: killed");
+        assert!(tc.is_cancelled());
     }
 
     #[test]

@@ -6,10 +6,15 @@
 //! again) only after the lease's length plus a margin without one, so an attempt that never runs
 //! past the lease can never run beside its replacement. Two things hold attempts to it:
 //!
-//! - each attempt's supervisor ([`crate::shim`]) is told the lease's end and kills the attempt
-//!   when it passes without a renewal, even when the worker is stopped (`SIGSTOP`) or dead;
-//! - the worker itself ([`crate::session`]) fences: when the lease has run out it cancels every
-//!   running attempt, and after a pause it does so before it sends anything.
+//! - each attempt's supervisor ([`crate::shim`]) is told the lease's end and *freezes* the
+//!   attempt when it passes without a renewal, even when the worker is stopped (`SIGSTOP`), and
+//!   kills it when the worker dies; a later renewal thaws it;
+//! - the worker itself ([`crate::session`]) renews (and so thaws) only when the coordinator
+//!   acknowledges a heartbeat of this session, or answers a registration saying it still had
+//!   this session alive (`RegisterResponse.resumed`): then nothing of it was placed elsewhere.
+//!   Any other answer after a lapse (re-register, lost) kills the frozen attempts first.
+//!   Attempts that run inside the worker (collectives) cannot be frozen: they are cancelled at
+//!   the lease's end, and a command not started yet waits for a live lease.
 //!
 //! Times are milliseconds of `CLOCK_BOOTTIME`, which, unlike `CLOCK_MONOTONIC`, goes on while the
 //! machine is suspended: a host that sleeps through its lease finds it expired when it wakes.
@@ -81,6 +86,15 @@ impl Lease {
     /// Whether the lease has run out now.
     pub fn expired(&self) -> bool {
         self.expired_at(boot_ms())
+    }
+
+    /// Waits until the lease is live (not run out): at once when it is, else until a renewal.
+    pub async fn live(&self) {
+        let mut renewals = self.end.subscribe();
+        while self.expired() {
+            // The sender lives in `self`: `changed` cannot fail while we hold it.
+            let _ = renewals.changed().await;
+        }
     }
 
     /// A receiver that sees every renewal (the new end).

@@ -163,9 +163,16 @@ pub struct Session {
     pub lease: Arc<Lease>,
 }
 
-/// The reason a fenced attempt's report gives (`plexus status` and `plexus logs` show it).
+/// The reason a fenced attempt's report gives (`plexus status` and `plexus logs` show it): the
+/// lease ran out and the coordinator then gave the worker up.
 pub const FENCED: &str = "fenced: the worker's lease with the coordinator ran out (it was paused, or cut off \
-                          from the coordinator); killed so that it cannot run beside its replacement";
+                          from the coordinator) and the coordinator gave it up; killed so that it cannot run \
+                          beside its replacement";
+
+/// The reason an attempt running inside the worker (a collective) gives when the lease ran out:
+/// it cannot be frozen, so it is cancelled at once.
+pub const LAPSED: &str = "fenced: the worker's lease with the coordinator ran out (it was paused, or cut off \
+                          from the coordinator); a collective cannot be frozen, so it was cancelled";
 
 /// The reconnect delays: [`INITIAL_BACKOFF`] doubling to [`MAX_BACKOFF`], back to the start
 /// after every successful registration. Pure: the caller sleeps.
@@ -269,12 +276,22 @@ impl Session {
         }
     }
 
-    /// Fences every time the lease runs out, then waits for the next renewal.
+    /// Every time the lease runs out: the supervisors freeze their commands by themselves, and
+    /// what runs inside the worker is cancelled; then waits for the next renewal.
     async fn fence_on_expiry(&self) -> std::convert::Infallible {
         let mut renewals = self.lease.subscribe();
         loop {
             self.lease_lapsed().await;
-            self.fence();
+            let n = self.attempts.lapse(LAPSED);
+            let running = self.attempts.running().len();
+            if running > 0 {
+                warn!(
+                    running,
+                    cancelled = n,
+                    "the lease with the coordinator ran out: the running commands are frozen until it confirms \
+                     they are still this worker's (collectives are cancelled)"
+                );
+            }
             renewals.borrow_and_update();
             while self.lease.expired() {
                 // The sender lives in `self.lease`: `changed` cannot fail while we hold it.
@@ -283,22 +300,16 @@ impl Session {
         }
     }
 
-    /// The lease ran out: the coordinator may place this worker's attempts elsewhere any moment,
-    /// so every running attempt is killed first.
+    /// The lease ran out and the coordinator gave this worker up (or cannot say it did not): it
+    /// may have placed the attempts elsewhere, so every frozen or running one is killed, before
+    /// anything renews the lease (which would thaw them).
     fn fence(&self) {
         let n = self.attempts.fence(FENCED);
         if n > 0 {
-            warn!(attempts = n, "the lease with the coordinator ran out; the running attempts were killed (fenced)");
-        }
-    }
-
-    /// Before anything is sent: a lease that ran out (the worker was paused, or cut off) fences
-    /// first, so that nothing is reported as running that may run elsewhere already. The
-    /// connection goes on: a heartbeat the coordinator still accepts renews the lease, and one it
-    /// refuses (it gave the worker up) makes the worker register again.
-    fn fence_if_expired(&self) {
-        if self.lease.expired() {
-            self.fence();
+            warn!(
+                attempts = n,
+                "the coordinator gave this worker up after its lease ran out; the attempts were killed"
+            );
         }
     }
 
@@ -339,9 +350,9 @@ impl Session {
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
 
-        // A worker that resumes after its lease ran out lists its attempts only once they are
-        // fenced: it must never report as running what may run elsewhere already.
-        self.fence_if_expired();
+        // A worker whose lease ran out lists its frozen attempts: the coordinator keeps them only
+        // if it never gave this session up (`resumed`), and they are killed otherwise.
+        let lapsed = self.lease.expired();
         let known = self.attempts.known();
         let request = pb::RegisterRequest {
             worker_id: self.worker_id.to_string(),
@@ -353,6 +364,11 @@ impl Session {
         };
         let sent_at = boot_ms();
         let reply = with_timeout("Register", SETUP_TIMEOUT, client.register(request)).await?.into_inner();
+        // Before the renewal below can thaw anything: a coordinator that gave this session up
+        // (or restarted without it) may have placed the frozen attempts elsewhere.
+        if !reply.resumed && (lapsed || self.lease.expired()) {
+            self.fence();
+        }
         *registered = true;
         if !reply.rail_key.is_empty() {
             let key = plexus_dataplane::RailKey::from_bytes(&reply.rail_key)
@@ -402,7 +418,6 @@ impl Session {
             let Some(batch) = stream.message().await.map_err(Error::rpc("Assignments"))? else {
                 return Err(Error::StreamClosed);
             };
-            self.fence_if_expired();
             if !batch.assign.is_empty() || !batch.cancel.is_empty() {
                 debug!(assign = batch.assign.len(), cancel = batch.cancel.len(), "assignment batch");
             }
@@ -428,17 +443,25 @@ impl Session {
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            self.fence_if_expired();
             let sent_at = boot_ms();
             let request = pb::HeartbeatRequest {
                 worker_id: self.worker_id.to_string(),
                 session: self.session.clone(),
                 state: Some(self.node_state()),
             };
+            // A timeout ends the connection; the next one's `Register` still thaws the frozen
+            // attempts if the coordinator kept this session (a pause it noticed as a stall).
             let reply = with_timeout("Heartbeat", timeout, client.heartbeat(request)).await?.into_inner();
             if reply.reregister {
+                // It does not know this session (it gave the worker up, or restarted): what froze
+                // at the lease's end may run elsewhere already.
+                if self.lease.expired() {
+                    self.fence();
+                }
                 return Err(Error::Reregister);
             }
+            // The same session, acknowledged: nothing of it was placed elsewhere, so the renewal
+            // thaws whatever froze (the supervisors pass it on).
             self.lease.renew(sent_at, lease_length);
         }
     }
@@ -449,7 +472,9 @@ impl Session {
     ) -> Result<std::convert::Infallible> {
         loop {
             self.attempts.reports_ready().await;
-            self.fence_if_expired();
+            // Nothing is reported while the lease has run out: the coordinator may have given
+            // this session up, and the heartbeats find out which (renewing, or killing).
+            self.lease.live().await;
             let Some(batch) = self.attempts.take_batch() else { continue };
             let request = pb::ReportTasksRequest {
                 worker_id: self.worker_id.to_string(),

@@ -48,6 +48,8 @@ impl pb::worker_service_server::WorkerService for FakeService {
             heartbeat_timeout_ms: 5000,
             lease_ms: 0,
             rail_key: vec![],
+            // Never claims to have kept the session: a lapsed lease kills what froze.
+            resumed: false,
         }))
     }
 

@@ -217,6 +217,9 @@ fn lost_worker_attempts_are_placed_elsewhere_without_counting_a_failure() {
     assert_eq!(j.subtasks[on1.rank as usize].failures, 0);
     // The lost worker's heartbeat is refused: it must register again.
     assert!(!c.heartbeat(wid(1), "s1", NodeReport::default(), 3_600));
+    // Registering again with the same session is no resumption: its attempts were placed
+    // elsewhere, so a worker that froze them must kill them.
+    assert!(!c.register(reg(1, "s1", 4, vec![on1.clone()]), 3_700));
 }
 
 #[test]
@@ -259,14 +262,15 @@ fn reregistration_reconciles_attempts() {
     let a: Vec<AttemptRef> = assigned(&mut c).into_iter().map(|(_, x)| x.attempt).collect();
     // Same process reconnects knowing attempts 0 and 1 of rank 0/1, plus a stale attempt.
     let stale = AttemptRef { attempt: 7, ..a[0].clone() };
-    c.register(reg(1, "s1", 8, vec![a[0].clone(), a[1].clone(), stale.clone()]), 10);
+    let resumed = c.register(reg(1, "s1", 8, vec![a[0].clone(), a[1].clone(), stale.clone()]), 10);
+    assert!(resumed, "the same process, never lost: its attempts are still its own");
     assert_eq!(state(&c, job, "a", a[0].rank), SubtaskState::Assigned);
     assert_eq!(state(&c, job, "a", a[1].rank), SubtaskState::Assigned);
     assert_eq!(state(&c, job, "a", a[2].rank), SubtaskState::Ready, "never reached the worker: placed again");
     let out = c.take_outbox();
     assert_eq!(out.cancels, vec![(wid(1), stale)]);
     // A new process of the same worker loses everything it had.
-    c.register(reg(1, "s1-restarted", 8, vec![]), 20);
+    assert!(!c.register(reg(1, "s1-restarted", 8, vec![]), 20));
     assert_eq!(state(&c, job, "a", a[0].rank), SubtaskState::Ready);
     assert!(c.worker(wid(1)).unwrap().placed().is_empty());
     assert_eq!(c.job(job).unwrap().subtasks[a[0].rank as usize].failures, 0);

@@ -17,9 +17,14 @@ impl Core {
     /// process is lost and placed again. If it is the same process (the coordinator restarted or
     /// the connection broke), placed attempts it does not list in `known` never reached it and are
     /// placed again, and attempts it lists that are no longer current are cancelled on it.
-    pub fn register(&mut self, reg: Registration, now: u64) {
+    ///
+    /// Returns whether this is the same process, still alive here (never declared lost): then
+    /// none of its known attempts was placed elsewhere, and a worker whose lease ran out may
+    /// thaw them (ARCHITECTURE.md, "Liveness and fencing").
+    pub fn register(&mut self, reg: Registration, now: u64) -> bool {
         let id = reg.worker;
         let same_process = self.workers.get(&id).is_some_and(|w| w.record().session == reg.session);
+        let resumed = same_process && self.workers.get(&id).is_some_and(|w| w.record().alive);
         let known: HashSet<&AttemptRef> = reg.known.iter().collect();
 
         if let Some(w) = self.workers.get(&id) {
@@ -61,6 +66,7 @@ impl Core {
         self.workers.register(record);
         self.out.workers.insert(id);
         self.workers.update_node(id, reg.state);
+        resumed
     }
 
     /// Drains (`on`) or undrains a worker: while drained nothing new is placed on it (gangs do not

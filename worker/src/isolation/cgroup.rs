@@ -203,6 +203,48 @@ pub(super) fn remove_tree(dir: &Path) {
     }
 }
 
+/// Freezes (`on`) or thaws a v2 cgroup tree through `cgroup.freeze` (the kernel freezes the
+/// descendants too), waiting briefly for `cgroup.events` to say it is frozen. True if written.
+pub(super) fn freeze_v2(dir: &Path, on: bool) -> bool {
+    if let Err(e) = std::fs::write(dir.join("cgroup.freeze"), if on { "1" } else { "0" }) {
+        warn!(cgroup = %dir.display(), error = %e, on, "could not freeze or thaw a cgroup");
+        return false;
+    }
+    let until = Instant::now() + FREEZE_WAIT;
+    while on
+        && Instant::now() < until
+        && std::fs::read_to_string(dir.join("cgroup.events")).is_ok_and(|t| !t.lines().any(|l| l == "frozen 1"))
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+/// Freezes (`on`) or thaws a v1 freezer cgroup (its children with it), waiting briefly for a
+/// freeze to take hold (a task in uninterruptible sleep freezes when it wakes). True if written.
+pub(super) fn freeze_v1(freezer: &Path, on: bool) -> bool {
+    let state = freezer.join("freezer.state");
+    if let Err(e) = std::fs::write(&state, if on { "FROZEN" } else { "THAWED" }) {
+        warn!(cgroup = %freezer.display(), error = %e, on, "could not freeze or thaw a cgroup");
+        return false;
+    }
+    let until = Instant::now() + FREEZE_WAIT;
+    while on && Instant::now() < until && std::fs::read_to_string(&state).map(|s| s.trim() != "FROZEN").unwrap_or(false)
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+/// Stops (`on`: SIGSTOP) or continues (SIGCONT) a process group. True if it was signalled.
+pub fn stop_group(pgid: i32, on: bool) -> bool {
+    if pgid <= 1 {
+        return false;
+    }
+    // SAFETY: killpg has no memory-safety preconditions.
+    unsafe { libc::killpg(pgid, if on { libc::SIGSTOP } else { libc::SIGCONT }) == 0 }
+}
+
 /// SIGKILLs a process group; a group that is already gone is fine. True if it was signalled.
 pub fn kill_group(pgid: i32) -> bool {
     if pgid <= 1 {

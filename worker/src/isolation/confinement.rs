@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
-use super::cgroup::{kill_group, kill_v1, kill_v2, remove_tree};
+use super::cgroup::{freeze_v1, freeze_v2, kill_group, kill_v1, kill_v2, remove_tree, stop_group};
 use super::parse::{PidRecord, oom_kills, stat_start_time, v1_oom};
 
 /// An attempt's cgroup(s), or its pid record. Dropping it kills every process still in it and
@@ -183,6 +183,19 @@ impl KillTarget {
                 kill_v1(freezer.as_deref(), others);
             }
             KillTarget::ProcessGroup => {}
+        }
+    }
+
+    /// Freezes (`on`) or thaws everything in the confinement: the v2 tree (`cgroup.freeze`), the
+    /// v1 freezer cgroup (`freezer.state`), or, without either, the process group `pgid`
+    /// (SIGSTOP / SIGCONT). A frozen attempt makes no progress and has no side effects; it can
+    /// still be killed (SIGKILL reaches frozen and stopped processes). Blocking, for
+    /// milliseconds. True if it took.
+    pub fn freeze(&self, pgid: Option<i32>, on: bool) -> bool {
+        match self {
+            KillTarget::V2 { dir } => freeze_v2(dir, on),
+            KillTarget::V1 { freezer: Some(f), .. } => freeze_v1(f, on),
+            KillTarget::V1 { freezer: None, .. } | KillTarget::ProcessGroup => pgid.is_some_and(|p| stop_group(p, on)),
         }
     }
 }

@@ -54,7 +54,7 @@ use tracing::debug;
 use crate::error::{Error, Result};
 
 use cgroup::{fresh_dir, kill_v1, kill_v2, remove_tree, write_limit};
-pub use cgroup::{join_cgroups, kill_group};
+pub use cgroup::{join_cgroups, kill_group, stop_group};
 pub use confinement::{Confinement, KillTarget};
 pub use parse::{
     CPU_PERIOD_US, Limits, Mounts, PidRecord, V1_CONTROLLERS, group_is_ours, lists_controller, oom_kills,

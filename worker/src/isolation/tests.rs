@@ -387,3 +387,59 @@ fn process_group_leftovers_are_killed_from_their_records() {
     assert_eq!(status.signal(), Some(libc::SIGKILL));
     assert!(std::fs::read_dir(&records).unwrap().next().is_none(), "records are removed");
 }
+
+/// Starts a writer (a line every 10 ms into `file`) in its own process group, joining `procs`.
+fn writer(file: &Path, procs: Vec<std::ffi::CString>) -> std::process::Child {
+    use std::os::unix::process::CommandExt as _;
+    let script = format!("while :; do echo x >> '{}'; sleep 0.01; done", file.display());
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &script]).process_group(0);
+    // SAFETY: join_cgroups only makes async-signal-safe system calls on memory prepared before.
+    unsafe { cmd.pre_exec(move || join_cgroups(&procs)) };
+    cmd.spawn().unwrap()
+}
+
+/// Freezes `target`, checks that the writer makes no progress, thaws it and checks that it
+/// does again, then kills it (frozen once more: a kill reaches a frozen attempt).
+fn freeze_stops_progress(target: &KillTarget, child: &mut std::process::Child, file: &Path) {
+    use std::os::unix::process::ExitStatusExt as _;
+    let len = || std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+    let grows = || {
+        let before = len();
+        (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            len() > before
+        })
+    };
+    let pid = i32::try_from(child.id()).unwrap();
+    assert!(grows(), "the writer runs");
+    assert!(target.freeze(Some(pid), true));
+    std::thread::sleep(Duration::from_millis(50));
+    let frozen = len();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(len(), frozen, "a frozen attempt makes no progress");
+    assert!(target.freeze(Some(pid), false));
+    assert!(grows(), "a thawed attempt goes on");
+    assert!(target.freeze(Some(pid), true));
+    target.kill(Some(pid));
+    assert!(child.wait().unwrap().signal().is_some(), "killed while frozen");
+}
+
+#[test]
+fn attempts_freeze_and_thaw_in_every_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("progress");
+    let mut child = writer(&file, Vec::new());
+    freeze_stops_progress(&KillTarget::ProcessGroup, &mut child, &file);
+
+    let name = format!("test-{}", uuid::Uuid::new_v4());
+    let Some(iso) = cgroups_or_skip("attempts_freeze_and_thaw_in_every_mode", &name, dir.path().join("procs")) else {
+        return;
+    };
+    let c = iso.confine("job-x.t.0.9", &Limits::new(0.0, 0)).unwrap();
+    let procs = c.procs_files();
+    let mut child = writer(&file, procs);
+    freeze_stops_progress(&c.kill_target(), &mut child, &file);
+    drop(c);
+    iso.close();
+}

@@ -73,6 +73,13 @@ impl Ctx {
     ) -> ProcessEnd {
         let a = &work.attempt;
         let failed = |e: Error, exit_code: i32| ProcessEnd::Ended(Outcome::failed(e, started_at, exit_code));
+        // Nothing starts while the lease has run out: its supervisor would freeze it at once, or
+        // the coordinator may have given the worker up already (`crate::lease`).
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => return ProcessEnd::Ended(self.cancelled(a, started_at, NO_EXIT_CODE)),
+            () = self.lease.live() => {}
+        }
         let mut confinement =
             match confine(&self.isolation, Layout::attempt_name(a), Limits::new(work.cpu, work.memory)).await {
                 Ok(c) => c,
@@ -94,10 +101,13 @@ impl Ctx {
 
         let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
         let mut lease = self.lease.subscribe();
+        // Biased, cancel first: a worker that kills its frozen attempts (the coordinator gave it
+        // up) and then registers again must not pass the new lease on to them before the kill.
         let (end, waited) = tokio::select! {
+            biased;
+            () = cancel.cancelled() => (End::Cancelled, None),
             s = process.wait(&mut lease) => (End::Exited, Some(s)),
             () = sleep_until(deadline) => (End::TimedOut, None),
-            () = cancel.cancelled() => (End::Cancelled, None),
         };
         // On timeout or cancel this is the point; after a normal exit it removes whatever the
         // command left behind (background processes, daemons), so that nothing outlives its

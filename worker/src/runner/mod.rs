@@ -206,6 +206,10 @@ impl Runner {
             debug!(%attempt, "ignoring an assignment of an attempt already known");
             return;
         };
+        // Without a supervisor nothing can freeze it when the lease runs out (`crate::lease`).
+        if is_collective(&a.kind) || self.ctx.supervisor.is_none() {
+            attempts.mark_in_worker(&attempt);
+        }
         let work = match Work::from_pb(attempt.clone(), a).and_then(|w| w.check_gpus(&self.ctx.gpus).map(|()| w)) {
             Ok(w) => w,
             Err(e) => {

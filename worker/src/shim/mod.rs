@@ -1,11 +1,15 @@
 //! Each command attempt's supervisor (a *shim*, as container runtimes call theirs): a small
 //! process, the worker's own executable started again in shim mode ([`SHIM_ARG`]), that is the
-//! parent of the attempt's command and kills everything in the attempt's confinement when
+//! parent of the attempt's command and
 //!
-//! - its worker dies (the worker holds the write end of the shim's stdin: `kill -9` of the worker
-//!   closes it, and the shim reads end-of-file), or
-//! - the worker's lease with the coordinator ([`crate::lease`]) runs out without a renewal — a
-//!   worker that is stopped (`SIGSTOP`), hung, or cut off from its coordinator renews nothing —
+//! - kills everything in the attempt's confinement when its worker dies (the worker holds the
+//!   write end of the shim's stdin: `kill -9` of the worker closes it, and the shim reads
+//!   end-of-file);
+//! - freezes it when the worker's lease with the coordinator ([`crate::lease`]) runs out without
+//!   a renewal — a worker that is stopped (`SIGSTOP`), hung, or cut off from its coordinator, or
+//!   whose coordinator is paused, renews nothing — and thaws it when a renewal comes (the worker
+//!   sends one only once the coordinator confirmed the attempt is still its own; otherwise the
+//!   worker kills it),
 //!
 //! so that no attempt runs on beside the replacement the coordinator places once it has given
 //! the worker up.
@@ -14,7 +18,7 @@
 //!
 //! ```text
 //! worker → shim (stdin)   {"argv":[…],"cgroups":[…],"kill":{…},"lease_end":N}   once, first
-//!                         renew N                    the lease now ends at N (boot-clock ms)
+//!                         renew N                    the lease now ends at N (boot-clock ms; thaws)
 //! shim → worker (stdout)  pid N                      the command started as process N
 //!                         error TEXT                 it could not be started
 //!                         fenced TEXT                the shim killed it, and why

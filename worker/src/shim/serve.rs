@@ -1,7 +1,8 @@
 //! The shim process: reads its spec, starts the command, then waits with `poll(2)` on three
 //! things at once — its stdin (renewals; end-of-file: the worker is gone), the command (a pidfd),
-//! and the lease's end — and reports how the command ended. Synchronous and single-threaded: no
-//! runtime, so a shim costs a process and a few hundred KiB.
+//! and the lease's end — and reports how the command ended. At the lease's end it freezes the
+//! command's confinement; a later renewal thaws it, and the worker's death kills it. Synchronous
+//! and single-threaded: no runtime, so a shim costs a process and a few hundred KiB.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -48,18 +49,20 @@ fn run() -> Result<(), String> {
     send(&Status::Pid(pid));
     let pidfd = pidfd_open(pid);
     let mut lease_end = spec.lease_end;
+    let mut frozen = false;
     loop {
         let now = boot_ms();
-        if lease_end != UNLIMITED && now >= lease_end {
-            let why = format!(
-                "fenced: the worker's lease with the coordinator ran out {} ms ago without a renewal \
-                 (the worker is stopped, hung or cut off from its coordinator)",
-                now - lease_end
-            );
-            fence(&spec, pid, why);
-            break;
+        let lapsed = lease_end != UNLIMITED && now >= lease_end;
+        if lapsed != frozen {
+            // Frozen at the lease's end (no progress, no side effects: the coordinator may place
+            // the attempt elsewhere once it gives the worker up); thawed by a renewal, which the
+            // worker sends only once the coordinator has confirmed the attempt is still its own.
+            let what = if lapsed { "the lease ran out without a renewal; freezing" } else { "renewed; thawing" };
+            eprintln!("plexus attempt supervisor (command pid {pid}): {what} the attempt");
+            spec.kill.freeze(Some(pid), lapsed);
+            frozen = lapsed;
         }
-        let mut wait = lease_end.saturating_sub(now).min(MAX_WAIT_MS);
+        let mut wait = if frozen { MAX_WAIT_MS } else { lease_end.saturating_sub(now).min(MAX_WAIT_MS) };
         if pidfd.is_none() {
             wait = wait.min(POLL_CHILD_MS);
         }
