@@ -29,7 +29,7 @@ pub struct ChaosCluster {
 fn mount_tmpfs(dir: &Path, size_mb: u64) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let out = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={size_mb}m,mode=0700"), "plexus-chaos"])
+        .args(["-t", "tmpfs", "-o", &format!("size={size_mb}m,mode=0711"), "plexus-chaos"])
         .arg(dir)
         .output()
         .map_err(|e| format!("running mount: {e}"))?;

@@ -107,12 +107,18 @@ fn now_ns() -> u64 {
 }
 
 /// Makes `dir` readable by anyone (a confined task runs as another user and appends to the
-/// ledger beneath it), and the ledger directory writable by anyone.
+/// ledger beneath it), the ledger directory writable by anyone, and the ledger too.
 fn open_up(dir: &Path, ledger_dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(ledger_dir).map_err(|e| format!("creating {}: {e}", ledger_dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
-    std::fs::set_permissions(ledger_dir, std::fs::Permissions::from_mode(0o1777)).map_err(|e| e.to_string())
+    std::fs::set_permissions(ledger_dir, std::fs::Permissions::from_mode(0o1777)).map_err(|e| e.to_string())?;
+    // The ledger itself exists before any task runs, the directory owner's (root's) and writable
+    // by anyone: tasks of different jobs run as different uids, and a file the first of them
+    // made would be its own (0644 under the usual umask), closed to every later job.
+    let ledger = ledger_dir.join("ledger");
+    std::fs::File::create(&ledger).map_err(|e| format!("creating {}: {e}", ledger.display()))?;
+    std::fs::set_permissions(&ledger, std::fs::Permissions::from_mode(0o666)).map_err(|e| e.to_string())
 }
 
 /// Runs the chaos run `config` with the Plexus programs in `bin`; `Err` when the cluster could

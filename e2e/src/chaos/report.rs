@@ -71,6 +71,15 @@ impl Report {
                 self.not_ended
             ));
         }
+        // Every job of the stream is correct and every fault is healed, so none may fail: a
+        // fault may cost attempts, never a job (a stream whose tasks fail for a reason of their
+        // own, such as a file they cannot write, shows here too).
+        if !self.failures.is_empty() {
+            v.push(format!("{} jobs failed: {:?}", self.failures.len(), self.failures));
+        }
+        if self.refused > 0 {
+            v.push(format!("{} submissions refused by a serving coordinator", self.refused));
+        }
         for o in &self.overlaps {
             v.push(format!("subtask ran twice at once: {}", self.describe_overlap(o)));
         }
@@ -155,9 +164,9 @@ impl Report {
         };
         row("jobs submitted (acknowledged)", self.submitted.to_string(), "", "");
         row("submissions no coordinator answered (tried again)", self.unacknowledged.to_string(), "", "");
-        row("submissions refused", self.refused.to_string(), "", "");
+        row("submissions refused", self.refused.to_string(), "0", ok(self.refused > 0));
         row("jobs ended: succeeded", self.succeeded.to_string(), "", "");
-        row("jobs ended: failed", self.failed.to_string(), "", "");
+        row("jobs ended: failed", self.failed.to_string(), "0", ok(self.failed > 0));
         row("jobs lost (acknowledged, then unknown)", self.lost.len().to_string(), "0", ok(!self.lost.is_empty()));
         row(
             &format!("jobs not ended within {} s after the faults stopped", self.settle_s),
