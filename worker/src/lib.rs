@@ -385,8 +385,9 @@ fn lock_data_dir(layout: &Layout) -> Result<std::fs::File> {
 }
 
 /// Who subtasks run as (`--task-user`, `--task-uids`). Tasks under uids of their own must reach
-/// their work dirs below the data dir: a directory on the way that other users cannot search
-/// is refused here, with what to do, rather than failing every task.
+/// their work dirs below the data dir: a directory above it that other users cannot search is
+/// refused here, with what to do, rather than failing every task (the data dir itself the worker
+/// makes searchable).
 fn task_users(config: &Config, layout: &Layout) -> Result<Arc<TaskUsers>> {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
@@ -402,7 +403,9 @@ fn task_users(config: &Config, layout: &Layout) -> Result<Arc<TaskUsers>> {
                 map.split_whitespace().collect::<Vec<_>>().join(" ")
             )));
         }
-        if let Some((dir, mode)) = isolation::unsearchable_ancestor(layout.root()) {
+        // The data dir itself is not checked: `prepare_data_dir` makes it 0711 whatever it was.
+        let above = layout.root().parent().unwrap_or(layout.root());
+        if let Some((dir, mode)) = isolation::unsearchable_ancestor(above) {
             return Err(Error::Config(format!(
                 "tasks run as uids {range} (a uid per job: the worker runs as root), and they could not reach \
                  their work dirs under {}: {} is mode {mode:o}, which other users cannot search; \
