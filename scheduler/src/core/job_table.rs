@@ -279,7 +279,11 @@ impl Job {
     /// memory it sets aside when it shares a GPU.
     pub(super) fn claim(&self, idx: u32) -> Claim {
         let task = &self.record.spec.tasks[self.task_of(idx)];
-        Claim { resources: task.resources, shared_memory: task.shares_gpu().then(|| task.shared_gpu_memory()) }
+        Claim {
+            resources: task.resources,
+            shared_memory: task.shares_gpu().then(|| task.shared_gpu_memory()),
+            slot: !task.runs_nothing(),
+        }
     }
 
     /// The tasks that list task `t` in `after`.

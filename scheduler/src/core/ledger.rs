@@ -31,6 +31,9 @@ pub type AttemptKey = (JobId, u32);
 pub struct Claim {
     pub resources: Resources,
     pub shared_memory: Option<u64>,
+    /// Whether it takes one of the worker's `max_attempts` slots: every attempt that runs a
+    /// process does; a built-in `noop` runs nothing and holds nothing, so it takes none.
+    pub slot: bool,
 }
 
 /// Which devices an attempt being placed gets.
@@ -55,6 +58,8 @@ pub struct Worker {
     /// placed + reserved.
     allocated: Resources,
     placed: BTreeSet<AttemptKey>,
+    /// Of `placed`, those whose claim takes no slot (`Claim::slot` false).
+    slotless: BTreeSet<AttemptKey>,
     objects: HashMap<ObjectId, u64>,
     /// Objects whose copy here served bytes that did not match their digest: not held, whatever
     /// the worker's reports say, until a succeeded attempt writes the object here again (or the
@@ -81,6 +86,7 @@ impl Worker {
             node: NodeReport::default(),
             allocated: Resources::default(),
             placed: BTreeSet::new(),
+            slotless: BTreeSet::new(),
             objects: HashMap::new(),
             bad: HashSet::new(),
             gpus_used: BTreeSet::new(),
@@ -153,19 +159,28 @@ impl Worker {
         self.connected && self.record.alive
     }
 
-    /// How many more attempts it takes at once (`max_attempts` less those placed and reserved);
-    /// `u32::MAX` when it sets no bound.
+    /// How many more attempts it takes at once (`max_attempts` less those placed and reserved
+    /// that take a slot); `u32::MAX` when it sets no bound.
     pub fn free_slots(&self) -> u32 {
         match self.record.capacity.max_attempts {
             0 => u32::MAX,
-            max => max.saturating_sub(u32::try_from(self.placed.len() + self.reserved.len()).unwrap_or(u32::MAX)),
+            max => {
+                let held = self.placed.len() - self.slotless.len() + self.reserved.len();
+                max.saturating_sub(u32::try_from(held).unwrap_or(u32::MAX))
+            }
         }
     }
 
     /// What is not allocated: its capacity less what attempts hold, shared devices counted as
     /// taken; [`Resources::NO_ROOM`] when it runs as many attempts as it takes.
     pub fn available(&self) -> Resources {
-        if self.free_slots() == 0 {
+        self.room(true)
+    }
+
+    /// What is not allocated, for an attempt that takes a slot (`slot`) or none (a `noop`,
+    /// which fits however many attempts run here).
+    pub fn room(&self, slot: bool) -> Resources {
+        if slot && self.free_slots() == 0 {
             return Resources::NO_ROOM;
         }
         let mut free = self.record.capacity.resources().minus(&self.allocated);
@@ -265,6 +280,9 @@ impl Worker {
         }
         self.allocated.add(&claim.resources);
         self.placed.insert(key);
+        if !claim.slot {
+            self.slotless.insert(key);
+        }
         gpus
     }
 
@@ -274,6 +292,7 @@ impl Worker {
         if !self.placed.remove(&key) {
             return false;
         }
+        self.slotless.remove(&key);
         self.gpu_peers.remove(&key);
         self.allocated.sub(&claim.resources);
         for &g in gpus {

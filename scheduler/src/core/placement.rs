@@ -267,10 +267,13 @@ impl Core {
         let req = task.resources;
         // A longer (or no) timeout backfills nowhere a shorter one could not.
         let span = if task.timeout_ms == 0 { u64::MAX } else { task.timeout_ms };
-        if round
-            .full
-            .iter()
-            .any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan)
+        // (A `noop` takes no attempt slot, so a request that found every slot taken does not
+        // speak for it.)
+        if !task.runs_nothing()
+            && round
+                .full
+                .iter()
+                .any(|(f, fspan)| req.cpu >= f.cpu && req.memory >= f.memory && req.gpu >= f.gpu && span >= *fspan)
         {
             round.judged.insert((job, t), false);
             return;
@@ -563,7 +566,7 @@ impl Core {
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
         let mut samples: Vec<Samples> = Vec::new();
         for w in self.workers.values().filter(|w| w.live()) {
-            let free = w.available();
+            let free = w.room(!task.runs_nothing());
             // A worker held for a gang ahead takes only work that ends before the gang needs it.
             let gang = held.hold_of(&w.id()).filter(|h| !h.admits(task.timeout_ms, now));
             let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());

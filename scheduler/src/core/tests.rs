@@ -1992,6 +1992,14 @@ fn a_worker_runs_no_more_attempts_than_its_max_attempts() {
     assert_eq!(c.worker(wid(1)).unwrap().placed().len(), 2);
     assert_eq!(c.job(job).unwrap().subtasks.iter().filter(|s| s.state == SubtaskState::Ready).count(), 7);
 
+    // A built-in `noop` runs no process: its attempts take no slot, so all of them are placed
+    // beside the two commands that fill the slots, and the slots stay full.
+    let noops = submit(&mut c, "[[task]]\nname = \"n\"\nkind = \"noop\"\nreplicas = 5\ncpu = 0\n", 5);
+    c.schedule(6);
+    let placed = assigned(&mut c);
+    assert_eq!(placed.iter().filter(|(_, a)| a.attempt.job == noops).count(), 5, "every noop placed at once");
+    assert_eq!(c.worker(wid(1)).unwrap().free_slots(), 0, "the commands still hold both slots");
+
     // A gang of three cpu = 0 members never fits a worker that takes two attempts: said at
     // submission, not left reserving for ever.
     let mut c = core();

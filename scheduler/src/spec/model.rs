@@ -177,6 +177,12 @@ pub struct GpuProfile {
 }
 
 impl TaskSpec {
+    /// Whether its attempts run nothing at all (the built-in `noop`): such an attempt takes no
+    /// slot of a worker's `--max-attempts`.
+    pub fn runs_nothing(&self) -> bool {
+        matches!(&self.work, Work::Kind(k) if k == "noop")
+    }
+
     /// Whether the task shares its GPU (`gpu_share = true`).
     pub fn shares_gpu(&self) -> bool {
         self.gpu_profile.is_some_and(|p| p.share)
