@@ -27,16 +27,28 @@ use std::time::Duration;
 
 use plexus_e2e::chaos::{self, Config};
 
+/// `PLEXUS_CHAOS_SECONDS=N` runs the same test for N seconds of faults, `PLEXUS_CHAOS_HA=1` on
+/// etcd (3 members) with 3 coordinators: a longer run without the benchmark's build (which links
+/// libtorch); `bench --bin chaos` is the full command line.
+fn from_env(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(v.trim().parse().unwrap_or_else(|e| panic!("{name}={v:?}: {e}")))
+}
+
 #[test]
 fn a_seeded_stream_of_jobs_under_seeded_faults_keeps_every_invariant() {
+    let ha = from_env("PLEXUS_CHAOS_HA") == Some(1);
+    if ha && let Some(why) = plexus_e2e::etcd::etcd_available() {
+        panic!("PLEXUS_CHAOS_HA=1 needs etcd: {why}");
+    }
     let config = Config {
         seed: 29,
-        duration: Duration::from_secs(120),
+        duration: Duration::from_secs(from_env("PLEXUS_CHAOS_SECONDS").unwrap_or(120)),
         settle: Duration::from_secs(150),
         fault_every: Duration::from_secs(8),
         workers: 3,
-        ha: false,
-        coordinators: 1,
+        ha,
+        coordinators: if ha { 3 } else { 1 },
         max_in_flight: 3,
         keep: false,
     };
