@@ -13,13 +13,15 @@ torch:
 	bash scripts/setup-torch.sh
 
 # System packages the rail rig needs (iproute2, iperf3), the browser the dashboard's tests
-# drive (chromium) and etcd for the HA tests; installs only what is missing. Without root it
+# drive (chromium), etcd for the HA tests, and the chaos run's namespace and loop-device tools
+# (iproute2, util-linux, mount, e2fsprogs); installs only what is missing. Without root it
 # cannot install, and the tests that need them skip with a printed reason — unless
 # PLEXUS_REQUIRE_ALL=1 (set by .ci/run), under which a skip fails its test.
 deps:
 	@bash scripts/deps-rails.sh || echo "make deps: could not install the rail rig's packages; rig tests will skip"
 	@bash scripts/deps-browser.sh || echo "make deps: could not install chromium; the dashboard tests will skip"
 	@bash scripts/deps-etcd.sh || echo "make deps: could not install etcd; the HA tests will skip"
+	@bash scripts/deps-chaos.sh || echo "make deps: could not install the chaos run's tools; its partition and slow-disk faults will be left out"
 
 build: torch
 	$(CARGO) build --workspace --bins
@@ -77,7 +79,8 @@ bench-placement-live: release deps
 	$(CARGO) run --release -p plexus-bench --bin placement-live
 
 # The reliability benchmark: 3 minutes of a seeded stream of jobs (DAGs, gangs, an allreduce, MiB
-# outputs) under seeded faults (kill -9 / SIGSTOP of workers and the coordinator, a full disk), then
+# outputs) under seeded faults (kill -9 / SIGSTOP of workers and the coordinator, a full disk, a
+# network partition of a worker, a slow disk; the last three need root), then
 # the invariant table; exits 1 on a violation, naming the seed. CHAOS_ARGS passes more flags
 # (`--ha` for etcd and 3 coordinators, `--seed N`, `--duration S`).
 bench-chaos: release deps

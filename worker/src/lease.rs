@@ -20,6 +20,7 @@
 //! machine is suspended: a host that sleeps through its lease finds it expired when it wakes.
 //! The worker and its supervisors share it, so a deadline is a plain number between them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -46,31 +47,61 @@ pub const UNLIMITED: u64 = u64::MAX;
 pub struct Lease {
     /// The end of the lease; 0 before the first registration ([`UNLIMITED`]: no lease at all).
     end: watch::Sender<u64>,
+    /// How long an attempt may stay frozen after the lease's end before its supervisor kills it
+    /// (ms; [`UNLIMITED`]: never), from the coordinator's timeout ([`frozen_limit`]).
+    frozen_limit: AtomicU64,
+    /// The lapses that ended (a renewal after the lease had run out), summed (ms).
+    lapsed: AtomicU64,
 }
 
 impl Lease {
     /// A lease not granted yet: expired until the first registration renews it.
     pub fn new() -> Lease {
-        Lease { end: watch::Sender::new(0) }
+        Lease { end: watch::Sender::new(0), frozen_limit: AtomicU64::new(UNLIMITED), lapsed: AtomicU64::new(0) }
     }
 
     /// No lease: attempts run until they end (tests of the runner, without a coordinator).
     pub fn unlimited() -> Lease {
-        Lease { end: watch::Sender::new(UNLIMITED) }
+        Lease { end: watch::Sender::new(UNLIMITED), frozen_limit: AtomicU64::new(UNLIMITED), lapsed: AtomicU64::new(0) }
     }
 
     /// The coordinator acknowledged a request sent at `sent_at` (boot-clock ms), and it grants
     /// `length`: the lease runs to `sent_at + length`, unless it already runs longer.
     pub fn renew(&self, sent_at: u64, length: Duration) {
         let end = sent_at.saturating_add(u64::try_from(length.as_millis()).unwrap_or(u64::MAX));
+        let now = boot_ms();
         self.end.send_if_modified(|e| {
             if end > *e && *e != UNLIMITED {
+                // A renewal after a lapse ends it (the attempts thaw): the time frozen is kept.
+                if *e != 0 && now > *e {
+                    self.lapsed.fetch_add(now - *e, Ordering::Relaxed);
+                }
                 *e = end;
                 true
             } else {
                 false
             }
         });
+    }
+
+    /// How long the lease has been run out in all, up to boot-clock time `now` (ms): the lapses
+    /// that ended and the one going on. The time the attempts spent frozen, which their task
+    /// timeout does not count.
+    pub fn lapsed_ms(&self, now: u64) -> u64 {
+        let end = self.end();
+        let current = if end == 0 || end == UNLIMITED { 0 } else { now.saturating_sub(end) };
+        self.lapsed.load(Ordering::Relaxed).saturating_add(current)
+    }
+
+    /// Sets how long an attempt may stay frozen after the lease's end ([`frozen_limit`]).
+    pub fn set_frozen_limit(&self, limit: Duration) {
+        self.frozen_limit.store(u64::try_from(limit.as_millis()).unwrap_or(UNLIMITED), Ordering::Relaxed);
+    }
+
+    /// How long an attempt may stay frozen after the lease's end, in ms; `None`: for ever (no
+    /// coordinator has stated its timeout yet, or there is no lease).
+    pub fn frozen_limit_ms(&self) -> Option<u64> {
+        Some(self.frozen_limit.load(Ordering::Relaxed)).filter(|&l| l != UNLIMITED)
     }
 
     /// When the lease ends (boot-clock ms; [`UNLIMITED`]: never).
@@ -118,6 +149,21 @@ pub fn length(heartbeat_timeout: Duration, interval: Duration) -> Duration {
     heartbeat_timeout.saturating_sub(margin).max(interval)
 }
 
+/// The least time an attempt stays frozen beyond the coordinator's timeout before its supervisor
+/// kills it: a coordinator paused for less than this (a VM migration, a long GC) finds its
+/// workers' attempts thawed, not killed, when it resumes (it notices its own stall and keeps them).
+pub const FROZEN_GRACE: Duration = Duration::from_secs(30);
+
+/// How long after the lease's end a frozen attempt is killed by its supervisor, when the worker
+/// has still not heard from the coordinator: by then the coordinator's `heartbeat_timeout` has
+/// passed (it runs from the last heartbeat it saw, sent no later than `lease_length` before the
+/// lease's end), it gave the worker up and placed the attempt elsewhere, so thawing is no longer
+/// possible — and a worker that never gets back would otherwise keep the frozen attempt (its
+/// memory, its slot) for ever. The margin is the timeout again, and at least [`FROZEN_GRACE`].
+pub fn frozen_limit(heartbeat_timeout: Duration, lease_length: Duration) -> Duration {
+    heartbeat_timeout.saturating_sub(lease_length) + heartbeat_timeout.max(FROZEN_GRACE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +195,37 @@ mod tests {
         assert_eq!(length(ms(10_000), ms(1_000)), ms(7_500));
         // An interval as long as the timeout still leaves a lease of one interval.
         assert_eq!(length(ms(1_000), ms(1_000)), ms(1_000));
+    }
+
+    #[test]
+    fn a_frozen_attempt_outlives_the_coordinators_timeout_before_it_is_killed() {
+        let ms = Duration::from_millis;
+        // Killed 31 s after the lease's end with the defaults: 1 s until the coordinator's
+        // timeout, then the grace.
+        assert_eq!(frozen_limit(ms(3_000), ms(2_000)), ms(31_000));
+        assert_eq!(frozen_limit(ms(60_000), ms(45_000)), ms(75_000));
+        let lease = Lease::new();
+        assert_eq!(lease.frozen_limit_ms(), None, "no limit before a coordinator stated its timeout");
+        lease.set_frozen_limit(ms(31_000));
+        assert_eq!(lease.frozen_limit_ms(), Some(31_000));
+    }
+
+    #[test]
+    fn the_time_frozen_is_summed_over_lapses() {
+        let lease = Lease::new();
+        assert_eq!(lease.lapsed_ms(5_000), 0, "not granted yet is no lapse");
+        let now = boot_ms();
+        // Ran out 300 ms ago.
+        lease.renew(now - 1_300, Duration::from_millis(1_000));
+        let lapsed = lease.lapsed_ms(now);
+        assert_eq!(lapsed, 300);
+        // Renewed: that lapse is kept (at least 300 ms: the renewal read the clock later), and
+        // no more accrues while the lease runs.
+        lease.renew(boot_ms(), Duration::from_millis(60_000));
+        let kept = lease.lapsed_ms(boot_ms());
+        assert!((300..1_300).contains(&kept), "{kept}");
+        assert_eq!(lease.lapsed_ms(boot_ms() + 1_000), kept);
+        assert_eq!(Lease::unlimited().lapsed_ms(u64::MAX - 1), 0);
     }
 
     #[test]

@@ -397,6 +397,7 @@ impl Session {
             0 => lease::length(hb_timeout, interval),
             ms => Duration::from_millis(ms).min(hb_timeout.saturating_sub(Duration::from_millis(500))),
         };
+        self.lease.set_frozen_limit(lease::frozen_limit(hb_timeout, lease_length));
         self.lease.renew(sent_at, lease_length);
         info!(
             coordinator = %coordinator, worker_id = %self.worker_id, known = known.len(),

@@ -399,3 +399,38 @@ fn process_gone(pid: i32) -> bool {
         Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
+
+/// A worker whose coordinator never comes back (issue 29): at the lease's end its attempt is
+/// frozen, not killed (the coordinator might still confirm it), but once the coordinator's own
+/// timeout has certainly passed — it gave the worker up and placed the attempt elsewhere — the
+/// attempt's supervisor kills it, rather than keeping it frozen for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_frozen_past_the_coordinators_timeout_is_killed() {
+    let fake = Fake::start("127.0.0.1:0".parse().unwrap(), true);
+    let dir = tempfile::tempdir().unwrap();
+    let worker = Worker::start(config(fake.url(), dir.path())).await.unwrap();
+    let a = attempt(JobId::random(), "forever", 0);
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o1777))
+        .unwrap();
+    let pid_file = shared.join("bg.pid");
+    let script = format!("sleep 1000 & echo $! > '{}'; wait", pid_file.display());
+    fake.send(pb::AssignmentBatch { assign: vec![command(&a, &script, &[])], cancel: vec![] }).await;
+    let bg: i32 = wait_until("the background pid", || {
+        std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok())
+    })
+    .await;
+    // The fake states a 5 s timeout and 50 ms heartbeats: a lease of 3.75 s, and a frozen
+    // attempt is killed 1.25 s + 30 s after the lease's end (`plexus_worker::lease::frozen_limit`).
+    let limit = plexus_worker::lease::frozen_limit(Duration::from_secs(5), Duration::from_millis(3_750));
+    assert_eq!(limit, Duration::from_millis(31_250));
+    fake.kill();
+    let gone_from = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(!process_gone(bg), "past the lease's end the attempt is frozen, not killed yet");
+    wait_until("the frozen attempt to be killed", || process_gone(bg).then_some(())).await;
+    let after = gone_from.elapsed();
+    assert!(after >= limit, "killed {after:?} after the coordinator went, before the limit {limit:?}");
+    worker.shutdown().await.unwrap();
+}

@@ -1,18 +1,28 @@
-//! The chaos run's cluster: a [`LocalCluster`] on loopback (sled, or etcd with several
-//! coordinators), its etcd members, and the small tmpfs that worker 0's data dir lives on so a
-//! fault can fill it.
+//! The chaos run's cluster: a [`LocalCluster`] (sled, or etcd with several coordinators), its
+//! etcd members, the small tmpfs that worker 0's data dir lives on so a fault can fill it, the
+//! slow disk under worker 1's data dir and the network namespace the last worker runs in
+//! ([`super::rig`]), each left out with the reason when it cannot be made.
+//!
+//! With the namespace, the coordinators listen on the host's end of its veth pair and every
+//! other worker serves its peers and rail there too, so the namespaced worker reaches them all
+//! (127.0.0.1 in the namespace is its own), and they reach it, until the link is cut.
 
+use std::ffi::OsString;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use plexus_launch::{EtcdCluster, LocalCluster, Store};
+use plexus_launch::{EtcdCluster, LocalCluster, Store, WorkerLaunch};
 
 use super::client::Access;
+use super::rig::{Partition, SlowDisk};
 
 /// The size of the tmpfs under worker 0's data dir: room for its cache (see [`CACHE`]) and the
 /// attempts' scratch, small enough to fill in a moment.
 const DISK_MB: u64 = 192;
+/// The slow disk's size (an ext4 image under the run's directory, sparse).
+const SLOW_DISK_MB: u64 = 320;
 /// Every worker's cache bound, under [`DISK_MB`].
 const CACHE: &str = "128MiB";
 
@@ -23,6 +33,12 @@ pub struct ChaosCluster {
     pub small_disk: Option<PathBuf>,
     /// Why there is no small disk, when there is none.
     pub no_small_disk: Option<String>,
+    /// Worker 1's data dir on a throttleable loop device, or why there is none.
+    pub slow_disk: Result<(usize, SlowDisk), String>,
+    /// The last worker's network namespace, or why there is none.
+    pub partition: Result<(usize, Partition), String>,
+    /// How each worker is started (its namespace, its cgroup, its addresses): restarts too.
+    launches: Vec<WorkerLaunch>,
 }
 
 /// Mounts a `size_mb` tmpfs on `dir` (made first): `Err` with why it could not.
@@ -39,6 +55,31 @@ fn mount_tmpfs(dir: &Path, size_mb: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// How worker `i` is started: in the namespace (the last worker) or serving on the host's end
+/// of it, and in the slow disk's cgroup (worker 1).
+fn worker_launch(
+    i: usize,
+    partition: &Result<(usize, Partition), String>,
+    slow: &Result<(usize, SlowDisk), String>,
+) -> WorkerLaunch {
+    let mut l = WorkerLaunch::default();
+    if let Ok((w, d)) = slow
+        && *w == i
+    {
+        l.prefix.extend(d.prefix().into_iter().map(OsString::from));
+    }
+    if let Ok((w, p)) = partition {
+        let ip = if *w == i {
+            l.prefix.extend(["nsenter".into(), format!("--net={}", p.path().display()).into()]);
+            p.ns_ip
+        } else {
+            p.host_ip
+        };
+        l.args.extend(["--listen".into(), format!("{ip}:0").into(), "--rail".into(), ip.to_string().into()]);
+    }
+    l
+}
+
 impl ChaosCluster {
     /// Starts etcd and `coordinators` coordinators on it (with `ha`; else one on sled), and
     /// `workers` workers, under `dir`.
@@ -53,7 +94,11 @@ impl ChaosCluster {
             if ha { Some(EtcdCluster::start(3).map_err(|e| format!("starting 3 etcd members: {e}"))?) } else { None };
         let store = etcd.as_ref().map(|e| Store::Etcd(e.url())).unwrap_or_default();
         let coordinators = if ha { coordinators.max(2) } else { 1 };
+        let partition = Partition::create().map(|p| (workers - 1, p));
         let mut builder = LocalCluster::builder(dir).bin_dir(bin).store(store).coordinators(coordinators);
+        if let Ok((_, p)) = &partition {
+            builder = builder.listen_ip(IpAddr::V4(p.host_ip));
+        }
         if ha {
             builder = builder.lease_ttl_s(2);
         }
@@ -69,10 +114,31 @@ impl ChaosCluster {
             Ok(()) => (Some(launch.worker_dir(0)), None),
             Err(why) => (None, Some(why)),
         };
-        let mut c = ChaosCluster { launch, etcd, small_disk, no_small_disk };
+        let slow_i = 1 % workers;
+        let slow_disk =
+            SlowDisk::create(&dir.join("slow-disk.img"), &launch.worker_dir(slow_i), SLOW_DISK_MB).map(|d| (slow_i, d));
+        let launches = (0..workers).map(|i| worker_launch(i, &partition, &slow_disk)).collect();
+        let mut c = ChaosCluster { launch, etcd, small_disk, no_small_disk, slow_disk, partition, launches };
         c.launch.start_coordinators().map_err(|e| format!("starting the coordinators: {e}"))?;
-        c.launch.start_workers().map_err(|e| format!("starting the workers: {e}"))?;
+        for i in 0..workers {
+            c.start_worker(i).map_err(|e| format!("starting worker {i}: {e}"))?;
+        }
         Ok(c)
+    }
+
+    /// Starts (or restarts) worker `i` as it was first started.
+    pub fn start_worker(&mut self, i: usize) -> Result<(), String> {
+        self.launch.start_worker_with(i, &self.launches[i]).map_err(|e| e.to_string())
+    }
+
+    /// Cuts (`false`) or mends the namespaced worker's link.
+    pub fn link(&self, up: bool) -> Result<(), String> {
+        self.partition.as_ref().map_err(Clone::clone)?.1.link(up)
+    }
+
+    /// Throttles (`true`) the slow disk, or lifts it.
+    pub fn slow(&self, on: bool) -> Result<(), String> {
+        self.slow_disk.as_ref().map_err(Clone::clone)?.1.throttle(on)
     }
 
     /// How a client reaches the cluster.
@@ -126,7 +192,13 @@ impl ChaosCluster {
 
 impl Drop for ChaosCluster {
     fn drop(&mut self) {
+        // A cut link or a throttled disk would slow the workers' stop.
+        let _ = self.link(true);
+        let _ = self.slow(false);
         self.launch.stop();
+        if let Ok((_, d)) = &mut self.slow_disk {
+            d.teardown();
+        }
         if let Some(dir) = &self.small_disk {
             // The worker has exited: nothing holds the mount. Lazily, so a straggler cannot
             // keep it.

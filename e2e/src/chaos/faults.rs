@@ -26,6 +26,11 @@ pub enum FaultKind {
     KillEtcd,
     /// Worker 0's data dir (a small tmpfs) filled up, freed after the hold.
     DiskFull,
+    /// The namespaced worker's link cut (both ways), mended after the hold.
+    PartitionWorker,
+    /// Worker 1's data dir throttled to [`super::rig::SLOW_BPS`] and [`super::rig::SLOW_IOPS`],
+    /// lifted after the hold.
+    SlowDisk,
 }
 
 impl FaultKind {
@@ -37,16 +42,20 @@ impl FaultKind {
             FaultKind::StopCoordinator => "SIGSTOP coordinator",
             FaultKind::KillEtcd => "kill -9 etcd member",
             FaultKind::DiskFull => "disk full (worker 0)",
+            FaultKind::PartitionWorker => "network partition of worker",
+            FaultKind::SlowDisk => "slow disk of worker",
         }
     }
 
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::KillWorker,
         FaultKind::StopWorker,
         FaultKind::KillCoordinator,
         FaultKind::StopCoordinator,
         FaultKind::KillEtcd,
         FaultKind::DiskFull,
+        FaultKind::PartitionWorker,
+        FaultKind::SlowDisk,
     ];
 }
 
@@ -80,6 +89,10 @@ pub struct Shape {
     pub coordinators: usize,
     pub etcd_members: usize,
     pub small_disk: bool,
+    /// The worker in a network namespace, if one is.
+    pub partitionable: Option<usize>,
+    /// The worker on the slow disk, if one is.
+    pub slow_disk: Option<usize>,
 }
 
 /// The faults of a run, a pure function of `seed` and `shape`.
@@ -96,6 +109,12 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Fault> {
     }
     if shape.small_disk {
         kinds.push((FaultKind::DiskFull, 1));
+    }
+    if shape.partitionable.is_some() {
+        kinds.push((FaultKind::PartitionWorker, 2));
+    }
+    if shape.slow_disk.is_some() {
+        kinds.push((FaultKind::SlowDisk, 2));
     }
     let total: u32 = kinds.iter().map(|k| k.1).sum();
     let mut out = Vec::new();
@@ -115,6 +134,9 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Fault> {
             FaultKind::StopCoordinator => (rng.random_range(0..shape.coordinators), rng.random_range(1_000..10_000)),
             FaultKind::KillEtcd => (rng.random_range(0..shape.etcd_members), rng.random_range(1_000..6_000)),
             FaultKind::DiskFull => (0, rng.random_range(2_000..10_000)),
+            // Past the heartbeat timeout about two times in three: the worker fences itself.
+            FaultKind::PartitionWorker => (shape.partitionable.unwrap_or(0), rng.random_range(1_000..10_000)),
+            FaultKind::SlowDisk => (shape.slow_disk.unwrap_or(0), rng.random_range(3_000..15_000)),
         };
         let hold = Duration::from_millis(hold_ms);
         out.push(Fault { at: t, kind, target, hold });
@@ -147,6 +169,8 @@ fn inject(c: &mut ChaosCluster, f: &Fault) -> Result<(), String> {
         }
         FaultKind::KillEtcd => c.etcd.as_mut().ok_or("no etcd")?.kill(f.target),
         FaultKind::DiskFull => c.fill_disk()?,
+        FaultKind::PartitionWorker => c.link(false)?,
+        FaultKind::SlowDisk => c.slow(true)?,
     }
     Ok(())
 }
@@ -154,7 +178,7 @@ fn inject(c: &mut ChaosCluster, f: &Fault) -> Result<(), String> {
 /// Undoes `f`: continues what was stopped, restarts what was killed, frees the disk.
 fn heal(c: &mut ChaosCluster, f: &Fault) -> Result<(), String> {
     match f.kind {
-        FaultKind::KillWorker => c.launch.start_worker(f.target).map_err(|e| format!("restarting: {e}")),
+        FaultKind::KillWorker => c.start_worker(f.target).map_err(|e| format!("restarting: {e}")),
         FaultKind::StopWorker => c.launch.signal_worker(f.target, libc::SIGCONT).map_err(|e| format!("SIGCONT: {e}")),
         FaultKind::KillCoordinator => c.launch.start_coordinator(f.target).map_err(|e| format!("restarting: {e}")),
         FaultKind::StopCoordinator => {
@@ -167,6 +191,8 @@ fn heal(c: &mut ChaosCluster, f: &Fault) -> Result<(), String> {
             c.free_disk();
             Ok(())
         }
+        FaultKind::PartitionWorker => c.link(true),
+        FaultKind::SlowDisk => c.slow(false),
     }
 }
 
@@ -209,6 +235,8 @@ mod tests {
             coordinators: 3,
             etcd_members: 3,
             small_disk: true,
+            partitionable: Some(3),
+            slow_disk: Some(1),
         }
     }
 
@@ -221,7 +249,7 @@ mod tests {
         for w in a.windows(2) {
             assert!(w[0].at + w[0].hold < w[1].at, "{w:?}");
         }
-        // Every kind comes once among the first six.
+        // Every kind comes once among the first eight.
         for k in FaultKind::ALL {
             assert!(a[..FaultKind::ALL.len()].iter().any(|f| f.kind == k), "{k:?} not among the first faults");
         }
@@ -229,9 +257,27 @@ mod tests {
 
     #[test]
     fn without_etcd_or_a_small_disk_those_faults_are_not_drawn() {
-        let s = Shape { etcd_members: 0, small_disk: false, coordinators: 1, ..shape() };
+        let s = Shape {
+            etcd_members: 0,
+            small_disk: false,
+            coordinators: 1,
+            partitionable: None,
+            slow_disk: None,
+            ..shape()
+        };
         let p = plan(3, &s);
-        assert!(p.iter().all(|f| f.kind != FaultKind::KillEtcd && f.kind != FaultKind::DiskFull));
+        assert!(p.iter().all(|f| !matches!(
+            f.kind,
+            FaultKind::KillEtcd | FaultKind::DiskFull | FaultKind::PartitionWorker | FaultKind::SlowDisk
+        )));
+        // The partition and the slow disk hit the worker that has them.
+        for f in plan(4, &shape()) {
+            match f.kind {
+                FaultKind::PartitionWorker => assert_eq!(f.target, 3),
+                FaultKind::SlowDisk => assert_eq!(f.target, 1),
+                _ => {}
+            }
+        }
         assert!(
             p.iter()
                 .all(|f| !matches!(f.kind, FaultKind::KillCoordinator | FaultKind::StopCoordinator) || f.target == 0)

@@ -6,6 +6,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -15,9 +16,10 @@ use tracing::{debug, warn};
 use crate::error::{Error, Result};
 use crate::isolation::{Confinement, Isolation, Limits, become_user, join_cgroups, kill_group};
 use crate::layout::Layout;
+use crate::lease::{Lease, boot_ms};
 use crate::shim::{Spec, Supervisor};
 
-use super::context::{Ctx, NO_EXIT_CODE, Outcome, WorkDirs, sleep_until};
+use super::context::{Ctx, NO_EXIT_CODE, Outcome, WorkDirs};
 use super::environment::{WORKER_ONLY_ENV, account_env, task_env};
 use super::validation::Work;
 
@@ -99,7 +101,6 @@ impl Ctx {
         }
         debug!(attempt = %a, pid = ?pgid, isolation = %self.isolation.mode(), "process started");
 
-        let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
         let mut lease = self.lease.subscribe();
         // Biased, cancel first: a worker that kills its frozen attempts (the coordinator gave it
         // up) and then registers again must not pass the new lease on to them before the kill.
@@ -107,7 +108,7 @@ impl Ctx {
             biased;
             () = cancel.cancelled() => (End::Cancelled, None),
             s = process.wait(&mut lease) => (End::Exited, Some(s)),
-            () = sleep_until(deadline) => (End::TimedOut, None),
+            () = run_for(work.timeout, &self.lease) => (End::TimedOut, None),
         };
         // On timeout or cancel this is the point; after a normal exit it removes whatever the
         // command left behind (background processes, daemons), so that nothing outlives its
@@ -162,6 +163,7 @@ impl Ctx {
             kill: confinement.kill_target(),
             lease_end: self.lease.end(),
             uid: dirs.uid,
+            frozen_limit_ms: self.lease.frozen_limit_ms(),
         };
         let mut env = task_env(work, &self.gpus, &dirs.input, &dirs.output);
         env.extend(account_env(work, &dirs.root, &dirs.tmp, dirs.uid));
@@ -238,6 +240,26 @@ async fn kill(c: Confinement) -> Option<Confinement> {
             warn!(error = %e, "killing an attempt's processes failed");
             None
         }
+    }
+}
+
+/// Waits until the attempt has run for `timeout` (for ever without one), not counting the time
+/// it spent frozen while the worker's lease had run out ([`Lease::lapsed_ms`]): a task that was
+/// frozen through a pause of its worker or coordinator gets its whole time once thawed.
+async fn run_for(timeout: Option<Duration>, lease: &Lease) {
+    let Some(timeout) = timeout else { return std::future::pending().await };
+    let start = Instant::now();
+    let frozen_before = lease.lapsed_ms(boot_ms());
+    loop {
+        let frozen = Duration::from_millis(lease.lapsed_ms(boot_ms()).saturating_sub(frozen_before));
+        let Some(deadline) = start.checked_add(timeout.saturating_add(frozen)) else {
+            return std::future::pending().await;
+        };
+        if Instant::now() >= deadline {
+            return;
+        }
+        // Woken at the deadline, or sooner to look again while frozen time still accrues.
+        tokio::time::sleep_until(deadline.min(Instant::now() + Duration::from_secs(1))).await;
     }
 }
 

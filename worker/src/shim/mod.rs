@@ -9,7 +9,9 @@
 //!   a renewal — a worker that is stopped (`SIGSTOP`), hung, or cut off from its coordinator, or
 //!   whose coordinator is paused, renews nothing — and thaws it when a renewal comes (the worker
 //!   sends one only once the coordinator confirmed the attempt is still its own; otherwise the
-//!   worker kills it),
+//!   worker kills it), and kills it when no renewal came for so long after the lease's end that
+//!   the coordinator has certainly given the worker up (`crate::lease::frozen_limit`: a worker
+//!   that never gets back would otherwise keep it frozen for ever),
 //!
 //! so that no attempt runs on beside the replacement the coordinator places once it has given
 //! the worker up.

@@ -21,6 +21,10 @@ pub struct Spec {
     /// The uid (and gid) the command takes after joining its cgroups; `None`: the worker's.
     #[serde(default)]
     pub uid: Option<u32>,
+    /// How long after the lease's end a frozen command is killed (ms; `None`: never): by then
+    /// the coordinator has given the worker up (`crate::lease::frozen_limit`).
+    #[serde(default)]
+    pub frozen_limit_ms: Option<u64>,
 }
 
 /// A message from the shim to the worker.
@@ -96,6 +100,7 @@ mod tests {
             kill: KillTarget::V1 { freezer: Some("/f".into()), others: vec!["/m".into()] },
             lease_end: u64::MAX,
             uid: Some(200_000),
+            frozen_limit_ms: Some(31_000),
         };
         let text = serde_json::to_string(&spec).unwrap();
         assert!(!text.contains('\n'));

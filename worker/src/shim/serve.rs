@@ -1,7 +1,8 @@
 //! The shim process: reads its spec, starts the command, then waits with `poll(2)` on three
 //! things at once — its stdin (renewals; end-of-file: the worker is gone), the command (a pidfd),
 //! and the lease's end — and reports how the command ended. At the lease's end it freezes the
-//! command's confinement; a later renewal thaws it, and the worker's death kills it. Synchronous
+//! command's confinement; a later renewal thaws it, and the worker's death kills it, and so does
+//! staying frozen past the spec's `frozen_limit_ms` (the coordinator has given the worker up). Synchronous
 //! and single-threaded: no runtime, so a shim costs a process and a few hundred KiB.
 
 use std::ffi::CString;
@@ -61,6 +62,20 @@ fn run() -> Result<(), String> {
             eprintln!("plexus attempt supervisor (command pid {pid}): {what} the attempt");
             spec.kill.freeze(Some(pid), lapsed);
             frozen = lapsed;
+        }
+        // Frozen past the limit: the coordinator has given the worker up and placed the attempt
+        // elsewhere, so no renewal can come for it; a worker that never gets back would keep it
+        // frozen for ever.
+        if let Some(limit) = spec.frozen_limit_ms.filter(|_| frozen)
+            && now >= lease_end.saturating_add(limit)
+        {
+            let why = format!(
+                "fenced: frozen for {:.1} s after the worker's lease ran out, past the coordinator's timeout (it \
+                 gave the worker up and placed the attempt elsewhere)",
+                (now - lease_end) as f64 / 1000.0
+            );
+            fence(&spec, pid, why);
+            break;
         }
         let mut wait = if frozen { MAX_WAIT_MS } else { lease_end.saturating_sub(now).min(MAX_WAIT_MS) };
         if pidfd.is_none() {
