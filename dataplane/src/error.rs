@@ -26,6 +26,10 @@ pub enum Error {
     /// every rail to the peer is down or the peer is gone.
     #[error("message {msg_id} to {peer} made no progress for {secs:.1} s (every rail down or peer gone)")]
     Stalled { peer: PeerId, msg_id: u64, secs: f64 },
+    /// A receive waited for a message from a peer that was unreachable for a whole
+    /// `stall_timeout`: no connection to or from it on any rail, and none could be opened.
+    #[error("peer {peer} is gone: unreachable on every rail for {secs:.1} s")]
+    PeerGone { peer: PeerId, secs: f64 },
     /// A segment that lies outside its message. This and the next two are why a segment is
     /// refused by the message's reassembly: a correct sender never produces them, and the
     /// transport closes the connection that sent one.

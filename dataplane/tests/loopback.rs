@@ -2,7 +2,7 @@
 //! scheduler, concurrency, corruption and a rail dying mid-message (by fault injection).
 
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_dataplane::rig::pattern;
@@ -177,6 +177,34 @@ async fn sending_to_nobody_stalls_with_an_error_naming_the_peer() {
     assert!(matches!(e, Error::Stalled { .. }), "{e}");
     assert!(e.to_string().contains(&addrs[0].to_string()), "{e}");
     assert!(a.stats().rails.iter().all(|r| r.failures >= 1));
+}
+
+/// A receive waiting for a peer that vanished (its process gone: connections closed, its
+/// ports refusing) fails within the stall timeout, naming the peer, instead of waiting for ever;
+/// a receive from a live peer that is merely silent keeps waiting.
+#[tokio::test]
+async fn a_receive_from_a_vanished_peer_fails_within_the_stall_timeout() {
+    let mut ca = cfg(2, SchedulerKind::Weighted);
+    ca.stall_timeout = Duration::from_millis(1500);
+    let a = Endpoint::bind(ca).await.unwrap();
+    let b = Endpoint::bind(cfg(2, SchedulerKind::Weighted)).await.unwrap();
+    let silent = Endpoint::bind(cfg(2, SchedulerKind::Weighted)).await.unwrap();
+    // One message first, so connections exist both ways; then b vanishes.
+    let data = pattern(1 << 20, 5);
+    let (sent, got) = tokio::join!(b.send(&a.local_addrs(), 1, data.clone()), a.recv(b.id(), 1));
+    sent.unwrap();
+    assert_eq!(got.unwrap(), data);
+    let gone = b.id();
+    b.shutdown().await;
+    drop(b);
+    let t = Instant::now();
+    let e = a.recv(gone, 2).await.unwrap_err();
+    assert!(matches!(e, Error::PeerGone { .. }), "{e}");
+    assert!(e.to_string().contains(&gone.to_string()), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    // A live peer that sends nothing is not gone.
+    let waited = tokio::time::timeout(Duration::from_secs(3), a.recv(silent.id(), 3)).await;
+    assert!(waited.is_err(), "a receive from a live, silent peer ended: {waited:?}");
 }
 
 #[tokio::test]

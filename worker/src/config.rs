@@ -53,9 +53,9 @@ pub struct Args {
     #[arg(long, value_parser = parse_size, default_value = "1MiB")]
     pub seg_max: u64,
 
-    /// Bound on each data-plane connection's kernel send buffer (SO_SNDBUF), e.g. 128KiB.
-    /// Default: the kernel's autotuning. A slow rail that carries data both ways wants a small
-    /// one, so acknowledgements do not queue behind megabytes of data.
+    /// Fixed size of each data-plane connection's kernel send buffer (SO_SNDBUF), e.g. 128KiB.
+    /// Default: sized by the data plane from each rail's measured rate (about 0.5 ms of it), so
+    /// acknowledgements do not queue behind megabytes of data on a slow rail.
     #[arg(long, value_parser = parse_size)]
     pub sndbuf: Option<u64>,
 
@@ -192,7 +192,7 @@ pub struct Config {
     pub rail_port: u16,
     pub rail_scheduler: SchedulerKind,
     pub seg_max: u64,
-    /// SO_SNDBUF of data-plane connections, bytes (`None`: the kernel's autotuning).
+    /// SO_SNDBUF of data-plane connections, bytes (`None`: sized from measured rail rates).
     pub send_buffer: Option<usize>,
     /// Cores offered to subtasks.
     pub cpus: u32,

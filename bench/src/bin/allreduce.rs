@@ -22,7 +22,8 @@
 //! Flags: `--worlds 2,4` `--sizes 1,16,64,256` (MiB) `--iters 10` `--slices 4` `--window 1`
 //! `--seg-max 1` (MiB, fractions allowed) `--algorithms halving,ring` `--no-gloo` `--rig SPEC`
 //! `--auth open,key` (rails without / with the rail handshake, side by side; default `key`)
-//! `--sndbuf KiB` (SO_SNDBUF of the rail connections; default: the kernel's autotuning).
+//! `--sndbuf KiB` (SO_SNDBUF of the rail connections; default: sized by the transport from each
+//! rail's measured rate).
 //!
 //! Workers learn each other's addresses through the parent: each prints `ADDRS <a>,<b>` on
 //! stdout, the parent writes every rank's list back on their stdin, one line.
@@ -57,7 +58,7 @@ struct Opts {
     rig: Option<String>,
     /// This worker's rail addresses (`--rails`, given by the parent); empty: 127.0.0.1.
     rails: Vec<IpAddr>,
-    /// SO_SNDBUF of the rail connections, KiB (`--sndbuf`); none: the kernel's autotuning.
+    /// SO_SNDBUF of the rail connections, KiB (`--sndbuf`); none: sized from measured rates.
     sndbuf: Option<usize>,
     /// Rail authentication modes to measure (`--auth open,key`; default `key`, the product's).
     auth: Vec<String>,
@@ -100,7 +101,7 @@ struct Cli {
     /// Rail authentication modes, side by side: `open` and/or `key` (the product's).
     #[arg(long, value_delimiter = ',', default_value = "key", value_parser = ["open", "key"])]
     auth: Vec<String>,
-    /// SO_SNDBUF of the rail connections, KiB (default: the kernel's autotuning).
+    /// SO_SNDBUF of the rail connections, KiB (default: sized from each rail's measured rate).
     #[arg(long, value_name = "KIB")]
     sndbuf: Option<usize>,
     #[command(flatten)]
@@ -287,7 +288,7 @@ fn rig_main(opts: &Opts, spec: &str) {
         opts.slices,
         opts.window,
         opts.seg_max as f64 / MIB as f64,
-        opts.sndbuf.map_or("autotuned".to_string(), |b| plexus_bench::size(b as u64)),
+        opts.sndbuf.map_or("sized from measured rates".to_string(), |b| plexus_bench::size(b as u64)),
         opts.iters
     );
     let started = Instant::now();
@@ -506,6 +507,11 @@ async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                 );
             }
         }
+    }
+    if rank == 0 {
+        let rates: Vec<String> =
+            ep.rail_rates().iter().map(|r| r.map_or("-".into(), |r| format!("{:.3}", r / 1e9))).collect();
+        eprintln!("rank 0's rails as the transport measured them, GB/s: {}", rates.join(", "));
     }
     // Let the last acknowledgements go out before the process exits.
     tokio::time::sleep(Duration::from_millis(200)).await;

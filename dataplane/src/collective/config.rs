@@ -16,8 +16,9 @@ pub struct CollectiveConfig {
     /// 2-core machine whose run-to-run noise was ±20 %): one slice loses the overlap of
     /// reduction with exchange, more slices add per-message acknowledgement gaps.
     pub slices: usize,
-    /// Messages of one collective in flight at once from this rank. 1 keeps them in plan
-    /// order on the wire, so the receiver gets slice s complete before slice s+1 starts and
+    /// Messages of one collective being handed to the rails at once from this rank (a message
+    /// whose segments all wait in rail queues no longer counts: the next one follows it without
+    /// waiting for its acknowledgements). 1 keeps them in plan order on the wire, so the receiver gets slice s complete before slice s+1 starts and
     /// can reduce it while s+1 arrives; more lets slices interleave segment by segment.
     pub send_window: usize,
 }

@@ -407,7 +407,9 @@ impl Drop for SenderTask {
     }
 }
 
-/// Sends the executor's messages in order, at most `window` at once; stops at the first error.
+/// Sends the executor's messages in order, at most `window` at once still being handed to the
+/// rails (a message whose segments all wait in rail queues no longer counts: the next one
+/// follows it on the wire without waiting for its acknowledgements); stops at the first error.
 /// Publishes on `done` the first step index whose send has not returned yet (every send of an
 /// earlier step has); the header (index `usize::MAX`) is not counted.
 async fn sender_loop(
@@ -418,6 +420,10 @@ async fn sender_loop(
     done: watch::Sender<usize>,
 ) -> Result<()> {
     let mut inflight = JoinSet::new();
+    // Sends whose segments are not all queued on the rails yet: `window` bounds these, so the
+    // next message starts as soon as the previous one is handed over, not when it is
+    // acknowledged (which `inflight` and `done` still track).
+    let mut handing: JoinSet<()> = JoinSet::new();
     // Steps sent and not yet returned, in order; and those that returned out of order.
     let mut pending: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
     let mut finished: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
@@ -445,14 +451,17 @@ async fn sender_loop(
                 let step = flatten(r)?;
                 settle(step, &mut pending, issued_to);
             }
-            m = rx.recv(), if inflight.len() < window => {
+            Some(_) = handing.join_next(), if !handing.is_empty() => {}
+            m = rx.recv(), if handing.len() < window => {
                 let Some((step, to, tag, data)) = m else { break };
                 if step != usize::MAX {
                     pending.push_back(step);
                     issued_to = step + 1;
                 }
                 let (ep, ranks) = (ep.clone(), ranks.clone());
-                inflight.spawn(async move { ep.send(&ranks[to], tag, data).await.map(|()| step) });
+                let (handed, hand_rx) = tokio::sync::oneshot::channel();
+                handing.spawn(async move { let _ = hand_rx.await; });
+                inflight.spawn(async move { ep.send_handed(&ranks[to], tag, data, handed).await.map(|()| step) });
             }
         }
     }

@@ -17,7 +17,9 @@ pub struct EndpointConfig {
     /// Listening port on every rail; 0 lets each rail's listener take any free port.
     pub port: u16,
     pub scheduler: SchedulerKind,
-    /// Largest segment in bytes. The seed's range is 1–64 MiB. 1 MiB, its lower end, measured
+    /// Largest segment in bytes; a message is cut into segments of about a millisecond of its
+    /// fastest rail's measured rate, at least 64 KiB and at most this (this, until the rails
+    /// are measured). The seed's range is 1–64 MiB. 1 MiB, its lower end, measured
     /// best on loopback in the `rails` benchmark against 4 and 16 MiB (a segment is checksummed
     /// while it is still in cache; the share of iperf3 it reaches varies with the machine's load,
     /// 0.45–0.98 in runs here), and cuts a 32 MiB collective slice into 32 segments, enough to
@@ -87,12 +89,14 @@ pub struct EndpointConfig {
     pub unclaimed_expiry: Duration,
     /// A segment whose checksum fails at the receiver this many times fails its message.
     pub max_attempts: u32,
-    /// SO_SNDBUF of every rail connection, bytes; `None` leaves it to the kernel's
-    /// autotuning (up to 4 MiB). A reply travels behind whatever the socket already holds, so
-    /// on a slow rail that carries data both ways (a collective) megabytes of buffered data
-    /// delay every acknowledgement by tens of milliseconds, and a sender that waits for them
-    /// stalls: on the rail rig (2 Gbit/s + 500 Mbit/s) an N = 2 allreduce gained nothing from
-    /// the second rail with autotuning and 1.15–1.20× with 128 KiB (see the README).
+    /// SO_SNDBUF of every rail connection, bytes; `None` (the default) sizes it from the
+    /// rail's measured rate: half a millisecond of it, 64 KiB to 4 MiB (the kernel's autotuning
+    /// until the rail's first acknowledgement). A reply travels behind whatever the socket
+    /// already holds, so on a slow rail that carries data both ways (a collective) megabytes of
+    /// buffered data delay every acknowledgement by tens of milliseconds, and a sender that
+    /// waits for them stalls: on the rail rig (2 Gbit/s + 500 Mbit/s) an N = 2 allreduce gained
+    /// nothing from the second rail with autotuning and 1.15–1.20× with 128 KiB (see the
+    /// README).
     pub send_buffer: Option<usize>,
     /// Whether rail connections start with the authenticated handshake (see
     /// [`auth`](crate::auth)): [`RailAuth::Open`] (the default) sends none of its bytes,
@@ -120,7 +124,9 @@ impl Default for EndpointConfig {
         EndpointConfig {
             rails: vec![],
             port: 0,
-            scheduler: SchedulerKind::RoundRobin,
+            // Earliest completion by measured rates: round robin gives a slow rail as many
+            // bytes as a fast one, so two unequal rails would be slower than the fast one.
+            scheduler: SchedulerKind::Weighted,
             seg_max: 1 << 20,
             queue_max: 8,
             k: 8,

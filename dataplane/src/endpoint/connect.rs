@@ -230,6 +230,9 @@ impl Inner {
         {
             warn!(%peer, rail, error = %e, "could not set the socket send buffer");
         }
+        if let Err(e) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive()) {
+            warn!(%peer, rail, error = %e, "could not turn on TCP keepalive");
+        }
         let (rd, wr) = stream.into_split();
         let (reply_tx, reply_rx) = mpsc::unbounded_channel();
         // Capacity 1: the drain waits for each write anyway; the writer never holds more than
@@ -270,4 +273,16 @@ async fn read_hello(stream: &mut TcpStream) -> Result<Hello> {
     let mut b = [0u8; HELLO_LEN];
     stream.read_exact(&mut b).await?;
     Hello::decode(&b)
+}
+
+/// TCP keepalive of every rail connection: an idle connection whose link was cut (no data in
+/// flight, so neither TCP's retransmissions nor the watchdog notice) is closed by the kernel
+/// after about 5 s without an answer to its probes, so a receive waiting on the peer behind it
+/// sees it gone (see `health`). A live peer's kernel answers the probes whatever its process is
+/// doing, so a slow peer is never mistaken for a dead one.
+fn keepalive() -> socket2::TcpKeepalive {
+    socket2::TcpKeepalive::new()
+        .with_time(std::time::Duration::from_secs(2))
+        .with_interval(std::time::Duration::from_secs(1))
+        .with_retries(3)
 }

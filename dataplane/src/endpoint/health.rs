@@ -13,6 +13,7 @@ use tracing::{debug, warn};
 use super::conn::Conn;
 use super::outgoing::Segment;
 use super::state::{Inner, POLL};
+use crate::error::Error;
 use crate::peer_id::PeerId;
 
 /// First back-off of a failed rail. Short, so a connection reset on a healthy link costs little.
@@ -20,6 +21,10 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 /// Longest back-off: a rail that stays cut is probed at most this often, and each probe delays
 /// the segments queued on it by at most `connect_timeout`.
 const BACKOFF_MAX: Duration = Duration::from_secs(4);
+
+/// How often a receive that waits for a message from a particular peer checks that the peer is
+/// still there (see [`Inner::peer_lost`]).
+const PEER_CHECK: Duration = Duration::from_secs(1);
 
 /// How a connection ended, which decides whether its rail goes out of service for the peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,5 +102,46 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Resolves, with the error to report, once `peer` has looked gone for `stall_timeout`: at
+    /// every check since then, no live connection to or from it on any rail, and a new
+    /// connection to its rail-0 address refused or timed out. A receive from `peer` races this
+    /// (see [`Endpoint::recv`](super::Endpoint::recv)), so a member of a collective whose peer
+    /// vanished fails within the stall timeout instead of waiting for ever. A live connection
+    /// to a process that died is closed by the peer's kernel; one over a cut link by TCP
+    /// keepalive (see `connect`), so neither looks live for long.
+    pub(super) async fn peer_lost(self: &Arc<Self>, peer: PeerId) -> Error {
+        let mut gone_since: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(PEER_CHECK) => {}
+                _ = self.cancel.cancelled() => return Error::Shutdown,
+            }
+            let live = self.live.lock().expect("live lock").values().any(|c| c.peer == peer && !c.dead.is_cancelled());
+            let present = live
+                || match self.connection(peer, 0, &[peer.0]).await {
+                    Ok(_) => true,
+                    Err(e) => !unreachable(&e),
+                };
+            if present {
+                gone_since = None;
+                continue;
+            }
+            let since = *gone_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= self.cfg.stall_timeout {
+                return Error::PeerGone { peer, secs: since.elapsed().as_secs_f64() };
+            }
+        }
+    }
+}
+
+/// Whether a failure to connect says the peer is not there (refused, unreachable, timed out),
+/// rather than that it is there and refused us (a handshake failure, no key yet).
+fn unreachable(e: &Error) -> bool {
+    match e {
+        Error::Io(_) => true,
+        Error::Peer(m) => m.starts_with("connecting rail"),
+        _ => false,
     }
 }

@@ -77,6 +77,7 @@ mod hostile;
 mod hostile_auth;
 mod incoming;
 mod outgoing;
+mod pacing;
 mod reaper;
 mod receive;
 mod send;
@@ -151,11 +152,29 @@ impl Endpoint {
     /// The peer's addresses are copied when this is called, so the future borrows only `self`.
     pub fn send(&self, peer: &PeerAddrs, tag: u64, data: Bytes) -> impl Future<Output = Result<()>> + Send + '_ {
         let peer = peer.to_vec();
-        async move { self.inner.send_message(peer, tag, data).await }
+        async move { self.inner.send_message(peer, tag, data, None).await }
+    }
+
+    /// Like [`send`](Self::send), and drops `handed` as soon as every segment of the message
+    /// waits in a rail's send queue (or the send ended), before the acknowledgements: a caller
+    /// that keeps the wire busy starts its next message then, so no round trip separates two
+    /// messages, while it still learns from the returned future when the data was delivered.
+    pub(crate) fn send_handed(
+        &self,
+        peer: &PeerAddrs,
+        tag: u64,
+        data: Bytes,
+        handed: tokio::sync::oneshot::Sender<()>,
+    ) -> impl Future<Output = Result<()>> + Send + '_ {
+        let peer = peer.to_vec();
+        async move { self.inner.send_message(peer, tag, data, Some(handed)).await }
     }
 
     /// The next message tagged `tag` from `from`, waiting for one. Messages with the same
     /// sender and tag are delivered in the order they completed.
+    ///
+    /// Fails with [`Error::PeerGone`] if `from` looks gone for `stall_timeout` meanwhile (no
+    /// connection to or from it, and none can be opened).
     pub async fn recv(&self, from: PeerId, tag: u64) -> Result<BytesMut> {
         let landed = self.recv_landed(from, tag).await?;
         fresh(from, tag, landed)
@@ -170,7 +189,10 @@ impl Endpoint {
 
     /// Like [`recv`](Self::recv), for a message that may have been posted.
     pub(crate) async fn recv_landed(&self, from: PeerId, tag: u64) -> Result<Landed> {
-        let (_, landed) = self.inner.incoming.recv(Some(from), tag, &self.inner.cancel).await?;
+        let (_, landed) = tokio::select! {
+            r = self.inner.incoming.recv(Some(from), tag, &self.inner.cancel) => r?,
+            e = self.inner.peer_lost(from) => return Err(e),
+        };
         self.inner.counters.messages_received.fetch_add(1, Relaxed);
         Ok(landed)
     }
@@ -189,6 +211,13 @@ impl Endpoint {
     /// Withdraws a post; see [`Incoming::unpost`](incoming::Incoming::unpost).
     pub(crate) fn unpost(&self, from: PeerId, tag: u64) -> bool {
         self.inner.incoming.unpost(from, tag)
+    }
+
+    /// Every rail's delivery rate as measured from acknowledgements, bytes/s, in rail order;
+    /// `None` for a rail that has carried nothing yet. The transport sizes segments and socket
+    /// buffers from these; a scheduler or a cost model may read them too.
+    pub fn rail_rates(&self) -> Vec<Option<f64>> {
+        self.inner.rail_rates()
     }
 
     /// A snapshot of the endpoint's counters.

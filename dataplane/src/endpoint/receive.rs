@@ -219,6 +219,7 @@ impl Inner {
                 {
                     let mut st = self.sched.lock().expect("sched lock");
                     st.sched.delivered(conn.rail, u64::from(seg.len), sent_at, self.now());
+                    self.measure(&mut st, conn.rail, u64::from(seg.len), sent_at);
                     let m = st.queues.len();
                     st.health(conn.peer, m)[conn.rail].failures = 0;
                 }

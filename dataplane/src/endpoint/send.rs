@@ -20,6 +20,7 @@ use tracing::debug;
 use super::conn::Conn;
 use super::health::Closing;
 use super::outgoing::{OutMsg, OutState, Segment};
+use super::pacing;
 use super::state::{Inner, POLL, Queued, SchedState};
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
@@ -29,7 +30,17 @@ use crate::wire::{REPLY_BODY_LEN, Reply, checksum};
 impl Inner {
     /// The body of [`Endpoint::send`](super::Endpoint::send): cuts the message, schedules its
     /// segments, and waits until every one is acknowledged and no writer reads `data` any more.
-    pub(super) async fn send_message(self: &Arc<Self>, peer: Vec<SocketAddr>, tag: u64, data: Bytes) -> Result<()> {
+    ///
+    /// `handed` is dropped once every segment is in a rail's send queue (or the send ended
+    /// first): from then on the message needs no more of the caller's attention, only its
+    /// acknowledgements, and a caller may start its next message behind it on the wire.
+    pub(super) async fn send_message(
+        self: &Arc<Self>,
+        peer: Vec<SocketAddr>,
+        tag: u64,
+        data: Bytes,
+        handed: Option<oneshot::Sender<()>>,
+    ) -> Result<()> {
         let inner = self;
         let Some(&first) = peer.first() else {
             return Err(Error::Peer("a peer needs at least one rail address".into()));
@@ -41,7 +52,7 @@ impl Inner {
                 inner.cfg.max_message
             )));
         }
-        let pieces: Vec<(u64, u64)> = cut(total, inner.cfg.seg_max).collect();
+        let pieces: Vec<(u64, u64)> = cut(total, inner.segment_len(peer.len())).collect();
         let msg = Arc::new(OutMsg {
             peer: PeerId(first),
             addrs: Arc::new(peer),
@@ -71,6 +82,7 @@ impl Inner {
             });
             inner.schedule(seg).await?;
         }
+        drop(handed);
         loop {
             let notified = msg.done.notified();
             tokio::pin!(notified);
@@ -282,6 +294,8 @@ impl Inner {
     ) {
         let work = async {
             let mut buf = Vec::with_capacity(1 + REPLY_BODY_LEN);
+            // The send buffer set on this socket so far (0: the kernel's autotuning).
+            let mut sndbuf = 0usize;
             loop {
                 tokio::select! {
                     // Replies first: they are small and unblock the peer's sender.
@@ -295,6 +309,7 @@ impl Inner {
                         wr.write_all(&buf).await?;
                     }
                     Some((seg, done)) = segs.recv() => {
+                        self.size_send_buffer(&conn, &wr, &mut sndbuf);
                         self.write_segment(&conn, &mut wr, &seg).await?;
                         let _ = done.send(());
                     }
@@ -309,6 +324,20 @@ impl Inner {
         if let Err(e) = r {
             self.fail_conn(&conn, e.to_string(), Closing::Failed);
         }
+    }
+
+    /// Sets the socket's send buffer to what its rail's measured rate calls for (see
+    /// `pacing`), when that moved by more than a quarter since it was last set.
+    fn size_send_buffer(&self, conn: &Conn, wr: &OwnedWriteHalf, applied: &mut usize) {
+        let target = self.sndbuf_target[conn.rail].load(Relaxed);
+        if !pacing::resize(*applied, target) {
+            return;
+        }
+        if let Err(e) = socket2::SockRef::from(wr.as_ref()).set_send_buffer_size(target) {
+            debug!(peer = %conn.peer, rail = conn.rail, error = %e, "could not size the socket send buffer");
+        }
+        // Once per target either way: a socket that refuses is not asked again per segment.
+        *applied = target;
     }
 
     async fn write_segment(&self, conn: &Conn, wr: &mut OwnedWriteHalf, seg: &Segment) -> Result<()> {

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use super::config::EndpointConfig;
 use super::conn::Conn;
 use super::incoming::{Incoming, Limits};
 use super::outgoing::{OutMsg, Segment};
+use super::pacing::{self, RateMeter};
 use super::stats::Counters;
 use crate::auth::RailAuth;
 use crate::error::{Error, Result};
@@ -51,6 +52,9 @@ pub(super) struct Inner {
     /// schedulers see as [`RailView::in_flight_bytes`]. Added before a segment is tracked on a
     /// connection, subtracted when it leaves the connection's in-flight map (reply or close).
     pub(super) in_flight: Vec<AtomicU64>,
+    /// The socket send buffer rail i's connections should have, from its measured rate (see
+    /// `pacing`); 0 until measured, or when `send_buffer` is configured.
+    pub(super) sndbuf_target: Vec<AtomicUsize>,
     /// The connection used to send to (peer, rail).
     pub(super) conns: Mutex<HashMap<(PeerId, usize), Arc<Conn>>>,
     /// Every live connection, for the watchdog (an accepted connection may be live without being
@@ -82,6 +86,8 @@ pub(super) struct SchedState {
     pub(super) sched: Box<dyn RailScheduler>,
     pub(super) queues: Vec<VecDeque<Queued>>,
     pub(super) health: HashMap<PeerId, Vec<Health>>,
+    /// Every rail's measured delivery rate, whatever the scheduler (see `pacing`).
+    pub(super) meters: Vec<RateMeter>,
 }
 
 /// A segment waiting in a rail's send queue since `entered` (endpoint time).
@@ -153,10 +159,12 @@ impl Inner {
                 sched: striping::build(cfg.scheduler, &params),
                 queues: (0..m).map(|_| VecDeque::new()).collect(),
                 health: HashMap::new(),
+                meters: vec![RateMeter::default(); m],
             }),
             rail_ready: (0..m).map(|_| Notify::new()).collect(),
             rail_space: (0..m).map(|_| Notify::new()).collect(),
             in_flight: (0..m).map(|_| AtomicU64::new(0)).collect(),
+            sndbuf_target: (0..m).map(|_| AtomicUsize::new(0)).collect(),
             conns: Mutex::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
             outgoing: Mutex::new(HashMap::new()),
@@ -200,6 +208,31 @@ impl Inner {
 
     pub(super) fn now(&self) -> Duration {
         self.start.elapsed()
+    }
+
+    /// Records an acknowledged segment in its rail's rate meter and updates the rail's socket
+    /// send buffer target. Called under the scheduler lock, with the scheduler's own
+    /// `delivered`.
+    pub(super) fn measure(&self, st: &mut SchedState, rail: usize, bytes: u64, sent_at: Duration) {
+        st.meters[rail].delivered(bytes, sent_at, self.now());
+        if self.cfg.send_buffer.is_none()
+            && let Some(rate) = st.meters[rail].rate()
+        {
+            self.sndbuf_target[rail].store(pacing::send_buffer(rate), Relaxed);
+        }
+    }
+
+    /// The segment length for a message to a peer with `peer_rails` rails, from the measured
+    /// rates of the rails both ends have (see `pacing`).
+    pub(super) fn segment_len(&self, peer_rails: usize) -> u64 {
+        let st = self.sched.lock().expect("sched lock");
+        let rates: Vec<Option<f64>> = st.meters.iter().take(peer_rails).map(RateMeter::rate).collect();
+        pacing::segment_len(&rates, self.cfg.seg_max)
+    }
+
+    /// Every rail's measured delivery rate, bytes/s (`None` before its first acknowledgement).
+    pub(super) fn rail_rates(&self) -> Vec<Option<f64>> {
+        self.sched.lock().expect("sched lock").meters.iter().map(RateMeter::rate).collect()
     }
 
     pub(super) fn check_stall(&self, msg: &OutMsg) -> Result<()> {
