@@ -28,7 +28,7 @@ pub(crate) fn print_tables(opts: &Opts) {
                     c.table.demands().iter().map(|d| d.2).max().unwrap_or(0) as f64 / MIB as f64,
                     c.table.max_degree(),
                 );
-                for (s, sch) in c.schedules.iter().filter(|s| s.0 != Sched::Direct) {
+                for (s, sch) in c.schedules.iter().filter(|s| s.0.stepped()) {
                     let cost = sch.cost(&c.table).max(1) as f64;
                     line.push_str(&format!(
                         " {} {} steps {:.2}× ({:.2} busiest),",
@@ -93,8 +93,8 @@ pub(crate) fn print_results(opts: &Opts, rows: &[Row], gloo_rows: &[GlooRow], ra
                         t.name(),
                         if on_rig { r.rails.to_string() } else { "lo".into() },
                         r.sched.name(),
-                        if r.sched == Sched::Direct { "1".into() } else { sch.len().to_string() },
-                        if r.sched == Sched::Direct {
+                        if r.sched.stepped() { sch.len().to_string() } else { "-".into() },
+                        if !r.sched.stepped() {
                             "n/a".into()
                         } else {
                             format!("{:.2}×", shift_cost as f64 / sch.cost(&c.table).max(1) as f64)
