@@ -461,22 +461,8 @@ impl Exchanger {
             return Ok(call.sends);
         }
         let offsets = self.receive_offsets(&call.table)?;
-        let total = offsets[n];
-        let buf = Arc::new(
-            SharedBuf::try_uninit(total)
-                .ok_or_else(|| Error::Config(format!("cannot allocate {total} bytes for what this rank receives")))?,
-        );
         let tag = base.wrapping_add(DATA_TAG);
-        let mut posts = Posts { endpoint: &self.endpoint, tag, pending: Vec::new() };
-        for j in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
-            let post = Posted { buf: buf.clone(), offset: offsets[j], len: offsets[j + 1] - offsets[j], reduce: None };
-            // SAFETY: the ranges of different senders are disjoint, and nothing else touches
-            // this one until its message is delivered (or the post is withdrawn): the buffer
-            // is read only after every receive was delivered.
-            unsafe { self.endpoint.post(self.ids[j], tag, post) };
-            posts.pending.push(self.ids[j]);
-        }
-
+        let (buf, mut posts) = self.post_receives(&offsets, tag)?;
         let hello = hello(n, &call);
         let (right, left) = ((me + 1) % n, (me + n - 1) % n);
         if call.direct {
@@ -559,6 +545,25 @@ impl Exchanger {
         debug_assert!(posts.pending.is_empty(), "every receive was delivered");
         drop(posts);
         Ok(self.results(&call, buf, &offsets).await)
+    }
+
+    /// The receive buffer, and a receive posted for each sender's range of it.
+    fn post_receives(&self, offsets: &[usize], tag: u64) -> Result<(Arc<SharedBuf>, Posts<'_>)> {
+        let (n, me, total) = (self.size(), self.rank, offsets[self.size()]);
+        let buf = Arc::new(
+            SharedBuf::try_uninit(total)
+                .ok_or_else(|| Error::Config(format!("cannot allocate {total} bytes for what this rank receives")))?,
+        );
+        let mut posts = Posts { endpoint: &self.endpoint, tag, pending: Vec::new() };
+        for j in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
+            let post = Posted { buf: buf.clone(), offset: offsets[j], len: offsets[j + 1] - offsets[j], reduce: None };
+            // SAFETY: the ranges of different senders are disjoint, and nothing else touches
+            // this one until its message is delivered (or the post is withdrawn): the buffer
+            // is read only after every receive was delivered.
+            unsafe { self.endpoint.post(self.ids[j], tag, post) };
+            posts.pending.push(self.ids[j]);
+        }
+        Ok((buf, posts))
     }
 
     /// Every message at once: all sends started, every receive taken as it completes, then
