@@ -57,8 +57,8 @@ pub mod wire;
 
 pub use auth::{RailAuth, RailKey};
 pub use collective::alltoall::{Chosen, Exchanger};
-pub use collective::remap::AffineRemap;
 pub use collective::redistribution::{BlockCyclic, CyclicLayout, Placement};
+pub use collective::remap::AffineRemap;
 pub use collective::schedule::{ComTable, Schedule, ScheduleKind};
 pub use collective::{Choice, CollectiveConfig, Communicator, ExchangeAlgorithm, LinkMeter, LinkModel, Profile};
 pub use elem::{Algorithm, DType, ReduceOp};

@@ -48,13 +48,17 @@ async fn direct_and_auto_exchanges_deliver_every_byte_and_every_rank_chooses_ali
                 ComTable::uniform(n, 100).unwrap(),
                 ComTable::uniform(n, 0).unwrap(),
             ] {
-                for how in [Some(ExchangeAlgorithm::Direct), None, None, Some(ExchangeAlgorithm::Steps(ScheduleKind::Css))]
+                for how in
+                    [Some(ExchangeAlgorithm::Direct), None, None, Some(ExchangeAlgorithm::Steps(ScheduleKind::Css))]
                 {
                     case += 1;
                     let sends = (0..n).map(|j| payload(case, me, j, table.get(me, j))).collect();
                     let (got, c) = x.alltoallv_chosen(&table, sends, how).await.unwrap();
                     for (i, part) in got.iter().enumerate() {
-                        assert!(part[..] == payload(case, i, me, table.get(i, me))[..], "case {case} rank {me} from {i}");
+                        assert!(
+                            part[..] == payload(case, i, me, table.get(i, me))[..],
+                            "case {case} rank {me} from {i}"
+                        );
                     }
                     match how {
                         Some(a) => assert!(c.algorithm == a && c.reason.contains("set by the job file"), "{c:?}"),
@@ -113,7 +117,9 @@ async fn auto_allreduce_agrees_learns_and_an_override_wins() {
                 choices[0].iter().map(|c| (c.algorithm, c.slices)).collect::<Vec<_>>(),
                 "rank {r}, n = {n}"
             );
-            assert!(choices[r][0].reason.contains("chosen by the cost model") && choices[r][0].reason.contains("prior"));
+            assert!(
+                choices[r][0].reason.contains("chosen by the cost model") && choices[r][0].reason.contains("prior")
+            );
             assert!(choices[r][1].reason.contains("samples)"), "learned from the first call: {}", choices[r][1].reason);
         }
     }

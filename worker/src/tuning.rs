@@ -100,7 +100,10 @@ mod tests {
 
     #[test]
     fn the_file_sets_rate_k_and_queue_max_and_bad_lines_are_named() {
-        assert_eq!(parse("rate = 2gbit\nk = 16 # more states\n\nqueue_max=32\n"), Ok((Some(250e6), Some(16), Some(32))));
+        assert_eq!(
+            parse("rate = 2gbit\nk = 16 # more states\n\nqueue_max=32\n"),
+            Ok((Some(250e6), Some(16), Some(32)))
+        );
         assert_eq!(parse("rate = 125000000"), Ok((Some(125e6), None, None)));
         assert_eq!(parse(""), Ok((None, None, None)));
         assert!(parse("rate = fast").unwrap_err().contains("line 1"));

@@ -493,6 +493,22 @@ fn explain_json_shape() {
     assert_eq!(v["candidates"][0]["chosen"], false);
 }
 
+/// A collective member's explanation says which algorithm ran and why (issue 30), aligned with
+/// the other fields and in the JSON; other tasks show no such line.
+#[test]
+fn explain_shows_a_collective_members_algorithm() {
+    let mut e = explanation();
+    assert!(!explain_text(&e, NOW).contains("collective:"));
+    e.collective = "css chosen by the cost model: 4 members, predicted css 1.2 ms, direct 1.9 ms".into();
+    let text = explain_text(&e, NOW);
+    assert!(
+        text.contains("reason:      most input bytes local\ncollective:  css chosen by the cost model: 4 members"),
+        "{text}"
+    );
+    let v = serde_json::to_value(explain_view(&e)).unwrap();
+    assert_eq!(v["collective"], e.collective.as_str());
+}
+
 /// Candidates with measured estimates (issue 17) get an EST MS column (fetch + compute) and
 /// the estimates in their JSON.
 #[test]

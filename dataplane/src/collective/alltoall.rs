@@ -211,7 +211,13 @@ impl Exchanger {
             let table = ComTable::uniform(n, block as u64)?;
             let sends = (0..n).map(|j| send.slice(j * block..(j + 1) * block)).collect();
             let schedule = Schedule::build(kind, &table);
-            Ok(Call { table: Cow::Owned(table), schedule: Cow::Owned(schedule), kind: kind.code(), direct: false, sends })
+            Ok(Call {
+                table: Cow::Owned(table),
+                schedule: Cow::Owned(schedule),
+                kind: kind.code(),
+                direct: false,
+                sends,
+            })
         })
         .await
     }
@@ -246,7 +252,13 @@ impl Exchanger {
         self.run(|| {
             self.check_table(table)?;
             schedule.check(table)?;
-            Ok(Call { table: Cow::Borrowed(table), schedule: Cow::Borrowed(schedule), kind: GIVEN, direct: false, sends })
+            Ok(Call {
+                table: Cow::Borrowed(table),
+                schedule: Cow::Borrowed(schedule),
+                kind: GIVEN,
+                direct: false,
+                sends,
+            })
         })
         .await
     }

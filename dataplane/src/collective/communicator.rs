@@ -347,7 +347,11 @@ impl Communicator {
             }
         };
         let c = cost::choose_allreduce(n, bytes, &LinkModel::combine(&models));
-        Ok(Choice { algorithm: c.algorithm, slices: c.slices, reason: format!("{} ×{} chosen by the {}", c.algorithm, c.slices, c.reason) })
+        Ok(Choice {
+            algorithm: c.algorithm,
+            slices: c.slices,
+            reason: format!("{} ×{} chosen by the {}", c.algorithm, c.slices, c.reason),
+        })
     }
 }
 

@@ -115,7 +115,11 @@ impl fmt::Display for LinkModel {
             self.rate / 1e9,
             self.direct_rate / 1e9,
             self.reduce_rate / 1e9,
-            if self.samples == 0 { " (prior: nothing measured yet)".to_string() } else { format!(" ({} samples)", self.samples) }
+            if self.samples == 0 {
+                " (prior: nothing measured yet)".to_string()
+            } else {
+                format!(" ({} samples)", self.samples)
+            }
         )
     }
 }
@@ -163,13 +167,9 @@ pub fn choose_allreduce(n: usize, bytes: u64, m: &LinkModel) -> AllreduceChoice 
         })
         .collect();
     let best = predicted.iter().fold(predicted[0], |b, c| if c.2 < b.2 { *c } else { b });
-    let others: Vec<String> =
-        predicted.iter().map(|(a, s, t)| format!("{a} ×{s} {}", ms(*t))).collect();
-    let reason = format!(
-        "cost model: {} over {n} members, predicted {}; measured {m}",
-        human(bytes),
-        others.join(", ")
-    );
+    let others: Vec<String> = predicted.iter().map(|(a, s, t)| format!("{a} ×{s} {}", ms(*t))).collect();
+    let reason =
+        format!("cost model: {} over {n} members, predicted {}; measured {m}", human(bytes), others.join(", "));
     AllreduceChoice { algorithm: best.0, slices: best.1, predicted, reason }
 }
 
@@ -319,11 +319,11 @@ mod tests {
         assert!(deep.slices > shallow.slices, "{deep:?} {shallow:?}");
         assert_eq!(choose_allreduce(4, 4 << 10, &dear_msgs).slices, 1);
         // The choice is the minimum of the model over every candidate.
-        for c in [&deep, &shallow] {
+        for (c, m) in [(&deep, &cheap_msgs), (&shallow, &dear_msgs)] {
             let t = c.predicted.iter().find(|p| p.0 == c.algorithm).expect("chosen is predicted").2;
             for a in [Algorithm::Halving, Algorithm::Ring] {
                 for s in SLICE_CHOICES {
-                    assert!(allreduce_time(a, 4, 256 << 20, s, &if c == &deep { cheap_msgs } else { dear_msgs }) >= t);
+                    assert!(allreduce_time(a, 4, 256 << 20, s, m) >= t);
                 }
             }
             assert!(c.reason.contains("cost model") && c.reason.contains("halving") && c.reason.contains("ring"));
@@ -349,9 +349,8 @@ mod tests {
     /// Every rank sends one 32 MiB message (to 3i + 1 mod 8, a permutation) and 64 KiB to the
     /// others: css puts the large ones in one step, shift spreads them over four.
     fn one_heavy_partner(n: usize) -> ComTable {
-        let rows: Vec<Vec<u64>> = (0..n)
-            .map(|i| (0..n).map(|j| if j == (3 * i + 1) % n { 32 << 20 } else { 64 << 10 }).collect())
-            .collect();
+        let rows: Vec<Vec<u64>> =
+            (0..n).map(|i| (0..n).map(|j| if j == (3 * i + 1) % n { 32 << 20 } else { 64 << 10 }).collect()).collect();
         ComTable::from_rows(&rows).expect("a table")
     }
 
@@ -386,7 +385,10 @@ mod tests {
         let a = model(50.0, 0.3, 0.2, 2.0);
         let b = LinkModel { samples: 3, ..model(80.0, 0.4, 0.1, 1.0) };
         let c = LinkModel::combine(&[a, b]);
-        assert_eq!((c.alpha, c.rate, c.direct_rate, c.reduce_rate, c.samples), (b.alpha, a.rate, b.direct_rate, b.reduce_rate, 3));
+        assert_eq!(
+            (c.alpha, c.rate, c.direct_rate, c.reduce_rate, c.samples),
+            (b.alpha, a.rate, b.direct_rate, b.reduce_rate, 3)
+        );
         assert_eq!(LinkModel::combine(&[b, a]), c, "order does not matter");
         assert_eq!(LinkModel::from_bytes(&c.to_bytes()), Some(c));
         let mut bad = c.to_bytes();

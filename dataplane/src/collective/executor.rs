@@ -172,7 +172,12 @@ impl Executor<'_> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (done_tx, sends_done) = watch::channel(0usize);
         let mut sender = SenderTask(tokio::spawn(sender_loop(
-            Peers { ep: comm.endpoint.clone(), ranks: comm.ranks.clone(), ids: comm.ids.clone(), meter: comm.meter.clone() },
+            Peers {
+                ep: comm.endpoint.clone(),
+                ranks: comm.ranks.clone(),
+                ids: comm.ids.clone(),
+                meter: comm.meter.clone(),
+            },
             rx,
             self.send_window,
             done_tx,

@@ -30,12 +30,12 @@ const EWMA: f64 = 0.3;
 
 /// Measurements of one endpoint's links, shared by every collective on it (the worker keeps
 /// one for its data plane). Cheap to update: a lock per sample.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct LinkMeter {
     state: Mutex<State>,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct State {
     peers: HashMap<PeerId, VecDeque<(u64, f64)>>,
     direct_rate: Option<f64>,
@@ -113,8 +113,9 @@ pub fn fit(samples: impl Iterator<Item = (u64, f64)> + Clone) -> Option<LinkMode
     }
     let (sx, sy) = samples.clone().fold((0.0, 0.0), |(x, y), (b, t)| (x + b as f64, y + t));
     let (mx, my) = (sx / n, sy / n);
-    let (sxx, sxy) =
-        samples.clone().fold((0.0, 0.0), |(xx, xy), (b, t)| (xx + (b as f64 - mx).powi(2), xy + (b as f64 - mx) * (t - my)));
+    let (sxx, sxy) = samples
+        .clone()
+        .fold((0.0, 0.0), |(xx, xy), (b, t)| (xx + (b as f64 - mx).powi(2), xy + (b as f64 - mx) * (t - my)));
     let prior = LinkModel::PRIOR;
     let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
     let intercept = my - slope * mx;
@@ -166,8 +167,10 @@ mod tests {
     #[test]
     fn the_fit_recovers_alpha_and_rate_from_mixed_sizes() {
         let (alpha, rate) = (200e-6, 0.25e9);
-        let samples: Vec<(u64, f64)> =
-            [64u64 << 10, 1 << 20, 4 << 20, 16 << 20, 256 << 10].iter().map(|&b| (b, alpha + b as f64 / rate)).collect();
+        let samples: Vec<(u64, f64)> = [64u64 << 10, 1 << 20, 4 << 20, 16 << 20, 256 << 10]
+            .iter()
+            .map(|&b| (b, alpha + b as f64 / rate))
+            .collect();
         let m = fit(samples.iter().copied()).expect("a fit");
         assert!((m.alpha - alpha).abs() < 1e-9 && (m.rate - rate).abs() / rate < 1e-9, "{m:?}");
         // One size: the rate with the prior's α taken off.
@@ -180,7 +183,11 @@ mod tests {
     #[test]
     fn a_meter_models_the_slowest_peer_of_a_group_and_keeps_the_latest_samples() {
         let meter = LinkMeter::new();
-        let (a, b, c) = (PeerId("10.0.0.1:1".parse().unwrap()), PeerId("10.0.0.2:1".parse().unwrap()), PeerId("10.0.0.3:1".parse().unwrap()));
+        let (a, b, c) = (
+            PeerId("10.0.0.1:1".parse().unwrap()),
+            PeerId("10.0.0.2:1".parse().unwrap()),
+            PeerId("10.0.0.3:1".parse().unwrap()),
+        );
         assert_eq!(meter.model(&[a, b]), LinkModel::PRIOR);
         for bytes in [1u64 << 20, 2 << 20, 4 << 20, 8 << 20] {
             meter.message(a, bytes, 50e-6 + bytes as f64 / 1e9);

@@ -44,13 +44,13 @@ mod executor;
 mod group;
 pub mod meter;
 pub mod plan;
-pub mod remap;
 pub mod redistribution;
+pub mod remap;
 pub mod schedule;
 
 pub use crate::elem::{Algorithm, DType, Element, ReduceOp, reduce_from, reduce_into};
 pub use communicator::{Choice, Communicator, TAG_SPAN};
+pub use config::{CollectiveConfig, Profile};
 pub use cost::{ExchangeAlgorithm, LinkModel};
 pub use meter::LinkMeter;
-pub use config::{CollectiveConfig, Profile};
 pub use plan::{Kind, MAX_SLICES, PlanParams, Step};

@@ -66,7 +66,6 @@ pub fn local_index(g: u64, block: u64, procs: usize) -> u64 {
 impl AffineRemap {
     /// Checks the parameters: every count and stride at least 1, the loop's last A index
     /// inside A, at most [`MAX_ITERATIONS`].
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         (q, y): (usize, u64),
         (p, x): (usize, u64),
@@ -187,7 +186,11 @@ impl AffineRemap {
         for i in (0..self.iterations).filter(|&i| self.src(i) == src) {
             let at = local_index(self.a2 * i + self.b2, self.y, self.q) as usize * elem;
             let e = local.get(at..at + elem).ok_or_else(|| {
-                Error::Config(format!("source {src}'s local B has {} elements; the loop reads its element {}", local.len() / elem, at / elem))
+                Error::Config(format!(
+                    "source {src}'s local B has {} elements; the loop reads its element {}",
+                    local.len() / elem,
+                    at / elem
+                ))
             })?;
             out[self.dst(i)].extend_from_slice(e);
         }
@@ -233,8 +236,7 @@ mod tests {
     fn the_seeds_example_1() {
         let r = AffineRemap::new((5, 3), (5, 4), 182, (3, 4), (2, 1), 60).unwrap();
         assert_eq!(r.periods(), (20, 120, 60));
-        let want: [[u64; 5]; 5] =
-            [[2, 2, 3, 3, 2], [3, 3, 2, 2, 2], [2, 2, 2, 3, 3], [2, 3, 3, 2, 2], [3, 2, 2, 2, 3]];
+        let want: [[u64; 5]; 5] = [[2, 2, 3, 3, 2], [3, 3, 2, 2, 2], [2, 2, 2, 3, 3], [2, 3, 3, 2, 2], [3, 2, 2, 2, 3]];
         let got = r.counts();
         for (i, row) in want.iter().enumerate() {
             assert_eq!(&got[i * 5..i * 5 + 5], row, "row Q{i}");

@@ -118,7 +118,12 @@ pub struct QTuning {
 
 impl QTuning {
     pub const fn new() -> QTuning {
-        QTuning { rate: AtomicU64::new(0), k: AtomicUsize::new(0), queue_max: AtomicUsize::new(0), generation: AtomicU64::new(0) }
+        QTuning {
+            rate: AtomicU64::new(0),
+            k: AtomicUsize::new(0),
+            queue_max: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+        }
     }
 
     /// The process's settings, which schedulers built by an endpoint follow.

@@ -163,7 +163,8 @@ fn alltoall_and_redistribute_are_gangs_with_their_own_fields() {
     let x = s.collective.as_ref().and_then(|c| c.exchange.clone()).expect("an exchange");
     assert_eq!((s.replicas, x.schedule, x.split), (4, ExchangeSchedule::Auto, Split::Equal), "auto by default");
     for name in ["css", "pairwise", "shift", "direct"] {
-        let o = job(&format!("kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\nschedule = \"{name}\"\n")).unwrap();
+        let o =
+            job(&format!("kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\nschedule = \"{name}\"\n")).unwrap();
         let x = o.tasks[1].collective.as_ref().and_then(|c| c.exchange.clone()).unwrap();
         assert_eq!(x.schedule.name(), name, "the job file overrides the cost model");
     }
@@ -213,7 +214,10 @@ fn alltoall_and_redistribute_are_gangs_with_their_own_fields() {
         (format!("{a2a}from_block = 2\n"), "`from_block` is not a field of an alltoall"),
         (format!("{a2a}remap = {{ iterations = 1, len = 1 }}\n"), "`remap` is not a field of an alltoall"),
         (format!("{red}from_block = 2\nto_block = 2\nremap = {{ len = 4 }}\n"), "remap.iterations is missing"),
-        (format!("{red}from_block = 2\nto_block = 2\nremap = {{ a1 = 0, iterations = 2, len = 4 }}\n"), "remap.a1 = 0 must be at least 1"),
+        (
+            format!("{red}from_block = 2\nto_block = 2\nremap = {{ a1 = 0, iterations = 2, len = 4 }}\n"),
+            "remap.a1 = 0 must be at least 1",
+        ),
         (
             format!("{red}from_block = 2\nto_block = 2\nremap = {{ a1 = 3, iterations = 2, len = 3 }}\n"),
             "the loop writes A[3·1 + 0] = A[3], but len = 3",

@@ -65,7 +65,8 @@ impl Ctx {
         let p = comm.last_profile();
         let members = c.members.len();
         let choice = comm.last_choice();
-        let ran = choice.as_ref().map_or_else(|| c.algorithm.to_string(), |ch| format!("{} ×{}", ch.algorithm, ch.slices));
+        let ran =
+            choice.as_ref().map_or_else(|| c.algorithm.to_string(), |ch| format!("{} ×{}", ch.algorithm, ch.slices));
         // The member's log: what ran and where its time went, for `plexus logs`.
         let _ = writeln!(
             log,

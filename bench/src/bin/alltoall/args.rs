@@ -93,11 +93,9 @@ impl std::str::FromStr for Sched {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Sched, String> {
-        Sched::ALL
-            .iter()
-            .copied()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown schedule {s:?} (shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto)"))
+        Sched::ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
+            format!("unknown schedule {s:?} (shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto)")
+        })
     }
 }
 

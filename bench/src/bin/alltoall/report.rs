@@ -179,13 +179,16 @@ pub(crate) fn print_targets(opts: &Opts, rows: &[Row], gloo_rows: &[GlooRow], al
     if !gloo_rows.is_empty() {
         // Issue 30: what a job runs by default (`auto`, the cost model's pick) ≥ 1.1× Gloo; css
         // against Gloo as before, for comparison.
-        for (what, sched, target) in [("auto", Sched::Auto, GLOO_TARGET), ("css", Sched::Kind(ScheduleKind::Css), 1.0)] {
+        for (what, sched, target) in [("auto", Sched::Auto, GLOO_TARGET), ("css", Sched::Kind(ScheduleKind::Css), 1.0)]
+        {
             let (mut met, mut of) = (0, 0);
             println!("  {what} ≥ {target}× Gloo's all_to_all_single on every table (Gloo time ÷ {what} time):");
             for g in gloo_rows {
                 let ours = rows
                     .iter()
-                    .find(|r| r.n == g.n && r.mib == g.mib && r.table == g.table && r.rails == all_rails && r.sched == sched)
+                    .find(|r| {
+                        r.n == g.n && r.mib == g.mib && r.table == g.table && r.rails == all_rails && r.sched == sched
+                    })
                     .map(|r| r.median);
                 if let Some(ours) = ours {
                     let ok = g.median / ours >= target && g.correct;

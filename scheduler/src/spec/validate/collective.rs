@@ -189,8 +189,11 @@ impl Validator<'_> {
         producer: &str,
     ) -> Result<ExchangeSpec, SpecError> {
         let at = |msg: String| self.at(t, msg);
-        let schedules: &[&str] =
-            if kind == "redistribute" { ExchangeSchedule::NAMES } else { &["css", "shift", "pairwise", "direct", "auto"] };
+        let schedules: &[&str] = if kind == "redistribute" {
+            ExchangeSchedule::NAMES
+        } else {
+            &["css", "shift", "pairwise", "direct", "auto"]
+        };
         let schedule = pick(&at, a_kind, "schedule", &t.schedule, schedules, Some(ExchangeSchedule::Auto))?;
         let counts = self.counts(t, dtype, members, producer)?;
         let redistribute = if kind == "redistribute" {
