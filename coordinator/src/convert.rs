@@ -592,6 +592,7 @@ pub fn explanation(p: &PlacementRecord) -> pb::ExplainPlacementResponse {
             .collect(),
         decided_at: p.decided_at,
         reason: p.reason.clone(),
+        collective: String::new(),
     }
 }
 

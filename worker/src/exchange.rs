@@ -390,16 +390,32 @@ mod tests {
         assert!(
             Exchange::from_pb("alltoall", 3, &counts).unwrap_err().to_string().contains("8 counts for a gang of 3")
         );
-        let r = pb::Redistribution { senders: 4, from_block: 3, receivers: 3, to_block: 5 };
+        let r = pb::Redistribution { senders: 4, from_block: 3, receivers: 3, to_block: 5, remap: None };
         let red = pb::Collective { redistribute: Some(r), ..base.clone() };
         let x = Exchange::from_pb("redistribute", 4, &red).unwrap();
         assert_eq!((x.inputs(3), x.inputs(0), x.kind()), (1, 1, "redistribute"));
         assert!(Exchange::from_pb("redistribute", 5, &red).unwrap_err().to_string().contains("gang of 5"));
-        let r = pb::Redistribution { senders: 2, from_block: 3, receivers: 3, to_block: 5 };
+        let r = pb::Redistribution { senders: 2, from_block: 3, receivers: 3, to_block: 5, remap: None };
         let x =
             Exchange::from_pb("redistribute", 3, &pb::Collective { redistribute: Some(r), ..base.clone() }).unwrap();
         assert_eq!(x.inputs(2), 0);
-        let zero = pb::Redistribution { senders: 2, from_block: 0, receivers: 3, to_block: 5 };
+        // Seed 004's remapping: the seed's example 1, and a loop that writes past A named.
+        let map = |len| pb::AffineMap { a1: 3, b1: 4, a2: 2, b2: 1, iterations: 60, len };
+        let red = |len| pb::Collective {
+            redistribute: Some(pb::Redistribution {
+                senders: 5,
+                from_block: 3,
+                receivers: 5,
+                to_block: 4,
+                remap: Some(map(len)),
+            }),
+            ..base.clone()
+        };
+        let x = Exchange::from_pb("redistribute", 5, &red(182)).unwrap();
+        assert!(x.remap.is_some() && x.describe(5).starts_with("A[3i+4] = B[2i+1] for 60 iterations"));
+        let e = Exchange::from_pb("redistribute", 5, &red(100)).unwrap_err().to_string();
+        assert!(e.contains("remap: the loop writes A[3·59 + 4] = A[181], but A has 100 elements"), "{e}");
+        let zero = pb::Redistribution { senders: 2, from_block: 0, receivers: 3, to_block: 5, remap: None };
         assert!(Exchange::from_pb("redistribute", 3, &pb::Collective { redistribute: Some(zero), ..base }).is_err());
     }
 }

@@ -456,6 +456,7 @@ fn explanation() -> pb::ExplainPlacementResponse {
         ],
         decided_at: NOW - 3_000,
         reason: "most input bytes local".into(),
+        collective: String::new(),
     }
 }
 
