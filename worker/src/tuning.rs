@@ -26,8 +26,11 @@ pub const POLL: Duration = Duration::from_secs(2);
 /// The most bytes of the file read (three short lines; the rest is ignored as an error).
 const MAX_BYTES: u64 = 4096;
 
-/// (rate in bytes/s, k, queue_max) from the file's text; an error names the line.
-pub fn parse(text: &str) -> Result<(Option<f64>, Option<usize>, Option<usize>), String> {
+/// What the file sets: (rate in bytes/s, k, queue_max), `None` where it sets nothing.
+pub type Settings = (Option<f64>, Option<usize>, Option<usize>);
+
+/// The settings from the file's text; an error names the line.
+pub fn parse(text: &str) -> Result<Settings, String> {
     let (mut rate, mut k, mut queue_max) = (None, None, None);
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();

@@ -257,6 +257,7 @@ mod tests {
     /// (Lemma 1), and packing at the sources, routing, and unpacking at the destinations gives
     /// exactly the A of running the loop on the global arrays.
     #[test]
+    #[allow(clippy::needless_range_loop)] // ranks index several tables at once
     fn random_maps_move_every_element_where_the_loop_puts_it() {
         let mut rng = Rng(0x5eed_0004);
         for case in 0..300 {
