@@ -363,6 +363,14 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
                 from_block: r.from_block,
                 receivers: r.receivers,
                 to_block: r.to_block,
+                remap: r.remap.map(|m| pb::AffineMap {
+                    a1: m.a1,
+                    b1: m.b1,
+                    a2: m.a2,
+                    b2: m.b2,
+                    iterations: m.iterations,
+                    len: m.len,
+                }),
             }),
         }),
         gpus: a.gpus.clone(),
@@ -584,6 +592,7 @@ pub fn explanation(p: &PlacementRecord) -> pb::ExplainPlacementResponse {
             .collect(),
         decided_at: p.decided_at,
         reason: p.reason.clone(),
+        collective: String::new(),
     }
 }
 

@@ -144,7 +144,8 @@ pub enum Cmd {
         job: JobId,
         task: String,
         rank: u32,
-        reply: Reply<Result<Explanation, SchedulerError>>,
+        /// The placement, and for a collective member what its latest attempt's log says ran.
+        reply: Reply<Result<(Explanation, Option<String>), SchedulerError>>,
     },
     /// Where the logs of an attempt (0: the latest) are.
     Logs {
@@ -532,7 +533,12 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::Explain { job, task, rank, reply } => {
-                let r = core.explain(job, &task, rank).cloned();
+                let r = core.explain(job, &task, rank).cloned().map(|e| {
+                    let ran = log_source(core, job, &task, rank, 0)
+                        .ok()
+                        .and_then(|l| plexus_proto::rules::collective_line(&l.stdout_tail).map(str::to_string));
+                    (e, ran)
+                });
                 replies.push(defer(reply, r));
             }
             Cmd::Logs { job, task, rank, attempt, reply } => {

@@ -460,8 +460,8 @@ impl JobApi {
 
     async fn explain(&self, r: pb::ExplainPlacementRequest) -> Result<pb::ExplainPlacementResponse, Error> {
         let job = job_id(&r.job_id)?;
-        let e = self.engine.call(|reply| Cmd::Explain { job, task: r.task, rank: r.rank, reply }).await??;
-        Ok(convert::explanation(&e))
+        let (e, ran) = self.engine.call(|reply| Cmd::Explain { job, task: r.task, rank: r.rank, reply }).await??;
+        Ok(pb::ExplainPlacementResponse { collective: ran.unwrap_or_default(), ..convert::explanation(&e) })
     }
 }
 

@@ -56,10 +56,11 @@ pub mod striping;
 pub mod wire;
 
 pub use auth::{RailAuth, RailKey};
-pub use collective::alltoall::Exchanger;
+pub use collective::alltoall::{Chosen, Exchanger};
 pub use collective::redistribution::{BlockCyclic, CyclicLayout, Placement};
+pub use collective::remap::AffineRemap;
 pub use collective::schedule::{ComTable, Schedule, ScheduleKind};
-pub use collective::{CollectiveConfig, Communicator, Profile};
+pub use collective::{Choice, CollectiveConfig, Communicator, ExchangeAlgorithm, LinkMeter, LinkModel, Profile};
 pub use elem::{Algorithm, DType, ReduceOp};
 pub use endpoint::{Endpoint, EndpointConfig, Faults, PeerAddrs, RailStats, Stats};
 pub use error::{Error, Result};

@@ -114,7 +114,18 @@ fn the_allreduce_example_sums_four_replicas_across_workers() {
     assert!(text.contains("gang") && text.contains("member 2 of 4"), "{text}");
     let member_log = c.plexus(&["logs", &job, "sum", "--rank", "1"]);
     let text = String::from_utf8_lossy(&member_log.stdout);
-    assert!(text.starts_with("allreduce f32 sum over 4 members (halving), rank 1: 1048576 bytes"), "{text}");
+    let ran =
+        ["halving", "ring"].into_iter().find(|a| text.starts_with(&format!("allreduce f32 sum over 4 members ({a} ×")));
+    assert!(ran.is_some() && text.contains(", rank 1: 1048576 bytes"), "{text}");
+    // The example leaves the algorithm to the cost model: explain says which ran and why.
+    let explain = c.plexus(&["explain", &job, "sum", "--rank", "1"]);
+    let text = String::from_utf8_lossy(&explain.stdout);
+    let line = text.lines().find(|l| l.starts_with("collective:")).unwrap_or_default();
+    assert!(
+        line.contains(&format!("{} ×", ran.unwrap_or_default())) && line.contains("chosen by the cost model"),
+        "{text}"
+    );
+    assert!(line.contains("predicted halving") && line.contains("ring ×"), "{text}");
 }
 
 /// The main job of `make demo`, examples/train.toml, as the demo runs it: shard -> 4 training

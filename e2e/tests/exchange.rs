@@ -32,10 +32,11 @@ fn the_redistribute_example_moves_cyclic_3_over_4_to_cyclic_5_over_3() {
     let c = cluster(4);
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/redistribute.toml");
     let source = std::fs::read_to_string(file).expect("the example");
-    // The example as written (css), and with the seed's own schedule (Algorithm 1 does not
-    // apply to these parameters, so this is its Algorithm 2) and MPICH's pairwise order.
-    for schedule in ["css", "seed", "pairwise"] {
-        let text = source.replace("schedule = \"css\"", &format!("schedule = \"{schedule}\""));
+    // The example as written (auto: the cost model's choice), and overridden: css, the seed's
+    // own schedule (Algorithm 1 does not apply to these parameters, so this is its Algorithm 2)
+    // and MPICH's pairwise order.
+    for schedule in ["auto", "css", "seed", "pairwise"] {
+        let text = source.replace("schedule = \"auto\"", &format!("schedule = \"{schedule}\""));
         let job = c.submit("redistribute.toml", &text);
         let status = c.wait_job(&job, Duration::from_secs(120));
         assert_eq!(status.state, pb::JobState::Succeeded as i32, "{schedule}: {status:?}\n{}", c.coordinator_log());
@@ -55,12 +56,32 @@ fn the_redistribute_example_moves_cyclic_3_over_4_to_cyclic_5_over_3() {
         assert_eq!(workers.len(), 4, "one member per worker: {members:?}");
         let member_log = c.plexus(&["logs", &job, "redist", "--rank", "3"]);
         let text = String::from_utf8_lossy(&member_log.stdout);
+        let ran = if schedule == "auto" {
+            ["css", "pairwise", "shift", "direct"]
+                .into_iter()
+                .find(|s| text.contains(&format!("(4 members), schedule {s}, rank 3:")))
+                .unwrap_or("none")
+        } else {
+            schedule
+        };
         assert!(
             text.starts_with(&format!(
-                "redistribute i64 cyclic(3) over 4 -> cyclic(5) over 3 (4 members), schedule {schedule}, rank 3:"
+                "redistribute i64 cyclic(3) over 4 -> cyclic(5) over 3 (4 members), schedule {ran}, rank 3:"
             )) && text.contains("wrote 0 bytes"),
             "{text}"
         );
+        // `plexus explain` of a member says what ran and why: the cost model's prediction of
+        // every candidate, or the job file's override.
+        let explain = c.plexus(&["explain", &job, "redist", "--rank", "1"]);
+        assert!(explain.status.success(), "{}", describe(&explain));
+        let text = String::from_utf8_lossy(&explain.stdout);
+        let line = text.lines().find(|l| l.starts_with("collective:")).unwrap_or_default();
+        if schedule == "auto" {
+            assert!(line.contains(&format!("{ran} chosen by the cost model")), "{text}");
+            assert!(["css", "pairwise", "shift", "direct"].iter().all(|s| line.contains(&format!("{s} "))), "{text}");
+        } else {
+            assert!(line.contains(schedule) && line.contains("set by the job file"), "{text}");
+        }
     }
 
     // Inputs that are not cyclic(3) over 4: declared as cyclic(4), every member fails naming

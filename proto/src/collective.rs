@@ -108,6 +108,10 @@ named_enum! {
         Halving = "halving" | "pairwise" | "seed003",
         /// Ring reduce-scatter then ring allgather (what NCCL and Gloo use for large buffers).
         Ring = "ring",
+        /// Chosen per call by the data plane's cost model (`plexus_dataplane::collective::cost`)
+        /// from the members' measured latencies and rates, the same on every member: halving or
+        /// ring, and the pipeline depth. Never on the wire: a call runs one of the others.
+        Auto = "auto",
     }
 }
 
@@ -124,6 +128,12 @@ named_enum! {
         /// A `redistribute` only: the seed's closed form (Algorithm 1) where its condition holds,
         /// else its greedy sort-and-fill (Algorithm 2).
         Seed = "seed",
+        /// Every message at once, no steps (what Gloo's `all_to_all_single` does): the
+        /// transport's flow control paces them.
+        Direct = "direct",
+        /// Chosen per call by the data plane's cost model from the table and the members'
+        /// measured latencies and rates: css, pairwise, shift or direct.
+        Auto = "auto",
     }
 }
 
@@ -153,7 +163,7 @@ mod tests {
             assert_eq!(o.to_string().parse::<ReduceOp>(), Ok(o));
         }
         assert_eq!("pairwise".parse::<Algorithm>(), Ok(Algorithm::Halving));
-        assert_eq!(Algorithm::NAMES, &["halving", "ring"]);
+        assert_eq!(Algorithm::NAMES, &["halving", "ring", "auto"]);
         assert_eq!((DType::F32.code(), DType::I64.code(), ReduceOp::Prod.code(), Algorithm::Ring.code()), (0, 3, 3, 1));
         assert_eq!(DType::from_code(4), None);
     }

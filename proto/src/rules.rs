@@ -26,6 +26,15 @@ pub const MAX_COUNTS_MEMBERS: usize = 256;
 pub const MAX_REDISTRIBUTE_BLOCK: u64 = 1 << 24;
 
 /// Whether `kind` is one of the [`COLLECTIVE_KINDS`].
+/// The prefix of the line a collective member writes in its log saying which algorithm or
+/// schedule ran and why; `plexus explain` shows the rest of that line.
+pub const COLLECTIVE_LINE: &str = "plexus:collective ";
+
+/// What a collective member's log says ran and why (the last such line), if it says.
+pub fn collective_line(log: &str) -> Option<&str> {
+    log.lines().rev().find_map(|l| l.strip_prefix(COLLECTIVE_LINE))
+}
+
 pub fn is_collective(kind: &str) -> bool {
     COLLECTIVE_KINDS.contains(&kind)
 }

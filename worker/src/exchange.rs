@@ -14,7 +14,7 @@
 //! `from_block`).
 
 use bytes::Bytes;
-use plexus_dataplane::{BlockCyclic, CyclicLayout, Exchanger, Placement, ScheduleKind};
+use plexus_dataplane::{AffineRemap, BlockCyclic, CyclicLayout, ExchangeAlgorithm, Exchanger, Placement, ScheduleKind};
 use plexus_proto::rules::{MAX_COUNTS_MEMBERS, MAX_REDISTRIBUTE_BLOCK};
 use plexus_proto::{DType, ExchangeSchedule, ObjectId, Split, pb};
 
@@ -39,6 +39,16 @@ pub struct Exchange {
     pub counts: Vec<u64>,
     /// A redistribute's layout (P = senders, Q = receivers).
     pub redistribute: Option<CyclicLayout>,
+    /// A redistribute's remapping after loop partitioning (seed 004), instead of a plain
+    /// cyclic(x) → cyclic(y).
+    pub remap: Option<AffineRemap>,
+}
+
+/// What an exchange ran (a schedule's name) and why.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub algorithm: String,
+    pub reason: String,
 }
 
 impl Exchange {
@@ -69,6 +79,17 @@ impl Exchange {
         if schedule == ExchangeSchedule::Seed && redistribute.is_none() {
             return Err(invalid("schedule \"seed\" is only for a redistribute".into()));
         }
+        let remap = match (&redistribute, c.redistribute.as_ref().and_then(|r| r.remap.as_ref())) {
+            (Some(l), Some(m)) => {
+                if schedule == ExchangeSchedule::Seed {
+                    return Err(invalid("schedule \"seed\" is not for a remap".into()));
+                }
+                let r = AffineRemap::new((l.p, l.x), (l.q, l.y), m.len, (m.a1, m.b1), (m.a2, m.b2), m.iterations)
+                    .map_err(|e| invalid(format!("remap: {}", plain(e))))?;
+                Some(r)
+            }
+            _ => None,
+        };
         if split == Split::Counts {
             if members > MAX_COUNTS_MEMBERS || c.counts.len() != members * members {
                 return Err(invalid(format!("{} counts for a gang of {members} (N × N)", c.counts.len())));
@@ -76,7 +97,7 @@ impl Exchange {
         } else if !c.counts.is_empty() {
             return Err(invalid(format!("counts with split {split:?}")));
         }
-        Ok(Exchange { schedule, split, counts: c.counts.clone(), redistribute })
+        Ok(Exchange { schedule, split, counts: c.counts.clone(), redistribute, remap })
     }
 
     pub fn kind(&self) -> &'static str {
@@ -94,7 +115,7 @@ impl Exchange {
     }
 
     /// Runs this member's part: `data` is its input (empty when it has none), `split_file` the
-    /// split file's bytes. Returns what it writes as its output.
+    /// split file's bytes. Returns what it writes as its output, and what ran.
     pub async fn run(
         &self,
         x: &Exchanger,
@@ -102,7 +123,7 @@ impl Exchange {
         data: Bytes,
         input: Option<&ObjectId>,
         split_file: Option<&[u8]>,
-    ) -> Result<Bytes> {
+    ) -> Result<(Bytes, Ran)> {
         let (n, rank, e) = (x.size(), x.rank(), dtype.size());
         let row = self.row(n, rank, dtype, data.len(), input, split_file);
         let mine: Vec<u64> = match &row {
@@ -129,18 +150,36 @@ impl Exchange {
             });
         }
         row?;
-        let kind = match self.schedule {
-            ExchangeSchedule::Css => ScheduleKind::Css,
-            ExchangeSchedule::Shift => ScheduleKind::Shift,
-            ExchangeSchedule::Pairwise => ScheduleKind::Pairwise,
-            ExchangeSchedule::Seed => ScheduleKind::Css,
+        let how = match self.schedule {
+            ExchangeSchedule::Css | ExchangeSchedule::Seed => Some(ExchangeAlgorithm::Steps(ScheduleKind::Css)),
+            ExchangeSchedule::Shift => Some(ExchangeAlgorithm::Steps(ScheduleKind::Shift)),
+            ExchangeSchedule::Pairwise => Some(ExchangeAlgorithm::Steps(ScheduleKind::Pairwise)),
+            ExchangeSchedule::Direct => Some(ExchangeAlgorithm::Direct),
+            ExchangeSchedule::Auto => None,
         };
-        match &self.redistribute {
-            None => {
-                let got = x.alltoallv_packed(&table, data, kind).await.map_err(failed)?;
-                Ok(concat(&got))
+        let ran = |c: plexus_dataplane::Chosen| Ran { algorithm: c.algorithm.to_string(), reason: c.reason };
+        match (&self.redistribute, &self.remap) {
+            (None, _) => {
+                let sends = x.parts(&table, &data).map_err(failed)?;
+                let (got, chosen) = x.alltoallv_chosen(&table, sends, how).await.map_err(failed)?;
+                Ok((concat(&got), ran(chosen)))
             }
-            Some(l) => {
+            (Some(l), Some(r)) => {
+                let mut sends: Vec<Bytes> = if rank < l.p {
+                    r.pack(rank, &data, e).map_err(failed)?.into_iter().map(Bytes::from).collect()
+                } else {
+                    Vec::new()
+                };
+                sends.resize(n, Bytes::new());
+                let (got, chosen) = x.alltoallv_chosen(&table, sends, how).await.map_err(failed)?;
+                if rank >= l.q {
+                    return Ok((Bytes::new(), ran(chosen)));
+                }
+                let parts: Vec<&[u8]> = got[..l.p].iter().map(|b| b.as_ref()).collect();
+                let out = r.unpack(rank, &parts, e).map_err(failed)?;
+                Ok((Bytes::from(out), ran(chosen)))
+            }
+            (Some(l), None) => {
                 let lens: Vec<u64> = (0..l.p).map(|s| table.row(s).iter().sum::<u64>() / e as u64).collect();
                 l.check_sources(&lens)
                     .map_err(|err| Error::ExchangeInput(format!("from_block = {}: {}", l.x, plain(err))))?;
@@ -150,21 +189,23 @@ impl Exchange {
                     Vec::new()
                 };
                 sends.resize(n, Bytes::new());
-                let got = if self.schedule == ExchangeSchedule::Seed {
+                let (got, done) = if self.schedule == ExchangeSchedule::Seed {
                     let schedule = BlockCyclic::new(l.p, l.x, l.q, l.y)
                         .and_then(|b| b.seed_schedule(&table, Placement::Shared))
                         .map_err(failed)?;
-                    x.alltoallv_with(&table, &schedule, sends).await
+                    let got = x.alltoallv_with(&table, &schedule, sends).await.map_err(failed)?;
+                    let why = "the seed's Algorithm 1 where its condition holds, else Algorithm 2: set by the job file";
+                    (got, Ran { algorithm: "seed".into(), reason: format!("seed: {why}") })
                 } else {
-                    x.alltoallv(&table, sends, kind).await
-                }
-                .map_err(failed)?;
+                    let (got, chosen) = x.alltoallv_chosen(&table, sends, how).await.map_err(failed)?;
+                    (got, ran(chosen))
+                };
                 if rank >= l.q {
-                    return Ok(Bytes::new());
+                    return Ok((Bytes::new(), done));
                 }
                 let parts: Vec<&[u8]> = got[..l.p].iter().map(|b| b.as_ref()).collect();
                 l.unpack(rank, &parts, e)
-                    .map(Bytes::from)
+                    .map(|b| (Bytes::from(b), done))
                     .map_err(|err| Error::ExchangeInput(format!("from_block = {}: {}", l.x, plain(err))))
             }
         }
@@ -191,6 +232,19 @@ impl Exchange {
         } else {
             let len = (bytes / e) as u64;
             match (&self.redistribute, self.split) {
+                (Some(l), _) if self.remap.is_some() && rank < l.p => {
+                    let r = self.remap.as_ref().expect("a remap");
+                    let need = r.local_needed(rank);
+                    if len < need {
+                        return Err(Error::ExchangeInput(format!(
+                            "remap: member {rank}'s input has {len} {dtype} elements, the loop reads its element {}",
+                            need - 1
+                        )));
+                    }
+                    let mut row = r.send_counts(rank);
+                    row.resize(n, 0);
+                    Ok(row)
+                }
                 (Some(l), _) => {
                     let mut row = if rank < l.p { l.send_counts(rank, len) } else { Vec::new() };
                     row.resize(n, 0);
@@ -242,7 +296,13 @@ impl Exchange {
     /// The table this member's row came from, for the log.
     pub fn describe(&self, table_n: usize) -> String {
         match &self.redistribute {
-            Some(l) => format!("cyclic({}) over {} -> cyclic({}) over {} ({table_n} members)", l.x, l.p, l.y, l.q),
+            Some(l) => match &self.remap {
+                Some(r) => format!(
+                    "A[{}i+{}] = B[{}i+{}] for {} iterations, B cyclic({}) over {} -> A cyclic({}) over {} ({table_n} members)",
+                    r.a1, r.b1, r.a2, r.b2, r.iterations, l.x, l.p, l.y, l.q
+                ),
+                None => format!("cyclic({}) over {} -> cyclic({}) over {} ({table_n} members)", l.x, l.p, l.y, l.q),
+            },
             None => format!("split {} over {table_n} members", self.split),
         }
     }
@@ -330,16 +390,32 @@ mod tests {
         assert!(
             Exchange::from_pb("alltoall", 3, &counts).unwrap_err().to_string().contains("8 counts for a gang of 3")
         );
-        let r = pb::Redistribution { senders: 4, from_block: 3, receivers: 3, to_block: 5 };
+        let r = pb::Redistribution { senders: 4, from_block: 3, receivers: 3, to_block: 5, remap: None };
         let red = pb::Collective { redistribute: Some(r), ..base.clone() };
         let x = Exchange::from_pb("redistribute", 4, &red).unwrap();
         assert_eq!((x.inputs(3), x.inputs(0), x.kind()), (1, 1, "redistribute"));
         assert!(Exchange::from_pb("redistribute", 5, &red).unwrap_err().to_string().contains("gang of 5"));
-        let r = pb::Redistribution { senders: 2, from_block: 3, receivers: 3, to_block: 5 };
+        let r = pb::Redistribution { senders: 2, from_block: 3, receivers: 3, to_block: 5, remap: None };
         let x =
             Exchange::from_pb("redistribute", 3, &pb::Collective { redistribute: Some(r), ..base.clone() }).unwrap();
         assert_eq!(x.inputs(2), 0);
-        let zero = pb::Redistribution { senders: 2, from_block: 0, receivers: 3, to_block: 5 };
+        // Seed 004's remapping: the seed's example 1, and a loop that writes past A named.
+        let map = |len| pb::AffineMap { a1: 3, b1: 4, a2: 2, b2: 1, iterations: 60, len };
+        let red = |len| pb::Collective {
+            redistribute: Some(pb::Redistribution {
+                senders: 5,
+                from_block: 3,
+                receivers: 5,
+                to_block: 4,
+                remap: Some(map(len)),
+            }),
+            ..base.clone()
+        };
+        let x = Exchange::from_pb("redistribute", 5, &red(182)).unwrap();
+        assert!(x.remap.is_some() && x.describe(5).starts_with("A[3i+4] = B[2i+1] for 60 iterations"));
+        let e = Exchange::from_pb("redistribute", 5, &red(100)).unwrap_err().to_string();
+        assert!(e.contains("remap: the loop writes A[3·59 + 4] = A[181], but A has 100 elements"), "{e}");
+        let zero = pb::Redistribution { senders: 2, from_block: 0, receivers: 3, to_block: 5, remap: None };
         assert!(Exchange::from_pb("redistribute", 3, &pb::Collective { redistribute: Some(zero), ..base }).is_err());
     }
 }

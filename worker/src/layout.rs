@@ -53,6 +53,11 @@ impl Layout {
         self.root.join("tls")
     }
 
+    /// The rail Q-learning parameters an operator sets while the worker runs (`tuning`).
+    pub fn rail_tuning_file(&self) -> PathBuf {
+        self.root.join("rail-tuning")
+    }
+
     /// Exists while the worker is registered with the coordinator.
     pub fn registered_file(&self) -> PathBuf {
         self.root.join("registered")

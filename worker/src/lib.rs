@@ -42,6 +42,7 @@ pub mod peer;
 pub mod runner;
 pub mod session;
 pub mod shim;
+pub mod tuning;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -197,6 +198,8 @@ impl Worker {
             async move { gpus.run(GPU_SAMPLE_INTERVAL, stop).await }
         });
 
+        // The rail scheduler's parameters, settable while the worker runs (`tuning`).
+        tokio::spawn(tuning::watch(layout.rail_tuning_file(), shutdown.child_token()));
         let counters = Arc::new(metrics::Counters::default());
         let attempts = Attempts::new(shutdown.child_token());
         let lease = Arc::new(lease::Lease::new());

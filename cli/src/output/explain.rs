@@ -19,14 +19,19 @@ fn estimates_of(c: &pb::CandidateScore) -> (Option<f64>, Option<f64>) {
 /// When candidates carry estimates, EST MS is their fetch + compute (each also in FEATURES, with
 /// the samples behind it).
 pub fn explain_text(e: &pb::ExplainPlacementResponse, now_ms: u64) -> String {
-    let mut out = fields(&[
+    let mut pairs = vec![
         ("placer", e.placer.clone()),
         ("attempt", e.attempt.to_string()),
         ("chosen", dash(non_empty(&e.chosen_worker))),
         ("exploratory", yes_no(e.exploratory).to_string()),
         ("decided", age(e.decided_at, now_ms)),
         ("reason", dash(non_empty(&one_line(&e.reason)))),
-    ]);
+    ];
+    if !e.collective.is_empty() {
+        // A collective member: which algorithm ran and why.
+        pairs.push(("collective", one_line(&e.collective)));
+    }
+    let mut out = fields(&pairs);
     if e.candidates.is_empty() {
         out.push_str("\nno candidates recorded\n");
         return out;
@@ -70,6 +75,8 @@ pub struct ExplainView {
     pub exploratory: bool,
     pub reason: Option<String>,
     pub decided_at_ms: Option<u64>,
+    /// A collective member's latest attempt: which algorithm ran and why.
+    pub collective: Option<String>,
     pub candidates: Vec<CandidateView>,
 }
 
@@ -94,6 +101,7 @@ pub fn explain_view(e: &pb::ExplainPlacementResponse) -> ExplainView {
         exploratory: e.exploratory,
         reason: non_empty(&e.reason),
         decided_at_ms: time(e.decided_at),
+        collective: non_empty(&e.collective),
         candidates: e
             .candidates
             .iter()

@@ -456,6 +456,7 @@ fn explanation() -> pb::ExplainPlacementResponse {
         ],
         decided_at: NOW - 3_000,
         reason: "most input bytes local".into(),
+        collective: String::new(),
     }
 }
 
@@ -491,6 +492,22 @@ fn explain_json_shape() {
                "features": {"free_cpu": 3.0, "local_bytes": 4096.0}, "est_fetch_ms": null, "est_compute_ms": null, "note": null})
     );
     assert_eq!(v["candidates"][0]["chosen"], false);
+}
+
+/// A collective member's explanation says which algorithm ran and why (issue 30), aligned with
+/// the other fields and in the JSON; other tasks show no such line.
+#[test]
+fn explain_shows_a_collective_members_algorithm() {
+    let mut e = explanation();
+    assert!(!explain_text(&e, NOW).contains("collective:"));
+    e.collective = "css chosen by the cost model: 4 members, predicted css 1.2 ms, direct 1.9 ms".into();
+    let text = explain_text(&e, NOW);
+    assert!(
+        text.contains("reason:      most input bytes local\ncollective:  css chosen by the cost model: 4 members"),
+        "{text}"
+    );
+    let v = serde_json::to_value(explain_view(&e)).unwrap();
+    assert_eq!(v["collective"], e.collective.as_str());
 }
 
 /// Candidates with measured estimates (issue 17) get an EST MS column (fetch + compute) and

@@ -408,7 +408,9 @@ pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response
 pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(String, String, u32)>) -> Response {
     let Ok(job) = id.parse::<plexus_proto::JobId>() else { return not_found(format!("{id:?} is not a job id")) };
     let e = match d.engine.call(|reply| Cmd::Explain { job, task: task.clone(), rank, reply }).await {
-        Ok(Ok(e)) => convert::explanation(&e),
+        Ok(Ok((e, ran))) => {
+            pb::ExplainPlacementResponse { collective: ran.unwrap_or_default(), ..convert::explanation(&e) }
+        }
         Ok(Err(e)) => return not_found(e.to_string()),
         Err(e) => return unavailable(e),
     };
@@ -427,6 +429,7 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
         h2 { "Placement of " (task) "/" (rank) }
         p { a href=(format!("/jobs/{id}")) { "back to the job" } }
         p { "Placer " b { (e.placer) } ", attempt " (e.attempt) ": " code { (e.chosen_worker) } " — " (e.reason) @if e.exploratory { " (exploratory)" } }
+        @if !e.collective.is_empty() { p { "Collective: " (e.collective) } }
         table #candidates {
             thead { tr { th { "Worker" } th { "Feasible" } th { (if e.placer == "rl" { "Q-value" } else { "Score" }) } @for n in &names { th { (n) } } th { "Note" } } }
             tbody { @for c in &e.candidates {

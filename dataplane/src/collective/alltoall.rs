@@ -46,6 +46,8 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::cost::{self, ExchangeAlgorithm, LinkModel};
+use super::meter::{self, LinkMeter};
 use super::schedule::{ComTable, Schedule, ScheduleKind};
 use crate::endpoint::{Endpoint, Landed, Posted};
 use crate::error::{Error, Result};
@@ -58,10 +60,14 @@ const SEQ_MASK: u64 = (1 << 24) - 1;
 pub const DATA_TAG: u64 = 0xFFFF_F000;
 const HELLO: u64 = 0xFFFF_F001;
 const ABORT: u64 = 0xFFFF_F002;
+/// The round of an `auto` call in which every rank sends its link model to every other.
+const AGREE: u64 = 0xFFFF_F003;
 const HELLO_MAGIC: &[u8; 4] = b"PXA1";
 const HELLO_LEN: usize = 4 + 4 + 4 + 8 + 8;
 /// The header's schedule code for a schedule the caller gave.
 const GIVEN: u8 = 0;
+/// The header's code for a `direct` exchange (every message at once).
+const DIRECT: u8 = 0xD1;
 /// How long a failing rank tries to tell the others before returning its error: a live peer
 /// acknowledges a tiny message in well under a millisecond; a dead one never will.
 const ABORT_GRACE: Duration = Duration::from_secs(1);
@@ -87,14 +93,25 @@ pub struct Exchanger {
     serial: tokio::sync::Mutex<()>,
     /// See [`Exchanger::with_overlap`].
     overlap: bool,
+    /// See [`Exchanger::with_meter`].
+    meter: Option<Arc<LinkMeter>>,
+}
+
+/// What an exchange ran and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chosen {
+    pub algorithm: ExchangeAlgorithm,
+    pub reason: String,
 }
 
 /// One call, checked: what every rank exchanges, in which steps, and this rank's buffers.
 struct Call<'a> {
     table: Cow<'a, ComTable>,
     schedule: Cow<'a, Schedule>,
-    /// The schedule's kind for the header, or `GIVEN`.
+    /// The schedule's kind for the header, `GIVEN` or `DIRECT`.
     kind: u8,
+    /// Every message at once instead of the schedule's steps.
+    direct: bool,
     /// What this rank sends each rank (its own part included), in rank order.
     sends: Vec<Bytes>,
 }
@@ -106,6 +123,7 @@ impl<'a> Call<'a> {
             table: Cow::Borrowed(table),
             schedule: Cow::Owned(Schedule::build(kind, table)),
             kind: kind.code(),
+            direct: false,
             sends,
         }
     }
@@ -147,7 +165,15 @@ impl Exchanger {
             seq: AtomicU64::new(0),
             serial: tokio::sync::Mutex::new(()),
             overlap: false,
+            meter: None,
         })
+    }
+
+    /// Reports each message's time to `meter` (and a direct exchange's rate), and decides
+    /// [`alltoallv_chosen`](Self::alltoallv_chosen)'s `auto` from it.
+    pub fn with_meter(mut self, meter: Arc<LinkMeter>) -> Exchanger {
+        self.meter = Some(meter);
+        self
     }
 
     /// With `overlap`, a rank starts step k + 1 once step k's receive is done and step k − 1's
@@ -185,7 +211,13 @@ impl Exchanger {
             let table = ComTable::uniform(n, block as u64)?;
             let sends = (0..n).map(|j| send.slice(j * block..(j + 1) * block)).collect();
             let schedule = Schedule::build(kind, &table);
-            Ok(Call { table: Cow::Owned(table), schedule: Cow::Owned(schedule), kind: kind.code(), sends })
+            Ok(Call {
+                table: Cow::Owned(table),
+                schedule: Cow::Owned(schedule),
+                kind: kind.code(),
+                direct: false,
+                sends,
+            })
         })
         .await
     }
@@ -220,9 +252,88 @@ impl Exchanger {
         self.run(|| {
             self.check_table(table)?;
             schedule.check(table)?;
-            Ok(Call { table: Cow::Borrowed(table), schedule: Cow::Borrowed(schedule), kind: GIVEN, sends })
+            Ok(Call {
+                table: Cow::Borrowed(table),
+                schedule: Cow::Borrowed(schedule),
+                kind: GIVEN,
+                direct: false,
+                sends,
+            })
         })
         .await
+    }
+
+    /// [`alltoallv`](Self::alltoallv) along `how`, or with `None` along what the cost model
+    /// predicts fastest for `table` from every rank's measured link model ([`cost`]; one
+    /// round in which each rank sends its model to every other, a call of its own). Returns
+    /// what each rank sent this one and what ran, with why. Every rank must pass the same.
+    pub async fn alltoallv_chosen(
+        &self,
+        table: &ComTable,
+        sends: Vec<Bytes>,
+        how: Option<ExchangeAlgorithm>,
+    ) -> Result<(Vec<Bytes>, Chosen)> {
+        let (algorithm, schedule, reason) = match how {
+            Some(a) => (a, None, format!("{a}: set by the job file")),
+            None => {
+                let models = self.agree_models().await?;
+                let (c, s) = cost::choose_alltoall(table, &LinkModel::combine(&models));
+                (c.algorithm, s, format!("{} chosen by the {}", c.algorithm, c.reason))
+            }
+        };
+        let got = match (algorithm, schedule) {
+            (ExchangeAlgorithm::Steps(k), Some(s)) => {
+                self.run(|| {
+                    self.check_table(table)?;
+                    let schedule = Cow::Owned(s);
+                    Ok(Call { table: Cow::Borrowed(table), schedule, kind: k.code(), direct: false, sends })
+                })
+                .await?
+            }
+            (ExchangeAlgorithm::Steps(k), None) => self.alltoallv(table, sends, k).await?,
+            (ExchangeAlgorithm::Direct, _) => {
+                self.run(|| {
+                    self.check_table(table)?;
+                    let schedule = Cow::Owned(Schedule::build(ScheduleKind::Shift, table));
+                    Ok(Call { table: Cow::Borrowed(table), schedule, kind: DIRECT, direct: true, sends })
+                })
+                .await?
+            }
+        };
+        Ok((got, Chosen { algorithm, reason }))
+    }
+
+    /// `send` cut into this rank's parts by its row of `table` (what
+    /// [`alltoallv_packed`](Self::alltoallv_packed) sends).
+    pub fn parts(&self, table: &ComTable, send: &Bytes) -> Result<Vec<Bytes>> {
+        self.check_table(table)?;
+        self.split(table, send)
+    }
+
+    /// Every rank's link model toward the group, in rank order (a call of its own: it takes
+    /// the next tags, and a rank that fails it aborts the others).
+    async fn agree_models(&self) -> Result<Vec<LinkModel>> {
+        let peers: Vec<PeerId> = self.ids.iter().copied().filter(|&p| p != self.ids[self.rank]).collect();
+        let mine = self.meter.as_ref().map_or(LinkModel::PRIOR, |m| m.model(&peers));
+        if self.size() == 1 {
+            return Ok(vec![mine]);
+        }
+        let _serial = self.serial.lock().await;
+        let seq = self.seq.fetch_add(1, Relaxed) & SEQ_MASK;
+        let base = self.tag_base.wrapping_add(seq << 32);
+        let agree = meter::agree(&self.endpoint, &self.ranks, &self.ids, self.rank, base.wrapping_add(AGREE), mine);
+        let result = tokio::select! {
+            m = agree => m,
+            a = self.endpoint.recv_any(base.wrapping_add(ABORT)) => a.and_then(|(peer, why)| {
+                Err(Error::Peer(format!("{ABORTED} by {peer}: {}", String::from_utf8_lossy(&why))))
+            }),
+        };
+        if let Err(e) = &result
+            && !matches!(e, Error::Peer(m) if m.starts_with(ABORTED))
+        {
+            self.broadcast_abort(base, e).await;
+        }
+        result
     }
 
     /// The whole table from every rank's row: each rank passes what it will send each rank
@@ -243,6 +354,7 @@ impl Exchanger {
                     table: Cow::Owned(table),
                     schedule: Cow::Owned(schedule),
                     kind: ScheduleKind::Shift.code(),
+                    direct: false,
                     sends: vec![mine; n],
                 })
             })
@@ -361,24 +473,20 @@ impl Exchanger {
             return Ok(call.sends);
         }
         let offsets = self.receive_offsets(&call.table)?;
-        let total = offsets[n];
-        let buf = Arc::new(
-            SharedBuf::try_uninit(total)
-                .ok_or_else(|| Error::Config(format!("cannot allocate {total} bytes for what this rank receives")))?,
-        );
         let tag = base.wrapping_add(DATA_TAG);
-        let mut posts = Posts { endpoint: &self.endpoint, tag, pending: Vec::new() };
-        for j in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
-            let post = Posted { buf: buf.clone(), offset: offsets[j], len: offsets[j + 1] - offsets[j], reduce: None };
-            // SAFETY: the ranges of different senders are disjoint, and nothing else touches
-            // this one until its message is delivered (or the post is withdrawn): the buffer
-            // is read only after every receive was delivered.
-            unsafe { self.endpoint.post(self.ids[j], tag, post) };
-            posts.pending.push(self.ids[j]);
-        }
-
+        let (buf, mut posts) = self.post_receives(&offsets, tag)?;
         let hello = hello(n, &call);
         let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+        if call.direct {
+            let hello_sent = {
+                let (ep, addrs, h) = (self.endpoint.clone(), self.ranks[right].clone(), hello.clone());
+                Task(tokio::spawn(async move { ep.send(&addrs, base.wrapping_add(HELLO), h).await }))
+            };
+            self.check_hello(left, base, &hello).await?;
+            self.direct(&call, tag, base, &buf, &offsets, &mut posts).await?;
+            join(hello_sent, "exchange header").await?;
+            return Ok(self.results(&call, buf, &offsets).await);
+        }
         let mut hello_sent = Task({
             let (ep, addrs, h) = (self.endpoint.clone(), self.ranks[right].clone(), hello.clone());
             tokio::spawn(async move { ep.send(&addrs, base.wrapping_add(HELLO), h).await })
@@ -414,7 +522,16 @@ impl Exchanger {
             } else {
                 let send = async {
                     match step.send_to {
-                        Some(to) => self.endpoint.send(&self.ranks[to], tag, call.sends[to].clone()).await,
+                        Some(to) => {
+                            let t = Instant::now();
+                            let data = call.sends[to].clone();
+                            let bytes = data.len() as u64;
+                            self.endpoint.send(&self.ranks[to], tag, data).await?;
+                            if let Some(m) = &self.meter {
+                                m.message(self.ids[to], bytes, t.elapsed().as_secs_f64());
+                            }
+                            Ok(())
+                        }
                         None => Ok(()),
                     }
                 };
@@ -439,7 +556,66 @@ impl Exchanger {
         }
         debug_assert!(posts.pending.is_empty(), "every receive was delivered");
         drop(posts);
+        Ok(self.results(&call, buf, &offsets).await)
+    }
 
+    /// The receive buffer, and a receive posted for each sender's range of it.
+    fn post_receives(&self, offsets: &[usize], tag: u64) -> Result<(Arc<SharedBuf>, Posts<'_>)> {
+        let (n, me, total) = (self.size(), self.rank, offsets[self.size()]);
+        let buf = Arc::new(
+            SharedBuf::try_uninit(total)
+                .ok_or_else(|| Error::Config(format!("cannot allocate {total} bytes for what this rank receives")))?,
+        );
+        let mut posts = Posts { endpoint: &self.endpoint, tag, pending: Vec::new() };
+        for j in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
+            let post = Posted { buf: buf.clone(), offset: offsets[j], len: offsets[j + 1] - offsets[j], reduce: None };
+            // SAFETY: the ranges of different senders are disjoint, and nothing else touches
+            // this one until its message is delivered (or the post is withdrawn): the buffer
+            // is read only after every receive was delivered.
+            unsafe { self.endpoint.post(self.ids[j], tag, post) };
+            posts.pending.push(self.ids[j]);
+        }
+        Ok((buf, posts))
+    }
+
+    /// Every message at once: all sends started, every receive taken as it completes, then
+    /// every send awaited. The busiest direction's bytes over the time is the direct rate.
+    async fn direct(
+        &self,
+        call: &Call<'_>,
+        tag: u64,
+        base: u64,
+        buf: &Arc<SharedBuf>,
+        offsets: &[usize],
+        posts: &mut Posts<'_>,
+    ) -> Result<()> {
+        let (n, me) = (self.size(), self.rank);
+        let started = Instant::now();
+        let mut sends = JoinSet::new();
+        for to in (0..n).filter(|&j| j != me && !call.sends[j].is_empty()) {
+            let (ep, addrs, data) = (self.endpoint.clone(), self.ranks[to].clone(), call.sends[to].clone());
+            sends.spawn(async move { ep.send(&addrs, tag, data).await });
+        }
+        for from in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
+            let landed = self.recv_or_abort(from, tag, base).await?;
+            posts.pending.retain(|&p| p != self.ids[from]);
+            land(buf, from, offsets[from]..offsets[from + 1], landed).await?;
+        }
+        while let Some(r) = sends.join_next().await {
+            r.map_err(|e| Error::Peer(format!("exchange send task: {e}")))??;
+        }
+        if let Some(m) = &self.meter {
+            let sent: u64 = (0..n).filter(|&j| j != me).map(|j| call.sends[j].len() as u64).sum();
+            let got = (offsets[n] - offsets[me + 1] + offsets[me]) as u64;
+            m.direct(sent.max(got), started.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+
+    /// The result: one `Bytes` per sender, views of the receive buffer, this rank's own part
+    /// shared from its send buffer.
+    async fn results(&self, call: &Call<'_>, buf: Arc<SharedBuf>, offsets: &[usize]) -> Vec<Bytes> {
+        let (n, me, total) = (self.size(), self.rank, offsets[self.size()]);
         let data = match sole_owner(buf).await {
             // SAFETY: we hold the only reference, and every byte was written: each sender's
             // range by its delivered message.
@@ -447,9 +623,7 @@ impl Exchanger {
             // SAFETY: every receive was delivered: nothing writes the buffer any more.
             Err(buf) => Bytes::copy_from_slice(unsafe { buf.range(0, total) }),
         };
-        Ok((0..n)
-            .map(|j| if j == me { call.sends[me].clone() } else { data.slice(offsets[j]..offsets[j + 1]) })
-            .collect())
+        (0..n).map(|j| if j == me { call.sends[me].clone() } else { data.slice(offsets[j]..offsets[j + 1]) }).collect()
     }
 
     /// Receives the left neighbour's description of the call and compares it with ours.
@@ -523,6 +697,11 @@ impl<T> Drop for Task<T> {
     }
 }
 
+/// Awaits a spawned send.
+async fn join(mut t: Task<Result<()>>, what: &str) -> Result<()> {
+    (&mut t.0).await.map_err(|e| Error::Peer(format!("{what} task: {e}")))?
+}
+
 /// Brings a delivered message into `buf[range]`: in place already, or (it arrived before its
 /// post, in its own buffer) checked for length and copied there.
 async fn land(buf: &Arc<SharedBuf>, from: usize, range: std::ops::Range<usize>, landed: Landed) -> Result<()> {
@@ -591,6 +770,7 @@ fn describe_hello(b: &[u8]) -> String {
     let n = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
     let kind = match b[8] {
         GIVEN => "a given schedule".to_string(),
+        DIRECT => "direct".to_string(),
         c => ScheduleKind::from_code(c).map_or_else(|| format!("schedule {c}"), |k| k.to_string()),
     };
     format!("an exchange among {n} ranks ({kind}, table {:016x}, schedule {:016x})", u64_at(12), u64_at(20))

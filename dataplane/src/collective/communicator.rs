@@ -16,8 +16,10 @@ use crate::peer_id::PeerId;
 use crate::shared_buf::SharedBuf;
 
 use super::config::{CollectiveConfig, Profile};
+use super::cost::{self, LinkModel};
 use super::executor::Executor;
-use super::group::Group;
+use super::group::{ABORT, AGREE, Group};
+use super::meter::{self, LinkMeter};
 use super::plan::{Kind, MAX_SLICES, PlanParams};
 
 /// Tags a communicator uses: `[tag_base, tag_base + TAG_SPAN)`. Bits 32..56 number the
@@ -42,6 +44,17 @@ pub struct Communicator {
     profile: Mutex<Profile>,
     /// The allocation the last `allreduce`/`reduce` copied the caller's buffer into.
     scratch: Mutex<Vec<u8>>,
+    /// What the last call ran and why.
+    choice: Mutex<Option<Choice>>,
+}
+
+/// The algorithm and pipeline depth a call ran, and why: the cost model's choice (an `auto`
+/// configuration) or the configuration's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Choice {
+    pub algorithm: crate::elem::Algorithm,
+    pub slices: usize,
+    pub reason: String,
 }
 
 impl Communicator {
@@ -83,14 +96,29 @@ impl Communicator {
             return Err(Error::Config("send_window must be at least 1".into()));
         }
         Ok(Communicator {
-            group: Group { endpoint, ranks: Arc::new(ranks), ids, rank },
+            group: Group { endpoint, ranks: Arc::new(ranks), ids, rank, meter: None },
             tag_base,
             cfg,
             seq: AtomicU64::new(0),
             serial: tokio::sync::Mutex::new(()),
             profile: Mutex::new(Profile::default()),
             scratch: Mutex::new(Vec::new()),
+            choice: Mutex::new(None),
         })
+    }
+
+    /// Reports every message's time to `meter` and, with [`Algorithm::Auto`], decides from it
+    /// (see [`cost`]). Without a meter an `auto` call decides from the prior.
+    ///
+    /// [`Algorithm::Auto`]: crate::elem::Algorithm::Auto
+    pub fn with_meter(mut self, meter: Arc<LinkMeter>) -> Communicator {
+        self.group.meter = Some(meter);
+        self
+    }
+
+    /// What the last call ran and why (`None` before the first).
+    pub fn last_choice(&self) -> Option<Choice> {
+        self.choice.lock().expect("choice lock").clone()
     }
 
     pub fn rank(&self) -> usize {
@@ -258,15 +286,17 @@ impl Communicator {
         }
         let seq = self.seq.fetch_add(1, Relaxed) & SEQ_MASK;
         let base = self.tag_base.wrapping_add(seq << 32);
+        let started = Instant::now();
+        let choice = self.choose(base, work.len() as u64).await?;
         let params = PlanParams {
             ranks: n,
             rank: self.group.rank,
             len: work.len() / size,
-            slices: self.cfg.slices,
-            algorithm: self.cfg.algorithm,
+            slices: choice.slices,
+            algorithm: choice.algorithm,
             kind,
         };
-        let started = Instant::now();
+        *self.choice.lock().expect("choice lock") = Some(choice);
         let mut prof = Profile::default();
         let result = if n == 1 {
             Ok(())
@@ -279,8 +309,49 @@ impl Communicator {
             r
         };
         prof.total = started.elapsed();
+        if let Some(m) = &self.group.meter
+            && result.is_ok()
+        {
+            m.reduced(prof.reduced_bytes, prof.reduce.as_secs_f64());
+        }
         *self.profile.lock().expect("profile lock") = prof;
         result.map(|()| work)
+    }
+
+    /// The algorithm and depth of a call of `bytes`: the configuration's, or with
+    /// `Algorithm::Auto` the cost model's from every member's link model (one round in which
+    /// each member sends its model to every other, under the call's tags).
+    async fn choose(&self, base: u64, bytes: u64) -> Result<Choice> {
+        use crate::elem::Algorithm;
+        let n = self.size();
+        if self.cfg.algorithm != Algorithm::Auto {
+            return Ok(Choice {
+                algorithm: self.cfg.algorithm,
+                slices: self.cfg.slices,
+                reason: format!("{} ×{}: set by the configuration (the job file)", self.cfg.algorithm, self.cfg.slices),
+            });
+        }
+        let g = &self.group;
+        let peers: Vec<PeerId> = g.ids.iter().copied().filter(|&p| p != g.ids[g.rank]).collect();
+        let mine = g.meter.as_ref().map_or(LinkModel::PRIOR, |m| m.model(&peers));
+        let models = if n == 1 {
+            vec![mine]
+        } else {
+            let agree = meter::agree(&g.endpoint, &g.ranks, &g.ids, g.rank, base.wrapping_add(AGREE), mine);
+            tokio::select! {
+                m = agree => m?,
+                a = g.endpoint.recv_any(base.wrapping_add(ABORT)) => {
+                    let (peer, why) = a?;
+                    return Err(Error::Peer(format!("{} by {peer}: {}", super::group::ABORTED, String::from_utf8_lossy(&why))));
+                }
+            }
+        };
+        let c = cost::choose_allreduce(n, bytes, &LinkModel::combine(&models));
+        Ok(Choice {
+            algorithm: c.algorithm,
+            slices: c.slices,
+            reason: format!("{} ×{} chosen by the {}", c.algorithm, c.slices, c.reason),
+        })
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::elem::{DType, ReduceOp, reduce_from};
 use crate::endpoint::{Endpoint, Landed, Posted};
 use crate::error::{Error, Result};
+use crate::peer_id::PeerId;
 use crate::shared_buf::SharedBuf;
 
 use super::config::Profile;
@@ -171,8 +172,12 @@ impl Executor<'_> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (done_tx, sends_done) = watch::channel(0usize);
         let mut sender = SenderTask(tokio::spawn(sender_loop(
-            comm.endpoint.clone(),
-            comm.ranks.clone(),
+            Peers {
+                ep: comm.endpoint.clone(),
+                ranks: comm.ranks.clone(),
+                ids: comm.ids.clone(),
+                meter: comm.meter.clone(),
+            },
             rx,
             self.send_window,
             done_tx,
@@ -407,14 +412,21 @@ impl Drop for SenderTask {
     }
 }
 
+/// Where the sender task sends, and where it reports each message's time.
+struct Peers {
+    ep: Arc<Endpoint>,
+    ranks: Arc<Vec<Vec<SocketAddr>>>,
+    ids: Vec<PeerId>,
+    meter: Option<Arc<super::meter::LinkMeter>>,
+}
+
 /// Sends the executor's messages in order, at most `window` at once still being handed to the
 /// rails (a message whose segments all wait in rail queues no longer counts: the next one
 /// follows it on the wire without waiting for its acknowledgements); stops at the first error.
 /// Publishes on `done` the first step index whose send has not returned yet (every send of an
 /// earlier step has); the header (index `usize::MAX`) is not counted.
 async fn sender_loop(
-    ep: Arc<Endpoint>,
-    ranks: Arc<Vec<Vec<SocketAddr>>>,
+    peers: Peers,
     mut rx: mpsc::UnboundedReceiver<(usize, usize, u64, Bytes)>,
     window: usize,
     done: watch::Sender<usize>,
@@ -458,10 +470,23 @@ async fn sender_loop(
                     pending.push_back(step);
                     issued_to = step + 1;
                 }
-                let (ep, ranks) = (ep.clone(), ranks.clone());
+                let (ep, ranks) = (peers.ep.clone(), peers.ranks.clone());
+                // With no other message in flight its time is the link's, a sample for the cost
+                // model.
+                let meter = (inflight.is_empty() && step != usize::MAX).then(|| peers.meter.clone()).flatten();
+                let (id, bytes) = (peers.ids[to], data.len() as u64);
                 let (handed, hand_rx) = tokio::sync::oneshot::channel();
-                handing.spawn(async move { let _ = hand_rx.await; });
-                inflight.spawn(async move { ep.send_handed(&ranks[to], tag, data, handed).await.map(|()| step) });
+                handing.spawn(async move {
+                    let _ = hand_rx.await;
+                });
+                inflight.spawn(async move {
+                    let t = Instant::now();
+                    ep.send_handed(&ranks[to], tag, data, handed).await?;
+                    if let Some(m) = meter {
+                        m.message(id, bytes, t.elapsed().as_secs_f64());
+                    }
+                    Ok(step)
+                });
             }
         }
     }

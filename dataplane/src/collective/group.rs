@@ -19,7 +19,10 @@ use super::plan::{Kind, PlanParams};
 
 /// Step tags of the plan stay below these two (see `plan::MAX_PHASE`).
 pub(super) const HELLO: u64 = 0xFFFF_FFFE;
-const ABORT: u64 = 0xFFFF_FFFF;
+pub(super) const ABORT: u64 = 0xFFFF_FFFF;
+/// The tag of the round in which the members of an `auto` call exchange their link models
+/// (`meter::agree`): above every step tag, below the header's.
+pub(super) const AGREE: u64 = 0xFFFF_F010;
 const HELLO_MAGIC: &[u8; 4] = b"PXC1";
 const HELLO_LEN: usize = 4 + 8 + 4 + 4 + 4 + 4;
 /// How long a failing rank tries to tell the others before returning its error: a live peer
@@ -36,6 +39,8 @@ pub(super) struct Group {
     pub(super) ranks: Arc<Vec<Vec<SocketAddr>>>,
     pub(super) ids: Vec<PeerId>,
     pub(super) rank: usize,
+    /// Where the plan's sends report their times (see `meter`), when the owner keeps one.
+    pub(super) meter: Option<Arc<super::meter::LinkMeter>>,
 }
 
 impl Group {

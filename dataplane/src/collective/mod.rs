@@ -29,18 +29,28 @@
 //! tells every other rank (an abort message in the same tag space), so a failure anywhere ends
 //! the collective everywhere.
 //!
+//! * [`cost`], [`meter`] — which algorithm a call runs (issue 30): an α–β model per peer fed
+//!   with what the calls measured, every member's model agreed in one round, the cheapest
+//!   predicted candidate chosen (`auto`, the default of jobs); a job may set one instead.
+//! * [`remap`] — seed 004's array remapping after loop partitioning (affine index maps).
+//!
 //! This file only declares the modules and re-exports; they import each other, never it.
 
 pub mod alltoall;
 mod communicator;
 mod config;
+pub mod cost;
 mod executor;
 mod group;
+pub mod meter;
 pub mod plan;
 pub mod redistribution;
+pub mod remap;
 pub mod schedule;
 
 pub use crate::elem::{Algorithm, DType, Element, ReduceOp, reduce_from, reduce_into};
-pub use communicator::{Communicator, TAG_SPAN};
+pub use communicator::{Choice, Communicator, TAG_SPAN};
 pub use config::{CollectiveConfig, Profile};
+pub use cost::{ExchangeAlgorithm, LinkModel};
+pub use meter::LinkMeter;
 pub use plan::{Kind, MAX_SLICES, PlanParams, Step};

@@ -164,7 +164,9 @@ fn msgs(peer: usize, phase: usize, ranges: Vec<Range<usize>>, reduce: bool) -> V
 /// Every phase of renumbered rank `v`, sends and receives unordered within a phase.
 fn phases(p: &PlanParams, v: usize) -> Vec<Phase> {
     match p.algorithm {
-        Algorithm::Halving => halving(p, v),
+        // `auto` is resolved by the communicator before a plan is made (`cost`); a plan asked
+        // for it directly is the seed's.
+        Algorithm::Halving | Algorithm::Auto => halving(p, v),
         Algorithm::Ring => ring(p, v),
     }
 }

@@ -18,7 +18,7 @@ mod round_robin;
 mod sim;
 mod weighted;
 
-pub use qlearning::{QConfig, QLearning, QVariant};
+pub use qlearning::{QConfig, QLearning, QTuning, QVariant};
 pub use rail::{RailScheduler, RailView, SchedulerParams};
 pub use round_robin::RoundRobin;
 pub use weighted::Weighted;

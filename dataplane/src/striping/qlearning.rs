@@ -19,10 +19,21 @@
 //!   `r = 1 / (wait_time[a] + 1) − k_a / k` (reconstructed), with k_a rail a's state after the
 //!   segment joined (the seed computes r in step 9, after step 8.3 incremented the counter).
 //!
+//! `bandwidth` is measured (issue 30): each rail's delivery rate is estimated from its
+//! acknowledgements (bytes acknowledged over the time since the rail's previous
+//! acknowledgement while it stayed busy, else since the segment was sent; a moving average),
+//! and `time_interval` is `seg_max` over the mean measured rate of the rails — the configured
+//! bandwidth is only the prior until the first acknowledgement. An operator can set the rate,
+//! `k` and `queue_max` of every Q-learning scheduler of a running process through
+//! [`QTuning::global`] (the worker reads them from its `rail-tuning` file); a new `k` resizes
+//! the tables, which start again from `q_init`. `queue_max` here is the scheduler's state
+//! scale (`queue_interval`); the transport's own bound on a rail's queue is its configuration.
+//!
 //! Ties in the argmax (every entry starts equal) are broken uniformly at random with the
 //! seeded generator; the seed does not say, and always taking the lowest index would make
 //! rail 0 the default of every unvisited state.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -50,8 +61,13 @@ pub struct QConfig {
     /// States per rail, 8..=32.
     pub k: usize,
     pub queue_max: usize,
-    /// Seconds to send one full segment on one rail (`seg_max / bandwidth`).
+    /// Seconds to send one full segment on one rail (`seg_max / bandwidth`): the prior, until a
+    /// rail's rate is measured.
     pub time_interval: f64,
+    /// Bytes of a full segment, for `time_interval` from measured rates.
+    pub seg_max: u64,
+    /// What an operator set while the process runs.
+    pub tuning: &'static QTuning,
     /// Learning rate β.
     pub beta: f64,
     /// Discount γ.
@@ -77,6 +93,8 @@ impl QConfig {
             k: p.k,
             queue_max: p.queue_max,
             time_interval: p.seg_max as f64 / p.bandwidth,
+            seg_max: p.seg_max,
+            tuning: QTuning::global(),
             beta: BETA,
             gamma: GAMMA,
             q_init: Q_INIT,
@@ -86,10 +104,78 @@ impl QConfig {
     }
 }
 
+/// Q-learning parameters an operator may set on a running process (`None`/0: not set; the
+/// rate then comes from measurement, `k` and `queue_max` from the configuration). Every
+/// scheduler reads them at its next decision.
+#[derive(Debug, Default)]
+pub struct QTuning {
+    /// Bytes/s as `f64` bits; 0 = measured.
+    rate: AtomicU64,
+    k: AtomicUsize,
+    queue_max: AtomicUsize,
+    generation: AtomicU64,
+}
+
+impl QTuning {
+    pub const fn new() -> QTuning {
+        QTuning {
+            rate: AtomicU64::new(0),
+            k: AtomicUsize::new(0),
+            queue_max: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// The process's settings, which schedulers built by an endpoint follow.
+    pub fn global() -> &'static QTuning {
+        static GLOBAL: QTuning = QTuning::new();
+        &GLOBAL
+    }
+
+    /// Sets (or with `None` clears) the rate in bytes/s, `k` (8..=32) and `queue_max` (≥ 1).
+    pub fn set(&self, rate: Option<f64>, k: Option<usize>, queue_max: Option<usize>) -> Result<(), String> {
+        if let Some(r) = rate
+            && !(r.is_finite() && r > 0.0)
+        {
+            return Err(format!("rate {r} must be a positive number of bytes/s"));
+        }
+        if let Some(k) = k
+            && !(8..=32).contains(&k)
+        {
+            return Err(format!("k = {k} must be in 8..=32 (the seed's range)"));
+        }
+        if queue_max == Some(0) {
+            return Err("queue_max must be at least 1".into());
+        }
+        self.rate.store(rate.map_or(0, f64::to_bits), Relaxed);
+        self.k.store(k.unwrap_or(0), Relaxed);
+        self.queue_max.store(queue_max.unwrap_or(0), Relaxed);
+        self.generation.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// (rate, k, queue_max) as set.
+    pub fn get(&self) -> (Option<f64>, Option<usize>, Option<usize>) {
+        let rate = self.rate.load(Relaxed);
+        let nz = |v: usize| (v != 0).then_some(v);
+        ((rate != 0).then(|| f64::from_bits(rate)), nz(self.k.load(Relaxed)), nz(self.queue_max.load(Relaxed)))
+    }
+}
+
+/// Weight of a new acknowledgement in a rail's measured rate.
+const RATE_EWMA: f64 = 0.2;
+
 /// The seed's scheduler. See the module documentation for the exact procedure.
 #[derive(Debug)]
 pub struct QLearning {
     cfg: QConfig,
+    /// `k` and `queue_max` as configured (what clearing a tuning returns to).
+    configured: (usize, usize),
+    /// The tuning generation applied.
+    generation: u64,
+    /// Each rail's measured delivery rate (bytes/s), and when it last had an acknowledgement.
+    rate: Vec<Option<f64>>,
+    last_ack: Vec<Option<Duration>>,
     queue_interval: usize,
     /// The rail pairs (i, j), i < j, in table order.
     pairs: Vec<(usize, usize)>,
@@ -121,6 +207,10 @@ impl QLearning {
         let pairs: Vec<_> = (0..m).flat_map(|i| (i + 1..m).map(move |j| (i, j))).collect();
         let tables = vec![vec![cfg.q_init; cfg.k * cfg.k * m]; pairs.len()];
         QLearning {
+            configured: (cfg.k, cfg.queue_max),
+            generation: 0,
+            rate: vec![None; m],
+            last_ack: vec![None; m],
             queue_interval: cfg.queue_max.div_ceil(cfg.k),
             pairs,
             tables,
@@ -181,6 +271,50 @@ impl QLearning {
     }
 
     /// `r = 1 / (wait + 1) − k_a / k`.
+    /// Seconds to send one full segment: `seg_max` over the operator's rate, else over the mean
+    /// measured rate of the rails, else the configured prior.
+    pub fn time_interval(&self) -> f64 {
+        if let (Some(r), _, _) = self.cfg.tuning.get() {
+            return self.cfg.seg_max as f64 / r;
+        }
+        let measured: Vec<f64> = self.rate.iter().flatten().copied().collect();
+        if measured.is_empty() {
+            self.cfg.time_interval
+        } else {
+            self.cfg.seg_max as f64 * measured.len() as f64 / measured.iter().sum::<f64>()
+        }
+    }
+
+    /// Each rail's measured delivery rate in bytes/s (`None` before its first acknowledgement).
+    pub fn measured_rates(&self) -> &[Option<f64>] {
+        &self.rate
+    }
+
+    /// (k, queue_max) in force.
+    pub fn params(&self) -> (usize, usize) {
+        (self.cfg.k, self.cfg.queue_max)
+    }
+
+    /// Applies an operator's new settings, if any since the last decision.
+    fn retune(&mut self) {
+        let g = self.cfg.tuning.generation.load(Relaxed);
+        if g == self.generation {
+            return;
+        }
+        self.generation = g;
+        let (_, k, queue_max) = self.cfg.tuning.get();
+        let (k, queue_max) = (k.unwrap_or(self.configured.0), queue_max.unwrap_or(self.configured.1));
+        if k != self.cfg.k {
+            self.cfg.k = k;
+            let size = k * k * self.cfg.rails;
+            self.tables.iter_mut().for_each(|t| *t = vec![self.cfg.q_init; size]);
+            self.prev = None;
+            self.waiting.iter_mut().for_each(std::collections::VecDeque::clear);
+        }
+        self.cfg.queue_max = queue_max;
+        self.queue_interval = queue_max.div_ceil(k);
+    }
+
     pub fn reward(&self, wait: f64, k_a: usize) -> f64 {
         1.0 / (wait + 1.0) - k_a as f64 / self.cfg.k as f64
     }
@@ -227,6 +361,7 @@ impl QLearning {
 
 impl RailScheduler for QLearning {
     fn pick(&mut self, rails: &[RailView], _len: u64, _now: Duration) -> usize {
+        self.retune();
         for (i, v) in rails.iter().enumerate() {
             self.queued[i] = v.queued;
             // A decision whose segment never joined the queue (its rail went down while the
@@ -269,7 +404,7 @@ impl RailScheduler for QLearning {
     }
 
     fn departed(&mut self, rail: usize, entered: Duration, now: Duration) {
-        let wait = now.saturating_sub(entered).as_secs_f64() / self.cfg.time_interval;
+        let wait = now.saturating_sub(entered).as_secs_f64() / self.time_interval();
         self.wait_time[rail] = wait;
         self.queued[rail] = self.queued[rail].saturating_sub(1);
         if self.cfg.variant == QVariant::Fresh
@@ -289,6 +424,21 @@ impl RailScheduler for QLearning {
             self.update(&state, rail, reward, &now_state, best);
         }
     }
+
+    fn delivered(&mut self, rail: usize, bytes: u64, sent_at: Duration, now: Duration) {
+        // Busy since the previous acknowledgement (this segment was sent before it): the gap
+        // between the two is this segment's time on the wire; else its whole round trip.
+        let since = match self.last_ack[rail] {
+            Some(t) if sent_at <= t => t,
+            _ => sent_at,
+        };
+        let dt = now.saturating_sub(since).as_secs_f64();
+        if dt > 0.0 {
+            let r = bytes as f64 / dt;
+            self.rate[rail] = Some(self.rate[rail].map_or(r, |old| (1.0 - RATE_EWMA) * old + RATE_EWMA * r));
+        }
+        self.last_ack[rail] = Some(now);
+    }
 }
 
 #[cfg(test)]
@@ -301,6 +451,8 @@ mod tests {
             k,
             queue_max,
             time_interval: 0.010,
+            seg_max: 1 << 20,
+            tuning: Box::leak(Box::new(QTuning::new())),
             beta: BETA,
             gamma: GAMMA,
             q_init: Q_INIT,
@@ -448,5 +600,50 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(), run());
+    }
+
+    /// `time_interval` follows the rails' measured rates once acknowledgements arrive, and an
+    /// operator's rate over both.
+    #[test]
+    fn time_interval_comes_from_measured_rates_then_from_the_operator() {
+        let c = cfg(2, 8, 16);
+        let tuning = c.tuning;
+        let mut q = QLearning::new(c);
+        assert_eq!(q.time_interval(), 0.010, "the prior before any acknowledgement");
+        // Rail 0 busy: 1 MiB acknowledged every 4 ms (250 MiB/s); rail 1: 1 MiB every 16 ms.
+        for i in 1..=20u64 {
+            q.delivered(0, 1 << 20, MS(4 * i - 4), MS(4 * i));
+            q.delivered(1, 1 << 20, MS(16 * i - 16), MS(16 * i));
+        }
+        let r = q.measured_rates().to_vec();
+        assert!((r[0].unwrap() - (1u64 << 20) as f64 / 0.004).abs() < 1.0, "{r:?}");
+        assert!((r[1].unwrap() - (1u64 << 20) as f64 / 0.016).abs() < 1.0, "{r:?}");
+        let mean = (r[0].unwrap() + r[1].unwrap()) / 2.0;
+        assert!((q.time_interval() - (1u64 << 20) as f64 / mean).abs() < 1e-12);
+        tuning.set(Some(1e9), None, None).unwrap();
+        assert_eq!(q.time_interval(), (1u64 << 20) as f64 / 1e9);
+        tuning.set(None, None, None).unwrap();
+        assert!((q.time_interval() - (1u64 << 20) as f64 / mean).abs() < 1e-12);
+    }
+
+    /// A running scheduler takes a new k and queue_max at its next decision; bad values are
+    /// refused with the reason.
+    #[test]
+    fn k_and_queue_max_are_settable_while_running() {
+        let c = cfg(3, 8, 16);
+        let tuning = c.tuning;
+        let mut q = QLearning::new(c);
+        q.pick(&views(&[0, 0, 0]), 1, MS(0));
+        tuning.set(None, Some(16), Some(64)).unwrap();
+        q.pick(&views(&[1, 0, 0]), 1, MS(1));
+        assert_eq!((q.params(), q.queue_interval()), ((16, 64), 4));
+        assert!(q.tables.iter().all(|t| t.len() == 16 * 16 * 3));
+        assert_eq!(q.rail_state(64, 0.0), 15, "states now go up to k − 1 = 15");
+        tuning.set(None, None, None).unwrap();
+        q.pick(&views(&[0, 0, 0]), 1, MS(2));
+        assert_eq!(q.params(), (8, 16), "cleared: back to the configuration");
+        assert!(tuning.set(None, Some(4), None).unwrap_err().contains("8..=32"));
+        assert!(tuning.set(Some(-1.0), None, None).unwrap_err().contains("rate"));
+        assert!(tuning.set(None, None, Some(0)).unwrap_err().contains("queue_max"));
     }
 }

@@ -231,7 +231,8 @@ pub struct CollectiveSpec {
     pub op: ReduceOp,
     /// The rank that receives a `reduce`'s result (the others write an empty output).
     pub root: u32,
-    /// `halving` (seed 003's pipelined recursive halving) or `ring`; a reducing kind's only.
+    /// `auto` (the data plane's cost model chooses per call, the default), `halving` (seed
+    /// 003's pipelined recursive halving) or `ring`; a reducing kind's only.
     pub algorithm: Algorithm,
     /// Set for `alltoall` and `redistribute` (seed 004). Jobs stored before they existed have
     /// none.
@@ -242,7 +243,8 @@ pub struct CollectiveSpec {
 /// An `alltoall`'s or a `redistribute`'s exchange.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExchangeSpec {
-    /// The order of the messages (default `css`).
+    /// The order of the messages: `auto` (the cost model's choice, the default), `css`,
+    /// `pairwise`, `shift`, `direct`, or a redistribute's `seed`.
     pub schedule: ExchangeSchedule,
     /// An `alltoall`'s cut of each input into N parts (`equal` for a `redistribute`, unused).
     pub split: Split,
@@ -264,6 +266,22 @@ pub struct Redistribution {
     pub from_block: u64,
     pub receivers: u32,
     pub to_block: u64,
+    /// Seed 004's remapping after loop partitioning instead of a plain redistribution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remap: Option<Remap>,
+}
+
+/// The loop `for i in 0..iterations: A[a1·i + b1] = B[a2·i + b2]`: B is the senders' array
+/// (cyclic(`from_block`)), A the receivers' (`len` elements, cyclic(`to_block`), zero where the
+/// loop does not write).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remap {
+    pub a1: u64,
+    pub b1: u64,
+    pub a2: u64,
+    pub b2: u64,
+    pub iterations: u64,
+    pub len: u64,
 }
 
 /// A validated job: tasks in file order, dependencies acyclic and resolved.

@@ -51,6 +51,7 @@ pub(super) struct RawTask {
     pub(super) counts: Option<Vec<Vec<u64>>>,
     pub(super) from_block: Option<i64>,
     pub(super) to_block: Option<i64>,
+    pub(super) remap: Option<RawRemap>,
     pub(super) gpu_share: Option<bool>,
     pub(super) gpu_memory: Option<RawSize>,
     pub(super) gpu_util: Option<f64>,
@@ -120,4 +121,17 @@ pub(super) fn task_name_lines(source: &str, format: Format) -> HashMap<&str, Vec
         }
     }
     lines
+}
+
+/// A redistribute's `remap = { a1 = .., b1 = .., a2 = .., b2 = .., iterations = .., len = .. }`
+/// (the strides default to 1, the offsets to 0).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRemap {
+    pub(super) a1: Option<i64>,
+    pub(super) b1: Option<i64>,
+    pub(super) a2: Option<i64>,
+    pub(super) b2: Option<i64>,
+    pub(super) iterations: Option<i64>,
+    pub(super) len: Option<i64>,
 }

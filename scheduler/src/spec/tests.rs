@@ -116,7 +116,7 @@ fn collectives_take_one_member_per_producer_replica() {
             dtype: DType::F32,
             op: ReduceOp::Sum,
             root: 0,
-            algorithm: Algorithm::Halving,
+            algorithm: Algorithm::Auto,
             exchange: None
         })
     );
@@ -161,7 +161,13 @@ fn alltoall_and_redistribute_are_gangs_with_their_own_fields() {
     let a = job("kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\n").unwrap();
     let s = &a.tasks[1];
     let x = s.collective.as_ref().and_then(|c| c.exchange.clone()).expect("an exchange");
-    assert_eq!((s.replicas, x.schedule, x.split), (4, ExchangeSchedule::Css, Split::Equal));
+    assert_eq!((s.replicas, x.schedule, x.split), (4, ExchangeSchedule::Auto, Split::Equal), "auto by default");
+    for name in ["css", "pairwise", "shift", "direct"] {
+        let o =
+            job(&format!("kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"i32\"\nschedule = \"{name}\"\n")).unwrap();
+        let x = o.tasks[1].collective.as_ref().and_then(|c| c.exchange.clone()).unwrap();
+        assert_eq!(x.schedule.name(), name, "the job file overrides the cost model");
+    }
     assert_eq!(s.gang.as_ref().map(|g| g.min_members), Some(4), "a gang of all its members");
     let t = job("kind = \"alltoall\"\ninputs = [\"g/x\"]\ndtype = \"f64\"\nschedule = \"shift\"\ncounts = [[1,2,3,4],[0,0,0,0],[5,5,5,5],[9,0,0,1]]\n").unwrap();
     let x = t.tasks[1].collective.as_ref().and_then(|c| c.exchange.clone()).unwrap();
@@ -177,8 +183,12 @@ fn alltoall_and_redistribute_are_gangs_with_their_own_fields() {
     let red = r.tasks[1].collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|x| x.redistribute).unwrap();
     assert_eq!(
         (r.tasks[1].replicas, red),
-        (6, Redistribution { senders: 4, from_block: 3, receivers: 6, to_block: 5 })
+        (6, Redistribution { senders: 4, from_block: 3, receivers: 6, to_block: 5, remap: None })
     );
+    // Seed 004's remapping after loop partitioning: the strides default to 1, offsets to 0.
+    let m = job("kind = \"redistribute\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\nfrom_block = 3\nto_block = 4\nreplicas = 5\nremap = { a1 = 3, b1 = 4, a2 = 2, iterations = 60, len = 182 }\n").unwrap();
+    let red = m.tasks[1].collective.as_ref().and_then(|c| c.exchange.as_ref()).and_then(|x| x.redistribute).unwrap();
+    assert_eq!(red.remap, Some(Remap { a1: 3, b1: 4, a2: 2, b2: 0, iterations: 60, len: 182 }));
     let r = job("kind = \"redistribute\"\ninputs = [\"g/x\"]\ndtype = \"f32\"\nfrom_block = 3\nto_block = 5\nreplicas = 2\nschedule = \"seed\"\n").unwrap();
     assert_eq!(r.tasks[1].replicas, 4);
     // A collective over a redistribute's output has one member per member of its gang.
@@ -202,6 +212,20 @@ fn alltoall_and_redistribute_are_gangs_with_their_own_fields() {
         (format!("{a2a}schedule = \"seed\"\n"), "schedule = \"seed\" is not one of css, shift, pairwise"),
         (format!("{a2a}op = \"sum\"\n"), "`op` is not a field of an alltoall"),
         (format!("{a2a}from_block = 2\n"), "`from_block` is not a field of an alltoall"),
+        (format!("{a2a}remap = {{ iterations = 1, len = 1 }}\n"), "`remap` is not a field of an alltoall"),
+        (format!("{red}from_block = 2\nto_block = 2\nremap = {{ len = 4 }}\n"), "remap.iterations is missing"),
+        (
+            format!("{red}from_block = 2\nto_block = 2\nremap = {{ a1 = 0, iterations = 2, len = 4 }}\n"),
+            "remap.a1 = 0 must be at least 1",
+        ),
+        (
+            format!("{red}from_block = 2\nto_block = 2\nremap = {{ a1 = 3, iterations = 2, len = 3 }}\n"),
+            "the loop writes A[3·1 + 0] = A[3], but len = 3",
+        ),
+        (
+            format!("{red}from_block = 2\nto_block = 2\nschedule = \"seed\"\nremap = {{ iterations = 2, len = 3 }}\n"),
+            "not of a `remap`",
+        ),
         (format!("{a2a}replicas = 2\n"), "one member per replica of \"g\", which has 4"),
         ("kind = \"alltoall\"\ninputs = [\"g/x\"]\n".to_string(), "needs `dtype`"),
         (format!("{red}to_block = 5\n"), "a redistribute needs `from_block`"),

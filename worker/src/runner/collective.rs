@@ -38,7 +38,8 @@ impl Ctx {
         }
         let cfg = CollectiveConfig { algorithm: c.algorithm, ..CollectiveConfig::default() };
         let comm = Communicator::new(Arc::clone(&self.rails), c.members.clone(), a.rank as usize, c.tag, cfg)
-            .map_err(Error::Communicator)?;
+            .map_err(Error::Communicator)?
+            .with_meter(Arc::clone(&self.meter));
         let kind = if c.root.is_some() { "reduce" } else { "allreduce" };
         let len = data.len();
         let started = std::time::Instant::now();
@@ -63,6 +64,9 @@ impl Ctx {
             .map_err(|source| Error::WriteOutput { name: output.clone(), source })?;
         let p = comm.last_profile();
         let members = c.members.len();
+        let choice = comm.last_choice();
+        let ran =
+            choice.as_ref().map_or_else(|| c.algorithm.to_string(), |ch| format!("{} ×{}", ch.algorithm, ch.slices));
         // The member's log: what ran and where its time went, for `plexus logs`.
         let _ = writeln!(
             log,
@@ -70,7 +74,7 @@ impl Ctx {
              copy {:.3} ms, reduce {:.3} ms, wait {:.3} ms; sent {} B, received {} B; wrote {written} B",
             c.dtype,
             c.op,
-            c.algorithm,
+            ran,
             a.rank,
             took.as_secs_f64() * 1e3,
             len as f64 / took.as_secs_f64().max(1e-9) / 1e9,
@@ -80,6 +84,9 @@ impl Ctx {
             p.bytes_sent,
             p.bytes_received,
         );
+        if let Some(ch) = choice {
+            let _ = writeln!(log, "{}{}", plexus_proto::rules::COLLECTIVE_LINE, ch.reason);
+        }
         Ok(())
     }
 }

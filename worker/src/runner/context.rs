@@ -29,6 +29,9 @@ pub(super) struct Ctx {
     pub(super) tracker: TaskTracker,
     /// The data plane inputs are fetched over.
     pub(super) rails: Arc<plexus_dataplane::Endpoint>,
+    /// What this worker's collectives measured of its links: what their cost model decides
+    /// from (kept across jobs).
+    pub(super) meter: Arc<plexus_dataplane::LinkMeter>,
     /// How commands are confined (cgroups or process groups).
     pub(super) isolation: Arc<Isolation>,
     pub(super) gpus: NodeGpus,

@@ -40,13 +40,14 @@ impl Ctx {
         };
         let kind = x.kind();
         let exchanger = Exchanger::new(Arc::clone(&self.rails), c.members.clone(), a.rank as usize, c.tag)
-            .map_err(Error::Communicator)?;
+            .map_err(Error::Communicator)?
+            .with_meter(Arc::clone(&self.meter));
         let len = data.len();
         let started = std::time::Instant::now();
         let run =
             x.run(&exchanger, c.dtype, Bytes::from(data), work.inputs.first().map(|i| &i.id), split_file.as_deref());
         let deadline = work.timeout.and_then(|t| Instant::now().checked_add(t));
-        let result = tokio::select! {
+        let (result, chosen) = tokio::select! {
             r = run => r?,
             () = sleep_until(deadline) => return Err(Error::TimedOut { after: work.timeout.unwrap_or_default() }),
             () = cancel.cancelled() => return Err(Error::Cancelled),
@@ -62,10 +63,11 @@ impl Ctx {
             "{kind} {} {}, schedule {}, rank {}: sent {len} bytes, wrote {written} bytes in {:.3} ms",
             c.dtype,
             x.describe(c.members.len()),
-            x.schedule,
+            chosen.algorithm,
             a.rank,
             took.as_secs_f64() * 1e3,
         );
+        let _ = writeln!(log, "{}{}", plexus_proto::rules::COLLECTIVE_LINE, chosen.reason);
         Ok(())
     }
 }

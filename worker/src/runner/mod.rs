@@ -105,6 +105,7 @@ impl Runner {
                 attempts,
                 tracker,
                 rails,
+                meter: Arc::default(),
                 isolation,
                 gpus,
                 peer_tls: None,

@@ -51,6 +51,11 @@ pub(crate) enum Sched {
     /// `all_to_all_single` does, on our transport. It tells the cost of the steps from the
     /// cost of the transport.
     Direct,
+    /// The exchanger's own send-at-once (`ExchangeAlgorithm::Direct`, what a job's
+    /// `schedule = "direct"` runs).
+    XDirect,
+    /// What the cost model picks from what the workers measured (a job's default).
+    Auto,
 }
 
 impl Sched {
@@ -62,7 +67,14 @@ impl Sched {
         Sched::Alg1,
         Sched::Alg2,
         Sched::Direct,
+        Sched::XDirect,
+        Sched::Auto,
     ];
+
+    /// Whether it runs along a schedule's steps (so the schedule's columns mean something).
+    pub(crate) fn stepped(self) -> bool {
+        !matches!(self, Sched::Direct | Sched::XDirect | Sched::Auto)
+    }
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -71,6 +83,8 @@ impl Sched {
             Sched::Alg1 => "alg1",
             Sched::Alg2 => "alg2",
             Sched::Direct => "direct",
+            Sched::XDirect => "x-direct",
+            Sched::Auto => "auto",
         }
     }
 }
@@ -79,11 +93,9 @@ impl std::str::FromStr for Sched {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Sched, String> {
-        Sched::ALL
-            .iter()
-            .copied()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown schedule {s:?} (shift, pairwise, css, css-ov, alg1, alg2, direct)"))
+        Sched::ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
+            format!("unknown schedule {s:?} (shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto)")
+        })
     }
 }
 
@@ -127,8 +139,8 @@ struct Cli {
     /// Tables: uniform, skewed, block-cyclic.
     #[arg(long, value_delimiter = ',', default_value = "uniform,skewed,block-cyclic")]
     tables: Vec<TableKind>,
-    /// Schedules: shift, pairwise, css, css-ov, alg1, alg2, direct.
-    #[arg(long, value_delimiter = ',', default_value = "shift,pairwise,css,css-ov,alg1,alg2,direct")]
+    /// Schedules: shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto.
+    #[arg(long, value_delimiter = ',', default_value = "shift,pairwise,css,css-ov,alg1,alg2,direct,x-direct,auto")]
     schedules: Vec<Sched>,
     /// Timed iterations per schedule (after the warm-up).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use plexus_dataplane::{CollectiveConfig, ComTable, Communicator, Endpoint, Exchanger, PeerId, ReduceOp, ScheduleKind};
+use plexus_dataplane::{
+    CollectiveConfig, ComTable, Communicator, Endpoint, ExchangeAlgorithm, Exchanger, LinkMeter, PeerId, ReduceOp,
+    ScheduleKind,
+};
 
 use crate::args::{Opts, Sched};
 use crate::table::{Case, fill, verify};
@@ -19,7 +22,12 @@ pub(crate) async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
     let n = ranks.len();
     // The exchanges use tags from 0, the barriers and the time reductions the next span, the
     // `direct` exchanges the one after (a tag per call).
-    let x = Exchanger::new(ep.clone(), ranks.clone(), rank, 0).map_err(|e| e.to_string())?;
+    // One meter for the process, as a worker keeps one: every stepped exchange's messages feed
+    // the cost model that `auto` decides from.
+    let meter = Arc::new(LinkMeter::new());
+    let x = Exchanger::new(ep.clone(), ranks.clone(), rank, 0).map_err(|e| e.to_string())?.with_meter(meter.clone());
+    // `auto` and `x-direct`, in their own tag span.
+    let xa = Exchanger::new(ep.clone(), ranks.clone(), rank, 4 << 56).map_err(|e| e.to_string())?.with_meter(meter);
     // The same group with overlapped steps, in its own tag span.
     let xo = Exchanger::new(ep.clone(), ranks.clone(), rank, 3 << 56).map_err(|e| e.to_string())?.with_overlap(true);
     let comm = Communicator::new(ep.clone(), ranks.clone(), rank, 1 << 56, CollectiveConfig::default())
@@ -42,6 +50,16 @@ pub(crate) async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                         Sched::Direct => {
                             direct_tag += 1;
                             direct(&ep, &ranks, rank, &c.table, &sends, direct_tag).await
+                        }
+                        Sched::XDirect | Sched::Auto => {
+                            let how = (*s == Sched::XDirect).then_some(ExchangeAlgorithm::Direct);
+                            let r = xa.alltoallv_chosen(&c.table, sends.clone(), how).await;
+                            r.map(|(got, chosen)| {
+                                if rank == 0 && *s == Sched::Auto && it + 1 == WARMUP + opts.iters {
+                                    eprintln!("CHOICE N={n} {mib} MiB {}: {}", t.name(), chosen.reason);
+                                }
+                                got
+                            })
                         }
                     }
                     .map_err(|e| format!("{mib} MiB {} {}: {e}", t.name(), s.name()))?;

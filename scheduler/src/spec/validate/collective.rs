@@ -9,8 +9,8 @@ use plexus_proto::{Algorithm, DType, ExchangeSchedule, ReduceOp, Split};
 
 use super::Validator;
 use crate::error::SpecError;
-use crate::spec::model::{CollectiveSpec, ExchangeSpec, InputSpec, Redistribution, Work};
-use crate::spec::raw::RawTask;
+use crate::spec::model::{CollectiveSpec, ExchangeSpec, InputSpec, Redistribution, Remap, Work};
+use crate::spec::raw::{RawRemap, RawTask};
 
 /// Picks a named value of a field: only the names themselves are accepted in a job file (not the
 /// data plane's aliases), and `default` when the field is absent (an error when there is none).
@@ -57,7 +57,7 @@ impl Validator<'_> {
         let dtype: DType = pick(&at, &a_kind, "dtype", &t.dtype, DType::NAMES, None)?;
         if REDUCING_KINDS.contains(&kind) {
             let op = pick(&at, &a_kind, "op", &t.op, ReduceOp::NAMES, Some(ReduceOp::Sum))?;
-            let algorithm = pick(&at, &a_kind, "algorithm", &t.algorithm, Algorithm::NAMES, Some(Algorithm::Halving))?;
+            let algorithm = pick(&at, &a_kind, "algorithm", &t.algorithm, Algorithm::NAMES, Some(Algorithm::Auto))?;
             let root = match (kind, t.root) {
                 ("allreduce", Some(_)) => {
                     return Err(at(
@@ -76,7 +76,7 @@ impl Validator<'_> {
             dtype,
             op: ReduceOp::Sum,
             root: 0,
-            algorithm: Algorithm::Halving,
+            algorithm: Algorithm::Auto,
             exchange: Some(exchange),
         }))
     }
@@ -95,6 +95,7 @@ impl Validator<'_> {
             ("counts", t.counts.is_some()),
             ("from_block", t.from_block.is_some()),
             ("to_block", t.to_block.is_some()),
+            ("remap", t.remap.is_some()),
         ];
         let set = |names: &[&str]| fields.iter().find(|(n, set)| *set && names.contains(n)).map(|(n, _)| *n);
         let kind = match work {
@@ -113,9 +114,11 @@ impl Validator<'_> {
         // Which fields belong to which kind.
         let (foreign, owner): (&[&str], &str) = match kind {
             "allreduce" | "reduce" => {
-                (&["schedule", "split", "counts", "from_block", "to_block"], "alltoall and redistribute")
+                (&["schedule", "split", "counts", "from_block", "to_block", "remap"], "alltoall and redistribute")
             }
-            "alltoall" => (&["op", "root", "algorithm", "from_block", "to_block"], "the other collective kinds"),
+            "alltoall" => {
+                (&["op", "root", "algorithm", "from_block", "to_block", "remap"], "the other collective kinds")
+            }
             _ => (&["op", "root", "algorithm", "split", "counts"], "the other collective kinds"),
         };
         if let Some(f) = set(foreign) {
@@ -186,9 +189,12 @@ impl Validator<'_> {
         producer: &str,
     ) -> Result<ExchangeSpec, SpecError> {
         let at = |msg: String| self.at(t, msg);
-        let schedules: &[&str] =
-            if kind == "redistribute" { ExchangeSchedule::NAMES } else { &["css", "shift", "pairwise"] };
-        let schedule = pick(&at, a_kind, "schedule", &t.schedule, schedules, Some(ExchangeSchedule::Css))?;
+        let schedules: &[&str] = if kind == "redistribute" {
+            ExchangeSchedule::NAMES
+        } else {
+            &["css", "shift", "pairwise", "direct", "auto"]
+        };
+        let schedule = pick(&at, a_kind, "schedule", &t.schedule, schedules, Some(ExchangeSchedule::Auto))?;
         let counts = self.counts(t, dtype, members, producer)?;
         let redistribute = if kind == "redistribute" {
             let block = |field: &str, v: Option<i64>| match v {
@@ -202,7 +208,16 @@ impl Validator<'_> {
             let from_block = block("from_block", t.from_block)?;
             let to_block = block("to_block", t.to_block)?;
             let receivers = t.replicas.unwrap_or(members);
-            Some(Redistribution { senders: members, from_block, receivers, to_block })
+            let remap = match &t.remap {
+                None => None,
+                Some(_) if schedule == ExchangeSchedule::Seed => {
+                    return Err(at(
+                        "schedule = \"seed\" is the seed's schedule of a plain redistribution, not of a `remap`".into(),
+                    ));
+                }
+                Some(r) => Some(remap_of(&at, r)?),
+            };
+            Some(Redistribution { senders: members, from_block, receivers, to_block, remap })
         } else {
             None
         };
@@ -240,3 +255,41 @@ impl Validator<'_> {
         Ok(table.concat())
     }
 }
+
+/// A `remap` table's values: strides at least 1, offsets at least 0, `iterations` and `len`
+/// given, the loop's last write inside A.
+fn remap_of(at: &dyn Fn(String) -> SpecError, r: &RawRemap) -> Result<Remap, SpecError> {
+    let value = |field: &str, v: Option<i64>, default: Option<u64>, min: i64| match (v, default) {
+        (None, Some(d)) => Ok(d),
+        (None, None) => Err(at(format!("remap.{field} is missing"))),
+        (Some(x), _) if x < min => Err(at(format!("remap.{field} = {x} must be at least {min}"))),
+        (Some(x), _) => Ok(x as u64),
+    };
+    let m = Remap {
+        a1: value("a1", r.a1, Some(1), 1)?,
+        b1: value("b1", r.b1, Some(0), 0)?,
+        a2: value("a2", r.a2, Some(1), 1)?,
+        b2: value("b2", r.b2, Some(0), 0)?,
+        iterations: value("iterations", r.iterations, None, 0)?,
+        len: value("len", r.len, None, 0)?,
+    };
+    if m.iterations > 0 {
+        let last = u128::from(m.a1) * u128::from(m.iterations - 1) + u128::from(m.b1);
+        if last >= u128::from(m.len) {
+            return Err(at(format!(
+                "remap: the loop writes A[{}·{} + {}] = A[{last}], but len = {}",
+                m.a1,
+                m.iterations - 1,
+                m.b1,
+                m.len
+            )));
+        }
+    }
+    if m.iterations > MAX_REMAP_ITERATIONS {
+        return Err(at(format!("remap.iterations = {} is more than {MAX_REMAP_ITERATIONS}", m.iterations)));
+    }
+    Ok(m)
+}
+
+/// The most iterations of a `remap` loop (every member walks them once).
+const MAX_REMAP_ITERATIONS: u64 = 1 << 32;

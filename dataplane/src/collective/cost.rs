@@ -1,0 +1,400 @@
+//! The cost model that picks each collective's algorithm (issue 30): an α–β model per peer,
+//! fed with what the data plane measured, and the predicted time of every candidate. Pure.
+//!
+//! A [`LinkModel`] holds what one rank measured of the links to its peers:
+//! * `alpha` — seconds one message costs beyond its bytes: latency, the acknowledgement a step
+//!   waits for, the per-message work of both ends;
+//! * `rate` — bytes per second one message moves when it is the only one this rank sends (and
+//!   receives, full duplex), striped over the rails: one step of a schedule;
+//! * `direct_rate` — bytes per second of the busiest rank when every message of an exchange is
+//!   sent at once (the aggregate the transport reaches with many flows);
+//! * `reduce_rate` — bytes per second the reduction kernel reduces.
+//!
+//! Before anything was measured each value is a prior ([`LinkModel::PRIOR`]), and the reason a
+//! choice gives says so. Every member of a call sends its model to every other
+//! (`meter::agree`), and all of them decide from the same combination ([`LinkModel::combine`]:
+//! the slowest of each), so all members choose the same algorithm without a coordinator.
+//!
+//! **allreduce** of L bytes over N ranks, in s slices per message (the pipeline depth):
+//! * transfer `T = 2·(N−1)/N · L / rate` (every rank sends and receives that much, halving or
+//!   ring alike) and reduction `R = (N−1)/N · L / reduce_rate`;
+//! * halving: `2·⌈log₂N⌉·s` messages, plus for N not a power of two a fold of the extra ranks
+//!   into their partners and back (`2·(s·α + L/rate)` more);
+//! * ring: `2·(N−1)·s` messages;
+//! * each costs `messages·α + T + R/s`: with s slices, reduction overlaps transfer except for
+//!   one slice of each round (the seed's pipeline), and each slice is a message more. The best
+//!   s is near √(R / (rounds·α)); the candidates are s = 1, 2, 4, … 64.
+//!
+//! **all-to-all** of a table: a stepped schedule (css, pairwise, shift) costs
+//! `Σ_steps (α + largest message of the step / rate)`; sending everything at once (`direct`)
+//! costs `α + B / direct_rate`, B the most bytes one rank sends or receives (the bound).
+//! Contention-free steps win where one message at a time reaches the link's rate and the table
+//! is skewed (css puts similar sizes together, so its sum of maxima is close to the bound);
+//! direct wins where per-message costs dominate (small messages, many steps) or where one
+//! message alone does not fill the link.
+
+use std::fmt;
+
+use super::schedule::{ComTable, Schedule, ScheduleKind};
+use crate::elem::Algorithm;
+
+/// The pipeline depths the allreduce choice considers (powers of two: every send stays a
+/// zero-copy slice of the buffer).
+pub const SLICE_CHOICES: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// What one rank measured of its links (see the module documentation). Rates in bytes/s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkModel {
+    pub alpha: f64,
+    pub rate: f64,
+    pub direct_rate: f64,
+    pub reduce_rate: f64,
+    /// Message samples behind `alpha` and `rate`; 0 = the prior.
+    pub samples: u32,
+}
+
+impl LinkModel {
+    /// What a rank assumes before it has measured anything: 100 µs per message, 1 GB/s per
+    /// message and 0.9 of that with every message at once (Gloo's all-to-all reached 0.90 of
+    /// its link on the rig, `docs/seeds/004-contention-free-all-to-all.md`), 2 GB/s reduction.
+    pub const PRIOR: LinkModel =
+        LinkModel { alpha: 100e-6, rate: 1e9, direct_rate: 0.9e9, reduce_rate: 2e9, samples: 0 };
+
+    /// The model every member of a call decides from: the slowest of each value (the step
+    /// that waits for the slowest member), the fewest samples.
+    pub fn combine(models: &[LinkModel]) -> LinkModel {
+        let mut m = models.first().copied().unwrap_or(LinkModel::PRIOR);
+        for x in models.iter().skip(1) {
+            m.alpha = m.alpha.max(x.alpha);
+            m.rate = m.rate.min(x.rate);
+            m.direct_rate = m.direct_rate.min(x.direct_rate);
+            m.reduce_rate = m.reduce_rate.min(x.reduce_rate);
+            m.samples = m.samples.min(x.samples);
+        }
+        m
+    }
+
+    /// Whether every value is a finite, positive number (what `agree` accepts from a peer).
+    pub fn is_sane(&self) -> bool {
+        [self.alpha, self.rate, self.direct_rate, self.reduce_rate].iter().all(|v| v.is_finite() && *v > 0.0)
+    }
+
+    pub const WIRE_LEN: usize = 36;
+
+    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
+        let mut b = [0u8; Self::WIRE_LEN];
+        for (i, v) in [self.alpha, self.rate, self.direct_rate, self.reduce_rate].iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b[32..].copy_from_slice(&self.samples.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Option<LinkModel> {
+        if b.len() != Self::WIRE_LEN {
+            return None;
+        }
+        let f = |i: usize| f64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let m = LinkModel {
+            alpha: f(0),
+            rate: f(1),
+            direct_rate: f(2),
+            reduce_rate: f(3),
+            samples: u32::from_le_bytes(b[32..].try_into().expect("4 bytes")),
+        };
+        m.is_sane().then_some(m)
+    }
+}
+
+impl fmt::Display for LinkModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "α {:.0} µs, {:.3} GB/s per message, {:.3} GB/s all at once, reduce {:.2} GB/s{}",
+            self.alpha * 1e6,
+            self.rate / 1e9,
+            self.direct_rate / 1e9,
+            self.reduce_rate / 1e9,
+            if self.samples == 0 {
+                " (prior: nothing measured yet)".to_string()
+            } else {
+                format!(" ({} samples)", self.samples)
+            }
+        )
+    }
+}
+
+/// An allreduce's choice: the algorithm, the pipeline depth, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllreduceChoice {
+    pub algorithm: Algorithm,
+    pub slices: usize,
+    /// Every candidate's predicted seconds at its best depth, in [`Algorithm`] order.
+    pub predicted: Vec<(Algorithm, usize, f64)>,
+    pub reason: String,
+}
+
+/// Predicted seconds of `algorithm` for `bytes` over `n` ranks in `slices` slices.
+pub fn allreduce_time(algorithm: Algorithm, n: usize, bytes: u64, slices: usize, m: &LinkModel) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let (nf, l, s) = (n as f64, bytes as f64, slices as f64);
+    let transfer = 2.0 * (nf - 1.0) / nf * l / m.rate;
+    let reduce = (nf - 1.0) / nf * l / m.reduce_rate;
+    let (messages, extra) = match algorithm {
+        Algorithm::Ring => (2.0 * (nf - 1.0) * s, 0.0),
+        Algorithm::Halving | Algorithm::Auto => {
+            let pw = 1usize << (usize::BITS - 1 - n.leading_zeros());
+            let rounds = f64::from(pw.trailing_zeros());
+            let fold = if pw == n { 0.0 } else { 2.0 * (s * m.alpha + l / m.rate) };
+            (2.0 * rounds * s, fold)
+        }
+    };
+    messages * m.alpha + transfer + reduce / s + extra
+}
+
+/// The algorithm and depth with the least predicted time for `bytes` over `n` ranks.
+pub fn choose_allreduce(n: usize, bytes: u64, m: &LinkModel) -> AllreduceChoice {
+    let predicted: Vec<(Algorithm, usize, f64)> = [Algorithm::Halving, Algorithm::Ring]
+        .into_iter()
+        .map(|a| {
+            let (s, t) = SLICE_CHOICES
+                .iter()
+                .map(|&s| (s, allreduce_time(a, n, bytes, s, m)))
+                .fold((1, f64::INFINITY), |best, c| if c.1 < best.1 { c } else { best });
+            (a, s, t)
+        })
+        .collect();
+    let best = predicted.iter().fold(predicted[0], |b, c| if c.2 < b.2 { *c } else { b });
+    let others: Vec<String> = predicted.iter().map(|(a, s, t)| format!("{a} ×{s} {}", ms(*t))).collect();
+    let reason =
+        format!("cost model: {} over {n} members, predicted {}; measured {m}", human(bytes), others.join(", "));
+    AllreduceChoice { algorithm: best.0, slices: best.1, predicted, reason }
+}
+
+/// How an all-to-all runs: along a stepped schedule, or every message at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExchangeAlgorithm {
+    Steps(ScheduleKind),
+    Direct,
+}
+
+impl ExchangeAlgorithm {
+    pub const ALL: [ExchangeAlgorithm; 4] = [
+        ExchangeAlgorithm::Steps(ScheduleKind::Css),
+        ExchangeAlgorithm::Steps(ScheduleKind::Pairwise),
+        ExchangeAlgorithm::Steps(ScheduleKind::Shift),
+        ExchangeAlgorithm::Direct,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExchangeAlgorithm::Steps(k) => k.name(),
+            ExchangeAlgorithm::Direct => "direct",
+        }
+    }
+}
+
+impl fmt::Display for ExchangeAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An all-to-all's choice and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlltoallChoice {
+    pub algorithm: ExchangeAlgorithm,
+    /// Every candidate's predicted seconds, in [`ExchangeAlgorithm::ALL`] order.
+    pub predicted: Vec<(ExchangeAlgorithm, f64)>,
+    pub reason: String,
+}
+
+/// The most bytes one rank sends or receives (its own part left out): the exchange's bound.
+pub fn busiest(table: &ComTable) -> u64 {
+    let n = table.n();
+    (0..n)
+        .map(|r| {
+            let sent: u64 = (0..n).filter(|&j| j != r).map(|j| table.get(r, j)).sum();
+            let got: u64 = (0..n).filter(|&i| i != r).map(|i| table.get(i, r)).sum();
+            sent.max(got)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Predicted seconds of a stepped `schedule` of `table`.
+pub fn steps_time(schedule: &Schedule, table: &ComTable, m: &LinkModel) -> f64 {
+    schedule.len() as f64 * m.alpha + schedule.cost(table) as f64 / m.rate
+}
+
+/// Predicted seconds of sending every message of `table` at once.
+pub fn direct_time(table: &ComTable, m: &LinkModel) -> f64 {
+    let b = busiest(table);
+    if b == 0 { 0.0 } else { m.alpha + b as f64 / m.direct_rate }
+}
+
+/// The exchange algorithm with the least predicted time for `table` (ties: the earlier of
+/// [`ExchangeAlgorithm::ALL`], so css before direct). Returns the stepped schedule it built
+/// when a stepped one wins, so the caller need not build it again.
+pub fn choose_alltoall(table: &ComTable, m: &LinkModel) -> (AlltoallChoice, Option<Schedule>) {
+    let mut predicted = Vec::with_capacity(4);
+    let mut best: Option<(ExchangeAlgorithm, f64, Option<Schedule>)> = None;
+    for a in ExchangeAlgorithm::ALL {
+        let (t, s) = match a {
+            ExchangeAlgorithm::Steps(k) => {
+                let s = Schedule::build(k, table);
+                (steps_time(&s, table, m), Some(s))
+            }
+            ExchangeAlgorithm::Direct => (direct_time(table, m), None),
+        };
+        predicted.push((a, t));
+        if best.as_ref().is_none_or(|b| t < b.1) {
+            best = Some((a, t, s));
+        }
+    }
+    let (algorithm, _, schedule) = best.expect("four candidates");
+    let list: Vec<String> = predicted.iter().map(|(a, t)| format!("{a} {}", ms(*t))).collect();
+    let reason = format!(
+        "cost model: {} members, busiest member moves {}, predicted {}; measured {m}",
+        table.n(),
+        human(busiest(table)),
+        list.join(", ")
+    );
+    (AlltoallChoice { algorithm, predicted, reason }, schedule)
+}
+
+fn ms(t: f64) -> String {
+    format!("{:.3} ms", t * 1e3)
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(alpha_us: f64, rate_gbs: f64, direct_gbs: f64, reduce_gbs: f64) -> LinkModel {
+        LinkModel {
+            alpha: alpha_us * 1e-6,
+            rate: rate_gbs * 1e9,
+            direct_rate: direct_gbs * 1e9,
+            reduce_rate: reduce_gbs * 1e9,
+            samples: 10,
+        }
+    }
+
+    /// Powers of two: halving sends 2·log₂N messages where the ring sends 2(N−1), the same
+    /// bytes, so halving wins; at N = 6 halving's fold costs 2·L more on the wire and the ring
+    /// wins for large buffers, while for tiny ones the ring's 10 messages cost more than the fold.
+    #[test]
+    fn allreduce_picks_halving_for_powers_of_two_and_ring_for_large_odd_groups() {
+        let m = model(50.0, 0.3, 0.27, 2.0);
+        for n in [2, 4, 8, 16] {
+            assert_eq!(choose_allreduce(n, 64 << 20, &m).algorithm, Algorithm::Halving, "N = {n}");
+        }
+        assert_eq!(choose_allreduce(6, 64 << 20, &m).algorithm, Algorithm::Ring);
+        assert_eq!(choose_allreduce(6, 1 << 10, &m).algorithm, Algorithm::Halving);
+        // A slow network makes α relatively cheap: the ring wins at N = 6 from a lower size.
+        let slow = model(50.0, 0.01, 0.01, 2.0);
+        assert_eq!(choose_allreduce(6, 64 << 10, &slow).algorithm, Algorithm::Ring);
+    }
+
+    /// The pipeline depth: deeper when reduction is slow next to α (more of it to hide), one
+    /// slice when messages are dear and the buffer small.
+    #[test]
+    fn allreduce_depth_follows_reduction_cost_against_latency() {
+        let cheap_msgs = model(5.0, 1.0, 0.9, 0.5);
+        let dear_msgs = model(2000.0, 1.0, 0.9, 0.5);
+        let deep = choose_allreduce(4, 256 << 20, &cheap_msgs);
+        let shallow = choose_allreduce(4, 256 << 20, &dear_msgs);
+        assert!(deep.slices > shallow.slices, "{deep:?} {shallow:?}");
+        assert_eq!(choose_allreduce(4, 4 << 10, &dear_msgs).slices, 1);
+        // The choice is the minimum of the model over every candidate.
+        for (c, m) in [(&deep, &cheap_msgs), (&shallow, &dear_msgs)] {
+            let t = c.predicted.iter().find(|p| p.0 == c.algorithm).expect("chosen is predicted").2;
+            for a in [Algorithm::Halving, Algorithm::Ring] {
+                for s in SLICE_CHOICES {
+                    assert!(allreduce_time(a, 4, 256 << 20, s, m) >= t);
+                }
+            }
+            assert!(c.reason.contains("cost model") && c.reason.contains("halving") && c.reason.contains("ring"));
+        }
+    }
+
+    fn skewed(n: usize, seed: u64) -> ComTable {
+        let mut x = seed;
+        let rows: Vec<Vec<u64>> = (0..n)
+            .map(|_| {
+                (0..n)
+                    .map(|_| {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        let r = (x >> 33) % 100;
+                        if r < 70 { 1 << 16 } else { 32 << 20 }
+                    })
+                    .collect()
+            })
+            .collect();
+        ComTable::from_rows(&rows).expect("a table")
+    }
+
+    /// Every rank sends one 32 MiB message (to 3i + 1 mod 8, a permutation) and 64 KiB to the
+    /// others: css puts the large ones in one step, shift spreads them over four.
+    fn one_heavy_partner(n: usize) -> ComTable {
+        let rows: Vec<Vec<u64>> =
+            (0..n).map(|i| (0..n).map(|j| if j == (3 * i + 1) % n { 32 << 20 } else { 64 << 10 }).collect()).collect();
+        ComTable::from_rows(&rows).expect("a table")
+    }
+
+    /// Large skewed messages on links where one message reaches the rate: css (the fewest,
+    /// best-aligned steps) wins; tiny messages: direct's one α beats N−1 steps' α; and when one
+    /// message alone reaches only a fraction of what many do, direct wins large ones too.
+    #[test]
+    fn alltoall_picks_css_for_skewed_bulk_and_direct_when_messages_are_dear() {
+        let table = one_heavy_partner(8);
+        let fast_steps = model(50.0, 0.3, 0.27, 2.0);
+        let (c, s) = choose_alltoall(&table, &fast_steps);
+        assert_eq!(c.algorithm, ExchangeAlgorithm::Steps(ScheduleKind::Css), "{}", c.reason);
+        assert!(c.predicted[0].1 * 2.0 < c.predicted[2].1, "css well below shift: {:?}", c.predicted);
+        assert!(s.is_some_and(|s| s == Schedule::build(ScheduleKind::Css, &table)));
+        let tiny = ComTable::uniform(8, 256).expect("a table");
+        assert_eq!(choose_alltoall(&tiny, &fast_steps).0.algorithm, ExchangeAlgorithm::Direct);
+        let slow_steps = model(50.0, 0.12, 0.27, 2.0);
+        let (c, s) = choose_alltoall(&table, &slow_steps);
+        assert_eq!(c.algorithm, ExchangeAlgorithm::Direct, "{}", c.reason);
+        assert!(s.is_none());
+        // css never predicts above shift or pairwise on these tables (its steps are Δ matchings
+        // no costlier), so when steps win, css is what is picked.
+        for seed in 0..20 {
+            let t = skewed(6, seed);
+            let p = choose_alltoall(&t, &fast_steps).0.predicted;
+            assert!(p[0].1 <= p[2].1 + 1e-12, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn models_combine_to_the_slowest_and_survive_the_wire() {
+        let a = model(50.0, 0.3, 0.2, 2.0);
+        let b = LinkModel { samples: 3, ..model(80.0, 0.4, 0.1, 1.0) };
+        let c = LinkModel::combine(&[a, b]);
+        assert_eq!(
+            (c.alpha, c.rate, c.direct_rate, c.reduce_rate, c.samples),
+            (b.alpha, a.rate, b.direct_rate, b.reduce_rate, 3)
+        );
+        assert_eq!(LinkModel::combine(&[b, a]), c, "order does not matter");
+        assert_eq!(LinkModel::from_bytes(&c.to_bytes()), Some(c));
+        let mut bad = c.to_bytes();
+        bad[8..16].copy_from_slice(&f64::NAN.to_le_bytes());
+        assert_eq!(LinkModel::from_bytes(&bad), None);
+        assert_eq!(LinkModel::from_bytes(&bad[..10]), None);
+        assert!(LinkModel::PRIOR.to_string().contains("prior"));
+    }
+}

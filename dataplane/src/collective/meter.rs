@@ -1,0 +1,210 @@
+//! What the cost model is fed with: a [`LinkMeter`] that collectives and exchanges of one
+//! endpoint report their messages to (bytes and seconds from hand-over to acknowledgement, per
+//! peer), whole direct exchanges, and reductions; and `agree`, the round in which every member
+//! of a call tells every other what it measured, so all decide from the same model.
+//!
+//! α and the per-message rate are fitted per peer by least squares to `t = α + b / rate` over
+//! the peer's latest [`SAMPLES`] messages (a peer whose messages all had about one size gives
+//! its rate only, α staying at the prior). A rank's model toward a group is the slowest of its
+//! peers in the group ([`LinkModel::combine`]). The direct rate and the reduction rate are
+//! moving averages over calls.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use tokio::task::JoinSet;
+
+use super::cost::LinkModel;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::peer_id::PeerId;
+
+/// Message samples kept per peer.
+pub const SAMPLES: usize = 64;
+/// Messages below this many bytes are not samples of the rate (their time is all α).
+const RATE_MIN_BYTES: u64 = 64 << 10;
+/// Weight of a new call in the moving averages.
+const EWMA: f64 = 0.3;
+
+/// Measurements of one endpoint's links, shared by every collective on it (the worker keeps
+/// one for its data plane). Cheap to update: a lock per sample.
+#[derive(Debug, Default)]
+pub struct LinkMeter {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    peers: HashMap<PeerId, VecDeque<(u64, f64)>>,
+    direct_rate: Option<f64>,
+    reduce_rate: Option<f64>,
+}
+
+impl LinkMeter {
+    pub fn new() -> LinkMeter {
+        LinkMeter::default()
+    }
+
+    /// One message of `bytes` to `peer` took `secs` from hand-over to acknowledgement, alone
+    /// on this rank's links (a schedule's step, a plan's send).
+    pub fn message(&self, peer: PeerId, bytes: u64, secs: f64) {
+        if !(secs.is_finite() && secs > 0.0) {
+            return;
+        }
+        let mut s = self.state.lock().expect("meter lock");
+        let q = s.peers.entry(peer).or_default();
+        if q.len() == SAMPLES {
+            q.pop_front();
+        }
+        q.push_back((bytes, secs));
+    }
+
+    /// A whole exchange with every message at once: its busiest member moved `bytes` in `secs`.
+    pub fn direct(&self, bytes: u64, secs: f64) {
+        if bytes >= RATE_MIN_BYTES && secs > 0.0 {
+            let mut s = self.state.lock().expect("meter lock");
+            s.direct_rate = Some(ewma(s.direct_rate, bytes as f64 / secs));
+        }
+    }
+
+    /// The reduction kernels reduced `bytes` in `secs`.
+    pub fn reduced(&self, bytes: u64, secs: f64) {
+        if bytes >= RATE_MIN_BYTES && secs > 0.0 {
+            let mut s = self.state.lock().expect("meter lock");
+            s.reduce_rate = Some(ewma(s.reduce_rate, bytes as f64 / secs));
+        }
+    }
+
+    /// This rank's model toward `peers`: the slowest fitted peer (peers never measured are
+    /// left out; with none measured, the prior), the direct and reduction averages.
+    pub fn model(&self, peers: &[PeerId]) -> LinkModel {
+        let s = self.state.lock().expect("meter lock");
+        let fitted: Vec<LinkModel> =
+            peers.iter().filter_map(|p| s.peers.get(p)).filter_map(|q| fit(q.iter().copied())).collect();
+        let mut m = if fitted.is_empty() { LinkModel::PRIOR } else { LinkModel::combine(&fitted) };
+        if let Some(d) = s.direct_rate {
+            m.direct_rate = d;
+        } else if m.samples > 0 {
+            // Not measured: assume all-at-once reaches what the prior says of one link,
+            // relative to the measured per-message rate.
+            m.direct_rate = m.rate * LinkModel::PRIOR.direct_rate / LinkModel::PRIOR.rate;
+        }
+        if let Some(r) = s.reduce_rate {
+            m.reduce_rate = r;
+        }
+        m
+    }
+}
+
+fn ewma(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |o| (1.0 - EWMA) * o + EWMA * new)
+}
+
+/// `t = α + b / rate` fitted to `(bytes, secs)` samples; `None` without a sample large enough
+/// to show a rate.
+pub fn fit(samples: impl Iterator<Item = (u64, f64)> + Clone) -> Option<LinkModel> {
+    let n = samples.clone().count() as f64;
+    let big: Vec<(f64, f64)> =
+        samples.clone().filter(|&(b, _)| b >= RATE_MIN_BYTES).map(|(b, t)| (b as f64, t)).collect();
+    if big.is_empty() {
+        return None;
+    }
+    let (sx, sy) = samples.clone().fold((0.0, 0.0), |(x, y), (b, t)| (x + b as f64, y + t));
+    let (mx, my) = (sx / n, sy / n);
+    let (sxx, sxy) = samples
+        .clone()
+        .fold((0.0, 0.0), |(xx, xy), (b, t)| (xx + (b as f64 - mx).powi(2), xy + (b as f64 - mx) * (t - my)));
+    let prior = LinkModel::PRIOR;
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let intercept = my - slope * mx;
+    let (alpha, rate) = if slope > 0.0 && intercept > 0.0 && n >= 4.0 {
+        (intercept, 1.0 / slope)
+    } else {
+        // One size only, or a fit that makes no sense: the rate of the large messages with
+        // the prior's α taken off (never below a tenth of their time).
+        let (b, t) = big.iter().fold((0.0, 0.0), |(b, t), &(x, y)| (b + x, t + (y - prior.alpha).max(y / 10.0)));
+        (prior.alpha, b / t)
+    };
+    Some(LinkModel { alpha, rate, direct_rate: prior.direct_rate, reduce_rate: prior.reduce_rate, samples: n as u32 })
+}
+
+/// Every member's model, in rank order: each member sends its own to every other under `tag`
+/// and receives theirs. Fails when a peer's model does not arrive or is not a model; callers
+/// run it under their abort handling.
+pub(crate) async fn agree(
+    endpoint: &std::sync::Arc<Endpoint>,
+    ranks: &[Vec<SocketAddr>],
+    ids: &[PeerId],
+    me: usize,
+    tag: u64,
+    mine: LinkModel,
+) -> Result<Vec<LinkModel>> {
+    let bytes = Bytes::copy_from_slice(&mine.to_bytes());
+    let mut sends = JoinSet::new();
+    for (r, addrs) in ranks.iter().enumerate().filter(|&(r, _)| r != me) {
+        let (ep, addrs, b) = (endpoint.clone(), addrs.clone(), bytes.clone());
+        sends.spawn(async move { ep.send(&addrs, tag, b).await.map_err(|e| (r, e)) });
+    }
+    let mut models = vec![mine; ranks.len()];
+    for (r, id) in ids.iter().enumerate().filter(|&(r, _)| r != me) {
+        let got = endpoint.recv(*id, tag).await?;
+        models[r] = LinkModel::from_bytes(&got)
+            .ok_or_else(|| Error::Protocol(format!("rank {r} sent {} bytes that are not a link model", got.len())))?;
+    }
+    while let Some(r) = sends.join_next().await {
+        r.map_err(|e| Error::Peer(format!("model send task: {e}")))?
+            .map_err(|(r, e)| Error::Peer(format!("sending this rank's link model to rank {r}: {e}")))?;
+    }
+    Ok(models)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fit_recovers_alpha_and_rate_from_mixed_sizes() {
+        let (alpha, rate) = (200e-6, 0.25e9);
+        let samples: Vec<(u64, f64)> = [64u64 << 10, 1 << 20, 4 << 20, 16 << 20, 256 << 10]
+            .iter()
+            .map(|&b| (b, alpha + b as f64 / rate))
+            .collect();
+        let m = fit(samples.iter().copied()).expect("a fit");
+        assert!((m.alpha - alpha).abs() < 1e-9 && (m.rate - rate).abs() / rate < 1e-9, "{m:?}");
+        // One size: the rate with the prior's α taken off.
+        let one = [(1u64 << 20, 100e-6 + (1u64 << 20) as f64 / rate); 3];
+        let m = fit(one.iter().copied()).expect("a fit");
+        assert!((m.rate - rate).abs() / rate < 1e-6, "{m:?}");
+        assert_eq!(fit([(100u64, 1e-4)].into_iter()), None, "tiny messages say nothing of the rate");
+    }
+
+    #[test]
+    fn a_meter_models_the_slowest_peer_of_a_group_and_keeps_the_latest_samples() {
+        let meter = LinkMeter::new();
+        let (a, b, c) = (
+            PeerId("10.0.0.1:1".parse().unwrap()),
+            PeerId("10.0.0.2:1".parse().unwrap()),
+            PeerId("10.0.0.3:1".parse().unwrap()),
+        );
+        assert_eq!(meter.model(&[a, b]), LinkModel::PRIOR);
+        for bytes in [1u64 << 20, 2 << 20, 4 << 20, 8 << 20] {
+            meter.message(a, bytes, 50e-6 + bytes as f64 / 1e9);
+            meter.message(b, bytes, 50e-6 + bytes as f64 / 0.5e9);
+        }
+        let m = meter.model(&[a, b, c]);
+        assert!((m.rate - 0.5e9).abs() < 1e3, "the slower peer: {m:?}");
+        assert!((meter.model(&[a]).rate - 1e9).abs() < 1e3);
+        for _ in 0..SAMPLES {
+            meter.message(a, 4 << 20, 50e-6 + (4u64 << 20) as f64 / 2e9);
+        }
+        assert!((meter.model(&[a]).rate - 2e9).abs() / 2e9 < 0.05, "old samples are forgotten");
+        meter.direct(64 << 20, 0.5);
+        meter.reduced(64 << 20, 0.1);
+        let m = meter.model(&[a]);
+        assert_eq!((m.direct_rate, m.reduce_rate), ((64u64 << 20) as f64 / 0.5, (64u64 << 20) as f64 / 0.1));
+        meter.message(a, 1, f64::NAN);
+        assert_eq!(meter.model(&[a]).samples, SAMPLES as u32);
+    }
+}
