@@ -142,7 +142,15 @@ impl Client {
 
     /// Sends one request (raw bytes of `elem`) and returns its id; its reply is read by
     /// [`Client::finish`], replies coming in request order. Many may be outstanding.
-    pub fn submit(&mut self, op: Op, elem: Elem, reduce: Reduce, root: usize, counts: &[u64], data: &[u8]) -> Result<u64> {
+    pub fn submit(
+        &mut self,
+        op: Op,
+        elem: Elem,
+        reduce: Reduce,
+        root: usize,
+        counts: &[u64],
+        data: &[u8],
+    ) -> Result<u64> {
         let id = self.next;
         self.next += 1;
         let h = Header {
@@ -186,7 +194,15 @@ impl Client {
         Ok(body)
     }
 
-    fn call(&mut self, op: Op, elem: Elem, reduce: Reduce, root: usize, counts: &[u64], data: &[u8]) -> Result<Vec<u8>> {
+    fn call(
+        &mut self,
+        op: Op,
+        elem: Elem,
+        reduce: Reduce,
+        root: usize,
+        counts: &[u64],
+        data: &[u8],
+    ) -> Result<Vec<u8>> {
         let id = self.submit(op, elem, reduce, root, counts, data)?;
         self.finish(id)
     }
@@ -212,7 +228,12 @@ impl Client {
     /// `out` (size × `inp`) becomes every member's `inp`, in rank order.
     pub fn allgather<T: Element>(&mut self, out: &mut [T], inp: &[T]) -> Result<()> {
         if out.len() != inp.len() * self.size {
-            return Err(Error::Usage(format!("allgather: out has {} elements, not {} x {}", out.len(), self.size, inp.len())));
+            return Err(Error::Usage(format!(
+                "allgather: out has {} elements, not {} x {}",
+                out.len(),
+                self.size,
+                inp.len()
+            )));
         }
         let got = self.call(Op::Allgather, T::ELEM, Reduce::Sum, 0, &[], &bytes_of(inp))?;
         fill(out, &got)
@@ -221,7 +242,12 @@ impl Client {
     /// `out` becomes part `rank` of the reduction of every member's `inp` (size equal parts).
     pub fn reduce_scatter<T: Element>(&mut self, out: &mut [T], inp: &[T], op: Reduce) -> Result<()> {
         if out.len() * self.size != inp.len() {
-            return Err(Error::Usage(format!("reduce_scatter: inp has {} elements, not {} x {}", inp.len(), self.size, out.len())));
+            return Err(Error::Usage(format!(
+                "reduce_scatter: inp has {} elements, not {} x {}",
+                inp.len(),
+                self.size,
+                out.len()
+            )));
         }
         let got = self.call(Op::ReduceScatter, T::ELEM, op, 0, &[], &bytes_of(inp))?;
         fill(out, &got)

@@ -221,7 +221,10 @@ impl Header {
     /// then the request's own fields.
     pub fn frame_error(&self, size: usize) -> Option<String> {
         if self.len > MAX_PAYLOAD {
-            return Some(format!("request {} carries {} bytes, more than the limit of {MAX_PAYLOAD}", self.id, self.len));
+            return Some(format!(
+                "request {} carries {} bytes, more than the limit of {MAX_PAYLOAD}",
+                self.id, self.len
+            ));
         }
         if self.counts > size as u64 {
             return Some(format!("request {} has {} counts for a gang of {size} members", self.id, self.counts));
@@ -234,7 +237,8 @@ impl Header {
     pub fn check(&self, size: usize, counts: Vec<u64>) -> Result<Request, String> {
         let op = Op::from_code(self.op).ok_or_else(|| format!("unknown operation code {}", self.op))?;
         let what = op.name();
-        let elem = Elem::from_code(self.dtype).ok_or_else(|| format!("{what}: unsupported dtype code {}", self.dtype))?;
+        let elem =
+            Elem::from_code(self.dtype).ok_or_else(|| format!("{what}: unsupported dtype code {}", self.dtype))?;
         let reduce =
             Reduce::from_code(self.reduce).ok_or_else(|| format!("{what}: unknown reduction code {}", self.reduce))?;
         if op.reduces() && elem == Elem::U8 {
@@ -322,11 +326,17 @@ mod tests {
     #[test]
     fn bad_requests_are_named() {
         let e = |h: Header, counts: Vec<u64>| h.check(4, counts).unwrap_err();
-        assert!(e(Header { op: 42, ..header(Op::Allreduce, Elem::F32, 8) }, vec![]).contains("unknown operation code 42"));
-        assert!(e(Header { dtype: 9, ..header(Op::Allreduce, Elem::F32, 8) }, vec![]).contains("unsupported dtype code 9"));
+        assert!(
+            e(Header { op: 42, ..header(Op::Allreduce, Elem::F32, 8) }, vec![]).contains("unknown operation code 42")
+        );
+        assert!(
+            e(Header { dtype: 9, ..header(Op::Allreduce, Elem::F32, 8) }, vec![]).contains("unsupported dtype code 9")
+        );
         assert!(e(header(Op::Allreduce, Elem::U8, 8), vec![]).contains("u8 cannot be reduced"));
         assert!(e(header(Op::Allreduce, Elem::F32, 6), vec![]).contains("not a whole number of f32"));
-        assert!(e(Header { root: 4, ..header(Op::Broadcast, Elem::F32, 8) }, vec![]).contains("root 4 is not a member"));
+        assert!(
+            e(Header { root: 4, ..header(Op::Broadcast, Elem::F32, 8) }, vec![]).contains("root 4 is not a member")
+        );
         assert!(e(header(Op::ReduceScatter, Elem::F32, 8), vec![]).contains("do not split into 4 equal parts"));
         assert!(e(header(Op::Alltoallv, Elem::U8, 8), vec![1, 2, 3]).contains("3 counts for a gang of 4"));
         assert!(e(header(Op::Alltoallv, Elem::U8, 8), vec![1, 2, 3, 4]).contains("do not add up to the 8 bytes"));

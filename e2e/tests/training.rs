@@ -96,7 +96,13 @@ fn ddp_over_plexus_trains_and_matches_gloo() {
     );
     let id = c.submit("ddp.toml", &job);
     let j = c.wait_job(&id, Duration::from_secs(300));
-    assert_eq!(j.state, SUCCEEDED, "{}: {}", j.error, String::from_utf8_lossy(&c.plexus(&["logs", &id, "train"]).stdout));
+    assert_eq!(
+        j.state,
+        SUCCEEDED,
+        "{}: {}",
+        j.error,
+        String::from_utf8_lossy(&c.plexus(&["logs", &id, "train"]).stdout)
+    );
     let gloo = out.join("gloo.json");
     let run = std::process::Command::new(&py)
         .arg(&script)
@@ -133,7 +139,10 @@ fn a_task_outside_a_gang_gets_a_clear_error() {
     assert_eq!(j.state, FAILED);
     let logs = c.plexus(&["logs", &id, "t", "--rank", "0"]);
     let text = format!("{}{}", String::from_utf8_lossy(&logs.stdout), String::from_utf8_lossy(&logs.stderr));
-    assert!(text.contains("refused: no collective endpoint") && text.contains("not a member of a Plexus gang"), "{text}");
+    assert!(
+        text.contains("refused: no collective endpoint") && text.contains("not a member of a Plexus gang"),
+        "{text}"
+    );
     assert!(text.contains("communicator = true"), "the error says what to do: {text}");
     if torch_python().is_some() {
         assert!(text.contains("torch refused: env:// rendezvous: MASTER_ADDR is not set, and this process is not a member of a Plexus gang"), "{text}");
@@ -181,7 +190,8 @@ except CollectiveError as e:
     let started = Instant::now();
     // SAFETY: kill(2) on a pid of this test's own cluster.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let text = c.wait_for("member 0's error", Duration::from_secs(40), |_| std::fs::read_to_string(marks.join("error.0")).ok());
+    let text = c
+        .wait_for("member 0's error", Duration::from_secs(40), |_| std::fs::read_to_string(marks.join("error.0")).ok());
     let (at, msg) = text.split_once('\n').unwrap();
     let after = at.parse::<f64>().unwrap() - killed_at;
     assert!(msg.contains("member 1 of the gang failed"), "{msg}");

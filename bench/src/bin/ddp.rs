@@ -92,7 +92,9 @@ fn plexus_run(a: &Args, rails: &[&str]) -> Result<serde_json::Value, String> {
     let json = out.join("plexus.json");
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut argv: Vec<String> = vec![gloo::python(), SCRIPT.into()];
-    argv.extend(["--rank", "env:PLEXUS_RANK", "--world", "env:PLEXUS_REPLICAS", "--backend", "plexus"].map(String::from));
+    argv.extend(
+        ["--rank", "env:PLEXUS_RANK", "--world", "env:PLEXUS_REPLICAS", "--backend", "plexus"].map(String::from),
+    );
     argv.extend(["--import".into(), "plexus.distributed".into(), "--json".into(), json.display().to_string()]);
     argv.extend(common(a));
     let job = format!(
@@ -141,7 +143,10 @@ fn main() {
                     Some(b) => {
                         let rel = |k: &str| (f(v, k) - f(b, k)).abs() / f(b, k).abs().max(1e-12);
                         let worst = ["loss_first", "loss_last", "param_sum"].map(rel).into_iter().fold(0.0, f64::max);
-                        (f(b, "step_ms_median") / p50, if worst <= 1e-4 { format!("ok ({worst:.1e})") } else { format!("DIFFERS ({worst:.1e})") })
+                        (
+                            f(b, "step_ms_median") / p50,
+                            if worst <= 1e-4 { format!("ok ({worst:.1e})") } else { format!("DIFFERS ({worst:.1e})") },
+                        )
                     }
                     None => (f64::NAN, "no gloo run".into()),
                 };

@@ -515,7 +515,12 @@ impl Core {
                 .iter()
                 .flat_map(|i| {
                     let replicas = spec.tasks.iter().find(|p| p.name == i.task).map_or(1, |p| p.replicas);
-                    i.rank.ranks(rank, replicas).map(|r| ObjectId { job, task: i.task.clone(), rank: r, name: i.output.clone() })
+                    i.rank.ranks(rank, replicas).map(|r| ObjectId {
+                        job,
+                        task: i.task.clone(),
+                        rank: r,
+                        name: i.output.clone(),
+                    })
                 })
                 .collect();
         }

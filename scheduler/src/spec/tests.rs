@@ -165,7 +165,9 @@ fn a_communicator_command_is_a_gang_of_all_its_members() {
     assert!(plain.tasks[0].collective.is_none() && plain.tasks[0].gang.is_none());
     let err = |task: &str| job(task).unwrap_err().message;
     assert!(err("kind = \"noop\"\ncommunicator = true\n").contains("`communicator = true` is for command tasks"));
-    assert!(err("command = \"true\"\ncommunicator = true\nmin_members = 2\n").contains("already a gang of all its members"));
+    assert!(
+        err("command = \"true\"\ncommunicator = true\nmin_members = 2\n").contains("already a gang of all its members")
+    );
 }
 
 #[test]

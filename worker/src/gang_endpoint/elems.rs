@@ -6,7 +6,7 @@ use half::{bf16, f16};
 use plexus_dataplane::elem::reduce_into;
 use plexus_dataplane::{DType, ReduceOp};
 
-use super::wire::{Elem, Reduce};
+use plexus_collective::wire::{Elem, Reduce};
 
 /// The data-plane type a reduction of `elem` runs in (16-bit floats in f32); `None` for bytes.
 pub fn wire_dtype(elem: Elem) -> Option<DType> {

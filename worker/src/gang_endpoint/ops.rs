@@ -11,7 +11,7 @@ use bytes::Bytes;
 use plexus_dataplane::{CollectiveConfig, ComTable, Communicator, DType, Endpoint, Exchanger, ScheduleKind};
 
 use super::elems::{divide, narrow, reduce_parts, widen, wire_dtype, wire_op};
-use super::wire::{Elem, Op, Reduce, Request};
+use plexus_collective::wire::{Elem, Op, Reduce, Request};
 
 /// A gang member's communicator and exchanger.
 pub struct Gang {
@@ -109,7 +109,12 @@ impl Gang {
     }
 
     /// Part j of every member's buffer goes to member j, which reduces the parts it receives.
-    async fn reduce_scatter(&self, elem: Elem, reduce: Reduce, data: Vec<u8>) -> Result<Vec<u8>, plexus_dataplane::Error> {
+    async fn reduce_scatter(
+        &self,
+        elem: Elem,
+        reduce: Reduce,
+        data: Vec<u8>,
+    ) -> Result<Vec<u8>, plexus_dataplane::Error> {
         let dtype = wire_dtype(elem).unwrap_or(DType::I32);
         let got = self.exch.alltoall(Bytes::from(data), ScheduleKind::Css).await?;
         let parts = got.into_iter().map(|b| widen(elem, b.to_vec())).collect();

@@ -17,8 +17,8 @@ use tracing::{debug, warn};
 use crate::error::{Error, Result};
 
 use super::ops::Gang;
-use super::wire::{self, HELLO_MAGIC, Header, REQUEST_LEN, Reply, Request, SECRET_LEN};
-use super::{STALL_TIMEOUT, Spec};
+use super::spec::{STALL_TIMEOUT, Spec};
+use plexus_collective::wire::{self, HELLO_MAGIC, Header, REQUEST_LEN, Reply, Request, SECRET_LEN};
 
 /// The low 32 bits of the notice tag (with the gang's tag base): above every tag the
 /// communicator's and exchanger's first call use.
@@ -72,7 +72,8 @@ impl GangEndpoint {
         let gang = Gang::new(Arc::clone(&spec.rails), spec.members.clone(), spec.rank, spec.tag)
             .map_err(|e| Error::InvalidAssignment(format!("the gang's communicator: {e}")))?;
         let _ = std::fs::remove_file(&spec.socket);
-        let listener = UnixListener::bind(&spec.socket).map_err(Error::io("bind the collective socket", &spec.socket))?;
+        let listener =
+            UnixListener::bind(&spec.socket).map_err(Error::io("bind the collective socket", &spec.socket))?;
         std::fs::set_permissions(&spec.socket, std::fs::Permissions::from_mode(0o600))
             .map_err(Error::io("set the mode of", &spec.socket))?;
         if let Some(uid) = spec.uid {

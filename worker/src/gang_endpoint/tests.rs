@@ -6,7 +6,8 @@ use std::sync::Arc;
 use plexus_collective::{Client, Elem, Error as ClientError, Op, Reduce};
 use plexus_dataplane::{Endpoint, EndpointConfig};
 
-use super::{GangEndpoint, Spec};
+use super::serve::GangEndpoint;
+use super::spec::Spec;
 
 /// `n` members' endpoints on this host, each with its socket in `dir`.
 async fn gang(n: usize, dir: &std::path::Path, tag: u64) -> Vec<(GangEndpoint, std::path::PathBuf, String)> {
@@ -22,7 +23,15 @@ async fn gang(n: usize, dir: &std::path::Path, tag: u64) -> Vec<(GangEndpoint, s
         .map(|(rank, r)| {
             let socket = dir.join(format!("m{rank}.sock"));
             let secret = format!("{:032x}", rank + 1);
-            let spec = Spec { rails: r, members: members.clone(), rank, tag, socket: socket.clone(), uid: None, secret: secret.clone() };
+            let spec = Spec {
+                rails: r,
+                members: members.clone(),
+                rank,
+                tag,
+                socket: socket.clone(),
+                uid: None,
+                secret: secret.clone(),
+            };
             (GangEndpoint::open(spec).unwrap(), socket, secret)
         })
         .collect()
@@ -102,8 +111,9 @@ async fn bf16_sums_in_f32_and_requests_pipeline() {
     let out = each(&g, |c| {
         // 128 + 130 = 258 is a bf16 (its 8 bits of mantissa hold it), summed in f32.
         let x: u16 = half::bf16::from_f32(if c.rank() == 0 { 128.0 } else { 130.0 }).to_bits();
-        let ids: Vec<u64> =
-            (0..8).map(|_| c.submit(Op::Allreduce, Elem::Bf16, Reduce::Sum, 0, &[], &x.to_le_bytes()).unwrap()).collect();
+        let ids: Vec<u64> = (0..8)
+            .map(|_| c.submit(Op::Allreduce, Elem::Bf16, Reduce::Sum, 0, &[], &x.to_le_bytes()).unwrap())
+            .collect();
         ids.into_iter().map(|id| c.finish(id).unwrap()).collect::<Vec<_>>()
     })
     .await;
@@ -155,8 +165,8 @@ async fn bad_use_fails_every_member_naming_it() {
 
 /// Sends an allreduce with dtype code 42 (which no client sends) and returns the error text.
 fn raw_bad_dtype(socket: &std::path::Path, secret: &str) -> String {
+    use plexus_collective::wire::{HELLO_MAGIC, Header, REPLY_LEN, Reply};
     use std::io::{Read, Write};
-    use super::wire::{HELLO_MAGIC, Header, REPLY_LEN, Reply};
     let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
     s.write_all(&[&HELLO_MAGIC[..], secret.as_bytes()].concat()).unwrap();
     let read = |s: &mut std::os::unix::net::UnixStream| {

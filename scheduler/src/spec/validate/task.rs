@@ -11,7 +11,8 @@ use plexus_proto::rules::{self, BUILTIN_KINDS};
 use super::{DEFAULT_CPU, Validator, list_or_none};
 use crate::error::SpecError;
 use crate::spec::model::{
-    CollectiveSpec, DEFAULT_RETRY_BACKOFF_MS, GpuProfile, InputRank, InputSpec, MAX_REPLICAS, MAX_RETRIES, OnFailure, TaskSpec, Work,
+    CollectiveSpec, DEFAULT_RETRY_BACKOFF_MS, GpuProfile, InputRank, InputSpec, MAX_REPLICAS, MAX_RETRIES, OnFailure,
+    TaskSpec, Work,
 };
 use crate::spec::raw::{RawCommand, RawDuration, RawSize, RawTask};
 
@@ -105,7 +106,9 @@ impl Validator<'_> {
     /// and operator are unused: each call over the endpoint names its own.
     fn communicator(&self, t: &RawTask, work: &Work) -> Result<CollectiveSpec, SpecError> {
         if !matches!(work, Work::Command(_)) {
-            return Err(self.at(t, "`communicator = true` is for command tasks (a collective kind already is one)".into()));
+            return Err(
+                self.at(t, "`communicator = true` is for command tasks (a collective kind already is one)".into())
+            );
         }
         Ok(CollectiveSpec {
             dtype: plexus_proto::DType::F32,
