@@ -31,13 +31,15 @@ fn torch_python() -> Option<PathBuf> {
     py.exists().then_some(py)
 }
 
-/// The anchor script DDP runs (`../shared/anchors/ddp_train.py`, or `$PLEXUS_DDP_ANCHOR`).
+/// The anchor script DDP runs: `$PLEXUS_DDP_ANCHOR`, else `shared/anchors/ddp_train.py` beside
+/// the repository (or beside the folder of its worktrees).
 fn anchor() -> Option<PathBuf> {
-    let p = std::env::var_os("PLEXUS_DDP_ANCHOR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("../../shared/anchors/ddp_train.py"));
-    let p = std::fs::canonicalize(&p).or_else(|_| std::fs::canonicalize("/work/shared/anchors/ddp_train.py")).ok()?;
-    Some(p)
+    if let Some(p) = std::env::var_os("PLEXUS_DDP_ANCHOR") {
+        return std::fs::canonicalize(p).ok();
+    }
+    ["../shared", "../../shared"]
+        .iter()
+        .find_map(|d| std::fs::canonicalize(repo().join(d).join("anchors/ddp_train.py")).ok())
 }
 
 fn skip(test: &str, why: &str) {

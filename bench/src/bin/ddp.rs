@@ -36,8 +36,19 @@ struct Args {
     batch: u32,
 }
 
-/// The anchor script, found from this crate's folder (benchmarks run from the repo).
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/anchors/ddp_train.py");
+/// The anchor script: `$PLEXUS_DDP_ANCHOR`, else `shared/anchors/ddp_train.py` beside the
+/// repository (or beside the folder of its worktrees).
+fn script() -> String {
+    if let Ok(p) = std::env::var("PLEXUS_DDP_ANCHOR") {
+        return p;
+    }
+    let here = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    ["../shared", "../../shared"]
+        .iter()
+        .map(|d| format!("{here}/{d}/anchors/ddp_train.py"))
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or_else(|| format!("{here}/../shared/anchors/ddp_train.py"))
+}
 
 fn common(a: &Args) -> Vec<String> {
     let n = |v: &dyn ToString| v.to_string();
@@ -57,7 +68,7 @@ fn common(a: &Args) -> Vec<String> {
 fn gloo_run(a: &Args, dir: &std::path::Path) -> Result<serde_json::Value, String> {
     let json = dir.join("gloo.json");
     let out = std::process::Command::new(gloo::python())
-        .arg(SCRIPT)
+        .arg(script())
         .args(["--spawn", &a.world.to_string(), "--json"])
         .arg(&json)
         .args(common(a))
@@ -91,7 +102,7 @@ fn plexus_run(a: &Args, rails: &[&str]) -> Result<serde_json::Value, String> {
     let out = c.task_dir("out");
     let json = out.join("plexus.json");
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut argv: Vec<String> = vec![gloo::python(), SCRIPT.into()];
+    let mut argv: Vec<String> = vec![gloo::python(), script()];
     argv.extend(
         ["--rank", "env:PLEXUS_RANK", "--world", "env:PLEXUS_REPLICAS", "--backend", "plexus"].map(String::from),
     );
