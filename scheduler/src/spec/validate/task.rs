@@ -73,6 +73,8 @@ impl Validator<'_> {
             (c, _) => c,
         };
         let replicas = match &collective {
+            // A `communicator = true` command keeps its own replicas (it may read no input).
+            Some(_) if matches!(work, Work::Command(_)) => replicas,
             Some(c) => match c.exchange.as_ref().and_then(|e| e.redistribute) {
                 Some(r) => r.senders.max(r.receivers),
                 None => replicas_of.get(inputs[0].task.as_str()).copied().unwrap_or(replicas),
