@@ -94,6 +94,20 @@ fn fill<T: Element>(dst: &mut [T], b: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Connects to `path`, through `/proc/self/fd/<dir>/<name>` when it is longer than a socket
+/// address holds (108 bytes).
+fn connect(path: &Path) -> std::io::Result<UnixStream> {
+    use std::os::fd::AsRawFd;
+    if path.as_os_str().len() < 100 {
+        return UnixStream::connect(path);
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return UnixStream::connect(path);
+    };
+    let d = std::fs::File::open(dir)?;
+    UnixStream::connect(Path::new(&format!("/proc/self/fd/{}", d.as_raw_fd())).join(name))
+}
+
 /// One connection to the task's collective endpoint.
 pub struct Client {
     sock: UnixStream,
@@ -116,7 +130,7 @@ impl Client {
             let what = format!("{what} {}", path.display());
             move |source| Error::Io { what, source }
         };
-        let mut sock = UnixStream::connect(path).map_err(io("connect to"))?;
+        let mut sock = connect(path).map_err(io("connect to"))?;
         let mut hello = HELLO_MAGIC.to_vec();
         let mut s = secret.as_bytes().to_vec();
         s.resize(SECRET_LEN, 0);

@@ -202,7 +202,7 @@ class Communicator:
             )
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._sock.connect(path)
+            _connect(self._sock, path)
         except OSError as e:
             raise CollectiveError(f"cannot reach the collective endpoint {path}: {e}") from None
         self._sock.sendall(_HELLO + secret.encode().ljust(32, b"\0")[:32])
@@ -368,6 +368,19 @@ class Communicator:
         for _, handle, _, _ in pending:
             if not handle.is_completed():
                 handle._complete(why)
+
+
+def _connect(sock: socket.socket, path: str) -> None:
+    """Connects to ``path``, through ``/proc/self/fd/<dir>/<name>`` when it is longer than a
+    socket address holds (108 bytes)."""
+    if len(os.fsencode(path)) < 100:
+        sock.connect(path)
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_PATH)
+    try:
+        sock.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+    finally:
+        os.close(fd)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

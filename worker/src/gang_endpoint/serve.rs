@@ -72,8 +72,7 @@ impl GangEndpoint {
         let gang = Gang::new(Arc::clone(&spec.rails), spec.members.clone(), spec.rank, spec.tag)
             .map_err(|e| Error::InvalidAssignment(format!("the gang's communicator: {e}")))?;
         let _ = std::fs::remove_file(&spec.socket);
-        let listener =
-            UnixListener::bind(&spec.socket).map_err(Error::io("bind the collective socket", &spec.socket))?;
+        let listener = bind(&spec.socket)?;
         std::fs::set_permissions(&spec.socket, std::fs::Permissions::from_mode(0o600))
             .map_err(Error::io("set the mode of", &spec.socket))?;
         if let Some(uid) = spec.uid {
@@ -112,6 +111,19 @@ impl GangEndpoint {
         self.tracker.wait().await;
         let _ = std::fs::remove_file(&self.socket);
     }
+}
+
+/// Binds a listener at `path`, which may be longer than a socket address holds (108 bytes):
+/// through `/proc/self/fd/<dir>/<name>` of its directory, opened for the call.
+fn bind(path: &std::path::Path) -> Result<UnixListener> {
+    use std::os::fd::AsRawFd;
+    let io = |e| Error::io("bind the collective socket", path)(e);
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io(std::io::Error::other("no directory or file name")));
+    };
+    let d = std::fs::File::open(dir).map_err(io)?;
+    let short = std::path::Path::new(&format!("/proc/self/fd/{}", d.as_raw_fd())).join(name);
+    UnixListener::bind(&short).map_err(io)
 }
 
 impl Shared {
