@@ -478,9 +478,9 @@ fn a_communicator_command_gang_gets_one_communicator_on_distinct_workers() {
     for n in 1..=3 {
         c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
     }
-    let src = "name = \"ddp\"\n[[task]]\nname = \"gen\"\ncommand = [\"true\"]\nreplicas = 3\noutputs = [\"shard\"]\n\
+    let src = "name = \"ddp\"\n[[task]]\nname = \"gen\"\ncommand = [\"true\"]\nreplicas = 3\noutputs = [\"numbers\"]\n\
                [[task]]\nname = \"train\"\ncommand = [\"python\", \"train.py\"]\nreplicas = 3\ncommunicator = true\n\
-               inputs = [\"gen/shard[rank]\"]\nmax_retries = 1\n";
+               inputs = [\"gen/numbers[rank]\"]\nmax_retries = 1\n";
     let job = submit(&mut c, src, 0);
     gens_done(&mut c, 1);
     c.schedule(3);
@@ -501,7 +501,12 @@ fn a_communicator_command_gang_gets_one_communicator_on_distinct_workers() {
     let (w1, x1) = a.iter().find(|(_, x)| x.attempt.rank == 1).unwrap().clone();
     assert!(c.report(w1, &session(w1), vec![done(&x1.attempt, SubtaskState::Failed)], 4));
     c.schedule(5);
-    let b = assigned(&mut c);
+    let out = c.take_outbox();
+    assert_eq!(out.cancels.len(), 2, "the two running members are cancelled: {:?}", out.cancels);
+    let due = 4 + crate::spec::DEFAULT_RETRY_BACKOFF_MS;
+    c.tick(due);
+    c.schedule(due);
+    let b = c.take_outbox().assignments;
     assert_eq!(b.len(), 3, "the gang restarts whole");
     assert_ne!(b[0].1.collective.as_ref().unwrap().tag, members.tag, "a new communicator");
     let _ = job;
