@@ -287,7 +287,7 @@ impl Client {
         let mut out = Vec::with_capacity(size);
         for c in head.chunks_exact(8) {
             let len = u64::from_le_bytes(c.try_into().expect("8 bytes")) as usize;
-            if len > data.len() || len % n != 0 {
+            if len > data.len() || !len.is_multiple_of(n) {
                 return Err(Error::Failed("an alltoallv reply whose counts do not match its data".into()));
             }
             let (part, rest) = data.split_at(len);

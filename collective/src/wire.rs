@@ -248,13 +248,13 @@ impl Header {
         if matches!(op, Op::Reduce | Op::Broadcast) && root >= size {
             return Err(format!("{what}: root {root} is not a member of a gang of {size}"));
         }
-        if self.len % elem.size() as u64 != 0 {
+        if !self.len.is_multiple_of(elem.size() as u64) {
             return Err(format!("{what}: {} bytes is not a whole number of {elem} elements", self.len));
         }
-        if op == Op::ReduceScatter && self.len % (size * elem.size()) as u64 != 0 {
+        if op == Op::ReduceScatter && !self.len.is_multiple_of((size * elem.size()) as u64) {
             return Err(format!("{what}: {} bytes do not split into {size} equal parts of {elem}", self.len));
         }
-        if op == Op::Alltoall && self.len % size as u64 != 0 {
+        if op == Op::Alltoall && !self.len.is_multiple_of(size as u64) {
             return Err(format!("{what}: {} bytes do not split into {size} equal blocks", self.len));
         }
         if op == Op::Alltoallv {
