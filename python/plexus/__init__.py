@@ -9,10 +9,12 @@
 The calls mirror the ``plexus`` commands (submit, watch, status, logs, get, cancel, workers,
 explain); results are dataclasses (:mod:`plexus.types`), failures exceptions carrying the
 coordinator's message (:mod:`plexus.errors`).
+
+Inside a task of a ``communicator = true`` gang, :mod:`plexus.collective` runs collectives over
+the worker's data plane, and importing :mod:`plexus.distributed` registers the
+``torch.distributed`` backend ``plexus`` (neither needs grpcio).
 """
 
-from .client import Client, Job
-from .errors import ConfigError, InvalidJob, JobFailed, NotFound, PermissionDenied, PlexusError, Unavailable
 from .types import (
     AttemptFailure,
     Candidate,
@@ -32,6 +34,31 @@ from .types import (
 )
 
 __version__ = "0.1.0"
+
+# The gRPC client (and its errors) load on first use, so that `plexus.collective` and
+# `plexus.distributed` import inside a task whose Python has no grpcio (e.g. torch's venv).
+_LAZY = {
+    "Client": "client",
+    "Job": "client",
+    "ConfigError": "errors",
+    "InvalidJob": "errors",
+    "JobFailed": "errors",
+    "NotFound": "errors",
+    "PermissionDenied": "errors",
+    "PlexusError": "errors",
+    "Unavailable": "errors",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'plexus' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "AttemptFailure",

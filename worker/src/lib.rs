@@ -32,6 +32,7 @@ pub mod config;
 pub mod credentials;
 pub mod error;
 pub mod exchange;
+pub mod gang_endpoint;
 pub mod isolation;
 pub mod layout;
 pub mod lease;

@@ -507,6 +507,23 @@ impl Core {
         if rank >= senders {
             return Vec::new();
         }
+        if matches!(task.work, crate::spec::Work::Command(_)) {
+            // A command with `communicator = true` reads its inputs as any command does.
+            let spec = &self.jobs[&job].record.spec;
+            return task
+                .inputs
+                .iter()
+                .flat_map(|i| {
+                    let replicas = spec.tasks.iter().find(|p| p.name == i.task).map_or(1, |p| p.replicas);
+                    i.rank.ranks(rank, replicas).map(|r| ObjectId {
+                        job,
+                        task: i.task.clone(),
+                        rank: r,
+                        name: i.output.clone(),
+                    })
+                })
+                .collect();
+        }
         task.inputs.iter().map(|i| ObjectId { job, task: i.task.clone(), rank, name: i.output.clone() }).collect()
     }
 

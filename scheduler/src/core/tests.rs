@@ -469,6 +469,49 @@ fn a_collective_gang_is_placed_together_on_distinct_workers_near_its_inputs() {
     assert_eq!(members.spec.dtype, plexus_proto::DType::F32);
 }
 
+/// A command task with `communicator = true` is placed like a collective (every member at once,
+/// each on its own worker, one communicator) and still runs its command; its `[rank]` input
+/// reads the producer replica of its rank, and a failed member restarts the whole gang.
+#[test]
+fn a_communicator_command_gang_gets_one_communicator_on_distinct_workers() {
+    let mut c = core();
+    for n in 1..=3 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let src = "name = \"ddp\"\n[[task]]\nname = \"gen\"\ncommand = [\"true\"]\nreplicas = 3\noutputs = [\"numbers\"]\n\
+               [[task]]\nname = \"train\"\ncommand = [\"python\", \"train.py\"]\nreplicas = 3\ncommunicator = true\n\
+               inputs = [\"gen/numbers[rank]\"]\nmax_retries = 1\n";
+    let job = submit(&mut c, src, 0);
+    gens_done(&mut c, 1);
+    c.schedule(3);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 3, "every member at once");
+    let members = a[0].1.collective.clone().expect("a communicator");
+    let mut workers: Vec<WorkerId> = a.iter().map(|(w, _)| *w).collect();
+    for (_, x) in &a {
+        assert_eq!(x.collective.as_ref(), Some(&members), "one communicator for the whole gang");
+        assert_eq!(x.work, crate::spec::Work::Command(vec!["python".into(), "train.py".into()]));
+        assert_eq!(x.inputs.len(), 1);
+        assert_eq!(x.inputs[0].object.rank, x.attempt.rank, "[rank] reads its own producer replica");
+    }
+    workers.sort();
+    workers.dedup();
+    assert_eq!(workers.len(), 3, "each member on its own worker");
+    // Member 1 fails: the other two are cancelled and the gang is placed anew, with a new tag.
+    let (w1, x1) = a.iter().find(|(_, x)| x.attempt.rank == 1).unwrap().clone();
+    assert!(c.report(w1, &session(w1), vec![done(&x1.attempt, SubtaskState::Failed)], 4));
+    c.schedule(5);
+    let out = c.take_outbox();
+    assert_eq!(out.cancels.len(), 2, "the two running members are cancelled: {:?}", out.cancels);
+    let due = 4 + crate::spec::DEFAULT_RETRY_BACKOFF_MS;
+    c.tick(due);
+    c.schedule(due);
+    let b = c.take_outbox().assignments;
+    assert_eq!(b.len(), 3, "the gang restarts whole");
+    assert_ne!(b[0].1.collective.as_ref().unwrap().tag, members.tag, "a new communicator");
+    let _ = job;
+}
+
 /// A redistribute from the 3 replicas of `gen` to 5 members is one gang of max(3, 5): members
 /// 0..3 read their rank's input, members 3 and 4 none; an alltoall with a split file reads two
 /// inputs of its rank.

@@ -140,7 +140,9 @@ pub struct TaskSpec {
     pub env: BTreeMap<String, String>,
     /// Operation-count hint for the learned placer; `None` = let it estimate.
     pub flops: Option<f64>,
-    /// Set for the collective kinds (`allreduce`, `reduce`, `alltoall`, `redistribute`).
+    /// Set for the collective kinds (`allreduce`, `reduce`, `alltoall`, `redistribute`), and for
+    /// a command task with `communicator = true` (a gang of all its members, each given the
+    /// collective endpoint; its element type and operator are then unused).
     #[serde(default)]
     pub collective: Option<CollectiveSpec>,
     /// What a failure past the retries does to the job.

@@ -59,6 +59,7 @@ pub(super) struct RawTask {
     pub(super) min_members: Option<u32>,
     pub(super) gang_timeout: Option<RawDuration>,
     pub(super) gang: Option<String>,
+    pub(super) communicator: Option<bool>,
 }
 
 /// `command = ["prog", "arg"]` (argv), or `command = "shell text"` run with `sh -c`.

@@ -155,6 +155,22 @@ fn collectives_take_one_member_per_producer_replica() {
 }
 
 #[test]
+fn a_communicator_command_is_a_gang_of_all_its_members() {
+    let job = |task: &str| toml(&format!("[[task]]\nname = \"t\"\nreplicas = 4\n{task}"));
+    let j = job("command = \"python train.py\"\ncommunicator = true\n").unwrap();
+    let t = &j.tasks[0];
+    assert!(t.collective.is_some(), "placed and restarted as a collective");
+    assert_eq!(t.gang.as_ref().map(|g| g.min_members), Some(4), "a gang of all its members");
+    let plain = job("command = \"true\"\ncommunicator = false\n").unwrap();
+    assert!(plain.tasks[0].collective.is_none() && plain.tasks[0].gang.is_none());
+    let err = |task: &str| job(task).unwrap_err().message;
+    assert!(err("kind = \"noop\"\ncommunicator = true\n").contains("`communicator = true` is for command tasks"));
+    assert!(
+        err("command = \"true\"\ncommunicator = true\nmin_members = 2\n").contains("already a gang of all its members")
+    );
+}
+
+#[test]
 fn alltoall_and_redistribute_are_gangs_with_their_own_fields() {
     let producer = "[[task]]\nname = \"g\"\ncommand = \"true\"\nreplicas = 4\noutputs = [\"x\", \"split\"]\n";
     let job = |task: &str| toml(&format!("{producer}[[task]]\nname = \"s\"\noutputs = [\"y\"]\n{task}"));

@@ -122,7 +122,7 @@ impl Ctx {
                 Err(Error::Cancelled) => Err(self.cancelled(a, started_at, NO_EXIT_CODE)),
                 Err(e) => Err(Outcome::failed(e, started_at, NO_EXIT_CODE)),
             },
-            None => match self.run_process(work, dirs, (out_file, err_file), cancel, started_at).await {
+            None => match self.run_member(work, dirs, (out_file, err_file), cancel, started_at).await {
                 ProcessEnd::Succeeded { exit_code } => Ok((exit_code, exit_code)),
                 ProcessEnd::Ended(outcome) => Err(outcome),
             },

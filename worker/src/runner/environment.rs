@@ -40,7 +40,9 @@ pub struct NodeGpus {
 ///    (empty without GPUs), `CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers devices as
 ///    nvidia-smi does; these override the job's env, as the device assignment is the
 ///    coordinator's, not the job's;
-/// 4. `PLEXUS_GPUS` (the same indices, also without GPUs on the node) and the other `PLEXUS_*`.
+/// 4. `PLEXUS_GPUS` (the same indices, also without GPUs on the node) and the other `PLEXUS_*`;
+///    for a `communicator = true` gang member, `PLEXUS_COLLECTIVE_SOCKET` and
+///    `PLEXUS_COLLECTIVE_SECRET` (its collective endpoint).
 pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = work.env.clone();
     let set = |env: &mut Vec<(String, String)>, k: &str, v: String| {
@@ -67,6 +69,12 @@ pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> 
     set(&mut env, "PLEXUS_ATTEMPT", a.attempt.to_string());
     set(&mut env, "PLEXUS_OUT", out_dir.display().to_string());
     set(&mut env, "PLEXUS_IN", in_dir.display().to_string());
+    if let Some(g) = &work.gang {
+        // The collective endpoint of a `communicator = true` gang member (`crate::gang_endpoint`).
+        let socket = in_dir.parent().unwrap_or(in_dir).join(crate::gang_endpoint::SOCKET_NAME);
+        set(&mut env, "PLEXUS_COLLECTIVE_SOCKET", socket.display().to_string());
+        set(&mut env, "PLEXUS_COLLECTIVE_SECRET", g.secret.clone());
+    }
     env
 }
 

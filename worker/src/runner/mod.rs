@@ -57,6 +57,7 @@ mod context;
 mod environment;
 mod exchange;
 mod fetch;
+mod gang;
 mod outputs;
 mod validation;
 
@@ -80,7 +81,7 @@ use crate::layout::Layout;
 use context::Ctx;
 pub use context::{NO_EXIT_CODE, report};
 pub use environment::{NodeGpus, task_env};
-pub use validation::{CollectiveWork, Input, Work};
+pub use validation::{CollectiveWork, GangWork, Input, Work};
 
 /// Starts and cancels attempts. Cheap to clone.
 #[derive(Clone, Debug)]

@@ -81,6 +81,7 @@ fn work(a: &AttemptRef, argv: Vec<String>) -> Work {
         cpu: 1.0,
         memory: 0,
         gpus: Vec::new(),
+        gang: None,
     }
 }
 

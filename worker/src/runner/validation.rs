@@ -32,6 +32,37 @@ pub struct Work {
     pub memory: u64,
     /// The GPU device indices that are this attempt's alone.
     pub gpus: Vec<u32>,
+    /// Set for a member of a `communicator = true` gang: it gets the collective endpoint.
+    pub gang: Option<GangWork>,
+}
+
+/// A command gang member's communicator: every member's rails, the gang's tag base, and the
+/// secret its task proves itself with on the collective endpoint (random per attempt).
+#[derive(Debug, Clone)]
+pub struct GangWork {
+    pub members: Vec<Vec<SocketAddr>>,
+    pub tag: u64,
+    pub secret: String,
+}
+
+impl GangWork {
+    fn from_pb(rank: u32, c: pb::Collective) -> Result<GangWork> {
+        let invalid = |m: String| Error::InvalidAssignment(m);
+        let members = c
+            .members
+            .iter()
+            .enumerate()
+            .map(|(r, m)| match parse_rails(&m.rails) {
+                Ok(rails) if !rails.is_empty() => Ok(rails),
+                Ok(_) => Err(invalid(format!("gang member {r} has no rails"))),
+                Err(e) => Err(invalid(format!("gang member {r}: {e}"))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if rank as usize >= members.len() {
+            return Err(invalid(format!("rank {rank} is not a member of a gang of {}", members.len())));
+        }
+        Ok(GangWork { members, tag: c.tag, secret: uuid::Uuid::new_v4().simple().to_string() })
+    }
 }
 
 /// A collective member's part: what it reduces and with whom.
@@ -127,6 +158,7 @@ impl Work {
     /// environment variable.
     pub fn from_pb(attempt: AttemptRef, mut a: pb::Assignment) -> Result<Work> {
         let invalid = |m: String| Err(Error::InvalidAssignment(m));
+        let mut gang = None;
         let collective = if is_collective(&a.kind) {
             let c = CollectiveWork::from_pb(&a.kind, attempt.rank, a.collective.take())?;
             let inputs = c.exchange.as_ref().map_or(1, |x| x.inputs(attempt.rank as usize));
@@ -146,6 +178,7 @@ impl Work {
                 Some(p) if p.is_empty() => return invalid("the program name (command[0]) is empty".into()),
                 Some(_) => {}
             }
+            gang = a.collective.take().map(|c| GangWork::from_pb(attempt.rank, c)).transpose()?;
             None
         };
         if let Some(arg) = a.command.iter().find(|s| s.contains('\0')) {
@@ -178,6 +211,7 @@ impl Work {
             cpu: if res.cpu.is_finite() && res.cpu > 0.0 { res.cpu } else { 0.0 },
             memory: res.memory,
             gpus: a.gpus,
+            gang,
         })
     }
 }

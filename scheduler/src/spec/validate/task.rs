@@ -11,7 +11,8 @@ use plexus_proto::rules::{self, BUILTIN_KINDS};
 use super::{DEFAULT_CPU, Validator, list_or_none};
 use crate::error::SpecError;
 use crate::spec::model::{
-    DEFAULT_RETRY_BACKOFF_MS, GpuProfile, InputRank, InputSpec, MAX_REPLICAS, MAX_RETRIES, OnFailure, TaskSpec, Work,
+    CollectiveSpec, DEFAULT_RETRY_BACKOFF_MS, GpuProfile, InputRank, InputSpec, MAX_REPLICAS, MAX_RETRIES, OnFailure,
+    TaskSpec, Work,
 };
 use crate::spec::raw::{RawCommand, RawDuration, RawSize, RawTask};
 
@@ -64,8 +65,16 @@ impl Validator<'_> {
             rules::check_env_key(k).map_err(|e| at(e.to_string()))?;
         }
 
-        let collective = self.collective(t, &work, replicas, &inputs, replicas_of)?;
+        let collective = match (self.collective(t, &work, replicas, &inputs, replicas_of)?, t.communicator) {
+            (None, Some(true)) => Some(self.communicator(t, &work)?),
+            (Some(_), Some(_)) => {
+                return Err(at("`communicator` is for command tasks (a collective kind already is one)".into()));
+            }
+            (c, _) => c,
+        };
         let replicas = match &collective {
+            // A `communicator = true` command keeps its own replicas (it may read no input).
+            Some(_) if matches!(work, Work::Command(_)) => replicas,
             Some(c) => match c.exchange.as_ref().and_then(|e| e.redistribute) {
                 Some(r) => r.senders.max(r.receivers),
                 None => replicas_of.get(inputs[0].task.as_str()).copied().unwrap_or(replicas),
@@ -90,6 +99,25 @@ impl Validator<'_> {
             retry_backoff_ms: limits.retry_backoff_ms,
             gang: None,
             gpu_profile,
+        })
+    }
+
+    /// A command task with `communicator = true`: its replicas are a gang of all its members, one
+    /// per worker, placed and restarted whole like a collective's, and each member is given the
+    /// collective endpoint (`$PLEXUS_COLLECTIVE_SOCKET`). Its [`CollectiveSpec`]'s element type
+    /// and operator are unused: each call over the endpoint names its own.
+    fn communicator(&self, t: &RawTask, work: &Work) -> Result<CollectiveSpec, SpecError> {
+        if !matches!(work, Work::Command(_)) {
+            return Err(
+                self.at(t, "`communicator = true` is for command tasks (a collective kind already is one)".into())
+            );
+        }
+        Ok(CollectiveSpec {
+            dtype: plexus_proto::DType::F32,
+            op: plexus_proto::ReduceOp::Sum,
+            root: 0,
+            algorithm: plexus_proto::Algorithm::Halving,
+            exchange: None,
         })
     }
 

@@ -1,0 +1,204 @@
+//! End-to-end: collectives from inside tasks (issue 31), on real worker processes. A
+//! `communicator = true` gang's members reach their worker's collective endpoint and run
+//! `torch.distributed` with the `plexus` backend: DDP trains and ends with Gloo's parameters;
+//! a task outside a gang gets a clear error; a killed member fails the other's pending operation
+//! at once, naming it.
+//!
+//! The torch tests need the venv `make torch` installs (`.plexus/libtorch` points into it); they
+//! are skipped, saying so, without it (a failure under `PLEXUS_REQUIRE_ALL=1`). Tasks run as the
+//! worker's user (`--task-user worker`): the venv lives under `/root`, which a task uid cannot
+//! enter.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use plexus_e2e::{Cluster, ClusterConfig};
+use plexus_proto::pb;
+
+const SUCCEEDED: i32 = pb::JobState::Succeeded as i32;
+const FAILED: i32 = pb::JobState::Failed as i32;
+
+/// The repository (the e2e crate's parent).
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository").to_path_buf()
+}
+
+/// The python of the torch venv, if installed.
+fn torch_python() -> Option<PathBuf> {
+    let venv = std::fs::canonicalize(repo().join(".plexus/libtorch")).ok()?;
+    let py = venv.ancestors().nth(4)?.join("bin/python");
+    py.exists().then_some(py)
+}
+
+/// The anchor script DDP runs: `$PLEXUS_DDP_ANCHOR`, else `shared/anchors/ddp_train.py` beside
+/// the repository (or beside the folder of its worktrees).
+fn anchor() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PLEXUS_DDP_ANCHOR") {
+        return std::fs::canonicalize(p).ok();
+    }
+    ["../shared", "../../shared"]
+        .iter()
+        .find_map(|d| std::fs::canonicalize(repo().join(d).join("anchors/ddp_train.py")).ok())
+}
+
+fn skip(test: &str, why: &str) {
+    if std::env::var_os("PLEXUS_REQUIRE_ALL").is_some() {
+        panic!("{test}: {why} (PLEXUS_REQUIRE_ALL=1)");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+fn cluster(workers: usize) -> Cluster {
+    Cluster::start(ClusterConfig {
+        workers,
+        cpus_per_worker: 2,
+        worker_args: vec!["--task-user".into(), "worker".into()],
+        ..Default::default()
+    })
+}
+
+/// A TOML string literal.
+fn lit(s: &str) -> String {
+    format!("{:?}", s)
+}
+
+fn read_json(p: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}: {text}", p.display()))
+}
+
+fn close(a: f64, b: f64, what: &str) {
+    let rel = (a - b).abs() / b.abs().max(1e-12);
+    assert!(rel <= 1e-4, "{what}: plexus {a} vs gloo {b} (relative {rel:e})");
+}
+
+/// DDP over the `plexus` backend in a gang of 2 trains exactly as Gloo does: the same losses and
+/// the same parameters after the same steps (the anchor script, unchanged).
+#[test]
+fn ddp_over_plexus_trains_and_matches_gloo() {
+    let (Some(py), Some(script)) = (torch_python(), anchor()) else {
+        return skip("ddp_over_plexus_trains_and_matches_gloo", "no torch venv (`make torch`) or anchor script");
+    };
+    let c = cluster(2);
+    let out = c.task_dir("out");
+    let common = ["--params-m", "0.3", "--steps", "6", "--warmup", "1", "--batch", "16"];
+    let argv: Vec<String> = [py.display().to_string(), script.display().to_string()]
+        .into_iter()
+        .chain(["--rank", "env:PLEXUS_RANK", "--world", "env:PLEXUS_REPLICAS", "--backend", "plexus"].map(String::from))
+        .chain(["--import", "plexus.distributed", "--json"].map(String::from))
+        .chain([out.join("plexus.json").display().to_string()])
+        .chain(common.map(String::from))
+        .collect();
+    let job = format!(
+        "name = \"ddp\"\n[[task]]\nname = \"train\"\nreplicas = 2\ncommunicator = true\ncpu = 1\ntimeout = \"300s\"\n\
+         command = [{}]\nenv = {{ PYTHONPATH = {} }}\n",
+        argv.iter().map(|a| lit(a)).collect::<Vec<_>>().join(", "),
+        lit(&repo().join("python").display().to_string()),
+    );
+    let id = c.submit("ddp.toml", &job);
+    let j = c.wait_job(&id, Duration::from_secs(300));
+    assert_eq!(
+        j.state,
+        SUCCEEDED,
+        "{}: {}",
+        j.error,
+        String::from_utf8_lossy(&c.plexus(&["logs", &id, "train"]).stdout)
+    );
+    let gloo = out.join("gloo.json");
+    let run = std::process::Command::new(&py)
+        .arg(&script)
+        .args(["--spawn", "2", "--json"])
+        .arg(&gloo)
+        .args(common)
+        .output()
+        .expect("running the anchor with gloo");
+    assert!(run.status.success(), "gloo: {}", String::from_utf8_lossy(&run.stderr));
+    let (p, g) = (read_json(&out.join("plexus.json")), read_json(&gloo));
+    for k in ["loss_first", "loss_last", "param_sum"] {
+        close(p[k].as_f64().unwrap(), g[k].as_f64().unwrap(), k);
+    }
+    assert!(p["loss_last"].as_f64() < p["loss_first"].as_f64(), "it trains: {p}");
+}
+
+/// A process outside a `communicator = true` gang that asks for a communicator (directly, or
+/// through `init_process_group(backend="plexus")`) gets an error saying so, not a hang.
+#[test]
+fn a_task_outside_a_gang_gets_a_clear_error() {
+    let c = cluster(1);
+    let py = torch_python().map_or("python3".into(), |p| p.display().to_string());
+    let script = "import plexus.collective as pc\ntry:\n    pc.Communicator()\nexcept pc.NotInGang as e:\n    print(f'refused: {e}', flush=True)\n\
+                  try:\n    import torch.distributed as dist, plexus.distributed\nexcept ImportError:\n    raise SystemExit(1)\n\
+                  try:\n    dist.init_process_group('plexus')\nexcept pc.NotInGang as e:\n    raise SystemExit(f'torch refused: {e}')\n";
+    let job = format!(
+        "name = \"alone\"\n[[task]]\nname = \"t\"\nreplicas = 2\ncommand = [{}, \"-c\", {}]\nenv = {{ PYTHONPATH = {} }}\n",
+        lit(&py),
+        lit(script),
+        lit(&repo().join("python").display().to_string()),
+    );
+    let id = c.submit("alone.toml", &job);
+    let j = c.wait_job(&id, Duration::from_secs(60));
+    assert_eq!(j.state, FAILED);
+    let logs = c.plexus(&["logs", &id, "t", "--rank", "0"]);
+    let text = format!("{}{}", String::from_utf8_lossy(&logs.stdout), String::from_utf8_lossy(&logs.stderr));
+    assert!(
+        text.contains("refused: no collective endpoint") && text.contains("not a member of a Plexus gang"),
+        "{text}"
+    );
+    assert!(text.contains("communicator = true"), "the error says what to do: {text}");
+    if torch_python().is_some() {
+        assert!(text.contains("torch refused: env:// rendezvous: MASTER_ADDR is not set, and this process is not a member of a Plexus gang"), "{text}");
+    }
+}
+
+/// A gang of 2 loops over allreduces; member 1 is killed with SIGKILL: member 0's pending
+/// operation fails at once (well within the 30 s stall timeout), naming member 1.
+#[test]
+fn a_killed_member_fails_the_others_pending_operation_naming_it() {
+    let c = cluster(2);
+    let marks = c.task_dir("marks");
+    let script = r#"
+import array, os, sys, time
+from plexus.collective import Communicator, CollectiveError
+d = sys.argv[1]
+c = Communicator()
+buf = array.array("f", [1.0] * 4096)
+c.barrier()
+open(f"{d}/pid.{c.rank}.tmp", "w").write(str(os.getpid()))
+os.rename(f"{d}/pid.{c.rank}.tmp", f"{d}/pid.{c.rank}")
+try:
+    while True:
+        c.allreduce(buf, op="max")
+        if c.rank == 1:
+            time.sleep(0.01)
+except CollectiveError as e:
+    open(f"{d}/error.{c.rank}.tmp", "w").write(f"{time.time()}\n{e}")
+    os.rename(f"{d}/error.{c.rank}.tmp", f"{d}/error.{c.rank}")
+    sys.exit(3)
+"#;
+    let job = format!(
+        "name = \"kill\"\n[[task]]\nname = \"loop\"\nreplicas = 2\ncommunicator = true\ncommand = [\"python3\", \"-c\", {}, {}]\n\
+         env = {{ PYTHONPATH = {} }}\n",
+        lit(script),
+        lit(&marks.display().to_string()),
+        lit(&repo().join("python").display().to_string()),
+    );
+    let id = c.submit("kill.toml", &job);
+    let pid: i32 = c.wait_for("member 1 to run its loop", Duration::from_secs(60), |_| {
+        std::fs::read_to_string(marks.join("pid.1")).ok().and_then(|s| s.trim().parse().ok())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let killed_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let started = Instant::now();
+    // SAFETY: kill(2) on a pid of this test's own cluster.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let text = c
+        .wait_for("member 0's error", Duration::from_secs(40), |_| std::fs::read_to_string(marks.join("error.0")).ok());
+    let (at, msg) = text.split_once('\n').unwrap();
+    let after = at.parse::<f64>().unwrap() - killed_at;
+    assert!(msg.contains("member 1 of the gang failed"), "{msg}");
+    assert!(msg.contains("signal 9") || msg.contains("137"), "it says how: {msg}");
+    assert!(after < 30.0 && started.elapsed() < Duration::from_secs(30), "failed {after:.1} s after the kill");
+    let j = c.wait_job(&id, Duration::from_secs(60));
+    assert_eq!(j.state, FAILED, "{}", j.error);
+}

@@ -1,0 +1,398 @@
+"""Collectives from inside a Plexus task, over the worker's data plane.
+
+A task of a ``communicator = true`` gang (a command task whose replicas are one gang, one
+member per worker) finds its worker's collective endpoint in ``$PLEXUS_COLLECTIVE_SOCKET`` and
+proves itself with ``$PLEXUS_COLLECTIVE_SECRET``. Every member must make the same calls in the
+same order; the worker runs them over the gang's communicator (striped over the node's rails)::
+
+    from plexus.collective import Communicator
+    comm = Communicator()                    # rank and size from the worker
+    grad = torch.ones(1024)                  # or any writable buffer (array.array, bytearray...)
+    comm.allreduce(grad, op="sum")           # in place; async_op=True returns a Handle
+    h = comm.allreduce(grad, async_op=True); ...; h.wait()
+
+Operations: allreduce, reduce (sum, mean, min, max, prod), broadcast, allgather,
+reduce_scatter, alltoall, alltoallv, barrier. Element types: f32, f64, i32, i64, bf16 and f16
+(reduced in f32 by the worker), and u8 for the ops that only move data. torch tensors (CPU, or
+CUDA staged through host memory) and C-contiguous buffer-protocol objects; no numpy needed.
+
+A mistake (a size that differs between members, an unsupported dtype) or a member that dies
+fails the operation on every member with a :class:`CollectiveError` naming it. Data crosses the
+socket once each way (a plain socket copy; no shared memory yet).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import struct
+import threading
+from collections import deque
+from typing import Any, Callable, List, Optional, Sequence
+
+__all__ = ["Communicator", "CollectiveError", "NotInGang", "Handle", "DTYPES", "OPS"]
+
+_HELLO = b"PXS1"
+_REQUEST = struct.Struct("<QBBBBIQQ")
+_REPLY = struct.Struct("<QB7xQ")
+OPS = {
+    "allreduce": 1,
+    "reduce": 2,
+    "broadcast": 3,
+    "allgather": 4,
+    "reduce_scatter": 5,
+    "alltoall": 6,
+    "alltoallv": 7,
+    "barrier": 8,
+    "poison": 9,
+}
+DTYPES = {"f32": (0, 4), "f64": (1, 8), "i32": (2, 4), "i64": (3, 8), "bf16": (4, 2), "f16": (5, 2), "u8": (6, 1)}
+_REDUCE = {"sum": 0, "mean": 1, "avg": 1, "min": 2, "max": 3, "prod": 4, "product": 4}
+_REDUCING = ("allreduce", "reduce", "reduce_scatter")
+_TORCH_DTYPES = {
+    "float32": "f32",
+    "float64": "f64",
+    "int32": "i32",
+    "int64": "i64",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "uint8": "u8",
+    "int8": "u8",
+    "bool": "u8",
+}
+_FORMATS = {"f": "f32", "d": "f64", "e": "f16", "B": "u8", "b": "u8", "c": "u8", "?": "u8"}
+
+
+class CollectiveError(RuntimeError):
+    """An operation failed; the message names the member and the cause, and every member of
+    the gang gets it."""
+
+
+class NotInGang(CollectiveError):
+    """This process is not a task of a ``communicator = true`` gang."""
+
+
+class _Buffer:
+    """A caller's buffer as bytes: a writable byte view, its element type, and (for a CUDA
+    tensor) the host copy staged for it and the copy back."""
+
+    def __init__(self, obj: Any, dtype: Optional[str], what: str, writable: bool):
+        self.obj = obj
+        self.device = None
+        self.host = obj
+        if _is_tensor(obj):
+            name = str(obj.dtype).replace("torch.", "")
+            self.dtype = dtype or _TORCH_DTYPES.get(name)
+            if self.dtype is None:
+                raise _Unsupported(f"{what}: unsupported dtype torch.{name}")
+            if not obj.is_contiguous():
+                raise CollectiveError(f"{what}: the tensor is not contiguous (call .contiguous() first)")
+            if obj.device.type != "cpu":
+                # Staged through host memory: copied to the host before, back after.
+                self.device = obj
+                self.host = obj.detach().to("cpu")
+            self.view = _tensor_bytes(self.host)
+        else:
+            try:
+                mv = memoryview(obj)
+            except TypeError:
+                raise CollectiveError(f"{what}: {type(obj).__name__} is neither a tensor nor a buffer") from None
+            if not mv.c_contiguous:
+                raise CollectiveError(f"{what}: the buffer is not C-contiguous")
+            if writable and mv.readonly:
+                raise CollectiveError(f"{what}: the buffer is read-only")
+            self.dtype = dtype or _format_dtype(mv)
+            if self.dtype is None:
+                raise _Unsupported(f"{what}: unsupported buffer format {mv.format!r} (pass dtype=...)")
+            self.view = mv.cast("B") if mv.nbytes else memoryview(bytearray(0))
+        if self.dtype not in DTYPES:
+            raise _Unsupported(f"{what}: unsupported dtype {self.dtype!r} (one of {', '.join(DTYPES)})")
+        self.size = DTYPES[self.dtype][1]
+
+    def done(self) -> None:
+        if self.device is not None:
+            self.device.copy_(self.host)
+
+
+class _Unsupported(CollectiveError):
+    pass
+
+
+def _is_tensor(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def _tensor_bytes(t: Any) -> memoryview:
+    n = t.numel() * t.element_size()
+    if n == 0:
+        return memoryview(bytearray(0))
+    return memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B")
+
+
+def _format_dtype(mv: memoryview) -> Optional[str]:
+    f = mv.format.lstrip("@=<")
+    if f in _FORMATS:
+        return _FORMATS[f]
+    if f in ("i", "l", "q", "h") and mv.itemsize in (4, 8):
+        return "i32" if mv.itemsize == 4 else "i64"
+    return None
+
+
+class Handle:
+    """An operation in flight: :meth:`wait` returns once it completed (raising
+    :class:`CollectiveError` if it failed)."""
+
+    def __init__(self, finish: Callable[[], Any]):
+        self._event = threading.Event()
+        self._finish = finish
+        self._error: Optional[str] = None
+        self._result: Any = None
+        self._callbacks: List[Callable[["Handle"], None]] = []
+        self._lock = threading.Lock()
+
+    def _complete(self, error: Optional[str]) -> None:
+        if error is None:
+            try:
+                self._result = self._finish()
+            except Exception as e:  # a staging copy that failed
+                error = f"copying the result back: {e}"
+        with self._lock:
+            self._error = error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb(self)
+
+    def add_done_callback(self, cb: Callable[["Handle"], None]) -> None:
+        """Calls ``cb(handle)`` once the operation completed (at once if it has)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(cb)
+                return
+        cb(self)
+
+    def is_completed(self) -> bool:
+        return self._event.is_set()
+
+    def error(self) -> Optional[str]:
+        return self._error
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"the collective did not complete within {timeout} s")
+        if self._error is not None:
+            raise CollectiveError(self._error)
+        return self._result
+
+
+class Communicator:
+    """This task's end of its gang's communicator (``rank`` of ``size``)."""
+
+    def __init__(self, path: Optional[str] = None, secret: Optional[str] = None):
+        path = path or os.environ.get("PLEXUS_COLLECTIVE_SOCKET")
+        secret = secret or os.environ.get("PLEXUS_COLLECTIVE_SECRET", "")
+        if not path:
+            where = ""
+            if "PLEXUS_TASK" in os.environ:
+                where = f" (task {os.environ['PLEXUS_TASK']!r}, rank {os.environ.get('PLEXUS_RANK', '?')})"
+            raise NotInGang(
+                "no collective endpoint: $PLEXUS_COLLECTIVE_SOCKET is not set, so this process is not a "
+                f"member of a Plexus gang{where}; give the task `replicas = N` and `communicator = true`"
+            )
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            _connect(self._sock, path)
+        except OSError as e:
+            raise CollectiveError(f"cannot reach the collective endpoint {path}: {e}") from None
+        self._sock.sendall(_HELLO + secret.encode().ljust(32, b"\0")[:32])
+        _, status, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
+        body = _recv_exact(self._sock, n)
+        if status != 0:
+            raise CollectiveError(f"the collective endpoint refused this process: {body.decode(errors='replace')}")
+        self.rank, self.size = struct.unpack("<II", body)
+        self._send_lock = threading.Lock()
+        self._pending: deque = deque()
+        self._pending_lock = threading.Lock()
+        self._next_id = 1
+        self._closed: Optional[str] = None
+        self._reader = threading.Thread(target=self._read_replies, name="plexus-collective", daemon=True)
+        self._reader.start()
+
+    # -- operations -------------------------------------------------------------------------
+
+    def allreduce(self, buf: Any, op: str = "sum", *, dtype: Optional[str] = None, async_op: bool = False):
+        """Replaces ``buf`` with the element-wise reduction over every member's ``buf``."""
+        b = self._buffer(buf, dtype, "allreduce", True)
+        return self._submit("allreduce", b, b.view, [b.view], b.done, op=op, async_op=async_op)
+
+    def reduce(self, buf: Any, root: int = 0, op: str = "sum", *, dtype=None, async_op: bool = False):
+        """Reduces every member's ``buf`` into the root's; the others' are left unchanged."""
+        b = self._buffer(buf, dtype, "reduce", True)
+        sink = [b.view] if self.rank == root else []
+        return self._submit("reduce", b, b.view, sink, b.done, op=op, root=root, async_op=async_op)
+
+    def broadcast(self, buf: Any, root: int = 0, *, dtype=None, async_op: bool = False):
+        """Every member's ``buf`` (all the same size) becomes the root's."""
+        b = self._buffer(buf, dtype, "broadcast", True)
+        return self._submit("broadcast", b, b.view, [b.view], b.done, root=root, async_op=async_op)
+
+    def allgather(self, out: Any, inp: Any, *, dtype=None, async_op: bool = False):
+        """``out`` (``size`` times ``inp``) becomes every member's ``inp`` in rank order."""
+        i = self._buffer(inp, dtype, "allgather", False)
+        o = self._buffer(out, dtype or i.dtype, "allgather", True)
+        self._same_len(o.view.nbytes, i.view.nbytes * self.size, "allgather: out must be size x inp")
+        return self._submit("allgather", i, i.view, [o.view], o.done, async_op=async_op)
+
+    def reduce_scatter(self, out: Any, inp: Any, op: str = "sum", *, dtype=None, async_op: bool = False):
+        """Part ``rank`` of the reduction of every member's ``inp`` (``size`` equal parts)."""
+        i = self._buffer(inp, dtype, "reduce_scatter", False)
+        o = self._buffer(out, dtype or i.dtype, "reduce_scatter", True)
+        self._same_len(o.view.nbytes * self.size, i.view.nbytes, "reduce_scatter: inp must be size x out")
+        return self._submit("reduce_scatter", i, i.view, [o.view], o.done, op=op, async_op=async_op)
+
+    def alltoall(self, out: Any, inp: Any, *, dtype=None, async_op: bool = False):
+        """Block j of ``inp`` goes to member j; ``out``'s block j is what member j sent."""
+        i = self._buffer(inp, dtype, "alltoall", False)
+        o = self._buffer(out, dtype or i.dtype, "alltoall", True)
+        self._same_len(o.view.nbytes, i.view.nbytes, "alltoall: out and inp must be the same size")
+        return self._submit("alltoall", i, i.view, [o.view], o.done, async_op=async_op)
+
+    def alltoallv(self, out: Any, inp: Any, send_counts: Sequence[int], *, dtype=None, async_op: bool = False):
+        """Sends ``send_counts[j]`` elements of ``inp`` (in order) to member j; fills ``out`` with
+        what each member sent, in rank order, and returns (or the handle yields) the element
+        counts received from each member."""
+        i = self._buffer(inp, dtype, "alltoallv", False)
+        o = self._buffer(out, dtype or i.dtype, "alltoallv", True)
+        counts = [int(c) * i.size for c in send_counts]
+        recv = bytearray(8 * self.size)
+
+        def finish():
+            o.done()
+            return [c // i.size for c in struct.unpack(f"<{self.size}Q", recv)]
+
+        return self._submit(
+            "alltoallv", i, i.view, [memoryview(recv), o.view], finish, counts=counts, async_op=async_op, partial=True
+        )
+
+    def barrier(self, *, async_op: bool = False):
+        """Returns once every member called it."""
+        return self._submit("barrier", None, memoryview(b""), [], lambda: None, async_op=async_op)
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    # -- machinery --------------------------------------------------------------------------
+
+    def _buffer(self, obj: Any, dtype: Optional[str], what: str, writable: bool) -> _Buffer:
+        try:
+            return _Buffer(obj, dtype, what, writable)
+        except _Unsupported as e:
+            # Every member must fail, not wait for this one: the worker tells them.
+            self._poison(f"{e}")
+            raise CollectiveError(str(e)) from None
+
+    def _same_len(self, a: int, b: int, msg: str) -> None:
+        if a != b:
+            self._poison(f"{msg} ({a} != {b} bytes)")
+            raise CollectiveError(msg)
+
+    def _poison(self, reason: str) -> None:
+        try:
+            h = self._submit("poison", None, memoryview(reason.encode()), [], lambda: None, async_op=True)
+            h.wait(10)
+        except (CollectiveError, TimeoutError, OSError):
+            pass
+
+    def _submit(self, what, buf, payload, sinks, finish, **kw):
+        reduce = kw.get("op", "sum")
+        if reduce not in _REDUCE:
+            self._poison(f"{what}: unknown reduction {reduce!r}")
+            raise CollectiveError(f"{what}: unknown reduction {reduce!r} (one of {', '.join(_REDUCE)})")
+        dtype = DTYPES[buf.dtype][0] if buf is not None else DTYPES["u8"][0]
+        counts = kw.get("counts") or []
+        handle = Handle(finish)
+        with self._send_lock:
+            if self._closed is not None:
+                raise CollectiveError(self._closed)
+            rid = self._next_id
+            self._next_id += 1
+            header = _REQUEST.pack(
+                rid, OPS[what], dtype, _REDUCE[reduce], 0, kw.get("root", 0), len(counts), payload.nbytes
+            )
+            with self._pending_lock:
+                self._pending.append((rid, handle, sinks, kw.get("partial", False)))
+            try:
+                self._sock.sendall(header + b"".join(struct.pack("<Q", c) for c in counts))
+                if payload.nbytes:
+                    self._sock.sendall(payload)
+            except OSError as e:
+                self._fail_all(f"the collective endpoint is gone: {e}")
+        if kw.get("async_op"):
+            return handle
+        return handle.wait()
+
+    def _read_replies(self) -> None:
+        try:
+            while True:
+                rid, status, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
+                with self._pending_lock:
+                    want, handle, sinks, partial = self._pending.popleft()
+                if rid != want:
+                    raise OSError(f"reply {rid} for request {want}")
+                if status != 0:
+                    handle._complete(_recv_exact(self._sock, n).decode(errors="replace"))
+                    continue
+                room = sum(s.nbytes for s in sinks)
+                if n > room or (n < room and not partial and n != 0):
+                    _recv_exact(self._sock, n)
+                    handle._complete(f"the worker answered {n} bytes where {room} were expected")
+                    continue
+                left = n
+                for s in sinks:
+                    k = min(left, s.nbytes)
+                    _recv_into(self._sock, s[:k])
+                    left -= k
+                handle._complete(None)
+        except (OSError, IndexError) as e:
+            self._fail_all(f"the collective endpoint closed: {e}")
+
+    def _fail_all(self, why: str) -> None:
+        self._closed = why
+        with self._pending_lock:
+            pending, self._pending = list(self._pending), deque()
+        for _, handle, _, _ in pending:
+            if not handle.is_completed():
+                handle._complete(why)
+
+
+def _connect(sock: socket.socket, path: str) -> None:
+    """Connects to ``path``, through ``/proc/self/fd/<dir>/<name>`` when it is longer than a
+    socket address holds (108 bytes)."""
+    if len(os.fsencode(path)) < 100:
+        sock.connect(path)
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_PATH)
+    try:
+        sock.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+    finally:
+        os.close(fd)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    _recv_into(sock, memoryview(buf))
+    return bytes(buf)
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < view.nbytes:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise OSError("end of stream")
+        got += k
