@@ -432,6 +432,9 @@ async fn sender_loop(
     done: watch::Sender<usize>,
 ) -> Result<()> {
     let mut inflight = JoinSet::new();
+    // Steps (not the header) whose sends have not returned: a send that starts with none of
+    // them is the link's alone, so its time is a sample for the cost model.
+    let mut steps_inflight = 0usize;
     // Sends whose segments are not all queued on the rails yet: `window` bounds these, so the
     // next message starts as soon as the previous one is handed over, not when it is
     // acknowledged (which `inflight` and `done` still track).
@@ -461,6 +464,9 @@ async fn sender_loop(
             biased;
             Some(r) = inflight.join_next(), if !inflight.is_empty() => {
                 let step = flatten(r)?;
+                if step != usize::MAX {
+                    steps_inflight -= 1;
+                }
                 settle(step, &mut pending, issued_to);
             }
             Some(_) = handing.join_next(), if !handing.is_empty() => {}
@@ -471,9 +477,10 @@ async fn sender_loop(
                     issued_to = step + 1;
                 }
                 let (ep, ranks) = (peers.ep.clone(), peers.ranks.clone());
-                // With no other message in flight its time is the link's, a sample for the cost
-                // model.
-                let meter = (inflight.is_empty() && step != usize::MAX).then(|| peers.meter.clone()).flatten();
+                let meter = (steps_inflight == 0 && step != usize::MAX).then(|| peers.meter.clone()).flatten();
+                if step != usize::MAX {
+                    steps_inflight += 1;
+                }
                 let (id, bytes) = (peers.ids[to], data.len() as u64);
                 let (handed, hand_rx) = tokio::sync::oneshot::channel();
                 handing.spawn(async move {

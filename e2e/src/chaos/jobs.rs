@@ -200,7 +200,9 @@ fn collective(rng: &mut StdRng, ledger: &Path, n: u64, most: u32) -> (String, Ve
         ledger,
         rng.random_range(1..=5),
         &format!(
-            "perl -e 'my $r = $ENV{{PLEXUS_RANK}}; print pack(\"f<*\", map {{ ($_ * 7 + $r * 13 + {n} * 3) % 101 }} 0 .. {})' > $PLEXUS_OUT/grad",
+            // (A write that fails, on a full disk say, fails the task: perl checks its print
+            // and the close that flushes it.)
+            "perl -e 'my $r = $ENV{{PLEXUS_RANK}}; print(pack(\"f<*\", map {{ ($_ * 7 + $r * 13 + {n} * 3) % 101 }} 0 .. {})) or die \"write: $!\"; close(STDOUT) or die \"close: $!\"' > $PLEXUS_OUT/grad",
             len - 1
         ),
         &format!("replicas = {members}\noutputs = [\"grad\"]"),
