@@ -47,22 +47,29 @@ pub struct GangWork {
 
 impl GangWork {
     fn from_pb(rank: u32, c: pb::Collective) -> Result<GangWork> {
-        let invalid = |m: String| Error::InvalidAssignment(m);
-        let members = c
-            .members
-            .iter()
-            .enumerate()
-            .map(|(r, m)| match parse_rails(&m.rails) {
-                Ok(rails) if !rails.is_empty() => Ok(rails),
-                Ok(_) => Err(invalid(format!("gang member {r} has no rails"))),
-                Err(e) => Err(invalid(format!("gang member {r}: {e}"))),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if rank as usize >= members.len() {
-            return Err(invalid(format!("rank {rank} is not a member of a gang of {}", members.len())));
-        }
+        let members = member_rails(&c, rank, "gang")?;
         Ok(GangWork { members, tag: c.tag, secret: uuid::Uuid::new_v4().simple().to_string() })
     }
+}
+
+/// Every member's rails of communicator `c` (a `what`: "gang" or "collective"), in rank order;
+/// an error when one has none or `rank` is not among them.
+fn member_rails(c: &pb::Collective, rank: u32, what: &str) -> Result<Vec<Vec<SocketAddr>>> {
+    let invalid = |m: String| Error::InvalidAssignment(m);
+    let members = c
+        .members
+        .iter()
+        .enumerate()
+        .map(|(r, m)| match parse_rails(&m.rails) {
+            Ok(rails) if !rails.is_empty() => Ok(rails),
+            Ok(_) => Err(invalid(format!("{what} member {r} has no rails"))),
+            Err(e) => Err(invalid(format!("{what} member {r}: {e}"))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if rank as usize >= members.len() {
+        return Err(invalid(format!("rank {rank} is not a member of a {what} of {}", members.len())));
+    }
+    Ok(members)
 }
 
 /// A collective member's part: what it reduces and with whom.
@@ -85,19 +92,7 @@ impl CollectiveWork {
     fn from_pb(kind: &str, rank: u32, c: Option<pb::Collective>) -> Result<CollectiveWork> {
         let invalid = |m: String| Error::InvalidAssignment(m);
         let c = c.ok_or_else(|| invalid(format!("a {kind} assignment without its communicator")))?;
-        let members = c
-            .members
-            .iter()
-            .enumerate()
-            .map(|(r, m)| match parse_rails(&m.rails) {
-                Ok(rails) if !rails.is_empty() => Ok(rails),
-                Ok(_) => Err(invalid(format!("collective member {r} has no rails"))),
-                Err(e) => Err(invalid(format!("collective member {r}: {e}"))),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if rank as usize >= members.len() {
-            return Err(invalid(format!("rank {rank} is not a member of a collective of {}", members.len())));
-        }
+        let members = member_rails(&c, rank, "collective")?;
         let root = match kind {
             "reduce" if c.root as usize >= members.len() => {
                 return Err(invalid(format!(
