@@ -10,6 +10,7 @@ use plexus_coordinator::admin::{self, Admin};
 use plexus_coordinator::etcd::EtcdUrl;
 use plexus_coordinator::{Config, Error, SecurityMode, run};
 use plexus_scheduler::core::{CoreConfig, EvictionGuard};
+use plexus_scheduler::gpu::objective::Weights;
 use plexus_scheduler::gpu::topology::MscCosts;
 
 #[derive(Parser)]
@@ -72,6 +73,12 @@ struct Args {
     /// and not decrease in that order.
     #[arg(long, value_name = "KEY=COST,...", default_value_t = MscCosts::default())]
     msc: MscCosts,
+    /// The weights of seed 002's objective `alpha·I + beta·C/C_ref` for GPU gangs: I is the
+    /// predicted interference (a mean slowdown, 1 when nothing interferes), C/C_ref the gang's
+    /// communication cost normalised to [0, 1]. Raise beta to pack communication-heavy gangs
+    /// closer; raise alpha to keep them off busy GPUs. Finite, ≥ 0, not both 0.
+    #[arg(long, value_name = "alpha=A,beta=B", default_value_t = Weights::default())]
+    gpu_weights: Weights,
     /// For `migrate --dry-run`, `policy export` and `token` while a coordinator runs on this
     /// data dir: its URL (default: the --listen address, 0.0.0.0 read as 127.0.0.1). These
     /// commands authenticate with the data dir's admin.token and ca.pem (or $PLEXUS_TOKEN).
@@ -159,6 +166,7 @@ fn main() -> anyhow::Result<()> {
             lease_ms: args.worker_lease_ms.unwrap_or(CoreConfig::default_lease_ms(args.heartbeat_timeout_ms)),
             eviction: EvictionGuard { max_lost_share: args.max_lost_share, min_workers: args.halt_min_workers },
             msc: args.msc,
+            gpu_weights: args.gpu_weights,
         },
         msc: args.msc,
     };

@@ -324,7 +324,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         queues: Some(opened.spaces.queues.clone()),
     };
     // Tell the operator now, not at the first job, that the GPU costs were read.
-    tracing::info!(msc = %config.msc, "GPU topology costs");
+    tracing::info!(msc = %config.msc, weights = %config.core.gpu_weights, "GPU topology costs and gang objective weights");
 
     let listener =
         TcpListener::bind(config.listen).await.map_err(|e| Error::Io(format!("binding {}", config.listen), e))?;

@@ -54,7 +54,7 @@ pub enum Error {
     /// The exhaustive search would enumerate more assignments than its limit.
     #[error("exhaustive search over {count} assignments refused (limit {limit})")]
     TooLarge { count: u128, limit: u64 },
-    /// A model-synchronisation cost entry (`--msc`) that is not `key=value`.
+    /// A `key=value` setting (`--msc`, `--gpu-weights`) entry that is not `key=value`.
     #[error("{entry:?} is not key=value (keys: {keys})", keys = keys.join(", "))]
     MscSyntax { entry: String, keys: &'static [&'static str] },
     #[error("unknown key {key:?} (keys: {keys})", keys = keys.join(", "))]

@@ -1,5 +1,6 @@
 //! How the core is configured, and what it counts for metrics.
 
+use crate::gpu::objective::Weights;
 use crate::gpu::topology::MscCosts;
 
 use super::eviction::EvictionGuard;
@@ -26,6 +27,8 @@ pub struct CoreConfig {
     pub eviction: EvictionGuard,
     /// The GPU topology's model-synchronisation costs, for GPU gangs (issue 16).
     pub msc: MscCosts,
+    /// Seed 002's objective weights `α·I + β·C/C_ref` for GPU gangs (`--gpu-weights`).
+    pub gpu_weights: Weights,
 }
 
 impl Default for CoreConfig {
@@ -40,6 +43,7 @@ impl Default for CoreConfig {
             lease_ms: CoreConfig::default_lease_ms(3_000),
             eviction: EvictionGuard::default(),
             msc: Default::default(),
+            gpu_weights: Weights::default(),
         }
     }
 }

@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use plexus_proto::{JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
 use super::gang_book::{GangBook, Hold, gang_backoff_ms};
+use super::gpus::GpuPlan;
 use super::ledger::Worker;
 use super::lineage::{Availability, MAX_RERUNS};
 use super::messages::{Assignment, CollectiveAssignment, InputLocation};
@@ -159,7 +160,7 @@ impl Core {
             .collect();
         if !todo.is_empty()
             && reserved + todo.len() as u32 >= g.min_members
-            && let Some(plan) = self.plan_gpu_gang(job, &todo, held)
+            && let Some(plan) = self.plan_gpu_gang(job, &todo, held, false)
         {
             for (idx, wid, device, reason) in plan {
                 let task = &self.jobs[&job].record.spec.tasks[self.jobs[&job].task_of(idx)];
@@ -554,11 +555,53 @@ impl Core {
                 return false;
             }
         }
-        let Some(chosen) = self.choose_gang_workers(job, t, objects, held) else {
+        // GPU members go where seed 002's search puts the group, one per worker; when it finds
+        // no room for them all, or they ask no GPU, near their inputs.
+        let chosen = match self.plan_gpu_gang(job, &members, held, true) {
+            Some(plan) => match self.gpu_gang_workers(job, plan, objects.clone()) {
+                Some(chosen) => Some(chosen),
+                None => self.choose_gang_workers(job, t, objects, held),
+            },
+            None => self.choose_gang_workers(job, t, objects, held),
+        };
+        let Some(chosen) = chosen else {
             return false;
         };
         self.dispatch_gang(job, t, chosen, now);
         true
+    }
+
+    /// A collective GPU gang's members on the workers and devices of its search's plan (one
+    /// per worker), each device noted as the member's planned one for its dispatch.
+    fn gpu_gang_workers(&mut self, job: JobId, plan: GpuPlan, objects: Vec<Vec<ObjectId>>) -> Option<Vec<Chosen>> {
+        let workers: std::collections::HashSet<WorkerId> = plan.iter().map(|(_, w, ..)| *w).collect();
+        if workers.len() != plan.len() {
+            tracing::error!(%job, "a collective GPU plan put two members on one worker; placed near their inputs instead");
+            return None;
+        }
+        let mut chosen: Vec<Chosen> = Vec::with_capacity(plan.len());
+        for ((idx, wid, device, reason), objects) in plan.into_iter().zip(objects) {
+            let inputs = self.sized_inputs(job, objects);
+            self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = vec![device];
+            chosen.push(Chosen { worker: wid, inputs, why: reason, placer: "sfla" });
+        }
+        Some(chosen)
+    }
+
+    /// A member's input objects with their sizes (0 when not known yet).
+    fn sized_inputs(&self, job: JobId, objects: Vec<ObjectId>) -> Vec<(ObjectId, u64)> {
+        let j = &self.jobs[&job];
+        objects
+            .into_iter()
+            .map(|o| {
+                let size = j
+                    .task_index(&o.task)
+                    .map(|p| &j.subtasks[(j.members(p).start + o.rank) as usize])
+                    .and_then(|s| s.outputs.iter().find(|(name, _)| *name == o.name).map(|(_, sz)| *sz))
+                    .unwrap_or(0);
+                (o, size)
+            })
+            .collect()
     }
 
     /// Whether every member is ready, and none still waiting out a retry's back-off.
@@ -590,18 +633,8 @@ impl Core {
             .collect();
         let mut chosen: Vec<Chosen> = Vec::with_capacity(objects.len());
         for objects in objects {
-            let sized: Vec<(ObjectId, u64)> = objects
-                .into_iter()
-                .map(|o| {
-                    let size = j
-                        .task_index(&o.task)
-                        .map(|p| &j.subtasks[(j.members(p).start + o.rank) as usize])
-                        .and_then(|s| s.outputs.iter().find(|(name, _)| *name == o.name).map(|(_, sz)| *sz))
-                        .unwrap_or(0);
-                    (o, size)
-                })
-                .collect();
-            let taken = |w: &WorkerId| chosen.iter().any(|(c, ..)| c == w);
+            let sized = self.sized_inputs(job, objects);
+            let taken = |w: &WorkerId| chosen.iter().any(|c| c.worker == *w);
             // Near the member's (first) input when its holder has room.
             let holder = sized
                 .first()
@@ -622,7 +655,7 @@ impl Core {
                 f.memory = f.memory.saturating_sub(req.memory);
                 f.gpu = f.gpu.saturating_sub(req.gpu);
             }
-            chosen.push((wid, sized, why));
+            chosen.push(Chosen { worker: wid, inputs: sized, why: why.into(), placer: "gang" });
         }
         Some(chosen)
     }
@@ -635,13 +668,13 @@ impl Core {
         let (start, n, req) = (j.members(t).start, task.replicas, task.resources);
         let spec = task.collective.clone().expect("a collective task");
         let rails: Vec<Vec<String>> =
-            chosen.iter().map(|(w, ..)| self.workers[w].record().capacity.rails.clone()).collect();
+            chosen.iter().map(|c| self.workers[&c.worker].record().capacity.rails.clone()).collect();
         let generation = j.subtasks[start as usize].attempt + 1;
         // The gang's tag base: distinct per job, task and generation, with the low 32 bits free
         // for the communicator's own message numbering.
         let tag = gang_tag(job, t, generation);
         let task_name = task.name.clone();
-        for (rank, (wid, objects, why)) in chosen.into_iter().enumerate() {
+        for (rank, Chosen { worker: wid, inputs: objects, why, placer }) in chosen.into_iter().enumerate() {
             let idx = start + rank as u32;
             let inputs: Vec<InputLocation> = objects
                 .into_iter()
@@ -658,7 +691,7 @@ impl Core {
             let task = &self.jobs[&job].record.spec.tasks[t];
             let record = PlacementRecord {
                 decision,
-                placer: "gang".into(),
+                placer: placer.into(),
                 attempt: attempt.attempt,
                 chosen: wid,
                 exploratory: false,
@@ -673,8 +706,14 @@ impl Core {
     }
 }
 
-/// A collective member's choice: its worker, its inputs with their sizes, and why there.
-type Chosen = (WorkerId, Vec<(ObjectId, u64)>, &'static str);
+/// A collective member's choice: its worker, its inputs with their sizes, why there, and the
+/// placer that chose it (`gang`: near its inputs; `sfla`: seed 002's search for GPU members).
+struct Chosen {
+    worker: WorkerId,
+    inputs: Vec<(ObjectId, u64)>,
+    why: String,
+    placer: &'static str,
+}
 
 /// A collective gang's tag base: a 32-bit FNV-1a hash of (job, task, generation) in the high
 /// half, so concurrent gangs on the same workers use disjoint tags and a rerun never matches a

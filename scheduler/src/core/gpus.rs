@@ -103,12 +103,16 @@ pub(super) type GpuPlan = Vec<(u32, WorkerId, u32, String)>;
 
 impl Core {
     /// Plans where members `todo` of a GPU gang go (each asking one whole GPU, or one shared
-    /// GPU), by seed 002's objective `α·I + β·C` searched with SFLA over the GPUs of connected
-    /// workers not `held`, with greedy's objective for comparison in every reason. `None` when
-    /// the members are not all one GPU task, or no feasible assignment exists now (the caller
-    /// reserves member by member as for any gang).
-    pub(super) fn plan_gpu_gang(&self, job: JobId, todo: &[u32], held: &GangBook) -> Option<GpuPlan> {
-        use crate::gpu::objective::{Evaluator, Problem, Weights};
+    /// GPU), by seed 002's objective `α·I + β·C` (weights [`CoreConfig::gpu_weights`]) searched
+    /// with SFLA over the GPUs of connected workers not `held`, with greedy's objective for
+    /// comparison in every reason. `distinct`: at most one member per worker (a collective's
+    /// members each run beside their own worker's data plane). `None` when the members are not
+    /// all one GPU task, or no feasible assignment exists now (the caller falls back to its
+    /// member-by-member placement).
+    ///
+    /// [`CoreConfig::gpu_weights`]: super::CoreConfig::gpu_weights
+    pub(super) fn plan_gpu_gang(&self, job: JobId, todo: &[u32], held: &GangBook, distinct: bool) -> Option<GpuPlan> {
+        use crate::gpu::objective::{Evaluator, Problem};
         use crate::gpu::search::{SflaParams, greedy, sfla};
         use crate::gpu::topology::ClusterTopology;
 
@@ -125,7 +129,7 @@ impl Core {
         let mut host = task.resources;
         host.gpu = 0;
         let k = todo.len();
-        let (places, cands) = self.gpu_candidates(host, k, share, held);
+        let (places, cands) = self.gpu_candidates(host, k, share, held, distinct);
         if cands.is_empty() {
             return None;
         }
@@ -140,7 +144,7 @@ impl Core {
             (x, y) if x == usize::MAX || y == usize::MAX => topo.costs().sys,
             (x, y) => topo.msc(x, y),
         };
-        let problem = Problem::new(vec![member; k], cands, msc, Weights::default()).ok()?;
+        let problem = Problem::new(vec![member; k], cands, msc, self.config.gpu_weights).ok()?;
         let mut eval = Evaluator::new(&problem, self.gpu_learner.as_ref());
         let seed = u64::from_le_bytes(job.as_bytes()[..8].try_into().unwrap_or_default()) ^ u64::from(todo[0]);
         let best = sfla(&mut eval, &SflaParams::default(), seed).ok()?;
@@ -157,14 +161,17 @@ impl Core {
                 .map(|(m, (&idx, &c))| {
                     let (wid, g) = places[c];
                     let reason = format!(
-                        "GPU gang placed by SFLA over {n} candidate GPUs in {evaluations} objective evaluations: this member on GPU {g}, predicted slowdown {:.3} ({}); \
-                         the group's I = {:.3}, C = {:.3} (normalised {:.3}), objective α·I + β·C = {:.3}; greedy's would be {}",
+                        "GPU gang placed by SFLA over {n} candidate GPUs{} in {evaluations} objective evaluations: this member on GPU {g}, predicted slowdown {:.3} ({}); \
+                         the group's I = {:.3}, C = {:.3} (normalised {:.3}), objective α·I + β·C = {:.3} (α = {}, β = {}); greedy's would be {}",
+                        if distinct { " (one member per worker)" } else { "" },
                         b.slowdowns[m],
                         self.gpu_learner.name(),
                         b.interference,
                         b.communication,
                         b.communication_norm,
                         b.objective,
+                        problem.weights().alpha,
+                        problem.weights().beta,
                         alternative.map_or("infeasible".to_string(), |o| format!("{o:.3}")),
                     );
                     (idx, wid, g, reason)
@@ -176,13 +183,17 @@ impl Core {
     /// The GPUs a GPU gang's `k` members may go to, as (worker, device) places and the search's
     /// candidates in the same order: every free (or, for members sharing `share` bytes,
     /// shareable) device of a connected worker not `held`, with the sharing attempts already
-    /// resident there, and members per worker bounded by its cores and memory.
+    /// resident there, and members per worker bounded by its cores and memory. `distinct`: one
+    /// device per worker, taking one member: its lowest free device (a free device has no
+    /// residents, and every device of a node is as far from another node), or, for sharing
+    /// members, its least shared device with room.
     fn gpu_candidates(
         &self,
         host: Resources,
         k: usize,
         share: Option<u64>,
         held: &GangBook,
+        distinct: bool,
     ) -> (Vec<(WorkerId, u32)>, Vec<crate::gpu::objective::GpuCandidate>) {
         use crate::gpu::objective::GpuCandidate;
 
@@ -194,6 +205,7 @@ impl Core {
             let mut free = w.available();
             free.gpu = 0;
             let mut fit = 0usize;
+            let k = if distinct { k.min(1) } else { k };
             while fit < k && fit < w.free_slots() as usize && host.fits_in(&free) {
                 free = free.minus(&host);
                 fit += 1;
@@ -201,7 +213,7 @@ impl Core {
             if fit == 0 {
                 continue;
             }
-            let devices: Vec<(u32, u64)> = match share {
+            let mut devices: Vec<(u32, u64)> = match share {
                 Some(memory) => w
                     .shareable_gpus(memory)
                     .into_iter()
@@ -215,6 +227,11 @@ impl Core {
                 // plan that puts more there does not get: its reservations stop there.)
                 None => w.free_devices().into_iter().take(w.available().gpu as usize).map(|g| (g, u64::MAX)).collect(),
             };
+            if distinct {
+                let sharers = |g: u32| w.gpu_shared().get(&g).map_or(0, |s| s.1);
+                let best = devices.iter().copied().min_by_key(|&(g, free)| (sharers(g), std::cmp::Reverse(free), g));
+                devices = best.into_iter().collect();
+            }
             for (g, free_memory) in devices {
                 let memory = self.device_memory(w.id(), g);
                 let resident: Vec<TaskVector> = w

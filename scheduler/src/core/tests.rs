@@ -7,6 +7,7 @@ use crate::spec::{Format, parse};
 use std::collections::BTreeSet;
 
 use crate::error::Error;
+use crate::gpu::objective::Weights;
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
 const FAN: &str = r#"
@@ -1630,6 +1631,89 @@ fn a_gpu_gang_is_placed_by_the_search_on_the_best_connected_gpus() {
         for part in ["SFLA over", "predicted slowdown", "I = ", "C = ", "objective", "greedy's would be"] {
             assert!(p.reason.contains(part), "{part}: {}", p.reason);
         }
+    }
+}
+
+/// Issue 31, item 5: a collective GPU gang (`communicator = true`, `gpu = 1` per member) goes
+/// where seed 002's search puts it, one member per worker: on three one-GPU workers, workers 1
+/// and 3 in one rack and worker 2 in another, a 2-member gang with a large model takes the rack
+/// pair (placement near inputs / most free cores would take workers 1 and 2), and each member's
+/// decision says SFLA chose it, one member per worker, with the weights used.
+#[test]
+fn a_collective_gpu_gang_is_placed_by_the_search_one_member_per_worker() {
+    let file = "[[task]]\nname = \"train\"\ncommand = [\"true\"]\ncpu = 1\ngpu = 1\nmodel_size = \"1GiB\"\nreplicas = 2\ncommunicator = true\n";
+    let place = |weights: Weights| {
+        let mut c = Core::new(
+            CoreConfig { gpu_weights: weights, ..CoreConfig::default() },
+            heuristic("least-loaded", 1).unwrap(),
+        );
+        for (n, rack) in [(1, "r1"), (2, "r2"), (3, "r1")] {
+            let mut r = gpu_worker(n, &[0, 1]);
+            r.capacity.topology.labels.insert("rack".into(), rack.into());
+            c.register(r, 0);
+        }
+        let job = submit(&mut c, file, 0);
+        c.schedule(1);
+        let a = assigned(&mut c);
+        assert_eq!(a.len(), 2, "placed whole: {a:?}");
+        let mut at: Vec<(WorkerId, Vec<u32>)> = a.iter().map(|(w, x)| (*w, x.gpus.clone())).collect();
+        at.sort();
+        assert!(a.iter().all(|(_, x)| x.collective.is_some()), "members of one communicator");
+        (c, job, at)
+    };
+    let (c, job, at) = place(Weights::default());
+    let why = c.explain(job, "train", 0).map(|p| p.reason.clone()).unwrap_or_default();
+    assert_eq!(at, vec![(wid(1), vec![0]), (wid(3), vec![0])], "the same-rack pair, one member each: {why}");
+    for r in 0..2 {
+        let p = c.explain(job, "train", r).unwrap();
+        assert_eq!(p.placer, "sfla");
+        for part in ["SFLA over", "(one member per worker)", "α = 1, β = 1", "greedy's would be"] {
+            assert!(p.reason.contains(part), "{part}: {}", p.reason);
+        }
+    }
+    // The weights are the configured ones: with β = 0 the communication cost weighs nothing,
+    // every spread is equal, and the reason says so.
+    let (c, job, at) = place(Weights { alpha: 1.0, beta: 0.0, msc_ref: None });
+    assert_eq!(at.len(), 2);
+    assert_ne!(at[0].0, at[1].0, "one member per worker whatever the weights");
+    assert!(c.explain(job, "train", 0).unwrap().reason.contains("α = 1, β = 0"));
+}
+
+/// A collective that asks no GPU is placed as before, near its inputs (placer `gang`).
+#[test]
+fn a_collective_without_gpus_is_not_placed_by_the_search() {
+    let mut c = core();
+    for n in 1..=3 {
+        c.register(gpu_worker(n, &[0]), 0);
+    }
+    let job = submit(
+        &mut c,
+        "[[task]]\nname = \"train\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = 2\ncommunicator = true\n",
+        0,
+    );
+    c.schedule(1);
+    assert_eq!(assigned(&mut c).len(), 2);
+    assert_eq!(c.explain(job, "train", 0).unwrap().placer, "gang");
+}
+
+/// `--gpu-weights`: `alpha=A,beta=B`, either left out keeps 1; bad input is named.
+#[test]
+fn gpu_weights_parse_and_refuse_bad_input() {
+    assert_eq!("alpha=2,beta=0.5".parse::<Weights>().unwrap(), Weights { alpha: 2.0, beta: 0.5, msc_ref: None });
+    assert_eq!("beta=3".parse::<Weights>().unwrap(), Weights { alpha: 1.0, beta: 3.0, msc_ref: None });
+    let w: Weights = Weights::default().to_string().parse().unwrap();
+    assert_eq!(w, Weights::default(), "Display reads back");
+    for (bad, says) in [
+        ("alpha", "not key=value"),
+        ("gamma=1", "unknown key \"gamma\""),
+        ("alpha=1,alpha=2", "alpha is given twice"),
+        ("beta=-1", "not a finite number"),
+        ("beta=inf", "not a finite number"),
+        ("alpha=NaN", "not a finite number"),
+        ("alpha=0,beta=0", "both 0"),
+    ] {
+        let e = bad.parse::<Weights>().unwrap_err().to_string();
+        assert!(e.contains(says), "{bad}: {e}");
     }
 }
 

@@ -72,6 +72,61 @@ impl Default for Weights {
     }
 }
 
+impl Weights {
+    /// The keys [`Weights::parse`] reads.
+    pub const KEYS: &'static [&'static str] = &["alpha", "beta"];
+
+    /// `alpha=A,beta=B` (either may be left out and keeps its default of 1): finite, ≥ 0, and
+    /// not both 0 (an objective that weighs nothing makes every placement equal).
+    pub fn parse(s: &str) -> Result<Weights, Error> {
+        let mut w = Weights::default();
+        let mut given: Vec<&str> = Vec::new();
+        for entry in s.split(',') {
+            let entry = entry.trim();
+            let Some((key, value)) = entry.split_once('=') else {
+                return Err(Error::MscSyntax { entry: entry.chars().take(64).collect(), keys: Self::KEYS });
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let Some(&name) = Self::KEYS.iter().find(|k| **k == key) else {
+                return Err(Error::MscUnknownKey { key: key.chars().take(64).collect(), keys: Self::KEYS });
+            };
+            if given.contains(&name) {
+                return Err(Error::MscDuplicate(name.to_string()));
+            }
+            given.push(name);
+            let v: f64 = value
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| Error::NotACost { key: name, value: value.chars().take(64).collect() })?;
+            if name == "alpha" {
+                w.alpha = v;
+            } else {
+                w.beta = v;
+            }
+        }
+        if w.alpha == 0.0 && w.beta == 0.0 {
+            return Err(Error::GpuProblem("alpha and beta are both 0: the objective would weigh nothing".into()));
+        }
+        Ok(w)
+    }
+}
+
+impl std::str::FromStr for Weights {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Weights::parse(s)
+    }
+}
+
+/// `alpha=1,beta=1`: what [`Weights::parse`] reads (`msc_ref` is not a setting).
+impl std::fmt::Display for Weights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "alpha={},beta={}", self.alpha, self.beta)
+    }
+}
+
 /// One gang to place on a set of candidate GPUs. Immutable once built: the derived tables
 /// (member classes, `muds`, `C_ref`) are computed in the constructor.
 #[derive(Clone, Debug)]
