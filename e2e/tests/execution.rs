@@ -324,3 +324,55 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     files
 }
+
+/// Issue 32, item 4: `constraints` choose workers by their `--label`s, with real workers. Of an
+/// unlabelled worker and two in racks r1 and r2, `rack = "r1"` runs every replica on the r1
+/// worker and `rack = "!=r1"` on the others; a rack no worker is in waits, and `plexus status`
+/// says why; a label no worker has ever carried is refused at submit, naming it.
+#[test]
+fn constraints_place_tasks_by_worker_labels() {
+    let mut c = Cluster::start(ClusterConfig { workers: 1, ..Default::default() });
+    for rack in ["r1", "r2"] {
+        let launch = plexus_launch::WorkerLaunch {
+            args: vec!["--label".into(), format!("rack={rack}").into()],
+            ..Default::default()
+        };
+        c.launcher().add_worker_with(&launch).expect("a labelled worker");
+    }
+    c.wait_workers_alive(3);
+    let job = |constraints: &str| {
+        format!("[[task]]\nname = \"t\"\ncommand = \"true\"\ncpu = 0\nreplicas = 4\nconstraints = {constraints}\n")
+    };
+    let ran_on = |c: &Cluster, id: &str| {
+        let j = c.wait_job(id, Duration::from_secs(60));
+        assert_eq!(j.state, SUCCEEDED, "{j:?}");
+        let mut w: Vec<String> = j.subtasks.iter().map(|s| s.worker_id.clone()).collect();
+        w.sort();
+        w.dedup();
+        w
+    };
+    let id = c.submit("r1.toml", &job("{ rack = \"r1\" }"));
+    assert_eq!(ran_on(&c, &id), vec![c.worker_id(1)]);
+    let id = c.submit("not-r1.toml", &job("{ rack = \"!=r1\" }"));
+    let mut others = vec![c.worker_id(0), c.worker_id(2)];
+    others.sort();
+    assert!(ran_on(&c, &id).iter().all(|w| others.contains(w)));
+
+    let id = c.submit("r9.toml", &job("{ rack = \"r9\" }"));
+    let why = c.wait_for("the waiting reason", Duration::from_secs(30), |c| {
+        let g = c.job_summary(&id)?.groups.into_iter().find(|g| g.task == "t")?;
+        (!g.waiting_reason.is_empty()).then_some(g.waiting_reason)
+    });
+    assert!(why.contains("requires rack=r9: none of the 3 live worker(s) meets it"), "{why}");
+    assert!(why.contains("rack: r1, r2"), "{why}");
+    let out = c.plexus(&["status", &id]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("waiting: t: task \"t\" requires rack=r9"),
+        "{}",
+        describe(&out)
+    );
+    assert!(c.plexus(&["cancel", &id]).status.success());
+
+    let err = c.try_submit("zone.toml", &job("{ zone = \"a\" }")).expect_err("refused");
+    assert!(err.message().contains("no worker has ever carried the label \"zone\""), "{}", err.message());
+}

@@ -8,6 +8,8 @@ use plexus_proto::Resources;
 use plexus_proto::topology::{GpuLink, RACK_LABEL};
 use serde::{Deserialize, Serialize};
 
+use crate::spec::constraints::{Constraint, GPU_MODEL_LABEL, Labels, admits_all};
+
 /// The hardware a worker offers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Capacity {
@@ -29,6 +31,29 @@ pub struct Capacity {
 impl Capacity {
     pub fn resources(&self) -> Resources {
         Resources { cpu: self.cpus as f64, memory: self.memory, gpu: self.gpus.len() as u32 }
+    }
+
+    /// Whether it meets every one of a task's `constraints`.
+    pub fn admits(&self, constraints: &[Constraint]) -> bool {
+        admits_all(constraints, self)
+    }
+}
+
+/// A worker's labels for constraints: its `--label`s, and `gpu_model` from its GPUs unless a
+/// label names it (any word of a device's model name: `A100` is one of `NVIDIA A100-SXM4-80GB`).
+impl Labels for Capacity {
+    fn has(&self, key: &str) -> bool {
+        self.topology.labels.contains_key(key) || (key == GPU_MODEL_LABEL && !self.gpus.is_empty())
+    }
+
+    fn is(&self, key: &str, value: &str) -> bool {
+        match self.topology.labels.get(key) {
+            Some(v) => v == value,
+            None if key == GPU_MODEL_LABEL => {
+                self.gpus.iter().any(|g| g.name == value || g.name.split([' ', '-']).any(|word| word == value))
+            }
+            None => false,
+        }
     }
 }
 

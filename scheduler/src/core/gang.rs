@@ -41,7 +41,7 @@ use super::messages::{Assignment, CollectiveAssignment, InputLocation};
 use super::placement::Placed;
 use super::records::{GangState, PlacementRecord};
 use super::state::Core;
-use crate::spec::GangSpec;
+use crate::spec::{GangSpec, TaskSpec};
 
 impl Core {
     /// The tasks (indices) of job `job` in gang `name`.
@@ -86,14 +86,14 @@ impl Core {
             return false;
         }
         let label = format!("gang {:?} of job {job}", g.name);
-        let req = self.jobs[&job].record.spec.tasks[t].resources;
         let distinct = self.jobs[&job].record.spec.tasks[t].collective.is_some();
         // When the timeouts of what runs say when `min_members` will fit, and that is later:
         // reserve nothing yet (reservations would idle the cores until then), hold the workers
         // that will serve it, and let work that ends before then — and before a deadline from
         // now, so the gang never starts later than that after room is really there — use
         // them. The deadline's clock runs only once the gang reserves.
-        if let Some((start, workers)) = self.planned_start(req, g.min_members, distinct, now, held)
+        if let Some((start, workers)) =
+            self.planned_start(&self.jobs[&job].record.spec.tasks[t], g.min_members, distinct, now, held)
             && start > now
         {
             self.yield_gang(job, &g.name);
@@ -129,12 +129,12 @@ impl Core {
                 return true;
             }
             let n = self.jobs[&job].record.spec.tasks[t].replicas;
-            self.hold_for(req, n, true, &label, now, held);
+            self.hold_for(&self.jobs[&job].record.spec.tasks[t], n, true, &label, now, held);
             return false;
         }
         match self.reserve_gang(job, g, now, held) {
             Some(needed) => {
-                self.hold_for(req, needed, false, &label, now, held);
+                self.hold_for(&self.jobs[&job].record.spec.tasks[t], needed, false, &label, now, held);
                 false
             }
             None => true,
@@ -324,11 +324,12 @@ impl Core {
     /// busy with a long task until their deadline: in the gang simulator, mean gang wait 183 s
     /// against strict FIFO's 70 s at 64 workers; with the spares, 71 s.) Each hold says when the
     /// gang can expect the worker, for backfill.
-    fn hold_for(&self, req: Resources, needed: u32, distinct: bool, label: &str, now: u64, held: &mut GangBook) {
+    fn hold_for(&self, task: &TaskSpec, needed: u32, distinct: bool, label: &str, now: u64, held: &mut GangBook) {
+        let req = task.resources;
         let mut room: Vec<(WorkerId, Resources, Resources, Option<u64>)> = self
             .workers
             .values()
-            .filter(|w| w.placeable() && !held.is_held(&w.id()))
+            .filter(|w| w.placeable() && !held.is_held(&w.id()) && w.record().capacity.admits(&task.constraints))
             .map(|w| {
                 let mut reserved = Resources::default();
                 for (j, i) in w.reserved() {
@@ -376,14 +377,17 @@ impl Core {
     /// them (with spares); `None` when that depends on an attempt without a timeout.
     fn planned_start(
         &self,
-        req: Resources,
+        task: &TaskSpec,
         k: u32,
         distinct: bool,
         now: u64,
         held: &GangBook,
     ) -> Option<(u64, Vec<WorkerId>)> {
+        let req = task.resources;
         let mut slots: Vec<(u64, WorkerId)> = Vec::new();
-        for w in self.workers.values().filter(|w| w.placeable() && !held.is_held(&w.id())) {
+        let eligible =
+            |w: &&Worker| w.placeable() && !held.is_held(&w.id()) && w.record().capacity.admits(&task.constraints);
+        for w in self.workers.values().filter(eligible) {
             if !req.fits_in(&w.record().capacity.resources()) {
                 continue;
             }
@@ -625,10 +629,11 @@ impl Core {
     ) -> Option<Vec<Chosen>> {
         let j = &self.jobs[&job];
         let req = j.record.spec.tasks[t].resources;
+        let constraints = &j.record.spec.tasks[t].constraints;
         let mut free: HashMap<WorkerId, Resources> = self
             .workers
             .values()
-            .filter(|w| w.placeable() && !held.is_held(&w.id()))
+            .filter(|w| w.placeable() && !held.is_held(&w.id()) && w.record().capacity.admits(constraints))
             .map(|w| (w.id(), w.available()))
             .collect();
         let mut chosen: Vec<Chosen> = Vec::with_capacity(objects.len());

@@ -8,9 +8,10 @@
 
 use std::collections::BTreeSet;
 
-use plexus_proto::{JobId, Resources, WorkerId};
+use plexus_proto::{JobId, WorkerId};
 
 use super::gang_book::GangBook;
+use super::ledger::Worker;
 use super::signature::signature;
 use super::state::Core;
 use crate::gpu::TaskVector;
@@ -126,10 +127,8 @@ impl Core {
         if share.is_none() && task.resources.gpu != 1 {
             return None;
         }
-        let mut host = task.resources;
-        host.gpu = 0;
         let k = todo.len();
-        let (places, cands) = self.gpu_candidates(host, k, share, held, distinct);
+        let (places, cands) = self.gpu_candidates(task, k, held, distinct);
         if cands.is_empty() {
             return None;
         }
@@ -189,19 +188,23 @@ impl Core {
     /// members, its least shared device with room.
     fn gpu_candidates(
         &self,
-        host: Resources,
+        task: &TaskSpec,
         k: usize,
-        share: Option<u64>,
         held: &GangBook,
         distinct: bool,
     ) -> (Vec<(WorkerId, u32)>, Vec<crate::gpu::objective::GpuCandidate>) {
+        let share = task.shares_gpu().then(|| task.shared_gpu_memory());
+        let mut host = task.resources;
+        host.gpu = 0;
         use crate::gpu::objective::GpuCandidate;
 
         // Candidate GPUs: (worker, device, candidate), members per worker bounded by its cores
         // and memory.
         let mut places: Vec<(WorkerId, u32)> = Vec::new();
         let mut cands: Vec<GpuCandidate> = Vec::new();
-        for w in self.workers.values().filter(|w| w.placeable() && !held.is_held(&w.id())) {
+        let eligible =
+            |w: &&Worker| w.placeable() && !held.is_held(&w.id()) && w.record().capacity.admits(&task.constraints);
+        for w in self.workers.values().filter(eligible) {
             let mut free = w.available();
             free.gpu = 0;
             let mut fit = 0usize;

@@ -11,6 +11,7 @@ use super::messages::Report;
 use super::records::{AttemptFailure, JobRecord, Subtask, Transition};
 use super::state::Core;
 use crate::error::Error;
+use crate::spec::constraints::Labels;
 use crate::spec::{JobSpec, OnFailure, TaskSpec, retry_delay_ms};
 
 impl Core {
@@ -21,7 +22,67 @@ impl Core {
         if self.workers.is_empty() {
             return None;
         }
-        spec.tasks.iter().find_map(|t| self.unrunnable(t)).or_else(|| self.gang_too_big(spec))
+        spec.tasks
+            .iter()
+            .find_map(|t| self.unknown_label(t).or_else(|| self.unrunnable(t)))
+            .or_else(|| self.gang_too_big(spec))
+    }
+
+    /// A constraint of `t` that only a worker carrying its label can meet (`key = "v"`, `key =
+    /// true`), on a label no registered worker, live or lost, has ever carried: a typo, or a
+    /// cluster that has no such nodes.
+    fn unknown_label(&self, t: &TaskSpec) -> Option<String> {
+        let c = t
+            .constraints
+            .iter()
+            .filter(|c| c.needs_label())
+            .find(|c| !self.workers.values().any(|w| w.record().capacity.has(&c.key)))?;
+        let mut known: Vec<&str> = self
+            .workers
+            .values()
+            .flat_map(|w| w.record().capacity.topology.labels.keys().map(String::as_str))
+            .collect();
+        known.sort_unstable();
+        known.dedup();
+        known.truncate(16);
+        Some(format!(
+            "task {:?}: constraint {c}: no worker has ever carried the label {:?} (labels seen: {})",
+            t.name,
+            c.key,
+            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        ))
+    }
+
+    /// Why no live worker may run `t` by its constraints, if that is so: the constraints, and the
+    /// values the live workers carry of the labels they test.
+    pub(super) fn constraints_unmet(&self, t: &TaskSpec) -> Option<String> {
+        if t.constraints.is_empty() {
+            return None;
+        }
+        let alive: Vec<&Worker> = self.workers.values().filter(|w| w.record().alive).collect();
+        if alive.iter().any(|w| w.record().capacity.admits(&t.constraints)) {
+            return None;
+        }
+        let mut seen: Vec<String> = Vec::new();
+        for c in &t.constraints {
+            let mut values: Vec<&str> = alive
+                .iter()
+                .filter_map(|w| w.record().capacity.topology.labels.get(&c.key).map(String::as_str))
+                .collect();
+            values.sort_unstable();
+            values.dedup();
+            values.truncate(8);
+            if !values.is_empty() {
+                seen.push(format!("{}: {}", c.key, values.join(", ")));
+            }
+        }
+        Some(format!(
+            "task {:?} requires {}: none of the {} live worker(s) meets it{}",
+            t.name,
+            crate::spec::constraints::describe(&t.constraints),
+            alive.len(),
+            if seen.is_empty() { String::new() } else { format!(" (live workers carry {})", seen.join("; ")) }
+        ))
     }
 
     /// Why a gang of `spec` cannot ever have `min_members` members placed at once on the live

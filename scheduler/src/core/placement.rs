@@ -420,7 +420,8 @@ impl Core {
             }
             let task = &j.record.spec.tasks[t];
             let reason = self
-                .unrunnable(task)
+                .constraints_unmet(task)
+                .or_else(|| self.unrunnable(task))
                 .unwrap_or_else(|| format!("no live worker has room now for {}", fmt_res(&task.resources)));
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.waiting.insert(t, reason);
@@ -573,7 +574,8 @@ impl Core {
             // Silent past the timeout but not lost (evictions halted): nothing new goes there.
             let draining =
                 w.record().draining || (self.halt.is_some() && self.is_silent(w.record().last_heartbeat, now));
-            let fits = req.fits_in(&free) && gpu_room && gang.is_none() && !draining;
+            let admits = w.record().capacity.admits(&task.constraints);
+            let fits = req.fits_in(&free) && gpu_room && gang.is_none() && !draining && admits;
             let (id, rack) = (w.id(), w.record().capacity.topology.rack());
             let mut local = 0u64;
             // Each missing input from its best holder; unknown if any has no estimate.

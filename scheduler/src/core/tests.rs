@@ -1717,6 +1717,59 @@ fn gpu_weights_parse_and_refuse_bad_input() {
     }
 }
 
+/// Issue 32, item 4: `constraints` keep a task on the workers whose labels meet them, a task
+/// no live worker meets waits with the reason, and a constraint on a label no worker has ever
+/// carried is refused at submit; `gpu_model` is any word of a device's model name.
+#[test]
+fn constraints_choose_workers_by_their_labels() {
+    let mut c = core();
+    c.register(racked(1, "s1", "r1"), 0);
+    c.register(racked(2, "s2", "r2"), 0);
+    let mut g = gpu_worker(3, &[0]);
+    g.capacity.gpus[0].name = "NVIDIA A100-SXM4-80GB".into();
+    g.capacity.topology.labels.insert("spot".into(), "yes".into());
+    c.register(g, 0);
+    let task = |constraints: &str| {
+        format!("[[task]]\nname = \"t\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = 4\nconstraints = {constraints}\n")
+    };
+    let workers_of = |c: &mut Core, file: &str, at: u64| {
+        let job = submit(c, file, at);
+        c.schedule(at + 1);
+        let mut w: Vec<WorkerId> = assigned(c).into_iter().map(|(w, _)| w).collect();
+        w.sort();
+        w.dedup();
+        (job, w)
+    };
+    assert_eq!(workers_of(&mut c, &task("{ rack = \"r1\" }"), 10).1, vec![wid(1)]);
+    assert_eq!(workers_of(&mut c, &task("{ rack = \"!=r1\", spot = false }"), 20).1, vec![wid(2)]);
+    assert_eq!(workers_of(&mut c, &task("{ gpu_model = \"A100\" }"), 30).1, vec![wid(3)]);
+    assert_eq!(workers_of(&mut c, &task("{ spot = true }"), 40).1, vec![wid(3)]);
+
+    // A rack no live worker is in: the job waits, saying so.
+    let (job, none) = workers_of(&mut c, &task("{ rack = \"r9\" }"), 50);
+    assert!(none.is_empty());
+    let why = c.job(job).unwrap().waiting_reason(0).unwrap_or_default().to_string();
+    for part in ["requires rack=r9", "none of the 3 live worker(s) meets it", "rack: r1, r2"] {
+        assert!(why.contains(part), "{part}: {why}");
+    }
+    // A worker in that rack comes: it runs there.
+    c.register(racked(4, "s4", "r9"), 60);
+    c.schedule(61);
+    let a = assigned(&mut c);
+    assert!(!a.is_empty() && a.iter().all(|(w, _)| *w == wid(4)), "{a:?}");
+
+    // A label no worker has ever carried: refused at submit, naming it.
+    let spec = parse(&task("{ zone = \"a\" }"), Format::Toml, "t.toml").unwrap();
+    let err = c.submit(JobId::random(), spec, 70).unwrap_err().to_string();
+    assert!(err.contains("constraint zone=a: no worker has ever carried the label \"zone\""), "{err}");
+    assert!(err.contains("labels seen: rack, spot"), "{err}");
+    // ... but its absence, or inequality, is met by every worker.
+    for ok in ["{ zone = false }", "{ zone = \"!=a\" }"] {
+        let spec = parse(&task(ok), Format::Toml, "t.toml").unwrap();
+        assert!(c.submit(JobId::random(), spec, 80).is_ok(), "{ok}");
+    }
+}
+
 #[test]
 fn gpu_tasks_get_their_own_devices() {
     let mut c = core();

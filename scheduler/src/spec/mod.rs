@@ -7,11 +7,13 @@
 //! because only it knows the registered workers.
 //!
 //! # Layout, by stage
+//! - `constraints`: which workers a task may run on, by their labels (model and matching).
 //! - `model`: the validated [`JobSpec`] and its parts, what the core and the store use.
 //! - `raw`: the file as written (the serde shapes) and where each task is declared in it.
 //! - `parse`: text to raw shapes, syntax errors with their line; then validation.
 //! - `validate`: the raw shapes checked and resolved into a [`JobSpec`], one concern per file.
 
+pub mod constraints;
 mod model;
 mod parse;
 mod raw;

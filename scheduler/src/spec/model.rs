@@ -161,6 +161,10 @@ pub struct TaskSpec {
     /// for GPU sharing and the interference model (issue 16); `None` when it says nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_profile: Option<GpuProfile>,
+    /// The labels a worker must (or must not) carry to run it (`constraints = {...}`); empty:
+    /// any worker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<super::constraints::Constraint>,
 }
 
 /// A GPU task's own description of its GPU use.

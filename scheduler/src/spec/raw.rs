@@ -15,6 +15,9 @@ pub(super) struct RawJob {
     pub(super) queue: Option<String>,
     #[serde(default)]
     pub(super) after_jobs: Vec<String>,
+    /// Constraints every task gets, below its own (a task's own test of a key wins).
+    #[serde(default)]
+    pub(super) constraints: BTreeMap<String, RawConstraint>,
     #[serde(alias = "tasks", default)]
     pub(super) task: Vec<RawTask>,
 }
@@ -60,6 +63,18 @@ pub(super) struct RawTask {
     pub(super) gang_timeout: Option<RawDuration>,
     pub(super) gang: Option<String>,
     pub(super) communicator: Option<bool>,
+    #[serde(default)]
+    pub(super) constraints: BTreeMap<String, RawConstraint>,
+}
+
+/// One of `constraints = { key = "v" | "!=v" | true | false }`; anything else is kept as
+/// `Other` so that validation can name the constraint.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawConstraint {
+    Flag(bool),
+    Text(String),
+    Other(serde_json::Value),
 }
 
 /// `command = ["prog", "arg"]` (argv), or `command = "shell text"` run with `sh -c`.

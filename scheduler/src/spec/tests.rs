@@ -536,3 +536,46 @@ fn a_command_or_env_past_what_execve_takes_is_refused_at_submit() {
     let e = std::process::Command::new("true").arg(&arg).status().expect_err("the OS refuses what validation refuses");
     assert_eq!(e.raw_os_error(), Some(7), "E2BIG: {e}");
 }
+
+/// Issue 32, item 4: `constraints` on a task and on the job (the task's own test of a key wins);
+/// bad ones are refused naming the constraint.
+#[test]
+fn constraints_are_parsed_merged_and_checked() {
+    use crate::spec::constraints::{Constraint, LabelTest};
+    let file = "constraints = { rack = \"r1\", spot = false }\n[[task]]\nname = \"a\"\ncommand = \"true\"\n\
+                constraints = { rack = \"!=r2\", gpu_model = \"A100\", ssd = true }\n\
+                [[task]]\nname = \"b\"\ncommand = \"true\"\n";
+    let j = parse(file, Format::Toml, "j.toml").unwrap();
+    let c = |key: &str, test| Constraint { key: key.into(), test };
+    assert_eq!(
+        j.tasks[0].constraints,
+        vec![
+            c("gpu_model", LabelTest::Equals("A100".into())),
+            c("rack", LabelTest::NotEquals("r2".into())),
+            c("spot", LabelTest::Absent),
+            c("ssd", LabelTest::Present),
+        ]
+    );
+    assert_eq!(j.tasks[1].constraints, vec![c("rack", LabelTest::Equals("r1".into())), c("spot", LabelTest::Absent)]);
+    let bad = |constraints: &str| {
+        parse(
+            &format!("[[task]]\nname = \"a\"\ncommand = \"true\"\nconstraints = {constraints}\n"),
+            Format::Toml,
+            "j.toml",
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    for (constraints, says) in [
+        ("{ rack = 3 }", "constraints.rack: 3 is not a label test"),
+        ("{ rack = \"r 1\" }", "constraints.rack: label \"rack=r 1\": the value must be"),
+        ("{ rack = \"!=\" }", "the value must be"),
+        ("{ \"ra ck\" = true }", "the key must be"),
+        ("{ rack = [\"a\"] }", "is not a label test"),
+    ] {
+        let e = bad(constraints);
+        assert!(e.contains(says) && e.contains("task \"a\""), "{constraints}: {e}");
+    }
+    let many: Vec<String> = (0..40).map(|i| format!("k{i} = true")).collect();
+    assert!(bad(&format!("{{ {} }}", many.join(", "))).contains("40 constraints: at most 32"));
+}

@@ -4,6 +4,7 @@
 //! one can be found.
 
 mod collective;
+mod constraints;
 mod gang;
 mod graph;
 mod task;
@@ -100,7 +101,8 @@ impl Validator<'_> {
         let mut tasks = Vec::with_capacity(raw.task.len());
         let mut total: u64 = 0;
         for t in &raw.task {
-            let task = self.task(t, &outputs_of, &replicas_of)?;
+            let mut task = self.task(t, &outputs_of, &replicas_of)?;
+            task.constraints = self.constraints(t, &raw.constraints)?;
             total += task.replicas as u64;
             if total > MAX_SUBTASKS {
                 return Err(self

@@ -99,6 +99,7 @@ impl Validator<'_> {
             retry_backoff_ms: limits.retry_backoff_ms,
             gang: None,
             gpu_profile,
+            constraints: Vec::new(),
         })
     }
 
