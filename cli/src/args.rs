@@ -175,6 +175,11 @@ pub struct SubmitArgs {
     /// or is cancelled, so is the new job. Adds to the file's `after_jobs`.
     #[arg(long = "after", value_name = "JOB")]
     pub after: Vec<JobRef>,
+    /// Override a value of the job file (repeatable): a dotted key, a task chosen by name
+    /// (`task.train.replicas=8`, `task.train.env.LR=0.3`, `task.train.sweep.lr=[0.1,0.3]`,
+    /// `priority=5`); the value is read as TOML, else as text.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Follow the job after submitting it, as `plexus watch` does.
     #[arg(long)]
     pub watch: bool,

@@ -374,6 +374,7 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
             }),
         }),
         gpus: a.gpus.clone(),
+        params: a.params.iter().cloned().collect(),
     }
 }
 
@@ -488,6 +489,7 @@ fn subtask_status(job: plexus_proto::JobId, s: &crate::view::SubtaskView) -> pb:
         not_before: s.not_before,
         reruns: s.reruns,
         unfetched_requeues: s.unfetched_requeues,
+        params: s.params.iter().cloned().collect(),
     }
 }
 

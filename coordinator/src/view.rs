@@ -102,6 +102,8 @@ pub struct SubtaskView {
     pub not_before: u64,
     pub reruns: u32,
     pub unfetched_requeues: u32,
+    /// Its sweep parameters (key, value), key order; empty without a sweep.
+    pub params: Vec<(String, String)>,
 }
 
 impl JobView {
@@ -122,12 +124,16 @@ impl JobView {
                 after: spec.after.clone(),
             })
             .collect();
+        // The tasks with a sweep, by name (usually none: then nothing is looked up per subtask).
+        let sweeps: std::collections::HashMap<&str, &plexus_scheduler::spec::sweep::Sweep> =
+            r.spec.tasks.iter().filter_map(|t| Some((t.name.as_str(), t.sweep.as_ref()?))).collect();
         let subtasks = match detail {
             Detail::Summary => Vec::new(),
             Detail::WithSubtasks => job
                 .subtasks()
                 .iter()
                 .map(|s| SubtaskView {
+                    params: sweeps.get(s.task.as_str()).map(|sw| sw.params(s.rank)).unwrap_or_default(),
                     task: s.task.clone(),
                     rank: s.rank,
                     state: s.state,

@@ -376,3 +376,61 @@ fn constraints_place_tasks_by_worker_labels() {
     let err = c.try_submit("zone.toml", &job("{ zone = \"a\" }")).expect_err("refused");
     assert!(err.message().contains("no worker has ever carried the label \"zone\""), "{}", err.message());
 }
+
+/// Issue 32, item 5: a sweep of 6 (lr × batch) runs 6 replicas, each with its own
+/// `PLEXUS_PARAM_*`, shown in `plexus status --subtasks`; `plexus submit --set` changes the
+/// file's values at submit (here the sweep's lists).
+#[test]
+fn a_sweep_gives_each_replica_its_parameters() {
+    let c = Cluster::start(ClusterConfig { workers: 2, ..Default::default() });
+    // One file per replica: replicas on other workers run as other uids.
+    let marks = c.task_dir("sweep");
+    let seen = |dir: &Path| {
+        let mut all: Vec<String> = std::fs::read_dir(dir).unwrap().flat_map(|e| lines(&e.unwrap().path())).collect();
+        all.sort();
+        all
+    };
+    let file = c.path("sweep.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[task]]\nname = \"train\"\ncpu = 0\nsweep = {{ lr = [0.1, 0.3, 1.0], batch = [32, 64] }}\n\
+             command = \"echo $PLEXUS_RANK $PLEXUS_PARAM_BATCH $PLEXUS_PARAM_LR > {}/$PLEXUS_RANK\"\n",
+            marks.display()
+        ),
+    )
+    .unwrap();
+    let out = c.plexus(&["submit", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let j = c.wait_job(&id, Duration::from_secs(60));
+    assert_eq!(j.state, SUCCEEDED, "{j:?}");
+    let want: Vec<String> =
+        ["0 32 0.1", "1 32 0.3", "2 32 1.0", "3 64 0.1", "4 64 0.3", "5 64 1.0"].map(String::from).into();
+    assert_eq!(seen(&marks), want, "every combination, once, by rank");
+    let status = c.plexus(&["status", &id, "--subtasks"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("PARAMS") && text.contains("batch=64 lr=0.3"), "{}", describe(&status));
+
+    for e in std::fs::read_dir(&marks).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let out = c.plexus(&[
+        "submit",
+        file.to_str().unwrap(),
+        "--set",
+        "task.train.sweep.lr=[0.5]",
+        "--set",
+        "task.train.sweep.batch=[8]",
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(c.wait_job(&id, Duration::from_secs(60)).state, SUCCEEDED);
+    assert_eq!(seen(&marks), vec!["0 8 0.5".to_string()], "one replica with the values set at submit");
+    let bad = c.plexus(&["submit", file.to_str().unwrap(), "--set", "task.nope.replicas=2"]);
+    assert!(
+        !bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("no task named \"nope\""),
+        "{}",
+        describe(&bad)
+    );
+}

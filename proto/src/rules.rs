@@ -89,6 +89,28 @@ pub fn check_env_key(k: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The longest sweep parameter key (`sweep = { key = [...] }`).
+pub const MAX_PARAM_KEY_LEN: usize = 32;
+/// The longest sweep parameter value, as text.
+pub const MAX_PARAM_VALUE_LEN: usize = 256;
+/// The most parameters one replica has.
+pub const MAX_PARAMS: usize = 16;
+
+/// Whether `key` may name a sweep parameter: 1 to [`MAX_PARAM_KEY_LEN`] letters, digits and
+/// '_', starting with a letter (it becomes part of an environment variable's name,
+/// [`param_env_name`]).
+pub fn param_key_ok(key: &str) -> bool {
+    (1..=MAX_PARAM_KEY_LEN).contains(&key.len())
+        && key.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// The environment variable a sweep parameter is given to its task as: `PLEXUS_PARAM_` and the
+/// key in upper case.
+pub fn param_env_name(key: &str) -> String {
+    format!("PLEXUS_PARAM_{}", key.to_ascii_uppercase())
+}
+
 /// Parses rail addresses from the network, naming the first bad one.
 pub fn parse_rails(list: &[String]) -> Result<Vec<SocketAddr>, Error> {
     if list.len() > MAX_RAILS {

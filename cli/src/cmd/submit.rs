@@ -1,4 +1,5 @@
-//! `plexus submit FILE [--watch]`: sends a job file to the coordinator, prints the job id alone
+//! `plexus submit FILE [--set KEY=VALUE]... [--watch]`: sends a job file (with `--set`s applied,
+//! [`super::set`]) to the coordinator, prints the job id alone
 //! on stdout (so `JOB=$(plexus submit job.toml)` works), and optionally follows the job.
 
 use std::path::Path;
@@ -13,6 +14,7 @@ use crate::{client, output};
 
 pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
     let mut request = request_for(&args.file)?;
+    request.source = super::set::apply(&request.source, &request.format, &args.set)?;
     let mut client = client::connect(target).await?;
     for a in &args.after {
         request.after_jobs.push(client::resolve_job(&mut client, a).await?.to_string());

@@ -117,12 +117,20 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
     }
 
     if detail == Detail::WithSubtasks {
-        let mut subs =
-            Table::new(&["TASK", "RANK", "STATE", "ATTEMPT", "WORKER", "EXIT", "DURATION", "REASON", "ERROR"]);
+        // A PARAMS column (`lr=0.1 batch=32`) when some subtask is a sweep's replica.
+        let params = job.subtasks.iter().any(|s| !s.params.is_empty());
+        let mut heads = vec!["TASK", "RANK"];
+        if params {
+            heads.push("PARAMS");
+        }
+        heads.extend(["STATE", "ATTEMPT", "WORKER", "EXIT", "DURATION", "REASON", "ERROR"]);
+        let mut subs = Table::new(&heads);
         for s in &job.subtasks {
-            subs.row(vec![
-                s.task.clone(),
-                s.rank.to_string(),
+            let mut row = vec![s.task.clone(), s.rank.to_string()];
+            if params {
+                row.push(dash(param_text(s)));
+            }
+            row.extend([
                 subtask_state_name(s.state).to_string(),
                 s.attempt.to_string(),
                 dash(non_empty(&s.worker_id)),
@@ -131,6 +139,7 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
                 dash(waiting_reason(job, s, now_ms)),
                 one_line(&s.error),
             ]);
+            subs.row(row);
         }
         out.push('\n');
         out.push_str(&subs.render());
@@ -153,6 +162,13 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
         }
     }
     out
+}
+
+/// A sweep replica's parameters as `key=value` pairs in key order (`None`: it has none).
+pub fn param_text(s: &pb::SubtaskStatus) -> Option<String> {
+    let mut p: Vec<(&String, &String)> = s.params.iter().collect();
+    p.sort();
+    (!p.is_empty()).then(|| p.iter().map(|(k, v)| format!("{k}={}", one_line(v))).collect::<Vec<_>>().join(" "))
 }
 
 /// Why a subtask that is not running waits: `after: gen` (tasks it needs, not done), its gang's

@@ -226,7 +226,7 @@ fn job_json(j: &pb::JobStatus) -> Value {
         "gangs": j.gangs.iter().map(|g| json!({"name": g.name, "phase": g.phase, "reserved": g.reserved, "min_members": g.min_members, "reason": g.reason})).collect::<Vec<_>>(),
         "subtasks": j.subtasks.iter().take(MAX_ROWS).map(|s| json!({
             "task": s.task, "rank": s.rank, "state": subtask_state_name(s.state), "attempt": s.attempt,
-            "worker": s.worker_id, "error": s.error,
+            "worker": s.worker_id, "error": s.error, "params": s.params,
         })).collect::<Vec<_>>(),
     })
 }
@@ -386,10 +386,10 @@ pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response
         }
         h3 { "Subtasks" }
         table #subtasks {
-            thead { tr { th { "Task" } th { "Rank" } th { "State" } th { "Attempt" } th { "Worker" } th { "Error" } th {} } }
+            thead { tr { th { "Task" } th { "Rank" } th { "Params" } th { "State" } th { "Attempt" } th { "Worker" } th { "Error" } th {} } }
             tbody { @for s in j.subtasks.iter().take(MAX_ROWS) {
                 tr data-subtask=(format!("{}/{}", s.task, s.rank)) {
-                    td { (s.task) } td { (s.rank) } td.state class=(format!("state-{}", subtask_state_name(s.state))) { (subtask_state_name(s.state)) }
+                    td { (s.task) } td { (s.rank) } td.params { (params_text(s)) } td.state class=(format!("state-{}", subtask_state_name(s.state))) { (subtask_state_name(s.state)) }
                     td.attempt { (s.attempt) } td.worker { (short(&s.worker_id)) }
                     td.err { (s.error) @for f in &s.failed_attempts { br; "attempt " (f.attempt) ": " (f.error) } }
                     td { a href=(format!("/jobs/{}/logs/{}/{}", j.job_id, s.task, s.rank)) { "logs" } " " a href=(format!("/jobs/{}/explain/{}/{}", j.job_id, s.task, s.rank)) { "placement" } }
@@ -637,3 +637,10 @@ pub fn login_form(why: &str) -> Response {
 
 /// The dashboard's script: polls `/api/*` every second and updates the page in place.
 const APP_JS: &str = include_str!("../../static/app.js");
+
+/// A sweep replica's parameters as `key=value` pairs in key order; empty without a sweep.
+fn params_text(s: &pb::SubtaskStatus) -> String {
+    let mut p: Vec<(&String, &String)> = s.params.iter().collect();
+    p.sort();
+    p.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}

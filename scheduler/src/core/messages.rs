@@ -124,6 +124,8 @@ pub struct Assignment {
     pub collective: Option<CollectiveAssignment>,
     /// The worker's GPU devices that are this attempt's alone (filled in when it is dispatched).
     pub gpus: Vec<u32>,
+    /// This replica's sweep parameters, key order.
+    pub params: Vec<(String, String)>,
 }
 
 impl Assignment {
@@ -136,7 +138,6 @@ impl Assignment {
         collective: Option<CollectiveAssignment>,
     ) -> Assignment {
         Assignment {
-            attempt,
             replicas: task.replicas,
             work: task.work.clone(),
             resources,
@@ -146,6 +147,8 @@ impl Assignment {
             env: task.env.clone(),
             collective,
             gpus: Vec::new(),
+            params: task.sweep.as_ref().map(|s| s.params(attempt.rank)).unwrap_or_default(),
+            attempt,
         }
         .sharing(task)
     }

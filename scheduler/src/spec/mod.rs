@@ -10,6 +10,7 @@
 //! - `constraints`: which workers a task may run on, by their labels (model and matching).
 //! - `model`: the validated [`JobSpec`] and its parts, what the core and the store use.
 //! - `raw`: the file as written (the serde shapes) and where each task is declared in it.
+//! - `sweep`: per-replica parameters (`sweep = { lr = [...] }`) and their expansion.
 //! - `parse`: text to raw shapes, syntax errors with their line; then validation.
 //! - `validate`: the raw shapes checked and resolved into a [`JobSpec`], one concern per file.
 
@@ -17,6 +18,7 @@ pub mod constraints;
 mod model;
 mod parse;
 mod raw;
+pub mod sweep;
 mod validate;
 
 pub use model::{

@@ -165,6 +165,9 @@ pub struct TaskSpec {
     /// any worker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub constraints: Vec<super::constraints::Constraint>,
+    /// Per-replica parameters (`sweep = {...}`), one row per replica; `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<super::sweep::Sweep>,
 }
 
 /// A GPU task's own description of its GPU use.

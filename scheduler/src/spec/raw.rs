@@ -65,6 +65,8 @@ pub(super) struct RawTask {
     pub(super) communicator: Option<bool>,
     #[serde(default)]
     pub(super) constraints: BTreeMap<String, RawConstraint>,
+    pub(super) sweep: Option<BTreeMap<String, serde_json::Value>>,
+    pub(super) sweep_mode: Option<String>,
 }
 
 /// One of `constraints = { key = "v" | "!=v" | true | false }`; anything else is kept as

@@ -579,3 +579,51 @@ fn constraints_are_parsed_merged_and_checked() {
     let many: Vec<String> = (0..40).map(|i| format!("k{i} = true")).collect();
     assert!(bad(&format!("{{ {} }}", many.join(", "))).contains("40 constraints: at most 32"));
 }
+
+/// Issue 32, item 5: a sweep expands into replicas (product by default, or zip), each with its
+/// row of parameters; bad sweeps are refused naming the problem.
+#[test]
+fn sweeps_expand_into_replicas_and_bad_ones_are_refused() {
+    let job = |extra: &str| format!("[[task]]\nname = \"train\"\ncommand = \"python train.py\"\n{extra}\n");
+    let j = parse(&job("sweep = { lr = [0.1, 0.3, 1.0], batch = [32, 64] }"), Format::Toml, "j.toml").unwrap();
+    let t = &j.tasks[0];
+    assert_eq!(t.replicas, 6);
+    let s = t.sweep.as_ref().unwrap();
+    assert_eq!(s.keys, ["batch", "lr"]);
+    assert_eq!(s.params(0), vec![("batch".into(), "32".into()), ("lr".into(), "0.1".into())]);
+    assert_eq!(s.params(5), vec![("batch".into(), "64".into()), ("lr".into(), "1.0".into())]);
+    let z = parse(
+        &job("sweep = { lr = [0.1, 0.3], opt = [\"sgd\", \"adam\"], on = [true, false] }\nsweep_mode = \"zip\""),
+        Format::Toml,
+        "j.toml",
+    )
+    .unwrap();
+    assert_eq!(z.tasks[0].replicas, 2);
+    assert_eq!(z.tasks[0].sweep.as_ref().unwrap().keys, ["lr", "on", "opt"], "keys in alphabetical order");
+    assert_eq!(z.tasks[0].sweep.as_ref().unwrap().rows[1], ["0.3", "false", "adam"]);
+    // A consumer reading its rank's output sees the sweep's replicas.
+    let chain = "[[task]]\nname = \"a\"\ncommand = \"true\"\noutputs = [\"o\"]\nsweep = { x = [1, 2, 3] }\n\
+                 [[task]]\nname = \"b\"\ncommand = \"true\"\ninputs = [\"a/o[rank]\"]\nreplicas = 3\n";
+    assert!(parse(chain, Format::Toml, "j.toml").is_ok());
+
+    for (extra, says) in [
+        ("sweep = { lr = [0.1], batch = [1, 2] }\nsweep_mode = \"zip\"", "\"batch\" has 2 values and \"lr\" has 1"),
+        ("sweep = { lr = [0.1, 0.2] }\nreplicas = 3", "replicas = 3, but the sweep expands to 2"),
+        ("sweep = { lr = [] }", "sweep.lr is an empty list"),
+        ("sweep = { lr = 0.1 }", "sweep.lr: expected a list of values"),
+        ("sweep = { lr = [[1]] }", "sweep.lr: [1] is not a string, number or boolean"),
+        ("sweep = { \"l-r\" = [1] }", "sweep key \"l-r\": 1 to 32 letters"),
+        ("sweep = { lr = [1], LR = [2] }", "are both PLEXUS_PARAM_LR"),
+        ("sweep = {}", "names no parameter"),
+        ("sweep_mode = \"zip\"", "sweep_mode without a sweep"),
+        ("sweep = { lr = [1] }\nsweep_mode = \"grid\"", "sweep_mode = \"grid\": expected \"product\""),
+        (
+            "sweep = { a = [1,2,3,4,5,6,7,8,9,10], b = [1,2,3,4,5,6,7,8,9,10], c = [1,2,3,4,5,6,7,8,9,10], d = [1,2,3,4,5,6,7,8,9,10], e = [1,2,3,4,5,6,7,8,9,10], f = [1,2] }",
+            "expands to 200000 replicas (10 x 10 x 10 x 10 x 10 x 2), more than 100000",
+        ),
+        ("sweep = { lr = [1, 2] }\nreplicas = 2\ncommunicator = true", "a sweep's replicas are independent runs"),
+    ] {
+        let e = parse(&job(extra), Format::Toml, "j.toml").unwrap_err().to_string();
+        assert!(e.contains(says) && e.contains("task \"train\""), "{extra}: {e}");
+    }
+}

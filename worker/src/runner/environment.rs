@@ -40,7 +40,8 @@ pub struct NodeGpus {
 ///    (empty without GPUs), `CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers devices as
 ///    nvidia-smi does; these override the job's env, as the device assignment is the
 ///    coordinator's, not the job's;
-/// 4. `PLEXUS_GPUS` (the same indices, also without GPUs on the node) and the other `PLEXUS_*`;
+/// 4. `PLEXUS_GPUS` (the same indices, also without GPUs on the node) and the other `PLEXUS_*`,
+///    with `PLEXUS_PARAM_<KEY>` for each of a sweep replica's parameters;
 ///    for a `communicator = true` gang member, `PLEXUS_COLLECTIVE_SOCKET` and
 ///    `PLEXUS_COLLECTIVE_SECRET` (its collective endpoint).
 pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> Vec<(String, String)> {
@@ -69,6 +70,9 @@ pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> 
     set(&mut env, "PLEXUS_ATTEMPT", a.attempt.to_string());
     set(&mut env, "PLEXUS_OUT", out_dir.display().to_string());
     set(&mut env, "PLEXUS_IN", in_dir.display().to_string());
+    for (k, v) in &work.params {
+        set(&mut env, &plexus_proto::rules::param_env_name(k), v.clone());
+    }
     if let Some(g) = &work.gang {
         // The collective endpoint of a `communicator = true` gang member (`crate::gang_endpoint`).
         let socket = in_dir.parent().unwrap_or(in_dir).join(crate::gang_endpoint::SOCKET_NAME);

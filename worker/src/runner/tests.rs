@@ -82,6 +82,7 @@ fn work(a: &AttemptRef, argv: Vec<String>) -> Work {
         memory: 0,
         gpus: Vec::new(),
         gang: None,
+        params: Vec::new(),
     }
 }
 
@@ -218,6 +219,39 @@ fn env_keys_are_checked_with_the_shared_rule() {
     ] {
         assert_eq!(Work::from_pb(a.clone(), with_key(key)).unwrap_err().to_string(), text);
     }
+}
+
+/// Sweep parameters from the network are checked like env keys, and reach the task as
+/// `PLEXUS_PARAM_<KEY>`.
+#[tokio::test]
+async fn sweep_params_are_checked_and_reach_the_task() {
+    let a = attempt(JobId::random(), "sweep");
+    let base = pb::Assignment { attempt: Some(pb::AttemptRef::from(&a)), command: sh("true"), ..Default::default() };
+    let with =
+        |k: &str, v: &str| pb::Assignment { params: HashMap::from([(k.to_string(), v.to_string())]), ..base.clone() };
+    for (k, v, text) in [
+        ("l-r", "1", "sweep parameter key \"l-r\" is not a valid name"),
+        ("PATH=x", "1", "is not a valid name"),
+        ("lr", "a\0b", "a value over 256 bytes or holding a NUL"),
+        ("lr", &"x".repeat(300), "a value over 256 bytes"),
+    ] {
+        let e = Work::from_pb(a.clone(), with(k, v)).unwrap_err().to_string();
+        assert!(e.contains(text), "{k}: {e}");
+    }
+    let many: HashMap<String, String> = (0..17).map(|i| (format!("k{i}"), "v".to_string())).collect();
+    let e = Work::from_pb(a.clone(), pb::Assignment { params: many, ..base.clone() }).unwrap_err().to_string();
+    assert!(e.contains("17 sweep parameters: at most 16"), "{e}");
+
+    let f = fixture().await;
+    let out = f.layout.root().join("params");
+    let mut w = work(
+        &a,
+        sh(&format!("printf '%s %s' \"$PLEXUS_PARAM_LR\" \"$PLEXUS_PARAM_BATCH_SIZE\" > '{}'", out.display())),
+    );
+    w.params = vec![("batch_size".into(), "64".into()), ("lr".into(), "0.3".into())];
+    let r = f.runner.run(&w, &CancellationToken::new()).await;
+    assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0.3 64");
 }
 
 #[tokio::test]

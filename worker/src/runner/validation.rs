@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use plexus_proto::ids::{check_output_name, check_task_name};
-use plexus_proto::rules::{check_env_key, is_collective, parse_rails};
+use plexus_proto::rules::{MAX_PARAM_VALUE_LEN, MAX_PARAMS, check_env_key, is_collective, param_key_ok, parse_rails};
 use plexus_proto::{Algorithm, AttemptRef, DType, Digest, ObjectId, ReduceOp, convert, pb};
 
 use crate::error::{Error, Result};
@@ -34,6 +34,8 @@ pub struct Work {
     pub gpus: Vec<u32>,
     /// Set for a member of a `communicator = true` gang: it gets the collective endpoint.
     pub gang: Option<GangWork>,
+    /// The replica's sweep parameters (`PLEXUS_PARAM_<KEY>`), by key.
+    pub params: Vec<(String, String)>,
 }
 
 /// A command gang member's communicator: every member's rails, the gang's tag base, and the
@@ -182,6 +184,7 @@ impl Work {
         let outputs = outputs_from_pb(a.outputs)?;
         let inputs = a.inputs.into_iter().map(input_from_pb).collect::<Result<Vec<_>>>()?;
         let env = env_from_pb(a.env)?;
+        let params = params_from_pb(a.params)?;
         let res = a.resources.unwrap_or_default();
         if a.gpus.len() != res.gpu as usize {
             return invalid(format!(
@@ -207,8 +210,31 @@ impl Work {
             memory: res.memory,
             gpus: a.gpus,
             gang,
+            params,
         })
     }
+}
+
+/// The replica's sweep parameters, sorted by key, each key and value within the rules (they
+/// become `PLEXUS_PARAM_<KEY>` in the child's environment).
+fn params_from_pb(params: impl IntoIterator<Item = (String, String)>) -> Result<Vec<(String, String)>> {
+    let mut params: Vec<(String, String)> = params.into_iter().collect();
+    params.sort();
+    if params.len() > MAX_PARAMS {
+        return Err(Error::InvalidAssignment(format!("{} sweep parameters: at most {MAX_PARAMS}", params.len())));
+    }
+    for (k, v) in &params {
+        if !param_key_ok(k) {
+            let shown: String = k.chars().take(64).collect();
+            return Err(Error::InvalidAssignment(format!("sweep parameter key {shown:?} is not a valid name")));
+        }
+        if v.len() > MAX_PARAM_VALUE_LEN || v.contains('\0') {
+            return Err(Error::InvalidAssignment(format!(
+                "sweep parameter {k}: a value over {MAX_PARAM_VALUE_LEN} bytes or holding a NUL"
+            )));
+        }
+    }
+    Ok(params)
 }
 
 /// The declared outputs: each a valid name, none twice.

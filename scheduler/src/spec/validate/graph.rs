@@ -26,6 +26,7 @@ pub(super) fn declared_replicas<'a>(tasks: &'a [RawTask]) -> HashMap<&'a str, u3
                 r.unwrap_or(senders).max(senders)
             }
             (Some(r), _, _) => r,
+            (None, _, _) if t.sweep.is_some() => super::sweep::declared_len(t),
             (None, true, Some(p)) => resolve(by_name, p, depth + 1),
             _ => 1,
         }

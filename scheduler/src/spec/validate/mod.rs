@@ -7,6 +7,7 @@ mod collective;
 mod constraints;
 mod gang;
 mod graph;
+mod sweep;
 mod task;
 
 use std::collections::HashMap;

@@ -42,7 +42,8 @@ impl Validator<'_> {
             return Err(at(format!("cpu = {cpu} is not a non-negative number")));
         }
         let memory = self.size(t, "memory", &t.memory)?.unwrap_or(0);
-        let replicas = t.replicas.unwrap_or(1);
+        let sweep = self.sweep(t)?;
+        let replicas = sweep.as_ref().map_or(t.replicas.unwrap_or(1), |s| s.rows.len() as u32);
         if replicas == 0 || replicas > MAX_REPLICAS {
             return Err(at(format!("replicas = {replicas} is out of range (1..={MAX_REPLICAS})")));
         }
@@ -72,6 +73,11 @@ impl Validator<'_> {
             }
             (c, _) => c,
         };
+        if sweep.is_some() && collective.is_some() {
+            return Err(at(
+                "a sweep's replicas are independent runs with their own parameters; a collective or `communicator = true` task's members are one gang".into(),
+            ));
+        }
         let replicas = match &collective {
             // A `communicator = true` command keeps its own replicas (it may read no input).
             Some(_) if matches!(work, Work::Command(_)) => replicas,
@@ -100,6 +106,7 @@ impl Validator<'_> {
             gang: None,
             gpu_profile,
             constraints: Vec::new(),
+            sweep,
         })
     }
 
