@@ -354,7 +354,7 @@ fn constraints_place_tasks_by_worker_labels() {
     let id = c.submit("r1.toml", &job("{ rack = \"r1\" }"));
     assert_eq!(ran_on(&c, &id), vec![c.worker_id(1)]);
     let id = c.submit("not-r1.toml", &job("{ rack = \"!=r1\" }"));
-    let mut others = vec![c.worker_id(0), c.worker_id(2)];
+    let mut others = [c.worker_id(0), c.worker_id(2)];
     others.sort();
     assert!(ran_on(&c, &id).iter().all(|w| others.contains(w)));
 
