@@ -26,12 +26,24 @@ pub(super) fn declared_replicas<'a>(tasks: &'a [RawTask]) -> HashMap<&'a str, u3
                 r.unwrap_or(senders).max(senders)
             }
             (Some(r), _, _) => r,
-            (None, _, _) if t.sweep.is_some() => super::sweep::declared_len(t),
+            (None, _, _) if t.sweep.is_some() => sweep_len(t),
             (None, true, Some(p)) => resolve(by_name, p, depth + 1),
             _ => 1,
         }
     }
     tasks.iter().map(|t| (t.name.as_str(), resolve(&by_name, t, 0))).collect()
+}
+
+/// How many replicas a task's sweep declares, before it is checked (for the tasks that read its
+/// outputs by rank): the product of its lists' lengths, or, for `zip`, the first list's.
+fn sweep_len(t: &RawTask) -> u32 {
+    let Some(raw) = &t.sweep else { return 1 };
+    let lens = raw.values().map(|v| v.as_array().map_or(1, Vec::len) as u64);
+    let n = match t.sweep_mode.as_deref() {
+        Some("zip") => lens.take(1).sum::<u64>(),
+        _ => lens.fold(1u64, u64::saturating_mul),
+    };
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Finds a dependency cycle and returns it as task names, first name repeated at the end.

@@ -85,15 +85,3 @@ impl Validator<'_> {
         Ok(Some(Sweep { keys: lists.into_iter().map(|(k, _)| k).collect(), rows }))
     }
 }
-
-/// How many replicas a task's sweep declares, before it is checked (for the tasks that read its
-/// outputs by rank): the product of its lists' lengths, or, for `zip`, the first list's.
-pub(super) fn declared_len(t: &RawTask) -> u32 {
-    let Some(raw) = &t.sweep else { return 1 };
-    let lens = raw.values().map(|v| v.as_array().map_or(1, Vec::len) as u64);
-    let n = match t.sweep_mode.as_deref() {
-        Some("zip") => lens.take(1).sum::<u64>(),
-        _ => lens.fold(1u64, u64::saturating_mul),
-    };
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
