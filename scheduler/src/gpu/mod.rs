@@ -22,6 +22,7 @@ mod load;
 pub mod objective;
 mod polish;
 pub mod search;
+mod settings;
 pub mod topology;
 
 #[cfg(test)]

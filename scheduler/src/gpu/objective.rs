@@ -80,25 +80,7 @@ impl Weights {
     /// not both 0 (an objective that weighs nothing makes every placement equal).
     pub fn parse(s: &str) -> Result<Weights, Error> {
         let mut w = Weights::default();
-        let mut given: Vec<&str> = Vec::new();
-        for entry in s.split(',') {
-            let entry = entry.trim();
-            let Some((key, value)) = entry.split_once('=') else {
-                return Err(Error::MscSyntax { entry: entry.chars().take(64).collect(), keys: Self::KEYS });
-            };
-            let (key, value) = (key.trim(), value.trim());
-            let Some(&name) = Self::KEYS.iter().find(|k| **k == key) else {
-                return Err(Error::MscUnknownKey { key: key.chars().take(64).collect(), keys: Self::KEYS });
-            };
-            if given.contains(&name) {
-                return Err(Error::MscDuplicate(name.to_string()));
-            }
-            given.push(name);
-            let v: f64 = value
-                .parse()
-                .ok()
-                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| Error::NotACost { key: name, value: value.chars().take(64).collect() })?;
+        for (name, v) in super::settings::parse_numbers(s, Self::KEYS)? {
             if name == "alpha" {
                 w.alpha = v;
             } else {

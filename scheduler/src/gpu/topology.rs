@@ -129,22 +129,7 @@ impl MscCosts {
     /// in their place, validated.
     pub fn parse(s: &str) -> Result<MscCosts, Error> {
         let mut costs = MscCosts::default();
-        let mut given: Vec<&str> = Vec::new();
-        for entry in s.split(',') {
-            let entry = entry.trim();
-            let Some((key, value)) = entry.split_once('=') else {
-                return Err(Error::MscSyntax { entry: entry.chars().take(64).collect(), keys: Self::KEYS });
-            };
-            let (key, value) = (key.trim(), value.trim());
-            let Some(&name) = Self::KEYS.iter().find(|k| **k == key) else {
-                return Err(Error::MscUnknownKey { key: key.chars().take(64).collect(), keys: Self::KEYS });
-            };
-            if given.contains(&name) {
-                return Err(Error::MscDuplicate(name.to_string()));
-            }
-            given.push(name);
-            let v: f64 =
-                value.parse().map_err(|_| Error::NotACost { key: name, value: value.chars().take(64).collect() })?;
+        for (name, v) in super::settings::parse_numbers(s, Self::KEYS)? {
             if let Some(slot) = costs.slot(name) {
                 *slot = v;
             }
