@@ -80,6 +80,9 @@ pub struct Report {
     pub unfetched_input: Option<ObjectId>,
     /// Copies of inputs that a holder served and that did not match their digest.
     pub bad_copies: Vec<BadCopy>,
+    /// A failed or stopped attempt's `checkpoint` output, kept on the reporting worker: its
+    /// object (`<output>.attempt-<n>`), size and digest.
+    pub checkpoint: Option<(ObjectId, u64, Option<Digest>)>,
 }
 
 /// A copy of `object` that `holder` served and whose bytes did not hash to its digest: the
@@ -124,6 +127,10 @@ pub struct Assignment {
     pub collective: Option<CollectiveAssignment>,
     /// The worker's GPU devices that are this attempt's alone (filled in when it is dispatched).
     pub gpus: Vec<u32>,
+    /// The task's `checkpoint` output, which the worker keeps when the attempt fails.
+    pub checkpoint: Option<String>,
+    /// The input (one of `inputs`) that is the subtask's latest kept checkpoint.
+    pub resume: Option<ObjectId>,
 }
 
 impl Assignment {
@@ -146,6 +153,8 @@ impl Assignment {
             env: task.env.clone(),
             collective,
             gpus: Vec::new(),
+            checkpoint: task.checkpoint.clone(),
+            resume: None,
         }
         .sharing(task)
     }

@@ -161,6 +161,11 @@ pub struct TaskSpec {
     /// for GPU sharing and the interference model (issue 16); `None` when it says nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_profile: Option<GpuProfile>,
+    /// `checkpoint = "<output>"`: one of the task's outputs that its command rewrites as it goes.
+    /// When an attempt fails or is stopped, its worker keeps the file as it was left, and the
+    /// subtask's next attempt (wherever it runs) gets it at `$PLEXUS_RESUME_FROM`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 /// A GPU task's own description of its GPU use.

@@ -60,6 +60,7 @@ pub(super) struct RawTask {
     pub(super) gang_timeout: Option<RawDuration>,
     pub(super) gang: Option<String>,
     pub(super) communicator: Option<bool>,
+    pub(super) checkpoint: Option<String>,
 }
 
 /// `command = ["prog", "arg"]` (argv), or `command = "shell text"` run with `sh -c`.

@@ -42,7 +42,9 @@ pub struct NodeGpus {
 ///    coordinator's, not the job's;
 /// 4. `PLEXUS_GPUS` (the same indices, also without GPUs on the node) and the other `PLEXUS_*`;
 ///    for a `communicator = true` gang member, `PLEXUS_COLLECTIVE_SOCKET` and
-///    `PLEXUS_COLLECTIVE_SECRET` (its collective endpoint).
+///    `PLEXUS_COLLECTIVE_SECRET` (its collective endpoint); for a task with a `checkpoint`
+///    output, `PLEXUS_CHECKPOINT` (that output's path) and, when an earlier attempt's is kept and
+///    was fetched, `PLEXUS_RESUME_FROM` (read-only).
 pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = work.env.clone();
     let set = |env: &mut Vec<(String, String)>, k: &str, v: String| {
@@ -69,6 +71,16 @@ pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> 
     set(&mut env, "PLEXUS_ATTEMPT", a.attempt.to_string());
     set(&mut env, "PLEXUS_OUT", out_dir.display().to_string());
     set(&mut env, "PLEXUS_IN", in_dir.display().to_string());
+    if let Some(c) = &work.checkpoint {
+        set(&mut env, "PLEXUS_CHECKPOINT", out_dir.join(c).display().to_string());
+    }
+    if let Some(r) = &work.resume {
+        // Set only when the kept checkpoint could be fetched (`Ctx::execute` runs without it).
+        let path = in_dir.join(&r.task).join(r.rank.to_string()).join(&r.name);
+        if path.is_file() {
+            set(&mut env, "PLEXUS_RESUME_FROM", path.display().to_string());
+        }
+    }
     if let Some(g) = &work.gang {
         // The collective endpoint of a `communicator = true` gang member (`crate::gang_endpoint`).
         let socket = in_dir.parent().unwrap_or(in_dir).join(crate::gang_endpoint::SOCKET_NAME);
