@@ -3,7 +3,7 @@ CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live bench-chaos fmt clippy lint clean \
-        images compose-up compose-down compose-test ha-demo demo-fanout python-client
+        images compose-up compose-down compose-test ha-demo demo-allreduce demo-fanout python-client
 
 all: build
 
@@ -29,11 +29,17 @@ build: torch
 release: torch
 	$(CARGO) build --release --workspace --bins
 
-# The main job, examples/train.toml (shard -> 4 training replicas -> allreduce over the data plane
-# -> evaluate), on an embedded cluster of 4 workers x 2 rails placed by the learned placer: live
-# progress, the check, `plexus explain` of a training subtask, traffic per rail. Then stops.
+# The main job, examples/ddp_train.toml (data-parallel training: a 4-member gang running DDP over
+# the `plexus` torch.distributed backend, checkpointing, then an evaluation), on an embedded cluster
+# of 4 workers x 2 rails: live progress, per-step time and loss, the evaluation, traffic per rail.
+# Then stops.
 demo: release
 	bash scripts/demo.sh train
+
+# The allreduce pipeline, examples/train.toml (shard -> 4 training replicas -> the built-in
+# allreduce over the data plane -> evaluate), on 4 workers x 2 rails placed by the learned placer.
+demo-allreduce: release
+	bash scripts/demo.sh allreduce
 
 # The smaller example: examples/fanout.toml on 3 workers.
 demo-fanout: release

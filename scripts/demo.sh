@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# `make demo`: the main job (examples/train.toml: shard -> 4 training replicas, a gang -> an
-# allreduce of their gradients over the data plane -> evaluate and check) on an embedded cluster
-# of 4 workers with two data-plane rails each (the loopback addresses 127.0.0.2 and 127.0.0.3,
-# so every object moves striped over two sockets), placed by the learned placer (--placer rl).
-# Prints live progress, the check's result, why one training subtask went where it did, each
-# worker's traffic per rail, and the dashboard's address; then stops the cluster.
+# `make demo`: the main job, data-parallel training (examples/ddp_train.toml: examples/ddp_train.py,
+# the anchor's DDP MLP on seeded synthetic data, as a 4-member `communicator = true` gang over the
+# `plexus` torch.distributed backend, checkpointing every 10 steps, then an evaluation of the final
+# checkpoints), on an embedded cluster of 4 workers with two data-plane rails each (the loopback
+# addresses 127.0.0.2 and 127.0.0.3, so every gradient allreduce is striped over two sockets).
+# Prints live progress, rank 0's per-step time and loss, the evaluation, and each worker's
+# traffic per rail; then stops the cluster. Needs the torch venv `make torch` installs.
 #
-#   scripts/demo.sh [train|fanout]   fanout: the smaller fan-out/fan-in example on 3 workers
+#   scripts/demo.sh [train|allreduce|fanout]
+#     allreduce: the allreduce pipeline (examples/train.toml: shard -> 4 training replicas, a
+#                gang -> the built-in allreduce of their gradients -> evaluate and check), placed
+#                by the learned placer (--placer rl), with `plexus explain` of a training subtask
+#     fanout:    the smaller fan-out/fan-in example on 3 workers
 #   PLEXUS_BIN         where the binaries are (default target/release)
+#   PLEXUS_PYTHON      the python with torch for `train` (default: the venv of `make torch`)
 #   PLEXUS_DEMO_KEEP=1 keep the cluster (and its dashboard) running after the job, until Ctrl-C
 # Everything lives in a fresh directory under .plexus/.
 set -euo pipefail
@@ -19,10 +25,34 @@ mkdir -p "$DIR"
 step() { printf '\n== %s\n' "$*"; }
 
 case "$WHICH" in
-  train) UP_ARGS=(--workers 4 --rails 127.0.0.2,127.0.0.3 --placer rl) ;;
+  train) UP_ARGS=(--workers 4 --rails 127.0.0.2,127.0.0.3) ;;
+  allreduce) UP_ARGS=(--workers 4 --rails 127.0.0.2,127.0.0.3 --placer rl) ;;
   fanout) UP_ARGS=(--workers 3) ;;
-  *) echo "demo.sh: unknown demo '$WHICH' (train or fanout)" >&2; exit 2 ;;
+  *) echo "demo.sh: unknown demo '$WHICH' (train, allreduce or fanout)" >&2; exit 2 ;;
 esac
+
+if [ "$WHICH" = train ]; then
+  # The venv `make torch` made: .plexus/libtorch links to its lib/python3.X/site-packages/torch.
+  PY=${PLEXUS_PYTHON:-}
+  if [ -z "$PY" ] && TORCH=$(readlink -f .plexus/libtorch 2>/dev/null); then
+    PY=$(dirname "$(dirname "$(dirname "$(dirname "$TORCH")")")")/bin/python
+  fi
+  [ -n "$PY" ] && [ -x "$PY" ] || { echo "demo.sh: no python with torch (run 'make torch', or set PLEXUS_PYTHON)" >&2; exit 1; }
+  sed -e "s|@PYTHON@|$PY|g" -e "s|@REPO@|$PWD|g" examples/ddp_train.toml > "$DIR/ddp_train.toml"
+  # As root, tasks run as a uid of their own, which cannot reach a venv below a directory only
+  # root may search (/root): then they run as the workers' user, saying so.
+  if [ "$(id -u)" = 0 ]; then
+    d=$(dirname "$PY")
+    while [ "$d" != / ]; do
+      if [ "$(( 0$(stat -c %a "$d") & 1 ))" = 0 ]; then
+        echo "demo: $d is not searchable by other users: tasks run as the workers' user (--task-user worker)"
+        UP_ARGS+=(--task-user worker)
+        break
+      fi
+      d=$(dirname "$d")
+    done
+  fi
+fi
 
 step "starting a cluster: plexus up ${UP_ARGS[*]}"
 "$BIN/plexus" up "${UP_ARGS[@]}" --dir "$DIR" --port 0 > "$DIR/up.out" 2>&1 &
@@ -55,19 +85,40 @@ if [ "$WHICH" = fanout ]; then
   exit 0
 fi
 
-step "plexus submit examples/train.toml"
-JOB=$("$BIN/plexus" submit examples/train.toml)
-echo "job $JOB"
-# Live progress; exits non-zero unless the job succeeded.
-"$BIN/plexus" watch "$JOB"
-"$BIN/plexus" status "$JOB"
+if [ "$WHICH" = train ]; then
+  step "plexus submit examples/ddp_train.toml (4 ranks x DDP over the plexus backend, python: $PY)"
+  JOB=$("$BIN/plexus" submit "$DIR/ddp_train.toml")
+  echo "job $JOB"
+  "$BIN/plexus" watch "$JOB"
+  "$BIN/plexus" status "$JOB"
 
-step "the check (plexus logs $JOB evaluate)"
-"$BIN/plexus" logs "$JOB" evaluate
-grep -q '^check ok' <("$BIN/plexus" logs "$JOB" evaluate) || { echo "demo: the check did not pass" >&2; exit 1; }
+  step "rank 0's training: time and loss per step (plexus logs $JOB train --rank 0)"
+  "$BIN/plexus" logs "$JOB" train --rank 0 > "$DIR/rank0.log"
+  grep -v '^step ' "$DIR/rank0.log" || true
+  printf '%6s  %10s  %9s\n' STEP LOSS STEP-MS
+  awk '/^step / { printf "%6d  %10.6f  %9.1f\n", $2, $4, $6 }' "$DIR/rank0.log"
+  awk '/^step / && $2 > 1 { print $6 }' "$DIR/rank0.log" | sort -n |
+    awk '{ ms[NR] = $1 } END { if (NR) printf "median step time %.1f ms over %d steps (the first left out)\n", ms[int((NR + 1) / 2)], NR }'
 
-step "why training replica 0 runs where it does (plexus explain $JOB train --rank 0)"
-"$BIN/plexus" explain "$JOB" train --rank 0
+  step "the evaluation (plexus logs $JOB evaluate)"
+  "$BIN/plexus" logs "$JOB" evaluate
+  grep -q '^held-out loss' <("$BIN/plexus" logs "$JOB" evaluate) || { echo "demo: the evaluation did not pass" >&2; exit 1; }
+else
+  step "plexus submit examples/train.toml"
+  JOB=$("$BIN/plexus" submit examples/train.toml)
+  echo "job $JOB"
+  # Live progress; exits non-zero unless the job succeeded.
+  "$BIN/plexus" watch "$JOB"
+  "$BIN/plexus" status "$JOB"
+
+  step "the check (plexus logs $JOB evaluate)"
+  "$BIN/plexus" logs "$JOB" evaluate
+  grep -q '^check ok' <("$BIN/plexus" logs "$JOB" evaluate) || { echo "demo: the check did not pass" >&2; exit 1; }
+
+  step "why training replica 0 runs where it does (plexus explain $JOB train --rank 0)"
+  "$BIN/plexus" explain "$JOB" train --rank 0
+
+fi
 
 step "traffic per worker and rail (plexus workers --rails)"
 # The counters arrive with the workers' heartbeats (every second): wait for the next one.

@@ -158,6 +158,12 @@ pub struct UpArgs {
     /// machine, so objects are striped over two sockets per peer. Default: 127.0.0.1 alone.
     #[arg(long, value_name = "IP,IP", value_delimiter = ',', num_args = 1..)]
     pub rails: Vec<std::net::IpAddr>,
+    /// Who the workers run tasks as (passed on as `--task-user`): `worker` runs them as the
+    /// workers' own user (as root: root, e.g. for a Python environment under /root). Default:
+    /// the workers' default (as root, a uid per job), or `worker` when the cluster's directory
+    /// lies below one other users cannot search.
+    #[arg(long, value_name = "USER", value_parser = ["auto", "worker"])]
+    pub task_user: Option<String>,
 }
 
 #[derive(Debug, Args)]

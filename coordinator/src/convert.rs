@@ -287,6 +287,7 @@ pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
             digests.insert(outputs[i].0.name.clone(), d);
         }
     }
+    let checkpoint = checkpoint(r.checkpoint.as_ref(), &attempt)?;
     Ok(Report {
         attempt: Some(attempt),
         state: Some(state),
@@ -309,7 +310,25 @@ pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
         } else {
             Some(pc::object_id("unfetched_input", &r.unfetched_input)?)
         },
+        checkpoint,
     })
+}
+
+/// A report's kept checkpoint: an object of the reporting attempt's own subtask (the core checks
+/// that it is that attempt's kept copy of the task's `checkpoint` output).
+fn checkpoint(
+    c: Option<&pb::ObjectInfo>,
+    attempt: &AttemptRef,
+) -> Result<Option<(ObjectId, u64, Option<Digest>)>, ConvertError> {
+    let Some(c) = c else { return Ok(None) };
+    let o = pc::object_id("checkpoint.object_id", &c.object_id)?;
+    if o.job != attempt.job || o.task != attempt.task || o.rank != attempt.rank {
+        return Err(ConvertError::Invalid {
+            field: "checkpoint",
+            reason: format!("object {o} does not belong to attempt {attempt}"),
+        });
+    }
+    Ok(Some((o, c.size, Digest::from_field("checkpoint.digest", &c.digest)?)))
 }
 
 pub fn assignment(a: &Assignment) -> pb::Assignment {
@@ -347,6 +366,8 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
             })
             .collect(),
         outputs: a.outputs.clone(),
+        checkpoint: a.checkpoint.clone().unwrap_or_default(),
+        resume: a.resume.as_ref().map(ToString::to_string).unwrap_or_default(),
         env: a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         collective: a.collective.as_ref().map(|c| pb::Collective {
             members: c.members.iter().map(|rails| pb::Member { rails: rails.clone() }).collect(),

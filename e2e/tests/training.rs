@@ -2,7 +2,7 @@
 //! `communicator = true` gang's members reach their worker's collective endpoint and run
 //! `torch.distributed` with the `plexus` backend: DDP trains and ends with Gloo's parameters;
 //! a task outside a gang gets a clear error; a killed member fails the other's pending operation
-//! at once, naming it.
+//! at once, naming it; training that checkpoints resumes after a member is killed mid-training.
 //!
 //! The torch tests need the venv `make torch` installs (`.plexus/libtorch` points into it); they
 //! are skipped, saying so, without it (a failure under `PLEXUS_REQUIRE_ALL=1`). Tasks run as the
@@ -201,4 +201,124 @@ except CollectiveError as e:
     assert!(after < 30.0 && started.elapsed() < Duration::from_secs(30), "failed {after:.1} s after the kill");
     let j = c.wait_job(&id, Duration::from_secs(60));
     assert_eq!(j.state, FAILED, "{}", j.error);
+}
+
+/// The last `step N` a training log shows (0: none), and the step it said it resumed from.
+fn steps_of(log: &str) -> (u32, Option<u32>) {
+    let last = log.lines().filter_map(|l| l.strip_prefix("step ")?.split(' ').next()?.parse().ok()).last();
+    let resumed = log.lines().find_map(|l| l.strip_prefix("resumed from step ")?.split(' ').next()?.parse().ok());
+    (last.unwrap_or(0), resumed)
+}
+
+/// The pid of the process of attempt `attempt` of `train` rank `rank` of job `job` (found by
+/// its environment: tasks run as the worker's user, which is this test's).
+fn task_pid(job: &str, rank: u32, attempt: u32) -> Option<i32> {
+    let want = [format!("PLEXUS_JOB={job}"), format!("PLEXUS_RANK={rank}"), format!("PLEXUS_ATTEMPT={attempt}")];
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        if !String::from_utf8_lossy(&cmd).contains("ddp_train.py") {
+            return None;
+        }
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+        want.iter().all(|w| vars.contains(&w.as_bytes())).then_some(pid)
+    })
+}
+
+/// Real training that checkpoints (examples/ddp_train.py, `checkpoint = "ckpt"`) as a gang of 2
+/// with an evaluation after it. Member 1's process is killed with SIGKILL mid-training: member 0
+/// stops within the stall timeout, its error naming member 1 (the collective's, or the gang's
+/// restart); the gang restarts under `max_retries`; each member resumes from the checkpoint its
+/// first attempt left (fetched from the worker that kept it), losing at most one checkpoint
+/// interval; the job succeeds and the evaluation finds both ranks' final parameters identical.
+#[test]
+fn a_member_killed_mid_training_restarts_the_gang_from_its_checkpoint() {
+    const TEST: &str = "a_member_killed_mid_training_restarts_the_gang_from_its_checkpoint";
+    let Some(py) = torch_python() else { return skip(TEST, "no torch venv (`make torch`)") };
+    let c = cluster(2);
+    let (every, steps) = (5u32, 80u32);
+    let script = repo().join("examples/ddp_train.py").display().to_string();
+    let argv = [
+        py.display().to_string(),
+        script.clone(),
+        "--params-m".into(),
+        "0.1".into(),
+        "--steps".into(),
+        steps.to_string(),
+        "--batch".into(),
+        "16".into(),
+        "--checkpoint-every".into(),
+        every.to_string(),
+    ];
+    let pythonpath = lit(&repo().join("python").display().to_string());
+    let job = format!(
+        "name = \"resume\"\n[[task]]\nname = \"train\"\nreplicas = 2\ncommunicator = true\noutputs = [\"ckpt\"]\n\
+         checkpoint = \"ckpt\"\nmax_retries = 1\ncpu = 1\ntimeout = \"600s\"\ncommand = [{}]\nenv = {{ PYTHONPATH = {pythonpath} }}\n\
+         [[task]]\nname = \"evaluate\"\ninputs = [\"train/ckpt\"]\ncommand = [{}, {}, \"--evaluate\", \"in/train/0/ckpt\", \"in/train/1/ckpt\"]\n\
+         env = {{ PYTHONPATH = {pythonpath} }}\n",
+        argv.iter().map(|a| lit(a)).collect::<Vec<_>>().join(", "),
+        lit(&py.display().to_string()),
+        lit(&script),
+    );
+    let id = c.submit("resume.toml", &job);
+    let log = |rank: u32, attempt: u32| -> String {
+        (0..2)
+            .filter_map(|i| {
+                let p = c.worker_dir(i).join("logs").join(&id).join("train").join(format!("{rank}.{attempt}.out"));
+                std::fs::read_to_string(p).ok()
+            })
+            .collect()
+    };
+    let first_kill = 2 * every + 2;
+    let pid = c.wait_for("member 1 to pass two checkpoints", Duration::from_secs(400), |_| {
+        let (at, _) = steps_of(&log(1, 1));
+        assert!(at < steps, "training ended before the kill (step {at} of {steps})");
+        (at >= first_kill).then(|| task_pid(&id, 1, 1)).flatten()
+    });
+    let started = Instant::now();
+    // SAFETY: kill(2) on a pid of this test's own cluster.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // Member 0's first attempt ends: its pending operation fails naming member 1, or the gang is
+    // restarted (the coordinator's note names member 1 too); either within the stall timeout.
+    let how = c.wait_for("member 0 to stop", Duration::from_secs(40), |c| {
+        let err: String = (0..2)
+            .filter_map(|i| {
+                let p = c.worker_dir(i).join("logs").join(&id).join("train").join("0.1.err");
+                std::fs::read_to_string(p).ok()
+            })
+            .collect();
+        if err.contains("member 1 of the gang failed") {
+            return Some(format!(
+                "its operation failed: {}",
+                err.lines().rev().find(|l| l.contains("member 1")).unwrap_or("")
+            ));
+        }
+        let s = c.job(&id)?.subtasks.into_iter().find(|s| s.task == "train" && s.rank == 0)?;
+        (s.attempt >= 2 || s.state == pb::SubtaskState::Ready as i32).then(|| "the gang restarted".to_string())
+    });
+    assert!(started.elapsed() < Duration::from_secs(30), "member 0 stopped {:?} after the kill", started.elapsed());
+    eprintln!("member 0 stopped {:?} after the kill: {how}", started.elapsed());
+    let j = c.wait_job(&id, Duration::from_secs(600));
+    let evaluate = c.plexus(&["logs", &id, "evaluate"]);
+    let eval = String::from_utf8_lossy(&evaluate.stdout).to_string();
+    assert_eq!(j.state, SUCCEEDED, "{}: {}\n{eval}", j.error, log(0, 2));
+    let full = c.job(&id).expect("the job's status");
+    let member = |r: u32| full.subtasks.iter().find(|s| s.task == "train" && s.rank == r).unwrap();
+    assert_eq!(member(1).failures, 1, "the kill counts once against max_retries");
+    assert!(member(1).failed_attempts[0].error.contains("signal 9"), "{:?}", member(1).failed_attempts);
+    assert_eq!(member(0).failures, 0, "a member stopped for another's failure is not counted");
+    // The ranks run in lockstep (each step's allreduce), so the furthest either got is what was
+    // reached; both resume from the newest checkpoint either kept.
+    let reached = (0..2).map(|r| steps_of(&log(r, 1)).0).max().unwrap();
+    for r in 0..2 {
+        assert_eq!(member(r).attempt, 2, "rank {r} ran twice");
+        let (last, resumed) = steps_of(&log(r, 2));
+        let resumed = resumed.unwrap_or_else(|| panic!("rank {r} did not resume: {}", log(r, 2)));
+        assert!(resumed > 0, "rank {r} resumed from step 0");
+        assert!(resumed <= reached && reached - resumed <= every, "rank {r}: reached {reached}, resumed {resumed}");
+        assert_eq!(last, steps, "rank {r} trained to the end: {}", log(r, 2));
+        eprintln!("rank {r}: reached step {reached} before the kill, resumed from step {resumed}");
+    }
+    assert!(eval.contains("identical parameters on every rank") && eval.contains("held-out loss"), "{eval}");
 }

@@ -205,9 +205,52 @@ impl FromStr for ObjectId {
     }
 }
 
+/// The longest `checkpoint` output name: its kept copies' names ([`kept_checkpoint`]) must
+/// still be output names (at most 128 characters).
+pub const MAX_CHECKPOINT_NAME: usize = 100;
+
+/// The object id under which a worker keeps the `checkpoint` output a failed or stopped attempt
+/// left: `<job>/<task>/<rank>/<output>.attempt-<n>` (one per attempt, so copies of different
+/// attempts never share a name).
+pub fn kept_checkpoint(a: &AttemptRef, output: &str) -> ObjectId {
+    ObjectId { job: a.job, task: a.task.clone(), rank: a.rank, name: format!("{output}.attempt-{}", a.attempt) }
+}
+
+/// Whether `name` is a kept copy's name of checkpoint output `output` (`<output>.attempt-<n>`),
+/// and of which attempt.
+pub fn kept_checkpoint_attempt(name: &str, output: &str) -> Option<u32> {
+    let n = name.strip_prefix(output)?.strip_prefix(".attempt-")?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || (n.len() > 1 && n.starts_with('0')) {
+        return None;
+    }
+    n.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_checkpoints_are_named_by_attempt() {
+        let a = AttemptRef { job: JobId::random(), task: "train".into(), rank: 2, attempt: 7 };
+        let o = kept_checkpoint(&a, "ckpt");
+        assert_eq!(o.name, "ckpt.attempt-7");
+        assert_eq!(o.to_string().parse::<ObjectId>().unwrap(), o);
+        assert_eq!(kept_checkpoint_attempt("ckpt.attempt-7", "ckpt"), Some(7));
+        for bad in [
+            "ckpt",
+            "ckpt.attempt-",
+            "ckpt.attempt-07",
+            "ckpt.attempt-x",
+            "other.attempt-1",
+            "ckpt.attempt-99999999999",
+        ] {
+            assert_eq!(kept_checkpoint_attempt(bad, "ckpt"), None, "{bad}");
+        }
+        let long = "c".repeat(MAX_CHECKPOINT_NAME);
+        let a = AttemptRef { attempt: u32::MAX, ..a };
+        check_output_name(&kept_checkpoint(&a, &long).name).unwrap();
+    }
 
     #[test]
     fn ids_round_trip_and_check_prefix() {

@@ -59,7 +59,10 @@ pub async fn run(args: &UpArgs) -> anyhow::Result<ExitCode> {
         .detach_from_terminal()
         .terminate_coordinators(true)
         .stop_grace(STOP_GRACE)
-        .worker_args(task_user_args(&args.dir))
+        .worker_args(match args.task_user.as_deref() {
+            Some(u) => vec!["--task-user", if u == "worker" { "worker" } else { "auto" }],
+            None => task_user_args(&args.dir),
+        })
         .build()?;
     let result = run_cluster(&mut cluster, args, &mut signals).await;
     // Stopping blocks until the children exit; on a thread of its own, so this runtime goes on

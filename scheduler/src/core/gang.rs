@@ -706,6 +706,7 @@ impl Core {
             };
             let collective = CollectiveAssignment { spec: spec.clone(), members: rails.clone(), tag };
             let assignment = Assignment::of(task, attempt, req, inputs, Some(collective));
+            let assignment = self.with_resume((job, idx), assignment);
             self.dispatch((job, idx), wid, record, assignment, now);
         }
     }

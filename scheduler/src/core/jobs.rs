@@ -244,6 +244,7 @@ impl Core {
                     }],
                     not_before: 0,
                     failed_attempts: Vec::new(),
+                    kept: None,
                     gpus: Vec::new(),
                     reruns: 0,
                     reserved_on: None,
@@ -352,10 +353,15 @@ impl Core {
         true
     }
 
-    pub(super) fn apply_report(&mut self, wid: WorkerId, r: Report, now: u64) {
+    pub(super) fn apply_report(&mut self, wid: WorkerId, mut r: Report, now: u64) {
         let (Some(a), Some(state)) = (r.attempt, r.state) else { return };
         let Some(job) = self.jobs.get_mut(&a.job) else { return };
         let Ok(idx) = job.subtask_index(&a.task, a.rank) else { return };
+        if let Some(c) = r.checkpoint.take().filter(|_| matches!(state, SubtaskState::Failed | SubtaskState::Cancelled))
+        {
+            self.keep_checkpoint((a.job, idx), &a, wid, c);
+        }
+        let Some(job) = self.jobs.get_mut(&a.job) else { return };
         let s = &job.subtasks[idx as usize];
         if s.attempt != a.attempt || s.worker != Some(wid) || !s.state.is_placed() {
             tracing::debug!(attempt = %a, "stale report ignored");

@@ -80,6 +80,9 @@ pub struct Report {
     pub unfetched_input: Option<ObjectId>,
     /// Copies of inputs that a holder served and that did not match their digest.
     pub bad_copies: Vec<BadCopy>,
+    /// A failed or stopped attempt's `checkpoint` output, kept on the reporting worker: its
+    /// object (`<output>.attempt-<n>`), size and digest.
+    pub checkpoint: Option<(ObjectId, u64, Option<Digest>)>,
 }
 
 /// A copy of `object` that `holder` served and whose bytes did not hash to its digest: the
@@ -126,6 +129,10 @@ pub struct Assignment {
     pub gpus: Vec<u32>,
     /// This replica's sweep parameters, key order.
     pub params: Vec<(String, String)>,
+    /// The task's `checkpoint` output, which the worker keeps when the attempt fails.
+    pub checkpoint: Option<String>,
+    /// The input (one of `inputs`) that is the subtask's latest kept checkpoint.
+    pub resume: Option<ObjectId>,
 }
 
 impl Assignment {
@@ -149,6 +156,8 @@ impl Assignment {
             gpus: Vec::new(),
             params: task.sweep.as_ref().map(|s| s.params(attempt.rank)).unwrap_or_default(),
             attempt,
+            checkpoint: task.checkpoint.clone(),
+            resume: None,
         }
         .sharing(task)
     }

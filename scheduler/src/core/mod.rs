@@ -34,6 +34,7 @@
 //!   [`Placer`](crate::placer::Placer).
 //! - `gang`: gangs — reservations, binding, holding workers for the head gang, deadlines and
 //!   rollbacks — and collectives placed all at once, or none.
+//! - `checkpoint`: the checkpoints failed attempts left, kept and handed to the next attempt.
 //! - `gpus`: GPU attempts, the GPU gang search, and what the GPU learner is told.
 //! - `restore`: the state rebuilt from the store's records.
 //! - [`liveness`]: silent workers declared lost, evictions halted when too many fall silent at
@@ -49,6 +50,7 @@
 //! - [`estimates`]: measured compute and fetch speeds (issue 17), learnt from succeeded attempts
 //!   and read by placement for each candidate's estimates.
 
+mod checkpoint;
 pub mod config;
 pub mod estimates;
 mod eviction;
@@ -79,8 +81,8 @@ pub use messages::{
     Registration, Report,
 };
 pub use records::{
-    AttemptFailure, CandidateRecord, Capacity, FetchPlan, GpuRecord, JobRecord, PlacementRecord, Snapshot, Subtask,
-    Transition, WorkerRecord,
+    AttemptFailure, CandidateRecord, Capacity, FetchPlan, GpuRecord, JobRecord, KeptCheckpoint, PlacementRecord,
+    Snapshot, Subtask, Transition, WorkerRecord,
 };
 pub use signature::{FieldHash, signature};
 pub use state::Core;

@@ -670,6 +670,7 @@ impl Core {
         let j = &self.jobs[&job];
         let task = &j.record.spec.tasks[j.task_of(idx)];
         let assignment = Assignment::of(task, attempt, task.resources, input_locations, None);
+        let assignment = self.with_resume((job, idx), assignment);
         self.dispatch((job, idx), wid, record, assignment, now);
     }
 

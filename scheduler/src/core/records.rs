@@ -123,6 +123,21 @@ pub struct Subtask {
     /// counts). Back to 0 when the subtask is re-run after a success.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub unfetched_requeues: u32,
+    /// The newest `checkpoint` output a failed or stopped attempt left, kept on the worker that
+    /// ran it: what the next attempt resumes from (`core::checkpoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<KeptCheckpoint>,
+}
+
+/// A checkpoint a failed or stopped attempt left: object `<output>.attempt-<attempt>` of the
+/// subtask, on `worker`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeptCheckpoint {
+    pub attempt: u32,
+    pub worker: WorkerId,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<Digest>,
 }
 
 fn is_zero_u32(v: &u32) -> bool {

@@ -2190,3 +2190,87 @@ fn a_worker_runs_no_more_attempts_than_its_max_attempts() {
     let text = c.unsatisfiable(&parse(gang, Format::Toml, "t.toml").unwrap()).unwrap_or_default();
     assert!(text.contains("can hold at most 2 of them together"), "{text}");
 }
+
+/// A `checkpoint` gang: the failed member's kept checkpoint is taken from its report, the stopped
+/// members' from their reports even though those arrive after the gang was made ready again (and
+/// only from the worker that ran the attempt); each member's next attempt gets its own as an
+/// input marked `resume`, with its holder and digest; a checkpoint on a lost worker is not handed on.
+#[test]
+fn a_restarted_gang_resumes_from_the_checkpoints_its_members_left() {
+    let mut c = core();
+    c.config.eviction.max_lost_share = 1.0;
+    for n in 1..=4 {
+        c.register(reg(n, &format!("s{n}"), 4, vec![]), 0);
+    }
+    let src = "name = \"ddp\"\n[[task]]\nname = \"train\"\ncommand = [\"python\", \"train.py\"]\nreplicas = 3\n\
+               communicator = true\noutputs = [\"ckpt\"]\ncheckpoint = \"ckpt\"\nmax_retries = 2\n";
+    let job = submit(&mut c, src, 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 3);
+    for (_, x) in &a {
+        assert_eq!(x.checkpoint.as_deref(), Some("ckpt"));
+        assert_eq!((x.resume.as_ref(), x.inputs.len()), (None, 0), "nothing to resume from yet");
+    }
+    let kept = |x: &Assignment, size: u64| {
+        let o = plexus_proto::ids::kept_checkpoint(&x.attempt, "ckpt");
+        let mut r = done(&x.attempt, SubtaskState::Cancelled);
+        r.checkpoint = Some((o, size, Some(plexus_proto::Digest::of(&size.to_le_bytes()))));
+        r
+    };
+    let (w1, x1) = a.iter().find(|(_, x)| x.attempt.rank == 1).unwrap().clone();
+    let mut failed = done(&x1.attempt, SubtaskState::Failed);
+    failed.checkpoint = kept(&x1, 11).checkpoint;
+    assert!(c.report(w1, &session(w1), vec![failed], 2));
+    c.schedule(3);
+    assert_eq!(c.take_outbox().cancels.len(), 2);
+    // The stopped members report afterwards (stale), each with its checkpoint; a worker that did
+    // not run an attempt cannot give it one.
+    for (w, x) in a.iter().filter(|(_, x)| x.attempt.rank != 1) {
+        let other = a.iter().map(|(w, _)| *w).find(|o| o != w).unwrap();
+        assert!(c.report(other, &session(other), vec![kept(x, 99)], 4));
+        assert!(c.report(*w, &session(*w), vec![kept(x, 10 + x.attempt.rank as u64)], 4));
+    }
+    let due = 4 + crate::spec::DEFAULT_RETRY_BACKOFF_MS;
+    c.tick(due);
+    c.schedule(due);
+    let b = c.take_outbox().assignments;
+    assert_eq!(b.len(), 3, "the gang restarts whole");
+    for (_, x) in &b {
+        let r = x.attempt.rank;
+        let o = x.resume.clone().expect("each member resumes");
+        assert_eq!(o.name, "ckpt.attempt-1");
+        assert_eq!((o.job, o.task.as_str(), o.rank), (job, "train", r));
+        let input = x.inputs.iter().find(|i| i.object == o).expect("the resume object is an input");
+        let (w, _) = a.iter().find(|(_, y)| y.attempt.rank == r).unwrap();
+        assert_eq!(
+            input.holders.iter().map(|h| h.worker).collect::<Vec<_>>(),
+            vec![*w],
+            "fetched from where it was kept"
+        );
+        assert_eq!(input.size, 10 + r as u64, "its own checkpoint, not another worker's claim");
+        assert_eq!(input.digest, Some(plexus_proto::Digest::of(&input.size.to_le_bytes())));
+    }
+    // Rank 0's checkpoint was kept on a worker that is then lost: the gang restarts (uncounted)
+    // and rank 0 starts without one; the others keep theirs.
+    let (w0, _) = *a.iter().find(|(_, x)| x.attempt.rank == 0).unwrap();
+    let t = due + 1 + CoreConfig::default().heartbeat_timeout_ms;
+    for n in 1..=4 {
+        if wid(n) != w0 {
+            assert!(c.heartbeat(wid(n), &format!("s{n}"), NodeReport::default(), t - 1));
+        }
+    }
+    c.tick(t);
+    assert!(!c.workers().any(|w| w.id() == w0 && w.record().alive));
+    let mut next = Vec::new();
+    for at in [t, t + crate::spec::DEFAULT_RETRY_BACKOFF_MS] {
+        c.tick(at);
+        c.schedule(at);
+        next.extend(c.take_outbox().assignments);
+    }
+    assert_eq!(next.len(), 3, "the gang restarts on the live workers: {next:?}");
+    for (_, x) in &next {
+        let resume = x.resume.as_ref().map(|o| o.name.as_str());
+        assert_eq!(resume, if x.attempt.rank == 0 { None } else { Some("ckpt.attempt-1") }, "rank {}", x.attempt.rank);
+    }
+}

@@ -168,6 +168,11 @@ pub struct TaskSpec {
     /// Per-replica parameters (`sweep = {...}`), one row per replica; `None`: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<super::sweep::Sweep>,
+    /// `checkpoint = "<output>"`: one of the task's outputs that its command rewrites as it goes.
+    /// When an attempt fails or is stopped, its worker keeps the file as it was left, and the
+    /// subtask's next attempt (wherever it runs) gets it at `$PLEXUS_RESUME_FROM`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 /// A GPU task's own description of its GPU use.

@@ -67,6 +67,7 @@ pub(super) struct RawTask {
     pub(super) constraints: BTreeMap<String, RawConstraint>,
     pub(super) sweep: Option<BTreeMap<String, serde_json::Value>>,
     pub(super) sweep_mode: Option<String>,
+    pub(super) checkpoint: Option<String>,
 }
 
 /// One of `constraints = { key = "v" | "!=v" | true | false }`; anything else is kept as

@@ -171,6 +171,31 @@ fn a_communicator_command_is_a_gang_of_all_its_members() {
 }
 
 #[test]
+fn a_checkpoint_is_one_of_the_command_tasks_outputs() {
+    let job = |task: &str| toml(&format!("[[task]]\nname = \"t\"\nreplicas = 2\n{task}"));
+    let j = job("command = \"true\"\noutputs = [\"ckpt\", \"log\"]\ncheckpoint = \"ckpt\"\n").unwrap();
+    assert_eq!(j.tasks[0].checkpoint.as_deref(), Some("ckpt"));
+    assert_eq!(job("command = \"true\"\n").unwrap().tasks[0].checkpoint, None);
+    let err = |task: &str| job(task).unwrap_err().message;
+    assert!(
+        err("command = \"true\"\noutputs = [\"log\"]\ncheckpoint = \"ckpt\"\n")
+            .contains("checkpoint \"ckpt\" is not one of its outputs")
+    );
+    assert!(
+        err("kind = \"noop\"\noutputs = [\"c\"]\ncheckpoint = \"c\"\n").contains("`checkpoint` is for command tasks")
+    );
+    assert!(
+        err("command = \"true\"\noutputs = [\"c\", \"c.attempt-2\"]\ncheckpoint = \"c\"\n")
+            .contains("output \"c.attempt-2\" is named like a kept copy of checkpoint \"c\"")
+    );
+    let long = "c".repeat(101);
+    assert!(
+        err(&format!("command = \"true\"\noutputs = [\"{long}\"]\ncheckpoint = \"{long}\"\n"))
+            .contains("is longer than 100 characters")
+    );
+}
+
+#[test]
 fn alltoall_and_redistribute_are_gangs_with_their_own_fields() {
     let producer = "[[task]]\nname = \"g\"\ncommand = \"true\"\nreplicas = 4\noutputs = [\"x\", \"split\"]\n";
     let job = |task: &str| toml(&format!("{producer}[[task]]\nname = \"s\"\noutputs = [\"y\"]\n{task}"));

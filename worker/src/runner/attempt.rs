@@ -46,6 +46,7 @@ impl Ctx {
             evicted_bytes: acct.evicted_bytes,
             outputs: outcome.outputs,
             unfetched_input: outcome.unfetched_input,
+            checkpoint: outcome.checkpoint,
             bad_copies: acct.bad_copies,
             stdout_tail,
             stderr_tail: tail_or_empty(&err_log, REPORT_TAIL_BYTES).await,
@@ -95,6 +96,17 @@ impl Ctx {
         if let Err(e) = materialised {
             return Outcome::failed(e, 0, NO_EXIT_CODE);
         }
+        if let Some(r) = &work.resume {
+            // The checkpoint to resume from: an attempt that cannot have it runs without it.
+            let fetched = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
+                r = self.materialise(std::slice::from_ref(r), dirs, acct, pins) => r,
+            };
+            if let Err(e) = fetched {
+                warn!(attempt = %a, error = %e, "running without the checkpoint to resume from");
+            }
+        }
         if work.collective.is_none()
             && let Err(e) = hand_over(dirs)
         {
@@ -131,7 +143,10 @@ impl Ctx {
         tokio::join!(stdout.finish(&out_log), stderr.finish(&err_log));
         let (exit_code, failed_exit_code) = match ran {
             Ok(codes) => codes,
-            Err(outcome) => return outcome,
+            Err(mut outcome) => {
+                outcome.checkpoint = self.keep_checkpoint(work, &dirs.output, dirs.uid, acct, pins).await;
+                return outcome;
+            }
         };
         match self.collect_outputs(work, &dirs.output, dirs.uid, acct, pins).await {
             Ok(outputs) => Outcome::succeeded(started_at, exit_code, outputs),

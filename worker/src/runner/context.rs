@@ -97,6 +97,8 @@ pub(super) struct Outcome {
     /// The input that no holder could serve (the attempt failed before its task ran); empty
     /// otherwise.
     pub(super) unfetched_input: String,
+    /// A failed or stopped attempt's kept `checkpoint` output.
+    pub(super) checkpoint: Option<pb::ObjectInfo>,
 }
 
 impl Outcome {
@@ -109,6 +111,7 @@ impl Outcome {
             started_at,
             outputs,
             unfetched_input: String::new(),
+            checkpoint: None,
         }
     }
 
@@ -129,6 +132,7 @@ impl Outcome {
             started_at,
             outputs: Vec::new(),
             unfetched_input,
+            checkpoint: None,
         }
     }
 }
@@ -157,6 +161,7 @@ impl Outcome {
             started_at,
             outputs: Vec::new(),
             unfetched_input: String::new(),
+            checkpoint: None,
         }
     }
 }

@@ -43,7 +43,9 @@ pub struct NodeGpus {
 /// 4. `PLEXUS_GPUS` (the same indices, also without GPUs on the node) and the other `PLEXUS_*`,
 ///    with `PLEXUS_PARAM_<KEY>` for each of a sweep replica's parameters;
 ///    for a `communicator = true` gang member, `PLEXUS_COLLECTIVE_SOCKET` and
-///    `PLEXUS_COLLECTIVE_SECRET` (its collective endpoint).
+///    `PLEXUS_COLLECTIVE_SECRET` (its collective endpoint); for a task with a `checkpoint`
+///    output, `PLEXUS_CHECKPOINT` (that output's path) and, when an earlier attempt's is kept and
+///    was fetched, `PLEXUS_RESUME_FROM` (read-only).
 pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = work.env.clone();
     let set = |env: &mut Vec<(String, String)>, k: &str, v: String| {
@@ -72,6 +74,16 @@ pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> 
     set(&mut env, "PLEXUS_IN", in_dir.display().to_string());
     for (k, v) in &work.params {
         set(&mut env, &plexus_proto::rules::param_env_name(k), v.clone());
+    }
+    if let Some(c) = &work.checkpoint {
+        set(&mut env, "PLEXUS_CHECKPOINT", out_dir.join(c).display().to_string());
+    }
+    if let Some(r) = &work.resume {
+        // Set only when the kept checkpoint could be fetched (`Ctx::execute` runs without it).
+        let path = in_dir.join(&r.task).join(r.rank.to_string()).join(&r.name);
+        if path.is_file() {
+            set(&mut env, "PLEXUS_RESUME_FROM", path.display().to_string());
+        }
     }
     if let Some(g) = &work.gang {
         // The collective endpoint of a `communicator = true` gang member (`crate::gang_endpoint`).

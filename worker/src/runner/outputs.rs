@@ -1,10 +1,12 @@
 //! The outputs stage: on success every declared output is taken out of the task's reach, must be
 //! a regular file, and becomes the worker's; each is hashed (its digest goes with the report: what
-//! every copy is checked against), then they all move into the cache, or none does.
+//! every copy is checked against), then they all move into the cache, or none does. On failure,
+//! the task's `checkpoint` output alone is kept the same way, under a name of its attempt.
 
 use std::path::{Path, PathBuf};
 
-use plexus_proto::{Digest, ObjectId, pb};
+use plexus_proto::ids::kept_checkpoint;
+use plexus_proto::{AttemptRef, Digest, ObjectId, pb};
 
 use crate::cache::Pin;
 use crate::error::{Error, Result};
@@ -30,9 +32,50 @@ impl Ctx {
         acct: &mut Accounting,
         pins: &mut Vec<Pin>,
     ) -> Result<Vec<pb::ObjectInfo>> {
+        let files: Vec<(String, String)> = work.outputs.iter().map(|n| (n.clone(), n.clone())).collect();
+        self.store_files(&work.attempt, &files, out_dir, uid, acct, pins).await
+    }
+
+    /// Keeps the `checkpoint` output a failed or stopped attempt left (`None`: the task has no
+    /// checkpoint, or wrote none yet), taken and checked as outputs are, in the cache as
+    /// `<checkpoint>.attempt-<n>` ([`kept_checkpoint`]) for the subtask's next attempt.
+    pub(super) async fn keep_checkpoint(
+        &self,
+        work: &Work,
+        out_dir: &Path,
+        uid: Option<u32>,
+        acct: &mut Accounting,
+        pins: &mut Vec<Pin>,
+    ) -> Option<pb::ObjectInfo> {
+        let name = work.checkpoint.as_ref()?;
+        let files = [(name.clone(), kept_checkpoint(&work.attempt, name).name)];
+        match self.store_files(&work.attempt, &files, out_dir, uid, acct, pins).await {
+            Ok(mut kept) => {
+                tracing::info!(attempt = %work.attempt, checkpoint = %name, "kept the checkpoint the attempt left");
+                kept.pop()
+            }
+            Err(Error::OutputMissing { .. }) => None,
+            Err(e) => {
+                tracing::warn!(attempt = %work.attempt, error = %e, "could not keep the attempt's checkpoint");
+                None
+            }
+        }
+    }
+
+    /// Moves each `(name, object)` of `files` out of `out_dir` (`name`) into the cache as the
+    /// attempt's object `object`, as [`Ctx::collect_outputs`] says.
+    async fn store_files(
+        &self,
+        a: &AttemptRef,
+        files: &[(String, String)],
+        out_dir: &Path,
+        uid: Option<u32>,
+        acct: &mut Accounting,
+        pins: &mut Vec<Pin>,
+    ) -> Result<Vec<pb::ObjectInfo>> {
         // All taken and checked first, so a failed attempt leaves nothing in the cache.
-        let mut staged = Vec::with_capacity(work.outputs.len());
-        let first = work.outputs.first().cloned().unwrap_or_default();
+        let mut staged = Vec::with_capacity(files.len());
+        let first = files.first().map(|(n, _)| n.clone()).unwrap_or_default();
         let store_error = |name: &str, action, path: &Path, e| Error::StoreOutput {
             name: name.to_string(),
             source: Box::new(Error::Io { action, path: path.to_path_buf(), source: e }),
@@ -44,7 +87,7 @@ impl Ctx {
             (Err(e), _) => return Err(store_error(&first, "open", out_dir, e)),
             (_, Err(e)) => return Err(store_error(&first, "open", &self.layout.tmp_dir(), e)),
         };
-        for name in &work.outputs {
+        for (name, _) in files {
             let s = Staged(self.layout.tmp_dir().join(uuid::Uuid::new_v4().to_string()));
             match rename_at(&out, name, &tmp, &s.0) {
                 Ok(()) => {}
@@ -66,13 +109,12 @@ impl Ctx {
             }
             staged.push(s);
         }
-        let files: Vec<(String, PathBuf)> =
-            work.outputs.iter().cloned().zip(staged.iter().map(|s| s.0.clone())).collect();
-        let digests = tokio::task::spawn_blocking(move || digests(&files)).await??;
-        let a = &work.attempt;
-        let mut infos = Vec::with_capacity(work.outputs.len());
-        for ((name, s), digest) in work.outputs.iter().zip(&staged).zip(digests) {
-            let id = ObjectId { job: a.job, task: a.task.clone(), rank: a.rank, name: name.clone() };
+        let paths: Vec<(String, PathBuf)> =
+            files.iter().map(|(n, _)| n.clone()).zip(staged.iter().map(|s| s.0.clone())).collect();
+        let digests = tokio::task::spawn_blocking(move || digests(&paths)).await??;
+        let mut infos = Vec::with_capacity(files.len());
+        for (((name, object), s), digest) in files.iter().zip(&staged).zip(digests) {
+            let id = ObjectId { job: a.job, task: a.task.clone(), rank: a.rank, name: object.clone() };
             let ins = self
                 .cache
                 .insert(&id, &s.0)

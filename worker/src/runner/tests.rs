@@ -83,6 +83,8 @@ fn work(a: &AttemptRef, argv: Vec<String>) -> Work {
         gpus: Vec::new(),
         gang: None,
         params: Vec::new(),
+        checkpoint: None,
+        resume: None,
     }
 }
 
@@ -163,6 +165,103 @@ async fn failures_are_reported_with_their_cause() {
     assert_eq!((state(&r), r.exit_code), (pb::SubtaskState::Failed, NO_EXIT_CODE));
     assert!(r.error.starts_with("could not start \"/no/such/program\": "), "{}", r.error);
     assert!(r.error.contains("No such file"), "{}", r.error);
+}
+
+/// A failed attempt's `checkpoint` output is kept in the cache under its attempt's name and
+/// reported; the next attempt, given it as `resume`, reads it at `$PLEXUS_RESUME_FROM`. One that
+/// wrote none, or a success, keeps nothing of the kind.
+#[tokio::test]
+async fn a_failed_attempts_checkpoint_is_kept_and_the_next_resumes_from_it() {
+    let f = fixture().await;
+    let job = JobId::random();
+    let cancel = CancellationToken::new();
+    let first = AttemptRef { job, task: "train".into(), rank: 1, attempt: 1 };
+    let mut w = work(
+        &first,
+        sh(
+            "printf 'step 7' > \"$PLEXUS_CHECKPOINT.tmp\"; mv \"$PLEXUS_CHECKPOINT.tmp\" \"$PLEXUS_CHECKPOINT\"; exit 3",
+        ),
+    );
+    w.outputs = vec!["ckpt".into()];
+    w.checkpoint = Some("ckpt".into());
+    let r = f.runner.run(&w, &cancel).await;
+    assert_eq!(state(&r), pb::SubtaskState::Failed);
+    let kept = ObjectId { job, task: "train".into(), rank: 1, name: "ckpt.attempt-1".into() };
+    let info = r.checkpoint.expect("the checkpoint is kept");
+    assert_eq!(info.object_id, kept.to_string());
+    assert_eq!(info.digest, plexus_proto::Digest::of(b"step 7").to_vec());
+    assert_eq!(std::fs::read(f.cache.path(&kept)).unwrap(), b"step 7");
+
+    let second = AttemptRef { attempt: 2, ..first.clone() };
+    let mut w = work(
+        &second,
+        sh("cat \"$PLEXUS_RESUME_FROM\" > \"$PLEXUS_CHECKPOINT\"; echo ' resumed' >> \"$PLEXUS_CHECKPOINT\""),
+    );
+    w.outputs = vec!["ckpt".into()];
+    w.checkpoint = Some("ckpt".into());
+    w.resume = Some(Input {
+        id: kept.clone(),
+        task: "train".into(),
+        rank: 1,
+        name: kept.name.clone(),
+        holders: vec![],
+        size: info.size,
+        digest: plexus_proto::Digest::from_field("d", &info.digest).unwrap(),
+    });
+    let r = f.runner.run(&w, &cancel).await;
+    assert_eq!(state(&r), pb::SubtaskState::Succeeded, "{}", r.error);
+    assert!(r.checkpoint.is_none(), "a success keeps no checkpoint of its own");
+    let out = ObjectId { job, task: "train".into(), rank: 1, name: "ckpt".into() };
+    assert_eq!(std::fs::read_to_string(f.cache.path(&out)).unwrap(), "step 7 resumed\n");
+
+    // Nothing written yet: nothing kept. A resume no holder can serve: the attempt runs without.
+    let third = AttemptRef { attempt: 3, ..first.clone() };
+    let mut w = work(&third, sh("[ -z \"$PLEXUS_RESUME_FROM\" ] || exit 9; exit 4"));
+    w.outputs = vec!["ckpt".into()];
+    w.checkpoint = Some("ckpt".into());
+    let gone = ObjectId { name: "ckpt.attempt-9".into(), ..out.clone() };
+    w.resume = Some(Input {
+        id: gone,
+        task: "train".into(),
+        rank: 1,
+        name: "ckpt.attempt-9".into(),
+        holders: vec![],
+        size: 0,
+        digest: None,
+    });
+    let r = f.runner.run(&w, &cancel).await;
+    assert_eq!((state(&r), r.exit_code), (pb::SubtaskState::Failed, 4), "{}", r.error);
+    assert!(r.checkpoint.is_none());
+}
+
+/// An assignment's `checkpoint` is one of its outputs; its `resume` is one of its inputs, a kept
+/// checkpoint of an earlier attempt of the same subtask.
+#[test]
+fn checkpoint_and_resume_are_checked() {
+    let a = AttemptRef { job: JobId::random(), task: "t".into(), rank: 0, attempt: 3 };
+    let kept = |n: u32| ObjectId { job: a.job, task: "t".into(), rank: 0, name: format!("c.attempt-{n}") };
+    let input = |o: &ObjectId| pb::InputObject { object_id: o.to_string(), ..Default::default() };
+    let base = pb::Assignment {
+        attempt: Some(pb::AttemptRef::from(&a)),
+        command: sh("true"),
+        outputs: vec!["c".into()],
+        checkpoint: "c".into(),
+        inputs: vec![input(&kept(2))],
+        resume: kept(2).to_string(),
+        ..Default::default()
+    };
+    let w = Work::from_pb(a.clone(), base.clone()).unwrap();
+    assert_eq!(w.checkpoint.as_deref(), Some("c"));
+    assert_eq!(w.resume.map(|r| r.id), Some(kept(2)));
+    assert!(w.inputs.is_empty(), "the resume input is not an input the attempt needs");
+    let err = |p: pb::Assignment| Work::from_pb(a.clone(), p).unwrap_err().to_string();
+    assert!(err(pb::Assignment { checkpoint: "d".into(), ..base.clone() }).contains("checkpoint \"d\" is not one of"));
+    assert!(
+        err(pb::Assignment { inputs: vec![input(&kept(3))], resume: kept(3).to_string(), ..base.clone() })
+            .contains("not a kept checkpoint of an earlier attempt")
+    );
+    assert!(err(pb::Assignment { inputs: vec![], ..base.clone() }).contains("is not one of its inputs"));
+    assert!(err(pb::Assignment { checkpoint: String::new(), ..base }).contains("not a kept checkpoint"));
 }
 
 #[tokio::test]

@@ -36,6 +36,11 @@ pub struct Work {
     pub gang: Option<GangWork>,
     /// The replica's sweep parameters (`PLEXUS_PARAM_<KEY>`), by key.
     pub params: Vec<(String, String)>,
+    /// The task's `checkpoint` output (one of `outputs`), kept when the attempt fails.
+    pub checkpoint: Option<String>,
+    /// The subtask's checkpoint kept from an earlier attempt (not among `inputs`: an attempt
+    /// that cannot fetch it runs without it).
+    pub resume: Option<Input>,
 }
 
 /// A command gang member's communicator: every member's rails, the gang's tag base, and the
@@ -182,7 +187,9 @@ impl Work {
             return invalid(format!("command argument {arg:?} contains a NUL byte"));
         }
         let outputs = outputs_from_pb(a.outputs)?;
-        let inputs = a.inputs.into_iter().map(input_from_pb).collect::<Result<Vec<_>>>()?;
+        let mut inputs = a.inputs.into_iter().map(input_from_pb).collect::<Result<Vec<_>>>()?;
+        let checkpoint = checkpoint_from_pb(a.checkpoint, &outputs, collective.is_some())?;
+        let resume = resume_from_pb(&a.resume, checkpoint.as_deref(), &attempt, &mut inputs)?;
         let env = env_from_pb(a.env)?;
         let params = params_from_pb(a.params)?;
         let res = a.resources.unwrap_or_default();
@@ -211,6 +218,8 @@ impl Work {
             gpus: a.gpus,
             gang,
             params,
+            checkpoint,
+            resume,
         })
     }
 }
@@ -248,6 +257,45 @@ fn outputs_from_pb(names: Vec<String>) -> Result<Vec<String>> {
         outputs.push(name);
     }
     Ok(outputs)
+}
+
+/// The `checkpoint` output: one of a command's `outputs` (empty: none).
+fn checkpoint_from_pb(name: String, outputs: &[String], collective: bool) -> Result<Option<String>> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    if collective || !outputs.contains(&name) || name.len() > plexus_proto::ids::MAX_CHECKPOINT_NAME {
+        return Err(Error::InvalidAssignment(format!(
+            "checkpoint {name:?} is not one of a command's outputs (of at most {} characters)",
+            plexus_proto::ids::MAX_CHECKPOINT_NAME
+        )));
+    }
+    Ok(Some(name))
+}
+
+/// The input `resume` names (empty: none), taken out of `inputs`: a kept copy of `checkpoint`
+/// from an earlier attempt of the same subtask.
+fn resume_from_pb(
+    resume: &str,
+    checkpoint: Option<&str>,
+    a: &AttemptRef,
+    inputs: &mut Vec<Input>,
+) -> Result<Option<Input>> {
+    if resume.is_empty() {
+        return Ok(None);
+    }
+    let id = convert::object_id("resume", resume)?;
+    let earlier =
+        checkpoint.and_then(|c| plexus_proto::ids::kept_checkpoint_attempt(&id.name, c)).is_some_and(|n| n < a.attempt);
+    if id.job != a.job || id.task != a.task || id.rank != a.rank || !earlier {
+        return Err(Error::InvalidAssignment(format!(
+            "resume {id} is not a kept checkpoint of an earlier attempt of {a}"
+        )));
+    }
+    match inputs.iter().position(|i| i.id == id) {
+        Some(i) => Ok(Some(inputs.remove(i))),
+        None => Err(Error::InvalidAssignment(format!("resume {id} is not one of its inputs"))),
+    }
 }
 
 /// One input: its object id, where it goes under `$PLEXUS_IN`, and who holds it.

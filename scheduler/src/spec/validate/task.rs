@@ -60,6 +60,7 @@ impl Validator<'_> {
         }
         self.payload(t, &work)?;
         self.outputs(t)?;
+        self.checkpoint(t, &work)?;
         let mut after = self.after(t, outputs_of)?;
         let inputs = self.inputs(t, outputs_of, replicas_of, replicas, &mut after)?;
         for k in t.env.keys() {
@@ -107,6 +108,7 @@ impl Validator<'_> {
             gpu_profile,
             constraints: Vec::new(),
             sweep,
+            checkpoint: t.checkpoint.clone(),
         })
     }
 
@@ -322,6 +324,29 @@ impl Validator<'_> {
                     self.err(self.value_line(&t.name, o), format!("task {:?}: output {o:?} is listed twice", t.name))
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// `checkpoint`: one of the command task's own outputs, short enough that its kept copies'
+    /// names (`<name>.attempt-<n>`) are output names, and no other output named like one.
+    fn checkpoint(&self, t: &RawTask, work: &Work) -> Result<(), SpecError> {
+        let Some(c) = &t.checkpoint else { return Ok(()) };
+        let at = |msg: String| self.err(self.value_line(&t.name, c), format!("task {:?}: {msg}", t.name));
+        if !matches!(work, Work::Command(_)) {
+            return Err(at("`checkpoint` is for command tasks".into()));
+        }
+        if !t.outputs.contains(c) {
+            return Err(at(format!("checkpoint {c:?} is not one of its outputs (add it to `outputs`)")));
+        }
+        if c.len() > plexus_proto::ids::MAX_CHECKPOINT_NAME {
+            return Err(at(format!(
+                "checkpoint {c:?} is longer than {} characters",
+                plexus_proto::ids::MAX_CHECKPOINT_NAME
+            )));
+        }
+        if let Some(o) = t.outputs.iter().find(|o| plexus_proto::ids::kept_checkpoint_attempt(o, c).is_some()) {
+            return Err(at(format!("output {o:?} is named like a kept copy of checkpoint {c:?} (<name>.attempt-<n>)")));
         }
         Ok(())
     }
