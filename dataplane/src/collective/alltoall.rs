@@ -16,8 +16,10 @@
 //!    before the first receive, so ranks that were given different tables or schedules fail
 //!    instead of waiting forever.
 //! 4. The rank walks its own steps ([`Schedule::rank_steps`]), with no global barrier: in each
-//!    step it sends its message (through [`Endpoint::send`], striped over the rails like every
-//!    message) while it waits for the one it receives, and it starts the next step once both are
+//!    step it sends its message (through [`Endpoint::send_at_rates`], striped over the rails by
+//!    shares of what both ends' rails can take, see `rails`; through [`Endpoint::send`] and the
+//!    rail scheduler until rates are measured) while it waits for the one it receives, and it
+//!    starts the next step once both are
 //!    done — the send acknowledged by its receiver, the receive delivered. Sends never wait for
 //!    the receiver to reach the step (the transport accepts a message whenever it comes), so a
 //!    schedule whose steps are matchings cannot deadlock: every rank finishes step k once every
@@ -47,7 +49,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::cost::{self, ExchangeAlgorithm, LinkModel};
-use super::meter::{self, LinkMeter};
+use super::meter::{self, Agreed, LinkMeter};
+use super::rails::{GroupRails, Sharing};
 use super::schedule::{ComTable, Schedule, ScheduleKind};
 use crate::endpoint::{Endpoint, Landed, Posted};
 use crate::error::{Error, Result};
@@ -95,6 +98,8 @@ pub struct Exchanger {
     overlap: bool,
     /// See [`Exchanger::with_meter`].
     meter: Option<Arc<LinkMeter>>,
+    /// See [`Exchanger::with_rail_shares`].
+    rails: GroupRails,
 }
 
 /// What an exchange ran and why.
@@ -166,6 +171,7 @@ impl Exchanger {
             serial: tokio::sync::Mutex::new(()),
             overlap: false,
             meter: None,
+            rails: GroupRails::new(true),
         })
     }
 
@@ -184,6 +190,17 @@ impl Exchanger {
     /// same either way, only the pacing differs.
     pub fn with_overlap(mut self, overlap: bool) -> Exchanger {
         self.overlap = overlap;
+        self
+    }
+
+    /// With `on` (the default), each message is striped over the rails by shares of the rates
+    /// it can expect at both ends (`rails`: this rank's measured rail rates, the receiver's as
+    /// agreed, each divided among the messages that share it at once), so a receiver that
+    /// several senders write to, or whose rails are slower, gets from each what it can take on
+    /// each rail, and a rail whose share would finish after the others carries none. Off: the
+    /// endpoint's rail scheduler stripes every message by this rank's rails alone.
+    pub fn with_rail_shares(mut self, on: bool) -> Exchanger {
+        self.rails = GroupRails::new(on);
         self
     }
 
@@ -278,7 +295,8 @@ impl Exchanger {
             None => {
                 let models = self.agree_models().await?;
                 let (c, s) = cost::choose_alltoall(table, &LinkModel::combine(&models));
-                (c.algorithm, s, format!("{} chosen by the {}", c.algorithm, c.reason))
+                let rails = self.rails.describe(&self.endpoint.rail_rates());
+                (c.algorithm, s, format!("{} chosen by the {}; {rails}", c.algorithm, c.reason))
             }
         };
         let got = match (algorithm, schedule) {
@@ -318,6 +336,7 @@ impl Exchanger {
         if self.size() == 1 {
             return Ok(vec![mine]);
         }
+        let mine = Agreed { model: mine, rails: self.endpoint.rail_rates() };
         let _serial = self.serial.lock().await;
         let seq = self.seq.fetch_add(1, Relaxed) & SEQ_MASK;
         let base = self.tag_base.wrapping_add(seq << 32);
@@ -333,7 +352,29 @@ impl Exchanger {
         {
             self.broadcast_abort(base, e).await;
         }
-        result
+        let agreed = result?;
+        self.rails.set_agreed(agreed.iter().map(|a| a.rails.clone()).collect());
+        Ok(agreed.into_iter().map(|a| a.model).collect())
+    }
+
+    /// Sends `data` to rank `to` under `tag`: striped by the shares of the rates the message can
+    /// expect at both ends (see [`with_rail_shares`](Self::with_rail_shares)) where they are
+    /// known, by the rail scheduler otherwise.
+    fn send_to(
+        &self,
+        to: usize,
+        tag: u64,
+        data: Bytes,
+        sharing: &Sharing,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let (ep, addrs) = (self.endpoint.clone(), self.ranks[to].clone());
+        let rates = if self.rails.on() { self.rails.message_rates(&ep.rail_rates(), to, sharing) } else { None };
+        async move {
+            match rates {
+                Some(rates) => ep.send_at_rates(&addrs, tag, data, rates).await,
+                None => ep.send(&addrs, tag, data).await,
+            }
+        }
     }
 
     /// The whole table from every rank's row: each rank passes what it will send each rank
@@ -493,6 +534,7 @@ impl Exchanger {
         });
         let mut hello_checked = false;
         let mut in_flight: Option<Task<Result<()>>> = None;
+        let sharing = Sharing::of(&call.table, me, false, self.overlap);
         for step in call.schedule.rank_steps(me) {
             if step.recv_from.is_some() && !hello_checked {
                 self.check_hello(left, base, &hello).await?;
@@ -506,10 +548,8 @@ impl Exchanger {
             };
             let landed = if self.overlap {
                 // This step's send runs on; the previous one's must be acknowledged.
-                let next = step.send_to.map(|to| {
-                    let (ep, addrs, data) = (self.endpoint.clone(), self.ranks[to].clone(), call.sends[to].clone());
-                    Task(tokio::spawn(async move { ep.send(&addrs, tag, data).await }))
-                });
+                let next =
+                    step.send_to.map(|to| Task(tokio::spawn(self.send_to(to, tag, call.sends[to].clone(), &sharing))));
                 let previous = async {
                     match in_flight.take() {
                         Some(mut t) => (&mut t.0).await.map_err(|e| Error::Peer(format!("exchange send task: {e}")))?,
@@ -526,7 +566,7 @@ impl Exchanger {
                             let t = Instant::now();
                             let data = call.sends[to].clone();
                             let bytes = data.len() as u64;
-                            self.endpoint.send(&self.ranks[to], tag, data).await?;
+                            self.send_to(to, tag, data, &sharing).await?;
                             if let Some(m) = &self.meter {
                                 m.message(self.ids[to], bytes, t.elapsed().as_secs_f64());
                             }
@@ -592,9 +632,9 @@ impl Exchanger {
         let (n, me) = (self.size(), self.rank);
         let started = Instant::now();
         let mut sends = JoinSet::new();
+        let sharing = Sharing::of(&call.table, me, true, false);
         for to in (0..n).filter(|&j| j != me && !call.sends[j].is_empty()) {
-            let (ep, addrs, data) = (self.endpoint.clone(), self.ranks[to].clone(), call.sends[to].clone());
-            sends.spawn(async move { ep.send(&addrs, tag, data).await });
+            sends.spawn(self.send_to(to, tag, call.sends[to].clone(), &sharing));
         }
         for from in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
             let landed = self.recv_or_abort(from, tag, base).await?;
