@@ -4,6 +4,8 @@
 //! it striped by both ends' shares; and a message too small for a second rail to pay for
 //! itself goes whole on one rail, where the rail scheduler would have split it.
 
+// Only `on_all` of it: these endpoints have two rails, `common::endpoints`' one.
+#[allow(dead_code)]
 mod common;
 use common::on_all;
 use std::net::IpAddr;

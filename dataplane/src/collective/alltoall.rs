@@ -16,14 +16,11 @@
 //!    before the first receive, so ranks that were given different tables or schedules fail
 //!    instead of waiting forever.
 //! 4. The rank walks its own steps ([`Schedule::rank_steps`]), with no global barrier: in each
-//!    step it sends its message (through [`Endpoint::send_at_rates`], striped over the rails by
-//!    shares of what both ends' rails can take, see `rails`; through [`Endpoint::send`] and the
-//!    rail scheduler until rates are measured) while it waits for the one it receives, and it
-//!    starts the next step once both are
-//!    done — the send acknowledged by its receiver, the receive delivered. Sends never wait for
-//!    the receiver to reach the step (the transport accepts a message whenever it comes), so a
-//!    schedule whose steps are matchings cannot deadlock: every rank finishes step k once every
-//!    rank finished its steps before k.
+//!    step it sends its message (striped by rail shares, see `rails`) while it waits for the one
+//!    it receives, and starts the next step once both are done — the send acknowledged, the
+//!    receive delivered. Sends never wait for the receiver to reach the step (the transport
+//!    accepts a message whenever it comes), so a schedule whose steps are matchings cannot
+//!    deadlock: every rank finishes step k once every rank finished its steps before k.
 //! 5. The result is one `Bytes` per sender, in rank order: views of the receive buffer, and this
 //!    rank's own part, which never touches the network (the caller's bytes, shared, not copied).
 //!
@@ -185,20 +182,15 @@ impl Exchanger {
     /// With `overlap`, a rank starts step k + 1 once step k's receive is done and step k − 1's
     /// send is acknowledged, instead of waiting for step k's send to be acknowledged too: the
     /// acknowledgements of one step overlap the next step's transfer (at most two senders write
-    /// to a receiver at once, at the tail of a step). Off by default: the seed's steps. Every
-    /// rank of a call must choose the same... it need not: the schedule and the data are the
-    /// same either way, only the pacing differs.
+    /// to a receiver at once, at the tail of a step). Off by default: the seed's steps. Ranks
+    /// need not choose alike: only the pacing differs.
     pub fn with_overlap(mut self, overlap: bool) -> Exchanger {
         self.overlap = overlap;
         self
     }
 
-    /// With `on` (the default), each message is striped over the rails by shares of the rates
-    /// it can expect at both ends (`rails`: this rank's measured rail rates, the receiver's as
-    /// agreed, each divided among the messages that share it at once), so a receiver that
-    /// several senders write to, or whose rails are slower, gets from each what it can take on
-    /// each rail, and a rail whose share would finish after the others carries none. Off: the
-    /// endpoint's rail scheduler stripes every message by this rank's rails alone.
+    /// With `on` (the default), each message is striped by shares of the rates it can expect on
+    /// each rail at both ends (see `rails`); off, by the endpoint's rail scheduler alone.
     pub fn with_rail_shares(mut self, on: bool) -> Exchanger {
         self.rails = GroupRails::new(on);
         self
@@ -328,8 +320,8 @@ impl Exchanger {
         self.split(table, send)
     }
 
-    /// Every rank's link model toward the group, in rank order (a call of its own: it takes
-    /// the next tags, and a rank that fails it aborts the others).
+    /// Every rank's link model toward the group, in rank order, keeping every rank's rail rates
+    /// (a call of its own: it takes the next tags; a rank that fails it aborts the others).
     async fn agree_models(&self) -> Result<Vec<LinkModel>> {
         let peers: Vec<PeerId> = self.ids.iter().copied().filter(|&p| p != self.ids[self.rank]).collect();
         let mine = self.meter.as_ref().map_or(LinkModel::PRIOR, |m| m.model(&peers));
@@ -357,9 +349,7 @@ impl Exchanger {
         Ok(agreed.into_iter().map(|a| a.model).collect())
     }
 
-    /// Sends `data` to rank `to` under `tag`: striped by the shares of the rates the message can
-    /// expect at both ends (see [`with_rail_shares`](Self::with_rail_shares)) where they are
-    /// known, by the rail scheduler otherwise.
+    /// Sends `data` to rank `to` under `tag` (see `rails`).
     fn send_to(
         &self,
         to: usize,
@@ -367,14 +357,7 @@ impl Exchanger {
         data: Bytes,
         sharing: &Sharing,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
-        let (ep, addrs) = (self.endpoint.clone(), self.ranks[to].clone());
-        let rates = if self.rails.on() { self.rails.message_rates(&ep.rail_rates(), to, sharing) } else { None };
-        async move {
-            match rates {
-                Some(rates) => ep.send_at_rates(&addrs, tag, data, rates).await,
-                None => ep.send(&addrs, tag, data).await,
-            }
-        }
+        self.rails.send(self.endpoint.clone(), self.ranks[to].clone(), to, tag, data, sharing)
     }
 
     /// The whole table from every rank's row: each rank passes what it will send each rank

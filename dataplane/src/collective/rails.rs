@@ -15,9 +15,14 @@
 //! once, a rank sends as many messages as its row of the table has non-empty entries (itself
 //! left out) and a receiver takes as many as its column has.
 
-use std::sync::Mutex;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
 
 use super::schedule::ComTable;
+use crate::endpoint::Endpoint;
+use crate::error::Result;
 use crate::striping::shares;
 
 /// Every rank's rail rates as last agreed, and whether messages are striped by them at all.
@@ -56,10 +61,6 @@ impl GroupRails {
         GroupRails { on, agreed: Mutex::new(None) }
     }
 
-    pub(crate) fn on(&self) -> bool {
-        self.on
-    }
-
     /// Every rank's rates as an agreement round gave them, in rank order.
     pub(crate) fn set_agreed(&self, rails: Vec<Vec<Option<f64>>>) {
         *self.agreed.lock().expect("rails lock") = Some(rails);
@@ -75,6 +76,27 @@ impl GroupRails {
         let agreed = self.agreed.lock().expect("rails lock");
         let receiver = agreed.as_ref().and_then(|a| a.get(to)).map_or(own, Vec::as_slice);
         shares::message_rates(own, sharing.sending, receiver, sharing.receiving.get(to).copied().unwrap_or(1))
+    }
+
+    /// Sends `data` to rank `to` (at `addrs`) under `tag`: striped by the shares of the rates
+    /// the message can expect at both ends where they are known, by the rail scheduler
+    /// otherwise.
+    pub(crate) fn send(
+        &self,
+        ep: Arc<Endpoint>,
+        addrs: Vec<SocketAddr>,
+        to: usize,
+        tag: u64,
+        data: Bytes,
+        sharing: &Sharing,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let rates = self.message_rates(&ep.rail_rates(), to, sharing);
+        async move {
+            match rates {
+                Some(rates) => ep.send_at_rates(&addrs, tag, data, rates).await,
+                None => ep.send(&addrs, tag, data).await,
+            }
+        }
     }
 
     /// A line for what an exchange ran: how its messages were striped.

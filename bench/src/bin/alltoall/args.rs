@@ -59,7 +59,7 @@ pub(crate) enum Sched {
     /// `auto` with every message striped by the endpoint's rail scheduler alone
     /// (`Exchanger::with_rail_shares(false)`), not by both ends' rail shares: what the
     /// receiver-aware shares change.
-    AutoSched,
+    AutoRailScheduler,
 }
 
 impl Sched {
@@ -73,12 +73,12 @@ impl Sched {
         Sched::Direct,
         Sched::XDirect,
         Sched::Auto,
-        Sched::AutoSched,
+        Sched::AutoRailScheduler,
     ];
 
     /// Whether it runs along a schedule's steps (so the schedule's columns mean something).
     pub(crate) fn stepped(self) -> bool {
-        !matches!(self, Sched::Direct | Sched::XDirect | Sched::Auto | Sched::AutoSched)
+        !matches!(self, Sched::Direct | Sched::XDirect | Sched::Auto | Sched::AutoRailScheduler)
     }
 
     pub(crate) fn name(self) -> &'static str {
@@ -90,7 +90,7 @@ impl Sched {
             Sched::Direct => "direct",
             Sched::XDirect => "x-direct",
             Sched::Auto => "auto",
-            Sched::AutoSched => "auto-sched",
+            Sched::AutoRailScheduler => "auto-sched",
         }
     }
 }

@@ -33,7 +33,7 @@ impl Tally {
     }
 }
 
-fn find<'a>(rows: &'a [Row], n: usize, mib: usize, t: TableKind, s: Sched, rails: usize) -> Option<&'a Row> {
+fn find(rows: &[Row], n: usize, mib: usize, t: TableKind, s: Sched, rails: usize) -> Option<&Row> {
     rows.iter().find(|r| r.n == n && r.mib == mib && r.table == t && r.sched == s && r.rails == rails)
 }
 
@@ -68,7 +68,7 @@ pub(crate) fn print_rig(opts: &Opts, rows: &[Row], gloo: &[GlooRow], all_rails: 
             for &t in &opts.tables {
                 let ours = find(rows, n, mib, t, Sched::Auto, all_rails);
                 let one = find(rows, n, mib, t, Sched::Auto, 1).filter(|_| all_rails > 1);
-                let sched = find(rows, n, mib, t, Sched::AutoSched, all_rails);
+                let sched = find(rows, n, mib, t, Sched::AutoRailScheduler, all_rails);
                 let g = gloo.iter().find(|g| g.n == n && g.mib == mib && g.table == t);
                 let shift = find(rows, n, mib, t, Sched::Kind(ScheduleKind::Shift), all_rails);
                 let css = find(rows, n, mib, t, Sched::Kind(ScheduleKind::Css), all_rails);

@@ -59,9 +59,9 @@ pub(crate) async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                             direct_tag += 1;
                             direct(&ep, &ranks, rank, &c.table, &sends, direct_tag).await
                         }
-                        Sched::XDirect | Sched::Auto | Sched::AutoSched => {
+                        Sched::XDirect | Sched::Auto | Sched::AutoRailScheduler => {
                             let how = (*s == Sched::XDirect).then_some(ExchangeAlgorithm::Direct);
-                            let xc = if *s == Sched::AutoSched { &xs } else { &xa };
+                            let xc = if *s == Sched::AutoRailScheduler { &xs } else { &xa };
                             let r = xc.alltoallv_chosen(&c.table, sends.clone(), how).await;
                             r.map(|(got, chosen)| {
                                 if rank == 0 && *s == Sched::Auto && it + 1 == WARMUP + opts.iters {
