@@ -16,12 +16,11 @@
 //!    before the first receive, so ranks that were given different tables or schedules fail
 //!    instead of waiting forever.
 //! 4. The rank walks its own steps ([`Schedule::rank_steps`]), with no global barrier: in each
-//!    step it sends its message (through [`Endpoint::send`], striped over the rails like every
-//!    message) while it waits for the one it receives, and it starts the next step once both are
-//!    done — the send acknowledged by its receiver, the receive delivered. Sends never wait for
-//!    the receiver to reach the step (the transport accepts a message whenever it comes), so a
-//!    schedule whose steps are matchings cannot deadlock: every rank finishes step k once every
-//!    rank finished its steps before k.
+//!    step it sends its message (striped by rail shares, see `rails`) while it waits for the one
+//!    it receives, and starts the next step once both are done — the send acknowledged, the
+//!    receive delivered. Sends never wait for the receiver to reach the step (the transport
+//!    accepts a message whenever it comes), so a schedule whose steps are matchings cannot
+//!    deadlock: every rank finishes step k once every rank finished its steps before k.
 //! 5. The result is one `Bytes` per sender, in rank order: views of the receive buffer, and this
 //!    rank's own part, which never touches the network (the caller's bytes, shared, not copied).
 //!
@@ -47,7 +46,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::cost::{self, ExchangeAlgorithm, LinkModel};
-use super::meter::{self, LinkMeter};
+use super::meter::{self, Agreed, LinkMeter};
+use super::rails::{GroupRails, Sharing};
 use super::schedule::{ComTable, Schedule, ScheduleKind};
 use crate::endpoint::{Endpoint, Landed, Posted};
 use crate::error::{Error, Result};
@@ -95,6 +95,8 @@ pub struct Exchanger {
     overlap: bool,
     /// See [`Exchanger::with_meter`].
     meter: Option<Arc<LinkMeter>>,
+    /// See [`Exchanger::with_rail_shares`].
+    rails: GroupRails,
 }
 
 /// What an exchange ran and why.
@@ -166,6 +168,7 @@ impl Exchanger {
             serial: tokio::sync::Mutex::new(()),
             overlap: false,
             meter: None,
+            rails: GroupRails::new(true),
         })
     }
 
@@ -179,11 +182,17 @@ impl Exchanger {
     /// With `overlap`, a rank starts step k + 1 once step k's receive is done and step k − 1's
     /// send is acknowledged, instead of waiting for step k's send to be acknowledged too: the
     /// acknowledgements of one step overlap the next step's transfer (at most two senders write
-    /// to a receiver at once, at the tail of a step). Off by default: the seed's steps. Every
-    /// rank of a call must choose the same... it need not: the schedule and the data are the
-    /// same either way, only the pacing differs.
+    /// to a receiver at once, at the tail of a step). Off by default: the seed's steps. Ranks
+    /// need not choose alike: only the pacing differs.
     pub fn with_overlap(mut self, overlap: bool) -> Exchanger {
         self.overlap = overlap;
+        self
+    }
+
+    /// With `on` (the default), each message is striped by shares of the rates it can expect on
+    /// each rail at both ends (see `rails`); off, by the endpoint's rail scheduler alone.
+    pub fn with_rail_shares(mut self, on: bool) -> Exchanger {
+        self.rails = GroupRails::new(on);
         self
     }
 
@@ -278,7 +287,8 @@ impl Exchanger {
             None => {
                 let models = self.agree_models().await?;
                 let (c, s) = cost::choose_alltoall(table, &LinkModel::combine(&models));
-                (c.algorithm, s, format!("{} chosen by the {}", c.algorithm, c.reason))
+                let rails = self.rails.describe(&self.endpoint.rail_rates());
+                (c.algorithm, s, format!("{} chosen by the {}; {rails}", c.algorithm, c.reason))
             }
         };
         let got = match (algorithm, schedule) {
@@ -310,14 +320,15 @@ impl Exchanger {
         self.split(table, send)
     }
 
-    /// Every rank's link model toward the group, in rank order (a call of its own: it takes
-    /// the next tags, and a rank that fails it aborts the others).
+    /// Every rank's link model toward the group, in rank order, keeping every rank's rail rates
+    /// (a call of its own: it takes the next tags; a rank that fails it aborts the others).
     async fn agree_models(&self) -> Result<Vec<LinkModel>> {
         let peers: Vec<PeerId> = self.ids.iter().copied().filter(|&p| p != self.ids[self.rank]).collect();
         let mine = self.meter.as_ref().map_or(LinkModel::PRIOR, |m| m.model(&peers));
         if self.size() == 1 {
             return Ok(vec![mine]);
         }
+        let mine = Agreed { model: mine, rails: self.endpoint.rail_rates() };
         let _serial = self.serial.lock().await;
         let seq = self.seq.fetch_add(1, Relaxed) & SEQ_MASK;
         let base = self.tag_base.wrapping_add(seq << 32);
@@ -333,7 +344,20 @@ impl Exchanger {
         {
             self.broadcast_abort(base, e).await;
         }
-        result
+        let agreed = result?;
+        self.rails.set_agreed(agreed.iter().map(|a| a.rails.clone()).collect());
+        Ok(agreed.into_iter().map(|a| a.model).collect())
+    }
+
+    /// Sends `data` to rank `to` under `tag` (see `rails`).
+    fn send_to(
+        &self,
+        to: usize,
+        tag: u64,
+        data: Bytes,
+        sharing: &Sharing,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.rails.send(self.endpoint.clone(), self.ranks[to].clone(), to, tag, data, sharing)
     }
 
     /// The whole table from every rank's row: each rank passes what it will send each rank
@@ -493,6 +517,7 @@ impl Exchanger {
         });
         let mut hello_checked = false;
         let mut in_flight: Option<Task<Result<()>>> = None;
+        let sharing = Sharing::of(&call.table, me, false, self.overlap);
         for step in call.schedule.rank_steps(me) {
             if step.recv_from.is_some() && !hello_checked {
                 self.check_hello(left, base, &hello).await?;
@@ -506,10 +531,8 @@ impl Exchanger {
             };
             let landed = if self.overlap {
                 // This step's send runs on; the previous one's must be acknowledged.
-                let next = step.send_to.map(|to| {
-                    let (ep, addrs, data) = (self.endpoint.clone(), self.ranks[to].clone(), call.sends[to].clone());
-                    Task(tokio::spawn(async move { ep.send(&addrs, tag, data).await }))
-                });
+                let next =
+                    step.send_to.map(|to| Task(tokio::spawn(self.send_to(to, tag, call.sends[to].clone(), &sharing))));
                 let previous = async {
                     match in_flight.take() {
                         Some(mut t) => (&mut t.0).await.map_err(|e| Error::Peer(format!("exchange send task: {e}")))?,
@@ -526,7 +549,7 @@ impl Exchanger {
                             let t = Instant::now();
                             let data = call.sends[to].clone();
                             let bytes = data.len() as u64;
-                            self.endpoint.send(&self.ranks[to], tag, data).await?;
+                            self.send_to(to, tag, data, &sharing).await?;
                             if let Some(m) = &self.meter {
                                 m.message(self.ids[to], bytes, t.elapsed().as_secs_f64());
                             }
@@ -592,9 +615,9 @@ impl Exchanger {
         let (n, me) = (self.size(), self.rank);
         let started = Instant::now();
         let mut sends = JoinSet::new();
+        let sharing = Sharing::of(&call.table, me, true, false);
         for to in (0..n).filter(|&j| j != me && !call.sends[j].is_empty()) {
-            let (ep, addrs, data) = (self.endpoint.clone(), self.ranks[to].clone(), call.sends[to].clone());
-            sends.spawn(async move { ep.send(&addrs, tag, data).await });
+            sends.spawn(self.send_to(to, tag, call.sends[to].clone(), &sharing));
         }
         for from in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
             let landed = self.recv_or_abort(from, tag, base).await?;

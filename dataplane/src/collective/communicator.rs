@@ -337,9 +337,10 @@ impl Communicator {
         let models = if n == 1 {
             vec![mine]
         } else {
+            let mine = meter::Agreed { model: mine, rails: Vec::new() };
             let agree = meter::agree(&g.endpoint, &g.ranks, &g.ids, g.rank, base.wrapping_add(AGREE), mine);
             tokio::select! {
-                m = agree => m?,
+                m = agree => m?.into_iter().map(|a| a.model).collect(),
                 a = g.endpoint.recv_any(base.wrapping_add(ABORT)) => {
                     let (peer, why) = a?;
                     return Err(Error::Peer(format!("{} by {peer}: {}", super::group::ABORTED, String::from_utf8_lossy(&why))));

@@ -1,7 +1,8 @@
 //! What the cost model is fed with: a [`LinkMeter`] that collectives and exchanges of one
 //! endpoint report their messages to (bytes and seconds from hand-over to acknowledgement, per
 //! peer), whole direct exchanges, and reductions; and `agree`, the round in which every member
-//! of a call tells every other what it measured, so all decide from the same model.
+//! of a call tells every other what it measured (its model, and its rails' measured rates, which
+//! an exchange stripes its messages by), so all decide from the same model.
 //!
 //! α and the per-message rate are fitted per peer by least squares to `t = α + b / rate` over
 //! the peer's latest [`SAMPLES`] messages (a peer whose messages all had about one size gives
@@ -130,18 +131,63 @@ pub fn fit(samples: impl Iterator<Item = (u64, f64)> + Clone) -> Option<LinkMode
     Some(LinkModel { alpha, rate, direct_rate: prior.direct_rate, reduce_rate: prior.reduce_rate, samples: n as u32 })
 }
 
-/// Every member's model, in rank order: each member sends its own to every other under `tag`
-/// and receives theirs. Fails when a peer's model does not arrive or is not a model; callers
-/// run it under their abort handling.
+/// The most rails a member's agreed rates may list.
+pub const MAX_RAILS: usize = 64;
+
+/// What one member tells the others in `agree`: its link model and its rails' measured rates
+/// (bytes/s in rail order, `None` for a rail not measured yet).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Agreed {
+    pub model: LinkModel,
+    pub rails: Vec<Option<f64>>,
+}
+
+impl Agreed {
+    /// The model's bytes, the number of rails (one byte), each rail's rate (f64, 0 when not
+    /// measured).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let rails = &self.rails[..self.rails.len().min(MAX_RAILS)];
+        let mut b = Vec::with_capacity(LinkModel::WIRE_LEN + 1 + 8 * rails.len());
+        b.extend_from_slice(&self.model.to_bytes());
+        b.push(rails.len() as u8);
+        for r in rails {
+            b.extend_from_slice(&r.unwrap_or(0.0).to_le_bytes());
+        }
+        b
+    }
+
+    /// `None` unless `b` is exactly a model and as many finite, non-negative rates as it says
+    /// (at most [`MAX_RAILS`]).
+    pub fn from_bytes(b: &[u8]) -> Option<Agreed> {
+        let model = LinkModel::from_bytes(b.get(..LinkModel::WIRE_LEN)?)?;
+        let count = usize::from(*b.get(LinkModel::WIRE_LEN)?);
+        let rest = &b[LinkModel::WIRE_LEN + 1..];
+        if count > MAX_RAILS || rest.len() != 8 * count {
+            return None;
+        }
+        let rails = rest
+            .chunks_exact(8)
+            .map(|c| {
+                let v = f64::from_le_bytes(c.try_into().expect("8 bytes"));
+                (v.is_finite() && v >= 0.0).then_some((v > 0.0).then_some(v))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Agreed { model, rails })
+    }
+}
+
+/// Every member's model and rail rates, in rank order: each member sends its own to every
+/// other under `tag` and receives theirs. Fails when a peer's does not arrive or is not one;
+/// callers run it under their abort handling.
 pub(crate) async fn agree(
     endpoint: &std::sync::Arc<Endpoint>,
     ranks: &[Vec<SocketAddr>],
     ids: &[PeerId],
     me: usize,
     tag: u64,
-    mine: LinkModel,
-) -> Result<Vec<LinkModel>> {
-    let bytes = Bytes::copy_from_slice(&mine.to_bytes());
+    mine: Agreed,
+) -> Result<Vec<Agreed>> {
+    let bytes = Bytes::from(mine.to_bytes());
     let mut sends = JoinSet::new();
     for (r, addrs) in ranks.iter().enumerate().filter(|&(r, _)| r != me) {
         let (ep, addrs, b) = (endpoint.clone(), addrs.clone(), bytes.clone());
@@ -150,8 +196,9 @@ pub(crate) async fn agree(
     let mut models = vec![mine; ranks.len()];
     for (r, id) in ids.iter().enumerate().filter(|&(r, _)| r != me) {
         let got = endpoint.recv(*id, tag).await?;
-        models[r] = LinkModel::from_bytes(&got)
-            .ok_or_else(|| Error::Protocol(format!("rank {r} sent {} bytes that are not a link model", got.len())))?;
+        models[r] = Agreed::from_bytes(&got).ok_or_else(|| {
+            Error::Protocol(format!("rank {r} sent {} bytes that are not a link model and rail rates", got.len()))
+        })?;
     }
     while let Some(r) = sends.join_next().await {
         r.map_err(|e| Error::Peer(format!("model send task: {e}")))?
@@ -178,6 +225,31 @@ mod tests {
         let m = fit(one.iter().copied()).expect("a fit");
         assert!((m.rate - rate).abs() / rate < 1e-6, "{m:?}");
         assert_eq!(fit([(100u64, 1e-4)].into_iter()), None, "tiny messages say nothing of the rate");
+    }
+
+    #[test]
+    fn agreed_models_and_rail_rates_survive_the_wire_and_bad_ones_do_not() {
+        let a = Agreed { model: LinkModel::PRIOR, rails: vec![Some(250e6), None, Some(1.5)] };
+        let b = a.to_bytes();
+        assert_eq!(b.len(), LinkModel::WIRE_LEN + 1 + 24);
+        assert_eq!(Agreed::from_bytes(&b), Some(a.clone()));
+        let none = Agreed { model: LinkModel::PRIOR, rails: vec![] };
+        assert_eq!(Agreed::from_bytes(&none.to_bytes()), Some(none));
+        // Truncated, too long, a count that lies, a negative or NaN rate, a bad model.
+        assert_eq!(Agreed::from_bytes(&b[..b.len() - 1]), None);
+        assert_eq!(Agreed::from_bytes(&[b.as_slice(), &[0]].concat()), None);
+        let mut lie = b.clone();
+        lie[LinkModel::WIRE_LEN] = 200;
+        assert_eq!(Agreed::from_bytes(&lie), None);
+        for bad in [-1.0f64, f64::NAN, f64::INFINITY] {
+            let mut x = b.clone();
+            x[LinkModel::WIRE_LEN + 1..LinkModel::WIRE_LEN + 9].copy_from_slice(&bad.to_le_bytes());
+            assert_eq!(Agreed::from_bytes(&x), None, "{bad}");
+        }
+        let mut x = b.clone();
+        x[8..16].copy_from_slice(&f64::NAN.to_le_bytes());
+        assert_eq!(Agreed::from_bytes(&x), None);
+        assert_eq!(Agreed::from_bytes(&b[..10]), None);
     }
 
     #[test]

@@ -32,6 +32,8 @@
 //! * [`cost`], [`meter`] — which algorithm a call runs (issue 30): an α–β model per peer fed
 //!   with what the calls measured, every member's model agreed in one round, the cheapest
 //!   predicted candidate chosen (`auto`, the default of jobs); a job may set one instead.
+//! * `rails` — receiver-aware striping of an exchange's messages: the rates each can expect on
+//!   each rail from both ends' measured rail rates and how many messages share each end.
 //! * [`remap`] — seed 004's array remapping after loop partitioning (affine index maps).
 //!
 //! This file only declares the modules and re-exports; they import each other, never it.
@@ -44,6 +46,7 @@ mod executor;
 mod group;
 pub mod meter;
 pub mod plan;
+mod rails;
 pub mod redistribution;
 pub mod remap;
 pub mod schedule;

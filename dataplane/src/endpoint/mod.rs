@@ -152,7 +152,7 @@ impl Endpoint {
     /// The peer's addresses are copied when this is called, so the future borrows only `self`.
     pub fn send(&self, peer: &PeerAddrs, tag: u64, data: Bytes) -> impl Future<Output = Result<()>> + Send + '_ {
         let peer = peer.to_vec();
-        async move { self.inner.send_message(peer, tag, data, None).await }
+        async move { self.inner.send_message(peer, tag, data, None, None).await }
     }
 
     /// Like [`send`](Self::send), and drops `handed` as soon as every segment of the message
@@ -167,7 +167,26 @@ impl Endpoint {
         handed: tokio::sync::oneshot::Sender<()>,
     ) -> impl Future<Output = Result<()>> + Send + '_ {
         let peer = peer.to_vec();
-        async move { self.inner.send_message(peer, tag, data, Some(handed)).await }
+        async move { self.inner.send_message(peer, tag, data, Some(handed), None).await }
+    }
+
+    /// Like [`send`](Self::send), striped by shares instead of by the rail scheduler: `rates`
+    /// is what this message can expect on each rail (bytes/s, in rail order), both ends
+    /// considered — see [`striping::shares::message_rates`]. Each rail carries a share of the
+    /// message in proportion to its rate, so all finish together, and a rail whose share would
+    /// be too small to pay for itself ([`striping::shares::MIN_SHARE`]) carries none; the
+    /// segments' rails are fixed before the first is queued. A rail out of service is passed
+    /// over, its segments going where the scheduler picks; rails past the peer's (or this
+    /// endpoint's) last are ignored.
+    pub fn send_at_rates(
+        &self,
+        peer: &PeerAddrs,
+        tag: u64,
+        data: Bytes,
+        rates: Vec<f64>,
+    ) -> impl Future<Output = Result<()>> + Send + '_ {
+        let peer = peer.to_vec();
+        async move { self.inner.send_message(peer, tag, data, None, Some(rates)).await }
     }
 
     /// The next message tagged `tag` from `from`, waiting for one. Messages with the same
@@ -352,6 +371,53 @@ mod tests {
         }
         assert!(!b.unpost(a.id(), 8), "taking the message withdrew the post that came too late");
         assert_eq!(b.posted_receives(), 0);
+    }
+
+    /// A message sent at rates goes over the rails by the shares those rates give, every byte
+    /// exact: 3:1 over rails 0 and 1 (rail 2 at rate 0 carries nothing), and a message too small
+    /// for the slower rail to pay for itself goes on the faster alone, whichever rail that is.
+    /// With no rate for a rail the peer lacks, the shares are over the rails both ends have.
+    #[tokio::test]
+    async fn sends_at_rates_stripe_by_their_shares() {
+        use crate::striping::shares::{MIN_SHARE, rail_shares};
+        let a = Endpoint::bind(cfg(Faults::default())).await.unwrap();
+        let b = Endpoint::bind(cfg(Faults::default())).await.unwrap();
+        let sent = |e: &Endpoint| -> Vec<u64> { e.stats().rails.iter().map(|r| r.bytes_sent).collect() };
+        let cases: [(usize, Vec<f64>, Vec<u64>); 3] = [
+            (4 << 20, vec![3e8, 1e8, 0.0], rail_shares(4 << 20, &[3e8, 1e8, 0.0], MIN_SHARE)),
+            (100 << 10, vec![1e8, 3e8, 3e8], vec![0, 100 << 10, 0]),
+            (3 << 20, vec![2e8, 2e8, 1e8], rail_shares(3 << 20, &[2e8, 2e8, 1e8], MIN_SHARE)),
+        ];
+        for (tag, (len, rates, want)) in cases.into_iter().enumerate() {
+            let before = sent(&a);
+            let data = pattern(len, tag as u64);
+            let (s, got) = tokio::join!(
+                a.send_at_rates(&b.local_addrs(), tag as u64, data.clone(), rates.clone()),
+                b.recv(a.id(), tag as u64)
+            );
+            s.unwrap();
+            assert_eq!(got.unwrap(), data, "case {tag}");
+            let by_rail: Vec<u64> = sent(&a).iter().zip(&before).map(|(x, y)| x - y).collect();
+            assert_eq!(by_rail, want, "case {tag}: rates {rates:?}");
+        }
+        assert_eq!(a.stats().resent, 0);
+        // A peer with only the first two rails: rail 2's rate is ignored.
+        let two = Endpoint::bind(EndpointConfig {
+            rails: cfg(Faults::default()).rails[..2].to_vec(),
+            ..cfg(Faults::default())
+        })
+        .await
+        .unwrap();
+        let before = sent(&a);
+        let data = pattern(2 << 20, 9);
+        let (s, got) = tokio::join!(
+            a.send_at_rates(&two.local_addrs(), 9, data.clone(), vec![1e8, 1e8, 1e9]),
+            two.recv(a.id(), 9)
+        );
+        s.unwrap();
+        assert_eq!(got.unwrap(), data);
+        let by_rail: Vec<u64> = sent(&a).iter().zip(&before).map(|(x, y)| x - y).collect();
+        assert_eq!(by_rail, [1 << 20, 1 << 20, 0]);
     }
 
     /// The schedulers' unacknowledged bytes go back to zero on every rail once everything is

@@ -79,6 +79,9 @@ pub(super) struct Segment {
     pub(super) index: usize,
     pub(super) offset: u64,
     pub(super) len: u32,
+    /// The rail its message's shares put it on (see `striping::shares`); `None`: the rail
+    /// scheduler picks. A rail that is out of service is passed over for the scheduler's pick.
+    pub(super) rail: Option<usize>,
     pub(super) corrupt_replies: AtomicU32,
 }
 

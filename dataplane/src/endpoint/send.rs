@@ -25,6 +25,7 @@ use super::state::{Inner, POLL, Queued, SchedState};
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
 use crate::segment::cut;
+use crate::striping::shares;
 use crate::wire::{REPLY_BODY_LEN, Reply, checksum};
 
 impl Inner {
@@ -40,6 +41,7 @@ impl Inner {
         tag: u64,
         data: Bytes,
         handed: Option<oneshot::Sender<()>>,
+        rates: Option<Vec<f64>>,
     ) -> Result<()> {
         let inner = self;
         let Some(&first) = peer.first() else {
@@ -52,7 +54,19 @@ impl Inner {
                 inner.cfg.max_message
             )));
         }
-        let pieces: Vec<(u64, u64)> = cut(total, inner.segment_len(peer.len())).collect();
+        let seg_len = inner.segment_len(peer.len());
+        let pieces: Vec<(u64, u64, Option<usize>)> = match rates {
+            // Striped by shares: each segment's rail fixed by the rates the caller expects.
+            Some(mut rates) => {
+                rates.truncate(peer.len().min(inner.cfg.rails.len()));
+                let split = shares::rail_shares(total, &rates, shares::MIN_SHARE);
+                shares::plan_segments(&split, &rates, seg_len)
+                    .into_iter()
+                    .map(|s| (s.offset, s.len, Some(s.rail)))
+                    .collect()
+            }
+            None => cut(total, seg_len).map(|(o, l)| (o, l, None)).collect(),
+        };
         let msg = Arc::new(OutMsg {
             peer: PeerId(first),
             addrs: Arc::new(peer),
@@ -72,12 +86,13 @@ impl Inner {
         });
         inner.outgoing.lock().expect("outgoing lock").insert(msg.msg_id, msg.clone());
         let _guard = Finish { inner, msg: &msg };
-        for (index, (offset, len)) in pieces.into_iter().enumerate() {
+        for (index, (offset, len, rail)) in pieces.into_iter().enumerate() {
             let seg = Arc::new(Segment {
                 msg: msg.clone(),
                 index,
                 offset,
                 len: len as u32,
+                rail,
                 corrupt_replies: AtomicU32::new(0),
             });
             inner.schedule(seg).await?;
@@ -136,7 +151,8 @@ impl Inner {
         true
     }
 
-    /// Puts a segment on the send queue of the rail the scheduler picks.
+    /// Puts a segment on the send queue of its rail (its message's shares fixed it), or of the
+    /// rail the scheduler picks (none fixed, or that rail is out of service).
     async fn schedule(self: &Arc<Self>, seg: Arc<Segment>) -> Result<()> {
         let peer = seg.msg.peer;
         let peer_rails = seg.msg.addrs.len();
@@ -154,7 +170,10 @@ impl Inner {
                 if !views.iter().any(|v| v.up) {
                     None
                 } else {
-                    let a = st.sched.pick(&views, u64::from(seg.len), self.now());
+                    let a = match seg.rail {
+                        Some(r) if views.get(r).is_some_and(|v| v.up) => r,
+                        _ => st.sched.pick(&views, u64::from(seg.len), self.now()),
+                    };
                     assert!(views[a].up, "scheduler picked rail {a}, which is down");
                     if self.enqueue_if_room(&mut st, a, &seg) {
                         return Ok(());

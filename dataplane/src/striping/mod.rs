@@ -10,10 +10,15 @@
 //! one ([`RailScheduler::delivered`]). Time is always a parameter (time since the endpoint
 //! started); schedulers read no clock and do no I/O, so they are tested with plain `#[test]`s
 //! and in the discrete-event simulator of [`sim`].
+//!
+//! [`shares`] is the other way to stripe one message: by per-rail shares computed from the rates
+//! the message can expect at both ends (a caller that knows the receiver's rails and how many
+//! senders share them, as an all-to-all does), each segment's rail fixed in advance.
 
 mod qlearning;
 mod rail;
 mod round_robin;
+pub mod shares;
 #[cfg(test)]
 mod sim;
 mod weighted;

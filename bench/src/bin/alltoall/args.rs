@@ -56,6 +56,10 @@ pub(crate) enum Sched {
     XDirect,
     /// What the cost model picks from what the workers measured (a job's default).
     Auto,
+    /// `auto` with every message striped by the endpoint's rail scheduler alone
+    /// (`Exchanger::with_rail_shares(false)`), not by both ends' rail shares: what the
+    /// receiver-aware shares change.
+    AutoRailScheduler,
 }
 
 impl Sched {
@@ -69,11 +73,12 @@ impl Sched {
         Sched::Direct,
         Sched::XDirect,
         Sched::Auto,
+        Sched::AutoRailScheduler,
     ];
 
     /// Whether it runs along a schedule's steps (so the schedule's columns mean something).
     pub(crate) fn stepped(self) -> bool {
-        !matches!(self, Sched::Direct | Sched::XDirect | Sched::Auto)
+        !matches!(self, Sched::Direct | Sched::XDirect | Sched::Auto | Sched::AutoRailScheduler)
     }
 
     pub(crate) fn name(self) -> &'static str {
@@ -85,6 +90,7 @@ impl Sched {
             Sched::Direct => "direct",
             Sched::XDirect => "x-direct",
             Sched::Auto => "auto",
+            Sched::AutoRailScheduler => "auto-sched",
         }
     }
 }
@@ -94,7 +100,9 @@ impl std::str::FromStr for Sched {
 
     fn from_str(s: &str) -> Result<Sched, String> {
         Sched::ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
-            format!("unknown schedule {s:?} (shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto)")
+            format!(
+                "unknown schedule {s:?} (shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto, auto-sched)"
+            )
         })
     }
 }
@@ -119,6 +127,11 @@ pub(crate) struct Opts {
     pub(crate) seg_max: u64,
     /// SO_SNDBUF of the rail connections, bytes (`--sndbuf KiB`); none: the kernel's autotuning.
     pub(crate) sndbuf: Option<usize>,
+    /// After the rig's worlds, the same bench on loopback at these sizes (MiB), uniform tables,
+    /// `auto` against Gloo (`--loopback-sizes`); empty: none.
+    pub(crate) loopback_sizes: Vec<usize>,
+    /// The worlds of that loopback part (`--loopback-worlds`; default `--worlds`).
+    pub(crate) loopback_worlds: Vec<usize>,
     /// This worker's rail addresses (`--rails`, given by the parent); empty: 127.0.0.1.
     pub(crate) rails: Vec<IpAddr>,
     /// This worker's rail key, hex (`--rail-key`, given by the parent for `key`); none: open.
@@ -139,9 +152,16 @@ struct Cli {
     /// Tables: uniform, skewed, block-cyclic.
     #[arg(long, value_delimiter = ',', default_value = "uniform,skewed,block-cyclic")]
     tables: Vec<TableKind>,
-    /// Schedules: shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto.
+    /// Schedules: shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto, auto-sched.
     #[arg(long, value_delimiter = ',', default_value = "shift,pairwise,css,css-ov,alg1,alg2,direct,x-direct,auto")]
     schedules: Vec<Sched>,
+    /// With --rig: afterwards, on loopback, uniform tables of these sizes (MiB), `auto` against
+    /// Gloo, in the same run.
+    #[arg(long = "loopback-sizes", value_delimiter = ',')]
+    loopback_sizes: Vec<usize>,
+    /// The worlds of the loopback part (default: --worlds).
+    #[arg(long = "loopback-worlds", value_delimiter = ',')]
+    loopback_worlds: Vec<usize>,
     /// Timed iterations per schedule (after the warm-up).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     iters: u64,
@@ -177,13 +197,13 @@ impl Opts {
     pub(crate) fn parse() -> (Opts, Option<usize>) {
         use clap::{CommandFactory, Parser};
         let c = Cli::parse();
-        if c.worlds.iter().any(|&n| n < 2) {
+        if c.worlds.iter().chain(&c.loopback_worlds).any(|&n| n < 2) {
             Cli::command()
                 .error(clap::error::ErrorKind::ValueValidation, "every world needs at least 2 ranks (--worlds)")
                 .exit();
         }
         let opts = Opts {
-            worlds: c.worlds,
+            worlds: c.worlds.clone(),
             sizes: c.sizes,
             tables: c.tables,
             schedules: c.schedules,
@@ -193,6 +213,8 @@ impl Opts {
             gloo: !c.no_gloo,
             rig: c.rig,
             rails_used: c.rails_used,
+            loopback_worlds: if c.loopback_worlds.is_empty() { c.worlds.clone() } else { c.loopback_worlds },
+            loopback_sizes: c.loopback_sizes,
             auth: c.auth,
             seg_max: c.seg_max.map_or(EndpointConfig::default().seg_max, |m| (m * MIB as f64) as u64),
             sndbuf: c.sndbuf.map(|k| k << 10),
@@ -200,6 +222,21 @@ impl Opts {
             rail_key: c.world.rail_key,
         };
         (opts, c.world.worker)
+    }
+
+    /// The loopback part of a rig run: its worlds and sizes, uniform tables, `auto` (Gloo as
+    /// configured), on no rig.
+    pub(crate) fn loopback(&self) -> Opts {
+        Opts {
+            worlds: self.loopback_worlds.clone(),
+            sizes: self.loopback_sizes.clone(),
+            tables: vec![TableKind::Uniform],
+            schedules: vec![Sched::Auto],
+            rig: None,
+            rails_used: Vec::new(),
+            loopback_sizes: Vec::new(),
+            ..self.clone()
+        }
     }
 
     /// What a worker needs to rebuild the same tables and run the same schedules.

@@ -49,7 +49,16 @@
 //! root) `--rails-used 1,2` (on the rig: ours on the first k rails, each k in turn; default
 //! every rail) `--auth open|key` (rails without / with the rail handshake; default `key`)
 //! `--seg-max 1` (MiB, fractions allowed) `--sndbuf KiB` (SO_SNDBUF of the rail connections;
-//! default: the kernel's autotuning).
+//! default: the kernel's autotuning) `--loopback-sizes 1,4,16,64` (with `--rig`: afterwards, on
+//! loopback, uniform tables of these MiB, `auto` against Gloo) `--loopback-worlds 4,8`.
+//! `auto-sched` is `auto` with each message striped by the endpoint's rail scheduler instead of
+//! by both ends' rail shares (what the receiver-aware shares change).
+//!
+//! Issue 30's run, in one invocation (as root; the rig's namespaces are fixed names, so no
+//! other rig may be up meanwhile):
+//! `alltoall --rig 2gbit,500mbit --worlds 4,8 --sizes 64 --schedules auto,auto-sched,css,shift
+//! --rails-used 2,1 --loopback-sizes 1,4,16,64` — its last two tables are the issue's, with
+//! PASS/FAIL per target.
 //! The defaults took 4 minutes on loopback and 6 on a `2gbit,500mbit` rig on a 2-core machine
 //! (Gloo's Python start-up, about 10 s per table, included); `--iters 20` gives steadier
 //! medians at about three times the cost, `--rails-used 1,2` shows what striping adds.
@@ -63,8 +72,11 @@
 //! * `runs`: the parent's runs of one world: our worker processes, then Gloo's anchor.
 //! * `worker`: one rank's process: every exchange timed and checked.
 //! * `report`: the tables' shapes before the runs, the results table and the issue's targets.
+//! * `headline`: issue 30's tables — the defaults against one rail and Gloo on the rig, and
+//!   against Gloo on loopback by size — with their targets.
 
 mod args;
+mod headline;
 mod report;
 mod runs;
 mod table;
@@ -176,8 +188,31 @@ fn main() {
             }
         }
     }
+    // Issue 30's loopback part of a rig run: no rails to stripe, ours against Gloo by size.
+    let lo = opts.loopback();
+    let (mut lo_rows, mut lo_gloo) = (Vec::new(), Vec::new());
+    if opts.rig.is_some() && !lo.sizes.is_empty() {
+        println!();
+        println!("loopback part: worlds {:?}, sizes {:?} MiB, uniform, auto", lo.worlds, lo.sizes);
+        for &n in &lo.worlds {
+            let (rs, ok) = run_world(n, &lo, None);
+            lo_rows.extend(rs);
+            failed |= !ok;
+            if lo.gloo {
+                lo_gloo.extend(gloo_world(n, &lo, None));
+            }
+        }
+    }
     print_results(&opts, &rows, &gloo_rows, &rig_rates);
     print_targets(&opts, &rows, &gloo_rows, all_rails);
+    if opts.rig.is_some() {
+        headline::print_rig(&opts, &rows, &gloo_rows, all_rails);
+    } else if opts.tables.contains(&args::TableKind::Uniform) && opts.schedules.contains(&args::Sched::Auto) {
+        headline::print_loopback(&opts, &rows, &gloo_rows);
+    }
+    if !lo_rows.is_empty() {
+        headline::print_loopback(&lo, &lo_rows, &lo_gloo);
+    }
     println!("total bench time {:.0} s", started.elapsed().as_secs_f64());
     if failed {
         println!("FAILED: a world's workers did not all finish (see their messages above)");

@@ -37,6 +37,8 @@ pub(crate) struct Row {
     /// On the rig, how many rails ours used; 0 on loopback.
     pub(crate) rails: usize,
     pub(crate) median: f64,
+    /// What an `auto` row ran in its last iteration (css, pairwise, shift, direct); "-" else.
+    pub(crate) ran: String,
 }
 
 /// Gloo's `all_to_all_single` on one table.
@@ -94,7 +96,7 @@ pub(crate) fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>) -> (V
     for line in readers.swap_remove(0).lines() {
         let Ok(line) = line else { break };
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.first() != Some(&"RESULT") || f.len() != 5 {
+        if f.first() != Some(&"RESULT") || f.len() != 6 {
             continue;
         }
         let row = Row {
@@ -104,6 +106,7 @@ pub(crate) fn run_world(n: usize, opts: &Opts, rig: Option<(&Rig, usize)>) -> (V
             sched: f[3].parse().expect("schedule"),
             rails,
             median: f[4].parse().expect("median"),
+            ran: f[5].to_string(),
         };
         eprintln!(
             "N={n} {} MiB {} {}{}: median {:.2} ms",

@@ -42,7 +42,9 @@ impl Case {
                     (Sched::CssOverlap, _) => Schedule::build(ScheduleKind::Css, &table),
                     // Its "schedule" is only for the table's columns: every pair in one step
                     // is no schedule, so shift's stands in (the model column says n/a).
-                    (Sched::Direct | Sched::XDirect | Sched::Auto, _) => Schedule::build(ScheduleKind::Shift, &table),
+                    (Sched::Direct | Sched::XDirect | Sched::Auto | Sched::AutoRailScheduler, _) => {
+                        Schedule::build(ScheduleKind::Shift, &table)
+                    }
                     (Sched::Alg1, Some(bc)) => bc.algorithm1(Placement::Shared)?,
                     (Sched::Alg2, Some(bc)) => bc.algorithm2(Placement::Shared),
                     (_, None) => return None,

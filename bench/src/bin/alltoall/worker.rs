@@ -27,7 +27,13 @@ pub(crate) async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
     let meter = Arc::new(LinkMeter::new());
     let x = Exchanger::new(ep.clone(), ranks.clone(), rank, 0).map_err(|e| e.to_string())?.with_meter(meter.clone());
     // `auto` and `x-direct`, in their own tag span.
-    let xa = Exchanger::new(ep.clone(), ranks.clone(), rank, 4 << 56).map_err(|e| e.to_string())?.with_meter(meter);
+    let xa =
+        Exchanger::new(ep.clone(), ranks.clone(), rank, 4 << 56).map_err(|e| e.to_string())?.with_meter(meter.clone());
+    // `auto` striped by the rail scheduler alone, in its own tag span.
+    let xs = Exchanger::new(ep.clone(), ranks.clone(), rank, 5 << 56)
+        .map_err(|e| e.to_string())?
+        .with_meter(meter)
+        .with_rail_shares(false);
     // The same group with overlapped steps, in its own tag span.
     let xo = Exchanger::new(ep.clone(), ranks.clone(), rank, 3 << 56).map_err(|e| e.to_string())?.with_overlap(true);
     let comm = Communicator::new(ep.clone(), ranks.clone(), rank, 1 << 56, CollectiveConfig::default())
@@ -39,6 +45,8 @@ pub(crate) async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
             let c = Case::new(t, n, (mib * MIB) as u64, &opts);
             let sends: Vec<Bytes> = (0..n).map(|j| fill(rank, j, c.table.get(rank, j) as usize)).collect();
             let mut times = vec![Vec::new(); c.schedules.len()];
+            // What `auto` ran in its last iteration, per schedule row.
+            let mut ran = vec![String::new(); c.schedules.len()];
             for it in 0..WARMUP + opts.iters {
                 for (k, (s, schedule)) in c.schedules.iter().enumerate() {
                     barrier(&comm, wrong).await?;
@@ -51,13 +59,15 @@ pub(crate) async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                             direct_tag += 1;
                             direct(&ep, &ranks, rank, &c.table, &sends, direct_tag).await
                         }
-                        Sched::XDirect | Sched::Auto => {
+                        Sched::XDirect | Sched::Auto | Sched::AutoRailScheduler => {
                             let how = (*s == Sched::XDirect).then_some(ExchangeAlgorithm::Direct);
-                            let r = xa.alltoallv_chosen(&c.table, sends.clone(), how).await;
+                            let xc = if *s == Sched::AutoRailScheduler { &xs } else { &xa };
+                            let r = xc.alltoallv_chosen(&c.table, sends.clone(), how).await;
                             r.map(|(got, chosen)| {
                                 if rank == 0 && *s == Sched::Auto && it + 1 == WARMUP + opts.iters {
                                     eprintln!("CHOICE N={n} {mib} MiB {}: {}", t.name(), chosen.reason);
                                 }
+                                ran[k] = chosen.algorithm.to_string();
                                 got
                             })
                         }
@@ -80,7 +90,8 @@ pub(crate) async fn worker(rank: usize, opts: Opts) -> Result<(), String> {
                 comm.allreduce_typed(&mut ts, ReduceOp::Max).await.map_err(|e| e.to_string())?;
                 if rank == 0 {
                     let median = plexus_bench::median(&ts).expect("--iters is at least 1");
-                    println!("RESULT {mib} {} {} {median}", t.name(), s.name());
+                    let ran = if ran[k].is_empty() { "-" } else { &ran[k] };
+                    println!("RESULT {mib} {} {} {median} {ran}", t.name(), s.name());
                 }
             }
         }
