@@ -37,7 +37,8 @@ impl Region {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a region of {size} bytes")));
         }
         // SAFETY: plain syscalls on a descriptor this function owns.
-        let fd = unsafe { libc::memfd_create(c"plexus-collective".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        let fd =
+            unsafe { libc::memfd_create(c"plexus-collective".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if fd < 0 {
             return Err(os_err("memfd_create"));
         }

@@ -472,7 +472,10 @@ mod tests {
         assert!(SharedRef { in_off: 8190, ..s }.check(8, Some(8192)).unwrap_err().contains("at offset 8190"));
         assert!(SharedRef { in_off: u64::MAX - 2, ..s }.check(8, Some(8192)).unwrap_err().contains("does not fit"));
         assert!(
-            SharedRef { out_off: 4097, ..s }.check(8, Some(8192)).unwrap_err().contains("result's 4096 bytes at offset 4097")
+            SharedRef { out_off: 4097, ..s }
+                .check(8, Some(8192))
+                .unwrap_err()
+                .contains("result's 4096 bytes at offset 4097")
         );
         assert!(SharedRef { out_cap: u64::MAX, ..s }.check(8, Some(8192)).is_err());
         let flagged = Header { flags: 0x80, ..header(Op::Allreduce, Elem::F32, 8) };

@@ -250,7 +250,7 @@ class Communicator:
         except OSError as e:
             raise CollectiveError(f"cannot reach the collective endpoint {path}: {e}") from None
         self._sock.sendall(_HELLO + secret.encode().ljust(32, b"\0")[:32])
-        _, status, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
+        _, status, _, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
         body = _recv_exact(self._sock, n)
         if status != 0:
             raise CollectiveError(f"the collective endpoint refused this process: {body.decode(errors='replace')}")

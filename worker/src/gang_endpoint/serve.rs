@@ -20,7 +20,9 @@ use crate::error::{Error, Result};
 use super::ops::Gang;
 use super::shm::{self, Body, Payload, Regions};
 use super::spec::{STALL_TIMEOUT, Spec};
-use plexus_collective::wire::{self, FLAG_SHARED, HELLO_MAGIC, Header, Op, Reply, Request, SECRET_LEN, SHARED_LEN, SharedRef};
+use plexus_collective::wire::{
+    self, FLAG_SHARED, HELLO_MAGIC, Header, Op, Reply, Request, SECRET_LEN, SHARED_LEN, SharedRef,
+};
 
 /// The low 32 bits of the notice tag (with the gang's tag base): above every tag the
 /// communicator's and exchanger's first call use.

@@ -38,7 +38,9 @@ impl Mapped {
         budget
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| used.checked_add(n).filter(|t| *t <= MAX_MAPPED))
             .map_err(|used| {
-                format!("the endpoint already maps {used} bytes of regions; {n} more would pass its limit of {MAX_MAPPED}")
+                format!(
+                    "the endpoint already maps {used} bytes of regions; {n} more would pass its limit of {MAX_MAPPED}"
+                )
             })?;
         Ok(Mapped { region, budget: Arc::clone(budget) })
     }

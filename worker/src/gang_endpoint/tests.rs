@@ -249,12 +249,9 @@ impl Raw {
         self.next += 1;
         match fd {
             Some(fd) => {
-                let sent = plexus_collective::region::send_with_fd(
-                    std::os::fd::AsRawFd::as_raw_fd(&self.s),
-                    &h.encode(),
-                    fd,
-                )
-                .unwrap();
+                let sent =
+                    plexus_collective::region::send_with_fd(std::os::fd::AsRawFd::as_raw_fd(&self.s), &h.encode(), fd)
+                        .unwrap();
                 assert_eq!(sent, h.encode().len());
             }
             None => self.s.write_all(&h.encode()).unwrap(),
