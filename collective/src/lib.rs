@@ -19,17 +19,31 @@
 //! Outstanding operations: [`Client::submit`] sends a request and returns its id, and
 //! [`Client::finish`] reads the replies in order; the typed methods do both.
 //!
+//! Payloads travel through shared memory ([`region`]): each request's bytes go into a region
+//! of its own (a memfd mapped by the task and its worker, made or grown when no idle one is
+//! large enough, at most [`wire::MAX_REGIONS`]), the worker reduces there and the result comes
+//! back there, so only a request's header crosses the socket. An `alltoallv` (whose result's
+//! size is not known ahead), a request while every region is busy, or a client made with
+//! [`Client::connect_copying`] sends its payload on the socket instead.
+//!
 //! [`wire`] is the endpoint's frame format, which the worker (`plexus_worker::gang_endpoint`)
 //! serves and the Python client (`plexus.collective`) speaks too.
 
+pub mod region;
 pub mod wire;
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+use region::Region;
 pub use wire::{Elem, Op, Reduce};
-use wire::{HELLO_MAGIC, Header, REPLY_LEN, Reply, SECRET_LEN};
+use wire::{FLAG_SHARED, HELLO_MAGIC, Header, MAX_REGIONS, REPLY_LEN, Reply, SECRET_LEN, SharedRef};
+
+/// The smallest region made: small requests share one size, so a region is rarely remade.
+const MIN_REGION: u64 = 64 << 10;
 
 /// What can go wrong.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +128,12 @@ pub struct Client {
     rank: usize,
     size: usize,
     next: u64,
+    /// Shared regions by number, and whether a request outstanding uses each.
+    regions: Vec<(Region, bool)>,
+    /// Requests outstanding, oldest first: their ids and the region each uses.
+    pending: VecDeque<(u64, Option<usize>)>,
+    /// Whether to use shared regions at all.
+    sharing: bool,
 }
 
 impl Client {
@@ -126,6 +146,15 @@ impl Client {
 
     /// Connects to the endpoint at `path` with `secret`.
     pub fn connect(path: &Path, secret: &str) -> Result<Client> {
+        Client::open(path, secret, true)
+    }
+
+    /// Connects without shared memory: every payload and result crosses the socket.
+    pub fn connect_copying(path: &Path, secret: &str) -> Result<Client> {
+        Client::open(path, secret, false)
+    }
+
+    fn open(path: &Path, secret: &str, sharing: bool) -> Result<Client> {
         let io = |what: &str| {
             let what = format!("{what} {}", path.display());
             move |source| Error::Io { what, source }
@@ -136,8 +165,8 @@ impl Client {
         s.resize(SECRET_LEN, 0);
         hello.extend_from_slice(&s);
         sock.write_all(&hello).map_err(io("say hello to"))?;
-        let mut c = Client { sock, rank: 0, size: 0, next: 1 };
-        let body = c.read_reply(0)?;
+        let mut c = Client { sock, rank: 0, size: 0, next: 1, regions: Vec::new(), pending: VecDeque::new(), sharing };
+        let body = c.read_reply(0, None)?;
         if body.len() != 8 {
             return Err(Error::Failed(format!("the endpoint's hello reply has {} bytes, not 8", body.len())));
         }
@@ -167,29 +196,100 @@ impl Client {
     ) -> Result<u64> {
         let id = self.next;
         self.next += 1;
+        let cap = wire::result_len(op, data.len() as u64, self.size, self.rank, root);
+        let slot = match cap {
+            Some(cap) if self.sharing && op != Op::Poison => self.region_for(data.len().max(cap as usize) as u64)?,
+            _ => None,
+        };
         let h = Header {
             id,
             op: op.code(),
             dtype: elem.code(),
             reduce: reduce.code(),
+            flags: if slot.is_some() { FLAG_SHARED } else { 0 },
             root: root as u32,
             counts: counts.len() as u64,
             len: data.len() as u64,
         };
         let mut frame = h.encode().to_vec();
         counts.iter().for_each(|c| frame.extend_from_slice(&c.to_le_bytes()));
+        if let Some(n) = slot {
+            let (region, busy) = &mut self.regions[n];
+            region.write(0, data);
+            *busy = true;
+            let out_cap = cap.unwrap_or(0);
+            let at = SharedRef { region: n as u32, in_off: 0, out_off: 0, out_cap };
+            frame.extend_from_slice(&at.encode());
+        }
         let io = |source| Error::Io { what: "send to".into(), source };
+        self.pending.push_back((id, slot));
         self.sock.write_all(&frame).map_err(io)?;
-        self.sock.write_all(data).map_err(io)?;
+        if slot.is_none() {
+            self.sock.write_all(data).map_err(io)?;
+        }
         Ok(id)
+    }
+
+    /// An idle region of at least `need` bytes, mapped on the worker too: an idle one that is
+    /// large enough, else a new or regrown one, made only while nothing is outstanding (its
+    /// map request's answer is read at once). `None`: send on the socket.
+    fn region_for(&mut self, need: u64) -> Result<Option<usize>> {
+        if need == 0 || need > wire::MAX_REGION {
+            return Ok(None);
+        }
+        let fits = self.regions.iter().enumerate().filter(|(_, (r, busy))| !busy && r.len() >= need);
+        if let Some((n, _)) = fits.min_by_key(|(_, (r, _))| r.len()) {
+            return Ok(Some(n));
+        }
+        if !self.pending.is_empty() {
+            return Ok(None);
+        }
+        let n = match self.regions.iter().position(|(_, busy)| !busy) {
+            Some(n) => n,
+            None if self.regions.len() < MAX_REGIONS as usize => self.regions.len(),
+            None => return Ok(None),
+        };
+        let size = need.next_power_of_two().clamp(MIN_REGION, wire::MAX_REGION);
+        let io = |what: &'static str| move |source| Error::Io { what: what.into(), source };
+        let (region, fd) = Region::create(size).map_err(io("make a shared region for"))?;
+        let id = self.next;
+        self.next += 1;
+        let h = Header { id, op: Op::Map.code(), dtype: 0, reduce: 0, flags: 0, root: n as u32, counts: 0, len: 0 };
+        let frame = h.encode();
+        let sent = region::send_with_fd(self.sock.as_raw_fd(), &frame, fd.as_raw_fd()).map_err(io("send to"))?;
+        self.sock.write_all(&frame[sent..]).map_err(io("send to"))?;
+        match self.read_reply(id, None) {
+            Ok(_) => {}
+            // The worker would not map it (its limits): the socket carries payloads from now on.
+            Err(Error::Failed(_)) => {
+                self.sharing = false;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+        if n == self.regions.len() {
+            self.regions.push((region, false));
+        } else {
+            self.regions[n] = (region, false);
+        }
+        Ok(Some(n))
     }
 
     /// The result of the request `id` (the oldest outstanding one).
     pub fn finish(&mut self, id: u64) -> Result<Vec<u8>> {
-        self.read_reply(id)
+        let (want, slot) = self.pending.pop_front().unwrap_or((id, None));
+        if want != id {
+            return Err(Error::Usage(format!("finish({id}): the oldest outstanding request is {want}")));
+        }
+        let out = self.read_reply(id, slot);
+        if let Some(n) = slot {
+            self.regions[n].1 = false;
+        }
+        out
     }
 
-    fn read_reply(&mut self, id: u64) -> Result<Vec<u8>> {
+    /// Reads the reply to `id`; a result in a region (`slot`, the request's) is copied out.
+    fn read_reply(&mut self, id: u64, slot: Option<usize>) -> Result<Vec<u8>> {
         let io = |source| Error::Io { what: "read from".into(), source };
         let mut h = [0u8; REPLY_LEN];
         self.sock.read_exact(&mut h).map_err(io)?;
@@ -197,13 +297,22 @@ impl Client {
         if r.len > wire::MAX_PAYLOAD * 2 {
             return Err(Error::Failed(format!("the endpoint announced a reply of {} bytes", r.len)));
         }
-        let mut body = vec![0u8; r.len as usize];
+        let on_socket = if r.shared { 0 } else { r.len as usize };
+        let mut body = vec![0u8; on_socket];
         self.sock.read_exact(&mut body).map_err(io)?;
         if r.id != id {
             return Err(Error::Failed(format!("reply {} to request {id}", r.id)));
         }
         if !r.ok {
             return Err(Error::Failed(String::from_utf8_lossy(&body).into_owned()));
+        }
+        if r.shared {
+            let region = slot.map(|n| &self.regions[n].0).filter(|reg| reg.len() >= r.len);
+            let Some(region) = region else {
+                return Err(Error::Failed(format!("a result of {} bytes in a region the request did not use", r.len)));
+            };
+            body = vec![0u8; r.len as usize];
+            region.read(0, &mut body);
         }
         Ok(body)
     }

@@ -5,11 +5,21 @@
 //!   `PLEXUS_COLLECTIVE_SECRET` text); the worker answers a [`Reply`] with id 0 whose payload is
 //!   `rank: u32, size: u32` (or an error text), and closes the connection on a wrong secret.
 //! - Then requests, any number outstanding: a [`REQUEST_LEN`]-byte header (`id: u64, op: u8,
-//!   dtype: u8, reduce: u8, 0: u8, root: u32, counts: u64, len: u64`), `counts` u64 values (an
-//!   `alltoallv`'s bytes to each member), and `len` payload bytes.
+//!   dtype: u8, reduce: u8, flags: u8, root: u32, counts: u64, len: u64`), `counts` u64 values
+//!   (an `alltoallv`'s bytes to each member), then either `len` payload bytes or, with
+//!   [`FLAG_SHARED`], a [`SHARED_LEN`]-byte [`SharedRef`] naming where in a shared region the
+//!   `len` payload bytes are and where the result goes.
 //! - Each request gets one reply, in request order: a [`REPLY_LEN`]-byte header (`id: u64,
-//!   status: u8 (0 ok, 1 error), 7 zero bytes, len: u64`) and `len` bytes: the result, or the
-//!   error text (UTF-8).
+//!   status: u8 (0 ok, 1 error), flags: u8, 6 zero bytes, len: u64`) and `len` bytes: the result,
+//!   or the error text (UTF-8); with [`FLAG_SHARED`] the `len` result bytes are at the request's
+//!   `out_off` in its region instead, and nothing follows the header.
+//!
+//! Shared regions: a [`Op::Map`] request (`root`: the region's number, below [`MAX_REGIONS`];
+//! `len` 0) carries one file descriptor (`SCM_RIGHTS`, sent with the header's first byte): a
+//! memfd the task created, sized (at most [`MAX_REGION`] bytes) and sealed against shrinking
+//! (`F_SEAL_SHRINK`), so the worker's mapping can never lose its pages under it. The worker maps
+//! it (replacing that number's previous region) and answers ok or why not; a failed map is that
+//! connection's error only. Regions belong to the connection and end with it.
 //!
 //! The worker (`plexus_worker::gang_endpoint`) serves it; this crate's [`crate::Client`] and the
 //! Python client (`python/plexus/collective.py`) speak it.
@@ -24,6 +34,14 @@ pub const REQUEST_LEN: usize = 32;
 pub const REPLY_LEN: usize = 24;
 /// The most bytes one request may carry (2 GiB): a larger tensor is an error, not an allocation.
 pub const MAX_PAYLOAD: u64 = 2 << 30;
+/// A request's or a reply's flag: its payload is in a shared region, not on the socket.
+pub const FLAG_SHARED: u8 = 1;
+pub const SHARED_LEN: usize = 32;
+/// The most regions a connection may have mapped at once (numbers `0..MAX_REGIONS`).
+pub const MAX_REGIONS: u32 = 16;
+/// The largest region the worker maps (8 GiB: an allgather's result of the largest payload
+/// among a few members).
+pub const MAX_REGION: u64 = 8 << 30;
 
 /// What a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +56,8 @@ pub enum Op {
     Barrier,
     /// The task reports a mistake of its own (its payload says which); every member fails.
     Poison,
+    /// Not a collective: maps the shared region that comes with the request (see the module).
+    Map,
 }
 
 impl Op {
@@ -53,6 +73,7 @@ impl Op {
             7 => Alltoallv,
             8 => Barrier,
             9 => Poison,
+            10 => Map,
             _ => return None,
         })
     }
@@ -72,6 +93,7 @@ impl Op {
             Op::Alltoallv => "alltoallv",
             Op::Barrier => "barrier",
             Op::Poison => "poison",
+            Op::Map => "map",
         }
     }
 
@@ -173,6 +195,8 @@ pub struct Header {
     pub op: u8,
     pub dtype: u8,
     pub reduce: u8,
+    /// [`FLAG_SHARED`] or 0.
+    pub flags: u8,
     pub root: u32,
     pub counts: u64,
     pub len: u64,
@@ -198,6 +222,7 @@ impl Header {
             op: b[8],
             dtype: b[9],
             reduce: b[10],
+            flags: b[11],
             root: u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")),
             counts: u64_at(16),
             len: u64_at(24),
@@ -210,6 +235,7 @@ impl Header {
         b[8] = self.op;
         b[9] = self.dtype;
         b[10] = self.reduce;
+        b[11] = self.flags;
         b[12..16].copy_from_slice(&self.root.to_le_bytes());
         b[16..24].copy_from_slice(&self.counts.to_le_bytes());
         b[24..32].copy_from_slice(&self.len.to_le_bytes());
@@ -229,6 +255,12 @@ impl Header {
         if self.counts > size as u64 {
             return Some(format!("request {} has {} counts for a gang of {size} members", self.id, self.counts));
         }
+        if self.flags & !FLAG_SHARED != 0 {
+            return Some(format!("request {} has unknown flags {:#x}", self.id, self.flags));
+        }
+        if self.op == Op::Map.code() && (self.len != 0 || self.counts != 0 || self.flags != 0) {
+            return Some(format!("map request {} carries bytes or flags (it carries a descriptor only)", self.id));
+        }
         None
     }
 
@@ -237,6 +269,9 @@ impl Header {
     pub fn check(&self, size: usize, counts: Vec<u64>) -> Result<Request, String> {
         let op = Op::from_code(self.op).ok_or_else(|| format!("unknown operation code {}", self.op))?;
         let what = op.name();
+        if op == Op::Map {
+            return Err("map: not a collective (a region comes with its own request)".into());
+        }
         let elem =
             Elem::from_code(self.dtype).ok_or_else(|| format!("{what}: unsupported dtype code {}", self.dtype))?;
         let reduce =
@@ -275,6 +310,8 @@ impl Header {
 pub struct Reply {
     pub id: u64,
     pub ok: bool,
+    /// The `len` result bytes are in the request's region ([`FLAG_SHARED`]), not on the socket.
+    pub shared: bool,
     pub len: u64,
 }
 
@@ -283,6 +320,7 @@ impl Reply {
         let mut b = [0u8; REPLY_LEN];
         b[0..8].copy_from_slice(&self.id.to_le_bytes());
         b[8] = u8::from(!self.ok);
+        b[9] = if self.shared { FLAG_SHARED } else { 0 };
         b[16..24].copy_from_slice(&self.len.to_le_bytes());
         b
     }
@@ -291,8 +329,77 @@ impl Reply {
         Reply {
             id: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
             ok: b[8] == 0,
+            shared: b[9] & FLAG_SHARED != 0,
             len: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
         }
+    }
+}
+
+/// Where a [`FLAG_SHARED`] request's payload and result are: `len` bytes at `in_off` of region
+/// `region`, the result at `out_off`, in at most `out_cap` bytes (the two may overlap: the
+/// worker reads the payload before it writes the result).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedRef {
+    pub region: u32,
+    pub in_off: u64,
+    pub out_off: u64,
+    pub out_cap: u64,
+}
+
+impl SharedRef {
+    pub fn encode(&self) -> [u8; SHARED_LEN] {
+        let mut b = [0u8; SHARED_LEN];
+        b[0..4].copy_from_slice(&self.region.to_le_bytes());
+        b[8..16].copy_from_slice(&self.in_off.to_le_bytes());
+        b[16..24].copy_from_slice(&self.out_off.to_le_bytes());
+        b[24..32].copy_from_slice(&self.out_cap.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; SHARED_LEN]) -> SharedRef {
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        SharedRef {
+            region: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
+            in_off: u64_at(8),
+            out_off: u64_at(16),
+            out_cap: u64_at(24),
+        }
+    }
+
+    /// What is wrong with this reference for a payload of `len` bytes, given the size of the
+    /// region it names (`None`: not mapped), named for the task.
+    pub fn check(&self, len: u64, region_size: Option<u64>) -> Result<(), String> {
+        let r = self.region;
+        let Some(size) = region_size else {
+            return Err(format!("shared region {r} is not mapped on this connection"));
+        };
+        let fits = |off: u64, n: u64| off.checked_add(n).is_some_and(|end| end <= size);
+        if !fits(self.in_off, len) {
+            return Err(format!(
+                "the payload of {len} bytes at offset {} does not fit shared region {r} of {size} bytes",
+                self.in_off
+            ));
+        }
+        if !fits(self.out_off, self.out_cap) {
+            return Err(format!(
+                "the result's {} bytes at offset {} do not fit shared region {r} of {size} bytes",
+                self.out_cap, self.out_off
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of `op`'s result on `len` payload bytes for member `rank` of a gang of `size`
+/// (`root`: a reduce's); `None` where it is not known ahead (an `alltoallv`'s).
+pub fn result_len(op: Op, len: u64, size: usize, rank: usize, root: usize) -> Option<u64> {
+    match op {
+        Op::Allgather => len.checked_mul(size as u64),
+        Op::ReduceScatter => Some(len / size.max(1) as u64),
+        Op::Reduce if rank != root => Some(0),
+        Op::Alltoallv | Op::Map => None,
+        Op::Barrier | Op::Poison => Some(0),
+        Op::Allreduce | Op::Reduce | Op::Broadcast | Op::Alltoall => Some(len),
     }
 }
 
@@ -306,16 +413,27 @@ mod tests {
     use super::*;
 
     fn header(op: Op, elem: Elem, len: u64) -> Header {
-        Header { id: 7, op: op.code(), dtype: elem.code(), reduce: Reduce::Sum.code(), root: 0, counts: 0, len }
+        Header {
+            id: 7,
+            op: op.code(),
+            dtype: elem.code(),
+            reduce: Reduce::Sum.code(),
+            flags: 0,
+            root: 0,
+            counts: 0,
+            len,
+        }
     }
 
     #[test]
     fn headers_round_trip() {
-        let h = Header { id: 1 << 40, op: 3, dtype: 4, reduce: 1, root: 2, counts: 3, len: 99 };
+        let h = Header { id: 1 << 40, op: 3, dtype: 4, reduce: 1, flags: FLAG_SHARED, root: 2, counts: 3, len: 99 };
         assert_eq!(Header::decode(&h.encode()), h);
-        let r = Reply { id: 5, ok: false, len: 12 };
+        let r = Reply { id: 5, ok: false, shared: true, len: 12 };
         assert_eq!(Reply::decode(&r.encode()), r);
-        for c in 1..=9 {
+        let s = SharedRef { region: 3, in_off: 1 << 33, out_off: 8, out_cap: 1 << 20 };
+        assert_eq!(SharedRef::decode(&s.encode()), s);
+        for c in 1..=10 {
             assert_eq!(Op::from_code(c).unwrap().code(), c);
         }
         for c in 0..=6 {
@@ -344,6 +462,26 @@ mod tests {
         assert!(header(Op::Allgather, Elem::U8, 3).check(4, vec![]).is_ok());
         assert!(Header { len: MAX_PAYLOAD + 1, ..header(Op::Allreduce, Elem::F32, 0) }.frame_error(4).is_some());
         assert!(Header { counts: 5, ..header(Op::Alltoallv, Elem::U8, 0) }.frame_error(4).is_some());
+    }
+
+    #[test]
+    fn shared_references_must_fit_their_region() {
+        let s = SharedRef { region: 2, in_off: 0, out_off: 0, out_cap: 4096 };
+        assert!(s.check(4096, Some(4096)).is_ok());
+        assert!(s.check(8, None).unwrap_err().contains("shared region 2 is not mapped"));
+        assert!(SharedRef { in_off: 8190, ..s }.check(8, Some(8192)).unwrap_err().contains("at offset 8190"));
+        assert!(SharedRef { in_off: u64::MAX - 2, ..s }.check(8, Some(8192)).unwrap_err().contains("does not fit"));
+        assert!(
+            SharedRef { out_off: 4097, ..s }
+                .check(8, Some(8192))
+                .unwrap_err()
+                .contains("result's 4096 bytes at offset 4097")
+        );
+        assert!(SharedRef { out_cap: u64::MAX, ..s }.check(8, Some(8192)).is_err());
+        let flagged = Header { flags: 0x80, ..header(Op::Allreduce, Elem::F32, 8) };
+        assert!(flagged.frame_error(4).unwrap().contains("unknown flags 0x80"));
+        assert!(header(Op::Map, Elem::U8, 8).frame_error(4).unwrap().contains("descriptor only"));
+        assert!(header(Op::Map, Elem::U8, 0).check(4, vec![]).unwrap_err().contains("not a collective"));
     }
 
     #[test]

@@ -17,13 +17,21 @@ reduce_scatter, alltoall, alltoallv, barrier. Element types: f32, f64, i32, i64,
 CUDA staged through host memory) and C-contiguous buffer-protocol objects; no numpy needed.
 
 A mistake (a size that differs between members, an unsupported dtype) or a member that dies
-fails the operation on every member with a :class:`CollectiveError` naming it. Data crosses the
-socket once each way (a plain socket copy; no shared memory yet).
+fails the operation on every member with a :class:`CollectiveError` naming it.
+
+Data goes through shared memory: each operation's bytes are copied into a region of its own (a
+memfd this process creates, seals against shrinking and passes to the worker over the socket,
+reused from call to call and regrown when too small, at most 16), the worker reduces there, and
+the result is copied back out; only a small header crosses the socket. While every region is
+busy, or with ``Communicator(shared_memory=False)`` (the default when
+``$PLEXUS_COLLECTIVE_SHARED_MEMORY`` is ``0``), payloads cross the socket instead.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import mmap
 import os
 import socket
 import struct
@@ -35,7 +43,12 @@ __all__ = ["Communicator", "CollectiveError", "NotInGang", "Handle", "DTYPES", "
 
 _HELLO = b"PXS1"
 _REQUEST = struct.Struct("<QBBBBIQQ")
-_REPLY = struct.Struct("<QB7xQ")
+_REPLY = struct.Struct("<QBB6xQ")
+_SHARED = struct.Struct("<I4xQQQ")  # region, in_off, out_off, out_cap
+_FLAG_SHARED = 1
+_MAX_REGIONS = 16
+_MIN_REGION = 64 << 10
+_MAX_REGION = 8 << 30
 OPS = {
     "allreduce": 1,
     "reduce": 2,
@@ -46,6 +59,7 @@ OPS = {
     "alltoallv": 7,
     "barrier": 8,
     "poison": 9,
+    "map": 10,
 }
 DTYPES = {"f32": (0, 4), "f64": (1, 8), "i32": (2, 4), "i64": (3, 8), "bf16": (4, 2), "f16": (5, 2), "u8": (6, 1)}
 _REDUCE = {"sum": 0, "mean": 1, "avg": 1, "min": 2, "max": 3, "prod": 4, "product": 4}
@@ -186,10 +200,40 @@ class Handle:
         return self._result
 
 
-class Communicator:
-    """This task's end of its gang's communicator (``rank`` of ``size``)."""
+class _Region:
+    """A shared region: a sealed memfd mapped here and by the worker (number ``n``)."""
 
-    def __init__(self, path: Optional[str] = None, secret: Optional[str] = None):
+    def __init__(self, n: int, size: int):
+        self.n = n
+        self.size = size
+        self.busy = True
+        fd = os.memfd_create("plexus-collective", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+            self.mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd: Optional[int] = fd
+        self.view = memoryview(self.mm)
+
+    def close_fd(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def unmap(self) -> None:
+        self.close_fd()
+        self.view.release()
+        self.mm.close()
+
+
+class Communicator:
+    """This task's end of its gang's communicator (``rank`` of ``size``); ``shared_memory=False``
+    (default: ``$PLEXUS_COLLECTIVE_SHARED_MEMORY`` is not ``0``) sends every payload on the socket."""
+
+    def __init__(self, path: Optional[str] = None, secret: Optional[str] = None, *, shared_memory: Optional[bool] = None):
         path = path or os.environ.get("PLEXUS_COLLECTIVE_SOCKET")
         secret = secret or os.environ.get("PLEXUS_COLLECTIVE_SECRET", "")
         if not path:
@@ -206,7 +250,7 @@ class Communicator:
         except OSError as e:
             raise CollectiveError(f"cannot reach the collective endpoint {path}: {e}") from None
         self._sock.sendall(_HELLO + secret.encode().ljust(32, b"\0")[:32])
-        _, status, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
+        _, status, _, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
         body = _recv_exact(self._sock, n)
         if status != 0:
             raise CollectiveError(f"the collective endpoint refused this process: {body.decode(errors='replace')}")
@@ -216,6 +260,11 @@ class Communicator:
         self._pending_lock = threading.Lock()
         self._next_id = 1
         self._closed: Optional[str] = None
+        self._regions: List[_Region] = []
+        self._region_lock = threading.Lock()
+        if shared_memory is None:
+            shared_memory = os.environ.get("PLEXUS_COLLECTIVE_SHARED_MEMORY", "1") != "0"
+        self._sharing = shared_memory
         self._reader = threading.Thread(target=self._read_replies, name="plexus-collective", daemon=True)
         self._reader.start()
 
@@ -316,19 +365,29 @@ class Communicator:
         dtype = DTYPES[buf.dtype][0] if buf is not None else DTYPES["u8"][0]
         counts = kw.get("counts") or []
         handle = Handle(finish)
+        room = sum(s.nbytes for s in sinks)
+        region = self._region_for(max(payload.nbytes, room)) if what != "poison" else None
+        if region is not None:
+            region.view[: payload.nbytes] = payload
         with self._send_lock:
             if self._closed is not None:
+                if region is not None:
+                    region.busy = False
                 raise CollectiveError(self._closed)
             rid = self._next_id
             self._next_id += 1
+            flags = _FLAG_SHARED if region is not None else 0
             header = _REQUEST.pack(
-                rid, OPS[what], dtype, _REDUCE[reduce], 0, kw.get("root", 0), len(counts), payload.nbytes
+                rid, OPS[what], dtype, _REDUCE[reduce], flags, kw.get("root", 0), len(counts), payload.nbytes
             )
+            frame = header + b"".join(struct.pack("<Q", c) for c in counts)
+            if region is not None:
+                frame += _SHARED.pack(region.n, 0, 0, room)
             with self._pending_lock:
-                self._pending.append((rid, handle, sinks, kw.get("partial", False)))
+                self._pending.append((rid, handle, sinks, kw.get("partial", False), region))
             try:
-                self._sock.sendall(header + b"".join(struct.pack("<Q", c) for c in counts))
-                if payload.nbytes:
+                self._sock.sendall(frame)
+                if region is None and payload.nbytes:
                     self._sock.sendall(payload)
             except OSError as e:
                 self._fail_all(f"the collective endpoint is gone: {e}")
@@ -336,36 +395,117 @@ class Communicator:
             return handle
         return handle.wait()
 
+    def _region_for(self, need: int) -> Optional[_Region]:
+        """An idle region of at least ``need`` bytes, now busy: the smallest idle one that is
+        large enough, else a new one (or an idle one regrown), mapped on the worker first;
+        ``None`` (send on the socket) when every region is busy or the worker refused one."""
+        if not self._sharing or need == 0 or need > _MAX_REGION:
+            return None
+        with self._region_lock:
+            fits = [r for r in self._regions if not r.busy and r.size >= need]
+            if fits:
+                r = min(fits, key=lambda r: r.size)
+                r.busy = True
+                return r
+            idle = [r for r in self._regions if not r.busy]
+            if idle:
+                old = max(idle, key=lambda r: r.size)
+                n = old.n
+                self._regions.remove(old)
+                old.unmap()
+            elif len(self._regions) < _MAX_REGIONS:
+                n = len(self._regions)
+            else:
+                return None
+            size = max(_MIN_REGION, 1 << (need - 1).bit_length())
+            try:
+                r = _Region(n, size)
+            except OSError:
+                self._sharing = False
+                return None
+            self._regions.append(r)  # busy: no other call takes it while it is mapped
+        if not self._map(r):
+            with self._region_lock:
+                self._sharing = False
+                self._regions.remove(r)
+            r.unmap()
+            return None
+        return r
+
+    def _map(self, r: _Region) -> bool:
+        """Passes region ``r``'s memfd to the worker; whether the worker mapped it."""
+        handle = Handle(lambda: None)
+        with self._send_lock:
+            if self._closed is not None:
+                return False
+            rid = self._next_id
+            self._next_id += 1
+            frame = _REQUEST.pack(rid, OPS["map"], 0, 0, 0, r.n, 0, 0)
+            with self._pending_lock:
+                self._pending.append((rid, handle, [], False, None))
+            try:
+                sent = socket.send_fds(self._sock, [frame], [r.fd])
+                if sent < len(frame):
+                    self._sock.sendall(frame[sent:])
+            except OSError as e:
+                self._fail_all(f"the collective endpoint is gone: {e}")
+        r.close_fd()
+        handle._event.wait()
+        return handle.error() is None
+
     def _read_replies(self) -> None:
         try:
             while True:
-                rid, status, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
+                rid, status, flags, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
                 with self._pending_lock:
-                    want, handle, sinks, partial = self._pending.popleft()
-                if rid != want:
-                    raise OSError(f"reply {rid} for request {want}")
-                if status != 0:
-                    handle._complete(_recv_exact(self._sock, n).decode(errors="replace"))
-                    continue
-                room = sum(s.nbytes for s in sinks)
-                if n > room or (n < room and not partial and n != 0):
-                    _recv_exact(self._sock, n)
-                    handle._complete(f"the worker answered {n} bytes where {room} were expected")
-                    continue
-                left = n
-                for s in sinks:
-                    k = min(left, s.nbytes)
-                    _recv_into(self._sock, s[:k])
-                    left -= k
-                handle._complete(None)
-        except (OSError, IndexError) as e:
+                    want, handle, sinks, partial, region = self._pending.popleft()
+                error: Optional[str] = f"the collective endpoint answered request {rid} for {want}"
+                try:
+                    if rid != want:
+                        raise OSError(error)
+                    error = self._reply(sinks, partial, region, status, flags, n)
+                except Exception as e:
+                    error = f"the collective endpoint closed: {e}"
+                    raise
+                finally:
+                    # Free before completing: a caller that waits may submit again at once.
+                    if region is not None:
+                        region.busy = False
+                    handle._complete(error)
+        except Exception as e:  # the stream cannot be read on: every pending call fails
             self._fail_all(f"the collective endpoint closed: {e}")
+
+    def _reply(self, sinks, partial: bool, region, status: int, flags: int, n: int) -> Optional[str]:
+        """Reads one reply's body into ``sinks``; the error it carries, if any."""
+        shared = flags & _FLAG_SHARED
+        if status != 0:
+            return _recv_exact(self._sock, n).decode(errors="replace")
+        if shared and (region is None or n > region.size):
+            raise OSError(f"a result of {n} bytes in a region the request did not use")
+        room = sum(s.nbytes for s in sinks)
+        if n > room or (n < room and not partial and n != 0):
+            if not shared:
+                _recv_exact(self._sock, n)
+            return f"the worker answered {n} bytes where {room} were expected"
+        left, at = n, 0
+        for s in sinks:
+            k = min(left, s.nbytes)
+            if shared:
+                s[:k] = region.view[at : at + k]
+            else:
+                _recv_into(self._sock, s[:k])
+            left -= k
+            at += k
+        return None
 
     def _fail_all(self, why: str) -> None:
         self._closed = why
         with self._pending_lock:
             pending, self._pending = list(self._pending), deque()
-        for _, handle, _, _ in pending:
+        for entry in pending:
+            handle, region = entry[1], entry[4]
+            if region is not None:
+                region.busy = False
             if not handle.is_completed():
                 handle._complete(why)
 

@@ -19,18 +19,27 @@
 //!   without that member; ops that it took part in before it ended complete as usual). A lost worker fails the others' sends after the data plane's stall
 //!   timeout (also 30 s by default).
 //!
-//! Copies: the payload crosses the socket once each way (no shared memory yet).
+//! - **Shared memory.** A connection may map shared regions (memfds the task created and sealed
+//!   against shrinking, passed over the socket; [`plexus_collective::region`]) and name, in a
+//!   request, where in one its payload is and where its result goes: the bytes then never cross
+//!   the socket, and an allreduce of a 4- or 8-byte type reduces the region's bytes in place
+//!   ([`shm`]). Sizes and offsets are checked against the mapping (a request that does not fit
+//!   is a bad request, failing every member); a descriptor that is not such a memfd, or a
+//!   region past the limits, is refused to that connection alone. Requests without a region
+//!   carry their payload on the socket, as before.
 //!
 //! # Layout
 //! - `wire` (`plexus_collective::wire`, shared with the Rust client): the frame format (pure);
 //! - `elems`: 16-bit floats widened to f32, `mean`, local reductions;
 //! - `ops`: the collectives on the data plane's communicator and exchanger;
 //! - `serve`: the socket, its connections, the queue and the notices;
+//! - `shm`: a connection's shared regions and running a request on one;
 //! - `spec`: what an endpoint is opened with, and its constants.
 
 pub mod elems;
 pub mod ops;
 mod serve;
+mod shm;
 mod spec;
 pub use plexus_collective::wire;
 

@@ -60,7 +60,20 @@ impl Gang {
             Op::Alltoallv => self.alltoallv(&req.counts, data).await.map_err(failed),
             Op::Barrier => self.allreduce(Elem::I32, Reduce::Sum, vec![0; 4]).await.map(|_| Vec::new()).map_err(failed),
             Op::Poison => Err(String::from_utf8_lossy(&data).into_owned()),
+            Op::Map => Err("map: not a collective".into()),
         }
+    }
+
+    /// An allreduce of `buf` (of a 4- or 8-byte `elem`) in place: a shared region's bytes.
+    pub async fn allreduce_in_place(&self, elem: Elem, reduce: Reduce, buf: &mut [u8]) -> Result<(), String> {
+        let Some(dtype) = wire_dtype(elem).filter(|_| !matches!(elem, Elem::Bf16 | Elem::F16)) else {
+            return Err(format!("allreduce: {elem} is not reduced in place"));
+        };
+        self.comm.allreduce(buf, dtype, wire_op(reduce)).await.map_err(|e| format!("allreduce failed: {e}"))?;
+        if reduce == Reduce::Mean {
+            divide(dtype, buf, self.size);
+        }
+        Ok(())
     }
 
     async fn allreduce(&self, elem: Elem, reduce: Reduce, data: Vec<u8>) -> Result<Vec<u8>, plexus_dataplane::Error> {

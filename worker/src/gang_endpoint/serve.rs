@@ -2,6 +2,7 @@
 //! writer, the one queue that runs requests in order, and the notices between members' workers.
 
 use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,8 +18,11 @@ use tracing::{debug, warn};
 use crate::error::{Error, Result};
 
 use super::ops::Gang;
+use super::shm::{self, Body, Payload, Regions};
 use super::spec::{STALL_TIMEOUT, Spec};
-use plexus_collective::wire::{self, HELLO_MAGIC, Header, REQUEST_LEN, Reply, Request, SECRET_LEN};
+use plexus_collective::wire::{
+    self, FLAG_SHARED, HELLO_MAGIC, Header, Op, Reply, Request, SECRET_LEN, SHARED_LEN, SharedRef,
+};
 
 /// The low 32 bits of the notice tag (with the gang's tag base): above every tag the
 /// communicator's and exchanger's first call use.
@@ -32,14 +36,20 @@ const NOTICE_WITHIN: Duration = Duration::from_secs(2);
 /// Requests read ahead of the one running.
 const QUEUE: usize = 16;
 
-type Answer = (u64, std::result::Result<Vec<u8>, String>);
+type Answer = (u64, std::result::Result<Body, String>);
 
 /// One request on its way to the queue, with where its answer goes.
 struct Job {
     id: u64,
-    req: std::result::Result<Request, String>,
-    data: Vec<u8>,
+    work: Work,
     answer: mpsc::Sender<Answer>,
+}
+
+enum Work {
+    /// A collective (or the error that its request did not check, which fails the gang).
+    Op(std::result::Result<Request, String>, Payload),
+    /// A connection's own answer (a map's), sent in its turn without touching the gang.
+    Answer(std::result::Result<Body, String>),
 }
 
 /// What the endpoint's tasks share.
@@ -49,6 +59,8 @@ struct Shared {
     rails: Arc<plexus_dataplane::Endpoint>,
     notice_tag: u64,
     secret: String,
+    /// Bytes of shared regions mapped now, all connections together.
+    mapped: Arc<AtomicU64>,
     /// The gang's first failure: every op fails with it from then on.
     failed: Mutex<Option<String>>,
     /// Cancelled with `failed`: a running op stops.
@@ -84,6 +96,7 @@ impl GangEndpoint {
             rails: spec.rails,
             notice_tag: spec.tag.wrapping_add(NOTICE),
             secret: spec.secret,
+            mapped: Arc::new(AtomicU64::new(0)),
             failed: Mutex::new(None),
             poisoned: CancellationToken::new(),
             ended: watch::Sender::new(None),
@@ -195,7 +208,10 @@ async fn run_queue(shared: Arc<Shared>, mut jobs: mpsc::Receiver<Job>, cancel: C
             j = jobs.recv() => match j { Some(j) => j, None => return },
         };
         let id = job.id;
-        let result = run_one(&shared, job.req, job.data).await;
+        let result = match job.work {
+            Work::Op(req, payload) => run_one(&shared, req, payload).await,
+            Work::Answer(a) => a,
+        };
         let _ = job.answer.send((id, result)).await;
     }
 }
@@ -205,8 +221,8 @@ async fn run_queue(shared: Arc<Shared>, mut jobs: mpsc::Receiver<Job>, cancel: C
 async fn run_one(
     shared: &Shared,
     req: std::result::Result<Request, String>,
-    data: Vec<u8>,
-) -> std::result::Result<Vec<u8>, String> {
+    payload: Payload,
+) -> std::result::Result<Body, String> {
     let me = shared.gang.rank();
     if let Some(f) = shared.failure() {
         return Err(f);
@@ -221,7 +237,7 @@ async fn run_one(
         }
     };
     let result = tokio::select! {
-        r = shared.gang.run(&req, data) => r,
+        r = shm::run(&shared.gang, &req, payload) => r,
         () = shared.poisoned.cancelled() => Err(shared.failure().unwrap_or_default()),
         ended = stalled(shared.ended.subscribe()) => {
             Err(format!("{}: {ended}; it waited {} s for that member", req.op.name(), STALL_TIMEOUT.as_secs()))
@@ -304,32 +320,64 @@ async fn read_requests(
         return Ok(());
     }
     let (rank, size) = (shared.gang.rank() as u32, shared.gang.size() as u32);
-    let _ = answers.send((0, Ok([rank.to_le_bytes(), size.to_le_bytes()].concat()))).await;
+    let _ = answers.send((0, Ok(Body::Inline([rank.to_le_bytes(), size.to_le_bytes()].concat())))).await;
     let size = shared.gang.size();
+    let mut regions = Regions::default();
     loop {
-        let mut h = [0u8; REQUEST_LEN];
-        match read.read_exact(&mut h).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
-        }
+        let Some((h, fd)) = shm::read_header(&read).await? else { return Ok(()) };
         let h = Header::decode(&h);
+        let answer = answers.clone();
         if let Some(why) = h.frame_error(size) {
             // What follows cannot be read: the gang fails and the connection ends.
-            let job = Job { id: h.id, req: Err(why), data: Vec::new(), answer: answers.clone() };
+            let job = Job { id: h.id, work: Work::Op(Err(why), Payload::Inline(Vec::new())), answer };
             let _ = queue.send(job).await;
             return Ok(());
         }
-        let mut counts = vec![0u8; h.counts as usize * 8];
-        read.read_exact(&mut counts).await?;
-        let counts = counts.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-        let mut data = vec![0u8; h.len as usize];
-        read.read_exact(&mut data).await?;
-        let req = h.check(size, counts);
-        if queue.send(Job { id: h.id, req, data, answer: answers.clone() }).await.is_err() {
+        let work = if h.op == Op::Map.code() {
+            Work::Answer(regions.map(h.root, fd, &shared.mapped).map(|()| Body::Inline(Vec::new())))
+        } else {
+            let (req, payload) = read_request(&mut read, &h, (rank as usize, size), &regions).await?;
+            Work::Op(req, payload)
+        };
+        if queue.send(Job { id: h.id, work, answer }).await.is_err() {
             return Ok(());
         }
     }
+}
+
+/// The rest of a request after its header `h`: its counts, then its payload (or where in a
+/// region it is), checked.
+async fn read_request(
+    read: &mut OwnedReadHalf,
+    h: &Header,
+    (rank, size): (usize, usize),
+    regions: &Regions,
+) -> std::io::Result<(std::result::Result<Request, String>, Payload)> {
+    let mut counts = vec![0u8; h.counts as usize * 8];
+    read.read_exact(&mut counts).await?;
+    let counts = counts.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let req = h.check(size, counts);
+    if h.flags & FLAG_SHARED == 0 {
+        let mut data = vec![0u8; h.len as usize];
+        read.read_exact(&mut data).await?;
+        return Ok((req, Payload::Inline(data)));
+    }
+    let mut at = [0u8; SHARED_LEN];
+    read.read_exact(&mut at).await?;
+    let at = SharedRef::decode(&at);
+    let fits = |r: &Request| match wire::result_len(r.op, h.len, size, rank, r.root) {
+        Some(n) if n > at.out_cap => Err(format!(
+            "{}: the result's {n} bytes do not fit the {} bytes the request left for it in its region",
+            r.op.name(),
+            at.out_cap
+        )),
+        _ => Ok(()),
+    };
+    let req = req.and_then(|r| fits(&r).map(|()| r));
+    Ok(match regions.payload(at, h.len) {
+        Ok(payload) => (req, payload),
+        Err(why) => (req.and(Err(why)), Payload::Inline(Vec::new())),
+    })
 }
 
 /// Writes each answer as a reply frame, in order.
@@ -339,11 +387,12 @@ async fn write_replies(
     mut replies: mpsc::Receiver<Answer>,
 ) -> std::io::Result<()> {
     while let Some((id, result)) = replies.recv().await {
-        let (ok, body) = match result {
-            Ok(b) => (true, b),
-            Err(e) => (false, e.into_bytes()),
+        let (reply, body) = match result {
+            Ok(Body::Inline(b)) => (Reply { id, ok: true, shared: false, len: b.len() as u64 }, b),
+            Ok(Body::Shared(n)) => (Reply { id, ok: true, shared: true, len: n }, Vec::new()),
+            Err(e) => (Reply { id, ok: false, shared: false, len: e.len() as u64 }, e.into_bytes()),
         };
-        write.write_all(&Reply { id, ok, len: body.len() as u64 }.encode()).await?;
+        write.write_all(&reply.encode()).await?;
         write.write_all(&body).await?;
     }
     Ok(())
