@@ -205,7 +205,7 @@ except CollectiveError as e:
 
 /// The last `step N` a training log shows (0: none), and the step it said it resumed from.
 fn steps_of(log: &str) -> (u32, Option<u32>) {
-    let last = log.lines().filter_map(|l| l.strip_prefix("step ")?.split(' ').next()?.parse().ok()).last();
+    let last = log.lines().rev().find_map(|l| l.strip_prefix("step ")?.split(' ').next()?.parse().ok());
     let resumed = log.lines().find_map(|l| l.strip_prefix("resumed from step ")?.split(' ').next()?.parse().ok());
     (last.unwrap_or(0), resumed)
 }
