@@ -141,17 +141,33 @@ pub(crate) async fn agree(
     tag: u64,
     mine: LinkModel,
 ) -> Result<Vec<LinkModel>> {
-    let bytes = Bytes::copy_from_slice(&mine.to_bytes());
+    Ok(agree_many(endpoint, ranks, ids, me, tag, &[mine]).await?.into_iter().map(|m| m[0]).collect())
+}
+
+/// [`agree`] on several models per member (the same count from each: toward the members on
+/// other hosts and toward those on its own, say): every member's list, in rank order.
+pub(crate) async fn agree_many(
+    endpoint: &std::sync::Arc<Endpoint>,
+    ranks: &[Vec<SocketAddr>],
+    ids: &[PeerId],
+    me: usize,
+    tag: u64,
+    mine: &[LinkModel],
+) -> Result<Vec<Vec<LinkModel>>> {
+    let bytes = Bytes::from(mine.iter().flat_map(|m| m.to_bytes()).collect::<Vec<u8>>());
     let mut sends = JoinSet::new();
     for (r, addrs) in ranks.iter().enumerate().filter(|&(r, _)| r != me) {
         let (ep, addrs, b) = (endpoint.clone(), addrs.clone(), bytes.clone());
         sends.spawn(async move { ep.send(&addrs, tag, b).await.map_err(|e| (r, e)) });
     }
-    let mut models = vec![mine; ranks.len()];
+    let mut models = vec![mine.to_vec(); ranks.len()];
     for (r, id) in ids.iter().enumerate().filter(|&(r, _)| r != me) {
         let got = endpoint.recv(*id, tag).await?;
-        models[r] = LinkModel::from_bytes(&got)
-            .ok_or_else(|| Error::Protocol(format!("rank {r} sent {} bytes that are not a link model", got.len())))?;
+        let bad = || Error::Protocol(format!("rank {r} sent {} bytes that are not {} link models", got.len(), mine.len()));
+        if got.len() != mine.len() * LinkModel::WIRE_LEN {
+            return Err(bad());
+        }
+        models[r] = got.chunks(LinkModel::WIRE_LEN).map(LinkModel::from_bytes).collect::<Option<Vec<_>>>().ok_or_else(bad)?;
     }
     while let Some(r) = sends.join_next().await {
         r.map_err(|e| Error::Peer(format!("model send task: {e}")))?
