@@ -423,19 +423,9 @@ mod tests {
         maker: u64,
     }
 
-    /// Runs every rank's plan on symbolic data, sends never waiting, receives waiting for their
-    /// message; returns every rank's final buffer, or why it went wrong.
-    fn simulate(
-        n: usize,
-        len: usize,
-        slices: usize,
-        algorithm: Algorithm,
-        kind: Kind,
-    ) -> Result<Vec<Vec<Sym>>, String> {
-        simulate_on(n, 1, len, slices, algorithm, kind)
-    }
-
-    /// [`simulate`] with `per_host` ranks per host.
+    /// Runs every rank's plan on symbolic data (`per_host` ranks per host), sends never
+    /// waiting, receives waiting for their message; returns every rank's final buffer, or why it
+    /// went wrong.
     fn simulate_on(
         n: usize,
         per_host: usize,
@@ -530,9 +520,10 @@ mod tests {
                     }
                     let roots: Vec<usize> = if n <= 9 { (0..n).collect() } else { vec![0, n / 2, n - 1] };
                     for root in roots {
-                        let bufs = simulate_on(n, k, len, slices, algorithm, Kind::Reduce { root }).unwrap_or_else(|e| {
-                            panic!("{algorithm:?} reduce root={root} n={n} len={len} slices={slices}: {e}")
-                        });
+                        let bufs =
+                            simulate_on(n, k, len, slices, algorithm, Kind::Reduce { root }).unwrap_or_else(|e| {
+                                panic!("{algorithm:?} reduce root={root} n={n} len={len} slices={slices}: {e}")
+                            });
                         assert!(
                             bufs[root].iter().all(|x| x.mask == full),
                             "{algorithm:?} reduce n={n} len={len} slices={slices} root={root}"
@@ -591,7 +582,13 @@ mod tests {
         for algorithm in [Algorithm::Halving, Algorithm::Ring, Algorithm::Hierarchical] {
             for n in 1..=12 {
                 let mut seen = HashSet::new();
-                let per_host = if n % 3 == 0 { 3 } else if n % 2 == 0 { 2 } else { 1 };
+                let per_host = if n % 3 == 0 {
+                    3
+                } else if n % 2 == 0 {
+                    2
+                } else {
+                    1
+                };
                 for rank in 0..n {
                     let steps = plan(&PlanParams {
                         ranks: n,
@@ -621,7 +618,13 @@ mod tests {
                 for slices in [1, 2, 4, 8] {
                     for len in [4096, 1_000_003] {
                         for rank in 0..n {
-                            let per_host = if n % 4 == 0 { 4 } else if n % 3 == 0 { 3 } else { 1 };
+                            let per_host = if n % 4 == 0 {
+                                4
+                            } else if n % 3 == 0 {
+                                3
+                            } else {
+                                1
+                            };
                             let steps = plan(&PlanParams {
                                 ranks: n,
                                 rank,
