@@ -338,7 +338,9 @@ impl Communicator {
         if self.cfg.algorithm != Algorithm::Auto {
             let set = format!("{} ×{}: set by the configuration (the job file)", self.cfg.algorithm, self.cfg.slices);
             let reason = if self.cfg.algorithm == Algorithm::Hierarchical && t.per_host == 1 {
-                format!("{set}; with {t} (or hosts of different sizes, or not numbered host by host) it runs as halving")
+                format!(
+                    "{set}; with {t} (or hosts of different sizes, or not numbered host by host) it runs as halving"
+                )
             } else {
                 set
             };

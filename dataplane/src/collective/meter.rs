@@ -163,11 +163,13 @@ pub(crate) async fn agree_many(
     let mut models = vec![mine.to_vec(); ranks.len()];
     for (r, id) in ids.iter().enumerate().filter(|&(r, _)| r != me) {
         let got = endpoint.recv(*id, tag).await?;
-        let bad = || Error::Protocol(format!("rank {r} sent {} bytes that are not {} link models", got.len(), mine.len()));
+        let bad =
+            || Error::Protocol(format!("rank {r} sent {} bytes that are not {} link models", got.len(), mine.len()));
         if got.len() != mine.len() * LinkModel::WIRE_LEN {
             return Err(bad());
         }
-        models[r] = got.chunks(LinkModel::WIRE_LEN).map(LinkModel::from_bytes).collect::<Option<Vec<_>>>().ok_or_else(bad)?;
+        models[r] =
+            got.chunks(LinkModel::WIRE_LEN).map(LinkModel::from_bytes).collect::<Option<Vec<_>>>().ok_or_else(bad)?;
     }
     while let Some(r) = sends.join_next().await {
         r.map_err(|e| Error::Peer(format!("model send task: {e}")))?
