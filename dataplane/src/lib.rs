@@ -60,7 +60,9 @@ pub use collective::alltoall::{Chosen, Exchanger};
 pub use collective::redistribution::{BlockCyclic, CyclicLayout, Placement};
 pub use collective::remap::AffineRemap;
 pub use collective::schedule::{ComTable, Schedule, ScheduleKind};
-pub use collective::{Choice, CollectiveConfig, Communicator, ExchangeAlgorithm, LinkMeter, LinkModel, Profile};
+pub use collective::{
+    Choice, CollectiveConfig, Communicator, ExchangeAlgorithm, LinkMeter, LinkModel, Links, Profile, Topology,
+};
 pub use elem::{Algorithm, DType, ReduceOp};
 pub use endpoint::{Endpoint, EndpointConfig, Faults, PeerAddrs, RailStats, Stats};
 pub use error::{Error, Result};

@@ -358,7 +358,8 @@ fn collective_plans_stay_below_the_exchangers_tags() {
         for (ranks, slices) in [(2, 16), (3, 8), (7, 4), (16, 2), (33, 1)] {
             for kind in [Kind::Allreduce, Kind::Reduce { root: ranks / 2 }] {
                 for rank in 0..ranks {
-                    let p = PlanParams { ranks, rank, len: 1 << 12, slices, algorithm, kind };
+                    let per_host = if ranks % 4 == 0 { 4 } else { 1 };
+                    let p = PlanParams { ranks, rank, len: 1 << 12, slices, algorithm, kind, per_host };
                     for step in plan(&p) {
                         let (Step::Send { tag, .. } | Step::Recv { tag, .. }) = step;
                         assert!(u64::from(tag) < DATA_TAG, "{algorithm} {kind:?} n={ranks}: tag {tag:#x}");

@@ -110,8 +110,14 @@ named_enum! {
         Ring = "ring",
         /// Chosen per call by the data plane's cost model (`plexus_dataplane::collective::cost`)
         /// from the members' measured latencies and rates, the same on every member: halving or
-        /// ring, and the pipeline depth. Never on the wire: a call runs one of the others.
+        /// ring (hierarchical too where members share hosts), and the pipeline depth. Never on the
+        /// wire: a call runs one of the others.
         Auto = "auto",
+        /// Members that share a host (the same rail addresses) reduce into the host's first
+        /// member over the host's own links, those leaders run halving across the hosts, and
+        /// each leader sends the result back to its host's members; pipelined slice by slice.
+        /// Where every member has a host of its own it is halving.
+        Hierarchical = "hierarchical" | "hier",
     }
 }
 
@@ -163,7 +169,8 @@ mod tests {
             assert_eq!(o.to_string().parse::<ReduceOp>(), Ok(o));
         }
         assert_eq!("pairwise".parse::<Algorithm>(), Ok(Algorithm::Halving));
-        assert_eq!(Algorithm::NAMES, &["halving", "ring", "auto"]);
+        assert_eq!(Algorithm::NAMES, &["halving", "ring", "auto", "hierarchical"]);
+        assert_eq!("hier".parse::<Algorithm>(), Ok(Algorithm::Hierarchical));
         assert_eq!((DType::F32.code(), DType::I64.code(), ReduceOp::Prod.code(), Algorithm::Ring.code()), (0, 3, 3, 1));
         assert_eq!(DType::from_code(4), None);
     }

@@ -16,7 +16,7 @@ use crate::peer_id::PeerId;
 use crate::shared_buf::SharedBuf;
 
 use super::config::{CollectiveConfig, Profile};
-use super::cost::{self, LinkModel};
+use super::cost::{self, LinkModel, Links, Topology};
 use super::executor::Executor;
 use super::group::{ABORT, AGREE, Group};
 use super::meter::{self, LinkMeter};
@@ -46,6 +46,8 @@ pub struct Communicator {
     scratch: Mutex<Vec<u8>>,
     /// What the last call ran and why.
     choice: Mutex<Option<Choice>>,
+    /// How the members sit on hosts (from their rail addresses).
+    topology: Topology,
 }
 
 /// The algorithm and pipeline depth a call ran, and why: the cost model's choice (an `auto`
@@ -95,7 +97,9 @@ impl Communicator {
         if cfg.send_window == 0 {
             return Err(Error::Config("send_window must be at least 1".into()));
         }
+        let topology = Topology::of(&ranks);
         Ok(Communicator {
+            topology,
             group: Group { endpoint, ranks: Arc::new(ranks), ids, rank, meter: None },
             tag_base,
             cfg,
@@ -131,6 +135,11 @@ impl Communicator {
 
     pub fn config(&self) -> CollectiveConfig {
         self.cfg
+    }
+
+    /// How the members sit on hosts, as their rail addresses say.
+    pub fn topology(&self) -> Topology {
+        self.topology
     }
 
     /// Where the last collective's time went on this rank.
@@ -295,6 +304,7 @@ impl Communicator {
             slices: choice.slices,
             algorithm: choice.algorithm,
             kind,
+            per_host: self.topology.per_host,
         };
         *self.choice.lock().expect("choice lock") = Some(choice);
         let mut prof = Profile::default();
@@ -324,30 +334,43 @@ impl Communicator {
     async fn choose(&self, base: u64, bytes: u64) -> Result<Choice> {
         use crate::elem::Algorithm;
         let n = self.size();
+        let t = self.topology;
         if self.cfg.algorithm != Algorithm::Auto {
-            return Ok(Choice {
-                algorithm: self.cfg.algorithm,
-                slices: self.cfg.slices,
-                reason: format!("{} ×{}: set by the configuration (the job file)", self.cfg.algorithm, self.cfg.slices),
-            });
+            let set = format!("{} ×{}: set by the configuration (the job file)", self.cfg.algorithm, self.cfg.slices);
+            let reason = if self.cfg.algorithm == Algorithm::Hierarchical && t.per_host == 1 {
+                format!(
+                    "{set}; with {t} (or hosts of different sizes, or not numbered host by host) it runs as halving"
+                )
+            } else {
+                set
+            };
+            return Ok(Choice { algorithm: self.cfg.algorithm, slices: self.cfg.slices, reason });
         }
         let g = &self.group;
-        let peers: Vec<PeerId> = g.ids.iter().copied().filter(|&p| p != g.ids[g.rank]).collect();
-        let mine = g.meter.as_ref().map_or(LinkModel::PRIOR, |m| m.model(&peers));
+        // Toward the members on other hosts and on this one.
+        let host = g.rank / t.per_host;
+        let (mut remote, mut local) = (Vec::new(), Vec::new());
+        for (r, &p) in g.ids.iter().enumerate().filter(|&(r, _)| r != g.rank) {
+            if r / t.per_host == host { local.push(p) } else { remote.push(p) }
+        }
+        let mine = match &g.meter {
+            Some(m) => [m.model(&remote), m.model(&local)],
+            None => [LinkModel::PRIOR; 2],
+        };
         let models = if n == 1 {
-            vec![mine]
+            vec![mine.to_vec()]
         } else {
-            let mine = meter::Agreed { model: mine, rails: Vec::new() };
-            let agree = meter::agree(&g.endpoint, &g.ranks, &g.ids, g.rank, base.wrapping_add(AGREE), mine);
+            let agree = meter::agree_many(&g.endpoint, &g.ranks, &g.ids, g.rank, base.wrapping_add(AGREE), &mine);
             tokio::select! {
-                m = agree => m?.into_iter().map(|a| a.model).collect(),
+                m = agree => m?,
                 a = g.endpoint.recv_any(base.wrapping_add(ABORT)) => {
                     let (peer, why) = a?;
                     return Err(Error::Peer(format!("{} by {peer}: {}", super::group::ABORTED, String::from_utf8_lossy(&why))));
                 }
             }
         };
-        let c = cost::choose_allreduce(n, bytes, &LinkModel::combine(&models));
+        let links: Vec<Links> = models.iter().map(|m| Links { remote: m[0], local: m[1] }).collect();
+        let c = cost::choose_allreduce_on(t, bytes, &Links::combine(&links));
         Ok(Choice {
             algorithm: c.algorithm,
             slices: c.slices,

@@ -25,6 +25,21 @@
 //!   one slice of each round (the seed's pipeline), and each slice is a message more. The best
 //!   s is near √(R / (rounds·α)); the candidates are s = 1, 2, 4, … 64.
 //!
+//! Where members share hosts ([`Topology`]: H hosts of k members each, the ranks host by host,
+//! told apart by their rail addresses) each rank keeps two models ([`Links`]): toward the
+//! members on other hosts (`remote`) and toward those on its own (`local`, loopback), and the
+//! k members of a host share its rails (`remote.rate` is what one member reaches alone):
+//! * ring: as above at the slower of the two (only the last member of a host sends across);
+//! * halving: its ⌈log₂H⌉ widest rounds go across hosts with all k members sending at once:
+//!   `2·(H−1)/H·L·k / remote.rate`, the rest `2·(k−1)/N·L / local.rate`;
+//! * hierarchical: a gather into the leader `G = (k−1)·(s·α_l + L/local.rate + L/reduce_rate)`,
+//!   halving among the H leaders at the remote model (the ring where H is not a power of two) `I`, the result back `B = (k−1)·(s·α_l +
+//!   L/local.rate)`; the three overlap slice by slice: `max + (sum − max)/s`.
+//!
+//! With one host (loopback) only `local` is measured and with one member per host only
+//! `remote`; both reduce to the flat formulas, and hierarchical is a candidate only where
+//! k > 1.
+//!
 //! **all-to-all** of a table: a stepped schedule (css, pairwise, shift) costs
 //! `Σ_steps (α + largest message of the step / rate)`; sending everything at once (`direct`)
 //! costs `α + B / direct_rate`, B the most bytes one rank sends or receives (the bound).
@@ -34,7 +49,9 @@
 //! message alone does not fill the link.
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 
+use super::plan::inner_algorithm;
 use super::schedule::{ComTable, Schedule, ScheduleKind};
 use crate::elem::Algorithm;
 
@@ -129,47 +146,179 @@ impl fmt::Display for LinkModel {
 pub struct AllreduceChoice {
     pub algorithm: Algorithm,
     pub slices: usize,
-    /// Every candidate's predicted seconds at its best depth, in [`Algorithm`] order.
+    /// Every candidate's predicted seconds at its best depth: halving, ring, then hierarchical
+    /// where it is a candidate.
     pub predicted: Vec<(Algorithm, usize, f64)>,
     pub reason: String,
 }
 
-/// Predicted seconds of `algorithm` for `bytes` over `n` ranks in `slices` slices.
+/// How a group's members sit on hosts: `hosts` hosts of `per_host` members each, the ranks
+/// numbered host by host. `per_host` 1: every member on a host of its own (or a group the
+/// hierarchical algorithm cannot use: hosts of different sizes, or members of one host not
+/// numbered together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    pub hosts: usize,
+    pub per_host: usize,
+}
+
+impl Topology {
+    /// Every one of `n` members on a host of its own.
+    pub fn flat(n: usize) -> Topology {
+        Topology { hosts: n, per_host: 1 }
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.hosts * self.per_host
+    }
+
+    /// The topology of a group from each rank's rail addresses: members with the same set of
+    /// addresses (ports aside) share a host. Flat unless every host has the same number of
+    /// members and each host's members are numbered together.
+    pub fn of(ranks: &[Vec<SocketAddr>]) -> Topology {
+        let n = ranks.len();
+        if n == 0 {
+            return Topology::flat(0);
+        }
+        let host = |r: usize| {
+            let mut ips: Vec<IpAddr> = ranks[r].iter().map(SocketAddr::ip).collect();
+            ips.sort_unstable();
+            ips.dedup();
+            ips
+        };
+        let keys: Vec<Vec<IpAddr>> = (0..n).map(host).collect();
+        let k = keys.iter().take_while(|x| **x == keys[0]).count();
+        if !n.is_multiple_of(k) {
+            return Topology::flat(n);
+        }
+        let runs: Vec<&[Vec<IpAddr>]> = keys.chunks(k).collect();
+        let uniform = runs.iter().all(|c| c.iter().all(|x| *x == c[0]));
+        let distinct = runs.iter().enumerate().all(|(i, c)| runs[..i].iter().all(|d| d[0] != c[0]));
+        if uniform && distinct { Topology { hosts: n / k, per_host: k } } else { Topology::flat(n) }
+    }
+}
+
+impl fmt::Display for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.per_host == 1 {
+            write!(f, "{} members, one per host", self.hosts)
+        } else if self.hosts == 1 {
+            write!(f, "{} members on one host", self.per_host)
+        } else {
+            write!(f, "{} members, {} hosts × {}", self.ranks(), self.hosts, self.per_host)
+        }
+    }
+}
+
+/// What a rank measured toward the members on other hosts (`remote`) and toward those on its
+/// own host (`local`); a side with no members is never used.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Links {
+    pub remote: LinkModel,
+    pub local: LinkModel,
+}
+
+impl Links {
+    /// One model for every link (a flat group, or a caller that does not tell them apart).
+    pub fn uniform(m: LinkModel) -> Links {
+        Links { remote: m, local: m }
+    }
+
+    /// The model of the links a flat algorithm waits for: the slower of the sides `t` has.
+    fn flat(&self, t: Topology) -> LinkModel {
+        match (t.hosts > 1, t.per_host > 1) {
+            (true, true) => LinkModel::combine(&[self.remote, self.local]),
+            (false, true) => self.local,
+            _ => self.remote,
+        }
+    }
+
+    /// Every member's [`Links`] combined side by side ([`LinkModel::combine`]).
+    pub fn combine(all: &[Links]) -> Links {
+        let remote: Vec<LinkModel> = all.iter().map(|l| l.remote).collect();
+        let local: Vec<LinkModel> = all.iter().map(|l| l.local).collect();
+        Links { remote: LinkModel::combine(&remote), local: LinkModel::combine(&local) }
+    }
+}
+
+/// Predicted seconds of `algorithm` for `bytes` over `n` ranks (each on its own host) in
+/// `slices` slices.
 pub fn allreduce_time(algorithm: Algorithm, n: usize, bytes: u64, slices: usize, m: &LinkModel) -> f64 {
+    allreduce_time_on(algorithm, Topology::flat(n), bytes, slices, &Links::uniform(*m))
+}
+
+/// Predicted seconds of `algorithm` for `bytes` over the members of `t` in `slices` slices (see
+/// the module documentation).
+pub fn allreduce_time_on(algorithm: Algorithm, t: Topology, bytes: u64, slices: usize, links: &Links) -> f64 {
+    let n = t.ranks();
     if n <= 1 {
         return 0.0;
     }
+    let m = links.flat(t);
     let (nf, l, s) = (n as f64, bytes as f64, slices as f64);
-    let transfer = 2.0 * (nf - 1.0) / nf * l / m.rate;
     let reduce = (nf - 1.0) / nf * l / m.reduce_rate;
-    let (messages, extra) = match algorithm {
-        Algorithm::Ring => (2.0 * (nf - 1.0) * s, 0.0),
-        Algorithm::Halving | Algorithm::Auto => {
-            let pw = 1usize << (usize::BITS - 1 - n.leading_zeros());
-            let rounds = f64::from(pw.trailing_zeros());
-            let fold = if pw == n { 0.0 } else { 2.0 * (s * m.alpha + l / m.rate) };
-            (2.0 * rounds * s, fold)
-        }
+    let halving_extra = |n: usize, m: &LinkModel| {
+        let pw = 1usize << (usize::BITS - 1 - n.leading_zeros());
+        let rounds = f64::from(pw.trailing_zeros());
+        let fold = if pw == n { 0.0 } else { 2.0 * (s * m.alpha + l / m.rate) };
+        (2.0 * rounds * s, fold)
     };
-    messages * m.alpha + transfer + reduce / s + extra
+    let shared = t.hosts > 1 && t.per_host > 1;
+    match algorithm {
+        Algorithm::Ring => 2.0 * (nf - 1.0) * s * m.alpha + 2.0 * (nf - 1.0) / nf * l / m.rate + reduce / s,
+        Algorithm::Hierarchical if t.per_host > 1 => {
+            let (k, lo) = ((t.per_host - 1) as f64, &links.local);
+            let gather = k * (s * lo.alpha + l / lo.rate + l / m.reduce_rate);
+            let inner = allreduce_time_on(inner_algorithm(t.hosts), Topology::flat(t.hosts), bytes, slices, links);
+            let back = k * (s * lo.alpha + l / lo.rate);
+            let most = gather.max(inner).max(back);
+            most + (gather + inner + back - most) / s
+        }
+        Algorithm::Halving | Algorithm::Auto | Algorithm::Hierarchical if shared => {
+            let (hf, kf) = (t.hosts as f64, t.per_host as f64);
+            let (messages, fold) = halving_extra(n, &m);
+            let across = 2.0 * (hf - 1.0) / hf * l * kf / links.remote.rate;
+            let within = 2.0 * (kf - 1.0) / nf * l / links.local.rate;
+            messages * m.alpha + across + within + reduce / s + fold
+        }
+        Algorithm::Halving | Algorithm::Auto | Algorithm::Hierarchical => {
+            let (messages, fold) = halving_extra(n, &m);
+            messages * m.alpha + 2.0 * (nf - 1.0) / nf * l / m.rate + reduce / s + fold
+        }
+    }
 }
 
-/// The algorithm and depth with the least predicted time for `bytes` over `n` ranks.
+/// The algorithm and depth with the least predicted time for `bytes` over `n` ranks, each on
+/// its own host.
 pub fn choose_allreduce(n: usize, bytes: u64, m: &LinkModel) -> AllreduceChoice {
-    let predicted: Vec<(Algorithm, usize, f64)> = [Algorithm::Halving, Algorithm::Ring]
+    choose_allreduce_on(Topology::flat(n), bytes, &Links::uniform(*m))
+}
+
+/// The algorithm and depth with the least predicted time for `bytes` over the members of `t`:
+/// halving and ring, and hierarchical where hosts have several members (ties: that order).
+pub fn choose_allreduce_on(t: Topology, bytes: u64, links: &Links) -> AllreduceChoice {
+    let mut candidates = vec![Algorithm::Halving, Algorithm::Ring];
+    if t.per_host > 1 {
+        candidates.push(Algorithm::Hierarchical);
+    }
+    let predicted: Vec<(Algorithm, usize, f64)> = candidates
         .into_iter()
         .map(|a| {
-            let (s, t) = SLICE_CHOICES
+            let (s, secs) = SLICE_CHOICES
                 .iter()
-                .map(|&s| (s, allreduce_time(a, n, bytes, s, m)))
+                .map(|&s| (s, allreduce_time_on(a, t, bytes, s, links)))
                 .fold((1, f64::INFINITY), |best, c| if c.1 < best.1 { c } else { best });
-            (a, s, t)
+            (a, s, secs)
         })
         .collect();
     let best = predicted.iter().fold(predicted[0], |b, c| if c.2 < b.2 { *c } else { b });
     let others: Vec<String> = predicted.iter().map(|(a, s, t)| format!("{a} ×{s} {}", ms(*t))).collect();
-    let reason =
-        format!("cost model: {} over {n} members, predicted {}; measured {m}", human(bytes), others.join(", "));
+    let measured = match (t.hosts > 1, t.per_host > 1) {
+        (true, true) => format!("measured across hosts {}; within a host {}", links.remote, links.local),
+        (false, true) => format!("measured {}", links.local),
+        _ => format!("measured {}", links.remote),
+    };
+    let reason = format!("cost model: {} over {t}, predicted {}; {measured}", human(bytes), others.join(", "));
     AllreduceChoice { algorithm: best.0, slices: best.1, predicted, reason }
 }
 
@@ -328,6 +477,65 @@ mod tests {
             }
             assert!(c.reason.contains("cost model") && c.reason.contains("halving") && c.reason.contains("ring"));
         }
+    }
+
+    /// Members sharing hosts whose own links are much faster than the rails between hosts:
+    /// hierarchical (only the leaders cross) beats halving (every member crosses, sharing the
+    /// rails) and the ring (as many bytes across as hierarchical, but 2(N−1) steps and all of
+    /// the buffer's bytes over the rails at the slow rate); on one host it never wins.
+    #[test]
+    fn allreduce_picks_hierarchical_where_members_share_hosts() {
+        let links = Links { remote: model(100.0, 0.3, 0.27, 2.0), local: model(20.0, 3.0, 2.7, 2.0) };
+        for (hosts, per_host) in [(2, 2), (2, 4), (4, 2), (3, 2)] {
+            let t = Topology { hosts, per_host };
+            let c = choose_allreduce_on(t, 64 << 20, &links);
+            assert_eq!(c.algorithm, Algorithm::Hierarchical, "{t}: {}", c.reason);
+            assert_eq!(c.predicted.len(), 3);
+            assert!(c.reason.contains("hierarchical") && c.reason.contains("across hosts"), "{}", c.reason);
+            let p = |a| c.predicted.iter().find(|x| x.0 == a).expect("predicted").2;
+            assert!(p(Algorithm::Halving) > 1.3 * p(Algorithm::Hierarchical), "{:?}", c.predicted);
+        }
+        // One host: gathering into one member is slower than halving among them all.
+        let one_host = choose_allreduce_on(Topology { hosts: 1, per_host: 4 }, 64 << 20, &links);
+        assert_eq!(one_host.algorithm, Algorithm::Halving, "{}", one_host.reason);
+        // One member per host: not a candidate, and the flat model is the old one.
+        let flat = choose_allreduce_on(Topology::flat(4), 64 << 20, &links);
+        assert_eq!(flat.predicted.len(), 2);
+        assert_eq!(flat, choose_allreduce(4, 64 << 20, &links.remote));
+        // A host's own links far slower than the rails (a congested host): gathering every
+        // member's buffer into one costs more than sharing the rails.
+        let slow_local = Links { remote: links.remote, local: model(100.0, 0.03, 0.027, 2.0) };
+        let c = choose_allreduce_on(Topology { hosts: 2, per_host: 2 }, 64 << 20, &slow_local);
+        assert_ne!(c.algorithm, Algorithm::Hierarchical, "{}", c.reason);
+        // With one member per host, hierarchical is halving, slice for slice.
+        for s in SLICE_CHOICES {
+            assert_eq!(
+                allreduce_time_on(Algorithm::Hierarchical, Topology::flat(6), 1 << 20, s, &links),
+                allreduce_time_on(Algorithm::Halving, Topology::flat(6), 1 << 20, s, &links)
+            );
+        }
+    }
+
+    #[test]
+    fn a_topology_is_read_from_the_rail_addresses() {
+        let at = |ip: &str, port: u16| -> Vec<SocketAddr> { vec![format!("{ip}:{port}").parse().unwrap()] };
+        let two_by_two = vec![at("10.0.0.1", 1), at("10.0.0.1", 2), at("10.0.0.2", 1), at("10.0.0.2", 2)];
+        assert_eq!(Topology::of(&two_by_two), Topology { hosts: 2, per_host: 2 });
+        let loopback: Vec<_> = (0..4).map(|p| at("127.0.0.1", p)).collect();
+        assert_eq!(Topology::of(&loopback), Topology { hosts: 1, per_host: 4 });
+        let own: Vec<_> = (1..=3).map(|h| at(&format!("10.0.0.{h}"), 7)).collect();
+        assert_eq!(Topology::of(&own), Topology::flat(3));
+        // Interleaved hosts, or hosts of different sizes: flat.
+        let interleaved = vec![at("10.0.0.1", 1), at("10.0.0.2", 1), at("10.0.0.1", 2), at("10.0.0.2", 2)];
+        assert_eq!(Topology::of(&interleaved), Topology::flat(4));
+        let uneven = vec![at("10.0.0.1", 1), at("10.0.0.1", 2), at("10.0.0.2", 1), at("10.0.0.3", 1)];
+        assert_eq!(Topology::of(&uneven), Topology::flat(4));
+        // Two rails each: the same set of addresses is the same host, whatever the ports.
+        let rails = |h: u8, p: u16| -> Vec<SocketAddr> {
+            vec![format!("10.77.0.{h}:{p}").parse().unwrap(), format!("10.77.1.{h}:{}", p + 1).parse().unwrap()]
+        };
+        assert_eq!(Topology::of(&[rails(1, 5), rails(1, 9), rails(2, 5), rails(2, 9)]).per_host, 2);
+        assert_eq!(Topology::of(&[]), Topology::flat(0));
     }
 
     fn skewed(n: usize, seed: u64) -> ComTable {

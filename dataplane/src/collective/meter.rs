@@ -187,24 +187,67 @@ pub(crate) async fn agree(
     tag: u64,
     mine: Agreed,
 ) -> Result<Vec<Agreed>> {
-    let bytes = Bytes::from(mine.to_bytes());
+    let got = exchange(endpoint, ranks, ids, me, tag, Bytes::from(mine.to_bytes())).await?;
+    got.into_iter()
+        .enumerate()
+        .map(|(r, b)| match b {
+            None => Ok(mine.clone()),
+            Some(b) => Agreed::from_bytes(&b).ok_or_else(|| {
+                Error::Protocol(format!("rank {r} sent {} bytes that are not a link model and rail rates", b.len()))
+            }),
+        })
+        .collect()
+}
+
+/// [`agree`] on several models per member (the same count from each: toward the members on
+/// other hosts and toward those on its own, say): every member's list, in rank order.
+pub(crate) async fn agree_many(
+    endpoint: &std::sync::Arc<Endpoint>,
+    ranks: &[Vec<SocketAddr>],
+    ids: &[PeerId],
+    me: usize,
+    tag: u64,
+    mine: &[LinkModel],
+) -> Result<Vec<Vec<LinkModel>>> {
+    let bytes = Bytes::from(mine.iter().flat_map(|m| m.to_bytes()).collect::<Vec<u8>>());
+    let got = exchange(endpoint, ranks, ids, me, tag, bytes).await?;
+    got.into_iter()
+        .enumerate()
+        .map(|(r, b)| {
+            let Some(b) = b else { return Ok(mine.to_vec()) };
+            let bad =
+                || Error::Protocol(format!("rank {r} sent {} bytes that are not {} link models", b.len(), mine.len()));
+            if b.len() != mine.len() * LinkModel::WIRE_LEN {
+                return Err(bad());
+            }
+            b.chunks(LinkModel::WIRE_LEN).map(LinkModel::from_bytes).collect::<Option<Vec<_>>>().ok_or_else(bad)
+        })
+        .collect()
+}
+
+/// Sends `bytes` to every other member under `tag` and receives each one's: `None` at `me`.
+async fn exchange(
+    endpoint: &std::sync::Arc<Endpoint>,
+    ranks: &[Vec<SocketAddr>],
+    ids: &[PeerId],
+    me: usize,
+    tag: u64,
+    bytes: Bytes,
+) -> Result<Vec<Option<Bytes>>> {
     let mut sends = JoinSet::new();
     for (r, addrs) in ranks.iter().enumerate().filter(|&(r, _)| r != me) {
         let (ep, addrs, b) = (endpoint.clone(), addrs.clone(), bytes.clone());
         sends.spawn(async move { ep.send(&addrs, tag, b).await.map_err(|e| (r, e)) });
     }
-    let mut models = vec![mine; ranks.len()];
+    let mut got: Vec<Option<Bytes>> = vec![None; ranks.len()];
     for (r, id) in ids.iter().enumerate().filter(|&(r, _)| r != me) {
-        let got = endpoint.recv(*id, tag).await?;
-        models[r] = Agreed::from_bytes(&got).ok_or_else(|| {
-            Error::Protocol(format!("rank {r} sent {} bytes that are not a link model and rail rates", got.len()))
-        })?;
+        got[r] = Some(endpoint.recv(*id, tag).await?.freeze());
     }
     while let Some(r) = sends.join_next().await {
         r.map_err(|e| Error::Peer(format!("model send task: {e}")))?
             .map_err(|(r, e)| Error::Peer(format!("sending this rank's link model to rank {r}: {e}")))?;
     }
-    Ok(models)
+    Ok(got)
 }
 
 #[cfg(test)]

@@ -54,6 +54,6 @@ pub mod schedule;
 pub use crate::elem::{Algorithm, DType, Element, ReduceOp, reduce_from, reduce_into};
 pub use communicator::{Choice, Communicator, TAG_SPAN};
 pub use config::{CollectiveConfig, Profile};
-pub use cost::{ExchangeAlgorithm, LinkModel};
+pub use cost::{ExchangeAlgorithm, LinkModel, Links, Topology};
 pub use meter::LinkMeter;
 pub use plan::{Kind, MAX_SLICES, PlanParams, Step};

@@ -18,6 +18,15 @@
 //!   renumbered `v = (r − root) mod N` so that the root is always v = 0.
 //! * **Ring**: N chunks; N−1 reduce-scatter steps to the right neighbour, then N−1 allgather
 //!   steps (allreduce) or one step where every rank sends its reduced chunk to the root (reduce).
+//! * **Hierarchical** (allreduce): with the ranks host by host, `per_host` on each (rank
+//!   h·k + j is member j of host h), every member j > 0 sends its whole buffer to its host's
+//!   leader h·k, which reduces them into its own; the H leaders run halving among themselves
+//!   (leader h as rank h; the ring where H is not a power of two); each leader sends the result
+//!   to its members. Every slice moves on as
+//!   soon as it is complete, so the three stages overlap. Across hosts only the leaders send:
+//!   each host's rails carry 2(H−1)/H of the buffer each way, where flat halving has each of the
+//!   k members of a host send that much over the same rails. With `per_host` 1 it is halving; a
+//!   `reduce` runs halving.
 //!
 //! Every message range is cut into `slices` slices, each its own message: the receiver reduces
 //! slice s while slice s+1 is still on the wire, and the next round's sends start as soon as the
@@ -60,6 +69,9 @@ pub struct PlanParams {
     /// Slices per message range, in 1..=MAX_SLICES.
     pub slices: usize,
     pub algorithm: Algorithm,
+    /// Ranks per host, the ranks numbered host by host (`Algorithm::Hierarchical` only; others
+    /// ignore it): ≥ 1 and dividing `ranks`. 1: every rank on its own host.
+    pub per_host: usize,
     pub kind: Kind,
 }
 
@@ -92,6 +104,7 @@ struct Phase {
 pub fn plan(p: &PlanParams) -> Vec<Step> {
     assert!(p.ranks >= 1 && p.rank < p.ranks, "rank {} of {}", p.rank, p.ranks);
     assert!((1..=MAX_SLICES).contains(&p.slices), "slices {}", p.slices);
+    assert!(p.per_host >= 1 && p.ranks.is_multiple_of(p.per_host), "{} per host of {}", p.per_host, p.ranks);
     let root = match p.kind {
         Kind::Allreduce => 0,
         Kind::Reduce { root } => {
@@ -166,9 +179,60 @@ fn phases(p: &PlanParams, v: usize) -> Vec<Phase> {
     match p.algorithm {
         // `auto` is resolved by the communicator before a plan is made (`cost`); a plan asked
         // for it directly is the seed's.
-        Algorithm::Halving | Algorithm::Auto => halving(p, v),
+        Algorithm::Hierarchical if p.kind == Kind::Allreduce && p.per_host > 1 => hierarchical(p, v),
+        Algorithm::Halving | Algorithm::Auto | Algorithm::Hierarchical => halving(p, v),
         Algorithm::Ring => ring(p, v),
     }
+}
+
+/// The algorithm the leaders of `hosts` hosts run in a hierarchical allreduce.
+pub fn inner_algorithm(hosts: usize) -> Algorithm {
+    if hosts.is_power_of_two() { Algorithm::Halving } else { Algorithm::Ring }
+}
+
+/// Rank v's phases of the hierarchical allreduce (see the module documentation): phase 0
+/// gathers into the leaders, then the leaders' allreduce ([`inner_algorithm`]), the last phase
+/// sends the result back.
+fn hierarchical(p: &PlanParams, v: usize) -> Vec<Phase> {
+    let (k, len, s) = (p.per_host, p.len, p.slices);
+    let hosts = p.ranks / k;
+    let (h, j) = (v / k, v % k);
+    let leader = h * k;
+    // The leaders' allreduce, leader h as rank h: halving for a power of two of hosts, else
+    // the ring (halving's fold would send the whole buffer across twice more). The gather cuts
+    // the buffer as the inner algorithm's first sends do and the way back as its last
+    // receives, so every send here nests in a piece the rank holds (no copy).
+    let sub = PlanParams { ranks: hosts, rank: h, algorithm: inner_algorithm(hosts), per_host: 1, ..*p };
+    let (inner, first, whole) = if hosts.is_power_of_two() {
+        let pw = hosts;
+        let whole: Vec<Range<usize>> = (0..pw).flat_map(|b| slice_blocks(len, pw, b, b + 1, s)).collect();
+        (halving(&sub, h), slice_blocks(len, pw, 0, pw, s), whole)
+    } else {
+        let chunks: Vec<Range<usize>> =
+            (0..hosts).flat_map(|c| cut(bound(len, hosts, c)..bound(len, hosts, c + 1), s)).collect();
+        (ring(&sub, h), chunks.clone(), chunks)
+    };
+    let last = inner.len() + 1;
+    let (mut gather, mut back) = (Phase::default(), Phase::default());
+    if j == 0 {
+        for m in leader + 1..leader + k {
+            gather.recvs.extend(msgs(m, 0, first.clone(), true));
+            back.sends.extend(msgs(m, last, whole.clone(), false));
+        }
+    } else {
+        gather.sends = msgs(leader, 0, first, true);
+        back.recvs = msgs(leader, last, whole, false);
+    }
+    let across = |ms: Vec<Msg>| -> Vec<Msg> {
+        ms.into_iter().map(|m| Msg { peer: m.peer * k, tag: m.tag + (1 << SLICE_BITS), ..m }).collect()
+    };
+    let mut out = Vec::with_capacity(inner.len() + 2);
+    out.push(gather);
+    for ph in inner {
+        out.push(if j == 0 { Phase { sends: across(ph.sends), recvs: across(ph.recvs) } } else { Phase::default() });
+    }
+    out.push(back);
+    out
 }
 
 fn halving(p: &PlanParams, v: usize) -> Vec<Phase> {
@@ -359,17 +423,19 @@ mod tests {
         maker: u64,
     }
 
-    /// Runs every rank's plan on symbolic data, sends never waiting, receives waiting for their
-    /// message; returns every rank's final buffer, or why it went wrong.
-    fn simulate(
+    /// Runs every rank's plan on symbolic data (`per_host` ranks per host), sends never
+    /// waiting, receives waiting for their message; returns every rank's final buffer, or why it
+    /// went wrong.
+    fn simulate_on(
         n: usize,
+        per_host: usize,
         len: usize,
         slices: usize,
         algorithm: Algorithm,
         kind: Kind,
     ) -> Result<Vec<Vec<Sym>>, String> {
         let plans: Vec<Vec<Step>> =
-            (0..n).map(|rank| plan(&PlanParams { ranks: n, rank, len, slices, algorithm, kind })).collect();
+            (0..n).map(|rank| plan(&PlanParams { ranks: n, rank, len, slices, algorithm, kind, per_host })).collect();
         let mut bufs: Vec<Vec<Sym>> = (0..n).map(|r| vec![Sym { mask: 1 << r, maker: r as u64 }; len]).collect();
         let mut pc = vec![0usize; n];
         let mut wire: HashMap<(usize, usize, u32), Vec<Sym>> = HashMap::new();
@@ -429,14 +495,20 @@ mod tests {
     const LENS: &[usize] = &[0, 1, 2, 3, 5, 7, 8, 13, 16, 31, 64, 100];
 
     fn check_all(algorithm: Algorithm, max_n: usize) {
-        for n in 1..=max_n {
+        check_all_on(algorithm, max_n, |_| vec![1]);
+    }
+
+    /// Every group size up to `max_n`, with every ranks-per-host `per_host(n)` gives.
+    fn check_all_on(algorithm: Algorithm, max_n: usize, per_host: impl Fn(usize) -> Vec<usize>) {
+        for (n, k) in (1..=max_n).flat_map(|n| per_host(n).into_iter().map(move |k| (n, k))) {
             let full = (1u32 << n) - 1;
             let mut lens: Vec<usize> = LENS.to_vec();
             lens.extend([n - 1, n, n + 1, 2 * n + 1, 4 * n - 1]);
             for &len in &lens {
                 for slices in [1, 3, 4] {
-                    let bufs = simulate(n, len, slices, algorithm, Kind::Allreduce)
-                        .unwrap_or_else(|e| panic!("{algorithm:?} allreduce n={n} len={len} slices={slices}: {e}"));
+                    let bufs = simulate_on(n, k, len, slices, algorithm, Kind::Allreduce).unwrap_or_else(|e| {
+                        panic!("{algorithm:?} allreduce n={n} per_host={k} len={len} slices={slices}: {e}")
+                    });
                     for (r, b) in bufs.iter().enumerate() {
                         for (i, x) in b.iter().enumerate() {
                             assert_eq!(x.mask, full, "{algorithm:?} n={n} len={len} slices={slices} rank {r} elem {i}");
@@ -448,9 +520,10 @@ mod tests {
                     }
                     let roots: Vec<usize> = if n <= 9 { (0..n).collect() } else { vec![0, n / 2, n - 1] };
                     for root in roots {
-                        let bufs = simulate(n, len, slices, algorithm, Kind::Reduce { root }).unwrap_or_else(|e| {
-                            panic!("{algorithm:?} reduce root={root} n={n} len={len} slices={slices}: {e}")
-                        });
+                        let bufs =
+                            simulate_on(n, k, len, slices, algorithm, Kind::Reduce { root }).unwrap_or_else(|e| {
+                                panic!("{algorithm:?} reduce root={root} n={n} len={len} slices={slices}: {e}")
+                            });
                         assert!(
                             bufs[root].iter().all(|x| x.mask == full),
                             "{algorithm:?} reduce n={n} len={len} slices={slices} root={root}"
@@ -471,14 +544,61 @@ mod tests {
         check_all(Algorithm::Ring, 16);
     }
 
+    /// Every split of every group up to 16 into equal hosts, non-powers of two of hosts and of
+    /// members included (one host: gather and send back; one member per host: halving).
+    #[test]
+    fn hierarchical_reduces_every_element_once_for_every_split_into_hosts() {
+        check_all_on(Algorithm::Hierarchical, 16, |n| (1..=n).filter(|k| n.is_multiple_of(*k)).collect());
+    }
+
+    /// Across hosts only the leaders send, and each host's bytes out are what halving among
+    /// the hosts sends: 4 ranks on 2 hosts move half the buffer per host each way where flat
+    /// halving moves the whole.
+    #[test]
+    fn hierarchical_sends_across_hosts_only_from_leaders() {
+        let (n, k, len) = (8, 2, 1 << 16);
+        let host_out = |algorithm: Algorithm| -> Vec<usize> {
+            let mut out = vec![0; n / k];
+            for rank in 0..n {
+                let p = PlanParams { ranks: n, rank, len, slices: 4, algorithm, kind: Kind::Allreduce, per_host: k };
+                for s in plan(&p) {
+                    if let Step::Send { to, range, .. } = s
+                        && to / k != rank / k
+                    {
+                        assert!(algorithm != Algorithm::Hierarchical || rank % k == 0, "rank {rank} sent across");
+                        out[rank / k] += range.len();
+                    }
+                }
+            }
+            out
+        };
+        // Four hosts: halving among them sends 2·(3/4) of the buffer per host.
+        assert_eq!(host_out(Algorithm::Hierarchical), vec![len * 3 / 2; 4]);
+        assert_eq!(host_out(Algorithm::Halving), vec![len * 3; 4], "both members of a host send across");
+    }
+
     #[test]
     fn every_message_has_a_distinct_tag_per_sender_and_receiver() {
-        for algorithm in [Algorithm::Halving, Algorithm::Ring] {
+        for algorithm in [Algorithm::Halving, Algorithm::Ring, Algorithm::Hierarchical] {
             for n in 1..=12 {
                 let mut seen = HashSet::new();
+                let per_host = if n % 3 == 0 {
+                    3
+                } else if n % 2 == 0 {
+                    2
+                } else {
+                    1
+                };
                 for rank in 0..n {
-                    let steps =
-                        plan(&PlanParams { ranks: n, rank, len: 1000, slices: 4, algorithm, kind: Kind::Allreduce });
+                    let steps = plan(&PlanParams {
+                        ranks: n,
+                        rank,
+                        len: 1000,
+                        slices: 4,
+                        algorithm,
+                        kind: Kind::Allreduce,
+                        per_host,
+                    });
                     for s in steps {
                         if let Step::Send { to, tag, .. } = s {
                             assert!(seen.insert((rank, to, tag)), "{algorithm:?} n={n}");
@@ -493,13 +613,27 @@ mod tests {
     fn power_of_two_slices_nest_so_sends_need_no_copy() {
         // Every send range lies inside one piece the rank holds: its original buffer, or one
         // range a receive wrote (what the executor's rope holds), for power-of-two slices.
-        for algorithm in [Algorithm::Halving, Algorithm::Ring] {
+        for algorithm in [Algorithm::Halving, Algorithm::Ring, Algorithm::Hierarchical] {
             for n in 2..=16 {
                 for slices in [1, 2, 4, 8] {
                     for len in [4096, 1_000_003] {
                         for rank in 0..n {
-                            let steps =
-                                plan(&PlanParams { ranks: n, rank, len, slices, algorithm, kind: Kind::Allreduce });
+                            let per_host = if n % 4 == 0 {
+                                4
+                            } else if n % 3 == 0 {
+                                3
+                            } else {
+                                1
+                            };
+                            let steps = plan(&PlanParams {
+                                ranks: n,
+                                rank,
+                                len,
+                                slices,
+                                algorithm,
+                                kind: Kind::Allreduce,
+                                per_host,
+                            });
                             let mut pieces: Vec<Range<usize>> = std::iter::once(0..len).collect();
                             for s in steps {
                                 match s {
@@ -543,6 +677,7 @@ mod tests {
             slices: 2,
             algorithm: Algorithm::Halving,
             kind: Kind::Allreduce,
+            per_host: 1,
         });
         assert_eq!(
             steps[..4],

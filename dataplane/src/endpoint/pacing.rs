@@ -20,6 +20,8 @@
 
 use std::time::Duration;
 
+use crate::striping::AckRate;
+
 /// Weight of a new rate sample in the running average (the TCP SRTT gain, as `weighted`).
 const RATE_GAIN: f64 = 1.0 / 8.0;
 /// A segment carries about this long of the fastest rail's traffic.
@@ -35,25 +37,19 @@ pub(super) const SNDBUF_TIME: f64 = 0.5e-3;
 pub(super) const MIN_SNDBUF: usize = 64 << 10;
 pub(super) const MAX_SNDBUF: usize = 4 << 20;
 
-/// One rail's delivery rate, measured from acknowledgements: a segment of `b` bytes
-/// acknowledged at `t` gives `b / (t − max(sent_at, previous ack on that rail))`, so
-/// back-to-back segments measure the rail's service rate.
+/// One rail's delivery rate, measured from acknowledgements over spans of at least 2 ms while
+/// the rail stays busy ([`AckRate`]), so back-to-back segments measure the rail's service rate.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct RateMeter {
     rate: Option<f64>,
-    last_ack: Option<Duration>,
+    acks: AckRate,
 }
 
 impl RateMeter {
     pub(super) fn delivered(&mut self, bytes: u64, sent_at: Duration, now: Duration) {
-        let start = self.last_ack.map_or(sent_at, |t| t.max(sent_at));
-        self.last_ack = Some(now);
-        let secs = now.saturating_sub(start).as_secs_f64();
-        // Acknowledgements read together carry no timing information.
-        if secs < 10e-6 {
+        let Some(sample) = self.acks.delivered(bytes, sent_at, now) else {
             return;
-        }
-        let sample = bytes as f64 / secs;
+        };
         self.rate = Some(match self.rate {
             None => sample,
             Some(r) => r + RATE_GAIN * (sample - r),

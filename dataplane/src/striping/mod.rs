@@ -24,7 +24,7 @@ mod sim;
 mod weighted;
 
 pub use qlearning::{QConfig, QLearning, QTuning, QVariant};
-pub use rail::{RailScheduler, RailView, SchedulerParams};
+pub use rail::{ACK_SPAN, AckRate, RailScheduler, RailView, SchedulerParams};
 pub use round_robin::RoundRobin;
 pub use weighted::Weighted;
 

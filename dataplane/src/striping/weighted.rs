@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::rail::{RailScheduler, RailView};
+use super::rail::{AckRate, RailScheduler, RailView};
 
 /// Weight of a new rate sample in the running average. One eighth (the TCP SRTT gain) follows a
 /// rate change within a few dozen segments while smoothing the noise of single samples.
@@ -26,19 +26,19 @@ const RATE_GAIN: f64 = 1.0 / 8.0;
 /// rail is the one to wait for, and with backlogs balanced in time it is the fast rail, whose
 /// queue drains in a few milliseconds.
 ///
-/// A rail's rate is measured from acknowledgements, like a delivery-rate estimate: a segment of
-/// `b` bytes acknowledged at `t` gives `b / (t − max(sent_at, previous ack on that rail))`, so
-/// back-to-back segments measure the rail's service rate and an isolated one its
-/// rate-plus-latency. Before any sample every rail is assumed to run at the nominal bandwidth.
+/// A rail's rate is measured from acknowledgements ([`AckRate`]: the bytes acknowledged over
+/// spans of at least 2 ms while the rail stays busy), so back-to-back segments measure the
+/// rail's service rate and an isolated one its rate-plus-latency. Before any sample every rail
+/// is assumed to run at the nominal bandwidth.
 #[derive(Debug)]
 pub struct Weighted {
     rate: Vec<f64>,
-    last_ack: Vec<Option<Duration>>,
+    acks: Vec<AckRate>,
 }
 
 impl Weighted {
     pub fn new(rails: usize, nominal_bandwidth: f64) -> Weighted {
-        Weighted { rate: vec![nominal_bandwidth; rails], last_ack: vec![None; rails] }
+        Weighted { rate: vec![nominal_bandwidth; rails], acks: vec![AckRate::default(); rails] }
     }
 
     /// The current rate estimates, bytes/s.
@@ -69,16 +69,9 @@ impl RailScheduler for Weighted {
     }
 
     fn delivered(&mut self, rail: usize, bytes: u64, sent_at: Duration, now: Duration) {
-        let start = self.last_ack[rail].map_or(sent_at, |t| t.max(sent_at));
-        self.last_ack[rail] = Some(now);
-        let secs = now.saturating_sub(start).as_secs_f64();
-        // Acknowledgements that arrive together (a burst read from one socket) carry no timing
-        // information; below 10 µs the sample would be noise.
-        if secs < 10e-6 {
-            return;
+        if let Some(sample) = self.acks[rail].delivered(bytes, sent_at, now) {
+            self.rate[rail] += RATE_GAIN * (sample - self.rate[rail]);
         }
-        let sample = bytes as f64 / secs;
-        self.rate[rail] += RATE_GAIN * (sample - self.rate[rail]);
     }
 }
 
