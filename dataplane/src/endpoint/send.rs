@@ -54,19 +54,7 @@ impl Inner {
                 inner.cfg.max_message
             )));
         }
-        let seg_len = inner.segment_len(peer.len());
-        let pieces: Vec<(u64, u64, Option<usize>)> = match rates {
-            // Striped by shares: each segment's rail fixed by the rates the caller expects.
-            Some(mut rates) => {
-                rates.truncate(peer.len().min(inner.cfg.rails.len()));
-                let split = shares::rail_shares(total, &rates, shares::MIN_SHARE);
-                shares::plan_segments(&split, &rates, seg_len)
-                    .into_iter()
-                    .map(|s| (s.offset, s.len, Some(s.rail)))
-                    .collect()
-            }
-            None => cut(total, seg_len).map(|(o, l)| (o, l, None)).collect(),
-        };
+        let pieces = inner.pieces(total, peer.len(), rates);
         let msg = Arc::new(OutMsg {
             peer: PeerId(first),
             addrs: Arc::new(peer),
@@ -121,24 +109,46 @@ impl Inner {
                 _ = inner.cancel.cancelled() => return Err(Error::Shutdown),
             }
         }
-        // A copy of a segment that was resent (its first connection failed) may still be
-        // being written after the other copy was acknowledged: wait until no writer reads the
-        // data any more.
+        inner.wait_unwritten(&msg).await?;
+        inner.counters.messages_sent.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// A message of `total` bytes to a peer with `rails` addresses cut into segments: (offset,
+    /// length, the rail it must go on). Striped by `rates` when given (each segment's rail fixed
+    /// by the shares the caller expects), else left to the rail scheduler.
+    fn pieces(&self, total: u64, rails: usize, rates: Option<Vec<f64>>) -> Vec<(u64, u64, Option<usize>)> {
+        let seg_len = self.segment_len(rails);
+        match rates {
+            Some(mut rates) => {
+                rates.truncate(rails.min(self.cfg.rails.len()));
+                let split = shares::rail_shares(total, &rates, shares::MIN_SHARE);
+                shares::plan_segments(&split, &rates, seg_len)
+                    .into_iter()
+                    .map(|s| (s.offset, s.len, Some(s.rail)))
+                    .collect()
+            }
+            None => cut(total, seg_len).map(|(o, l)| (o, l, None)).collect(),
+        }
+    }
+
+    /// Waits until no writer reads `msg`'s data any more: a copy of a segment that was resent
+    /// (its first connection failed) may still be being written after the other copy was
+    /// acknowledged.
+    async fn wait_unwritten(&self, msg: &OutMsg) -> Result<()> {
         loop {
             let idle = msg.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
             if msg.writing.load(std::sync::atomic::Ordering::Acquire) == 0 {
-                break;
+                return Ok(());
             }
             tokio::select! {
                 _ = idle => {}
                 _ = tokio::time::sleep(POLL) => {}
-                _ = inner.cancel.cancelled() => return Err(Error::Shutdown),
+                _ = self.cancel.cancelled() => return Err(Error::Shutdown),
             }
         }
-        inner.counters.messages_sent.fetch_add(1, Relaxed);
-        Ok(())
     }
 
     /// Appends `seg` to rail `a`'s send queue and wakes its writer, if the queue has room.

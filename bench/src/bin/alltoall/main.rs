@@ -116,41 +116,7 @@ fn main() {
         return;
     }
     let started = Instant::now();
-    let rig_rates: Vec<f64> =
-        opts.rig.as_deref().map_or_else(Vec::new, |spec| spec.split(',').map(|r| rate_bits(r) / 8.0).collect());
-    match &opts.rig {
-        None => println!(
-            "Plexus all-to-all on loopback, N worker processes (seed {}; Zipf s = {}; seg_max {} MiB, socket send buffer {}; {} iterations after {WARMUP} warm-up, schedules taking turns; median of the slowest rank; every byte checked)",
-            opts.seed,
-            opts.zipf,
-            opts.seg_max as f64 / MIB as f64,
-            sndbuf(&opts),
-            opts.iters
-        ),
-        Some(spec) => {
-            if let Some(why) = plexus_dataplane::rig::unavailable() {
-                println!("alltoall --rig: cannot run here: {why}");
-                std::process::exit(1);
-            }
-            if rig_rates.iter().any(|r| !r.is_finite() || *r <= 0.0) {
-                eprintln!("alltoall: cannot read the rates of --rig {spec:?} (e.g. 2gbit,500mbit)");
-                std::process::exit(2)
-            }
-            println!(
-                "Plexus all-to-all on the rail rig ({spec}): rank h in host h's namespace, ours striped over its rails (weighted rail scheduler), Gloo on rail 0 (seed {}; Zipf s = {}; seg_max {} MiB, socket send buffer {}; {} iterations after {WARMUP} warm-up, schedules taking turns; median of the slowest rank; every byte checked)",
-                opts.seed,
-                opts.zipf,
-                opts.seg_max as f64 / MIB as f64,
-                sndbuf(&opts),
-                opts.iters
-            )
-        }
-    }
-    println!(
-        "machine: {} cores, load average {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        loadavg()
-    );
+    let rig_rates = print_header(&opts);
     print_tables(&opts);
     let all_rails = rig_rates.len();
     let rails_used = if opts.rails_used.is_empty() { vec![all_rails] } else { opts.rails_used.clone() };
@@ -188,21 +154,9 @@ fn main() {
             }
         }
     }
-    // Issue 30's loopback part of a rig run: no rails to stripe, ours against Gloo by size.
     let lo = opts.loopback();
-    let (mut lo_rows, mut lo_gloo) = (Vec::new(), Vec::new());
-    if opts.rig.is_some() && !lo.sizes.is_empty() {
-        println!();
-        println!("loopback part: worlds {:?}, sizes {:?} MiB, uniform, auto", lo.worlds, lo.sizes);
-        for &n in &lo.worlds {
-            let (rs, ok) = run_world(n, &lo, None);
-            lo_rows.extend(rs);
-            failed |= !ok;
-            if lo.gloo {
-                lo_gloo.extend(gloo_world(n, &lo, None));
-            }
-        }
-    }
+    let (lo_rows, lo_gloo, lo_ok) = loopback_part(&opts, &lo);
+    failed |= !lo_ok;
     print_results(&opts, &rows, &gloo_rows, &rig_rates);
     print_targets(&opts, &rows, &gloo_rows, all_rails);
     if opts.rig.is_some() {
@@ -218,6 +172,66 @@ fn main() {
         println!("FAILED: a world's workers did not all finish (see their messages above)");
         std::process::exit(1);
     }
+}
+
+/// Prints what the run is and the machine it runs on; returns the rig's rail rates (bytes/s; empty
+/// on loopback). Exits on a rig that cannot run here or rates it cannot read.
+fn print_header(opts: &Opts) -> Vec<f64> {
+    let rig_rates: Vec<f64> =
+        opts.rig.as_deref().map_or_else(Vec::new, |spec| spec.split(',').map(|r| rate_bits(r) / 8.0).collect());
+    match &opts.rig {
+        None => println!(
+            "Plexus all-to-all on loopback, N worker processes (seed {}; Zipf s = {}; seg_max {} MiB, socket send buffer {}; {} iterations after {WARMUP} warm-up, schedules taking turns; median of the slowest rank; every byte checked)",
+            opts.seed,
+            opts.zipf,
+            opts.seg_max as f64 / MIB as f64,
+            sndbuf(&opts),
+            opts.iters
+        ),
+        Some(spec) => {
+            if let Some(why) = plexus_dataplane::rig::unavailable() {
+                println!("alltoall --rig: cannot run here: {why}");
+                std::process::exit(1);
+            }
+            if rig_rates.iter().any(|r| !r.is_finite() || *r <= 0.0) {
+                eprintln!("alltoall: cannot read the rates of --rig {spec:?} (e.g. 2gbit,500mbit)");
+                std::process::exit(2)
+            }
+            println!(
+                "Plexus all-to-all on the rail rig ({spec}): rank h in host h's namespace, ours striped over its rails (weighted rail scheduler), Gloo on rail 0 (seed {}; Zipf s = {}; seg_max {} MiB, socket send buffer {}; {} iterations after {WARMUP} warm-up, schedules taking turns; median of the slowest rank; every byte checked)",
+                opts.seed,
+                opts.zipf,
+                opts.seg_max as f64 / MIB as f64,
+                sndbuf(&opts),
+                opts.iters
+            )
+        }
+    }
+    println!(
+        "machine: {} cores, load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        loadavg()
+    );
+    rig_rates
+}
+
+/// Issue 30's loopback part of a rig run (no rails to stripe, ours against Gloo by size): its
+/// rows, Gloo's, and whether every world finished.
+fn loopback_part(opts: &Opts, lo: &Opts) -> (Vec<Row>, Vec<GlooRow>, bool) {
+    let (mut lo_rows, mut lo_gloo, mut ok) = (Vec::new(), Vec::new(), true);
+    if opts.rig.is_some() && !lo.sizes.is_empty() {
+        println!();
+        println!("loopback part: worlds {:?}, sizes {:?} MiB, uniform, auto", lo.worlds, lo.sizes);
+        for &n in &lo.worlds {
+            let (rs, done) = run_world(n, lo, None);
+            lo_rows.extend(rs);
+            ok &= done;
+            if lo.gloo {
+                lo_gloo.extend(gloo_world(n, lo, None));
+            }
+        }
+    }
+    (lo_rows, lo_gloo, ok)
 }
 
 fn sndbuf(opts: &Opts) -> String {
