@@ -185,7 +185,7 @@ fn print_header(opts: &Opts) -> Vec<f64> {
             opts.seed,
             opts.zipf,
             opts.seg_max as f64 / MIB as f64,
-            sndbuf(&opts),
+            sndbuf(opts),
             opts.iters
         ),
         Some(spec) => {
@@ -202,7 +202,7 @@ fn print_header(opts: &Opts) -> Vec<f64> {
                 opts.seed,
                 opts.zipf,
                 opts.seg_max as f64 / MIB as f64,
-                sndbuf(&opts),
+                sndbuf(opts),
                 opts.iters
             )
         }
