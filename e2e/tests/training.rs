@@ -322,3 +322,56 @@ fn a_member_killed_mid_training_restarts_the_gang_from_its_checkpoint() {
     }
     assert!(eval.contains("identical parameters on every rank") && eval.contains("held-out loss"), "{eval}");
 }
+
+/// `scripts/gpu-check.sh` (the GPU check, here on CPU tensors) under `plexus-local-gang`: every op
+/// of the backend on every dtype is right, DDP matches one-process training, and Gloo's run of
+/// the same steps ends with the same parameters; a member that fails makes the gang fail,
+/// naming it, and `plexus-local-gang` exits non-zero.
+#[test]
+fn the_gpu_check_passes_on_cpu_tensors_under_a_local_gang() {
+    let Some(py) = torch_python() else {
+        return skip("the_gpu_check_passes_on_cpu_tensors_under_a_local_gang", "no torch venv (make torch)");
+    };
+    let out = tempfile::tempdir().unwrap();
+    let run = std::process::Command::new("bash")
+        .arg(repo().join("scripts/gpu-check.sh"))
+        .arg(plexus_e2e::bin_dir())
+        .args(["--params-m", "0.2", "--steps", "4", "--warmup", "1", "--batch", "16", "--latency-iters", "10"])
+        .env("PYTHON", &py)
+        .env("DEVICE", "cpu")
+        .env("MEMBERS", "2")
+        .env("OUT", out.path())
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "{text}");
+    for want in
+        ["ok  all_reduce sum torch.bfloat16", "ok  all_to_all_single", "matches one-process training", "gpu-check: ok"]
+    {
+        assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
+    let (p, g) = (read_json(&out.path().join("plexus.json")), read_json(&out.path().join("gloo.json")));
+    assert_eq!(p["op_checks"], 17, "{p}");
+    close(p["param_sum"].as_f64().unwrap(), g["param_sum"].as_f64().unwrap(), "param_sum, plexus vs gloo");
+
+    // A member that exits 3 before its first op: the other's init or first op fails naming it.
+    let bad = std::process::Command::new(plexus_e2e::bin_dir().join("plexus-local-gang"))
+        .args(["--members", "2", "--"])
+        .arg(&py)
+        .args([
+            "-c",
+            "import os, sys, torch, torch.distributed as dist, plexus.distributed\n\
+                      if os.environ['PLEXUS_RANK'] == '1': sys.exit(3)\n\
+                      dist.init_process_group('plexus'); dist.all_reduce(torch.ones(4))",
+        ])
+        .env("PYTHONPATH", repo().join("python"))
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&bad.stdout), String::from_utf8_lossy(&bad.stderr));
+    assert!(!bad.status.success(), "{text}");
+    assert!(text.contains("member 1 of the gang failed"), "the survivor's error names member 1: {text}");
+    assert!(
+        text.contains("members that failed: 0: exited with exit status: 1; 1: exited with exit status: 3"),
+        "{text}"
+    );
+}

@@ -29,7 +29,6 @@ from urllib.parse import parse_qs, urlparse
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (
-    _create_work_from_future,
     AllgatherOptions,
     AllreduceCoalescedOptions,
     AllreduceOptions,
@@ -184,7 +183,37 @@ class ProcessGroupPlexus(dist.ProcessGroup):
             fut.set_result(result)
         for h in handles:
             h.add_done_callback(done)
-        return _create_work_from_future(fut)
+        return _PlexusWork(fut)
+
+
+class _PlexusWork(dist._Work):
+    """The ``Work`` of one call: ``wait`` raises the collective's error (a member that failed, a
+    bad request), so ``dist.all_reduce`` and DDP fail instead of going on with the input left
+    as it was. (torch's ``_create_work_from_future`` makes a ``Work`` whose ``wait`` returns
+    even when its future failed.)"""
+
+    def __init__(self, fut: Future):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout: Optional[timedelta] = None) -> bool:  # noqa: ARG002 (ops end by the stall timeout)
+        self._fut.wait()  # raises the future's exception
+        return True
+
+    def get_future(self) -> Future:
+        return self._fut
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.value()
+        except Exception:
+            return False
+        return True
 
 
 def _create(store, rank: int, world_size: int, timeout: timedelta) -> ProcessGroupPlexus:
