@@ -46,6 +46,7 @@ mod executor;
 mod group;
 pub mod meter;
 pub mod plan;
+pub mod railpick;
 mod rails;
 pub mod redistribution;
 pub mod remap;
