@@ -21,7 +21,6 @@ use super::executor::Executor;
 use super::group::{ABORT, AGREE, Group};
 use super::meter::{self, LinkMeter};
 use super::plan::{Kind, MAX_SLICES, PlanParams};
-use super::railpick::{RailPicker, Rails, fastest_only};
 
 /// Tags a communicator uses: `[tag_base, tag_base + TAG_SPAN)`. Bits 32..56 number the
 /// collective (wrapping), bits 0..32 the message within it. Give each communicator that may
@@ -49,8 +48,6 @@ pub struct Communicator {
     choice: Mutex<Option<Choice>>,
     /// How the members sit on hosts (from their rail addresses).
     topology: Topology,
-    /// An `auto` communicator's choice of every rail or the fastest alone, per size of call.
-    rail_picker: RailPicker,
 }
 
 /// The algorithm and pipeline depth a call ran, and why: the cost model's choice (an `auto`
@@ -60,22 +57,6 @@ pub struct Choice {
     pub algorithm: crate::elem::Algorithm,
     pub slices: usize,
     pub reason: String,
-}
-
-impl Choice {
-    /// The choice with the rails the call went on, and why, said in its reason (`settled`: the
-    /// way the picker's measurements favour now, `None` while it still measures both).
-    fn on_rails(mut self, rails: Option<Rails>, settled: Option<Rails>) -> Choice {
-        let Some(r) = rails else { return self };
-        let way = if r == Rails::Every { "every rail, striped" } else { "the fastest rail alone" };
-        let why = match settled {
-            None => "measuring both ways on this size",
-            Some(s) if s == r => "this rank's recent calls of this size ran faster this way",
-            Some(_) => "a probe: the other way ran faster lately",
-        };
-        self.reason.push_str(&format!("; {way} ({why})"));
-        self
-    }
 }
 
 impl Communicator {
@@ -127,7 +108,6 @@ impl Communicator {
             profile: Mutex::new(Profile::default()),
             scratch: Mutex::new(Vec::new()),
             choice: Mutex::new(None),
-            rail_picker: RailPicker::default(),
         })
     }
 
@@ -326,16 +306,12 @@ impl Communicator {
             kind,
             per_host: self.topology.per_host,
         };
-        let bytes = work.len() as u64;
-        let rails = self.pick_rails(bytes);
-        *self.choice.lock().expect("choice lock") = Some(choice.on_rails(rails, self.rail_picker.settled(bytes)));
+        *self.choice.lock().expect("choice lock") = Some(choice);
         let mut prof = Profile::default();
         let result = if n == 1 {
             Ok(())
         } else {
-            let rates = (rails == Some(Rails::Fastest)).then(|| fastest_only(&self.group.endpoint.rail_rates()));
-            let mut ex = Executor::new(&self.group, self.cfg.send_window, base, work.clone(), dtype, op, &params)
-                .striped_by(rates);
+            let mut ex = Executor::new(&self.group, self.cfg.send_window, base, work.clone(), dtype, op, &params);
             let r = ex.execute(&mut prof).await;
             // Withdraws the posts no message claimed; dropping `run`'s future mid-way does the
             // same (see `Drop for Executor`).
@@ -343,9 +319,6 @@ impl Communicator {
             r
         };
         prof.total = started.elapsed();
-        if let (Some(r), Ok(())) = (rails, &result) {
-            self.rail_picker.record(bytes, r, prof.total.as_secs_f64());
-        }
         if let Some(m) = &self.group.meter
             && result.is_ok()
         {
@@ -353,14 +326,6 @@ impl Communicator {
         }
         *self.profile.lock().expect("profile lock") = prof;
         result.map(|()| work)
-    }
-
-    /// The rails a call of `bytes` goes on: with `Algorithm::Auto` and more than one rail,
-    /// every rail or the fastest alone as this rank's own calls of that size measured
-    /// ([`super::railpick`]); otherwise every rail (`None`: not chosen).
-    fn pick_rails(&self, bytes: u64) -> Option<Rails> {
-        let auto = self.cfg.algorithm == crate::elem::Algorithm::Auto;
-        (auto && self.size() > 1 && self.group.endpoint.rail_rates().len() > 1).then(|| self.rail_picker.pick(bytes))
     }
 
     /// The algorithm and depth of a call of `bytes`: the configuration's, or with

@@ -55,8 +55,6 @@ pub(super) struct Executor<'a> {
     hello: Bytes,
     /// Receives posted (their step indices), to withdraw the unclaimed ones at the end.
     posted: Vec<usize>,
-    /// The shares every message is striped by (`None`: the rail scheduler's).
-    rates: Option<Vec<f64>>,
 }
 
 /// For every receive step: the last earlier send and the last earlier receive whose ranges
@@ -161,15 +159,7 @@ impl<'a> Executor<'a> {
             steps: plan::plan(params),
             hello: hello(params, dtype, op),
             posted: Vec::new(),
-            rates: None,
         }
-    }
-
-    /// Stripes every message by `rates` ([`Endpoint::send_at_rates`]) instead of by the rail
-    /// scheduler.
-    pub(super) fn striped_by(mut self, rates: Option<Vec<f64>>) -> Self {
-        self.rates = rates;
-        self
     }
 }
 
@@ -187,7 +177,6 @@ impl Executor<'_> {
                 ranks: comm.ranks.clone(),
                 ids: comm.ids.clone(),
                 meter: comm.meter.clone(),
-                rates: self.rates.clone(),
             },
             rx,
             self.send_window,
@@ -429,9 +418,6 @@ struct Peers {
     ranks: Arc<Vec<Vec<SocketAddr>>>,
     ids: Vec<PeerId>,
     meter: Option<Arc<super::meter::LinkMeter>>,
-    /// Shares every message is striped by (the fastest rail alone), or `None`: the rail
-    /// scheduler's.
-    rates: Option<Vec<f64>>,
 }
 
 /// Sends the executor's messages in order, at most `window` at once still being handed to the
@@ -490,7 +476,7 @@ async fn sender_loop(
                     pending.push_back(step);
                     issued_to = step + 1;
                 }
-                let (ep, ranks, rates) = (peers.ep.clone(), peers.ranks.clone(), peers.rates.clone());
+                let (ep, ranks) = (peers.ep.clone(), peers.ranks.clone());
                 let meter = (steps_inflight == 0 && step != usize::MAX).then(|| peers.meter.clone()).flatten();
                 if step != usize::MAX {
                     steps_inflight += 1;
@@ -502,7 +488,7 @@ async fn sender_loop(
                 });
                 inflight.spawn(async move {
                     let t = Instant::now();
-                    ep.send_handed(&ranks[to], tag, data, handed, rates).await?;
+                    ep.send_handed(&ranks[to], tag, data, handed).await?;
                     if let Some(m) = meter {
                         m.message(id, bytes, t.elapsed().as_secs_f64());
                     }

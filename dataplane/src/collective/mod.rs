@@ -46,7 +46,6 @@ mod executor;
 mod group;
 pub mod meter;
 pub mod plan;
-pub mod railpick;
 mod rails;
 pub mod redistribution;
 pub mod remap;

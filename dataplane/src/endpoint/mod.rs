@@ -155,21 +155,19 @@ impl Endpoint {
         async move { self.inner.send_message(peer, tag, data, None, None).await }
     }
 
-    /// Like [`send`](Self::send) (or [`send_at_rates`](Self::send_at_rates) with `rates`), and
-    /// drops `handed` as soon as every segment of the message waits in a rail's send queue (or
-    /// the send ended), before the acknowledgements: a caller that keeps the wire busy starts
-    /// its next message then, so no round trip separates two messages, while it still learns
-    /// from the returned future when the data was delivered.
+    /// Like [`send`](Self::send), and drops `handed` as soon as every segment of the message
+    /// waits in a rail's send queue (or the send ended), before the acknowledgements: a caller
+    /// that keeps the wire busy starts its next message then, so no round trip separates two
+    /// messages, while it still learns from the returned future when the data was delivered.
     pub(crate) fn send_handed(
         &self,
         peer: &PeerAddrs,
         tag: u64,
         data: Bytes,
         handed: tokio::sync::oneshot::Sender<()>,
-        rates: Option<Vec<f64>>,
     ) -> impl Future<Output = Result<()>> + Send + '_ {
         let peer = peer.to_vec();
-        async move { self.inner.send_message(peer, tag, data, Some(handed), rates).await }
+        async move { self.inner.send_message(peer, tag, data, Some(handed), None).await }
     }
 
     /// Like [`send`](Self::send), striped by shares instead of by the rail scheduler: `rates`

@@ -50,7 +50,6 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         let mut times = Vec::new();
         let mut profile = Profile::default();
         let mut ran = (cfg.algorithm, cfg.slices);
-        let mut ways = Vec::new();
         for it in 0..WARMUP + cli.iters_for(bytes) {
             let mut b = [0i32];
             control.allreduce_typed(&mut b, ReduceOp::Sum).await.map_err(|e| e.to_string())?;
@@ -65,11 +64,6 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
                 profile = comm.last_profile();
                 if let Some(c) = comm.last_choice() {
                     ran = (c.algorithm, c.slices);
-                    ways.push(if c.reason.contains("fastest rail alone") {
-                        format!("F{:.0}", dt * 1e3)
-                    } else {
-                        format!("E{:.0}", dt * 1e3)
-                    });
                 }
             }
             data = out;
@@ -78,10 +72,6 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         control.allreduce_typed(&mut times, ReduceOp::Max).await.map_err(|e| e.to_string())?;
         let median = plexus_bench::median(&times).expect("at least one timed iteration");
         if rank == 0 {
-            eprintln!(
-                "rank 0's timed calls of {bytes} B (E: every rail, F: the fastest alone; ms): {}",
-                ways.join(" ")
-            );
             let s = |d: Duration| d.as_secs_f64();
             println!(
                 "RESULT {bytes} {median} {} {} {} {} {} {} {} {} {}",
