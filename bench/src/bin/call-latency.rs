@@ -80,14 +80,15 @@ fn plexus_run(a: &Args, shared_memory: bool) -> Result<serde_json::Value, String
     );
     argv.extend(["--import".into(), "plexus.distributed".into(), "--json".into(), json.display().to_string()]);
     argv.extend(common(a));
+    // PLEXUS_* keys are the worker's to set in a job's `env`: the switch goes through env(1).
+    let switch = format!("PLEXUS_COLLECTIVE_SHARED_MEMORY={}", u8::from(shared_memory));
+    argv.splice(0..0, ["env".to_string(), switch]);
     let job = format!(
         "name = \"latency\"\n[[task]]\nname = \"calls\"\nreplicas = {}\ncommunicator = true\ncpu = 1\n\
-         timeout = \"1200s\"\ncommand = [{}]\nenv = {{ PYTHONPATH = {:?}, PYTHONWARNINGS = \"ignore\", \
-         PLEXUS_COLLECTIVE_SHARED_MEMORY = \"{}\" }}\n",
+         timeout = \"1200s\"\ncommand = [{}]\nenv = {{ PYTHONPATH = {:?}, PYTHONWARNINGS = \"ignore\" }}\n",
         a.world,
         argv.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", "),
         repo.join("python").display().to_string(),
-        u8::from(shared_memory),
     );
     let id = c.submit("latency.toml", &job);
     let j = c.wait_job(&id, Duration::from_secs(1200));
