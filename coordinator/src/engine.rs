@@ -112,6 +112,11 @@ pub enum Cmd {
     ListJobs {
         reply: Reply<Vec<JobView>>,
     },
+    /// The working-dir digests of job `job` (`None`: of every job not yet ended, which hold theirs).
+    WorkingDirs {
+        job: Option<JobId>,
+        reply: Reply<Vec<plexus_proto::Digest>>,
+    },
     Watch {
         job: JobId,
         reply: Reply<Result<watch::Receiver<JobView>, SchedulerError>>,
@@ -514,6 +519,14 @@ impl Engine {
             }
             Cmd::ListJobs { reply } => {
                 let v = core.jobs().map(|j| JobView::of(j, Detail::Summary, now)).collect();
+                replies.push(defer(reply, v));
+            }
+            Cmd::WorkingDirs { job, reply } => {
+                let digest = |j: &plexus_scheduler::core::Job| j.spec().working_dir.as_ref()?.digest;
+                let v = match job {
+                    Some(id) => core.job(id).and_then(digest).into_iter().collect(),
+                    None => core.jobs().filter(|j| !j.record().state.is_final()).filter_map(digest).collect(),
+                };
                 replies.push(defer(reply, v));
             }
             Cmd::Watch { job, reply } => {

@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::relay;
 use crate::status::status;
 use crate::view::Detail;
+use crate::working_dirs::{ChunkStream, WorkingDirs};
 
 /// How long the coordinator waits on a worker when proxying a log read. Logs are small and the
 /// worker is local to the cluster; past this the coordinator serves the tail it keeps.
@@ -79,6 +80,8 @@ pub struct JobApi {
     /// ([`JobApi::stream_stopper`]), so none outlives the server.
     streams: TaskTracker,
     stop: CancellationToken,
+    /// The archives of jobs' working dirs.
+    working_dirs: Option<Arc<WorkingDirs>>,
 }
 
 impl JobApi {
@@ -90,7 +93,14 @@ impl JobApi {
             security: None,
             streams: TaskTracker::new(),
             stop: CancellationToken::new(),
+            working_dirs: None,
         }
+    }
+
+    /// Takes and serves working-dir archives from `dirs`.
+    pub fn with_working_dirs(mut self, dirs: Arc<WorkingDirs>) -> JobApi {
+        self.working_dirs = Some(dirs);
+        self
     }
 
     /// Serves the token RPCs from `security`, and reads logs from workers over mutual TLS.
@@ -212,6 +222,27 @@ impl JobApi {
                 plexus_scheduler::spec::MAX_AFTER_JOBS
             )));
         }
+        // A job naming a working dir is accepted only with its archive here, and kept here
+        // until the engine has it (`WorkingDirs::claim`).
+        let _held = match (&mut spec.working_dir, r.working_dir.is_empty()) {
+            (None, true) => None,
+            (None, false) => {
+                return Err(Error::Invalid(format!(
+                    "{filename}: the request carries a working_dir archive, but the job file names no working_dir"
+                )));
+            }
+            (Some(_), true) => {
+                return Err(Error::Invalid(format!(
+                    "{filename}: working_dir: the job file names one, but the request carries no archive \
+                     (submit with `plexus submit` or the Python client, which pack and upload it)"
+                )));
+            }
+            (Some(w), false) => {
+                let (guard, digest, size) = self.working_dirs()?.claim("working_dir", &r.working_dir).await?;
+                (w.digest, w.size) = (Some(digest), size);
+                Some(guard)
+            }
+        };
         let id = JobId::random();
         let n = self
             .engine
@@ -224,8 +255,16 @@ impl JobApi {
     async fn resubmit(&self, r: pb::ResubmitJobRequest) -> Result<pb::SubmitJobResponse, Error> {
         let job = job_id(&r.job_id)?;
         let id = JobId::random();
+        let mut _held = None;
+        if let Some(d) = self.engine.call(|reply| Cmd::WorkingDirs { job: Some(job), reply }).await?.first() {
+            _held = Some(self.working_dirs()?.claim("working_dir", d.as_bytes()).await?.0);
+        }
         let n = self.engine.call(|reply| Cmd::Resubmit { job, id, reply }).await??;
         Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n })
+    }
+
+    fn working_dirs(&self) -> Result<&WorkingDirs, Error> {
+        self.working_dirs.as_deref().ok_or_else(|| Error::Unavailable("this coordinator keeps no working dirs".into()))
     }
 
     async fn get(&self, r: pb::GetJobRequest) -> Result<pb::JobStatus, Error> {
@@ -467,6 +506,21 @@ impl JobApi {
 
 #[tonic::async_trait]
 impl JobService for JobApi {
+    async fn stat_working_dir(
+        &self,
+        req: Request<pb::StatWorkingDirRequest>,
+    ) -> Result<Response<pb::StatWorkingDirResponse>, Status> {
+        reply(async { self.working_dirs()?.stat(req.into_inner()).await }.await)
+    }
+
+    async fn upload_working_dir(
+        &self,
+        req: Request<tonic::Streaming<pb::WorkingDirChunk>>,
+    ) -> Result<Response<pb::UploadWorkingDirResponse>, Status> {
+        let received = async { self.working_dirs()?.receive(req.into_inner(), &self.engine).await }.await;
+        reply(received.map(|received_bytes| pb::UploadWorkingDirResponse { received_bytes }))
+    }
+
     async fn submit_job(&self, req: Request<pb::SubmitJobRequest>) -> Result<Response<pb::SubmitJobResponse>, Status> {
         reply(self.submit(req.into_inner()).await)
     }
@@ -590,13 +644,26 @@ pub struct WorkerApi {
     engine: EngineHandle,
     /// `None`: the coordinator runs with `--insecure` (no certificates, no rail key).
     security: Option<Arc<Security>>,
+    working_dirs: Option<Arc<WorkingDirs>>,
 }
 
 type AssignmentStream = Pin<Box<dyn Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
 
 impl WorkerApi {
     pub fn new(engine: EngineHandle) -> WorkerApi {
-        WorkerApi { engine, security: None }
+        WorkerApi { engine, security: None, working_dirs: None }
+    }
+
+    /// Serves `FetchWorkingDir` from `dirs`.
+    pub fn with_working_dirs(mut self, dirs: Arc<WorkingDirs>) -> WorkerApi {
+        self.working_dirs = Some(dirs);
+        self
+    }
+
+    async fn working_dir(&self, caller: Option<&Caller>, r: pb::FetchWorkingDirRequest) -> Result<ChunkStream, Error> {
+        self.check(caller, &r.worker_id)?;
+        let dirs = self.working_dirs.as_ref().ok_or_else(|| Error::Unavailable("this coordinator keeps no working dirs".into()))?;
+        dirs.send(&r.digest).await
     }
 
     /// Issues certificates to joining workers, hands out the rail key, and checks that every
@@ -732,6 +799,15 @@ impl WorkerService for WorkerApi {
     }
 
     type AssignmentsStream = AssignmentStream;
+    type FetchWorkingDirStream = ChunkStream;
+
+    async fn fetch_working_dir(
+        &self,
+        req: Request<pb::FetchWorkingDirRequest>,
+    ) -> Result<Response<ChunkStream>, Status> {
+        let caller = caller(&req);
+        reply(self.working_dir(caller.as_ref(), req.into_inner()).await)
+    }
 
     async fn assignments(&self, req: Request<pb::AssignmentsRequest>) -> Result<Response<AssignmentStream>, Status> {
         let caller = caller(&req);
@@ -779,6 +855,7 @@ mod tests {
             filename: "job.toml".into(),
             format: String::new(),
             after_jobs: Vec::new(),
+            working_dir: Vec::new(),
         })
     }
 

@@ -15,6 +15,7 @@ pub mod status;
 pub mod submit;
 pub mod token;
 pub mod up;
+pub mod working_dir;
 pub mod watch;
 pub mod workers;
 
