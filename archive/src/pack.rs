@@ -44,7 +44,8 @@ pub fn pack(dir: &Path, excludes: &[String], limits: &Limits) -> Result<Packed, 
         let bad = |e: ignore::Error| Error::BadExclude { pattern: pattern.to_string(), reason: e.to_string() };
         overrides.add(&format!("!{pattern}")).map_err(bad)?;
     }
-    let overrides = overrides.build().map_err(|e| Error::BadExclude { pattern: excludes.join(", "), reason: e.to_string() })?;
+    let overrides =
+        overrides.build().map_err(|e| Error::BadExclude { pattern: excludes.join(", "), reason: e.to_string() })?;
     let walk = WalkBuilder::new(dir)
         .hidden(false)
         .parents(false)
@@ -58,7 +59,8 @@ pub fn pack(dir: &Path, excludes: &[String], limits: &Limits) -> Result<Packed, 
         .build();
     let mut out = Builder::new(limits);
     for entry in walk {
-        let entry = entry.map_err(|e| Error::Read { path: shown.clone(), source: std::io::Error::other(e.to_string()) })?;
+        let entry =
+            entry.map_err(|e| Error::Read { path: shown.clone(), source: std::io::Error::other(e.to_string()) })?;
         if entry.depth() == 0 {
             continue;
         }
@@ -71,7 +73,10 @@ pub fn pack(dir: &Path, excludes: &[String], limits: &Limits) -> Result<Packed, 
         } else if kind.is_symlink() {
             let target = std::fs::read_link(path).map_err(read)?;
             if !link_stays_inside(rel, &target) {
-                return Err(Error::SymlinkEscapes { path: path.display().to_string(), target: target.display().to_string() });
+                return Err(Error::SymlinkEscapes {
+                    path: path.display().to_string(),
+                    target: target.display().to_string(),
+                });
             }
             out.link(rel, &target)?;
         } else if kind.is_file() {

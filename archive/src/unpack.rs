@@ -169,7 +169,10 @@ impl Walk<'_> {
                 let link = m.link.ok_or_else(|| bad("is a symlink without a target"))?;
                 let target = PathBuf::from(std::ffi::OsStr::from_bytes(&link));
                 if !link_stays_inside(&rel, &target) {
-                    return Err(bad(&format!("is a symlink to {}, which leads outside the directory", target.display())));
+                    return Err(bad(&format!(
+                        "is a symlink to {}, which leads outside the directory",
+                        target.display()
+                    )));
                 }
                 Some(target)
             }
@@ -231,7 +234,14 @@ fn read_exactly(data: &mut impl Read, out: &mut impl std::io::Write, size: u64) 
     if copied != size { Err(format!("cut short: {copied} of {size} bytes")) } else { Ok(()) }
 }
 
-fn write(dest: &Path, rel: &Path, kind: Kind, target: Option<&Path>, data: &mut impl Read, size: u64) -> Result<(), Error> {
+fn write(
+    dest: &Path,
+    rel: &Path,
+    kind: Kind,
+    target: Option<&Path>,
+    data: &mut impl Read,
+    size: u64,
+) -> Result<(), Error> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = dest.join(rel);
     let failed = |source| Error::Write { path: rel.display().to_string(), source };

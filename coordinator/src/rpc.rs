@@ -662,7 +662,10 @@ impl WorkerApi {
 
     async fn working_dir(&self, caller: Option<&Caller>, r: pb::FetchWorkingDirRequest) -> Result<ChunkStream, Error> {
         self.check(caller, &r.worker_id)?;
-        let dirs = self.working_dirs.as_ref().ok_or_else(|| Error::Unavailable("this coordinator keeps no working dirs".into()))?;
+        let dirs = self
+            .working_dirs
+            .as_ref()
+            .ok_or_else(|| Error::Unavailable("this coordinator keeps no working dirs".into()))?;
         dirs.send(&r.digest).await
     }
 

@@ -150,9 +150,7 @@ impl WorkingDirs {
         loop {
             if let Some(c) = next.take() {
                 if bytes.len() as u64 + c.data.len() as u64 > size {
-                    return Err(Error::Invalid(format!(
-                        "working_dir upload: more bytes than the {size} it announced"
-                    )));
+                    return Err(Error::Invalid(format!("working_dir upload: more bytes than the {size} it announced")));
                 }
                 bytes.extend_from_slice(&c.data);
             }

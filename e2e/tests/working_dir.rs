@@ -154,7 +154,12 @@ fn bad_uploads_are_refused(c: &Cluster) {
     }
     let task = "working_dir = \".\"\n[[task]]\nname = \"t\"\ncommand = \"true\"\n";
     let submit = |digest: Vec<u8>| {
-        let req = pb::SubmitJobRequest { source: task.into(), filename: "j.toml".into(), working_dir: digest, ..Default::default() };
+        let req = pb::SubmitJobRequest {
+            source: task.into(),
+            filename: "j.toml".into(),
+            working_dir: digest,
+            ..Default::default()
+        };
         c.block_on(c.client_with(c.admin_token.as_deref()).submit_job(req)).expect_err("refused")
     };
     let s = submit(vec![9; 32]);

@@ -206,7 +206,7 @@ def declared(source: str, fmt: str, base: Optional[Path]) -> Optional[Tuple[Path
             root = tomllib.loads(source)
     except Exception:
         return None
-    if not isinstance(root, dict) or not isinstance(root.get("working_dir"), str):
+    if not isinstance(root, dict) or not isinstance(root.get("working_dir"), str) or not root["working_dir"].strip():
         return None
     excludes = [e for e in root.get("excludes") or [] if isinstance(e, str)]
     wd = Path(root["working_dir"])

@@ -54,7 +54,8 @@ impl WorkingDirs {
             let (t, d) = (tmp.clone(), dir.clone());
             let unpacking = tokio::task::spawn_blocking(move || -> Result<()> {
                 let failed = |reason: String| Error::WorkingDir { digest: digest.to_string(), reason };
-                plexus_archive::unpack(&bytes, &t, &plexus_archive::Limits::DEFAULT).map_err(|e| failed(e.to_string()))?;
+                plexus_archive::unpack(&bytes, &t, &plexus_archive::Limits::DEFAULT)
+                    .map_err(|e| failed(e.to_string()))?;
                 std::fs::rename(&t, &d).map_err(|e| failed(format!("moving it into place: {e}")))
             })
             .await
@@ -78,7 +79,8 @@ impl WorkingDirs {
         let (mut client, worker) =
             self.coordinator.lock().unwrap_or_else(|p| p.into_inner()).clone().ok_or(Error::NoCoordinator)?;
         let request = pb::FetchWorkingDirRequest { worker_id: worker.to_string(), digest: digest.to_vec() };
-        let mut stream = client.fetch_working_dir(request).await.map_err(|s| failed(s.message().to_string()))?.into_inner();
+        let mut stream =
+            client.fetch_working_dir(request).await.map_err(|s| failed(s.message().to_string()))?.into_inner();
         let mut bytes = Vec::with_capacity(size.min(1 << 20) as usize);
         while let Some(chunk) = stream.message().await.map_err(|s| failed(format!("fetching: {}", s.message())))? {
             if bytes.len() as u64 + chunk.data.len() as u64 > size {

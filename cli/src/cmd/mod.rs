@@ -15,9 +15,9 @@ pub mod status;
 pub mod submit;
 pub mod token;
 pub mod up;
-pub mod working_dir;
 pub mod watch;
 pub mod workers;
+pub mod working_dir;
 
 /// Runs one command against the coordinator `target` (`up` starts its own and ignores it).
 pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> {

@@ -36,7 +36,7 @@ pub fn declared(source: &str, format: &str, job_file: &Path) -> Option<Declared>
         "json" => serde_json::from_str(source).ok()?,
         _ => toml::from_str(source).ok()?,
     };
-    let wd = root.get("working_dir")?.as_str()?;
+    let wd = root.get("working_dir")?.as_str().filter(|w| !w.trim().is_empty())?;
     let excludes = root
         .get("excludes")
         .and_then(|v| v.as_array())
@@ -107,6 +107,7 @@ mod tests {
         assert_eq!(declared(json, "json", Path::new("a/j.json")).unwrap().dir, PathBuf::from("/abs"));
         assert_eq!(declared("[[task]]\nname = \"t\"\n", "toml", Path::new("j.toml")), None);
         assert_eq!(declared("working_dir = 3\n", "toml", Path::new("j.toml")), None, "left to the coordinator");
+        assert_eq!(declared("working_dir = \" \"\n", "toml", Path::new("j.toml")), None, "left to the coordinator");
         let set = override_for(Path::new("true")).unwrap();
         assert!(set.starts_with("working_dir=\"/") && set.ends_with("/true\""), "{set}");
     }

@@ -659,7 +659,10 @@ fn working_dir_and_excludes_are_job_level_and_named_when_wrong() {
     let s = parse(&format!("working_dir = \".\"\nexcludes = [\"data/\", \"*.log\"]\n{task}"), Format::Toml, "j.toml")
         .unwrap();
     let w = s.working_dir.unwrap();
-    assert_eq!((w.path.as_str(), w.excludes.as_slice(), w.digest), (".", &["data/".to_string(), "*.log".into()][..], None));
+    assert_eq!(
+        (w.path.as_str(), w.excludes.as_slice(), w.digest),
+        (".", &["data/".to_string(), "*.log".into()][..], None)
+    );
     assert!(parse(task, Format::Toml, "j.toml").unwrap().working_dir.is_none());
     for (head, says) in [
         ("working_dir = \"\"\n", "2: working_dir \"\": expected a directory path"),

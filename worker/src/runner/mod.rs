@@ -174,7 +174,11 @@ impl Runner {
     }
 
     /// Fetches working dirs through `client` (the session's connection, as `worker`) from now on.
-    pub fn set_coordinator(&self, client: pb::worker_service_client::WorkerServiceClient<tonic::transport::Channel>, worker: plexus_proto::WorkerId) {
+    pub fn set_coordinator(
+        &self,
+        client: pb::worker_service_client::WorkerServiceClient<tonic::transport::Channel>,
+        worker: plexus_proto::WorkerId,
+    ) {
         self.ctx.working_dirs.set_coordinator(client, worker);
     }
 

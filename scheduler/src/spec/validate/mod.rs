@@ -149,7 +149,11 @@ impl Validator<'_> {
 
     /// `working_dir` (a non-empty path) and `excludes` (only with it, bounded in number and
     /// length). The directory itself is the client's to read; the coordinator sees its archive.
-    fn working_dir(&self, path: Option<String>, excludes: Option<Vec<String>>) -> Result<Option<WorkingDir>, SpecError> {
+    fn working_dir(
+        &self,
+        path: Option<String>,
+        excludes: Option<Vec<String>>,
+    ) -> Result<Option<WorkingDir>, SpecError> {
         let excludes_err = |m: String| self.err(self.line_of_key("excludes"), format!("excludes: {m}"));
         let Some(path) = path else {
             return match excludes {
