@@ -143,7 +143,7 @@ impl Walk<'_> {
         use std::os::unix::ffi::OsStrExt;
         let shown = String::from_utf8_lossy(&m.name).into_owned();
         let bad = |reason: &str| Error::BadEntry { path: shown.clone(), reason: reason.to_string() };
-        let rel = relative(&m.name).map_err(|r| bad(r))?;
+        let rel = relative(&m.name).map_err(&bad)?;
         if rel.as_os_str().is_empty() {
             // The root itself (`./`): nothing to make.
             return if m.kind == EntryType::Directory { Ok(()) } else { Err(bad("names the root as a non-directory")) };
