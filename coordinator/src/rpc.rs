@@ -27,7 +27,7 @@ use crate::error::Error;
 use crate::relay;
 use crate::status::status;
 use crate::view::Detail;
-use crate::working_dirs::{ChunkStream, WorkingDirs};
+use crate::working_dirs::{self, ChunkStream, WorkingDirs};
 
 /// How long the coordinator waits on a worker when proxying a log read. Logs are small and the
 /// worker is local to the cluster; past this the coordinator serves the tail it keeps.
@@ -222,27 +222,8 @@ impl JobApi {
                 plexus_scheduler::spec::MAX_AFTER_JOBS
             )));
         }
-        // A job naming a working dir is accepted only with its archive here, and kept here
-        // until the engine has it (`WorkingDirs::claim`).
-        let _held = match (&mut spec.working_dir, r.working_dir.is_empty()) {
-            (None, true) => None,
-            (None, false) => {
-                return Err(Error::Invalid(format!(
-                    "{filename}: the request carries a working_dir archive, but the job file names no working_dir"
-                )));
-            }
-            (Some(_), true) => {
-                return Err(Error::Invalid(format!(
-                    "{filename}: working_dir: the job file names one, but the request carries no archive \
-                     (submit with `plexus submit` or the Python client, which pack and upload it)"
-                )));
-            }
-            (Some(w), false) => {
-                let (guard, digest, size) = self.working_dirs()?.claim("working_dir", &r.working_dir).await?;
-                (w.digest, w.size) = (Some(digest), size);
-                Some(guard)
-            }
-        };
+        // Held until the engine has the job: its working dir's archive stays (`WorkingDirs::claim`).
+        let _held = working_dirs::hold_for(self.working_dirs.as_deref(), &mut spec, &r.working_dir, &filename).await?;
         let id = JobId::random();
         let n = self
             .engine
@@ -255,16 +236,9 @@ impl JobApi {
     async fn resubmit(&self, r: pb::ResubmitJobRequest) -> Result<pb::SubmitJobResponse, Error> {
         let job = job_id(&r.job_id)?;
         let id = JobId::random();
-        let mut _held = None;
-        if let Some(d) = self.engine.call(|reply| Cmd::WorkingDirs { job: Some(job), reply }).await?.first() {
-            _held = Some(self.working_dirs()?.claim("working_dir", d.as_bytes()).await?.0);
-        }
+        let _held = working_dirs::hold_again(self.working_dirs.as_deref(), &self.engine, job).await?;
         let n = self.engine.call(|reply| Cmd::Resubmit { job, id, reply }).await??;
         Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n })
-    }
-
-    fn working_dirs(&self) -> Result<&WorkingDirs, Error> {
-        self.working_dirs.as_deref().ok_or_else(|| Error::Unavailable("this coordinator keeps no working dirs".into()))
     }
 
     async fn get(&self, r: pb::GetJobRequest) -> Result<pb::JobStatus, Error> {
@@ -510,14 +484,16 @@ impl JobService for JobApi {
         &self,
         req: Request<pb::StatWorkingDirRequest>,
     ) -> Result<Response<pb::StatWorkingDirResponse>, Status> {
-        reply(async { self.working_dirs()?.stat(req.into_inner()).await }.await)
+        reply(async { working_dirs::kept(self.working_dirs.as_deref())?.stat(req.into_inner()).await }.await)
     }
 
     async fn upload_working_dir(
         &self,
         req: Request<tonic::Streaming<pb::WorkingDirChunk>>,
     ) -> Result<Response<pb::UploadWorkingDirResponse>, Status> {
-        let received = async { self.working_dirs()?.receive(req.into_inner(), &self.engine).await }.await;
+        let received =
+            async { working_dirs::kept(self.working_dirs.as_deref())?.receive(req.into_inner(), &self.engine).await }
+                .await;
         reply(received.map(|received_bytes| pb::UploadWorkingDirResponse { received_bytes }))
     }
 
@@ -662,11 +638,7 @@ impl WorkerApi {
 
     async fn working_dir(&self, caller: Option<&Caller>, r: pb::FetchWorkingDirRequest) -> Result<ChunkStream, Error> {
         self.check(caller, &r.worker_id)?;
-        let dirs = self
-            .working_dirs
-            .as_ref()
-            .ok_or_else(|| Error::Unavailable("this coordinator keeps no working dirs".into()))?;
-        dirs.send(&r.digest).await
+        working_dirs::kept(self.working_dirs.as_deref())?.send(&r.digest).await
     }
 
     /// Issues certificates to joining workers, hands out the rail key, and checks that every

@@ -74,6 +74,50 @@ fn digest_field(field: &'static str, bytes: &[u8]) -> Result<Digest, Error> {
         .ok_or_else(|| Error::Invalid(format!("working_dir: {field} is empty (expected a BLAKE3 digest, 32 bytes)")))
 }
 
+/// The archives, where this coordinator keeps them.
+pub fn kept(dirs: Option<&WorkingDirs>) -> Result<&WorkingDirs, Error> {
+    dirs.ok_or_else(|| Error::Unavailable("this coordinator keeps no working dirs".into()))
+}
+
+/// For a submit of `spec` (from `file`) with the archive `digest` the request carries: the
+/// archive held until the guard is dropped, its digest and size recorded in the spec; `None`
+/// when the job has no working dir. Refuses a digest without a `working_dir` and the reverse.
+pub async fn hold_for<'a>(
+    dirs: Option<&'a WorkingDirs>,
+    spec: &mut plexus_scheduler::spec::JobSpec,
+    digest: &[u8],
+    file: &str,
+) -> Result<Option<MutexGuard<'a, ()>>, Error> {
+    match (&mut spec.working_dir, digest.is_empty()) {
+        (None, true) => Ok(None),
+        (None, false) => Err(Error::Invalid(format!(
+            "{file}: the request carries a working_dir archive, but the job file names no working_dir"
+        ))),
+        (Some(_), true) => Err(Error::Invalid(format!(
+            "{file}: working_dir: the job file names one, but the request carries no archive \
+             (submit with `plexus submit` or the Python client, which pack and upload it)"
+        ))),
+        (Some(w), false) => {
+            let (guard, digest, size) = kept(dirs)?.claim("working_dir", digest).await?;
+            (w.digest, w.size) = (Some(digest), size);
+            Ok(Some(guard))
+        }
+    }
+}
+
+/// For a resubmit of `job`: its working dir's archive held until the guard is dropped, or
+/// refused, naming `working_dir`, when it was removed since.
+pub async fn hold_again<'a>(
+    dirs: Option<&'a WorkingDirs>,
+    engine: &EngineHandle,
+    job: plexus_proto::JobId,
+) -> Result<Option<MutexGuard<'a, ()>>, Error> {
+    match engine.call(|reply| Cmd::WorkingDirs { job: Some(job), reply }).await?.first() {
+        Some(d) => Ok(Some(kept(dirs)?.claim("working_dir", d.as_bytes()).await?.0)),
+        None => Ok(None),
+    }
+}
+
 impl WorkingDirs {
     pub fn new(kv: SharedKv, limit: u64, capacity: u64) -> WorkingDirs {
         WorkingDirs {
