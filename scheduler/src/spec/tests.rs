@@ -666,7 +666,7 @@ fn working_dir_and_excludes_are_job_level_and_named_when_wrong() {
     assert!(parse(task, Format::Toml, "j.toml").unwrap().working_dir.is_none());
     for (head, says) in [
         ("working_dir = \"\"\n", "2: working_dir \"\": expected a directory path"),
-        ("working_dir = 3\n", "working_dir"),
+        ("working_dir = 3\n", "2: working_dir = 3: expected a directory path"),
         ("excludes = [\"x\"]\n", "excludes: given without a working_dir"),
         ("working_dir = \".\"\nexcludes = [\"\"]\n", "excludes: \"\" is not a pattern"),
     ] {

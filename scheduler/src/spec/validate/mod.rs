@@ -151,7 +151,7 @@ impl Validator<'_> {
     /// length). The directory itself is the client's to read; the coordinator sees its archive.
     fn working_dir(
         &self,
-        path: Option<String>,
+        path: Option<serde_json::Value>,
         excludes: Option<Vec<String>>,
     ) -> Result<Option<WorkingDir>, SpecError> {
         let excludes_err = |m: String| self.err(self.line_of_key("excludes"), format!("excludes: {m}"));
@@ -162,6 +162,9 @@ impl Validator<'_> {
             };
         };
         let line = self.line_of_key("working_dir");
+        let serde_json::Value::String(path) = path else {
+            return Err(self.err(line, format!("working_dir = {path}: expected a directory path (e.g. \".\")")));
+        };
         if path.trim().is_empty() || path.contains('\0') || path.len() > MAX_EXCLUDE_LEN {
             return Err(self.err(line, format!("working_dir {path:?}: expected a directory path (e.g. \".\")")));
         }
