@@ -197,7 +197,7 @@ class Client:
                 )
                 for i in range(0, max(len(packed.data), 1), chunk)
             ]
-            sent = self._unary("UploadWorkingDir", chunks).received_bytes
+            sent = self._unary("UploadWorkingDir", lambda: iter(chunks)).received_bytes
         return WorkingDirUpload(digest=digest, size=len(packed.data), entries=packed.entries, uploaded=sent)
 
     def job(self, ref: str) -> "Job":
@@ -407,7 +407,10 @@ class Client:
         """``method`` on ``conn``: a unary call's answer, or a stream's call object. grpc raises
         ValueError for a channel closed under it: the client was closed meanwhile."""
         try:
-            return getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
+            # A client stream is given as a function making its iterator: a call sent again (to
+            # the leader) sends it from its start.
+            payload = request() if callable(request) else request
+            return getattr(conn.stub, method)(payload, metadata=self._metadata, timeout=timeout)
         except ValueError:
             if self._closed:
                 raise PlexusError(CLOSED, grpc.StatusCode.CANCELLED, conn.url) from None
