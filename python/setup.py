@@ -118,6 +118,8 @@ def requirements() -> list[str]:
         f"grpcio>={grpc_tools_version}",
         f"protobuf>={STUBS.protobuf_version},<{major + 1}",
         "tqdm>=4.60",
+        # BLAKE3, the content address of a working_dir archive (the coordinator's).
+        "blake3>=0.3",
     ]
 
 

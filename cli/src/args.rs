@@ -186,6 +186,11 @@ pub struct SubmitArgs {
     /// `priority=5`); the value is read as TOML, else as text.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Ship this directory with the job (relative to where `plexus` runs), as the file's
+    /// `working_dir` would: packed (without what .gitignore and the file's `excludes` leave
+    /// out), uploaded unless the coordinator holds it already, and every command runs in it.
+    #[arg(long = "working-dir", value_name = "DIR")]
+    pub working_dir: Option<PathBuf>,
     /// Follow the job after submitting it, as `plexus watch` does.
     #[arg(long)]
     pub watch: bool,

@@ -398,7 +398,9 @@ pub fn need(path: &str) -> Option<Need> {
             "GetJob" | "ListJobs" | "WatchJob" | "GetLogs" | "GetObject" | "ListWorkers" | "ExplainPlacement"
             | "GetStoreInfo",
         ) => Need::Token(Scope::Read),
-        ("plexus.v1.JobService", "SubmitJob" | "CancelJob" | "ResubmitJob") => Need::Token(Scope::Submit),
+        ("plexus.v1.JobService", "SubmitJob" | "CancelJob" | "ResubmitJob" | "StatWorkingDir" | "UploadWorkingDir") => {
+            Need::Token(Scope::Submit)
+        }
         (
             "plexus.v1.JobService",
             "ExportPolicy" | "CreateToken" | "ListTokens" | "RevokeToken" | "RevokeWorker" | "SetQueue" | "DrainWorker"
@@ -406,9 +408,10 @@ pub fn need(path: &str) -> Option<Need> {
         ) => Need::Token(Scope::Admin),
         ("plexus.v1.JobService", "ListQueues" | "ListCoordinators") => Need::Token(Scope::Read),
         ("plexus.v1.WorkerService", "Join") => Need::Token(Scope::Worker),
-        ("plexus.v1.WorkerService", "Register" | "Heartbeat" | "Assignments" | "ReportTasks" | "ResolvePeer") => {
-            Need::WorkerCert
-        }
+        (
+            "plexus.v1.WorkerService",
+            "Register" | "Heartbeat" | "Assignments" | "ReportTasks" | "ResolvePeer" | "FetchWorkingDir",
+        ) => Need::WorkerCert,
         _ => return None,
     })
 }

@@ -112,6 +112,11 @@ pub enum Cmd {
     ListJobs {
         reply: Reply<Vec<JobView>>,
     },
+    /// The working-dir digests of job `job` (`None`: of every job not yet ended, which hold theirs).
+    WorkingDirs {
+        job: Option<JobId>,
+        reply: Reply<Vec<plexus_proto::Digest>>,
+    },
     Watch {
         job: JobId,
         reply: Reply<Result<watch::Receiver<JobView>, SchedulerError>>,
@@ -516,6 +521,7 @@ impl Engine {
                 let v = core.jobs().map(|j| JobView::of(j, Detail::Summary, now)).collect();
                 replies.push(defer(reply, v));
             }
+            Cmd::WorkingDirs { job, reply } => replies.push(defer(reply, working_dirs(core, job))),
             Cmd::Watch { job, reply } => {
                 let r = match core.job(job) {
                     None => Err(SchedulerError::NoJob(job)),
@@ -764,6 +770,15 @@ fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Re
         state: s.state,
         latest_attempt: s.attempt,
     })
+}
+
+/// The working-dir digests of job `job`, or (`None`) of every job not yet ended: those hold theirs.
+fn working_dirs(core: &Core, job: Option<JobId>) -> Vec<plexus_proto::Digest> {
+    let digest = |j: &plexus_scheduler::core::Job| j.spec().working_dir.as_ref()?.digest;
+    match job {
+        Some(id) => core.job(id).and_then(digest).into_iter().collect(),
+        None => core.jobs().filter(|j| !j.record().state.is_final()).filter_map(digest).collect(),
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ pub enum Error {
     /// What the request names does not exist (a token id, an object no live worker holds).
     #[error("{0}")]
     NotFound(String),
+    /// A bounded store is full of what live jobs still use.
+    #[error("{0}")]
+    Exhausted(String),
     /// The call needs what a coordinator started with `--insecure` does not have (tokens,
     /// certificates).
     #[error("{0}")]

@@ -7,7 +7,7 @@
 //! # Layout
 //! - [`auth`]: the cluster CA, tokens, and the layer that checks every call's caller.
 //! - [`store`]: durable state in sled (the only module that opens sled), and the [`store::Kv`]
-//!   namespaces (security, policy, queues) on either store.
+//!   namespaces (security, policy, queues, archives) on either store.
 //! - [`etcd`]: the same state in etcd (the only module that knows etcd): a log of rounds and
 //!   snapshots, fenced writes.
 //! - [`ha`]: leader election, the standby's gate, and following the leader.
@@ -17,6 +17,8 @@
 //! - [`convert`]: proto ↔ domain conversion for the coordinator (requests in, views out).
 //! - [`rpc`]: the tonic services (the only module that implements tonic service traits); each
 //!   handler returns the crate's [`Error`].
+//! - [`working_dirs`]: the archives of jobs' working dirs: uploads checked and kept
+//!   (content-addressed, bounded, held by unfinished jobs), fetches by workers.
 //! - [`relay`]: `GetObject`'s relay of a holder's stream, checked against the object's digest.
 //! - [`error`]: [`Error`], the crate's one error enum; [`status`]: the one place an [`Error`]
 //!   becomes a `tonic::Status`.
@@ -42,6 +44,7 @@ pub mod server;
 pub mod status;
 pub mod store;
 pub mod view;
+pub mod working_dirs;
 
 pub use error::Error;
 pub use server::{Config, SecurityMode, run};

@@ -100,6 +100,14 @@ struct Args {
     /// are copied there at every start, for workers to join with.
     #[arg(long, value_name = "DIR")]
     join_dir: Option<PathBuf>,
+    /// The largest working-dir archive a job may upload (compressed), e.g. 100MiB. A larger one
+    /// is refused at submit, naming `working_dir` and this limit.
+    #[arg(long, value_name = "SIZE", default_value = "100MiB", value_parser = parse_size)]
+    working_dir_limit: u64,
+    /// The room for every working-dir archive together, e.g. 1GiB: archives no unfinished job
+    /// holds are removed, oldest first, to make room; past that an upload is refused.
+    #[arg(long, value_name = "SIZE", default_value = "1000MiB", value_parser = parse_size)]
+    working_dir_store: u64,
     #[command(subcommand)]
     command: Option<admin::Command>,
 }
@@ -169,10 +177,17 @@ fn main() -> anyhow::Result<()> {
             gpu_weights: args.gpu_weights,
         },
         msc: args.msc,
+        working_dir_limit: args.working_dir_limit,
+        working_dir_store: args.working_dir_store,
     };
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(run(config, shutdown_signal()))?;
     Ok(())
+}
+
+/// `--working-dir-limit` and `--working-dir-store`: a size such as `100MiB`, or bytes.
+fn parse_size(s: &str) -> Result<u64, Error> {
+    s.parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| Error::Invalid(format!("{s:?} is not a size: {e}")))
 }
 
 /// `--store`: sled, or an etcd URL.

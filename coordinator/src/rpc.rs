@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::relay;
 use crate::status::status;
 use crate::view::Detail;
+use crate::working_dirs::{self, ChunkStream, WorkingDirs};
 
 /// How long the coordinator waits on a worker when proxying a log read. Logs are small and the
 /// worker is local to the cluster; past this the coordinator serves the tail it keeps.
@@ -79,6 +80,8 @@ pub struct JobApi {
     /// ([`JobApi::stream_stopper`]), so none outlives the server.
     streams: TaskTracker,
     stop: CancellationToken,
+    /// The archives of jobs' working dirs.
+    working_dirs: Option<Arc<WorkingDirs>>,
 }
 
 impl JobApi {
@@ -90,7 +93,14 @@ impl JobApi {
             security: None,
             streams: TaskTracker::new(),
             stop: CancellationToken::new(),
+            working_dirs: None,
         }
+    }
+
+    /// Takes and serves working-dir archives from `dirs`.
+    pub fn with_working_dirs(mut self, dirs: Arc<WorkingDirs>) -> JobApi {
+        self.working_dirs = Some(dirs);
+        self
     }
 
     /// Serves the token RPCs from `security`, and reads logs from workers over mutual TLS.
@@ -212,6 +222,8 @@ impl JobApi {
                 plexus_scheduler::spec::MAX_AFTER_JOBS
             )));
         }
+        // Held until the engine has the job: its working dir's archive stays (`WorkingDirs::claim`).
+        let _held = working_dirs::hold_for(self.working_dirs.as_deref(), &mut spec, &r.working_dir, &filename).await?;
         let id = JobId::random();
         let n = self
             .engine
@@ -224,6 +236,7 @@ impl JobApi {
     async fn resubmit(&self, r: pb::ResubmitJobRequest) -> Result<pb::SubmitJobResponse, Error> {
         let job = job_id(&r.job_id)?;
         let id = JobId::random();
+        let _held = working_dirs::hold_again(self.working_dirs.as_deref(), &self.engine, job).await?;
         let n = self.engine.call(|reply| Cmd::Resubmit { job, id, reply }).await??;
         Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n })
     }
@@ -467,6 +480,23 @@ impl JobApi {
 
 #[tonic::async_trait]
 impl JobService for JobApi {
+    async fn stat_working_dir(
+        &self,
+        req: Request<pb::StatWorkingDirRequest>,
+    ) -> Result<Response<pb::StatWorkingDirResponse>, Status> {
+        reply(async { working_dirs::kept(self.working_dirs.as_deref())?.stat(req.into_inner()).await }.await)
+    }
+
+    async fn upload_working_dir(
+        &self,
+        req: Request<tonic::Streaming<pb::WorkingDirChunk>>,
+    ) -> Result<Response<pb::UploadWorkingDirResponse>, Status> {
+        let received =
+            async { working_dirs::kept(self.working_dirs.as_deref())?.receive(req.into_inner(), &self.engine).await }
+                .await;
+        reply(received.map(|received_bytes| pb::UploadWorkingDirResponse { received_bytes }))
+    }
+
     async fn submit_job(&self, req: Request<pb::SubmitJobRequest>) -> Result<Response<pb::SubmitJobResponse>, Status> {
         reply(self.submit(req.into_inner()).await)
     }
@@ -590,13 +620,25 @@ pub struct WorkerApi {
     engine: EngineHandle,
     /// `None`: the coordinator runs with `--insecure` (no certificates, no rail key).
     security: Option<Arc<Security>>,
+    working_dirs: Option<Arc<WorkingDirs>>,
 }
 
 type AssignmentStream = Pin<Box<dyn Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
 
 impl WorkerApi {
     pub fn new(engine: EngineHandle) -> WorkerApi {
-        WorkerApi { engine, security: None }
+        WorkerApi { engine, security: None, working_dirs: None }
+    }
+
+    /// Serves `FetchWorkingDir` from `dirs`.
+    pub fn with_working_dirs(mut self, dirs: Arc<WorkingDirs>) -> WorkerApi {
+        self.working_dirs = Some(dirs);
+        self
+    }
+
+    async fn working_dir(&self, caller: Option<&Caller>, r: pb::FetchWorkingDirRequest) -> Result<ChunkStream, Error> {
+        self.check(caller, &r.worker_id)?;
+        working_dirs::kept(self.working_dirs.as_deref())?.send(&r.digest).await
     }
 
     /// Issues certificates to joining workers, hands out the rail key, and checks that every
@@ -732,6 +774,15 @@ impl WorkerService for WorkerApi {
     }
 
     type AssignmentsStream = AssignmentStream;
+    type FetchWorkingDirStream = ChunkStream;
+
+    async fn fetch_working_dir(
+        &self,
+        req: Request<pb::FetchWorkingDirRequest>,
+    ) -> Result<Response<ChunkStream>, Status> {
+        let caller = caller(&req);
+        reply(self.working_dir(caller.as_ref(), req.into_inner()).await)
+    }
 
     async fn assignments(&self, req: Request<pb::AssignmentsRequest>) -> Result<Response<AssignmentStream>, Status> {
         let caller = caller(&req);
@@ -779,6 +830,7 @@ mod tests {
             filename: "job.toml".into(),
             format: String::new(),
             after_jobs: Vec::new(),
+            working_dir: Vec::new(),
         })
     }
 

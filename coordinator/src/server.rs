@@ -54,6 +54,10 @@ pub struct Config {
     /// The model-synchronisation cost of each level of the GPU topology tree (`--msc`), for GPU
     /// gang placement (issue 16); validated when parsed.
     pub msc: MscCosts,
+    /// The largest working-dir archive taken (`--working-dir-limit`), and the room for all of
+    /// them (`--working-dir-store`), in bytes.
+    pub working_dir_limit: u64,
+    pub working_dir_store: u64,
 }
 
 /// Whether the coordinator checks its callers.
@@ -323,6 +327,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
         policy: opened.spaces.policy_store(),
         queues: Some(opened.spaces.queues.clone()),
     };
+    let opened_archives = opened.spaces.archives.clone();
     // Tell the operator now, not at the first job, that the GPU costs were read.
     tracing::info!(msc = %config.msc, weights = %config.core.gpu_weights, "GPU topology costs and gang objective weights");
 
@@ -346,12 +351,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let engine = engine_thread.map(|t| owner.watch_engine(t));
     start_http(&config, &handle, &security, &role, &owner).await;
 
-    let job_api =
-        JobApi::new(handle.clone()).with_store(store_access).with_security(security.clone()).with_role(role.clone());
+    let working_dirs = Arc::new(crate::working_dirs::WorkingDirs::new(
+        opened_archives,
+        config.working_dir_limit,
+        config.working_dir_store,
+    ));
+    let job_api = JobApi::new(handle.clone())
+        .with_store(store_access)
+        .with_security(security.clone())
+        .with_role(role.clone())
+        .with_working_dirs(working_dirs.clone());
     let watch_streams = job_api.stream_stopper();
     let jobs =
         JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
-    let workers = WorkerServiceServer::new(WorkerApi::new(handle.clone()).with_security(security.clone()))
+    let worker_api = WorkerApi::new(handle.clone()).with_security(security.clone()).with_working_dirs(working_dirs);
+    let workers = WorkerServiceServer::new(worker_api)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let mut builder = tonic::transport::Server::builder();

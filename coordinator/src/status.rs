@@ -62,6 +62,7 @@ pub fn status(e: impl Into<Error>) -> Status {
         },
         Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
         Error::NotFound(_) => Status::not_found(msg),
+        Error::Exhausted(_) => Status::resource_exhausted(msg),
         Error::AlreadyExists(_) => Status::already_exists(msg),
         Error::DigestMismatch(_) => Status::data_loss(msg),
         Error::Unauthenticated(_) => Status::unauthenticated(msg),

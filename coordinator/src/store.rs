@@ -150,6 +150,8 @@ pub const ESTIMATES_KEY: &[u8] = b"cluster";
 
 /// Tree holding the learned placer's weights (`weights`) and experiences (`e` + id, u64 BE).
 pub const POLICY_TREE: &str = "policy";
+/// Tree holding the working dirs' archives (`crate::working_dirs`).
+pub const ARCHIVES_TREE: &str = "archives";
 /// Tree holding the queues' shares (`plexus-coordinator queue set`).
 pub const QUEUES_TREE: &str = "queues";
 
@@ -163,6 +165,8 @@ pub struct Spaces {
     pub policy: SharedKv,
     /// The queues' shares.
     pub queues: SharedKv,
+    /// The archives of jobs' working dirs (`crate::working_dirs`).
+    pub archives: SharedKv,
 }
 
 impl Spaces {
@@ -399,6 +403,7 @@ impl SledStore {
             security: self.kv(SECURITY_TREE, true)?,
             policy: self.kv(POLICY_TREE, false)?,
             queues: self.kv(QUEUES_TREE, true)?,
+            archives: self.kv(ARCHIVES_TREE, true)?,
         })
     }
 

@@ -240,6 +240,7 @@ impl HaCluster {
                 format: String::new(),
                 filename: name.into(),
                 after_jobs: vec![],
+                working_dir: Vec::new(),
             }))
             .map(|r| r.into_inner().job_id)
     }

@@ -373,6 +373,7 @@ impl Cluster {
                 format: String::new(),
                 filename: name.into(),
                 after_jobs: Vec::new(),
+                working_dir: Vec::new(),
             }))
             .map(|r| r.into_inner().job_id)
     }

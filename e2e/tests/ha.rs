@@ -96,6 +96,7 @@ impl Submitter {
                             format: String::new(),
                             filename: format!("load-{n}.toml"),
                             after_jobs: vec![],
+                            working_dir: Vec::new(),
                         })
                         .await
                     });

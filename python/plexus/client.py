@@ -23,12 +23,14 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
 from . import _convert as convert
+from . import _working_dir
 from ._pb import pb, pb_grpc
 from ._progress import Bars
 from ._target import COORDINATOR_NAME, PathLike, Target, grpc_address, normalise_url
@@ -160,9 +162,43 @@ class Client:
         if isinstance(after, (str, Job)):
             after = (after,)
         after_ids = [a.id if isinstance(a, Job) else self.job(a).id for a in after]
-        request = pb.SubmitJobRequest(source=source, format=fmt, filename=name, after_jobs=after_ids)
+        base = Path(job).parent if isinstance(job, os.PathLike) or (isinstance(job, str) and not _is_text(job)) else None
+        upload = None
+        code = _working_dir.declared(source, fmt, base)
+        if code is not None:
+            upload = self.upload_working_dir(code[0], excludes=code[1])
+        request = pb.SubmitJobRequest(
+            source=source, format=fmt, filename=name, after_jobs=after_ids, working_dir=upload.digest if upload else b""
+        )
         response = self._unary("SubmitJob", request)
-        return Job(self, response.job_id, subtasks=response.subtasks)
+        submitted = Job(self, response.job_id, subtasks=response.subtasks)
+        submitted.working_dir = upload
+        return submitted
+
+    def upload_working_dir(self, directory: PathLike, *, excludes: Sequence[str] = ()) -> "WorkingDirUpload":
+        """Packs ``directory`` as a job's ``working_dir`` (``.gitignore`` and ``excludes``
+        honoured) and uploads it unless the coordinator holds it already; ``submit`` does this
+        for a job file that names a ``working_dir``. Raises ``ValueError`` naming
+        ``working_dir`` for a directory that cannot be packed or is over the coordinator's limit."""
+        packed = _working_dir.pack(Path(directory), excludes)
+        digest = _blake3(packed.data)
+        stat = self._unary("StatWorkingDir", pb.StatWorkingDirRequest(digest=digest))
+        sent = 0
+        if not stat.present:
+            if len(packed.data) > stat.limit_bytes:
+                raise _working_dir.WorkingDirError(
+                    f"working_dir: {directory} packs to {len(packed.data)} bytes, over the coordinator's limit of "
+                    f"{stat.limit_bytes} bytes; leave large files out with `excludes` or .gitignore"
+                )
+            chunk = 1 << 20
+            chunks = [
+                pb.WorkingDirChunk(
+                    digest=digest if i == 0 else b"", size=len(packed.data) if i == 0 else 0, data=packed.data[i : i + chunk]
+                )
+                for i in range(0, max(len(packed.data), 1), chunk)
+            ]
+            sent = self._unary("UploadWorkingDir", lambda: iter(chunks)).received_bytes
+        return WorkingDirUpload(digest=digest, size=len(packed.data), entries=packed.entries, uploaded=sent)
 
     def job(self, ref: str) -> "Job":
         """The job ``ref`` names: its id, a unique prefix of its id (with or without ``job-``), or
@@ -371,7 +407,10 @@ class Client:
         """``method`` on ``conn``: a unary call's answer, or a stream's call object. grpc raises
         ValueError for a channel closed under it: the client was closed meanwhile."""
         try:
-            return getattr(conn.stub, method)(request, metadata=self._metadata, timeout=timeout)
+            # A client stream is given as a function making its iterator: a call sent again (to
+            # the leader) sends it from its start.
+            payload = request() if callable(request) else request
+            return getattr(conn.stub, method)(payload, metadata=self._metadata, timeout=timeout)
         except ValueError:
             if self._closed:
                 raise PlexusError(CLOSED, grpc.StatusCode.CANCELLED, conn.url) from None
@@ -426,6 +465,8 @@ class Job:
         self.id = job_id
         #: The number of subtasks the coordinator expanded it into, when it was just submitted.
         self.subtasks = subtasks
+        #: What ``submit`` packed and uploaded of the job's ``working_dir`` (``None``: none).
+        self.working_dir: Optional[WorkingDirUpload] = None
 
     def __repr__(self) -> str:
         return f"Job({self.id!r})"
@@ -613,6 +654,26 @@ def _check_job_ref(ref: str) -> None:
 #: The coordinator's bound on a job file (``coordinator/src/rpc.rs``), checked here first so that
 #: a file too large gets the same words whatever its size.
 MAX_JOB_SOURCE = 16 << 20
+
+
+@dataclass(frozen=True)
+class WorkingDirUpload:
+    """A packed working dir: its BLAKE3 ``digest`` (32 bytes), archive ``size`` and ``entries``,
+    and the bytes ``uploaded`` (0 when the coordinator held it already)."""
+
+    digest: bytes
+    size: int
+    entries: int
+    uploaded: int
+
+
+def _blake3(data: bytes) -> bytes:
+    """BLAKE3 of ``data``: the ``blake3`` package, the coordinator's content address."""
+    try:
+        import blake3  # type: ignore[import-not-found]
+    except ImportError:
+        raise ConfigError("a working_dir needs the `blake3` package (pip install blake3), the coordinator's content hash") from None
+    return blake3.blake3(data).digest()
 
 
 def _job_source(job: JobSource, format: Optional[str], filename: Optional[str]) -> Tuple[str, str, str]:

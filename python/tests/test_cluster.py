@@ -365,3 +365,30 @@ def test_a_frozen_coordinator_fails_calls_instead_of_hanging(tmp_path: Path) -> 
         proc.send_signal(signal.SIGCONT)
         proc.kill()
         proc.wait()
+
+
+def test_a_working_dir_is_shipped_once_and_runs_read_only(client: plexus.Client, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "lib").mkdir(parents=True)
+    (project / "lib" / "data.txt").write_text("from python\n")
+    (project / ".gitignore").write_text("*.log\n")
+    (project / "debug.log").write_text("left out\n")
+    (project / "job.toml").write_text(
+        'working_dir = "."\n[[task]]\nname = "t"\nreplicas = 2\n'
+        'command = "cat lib/data.txt; ls debug.log 2>/dev/null; test -w lib/data.txt || echo read-only"\n'
+    )
+    first = client.submit(project / "job.toml")
+    assert first.working_dir is not None and first.working_dir.uploaded > 0
+    assert first.wait(timeout=WAIT).state == plexus.JobState.SUCCEEDED
+    # Read-only by its modes: a task as root (`plexus up` runs tasks as the worker's user) is not
+    # held by them, so the line is there only when the task runs as another user.
+    assert first.logs("t", 1).stdout_text in ("from python\n", "from python\nread-only\n")
+    again = client.submit(project / "job.toml")
+    assert again.working_dir is not None and again.working_dir.uploaded == 0
+    assert again.working_dir.digest == first.working_dir.digest
+    assert again.wait(timeout=WAIT).state == plexus.JobState.SUCCEEDED
+    with pytest.raises(ValueError, match="working_dir: .* is not a directory"):
+        client.submit({"working_dir": str(project / "job.toml"), "task": [{"name": "t", "command": "true"}]})
+    (project / "out").symlink_to("/etc")
+    with pytest.raises(ValueError, match="symlink to /etc, which leads outside"):
+        client.submit(project / "job.toml")

@@ -62,6 +62,10 @@ pub enum Error {
     #[error("no coordinator to ask")]
     NoCoordinator,
 
+    /// The job's working dir could not be fetched or unpacked (`digest`: its archive's).
+    #[error("working_dir {digest}: {reason}")]
+    WorkingDir { digest: String, reason: String },
+
     /// A `PushObject` request that names no rail to push to.
     #[error("PushObject needs the requester's rail addresses")]
     NoRequesterRails,
@@ -386,6 +390,7 @@ impl Error {
             | Error::Push { .. }
             | Error::Connect { .. }
             | Error::NoCoordinator
+            | Error::WorkingDir { .. }
             | Error::Reregister
             | Error::StreamClosed
             | Error::Communicator(_)

@@ -81,6 +81,11 @@ impl Layout {
         self.root.join("tmp")
     }
 
+    /// Jobs' working dirs, unpacked read-only, one per archive digest (`crate::working_dir`).
+    pub fn code_dir(&self) -> PathBuf {
+        self.root.join("code")
+    }
+
     pub fn work_root(&self) -> PathBuf {
         self.root.join("work")
     }

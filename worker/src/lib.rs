@@ -44,6 +44,7 @@ pub mod runner;
 pub mod session;
 pub mod shim;
 pub mod tuning;
+pub mod working_dir;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -442,9 +443,13 @@ fn prepare_data_dir(layout: &Layout) -> Result<()> {
         }
         std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
     }
+    // Working dirs unpacked by an earlier process are read-only trees; fetched again when needed.
+    working_dir::remove_tree(&layout.code_dir());
+    std::fs::create_dir_all(layout.code_dir()).map_err(Error::io("create", &layout.code_dir()))?;
     let modes = [
         (layout.root().to_path_buf(), 0o711),
         (layout.work_root(), 0o711),
+        (layout.code_dir(), 0o711),
         (layout.tls_dir(), 0o700),
         (layout.cache_dir(), 0o700),
         (layout.logs_root(), 0o700),

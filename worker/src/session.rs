@@ -370,6 +370,7 @@ impl Session {
             self.fence();
         }
         *registered = true;
+        self.runner.set_coordinator(client.clone(), self.worker_id);
         if !reply.rail_key.is_empty() {
             let key = plexus_dataplane::RailKey::from_bytes(&reply.rail_key)
                 .map_err(|e| Error::Config(format!("the coordinator sent an unusable rail key: {e}")))?;

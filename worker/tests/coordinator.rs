@@ -71,6 +71,16 @@ impl pb::worker_service_server::WorkerService for FakeService {
         Ok(Response::new(pb::HeartbeatResponse { reregister }))
     }
 
+    type FetchWorkingDirStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::WorkingDirChunk, Status>> + Send>>;
+
+    async fn fetch_working_dir(
+        &self,
+        _: Request<pb::FetchWorkingDirRequest>,
+    ) -> Result<Response<Self::FetchWorkingDirStream>, Status> {
+        Err(Status::not_found("this fake coordinator keeps no working dirs"))
+    }
+
     type AssignmentsStream =
         std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
 

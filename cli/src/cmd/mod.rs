@@ -17,6 +17,7 @@ pub mod token;
 pub mod up;
 pub mod watch;
 pub mod workers;
+pub mod working_dir;
 
 /// Runs one command against the coordinator `target` (`up` starts its own and ignores it).
 pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> {

@@ -1,5 +1,6 @@
-//! `plexus submit FILE [--set KEY=VALUE]... [--watch]`: sends a job file (with `--set`s applied,
-//! [`super::set`]) to the coordinator, prints the job id alone
+//! `plexus submit FILE [--set KEY=VALUE]... [--working-dir DIR] [--watch]`: sends a job file
+//! (with `--set`s applied, [`super::set`]; its `working_dir` packed and uploaded first,
+//! [`super::working_dir`]) to the coordinator, prints the job id alone
 //! on stdout (so `JOB=$(plexus submit job.toml)` works), and optionally follows the job.
 
 use std::path::Path;
@@ -14,10 +15,17 @@ use crate::{client, output};
 
 pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::Result<ExitCode> {
     let mut request = request_for(&args.file)?;
-    request.source = super::set::apply(&request.source, &request.format, &args.set)?;
+    let mut sets = args.set.clone();
+    if let Some(dir) = &args.working_dir {
+        sets.push(super::working_dir::override_for(dir)?);
+    }
+    request.source = super::set::apply(&request.source, &request.format, &sets)?;
     let mut client = client::connect(target).await?;
     for a in &args.after {
         request.after_jobs.push(client::resolve_job(&mut client, a).await?.to_string());
+    }
+    if let Some(d) = super::working_dir::declared(&request.source, &request.format, &args.file) {
+        request.working_dir = super::working_dir::upload(&mut client, &d).await?;
     }
     let response = client.submit_job(request).await?.into_inner();
     output::print(&format!("{}\n", response.job_id))?;
@@ -56,6 +64,7 @@ fn request_for(path: &Path) -> anyhow::Result<SubmitJobRequest> {
         format: format_of(path).to_string(),
         filename: path.display().to_string(),
         after_jobs: Vec::new(),
+        working_dir: Vec::new(),
     })
 }
 

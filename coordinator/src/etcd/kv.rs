@@ -15,7 +15,7 @@ impl Etcd {
     /// The namespaces of [`Spaces`], in `P/kv/…`.
     pub fn spaces(&self) -> Spaces {
         let kv = |name: &str| -> SharedKv { Arc::new(EtcdKv { etcd: self.clone(), space: name.to_string() }) };
-        Spaces { security: kv("security"), policy: kv("policy"), queues: kv("queues") }
+        Spaces { security: kv("security"), policy: kv("policy"), queues: kv("queues"), archives: kv("archives") }
     }
 }
 

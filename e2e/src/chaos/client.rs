@@ -126,6 +126,7 @@ impl Client {
             format: String::new(),
             filename: filename.into(),
             after_jobs: vec![],
+            working_dir: Vec::new(),
         };
         self.call(move |mut c| {
             let req = req.clone();

@@ -133,6 +133,8 @@ pub struct Assignment {
     pub checkpoint: Option<String>,
     /// The input (one of `inputs`) that is the subtask's latest kept checkpoint.
     pub resume: Option<ObjectId>,
+    /// The job's working dir: its archive's digest and size (set when it is dispatched).
+    pub working_dir: Option<(plexus_proto::Digest, u64)>,
 }
 
 impl Assignment {
@@ -158,6 +160,7 @@ impl Assignment {
             attempt,
             checkpoint: task.checkpoint.clone(),
             resume: None,
+            working_dir: None,
         }
         .sharing(task)
     }

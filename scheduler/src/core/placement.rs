@@ -714,6 +714,8 @@ impl Core {
         now: u64,
     ) {
         let claim = self.jobs[&job].claim(idx);
+        let code = self.jobs[&job].record.spec.working_dir.as_ref();
+        assignment.working_dir = code.and_then(|w| Some((w.digest?, w.size)));
         let planned = self.jobs[&job].subtasks[idx as usize].gpus.clone();
         let w = self.workers.get_mut(&wid).expect("candidate exists");
         // A sharing attempt joins one device with room for its memory: the one a gang's search

@@ -23,8 +23,9 @@ mod validate;
 
 pub use model::{
     CollectiveSpec, DEFAULT_GANG_TIMEOUT_MS, DEFAULT_QUEUE, DEFAULT_RETRY_BACKOFF_MS, ExchangeSpec, Format, GangSpec,
-    GpuProfile, InputRank, InputSpec, JobSpec, MAX_AFTER_JOBS, MAX_REPLICAS, MAX_RETRIES, MAX_RETRY_BACKOFF_MS,
-    MAX_SUBTASKS, OnFailure, Redistribution, Remap, TaskSpec, Work, retry_delay_ms,
+    GpuProfile, InputRank, InputSpec, JobSpec, MAX_AFTER_JOBS, MAX_EXCLUDE_LEN, MAX_EXCLUDES, MAX_REPLICAS,
+    MAX_RETRIES, MAX_RETRY_BACKOFF_MS, MAX_SUBTASKS, OnFailure, Redistribution, Remap, TaskSpec, Work, WorkingDir,
+    retry_delay_ms,
 };
 pub use parse::parse;
 

@@ -313,7 +313,30 @@ pub struct JobSpec {
     /// the file, or `plexus submit --after JOB`); if one fails or is cancelled, so is this one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_jobs: Vec<plexus_proto::JobId>,
+    /// The directory shipped with the job (`working_dir`, with its `excludes`): every command
+    /// attempt runs in it, unpacked read-only. Jobs stored before it existed read as none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<WorkingDir>,
 }
+
+/// A job's `working_dir`: the path and excludes as the file states them (the client's to pack),
+/// and the digest of the archive the client uploaded, which the coordinator sets at submit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkingDir {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excludes: Vec<String>,
+    /// BLAKE3 of the uploaded archive (`None` only between parsing and the coordinator's check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<plexus_proto::Digest>,
+    /// The archive's size in bytes.
+    #[serde(default)]
+    pub size: u64,
+}
+
+/// The most `excludes` a job may list, and the longest one.
+pub const MAX_EXCLUDES: usize = 1_000;
+pub const MAX_EXCLUDE_LEN: usize = 4_096;
 
 /// The most jobs one job may wait for.
 pub const MAX_AFTER_JOBS: usize = 64;

@@ -18,6 +18,10 @@ pub(super) struct RawJob {
     /// Constraints every task gets, below its own (a task's own test of a key wins).
     #[serde(default)]
     pub(super) constraints: BTreeMap<String, RawConstraint>,
+    /// The directory shipped with the job (relative to the job file), which the client packs
+    /// and uploads; and what of it is left out (gitignore-style globs).
+    pub(super) working_dir: Option<serde_json::Value>,
+    pub(super) excludes: Option<Vec<String>>,
     #[serde(alias = "tasks", default)]
     pub(super) task: Vec<RawTask>,
 }

@@ -652,3 +652,25 @@ fn sweeps_expand_into_replicas_and_bad_ones_are_refused() {
         assert!(e.contains(says) && e.contains("task \"train\""), "{extra}: {e}");
     }
 }
+
+#[test]
+fn working_dir_and_excludes_are_job_level_and_named_when_wrong() {
+    let task = "[[task]]\nname = \"t\"\ncommand = \"python main.py\"\n";
+    let s = parse(&format!("working_dir = \".\"\nexcludes = [\"data/\", \"*.log\"]\n{task}"), Format::Toml, "j.toml")
+        .unwrap();
+    let w = s.working_dir.unwrap();
+    assert_eq!(
+        (w.path.as_str(), w.excludes.as_slice(), w.digest),
+        (".", &["data/".to_string(), "*.log".into()][..], None)
+    );
+    assert!(parse(task, Format::Toml, "j.toml").unwrap().working_dir.is_none());
+    for (head, says) in [
+        ("working_dir = \"\"\n", "2: working_dir \"\": expected a directory path"),
+        ("working_dir = 3\n", "2: working_dir = 3: expected a directory path"),
+        ("excludes = [\"x\"]\n", "excludes: given without a working_dir"),
+        ("working_dir = \".\"\nexcludes = [\"\"]\n", "excludes: \"\" is not a pattern"),
+    ] {
+        let e = parse(&format!("name = \"j\"\n{head}{task}"), Format::Toml, "j.toml").unwrap_err().to_string();
+        assert!(e.contains(says), "{head}: {e}");
+    }
+}

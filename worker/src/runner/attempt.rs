@@ -26,12 +26,12 @@ impl Ctx {
             Ok(u) => (Some(u), None),
             Err(e) => (None, Some(e)),
         };
-        let dirs = WorkDirs::new(self.layout.work_dir(a), user.as_ref().and_then(TaskUser::uid));
+        let mut dirs = WorkDirs::new(self.layout.work_dir(a), user.as_ref().and_then(TaskUser::uid));
         let mut acct = Accounting::default();
         let mut pins = Vec::new();
         let outcome = match refused {
             Some(e) => Outcome::failed(e, 0, NO_EXIT_CODE),
-            None => self.execute(work, &dirs, cancel, &mut acct, &mut pins).await,
+            None => self.execute(work, &mut dirs, cancel, &mut acct, &mut pins).await,
         };
         let (out_log, err_log) = self.layout.log_files(a);
         let stdout_tail = tail_or_empty(&out_log, REPORT_TAIL_BYTES).await;
@@ -79,7 +79,7 @@ impl Ctx {
     async fn execute(
         &self,
         work: &Work,
-        dirs: &WorkDirs,
+        dirs: &mut WorkDirs,
         cancel: &CancellationToken,
         acct: &mut Accounting,
         pins: &mut Vec<Pin>,
@@ -107,6 +107,21 @@ impl Ctx {
                 warn!(attempt = %a, error = %e, "running without the checkpoint to resume from");
             }
         }
+        if work.collective.is_none()
+            && let Some((digest, size)) = work.working_dir
+        {
+            // The job's code, fetched once per digest on this worker; the command runs in it.
+            let got = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
+                r = self.working_dirs.get(digest, size) => r,
+            };
+            match got {
+                Ok(dir) => dirs.cwd = Some(dir),
+                Err(e) => return Outcome::failed(e, 0, NO_EXIT_CODE),
+            }
+        }
+        let dirs = &*dirs;
         if work.collective.is_none()
             && let Err(e) = hand_over(dirs)
         {

@@ -166,8 +166,9 @@ impl Ctx {
             frozen_limit_ms: self.lease.frozen_limit_ms(),
         };
         let mut env = task_env(work, &self.gpus, &dirs.input, &dirs.output);
+        env.extend(dirs.cwd.as_ref().map(|d| ("PLEXUS_WORKING_DIR".to_string(), d.display().to_string())));
         env.extend(account_env(work, &dirs.root, &dirs.tmp, dirs.uid));
-        Supervisor::start(program, &spec, dirs.root(), env, &WORKER_ONLY_ENV, logs)
+        Supervisor::start(program, &spec, dirs.cwd(), env, &WORKER_ONLY_ENV, logs)
             .await
             .map(Process::Supervised)
             .map_err(|source| Error::Spawn { program: work.argv[0].clone(), source })
@@ -186,9 +187,10 @@ impl Ctx {
         let program = &work.argv[0];
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&work.argv[1..])
-            .current_dir(dirs.root())
+            .current_dir(dirs.cwd())
             .envs(task_env(work, &self.gpus, &dirs.input, &dirs.output))
             .envs(account_env(work, &dirs.root, &dirs.tmp, dirs.uid))
+            .envs(dirs.cwd.as_ref().map(|d| ("PLEXUS_WORKING_DIR", d)))
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

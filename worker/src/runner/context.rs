@@ -48,6 +48,8 @@ pub(super) struct Ctx {
     pub(super) supervisor: Option<std::path::PathBuf>,
     /// The most bytes kept of each attempt's stdout, and of its stderr (`--log-cap`).
     pub(super) log_cap: u64,
+    /// Jobs' working dirs, fetched and unpacked once per archive.
+    pub(super) working_dirs: crate::working_dir::WorkingDirs,
 }
 
 /// An attempt's work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` and its `in/`, `out/` and
@@ -55,6 +57,8 @@ pub(super) struct Ctx {
 #[derive(Debug)]
 pub(super) struct WorkDirs {
     pub(super) root: PathBuf,
+    /// Where the command runs: the job's unpacked working dir, or else `root`.
+    pub(super) cwd: Option<PathBuf>,
     pub(super) input: PathBuf,
     pub(super) output: PathBuf,
     pub(super) tmp: PathBuf,
@@ -63,7 +67,12 @@ pub(super) struct WorkDirs {
 
 impl WorkDirs {
     pub(super) fn new(root: PathBuf, uid: Option<u32>) -> WorkDirs {
-        WorkDirs { input: root.join("in"), output: root.join("out"), tmp: root.join("tmp"), root, uid }
+        WorkDirs { input: root.join("in"), output: root.join("out"), tmp: root.join("tmp"), root, uid, cwd: None }
+    }
+
+    /// The command's working directory.
+    pub(super) fn cwd(&self) -> &Path {
+        self.cwd.as_deref().unwrap_or(&self.root)
     }
 
     /// Where an input lives under `in/`: `<task>/<rank>/<name>`.

@@ -101,7 +101,6 @@ impl Runner {
     ) -> Runner {
         Runner {
             ctx: Arc::new(Ctx {
-                layout,
                 cache,
                 attempts,
                 tracker,
@@ -115,6 +114,8 @@ impl Runner {
                 lease: Arc::new(crate::lease::Lease::unlimited()),
                 supervisor: None,
                 log_cap: crate::logs::DEFAULT_LOG_CAP,
+                working_dirs: crate::working_dir::WorkingDirs::new(layout.code_dir()),
+                layout,
             }),
         }
     }
@@ -170,6 +171,15 @@ impl Runner {
             None => tracing::error!("Runner::with_peer_tls called after the runner was shared; not applied"),
         }
         self
+    }
+
+    /// Fetches working dirs through `client` (the session's connection, as `worker`) from now on.
+    pub fn set_coordinator(
+        &self,
+        client: pb::worker_service_client::WorkerServiceClient<tonic::transport::Channel>,
+        worker: plexus_proto::WorkerId,
+    ) {
+        self.ctx.working_dirs.set_coordinator(client, worker);
     }
 
     /// Starts an assignment unless its attempt is already known. Never blocks: commands run in

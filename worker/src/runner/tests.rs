@@ -85,6 +85,7 @@ fn work(a: &AttemptRef, argv: Vec<String>) -> Work {
         params: Vec::new(),
         checkpoint: None,
         resume: None,
+        working_dir: None,
     }
 }
 

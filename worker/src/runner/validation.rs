@@ -41,6 +41,8 @@ pub struct Work {
     /// The subtask's checkpoint kept from an earlier attempt (not among `inputs`: an attempt
     /// that cannot fetch it runs without it).
     pub resume: Option<Input>,
+    /// The job's working dir: its archive's digest and size. A command runs in it.
+    pub working_dir: Option<(Digest, u64)>,
 }
 
 /// A command gang member's communicator: every member's rails, the gang's tag base, and the
@@ -220,6 +222,7 @@ impl Work {
             params,
             checkpoint,
             resume,
+            working_dir: Digest::from_field("working_dir", &a.working_dir)?.map(|d| (d, a.working_dir_size)),
         })
     }
 }

@@ -36,6 +36,7 @@ pub(crate) async fn burst(c: &mut Client, i: usize, size: usize) -> (f64, Vec<u6
             format: String::new(),
             filename: "noop.toml".into(),
             after_jobs: vec![],
+            working_dir: Vec::new(),
         })
         .await
         .expect("submitted")
@@ -79,6 +80,7 @@ async fn store_run(c: &mut Client) -> StoreRun {
                 format: String::new(),
                 filename: "one.toml".into(),
                 after_jobs: vec![],
+                working_dir: Vec::new(),
             })
             .await
             .expect("submitted")

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use plexus_proto::ids::{check_job_name, check_task_name};
 
-use super::model::{DEFAULT_QUEUE, JobSpec, MAX_AFTER_JOBS, MAX_SUBTASKS};
+use super::model::{DEFAULT_QUEUE, JobSpec, MAX_AFTER_JOBS, MAX_EXCLUDE_LEN, MAX_EXCLUDES, MAX_SUBTASKS, WorkingDir};
 use super::raw::RawJob;
 use crate::error::SpecError;
 use graph::{declared_replicas, find_cycle};
@@ -143,7 +143,39 @@ impl Validator<'_> {
                 after_jobs.push(id);
             }
         }
-        Ok(JobSpec { name, tasks, priority: raw.priority.unwrap_or(0), queue, after_jobs })
+        let working_dir = self.working_dir(raw.working_dir, raw.excludes)?;
+        Ok(JobSpec { name, tasks, priority: raw.priority.unwrap_or(0), queue, after_jobs, working_dir })
+    }
+
+    /// `working_dir` (a non-empty path) and `excludes` (only with it, bounded in number and
+    /// length). The directory itself is the client's to read; the coordinator sees its archive.
+    fn working_dir(
+        &self,
+        path: Option<serde_json::Value>,
+        excludes: Option<Vec<String>>,
+    ) -> Result<Option<WorkingDir>, SpecError> {
+        let excludes_err = |m: String| self.err(self.line_of_key("excludes"), format!("excludes: {m}"));
+        let Some(path) = path else {
+            return match excludes {
+                Some(_) => Err(excludes_err("given without a working_dir".into())),
+                None => Ok(None),
+            };
+        };
+        let line = self.line_of_key("working_dir");
+        let serde_json::Value::String(path) = path else {
+            return Err(self.err(line, format!("working_dir = {path}: expected a directory path (e.g. \".\")")));
+        };
+        if path.trim().is_empty() || path.contains('\0') || path.len() > MAX_EXCLUDE_LEN {
+            return Err(self.err(line, format!("working_dir {path:?}: expected a directory path (e.g. \".\")")));
+        }
+        let excludes = excludes.unwrap_or_default();
+        if excludes.len() > MAX_EXCLUDES {
+            return Err(excludes_err(format!("{} patterns; at most {MAX_EXCLUDES}", excludes.len())));
+        }
+        if let Some(bad) = excludes.iter().find(|e| e.is_empty() || e.len() > MAX_EXCLUDE_LEN || e.contains('\0')) {
+            return Err(excludes_err(format!("{bad:?} is not a pattern (1 to {MAX_EXCLUDE_LEN} bytes, no NUL)")));
+        }
+        Ok(Some(WorkingDir { path, excludes, digest: None, size: 0 }))
     }
 
     /// Line of the first top-level `key = …` (for job-level fields), if any.
