@@ -3,7 +3,7 @@ CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: all torch deps build release demo test test-unit bench-control bench-placement-live bench-chaos fmt clippy lint clean \
-        images compose-up compose-down compose-test ha-demo demo-allreduce demo-fanout python-client
+        images compose-up compose-down compose-test ha-demo demo-allreduce demo-fanout demo-sweep python-client
 
 all: build
 
@@ -40,6 +40,11 @@ demo: release
 # allreduce over the data plane -> evaluate), on 4 workers x 2 rails placed by the learned placer.
 demo-allreduce: release
 	bash scripts/demo.sh allreduce
+
+# A learning-rate sweep whose code ships with the job (examples/sweep/: working_dir, sweep, a
+# report of every replica's result) on 3 workers.
+demo-sweep: release
+	bash scripts/demo.sh sweep
 
 # The smaller example: examples/fanout.toml on 3 workers.
 demo-fanout: release

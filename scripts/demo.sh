@@ -7,11 +7,13 @@
 # Prints live progress, rank 0's per-step time and loss, the evaluation, and each worker's
 # traffic per rail; then stops the cluster. Needs the torch venv `make torch` installs.
 #
-#   scripts/demo.sh [train|allreduce|fanout]
+#   scripts/demo.sh [train|allreduce|fanout|sweep]
 #     allreduce: the allreduce pipeline (examples/train.toml: shard -> 4 training replicas, a
 #                gang -> the built-in allreduce of their gradients -> evaluate and check), placed
 #                by the learned placer (--placer rl), with `plexus explain` of a training subtask
 #     fanout:    the smaller fan-out/fan-in example on 3 workers
+#     sweep:     examples/sweep/ (a learning-rate sweep whose code ships with the job:
+#                working_dir, one replica per combination of `sweep`, a report) on 3 workers
 #   PLEXUS_BIN         where the binaries are (default target/release)
 #   PLEXUS_PYTHON      the python with torch for `train` (default: the venv of `make torch`)
 #   PLEXUS_DEMO_KEEP=1 keep the cluster (and its dashboard) running after the job, until Ctrl-C
@@ -27,8 +29,8 @@ step() { printf '\n== %s\n' "$*"; }
 case "$WHICH" in
   train) UP_ARGS=(--workers 4 --rails 127.0.0.2,127.0.0.3) ;;
   allreduce) UP_ARGS=(--workers 4 --rails 127.0.0.2,127.0.0.3 --placer rl) ;;
-  fanout) UP_ARGS=(--workers 3) ;;
-  *) echo "demo.sh: unknown demo '$WHICH' (train, allreduce or fanout)" >&2; exit 2 ;;
+  fanout|sweep) UP_ARGS=(--workers 3) ;;
+  *) echo "demo.sh: unknown demo '$WHICH' (train, allreduce, fanout or sweep)" >&2; exit 2 ;;
 esac
 
 if [ "$WHICH" = train ]; then
@@ -82,6 +84,23 @@ if [ "$WHICH" = fanout ]; then
   "$BIN/plexus" watch "$JOB"
   step "result (sum of 1..8000, from the 'sum' task's output)"
   "$BIN/plexus" logs "$JOB" sum
+  exit 0
+fi
+
+if [ "$WHICH" = sweep ]; then
+  step "plexus submit examples/sweep/sweep.toml (the code in examples/sweep/ ships with the job)"
+  JOB=$("$BIN/plexus" submit examples/sweep/sweep.toml)
+  echo "job $JOB"
+  "$BIN/plexus" watch "$JOB"
+  step "each replica's parameters (plexus status $JOB --subtasks)"
+  "$BIN/plexus" status "$JOB" --subtasks
+  step "the report (plexus logs $JOB report)"
+  "$BIN/plexus" logs "$JOB" report
+  grep -q '^best: ' <("$BIN/plexus" logs "$JOB" report) || { echo "demo: the report has no best result" >&2; exit 1; }
+  step "the same code again: nothing to upload (plexus submit says what it uploaded)"
+  AGAIN=$("$BIN/plexus" submit examples/sweep/sweep.toml --set task.train.sweep.lr=[0.05,0.5])
+  "$BIN/plexus" watch "$AGAIN"
+  "$BIN/plexus" logs "$AGAIN" report
   exit 0
 fi
 
