@@ -370,6 +370,8 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
         resume: a.resume.as_ref().map(ToString::to_string).unwrap_or_default(),
         working_dir: a.working_dir.map(|(d, _)| d.to_vec()).unwrap_or_default(),
         working_dir_size: a.working_dir.map(|(_, n)| n).unwrap_or_default(),
+        python: a.python.clone(),
+        image: a.image.clone().unwrap_or_default(),
         env: a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         collective: a.collective.as_ref().map(|c| pb::Collective {
             members: c.members.iter().map(|rails| pb::Member { rails: rails.clone() }).collect(),

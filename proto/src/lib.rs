@@ -24,6 +24,7 @@ pub mod domain;
 pub mod error;
 pub mod ids;
 pub mod rules;
+pub mod runtime_env;
 pub mod topology;
 
 /// Generated from `proto/plexus.proto`.

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Uni
 import grpc
 
 from . import _convert as convert
-from . import _working_dir
+from . import _requirements, _working_dir
 from ._pb import pb, pb_grpc
 from ._progress import Bars
 from ._target import COORDINATOR_NAME, PathLike, Target, grpc_address, normalise_url
@@ -164,6 +164,9 @@ class Client:
         after_ids = [a.id if isinstance(a, Job) else self.job(a).id for a in after]
         base = Path(job).parent if isinstance(job, os.PathLike) or (isinstance(job, str) and not _is_text(job)) else None
         upload = None
+        inlined = _requirements.inline(source, fmt, base)
+        if inlined is not None:
+            source, fmt = inlined, "json"
         code = _working_dir.declared(source, fmt, base)
         if code is not None:
             upload = self.upload_working_dir(code[0], excludes=code[1])

@@ -353,3 +353,28 @@ def test_a_certificate_of_another_cluster_blames_the_ca() -> None:
     assert isinstance(e, ConfigError)
     assert str(e).startswith("the coordinator at https://c:1 presented a certificate that the CA given did not sign ("), str(e)
     assert str(e).endswith("pass the ca.pem of that coordinator's cluster (ca= or PLEXUS_CA)")
+
+
+def test_a_requirements_file_is_put_in_the_job_as_json(tmp_path: Path) -> None:
+    from plexus import _requirements
+
+    (tmp_path / "req.txt").write_text("# pinned\nsix==1.16.0  # why\nrequests \\\n  >=2.31\n\n")
+    src = 'python = { requirements = "req.txt", pip = ["attrs"] }\n[[task]]\nname = "t"\ncommand = "x"\n'
+    out = json.loads(_requirements.inline(src, "toml", tmp_path))
+    assert out["python"] == {"requirements": ["six==1.16.0", "requests    >=2.31"], "pip": ["attrs"]}
+    per_task = {"task": [{"name": "t", "command": "x", "python": {"requirements": "req.txt"}}]}
+    out = json.loads(_requirements.inline(json.dumps(per_task), "json", tmp_path))
+    assert out["task"][0]["python"]["requirements"] == ["six==1.16.0", "requests    >=2.31"]
+    assert _requirements.inline('python = { pip = ["six"] }\n', "toml", tmp_path) is None, "nothing to inline"
+    assert _requirements.inline("not = = toml", "toml", tmp_path) is None, "left to the coordinator"
+
+    (tmp_path / "opts.txt").write_text("six\n-r other.txt\n")
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00")
+    for file, says in [
+        ("opts.txt", r"line 2: '-r other.txt': options"),
+        ("bin.txt", "not UTF-8 text"),
+        ("missing.txt", "is not a file"),
+    ]:
+        job = f'[[task]]\nname = "train"\ncommand = "x"\npython = {{ requirements = "{file}" }}\n'
+        with pytest.raises(ValueError, match=r"task 'train': python.requirements = '" + file + "': .*" + says):
+            _requirements.inline(job, "toml", tmp_path)

@@ -81,6 +81,17 @@ pub struct Args {
     #[arg(long, value_parser = parse_size, default_value = "1GiB")]
     pub cache: u64,
 
+    /// The interpreter that Python environments (`python = {...}` in a job file) are built
+    /// with. Tasks under uids of their own must be able to run it (not one under a /root that
+    /// others cannot search).
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+
+    /// Bound of the Python environments kept on this node, all together, e.g. 8GiB: past it the
+    /// least recently used ones that no attempt holds are removed.
+    #[arg(long, value_parser = parse_size, default_value = "8GiB")]
+    pub python_envs: u64,
+
     /// Where the PeerService gRPC server binds.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
@@ -204,6 +215,9 @@ pub struct Config {
     pub memory: u64,
     /// Bound of the object cache, in bytes.
     pub cache_bytes: u64,
+    /// The interpreter Python environments are built with, and their bound in bytes.
+    pub python: String,
+    pub python_envs_bytes: u64,
     /// Where the PeerService server binds.
     pub listen: SocketAddr,
     /// Where `/metrics` is served; `None`: nowhere.
@@ -258,6 +272,8 @@ impl Config {
             log_cap: crate::logs::DEFAULT_LOG_CAP,
             memory: node::total_memory().unwrap_or(0),
             cache_bytes: DEFAULT_CACHE_BYTES,
+            python: "python3".into(),
+            python_envs_bytes: crate::python_env::DEFAULT_MAX_BYTES,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             metrics: None,
             advertise: None,
@@ -362,6 +378,8 @@ impl Args {
             log_cap: self.log_cap,
             memory,
             cache_bytes: self.cache,
+            python: self.python,
+            python_envs_bytes: self.python_envs,
             listen: self.listen,
             metrics: self.metrics.0,
             advertise,

@@ -66,6 +66,10 @@ pub enum Error {
     #[error("working_dir {digest}: {reason}")]
     WorkingDir { digest: String, reason: String },
 
+    /// The task's Python environment could not be built (the installer's own words).
+    #[error("python environment: {reason}")]
+    PythonEnv { reason: String },
+
     /// A `PushObject` request that names no rail to push to.
     #[error("PushObject needs the requester's rail addresses")]
     NoRequesterRails,
@@ -391,6 +395,7 @@ impl Error {
             | Error::Connect { .. }
             | Error::NoCoordinator
             | Error::WorkingDir { .. }
+            | Error::PythonEnv { .. }
             | Error::Reregister
             | Error::StreamClosed
             | Error::Communicator(_)

@@ -86,6 +86,11 @@ impl Layout {
         self.root.join("code")
     }
 
+    /// Python environments, one per requirements list and interpreter (`crate::python_env`).
+    pub fn envs_dir(&self) -> PathBuf {
+        self.root.join("envs")
+    }
+
     pub fn work_root(&self) -> PathBuf {
         self.root.join("work")
     }

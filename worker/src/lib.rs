@@ -40,6 +40,7 @@ pub mod logs;
 pub mod metrics;
 pub mod node;
 pub mod peer;
+pub mod python_env;
 pub mod runner;
 pub mod session;
 pub mod shim;
@@ -206,6 +207,13 @@ impl Worker {
         let attempts = Attempts::new(shutdown.child_token());
         let lease = Arc::new(lease::Lease::new());
         let attempt_tasks = TaskTracker::new();
+        let python_envs = python_env::PythonEnvs::new(
+            layout.envs_dir(),
+            config.python.clone(),
+            config.python_envs_bytes,
+            users.uid_range().is_some(),
+        );
+        python_envs.recover()?;
         let runner = Runner::new(
             layout.clone(),
             cache.clone(),
@@ -219,7 +227,8 @@ impl Worker {
         .with_counters(Arc::clone(&counters))
         .with_task_users(users)
         .with_lease(Arc::clone(&lease), config.supervisor.clone())
-        .with_log_cap(config.log_cap);
+        .with_log_cap(config.log_cap)
+        .with_python_envs(python_envs);
         let sources =
             metrics::Sources { counters, rails: Arc::clone(&rails), cache: cache.clone(), gpus: Arc::clone(&gpus) };
         let metrics_addr = serve_metrics(config.metrics, sources, &shutdown).await;

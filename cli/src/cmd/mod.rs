@@ -10,6 +10,7 @@ pub mod cancel;
 pub mod explain;
 pub mod get;
 pub mod logs;
+pub mod requirements;
 pub mod set;
 pub mod status;
 pub mod submit;

@@ -1,5 +1,6 @@
 //! `plexus submit FILE [--set KEY=VALUE]... [--working-dir DIR] [--watch]`: sends a job file
-//! (with `--set`s applied, [`super::set`]; its `working_dir` packed and uploaded first,
+//! (with `--set`s applied, [`super::set`]; a `python.requirements` file's lines put in its
+//! place, [`super::requirements`]; its `working_dir` packed and uploaded first,
 //! [`super::working_dir`]) to the coordinator, prints the job id alone
 //! on stdout (so `JOB=$(plexus submit job.toml)` works), and optionally follows the job.
 
@@ -20,6 +21,7 @@ pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::R
         sets.push(super::working_dir::override_for(dir)?);
     }
     request.source = super::set::apply(&request.source, &request.format, &sets)?;
+    request.source = super::requirements::inline(&request.source, &request.format, &args.file)?;
     let mut client = client::connect(target).await?;
     for a in &args.after {
         request.after_jobs.push(client::resolve_job(&mut client, a).await?.to_string());

@@ -135,6 +135,10 @@ pub struct Assignment {
     pub resume: Option<ObjectId>,
     /// The job's working dir: its archive's digest and size (set when it is dispatched).
     pub working_dir: Option<(plexus_proto::Digest, u64)>,
+    /// The requirements of the Python environment the command runs with (empty: none).
+    pub python: Vec<String>,
+    /// The container image the command runs in.
+    pub image: Option<String>,
 }
 
 impl Assignment {
@@ -161,6 +165,8 @@ impl Assignment {
             checkpoint: task.checkpoint.clone(),
             resume: None,
             working_dir: None,
+            python: task.python.as_ref().map(|p| p.packages.clone()).unwrap_or_default(),
+            image: task.image.clone(),
         }
         .sharing(task)
     }

@@ -173,6 +173,22 @@ pub struct TaskSpec {
     /// subtask's next attempt (wherever it runs) gets it at `$PLEXUS_RESUME_FROM`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// The Python environment the command runs with (`python = {...}`, the task's or else the
+    /// job's): the worker builds it once per node and puts it first on `PATH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<PythonEnv>,
+    /// The container image the command runs in (`image = "name:tag"`, the task's or else the
+    /// job's); placed only on workers with a container runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// A task's Python environment: its requirements, in order (a `requirements` file's lines, read
+/// by the client at submit, then `pip`'s), each checked by
+/// [`plexus_proto::runtime_env::check_requirement`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PythonEnv {
+    pub packages: Vec<String>,
 }
 
 /// A GPU task's own description of its GPU use.

@@ -22,6 +22,10 @@ pub(super) struct RawJob {
     /// and uploads; and what of it is left out (gitignore-style globs).
     pub(super) working_dir: Option<serde_json::Value>,
     pub(super) excludes: Option<Vec<String>>,
+    /// The Python environment (`python = { pip = [..] }`) and container image every task runs
+    /// with unless it names its own.
+    pub(super) python: Option<serde_json::Value>,
+    pub(super) image: Option<serde_json::Value>,
     #[serde(alias = "tasks", default)]
     pub(super) task: Vec<RawTask>,
 }
@@ -72,6 +76,8 @@ pub(super) struct RawTask {
     pub(super) sweep: Option<BTreeMap<String, serde_json::Value>>,
     pub(super) sweep_mode: Option<String>,
     pub(super) checkpoint: Option<String>,
+    pub(super) python: Option<serde_json::Value>,
+    pub(super) image: Option<serde_json::Value>,
 }
 
 /// One of `constraints = { key = "v" | "!=v" | true | false }`; anything else is kept as

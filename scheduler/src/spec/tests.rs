@@ -674,3 +674,47 @@ fn working_dir_and_excludes_are_job_level_and_named_when_wrong() {
         assert!(e.contains(says), "{head}: {e}");
     }
 }
+
+#[test]
+fn python_and_image_are_the_tasks_or_else_the_jobs() {
+    let src = "python = { requirements = [\"six==1.16.0\"], pip = [\"tomli\"] }\nimage = \"python:3.11-slim\"\n\
+               [[task]]\nname = \"a\"\ncommand = \"python a.py\"\n\
+               [[task]]\nname = \"b\"\ncommand = \"python b.py\"\npython = { pip = [\"attrs>=23\"] }\nimage = \"plexus/worker:debug\"\n\
+               [[task]]\nname = \"n\"\nkind = \"noop\"\n";
+    let s = parse(src, Format::Toml, "j.toml").unwrap();
+    let (a, b, n) = (&s.tasks[0], &s.tasks[1], &s.tasks[2]);
+    assert_eq!(a.python.as_ref().unwrap().packages, ["six==1.16.0", "tomli"], "the file's lines, then pip");
+    assert_eq!(a.image.as_deref(), Some("python:3.11-slim"));
+    assert_eq!(b.python.as_ref().unwrap().packages, ["attrs>=23"], "a task's own wins");
+    assert_eq!(b.image.as_deref(), Some("plexus/worker:debug"));
+    assert_eq!((&n.python, &n.image), (&None, &None), "a built-in kind takes neither from the job");
+    let plain = parse("[[task]]\nname = \"t\"\ncommand = \"x\"\n", Format::Toml, "j.toml").unwrap();
+    assert_eq!((&plain.tasks[0].python, &plain.tasks[0].image), (&None, &None));
+}
+
+#[test]
+fn bad_python_and_image_values_are_named() {
+    let task = "[[task]]\nname = \"t\"\ncommand = \"x\"\n";
+    for (head, says) in [
+        ("python = \"3.11\"\n", "1: python = \"3.11\": expected a table"),
+        (
+            "python = { requirements = \"req.txt\" }\n",
+            "python.requirements = \"req.txt\": a file that the client reads",
+        ),
+        ("python = { pip = [\"-e .\"] }\n", "python: requirement [0] = \"-e .\": options"),
+        ("python = { pip = [\"six\", \"import os\"] }\n", "python: requirement [1] = \"import os\""),
+        ("python = { pip = [3] }\n", "python.pip: 3 is not a requirement string"),
+        ("python = { pip = [] }\n", "python lists no requirement"),
+        ("python = { conda = [\"x\"] }\n", "python.conda: not a field of python"),
+        ("image = \"--privileged\"\n", "1: image \"--privileged\": "),
+        ("image = \"Ubuntu\"\n", "image \"Ubuntu\": \"Ubuntu\" is not a name component"),
+        ("image = 3\n", "image = 3: expected an image name"),
+    ] {
+        let e = parse(&format!("{head}{task}"), Format::Toml, "j.toml").unwrap_err().to_string();
+        assert!(e.contains(says), "{head}: {e}");
+    }
+    let e = parse("[[task]]\nname = \"n\"\nkind = \"noop\"\nimage = \"busybox\"\n", Format::Toml, "j.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("task \"n\": `python` and `image` are for command tasks"), "{e}");
+}

@@ -121,6 +121,19 @@ impl Ctx {
                 Err(e) => return Outcome::failed(e, 0, NO_EXIT_CODE),
             }
         }
+        if work.collective.is_none() && !work.python.is_empty() {
+            // The task's Python environment, built once per node; a build that fails fails the
+            // attempt here, with the installer's words, before the command runs.
+            let got = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
+                r = self.python_envs.get(&work.python) => r,
+            };
+            match got {
+                Ok(held) => dirs.python = Some(held),
+                Err(e) => return Outcome::failed(e, 0, NO_EXIT_CODE),
+            }
+        }
         let dirs = &*dirs;
         if work.collective.is_none()
             && let Err(e) = hand_over(dirs)

@@ -20,7 +20,7 @@ use crate::lease::{Lease, boot_ms};
 use crate::shim::{Spec, Supervisor};
 
 use super::context::{Ctx, NO_EXIT_CODE, Outcome, WorkDirs};
-use super::environment::{WORKER_ONLY_ENV, account_env, task_env};
+use super::environment::{WORKER_ONLY_ENV, account_env, code_env, task_env};
 use super::validation::Work;
 
 /// How a command's process ended.
@@ -166,7 +166,7 @@ impl Ctx {
             frozen_limit_ms: self.lease.frozen_limit_ms(),
         };
         let mut env = task_env(work, &self.gpus, &dirs.input, &dirs.output);
-        env.extend(dirs.cwd.as_ref().map(|d| ("PLEXUS_WORKING_DIR".to_string(), d.display().to_string())));
+        env.extend(code_env(work, dirs.cwd.as_deref(), dirs.python.as_ref().map(|p| p.dir.as_path())));
         env.extend(account_env(work, &dirs.root, &dirs.tmp, dirs.uid));
         Supervisor::start(program, &spec, dirs.cwd(), env, &WORKER_ONLY_ENV, logs)
             .await
@@ -190,7 +190,7 @@ impl Ctx {
             .current_dir(dirs.cwd())
             .envs(task_env(work, &self.gpus, &dirs.input, &dirs.output))
             .envs(account_env(work, &dirs.root, &dirs.tmp, dirs.uid))
-            .envs(dirs.cwd.as_ref().map(|d| ("PLEXUS_WORKING_DIR", d)))
+            .envs(code_env(work, dirs.cwd.as_deref(), dirs.python.as_ref().map(|p| p.dir.as_path())))
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

@@ -50,6 +50,8 @@ pub(super) struct Ctx {
     pub(super) log_cap: u64,
     /// Jobs' working dirs, fetched and unpacked once per archive.
     pub(super) working_dirs: crate::working_dir::WorkingDirs,
+    /// Python environments, built once per requirements list.
+    pub(super) python_envs: crate::python_env::PythonEnvs,
 }
 
 /// An attempt's work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` and its `in/`, `out/` and
@@ -63,11 +65,21 @@ pub(super) struct WorkDirs {
     pub(super) output: PathBuf,
     pub(super) tmp: PathBuf,
     pub(super) uid: Option<u32>,
+    /// The Python environment the command runs with, held (not evicted) until the attempt ends.
+    pub(super) python: Option<crate::python_env::Held>,
 }
 
 impl WorkDirs {
     pub(super) fn new(root: PathBuf, uid: Option<u32>) -> WorkDirs {
-        WorkDirs { input: root.join("in"), output: root.join("out"), tmp: root.join("tmp"), root, uid, cwd: None }
+        WorkDirs {
+            input: root.join("in"),
+            output: root.join("out"),
+            tmp: root.join("tmp"),
+            root,
+            uid,
+            cwd: None,
+            python: None,
+        }
     }
 
     /// The command's working directory.

@@ -94,6 +94,22 @@ pub fn task_env(work: &Work, gpus: &NodeGpus, in_dir: &Path, out_dir: &Path) -> 
     env
 }
 
+/// The variables of the job's code: `PLEXUS_WORKING_DIR` (its unpacked working dir, `cwd`) and,
+/// with a Python environment `python`, its `bin/` first on `PATH` (the job's `PATH` when its
+/// `env` sets one, else the worker's) and `VIRTUAL_ENV`.
+pub fn code_env(work: &Work, cwd: Option<&Path>, python: Option<&Path>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> =
+        cwd.map(|d| ("PLEXUS_WORKING_DIR".to_string(), d.display().to_string())).into_iter().collect();
+    if let Some(dir) = python {
+        let path = match work.env.iter().find(|(k, _)| k == "PATH") {
+            Some((_, p)) => p.clone(),
+            None => std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+        };
+        env.extend(crate::python_env::env_vars(dir, &path));
+    }
+    env
+}
+
 /// Variables of the worker's own environment that its tasks do not inherit: the join token
 /// buys a worker certificate.
 pub const WORKER_ONLY_ENV: [&str; 2] = ["PLEXUS_JOIN_TOKEN", "PLEXUS_JOIN_TOKEN_FILE"];

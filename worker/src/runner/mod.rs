@@ -115,6 +115,12 @@ impl Runner {
                 supervisor: None,
                 log_cap: crate::logs::DEFAULT_LOG_CAP,
                 working_dirs: crate::working_dir::WorkingDirs::new(layout.code_dir()),
+                python_envs: crate::python_env::PythonEnvs::new(
+                    layout.envs_dir(),
+                    "python3".into(),
+                    crate::python_env::DEFAULT_MAX_BYTES,
+                    false,
+                ),
                 layout,
             }),
         }
@@ -157,6 +163,15 @@ impl Runner {
     }
 
     /// Keeps each attempt's stdout and stderr within `cap` bytes (`--log-cap`).
+    /// The same runner building Python environments with `envs`. Call before any assignment.
+    pub fn with_python_envs(mut self, envs: crate::python_env::PythonEnvs) -> Runner {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.python_envs = envs,
+            None => tracing::error!("Runner::with_python_envs called after the runner was shared; not applied"),
+        }
+        self
+    }
+
     pub fn with_log_cap(mut self, cap: u64) -> Runner {
         match Arc::get_mut(&mut self.ctx) {
             Some(ctx) => ctx.log_cap = cap,

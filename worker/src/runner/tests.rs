@@ -86,6 +86,8 @@ fn work(a: &AttemptRef, argv: Vec<String>) -> Work {
         checkpoint: None,
         resume: None,
         working_dir: None,
+        python: Vec::new(),
+        image: None,
     }
 }
 

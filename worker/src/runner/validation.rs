@@ -43,6 +43,10 @@ pub struct Work {
     pub resume: Option<Input>,
     /// The job's working dir: its archive's digest and size. A command runs in it.
     pub working_dir: Option<(Digest, u64)>,
+    /// The requirements of the Python environment a command runs with (empty: none).
+    pub python: Vec<String>,
+    /// The container image a command runs in.
+    pub image: Option<String>,
 }
 
 /// A command gang member's communicator: every member's rails, the gang's tag base, and the
@@ -206,6 +210,17 @@ impl Work {
         if let Some(i) = a.gpus.iter().enumerate().find_map(|(n, g)| a.gpus[..n].contains(g).then_some(*g)) {
             return invalid(format!("GPU {i} is given twice"));
         }
+        // Checked again here: these reach pip and the container runtime as arguments.
+        plexus_proto::runtime_env::check_requirements(&a.python)
+            .map_err(|e| Error::InvalidAssignment(format!("python{e}")))?;
+        let image = (!a.image.is_empty()).then_some(a.image);
+        if let Some(i) = &image {
+            plexus_proto::runtime_env::check_image(i)
+                .map_err(|e| Error::InvalidAssignment(format!("image {i:?}: {e}")))?;
+        }
+        if collective.is_some() && (image.is_some() || !a.python.is_empty()) {
+            return invalid("a built-in collective runs no command: it takes no python or image".into());
+        }
         Ok(Work {
             attempt,
             replicas: a.replicas,
@@ -223,6 +238,8 @@ impl Work {
             checkpoint,
             resume,
             working_dir: Digest::from_field("working_dir", &a.working_dir)?.map(|d| (d, a.working_dir_size)),
+            python: a.python,
+            image,
         })
     }
 }

@@ -7,6 +7,7 @@ mod collective;
 mod constraints;
 mod gang;
 mod graph;
+mod runtime;
 mod sweep;
 mod task;
 
@@ -104,6 +105,7 @@ impl Validator<'_> {
         for t in &raw.task {
             let mut task = self.task(t, &outputs_of, &replicas_of)?;
             task.constraints = self.constraints(t, &raw.constraints)?;
+            (task.python, task.image) = self.runtime(t, &task.work, (&raw.python, &raw.image))?;
             total += task.replicas as u64;
             if total > MAX_SUBTASKS {
                 return Err(self

@@ -109,6 +109,8 @@ impl Validator<'_> {
             constraints: Vec::new(),
             sweep,
             checkpoint: t.checkpoint.clone(),
+            python: None,
+            image: None,
         })
     }
 

@@ -1,0 +1,109 @@
+//! What a command runs with: `python = { pip = [..], requirements = [..] }` (a Python environment
+//! the worker builds) and `image = "name:tag"` (a container it runs in), the task's own or else
+//! the job's. A `requirements = "file"` is the client's to read: `plexus submit` and the Python
+//! client put the file's lines in its place before the job reaches the coordinator.
+
+use plexus_proto::runtime_env::{check_image, check_requirements};
+use serde_json::Value;
+
+use super::Validator;
+use crate::error::SpecError;
+use crate::spec::model::{PythonEnv, Work};
+use crate::spec::raw::RawTask;
+
+/// Where a `python` or `image` value came from: the job (top level) or a task.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    Job,
+    Task(&'a RawTask),
+}
+
+impl Validator<'_> {
+    /// The task's Python environment and image: its own, else the job's (which only command
+    /// tasks take). Both are checked wherever they are written, even where unused.
+    pub(super) fn runtime(
+        &self,
+        t: &RawTask,
+        work: &Work,
+        job: (&Option<Value>, &Option<Value>),
+    ) -> Result<(Option<PythonEnv>, Option<String>), SpecError> {
+        let job_python = job.0.as_ref().map(|v| self.python(Scope::Job, v)).transpose()?;
+        let job_image = job.1.as_ref().map(|v| self.image(Scope::Job, v)).transpose()?;
+        let own_python = t.python.as_ref().map(|v| self.python(Scope::Task(t), v)).transpose()?;
+        let own_image = t.image.as_ref().map(|v| self.image(Scope::Task(t), v)).transpose()?;
+        if !matches!(work, Work::Command(_)) {
+            if own_python.is_some() || own_image.is_some() {
+                return Err(
+                    self.at(t, "`python` and `image` are for command tasks (a built-in kind runs no command)".into())
+                );
+            }
+            return Ok((None, None));
+        }
+        Ok((own_python.or(job_python), own_image.or(job_image)))
+    }
+
+    fn bad(&self, scope: Scope<'_>, key: &str, msg: String) -> SpecError {
+        match scope {
+            Scope::Job => self.err(self.line_of_key(key), format!("{key}{msg}")),
+            Scope::Task(t) => self.at(t, format!("{key}{msg}")),
+        }
+    }
+
+    fn python(&self, scope: Scope<'_>, v: &Value) -> Result<PythonEnv, SpecError> {
+        let bad = |msg: String| self.bad(scope, "python", msg);
+        let Value::Object(table) = v else {
+            return Err(bad(format!(
+                " = {}: expected a table, e.g. python = {{ requirements = \"requirements.txt\" }} or {{ pip = [\"six==1.16.0\"] }}",
+                shown(v)
+            )));
+        };
+        let (mut file, mut pip) = (Vec::new(), Vec::new());
+        for (key, value) in table {
+            let into = match key.as_str() {
+                "requirements" => &mut file,
+                "pip" => &mut pip,
+                other => {
+                    let k: String = other.chars().take(64).collect();
+                    return Err(bad(format!(".{k}: not a field of python (requirements, pip)")));
+                }
+            };
+            match value {
+                Value::String(f) if key == "requirements" => {
+                    return Err(bad(format!(
+                        ".requirements = {f:?}: a file that the client reads at submit; submit the job with `plexus submit` or the Python client, which send its lines"
+                    )));
+                }
+                Value::Array(items) => {
+                    for item in items {
+                        match item {
+                            Value::String(s) => into.push(s.clone()),
+                            other => return Err(bad(format!(".{key}: {} is not a requirement string", shown(other)))),
+                        }
+                    }
+                }
+                other => return Err(bad(format!(".{key} = {}: expected a list of requirements", shown(other)))),
+            }
+        }
+        // The file's lines first, as the client put them there; `pip` adds to them.
+        let mut packages = file;
+        packages.append(&mut pip);
+        if packages.is_empty() {
+            return Err(bad(" lists no requirement: name a requirements file or pip packages".into()));
+        }
+        check_requirements(&packages).map_err(|e| bad(format!(": requirement {e}")))?;
+        Ok(PythonEnv { packages })
+    }
+
+    fn image(&self, scope: Scope<'_>, v: &Value) -> Result<String, SpecError> {
+        let bad = |msg: String| self.bad(scope, "image", msg);
+        let Value::String(image) = v else {
+            return Err(bad(format!(" = {}: expected an image name, e.g. \"python:3.11-slim\"", shown(v))));
+        };
+        check_image(image).map_err(|why| bad(format!(" {:?}: {why}", image.chars().take(80).collect::<String>())))?;
+        Ok(image.clone())
+    }
+}
+
+fn shown(v: &Value) -> String {
+    v.to_string().chars().take(64).collect()
+}
