@@ -262,10 +262,14 @@ fn tail(b: &[u8]) -> String {
 
 pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
     let state = pc::subtask_state("state", r.state)?;
-    if !matches!(
-        state,
-        SubtaskState::Running | SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled
-    ) {
+    // ASSIGNED only says what the attempt does before it runs (`stage`).
+    let staged = state == SubtaskState::Assigned && !r.stage.is_empty();
+    if !staged
+        && !matches!(
+            state,
+            SubtaskState::Running | SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled
+        )
+    {
         return Err(ConvertError::Invalid {
             field: "state",
             reason: format!("a worker cannot report {}", state.as_str()),
@@ -311,6 +315,7 @@ pub fn report(r: &pb::TaskReport) -> Result<Report, ConvertError> {
             Some(pc::object_id("unfetched_input", &r.unfetched_input)?)
         },
         checkpoint,
+        stage: r.stage.chars().take(200).collect(),
     })
 }
 
@@ -515,6 +520,7 @@ fn subtask_status(job: plexus_proto::JobId, s: &crate::view::SubtaskView) -> pb:
         reruns: s.reruns,
         unfetched_requeues: s.unfetched_requeues,
         params: s.params.iter().cloned().collect(),
+        stage: s.stage.clone(),
     }
 }
 

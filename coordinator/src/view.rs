@@ -104,6 +104,8 @@ pub struct SubtaskView {
     pub unfetched_requeues: u32,
     /// Its sweep parameters (key, value), key order; empty without a sweep.
     pub params: Vec<(String, String)>,
+    /// What the current attempt is doing before it runs, as its worker reported.
+    pub stage: String,
 }
 
 impl JobView {
@@ -134,6 +136,7 @@ impl JobView {
                 .iter()
                 .map(|s| SubtaskView {
                     params: sweeps.get(s.task.as_str()).map(|sw| sw.params(s.rank)).unwrap_or_default(),
+                    stage: s.stage.clone(),
                     task: s.task.clone(),
                     rank: s.rank,
                     state: s.state,

@@ -4,6 +4,10 @@
 //! fail these checks, naming the field; the worker checks again before it hands them to pip or
 //! to a container runtime, so that nothing from the network reaches either as an option.
 
+/// The label a worker with a container runtime carries (`container-runtime=docker` or
+/// `=podman`), set by the worker itself: a task with an `image` is placed only where it is.
+pub const RUNTIME_LABEL: &str = "container-runtime";
+
 /// The most requirements one task's environment lists, and the longest one.
 pub const MAX_REQUIREMENTS: usize = 256;
 pub const MAX_REQUIREMENT_LEN: usize = 512;

@@ -92,6 +92,12 @@ pub struct Args {
     #[arg(long, value_parser = parse_size, default_value = "8GiB")]
     pub python_envs: u64,
 
+    /// The container runtime that runs tasks with an `image`: auto (Docker if its daemon
+    /// answers, else Podman, else none), docker, podman or none. A worker with one carries the
+    /// label container-runtime=docker (or podman).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub container_runtime: crate::container::RuntimeChoice,
+
     /// Where the PeerService gRPC server binds.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
@@ -218,6 +224,8 @@ pub struct Config {
     /// The interpreter Python environments are built with, and their bound in bytes.
     pub python: String,
     pub python_envs_bytes: u64,
+    /// Which container runtime runs `image` tasks.
+    pub container_runtime: crate::container::RuntimeChoice,
     /// Where the PeerService server binds.
     pub listen: SocketAddr,
     /// Where `/metrics` is served; `None`: nowhere.
@@ -274,6 +282,7 @@ impl Config {
             cache_bytes: DEFAULT_CACHE_BYTES,
             python: "python3".into(),
             python_envs_bytes: crate::python_env::DEFAULT_MAX_BYTES,
+            container_runtime: crate::container::RuntimeChoice::Auto,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             metrics: None,
             advertise: None,
@@ -355,6 +364,11 @@ impl Args {
         let mut labels = BTreeMap::new();
         for label in &self.labels {
             let (key, value) = parse_label(label).map_err(|e| Error::Config(format!("--label: {e}")))?;
+            if key == crate::container::RUNTIME_LABEL {
+                return Err(Error::Config(format!(
+                    "--label {key}: set by the worker itself from the runtime it finds (--container-runtime)"
+                )));
+            }
             if labels.contains_key(&key) {
                 return Err(Error::Config(format!("--label {key} is given twice")));
             }
@@ -380,6 +394,7 @@ impl Args {
             cache_bytes: self.cache,
             python: self.python,
             python_envs_bytes: self.python_envs,
+            container_runtime: self.container_runtime,
             listen: self.listen,
             metrics: self.metrics.0,
             advertise,

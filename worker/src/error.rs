@@ -66,6 +66,10 @@ pub enum Error {
     #[error("working_dir {digest}: {reason}")]
     WorkingDir { digest: String, reason: String },
 
+    /// The task's image is not on this worker and could not be pulled, or there is no runtime.
+    #[error("image {image:?}: {reason}")]
+    Image { image: String, reason: String },
+
     /// The task's Python environment could not be built (the installer's own words).
     #[error("python environment: {reason}")]
     PythonEnv { reason: String },
@@ -396,6 +400,7 @@ impl Error {
             | Error::NoCoordinator
             | Error::WorkingDir { .. }
             | Error::PythonEnv { .. }
+            | Error::Image { .. }
             | Error::Reregister
             | Error::StreamClosed
             | Error::Communicator(_)

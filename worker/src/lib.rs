@@ -29,6 +29,7 @@
 pub mod attempts;
 pub mod cache;
 pub mod config;
+pub mod container;
 pub mod credentials;
 pub mod error;
 pub mod exchange;
@@ -180,13 +181,19 @@ impl Worker {
         };
         let rails = bind_rails(&config, credentials.is_some()).await?;
         let gpus_found = NodeGpusFound::detect(&config).await?;
-        let capacity = node_capacity(&config, &gpus_found, &rails, &isolation);
+        let containers = container::Containers::detect(config.container_runtime, &worker_id.to_string()).await?;
+        let mut capacity = node_capacity(&config, &gpus_found, &rails, &isolation);
+        if let Some(c) = &containers {
+            capacity.labels.insert(container::RUNTIME_LABEL.to_string(), c.program().to_string());
+            c.remove_leftovers().await;
+        }
         info!(
             %worker_id, %session, peer_addr, data_dir = %layout.root().display(), cpus = capacity.cpus,
             memory = capacity.memory, gpus = ?gpus_found.offered_indices(), gpu_links = capacity.gpu_links.len(),
             labels = ?config.labels, gpus_present = gpus_found.detected, cache_bytes = capacity.cache_bytes,
             rails = ?capacity.rails, rail_scheduler = %config.rail_scheduler, isolation = %isolation.mode(),
-            tasks_run_as = users.describe(), "worker starting"
+            tasks_run_as = users.describe(), containers = containers.as_ref().map_or("none", |c| c.program()),
+            "worker starting"
         );
 
         let shutdown = CancellationToken::new();
@@ -228,7 +235,8 @@ impl Worker {
         .with_task_users(users)
         .with_lease(Arc::clone(&lease), config.supervisor.clone())
         .with_log_cap(config.log_cap)
-        .with_python_envs(python_envs);
+        .with_python_envs(python_envs)
+        .with_containers(containers.map(Arc::new));
         let sources =
             metrics::Sources { counters, rails: Arc::clone(&rails), cache: cache.clone(), gpus: Arc::clone(&gpus) };
         let metrics_addr = serve_metrics(config.metrics, sources, &shutdown).await;

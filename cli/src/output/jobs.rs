@@ -172,7 +172,8 @@ pub fn param_text(s: &pb::SubtaskStatus) -> Option<String> {
 }
 
 /// Why a subtask that is not running waits: `after: gen` (tasks it needs, not done), its gang's
-/// state, a retry's back-off, or why its task's ready subtasks are not placed.
+/// state, a retry's back-off, why its task's ready subtasks are not placed, or, once placed, what
+/// its worker is doing before it runs (`pulling image python:3.11-slim`).
 pub fn waiting_reason(job: &pb::JobStatus, s: &pb::SubtaskStatus, now_ms: u64) -> Option<String> {
     let group = job.groups.iter().find(|g| g.task == s.task)?;
     match subtask_state_name(s.state) {
@@ -194,6 +195,8 @@ pub fn waiting_reason(job: &pb::JobStatus, s: &pb::SubtaskStatus, now_ms: u64) -
             }
             non_empty(&group.waiting_reason).map(|r| one_line(&r))
         }
+        // Placed, not yet running: what its worker says it is doing (`pulling image ...`).
+        "assigned" => non_empty(&s.stage).map(|r| one_line(&r)),
         _ => None,
     }
 }

@@ -4,7 +4,7 @@
 use plexus_proto::pb;
 use serde::Serialize;
 
-use super::format::{Table, age, dash, human_bytes, non_empty, number, short_names, time, yes_no};
+use super::format::{Table, age, human_bytes, non_empty, number, short_names, time, yes_no};
 
 /// `plexus workers`: one row per worker, then, when any worker has GPUs, one row per device with
 /// its model and its load from the latest heartbeat. SPEED and FETCH IN are what the coordinator
@@ -49,7 +49,7 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
             human_bytes(cap.memory),
             cap.gpus.len().to_string(),
             cap.rails.len().to_string(),
-            dash(non_empty(&cap.isolation)),
+            isolation_text(&cap),
             w.assigned.to_string(),
             number(alloc.cpu),
             format!("{:.0}%", state.cpu_utilisation * 100.0),
@@ -273,4 +273,16 @@ pub fn worker_list_view(workers: &[pb::WorkerInfo]) -> WorkerList {
         })
         .collect();
     WorkerList { workers }
+}
+
+/// How a worker confines its tasks, and its container runtime when it has one
+/// (`cgroup-v1, docker`).
+fn isolation_text(cap: &pb::NodeCapacity) -> String {
+    let runtime = cap.labels.get(plexus_proto::runtime_env::RUNTIME_LABEL).map(String::as_str);
+    match (non_empty(&cap.isolation), runtime) {
+        (Some(i), Some(r)) => format!("{i}, {r}"),
+        (Some(i), None) => i,
+        (None, Some(r)) => r.to_string(),
+        (None, None) => "-".to_string(),
+    }
 }

@@ -14,6 +14,9 @@ use crate::error::Error;
 use crate::spec::constraints::Labels;
 use crate::spec::{JobSpec, OnFailure, TaskSpec, retry_delay_ms};
 
+/// The longest stage text kept from a worker's report.
+const MAX_STAGE_CHARS: usize = 200;
+
 impl Core {
     /// Why no set of live workers could ever run some task of `spec`, if that is so. With no
     /// worker registered yet nothing can be judged, and the job waits for workers; a worker that
@@ -37,6 +40,14 @@ impl Core {
             .iter()
             .filter(|c| c.needs_label())
             .find(|c| !self.workers.values().any(|w| w.record().capacity.has(&c.key)))?;
+        if c.key == plexus_proto::runtime_env::RUNTIME_LABEL
+            && let Some(image) = &t.image
+        {
+            return Some(format!(
+                "task {:?}: image {image:?}: no worker has a container runtime (Docker or Podman; a worker with one carries the label {}=docker or =podman)",
+                t.name, c.key
+            ));
+        }
         let mut known: Vec<&str> = self
             .workers
             .values()
@@ -245,6 +256,7 @@ impl Core {
                     not_before: 0,
                     failed_attempts: Vec::new(),
                     kept: None,
+                    stage: String::new(),
                     gpus: Vec::new(),
                     reruns: 0,
                     reserved_on: None,
@@ -369,8 +381,16 @@ impl Core {
         }
         let key = (a.job, idx);
         match state {
+            SubtaskState::Assigned if s.state == SubtaskState::Assigned => {
+                let stage: String = r.stage.chars().take(MAX_STAGE_CHARS).collect();
+                if job.subtasks[idx as usize].stage != stage {
+                    job.subtasks[idx as usize].stage = stage;
+                    self.out.subtasks.insert(key);
+                }
+            }
             SubtaskState::Running if s.state == SubtaskState::Assigned => {
                 let st = &mut job.subtasks[idx as usize];
+                st.stage.clear();
                 st.started_at = if r.started_at > 0 { r.started_at } else { now };
                 self.set_state(key, SubtaskState::Running, now, String::new());
             }
@@ -381,6 +401,7 @@ impl Core {
                         st.started_at = r.started_at;
                     }
                     st.finished_at = if r.finished_at > 0 { r.finished_at } else { now };
+                    st.stage.clear();
                     st.exit_code = r.exit_code;
                     st.error = r.error.clone();
                     st.fetch_ms = r.fetch_ms;

@@ -83,6 +83,8 @@ pub struct Report {
     /// A failed or stopped attempt's `checkpoint` output, kept on the reporting worker: its
     /// object (`<output>.attempt-<n>`), size and digest.
     pub checkpoint: Option<(ObjectId, u64, Option<Digest>)>,
+    /// With state `Assigned`: what the attempt is doing before it runs (`pulling image ...`).
+    pub stage: String,
 }
 
 /// A copy of `object` that `holder` served and whose bytes did not hash to its digest: the

@@ -700,6 +700,7 @@ impl Core {
         s.exit_code = 0;
         s.error.clear();
         s.fetch_plan = None;
+        s.stage.clear();
         AttemptRef { job, task: s.task.clone(), rank: s.rank, attempt: s.attempt }
     }
 

@@ -127,6 +127,10 @@ pub struct Subtask {
     /// ran it: what the next attempt resumes from (`core::checkpoint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<KeptCheckpoint>,
+    /// What the current attempt is doing before it runs (`pulling image python:3.11`, `building
+    /// the python environment`), as its worker reported; empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stage: String,
 }
 
 /// A checkpoint a failed or stopped attempt left: object `<output>.attempt-<attempt>` of the

@@ -2274,3 +2274,39 @@ fn a_restarted_gang_resumes_from_the_checkpoints_its_members_left() {
         assert_eq!(resume, if x.attempt.rank == 0 { None } else { Some("ckpt.attempt-1") }, "rank {}", x.attempt.rank);
     }
 }
+
+/// An `image` task goes only to a worker with a container runtime (the label the worker sets),
+/// is refused at submit when no worker has ever had one, and the stage its worker reports
+/// while it prepares (pulling the image) is kept until it runs.
+#[test]
+fn image_tasks_go_to_workers_with_a_runtime_and_their_stage_is_kept_until_they_run() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    let job = "[[task]]\nname = \"t\"\ncommand = [\"true\"]\nimage = \"python:3.11-slim\"\n";
+    let err = c.submit(JobId::random(), parse(job, Format::Toml, "t.toml").unwrap(), 1).unwrap_err().to_string();
+    assert!(err.contains("image \"python:3.11-slim\": no worker has a container runtime"), "{err}");
+
+    let mut docker = reg(2, "s2", 4, vec![]);
+    docker.capacity.topology.labels.insert(plexus_proto::runtime_env::RUNTIME_LABEL.into(), "docker".into());
+    c.register(docker, 2);
+    let id = submit(&mut c, job, 3);
+    c.schedule(4);
+    let (w, x) = assigned(&mut c).remove(0);
+    assert_eq!((w, x.image.as_deref()), (wid(2), Some("python:3.11-slim")), "only the worker with a runtime");
+
+    let staged = |stage: &str, state: SubtaskState| Report {
+        attempt: Some(x.attempt.clone()),
+        state: Some(state),
+        stage: stage.into(),
+        ..Default::default()
+    };
+    c.report(wid(2), "s2", vec![staged("pulling image python:3.11-slim", SubtaskState::Assigned)], 5);
+    let s = &c.job(id).unwrap().subtasks[0];
+    assert_eq!((s.state, s.stage.as_str()), (SubtaskState::Assigned, "pulling image python:3.11-slim"));
+    c.report(wid(2), "s2", vec![staged("", SubtaskState::Running)], 6);
+    let s = &c.job(id).unwrap().subtasks[0];
+    assert_eq!((s.state, s.stage.as_str()), (SubtaskState::Running, ""), "running: the stage is over");
+    // A stage report that arrives late (the attempt runs already) changes nothing.
+    c.report(wid(2), "s2", vec![staged("pulling image python:3.11-slim", SubtaskState::Assigned)], 7);
+    assert_eq!(c.job(id).unwrap().subtasks[0].stage, "");
+}

@@ -677,17 +677,24 @@ fn working_dir_and_excludes_are_job_level_and_named_when_wrong() {
 
 #[test]
 fn python_and_image_are_the_tasks_or_else_the_jobs() {
-    let src = "python = { requirements = [\"six==1.16.0\"], pip = [\"tomli\"] }\nimage = \"python:3.11-slim\"\n\
+    let src = "python = { requirements = [\"six==1.16.0\"], pip = [\"tomli\"] }\n\
                [[task]]\nname = \"a\"\ncommand = \"python a.py\"\n\
-               [[task]]\nname = \"b\"\ncommand = \"python b.py\"\npython = { pip = [\"attrs>=23\"] }\nimage = \"plexus/worker:debug\"\n\
+               [[task]]\nname = \"b\"\ncommand = \"python b.py\"\npython = { pip = [\"attrs>=23\"] }\n\
+               [[task]]\nname = \"c\"\ncommand = \"python c.py\"\nimage = \"plexus/worker:debug\"\n\
                [[task]]\nname = \"n\"\nkind = \"noop\"\n";
     let s = parse(src, Format::Toml, "j.toml").unwrap();
-    let (a, b, n) = (&s.tasks[0], &s.tasks[1], &s.tasks[2]);
+    let (a, b, c, n) = (&s.tasks[0], &s.tasks[1], &s.tasks[2], &s.tasks[3]);
     assert_eq!(a.python.as_ref().unwrap().packages, ["six==1.16.0", "tomli"], "the file's lines, then pip");
-    assert_eq!(a.image.as_deref(), Some("python:3.11-slim"));
     assert_eq!(b.python.as_ref().unwrap().packages, ["attrs>=23"], "a task's own wins");
-    assert_eq!(b.image.as_deref(), Some("plexus/worker:debug"));
+    assert_eq!(
+        (&c.python, c.image.as_deref()),
+        (&None, Some("plexus/worker:debug")),
+        "its own image keeps the job's python off"
+    );
     assert_eq!((&n.python, &n.image), (&None, &None), "a built-in kind takes neither from the job");
+    let jobs_image =
+        parse("image = \"busybox\"\n[[task]]\nname = \"t\"\ncommand = \"x\"\n", Format::Toml, "j.toml").unwrap();
+    assert_eq!(jobs_image.tasks[0].image.as_deref(), Some("busybox"));
     let plain = parse("[[task]]\nname = \"t\"\ncommand = \"x\"\n", Format::Toml, "j.toml").unwrap();
     assert_eq!((&plain.tasks[0].python, &plain.tasks[0].image), (&None, &None));
 }
@@ -717,4 +724,22 @@ fn bad_python_and_image_values_are_named() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("task \"n\": `python` and `image` are for command tasks"), "{e}");
+}
+
+#[test]
+fn an_image_task_requires_a_runtime_and_takes_no_python_environment() {
+    let s = parse("[[task]]\nname = \"t\"\ncommand = \"x\"\nimage = \"busybox\"\n", Format::Toml, "j.toml").unwrap();
+    let c = &s.tasks[0].constraints;
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].key.as_str(), &c[0].test), ("container-runtime", &crate::spec::constraints::LabelTest::Present));
+    let podman = "[[task]]\nname = \"t\"\ncommand = \"x\"\nimage = \"busybox\"\nconstraints = { container-runtime = \"podman\" }\n";
+    let c = &parse(podman, Format::Toml, "j.toml").unwrap().tasks[0].constraints;
+    assert_eq!(c.len(), 1, "its own test of the label stays: {c:?}");
+    for both in [
+        "[[task]]\nname = \"t\"\ncommand = \"x\"\nimage = \"busybox\"\npython = { pip = [\"six\"] }\n",
+        "python = { pip = [\"six\"] }\nimage = \"busybox\"\n[[task]]\nname = \"t\"\ncommand = \"x\"\n",
+    ] {
+        let e = parse(both, Format::Toml, "j.toml").unwrap_err().to_string();
+        assert!(e.contains("`python` and `image` together"), "{both}: {e}");
+    }
 }

@@ -80,6 +80,18 @@ impl Confinement {
         }
     }
 
+    /// The attempt's cgroup path below each v1 hierarchy's root (`/plexus/<worker>/<attempt>`),
+    /// for a container runtime's `--cgroup-parent`; `None` in the other modes (under cgroup v2
+    /// a cgroup with processes, the runtime's client among them, cannot have children that
+    /// controllers apply to).
+    pub fn v1_path(&self) -> Option<String> {
+        let Kind::V1 { dirs } = &self.kind else { return None };
+        let (_, dir) = dirs.first()?;
+        let mut parts: Vec<String> = dir.iter().rev().take(3).map(|p| p.to_string_lossy().into_owned()).collect();
+        parts.reverse();
+        Some(format!("/{}", parts.join("/")))
+    }
+
     /// The memory limit, when there is one this mode enforces.
     pub fn memory_limit(&self) -> Option<u64> {
         match self.kind {
@@ -109,6 +121,24 @@ impl Confinement {
             },
             Kind::ProcessGroup { .. } => KillTarget::ProcessGroup,
         }
+    }
+
+    /// Whether the attempt's own memory limit was reached (cgroup v1: its peak usage at the
+    /// limit, or a charge refused there): with a
+    /// container made inside the attempt's cgroup, the kernel counts the OOM kill on the
+    /// container's cgroup, which its runtime removes with it; the limit reached here, with the
+    /// container's process killed, is that kill.
+    pub fn memory_limit_reached(&self) -> bool {
+        let Kind::V1 { dirs } = &self.kind else { return false };
+        let Some((_, dir)) = dirs.iter().find(|(c, _)| *c == "memory") else { return false };
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok().and_then(|t| t.trim().parse::<u64>().ok());
+        // The peak at the limit (with swap accounting the memory + swap one, of the same bytes,
+        // is reached, and the kernel may count no failure), or a charge refused at it.
+        let peaked = |p: &str| {
+            matches!((read(&format!("memory.{p}max_usage_in_bytes")), read(&format!("memory.{p}limit_in_bytes"))),
+                (Some(max), Some(limit)) if max >= limit)
+        };
+        peaked("") || peaked("memsw.") || read("memory.failcnt").is_some_and(|n| n > 0)
     }
 
     /// Whether the kernel killed a process of this attempt for exceeding its memory limit.

@@ -124,6 +124,7 @@ impl Ctx {
         if work.collective.is_none() && !work.python.is_empty() {
             // The task's Python environment, built once per node; a build that fails fails the
             // attempt here, with the installer's words, before the command runs.
+            self.report_stage(work, "preparing the python environment");
             let got = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
@@ -132,6 +133,22 @@ impl Ctx {
             match got {
                 Ok(held) => dirs.python = Some(held),
                 Err(e) => return Outcome::failed(e, 0, NO_EXIT_CODE),
+            }
+        }
+        if let Some(image) = &work.image {
+            // On this node once: pulled now unless present (the attempt's stage says so).
+            let Some(containers) = &self.containers else {
+                let reason = "this worker has no container runtime (--container-runtime)".to_string();
+                return Outcome::failed(Error::Image { image: image.clone(), reason }, 0, NO_EXIT_CODE);
+            };
+            let pulling = || self.report_stage(work, &format!("pulling image {image}"));
+            let got = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
+                r = containers.ensure(image, pulling) => r,
+            };
+            if let Err(e) = got {
+                return Outcome::failed(e, 0, NO_EXIT_CODE);
             }
         }
         let dirs = &*dirs;
@@ -180,6 +197,13 @@ impl Ctx {
             Ok(outputs) => Outcome::succeeded(started_at, exit_code, outputs),
             Err(e) => Outcome::failed(e, started_at, failed_exit_code),
         }
+    }
+
+    /// Reports what the attempt is doing before it runs (`plexus status --subtasks` shows it
+    /// beside ASSIGNED).
+    fn report_stage(&self, work: &Work, stage: &str) {
+        let a = &work.attempt;
+        self.attempts.progress(a, pb::TaskReport { stage: stage.to_string(), ..report(a, pb::SubtaskState::Assigned) });
     }
 
     /// Reports RUNNING, with `started_at` and the inputs' fetch accounting: only once every

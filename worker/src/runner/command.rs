@@ -22,6 +22,7 @@ use crate::shim::{Spec, Supervisor};
 use super::context::{Ctx, NO_EXIT_CODE, Outcome, WorkDirs};
 use super::environment::{WORKER_ONLY_ENV, account_env, code_env, task_env};
 use super::validation::Work;
+use crate::container::{RunSpec, container_env, remove_cgroup_leftovers};
 
 /// How a command's process ended.
 pub(super) enum ProcessEnd {
@@ -117,15 +118,28 @@ impl Ctx {
             kill_group(pgid);
         }
         let confinement = kill(confinement).await;
+        if let (Some(image), Some(containers)) = (&work.image, &self.containers) {
+            // Its client is gone; the container goes too, if it has not (no cgroup parent held it).
+            containers.remove(&container_name(a)).await;
+            debug!(attempt = %a, image, "container removed");
+        }
+        let cgroup_path = confinement.as_ref().and_then(Confinement::v1_path).filter(|_| work.image.is_some());
         let waited = match waited {
             Some(s) => s,
             None => process.wait(&mut lease).await,
         };
         let unsuccessful = !matches!(&waited, Ok((s, _)) if s.success());
         let memory_limit = confinement.as_ref().and_then(Confinement::memory_limit);
-        let oom = unsuccessful && confinement.as_ref().is_some_and(Confinement::oom_killed);
+        // A container's main process killed (the client exits 137) at the attempt's limit.
+        let container_killed = work.image.is_some() && matches!(&waited, Ok((s, _)) if s.code() == Some(137));
+        let oom = unsuccessful
+            && confinement.as_ref().is_some_and(|c| c.oom_killed() || (container_killed && c.memory_limit_reached()));
         if let Some(c) = confinement {
             release(c).await;
+        }
+        if let Some(path) = cgroup_path {
+            // What the runtime made of the attempt's path in the hierarchies the worker leaves alone.
+            tokio::task::spawn_blocking(move || remove_cgroup_leftovers(&path)).await.ok();
         }
         let (status, fenced) = match waited {
             Ok(s) => s,
@@ -154,21 +168,19 @@ impl Ctx {
         logs: (std::fs::File, std::fs::File),
         confinement: &Confinement,
     ) -> Result<Process> {
+        let launch = self.launch(work, dirs, confinement);
         let Some(program) = &self.supervisor else {
-            return self.spawn(work, dirs, logs, confinement).map(Process::Child);
+            return self.spawn(work, dirs, logs, confinement, launch).map(Process::Child);
         };
         let spec = Spec {
-            argv: work.argv.clone(),
+            argv: launch.argv,
             cgroups: confinement.procs_files().iter().map(|f| f.to_string_lossy().into_owned()).collect(),
             kill: confinement.kill_target(),
             lease_end: self.lease.end(),
-            uid: dirs.uid,
+            uid: launch.uid,
             frozen_limit_ms: self.lease.frozen_limit_ms(),
         };
-        let mut env = task_env(work, &self.gpus, &dirs.input, &dirs.output);
-        env.extend(code_env(work, dirs.cwd.as_deref(), dirs.python.as_ref().map(|p| p.dir.as_path())));
-        env.extend(account_env(work, &dirs.root, &dirs.tmp, dirs.uid));
-        Supervisor::start(program, &spec, dirs.cwd(), env, &WORKER_ONLY_ENV, logs)
+        Supervisor::start(program, &spec, dirs.cwd(), launch.env, &WORKER_ONLY_ENV, logs)
             .await
             .map(Process::Supervised)
             .map_err(|source| Error::Spawn { program: work.argv[0].clone(), source })
@@ -183,14 +195,13 @@ impl Ctx {
         dirs: &WorkDirs,
         (stdout, stderr): (std::fs::File, std::fs::File),
         confinement: &Confinement,
+        launch: Launch,
     ) -> Result<tokio::process::Child> {
-        let program = &work.argv[0];
+        let program = &launch.argv[0];
         let mut cmd = tokio::process::Command::new(program);
-        cmd.args(&work.argv[1..])
+        cmd.args(&launch.argv[1..])
             .current_dir(dirs.cwd())
-            .envs(task_env(work, &self.gpus, &dirs.input, &dirs.output))
-            .envs(account_env(work, &dirs.root, &dirs.tmp, dirs.uid))
-            .envs(code_env(work, dirs.cwd.as_deref(), dirs.python.as_ref().map(|p| p.dir.as_path())))
+            .envs(launch.env)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -203,7 +214,7 @@ impl Ctx {
             cmd.env_remove(k);
         }
         let cgroups = confinement.procs_files();
-        let uid = dirs.uid;
+        let uid = launch.uid;
         if !cgroups.is_empty() || uid.is_some() {
             // SAFETY: `join_cgroups` and `become_user` only make async-signal-safe system calls
             // on memory prepared before the fork, as code between fork and exec must. The
@@ -218,8 +229,52 @@ impl Ctx {
                 });
             }
         }
-        cmd.spawn().map_err(|source| Error::Spawn { program: program.clone(), source })
+        cmd.spawn().map_err(|source| Error::Spawn { program: work.argv[0].clone(), source })
     }
+
+    /// What the attempt's process runs, as whom and with which variables: its command under
+    /// the task uid, or, for an `image` task, the runtime's client running the command in a
+    /// container (as the worker's user, who may talk to the runtime; the container runs as the
+    /// task uid).
+    fn launch(&self, work: &Work, dirs: &WorkDirs, confinement: &Confinement) -> Launch {
+        let mut env = task_env(work, &self.gpus, &dirs.input, &dirs.output);
+        env.extend(code_env(work, dirs.cwd.as_deref(), dirs.python.as_ref().map(|p| p.dir.as_path())));
+        env.extend(account_env(work, &dirs.root, &dirs.tmp, dirs.uid));
+        let (Some(image), Some(containers)) = (&work.image, &self.containers) else {
+            return Launch { argv: work.argv.clone(), uid: dirs.uid, env };
+        };
+        let env = container_env(env, &work.gpus);
+        let name = container_name(&work.attempt);
+        let spec = RunSpec {
+            name: &name,
+            image,
+            argv: &work.argv,
+            root: &dirs.root,
+            input: &dirs.input,
+            working_dir: dirs.cwd.as_deref(),
+            uid: dirs.uid,
+            cgroup_parent: confinement.v1_path(),
+            cpu: work.cpu,
+            memory: work.memory,
+            gpus: &work.gpus,
+            env_keys: env.iter().map(|(k, _)| k.clone()).collect(),
+        };
+        let argv = containers.run_argv(&spec);
+        Launch { argv, uid: None, env }
+    }
+}
+
+/// What an attempt's process runs ([`Ctx::launch`]).
+struct Launch {
+    argv: Vec<String>,
+    /// The uid the process takes (`None`: the worker's).
+    uid: Option<u32>,
+    env: Vec<(String, String)>,
+}
+
+/// The container of an attempt: its name is unique on the node.
+fn container_name(a: &plexus_proto::AttemptRef) -> String {
+    format!("plexus-{}", Layout::attempt_name(a))
 }
 
 /// Creates an attempt's confinement (its cgroups and their limits), off the async threads.

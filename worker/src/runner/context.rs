@@ -52,6 +52,8 @@ pub(super) struct Ctx {
     pub(super) working_dirs: crate::working_dir::WorkingDirs,
     /// Python environments, built once per requirements list.
     pub(super) python_envs: crate::python_env::PythonEnvs,
+    /// The container runtime that runs `image` tasks, if the worker has one.
+    pub(super) containers: Option<Arc<crate::container::Containers>>,
 }
 
 /// An attempt's work dir `DIR/work/<job>/<task>/<rank>.<attempt>/` and its `in/`, `out/` and

@@ -121,6 +121,7 @@ impl Runner {
                     crate::python_env::DEFAULT_MAX_BYTES,
                     false,
                 ),
+                containers: None,
                 layout,
             }),
         }
@@ -168,6 +169,15 @@ impl Runner {
         match Arc::get_mut(&mut self.ctx) {
             Some(ctx) => ctx.python_envs = envs,
             None => tracing::error!("Runner::with_python_envs called after the runner was shared; not applied"),
+        }
+        self
+    }
+
+    /// The same runner running `image` tasks with `containers`. Call before any assignment.
+    pub fn with_containers(mut self, containers: Option<Arc<crate::container::Containers>>) -> Runner {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.containers = containers,
+            None => tracing::error!("Runner::with_containers called after the runner was shared; not applied"),
         }
         self
     }

@@ -3,11 +3,12 @@
 //! the job's. A `requirements = "file"` is the client's to read: `plexus submit` and the Python
 //! client put the file's lines in its place before the job reaches the coordinator.
 
-use plexus_proto::runtime_env::{check_image, check_requirements};
+use plexus_proto::runtime_env::{RUNTIME_LABEL, check_image, check_requirements};
 use serde_json::Value;
 
 use super::Validator;
 use crate::error::SpecError;
+use crate::spec::constraints::{Constraint, LabelTest};
 use crate::spec::model::{PythonEnv, Work};
 use crate::spec::raw::RawTask;
 
@@ -20,7 +21,8 @@ enum Scope<'a> {
 
 impl Validator<'_> {
     /// The task's Python environment and image: its own, else the job's (which only command
-    /// tasks take). Both are checked wherever they are written, even where unused.
+    /// tasks take; a task's own one of the two keeps the job's other off it). Both are checked
+    /// wherever they are written, even where unused.
     pub(super) fn runtime(
         &self,
         t: &RawTask,
@@ -39,7 +41,17 @@ impl Validator<'_> {
             }
             return Ok((None, None));
         }
-        Ok((own_python.or(job_python), own_image.or(job_image)))
+        // A task's own image keeps the job's Python environment off it, and its own Python
+        // environment the job's image; both its own, or both the job's, are refused below.
+        let python = if own_image.is_some() { own_python.clone() } else { own_python.clone().or(job_python) };
+        let image = if own_python.is_some() { own_image } else { own_image.or(job_image) };
+        if python.is_some() && image.is_some() {
+            return Err(self.at(
+                t,
+                "`python` and `image` together: a Python environment is built with the worker's own interpreter, which the image does not have; install the packages in the image".into(),
+            ));
+        }
+        Ok((python, image))
     }
 
     fn bad(&self, scope: Scope<'_>, key: &str, msg: String) -> SpecError {
@@ -101,6 +113,15 @@ impl Validator<'_> {
         };
         check_image(image).map_err(|why| bad(format!(" {:?}: {why}", image.chars().take(80).collect::<String>())))?;
         Ok(image.clone())
+    }
+}
+
+/// An `image` task runs only where a container runtime is ([`RUNTIME_LABEL`] present), unless
+/// its own constraints already test that label (`container-runtime = "podman"`).
+pub(super) fn runtime_constraint(constraints: &mut Vec<Constraint>) {
+    if constraints.iter().all(|c| c.key != RUNTIME_LABEL) {
+        constraints.push(Constraint { key: RUNTIME_LABEL.to_string(), test: LabelTest::Present });
+        constraints.sort_by(|a, b| a.key.cmp(&b.key));
     }
 }
 
