@@ -1,8 +1,8 @@
 //! End-to-end: container images (issue 32 item 3) on real processes and a real Docker engine —
 //! an `image` job runs in a container of the base image `make images` builds
 //! (`scripts/docker-base.sh`, no registry needed) with its inputs read-only, its outputs
-//! written, the same uid a process task of the job gets, and its memory limit enforced (a task
-//! over it is killed as out of memory); `plexus workers` shows the runtime; an image that is not
+//! written, the same uid a process task of the job gets, its collective endpoint (socket and
+//! secret) passed in, and its memory limit enforced (a task over it is killed as out of memory); `plexus workers` shows the runtime; an image that is not
 //! there and cannot be pulled fails clearly; a cluster without a runtime refuses an `image` job
 //! at submit; a bad image name is refused naming the field; nothing is left behind.
 
@@ -72,6 +72,7 @@ fn an_image_job_runs_in_a_container_with_its_inputs_identity_and_limits() {
     let text = std::fs::read_to_string(out.join("use/0/r")).unwrap();
     assert_eq!(text, "in-a-container\nmade-on-the-host\ninputs-read-only\nsame-uid\nin-work-dir\n");
 
+    the_collective_endpoint_is_passed_in(&c);
     over_its_memory_it_is_killed(&c);
     a_missing_image_fails_clearly(&c);
     let left = Command::new("docker").args(["ps", "-aq", "--filter", "name=plexus-job-"]).output().unwrap();
@@ -84,6 +85,20 @@ fn an_image_job_runs_in_a_container_with_its_inputs_identity_and_limits() {
         let dirs: Vec<_> = attempts.iter().filter(|e| e.path().is_dir()).map(|e| e.path()).collect();
         assert!(dirs.is_empty(), "cgroups the runtime made are removed: {dirs:?}");
     }
+}
+
+/// A `communicator = true` member in a container finds its collective endpoint: the socket at
+/// the path its variables name, and the secret.
+fn the_collective_endpoint_is_passed_in(c: &Cluster) {
+    let job = c.path("gang.toml");
+    write(
+        &job,
+        "[[task]]\nname = \"m\"\nimage = \"debian:bookworm-slim\"\ncommunicator = true\noutputs = [\"e\"]\n\
+         command = '[ -S \"$PLEXUS_COLLECTIVE_SOCKET\" ] && [ ${#PLEXUS_COLLECTIVE_SECRET} -ge 16 ] && echo endpoint > $PLEXUS_OUT/e'\n",
+    );
+    let id = submit(c, &job);
+    let status = c.wait_job(&id, Duration::from_secs(120));
+    assert_eq!(status.state, pb::JobState::Succeeded as i32, "{:?}", c.job(&id).map(|j| j.subtasks));
 }
 
 fn over_its_memory_it_is_killed(c: &Cluster) {

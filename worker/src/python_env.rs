@@ -497,6 +497,35 @@ mod tests {
         );
     }
 
+    /// Past the bound, the least recently used environment that no attempt holds goes; one
+    /// that is held stays, even when it is the oldest.
+    #[tokio::test]
+    async fn eviction_takes_the_least_recently_used_that_no_attempt_holds() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("envs");
+        let keys = [
+            "00000000000000000000000000000001",
+            "00000000000000000000000000000002",
+            "00000000000000000000000000000003",
+        ];
+        for (i, k) in keys.iter().enumerate() {
+            std::fs::create_dir_all(root.join(k)).unwrap();
+            std::fs::write(root.join(k).join("blob"), vec![0u8; 1000]).unwrap();
+            std::fs::write(root.join(k).join(READY), "x").unwrap();
+            // Markers in order: the first is the least recently used.
+            let at = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + i as u64);
+            std::fs::File::options().write(true).open(root.join(k).join(READY)).unwrap().set_modified(at).unwrap();
+        }
+        let envs = PythonEnvs::new(root.clone(), "python3".into(), 2100, false);
+        envs.recover().unwrap();
+        // The oldest is held by an attempt.
+        lock(&envs.state).envs.get_mut(keys[0]).unwrap().in_use = 1;
+        envs.evict().await;
+        let left: Vec<bool> = keys.iter().map(|k| root.join(k).exists()).collect();
+        assert_eq!(left, [true, false, true], "the oldest unheld went, and the sum is within the bound");
+        assert_eq!(lock(&envs.state).envs.len(), 2);
+    }
+
     /// What an earlier run left: a finished environment is kept, a partial one and stray
     /// files are removed.
     #[test]
