@@ -67,4 +67,5 @@ pub use elem::{Algorithm, DType, ReduceOp};
 pub use endpoint::{Endpoint, EndpointConfig, Faults, PeerAddrs, RailStats, Stats};
 pub use error::{Error, Result};
 pub use peer_id::PeerId;
+pub use shared_buf::MappedBytes;
 pub use striping::SchedulerKind;

@@ -27,7 +27,10 @@ pub(crate) struct SharedBuf {
     len: usize,
     /// The allocation; its length is `len`. `MaybeUninit`, so that a buffer may be allocated
     /// and grown without writing it first (a grown `Vec` keeps its first `len` elements).
+    /// Empty for an [`external`](SharedBuf::external) buffer.
     vec: UnsafeCell<Vec<MaybeUninit<u8>>>,
+    /// What keeps an external buffer's memory mapped (`None`: the memory is `vec`'s).
+    owner: Option<Arc<dyn Send + Sync>>,
 }
 
 // SAFETY: every access is through the unsafe methods below, whose callers guarantee that
@@ -58,7 +61,20 @@ impl SharedBuf {
     }
 
     fn from_uninit(mut vec: Vec<MaybeUninit<u8>>) -> SharedBuf {
-        SharedBuf { ptr: vec.as_mut_ptr().cast(), len: vec.len(), vec: UnsafeCell::new(vec) }
+        SharedBuf { ptr: vec.as_mut_ptr().cast(), len: vec.len(), vec: UnsafeCell::new(vec), owner: None }
+    }
+
+    /// A buffer over `len` bytes at `ptr` that are not this buffer's allocation (a shared
+    /// memory region a task mapped): kept mapped by `owner` for as long as any reference to the
+    /// buffer lives, so a message still landing after a failed collective writes mapped memory.
+    /// It cannot be [`grown`](Self::grown) or [`taken`](Self::take).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is valid for reads and writes, written, and stays mapped while `owner`
+    /// lives; nothing outside the accesses this type's contracts allow reads or writes it until
+    /// the caller is done with the buffer.
+    pub unsafe fn external(ptr: *mut u8, len: usize, owner: Arc<dyn Send + Sync>) -> SharedBuf {
+        SharedBuf { ptr, len, vec: UnsafeCell::new(Vec::new()), owner: Some(owner) }
     }
 
     /// This buffer's allocation grown to `len` bytes, its first `self.len()` bytes as they
@@ -71,6 +87,7 @@ impl SharedBuf {
     /// it alive), and `len >= self.len()`.
     pub unsafe fn grown(&self, len: usize) -> Option<SharedBuf> {
         assert!(len >= self.len, "a buffer only grows");
+        assert!(self.owner.is_none(), "an external buffer does not grow");
         // SAFETY: by the caller's contract nobody else uses the allocation.
         let vec = unsafe { &mut *self.vec.get() };
         vec.try_reserve_exact(len - self.len).ok()?;
@@ -157,12 +174,65 @@ impl SharedBuf {
     /// No other reference to the buffer's bytes exists or will be used (the caller holds the
     /// only `Arc`, or the others will never read or write again), and every byte was written.
     pub unsafe fn take(&self) -> Vec<u8> {
+        assert!(self.owner.is_none(), "an external buffer has no allocation to take");
         // SAFETY: by the caller's contract nobody else uses the bytes.
         let vec = ManuallyDrop::new(unsafe { std::mem::take(&mut *self.vec.get()) });
         let (ptr, len, cap) = (vec.as_ptr().cast_mut(), vec.len(), vec.capacity());
         // SAFETY: the same allocation, length and capacity, as `u8`, whose layout
         // `MaybeUninit<u8>` has; every byte is initialised by the caller's contract.
         unsafe { Vec::from_raw_parts(ptr.cast(), len, cap) }
+    }
+}
+
+/// Bytes that are not the data plane's allocation (a shared memory region a task mapped), given
+/// to a collective to work in directly ([`Communicator::allreduce_mapped`]), with what keeps
+/// them mapped.
+///
+/// [`Communicator::allreduce_mapped`]: crate::Communicator::allreduce_mapped
+pub struct MappedBytes {
+    ptr: *mut u8,
+    len: usize,
+    owner: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: the bytes are only read or written under the contract of `MappedBytes::new`, which
+// leaves them to whoever holds this value; `owner` is Send + Sync.
+unsafe impl Send for MappedBytes {}
+unsafe impl Sync for MappedBytes {}
+
+impl MappedBytes {
+    /// The `len` bytes at `ptr`, kept mapped by `owner`.
+    ///
+    /// # Safety
+    /// They are valid for reads and writes, initialised, and stay mapped while `owner` lives;
+    /// nothing else reads or writes them until this value and what is made of it are dropped
+    /// (a collective given them returns only once it no longer touches them, but after a
+    /// failure a straggling message may still write them, into memory `owner` keeps mapped).
+    pub unsafe fn new(ptr: *mut u8, len: usize, owner: Arc<dyn Send + Sync>) -> MappedBytes {
+        MappedBytes { ptr, len, owner }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, once no collective works in them.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: valid and ours by `new`'s contract; `&mut self` makes the slice exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// A working buffer over them for a collective.
+    pub(crate) fn shared(&self) -> SharedBuf {
+        // SAFETY: `new`'s contract is `external`'s.
+        unsafe { SharedBuf::external(self.ptr, self.len, Arc::clone(&self.owner)) }
     }
 }
 

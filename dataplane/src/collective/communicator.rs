@@ -13,7 +13,7 @@ use crate::elem::{DType, Element, ReduceOp, from_bytes, to_bytes};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
-use crate::shared_buf::SharedBuf;
+use crate::shared_buf::{MappedBytes, SharedBuf};
 
 use super::config::{CollectiveConfig, Profile};
 use super::cost::{self, LinkModel, Links, Topology};
@@ -160,6 +160,19 @@ impl Communicator {
         buf.copy_from_slice(unsafe { work.range(0, work.len()) });
         self.reclaim(work).await;
         self.add_copy(copy_in + t.elapsed(), 2 * buf.len() as u64);
+        Ok(())
+    }
+
+    /// [`allreduce`](Self::allreduce) in the caller's own memory (`buf`, a task's shared
+    /// region): the collective works there directly (sends read it, receptions land and reduce
+    /// in it), with no copy in or out. Returns once nothing of the call touches the memory any
+    /// more (on success; see [`MappedBytes::new`] after a failure).
+    pub async fn allreduce_mapped(&self, buf: &MappedBytes, dtype: DType, op: ReduceOp) -> Result<()> {
+        let work = Arc::new(buf.shared());
+        let work = self.run(Kind::Allreduce, work, dtype, op).await?;
+        // Every send returned and every post was claimed or withdrawn; views of the buffer that
+        // queued segments still hold go as their writes complete.
+        let _ = sole_owner(work).await;
         Ok(())
     }
 

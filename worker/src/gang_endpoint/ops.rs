@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use plexus_dataplane::{CollectiveConfig, ComTable, Communicator, DType, Endpoint, Exchanger, ScheduleKind};
+use plexus_dataplane::{
+    CollectiveConfig, ComTable, Communicator, DType, Endpoint, Exchanger, MappedBytes, ScheduleKind,
+};
 
 use super::elems::{divide, narrow, reduce_parts, widen, wire_dtype, wire_op};
 use plexus_collective::wire::{Elem, Op, Reduce, Request};
@@ -64,14 +66,15 @@ impl Gang {
         }
     }
 
-    /// An allreduce of `buf` (of a 4- or 8-byte `elem`) in place: a shared region's bytes.
-    pub async fn allreduce_in_place(&self, elem: Elem, reduce: Reduce, buf: &mut [u8]) -> Result<(), String> {
+    /// An allreduce of `buf` (of a 4- or 8-byte `elem`) in place: a shared region's bytes,
+    /// which the communicator works in directly (no copy).
+    pub async fn allreduce_in_place(&self, elem: Elem, reduce: Reduce, mut buf: MappedBytes) -> Result<(), String> {
         let Some(dtype) = wire_dtype(elem).filter(|_| !matches!(elem, Elem::Bf16 | Elem::F16)) else {
             return Err(format!("allreduce: {elem} is not reduced in place"));
         };
-        self.comm.allreduce(buf, dtype, wire_op(reduce)).await.map_err(|e| format!("allreduce failed: {e}"))?;
+        self.comm.allreduce_mapped(&buf, dtype, wire_op(reduce)).await.map_err(|e| format!("allreduce failed: {e}"))?;
         if reduce == Reduce::Mean {
-            divide(dtype, buf, self.size);
+            divide(dtype, buf.as_mut_slice(), self.size);
         }
         Ok(())
     }

@@ -2,9 +2,9 @@
 //! header it came with), the regions a connection holds (at most [`MAX_REGIONS`], each at most
 //! `MAX_REGION` bytes, all of an endpoint's connections together at most [`MAX_MAPPED`]), and
 //! running a request whose payload and result are in one: an allreduce of a 4- or 8-byte type
-//! in place reduces the region's bytes directly (the communicator copies them into its reused
-//! working buffer and the result back); every other request copies its payload out of the
-//! region and its result into it.
+//! in place reduces the region's bytes directly (the communicator works in the mapped memory
+//! itself: sends read it, receptions land and reduce in it, no copy); every other request copies
+//! its payload out of the region and its result into it.
 //!
 //! A task that writes its region while its own request runs only garbles its own result: the
 //! worker reads the payload once, at the start, and writes the result once, at the end.
@@ -111,9 +111,11 @@ pub async fn run(gang: &Gang, req: &Request, payload: Payload) -> Result<Body, S
         && at.in_off == at.out_off
         && at.out_cap >= len;
     if in_place {
-        // SAFETY: requests run one at a time, so no other slice of this region is alive in
-        // the worker; the communicator only copies in and out of it.
-        let buf = unsafe { region.region.slice_mut(at.in_off, len as usize) };
+        // SAFETY: requests run one at a time, so nothing else in the worker touches this
+        // region's bytes meanwhile; `region` keeps them mapped for as long as the collective
+        // holds them (a message landing after a failure included).
+        let ptr = unsafe { region.region.slice_mut(at.in_off, len as usize) }.as_mut_ptr();
+        let buf = unsafe { plexus_dataplane::MappedBytes::new(ptr, len as usize, region) };
         gang.allreduce_in_place(req.elem, req.reduce, buf).await?;
         return Ok(Body::Shared(len));
     }
