@@ -203,6 +203,12 @@ pub mod gloo {
     /// (interface `plx<r>r0`), rank 0 (host 0, the root namespace) the master; what rank 0
     /// wrote to `--json`.
     pub fn on_rig(rig: &Rig, job: &Job<'_>) -> Result<serde_json::Value, String> {
+        on_rig_with(rig, SCRIPT, job)
+    }
+
+    /// [`on_rig`] with another anchor script that takes the same rank-mode arguments (`--rank
+    /// --world --master --ifname --json`), e.g. `ddp_train.py`.
+    pub fn on_rig_with(rig: &Rig, script: &str, job: &Job<'_>) -> Result<serde_json::Value, String> {
         let master = rig.addr(0, 0);
         let port = free_port(master)?;
         let json = json_path();
@@ -214,7 +220,7 @@ pub mod gloo {
             args.push(format!("PYTHONWARNINGS={QUIET}"));
             // c10d warns, in a namespace, that it cannot name the client socket's host.
             args.push("TORCH_CPP_LOG_LEVEL=ERROR".into());
-            args.extend([python(), SCRIPT.to_string()]);
+            args.extend([python(), script.to_string()]);
             args.extend(job.args.iter().cloned());
             args.extend([
                 "--rank".into(),

@@ -194,6 +194,20 @@ pub struct SubmitArgs {
     /// Follow the job after submitting it, as `plexus watch` does.
     #[arg(long)]
     pub watch: bool,
+    /// With --watch (which it implies): stream the output of this task's subtask as it runs,
+    /// TASK (rank 0) or TASK/RANK, instead of progress bars; the job's last line follows it.
+    #[arg(long, value_name = "TASK[/RANK]", value_parser = logs_selection)]
+    pub logs: Option<(String, u32)>,
+}
+
+/// `TASK` or `TASK/RANK` of `submit --logs`.
+fn logs_selection(s: &str) -> Result<(String, u32), String> {
+    let (task, rank) = match s.split_once('/') {
+        Some((t, r)) => (t, r.parse::<u32>().map_err(|_| format!("{r:?} is not a rank (TASK/RANK, e.g. train/0)"))?),
+        None => (s, 0),
+    };
+    plexus_proto::ids::check_task_name(task).map_err(|e| e.to_string())?;
+    Ok((task.to_string(), rank))
 }
 
 #[derive(Debug, Args)]
@@ -243,9 +257,12 @@ pub struct StatusArgs {
     pub subtasks: bool,
 }
 
-/// Job states `plexus status --state` filters by.
+/// Job states `plexus status --state` filters by: `pending` (nothing of it started yet),
+/// `blocked` (waiting for its after_jobs), `running`, and the ended ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StateFilter {
+    Pending,
+    Blocked,
     Running,
     Succeeded,
     Failed,

@@ -432,6 +432,12 @@ pub fn job_status(job: &JobView) -> pb::JobStatus {
         .collect();
     let subtasks = job.subtasks.iter().map(|s| subtask_status(job.id, s)).collect();
     pb::JobStatus {
+        phase: job.phase.to_string(),
+        phase_reason: job.phase_reason.clone(),
+        started_at: job.started_at,
+        failed_task: job.failed.as_ref().map(|f| f.0.clone()).unwrap_or_default(),
+        failed_rank: job.failed.as_ref().map_or(0, |f| f.1),
+        failed_stderr: job.failed.as_ref().map(|f| f.2.clone()).unwrap_or_default(),
         job_id: job.id.to_string(),
         name: job.name.clone(),
         state: pb::JobState::from(job.state) as i32,

@@ -54,6 +54,15 @@ pub struct JobView {
     pub gangs: Vec<GangView>,
     pub priority: i64,
     pub queue: String,
+    /// What it is doing (`pending`, `blocked`, `running`, or the ended state's name), and why
+    /// for the first two.
+    pub phase: &'static str,
+    pub phase_reason: String,
+    /// When its first subtask started running (0: none yet).
+    pub started_at: u64,
+    /// An ended job with a failed subtask: the first to fail for good (task, rank) and the last
+    /// lines of its stderr.
+    pub failed: Option<(String, u32, String)>,
 }
 
 /// A task's subtasks counted by state, and why its ready ones wait.
@@ -112,7 +121,7 @@ impl JobView {
     /// `job` as of `now` (gangs' phases depend on it), with its subtasks if `detail` asks.
     pub fn of(job: &Job, detail: Detail, now: u64) -> JobView {
         let r = job.record();
-        let groups = r
+        let groups: Vec<TaskGroupView> = r
             .spec
             .tasks
             .iter()
@@ -161,7 +170,22 @@ impl JobView {
                 })
                 .collect(),
         };
+        let (phase, phase_reason) = phase(job, &groups);
+        let failed = matches!(r.state, JobState::Failed | JobState::CompletedWithFailures)
+            .then(|| {
+                let s = job
+                    .subtasks()
+                    .iter()
+                    .filter(|s| s.state == SubtaskState::Failed)
+                    .min_by_key(|s| (s.finished_at, s.task.clone(), s.rank))?;
+                Some((s.task.clone(), s.rank, last_lines(&s.stderr_tail, FAILED_LINES, FAILED_BYTES)))
+            })
+            .flatten();
         JobView {
+            failed,
+            phase,
+            phase_reason,
+            started_at: r.started_at,
             id: r.id,
             name: r.spec.name.clone(),
             state: r.state,
@@ -180,6 +204,51 @@ impl JobView {
     pub fn is_final(&self) -> bool {
         self.state.is_final()
     }
+}
+
+/// How much of a failed subtask's stderr a job's status carries.
+const FAILED_LINES: usize = 20;
+const FAILED_BYTES: usize = 4096;
+
+/// The last `lines` lines of `text`, at most `bytes` bytes of them (cut at a character).
+pub fn last_lines(text: &str, lines: usize, bytes: usize) -> String {
+    let trimmed = text.trim_end();
+    let start = trimmed.rmatch_indices('\n').nth(lines.saturating_sub(1)).map_or(0, |(i, _)| i + 1);
+    let mut tail = &trimmed[start..];
+    if tail.len() > bytes {
+        let mut cut = tail.len() - bytes;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail = &tail[cut..];
+    }
+    tail.to_string()
+}
+
+/// What a job is doing, and why when it waits: `blocked` while its `after_jobs` have not all
+/// succeeded; `pending` until its first subtask starts running (with the first task's reason
+/// for waiting, or that its placed subtasks are starting); then `running`; the ended state's
+/// name once it ended.
+fn phase(job: &Job, groups: &[TaskGroupView]) -> (&'static str, String) {
+    let r = job.record();
+    if r.state.is_final() {
+        return (r.state.as_str(), String::new());
+    }
+    if let Some(why) = job.blocked() {
+        return ("blocked", why.to_string());
+    }
+    if r.started_at > 0 {
+        return ("running", String::new());
+    }
+    if let Some(g) = groups.iter().find(|g| !g.waiting_reason.is_empty()) {
+        return ("pending", format!("task {}: {}", g.task, g.waiting_reason));
+    }
+    let placed: u32 = groups.iter().map(|g| g.count(SubtaskState::Assigned)).sum();
+    let reason = match placed {
+        0 => "waiting to be placed".to_string(),
+        n => format!("starting: {n} subtask(s) placed, none running yet"),
+    };
+    ("pending", reason)
 }
 
 /// A worker for `plexus workers` and the dashboard.
@@ -256,5 +325,20 @@ pub struct WorkBatch {
 impl WorkBatch {
     pub fn is_empty(&self) -> bool {
         self.assign.is_empty() && self.cancel.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod last_lines_tests {
+    use super::last_lines;
+
+    #[test]
+    fn the_last_lines_within_a_byte_bound() {
+        let text = "a\nb\nc\nd\n\n";
+        assert_eq!(last_lines(text, 2, 100), "c\nd");
+        assert_eq!(last_lines(text, 10, 100), "a\nb\nc\nd");
+        assert_eq!(last_lines("", 3, 100), "");
+        assert_eq!(last_lines("one line", 3, 100), "one line");
+        assert_eq!(last_lines("x\nééé", 1, 3), "é", "cut at a character, never inside one");
     }
 }

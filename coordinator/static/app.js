@@ -45,7 +45,7 @@
             body.insertBefore(row, body.firstChild);
             var empty = document.getElementById("empty"); if (empty) empty.remove();
           }
-          state(row.querySelector(".state"), j.state);
+          state(row.querySelector(".state"), j.phase || j.state);
           bar(row.querySelector(".progress"), j.done, j.total);
           text(row.querySelector(".err"), j.error);
         });
@@ -58,7 +58,7 @@
       get("/api/jobs/" + id + (jobVersion ? "?wait=" + jobVersion : ""), function (j) {
         jobVersion = j.version;
         if (j.state !== "running") jobDone = true;
-        state(document.getElementById("job-state"), j.state);
+        state(document.getElementById("job-state"), j.phase || j.state);
         bar(document.getElementById("job-progress"), j.done, j.total);
         j.groups.forEach(function (g) {
           var n = document.querySelector('#dag .node[data-task="' + g.task + '"]');

@@ -116,6 +116,12 @@ def job_status(s: Any) -> t.JobStatus:
         gangs=[gang(g) for g in s.gangs],
         priority=s.priority,
         queue=s.queue,
+        phase=s.phase or job_state(s.state).value,
+        phase_reason=s.phase_reason,
+        started_at=when(s.started_at),
+        failed_task=s.failed_task,
+        failed_rank=s.failed_rank,
+        failed_stderr=s.failed_stderr,
     )
 
 

@@ -93,6 +93,11 @@ class JobFailed(PlexusError):
         if details:
             more = f" and {len(self.failures) - 5} more" if len(self.failures) > 5 else ""
             text += " [" + "; ".join(details) + more + "]"
+        #: The last lines of stderr of the subtask whose failure ended the job ("" if none).
+        self.stderr = status.failed_stderr
+        if self.stderr.strip():
+            text += f"\nstderr of {status.failed_task} rank {status.failed_rank} (last lines):\n"
+            text += "\n".join("  | " + line for line in self.stderr.splitlines())
         super().__init__(text)
 
 

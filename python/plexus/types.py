@@ -146,10 +146,37 @@ class JobStatus:
     gangs: List[Gang] = field(default_factory=list)
     priority: int = 0
     queue: str = ""
+    #: What it is doing: ``"pending"`` (nothing of it has started; ``phase_reason`` says why),
+    #: ``"blocked"`` (waiting for its ``after_jobs``), ``"running"``, or how it ended.
+    phase: str = ""
+    phase_reason: str = ""
+    #: When its first subtask started running (``None``: none has yet).
+    started_at: Optional[datetime] = None
+    #: A failed job: the subtask whose failure ended it, and the last lines of its stderr.
+    failed_task: str = ""
+    failed_rank: int = 0
+    failed_stderr: str = ""
 
     @property
     def finished(self) -> bool:
         return self.state.finished
+
+    @property
+    def queued(self) -> Optional[float]:
+        """Seconds from submission until its first subtask started (or, while none has, until
+        now or its end)."""
+        if self.submitted_at is None:
+            return None
+        end = self.started_at or self.finished_at or datetime.now(self.submitted_at.tzinfo)
+        return max(0.0, (end - self.submitted_at).total_seconds())
+
+    @property
+    def ran(self) -> Optional[float]:
+        """Seconds from its first subtask's start to its end (or to now while it runs)."""
+        if self.started_at is None:
+            return None
+        end = self.finished_at or datetime.now(self.started_at.tzinfo)
+        return max(0.0, (end - self.started_at).total_seconds())
 
     @property
     def succeeded(self) -> bool:

@@ -211,6 +211,20 @@ def test_a_failed_job_raises_with_its_subtasks_errors(client: plexus.Client) -> 
     assert f"job {job.id} (py-fail) failed" in str(e.value) and "boom/0:" in str(e.value)
     assert job.wait(progress=False, check=False, timeout=WAIT).state == plexus.JobState.FAILED
     assert job.logs("boom").stderr == b"boom\n"
+    # The failure explains itself: the last lines of the failed subtask's stderr come with it.
+    assert e.value.stderr == "boom" and "stderr of boom rank 0 (last lines):\n  | boom" in str(e.value)
+    final = job.status()
+    assert (final.phase, final.failed_task, final.failed_rank) == ("failed", "boom", 0)
+    assert final.queued is not None and final.ran is not None
+
+
+def test_a_job_after_another_is_blocked_until_it_succeeds(client: plexus.Client) -> None:
+    first = client.submit('name = "py-first"\n[[task]]\nname = "s"\ncpu = 0.5\ncommand = "sleep 2"\n')
+    second = client.submit('name = "py-second"\n[[task]]\nname = "t"\ncpu = 0.5\ncommand = "true"\n', after=first)
+    st = second.status()
+    assert st.phase == "blocked" and first.id in st.phase_reason, st
+    assert st.started_at is None and st.ran is None
+    assert second.wait(progress=False, timeout=WAIT).phase == "succeeded"
 
 
 def test_a_refused_file_raises_with_its_file_and_line(client: plexus.Client, tmp_path: Path) -> None:

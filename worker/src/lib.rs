@@ -181,12 +181,8 @@ impl Worker {
         };
         let rails = bind_rails(&config, credentials.is_some()).await?;
         let gpus_found = NodeGpusFound::detect(&config).await?;
-        let containers = container::Containers::detect(config.container_runtime, &worker_id.to_string()).await?;
         let mut capacity = node_capacity(&config, &gpus_found, &rails, &isolation);
-        if let Some(c) = &containers {
-            capacity.labels.insert(container::RUNTIME_LABEL.to_string(), c.program().to_string());
-            c.remove_leftovers().await;
-        }
+        let (python_envs, containers) = code_runtimes(&config, &layout, worker_id, &users, &mut capacity).await?;
         info!(
             %worker_id, %session, peer_addr, data_dir = %layout.root().display(), cpus = capacity.cpus,
             memory = capacity.memory, gpus = ?gpus_found.offered_indices(), gpu_links = capacity.gpu_links.len(),
@@ -202,11 +198,7 @@ impl Worker {
         let server_tls = credentials.as_ref().map(credentials::Credentials::peer_server_tls);
         let server_task = tokio::spawn(peer::serve(listener, server, server_tls, shutdown.child_token()));
 
-        let gpus = Arc::new(GpuSampler::new(&gpus_found.offered));
-        let gpu_task = tokio::spawn({
-            let (gpus, stop) = (Arc::clone(&gpus), shutdown.child_token());
-            async move { gpus.run(GPU_SAMPLE_INTERVAL, stop).await }
-        });
+        let (gpus, gpu_task) = sample_gpus(&gpus_found, &shutdown);
 
         // The rail scheduler's parameters, settable while the worker runs (`tuning`).
         tokio::spawn(tuning::watch(layout.rail_tuning_file(), shutdown.child_token()));
@@ -214,13 +206,6 @@ impl Worker {
         let attempts = Attempts::new(shutdown.child_token());
         let lease = Arc::new(lease::Lease::new());
         let attempt_tasks = TaskTracker::new();
-        let python_envs = python_env::PythonEnvs::new(
-            layout.envs_dir(),
-            config.python.clone(),
-            config.python_envs_bytes,
-            users.uid_range().is_some(),
-        );
-        python_envs.recover()?;
         let runner = Runner::new(
             layout.clone(),
             cache.clone(),
@@ -582,6 +567,39 @@ async fn gpu_topology(offered: &[GpuDevice]) -> (Vec<pb::GpuLink>, std::collecti
             Default::default()
         }
     }
+}
+
+/// The GPU sampler of the offered devices, and its task (which runs until `shutdown`).
+fn sample_gpus(found: &NodeGpusFound, shutdown: &CancellationToken) -> (Arc<GpuSampler>, tokio::task::JoinHandle<()>) {
+    let gpus = Arc::new(GpuSampler::new(&found.offered));
+    let (g, stop) = (Arc::clone(&gpus), shutdown.child_token());
+    let task = tokio::spawn(async move { g.run(GPU_SAMPLE_INTERVAL, stop).await });
+    (gpus, task)
+}
+
+/// What runs jobs' code beside their commands: the Python environments (what an earlier run
+/// built kept), and the container runtime, if one answers (then the node carries its label, and
+/// containers an earlier run of this worker left are removed).
+async fn code_runtimes(
+    config: &Config,
+    layout: &Layout,
+    worker_id: WorkerId,
+    users: &TaskUsers,
+    capacity: &mut pb::NodeCapacity,
+) -> Result<(python_env::PythonEnvs, Option<container::Containers>)> {
+    let python_envs = python_env::PythonEnvs::new(
+        layout.envs_dir(),
+        config.python.clone(),
+        config.python_envs_bytes,
+        users.uid_range().is_some(),
+    );
+    python_envs.recover()?;
+    let containers = container::Containers::detect(config.container_runtime, &worker_id.to_string()).await?;
+    if let Some(c) = &containers {
+        capacity.labels.insert(container::RUNTIME_LABEL.to_string(), c.program().to_string());
+        c.remove_leftovers().await;
+    }
+    Ok((python_envs, containers))
 }
 
 /// What the worker registers as its capacity.

@@ -6,17 +6,22 @@
 //! the warm-up), steps per second relative to Gloo, and the first and last losses and the
 //! parameter sum, which must agree with Gloo's within 1e-4 relative (the check column).
 //!
-//! The rail rig's runs (Gloo on the fast rail of `2gbit,500mbit` namespaces against Plexus on one
-//! and both rails) are not in this binary yet.
+//! With `--rig 2gbit,500mbit` (root, iproute2) the same three runs follow on the rail rig: `world`
+//! hosts (host 0 the root namespace, the others namespaces `plx-h<h>`), Gloo one rank per host on
+//! the fast rail alone (`--ifname plx<h>r0`), and Plexus with one worker per host — on rail 0
+//! alone, and on both rails — whose coordinator listens on host 0's rail-0 address (so the
+//! control traffic shares the fast rail; it is a few messages per step).
 //!
-//!   cargo run --release -p plexus-bench --bin ddp -- [--params-m 25] [--world 4] [--steps 30]
+//!   cargo run --release -p plexus-bench --bin ddp -- [--params-m 25] [--world 4] [--steps 30] [--rig 2gbit,500mbit]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use plexus_bench::gloo;
+use plexus_dataplane::rig::Rig;
 use plexus_e2e::{Cluster, ClusterConfig};
+use plexus_launch::WorkerLaunch;
 use plexus_proto::pb;
 
 #[derive(Parser)]
@@ -34,6 +39,12 @@ struct Args {
     /// Global batch, split over the ranks.
     #[arg(long, default_value_t = 64)]
     batch: u32,
+    /// Also run on the rail rig with these rails (e.g. `2gbit,500mbit`); needs root.
+    #[arg(long)]
+    rig: Option<String>,
+    /// Skip the loopback runs (with --rig: the rig's only).
+    #[arg(long)]
+    no_loopback: bool,
 }
 
 /// The anchor script: `$PLEXUS_DDP_ANCHOR`, else `shared/anchors/ddp_train.py` beside the
@@ -99,6 +110,39 @@ fn plexus_run(a: &Args, rails: &[&str]) -> Result<serde_json::Value, String> {
         log: "warn".into(),
         ..Default::default()
     });
+    train(a, &c)
+}
+
+/// The `plexus` backend on the rig: one worker per host on its first `rails` rails, the
+/// coordinator on host 0's rail-0 address.
+fn plexus_rig(a: &Args, rig: &Rig, rails: usize) -> Result<serde_json::Value, String> {
+    let mut c = Cluster::start(ClusterConfig {
+        workers: 0,
+        cpus_per_worker: 1,
+        worker_args: vec!["--task-user".into(), "worker".into()],
+        listen_ip: rig.addr(0, 0),
+        log: "warn".into(),
+        ..Default::default()
+    });
+    for h in 0..rig.hosts() {
+        let mut args: Vec<std::ffi::OsString> = vec!["--listen".into(), format!("{}:0", rig.addr(h, 0)).into()];
+        for r in 0..rails {
+            args.extend(["--rail".into(), rig.addr(h, r).to_string().into()]);
+        }
+        let prefix = match h {
+            0 => vec![],
+            _ => ["ip", "netns", "exec"].map(Into::into).into_iter().chain([format!("plx-h{h}").into()]).collect(),
+        };
+        c.launcher()
+            .add_worker_with(&WorkerLaunch { prefix, args, coordinators: None })
+            .map_err(|e| format!("worker on host {h}: {e}"))?;
+    }
+    c.wait_workers_alive(rig.hosts());
+    train(a, &c)
+}
+
+/// Runs the anchor as a `communicator = true` gang of `world` members on `c`; what rank 0 wrote.
+fn train(a: &Args, c: &Cluster) -> Result<serde_json::Value, String> {
     let out = c.task_dir("out");
     let json = out.join("plexus.json");
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -124,30 +168,34 @@ fn plexus_run(a: &Args, rails: &[&str]) -> Result<serde_json::Value, String> {
     read(&json)
 }
 
-fn f(v: &serde_json::Value, k: &str) -> f64 {
-    v[k].as_f64().unwrap_or(f64::NAN)
+/// The rig's three runs, or why there are none.
+fn rig_runs(a: &Args, rails: &str) -> Vec<(String, Result<serde_json::Value, String>)> {
+    if let Some(why) = plexus_dataplane::rig::unavailable() {
+        return vec![("rig".into(), Err(why))];
+    }
+    let rig = match Rig::up(a.world, rails) {
+        Ok(r) => r,
+        Err(e) => return vec![("rig".into(), Err(e.to_string()))],
+    };
+    let job = gloo::Job { args: common(a), env: vec![], timeout: Duration::from_secs(1200) };
+    vec![
+        ("gloo (rig, rail 0)".into(), gloo::on_rig_with(&rig, &script(), &job)),
+        ("plexus rig, rail 0".into(), plexus_rig(a, &rig, 1)),
+        ("plexus rig, 2 rails".into(), plexus_rig(a, &rig, 2)),
+    ]
 }
 
-fn main() {
-    let a = Args::parse();
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let runs: Vec<(&str, Result<serde_json::Value, String>)> = vec![
-        ("gloo (loopback)", gloo_run(&a, dir.path())),
-        ("plexus, 1 rail", plexus_run(&a, &["127.0.0.1"])),
-        ("plexus, 2 rails", plexus_run(&a, &["127.0.0.2", "127.0.0.3"])),
-    ];
+/// One table: each run's step time and agreement with the first run (the baseline).
+fn table(title: &str, runs: &[(String, Result<serde_json::Value, String>)]) {
+    println!("{title}");
     println!(
-        "ddp_train.py --params-m {} --world {} --steps {} (after {} warm-up), batch {}, loopback",
-        a.params_m, a.world, a.steps, a.warmup, a.batch
-    );
-    println!(
-        "{:<18} {:>12} {:>10} {:>9} {:>12} {:>12} {:>16}  check",
+        "{:<20} {:>12} {:>10} {:>9} {:>12} {:>12} {:>16}  check",
         "backend", "step ms p50", "p90", "vs gloo", "loss first", "loss last", "param_sum"
     );
     let base = runs[0].1.as_ref().ok().cloned();
-    for (name, r) in &runs {
+    for (name, r) in runs {
         match r {
-            Err(e) => println!("{name:<18} failed: {e}"),
+            Err(e) => println!("{name:<20} failed: {e}"),
             Ok(v) => {
                 let (p50, p90) = (f(v, "step_ms_median"), f(v, "step_ms_p90"));
                 let (speed, check) = match &base {
@@ -162,12 +210,37 @@ fn main() {
                     None => (f64::NAN, "no gloo run".into()),
                 };
                 println!(
-                    "{name:<18} {p50:>12.1} {p90:>10.1} {speed:>8.2}x {:>12.6} {:>12.6} {:>16.6}  {check}",
+                    "{name:<20} {p50:>12.1} {p90:>10.1} {speed:>8.2}x {:>12.6} {:>12.6} {:>16.6}  {check}",
                     f(v, "loss_first"),
                     f(v, "loss_last"),
                     f(v, "param_sum")
                 );
             }
         }
+    }
+}
+
+fn f(v: &serde_json::Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(f64::NAN)
+}
+
+fn main() {
+    let a = Args::parse();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let head = format!(
+        "ddp_train.py --params-m {} --world {} --steps {} (after {} warm-up), batch {}",
+        a.params_m, a.world, a.steps, a.warmup, a.batch
+    );
+    if !a.no_loopback {
+        let runs: Vec<(String, Result<serde_json::Value, String>)> = vec![
+            ("gloo (loopback)".into(), gloo_run(&a, dir.path())),
+            ("plexus, 1 rail".into(), plexus_run(&a, &["127.0.0.1"])),
+            ("plexus, 2 rails".into(), plexus_run(&a, &["127.0.0.2", "127.0.0.3"])),
+        ];
+        table(&format!("{head}, loopback"), &runs);
+    }
+    if let Some(rails) = &a.rig {
+        let runs = rig_runs(&a, rails);
+        table(&format!("{head}, rail rig {rails} (Gloo on rail 0 alone)"), &runs);
     }
 }

@@ -99,7 +99,7 @@ fn new_part<'a>(seen: &mut Vec<u8>, now: &'a [u8]) -> &'a [u8] {
     fresh
 }
 
-async fn follow(
+pub async fn follow(
     target: &crate::client::Target,
     client: &mut client::Client,
     job: plexus_proto::JobId,

@@ -7,7 +7,7 @@ use plexus_proto::pb::{GetJobRequest, ListCoordinatorsRequest, ListJobsRequest};
 use crate::args::{OutputFormat, StateFilter, StatusArgs};
 use crate::output::Detail;
 use crate::{client, output};
-use plexus_proto::pb::{JobState, JobStatus};
+use plexus_proto::pb::JobStatus;
 
 pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
@@ -61,13 +61,15 @@ pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::R
 pub fn filter_jobs(jobs: &mut Vec<JobStatus>, args: &StatusArgs) {
     if let Some(state) = args.state {
         let want = match state {
-            StateFilter::Running => JobState::Running,
-            StateFilter::Succeeded => JobState::Succeeded,
-            StateFilter::Failed => JobState::Failed,
-            StateFilter::Cancelled => JobState::Cancelled,
-            StateFilter::CompletedWithFailures => JobState::CompletedWithFailures,
+            StateFilter::Pending => "pending",
+            StateFilter::Blocked => "blocked",
+            StateFilter::Running => "running",
+            StateFilter::Succeeded => plexus_proto::JobState::Succeeded.as_str(),
+            StateFilter::Failed => plexus_proto::JobState::Failed.as_str(),
+            StateFilter::Cancelled => plexus_proto::JobState::Cancelled.as_str(),
+            StateFilter::CompletedWithFailures => plexus_proto::JobState::CompletedWithFailures.as_str(),
         };
-        jobs.retain(|j| j.state == want as i32);
+        jobs.retain(|j| output::job_phase(j) == want);
     }
     if let Some(name) = &args.name {
         jobs.retain(|j| j.name.contains(name.as_str()));
@@ -122,6 +124,7 @@ pub async fn coordinators(
 mod tests {
     use super::*;
     use clap::Parser;
+    use plexus_proto::pb::JobState;
 
     fn job(name: &str, state: JobState, at: u64) -> JobStatus {
         JobStatus {

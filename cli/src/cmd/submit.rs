@@ -31,14 +31,40 @@ pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::R
     }
     let response = client.submit_job(request).await?.into_inner();
     output::print(&format!("{}\n", response.job_id))?;
-    if !args.watch {
+    if !args.watch && args.logs.is_none() {
         return Ok(ExitCode::SUCCESS);
     }
     let job: JobId = response
         .job_id
         .parse()
         .with_context(|| format!("the coordinator answered with a malformed job id {:?}", response.job_id))?;
-    super::watch::watch_with(target, &mut client, job).await
+    let Some((task, rank)) = args.logs.clone() else {
+        return super::watch::watch_with(target, &mut client, job).await;
+    };
+    // The chosen subtask's output as it comes (`plexus logs -f`), beside a watch that prints
+    // only the job's end (progress bars would write over the output).
+    let logs = crate::args::LogsArgs {
+        job: crate::args::JobRef(job.to_string()),
+        task,
+        rank,
+        all_ranks: false,
+        attempt: None,
+        follow: true,
+    };
+    let t = target.clone();
+    let follower = tokio::spawn(async move {
+        let mut c = client::connect(&t).await?;
+        super::logs::follow(&t, &mut c, job, &logs, 0).await
+    });
+    let last = super::watch::watch_quietly(target, &mut client, job).await;
+    // The follower ends when its subtask does; what it has still to print comes before the end.
+    if let Ok(Ok(Err(e))) = tokio::time::timeout(std::time::Duration::from_secs(10), follower).await {
+        eprintln!(
+            "plexus: following the logs: {}",
+            client::render_error(&e, &target.url).trim_start_matches("error: ")
+        );
+    }
+    super::watch::end(&last?)
 }
 
 /// `plexus resubmit JOB [--watch]`: the same job file again as a new job; prints the new id.

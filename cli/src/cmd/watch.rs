@@ -43,8 +43,36 @@ fn retryable(status: &tonic::Status) -> bool {
 /// coordinator goes away before the job ends (restarted, killed, the connection dropped), it
 /// says so on stderr and reconnects with back-off for up to [`RECONNECT_FOR`].
 pub async fn watch_with(target: &crate::client::Target, client: &mut Client, job: JobId) -> anyhow::Result<ExitCode> {
-    let mut view =
+    let view =
         if std::io::stdout().is_terminal() { View::Bars(Bars::default()) } else { View::Lines(Lines::default()) };
+    let last = watch_in(target, client, job, view).await?;
+    end(&last)
+}
+
+/// Prints the job's last line (and its failure's stderr) and gives the exit code: 0 only if it
+/// succeeded.
+pub fn end(last: &JobStatus) -> anyhow::Result<ExitCode> {
+    output::print(&output::job_final_line(last))?;
+    let state = convert::job_state("state", last.state).ok();
+    Ok(if state == Some(JobState::Succeeded) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// [`watch_with`] printing nothing, to the job's end: its last status (`submit --logs`, where the
+/// task's own output shows meanwhile and the caller prints the end after it).
+pub async fn watch_quietly(
+    target: &crate::client::Target,
+    client: &mut Client,
+    job: JobId,
+) -> anyhow::Result<JobStatus> {
+    watch_in(target, client, job, View::Quiet).await
+}
+
+async fn watch_in(
+    target: &crate::client::Target,
+    client: &mut Client,
+    job: JobId,
+    mut view: View,
+) -> anyhow::Result<JobStatus> {
     let mut last: Option<JobStatus> = None;
     let mut wait = RECONNECT_FIRST;
     let mut lost_since: Option<std::time::Instant> = None;
@@ -118,9 +146,7 @@ pub async fn watch_with(target: &crate::client::Target, client: &mut Client, job
     let Some(last) = last else {
         anyhow::bail!("the coordinator ended the watch of {job} without sending its status");
     };
-    output::print(&output::job_final_line(&last))?;
-    let state = convert::job_state("state", last.state).ok();
-    Ok(if state == Some(JobState::Succeeded) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(last)
 }
 
 fn eprintln_quiet(line: &str) {
@@ -131,6 +157,8 @@ fn eprintln_quiet(line: &str) {
 enum View {
     Bars(Bars),
     Lines(Lines),
+    /// Nothing but the last line.
+    Quiet,
 }
 
 impl View {
@@ -143,6 +171,7 @@ impl View {
                     output::print(&text)?;
                 }
             }
+            View::Quiet => {}
         }
         Ok(())
     }

@@ -17,13 +17,33 @@ pub(super) fn total(job: &pb::JobStatus) -> u32 {
     if job.total_subtasks > 0 { job.total_subtasks } else { job.groups.iter().map(|g| g.replicas).sum() }
 }
 
-/// Wall time of a job: to its end, or to now while it runs.
-fn job_duration(job: &pb::JobStatus, now_ms: u64) -> Option<u64> {
+/// What a job is doing: its phase (`pending`, `blocked`, `running`, or how it ended), or its
+/// state's name from a coordinator that sends no phase.
+pub fn job_phase(job: &pb::JobStatus) -> &str {
+    if job.phase.is_empty() { job_state_name(job.state) } else { &job.phase }
+}
+
+/// Time a job waited before anything of it ran: from submission to its first subtask's start,
+/// or to now (or its end) when none has started.
+fn job_queued(job: &pb::JobStatus, now_ms: u64) -> Option<u64> {
     if job.submitted_at == 0 {
         return None;
     }
-    let end = if job.finished_at != 0 { job.finished_at } else { now_ms };
+    let end = match (job.started_at, job.finished_at) {
+        (0, 0) => now_ms,
+        (0, f) => f,
+        (s, _) => s,
+    };
     Some(end.saturating_sub(job.submitted_at))
+}
+
+/// Time a job has run: from its first subtask's start to its end, or to now while it runs.
+fn job_ran(job: &pb::JobStatus, now_ms: u64) -> Option<u64> {
+    if job.started_at == 0 {
+        return None;
+    }
+    let end = if job.finished_at != 0 { job.finished_at } else { now_ms };
+    Some(end.saturating_sub(job.started_at))
 }
 
 /// Run time of a subtask's current attempt: to its end, or to now while it runs.
@@ -48,15 +68,16 @@ pub fn jobs_table(jobs: &[pb::JobStatus], now_ms: u64) -> String {
     }
     let mut jobs: Vec<&pb::JobStatus> = jobs.iter().collect();
     jobs.sort_by(|a, b| (a.submitted_at, &a.job_id).cmp(&(b.submitted_at, &b.job_id)));
-    let mut t = Table::new(&["ID", "NAME", "STATE", "PROGRESS", "SUBMITTED", "DURATION"]);
+    let mut t = Table::new(&["ID", "NAME", "STATE", "PROGRESS", "SUBMITTED", "QUEUED", "RAN"]);
     for j in jobs {
         t.row(vec![
             j.job_id.clone(),
             j.name.clone(),
-            job_state_name(j.state).to_string(),
+            job_phase(j).to_string(),
             format!("{}/{}", succeeded(j), total(j)),
             age(j.submitted_at, now_ms),
-            dash(job_duration(j, now_ms).map(human_duration)),
+            dash(job_queued(j, now_ms).map(human_duration)),
+            dash(job_ran(j, now_ms).map(human_duration)),
         ]);
     }
     t.render()
@@ -74,13 +95,16 @@ pub enum Detail {
 /// `plexus status JOB [--subtasks]`: a header, the task groups, and with
 /// [`Detail::WithSubtasks`] the subtasks.
 pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
-    let mut head =
-        vec![("job", job.job_id.clone()), ("name", job.name.clone()), ("state", job_state_name(job.state).to_string())];
+    let mut head = vec![("job", job.job_id.clone()), ("name", job.name.clone()), ("state", job_phase(job).to_string())];
+    if !job.phase_reason.is_empty() {
+        head.push(("why", one_line(&job.phase_reason)));
+    }
     if !job.error.is_empty() {
         head.push(("error", one_line(&job.error)));
     }
     head.push(("submitted", age(job.submitted_at, now_ms)));
-    head.push(("duration", dash(job_duration(job, now_ms).map(human_duration))));
+    head.push(("queued", dash(job_queued(job, now_ms).map(human_duration))));
+    head.push(("ran", dash(job_ran(job, now_ms).map(human_duration))));
     head.push(("progress", format!("{}/{} succeeded", succeeded(job), total(job))));
     if job.priority != 0 {
         head.push(("priority", job.priority.to_string()));
@@ -89,6 +113,7 @@ pub fn job_detail(job: &pb::JobStatus, detail: Detail, now_ms: u64) -> String {
         head.push(("queue", job.queue.clone()));
     }
     let mut out = fields(&head);
+    out.push_str(&failure_block(job));
 
     let mut groups =
         Table::new(&["TASK", "REPLICAS", "WAITING", "READY", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]);
@@ -265,10 +290,23 @@ pub struct JobView {
     pub job_id: String,
     pub name: String,
     pub state: &'static str,
+    /// `pending`, `blocked`, `running`, or the ended state's name; and why for the first two.
+    pub phase: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_reason: Option<String>,
     pub submitted_at_ms: Option<u64>,
+    /// When its first subtask started running.
+    pub started_at_ms: Option<u64>,
     pub finished_at_ms: Option<u64>,
     /// Only for a finished job, so the document does not change while nothing happens.
     pub duration_ms: Option<u64>,
+    /// Time from submission to its first subtask's start; and from there to its end (each once
+    /// it is known).
+    pub queued_ms: Option<u64>,
+    pub ran_ms: Option<u64>,
+    /// A failed job: the subtask whose failure ended it and the last lines of its stderr.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_subtask: Option<FailedView>,
     pub error: Option<String>,
     pub total_subtasks: u32,
     pub succeeded_subtasks: u32,
@@ -279,6 +317,13 @@ pub struct JobView {
     /// Present for one job (`status JOB -o json`), absent in the job list.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subtasks: Option<Vec<SubtaskView>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FailedView {
+    pub task: String,
+    pub rank: u32,
+    pub stderr_tail: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -350,10 +395,21 @@ pub fn job_view(job: &pb::JobStatus, detail: Detail) -> JobView {
         job_id: job.job_id.clone(),
         name: job.name.clone(),
         state: job_state_name(job.state),
+        phase: job_phase(job).to_string(),
+        phase_reason: non_empty(&job.phase_reason),
         submitted_at_ms: time(job.submitted_at),
+        started_at_ms: time(job.started_at),
         finished_at_ms: time(job.finished_at),
         duration_ms: (job.submitted_at != 0 && job.finished_at != 0)
             .then(|| job.finished_at.saturating_sub(job.submitted_at)),
+        queued_ms: (job.submitted_at != 0 && (job.started_at != 0 || job.finished_at != 0))
+            .then(|| job_queued(job, 0).unwrap_or(0)),
+        ran_ms: (job.started_at != 0 && job.finished_at != 0).then(|| job.finished_at.saturating_sub(job.started_at)),
+        failed_subtask: (!job.failed_task.is_empty()).then(|| FailedView {
+            task: job.failed_task.clone(),
+            rank: job.failed_rank,
+            stderr_tail: job.failed_stderr.clone(),
+        }),
         error: non_empty(&job.error),
         total_subtasks: total(job),
         succeeded_subtasks: succeeded(job),
@@ -450,7 +506,8 @@ pub fn job_list_view(jobs: &[pb::JobStatus]) -> JobList {
     JobList { jobs: jobs.into_iter().map(|j| job_view(j, Detail::Summary)).collect() }
 }
 
-/// The last line of `watch` (and of `cancel`): `job <id> <state>`, then `: <error>` if any.
+/// The last line of `watch` (and of `cancel`): `job <id> <state>`, then `: <error>` if any;
+/// for a failure, then the last lines of the failed subtask's stderr ([`failure_block`]).
 pub fn job_final_line(job: &pb::JobStatus) -> String {
     let mut line = format!("job {} {}", job.job_id, job_state_name(job.state));
     if !job.error.is_empty() {
@@ -458,5 +515,24 @@ pub fn job_final_line(job: &pb::JobStatus) -> String {
         line.push_str(&one_line(&job.error));
     }
     line.push('\n');
+    line.push_str(&failure_block(job));
     line
+}
+
+/// The last lines of stderr of the subtask whose failure ended the job, each indented, under a
+/// line saying whose they are and how to see all of it; empty when there are none.
+pub fn failure_block(job: &pb::JobStatus) -> String {
+    if job.failed_task.is_empty() || job.failed_stderr.trim().is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "stderr of {} rank {} (last lines; all of it: plexus logs {} {} --rank {}):\n",
+        job.failed_task, job.failed_rank, job.job_id, job.failed_task, job.failed_rank
+    );
+    for l in job.failed_stderr.lines() {
+        out.push_str("  | ");
+        out.push_str(&l.chars().filter(|c| !c.is_control() || *c == '\t').collect::<String>());
+        out.push('\n');
+    }
+    out
 }

@@ -54,6 +54,8 @@ fn job() -> pb::JobStatus {
         gangs: vec![],
         priority: 0,
         queue: "default".into(),
+        phase: "running".into(),
+        started_at: NOW - 63_000,
         subtasks: vec![
             pb::SubtaskStatus {
                 task: "gen".into(),
@@ -94,6 +96,7 @@ fn job() -> pb::JobStatus {
             },
         ],
         total_subtasks: 5,
+        ..Default::default()
     }
 }
 
@@ -146,15 +149,17 @@ fn job_list_table() {
     done.job_id = J2.into();
     done.name = "old".into();
     done.state = pb::JobState::Succeeded as i32;
+    done.phase = "succeeded".into();
     done.submitted_at = NOW - 3_600_000;
+    done.started_at = NOW - 3_600_000 + 2_000;
     done.finished_at = NOW - 3_600_000 + 12_300;
     done.groups = vec![group("a", 2, [0, 0, 0, 0, 2, 0, 0])];
     done.total_subtasks = 2;
     let text = jobs_table(&[job(), done], NOW);
     let expected = format!(
-        "ID{p}NAME  STATE      PROGRESS  SUBMITTED  DURATION\n\
-         {J2}  old   succeeded  2/2       1h00m ago  12.3s\n\
-         {J1}  demo  running    2/5       1m05s ago  1m05s\n",
+        "ID{p}NAME  STATE      PROGRESS  SUBMITTED  QUEUED  RAN\n\
+         {J2}  old   succeeded  2/2       1h00m ago  2.0s    10.3s\n\
+         {J1}  demo  running    2/5       1m05s ago  2.0s    1m03s\n",
         p = " ".repeat(36)
     );
     assert_eq!(text, expected);
@@ -203,7 +208,8 @@ fn job_detail_with_and_without_subtasks() {
          name:      demo\n\
          state:     running\n\
          submitted: 1m05s ago\n\
-         duration:  1m05s\n\
+         queued:    2.0s\n\
+         ran:       1m03s\n\
          progress:  2/5 succeeded\n\
          \n\
          TASK  REPLICAS  WAITING  READY  RUNNING  SUCCEEDED  FAILED  CANCELLED\n\
@@ -281,8 +287,12 @@ fn job_json_shape() {
             "groups",
             "job_id",
             "name",
+            "phase",
             "priority",
             "queue",
+            "queued_ms",
+            "ran_ms",
+            "started_at_ms",
             "state",
             "submitted_at_ms",
             "succeeded_subtasks",
@@ -308,6 +318,30 @@ fn final_line_and_progress_lines() {
     j.error = "task gen rank 1 failed:\nexit status 2".into();
     assert_eq!(job_final_line(&j), format!("job {J1} failed: task gen rank 1 failed: exit status 2\n"));
     assert_eq!(watch_header(&job()), format!("job {J1} (demo) running: 2/5 subtasks succeeded"));
+    j.failed_task = "gen".into();
+    j.failed_rank = 1;
+    j.failed_stderr = "Traceback (most recent call last):\nValueError: bad lr\x1b[0m".into();
+    assert_eq!(
+        job_final_line(&j),
+        format!(
+            "job {J1} failed: task gen rank 1 failed: exit status 2\n\
+             stderr of gen rank 1 (last lines; all of it: plexus logs {J1} gen --rank 1):\n\
+             \x20 | Traceback (most recent call last):\n\
+             \x20 | ValueError: bad lr[0m\n"
+        ),
+        "the tail follows, indented, control characters dropped"
+    );
+    let mut pending = job();
+    pending.phase = "pending".into();
+    pending.phase_reason = "task gen: needs 8 cpus, the largest worker has 4".into();
+    pending.started_at = 0;
+    assert_eq!(
+        watch_header(&pending),
+        format!("job {J1} (demo) pending (task gen: needs 8 cpus, the largest worker has 4): 2/5 subtasks succeeded")
+    );
+    let detail = job_detail(&pending, Detail::Summary, NOW);
+    assert!(detail.contains("state:     pending\nwhy:       task gen: needs 8 cpus"), "{detail}");
+    assert!(detail.contains("queued:    1m05s\nran:       -\n"), "{detail}");
 
     let c = GroupCounts::from(&group("gen", 8, [0, 0, 0, 0, 8, 0, 0]));
     assert_eq!(c.line("gen"), "gen 8/8 succeeded, 0 running, 0 failed");

@@ -3,8 +3,8 @@
 
 use plexus_proto::pb;
 
-use super::format::job_state_name;
-use super::jobs::{succeeded, total};
+use super::jobs::{job_phase, succeeded, total};
+use crate::client::one_line;
 
 /// What `watch` shows of one task group; a change in it is a new progress line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,14 +53,10 @@ impl GroupCounts {
     }
 }
 
-/// The header of `watch`: `job <id> (<name>) running: 3/8 subtasks succeeded`.
+/// The header of `watch`: `job <id> (<name>) running: 3/8 subtasks succeeded`, or, while
+/// nothing of it runs, `... pending (task train: ...): 0/8 subtasks succeeded`.
 pub fn watch_header(job: &pb::JobStatus) -> String {
     let name = if job.name.is_empty() { String::new() } else { format!(" ({})", job.name) };
-    format!(
-        "job {}{name} {}: {}/{} subtasks succeeded",
-        job.job_id,
-        job_state_name(job.state),
-        succeeded(job),
-        total(job)
-    )
+    let why = if job.phase_reason.is_empty() { String::new() } else { format!(" ({})", one_line(&job.phase_reason)) };
+    format!("job {}{name} {}{why}: {}/{} subtasks succeeded", job.job_id, job_phase(job), succeeded(job), total(job))
 }

@@ -76,6 +76,12 @@ const JOB_STATES: [plexus_proto::JobState; 5] = {
     [Running, Succeeded, Failed, Cancelled, CompletedWithFailures]
 };
 
+/// What a job is doing as the pages show it: its phase (`pending`, `blocked`, `running`, or how
+/// it ended).
+fn shown_state(j: &pb::JobStatus) -> &str {
+    if j.phase.is_empty() { state_name(j.state) } else { &j.phase }
+}
+
 /// A job state off the wire, by the domain's name (`unknown` for a value no build knows).
 fn state_name(s: i32) -> &'static str {
     plexus_proto::convert::job_state("state", s).map_or("unknown", plexus_proto::JobState::as_str)
@@ -164,7 +170,7 @@ async fn list_jobs(d: &Dash, query: &JobsQuery) -> Result<Vec<pb::JobStatus>, cr
     let views = d.engine.call(|reply| Cmd::ListJobs { reply }).await?;
     let mut jobs: Vec<pb::JobStatus> = views.iter().map(convert::job_status).collect();
     if let Some(s) = query.state.as_deref().filter(|s| !s.is_empty()) {
-        jobs.retain(|j| state_name(j.state) == s);
+        jobs.retain(|j| shown_state(j) == s);
     }
     if let Some(q) = query.q.as_deref().filter(|q| !q.is_empty()) {
         jobs.retain(|j| j.name.contains(q) || j.job_id.contains(q));
@@ -180,7 +186,8 @@ pub async fn jobs_page(State(d): State<Dash>, Query(query): Query<JobsQuery>) ->
         Err(e) => return unavailable(e),
     };
     let now = plexus_proto::now_ms();
-    let states: Vec<&str> = std::iter::once("").chain(JOB_STATES.iter().map(|s| s.as_str())).collect();
+    let states: Vec<&str> =
+        ["", "pending", "blocked"].into_iter().chain(JOB_STATES.iter().map(|s| s.as_str())).collect();
     let body = html! {
         h2 { "Jobs" }
         form.filters method="get" action="/" {
@@ -200,7 +207,7 @@ pub async fn jobs_page(State(d): State<Dash>, Query(query): Query<JobsQuery>) ->
                     tr data-job=(j.job_id) {
                         td { a href=(format!("/jobs/{}", j.job_id)) { (short(&j.job_id)) } }
                         td { (j.name) }
-                        td.state class=(format!("state-{}", state_name(j.state))) { (state_name(j.state)) }
+                        td.state class=(format!("state-{}", shown_state(j))) title=(j.phase_reason) { (shown_state(j)) }
                         td.progress { (progress(done, total)) }
                         td { (ago(now, j.submitted_at)) }
                         td.err { (j.error) }
@@ -217,6 +224,7 @@ fn job_json(j: &pb::JobStatus) -> Value {
     let (done, total) = job_counts(j);
     json!({
         "job_id": j.job_id, "name": j.name, "state": state_name(j.state), "error": j.error,
+        "phase": shown_state(j), "phase_reason": j.phase_reason,
         "done": done, "total": total, "submitted_at": j.submitted_at,
         "groups": j.groups.iter().map(|g| json!({
             "task": g.task, "replicas": g.replicas, "waiting": g.waiting, "ready": g.ready, "assigned": g.assigned,
@@ -253,6 +261,7 @@ fn version(j: &pb::JobStatus) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     j.state.hash(&mut h);
+    (&j.phase, &j.phase_reason).hash(&mut h);
     j.error.hash(&mut h);
     for g in &j.groups {
         (g.waiting, g.ready, g.assigned, g.running, g.succeeded, g.failed, g.cancelled, &g.waiting_reason).hash(&mut h);
@@ -366,8 +375,12 @@ pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response
     let (done, total) = job_counts(&j);
     let body = html! {
         h2 { "Job " (j.name) }
-        p { code { (j.job_id) } " · " span #job-state class=(format!("state-{}", state_name(j.state))) { (state_name(j.state)) } " · submitted " (ago(now, j.submitted_at)) " · " span #job-progress { (progress(done, total)) } }
+        p { code { (j.job_id) } " · " span #job-state class=(format!("state-{}", shown_state(&j))) title=(j.phase_reason) { (shown_state(&j)) } " · submitted " (ago(now, j.submitted_at)) " · " span #job-progress { (progress(done, total)) } }
         @if !j.error.is_empty() { p.err #job-error { (j.error) } }
+        @if !j.failed_stderr.is_empty() {
+            p { "stderr of " code { (j.failed_task) } " rank " (j.failed_rank) " (last lines):" }
+            pre #job-stderr { (j.failed_stderr) }
+        }
         h3 { "Tasks" }
         (dag(&j))
         table #groups {

@@ -40,6 +40,9 @@ pub struct Job {
     failed_attempts: Vec<u32>,
     /// Tasks that list each task in `after`.
     dependents: Vec<Vec<usize>>,
+    /// Why the job waits for other jobs (`after_jobs` not all succeeded yet), as of the last
+    /// time that was settled; `None` when it does not. Derived.
+    pub(super) blocked: Option<String>,
 }
 
 fn state_index(s: SubtaskState) -> usize {
@@ -170,9 +173,15 @@ impl Job {
                 failed_attempts[t] += s.failures;
             }
         }
+        let mut record = record;
+        if record.started_at == 0 {
+            // A record from before `started_at`: its subtasks say when the first one started.
+            record.started_at = subtasks.iter().map(|s| s.started_at).filter(|&t| t > 0).min().unwrap_or(0);
+        }
         Job {
             record,
             subtasks,
+            blocked: None,
             placements: HashMap::new(),
             waiting: BTreeMap::new(),
             waiting_epoch: BTreeMap::new(),
@@ -186,6 +195,11 @@ impl Job {
 
     pub fn id(&self) -> JobId {
         self.record.id
+    }
+
+    /// Why the job waits for other jobs to succeed first (`after_jobs`), if it does.
+    pub fn blocked(&self) -> Option<&str> {
+        self.blocked.as_deref()
     }
 
     /// The job's stored record (spec, state, gangs): read-only, only the core changes it.

@@ -276,6 +276,7 @@ impl Core {
             finished_at: 0,
             error: String::new(),
             gangs: Default::default(),
+            started_at: 0,
         };
         let job = Job::new(record, subtasks);
         for i in 0..n {
@@ -322,6 +323,7 @@ impl Core {
             (0..j.record.spec.tasks.len()).filter(|&t| j.record.spec.tasks[t].after.is_empty()).collect();
         if pending.is_empty() {
             let j = self.jobs.get_mut(&id).expect("exists");
+            j.blocked = None;
             for t in &roots {
                 j.waiting.remove(t);
             }
@@ -334,6 +336,7 @@ impl Core {
         } else {
             let why = format!("after job {} (after_jobs), not finished yet", pending.join(", "));
             let j = self.jobs.get_mut(&id).expect("exists");
+            j.blocked = Some(why.clone());
             for t in roots {
                 j.waiting.insert(t, why.clone());
             }
@@ -392,6 +395,11 @@ impl Core {
                 let st = &mut job.subtasks[idx as usize];
                 st.stage.clear();
                 st.started_at = if r.started_at > 0 { r.started_at } else { now };
+                if job.record.started_at == 0 {
+                    // The job's first subtask to run: its time queued ends here.
+                    job.record.started_at = job.subtasks[idx as usize].started_at;
+                    self.out.jobs.insert(a.job);
+                }
                 self.set_state(key, SubtaskState::Running, now, String::new());
             }
             SubtaskState::Succeeded | SubtaskState::Failed | SubtaskState::Cancelled => {
@@ -402,6 +410,11 @@ impl Core {
                     }
                     st.finished_at = if r.finished_at > 0 { r.finished_at } else { now };
                     st.stage.clear();
+                    if st.started_at > 0 && (job.record.started_at == 0 || st.started_at < job.record.started_at) {
+                        // An attempt whose RUNNING report this coordinator never saw.
+                        job.record.started_at = st.started_at;
+                        self.out.jobs.insert(a.job);
+                    }
                     st.exit_code = r.exit_code;
                     st.error = r.error.clone();
                     st.fetch_ms = r.fetch_ms;

@@ -23,6 +23,11 @@ pub struct JobRecord {
     /// Stored with the job, in the same commit as the reservations, so a restart sees both.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub gangs: std::collections::BTreeMap<String, GangState>,
+    /// When the first of its subtasks started running (0: none has yet): the end of its time
+    /// queued and the start of its time run. Records from before it existed read as 0, and the
+    /// job table derives it from their subtasks.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub started_at: u64,
 }
 
 /// Where a gang stands: reserving (since `reserving_since`), bound (`bound_at`), or rolled
@@ -142,6 +147,10 @@ pub struct KeptCheckpoint {
     pub size: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<Digest>,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 fn is_zero_u32(v: &u32) -> bool {

@@ -107,49 +107,13 @@ impl Ctx {
                 warn!(attempt = %a, error = %e, "running without the checkpoint to resume from");
             }
         }
-        if work.collective.is_none()
-            && let Some((digest, size)) = work.working_dir
-        {
-            // The job's code, fetched once per digest on this worker; the command runs in it.
-            let got = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
-                r = self.working_dirs.get(digest, size) => r,
-            };
-            match got {
-                Ok(dir) => dirs.cwd = Some(dir),
-                Err(e) => return Outcome::failed(e, 0, NO_EXIT_CODE),
-            }
-        }
-        if work.collective.is_none() && !work.python.is_empty() {
-            // The task's Python environment, built once per node; a build that fails fails the
-            // attempt here, with the installer's words, before the command runs.
-            self.report_stage(work, "preparing the python environment");
-            let got = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
-                r = self.python_envs.get(&work.python) => r,
-            };
-            match got {
-                Ok(held) => dirs.python = Some(held),
-                Err(e) => return Outcome::failed(e, 0, NO_EXIT_CODE),
-            }
-        }
-        if let Some(image) = &work.image {
-            // On this node once: pulled now unless present (the attempt's stage says so).
-            let Some(containers) = &self.containers else {
-                let reason = "this worker has no container runtime (--container-runtime)".to_string();
-                return Outcome::failed(Error::Image { image: image.clone(), reason }, 0, NO_EXIT_CODE);
-            };
-            let pulling = || self.report_stage(work, &format!("pulling image {image}"));
-            let got = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
-                r = containers.ensure(image, pulling) => r,
-            };
-            if let Err(e) = got {
-                return Outcome::failed(e, 0, NO_EXIT_CODE);
-            }
+        let code = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return self.cancelled(a, 0, NO_EXIT_CODE),
+            r = self.prepare_code(work, dirs) => r,
+        };
+        if let Err(e) = code {
+            return Outcome::failed(e, 0, NO_EXIT_CODE);
         }
         let dirs = &*dirs;
         if work.collective.is_none()
@@ -197,6 +161,31 @@ impl Ctx {
             Ok(outputs) => Outcome::succeeded(started_at, exit_code, outputs),
             Err(e) => Outcome::failed(e, started_at, failed_exit_code),
         }
+    }
+
+    /// What the command runs with beside its inputs, each once per node: the job's working dir
+    /// (the command's cwd), the task's Python environment (a build that fails fails the attempt
+    /// here, with the installer's words, before the command runs), its image (pulled unless
+    /// present). The attempt's stage says what it waits for.
+    async fn prepare_code(&self, work: &Work, dirs: &mut WorkDirs) -> Result<()> {
+        if work.collective.is_some() {
+            return Ok(());
+        }
+        if let Some((digest, size)) = work.working_dir {
+            dirs.cwd = Some(self.working_dirs.get(digest, size).await?);
+        }
+        if !work.python.is_empty() {
+            self.report_stage(work, "preparing the python environment");
+            dirs.python = Some(self.python_envs.get(&work.python).await?);
+        }
+        if let Some(image) = &work.image {
+            let Some(containers) = &self.containers else {
+                let reason = "this worker has no container runtime (--container-runtime)".to_string();
+                return Err(Error::Image { image: image.clone(), reason });
+            };
+            containers.ensure(image, || self.report_stage(work, &format!("pulling image {image}"))).await?;
+        }
+        Ok(())
     }
 
     /// Reports what the attempt is doing before it runs (`plexus status --subtasks` shows it

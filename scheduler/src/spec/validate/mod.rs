@@ -19,7 +19,6 @@ use super::model::{DEFAULT_QUEUE, JobSpec, MAX_AFTER_JOBS, MAX_EXCLUDE_LEN, MAX_
 use super::raw::RawJob;
 use crate::error::SpecError;
 use graph::{declared_replicas, find_cycle};
-use runtime::runtime_constraint;
 
 /// How many tasks of a dependency cycle its error names; a longer cycle is cut with its length.
 const CYCLE_NAMES: usize = 10;
@@ -106,10 +105,8 @@ impl Validator<'_> {
         for t in &raw.task {
             let mut task = self.task(t, &outputs_of, &replicas_of)?;
             task.constraints = self.constraints(t, &raw.constraints)?;
-            (task.python, task.image) = self.runtime(t, &task.work, (&raw.python, &raw.image))?;
-            if task.image.is_some() {
-                runtime_constraint(&mut task.constraints);
-            }
+            (task.python, task.image) =
+                self.runtime(t, &task.work, (&raw.python, &raw.image), &mut task.constraints)?;
             total += task.replicas as u64;
             if total > MAX_SUBTASKS {
                 return Err(self

@@ -22,12 +22,14 @@ enum Scope<'a> {
 impl Validator<'_> {
     /// The task's Python environment and image: its own, else the job's (which only command
     /// tasks take; a task's own one of the two keeps the job's other off it). Both are checked
-    /// wherever they are written, even where unused.
+    /// wherever they are written, even where unused. With an image, `constraints` (the task's,
+    /// checked) get the runtime's ([`runtime_constraint`]).
     pub(super) fn runtime(
         &self,
         t: &RawTask,
         work: &Work,
         job: (&Option<Value>, &Option<Value>),
+        constraints: &mut Vec<Constraint>,
     ) -> Result<(Option<PythonEnv>, Option<String>), SpecError> {
         let job_python = job.0.as_ref().map(|v| self.python(Scope::Job, v)).transpose()?;
         let job_image = job.1.as_ref().map(|v| self.image(Scope::Job, v)).transpose()?;
@@ -50,6 +52,9 @@ impl Validator<'_> {
                 t,
                 "`python` and `image` together: a Python environment is built with the worker's own interpreter, which the image does not have; install the packages in the image".into(),
             ));
+        }
+        if image.is_some() {
+            runtime_constraint(constraints);
         }
         Ok((python, image))
     }
@@ -118,7 +123,7 @@ impl Validator<'_> {
 
 /// An `image` task runs only where a container runtime is ([`RUNTIME_LABEL`] present), unless
 /// its own constraints already test that label (`container-runtime = "podman"`).
-pub(super) fn runtime_constraint(constraints: &mut Vec<Constraint>) {
+fn runtime_constraint(constraints: &mut Vec<Constraint>) {
     if constraints.iter().all(|c| c.key != RUNTIME_LABEL) {
         constraints.push(Constraint { key: RUNTIME_LABEL.to_string(), test: LabelTest::Present });
         constraints.sort_by(|a, b| a.key.cmp(&b.key));
