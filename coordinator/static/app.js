@@ -59,6 +59,7 @@
         jobVersion = j.version;
         if (j.state !== "running") jobDone = true;
         state(document.getElementById("job-state"), j.phase || j.state);
+        text(document.getElementById("job-why"), j.phase_reason || "");
         bar(document.getElementById("job-progress"), j.done, j.total);
         j.groups.forEach(function (g) {
           var n = document.querySelector('#dag .node[data-task="' + g.task + '"]');

@@ -123,7 +123,8 @@ fn the_dashboard_in_a_real_browser() {
     let broken = c.submit("broken.toml", BROKEN);
     c.wait_job(&broken, Duration::from_secs(60));
     let dag = c.submit("dag.toml", DAG);
-    // What the server renders now, while `gen` sleeps: running.
+    // What the server renders once `gen` runs (it sleeps a while): running (before, pending).
+    c.wait_for("the job to run", Duration::from_secs(30), |c| c.job(&dag).filter(|j| j.phase == "running"));
     let first = get(&base, &format!("/jobs/{dag}"), &token);
     assert!(first.contains("id=\"job-state\" class=\"state-running\""), "{first}");
 
@@ -145,6 +146,7 @@ fn the_dashboard_in_a_real_browser() {
     // The failed job shows its subtask's error.
     let dom = browser.dom(&format!("{base}/jobs/{broken}"), 2000);
     assert!(dom.contains("state-failed") && dom.contains("exit code 3"), "{dom}");
+    assert!(dom.contains("<pre id=\"job-stderr\">about to fail</pre>"), "the failure's stderr on its page: {dom}");
     let logs = browser.dom(&format!("{base}/jobs/{broken}/logs/bad/0"), 1000);
     assert!(logs.contains("about to fail"), "{logs}");
     let explain = browser.dom(&format!("{base}/jobs/{dag}/explain/sum/0"), 1000);

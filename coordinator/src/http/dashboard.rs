@@ -207,7 +207,7 @@ pub async fn jobs_page(State(d): State<Dash>, Query(query): Query<JobsQuery>) ->
                     tr data-job=(j.job_id) {
                         td { a href=(format!("/jobs/{}", j.job_id)) { (short(&j.job_id)) } }
                         td { (j.name) }
-                        td.state class=(format!("state-{}", shown_state(j))) title=(j.phase_reason) { (shown_state(j)) }
+                        td.state class=(format!("state-{}", shown_state(j))) { (shown_state(j)) }
                         td.progress { (progress(done, total)) }
                         td { (ago(now, j.submitted_at)) }
                         td.err { (j.error) }
@@ -375,7 +375,7 @@ pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response
     let (done, total) = job_counts(&j);
     let body = html! {
         h2 { "Job " (j.name) }
-        p { code { (j.job_id) } " · " span #job-state class=(format!("state-{}", shown_state(&j))) title=(j.phase_reason) { (shown_state(&j)) } " · submitted " (ago(now, j.submitted_at)) " · " span #job-progress { (progress(done, total)) } }
+        p { code { (j.job_id) } " · " span #job-state class=(format!("state-{}", shown_state(&j))) { (shown_state(&j)) } " " span #job-why { (j.phase_reason) } " · submitted " (ago(now, j.submitted_at)) " · " span #job-progress { (progress(done, total)) } }
         @if !j.error.is_empty() { p.err #job-error { (j.error) } }
         @if !j.failed_stderr.is_empty() {
             p { "stderr of " code { (j.failed_task) } " rank " (j.failed_rank) " (last lines):" }
