@@ -309,6 +309,11 @@ pub async fn resolve_job(client: &mut Client, r: &crate::args::JobRef) -> anyhow
         return Ok(id);
     }
     let jobs = client.list_jobs(plexus_proto::pb::ListJobsRequest {}).await?.into_inner().jobs;
+    let parse =
+        |id: &str| id.parse().map_err(|e| anyhow::anyhow!("the coordinator listed a malformed job id {id:?}: {e}"));
+    if let Some(id) = by_name(&jobs, &r.0, |j| (j.job_id.as_str(), j.name.as_str(), j.submitted_at))? {
+        return parse(id);
+    }
     let job = resolve_ref(
         &jobs,
         &r.0,
@@ -316,6 +321,42 @@ pub async fn resolve_job(client: &mut Client, r: &crate::args::JobRef) -> anyhow
         |j| (&j.job_id, &j.name),
     )?;
     job.job_id.parse().map_err(|e| anyhow::anyhow!("the coordinator listed a malformed job id {:?}: {e}", job.job_id))
+}
+
+/// A job named by its name, as git names commits: `NAME` is the newest job of that name,
+/// `NAME~N` the one N runs before it. `None` when no job has the name (the reference may be an
+/// id prefix); an error when `~N` goes past the oldest, or is not a number.
+pub fn by_name<'a, T>(
+    jobs: &'a [T],
+    reference: &str,
+    of: impl Fn(&'a T) -> (&'a str, &'a str, u64),
+) -> anyhow::Result<Option<&'a str>> {
+    let (name, back) = match reference.rsplit_once('~') {
+        Some((n, k)) => {
+            let k = k.parse::<usize>().map_err(|_| {
+                anyhow::anyhow!("{reference:?}: after '~' comes how many runs back, e.g. {n}~1 (the run before {n})")
+            })?;
+            (n, k)
+        }
+        None => (reference, 0),
+    };
+    let mut runs: Vec<(u64, &str)> =
+        jobs.iter().map(of).filter(|(_, n, _)| *n == name).map(|(id, _, at)| (at, id)).collect();
+    if runs.is_empty() {
+        if back > 0 || reference.contains('~') {
+            anyhow::bail!("no job is named {name:?} (`plexus status` lists them)");
+        }
+        return Ok(None);
+    }
+    runs.sort_by(|a, b| b.cmp(a));
+    match runs.get(back) {
+        Some((_, id)) => Ok(Some(id)),
+        None => anyhow::bail!(
+            "{reference:?}: {name:?} has {} run(s); {name} is the newest and {name}~{} the oldest",
+            runs.len(),
+            runs.len() - 1
+        ),
+    }
 }
 
 /// How the things a reference may name are called, for [`resolve_ref`] and its errors.
@@ -426,6 +467,21 @@ mod tests {
         );
         assert!(get("job-").unwrap_err().to_string().contains("matches 3 jobs"));
         assert!(get("nope").unwrap_err().to_string().starts_with("no job matches \"nope\""));
+    }
+
+    #[test]
+    fn a_name_is_its_newest_job_and_name_tilde_n_the_ones_before() {
+        let jobs = [("job-a", "train", 10), ("job-b", "train", 30), ("job-c", "etl", 20), ("job-d", "train", 20)];
+        let get = |r: &str| by_name(&jobs, r, |j| (j.0, j.1, j.2)).map_err(|e| e.to_string());
+        assert_eq!(get("train"), Ok(Some("job-b")), "the newest");
+        assert_eq!(get("train~1"), Ok(Some("job-d")));
+        assert_eq!(get("train~2"), Ok(Some("job-a")));
+        assert_eq!(get("etl~0"), Ok(Some("job-c")));
+        assert_eq!(get("1a2b"), Ok(None), "not a name: left to the id prefixes");
+        let e = get("train~3").unwrap_err();
+        assert!(e.contains("\"train\" has 3 run(s); train is the newest and train~2 the oldest"), "{e}");
+        assert!(get("train~x").unwrap_err().contains("after '~' comes how many runs back"));
+        assert!(get("nope~1").unwrap_err().starts_with("no job is named \"nope\""));
     }
 
     use super::*;

@@ -2,7 +2,8 @@
 //! waits for room is `pending` with its reason, a job held by `--after` is `blocked`, `--state
 //! pending|blocked` lists them, QUEUED and RAN are apart; a failed job shows the last lines of the
 //! failed subtask's stderr in `submit --watch`, `status JOB` and its JSON; `submit --logs` streams
-//! the chosen task's output.
+//! the chosen task's output; a job name is its newest job (`NAME~1` the one before), and the list
+//! is newest first.
 
 use std::time::Duration;
 
@@ -79,6 +80,23 @@ fn pending_blocked_and_running_are_told_apart_and_failures_explain_themselves() 
     let json: serde_json::Value = serde_json::from_str(&stdout(&c.plexus(&["status", &b, "-o", "json"]))).unwrap();
     assert_eq!(json["phase"], "succeeded");
     assert!(json["queued_ms"].as_u64().unwrap() >= 1_000 && json["ran_ms"].is_u64(), "{json}");
+
+    // A name is its newest job, NAME~1 the one before; the list is newest first.
+    let id_of = |r: &str| {
+        let o = c.plexus(&["status", r, "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|_| panic!("{}", describe(&o)));
+        v["job_id"].as_str().unwrap().to_string()
+    };
+    assert_eq!((id_of("wait"), id_of("wait~1")), (after.clone(), b.clone()));
+    let o = c.plexus(&["status", "wait~2"]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("\"wait\" has 2 run(s)"),
+        "{}",
+        describe(&o)
+    );
+    let list = stdout(&c.plexus(&["status"]));
+    let order: Vec<&str> = list.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(order, [after.as_str(), b.as_str(), a.as_str()], "newest first: {list}");
 
     a_failure_shows_its_stderr(&c, &write("fail.toml", FAILING));
     submit_logs_streams_the_task(&c, &write("talk.toml", TALKING));

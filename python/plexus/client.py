@@ -213,6 +213,9 @@ class Client:
         if _JOB_ID.fullmatch(ref):
             return Job(self, ref)
         jobs = self._unary("ListJobs", pb.ListJobsRequest()).jobs
+        named = by_name([(j.job_id, j.name, j.submitted_at) for j in jobs], ref)
+        if named is not None:
+            return Job(self, named)
         items = [(j.job_id, j.name) for j in jobs]
         return Job(self, resolve_ref(items, ref, prefix="job-", what="job", name="name", listed_by="plexus status"))
 
@@ -614,6 +617,28 @@ def _download(client: Client, object_id: str, size: int, path: Path) -> None:
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+
+
+def by_name(jobs: Sequence[Tuple[str, str, int]], reference: str) -> Optional[str]:
+    """A job named as git names commits: ``NAME`` is the newest job (id, name, submitted_at) of
+    that name, ``NAME~N`` the one N runs before it; ``None`` when no job has the name (it may be
+    an id prefix). As the CLI's ``by_name``."""
+    name, back = reference, 0
+    if "~" in reference:
+        name, _, k = reference.rpartition("~")
+        if not k.isdigit():
+            raise ValueError(f"{json.dumps(reference)}: after '~' comes how many runs back, e.g. {name}~1 (the run before {name})")
+        back = int(k)
+    runs = sorted(((at, i) for i, n, at in jobs if n == name), reverse=True)
+    if not runs:
+        if "~" in reference:
+            raise NotFound(f"no job is named {json.dumps(name)} (`plexus status` lists them)")
+        return None
+    if back >= len(runs):
+        raise NotFound(
+            f"{json.dumps(reference)}: {json.dumps(name)} has {len(runs)} run(s); {name} is the newest and {name}~{len(runs) - 1} the oldest"
+        )
+    return runs[back][1]
 
 
 def resolve_ref(items: Sequence[Tuple[str, str]], reference: str, *, prefix: str, what: str, name: str, listed_by: str) -> str:

@@ -16,7 +16,7 @@ from plexus import _convert
 from plexus._pb import pb
 from plexus._progress import Bars
 from plexus._target import DEFAULT_COORDINATOR, Target, grpc_address, normalise_url, parse_token
-from plexus.client import _check_job_ref, _job_source, resolve_ref
+from plexus.client import _check_job_ref, _job_source, by_name, resolve_ref
 from plexus.errors import ConfigError, JobFailed, NotFound, PlexusError, from_rpc
 
 TOKEN = "plx_0123456789ab_" + "cd" * 32
@@ -378,3 +378,14 @@ def test_a_requirements_file_is_put_in_the_job_as_json(tmp_path: Path) -> None:
         job = f'[[task]]\nname = "train"\ncommand = "x"\npython = {{ requirements = "{file}" }}\n'
         with pytest.raises(ValueError, match=r"task 'train': python.requirements = '" + file + "': .*" + says):
             _requirements.inline(job, "toml", tmp_path)
+
+
+def test_a_name_is_its_newest_job_and_name_tilde_n_the_ones_before() -> None:
+    jobs = [("job-a", "train", 10), ("job-b", "train", 30), ("job-c", "etl", 20), ("job-d", "train", 20)]
+    assert by_name(jobs, "train") == "job-b"
+    assert by_name(jobs, "train~1") == "job-d" and by_name(jobs, "train~2") == "job-a"
+    assert by_name(jobs, "1a2b") is None, "not a name: left to the id prefixes"
+    with pytest.raises(NotFound, match=r'has 3 run\(s\); train is the newest and train~2 the oldest'):
+        by_name(jobs, "train~3")
+    with pytest.raises(ValueError, match="after '~' comes how many runs back"):
+        by_name(jobs, "train~x")

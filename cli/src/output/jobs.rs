@@ -61,13 +61,13 @@ fn exit_code(s: &pb::SubtaskStatus) -> Option<i32> {
     (ended && s.started_at != 0).then_some(s.exit_code)
 }
 
-/// `plexus status`: one row per job, oldest first.
+/// `plexus status`: one row per job, newest first (as the dashboard lists them).
 pub fn jobs_table(jobs: &[pb::JobStatus], now_ms: u64) -> String {
     if jobs.is_empty() {
         return "no jobs\n".to_string();
     }
     let mut jobs: Vec<&pb::JobStatus> = jobs.iter().collect();
-    jobs.sort_by(|a, b| (a.submitted_at, &a.job_id).cmp(&(b.submitted_at, &b.job_id)));
+    jobs.sort_by(|a, b| (b.submitted_at, &b.job_id).cmp(&(a.submitted_at, &a.job_id)));
     let mut t = Table::new(&["ID", "NAME", "STATE", "PROGRESS", "SUBMITTED", "QUEUED", "RAN"]);
     for j in jobs {
         t.row(vec![

@@ -158,8 +158,8 @@ fn job_list_table() {
     let text = jobs_table(&[job(), done], NOW);
     let expected = format!(
         "ID{p}NAME  STATE      PROGRESS  SUBMITTED  QUEUED  RAN\n\
-         {J2}  old   succeeded  2/2       1h00m ago  2.0s    10.3s\n\
-         {J1}  demo  running    2/5       1m05s ago  2.0s    1m03s\n",
+         {J1}  demo  running    2/5       1m05s ago  2.0s    1m03s\n\
+         {J2}  old   succeeded  2/2       1h00m ago  2.0s    10.3s\n",
         p = " ".repeat(36)
     );
     assert_eq!(text, expected);
