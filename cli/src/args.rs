@@ -198,6 +198,11 @@ pub struct SubmitArgs {
     /// TASK (rank 0) or TASK/RANK, instead of progress bars; the job's last line follows it.
     #[arg(long, value_name = "TASK[/RANK]", value_parser = logs_selection)]
     pub logs: Option<(String, u32)>,
+    /// Check the job and say what it would do now — for each task, how many replicas would start
+    /// and where, or why they would wait; what is ahead of it in its queue — without storing
+    /// anything (a working_dir is packed, not uploaded).
+    #[arg(long, conflicts_with_all = ["watch", "logs"])]
+    pub dry_run: bool,
 }
 
 /// `TASK` or `TASK/RANK` of `submit --logs`.

@@ -408,6 +408,30 @@ pub fn assignment(a: &Assignment) -> pb::Assignment {
     }
 }
 
+/// A dry run's plan (`plexus submit --dry-run`).
+pub fn dry_run(d: &plexus_scheduler::core::dry_run::DryRun) -> pb::DryRun {
+    pb::DryRun {
+        queue: d.queue.clone(),
+        priority: d.priority,
+        tasks: d
+            .tasks
+            .iter()
+            .map(|t| pb::TaskPlan {
+                task: t.task.clone(),
+                replicas: t.replicas,
+                resources: Some((&t.resources).into()),
+                start_now: t.start_now,
+                workers: t.workers.iter().map(ToString::to_string).collect(),
+                waits: t.waits.clone(),
+            })
+            .collect(),
+        ahead: d.ahead,
+        ahead_jobs: d.ahead_jobs,
+        cores: d.cores,
+        cluster_cores: d.cluster_cores,
+    }
+}
+
 pub fn job_status(job: &JobView) -> pb::JobStatus {
     let groups = job
         .groups

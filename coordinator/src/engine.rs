@@ -71,6 +71,11 @@ pub enum Cmd {
         spec: JobSpec,
         reply: Reply<Result<u32, SchedulerError>>,
     },
+    /// What submitting `spec` now would do; nothing changes.
+    DryRun {
+        spec: JobSpec,
+        reply: Reply<Result<plexus_scheduler::core::dry_run::DryRun, SchedulerError>>,
+    },
     Cancel {
         job: JobId,
         reply: Reply<Result<JobView, SchedulerError>>,
@@ -479,6 +484,7 @@ impl Engine {
                 }
                 replies.push(defer(reply, r));
             }
+            Cmd::DryRun { spec, reply } => replies.push(defer(reply, core.dry_run(&spec))),
             Cmd::Holders { object, reply } => {
                 let r = match core.job(object.job) {
                     None => Err(SchedulerError::NoJob(object.job)),

@@ -43,6 +43,7 @@ pub mod rpc;
 pub mod server;
 pub mod status;
 pub mod store;
+mod submission;
 pub mod view;
 pub mod working_dirs;
 

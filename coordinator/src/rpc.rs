@@ -26,6 +26,7 @@ use crate::engine::{Cmd, EngineHandle};
 use crate::error::Error;
 use crate::relay;
 use crate::status::status;
+use crate::submission;
 use crate::view::Detail;
 use crate::working_dirs::{self, ChunkStream, WorkingDirs};
 
@@ -209,18 +210,9 @@ impl JobApi {
             .await
             .map_err(|e| Error::Engine(format!("parsing the job file: {e}")))?
             .map_err(SchedulerError::from)?;
-        for (i, a) in r.after_jobs.iter().enumerate() {
-            let a = pc::job_id("job_id", a).map_err(|e| Error::Invalid(format!("after_jobs[{i}]: {e}")))?;
-            if !spec.after_jobs.contains(&a) {
-                spec.after_jobs.push(a);
-            }
-        }
-        if spec.after_jobs.len() > plexus_scheduler::spec::MAX_AFTER_JOBS {
-            return Err(Error::Invalid(format!(
-                "{filename}: runs after {} jobs; at most {}",
-                spec.after_jobs.len(),
-                plexus_scheduler::spec::MAX_AFTER_JOBS
-            )));
+        submission::add_after_jobs(&mut spec, &r.after_jobs, &filename)?;
+        if r.dry_run {
+            return submission::dry_run(&self.engine, spec, filename).await;
         }
         // Held until the engine has the job: its working dir's archive stays (`WorkingDirs::claim`).
         let _held = working_dirs::hold_for(self.working_dirs.as_deref(), &mut spec, &r.working_dir, &filename).await?;
@@ -230,7 +222,7 @@ impl JobApi {
             .call(|reply| Cmd::Submit { id, spec, reply })
             .await?
             .map_err(|source| Error::InFile { file: filename.clone(), source })?;
-        Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n })
+        Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n, dry_run: None })
     }
 
     async fn resubmit(&self, r: pb::ResubmitJobRequest) -> Result<pb::SubmitJobResponse, Error> {
@@ -238,7 +230,7 @@ impl JobApi {
         let id = JobId::random();
         let _held = working_dirs::hold_again(self.working_dirs.as_deref(), &self.engine, job).await?;
         let n = self.engine.call(|reply| Cmd::Resubmit { job, id, reply }).await??;
-        Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n })
+        Ok(pb::SubmitJobResponse { job_id: id.to_string(), subtasks: n, dry_run: None })
     }
 
     async fn get(&self, r: pb::GetJobRequest) -> Result<pb::JobStatus, Error> {
@@ -831,6 +823,7 @@ mod tests {
             format: String::new(),
             after_jobs: Vec::new(),
             working_dir: Vec::new(),
+            dry_run: false,
         })
     }
 

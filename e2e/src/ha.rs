@@ -241,6 +241,7 @@ impl HaCluster {
                 filename: name.into(),
                 after_jobs: vec![],
                 working_dir: Vec::new(),
+                dry_run: false,
             }))
             .map(|r| r.into_inner().job_id)
     }

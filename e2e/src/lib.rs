@@ -374,6 +374,7 @@ impl Cluster {
                 filename: name.into(),
                 after_jobs: Vec::new(),
                 working_dir: Vec::new(),
+                dry_run: false,
             }))
             .map(|r| r.into_inner().job_id)
     }

@@ -97,6 +97,7 @@ impl Submitter {
                             filename: format!("load-{n}.toml"),
                             after_jobs: vec![],
                             working_dir: Vec::new(),
+                            dry_run: false,
                         })
                         .await
                     });

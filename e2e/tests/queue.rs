@@ -2,7 +2,7 @@
 //! waits for room is `pending` with its reason, a job held by `--after` is `blocked`, `--state
 //! pending|blocked` lists them, QUEUED and RAN are apart; a failed job shows the last lines of the
 //! failed subtask's stderr in `submit --watch`, `status JOB` and its JSON; `submit --logs` streams
-//! the chosen task's output; a job name is its newest job (`NAME~1` the one before), and the list
+//! the chosen task's output; `submit --dry-run` says what would wait and why, storing nothing; a job name is its newest job (`NAME~1` the one before), and the list
 //! is newest first.
 
 use std::time::Duration;
@@ -44,6 +44,24 @@ fn pending_blocked_and_running_are_told_apart_and_failures_explain_themselves() 
     c.wait_for("the holding job to run", Duration::from_secs(30), |c| {
         c.job(&a).filter(|j| j.phase == "running").map(|_| ())
     });
+    // A dry run while the first job holds the worker: it says the job would wait, and why, and
+    // stores nothing.
+    let dry = c.plexus(&["submit", &wait, "--dry-run"]);
+    let plan = stdout(&dry);
+    assert!(dry.status.success(), "{}", describe(&dry));
+    assert!(plan.starts_with("dry run: nothing was stored. 1 subtask(s) in 1 task(s); queue \"default\""), "{plan}");
+    assert!(plan.contains("1 would wait for room (cpu=2"), "{plan}");
+    assert_eq!(stdout(&c.plexus(&["status"])).lines().count(), 2, "still one job listed (and the header)");
+    let bad = c.plexus(&[
+        "submit",
+        &write("huge.toml", "[[task]]\nname = \"h\"\ncommand = \"true\"\ncpu = 64\n"),
+        "--dry-run",
+    ]);
+    assert!(
+        !bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("no live worker can ever offer that"),
+        "{}",
+        describe(&bad)
+    );
     let b = submit(&c, &[&wait]);
     let after = submit(&c, &[&wait, "--after", &a]);
 

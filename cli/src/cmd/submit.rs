@@ -26,6 +26,9 @@ pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::R
     for a in &args.after {
         request.after_jobs.push(client::resolve_job(&mut client, a).await?.to_string());
     }
+    if args.dry_run {
+        return dry_run(&mut client, request, &args.file).await;
+    }
     if let Some(d) = super::working_dir::declared(&request.source, &request.format, &args.file) {
         request.working_dir = super::working_dir::upload(&mut client, &d).await?;
     }
@@ -67,6 +70,21 @@ pub async fn run(target: &crate::client::Target, args: &SubmitArgs) -> anyhow::R
     super::watch::end(&last?)
 }
 
+/// `submit --dry-run`: the coordinator's plan for the job, printed; the working dir packed (so a
+/// directory that cannot be is named now) but not uploaded.
+async fn dry_run(client: &mut client::Client, mut request: SubmitJobRequest, file: &Path) -> anyhow::Result<ExitCode> {
+    let code = match super::working_dir::declared(&request.source, &request.format, file) {
+        Some(d) => Some(super::working_dir::pack_only(&d).await?),
+        None => None,
+    };
+    request.dry_run = true;
+    let response = client.submit_job(request).await?.into_inner();
+    let plan =
+        response.dry_run.context("the coordinator answered a dry run without its plan (an older coordinator?)")?;
+    output::print(&output::dry_run_text(&plan, response.subtasks, code.as_deref()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `plexus resubmit JOB [--watch]`: the same job file again as a new job; prints the new id.
 pub async fn resubmit(target: &crate::client::Target, args: &crate::args::ResubmitArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
@@ -93,6 +111,7 @@ fn request_for(path: &Path) -> anyhow::Result<SubmitJobRequest> {
         filename: path.display().to_string(),
         after_jobs: Vec::new(),
         working_dir: Vec::new(),
+        dry_run: false,
     })
 }
 

@@ -47,6 +47,22 @@ pub fn declared(source: &str, format: &str, job_file: &Path) -> Option<Declared>
     Some(Declared { dir, excludes })
 }
 
+/// Packs `d` without uploading it (`submit --dry-run`): what it would ship, in words.
+pub async fn pack_only(d: &Declared) -> anyhow::Result<String> {
+    let (dir, excludes) = (d.dir.clone(), d.excludes.clone());
+    let limits = plexus_archive::Limits::DEFAULT;
+    let packed = tokio::task::spawn_blocking(move || plexus_archive::pack(&dir, &excludes, &limits))
+        .await
+        .context("packing the working dir")??;
+    Ok(format!(
+        "working_dir {}: {} entries, {} bytes packed, digest {} (not uploaded)",
+        d.dir.display(),
+        packed.entries,
+        packed.bytes.len(),
+        packed.digest_hex()
+    ))
+}
+
 /// Packs `d` and uploads it unless the coordinator holds it; returns its digest for the submit.
 /// Says on stderr what it packed and how many bytes it uploaded.
 pub async fn upload(client: &mut Client, d: &Declared) -> anyhow::Result<Vec<u8>> {

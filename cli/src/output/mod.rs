@@ -21,12 +21,14 @@ use serde::Serialize;
 mod explain;
 mod format;
 mod jobs;
+mod plan;
 mod watch;
 mod workers;
 
 pub use explain::*;
 pub use format::*;
 pub use jobs::*;
+pub use plan::*;
 pub use watch::*;
 pub use workers::*;
 

@@ -127,6 +127,7 @@ impl Client {
             filename: filename.into(),
             after_jobs: vec![],
             working_dir: Vec::new(),
+            dry_run: false,
         };
         self.call(move |mut c| {
             let req = req.clone();

@@ -52,6 +52,7 @@
 
 mod checkpoint;
 pub mod config;
+pub mod dry_run;
 pub mod estimates;
 mod eviction;
 mod fair_share;

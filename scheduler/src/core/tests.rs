@@ -2310,3 +2310,46 @@ fn image_tasks_go_to_workers_with_a_runtime_and_their_stage_is_kept_until_they_r
     c.report(wid(2), "s2", vec![staged("pulling image python:3.11-slim", SubtaskState::Assigned)], 7);
     assert_eq!(c.job(id).unwrap().subtasks[0].stage, "");
 }
+
+/// A dry run says how many replicas of each task would start now and where, which wait and why,
+/// what is ahead in the queue, and refuses what a submit would refuse; nothing changes.
+#[test]
+fn a_dry_run_plans_without_changing_anything() {
+    let mut c = core();
+    c.register(reg(1, "s1", 4, vec![]), 0);
+    c.register(reg(2, "s2", 4, vec![]), 0);
+    // Another job holds 2 cores of worker 1 and has one ready subtask left.
+    let other = submit(&mut c, "[[task]]\nname = \"o\"\ncommand = [\"true\"]\ncpu = 2\nreplicas = 5\n", 1);
+    c.schedule(2);
+    let placed = assigned(&mut c).len();
+    let spec = parse(
+        "[[task]]\nname = \"train\"\ncommand = [\"x\"]\ncpu = 2\nreplicas = 6\n\
+         [[task]]\nname = \"report\"\ncommand = [\"y\"]\nafter = [\"train\"]\n",
+        Format::Toml,
+        "t.toml",
+    )
+    .unwrap();
+    let jobs_before = c.jobs().count();
+    let plan = c.dry_run(&spec).unwrap();
+    assert_eq!(c.jobs().count(), jobs_before, "nothing stored");
+    assert_eq!(placed, 4, "the other job took both workers' room");
+    let train = &plan.tasks[0];
+    assert_eq!((train.replicas, train.start_now), (6, 0));
+    assert!(train.waits.starts_with("6 would wait for room (cpu=2"), "{}", train.waits);
+    assert!(plan.tasks[1].waits.starts_with("after task train"), "{}", plan.tasks[1].waits);
+    assert_eq!((plan.ahead, plan.ahead_jobs, plan.subtasks), (1, 1, 7));
+    assert_eq!((plan.cores, plan.cluster_cores), (12.0, 8.0));
+
+    // With the other job gone, 4 of 6 start now, on both workers.
+    c.cancel(other, 3).unwrap();
+    let plan = c.dry_run(&spec).unwrap();
+    let train = &plan.tasks[0];
+    assert_eq!(train.start_now, 4);
+    let mut on = train.workers.clone();
+    on.sort();
+    assert_eq!(on, [wid(1), wid(2)]);
+    assert!(train.waits.starts_with("2 would wait for room"), "{}", train.waits);
+
+    let too_big = parse("[[task]]\nname = \"t\"\ncommand = [\"x\"]\ncpu = 64\n", Format::Toml, "t.toml").unwrap();
+    assert!(c.dry_run(&too_big).unwrap_err().to_string().contains("no live worker can ever offer that"));
+}

@@ -157,6 +157,7 @@ fn submit_deep(c: &Cluster, client: &mut Client, sources: &[(String, String)]) -
             filename: name.clone(),
             after_jobs: Vec::new(),
             working_dir: Vec::new(),
+            dry_run: false,
         };
         match c.block_on(client.submit_job(req)) {
             Ok(r) => ids.push(r.into_inner().job_id),

@@ -37,6 +37,7 @@ pub(crate) async fn burst(c: &mut Client, i: usize, size: usize) -> (f64, Vec<u6
             filename: "noop.toml".into(),
             after_jobs: vec![],
             working_dir: Vec::new(),
+            dry_run: false,
         })
         .await
         .expect("submitted")
@@ -81,6 +82,7 @@ async fn store_run(c: &mut Client) -> StoreRun {
                 filename: "one.toml".into(),
                 after_jobs: vec![],
                 working_dir: Vec::new(),
+                dry_run: false,
             })
             .await
             .expect("submitted")
