@@ -10,6 +10,11 @@ bash scripts/docker-images.sh
 compose up -d --scale "worker=$PLEXUS_WORKERS"
 wait_workers 90 "$PLEXUS_WORKERS"
 "$PLEXUS_CLI" --coordinator "$PLEXUS_URL" workers
+# A context for this cluster (made current): the CLI and the Python client reach it with no
+# exported variable (`plexus context list`).
+"$PLEXUS_CLI" context set "compose-$COMPOSE_PROJECT_NAME" --to "$PLEXUS_URL" --ca-file "$PLEXUS_CA" \
+  --token "$PLEXUS_TOKEN_FILE" --dashboard "http://127.0.0.1:$PLEXUS_HTTP_PORT" \
+  || echo "compose-up: could not write a context for the cluster; use the exports below" >&2
 DOWN="make compose-down"
 [ "$COMPOSE_PROJECT_NAME" = plexus ] || DOWN="COMPOSE_PROJECT_NAME=$COMPOSE_PROJECT_NAME $DOWN"
 WHAT="coordinator at $PLEXUS_URL"

@@ -51,9 +51,14 @@ pub const DEFAULT_COORDINATOR: &str = "127.0.0.1:50051";
 pub struct Cli {
     /// URL of the coordinator (`https://host:port`; a bare `host:port` means https, or http
     /// with --insecure). With an HA control plane, several separated by commas: the client asks
-    /// the first that answers who leads, and goes there.
-    #[arg(long, global = true, env = "PLEXUS_COORDINATOR", default_value = DEFAULT_COORDINATOR, value_name = "URL")]
-    pub coordinator: String,
+    /// the first that answers who leads, and goes there. Default: the context's (--context), else
+    /// the `plexus up` cluster in ./.plexus, else the current context, else 127.0.0.1:50051.
+    #[arg(long, global = true, env = "PLEXUS_COORDINATOR", value_name = "URL")]
+    pub coordinator: Option<String>,
+
+    /// The context to use (`plexus context list`): its coordinator, CA, token and dashboard.
+    #[arg(long, global = true, env = "PLEXUS_CONTEXT", value_name = "NAME")]
+    pub context: Option<String>,
 
     /// A file holding a token (`plexus token create`). `PLEXUS_TOKEN` may hold the token
     /// itself; without either, a `plexus up` cluster's admin token in ./.plexus is used.
@@ -100,6 +105,9 @@ pub enum Command {
     /// Make, list and revoke tokens (needs an admin token).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// The clusters the CLI knows by name (`plexus up` adds its own and makes it current).
+    #[command(subcommand)]
+    Context(ContextCommand),
     /// Print a shell completion script: `source <(plexus completions bash)`, or write it where
     /// your shell loads completions from (zsh: a file `_plexus` on `$fpath`; fish:
     /// `~/.config/fish/completions/plexus.fish`).
@@ -164,6 +172,43 @@ pub struct UpArgs {
     /// lies below one other users cannot search.
     #[arg(long, value_name = "USER", value_parser = ["auto", "worker"])]
     pub task_user: Option<String>,
+    /// Where the dashboard (and /metrics) listen on 127.0.0.1: a port, 127.0.0.1:PORT, or none.
+    /// Default: the port the cluster had before (its URL stays the same across restarts), else
+    /// 8265, else any free port.
+    #[arg(long, value_name = "PORT|none")]
+    pub http: Option<String>,
+    /// The name of the context `up` writes for this cluster and makes current (`plexus context`).
+    /// Default: the name of the folder that holds --dir.
+    #[arg(long, value_name = "NAME")]
+    pub context_name: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ContextCommand {
+    /// Every context, the current one marked `*`.
+    List,
+    /// Make NAME the current context.
+    Use { name: String },
+    /// A context's coordinator, CA, token file and dashboard (default: the current one).
+    Show { name: Option<String> },
+    /// Add or replace context NAME and make it current (the compose cluster's scripts do).
+    Set {
+        name: String,
+        /// The coordinator's URL (several, comma-separated, for an HA control plane).
+        #[arg(long = "to", value_name = "URL")]
+        coordinator: String,
+        /// The cluster CA's certificate file.
+        #[arg(long = "ca-file", value_name = "FILE")]
+        ca: Option<std::path::PathBuf>,
+        /// A file holding the token to use.
+        #[arg(long = "token", value_name = "FILE")]
+        token_file: Option<std::path::PathBuf>,
+        /// The dashboard's URL.
+        #[arg(long, value_name = "URL")]
+        dashboard: Option<String>,
+    },
+    /// Forget context NAME.
+    Delete { name: String },
 }
 
 #[derive(Debug, Args)]
@@ -402,9 +447,9 @@ mod tests {
     #[test]
     fn coordinator_flag_is_global() {
         let cli = parse(&["workers", "--coordinator", "http://h:1"]).unwrap();
-        assert_eq!(cli.coordinator, "http://h:1");
+        assert_eq!(cli.coordinator.as_deref(), Some("http://h:1"));
         let cli = parse(&["--coordinator", "http://h:2", "status"]).unwrap();
-        assert_eq!(cli.coordinator, "http://h:2");
+        assert_eq!(cli.coordinator.as_deref(), Some("http://h:2"));
     }
 
     #[test]

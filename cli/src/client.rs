@@ -102,6 +102,41 @@ impl Target {
     }
 }
 
+/// The coordinator to talk to when `coordinator` (`--coordinator`/`PLEXUS_COORDINATOR`) is not
+/// given, first found: the context `context` names (`--context`/`PLEXUS_CONTEXT`), the `plexus
+/// up` cluster in `./.plexus` (its URL file), the current context, `127.0.0.1:50051`. A context
+/// also gives its CA and token file to `sources`, unless they were given.
+pub fn pick_coordinator(
+    coordinator: Option<&str>,
+    context: Option<&str>,
+    sources: &mut Sources,
+) -> anyhow::Result<String> {
+    if let Some(url) = coordinator {
+        return Ok(url.to_string());
+    }
+    let use_context = |name: &str, all: &crate::context::Contexts, sources: &mut Sources| -> anyhow::Result<String> {
+        let c = all.get(name)?;
+        sources.ca_file = sources.ca_file.take().or_else(|| c.ca.clone());
+        sources.token_file = sources.token_file.take().or_else(|| c.token_file.clone());
+        Ok(c.coordinator.clone())
+    };
+    let load = || match crate::context::file() {
+        Some(f) => crate::context::Contexts::load(&f),
+        None => Ok(crate::context::Contexts::default()),
+    };
+    if let Some(name) = context {
+        return use_context(name, &load()?, sources);
+    }
+    if let Ok(url) = std::fs::read_to_string(crate::context::up_url_file(Path::new(UP_DIR))) {
+        return Ok(url.trim().to_string());
+    }
+    let all = load()?;
+    match all.current.clone() {
+        Some(name) => use_context(&name, &all, sources),
+        None => Ok(crate::args::DEFAULT_COORDINATOR.to_string()),
+    }
+}
+
 /// Warns (on stderr, once) when the token file `path` can be read by its group or by others:
 /// whoever can read it can act as its holder.
 fn warn_if_shared(path: &Path) {

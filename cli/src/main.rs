@@ -8,6 +8,7 @@
 mod args;
 mod client;
 mod cmd;
+mod context;
 mod output;
 
 use std::io::Write;
@@ -21,11 +22,18 @@ fn main() -> ExitCode {
         // No coordinator involved: the script comes from the command line's own definition.
         return cmd::completions(shell);
     }
-    let sources = client::Sources {
+    if let args::Command::Context(c) = &cli.command {
+        return cmd::context::run(c).unwrap_or_else(|e| fail(&client::render_error(&e, "")));
+    }
+    let mut sources = client::Sources {
         insecure: cli.insecure,
         ca_file: cli.ca.clone(),
         token_file: cli.token_file.clone(),
         token: std::env::var("PLEXUS_TOKEN").ok(),
+    };
+    let coordinator = match client::pick_coordinator(cli.coordinator.as_deref(), cli.context.as_deref(), &mut sources) {
+        Ok(url) => url,
+        Err(e) => return fail(&client::render_error(&e, cli.coordinator.as_deref().unwrap_or(""))),
     };
     // One thread is plenty for a client; `up` also relies on spawning children from the main
     // thread (see `cmd::up`).
@@ -33,9 +41,9 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&format!("error: cannot start the async runtime: {e}")),
     };
-    let target = match client::Target::resolve(&cli.coordinator, &sources) {
+    let target = match client::Target::resolve(&coordinator, &sources) {
         Ok(t) => t,
-        Err(e) => return fail(&client::render_error(&e, &cli.coordinator)),
+        Err(e) => return fail(&client::render_error(&e, &coordinator)),
     };
     match runtime.block_on(cmd::run(cli.command, &target)) {
         Ok(code) => code,

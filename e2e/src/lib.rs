@@ -398,7 +398,9 @@ impl Cluster {
     /// Runs the `plexus` CLI against this cluster, as its admin.
     pub fn plexus(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new(self.bin.join("plexus"));
-        cmd.env("PLEXUS_COORDINATOR", &self.url).env_remove("PLEXUS_TOKEN");
+        cmd.env("PLEXUS_COORDINATOR", &self.url).env_remove("PLEXUS_TOKEN").env_remove("PLEXUS_CONTEXT");
+        // Contexts of its own (none): the user's never reach a test.
+        cmd.env("PLEXUS_CONFIG_DIR", self.dir.path().join("config"));
         if self.config.insecure {
             cmd.arg("--insecure");
         } else {

@@ -504,9 +504,11 @@ fn an_empty_or_foreign_coordinator_a_shared_token_and_a_non_pem_ca_are_reported(
     use std::os::unix::fs::PermissionsExt;
     let plexus = |env: &[(&str, &str)], args: &[&str]| {
         let mut cmd = std::process::Command::new(plexus_e2e::bin_dir().join("plexus"));
-        for v in ["PLEXUS_COORDINATOR", "PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE", "PLEXUS_CA"] {
+        for v in ["PLEXUS_COORDINATOR", "PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE", "PLEXUS_CA", "PLEXUS_CONTEXT"] {
             cmd.env_remove(v);
         }
+        // No contexts: what this test checks is the CLI's own defaults.
+        cmd.env("PLEXUS_CONFIG_DIR", "/nonexistent/plexus-config");
         cmd.envs(env.iter().copied()).args(args).output().unwrap()
     };
     for (env, args) in [

@@ -309,6 +309,7 @@ fn plexus_up_logs_no_token_and_keeps_its_logs_owner_only() {
         .env_remove("PLEXUS_TOKEN")
         .env_remove("PLEXUS_TOKEN_FILE")
         .env_remove("PLEXUS_CA")
+        .env("PLEXUS_CONFIG_DIR", home.path().join("config"))
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(std::fs::File::create(home.path().join("up.err")).unwrap())

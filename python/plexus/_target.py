@@ -1,7 +1,11 @@
 """Which coordinator to talk to and with which credentials, resolved exactly as the ``plexus``
 CLI resolves them (``cli/src/client.rs``, ``cli/src/args.rs``):
 
-* URL: the ``url`` argument, else ``$PLEXUS_COORDINATOR``, else ``127.0.0.1:50051``. Several
+* URL: the ``url`` argument, else ``$PLEXUS_COORDINATOR``, else the context ``context`` /
+  ``$PLEXUS_CONTEXT`` names, else the ``plexus up`` cluster in ``./.plexus`` (its URL file), else
+  the current context (``plexus context``: ``$PLEXUS_CONFIG_DIR/contexts.toml``, else
+  ``$XDG_CONFIG_HOME/plexus/``, else ``~/.config/plexus/``), else ``127.0.0.1:50051``; a context
+  also gives its CA and token files unless they are given. Several
   URLs separated by commas name the coordinators of an HA control plane, tried in order. A bare
   ``host:port`` means ``https://`` (``http://`` with ``insecure``); an empty one, a scheme other
   than http(s), and a scheme that contradicts ``insecure`` are errors.
@@ -117,10 +121,18 @@ class Target:
         insecure: bool = False,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[PathLike] = None,
+        context: Optional[str] = None,
     ) -> "Target":
         env = os.environ if env is None else env
         if url is None:
-            url = env.get("PLEXUS_COORDINATOR", DEFAULT_COORDINATOR)
+            url = env.get("PLEXUS_COORDINATOR")
+        if url is None:
+            picked = _from_contexts(context or env.get("PLEXUS_CONTEXT") or None, env, Path(cwd if cwd is not None else os.getcwd()))
+            url = picked[0]
+            if ca is None and picked[1] is not None and not env.get("PLEXUS_CA"):
+                ca = picked[1]
+            if token_file is None and picked[2] is not None and not env.get("PLEXUS_TOKEN_FILE"):
+                token_file = picked[2]
         urls = tuple(normalise_url(u, insecure) for u in url.split(","))
         if insecure:
             return Target(urls=urls, ca=None, token=None, insecure=True)
@@ -156,6 +168,49 @@ class Target:
         if ca_pem is not None and PEM_CERTIFICATE.encode() not in ca_pem:
             raise ConfigError(f"{where} is not a PEM certificate (no {PEM_CERTIFICATE} line): give ca.pem from the coordinator's data dir")
         return Target(urls=urls, ca=ca_pem, token=parsed, insecure=False)
+
+
+def contexts_file(env: Mapping[str, str]) -> Optional[Path]:
+    """Where the CLI's contexts are (``cli/src/context.rs``)."""
+    if env.get("PLEXUS_CONFIG_DIR"):
+        return Path(env["PLEXUS_CONFIG_DIR"]) / "contexts.toml"
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]) / "plexus" / "contexts.toml"
+    if env.get("HOME"):
+        return Path(env["HOME"]) / ".config" / "plexus" / "contexts.toml"
+    return None
+
+
+def _from_contexts(name: Optional[str], env: Mapping[str, str], cwd: Path) -> Tuple[str, Optional[str], Optional[str]]:
+    """(URL, CA file, token file) when no URL is given: the named context, the ``plexus up``
+    cluster in ``cwd/.plexus``, the current context, or the default URL."""
+    def load() -> dict:
+        f = contexts_file(env)
+        if f is None or not f.is_file():
+            return {}
+        import tomllib
+
+        try:
+            return tomllib.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{f} is not a contexts file: {e}") from None
+
+    def use(all_: dict, n: str) -> Tuple[str, Optional[str], Optional[str]]:
+        ctx = (all_.get("contexts") or {}).get(n)
+        if not isinstance(ctx, dict) or not isinstance(ctx.get("coordinator"), str):
+            known = ", ".join(sorted((all_.get("contexts") or {}).keys())) or "there are none"
+            raise ConfigError(f"no context {n!r} ({known}; `plexus up` makes one)")
+        return ctx["coordinator"], ctx.get("ca"), ctx.get("token_file")
+
+    if name is not None:
+        return use(load(), name)
+    url_file = _read_optional(cwd / UP_DIR / "coordinator" / "url")
+    if url_file is not None and url_file.strip():
+        return url_file.strip(), None, None
+    all_ = load()
+    if isinstance(all_.get("current"), str):
+        return use(all_, all_["current"])
+    return DEFAULT_COORDINATOR, None, None
 
 
 #: The first line of a certificate in PEM.

@@ -96,8 +96,9 @@ class Client:
 
     ``url``, ``token``, ``ca``, ``token_file`` and ``insecure`` are resolved as the ``plexus``
     CLI resolves ``--coordinator``, ``$PLEXUS_TOKEN``, ``--ca``, ``--token-file`` and
-    ``--insecure`` (see :mod:`plexus._target`): with no arguments, in the directory where
-    ``plexus up`` runs, it reaches that cluster. ``timeout`` bounds each unary call (seconds;
+    ``--insecure`` (see :mod:`plexus._target`): with no arguments it reaches the ``plexus up``
+    cluster of the current directory, else the current context (``plexus context``); ``context``
+    names another. ``timeout`` bounds each unary call (seconds;
     None: no bound). ``keepalive``: while a call is in flight, the coordinator is pinged after
     this many seconds without data, and a coordinator that does not answer within as long again
     (frozen, cut off) fails the call with ``Unavailable``. Nothing is dialled until the first call. Use it as a context manager, or
@@ -114,8 +115,9 @@ class Client:
         insecure: bool = False,
         timeout: Optional[float] = None,
         keepalive: float = KEEPALIVE_S,
+        context: Optional[str] = None,
     ) -> None:
-        self._target = Target.resolve(url, token, ca=ca, token_file=token_file, insecure=insecure)
+        self._target = Target.resolve(url, token, ca=ca, token_file=token_file, insecure=insecure, context=context)
         self._timeout = timeout
         if not keepalive > 0:
             raise ValueError(f"keepalive is a positive number of seconds, not {keepalive!r}")

@@ -40,7 +40,7 @@ CPUS = 4
 UP_TIMEOUT = 90.0
 STOP_GRACE = 20.0
 
-_PLEXUS_VARS = ("PLEXUS_COORDINATOR", "PLEXUS_CA", "PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE")
+_PLEXUS_VARS = ("PLEXUS_COORDINATOR", "PLEXUS_CA", "PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE", "PLEXUS_CONTEXT", "PLEXUS_CONFIG_DIR")
 
 
 def bin_dir() -> Path:
@@ -91,6 +91,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         )
     home = tmp_path_factory.mktemp("cluster")
     env = {k: v for k, v in os.environ.items() if k not in _PLEXUS_VARS}
+    # The cluster's context goes to a folder of its own, not the user's.
+    env["PLEXUS_CONFIG_DIR"] = str(home / "config")
     out_path, err_path = home / "up.out", home / "up.err"
     with open(out_path, "w") as out, open(err_path, "w") as err:
         up = subprocess.Popen(

@@ -389,3 +389,31 @@ def test_a_name_is_its_newest_job_and_name_tilde_n_the_ones_before() -> None:
         by_name(jobs, "train~3")
     with pytest.raises(ValueError, match="after '~' comes how many runs back"):
         by_name(jobs, "train~x")
+
+
+def test_contexts_give_the_url_ca_and_token_when_nothing_else_does(tmp_path: Path) -> None:
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    (tmp_path / "t.token").write_text(TOKEN)
+    (tmp_path / "t.token").chmod(0o600)
+    (cfg / "contexts.toml").write_text(
+        'current = "lab"\n[contexts.lab]\ncoordinator = "https://127.0.0.1:7070"\n'
+        f'ca = "{tmp_path / "ca.pem"}"\ntoken_file = "{tmp_path / "t.token"}"\n'
+        '[contexts.other]\ncoordinator = "https://10.0.0.9:7070"\n'
+    )
+    env = {"PLEXUS_CONFIG_DIR": str(cfg)}
+    t = Target.resolve(env=env, cwd=tmp_path)
+    assert t.urls == ("https://127.0.0.1:7070",) and t.ca is not None and t.token is not None
+    assert Target.resolve(env=env, cwd=tmp_path, context="other").urls == ("https://10.0.0.9:7070",)
+    assert Target.resolve(env={**env, "PLEXUS_CONTEXT": "other"}, cwd=tmp_path).urls == ("https://10.0.0.9:7070",)
+    # The `plexus up` cluster of the folder comes before the current context; an explicit URL first.
+    (tmp_path / ".plexus" / "coordinator").mkdir(parents=True)
+    (tmp_path / ".plexus" / "coordinator" / "url").write_text("https://127.0.0.1:4242\n")
+    assert Target.resolve(env=env, cwd=tmp_path).urls == ("https://127.0.0.1:4242",)
+    assert Target.resolve(env={**env, "PLEXUS_COORDINATOR": "127.0.0.1:1"}, cwd=tmp_path).urls == ("https://127.0.0.1:1",)
+    with pytest.raises(ConfigError, match="no context 'prod'"):
+        Target.resolve(env=env, cwd=tmp_path, context="prod")
+    assert Target.resolve(env={"PLEXUS_CONFIG_DIR": str(tmp_path / "none")}, cwd=tmp_path / "cfg").urls == (
+        "https://" + DEFAULT_COORDINATOR,
+    )

@@ -7,6 +7,7 @@ use crate::args::Command;
 use crate::client::Target;
 
 pub mod cancel;
+pub mod context;
 pub mod explain;
 pub mod get;
 pub mod logs;
@@ -36,6 +37,7 @@ pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> 
         Command::Coordinators(args) => status::coordinators(target, args.output).await,
         Command::Explain(a) => explain::run(target, &a).await,
         Command::Completions { shell } => Ok(completions(shell)),
+        Command::Context(c) => context::run(&c),
     }
 }
 

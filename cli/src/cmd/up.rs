@@ -41,15 +41,14 @@ pub async fn run(args: &UpArgs) -> anyhow::Result<ExitCode> {
         builder = builder.worker_program(programs::find(programs::WORKER)?);
     }
     let port = choose_port(args.port)?;
-    // The dashboard and /metrics: the usual 8265 when free, else any free port.
-    let http_port = choose_port(DASHBOARD_PORT).or_else(|_| choose_port(0))?;
+    let http = dashboard_port(args)?;
     // Installed before any child starts, so a Ctrl-C during start-up still stops them cleanly.
     let mut signals = Signals::new()?;
     let mut cluster = builder
         .log_dir(args.dir.join("logs"))
         .keep_logs(KEPT_LOGS)
         .port(port)
-        .http(Http::Port(http_port))
+        .http(http)
         .placer(args.placer.as_deref())
         .workers(args.workers as usize)
         .number_workers_from(1)
@@ -92,8 +91,10 @@ async fn run_cluster(cluster: &mut LocalCluster, a: &UpArgs, signals: &mut Signa
     }
 
     let coordinator_dir = cluster.coordinator_dir(0);
-    output::print(&ready_lines(&url, &std::path::absolute(&coordinator_dir).unwrap_or(coordinator_dir)))?;
+    let coordinator_dir = std::path::absolute(&coordinator_dir).unwrap_or(coordinator_dir);
+    output::print(&ready_lines(&url, &coordinator_dir))?;
     let http = cluster.http(0).map_or_else(|| "(none)".to_string(), |a| a.to_string());
+    remember(a, &url, &coordinator_dir, cluster.http(0).map(|h| h.port()));
     note(&format!(
         "dashboard: http://{http}/login?token=$(cat {}) (metrics at /metrics)",
         cluster.admin_token_file().display()
@@ -121,6 +122,72 @@ async fn run_cluster(cluster: &mut LocalCluster, a: &UpArgs, signals: &mut Signa
             bail!("every process of the cluster has exited; see the logs in {}", cluster.log_dir().display());
         }
     }
+}
+
+/// Where the dashboard listens: `--http` (a port, `127.0.0.1:PORT`, or `none`), else the port
+/// this cluster had before (so its URL stays the same across restarts), else 8265, else any
+/// free port.
+fn dashboard_port(args: &UpArgs) -> anyhow::Result<Http> {
+    match args.http.as_deref() {
+        Some("none") => return Ok(Http::Off),
+        Some(v) => {
+            let port = v.strip_prefix("127.0.0.1:").unwrap_or(v).parse::<u16>().map_err(|_| {
+                anyhow::anyhow!("--http {v:?}: a port, 127.0.0.1:PORT or none (the dashboard listens on loopback)")
+            })?;
+            return Ok(Http::Port(choose_port(port)?));
+        }
+        None => {}
+    }
+    let before = std::fs::read_to_string(http_port_file(&args.dir)).ok().and_then(|t| t.trim().parse::<u16>().ok());
+    let port = before
+        .and_then(|p| choose_port(p).ok())
+        .map_or_else(|| choose_port(DASHBOARD_PORT).or_else(|_| choose_port(0)), Ok)?;
+    Ok(Http::Port(port))
+}
+
+fn http_port_file(dir: &Path) -> std::path::PathBuf {
+    dir.join("coordinator").join("http-port")
+}
+
+/// Keeps what finds this cluster again: its URL (for the CLI run from its folder) and dashboard
+/// port (for the next `up`) in its directory, and a context (made current). A failure is said,
+/// not fatal: the cluster runs either way.
+fn remember(a: &UpArgs, url: &str, coordinator_dir: &Path, http: Option<u16>) {
+    let kept = std::fs::write(crate::context::up_url_file(&a.dir), format!("{url}\n"))
+        .and_then(|()| http.map_or(Ok(()), |p| std::fs::write(http_port_file(&a.dir), format!("{p}\n"))));
+    if let Err(e) = kept {
+        note(&format!("could not keep the cluster's address in {}: {e}", a.dir.display()));
+    }
+    let name = a.context_name.clone().unwrap_or_else(|| default_context_name(&a.dir));
+    let ctx = crate::context::Context {
+        coordinator: url.to_string(),
+        ca: Some(coordinator_dir.join("ca.pem")),
+        token_file: Some(coordinator_dir.join("admin.token")),
+        dashboard: http.map(|p| format!("http://127.0.0.1:{p}")),
+    };
+    match crate::context::remember(&name, ctx) {
+        Ok(file) => {
+            note(&format!("context {name} is current ({}); `plexus context list` shows the others", file.display()))
+        }
+        Err(e) => note(&format!("could not write the context {name}: {e:#}")),
+    }
+}
+
+/// The name of the folder that holds `dir` (made a valid context name), else `local`.
+fn default_context_name(dir: &Path) -> String {
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let name: String = abs
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| {
+            n.to_string_lossy()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' })
+                .take(63)
+                .collect()
+        })
+        .unwrap_or_default();
+    if crate::context::check_name(&name).is_ok() { name } else { "local".to_string() }
 }
 
 /// The lines scripts read: `coordinator: <URL>`, and the exports that let the CLI reach the
