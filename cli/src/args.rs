@@ -281,8 +281,11 @@ pub struct ResubmitArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum OutputFormat {
+    /// A table that fits 100 columns: short ids, the columns that matter most.
     #[default]
     Table,
+    /// The table with every column and full ids.
+    Wide,
     Json,
 }
 

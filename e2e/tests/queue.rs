@@ -20,9 +20,9 @@ fn submit(c: &Cluster, args: &[&str]) -> String {
     stdout(&o).trim().to_string()
 }
 
-/// The STATE column of `plexus status` for `job`.
+/// The STATE column of `plexus status -o wide` (full ids) for `job`.
 fn listed_state(c: &Cluster, job: &str) -> String {
-    let o = c.plexus(&["status"]);
+    let o = c.plexus(&["status", "-o", "wide"]);
     let text = stdout(&o);
     let line = text.lines().find(|l| l.starts_with(job)).unwrap_or_else(|| panic!("{job} not listed: {text}"));
     line.split_whitespace().nth(2).unwrap().to_string()
@@ -78,9 +78,9 @@ fn pending_blocked_and_running_are_told_apart_and_failures_explain_themselves() 
         (listed_state(&c, &a), listed_state(&c, &b), listed_state(&c, &after)),
         ("running".into(), "pending".into(), "blocked".into())
     );
-    let pending = stdout(&c.plexus(&["status", "--state", "pending"]));
+    let pending = stdout(&c.plexus(&["status", "--state", "pending", "-o", "wide"]));
     assert!(pending.contains(&b) && !pending.contains(&a) && !pending.contains(&after), "{pending}");
-    let blocked = stdout(&c.plexus(&["status", "--state", "blocked"]));
+    let blocked = stdout(&c.plexus(&["status", "--state", "blocked", "-o", "wide"]));
     assert!(blocked.contains(&after) && !blocked.contains(&b), "{blocked}");
     let detail = stdout(&c.plexus(&["status", &b]));
     assert!(detail.contains("state:     pending\nwhy:       task w: "), "{detail}");
@@ -112,9 +112,12 @@ fn pending_blocked_and_running_are_told_apart_and_failures_explain_themselves() 
         "{}",
         describe(&o)
     );
-    let list = stdout(&c.plexus(&["status"]));
+    let list = stdout(&c.plexus(&["status", "-o", "wide"]));
     let order: Vec<&str> = list.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(order, [after.as_str(), b.as_str(), a.as_str()], "newest first: {list}");
+    // By default the ids are short (each still a job reference) and the table fits 100 columns.
+    let narrow = stdout(&c.plexus(&["status"]));
+    assert!(narrow.lines().all(|l| l.len() <= 100) && !narrow.contains(&a) && narrow.contains(&a[..12]), "{narrow}");
 
     a_failure_shows_its_stderr(&c, &write("fail.toml", FAILING));
     submit_logs_streams_the_task(&c, &write("talk.toml", TALKING));

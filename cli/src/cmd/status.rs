@@ -17,7 +17,7 @@ pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::R
             let mut jobs = client.list_jobs(ListJobsRequest {}).await?.into_inner().jobs;
             filter_jobs(&mut jobs, args);
             match args.output {
-                OutputFormat::Table => {
+                OutputFormat::Table | OutputFormat::Wide => {
                     // With several coordinators, which one leads comes first.
                     let coordinators = client
                         .list_coordinators(ListCoordinatorsRequest {})
@@ -32,7 +32,7 @@ pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::R
                             coordinators.len()
                         ));
                     }
-                    text.push_str(&output::jobs_table(&jobs, now));
+                    text.push_str(&output::jobs_table(&jobs, now, args.output == OutputFormat::Wide));
                     text
                 }
                 OutputFormat::Json => output::json(&output::job_list_view(&jobs)),
@@ -42,13 +42,13 @@ pub async fn run(target: &crate::client::Target, args: &StatusArgs) -> anyhow::R
             let job = client::resolve_job(&mut client, job).await?;
             // JSON always carries the subtasks: a script should not need a second call.
             let detail = match (args.output, args.subtasks) {
-                (OutputFormat::Json, _) | (OutputFormat::Table, true) => Detail::WithSubtasks,
-                (OutputFormat::Table, false) => Detail::Summary,
+                (OutputFormat::Json, _) | (_, true) => Detail::WithSubtasks,
+                (OutputFormat::Table | OutputFormat::Wide, false) => Detail::Summary,
             };
             let request = GetJobRequest { job_id: job.to_string(), subtasks: detail == Detail::WithSubtasks };
             let status = client.get_job(request).await?.into_inner();
             match args.output {
-                OutputFormat::Table => output::job_detail(&status, detail, now),
+                OutputFormat::Table | OutputFormat::Wide => output::job_detail(&status, detail, now),
                 OutputFormat::Json => output::json(&output::job_view(&status, detail)),
             }
         }

@@ -32,10 +32,10 @@ pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::
         return Ok(ExitCode::SUCCESS);
     }
     let text = match args.output {
-        OutputFormat::Table if args.rails => {
-            format!("{}\n{}", output::workers_table(&workers, plexus_proto::now_ms()), output::rails_table(&workers))
+        OutputFormat::Table | OutputFormat::Wide => {
+            let table = output::workers_table(&workers, plexus_proto::now_ms(), args.output == OutputFormat::Wide);
+            if args.rails { format!("{table}\n{}", output::rails_table(&workers)) } else { table }
         }
-        OutputFormat::Table => output::workers_table(&workers, plexus_proto::now_ms()),
         OutputFormat::Json => output::json(&output::worker_list_view(&workers)),
     };
     // Said first, in either format's place for a person: stderr keeps the JSON parseable.

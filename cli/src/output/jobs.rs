@@ -61,17 +61,23 @@ fn exit_code(s: &pb::SubtaskStatus) -> Option<i32> {
     (ended && s.started_at != 0).then_some(s.exit_code)
 }
 
-/// `plexus status`: one row per job, newest first (as the dashboard lists them).
-pub fn jobs_table(jobs: &[pb::JobStatus], now_ms: u64) -> String {
+/// `plexus status`: one row per job, newest first (as the dashboard lists them); ids as short
+/// as keeps them apart (any of them is a job reference), full with `wide`.
+pub fn jobs_table(jobs: &[pb::JobStatus], now_ms: u64, wide: bool) -> String {
     if jobs.is_empty() {
         return "no jobs\n".to_string();
     }
     let mut jobs: Vec<&pb::JobStatus> = jobs.iter().collect();
     jobs.sort_by(|a, b| (b.submitted_at, &b.job_id).cmp(&(a.submitted_at, &a.job_id)));
+    let ids: Vec<String> = if wide {
+        jobs.iter().map(|j| j.job_id.clone()).collect()
+    } else {
+        super::format::short_names(jobs.iter().map(|j| j.job_id.as_str()))
+    };
     let mut t = Table::new(&["ID", "NAME", "STATE", "PROGRESS", "SUBMITTED", "QUEUED", "RAN"]);
-    for j in jobs {
+    for (j, id) in jobs.into_iter().zip(ids) {
         t.row(vec![
-            j.job_id.clone(),
+            id,
             j.name.clone(),
             job_phase(j).to_string(),
             format!("{}/{}", succeeded(j), total(j)),

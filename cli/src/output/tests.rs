@@ -155,7 +155,7 @@ fn job_list_table() {
     done.finished_at = NOW - 3_600_000 + 12_300;
     done.groups = vec![group("a", 2, [0, 0, 0, 0, 2, 0, 0])];
     done.total_subtasks = 2;
-    let text = jobs_table(&[job(), done], NOW);
+    let text = jobs_table(&[job(), done], NOW, true);
     let expected = format!(
         "ID{p}NAME  STATE      PROGRESS  SUBMITTED  QUEUED  RAN\n\
          {J1}  demo  running    2/5       1m05s ago  2.0s    1m03s\n\
@@ -163,7 +163,15 @@ fn job_list_table() {
         p = " ".repeat(36)
     );
     assert_eq!(text, expected);
-    assert_eq!(jobs_table(&[], NOW), "no jobs\n");
+    assert_eq!(jobs_table(&[], NOW, false), "no jobs\n");
+    let mut other = job();
+    other.job_id = "job-fedcba98765432100000000000000000".into();
+    let narrow = jobs_table(&[job(), other], NOW, false);
+    assert!(
+        narrow.contains("\njob-00000000  demo") && narrow.contains("\njob-fedcba98  demo"),
+        "short ids by default: {narrow}"
+    );
+    assert!(narrow.lines().all(|l| l.len() <= 100), "{narrow}");
 }
 
 #[test]
@@ -419,7 +427,7 @@ fn rails_table_shows_each_rail_and_its_share() {
 
 #[test]
 fn workers_table_and_json() {
-    let text = workers_table(&workers(), NOW);
+    let text = workers_table(&workers(), NOW, true);
     let expected = format!(
         "NAME          ID{p}ALIVE  PEER                   CPUS  MEMORY   GPUS  RAILS  ISOLATION  ASSIGNED  ALLOC CPU  CPU UTIL  CACHE             OBJECTS  SPEED  FETCH IN   HEARTBEAT\n\
          wkr-00000000  {W1}  yes    http://127.0.0.1:7001  4     8.0 GiB  2     2      cgroup-v1  2         1.5        38%       12.0 MiB/1.0 GiB  1        1.25x  1.0 MiB/s  1.2s ago\n\
@@ -431,11 +439,19 @@ fn workers_table_and_json() {
         w = " ".repeat(32)
     );
     assert_eq!(text, expected);
-    assert_eq!(workers_table(&[], NOW), "no workers\n");
+    assert_eq!(workers_table(&[], NOW, false), "no workers\n");
+    // By default: the columns that matter, within 100 characters.
+    let narrow = workers_table(&workers(), NOW, false);
+    assert!(
+        narrow
+            .starts_with("NAME          ALIVE  CPUS  MEMORY   GPUS  RAILS  ISOLATION  ASSIGNED  CPU UTIL  HEARTBEAT\n"),
+        "{narrow}"
+    );
+    assert!(narrow.lines().all(|l| l.len() <= 100), "{narrow}");
     // A worker that has not reported yet has no capacity or state: still a row, no panic, and
     // no device table without GPUs.
     let bare = pb::WorkerInfo { worker_id: W2.into(), ..Default::default() };
-    let text = workers_table(&[bare], NOW);
+    let text = workers_table(&[bare], NOW, true);
     assert!(text.contains("0 B/0 B") && text.lines().count() == 2, "{text}");
 
     let v = serde_json::to_value(worker_list_view(&workers())).unwrap();

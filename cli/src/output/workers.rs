@@ -10,37 +10,43 @@ use super::format::{Table, age, human_bytes, non_empty, number, short_names, tim
 /// its model and its load from the latest heartbeat. SPEED and FETCH IN are what the coordinator
 /// measured (issue 17): its run times against the cluster's mean for the same tasks (`1.5x`:
 /// faster), and the mean throughput of the fetches to it; `-` until measured.
-pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
+pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64, wide: bool) -> String {
     if workers.is_empty() {
         return "no workers\n".to_string();
     }
     let names = short_names(workers.iter().map(|w| w.worker_id.as_str()));
-    let mut t = Table::new(&[
-        "NAME",
-        "ID",
-        "ALIVE",
-        "PEER",
-        "CPUS",
-        "MEMORY",
-        "GPUS",
-        "RAILS",
-        "ISOLATION",
-        "ASSIGNED",
-        "ALLOC CPU",
-        "CPU UTIL",
-        "CACHE",
-        "OBJECTS",
-        "SPEED",
-        "FETCH IN",
-        "HEARTBEAT",
-    ]);
+    // The columns that fit 100 characters, then what `-o wide` adds (each marked `true`).
+    let columns: [(&str, bool); 17] = [
+        ("NAME", false),
+        ("ID", true),
+        ("ALIVE", false),
+        ("PEER", true),
+        ("CPUS", false),
+        ("MEMORY", false),
+        ("GPUS", false),
+        ("RAILS", false),
+        ("ISOLATION", false),
+        ("ASSIGNED", false),
+        ("ALLOC CPU", true),
+        ("CPU UTIL", false),
+        ("CACHE", true),
+        ("OBJECTS", true),
+        ("SPEED", true),
+        ("FETCH IN", true),
+        ("HEARTBEAT", false),
+    ];
+    let shown = |row: Vec<String>| -> Vec<String> {
+        row.into_iter().zip(columns).filter(|(_, (_, w))| wide || !w).map(|(c, _)| c).collect()
+    };
+    let heads: Vec<&str> = columns.iter().filter(|(_, w)| wide || !w).map(|(h, _)| *h).collect();
+    let mut t = Table::new(&heads);
     let mut devices = Table::new(&["WORKER", "GPU", "MODEL", "UTIL", "MEMORY"]);
     for (w, name) in workers.iter().zip(&names) {
         let cap = w.capacity.clone().unwrap_or_default();
         let state = w.state.clone().unwrap_or_default();
         let alloc = w.allocated.unwrap_or_default();
         let speed = speed_view(w.speed.as_ref());
-        t.row(vec![
+        t.row(shown(vec![
             name.clone(),
             w.worker_id.clone(),
             if w.draining { format!("{}, drained", yes_no(w.alive)) } else { yes_no(w.alive).to_string() },
@@ -58,7 +64,7 @@ pub fn workers_table(workers: &[pb::WorkerInfo], now_ms: u64) -> String {
             speed.relative_speed.map_or("-".into(), |v| format!("{v:.2}x")),
             speed.fetch_bytes_per_s.map_or("-".into(), |v| format!("{}/s", human_bytes(v as u64))),
             age(w.last_heartbeat, now_ms),
-        ]);
+        ]));
         for g in &cap.gpus {
             let load = state.gpus.iter().find(|s| s.index == g.index);
             devices.row(vec![
