@@ -108,6 +108,9 @@ pub enum Command {
     /// The clusters the CLI knows by name (`plexus up` adds its own and makes it current).
     #[command(subcommand)]
     Context(ContextCommand),
+    /// Queues' shares of the cluster's cores: `set` needs an admin token, `list` any.
+    #[command(subcommand)]
+    Queue(QueueCommand),
     /// Print a shell completion script: `source <(plexus completions bash)`, or write it where
     /// your shell loads completions from (zsh: a file `_plexus` on `$fpath`; fish:
     /// `~/.config/fish/completions/plexus.fish`).
@@ -181,6 +184,21 @@ pub struct UpArgs {
     /// Default: the name of the folder that holds --dir.
     #[arg(long, value_name = "NAME")]
     pub context_name: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Every queue with a share, and the cores its attempts hold now.
+    List,
+    /// Give queue NAME a share of the cluster's cores (0 < SHARE <= 1): over it, the queue waits
+    /// while another queue has work; or --clear it (the queue then only orders its jobs).
+    Set {
+        name: String,
+        #[arg(long, required_unless_present = "clear", conflicts_with = "clear")]
+        share: Option<f64>,
+        #[arg(long)]
+        clear: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

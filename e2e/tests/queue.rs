@@ -3,7 +3,7 @@
 //! pending|blocked` lists them, QUEUED and RAN are apart; a failed job shows the last lines of the
 //! failed subtask's stderr in `submit --watch`, `status JOB` and its JSON; `submit --logs` streams
 //! the chosen task's output; `submit --dry-run` says what would wait and why, storing nothing; a job name is its newest job (`NAME~1` the one before), and the list
-//! is newest first.
+//! is newest first; queue shares are set and listed from the CLI.
 
 use std::time::Duration;
 
@@ -118,6 +118,16 @@ fn pending_blocked_and_running_are_told_apart_and_failures_explain_themselves() 
     // By default the ids are short (each still a job reference) and the table fits 100 columns.
     let narrow = stdout(&c.plexus(&["status"]));
     assert!(narrow.lines().all(|l| l.len() <= 100) && !narrow.contains(&a) && narrow.contains(&a[..12]), "{narrow}");
+
+    // Queue shares from the CLI, over the API.
+    let set = c.plexus(&["queue", "set", "gpu", "--share", "0.5"]);
+    assert!(set.status.success() && stdout(&set).contains("gpu    0.500"), "{}", describe(&set));
+    let list = stdout(&c.plexus(&["queue", "list"]));
+    assert!(list.starts_with("QUEUE  SHARE  CORES USED\ngpu    0.500  0.0"), "{list}");
+    let bad = c.plexus(&["queue", "set", "gpu", "--share", "2"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("share"), "{}", describe(&bad));
+    let cleared = c.plexus(&["queue", "set", "gpu", "--clear"]);
+    assert!(stdout(&cleared).contains("no queue has a share"), "{}", describe(&cleared));
 
     a_failure_shows_its_stderr(&c, &write("fail.toml", FAILING));
     submit_logs_streams_the_task(&c, &write("talk.toml", TALKING));

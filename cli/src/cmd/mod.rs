@@ -11,6 +11,7 @@ pub mod context;
 pub mod explain;
 pub mod get;
 pub mod logs;
+pub mod queue;
 pub mod requirements;
 pub mod set;
 pub mod status;
@@ -38,6 +39,7 @@ pub async fn run(command: Command, target: &Target) -> anyhow::Result<ExitCode> 
         Command::Explain(a) => explain::run(target, &a).await,
         Command::Completions { shell } => Ok(completions(shell)),
         Command::Context(c) => context::run(&c),
+        Command::Queue(q) => queue::run(target, &q).await,
     }
 }
 

@@ -74,17 +74,29 @@ pub fn jobs_table(jobs: &[pb::JobStatus], now_ms: u64, wide: bool) -> String {
     } else {
         super::format::short_names(jobs.iter().map(|j| j.job_id.as_str()))
     };
-    let mut t = Table::new(&["ID", "NAME", "STATE", "PROGRESS", "SUBMITTED", "QUEUED", "RAN"]);
+    // Priority and queue when they say something (or with `wide`).
+    let ordered = wide || jobs.iter().any(|j| j.priority != 0 || !matches!(j.queue.as_str(), "" | "default"));
+    let mut heads = vec!["ID", "NAME", "STATE", "PROGRESS", "SUBMITTED", "QUEUED", "RAN"];
+    if ordered {
+        heads.extend(["PRI", "QUEUE"]);
+    }
+    let mut t = Table::new(&heads);
     for (j, id) in jobs.into_iter().zip(ids) {
-        t.row(vec![
-            id,
-            j.name.clone(),
-            job_phase(j).to_string(),
-            format!("{}/{}", succeeded(j), total(j)),
-            age(j.submitted_at, now_ms),
-            dash(job_queued(j, now_ms).map(human_duration)),
-            dash(job_ran(j, now_ms).map(human_duration)),
-        ]);
+        let order = [j.priority.to_string(), if j.queue.is_empty() { "default".into() } else { j.queue.clone() }];
+        t.row(
+            [
+                id,
+                j.name.clone(),
+                job_phase(j).to_string(),
+                format!("{}/{}", succeeded(j), total(j)),
+                age(j.submitted_at, now_ms),
+                dash(job_queued(j, now_ms).map(human_duration)),
+                dash(job_ran(j, now_ms).map(human_duration)),
+            ]
+            .into_iter()
+            .chain(order.into_iter().filter(|_| ordered))
+            .collect(),
+        );
     }
     t.render()
 }

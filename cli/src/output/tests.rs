@@ -157,9 +157,9 @@ fn job_list_table() {
     done.total_subtasks = 2;
     let text = jobs_table(&[job(), done], NOW, true);
     let expected = format!(
-        "ID{p}NAME  STATE      PROGRESS  SUBMITTED  QUEUED  RAN\n\
-         {J1}  demo  running    2/5       1m05s ago  2.0s    1m03s\n\
-         {J2}  old   succeeded  2/2       1h00m ago  2.0s    10.3s\n",
+        "ID{p}NAME  STATE      PROGRESS  SUBMITTED  QUEUED  RAN    PRI  QUEUE\n\
+         {J1}  demo  running    2/5       1m05s ago  2.0s    1m03s  0    default\n\
+         {J2}  old   succeeded  2/2       1h00m ago  2.0s    10.3s  0    default\n",
         p = " ".repeat(36)
     );
     assert_eq!(text, expected);
@@ -172,6 +172,11 @@ fn job_list_table() {
         "short ids by default: {narrow}"
     );
     assert!(narrow.lines().all(|l| l.len() <= 100), "{narrow}");
+    assert!(!narrow.contains("PRI"), "priority and queue only when they say something: {narrow}");
+    let mut urgent = job();
+    (urgent.priority, urgent.queue) = (5, "gpu".into());
+    let listed = jobs_table(&[urgent], NOW, false);
+    assert!(listed.lines().next().unwrap().ends_with("PRI  QUEUE") && listed.contains("5    gpu"), "{listed}");
 }
 
 #[test]
