@@ -238,7 +238,9 @@ impl Bars {
             let width = self.prefix_width;
             let bar = self.bars.entry(g.task.clone()).or_insert_with(|| {
                 let bar = multi.add(ProgressBar::new(u64::from(g.replicas)));
-                let template = format!("  {{prefix:<{width}}} [{{bar:30.green/white}}] {{pos}}/{{len}} {{msg}}");
+                // The ETA is indicatif's, from the rate at which the group's subtasks succeeded
+                // so far (their measured run times, at the parallelism they got).
+                let template = format!("  {{prefix:<{width}}} [{{bar:30.green/white}}] {{pos}}/{{len}} eta {{eta}} {{msg}}");
                 if let Ok(style) = ProgressStyle::with_template(&template) {
                     bar.set_style(style.progress_chars("##-"));
                 }
