@@ -37,16 +37,17 @@
           if (!row) {
             row = document.createElement("tr"); row.dataset.job = j.job_id;
             var a = document.createElement("a"); a.href = "/jobs/" + j.job_id; a.textContent = j.job_id.slice(0, 12);
-            var cells = [a, j.name, "", "", "just now", ""];
+            var cells = [a, j.name, "", "", "just now", "", "", j.queue || "default", ""];
             cells.forEach(function (c, k) { var td = document.createElement("td"); if (typeof c === "string") td.textContent = c; else td.appendChild(c); row.appendChild(td); });
             row.children[2].className = "state"; row.children[3].className = "progress";
             row.children[3].innerHTML = '<span class="bar"><i></i></span> <span class="count"></span>';
-            row.children[5].className = "err";
+            row.children[5].className = "queued"; row.children[6].className = "ran"; row.children[8].className = "err";
             body.insertBefore(row, body.firstChild);
             var empty = document.getElementById("empty"); if (empty) empty.remove();
           }
           state(row.querySelector(".state"), j.phase || j.state);
           bar(row.querySelector(".progress"), j.done, j.total);
+          text(row.querySelector(".queued"), j.queued); text(row.querySelector(".ran"), j.ran);
           text(row.querySelector(".err"), j.error);
         });
       });

@@ -13,16 +13,9 @@ use plexus_e2e::describe;
 fn up(dir: &Path, config: &Path, extra: &[&str]) -> Child {
     let out = std::fs::File::create(dir.join("up.out")).unwrap();
     let err = std::fs::File::create(dir.join("up.err")).unwrap();
-    let child = Command::new(plexus_e2e::bin_dir().join("plexus"))
+    let child = bare(dir, config)
         .args(["up", "--workers", "1", "--port", "0", "--cpus", "1"])
         .args(extra)
-        .current_dir(dir)
-        .env("PLEXUS_CONFIG_DIR", config)
-        .env_remove("PLEXUS_COORDINATOR")
-        .env_remove("PLEXUS_TOKEN")
-        .env_remove("PLEXUS_TOKEN_FILE")
-        .env_remove("PLEXUS_CA")
-        .env_remove("PLEXUS_CONTEXT")
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -43,19 +36,20 @@ fn stop(mut child: Child) {
     let _ = child.wait();
 }
 
+/// `plexus` run in `cwd` with the contexts of `config` and none of the variables that name a
+/// cluster: what it reaches, it finds by itself.
+fn bare(cwd: &Path, config: &Path) -> Command {
+    let mut cmd = Command::new(plexus_e2e::bin_dir().join("plexus"));
+    cmd.current_dir(cwd).env("PLEXUS_CONFIG_DIR", config);
+    for v in ["PLEXUS_COORDINATOR", "PLEXUS_TOKEN", "PLEXUS_TOKEN_FILE", "PLEXUS_CA", "PLEXUS_CONTEXT"] {
+        cmd.env_remove(v);
+    }
+    cmd
+}
+
 /// `plexus ARGS` run in `cwd` with nothing but the contexts folder.
 fn plexus(cwd: &Path, config: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(plexus_e2e::bin_dir().join("plexus"))
-        .args(args)
-        .current_dir(cwd)
-        .env("PLEXUS_CONFIG_DIR", config)
-        .env_remove("PLEXUS_COORDINATOR")
-        .env_remove("PLEXUS_TOKEN")
-        .env_remove("PLEXUS_TOKEN_FILE")
-        .env_remove("PLEXUS_CA")
-        .env_remove("PLEXUS_CONTEXT")
-        .output()
-        .unwrap()
+    bare(cwd, config).args(args).output().unwrap()
 }
 
 fn free_port() -> u16 {

@@ -156,6 +156,8 @@ fn the_dashboard_in_a_real_browser() {
     let dom = browser.dom(&format!("{base}/"), 2000);
     let rows = attrs(&dom, "data-job=", "data-job");
     assert!(rows.contains(&dag.as_str()) && rows.contains(&broken.as_str()), "{dom}");
+    // Each job's time queued and run, and its queue.
+    assert!(dom.contains("<th>Queued</th><th>Ran</th><th>Queue</th>") && dom.contains("<td>default</td>"), "{dom}");
     let dom = browser.dom(&format!("{base}/?state=failed"), 2000);
     assert_eq!(attrs(&dom, "data-job=", "data-job"), [broken.as_str()], "{dom}");
     // The search matches names and ids: "ag" (g is no hex digit) can match no job id, where

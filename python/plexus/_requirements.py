@@ -80,16 +80,10 @@ def inline(source: str, fmt: str, base: Optional[Path]) -> Optional[str]:
     """The job's text with every ``python.requirements`` file (the job's and each task's) put
     in as its lines, as JSON (the format to send it in); ``None`` when none names a file or the
     text does not parse (then it goes as it is, and the coordinator names any mistake)."""
-    try:
-        if fmt == "json":
-            root = json.loads(source)
-        else:
-            import tomllib
+    from ._working_dir import parse_job
 
-            root = tomllib.loads(source)
-    except Exception:
-        return None
-    if not isinstance(root, dict):
+    root = parse_job(source, fmt)
+    if root is None:
         return None
     base = base or Path(".")
     changed = _inline_one(root, base, "python.requirements")

@@ -191,10 +191,9 @@ def pack(directory: os.PathLike, excludes: Sequence[str] = ()) -> Packed:
     return Packed(data, entries, unpacked)
 
 
-def declared(source: str, fmt: str, base: Optional[Path]) -> Optional[Tuple[Path, List[str]]]:
-    """The ``working_dir`` (resolved against ``base``, the job file's folder, else the current
-    directory) and ``excludes`` of a job file's text; ``None`` when it names none, or when the
-    text does not parse (the coordinator then names the mistake with its line)."""
+def parse_job(source: str, fmt: str) -> Optional[dict]:
+    """A job file's text (``fmt`` ``json``, else TOML) as a table; ``None`` when it does not
+    parse, or is not a table (the coordinator then names the mistake with its line)."""
     try:
         if fmt == "json":
             import json
@@ -206,7 +205,15 @@ def declared(source: str, fmt: str, base: Optional[Path]) -> Optional[Tuple[Path
             root = tomllib.loads(source)
     except Exception:
         return None
-    if not isinstance(root, dict) or not isinstance(root.get("working_dir"), str) or not root["working_dir"].strip():
+    return root if isinstance(root, dict) else None
+
+
+def declared(source: str, fmt: str, base: Optional[Path]) -> Optional[Tuple[Path, List[str]]]:
+    """The ``working_dir`` (resolved against ``base``, the job file's folder, else the current
+    directory) and ``excludes`` of a job file's text; ``None`` when it names none, or when the
+    text does not parse (the coordinator then names the mistake with its line)."""
+    root = parse_job(source, fmt)
+    if root is None or not isinstance(root.get("working_dir"), str) or not root["working_dir"].strip():
         return None
     excludes = [e for e in root.get("excludes") or [] if isinstance(e, str)]
     wd = Path(root["working_dir"])

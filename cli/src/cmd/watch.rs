@@ -240,7 +240,8 @@ impl Bars {
                 let bar = multi.add(ProgressBar::new(u64::from(g.replicas)));
                 // The ETA is indicatif's, from the rate at which the group's subtasks succeeded
                 // so far (their measured run times, at the parallelism they got).
-                let template = format!("  {{prefix:<{width}}} [{{bar:30.green/white}}] {{pos}}/{{len}} eta {{eta}} {{msg}}");
+                let template =
+                    format!("  {{prefix:<{width}}} [{{bar:30.green/white}}] {{pos}}/{{len}} eta {{eta}} {{msg}}");
                 if let Ok(style) = ProgressStyle::with_template(&template) {
                     bar.set_style(style.progress_chars("##-"));
                 }

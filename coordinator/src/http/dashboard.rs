@@ -123,6 +123,29 @@ fn short(id: &str) -> &str {
     &id[..(id.len() - hex.len() + hex.len().min(8))]
 }
 
+/// A span of milliseconds in words (`4 s`, `12 min`, `3 h`).
+fn span(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        _ => format!("{} h", s / 3600),
+    }
+}
+
+/// A job's time queued (submission to its first subtask's start) and run (from there to its
+/// end), as of `now`; `-` for what has not begun.
+fn queued_and_ran(j: &pb::JobStatus, now: u64) -> (String, String) {
+    let end = if j.finished_at > 0 { j.finished_at } else { now };
+    let queued = match j.started_at {
+        0 if j.submitted_at > 0 => span(end.saturating_sub(j.submitted_at)),
+        0 => "-".into(),
+        s => span(s.saturating_sub(j.submitted_at)),
+    };
+    let ran = if j.started_at > 0 { span(end.saturating_sub(j.started_at)) } else { "-".into() };
+    (queued, ran)
+}
+
 fn ago(now: u64, at: u64) -> String {
     if at == 0 {
         return "-".into();
@@ -200,16 +223,20 @@ pub async fn jobs_page(State(d): State<Dash>, Query(query): Query<JobsQuery>) ->
             button type="submit" { "Filter" }
         }
         table #jobs {
-            thead { tr { th { "Job" } th { "Name" } th { "State" } th { "Progress" } th { "Submitted" } th { "Error" } } }
+            thead { tr { th { "Job" } th { "Name" } th { "State" } th { "Progress" } th { "Submitted" } th { "Queued" } th { "Ran" } th { "Queue" } th { "Error" } } }
             tbody {
                 @for j in &jobs {
                     @let (done, total) = job_counts(j);
+                    @let (queued, ran) = queued_and_ran(j, now);
                     tr data-job=(j.job_id) {
                         td { a href=(format!("/jobs/{}", j.job_id)) { (short(&j.job_id)) } }
                         td { (j.name) }
                         td.state class=(format!("state-{}", shown_state(j))) { (shown_state(j)) }
                         td.progress { (progress(done, total)) }
                         td { (ago(now, j.submitted_at)) }
+                        td.queued { (queued) }
+                        td.ran { (ran) }
+                        td { (if j.queue.is_empty() { "default" } else { &j.queue }) @if j.priority != 0 { " (priority " (j.priority) ")" } }
                         td.err { (j.error) }
                     }
                 }
@@ -222,9 +249,12 @@ pub async fn jobs_page(State(d): State<Dash>, Query(query): Query<JobsQuery>) ->
 
 fn job_json(j: &pb::JobStatus) -> Value {
     let (done, total) = job_counts(j);
+    let (queued, ran) = queued_and_ran(j, plexus_proto::now_ms());
     json!({
         "job_id": j.job_id, "name": j.name, "state": state_name(j.state), "error": j.error,
         "phase": shown_state(j), "phase_reason": j.phase_reason,
+        "queued": queued, "ran": ran,
+        "queue": j.queue, "priority": j.priority,
         "done": done, "total": total, "submitted_at": j.submitted_at,
         "groups": j.groups.iter().map(|g| json!({
             "task": g.task, "replicas": g.replicas, "waiting": g.waiting, "ready": g.ready, "assigned": g.assigned,
