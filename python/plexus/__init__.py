@@ -26,10 +26,12 @@ from .types import (
     JobStatus,
     Logs,
     Output,
+    Plan,
     Resources,
     Subtask,
     SubtaskState,
     TaskGroup,
+    TaskPlan,
     WorkerInfo,
 )
 
@@ -78,11 +80,13 @@ __all__ = [
     "NotFound",
     "Output",
     "PermissionDenied",
+    "Plan",
     "PlexusError",
     "Resources",
     "Subtask",
     "SubtaskState",
     "TaskGroup",
+    "TaskPlan",
     "Unavailable",
     "WorkerInfo",
 ]

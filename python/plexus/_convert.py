@@ -125,6 +125,29 @@ def job_status(s: Any) -> t.JobStatus:
     )
 
 
+def plan(subtasks: int, d: Any) -> t.Plan:
+    return t.Plan(
+        subtasks=subtasks,
+        queue=d.queue,
+        priority=d.priority,
+        tasks=[
+            t.TaskPlan(
+                task=p.task,
+                replicas=p.replicas,
+                resources=t.Resources(cpu=p.resources.cpu, memory=p.resources.memory, gpu=p.resources.gpu),
+                start_now=p.start_now,
+                workers=list(p.workers),
+                waits=p.waits,
+            )
+            for p in d.tasks
+        ],
+        ahead=d.ahead,
+        ahead_jobs=d.ahead_jobs,
+        cores=d.cores,
+        cluster_cores=d.cluster_cores,
+    )
+
+
 def logs(r: Any) -> t.Logs:
     return t.Logs(
         stdout=bytes(r.stdout),

@@ -35,7 +35,7 @@ from ._pb import pb, pb_grpc
 from ._progress import Bars
 from ._target import COORDINATOR_NAME, PathLike, Target, grpc_address, normalise_url
 from .errors import ConfigError, InvalidJob, JobFailed, NotFound, PlexusError, Unavailable, from_rpc, never_sent, one_line, unreachable
-from .types import CoordinatorInfo, Explanation, JobState, JobStatus, Logs, WorkerInfo
+from .types import CoordinatorInfo, Explanation, JobState, JobStatus, Logs, Plan, WorkerInfo
 
 #: How long connecting to one coordinator may take before the next one is tried (the CLI's).
 CONNECT_TIMEOUT = 5.0
@@ -179,6 +179,20 @@ class Client:
         submitted = Job(self, response.job_id, subtasks=response.subtasks)
         submitted.working_dir = upload
         return submitted
+
+    def plan(self, job: JobSource, *, format: Optional[str] = None, filename: Optional[str] = None) -> "Plan":
+        """What submitting ``job`` now would do, without storing anything (``plexus submit
+        --dry-run``): raises :class:`~plexus.errors.InvalidJob` as ``submit`` would, else returns
+        the :class:`~plexus.types.Plan` — per task, how many replicas would start now and where,
+        or why they would wait, and what is ahead of it in its queue. A ``working_dir`` is not
+        uploaded."""
+        source, fmt, name = _job_source(job, format, filename)
+        base = Path(job).parent if isinstance(job, os.PathLike) or (isinstance(job, str) and not _is_text(job)) else None
+        inlined = _requirements.inline(source, fmt, base)
+        if inlined is not None:
+            source, fmt = inlined, "json"
+        response = self._unary("SubmitJob", pb.SubmitJobRequest(source=source, format=fmt, filename=name, dry_run=True))
+        return convert.plan(response.subtasks, response.dry_run)
 
     def upload_working_dir(self, directory: PathLike, *, excludes: Sequence[str] = ()) -> "WorkingDirUpload":
         """Packs ``directory`` as a job's ``working_dir`` (``.gitignore`` and ``excludes``

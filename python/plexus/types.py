@@ -232,6 +232,35 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class TaskPlan:
+    """One task of a dry run (``Client.plan``): how many of its replicas would start now and
+    on which workers, and why the others (or all) would wait ("" when none would)."""
+
+    task: str
+    replicas: int
+    resources: Resources
+    start_now: int
+    workers: List[str]
+    waits: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What submitting a job now would do (``plexus submit --dry-run``); nothing was stored."""
+
+    subtasks: int
+    queue: str
+    priority: int
+    tasks: List[TaskPlan]
+    #: Ready subtasks (of ``ahead_jobs`` jobs) its queue would place before it.
+    ahead: int
+    ahead_jobs: int
+    #: Cores its root tasks ask for at once, and what the live workers have.
+    cores: float
+    cluster_cores: float
+
+
+@dataclass(frozen=True)
 class Gpu:
     index: int
     name: str

@@ -218,6 +218,18 @@ def test_a_failed_job_raises_with_its_subtasks_errors(client: plexus.Client) -> 
     assert final.queued is not None and final.ran is not None
 
 
+def test_a_plan_says_what_would_start_and_stores_nothing(client: plexus.Client) -> None:
+    before = len(client.jobs())
+    plan = client.plan('name = "py-plan"\n[[task]]\nname = "a"\ncpu = 0.5\nreplicas = 2\ncommand = "true"\n'
+                       '[[task]]\nname = "b"\ncommand = "true"\nafter = ["a"]\n')
+    assert (plan.subtasks, plan.queue, [t.task for t in plan.tasks]) == (3, "default", ["a", "b"])
+    assert plan.tasks[0].start_now == 2 and plan.tasks[0].workers, plan
+    assert plan.tasks[1].start_now == 0 and plan.tasks[1].waits.startswith("after task a"), plan
+    assert len(client.jobs()) == before, "nothing stored"
+    with pytest.raises(plexus.InvalidJob, match="no live worker can ever offer that"):
+        client.plan('[[task]]\nname = "t"\ncpu = 512\ncommand = "true"\n')
+
+
 def test_a_job_after_another_is_blocked_until_it_succeeds(client: plexus.Client) -> None:
     first = client.submit('name = "py-first"\n[[task]]\nname = "s"\ncpu = 0.5\ncommand = "sleep 2"\n')
     second = client.submit('name = "py-second"\n[[task]]\nname = "t"\ncpu = 0.5\ncommand = "true"\n', after=first)
