@@ -291,7 +291,10 @@ fn learned_placer_places_and_explains_with_real_workers() {
     // The gen outputs live on the workers that made them, so some candidate holds some input.
     assert!(cands.iter().any(|c| c["features"]["node_overlap"].as_f64().unwrap() > 0.0), "{v}");
 
-    let table = c.plexus(&["explain", &job, "use", "--rank", "1"]);
+    let table = c.plexus(&["explain", &job, "use", "--rank", "1", "-o", "wide"]);
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("rl") && text.contains("node_overlap"), "{text}");
+    let short = c.plexus(&["explain", &job, "use", "--rank", "1"]);
+    let text = String::from_utf8_lossy(&short.stdout);
+    assert!(text.contains("chosen: ") && !text.contains("node_overlap"), "by default, in words: {text}");
 }

@@ -14,7 +14,9 @@ pub async fn run(target: &crate::client::Target, args: &ExplainArgs) -> anyhow::
     let request = ExplainPlacementRequest { job_id: job.to_string(), task: args.task.clone(), rank: args.rank };
     let explanation = client.explain_placement(request).await?.into_inner();
     let text = match args.output {
-        OutputFormat::Table | OutputFormat::Wide => output::explain_text(&explanation, plexus_proto::now_ms()),
+        OutputFormat::Table | OutputFormat::Wide => {
+            output::explain_text(&explanation, plexus_proto::now_ms(), args.output == OutputFormat::Wide)
+        }
         OutputFormat::Json => output::json(&output::explain_view(&explanation)),
     };
     output::print(&text)?;

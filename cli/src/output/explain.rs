@@ -15,10 +15,79 @@ fn estimates_of(c: &pb::CandidateScore) -> (Option<f64>, Option<f64>) {
     (get("est_fetch_ms"), get("est_compute_ms"))
 }
 
-/// `plexus explain`: the decision, then one row per candidate with the chosen one marked `*`.
-/// When candidates carry estimates, EST MS is their fetch + compute (each also in FEATURES, with
-/// the samples behind it).
-pub fn explain_text(e: &pb::ExplainPlacementResponse, now_ms: u64) -> String {
+/// How many candidates `plexus explain` shows without `-o wide`: the chosen one and the best
+/// others.
+const TOP: usize = 5;
+
+/// `plexus explain`: the decision, then the chosen worker and the best of the others, each with
+/// its score said in words against the chosen one's (`-o wide`: every candidate with every
+/// feature, [`explain_wide`]).
+pub fn explain_text(e: &pb::ExplainPlacementResponse, now_ms: u64, wide: bool) -> String {
+    if wide || e.candidates.is_empty() {
+        return explain_wide(e, now_ms);
+    }
+    let mut out = fields(&decision(e, now_ms));
+    let chosen = e.candidates.iter().find(|c| !e.chosen_worker.is_empty() && c.worker_id == e.chosen_worker);
+    // Whether the placer prefers a high score: the chosen one scored highest among the feasible.
+    let high = chosen.is_none_or(|ch| e.candidates.iter().filter(|c| c.feasible).all(|c| c.score <= ch.score));
+    let mut others: Vec<&pb::CandidateScore> = e
+        .candidates
+        .iter()
+        .filter(|c| c.feasible && Some(c.worker_id.as_str()) != chosen.map(|c| c.worker_id.as_str()))
+        .collect();
+    others.sort_by(|a, b| if high { b.score.total_cmp(&a.score) } else { a.score.total_cmp(&b.score) });
+    let shown: Vec<&pb::CandidateScore> = chosen.into_iter().chain(others.iter().copied()).take(TOP).collect();
+    let names = super::format::short_names(shown.iter().map(|c| c.worker_id.as_str()));
+    let mut t = Table::new(&["", "WORKER", "SCORE", "WHY"]);
+    for (c, name) in shown.iter().zip(names) {
+        let is_chosen = chosen.is_some_and(|ch| ch.worker_id == c.worker_id);
+        t.row(vec![
+            if is_chosen { "*" } else { "" }.to_string(),
+            name,
+            number(c.score),
+            in_words(c, chosen, is_chosen, high),
+        ]);
+    }
+    let feasible = e.candidates.iter().filter(|c| c.feasible).count();
+    out.push('\n');
+    out.push_str(&t.render());
+    out.push_str(&format!(
+        "{} candidate(s), {feasible} able to run it; -o wide lists every one with its features{}\n",
+        e.candidates.len(),
+        if feasible < e.candidates.len() { " (and why the others could not)" } else { "" }
+    ));
+    out
+}
+
+/// A candidate's score in words: the chosen one's, with its estimate; another's against it.
+fn in_words(c: &pb::CandidateScore, chosen: Option<&pb::CandidateScore>, is_chosen: bool, high: bool) -> String {
+    let est = match estimates_of(c) {
+        (Some(f), Some(x)) => format!("; est. {} ms (fetch {} + compute {})", number(f + x), number(f), number(x)),
+        _ => String::new(),
+    };
+    let note = if c.note.is_empty() { String::new() } else { format!("; {}", one_line(&c.note)) };
+    if is_chosen {
+        let best = if high { "the highest score" } else { "the lowest score" };
+        return format!("chosen: {best} of those able to run it{est}{note}");
+    }
+    let Some(ch) = chosen else { return format!("score {}{est}{note}", number(c.score)) };
+    let gap = (c.score - ch.score).abs();
+    let side = if high { "lower" } else { "higher" };
+    let slower = match (estimates_of(c), estimates_of(ch)) {
+        ((Some(f), Some(x)), (Some(cf), Some(cx))) if f + x > cf + cx => {
+            format!(" (est. {} ms slower)", number(f + x - cf - cx))
+        }
+        _ => String::new(),
+    };
+    if gap == 0.0 {
+        format!("as good by score: a tie the placer broke{slower}{note}")
+    } else {
+        format!("{} {side} than the chosen{slower}{note}", number(gap))
+    }
+}
+
+/// The decision's `key: value` lines.
+fn decision(e: &pb::ExplainPlacementResponse, now_ms: u64) -> Vec<(&'static str, String)> {
     let mut pairs = vec![
         ("placer", e.placer.clone()),
         ("attempt", e.attempt.to_string()),
@@ -31,7 +100,14 @@ pub fn explain_text(e: &pb::ExplainPlacementResponse, now_ms: u64) -> String {
         // A collective member: which algorithm ran and why.
         pairs.push(("collective", one_line(&e.collective)));
     }
-    let mut out = fields(&pairs);
+    pairs
+}
+
+/// `plexus explain -o wide`: the decision, then one row per candidate with the chosen one marked
+/// `*`. When candidates carry estimates, EST MS is their fetch + compute (each also in FEATURES,
+/// with the samples behind it).
+pub fn explain_wide(e: &pb::ExplainPlacementResponse, now_ms: u64) -> String {
+    let mut out = fields(&decision(e, now_ms));
     if e.candidates.is_empty() {
         out.push_str("\nno candidates recorded\n");
         return out;

@@ -517,7 +517,7 @@ fn explanation() -> pb::ExplainPlacementResponse {
 
 #[test]
 fn explain_table_marks_the_chosen_worker() {
-    let text = explain_text(&explanation(), NOW);
+    let text = explain_text(&explanation(), NOW, true);
     let expected = format!(
         "placer:      greedy\n\
          attempt:     1\n\
@@ -554,9 +554,9 @@ fn explain_json_shape() {
 #[test]
 fn explain_shows_a_collective_members_algorithm() {
     let mut e = explanation();
-    assert!(!explain_text(&e, NOW).contains("collective:"));
+    assert!(!explain_text(&e, NOW, true).contains("collective:"));
     e.collective = "css chosen by the cost model: 4 members, predicted css 1.2 ms, direct 1.9 ms".into();
-    let text = explain_text(&e, NOW);
+    let text = explain_text(&e, NOW, true);
     assert!(
         text.contains("reason:      most input bytes local\ncollective:  css chosen by the cost model: 4 members"),
         "{text}"
@@ -573,7 +573,7 @@ fn explain_shows_each_candidates_estimates() {
     let mut e = explanation();
     e.candidates[1].features =
         vec![feature("est_fetch_ms", 12.5), feature("est_fetch_samples", 1.9), feature("est_compute_ms", 40.0)];
-    let text = explain_text(&e, NOW);
+    let text = explain_text(&e, NOW, true);
     let rows: Vec<&str> = text.lines().skip(7).collect();
     assert!(rows[0].contains("EST MS") && rows[0].find("EST MS") < rows[0].find("FEATURES"), "{text}");
     assert!(rows[1].contains("  -  "), "no estimate: {text}");
@@ -585,7 +585,7 @@ fn explain_shows_each_candidates_estimates() {
     );
     assert_eq!(v["candidates"][0]["est_fetch_ms"], json!(null));
     // Without estimates the table is as before.
-    assert!(!explain_text(&explanation(), NOW).contains("EST MS"));
+    assert!(!explain_text(&explanation(), NOW, true).contains("EST MS"));
 }
 
 #[test]
@@ -635,4 +635,29 @@ fn every_failed_attempt_is_shown_and_watch_counts_them() {
     let c = GroupCounts::from(&j.groups[0]);
     assert_eq!(c.line("gen"), "gen 2/4 succeeded, 2 running, 0 failed, 2 failed attempts");
     assert!(!job_detail(&job(), Detail::WithSubtasks, NOW).contains("failed attempts:"), "no table without failures");
+}
+
+#[test]
+fn explain_by_default_says_the_chosen_and_the_best_others_in_words() {
+    let mut e = explanation();
+    let feature = |name: &str, value: f64| pb::Feature { name: name.into(), value };
+    e.candidates.push(pb::CandidateScore {
+        worker_id: "wkr-99999999999999999999999999999999".into(),
+        feasible: true,
+        score: 0.5,
+        features: vec![feature("est_fetch_ms", 10.0), feature("est_compute_ms", 90.0)],
+        note: String::new(),
+    });
+    e.candidates[1].features.extend([feature("est_fetch_ms", 5.0), feature("est_compute_ms", 45.0)]);
+    let text = explain_text(&e, NOW, false);
+    let table: Vec<&str> = text.split("\n\n").nth(1).unwrap().lines().collect();
+    assert_eq!(table[0], "   WORKER        SCORE   WHY", "{text}");
+    assert!(
+        table[1].starts_with("*  wkr-00000000  0.8125  chosen: the highest score of those able to run it; est. 50 ms (fetch 5 + compute 45)"),
+        "{text}"
+    );
+    assert!(table[2].contains("0.3125 lower than the chosen (est. 50 ms slower)"), "{text}");
+    assert_eq!(table.len(), 4, "the infeasible one is left to -o wide: {text}");
+    assert!(table[3].starts_with("3 candidate(s), 2 able to run it; -o wide lists every one"), "{text}");
+    assert!(!text.contains("FEATURES") && text.lines().all(|l| l.len() <= 160), "{text}");
 }
