@@ -213,19 +213,20 @@ async fn start_http(
     handle: &EngineHandle,
     security: &Option<Arc<Security>>,
     role: &Arc<Role>,
+    working_dirs: &Option<Arc<crate::working_dirs::WorkingDirs>>,
     shutdown: &Shutdown,
 ) {
     let Some(at) = config.http else { return };
     let stop = shutdown.stop.clone();
-    let served =
-        crate::http::serve(
-            at,
-            handle.clone(),
-            security.clone(),
-            Some(role.clone()),
-            async move { stop.cancelled().await },
-        )
-        .await;
+    let served = crate::http::serve(
+        at,
+        handle.clone(),
+        security.clone(),
+        Some(role.clone()),
+        working_dirs.clone(),
+        async move { stop.cancelled().await },
+    )
+    .await;
     match served {
         Ok((bound, task)) => {
             // After the "listening on" line, which some callers read alone before closing the
@@ -349,13 +350,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     // etcd, an engine that stops means this coordinator is a standby again, not a shutdown.
     owner.on(shutdown);
     let engine = engine_thread.map(|t| owner.watch_engine(t));
-    start_http(&config, &handle, &security, &role, &owner).await;
-
     let working_dirs = Arc::new(crate::working_dirs::WorkingDirs::new(
         opened_archives,
         config.working_dir_limit,
         config.working_dir_store,
     ));
+    start_http(&config, &handle, &security, &role, &Some(working_dirs.clone()), &owner).await;
     let job_api = JobApi::new(handle.clone())
         .with_store(store_access)
         .with_security(security.clone())

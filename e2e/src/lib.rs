@@ -444,6 +444,38 @@ pub fn http_get(base: &str, path: &str, token: Option<&str>) -> (u16, String) {
     (code, body.to_string())
 }
 
+/// `POST path` on `base` (`http://ADDR`) with a form `body`, the bearer `token` and `headers`:
+/// (status code, the response's head, its body).
+pub fn http_post(
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let addr = base.strip_prefix("http://").expect("an http:// URL");
+    let mut s = std::net::TcpStream::connect(addr).expect("connecting to the coordinator's HTTP side");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("setting a read timeout");
+    let mut head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!(
+        "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    ));
+    write!(s, "{head}{body}").expect("sending the request");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("reading the response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a header and a body");
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status code");
+    (code, head.to_string(), body.to_string())
+}
+
 pub fn describe(o: &Output) -> String {
     format!(
         "exit {:?}\nstdout: {}\nstderr: {}",

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use plexus_e2e::{Cluster, ClusterConfig};
+use plexus_proto::pb;
 
 #[path = "support/require.rs"]
 mod require;
@@ -108,6 +109,52 @@ fn get(base: &str, path: &str, token: &str) -> String {
     plexus_e2e::http_get(base, path, Some(token)).1
 }
 
+/// Cancel and resubmit: forms on a job's page for a submit (here admin) token, each carrying
+/// the page's token; a POST without it, with another's, or from another origin is refused.
+fn cancel_and_resubmit_from_the_dashboard(c: &Cluster, base: &str, token: &str, broken: &str) {
+    let page = get(base, &format!("/jobs/{broken}"), token);
+    assert!(page.contains("<form id=\"resubmit\" method=\"post\""), "{page}");
+    assert!(!page.contains("id=\"cancel\""), "an ended job has nothing to cancel: {page}");
+    let at = page.find("name=\"token\" value=\"").expect("the form's token") + 20;
+    let form = &page[at..at + 32];
+    let post = |path: &str, headers: &[(&str, &str)], body: &str| {
+        plexus_e2e::http_post(base, path, Some(token), headers, body)
+    };
+
+    let (code, head, _) = post(&format!("/jobs/{broken}/resubmit"), &[], &format!("token={form}"));
+    assert_eq!(code, 303, "{head}");
+    let new = head.lines().find_map(|l| l.strip_prefix("location: /jobs/")).expect("a redirect to the new job");
+    let again = c.wait_job(new.trim(), Duration::from_secs(60));
+    assert_eq!((again.name.as_str(), again.state), ("broken", pb::JobState::Failed as i32), "the same file ran again");
+
+    for (headers, body, says) in [
+        (vec![], "token=0000".to_string(), "the form's token is not this page's"),
+        (vec![], String::new(), "the form's token is not this page's"),
+        (vec![("Origin", "http://evil.example")], format!("token={form}"), "another origin"),
+        (vec![("Sec-Fetch-Site", "cross-site")], format!("token={form}"), "another site"),
+    ] {
+        let (code, _, body) = post(&format!("/jobs/{broken}/resubmit"), &headers, &body);
+        assert!(code == 403 && body.contains(says), "{says}: {code} {body}");
+    }
+    let (code, _, _) =
+        plexus_e2e::http_post(base, &format!("/jobs/{broken}/resubmit"), None, &[], &format!("token={form}"));
+    assert_eq!(code, 401, "no token, no action");
+
+    // A read token sees no forms.
+    let o = c.plexus(&["token", "create", "--scope", "read"]);
+    let read = String::from_utf8_lossy(&o.stdout).lines().find(|l| l.starts_with("plx_")).map(str::to_string);
+    let read = read.unwrap_or_else(|| panic!("a read token: {}", plexus_e2e::describe(&o)));
+    let page = get(base, &format!("/jobs/{broken}"), &read);
+    assert!(page.contains("id=\"job-state\"") && !page.contains("<form"), "{page}");
+
+    let long = c.submit("long.toml", "name = \"long\"\n[[task]]\nname = \"s\"\ncommand = \"sleep 30\"\ncpu = 0\n");
+    let page = get(base, &format!("/jobs/{long}"), token);
+    assert!(page.contains("<form id=\"cancel\""), "{page}");
+    let (code, head, _) = post(&format!("/jobs/{long}/cancel"), &[], &format!("token={form}"));
+    assert_eq!(code, 303, "{head}");
+    assert_eq!(c.wait_job(&long, Duration::from_secs(30)).state, pb::JobState::Cancelled as i32);
+}
+
 #[test]
 fn the_dashboard_in_a_real_browser() {
     let Some(bin) = chromium() else { return };
@@ -164,6 +211,8 @@ fn the_dashboard_in_a_real_browser() {
     // "da" matched a broken job whose random id held "da" one run in eight.
     let dom = browser.dom(&format!("{base}/?q=ag"), 2000);
     assert_eq!(attrs(&dom, "data-job=", "data-job"), [dag.as_str()], "{dom}");
+
+    cancel_and_resubmit_from_the_dashboard(&c, &base, &token, &broken);
 
     // Workers, with their rails' traffic; the learned placer's page says it is not in use.
     let dom = browser.dom(&format!("{base}/workers"), 2000);

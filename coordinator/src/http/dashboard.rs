@@ -396,15 +396,35 @@ fn dag(j: &pb::JobStatus) -> Markup {
     }
 }
 
-pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>) -> Response {
+pub async fn job_page(State(d): State<Dash>, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let j = match get_job(&d, &id).await {
         Ok(j) => j,
         Err(r) => return r,
     };
     let now = plexus_proto::now_ms();
     let (done, total) = job_counts(&j);
+    // Cancel and resubmit, for a viewer who may (a submit or admin token), each a form that
+    // carries this page's token (`actions`).
+    let may_act = matches!(
+        super::access::scope(&d, &headers),
+        Ok(plexus_security::Scope::Submit | plexus_security::Scope::Admin)
+    );
+    let form_token = super::access::form_token(&d, &headers);
+    let running = state_name(j.state) == "running";
     let body = html! {
         h2 { "Job " (j.name) }
+        @if may_act {
+            div.actions {
+                @if running {
+                    form #cancel method="post" action=(format!("/jobs/{}/cancel", j.job_id)) {
+                        input type="hidden" name="token" value=(form_token); button type="submit" { "Cancel" }
+                    }
+                }
+                form #resubmit method="post" action=(format!("/jobs/{}/resubmit", j.job_id)) {
+                    input type="hidden" name="token" value=(form_token); button type="submit" { "Resubmit" }
+                }
+            }
+        }
         p { code { (j.job_id) } " · " span #job-state class=(format!("state-{}", shown_state(&j))) { (shown_state(&j)) } " " span #job-why { (j.phase_reason) } " · submitted " (ago(now, j.submitted_at)) " · " span #job-progress { (progress(done, total)) } }
         @if !j.error.is_empty() { p.err #job-error { (j.error) } }
         @if !j.failed_stderr.is_empty() {

@@ -16,6 +16,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 pub mod access;
+mod actions;
 pub mod board;
 pub mod dashboard;
 
@@ -35,11 +36,14 @@ pub async fn serve(
     engine: EngineHandle,
     security: Option<Arc<Security>>,
     role: Option<Arc<crate::ha::Role>>,
+    working_dirs: Option<Arc<crate::working_dirs::WorkingDirs>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let state = Http { engine: engine.clone(), security, board: Arc::new(Board::default()), role };
+    let form_key = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let state =
+        Http { engine: engine.clone(), security, board: Arc::new(Board::default()), role, working_dirs, form_key };
     let guarded = Router::new()
         .route("/metrics", get(metrics))
         .route("/", get(dashboard::jobs_page))
@@ -52,6 +56,8 @@ pub async fn serve(
         .route("/api/jobs/{id}", get(dashboard::api_job))
         .route("/api/workers", get(dashboard::api_workers))
         .route("/api/policy", get(dashboard::api_policy))
+        .route("/jobs/{id}/cancel", axum::routing::post(actions::cancel))
+        .route("/jobs/{id}/resubmit", axum::routing::post(actions::resubmit))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard));
     let app = guarded
         .route("/login", get(dashboard::login))
