@@ -198,6 +198,9 @@ fn the_dashboard_in_a_real_browser() {
     assert!(logs.contains("about to fail"), "{logs}");
     let explain = browser.dom(&format!("{base}/jobs/{dag}/explain/sum/0"), 1000);
     assert!(explain.contains("least-loaded") && attrs(&explain, "<tr class=", "class").len() >= 2, "{explain}");
+    // Readable: the chosen worker first, said in words; the features folded away until asked for.
+    assert_eq!(attrs(&explain, "<tr class=", "class")[0], "chosen", "{explain}");
+    assert!(explain.contains("<td class=\"said\">chosen: the") && explain.contains("<summary>"), "{explain}");
 
     // Jobs: both listed; the state filter and the name search narrow it.
     let dom = browser.dom(&format!("{base}/"), 2000);

@@ -477,16 +477,32 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
         Ok(Err(e)) => return not_found(e.to_string()),
         Err(e) => return unavailable(e),
     };
-    let names: Vec<String> = {
-        let mut n: Vec<String> = Vec::new();
-        for c in &e.candidates {
-            for f in &c.features {
-                if !n.contains(&f.name) {
-                    n.push(f.name.clone());
-                }
+    // The chosen worker first, then the others best first (by the placer's own order: the
+    // chosen one scored best among those able to run it), then those that could not.
+    let chosen = e.candidates.iter().find(|c| c.worker_id == e.chosen_worker);
+    let high = chosen.is_none_or(|ch| e.candidates.iter().filter(|c| c.feasible).all(|c| c.score <= ch.score));
+    let mut order: Vec<&pb::CandidateScore> = e.candidates.iter().collect();
+    order.sort_by(|a, b| {
+        let rank = |c: &pb::CandidateScore| (c.worker_id != e.chosen_worker, !c.feasible);
+        rank(a).cmp(&rank(b)).then(if high { b.score.total_cmp(&a.score) } else { a.score.total_cmp(&b.score) })
+    });
+    let score_name = if e.placer == "rl" { "Q-value" } else { "Score" };
+    let said = |c: &pb::CandidateScore| -> String {
+        match chosen {
+            _ if !c.feasible => "could not run it".into(),
+            Some(ch) if ch.worker_id == c.worker_id => {
+                format!(
+                    "chosen: the {} {} of those able to run it",
+                    if high { "highest" } else { "lowest" },
+                    score_name.to_lowercase()
+                )
             }
+            Some(ch) if c.score == ch.score => "as good: a tie the placer broke".into(),
+            Some(ch) => {
+                format!("{:.4} {} than the chosen", (c.score - ch.score).abs(), if high { "lower" } else { "higher" })
+            }
+            None => String::new(),
         }
-        n
     };
     let body = html! {
         h2 { "Placement of " (task) "/" (rank) }
@@ -494,14 +510,16 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
         p { "Placer " b { (e.placer) } ", attempt " (e.attempt) ": " code { (e.chosen_worker) } " — " (e.reason) @if e.exploratory { " (exploratory)" } }
         @if !e.collective.is_empty() { p { "Collective: " (e.collective) } }
         table #candidates {
-            thead { tr { th { "Worker" } th { "Feasible" } th { (if e.placer == "rl" { "Q-value" } else { "Score" }) } @for n in &names { th { (n) } } th { "Note" } } }
-            tbody { @for c in &e.candidates {
+            thead { tr { th { "Worker" } th { (score_name) } th { "Compared with the chosen" } th { "Note" } th { "Features" } } }
+            tbody { @for c in &order {
                 tr class=(if c.worker_id == e.chosen_worker { "chosen" } else { "" }) {
                     td { (short(&c.worker_id)) @if c.worker_id == e.chosen_worker { " ✓" } }
-                    td { (c.feasible) }
-                    td { (if c.score.is_finite() { format!("{:.4}", c.score) } else { "-".into() }) }
-                    @for n in &names { td { (c.features.iter().find(|f| &f.name == n).map(|f| format!("{:.3}", f.value)).unwrap_or_default()) } }
+                    td { (if c.feasible && c.score.is_finite() { format!("{:.4}", c.score) } else { "-".into() }) }
+                    td.said { (said(c)) }
                     td { (c.note) }
+                    td { details { summary { (c.features.len()) " features" }
+                        table.features { @for f in &c.features { tr { td { (f.name) } td { (format!("{:.3}", f.value)) } } } }
+                    } }
                 }
             } }
         }
