@@ -217,6 +217,16 @@ fn the_dashboard_in_a_real_browser() {
 
     cancel_and_resubmit_from_the_dashboard(&c, &base, &token, &broken);
 
+    // The cluster's usage over time: a chart per resource, sampled since the coordinator began.
+    let cluster = get(&base, "/cluster", &token);
+    for id in ["cores", "memory", "gpus", "rails"] {
+        assert!(cluster.contains(&format!("id=\"usage-{id}\"")), "{id}: {cluster}");
+    }
+    assert!(
+        cluster.contains("cores held / offered: ") && cluster.contains(" / 4.0</h3>"),
+        "2 workers of 2 cores: {cluster}"
+    );
+
     // Workers, with their rails' traffic; the learned placer's page says it is not in use.
     let dom = browser.dom(&format!("{base}/workers"), 2000);
     assert_eq!(attrs(&dom, "data-worker=", "data-worker").len(), 2, "{dom}");

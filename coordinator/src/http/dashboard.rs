@@ -51,7 +51,7 @@ fn page(title: &str, nav: &str, live: &str, body: Markup) -> Markup {
             body data-live=(live) data-updates="0" {
                 header {
                     b { "Plexus" }
-                    @for (href, name) in [("/", "Jobs"), ("/workers", "Workers"), ("/policy", "Learned placer")] {
+                    @for (href, name) in [("/", "Jobs"), ("/cluster", "Cluster"), ("/workers", "Workers"), ("/policy", "Learned placer")] {
                         a href=(href) class=(if nav == name { "on" } else { "" }) { (name) }
                     }
                     span #live { "live" }
@@ -525,6 +525,73 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
         }
     };
     Html(page("Placement", "Jobs", "", body).into_string()).into_response()
+}
+
+/// `/cluster`: the live workers' cores, memory and GPUs held and in all, and the rails' traffic,
+/// over the last hour (a sample every 10 s, kept by the HTTP side), each drawn as a line; the
+/// page reloads every 10 s.
+pub async fn cluster_page(State(d): State<Dash>) -> Response {
+    let mut usage = d.board.usage();
+    // And now, so the page shows the cluster as it is (not stored: a reload adds no sample).
+    match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
+        Ok(workers) => {
+            let now = super::board::measure(&workers, plexus_proto::now_ms(), usage.last());
+            usage.push(now);
+        }
+        Err(e) => return unavailable(e),
+    }
+    let series = |f: &dyn Fn(&super::board::Usage) -> (f64, f64)| -> Vec<Point> {
+        usage
+            .iter()
+            .map(|u| {
+                let (a, b) = f(u);
+                (u.at_ms, a, b)
+            })
+            .collect()
+    };
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let charts: [(&str, &str, Vec<Point>); 4] = [
+        ("cores", "cores held / offered", series(&|u| u.cpu)),
+        ("memory", "memory held / offered (GiB)", series(&|u| (gib(u.memory.0), gib(u.memory.1)))),
+        ("gpus", "GPUs held / offered", series(&|u| (u.gpus.0 as f64, u.gpus.1 as f64))),
+        ("rails", "rail traffic sent (MB/s)", series(&|u| (u.rail_bytes_per_s / 1e6, 0.0))),
+    ];
+    let body = html! {
+        h2 { "Cluster" }
+        p { "The live workers over the last hour (" (usage.len()) " samples: one every 10 s, and now)." }
+        @for (id, title, points) in &charts {
+            h3 { (title) @if let Some((_, a, b)) = points.last() { ": " (format!("{a:.1}")) @if *b > 0.0 { " / " (format!("{b:.1}")) } } }
+            (usage_chart(id, points))
+        }
+    };
+    let mut html = page("Cluster", "Cluster", "", body).into_string();
+    html = html.replacen("<head>", "<head><meta http-equiv=\"refresh\" content=\"10\">", 1);
+    Html(html).into_response()
+}
+
+/// One sample of a usage chart: (time in ms, used, total).
+type Point = (u64, f64, f64);
+
+/// A line chart of (time, used, total): used in blue, total in grey, on a shared scale.
+fn usage_chart(id: &str, points: &[Point]) -> Markup {
+    let (w, h) = (640.0, 120.0);
+    let top = points.iter().map(|p| p.1.max(p.2)).fold(0.0_f64, f64::max).max(1e-9);
+    let (t0, t1) = (points.first().map_or(0, |p| p.0), points.last().map_or(1, |p| p.0));
+    let span = (t1.saturating_sub(t0)).max(1) as f64;
+    let line = |pick: &dyn Fn(&Point) -> f64| -> String {
+        points
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", (p.0 - t0) as f64 / span * w, h - pick(p) / top * (h - 4.0)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    html! {
+        svg.usage id=(format!("usage-{id}")) xmlns="http://www.w3.org/2000/svg" width="640" height="120" viewBox="0 0 640 120" data-points=(points.len()) {
+            rect width="640" height="120" fill="#fff" stroke="#e3e6ec" {}
+            polyline.total fill="none" stroke="#b8bfcc" stroke-width="1.5" points=(line(&|p| p.2)) {}
+            polyline.used fill="none" stroke="#1f6feb" stroke-width="2" points=(line(&|p| p.1)) {}
+        }
+    }
 }
 
 pub async fn logs_page(State(d): State<Dash>, Path((id, task, rank)): Path<(String, String, u32)>) -> Response {

@@ -51,6 +51,7 @@ pub async fn serve(
         .route("/jobs/{id}/explain/{task}/{rank}", get(dashboard::explain_page))
         .route("/jobs/{id}/logs/{task}/{rank}", get(dashboard::logs_page))
         .route("/workers", get(dashboard::workers_page))
+        .route("/cluster", get(dashboard::cluster_page))
         .route("/policy", get(dashboard::policy_page))
         .route("/api/jobs", get(dashboard::api_jobs))
         .route("/api/jobs/{id}", get(dashboard::api_job))
@@ -64,11 +65,13 @@ pub async fn serve(
         .route("/static/app.js", get(dashboard::app_js))
         .with_state(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let sampler = tokio::spawn(board::sample(engine, state.board.clone(), stop_rx));
+    let sampler = tokio::spawn(board::sample(engine.clone(), state.board.clone(), stop_rx.clone()));
+    let usage = tokio::spawn(board::sample_usage(engine, state.board.clone(), stop_rx));
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
         let _ = stop_tx.send(true);
         let _ = sampler.await;
+        let _ = usage.await;
         if let Err(e) = served {
             tracing::warn!(error = %e, "the HTTP server stopped");
         }
