@@ -18,6 +18,10 @@ use crate::spec::{JobSpec, TaskSpec};
 
 /// The most workers a task's plan names.
 const SHOWN_WORKERS: usize = 4;
+/// The most replicas one dry run lays out, all tasks together: each costs a pass over the live
+/// workers on the engine's thread, so a job of 100,000 replicas on thousands of workers must not
+/// hold it for long. Past it, a task's plan says how many it did not look at.
+pub const MAX_LAID_OUT: u32 = 10_000;
 
 /// What submitting a job now would do.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,13 +69,14 @@ impl Core {
         // Free room per live worker, shared by the root tasks as they are laid out.
         let mut room: Vec<(WorkerId, Resources, &Worker)> = live.iter().map(|w| (w.id(), w.available(), *w)).collect();
         let mut tasks = Vec::with_capacity(spec.tasks.len());
+        let mut budget = MAX_LAID_OUT;
         for t in &spec.tasks {
             let plan = if !blocked.is_empty() {
                 waiting(t, format!("blocked: after job {} (after_jobs), not succeeded yet", blocked.join(", ")))
             } else if !t.after.is_empty() {
                 waiting(t, format!("after task {}: starts when it succeeds", t.after.join(", ")))
             } else {
-                self.lay_out(t, &mut room)
+                self.lay_out(t, &mut room, &mut budget)
             };
             tasks.push(plan);
         }
@@ -89,13 +94,17 @@ impl Core {
         })
     }
 
-    /// Lays `t`'s replicas out on `room`, most free cores first, taking what they use.
-    fn lay_out(&self, t: &TaskSpec, room: &mut [(WorkerId, Resources, &Worker)]) -> TaskPlan {
+    /// Lays `t`'s replicas out on `room`, most free cores first, taking what they use; at most
+    /// `budget` of them, which it spends.
+    fn lay_out(&self, t: &TaskSpec, room: &mut [(WorkerId, Resources, &Worker)], budget: &mut u32) -> TaskPlan {
         let r = t.resources;
         let one_per_worker = t.collective.is_some();
         let mut used: Vec<WorkerId> = Vec::new();
         let mut start_now = 0;
-        for _ in 0..t.replicas {
+        // At most what is left of the dry run's budget (each replica is a pass over the workers).
+        let looked = t.replicas.min(*budget);
+        *budget -= looked;
+        for _ in 0..looked {
             let best = room
                 .iter_mut()
                 .filter(|(id, free, w)| {
@@ -114,7 +123,12 @@ impl Core {
         let mut plan = waiting(t, String::new());
         plan.start_now = start_now;
         plan.workers = used.into_iter().take(SHOWN_WORKERS).collect();
-        if start_now < t.replicas {
+        if looked < t.replicas && start_now == looked {
+            plan.waits = format!(
+                "the dry run laid out {looked} of its {} replicas (at most {MAX_LAID_OUT} per dry run); the rest were not looked at",
+                t.replicas
+            );
+        } else if start_now < t.replicas {
             let min = t.gang.as_ref().map_or(0, |g| g.min_members);
             plan.waits = match self.constraints_unmet(t) {
                 Some(why) => why,

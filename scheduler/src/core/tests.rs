@@ -2353,3 +2353,22 @@ fn a_dry_run_plans_without_changing_anything() {
     let too_big = parse("[[task]]\nname = \"t\"\ncommand = [\"x\"]\ncpu = 64\n", Format::Toml, "t.toml").unwrap();
     assert!(c.dry_run(&too_big).unwrap_err().to_string().contains("no live worker can ever offer that"));
 }
+
+/// A dry run of a very large job lays out a bounded number of replicas (the engine's thread is
+/// not held for long) and says so.
+#[test]
+fn a_dry_run_of_a_huge_job_is_bounded_and_says_so() {
+    let mut c = core();
+    for n in 1..=4 {
+        c.register(reg(n, &format!("s{n}"), 100_000, vec![]), 0);
+    }
+    let spec =
+        parse("[[task]]\nname = \"t\"\ncommand = [\"x\"]\ncpu = 0.001\nreplicas = 60000\n", Format::Toml, "t.toml")
+            .unwrap();
+    let started = std::time::Instant::now();
+    let plan = c.dry_run(&spec).unwrap();
+    let t = &plan.tasks[0];
+    assert_eq!(t.start_now, crate::core::dry_run::MAX_LAID_OUT);
+    assert!(t.waits.contains("laid out 10000 of its 60000 replicas"), "{}", t.waits);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "bounded: {:?}", started.elapsed());
+}
