@@ -656,6 +656,7 @@ pub fn explanation(p: &PlacementRecord) -> pb::ExplainPlacementResponse {
         decided_at: p.decided_at,
         reason: p.reason.clone(),
         collective: String::new(),
+        learner: String::new(),
     }
 }
 

@@ -1,38 +1,85 @@
-//! The learned placer (`--placer rl`): seed 001's DQN policy from `plexus-policy`, fed the same
-//! candidates the heuristics see. This adapter only translates: Q-values become scores,
-//! outcomes become reward inputs (the policy reads the candidates itself). [`by_name`] builds
-//! any placer, heuristic or learned, from its `--placer` name.
+//! The learned placers: seed 001's DQN policy from `plexus-policy`, fed the same candidates the
+//! heuristics see. This adapter only translates: Q-values become scores, outcomes become reward
+//! inputs (the policy reads the candidates itself). [`by_name`] builds any placer, heuristic or
+//! learned, from its `--placer` name:
+//! * `rl` — ours: the policy anchored on `fastest` (`plexus_scheduler::anchor`: it departs from
+//!   fastest's choice only within a budget, and a guard takes it back to fastest when its
+//!   departures measure worse), with our departures in learning (`PolicyConfig::ours()`, every
+//!   feature) and the choice of which work goes next;
+//! * `rl-seed` — the seed's configuration: its six features, its 512-wide network, its
+//!   1,024/128/1,024 schedule and reward, ε-greedy over every feasible worker, no anchor.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use plexus_policy::features::NAMES;
-use plexus_policy::{DqnPolicy, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures};
-use plexus_scheduler::placer::{
-    Candidate, Decision, HEURISTICS, LearningStats, MAX_DECISION_TIMES, Outcome, PlacementRequest, Placer, ReadyWork,
-    heuristic, shortest_remaining_first,
+use plexus_policy::{
+    DqnPolicy, NetConfig, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures,
 };
+use plexus_scheduler::anchor::{AnchorConfig, Guard, Kind};
+use plexus_scheduler::placer::{
+    Candidate, Decision, Fastest, HEURISTICS, LearningStats, MAX_DECISION_TIMES, Outcome, PlacementRequest, Placer,
+    ReadyWork, heuristic, shortest_remaining_first,
+};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 
 use crate::error::Error;
 
-/// Every name accepted by `--placer`: the heuristics, and `rl`.
-pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "fastest", "rl"];
+/// Every name accepted by `--placer`: the heuristics, `rl` and `rl-seed`.
+pub const PLACERS: &[&str] = &["least-loaded", "round-robin", "random", "locality", "fastest", "rl", "rl-seed"];
 
-/// Builds a placer by name: a heuristic, or `rl`, the learned policy, persisting through `store`.
+/// Whether `--placer NAME` is a learned placer (its policy page, metrics and store).
+pub fn is_learned(name: &str) -> bool {
+    name == "rl" || name == "rl-seed"
+}
+
+/// Builds a placer by name: a heuristic, or a learned policy persisting through `store`.
 pub fn by_name(name: &str, seed: u64, store: Option<Arc<dyn PolicyStore>>) -> Result<Box<dyn Placer>, Error> {
     debug_assert!(HEURISTICS.iter().all(|h| PLACERS.contains(h)));
-    if name == "rl" {
-        // Ours, not the seed's: the departures on, and the choice of which work goes next.
-        let config = PolicyConfig { seed, ..PolicyConfig::ours() };
-        return Ok(Box::new(Learned::new(config, store)?.ordering(true)));
+    match name {
+        // Ours: the departures on, anchored on fastest, and the choice of which work goes next.
+        "rl" => {
+            let config = PolicyConfig { seed, ..PolicyConfig::ours() };
+            Ok(Box::new(Learned::new(config, store)?.ordering(true).anchored(AnchorConfig::default())))
+        }
+        "rl-seed" => Ok(Box::new(Learned::new(Learned::seed_config(seed), store)?.seed_features())),
+        _ => heuristic(name, seed).ok_or_else(|| {
+            Error::Scheduler(plexus_scheduler::Error::UnknownPlacer {
+                name: name.to_string(),
+                known: PLACERS.join(", "),
+            })
+        }),
     }
-    heuristic(name, seed).ok_or_else(|| {
-        Error::Scheduler(plexus_scheduler::Error::UnknownPlacer { name: name.to_string(), known: PLACERS.join(", ") })
-    })
+}
+
+/// The learned placer `placer`'s record in words, for `plexus explain`: its decisions and
+/// training steps, and for the anchored one how often it departed from fastest, what the judged
+/// departures gained, and the guard's state. Empty for a heuristic.
+pub fn summary(placer: &str, l: Option<&LearningStats>) -> String {
+    let Some(l) = l.filter(|_| is_learned(placer)) else { return String::new() };
+    let mut s = format!("{placer}: {} decisions, {} training steps", l.decisions, l.training_steps);
+    if let Some(a) = &l.anchor {
+        let share = if a.decisions == 0 { 0.0 } else { a.departures as f64 * 100.0 / a.decisions as f64 };
+        s.push_str(&format!("; departed from fastest in {} ({share:.1} %)", a.departures));
+        if a.judged > 0 {
+            let gain = if a.anchor_ms > 0.0 { a.gain_ms * 100.0 / a.anchor_ms } else { 0.0 };
+            s.push_str(&format!(
+                ", the {} judged gaining {:+.0} ms ({gain:+.1} % of fastest's estimate)",
+                a.judged, a.gain_ms
+            ));
+        }
+        match &a.holding {
+            Some(why) => s.push_str(&format!("; the guard holds it to fastest: {why}")),
+            None => s.push_str("; the guard trusts it"),
+        }
+    }
+    s
 }
 
 pub struct Learned {
     policy: DqnPolicy,
+    name: &'static str,
     /// Decision → the least estimated run among its feasible candidates, for decisions whose
     /// candidates carried estimates and whose outcome has not arrived (the reward's per-decision
     /// scale, see `RewardInputs::best_est_ms`).
@@ -40,7 +87,15 @@ pub struct Learned {
     /// Whether it chooses which ready work goes next (shortest remaining job first on the
     /// measured estimates, `Placer::order`); off is the seed's placer, which only picks nodes.
     order_work: bool,
+    /// The anchor on `fastest` and its guard (`rl`); `None`: the policy decides alone.
+    guard: Option<Guard>,
+    /// Only the seed's six features are seen (`rl-seed`).
+    seed_only: bool,
+    /// The anchored placer's exploration draws.
+    rng: StdRng,
     exploratory: u64,
+    /// Experiences per training step.
+    step_every: u64,
     /// Seconds each decision took since metrics last read them.
     decision_seconds: Vec<f64>,
 }
@@ -51,18 +106,43 @@ const MAX_AWAITED: usize = 100_000;
 
 impl Learned {
     pub fn new(config: PolicyConfig, store: Option<Arc<dyn PolicyStore>>) -> Result<Self, PolicyError> {
+        let (rng, step_every) = (StdRng::seed_from_u64(config.seed ^ 0xa5c4), config.buffer as u64);
         Ok(Learned {
             policy: DqnPolicy::new(config, store)?,
+            name: "rl",
             best_est: BTreeMap::new(),
             order_work: false,
+            guard: None,
+            seed_only: false,
+            rng,
             exploratory: 0,
+            step_every,
             decision_seconds: Vec::new(),
         })
+    }
+
+    /// The seed's configuration (`rl-seed`): its network (d = 512), schedule (1,024 / 128 /
+    /// 1,024) and reward, ε = 0.05 over every feasible worker.
+    pub fn seed_config(seed: u64) -> PolicyConfig {
+        PolicyConfig { seed, net: NetConfig::seed(), ..PolicyConfig::default() }
     }
 
     /// Turns the choice of which work goes next on or off (off by default: the seed's placer).
     pub fn ordering(mut self, on: bool) -> Self {
         self.order_work = on;
+        self
+    }
+
+    /// Anchors the policy on `fastest` (what `rl` runs).
+    pub fn anchored(mut self, config: AnchorConfig) -> Self {
+        self.guard = Some(Guard::new(config));
+        self
+    }
+
+    /// Shows the policy only the seed's six features, and names it `rl-seed`.
+    pub fn seed_features(mut self) -> Self {
+        self.seed_only = true;
+        self.name = "rl-seed";
         self
     }
 
@@ -89,31 +169,43 @@ impl Learned {
     pub fn observation(req: &PlacementRequest, candidates: &[Candidate]) -> Observation {
         Observation::build(&TaskFeatures::of(req, candidates), candidates)
     }
+
+    /// The anchored decision: fastest's choice, or the learner's within the guard's budget.
+    fn anchored_choice(&mut self, req: &PlacementRequest, candidates: &[Candidate], obs: Observation) -> Decision {
+        let anchor = Fastest.place(req, candidates).chosen;
+        let q = self.policy.score(&obs);
+        let scores: Vec<f64> = q.iter().map(|&v| if v.is_finite() { f64::from(v) } else { f64::NAN }).collect();
+        let trained = self.policy.trained();
+        let guard = self.guard.as_mut().expect("anchored_choice runs with a guard");
+        let a = guard.decide(req.decision, candidates, anchor, &scores, trained, &mut self.rng);
+        self.policy.commit(req.decision, obs, a.chosen);
+        Decision { chosen: a.chosen, scores, exploratory: a.kind == Kind::Explored, reason: a.reason, features: None }
+    }
 }
 
 impl Placer for Learned {
     fn name(&self) -> &'static str {
-        "rl"
+        self.name
     }
 
     fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision {
-        let obs = Self::observation(req, candidates);
+        let mut obs = Self::observation(req, candidates);
+        if self.seed_only {
+            obs = obs.seed_only();
+        }
         if let Some(b) = Self::best_estimate(candidates) {
             self.best_est.insert(req.decision, b);
             while self.best_est.len() > MAX_AWAITED {
                 self.best_est.pop_first();
             }
         }
-        let features =
+        let features: Vec<Vec<(String, f64)>> =
             obs.tokens.iter().map(|t| NAMES.iter().zip(t).map(|(n, v)| (n.to_string(), *v as f64)).collect()).collect();
         let started = std::time::Instant::now();
-        let choice = self.policy.decide(req.decision, obs);
-        if self.decision_seconds.len() < MAX_DECISION_TIMES {
-            self.decision_seconds.push(started.elapsed().as_secs_f64());
-        }
-        self.exploratory += u64::from(choice.as_ref().is_some_and(|c| c.exploratory));
-        match choice {
-            Some(c) => Decision {
+        let decision = if self.guard.is_some() {
+            Some(self.anchored_choice(req, candidates, obs))
+        } else {
+            self.policy.decide(req.decision, obs).map(|c| Decision {
                 chosen: c.index,
                 scores: c.q.iter().map(|&q| if q.is_finite() { q as f64 } else { f64::NAN }).collect(),
                 exploratory: c.exploratory,
@@ -122,16 +214,22 @@ impl Placer for Learned {
                 } else {
                     "highest Q-value".into()
                 },
-                features: Some(features),
-            },
-            None => Decision {
-                chosen: usize::MAX,
-                scores: vec![f64::NAN; candidates.len()],
-                exploratory: false,
-                reason: "no feasible candidate".into(),
-                features: Some(features),
-            },
+                features: None,
+            })
+        };
+        if self.decision_seconds.len() < MAX_DECISION_TIMES {
+            self.decision_seconds.push(started.elapsed().as_secs_f64());
         }
+        let mut d = decision.unwrap_or_else(|| Decision {
+            chosen: usize::MAX,
+            scores: vec![f64::NAN; candidates.len()],
+            exploratory: false,
+            reason: "no feasible candidate".into(),
+            features: None,
+        });
+        self.exploratory += u64::from(d.exploratory);
+        d.features = Some(features);
+        d
     }
 
     fn orders_work(&self) -> bool {
@@ -148,6 +246,9 @@ impl Placer for Learned {
             training_steps: s.training_steps.load(Relaxed),
             loss: (s.training_steps.load(Relaxed) > 0).then(|| s.last_loss_micro.load(Relaxed) as f64 / 1e6),
             decision_seconds: std::mem::take(&mut self.decision_seconds),
+            curve: s.curve.lock().unwrap_or_else(|p| p.into_inner()).points().to_vec(),
+            step_every: self.step_every,
+            anchor: self.guard.as_ref().map(Guard::stats),
         })
     }
 
@@ -156,13 +257,18 @@ impl Placer for Learned {
     }
 
     fn observe(&mut self, o: &Outcome) {
+        // The reward's run time is the attempt's whole run: its fetch and its compute.
+        let took_ms = o.fetch_ms.saturating_add(o.run_ms);
         let inputs = RewardInputs {
             utilisation: o.cluster_utilisation,
             fetch_ms: o.fetch_ms as f64,
             evicted_bytes: o.evicted_bytes,
-            run_ms: o.run_ms as f64,
+            run_ms: took_ms as f64,
             best_est_ms: self.best_est.remove(&o.decision),
         };
+        if let Some(g) = &mut self.guard {
+            g.observe(o.decision, took_ms as f64, o.succeeded);
+        }
         self.policy.observe(o.decision, &inputs);
     }
 }
@@ -333,5 +439,111 @@ mod gpu_tests {
         tree.put(MODEL_KEY, b"garbage").unwrap();
         let fresh = LearnedGpu::open(Some(tree), 7).unwrap();
         assert!(fresh.name().starts_with("contention"));
+    }
+}
+
+#[cfg(test)]
+mod placer_tests {
+    use super::*;
+    use plexus_proto::{Resources, WorkerId};
+    use plexus_scheduler::placer::Outcome;
+
+    fn cand(n: u8, est_ms: f64) -> Candidate {
+        let mut b = [0u8; 16];
+        b[15] = n;
+        Candidate {
+            worker: WorkerId::from_bytes(b),
+            feasible: true,
+            note: String::new(),
+            capacity: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
+            free: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
+            assigned: 0,
+            cpu_utilisation: 0.0,
+            local_input_bytes: 0,
+            cache_bytes: 1 << 30,
+            cache_used: 0,
+            est_fetch_ms: Some(0.0),
+            est_compute_ms: Some(est_ms),
+        }
+    }
+
+    fn req(decision: u64) -> PlacementRequest {
+        PlacementRequest {
+            decision,
+            job_age_ms: 0,
+            resources: Resources { cpu: 1.0, memory: 0, gpu: 0 },
+            input_bytes: 1 << 20,
+            flops: None,
+            writes: true,
+        }
+    }
+
+    fn outcome(decision: u64, run_ms: u64) -> Outcome {
+        Outcome {
+            decision,
+            worker: WorkerId::from_bytes([0; 16]),
+            succeeded: true,
+            wait_ms: 0,
+            run_ms,
+            fetch_ms: 0,
+            fetched_bytes: 0,
+            evicted_bytes: 0,
+            cluster_utilisation: 0.5,
+        }
+    }
+
+    /// From its first decision `rl` places as fastest does, or explores only among workers
+    /// estimated within the slack: never the far ones, whatever its fresh weights score.
+    #[test]
+    fn rl_starts_where_fastest_is_and_explores_only_near_it() {
+        let mut p = by_name("rl", 3, None).unwrap();
+        assert_eq!(p.name(), "rl");
+        // Worker 2 is fastest (100 ms), worker 1 near (120 ms), workers 3 and 4 far.
+        let c = vec![cand(1, 120.0), cand(2, 100.0), cand(3, 400.0), cand(4, 900.0)];
+        let (mut followed, mut explored) = (0, 0);
+        for id in 0..300 {
+            let d = p.place(&req(id), &c);
+            match d.chosen {
+                1 => {
+                    followed += 1;
+                    assert!(!d.exploratory && d.reason.starts_with("as fastest"), "{}", d.reason);
+                }
+                0 => {
+                    explored += 1;
+                    assert!(d.exploratory && d.reason.starts_with("exploration"), "{}", d.reason);
+                }
+                far => panic!("decision {id} went to far worker {far}: {}", d.reason),
+            }
+            assert_eq!(d.features.as_ref().map(Vec::len), Some(4));
+            p.observe(&outcome(id, 100));
+        }
+        assert!(followed > 250 && explored > 0, "followed {followed}, explored {explored}");
+        let l = p.learning().unwrap();
+        let a = l.anchor.clone().expect("rl is anchored");
+        assert_eq!((a.decisions, a.departures, a.explored), (300, 0, explored));
+        assert_eq!(l.step_every, 256);
+        let s = summary("rl", Some(&l));
+        assert!(s.contains("300 decisions") && s.contains("departed from fastest in 0") && s.contains("trusts"), "{s}");
+        assert_eq!(summary("fastest", Some(&l)), "", "a heuristic has no learner line");
+    }
+
+    /// `rl-seed` is the seed's configuration: only the seed's six features, no anchor, its
+    /// schedule (a training step every 1,024 experiences).
+    #[test]
+    fn rl_seed_sees_only_the_seeds_features_and_decides_alone() {
+        let mut p = by_name("rl-seed", 3, None).unwrap();
+        assert_eq!(p.name(), "rl-seed");
+        let c = vec![cand(1, 120.0), cand(2, 100.0)];
+        let d = p.place(&req(1), &c);
+        let f = d.features.unwrap();
+        for token in &f {
+            assert!(token[plexus_policy::features::SEED_FEATURES..].iter().all(|(_, v)| *v == 0.0), "{token:?}");
+            assert_ne!(token[2].1, 0.0, "the task's input size is one of the seed's features");
+        }
+        let l = p.learning().unwrap();
+        assert!(l.anchor.is_none());
+        assert_eq!(l.step_every, 1024);
+        assert!(!summary("rl-seed", Some(&l)).contains("fastest"));
+        assert!(by_name("rl-sed", 3, None).is_err_and(|e| e.to_string().contains("rl-seed")));
     }
 }

@@ -41,7 +41,8 @@ struct Args {
     #[arg(long, default_value = "5s", value_parser = parse_ttl)]
     lease_ttl: std::time::Duration,
     /// Placement policy: least-loaded, round-robin, random, locality, fastest (least measured
-    /// fetch + compute), or rl (the learned DQN).
+    /// fetch + compute), rl (the learned DQN, anchored on fastest) or rl-seed (the seed's own
+    /// configuration of it).
     #[arg(long, default_value = "least-loaded")]
     placer: String,
     /// Seed for randomised placers.

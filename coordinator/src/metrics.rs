@@ -74,6 +74,9 @@ pub struct Metrics {
     policy_experiences: Counter,
     policy_training_steps: Counter,
     policy_decision: Histogram,
+    policy_departures: Counter,
+    policy_fallbacks: Counter,
+    policy_holding: Gauge,
     /// The learning placer's counters at the last refresh.
     seen_policy: plexus_scheduler::placer::LearningStats,
     /// The core's counters at the last refresh (the counters above advance by the difference).
@@ -114,6 +117,9 @@ impl Metrics {
             policy_training_steps: Counter::default(),
             // 10 µs to ~0.33 s (×2): the decision target is < 1 ms.
             policy_decision: Histogram::new(exponential_buckets(1e-5, 2.0, 16)),
+            policy_departures: Counter::default(),
+            policy_fallbacks: Counter::default(),
+            policy_holding: Gauge::default(),
             seen_policy: Default::default(),
             seen: Counters::default(),
             placer,
@@ -128,7 +134,7 @@ impl Metrics {
             "Copies of objects whose bytes did not match the digest their attempt reported (found by a worker fetching an input, or by the coordinator relaying a download); each holder is then treated as having lost the object",
             m.digest_mismatches.clone(),
         );
-        if placer == "rl" {
+        if crate::learned::is_learned(placer) {
             m.register_policy(&mut r);
         }
         register_build(&mut r);
@@ -244,6 +250,21 @@ impl Metrics {
             "Training steps the learned placer's training thread completed",
             self.policy_training_steps.clone(),
         );
+        r.register(
+            "plexus_policy_departures",
+            "Of the anchored learner's decisions (--placer rl), those where it chose another worker than fastest would (greedy, not exploration)",
+            self.policy_departures.clone(),
+        );
+        r.register(
+            "plexus_policy_guard_fallbacks",
+            "Times the guard took the anchored learner back to fastest's choices because its departures measured worse",
+            self.policy_fallbacks.clone(),
+        );
+        r.register(
+            "plexus_policy_guard_holding",
+            "1 while the guard holds the anchored learner to fastest's choices",
+            self.policy_holding.clone(),
+        );
         r.register_with_unit(
             "plexus_policy_decision",
             "Time of one learned placement decision (inference and choice)",
@@ -303,6 +324,12 @@ impl Metrics {
             self.policy_exploratory.inc_by(l.exploratory.saturating_sub(p.exploratory));
             self.policy_experiences.inc_by(l.experiences.saturating_sub(p.experiences));
             self.policy_training_steps.inc_by(l.training_steps.saturating_sub(p.training_steps));
+            if let Some(a) = &l.anchor {
+                let seen = p.anchor.as_ref();
+                self.policy_departures.inc_by(a.departures.saturating_sub(seen.map_or(0, |s| s.departures)));
+                self.policy_fallbacks.inc_by(a.fallbacks.saturating_sub(seen.map_or(0, |s| s.fallbacks)));
+                self.policy_holding.set(i64::from(a.holding.is_some()));
+            }
             for s in &l.decision_seconds {
                 self.policy_decision.observe(*s);
             }

@@ -466,7 +466,12 @@ impl JobApi {
     async fn explain(&self, r: pb::ExplainPlacementRequest) -> Result<pb::ExplainPlacementResponse, Error> {
         let job = job_id(&r.job_id)?;
         let (e, ran) = self.engine.call(|reply| Cmd::Explain { job, task: r.task, rank: r.rank, reply }).await??;
-        Ok(pb::ExplainPlacementResponse { collective: ran.unwrap_or_default(), ..convert::explanation(&e) })
+        let learner = self.engine.call(|reply| Cmd::Learning { reply }).await?;
+        Ok(pb::ExplainPlacementResponse {
+            collective: ran.unwrap_or_default(),
+            learner: crate::learned::summary(learner.0, learner.1.as_ref()),
+            ..convert::explanation(&e)
+        })
     }
 }
 

@@ -101,11 +101,21 @@
         if (p.loss !== null) text(document.getElementById("loss"), p.loss.toFixed(5));
         var line = document.getElementById("curve-line");
         if (line && p.curve.length) {
-          var xs = p.curve.map(function (c) { return c[0]; }), ys = p.curve.map(function (c) { return c[1]; });
-          var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs), y1 = Math.max.apply(null, ys);
-          line.setAttribute("points", p.curve.map(function (c) {
-            return (10 + 620 * (x1 > x0 ? (c[0] - x0) / (x1 - x0) : 0)).toFixed(1) + "," + (210 - 200 * (y1 > 0 ? c[1] / y1 : 0)).toFixed(1);
-          }).join(" "));
+          var x0 = p.curve[0][0], x1 = p.curve[p.curve.length - 1][0];
+          var y1 = Math.max.apply(null, p.curve.map(function (c) { return c[1]; }));
+          var y = function (v) { return (210 - 200 * (y1 > 0 ? v / y1 : 0)).toFixed(1); };
+          // One point is drawn as a short flat line, so the curve shows from the first step.
+          line.setAttribute("points", p.curve.length === 1 ? "10.0," + y(p.curve[0][1]) + " 630.0," + y(p.curve[0][1]) :
+            p.curve.map(function (c) { return (10 + 620 * (c[0] - x0) / Math.max(1, x1 - x0)).toFixed(1) + "," + y(c[1]); }).join(" "));
+        }
+        var a = p.anchor;
+        if (a) {
+          text(document.getElementById("departures"), a.departures + " of " + a.decisions + " decisions (" + (a.departure_share * 100).toFixed(1) + " %)");
+          text(document.getElementById("gain"), a.judged === 0 ? "none judged yet" :
+            (a.gain_ms >= 0 ? "+" : "") + a.gain_ms.toFixed(0) + " ms over " + a.judged + " judged (" + (a.gain_share >= 0 ? "+" : "") + (a.gain_share * 100).toFixed(1) + " % of fastest's estimated time for them)");
+          text(document.getElementById("explored"), a.explored);
+          text(document.getElementById("guard"), a.holding ? "holding the learner to fastest: " + a.holding : "trusts the learner");
+          text(document.getElementById("fallbacks"), a.fallbacks);
         }
       });
     }

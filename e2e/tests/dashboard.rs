@@ -271,7 +271,16 @@ fn the_learned_placer_page_shows_its_counters() {
     let dom = browser.dom(&format!("{base}/policy"), 3000);
     let decisions = dom.split("id=\"decisions\">").nth(1).and_then(|r| r.split('<').next()).unwrap_or("");
     assert_eq!(decisions, "5", "5 subtasks placed by the learned placer:\n{dom}");
-    assert!(dom.contains("id=\"curve\"") && dom.contains("one runs every 1024 decisions"), "{dom}");
+    assert!(dom.contains("id=\"curve\"") && dom.contains("one runs every 256 experiences"), "{dom}");
+    // The anchored learner's record against fastest: untrained, it has not departed.
+    let cell = |id: &str| {
+        dom.split(&format!("id=\"{id}\">")).nth(1).and_then(|r| r.split('<').next()).unwrap_or("").to_string()
+    };
+    assert_eq!(cell("departures"), "0 of 5 decisions (0.0 %)", "{dom}");
+    assert_eq!(cell("gain"), "none judged yet", "{dom}");
+    assert_eq!(cell("guard"), "trusts the learner", "{dom}");
+    let api = get(&base, "/api/policy", "none");
+    assert!(api.contains("\"anchor\":{") && api.contains("\"step_every\":256"), "{api}");
     if let Some(dir) = std::env::var_os("PLEXUS_SCREENSHOTS") {
         browser.screenshot(&format!("{base}/policy"), &PathBuf::from(dir).join("policy.png"));
     }

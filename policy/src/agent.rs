@@ -160,6 +160,41 @@ pub struct Stats {
     /// Optimiser steps (one per batch per pass).
     pub gradient_steps: AtomicU64,
     pub last_loss_micro: AtomicU64,
+    /// The training loss of every step since this policy started (thinned as it grows, see
+    /// [`Curve`]): the learning curve from the first step.
+    pub curve: std::sync::Mutex<Curve>,
+}
+
+/// Points of the learning curve kept at most; past it every other point is dropped and only
+/// every second step after is kept, so the curve spans every step taken with bounded memory.
+pub const CURVE_POINTS: usize = 512;
+
+/// The learning curve: (training step, loss) from the first step, at most [`CURVE_POINTS`]
+/// points, evenly thinned.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Curve {
+    points: Vec<(u64, f64)>,
+    /// Only steps that are multiples of this are kept.
+    stride: u64,
+}
+
+impl Curve {
+    pub fn push(&mut self, step: u64, loss: f64) {
+        let stride = self.stride.max(1);
+        if !step.is_multiple_of(stride) && step != 1 {
+            return;
+        }
+        self.points.push((step, loss));
+        if self.points.len() > CURVE_POINTS {
+            let next = stride * 2;
+            self.points.retain(|&(s, _)| s == 1 || s.is_multiple_of(next));
+            self.stride = next;
+        }
+    }
+
+    pub fn points(&self) -> &[(u64, f64)] {
+        &self.points
+    }
 }
 
 type Weights = Vec<(String, Tensor)>;
@@ -199,6 +234,8 @@ pub struct DqnPolicy {
     absorbed: Option<mpsc::Receiver<()>>,
     trainer: Option<JoinHandle<()>>,
     stats: Arc<Stats>,
+    /// Whether the weights were restored from the store.
+    restored: bool,
 }
 
 fn device_for(c: &PolicyConfig) -> Device {
@@ -262,6 +299,7 @@ impl DqnPolicy {
             absorbed: lockstep.then_some(arx),
             trainer: Some(handle),
             stats,
+            restored: restored.is_some(),
         })
     }
 
@@ -300,11 +338,31 @@ impl DqnPolicy {
 
     /// Chooses a feasible candidate for decision `id`; None if none is feasible.
     pub fn decide(&mut self, id: u64, obs: Observation) -> Option<Choice> {
-        self.maybe_sync();
-        let q = self.q_values(&obs);
+        let q = self.score(&obs);
         let feasible: Vec<usize> = (0..obs.len()).filter(|&i| obs.feasible[i]).collect();
         let best = *feasible.iter().max_by(|&&a, &&b| q[a].total_cmp(&q[b]).then(b.cmp(&a)))?;
         let (index, exploratory) = explore(&mut self.rng, self.config.epsilon, best, &feasible);
+        self.commit(id, obs, index);
+        Some(Choice { index, q, exploratory })
+    }
+
+    /// The Q-values of one decision's candidates, for a caller that chooses itself (the
+    /// anchored placer) and then calls [`DqnPolicy::commit`] with what it chose. Swaps in newer
+    /// weights first, as `decide` does.
+    pub fn score(&mut self, obs: &Observation) -> Vec<f32> {
+        self.maybe_sync();
+        self.q_values(obs)
+    }
+
+    /// Whether the inference network's weights come from training (a step published, or
+    /// weights restored from the store) rather than the initial Gaussian draw.
+    pub fn trained(&self) -> bool {
+        self.syncs > 0 || self.restored
+    }
+
+    /// Records decision `id`'s observation and the candidate taken (`action`, which the caller
+    /// chose), so its outcome becomes an experience.
+    pub fn commit(&mut self, id: u64, obs: Observation, index: usize) {
         self.decisions += 1;
 
         // This state is the previous decision's next state.
@@ -319,7 +377,6 @@ impl DqnPolicy {
         while self.pending.len() > MAX_PENDING {
             self.pending.pop_first();
         }
-        Some(Choice { index, q, exploratory })
     }
 
     /// The measured outcome of decision `id`.
@@ -606,6 +663,7 @@ impl Trainer {
         let steps = self.stats.training_steps.fetch_add(1, Ordering::Relaxed) + 1;
         let mean = loss_sum;
         self.stats.last_loss_micro.store((mean * 1e6) as u64, Ordering::Relaxed);
+        self.stats.curve.lock().unwrap_or_else(|p| p.into_inner()).push(steps, mean);
         tracing::debug!(steps, loss = mean, "policy training step");
     }
 

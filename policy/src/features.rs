@@ -91,7 +91,19 @@ pub struct Observation {
     pub feasible: Vec<bool>,
 }
 
+/// The seed's own features: the first six of a token ([`Observation::seed_only`]).
+pub const SEED_FEATURES: usize = 6;
+
 impl Observation {
+    /// The observation with only the seed's six features (`--placer rl-seed`): every other
+    /// feature reads 0, so the network sees what the seed's network sees.
+    pub fn seed_only(mut self) -> Observation {
+        for t in &mut self.tokens {
+            t[SEED_FEATURES..].fill(0.0);
+        }
+        self
+    }
+
     /// One token per candidate, in the candidates' order: the scheduler's [`Candidate`] is read
     /// directly, so the policy sees exactly what the heuristics see.
     pub fn build(task: &TaskFeatures, nodes: &[Candidate]) -> Observation {

@@ -204,6 +204,8 @@ def explanation(e: Any) -> t.Explanation:
         exploratory=e.exploratory,
         reason=e.reason,
         decided_at=when(e.decided_at),
+        collective=e.collective,
+        learner=e.learner,
         candidates=[
             t.Candidate(
                 worker_id=c.worker_id,

@@ -321,6 +321,11 @@ class Explanation:
     reason: str
     decided_at: Optional[datetime]
     candidates: List[Candidate]
+    #: A collective member's algorithm and why; empty for other tasks.
+    collective: str = ""
+    #: The learned placer's record when the coordinator runs one (its departures from
+    #: ``fastest``, what they gained, the guard); empty for a heuristic.
+    learner: str = ""
 
     @property
     def chosen(self) -> Optional[Candidate]:

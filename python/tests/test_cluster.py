@@ -97,6 +97,8 @@ def test_explain_names_every_candidate(client: plexus.Client, fanout: plexus.Job
     assert [c.worker_id for c in e.candidates if c.chosen] == [e.chosen_worker]
     assert e.chosen is not None and e.chosen.feasible and "free_cpu" in e.chosen.features
     assert e.reason and e.decided_at is not None
+    # A heuristic has no learner's record, and `gen` is no collective.
+    assert e.learner == "" and e.collective == ""
 
 
 def test_jobs_are_found_by_name_and_id_prefix(client: plexus.Client, fanout: plexus.Job) -> None:

@@ -10,11 +10,14 @@
 //!   and record what changed in an [`core::Outbox`]; the coordinator's engine persists it.
 //! - [`hardware`]: what a worker offers ([`hardware::Capacity`]), read by the core and the GPU
 //!   topology alike.
+//! - [`anchor`]: the learned placer's anchor (it departs from `fastest` only within a budget) and
+//!   its guard (back to `fastest` when departures measure worse).
 //! - [`placer`]: the [`placer::Placer`] trait with its `Candidate`/`PlacementRequest`/`Outcome`
 //!   contract, and the heuristic placers. The learned placer implements the same trait in the
 //!   coordinator, over `plexus-policy`.
 //! - [`Error`]: the one error type of the crate.
 
+pub mod anchor;
 pub mod core;
 pub mod error;
 pub mod gpu;

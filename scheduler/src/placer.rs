@@ -102,7 +102,10 @@ pub struct Outcome {
     pub worker: WorkerId,
     pub succeeded: bool,
     pub wait_ms: u64,
+    /// Compute: from the inputs being in place to the attempt's end (the worker starts its
+    /// clock once they are fetched).
     pub run_ms: u64,
+    /// Bringing the inputs in; fetch + run is what [`Candidate::est_run_ms`] estimates.
     pub fetch_ms: u64,
     pub fetched_bytes: u64,
     pub evicted_bytes: u64,
@@ -148,6 +151,35 @@ pub struct LearningStats {
     pub loss: Option<f64>,
     /// Seconds each decision took since the last report (at most [`MAX_DECISION_TIMES`]).
     pub decision_seconds: Vec<f64>,
+    /// The training loss by training step, from the first step (thinned evenly past a few
+    /// hundred points).
+    pub curve: Vec<(u64, f64)>,
+    /// Experiences per training step (the buffer a step waits for).
+    pub step_every: u64,
+    /// An anchored learner's record against its anchor (`fastest`); `None` for a learner that
+    /// decides alone (`rl-seed`).
+    pub anchor: Option<AnchorStats>,
+}
+
+/// An anchored learner's record against its anchor (`fastest`, see [`crate::anchor`]), for
+/// metrics, `explain` and the dashboard.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AnchorStats {
+    /// Decisions taken with the anchor present.
+    pub decisions: u64,
+    /// Greedy departures from the anchor's choice, and how many were judged (outcome known).
+    pub departures: u64,
+    pub judged: u64,
+    /// Σ over judged departures of (the anchor's choice's calibrated estimate − what the
+    /// departure took), ms: positive when departing gained.
+    pub gain_ms: f64,
+    /// Σ of the anchor's calibrated estimates over judged departures, ms (the scale of `gain_ms`).
+    pub anchor_ms: f64,
+    pub explored: u64,
+    /// Times the guard fell back to the anchor.
+    pub fallbacks: u64,
+    /// While the guard holds the learner back: why, in words.
+    pub holding: Option<String>,
 }
 
 /// Decision times a learning placer keeps between two reports; later ones are not timed.

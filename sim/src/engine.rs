@@ -574,7 +574,8 @@ impl<'a> Sim<'a> {
             worker: self.nodes[r.node].spec.worker,
             succeeded: true,
             wait_ms: ms(record.wait_us()),
-            run_ms: ms(run_us),
+            // Compute only, as a worker reports it (its clock starts once the inputs are in).
+            run_ms: ms(run_us.saturating_sub(r.fetch_us)),
             fetch_ms: ms(r.fetch_us),
             fetched_bytes: r.fetched_bytes,
             evicted_bytes: r.evicted_bytes,

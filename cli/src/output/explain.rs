@@ -100,6 +100,10 @@ fn decision(e: &pb::ExplainPlacementResponse, now_ms: u64) -> Vec<(&'static str,
         // A collective member: which algorithm ran and why.
         pairs.push(("collective", one_line(&e.collective)));
     }
+    if !e.learner.is_empty() {
+        // The learned placer's record now: its departures from fastest and the guard.
+        pairs.push(("learner", one_line(&e.learner)));
+    }
     pairs
 }
 
@@ -153,6 +157,8 @@ pub struct ExplainView {
     pub decided_at_ms: Option<u64>,
     /// A collective member's latest attempt: which algorithm ran and why.
     pub collective: Option<String>,
+    /// The learned placer's record (departures from fastest, the guard); null for a heuristic.
+    pub learner: Option<String>,
     pub candidates: Vec<CandidateView>,
 }
 
@@ -178,6 +184,7 @@ pub fn explain_view(e: &pb::ExplainPlacementResponse) -> ExplainView {
         reason: non_empty(&e.reason),
         decided_at_ms: time(e.decided_at),
         collective: non_empty(&e.collective),
+        learner: non_empty(&e.learner),
         candidates: e
             .candidates
             .iter()

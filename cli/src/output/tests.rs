@@ -512,6 +512,7 @@ fn explanation() -> pb::ExplainPlacementResponse {
         decided_at: NOW - 3_000,
         reason: "most input bytes local".into(),
         collective: String::new(),
+        learner: String::new(),
     }
 }
 
@@ -563,6 +564,23 @@ fn explain_shows_a_collective_members_algorithm() {
     );
     let v = serde_json::to_value(explain_view(&e)).unwrap();
     assert_eq!(v["collective"], e.collective.as_str());
+}
+
+/// Under a learned placer, explain carries its record against fastest, in text and JSON.
+#[test]
+fn explain_shows_the_learners_record() {
+    let mut e = explanation();
+    assert!(!explain_text(&e, NOW, false).contains("learner:"));
+    assert!(serde_json::to_value(explain_view(&e)).unwrap()["learner"].is_null());
+    e.learner = "rl: 840 decisions, 3 training steps; departed from fastest in 12 (1.4 %); the guard trusts it".into();
+    for wide in [false, true] {
+        let text = explain_text(&e, NOW, wide);
+        assert!(
+            text.contains("learner:     rl: 840 decisions, 3 training steps; departed from fastest in 12"),
+            "{text}"
+        );
+    }
+    assert_eq!(serde_json::to_value(explain_view(&e)).unwrap()["learner"], e.learner.as_str());
 }
 
 /// Candidates with measured estimates (issue 17) get an EST MS column (fetch + compute) and

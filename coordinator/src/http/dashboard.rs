@@ -7,7 +7,7 @@
 //! attempts and errors, links to logs and placements); `/jobs/{id}/explain/{task}/{rank}` a
 //! placement with every candidate's features and score (Q-values for `rl`);
 //! `/jobs/{id}/logs/{task}/{rank}` the kept log tails; `/workers` resources, GPUs, rails with
-//! live traffic, cache; `/policy` the learned placer (learning curve, decisions per second,
+//! live traffic, cache; `/policy` the learned placer (in `policy`) (learning curve, decisions per second,
 //! training steps, exploration rate).
 //!
 //! With security on, every page and API needs an API token: an `Authorization: Bearer` header,
@@ -25,7 +25,6 @@ use plexus_proto::pb;
 use serde_json::{Value, json};
 
 use super::access::{Http, TOKEN_COOKIE, refusal};
-use super::board::Sample;
 use crate::convert;
 use crate::engine::Cmd;
 use crate::view::Detail;
@@ -38,7 +37,7 @@ const MAX_JOBS: usize = 1_000;
 /// The dashboard's handlers' shared state: the HTTP side's.
 type Dash = Http;
 
-fn page(title: &str, nav: &str, live: &str, body: Markup) -> Markup {
+pub(super) fn page(title: &str, nav: &str, live: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -175,7 +174,7 @@ pub fn standby_page(why: &str, leader: Option<&str>) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, Html(page("Standby", "", "", body).into_string())).into_response()
 }
 
-fn unavailable(e: crate::error::Error) -> Response {
+pub(super) fn unavailable(e: crate::error::Error) -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
         Html(page("Unavailable", "", "", html! { p.err { (e.to_string()) } }).into_string()),
@@ -477,6 +476,10 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
         Ok(Err(e)) => return not_found(e.to_string()),
         Err(e) => return unavailable(e),
     };
+    let learner = match d.engine.call(|reply| Cmd::Learning { reply }).await {
+        Ok((placer, l)) => crate::learned::summary(placer, l.as_ref()),
+        Err(e) => return unavailable(e),
+    };
     // The chosen worker first, then the others best first (by the placer's own order: the
     // chosen one scored best among those able to run it), then those that could not.
     let chosen = e.candidates.iter().find(|c| c.worker_id == e.chosen_worker);
@@ -486,7 +489,7 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
         let rank = |c: &pb::CandidateScore| (c.worker_id != e.chosen_worker, !c.feasible);
         rank(a).cmp(&rank(b)).then(if high { b.score.total_cmp(&a.score) } else { a.score.total_cmp(&b.score) })
     });
-    let score_name = if e.placer == "rl" { "Q-value" } else { "Score" };
+    let score_name = if crate::learned::is_learned(&e.placer) { "Q-value" } else { "Score" };
     let said = |c: &pb::CandidateScore| -> String {
         match chosen {
             _ if !c.feasible => "could not run it".into(),
@@ -509,6 +512,7 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
         p { a href=(format!("/jobs/{id}")) { "back to the job" } }
         p { "Placer " b { (e.placer) } ", attempt " (e.attempt) ": " code { (e.chosen_worker) } " — " (e.reason) @if e.exploratory { " (exploratory)" } }
         @if !e.collective.is_empty() { p { "Collective: " (e.collective) } }
+        @if !learner.is_empty() { p #learner { "Learner: " (learner) } }
         table #candidates {
             thead { tr { th { "Worker" } th { (score_name) } th { "Compared with the chosen" } th { "Note" } th { "Features" } } }
             tbody { @for c in &order {
@@ -659,65 +663,6 @@ pub async fn api_workers(State(d): State<Dash>) -> Response {
         Ok(ws) => axum::Json(workers_json(&ws.iter().map(convert::worker_info).collect::<Vec<_>>())).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }
-}
-
-fn policy_json(placer: &str, curve: &[Sample]) -> Value {
-    let last = curve.last();
-    // Decisions per second and exploration over the last minute of samples.
-    let window =
-        curve.iter().rev().find(|s| last.is_some_and(|l| l.at_ms.saturating_sub(s.at_ms) >= 60_000)).or(curve.first());
-    let (rate, explore) = match (window, last) {
-        (Some(a), Some(b)) if b.at_ms > a.at_ms => {
-            let n = b.decisions.saturating_sub(a.decisions);
-            (
-                n as f64 * 1000.0 / (b.at_ms - a.at_ms) as f64,
-                if n == 0 { 0.0 } else { b.exploratory.saturating_sub(a.exploratory) as f64 / n as f64 },
-            )
-        }
-        _ => (0.0, 0.0),
-    };
-    json!({
-        "placer": placer,
-        "decisions": last.map_or(0, |s| s.decisions),
-        "training_steps": last.map_or(0, |s| s.training_steps),
-        "decisions_per_s": rate,
-        "exploration": explore,
-        "loss": last.and_then(|s| s.loss),
-        "curve": curve.iter().filter_map(|s| s.loss.map(|l| json!([s.training_steps, l]))).collect::<Vec<_>>(),
-    })
-}
-
-pub async fn api_policy(State(d): State<Dash>) -> Response {
-    let placer = match d.engine.call(|reply| Cmd::Learning { reply }).await {
-        Ok((p, _)) => p,
-        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
-    };
-    axum::Json(policy_json(placer, &d.board.curve())).into_response()
-}
-
-pub async fn policy_page(State(d): State<Dash>) -> Response {
-    let placer = match d.engine.call(|reply| Cmd::Learning { reply }).await {
-        Ok((p, _)) => p,
-        Err(e) => return unavailable(e),
-    };
-    let v = policy_json(placer, &d.board.curve());
-    let body = html! {
-        h2 { "Learned placer" }
-        @if placer != "rl" {
-            p #not-learning { "This coordinator places with " b { (placer) } ", a heuristic: start it with " code { "--placer rl" } " to place with the learned policy." }
-        } @else {
-            table #policy { tbody {
-                tr { th { "Decisions" } td #decisions { (v["decisions"]) } }
-                tr { th { "Decisions per second (last minute)" } td #rate { (format!("{:.2}", v["decisions_per_s"].as_f64().unwrap_or(0.0))) } }
-                tr { th { "Training steps" } td #steps { (v["training_steps"]) } }
-                tr { th { "Exploration rate (last minute)" } td #explore { (format!("{:.3}", v["exploration"].as_f64().unwrap_or(0.0))) } }
-                tr { th { "Latest training loss" } td #loss { (v["loss"].as_f64().map(|l| format!("{l:.5}")).unwrap_or_else(|| "no training step yet (one runs every 1024 decisions)".into())) } }
-            } }
-            h3 { "Learning curve: training loss by training step" }
-            svg #curve xmlns="http://www.w3.org/2000/svg" width="640" height="220" viewBox="0 0 640 220" { rect width="640" height="220" fill="#fff" stroke="#e3e6ec" {} polyline #curve-line fill="none" stroke="#1f6feb" stroke-width="2" points="" {} }
-        }
-    };
-    Html(page("Learned placer", "Learned placer", "policy", body).into_string()).into_response()
 }
 
 pub async fn app_js() -> impl IntoResponse {

@@ -19,6 +19,7 @@ pub mod access;
 mod actions;
 pub mod board;
 pub mod dashboard;
+pub mod policy;
 
 pub use access::{Http, TOKEN_COOKIE, check, refusal};
 use board::Board;
@@ -52,11 +53,11 @@ pub async fn serve(
         .route("/jobs/{id}/logs/{task}/{rank}", get(dashboard::logs_page))
         .route("/workers", get(dashboard::workers_page))
         .route("/cluster", get(dashboard::cluster_page))
-        .route("/policy", get(dashboard::policy_page))
+        .route("/policy", get(policy::policy_page))
         .route("/api/jobs", get(dashboard::api_jobs))
         .route("/api/jobs/{id}", get(dashboard::api_job))
         .route("/api/workers", get(dashboard::api_workers))
-        .route("/api/policy", get(dashboard::api_policy))
+        .route("/api/policy", get(policy::api_policy))
         .route("/jobs/{id}/cancel", axum::routing::post(actions::cancel))
         .route("/jobs/{id}/resubmit", axum::routing::post(actions::resubmit))
         .route_layer(middleware::from_fn_with_state(state.clone(), guard));

@@ -308,3 +308,43 @@ fn run_time_term_moves_the_policy_from_the_holder_to_the_fastest_node() {
         assert!(rate > 0.85, "run_weight {run_weight}: greedy choice was the {want} node {hits}/{total}");
     }
 }
+
+/// The learning curve starts at the first training step and keeps every step until it is
+/// thinned; `trained` turns on with the first published weights; `commit` records the caller's
+/// own choice as the experience's action.
+#[test]
+fn the_curve_starts_at_the_first_step_and_a_callers_choice_is_learned_from() {
+    let mut p = DqnPolicy::new(PolicyConfig { lockstep: true, ..small_config() }, None).unwrap();
+    assert!(!p.trained());
+    assert!(p.stats().curve.lock().unwrap().points().is_empty());
+    for id in 0..200 {
+        let o = obs_v(4, id, |_| true);
+        let q = p.score(&o);
+        assert_eq!(q.len(), 4);
+        // The caller always takes candidate 3, whatever the scores.
+        p.commit(id, o, 3);
+        p.observe(id, &RewardInputs { utilisation: 0.5, fetch_ms: 10.0, ..Default::default() });
+    }
+    let steps = p.stats().training_steps.load(Ordering::Relaxed);
+    assert!(steps >= 2, "{steps} training steps");
+    let curve = p.stats().curve.lock().unwrap().clone();
+    let xs: Vec<u64> = curve.points().iter().map(|c| c.0).collect();
+    assert_eq!(xs, (1..=steps).collect::<Vec<_>>(), "one point per step from the first");
+    assert!(curve.points().iter().all(|c| c.1.is_finite() && c.1 >= 0.0));
+    assert!(p.trained(), "weights were published and swapped in");
+    assert_eq!(p.decisions(), 200);
+}
+
+#[test]
+fn the_curve_is_thinned_evenly_and_stays_bounded() {
+    let mut c = Curve::default();
+    for s in 1..=10_000u64 {
+        c.push(s, 1.0 / s as f64);
+    }
+    let pts = c.points();
+    assert!(pts.len() <= CURVE_POINTS && pts.len() > CURVE_POINTS / 4, "{} points", pts.len());
+    assert_eq!(pts[0].0, 1, "the first step is always kept");
+    let gaps: Vec<u64> = pts.windows(2).skip(1).map(|w| w[1].0 - w[0].0).collect();
+    assert!(gaps.windows(2).all(|g| g[0] == g[1]), "even spacing after the first: {gaps:?}");
+    assert!(pts.last().unwrap().0 > 9_900, "the newest steps are kept: {:?}", pts.last());
+}
