@@ -5,6 +5,14 @@
   if (!live) return;
   var mark = document.getElementById("live");
   function text(el, s) { if (el && el.textContent !== String(s)) el.textContent = String(s); }
+  // A subtask's error, then every failed attempt with its own (as the server renders them).
+  function errors(cell, s) {
+    var lines = [s.error].concat((s.failed_attempts || []).map(function (f) { return "attempt " + f.attempt + ": " + f.error; }));
+    if (!cell || cell.getAttribute("data-shown") === lines.join("\n") || lines.join("") === "") return;
+    cell.setAttribute("data-shown", lines.join("\n"));
+    cell.textContent = "";
+    lines.forEach(function (l, i) { if (i) cell.appendChild(document.createElement("br")); cell.appendChild(document.createTextNode(l)); });
+  }
   function fmtBytes(n) { var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0; while (n >= 1024 && i < 4) { n /= 1024; i++; } return (i ? n.toFixed(1) : n) + " " + u[i]; }
   function bar(cell, done, total) {
     var i = cell.querySelector(".bar i"); if (i) i.style.width = (total ? (done * 100 / total).toFixed(1) : 0) + "%";
@@ -74,7 +82,7 @@
         });
         j.subtasks.forEach(function (s) {
           var r = document.querySelector('#subtasks tr[data-subtask="' + s.task + "/" + s.rank + '"]');
-          if (r) { state(r.querySelector(".state"), s.state); text(r.querySelector(".attempt"), s.attempt); text(r.querySelector(".worker"), s.worker.slice(0, 12)); if (s.error) text(r.querySelector(".err"), s.error); }
+          if (r) { state(r.querySelector(".state"), s.state); text(r.querySelector(".attempt"), s.attempt); text(r.querySelector(".worker"), s.worker.slice(0, 12)); errors(r.querySelector(".err"), s); }
         });
       });
     },

@@ -38,7 +38,8 @@ name = "broken"
 [[task]]
 name = "bad"
 command = "echo about to fail >&2; exit 3"
-max_retries = 0
+max_retries = 1
+retry_backoff = "0s"
 "#;
 
 /// The browser, or `None` (the test is skipped, and says so) where none is installed.
@@ -194,6 +195,8 @@ fn the_dashboard_in_a_real_browser() {
     let dom = browser.dom(&format!("{base}/jobs/{broken}"), 2000);
     assert!(dom.contains("state-failed") && dom.contains("exit code 3"), "{dom}");
     assert!(dom.contains("<pre id=\"job-stderr\">about to fail</pre>"), "the failure's stderr on its page: {dom}");
+    // Every attempt of the subtask, each with its error (it was retried once).
+    assert!(dom.contains("attempt 1: exit code 3") && dom.contains("attempt 2: exit code 3"), "both attempts: {dom}");
     let logs = browser.dom(&format!("{base}/jobs/{broken}/logs/bad/0"), 1000);
     assert!(logs.contains("about to fail"), "{logs}");
     let explain = browser.dom(&format!("{base}/jobs/{dag}/explain/sum/0"), 1000);

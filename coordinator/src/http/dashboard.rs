@@ -264,6 +264,7 @@ fn job_json(j: &pb::JobStatus) -> Value {
         "subtasks": j.subtasks.iter().take(MAX_ROWS).map(|s| json!({
             "task": s.task, "rank": s.rank, "state": subtask_state_name(s.state), "attempt": s.attempt,
             "worker": s.worker_id, "error": s.error, "params": s.params,
+            "failed_attempts": s.failed_attempts.iter().map(|f| json!({"attempt": f.attempt, "error": f.error})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
 }
