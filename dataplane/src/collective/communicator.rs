@@ -16,7 +16,7 @@ use crate::peer_id::PeerId;
 use crate::shared_buf::{MappedBytes, SharedBuf};
 
 use super::config::{CollectiveConfig, Profile};
-use super::cost::{self, LinkModel, Links, Topology};
+use super::cost::{self, LinkModel, Links, Measured, Topology};
 use super::executor::Executor;
 use super::group::{ABORT, AGREE, Group};
 use super::meter::{self, LinkMeter};
@@ -57,6 +57,9 @@ pub struct Choice {
     pub algorithm: crate::elem::Algorithm,
     pub slices: usize,
     pub reason: String,
+    /// Whether the cost model chose (`auto`): then the call's time is measured for the next
+    /// choices (`LinkMeter::allreduce_ran`).
+    pub auto: bool,
 }
 
 impl Communicator {
@@ -319,6 +322,7 @@ impl Communicator {
             kind,
             per_host: self.topology.per_host,
         };
+        let auto = choice.auto;
         *self.choice.lock().expect("choice lock") = Some(choice);
         let mut prof = Profile::default();
         let result = if n == 1 {
@@ -336,6 +340,9 @@ impl Communicator {
             && result.is_ok()
         {
             m.reduced(prof.reduced_bytes, prof.reduce.as_secs_f64());
+            if auto && kind == Kind::Allreduce {
+                m.allreduce_ran(n, work.len() as u64, params.algorithm, prof.total.as_secs_f64());
+            }
         }
         *self.profile.lock().expect("profile lock") = prof;
         result.map(|()| work)
@@ -357,7 +364,7 @@ impl Communicator {
             } else {
                 set
             };
-            return Ok(Choice { algorithm: self.cfg.algorithm, slices: self.cfg.slices, reason });
+            return Ok(Choice { algorithm: self.cfg.algorithm, slices: self.cfg.slices, reason, auto: false });
         }
         let g = &self.group;
         // Toward the members on other hosts and on this one.
@@ -366,14 +373,14 @@ impl Communicator {
         for (r, &p) in g.ids.iter().enumerate().filter(|&(r, _)| r != g.rank) {
             if r / t.per_host == host { local.push(p) } else { remote.push(p) }
         }
-        let mine = match &g.meter {
-            Some(m) => [m.model(&remote), m.model(&local)],
-            None => [LinkModel::PRIOR; 2],
+        let (mine, corr) = match &g.meter {
+            Some(m) => ([m.model(&remote), m.model(&local)], m.allreduce_measured(n, bytes)),
+            None => ([LinkModel::PRIOR; 2], Measured::NONE),
         };
         let models = if n == 1 {
-            vec![mine.to_vec()]
+            vec![(mine.to_vec(), corr)]
         } else {
-            let agree = meter::agree_many(&g.endpoint, &g.ranks, &g.ids, g.rank, base.wrapping_add(AGREE), &mine);
+            let agree = meter::agree_many(&g.endpoint, &g.ranks, &g.ids, g.rank, base.wrapping_add(AGREE), &mine, corr);
             tokio::select! {
                 m = agree => m?,
                 a = g.endpoint.recv_any(base.wrapping_add(ABORT)) => {
@@ -382,12 +389,14 @@ impl Communicator {
                 }
             }
         };
-        let links: Vec<Links> = models.iter().map(|m| Links { remote: m[0], local: m[1] }).collect();
-        let c = cost::choose_allreduce_on(t, bytes, &Links::combine(&links));
+        let links: Vec<Links> = models.iter().map(|(m, _)| Links { remote: m[0], local: m[1] }).collect();
+        let measured = Measured::combine(&models.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+        let c = cost::choose_allreduce_measured(t, bytes, &Links::combine(&links), &measured);
         Ok(Choice {
             algorithm: c.algorithm,
             slices: c.slices,
             reason: format!("{} ×{} chosen by the {}", c.algorithm, c.slices, c.reason),
+            auto: true,
         })
     }
 }

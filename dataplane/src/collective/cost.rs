@@ -297,6 +297,19 @@ pub fn choose_allreduce(n: usize, bytes: u64, m: &LinkModel) -> AllreduceChoice 
 /// The algorithm and depth with the least predicted time for `bytes` over the members of `t`:
 /// halving and ring, and hierarchical where hosts have several members (ties: that order).
 pub fn choose_allreduce_on(t: Topology, bytes: u64, links: &Links) -> AllreduceChoice {
+    choose_allreduce_measured(t, bytes, links, &Measured::NONE)
+}
+
+/// [`choose_allreduce_on`] where the calls themselves were measured ([`Measured`]): until one
+/// candidate is measured at this world and size class the model decides; then each candidate
+/// not measured yet whose model prediction is within [`TRY_WITHIN`] of the best one's is tried
+/// (the best by the model first); once all of those are measured, the fastest measured one
+/// runs, at the depth the model picks for it. The α–β model sees bytes and messages, not what the
+/// machine adds: on 2 cores at N = 8, halving's rounds make every rank copy and reduce at the
+/// same moments while the links idle, where the ring keeps both busy (0.77 against 0.91 of the
+/// rig's bound), and the per-message α the model fits there (tens of ms) makes the ring look 3×
+/// slower than it is.
+pub fn choose_allreduce_measured(t: Topology, bytes: u64, links: &Links, measured: &Measured) -> AllreduceChoice {
     let mut candidates = vec![Algorithm::Halving, Algorithm::Ring];
     if t.per_host > 1 {
         candidates.push(Algorithm::Hierarchical);
@@ -311,15 +324,121 @@ pub fn choose_allreduce_on(t: Topology, bytes: u64, links: &Links) -> AllreduceC
             (a, s, secs)
         })
         .collect();
-    let best = predicted.iter().fold(predicted[0], |b, c| if c.2 < b.2 { *c } else { b });
-    let others: Vec<String> = predicted.iter().map(|(a, s, t)| format!("{a} ×{s} {}", ms(*t))).collect();
-    let measured = match (t.hosts > 1, t.per_host > 1) {
+    let by_model = predicted.iter().fold(predicted[0], |b, c| if c.2 < b.2 { *c } else { b });
+    // Once one is measured, the others the model puts within reach are measured too (the best
+    // by the model first); before that the model alone decides.
+    let any_measured = predicted.iter().any(|p| measured.of(p.0).is_some());
+    let untried = predicted
+        .iter()
+        .filter(|p| any_measured && measured.of(p.0).is_none() && p.2 <= TRY_WITHIN * by_model.2)
+        .fold(None, |b: Option<&(Algorithm, usize, f64)>, c| if b.is_some_and(|b| b.2 <= c.2) { b } else { Some(c) });
+    let best = match untried {
+        Some(u) => *u,
+        None if any_measured => predicted
+            .iter()
+            .filter(|p| measured.of(p.0).is_some())
+            .fold(None, |b: Option<(Algorithm, usize, f64)>, c| match b {
+                Some(b) if measured.of(b.0) <= measured.of(c.0) => Some(b),
+                _ => Some(*c),
+            })
+            .expect("one is measured"),
+        None => by_model,
+    };
+    let others: Vec<String> = predicted
+        .iter()
+        .map(|(a, s, t)| match measured.of(*a) {
+            Some(m) => format!("{a} ×{s} {} (its calls measured {})", ms(*t), ms(m)),
+            None => format!("{a} ×{s} {}", ms(*t)),
+        })
+        .collect();
+    let measured_links = match (t.hosts > 1, t.per_host > 1) {
         (true, true) => format!("measured across hosts {}; within a host {}", links.remote, links.local),
         (false, true) => format!("measured {}", links.local),
         _ => format!("measured {}", links.remote),
     };
-    let reason = format!("cost model: {} over {t}, predicted {}; {measured}", human(bytes), others.join(", "));
+    let why = match (untried, any_measured) {
+        (Some(u), _) => format!("; {} not measured at this size yet, so tried", u.0),
+        (None, true) => "; the fastest measured".to_string(),
+        (None, false) => String::new(),
+    };
+    let reason =
+        format!("cost model: {} over {t}, predicted {}{why}; {measured_links}", human(bytes), others.join(", "));
     AllreduceChoice { algorithm: best.0, slices: best.1, predicted, reason }
+}
+
+/// A candidate the model predicts within this factor of the best is measured before the
+/// measured ones decide (a call or two of it per world and size class).
+pub const TRY_WITHIN: f64 = 4.0;
+
+/// What each allreduce algorithm's calls took at one world and size class, seconds (0: not
+/// measured), as `meter::LinkMeter::allreduce_ran` keeps them: halving, ring, hierarchical.
+/// Every member sends its own in the agreement round; all decide from the same combination
+/// ([`Measured::combine`]: the slowest member's figure, and "not measured" where any member has
+/// none), so all choose alike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Measured(pub [f64; 3]);
+
+impl Default for Measured {
+    fn default() -> Self {
+        Measured::NONE
+    }
+}
+
+impl Measured {
+    pub const NONE: Measured = Measured([0.0; 3]);
+    pub const WIRE_LEN: usize = 24;
+    /// The longest call a figure may say (a peer's beyond it is refused).
+    pub const MAX_SECS: f64 = 3600.0;
+
+    pub(crate) fn index(a: Algorithm) -> usize {
+        match a {
+            Algorithm::Ring => 1,
+            Algorithm::Hierarchical => 2,
+            Algorithm::Halving | Algorithm::Auto => 0,
+        }
+    }
+
+    pub fn of(&self, a: Algorithm) -> Option<f64> {
+        Some(self.0[Self::index(a)]).filter(|&v| v > 0.0)
+    }
+
+    pub fn set(&mut self, a: Algorithm, secs: f64) {
+        self.0[Self::index(a)] = if secs.is_finite() && secs > 0.0 { secs.min(Self::MAX_SECS) } else { 0.0 };
+    }
+
+    /// What every member decides from: per algorithm the largest figure, none where any member
+    /// has none.
+    pub fn combine(all: &[Measured]) -> Measured {
+        let mut c = Measured::NONE;
+        for (i, v) in c.0.iter_mut().enumerate() {
+            *v = if all.iter().any(|x| x.0[i] <= 0.0) { 0.0 } else { all.iter().map(|x| x.0[i]).fold(0.0, f64::max) };
+        }
+        c
+    }
+
+    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
+        let mut b = [0u8; Self::WIRE_LEN];
+        for (i, v) in self.0.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    /// `None` unless 24 bytes of three figures, each 0 or a finite number of seconds up to
+    /// [`Self::MAX_SECS`].
+    pub fn from_bytes(b: &[u8]) -> Option<Measured> {
+        if b.len() != Self::WIRE_LEN {
+            return None;
+        }
+        let mut c = Measured::NONE;
+        for (i, v) in c.0.iter_mut().enumerate() {
+            *v = f64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            if !(0.0..=Self::MAX_SECS).contains(v) {
+                return None;
+            }
+        }
+        Some(c)
+    }
 }
 
 /// How an all-to-all runs: along a stepped schedule, or every message at once.
@@ -430,6 +549,63 @@ fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the calls measured decides: halving is the model's pick at N = 8; the ring, within
+    /// `TRY_WITHIN` of it by the model, is tried once halving is measured; then the faster
+    /// measured one runs. A candidate far off by the model is never tried.
+    #[test]
+    fn measured_calls_decide_the_allreduce_choice() {
+        let m = model(500.0, 0.3, 0.27, 10.0);
+        let links = Links::uniform(m);
+        let flat = Topology::flat(8);
+        let plain = choose_allreduce_measured(flat, 64 << 20, &links, &Measured::NONE);
+        assert_eq!(plain.algorithm, Algorithm::Halving);
+        assert_eq!(plain, choose_allreduce_on(flat, 64 << 20, &links));
+        let mut c = Measured::NONE;
+        c.set(Algorithm::Halving, 0.52);
+        let tried = choose_allreduce_measured(flat, 64 << 20, &links, &c);
+        assert_eq!(tried.algorithm, Algorithm::Ring, "{}", tried.reason);
+        assert!(tried.reason.contains("ring not measured at this size yet, so tried"), "{}", tried.reason);
+        c.set(Algorithm::Ring, 0.42);
+        let fastest = choose_allreduce_measured(flat, 64 << 20, &links, &c);
+        assert_eq!(fastest.algorithm, Algorithm::Ring, "{}", fastest.reason);
+        assert!(
+            fastest.reason.contains("the fastest measured") && fastest.reason.contains("measured 520"),
+            "{}",
+            fastest.reason
+        );
+        c.set(Algorithm::Ring, 0.60);
+        assert_eq!(choose_allreduce_measured(flat, 64 << 20, &links, &c).algorithm, Algorithm::Halving);
+        // Tiny messages at N = 64 with a dear α: the ring's 126 messages are far off; not tried.
+        let dear = Links::uniform(model(5000.0, 1.0, 0.9, 10.0));
+        let mut h = Measured::NONE;
+        h.set(Algorithm::Halving, 0.1);
+        assert_eq!(choose_allreduce_measured(Topology::flat(64), 4 << 10, &dear, &h).algorithm, Algorithm::Halving);
+    }
+
+    #[test]
+    fn measured_figures_travel_bounded_and_combine_to_the_slowest() {
+        let mut a = Measured::NONE;
+        a.set(Algorithm::Ring, 2.0);
+        a.set(Algorithm::Halving, 1e9);
+        assert_eq!(a.of(Algorithm::Halving), Some(Measured::MAX_SECS), "kept within range");
+        a.set(Algorithm::Hierarchical, f64::NAN);
+        assert_eq!(a.of(Algorithm::Hierarchical), None);
+        assert_eq!(Measured::from_bytes(&a.to_bytes()), Some(a));
+        let mut b = Measured::NONE;
+        b.set(Algorithm::Ring, 3.0);
+        b.set(Algorithm::Halving, 1.0);
+        assert_eq!(Measured::combine(&[a, b]), Measured([Measured::MAX_SECS, 3.0, 0.0]));
+        b.set(Algorithm::Halving, 0.0);
+        assert_eq!(Measured::combine(&[a, b]).of(Algorithm::Halving), None, "one member has none");
+        // A peer's bytes that are not three figures in range are refused.
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 1e5] {
+            let mut raw = Measured::NONE.to_bytes();
+            raw[8..16].copy_from_slice(&bad.to_le_bytes());
+            assert_eq!(Measured::from_bytes(&raw), None, "{bad}");
+        }
+        assert_eq!(Measured::from_bytes(&[0; 23]), None);
+    }
 
     fn model(alpha_us: f64, rate_gbs: f64, direct_gbs: f64, reduce_gbs: f64) -> LinkModel {
         LinkModel {

@@ -17,7 +17,8 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use tokio::task::JoinSet;
 
-use super::cost::LinkModel;
+use super::cost::{LinkModel, Measured};
+use crate::elem::Algorithm;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
@@ -41,6 +42,32 @@ struct State {
     peers: HashMap<PeerId, VecDeque<(u64, f64)>>,
     direct_rate: Option<f64>,
     reduce_rate: Option<f64>,
+    /// Per (members, size class): what each allreduce algorithm's calls took.
+    allreduce: HashMap<(usize, u32), Calls>,
+}
+
+/// One world and size class's allreduce calls: each algorithm's time (a moving average over
+/// consecutive calls of it), how many of each ran, and which ran last.
+#[derive(Debug, Default)]
+struct Calls {
+    secs: Measured,
+    runs: [u32; 3],
+    last: Option<usize>,
+}
+
+/// (members, size class) pairs kept at most; past it new ones are not learnt (a group's worlds
+/// and sizes are few; this bounds a caller that tries every size).
+const MAX_CLASSES: usize = 1024;
+
+/// Each call of one algorithm makes the others' figures this much shorter: one that measured
+/// slower is tried again after a while (24 % slower: some 21 calls later), so a figure taken
+/// in a bad moment, or before the machine changed, does not rule it out for good, at the cost
+/// of about one slower call in twenty.
+const FORGET: f64 = 0.01;
+
+/// The size class of a call of `bytes`: calls within a factor of two share their corrections.
+fn size_class(bytes: u64) -> u32 {
+    u64::BITS - bytes.max(1).leading_zeros()
 }
 
 impl LinkMeter {
@@ -76,6 +103,39 @@ impl LinkMeter {
             let mut s = self.state.lock().expect("meter lock");
             s.reduce_rate = Some(ewma(s.reduce_rate, bytes as f64 / secs));
         }
+    }
+
+    /// An allreduce of `bytes` over `members` ran `algorithm` in `secs`. The first call of an
+    /// algorithm at a world and size class is not a sample (it opens connections and faults
+    /// buffers in); a later one sets its figure when another algorithm ran last, else moves it
+    /// there by the moving average; the other algorithms' figures shrink by [`FORGET`].
+    pub fn allreduce_ran(&self, members: usize, bytes: u64, algorithm: Algorithm, secs: f64) {
+        if !(secs.is_finite() && secs > 0.0) {
+            return;
+        }
+        let mut s = self.state.lock().expect("meter lock");
+        let key = (members, size_class(bytes));
+        if !s.allreduce.contains_key(&key) && s.allreduce.len() >= MAX_CLASSES {
+            return;
+        }
+        let c = s.allreduce.entry(key).or_default();
+        let i = Measured::index(algorithm);
+        for (_, v) in c.secs.0.iter_mut().enumerate().filter(|&(j, _)| j != i) {
+            *v *= 1.0 - FORGET;
+        }
+        c.runs[i] = c.runs[i].saturating_add(1);
+        if c.runs[i] > 1 {
+            let old = c.secs.of(algorithm).filter(|_| c.last == Some(i));
+            c.secs.set(algorithm, old.map_or(secs, |o| ewma(Some(o), secs)));
+        }
+        c.last = Some(i);
+    }
+
+    /// What each allreduce algorithm's calls of `bytes` over `members` took (none where it has
+    /// not been measured at that world and size class).
+    pub fn allreduce_measured(&self, members: usize, bytes: u64) -> Measured {
+        let s = self.state.lock().expect("meter lock");
+        s.allreduce.get(&(members, size_class(bytes))).map_or(Measured::NONE, |c| c.secs)
     }
 
     /// This rank's model toward `peers`: the slowest fitted peer (peers never measured are
@@ -200,7 +260,8 @@ pub(crate) async fn agree(
 }
 
 /// [`agree`] on several models per member (the same count from each: toward the members on
-/// other hosts and toward those on its own, say): every member's list, in rank order.
+/// other hosts and toward those on its own, say) and its allreduce figures ([`Measured`]): every
+/// member's, in rank order.
 pub(crate) async fn agree_many(
     endpoint: &std::sync::Arc<Endpoint>,
     ranks: &[Vec<SocketAddr>],
@@ -208,19 +269,32 @@ pub(crate) async fn agree_many(
     me: usize,
     tag: u64,
     mine: &[LinkModel],
-) -> Result<Vec<Vec<LinkModel>>> {
-    let bytes = Bytes::from(mine.iter().flat_map(|m| m.to_bytes()).collect::<Vec<u8>>());
-    let got = exchange(endpoint, ranks, ids, me, tag, bytes).await?;
+    measured: Measured,
+) -> Result<Vec<(Vec<LinkModel>, Measured)>> {
+    let mut bytes: Vec<u8> = mine.iter().flat_map(|m| m.to_bytes()).collect();
+    bytes.extend_from_slice(&measured.to_bytes());
+    let got = exchange(endpoint, ranks, ids, me, tag, Bytes::from(bytes)).await?;
+    let models_len = mine.len() * LinkModel::WIRE_LEN;
     got.into_iter()
         .enumerate()
         .map(|(r, b)| {
-            let Some(b) = b else { return Ok(mine.to_vec()) };
-            let bad =
-                || Error::Protocol(format!("rank {r} sent {} bytes that are not {} link models", b.len(), mine.len()));
-            if b.len() != mine.len() * LinkModel::WIRE_LEN {
+            let Some(b) = b else { return Ok((mine.to_vec(), measured)) };
+            let bad = || {
+                Error::Protocol(format!(
+                    "rank {r} sent {} bytes that are not {} link models and the allreduce figures",
+                    b.len(),
+                    mine.len()
+                ))
+            };
+            if b.len() != models_len + Measured::WIRE_LEN {
                 return Err(bad());
             }
-            b.chunks(LinkModel::WIRE_LEN).map(LinkModel::from_bytes).collect::<Option<Vec<_>>>().ok_or_else(bad)
+            let models = b[..models_len]
+                .chunks(LinkModel::WIRE_LEN)
+                .map(LinkModel::from_bytes)
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(bad)?;
+            Ok((models, Measured::from_bytes(&b[models_len..]).ok_or_else(bad)?))
         })
         .collect()
 }
@@ -253,6 +327,45 @@ async fn exchange(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allreduce_calls_are_measured_per_world_and_size_class() {
+        let m = LinkMeter::new();
+        let h = |m: &LinkMeter| m.allreduce_measured(8, 64 << 20).of(Algorithm::Halving);
+        assert_eq!(m.allreduce_measured(8, 64 << 20), Measured::NONE);
+        // The first call is a warm-up, the second sets the figure, consecutive ones average.
+        m.allreduce_ran(8, 64 << 20, Algorithm::Halving, 4.0);
+        assert_eq!(h(&m), None);
+        m.allreduce_ran(8, 64 << 20, Algorithm::Halving, 0.50);
+        assert_eq!(h(&m), Some(0.50));
+        m.allreduce_ran(8, 64 << 20, Algorithm::Halving, 0.40);
+        assert!((h(&m).unwrap() - 0.47).abs() < 1e-9);
+        // A ring call (its warm-up) makes halving's figure 1 % shorter.
+        m.allreduce_ran(8, 64 << 20, Algorithm::Ring, 9.0);
+        assert!((h(&m).unwrap() - 0.47 * 0.99).abs() < 1e-9);
+        assert_eq!(m.allreduce_measured(8, 64 << 20).of(Algorithm::Ring), None, "the ring's first call is a warm-up");
+        m.allreduce_ran(8, 64 << 20, Algorithm::Ring, 0.42);
+        // Halving again after the ring: its new figure replaces the old, not averaged with it.
+        m.allreduce_ran(8, 64 << 20, Algorithm::Halving, 0.60);
+        assert_eq!(h(&m), Some(0.60));
+        // The same size class (within a factor of two) shares figures; another world or size not.
+        assert_eq!(m.allreduce_measured(8, 100 << 20), m.allreduce_measured(8, 64 << 20));
+        assert_eq!(m.allreduce_measured(4, 64 << 20), Measured::NONE);
+        assert_eq!(m.allreduce_measured(8, 1 << 20), Measured::NONE);
+        // Nonsense is not a sample.
+        for secs in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
+            m.allreduce_ran(2, 1 << 20, Algorithm::Ring, secs);
+            m.allreduce_ran(2, 1 << 20, Algorithm::Ring, secs);
+        }
+        assert_eq!(m.allreduce_measured(2, 1 << 20), Measured::NONE);
+        // Bounded: past MAX_CLASSES (world, class) pairs new ones are not learnt.
+        for w in 0..MAX_CLASSES + 10 {
+            m.allreduce_ran(100 + w, 1 << 20, Algorithm::Ring, 2.0);
+            m.allreduce_ran(100 + w, 1 << 20, Algorithm::Ring, 2.0);
+        }
+        assert_eq!(m.allreduce_measured(100 + MAX_CLASSES + 5, 1 << 20), Measured::NONE);
+        assert_eq!(m.allreduce_measured(100, 1 << 20).of(Algorithm::Ring), Some(2.0));
+    }
 
     #[test]
     fn the_fit_recovers_alpha_and_rate_from_mixed_sizes() {

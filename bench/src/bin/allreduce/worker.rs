@@ -50,6 +50,7 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         let mut times = Vec::new();
         let mut profile = Profile::default();
         let mut ran = (cfg.algorithm, cfg.slices);
+        let mut chosen = Vec::new();
         for it in 0..WARMUP + cli.iters_for(bytes) {
             let mut b = [0i32];
             control.allreduce_typed(&mut b, ReduceOp::Sum).await.map_err(|e| e.to_string())?;
@@ -58,6 +59,12 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
             let dt = t.elapsed().as_secs_f64();
             if it == 0 {
                 check(&out, len, n)?;
+            }
+            if let Some(c) = comm.last_choice() {
+                chosen.push(format!("{}×{}", c.algorithm.name(), c.slices));
+                if rank == 0 && std::env::var_os("PLEXUS_BENCH_REASONS").is_some() {
+                    eprintln!("call {it}: {}", c.reason);
+                }
             }
             if it >= WARMUP {
                 times.push(dt);
@@ -72,6 +79,8 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         control.allreduce_typed(&mut times, ReduceOp::Max).await.map_err(|e| e.to_string())?;
         let median = plexus_bench::median(&times).expect("at least one timed iteration");
         if rank == 0 {
+            // What `auto` ran call by call (warm-up first): its measured corrections at work.
+            eprintln!("{n} ranks, {bytes} bytes, calls ran: {}", chosen.join(" "));
             let s = |d: Duration| d.as_secs_f64();
             println!(
                 "RESULT {bytes} {median} {} {} {} {} {} {} {} {} {}",
