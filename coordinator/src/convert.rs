@@ -657,6 +657,7 @@ pub fn explanation(p: &PlacementRecord) -> pb::ExplainPlacementResponse {
         reason: p.reason.clone(),
         collective: String::new(),
         learner: String::new(),
+        omitted: p.omitted,
     }
 }
 

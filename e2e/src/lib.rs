@@ -243,6 +243,11 @@ impl Cluster {
         self.rt.block_on(f)
     }
 
+    /// The coordinator's process id, while it runs.
+    pub fn coordinator_pid(&self) -> Option<u32> {
+        self.launch.coordinator_pid(0)
+    }
+
     pub fn coordinator_log(&self) -> String {
         std::fs::read_to_string(self.launch.coordinator_log(0)).unwrap_or_default()
     }

@@ -206,6 +206,7 @@ def explanation(e: Any) -> t.Explanation:
         decided_at=when(e.decided_at),
         collective=e.collective,
         learner=e.learner,
+        omitted=e.omitted,
         candidates=[
             t.Candidate(
                 worker_id=c.worker_id,

@@ -326,6 +326,8 @@ class Explanation:
     #: The learned placer's record when the coordinator runs one (its departures from
     #: ``fastest``, what they gained, the guard); empty for a heuristic.
     learner: str = ""
+    #: Candidates considered and not kept (a decision keeps the chosen and the best 31).
+    omitted: int = 0
 
     @property
     def chosen(self) -> Optional[Candidate]:

@@ -51,8 +51,9 @@ pub fn explain_text(e: &pb::ExplainPlacementResponse, now_ms: u64, wide: bool) -
     let feasible = e.candidates.iter().filter(|c| c.feasible).count();
     out.push('\n');
     out.push_str(&t.render());
+    let omitted = if e.omitted > 0 { format!(" (and {} more not kept)", e.omitted) } else { String::new() };
     out.push_str(&format!(
-        "{} candidate(s), {feasible} able to run it; -o wide lists every one with its features{}\n",
+        "{} candidate(s){omitted}, {feasible} able to run it; -o wide lists every one kept with its features{}\n",
         e.candidates.len(),
         if feasible < e.candidates.len() { " (and why the others could not)" } else { "" }
     ));
@@ -160,6 +161,8 @@ pub struct ExplainView {
     /// The learned placer's record (departures from fastest, the guard); null for a heuristic.
     pub learner: Option<String>,
     pub candidates: Vec<CandidateView>,
+    /// Candidates considered and not kept (a decision keeps the chosen and the best 31).
+    pub omitted: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -185,6 +188,7 @@ pub fn explain_view(e: &pb::ExplainPlacementResponse) -> ExplainView {
         decided_at_ms: time(e.decided_at),
         collective: non_empty(&e.collective),
         learner: non_empty(&e.learner),
+        omitted: e.omitted,
         candidates: e
             .candidates
             .iter()

@@ -513,6 +513,7 @@ fn explanation() -> pb::ExplainPlacementResponse {
         reason: "most input bytes local".into(),
         collective: String::new(),
         learner: String::new(),
+        omitted: 0,
     }
 }
 

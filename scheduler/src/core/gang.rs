@@ -182,6 +182,7 @@ impl Core {
                     reason: format!("reserved for gang {:?}; {reason}", g.name),
                     decided_at: now,
                     candidates: Vec::new(),
+                    omitted: 0,
                 };
                 self.next_decision += 1;
                 self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = vec![device];
@@ -703,6 +704,7 @@ impl Core {
                 reason: format!("member {rank} of {n} of collective {task_name:?}: {why}"),
                 decided_at: now,
                 candidates: Vec::new(),
+                omitted: 0,
             };
             let collective = CollectiveAssignment { spec: spec.clone(), members: rails.clone(), tag };
             let assignment = Assignment::of(task, attempt, req, inputs, Some(collective));

@@ -12,7 +12,7 @@ use super::ledger::Devices;
 use super::lineage::Availability;
 use super::messages::{Assignment, HolderLocation, InputLocation};
 use super::ready::OrderKey;
-use super::records::{CandidateRecord, FetchPlan, PlacementRecord};
+use super::records::{CandidateRecord, FetchPlan, PlacementRecord, explained};
 use super::signature::signature;
 use super::state::Core;
 use crate::error::Error;
@@ -507,6 +507,7 @@ impl Core {
         };
         let wid = chosen.worker;
         let reason = if note.is_empty() { decision.reason.clone() } else { format!("{note}; {}", decision.reason) };
+        let kept = explained(&candidates, &decision);
         let record = PlacementRecord {
             decision: decision_id,
             placer: self.placer.name().to_string(),
@@ -515,9 +516,10 @@ impl Core {
             exploratory: decision.exploratory,
             reason,
             decided_at: now,
-            candidates: candidates
-                .iter()
-                .enumerate()
+            omitted: (candidates.len() - kept.len()) as u32,
+            candidates: kept
+                .into_iter()
+                .map(|i| (i, &candidates[i]))
                 .map(|(i, c)| CandidateRecord {
                     worker: c.worker,
                     feasible: c.feasible,

@@ -5,6 +5,7 @@ use plexus_proto::{Digest, JobId, JobState, SubtaskState, WorkerId};
 use serde::{Deserialize, Serialize};
 
 pub use crate::hardware::{Capacity, GpuRecord};
+use crate::placer::{Candidate, Decision};
 use crate::spec::JobSpec;
 
 /// A job as stored. Its subtasks are stored separately (one record each), so that a state change
@@ -220,7 +221,35 @@ pub struct PlacementRecord {
     pub exploratory: bool,
     pub reason: String,
     pub decided_at: u64,
+    /// The chosen worker and the best others, at most [`MAX_EXPLAINED`] (issue 35: every
+    /// candidate of every decision was stored, ~150 KB a placement at 1,000 workers, which made
+    /// writing them most of the engine's time).
     pub candidates: Vec<CandidateRecord>,
+    /// Candidates considered and not kept in `candidates`.
+    #[serde(default)]
+    pub omitted: u32,
+}
+
+/// Candidates a placement record keeps: the chosen one, then the best others by the placer's
+/// score, then those that could not run it.
+pub const MAX_EXPLAINED: usize = 32;
+
+/// The candidates a placement record keeps, in their order: the chosen one, then the feasible
+/// others best first by the placer's score (higher is better; `fastest`'s is minus its
+/// estimate), then infeasible ones, at most [`MAX_EXPLAINED`] in all.
+pub(super) fn explained(candidates: &[Candidate], decision: &Decision) -> Vec<usize> {
+    if candidates.len() <= MAX_EXPLAINED {
+        return (0..candidates.len()).collect();
+    }
+    let score = |i: usize| decision.scores.get(i).copied().filter(|s| !s.is_nan()).unwrap_or(f64::NEG_INFINITY);
+    let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| i != decision.chosen).collect();
+    order.sort_by(|&a, &b| {
+        candidates[b].feasible.cmp(&candidates[a].feasible).then(score(b).total_cmp(&score(a))).then(a.cmp(&b))
+    });
+    let mut kept: Vec<usize> =
+        std::iter::once(decision.chosen).filter(|&c| c < candidates.len()).chain(order).take(MAX_EXPLAINED).collect();
+    kept.sort_unstable();
+    kept
 }
 
 /// Everything loaded from the store at start.

@@ -378,6 +378,27 @@ fn explain_records_every_candidate() {
     assert!(matches!(c.explain(job, "a", 5), Err(Error::NoRank { .. })));
 }
 
+/// With more workers than a record keeps, the record holds the chosen one and the best others
+/// by the placer's score, those able to run it first, and counts the rest.
+#[test]
+fn a_placement_record_keeps_the_chosen_and_the_best_others() {
+    use super::records::MAX_EXPLAINED;
+    let mut c = core();
+    // Workers 1..=40: the even ones have 1 core (cannot run a 2-core task), the odd ones 2..=40.
+    for n in 1..=40u8 {
+        c.register(reg(n, &format!("s{n}"), if n % 2 == 0 { 1 } else { u32::from(n) + 1 }, vec![]), 0);
+    }
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 2\n", 0);
+    c.schedule(1);
+    let p = c.explain(job, "a", 0).unwrap();
+    assert_eq!(p.candidates.len(), MAX_EXPLAINED);
+    assert_eq!(p.omitted as usize, 40 - MAX_EXPLAINED);
+    assert!(p.candidates.iter().any(|x| x.worker == p.chosen), "the chosen one is kept");
+    // The 20 able to run it are all kept (feasible first), then 12 of the 20 that cannot.
+    assert_eq!(p.candidates.iter().filter(|x| x.feasible).count(), 20);
+    assert_eq!(p.candidates.iter().filter(|x| !x.feasible).count(), MAX_EXPLAINED - 20);
+}
+
 #[test]
 fn heartbeat_objects_feed_locality() {
     let mut c = Core::new(CoreConfig::default(), heuristic("locality", 1).unwrap());
