@@ -91,6 +91,8 @@ struct Hollow {
     session: String,
     client: WorkerServiceClient<Channel>,
     running: Mutex<Vec<pb::AttemptRef>>,
+    /// The heartbeat interval the coordinator gave at registration.
+    every: Duration,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -106,7 +108,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize) -> Result<Row, Box<dyn std::error::Error>> {
-    // Heartbeats every second, as the product's default; a worker is lost after 10 s silent.
+    // Heartbeats at the product's interval; a worker is lost after 10 s silent.
     let c = Cluster::start(ClusterConfig {
         workers: 0,
         heartbeat_timeout_ms: 10_000,
@@ -260,7 +262,7 @@ async fn register(
     let channel = Endpoint::from_shared(url.to_string())?.tls_config(cred.coordinator_tls())?.connect().await?;
     let mut client = WorkerServiceClient::new(channel);
     let session = WorkerId::random().to_string();
-    client
+    let r = client
         .register(pb::RegisterRequest {
             worker_id: id.to_string(),
             session: session.clone(),
@@ -276,11 +278,13 @@ async fn register(
             state: Some(pb::NodeState { memory_free: 8 << 30, ..Default::default() }),
             known: vec![],
         })
-        .await?;
-    Ok(Arc::new(Hollow { id, session, client, running: Mutex::new(Vec::new()) }))
+        .await?
+        .into_inner();
+    let every = Duration::from_millis(r.heartbeat_interval_ms.max(1));
+    Ok(Arc::new(Hollow { id, session, client, running: Mutex::new(Vec::new()), every }))
 }
 
-/// Heartbeats at the product's interval (1 s) until `stop`, timing each while `timing`.
+/// Heartbeats at the interval the coordinator gave until `stop`, timing each while `timing`.
 async fn heartbeats(
     h: Arc<Hollow>,
     stop: Arc<AtomicBool>,
@@ -288,9 +292,8 @@ async fn heartbeats(
     timing: Arc<AtomicBool>,
 ) {
     // Spread over the interval, as workers that started at different times are.
-    let offset = u64::from(h.id.as_bytes()[15]) * 1000 / 256;
-    tokio::time::sleep(Duration::from_millis(offset)).await;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tokio::time::sleep(h.every * u32::from(h.id.as_bytes()[15]) / 256).await;
+    let mut tick = tokio::time::interval(h.every);
     while !stop.load(Relaxed) {
         tick.tick().await;
         let running = h.running.lock().await.clone();

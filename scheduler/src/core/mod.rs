@@ -69,6 +69,7 @@ mod placement;
 mod ready;
 pub mod records;
 mod restore;
+mod sample;
 mod signature;
 mod state;
 mod workers;

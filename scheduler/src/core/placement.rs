@@ -13,6 +13,7 @@ use super::lineage::Availability;
 use super::messages::{Assignment, HolderLocation, InputLocation};
 use super::ready::OrderKey;
 use super::records::{CandidateRecord, FetchPlan, PlacementRecord, explained};
+use super::sample::Admit;
 use super::signature::signature;
 use super::state::Core;
 use crate::error::Error;
@@ -568,7 +569,8 @@ impl Core {
         let mut candidates = Vec::new();
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
         let mut samples: Vec<Samples> = Vec::new();
-        for w in self.workers.values().filter(|w| w.live()) {
+        let mut consider = self.consider(inputs);
+        for w in std::mem::take(&mut consider.workers) {
             let free = w.room(!task.runs_nothing());
             // A worker held for a gang ahead takes only work that ends before the gang needs it.
             let gang = held.hold_of(&w.id()).filter(|h| !h.admits(task.timeout_ms, now));
@@ -578,6 +580,11 @@ impl Core {
                 w.record().draining || (self.halt.is_some() && self.is_silent(w.record().last_heartbeat, now));
             let admits = w.record().capacity.admits(&task.constraints);
             let fits = req.fits_in(&free) && gpu_room && gang.is_none() && !draining && admits;
+            match consider.admit(fits) {
+                Admit::Take => {}
+                Admit::Skip => continue,
+                Admit::Stop => break,
+            }
             let (id, rack) = (w.id(), w.record().capacity.topology.rack());
             let mut local = 0u64;
             // Each missing input from its best holder; unknown if any has no estimate.
@@ -630,6 +637,7 @@ impl Core {
                 est_compute_ms: compute.map(|c| c.ms),
             });
         }
+        consider.finish(self);
         (candidates, samples)
     }
 

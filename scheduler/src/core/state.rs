@@ -47,6 +47,8 @@ pub struct Core {
     pub(super) settling: bool,
     /// Evictions halted because too many workers fell silent at once (`liveness.rs`).
     pub(super) halt: Option<EvictionHalt>,
+    /// Where the next decision's sample of workers starts (`sample.rs`), past 256 live workers.
+    pub(super) sample_cursor: std::cell::Cell<usize>,
 }
 
 impl Core {
@@ -65,6 +67,7 @@ impl Core {
             to_settle: Vec::new(),
             settling: false,
             halt: None,
+            sample_cursor: std::cell::Cell::new(0),
             out: Outbox::default(),
         }
     }

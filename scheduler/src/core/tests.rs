@@ -399,6 +399,33 @@ fn a_placement_record_keeps_the_chosen_and_the_best_others() {
     assert_eq!(p.candidates.iter().filter(|x| !x.feasible).count(), MAX_EXPLAINED - 20);
 }
 
+/// Past 256 live workers a decision considers a sample: 128 able to run the task (and up to 16
+/// unable), starting where the previous decision stopped.
+#[test]
+fn many_workers_are_sampled_not_all_considered() {
+    use super::records::MAX_EXPLAINED;
+    use super::sample::{FEASIBLE_SAMPLE, INFEASIBLE_KEPT};
+    let mut c = core();
+    for n in 1..=300u16 {
+        let mut r = reg(1, &format!("s{n}"), if n % 3 == 0 { 1 } else { 2 }, vec![]);
+        let mut b = [0u8; 16];
+        b[14..].copy_from_slice(&n.to_be_bytes());
+        r.worker = WorkerId::from_bytes(b);
+        c.register(r, 0);
+    }
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 2\nreplicas = 2\n", 0);
+    c.schedule(1);
+    let (p0, p1) = (&c.explain(job, "a", 0).unwrap(), &c.explain(job, "a", 1).unwrap());
+    for p in [p0, p1] {
+        let considered = p.candidates.len() + p.omitted as usize;
+        assert_eq!(considered, FEASIBLE_SAMPLE + INFEASIBLE_KEPT, "128 able and 16 unable");
+        assert_eq!(p.candidates.len(), MAX_EXPLAINED);
+    }
+    // The second decision's sample starts where the first stopped: other workers.
+    let ids = |p: &PlacementRecord| p.candidates.iter().map(|x| x.worker).collect::<std::collections::BTreeSet<_>>();
+    assert!(ids(p0).is_disjoint(&ids(p1)), "{:?}\n{:?}", ids(p0), ids(p1));
+}
+
 #[test]
 fn heartbeat_objects_feed_locality() {
     let mut c = Core::new(CoreConfig::default(), heuristic("locality", 1).unwrap());
