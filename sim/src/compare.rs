@@ -91,6 +91,9 @@ pub struct Run {
     /// The warm-up run, for learning contenders when a warm-up workload was given.
     pub warmup: Option<Report>,
     pub report: Report,
+    /// A learning placer's counters after the measured run (warm-up included): its record
+    /// against its anchor among them.
+    pub learned: Option<plexus_scheduler::placer::LearningStats>,
 }
 
 /// Runs every contender on `workload`, each from a fresh cluster, on its own estimates.
@@ -114,7 +117,8 @@ pub fn run_all(
             warm = Some(r);
         }
         let report = simulate_with(config, workload, c.placer.as_mut(), first, c.estimates)?;
-        runs.push(Run { name: c.name, learning: c.learning, estimates: c.estimates, warmup: warm, report });
+        let learned = c.placer.learning();
+        runs.push(Run { name: c.name, learning: c.learning, estimates: c.estimates, warmup: warm, report, learned });
     }
     Ok(runs)
 }
@@ -194,8 +198,30 @@ pub fn print_table(out: &mut dyn Write, title: &str, runs: &[Run]) -> io::Result
         if let Some(b) = best_heuristic(runs) {
             writeln!(out, "    {} on the measured workload, for reference: {}", b.name, curve(&b.report))?;
         }
+        if let Some(a) = run.learned.as_ref().and_then(|l| l.anchor.as_ref()) {
+            writeln!(out, "    against its anchor (warm-up and measured): {}", anchor_line(a))?;
+        }
     }
     Ok(())
+}
+
+/// An anchored learner's record in one line: how often it departed, explored, what the judged
+/// departures gained against the anchor's estimates, and the guard's fall-backs.
+pub fn anchor_line(a: &plexus_scheduler::placer::AnchorStats) -> String {
+    let pct = |n: u64| if a.decisions == 0 { 0.0 } else { n as f64 * 100.0 / a.decisions as f64 };
+    let gain = if a.anchor_ms > 0.0 { a.gain_ms * 100.0 / a.anchor_ms } else { 0.0 };
+    format!(
+        "departed in {} of {} decisions ({:.1} %), explored {} ({:.1} %), {} departures judged gaining {:+.0} ms \
+         ({gain:+.1} % of fastest's estimates), guard fall-backs {}",
+        a.departures,
+        a.decisions,
+        pct(a.departures),
+        a.explored,
+        pct(a.explored),
+        a.judged,
+        a.gain_ms,
+        a.fallbacks
+    )
 }
 
 /// A few lines describing the cluster and workload, for the top of a benchmark's output.
