@@ -451,22 +451,7 @@ mod placer_tests {
     use plexus_scheduler::placer::Outcome;
 
     fn cand(n: u8, est_ms: f64) -> Candidate {
-        let mut b = [0u8; 16];
-        b[15] = n;
-        Candidate {
-            worker: WorkerId::from_bytes(b),
-            feasible: true,
-            note: String::new(),
-            capacity: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
-            free: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
-            assigned: 0,
-            cpu_utilisation: 0.0,
-            local_input_bytes: 0,
-            cache_bytes: 1 << 30,
-            cache_used: 0,
-            est_fetch_ms: Some(0.0),
-            est_compute_ms: Some(est_ms),
-        }
+        Candidate { est_fetch_ms: Some(0.0), est_compute_ms: Some(est_ms), ..Candidate::example(n) }
     }
 
     fn req(decision: u64) -> PlacementRequest {

@@ -54,6 +54,28 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// An idle feasible worker for tests and examples: id `n` (its last byte), 4 cores, 1 GiB of
+    /// memory and of cache, all free; nothing placed or resident; no estimates. Change the
+    /// fields a case needs with `Candidate { .., ..Candidate::example(n) }`.
+    pub fn example(n: u8) -> Candidate {
+        let mut b = [0u8; 16];
+        b[15] = n;
+        Candidate {
+            worker: WorkerId::from_bytes(b),
+            feasible: true,
+            note: String::new(),
+            capacity: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
+            free: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
+            assigned: 0,
+            cpu_utilisation: 0.0,
+            local_input_bytes: 0,
+            cache_bytes: 1 << 30,
+            cache_used: 0,
+            est_fetch_ms: None,
+            est_compute_ms: None,
+        }
+    }
+
     /// Fraction of its cores already promised to placed attempts.
     pub fn cpu_load(&self) -> f64 {
         if self.capacity.cpu <= 0.0 { 0.0 } else { 1.0 - self.free.cpu / self.capacity.cpu }
@@ -526,21 +548,11 @@ mod tests {
     }
 
     fn cand(n: u8, free_cpu: f64, assigned: u32, local: u64) -> Candidate {
-        let mut b = [0u8; 16];
-        b[15] = n;
         Candidate {
-            worker: WorkerId::from_bytes(b),
-            feasible: true,
-            note: String::new(),
-            capacity: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
             free: Resources { cpu: free_cpu, memory: 1 << 30, gpu: 0 },
             assigned,
-            cpu_utilisation: 0.0,
             local_input_bytes: local,
-            cache_bytes: 1 << 30,
-            cache_used: 0,
-            est_fetch_ms: None,
-            est_compute_ms: None,
+            ..Candidate::example(n)
         }
     }
 

@@ -2,26 +2,10 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::*;
-use plexus_proto::{Resources, WorkerId};
 
 /// A feasible candidate estimated at `est` ms (None: no estimate).
 fn cand(n: u8, est: Option<f64>) -> Candidate {
-    let mut b = [0u8; 16];
-    b[15] = n;
-    Candidate {
-        worker: WorkerId::from_bytes(b),
-        feasible: true,
-        note: String::new(),
-        capacity: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
-        free: Resources { cpu: 4.0, memory: 1 << 30, gpu: 0 },
-        assigned: 0,
-        cpu_utilisation: 0.0,
-        local_input_bytes: 0,
-        cache_bytes: 1 << 30,
-        cache_used: 0,
-        est_fetch_ms: est.map(|_| 0.0),
-        est_compute_ms: est,
-    }
+    Candidate { est_fetch_ms: est.map(|_| 0.0), est_compute_ms: est, ..Candidate::example(n) }
 }
 
 fn no_explore() -> AnchorConfig {
