@@ -100,6 +100,11 @@ impl SharedBuf {
         self.len
     }
 
+    /// Whether the memory is not this buffer's allocation (see [`external`](Self::external)).
+    pub fn is_external(&self) -> bool {
+        self.owner.is_some()
+    }
+
     /// `[offset, offset + len)` if it lies inside the buffer, else `None` (without overflowing
     /// for any inputs). The accessors below refuse a range outside with a panic: their callers
     /// compute ranges from a plan or a reservation already checked, so one outside is a bug.

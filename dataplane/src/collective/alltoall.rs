@@ -49,6 +49,7 @@ use super::cost::{self, ExchangeAlgorithm, LinkModel};
 use super::meter::{self, Agreed, LinkMeter};
 use super::rails::{GroupRails, Sharing};
 use super::schedule::{ComTable, Schedule, ScheduleKind};
+use super::spare::Spares;
 use crate::endpoint::{Endpoint, Landed, Posted};
 use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
@@ -97,6 +98,8 @@ pub struct Exchanger {
     meter: Option<Arc<LinkMeter>>,
     /// See [`Exchanger::with_rail_shares`].
     rails: GroupRails,
+    /// Receive buffers whose results were dropped, for the next call (see `spare`).
+    spares: Arc<Spares>,
 }
 
 /// What an exchange ran and why.
@@ -169,6 +172,7 @@ impl Exchanger {
             overlap: false,
             meter: None,
             rails: GroupRails::new(true),
+            spares: Arc::default(),
         })
     }
 
@@ -509,7 +513,7 @@ impl Exchanger {
             self.check_hello(left, base, &hello).await?;
             self.direct(&call, tag, base, &buf, &offsets, &mut posts).await?;
             join(hello_sent, "exchange header").await?;
-            return Ok(self.results(&call, buf, &offsets).await);
+            return Ok(self.results(&call, buf, &offsets));
         }
         let mut hello_sent = Task({
             let (ep, addrs, h) = (self.endpoint.clone(), self.ranks[right].clone(), hello.clone());
@@ -579,14 +583,15 @@ impl Exchanger {
         }
         debug_assert!(posts.pending.is_empty(), "every receive was delivered");
         drop(posts);
-        Ok(self.results(&call, buf, &offsets).await)
+        Ok(self.results(&call, buf, &offsets))
     }
 
     /// The receive buffer, and a receive posted for each sender's range of it.
     fn post_receives(&self, offsets: &[usize], tag: u64) -> Result<(Arc<SharedBuf>, Posts<'_>)> {
         let (n, me, total) = (self.size(), self.rank, offsets[self.size()]);
         let buf = Arc::new(
-            SharedBuf::try_uninit(total)
+            self.spares
+                .buffer(total)
                 .ok_or_else(|| Error::Config(format!("cannot allocate {total} bytes for what this rank receives")))?,
         );
         let mut posts = Posts { endpoint: &self.endpoint, tag, pending: Vec::new() };
@@ -637,15 +642,11 @@ impl Exchanger {
 
     /// The result: one `Bytes` per sender, views of the receive buffer, this rank's own part
     /// shared from its send buffer.
-    async fn results(&self, call: &Call<'_>, buf: Arc<SharedBuf>, offsets: &[usize]) -> Vec<Bytes> {
-        let (n, me, total) = (self.size(), self.rank, offsets[self.size()]);
-        let data = match sole_owner(buf).await {
-            // SAFETY: we hold the only reference, and every byte was written: each sender's
-            // range by its delivered message.
-            Ok(b) => Bytes::from(unsafe { b.take() }),
-            // SAFETY: every receive was delivered: nothing writes the buffer any more.
-            Err(buf) => Bytes::copy_from_slice(unsafe { buf.range(0, total) }),
-        };
+    fn results(&self, call: &Call<'_>, buf: Arc<SharedBuf>, offsets: &[usize]) -> Vec<Bytes> {
+        let (n, me) = (self.size(), self.rank);
+        // SAFETY: every receive was delivered: nothing writes the buffer any more, and each
+        // sender's range was written by its message.
+        let data = unsafe { self.spares.bytes(buf) };
         (0..n).map(|j| if j == me { call.sends[me].clone() } else { data.slice(offsets[j]..offsets[j + 1]) }).collect()
     }
 
@@ -755,23 +756,6 @@ async fn land(buf: &Arc<SharedBuf>, from: usize, range: std::ops::Range<usize>, 
         return Ok(());
     }
     tokio::task::spawn_blocking(copy).await.map_err(|e| Error::Peer(format!("exchange copy task: {e}")))
-}
-
-/// The buffer itself once this is its last `Arc`. When a message was delivered in place, a
-/// connection reader may still hold its view of the buffer for a moment, so this waits up to
-/// 50 ms for such holders before giving up (the caller then copies).
-async fn sole_owner(mut buf: Arc<SharedBuf>) -> std::result::Result<SharedBuf, Arc<SharedBuf>> {
-    let until = Instant::now() + Duration::from_millis(50);
-    loop {
-        match Arc::try_unwrap(buf) {
-            Ok(b) => return Ok(b),
-            Err(b) if Instant::now() >= until => return Err(b),
-            Err(b) => {
-                buf = b;
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-        }
-    }
 }
 
 /// The call's description that each rank sends its right neighbour.

@@ -21,6 +21,7 @@ use super::executor::Executor;
 use super::group::{ABORT, AGREE, Group};
 use super::meter::{self, LinkMeter};
 use super::plan::{Kind, MAX_SLICES, PlanParams};
+use super::spare::sole_owner;
 
 /// Tags a communicator uses: `[tag_base, tag_base + TAG_SPAN)`. Bits 32..56 number the
 /// collective (wrapping), bits 0..32 the message within it. Give each communicator that may
@@ -42,8 +43,9 @@ pub struct Communicator {
     seq: AtomicU64,
     serial: tokio::sync::Mutex<()>,
     profile: Mutex<Profile>,
-    /// The allocation the last `allreduce`/`reduce` copied the caller's buffer into.
-    scratch: Mutex<Vec<u8>>,
+    /// The working buffer the last `allreduce`/`reduce` copied the caller's buffer into, for the
+    /// next call (see `copy_in`).
+    scratch: Mutex<Option<Arc<SharedBuf>>>,
     /// What the last call ran and why.
     choice: Mutex<Option<Choice>>,
     /// How the members sit on hosts (from their rail addresses).
@@ -109,7 +111,7 @@ impl Communicator {
             seq: AtomicU64::new(0),
             serial: tokio::sync::Mutex::new(()),
             profile: Mutex::new(Profile::default()),
-            scratch: Mutex::new(Vec::new()),
+            scratch: Mutex::new(None),
             choice: Mutex::new(None),
         })
     }
@@ -161,7 +163,7 @@ impl Communicator {
         // SAFETY: the collective is over and succeeded: every send returned (no writer reads
         // the buffer) and every posted message was delivered or withdrawn (none writes it).
         buf.copy_from_slice(unsafe { work.range(0, work.len()) });
-        self.reclaim(work).await;
+        self.reclaim(work);
         self.add_copy(copy_in + t.elapsed(), 2 * buf.len() as u64);
         Ok(())
     }
@@ -182,21 +184,25 @@ impl Communicator {
     /// The caller's buffer copied into the working buffer the last call left behind: reusing
     /// memory that is already mapped costs a plain memcpy, where fresh memory costs a page
     /// fault per 4 KiB (measured: 64 MiB into fresh memory took several times longer than into
-    /// reused memory on the benchmark machine).
+    /// reused memory on the benchmark machine). A transport task that still held a view of it
+    /// when the last call returned has let go by now, as a rule; if not, fresh memory.
     fn copy_in(&self, buf: &[u8]) -> Arc<SharedBuf> {
-        let mut v = std::mem::take(&mut *self.scratch.lock().expect("scratch lock"));
+        let last = self.scratch.lock().expect("scratch lock").take();
+        let mut v = match last.map(Arc::try_unwrap) {
+            // SAFETY: we hold the only reference, and every byte of it was written.
+            Some(Ok(w)) => unsafe { w.take() },
+            _ => Vec::new(),
+        };
         v.clear();
         v.extend_from_slice(buf);
         Arc::new(SharedBuf::from_vec(v))
     }
 
-    /// Keeps the working buffer's allocation for the next call if nothing else holds it any
-    /// more (a message still landing in it after a failure, say, keeps it alive elsewhere).
-    async fn reclaim(&self, work: Arc<SharedBuf>) {
-        if let Ok(w) = sole_owner(work).await {
-            // SAFETY: we hold the only reference.
-            *self.scratch.lock().expect("scratch lock") = unsafe { w.take() };
-        }
+    /// Keeps the working buffer for the next call, without waiting for transport tasks that
+    /// may hold a view of it a moment longer (a message still landing in it after a failure
+    /// keeps it from being reused).
+    fn reclaim(&self, work: Arc<SharedBuf>) {
+        *self.scratch.lock().expect("scratch lock") = Some(work);
     }
 
     /// Reduces every rank's `buf` into the root's `buf`; the other ranks' buffers are left
@@ -213,7 +219,7 @@ impl Communicator {
             buf.copy_from_slice(unsafe { work.range(0, work.len()) });
             copied += buf.len();
         }
-        self.reclaim(work).await;
+        self.reclaim(work);
         self.add_copy(copy_in + t.elapsed(), copied as u64);
         Ok(())
     }
@@ -398,25 +404,6 @@ impl Communicator {
             reason: format!("{} ×{} chosen by the {}", c.algorithm, c.slices, c.reason),
             auto: true,
         })
-    }
-}
-
-/// The buffer itself once this is its last `Arc`. When a collective ends, a transport task
-/// may still hold a view of it for a moment (a connection's drain task drops its copy of the
-/// last segment only when it next runs, which can be after the acknowledgement arrived), so
-/// this waits up to 50 ms for such holders before giving up (measured: without the wait, one
-/// 256 MiB allreduce in six paid a 147 ms copy into fresh memory).
-async fn sole_owner(mut work: Arc<SharedBuf>) -> std::result::Result<SharedBuf, Arc<SharedBuf>> {
-    let until = Instant::now() + Duration::from_millis(50);
-    loop {
-        match Arc::try_unwrap(work) {
-            Ok(w) => return Ok(w),
-            Err(w) if Instant::now() >= until => return Err(w),
-            Err(w) => {
-                work = w;
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-        }
     }
 }
 

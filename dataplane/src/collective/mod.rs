@@ -50,6 +50,7 @@ mod rails;
 pub mod redistribution;
 pub mod remap;
 pub mod schedule;
+mod spare;
 
 pub use crate::elem::{Algorithm, DType, Element, ReduceOp, reduce_from, reduce_into};
 pub use communicator::{Choice, Communicator, TAG_SPAN};

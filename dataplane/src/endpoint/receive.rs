@@ -137,6 +137,9 @@ impl Inner {
                         ok
                     }
                 };
+                // Before the commit that may deliver the message: its receiver then finds
+                // itself the buffer's only holder and takes it without waiting or copying.
+                drop(buf);
                 guard.armed = false;
                 if ok {
                     self.incoming.commit(conn.peer, &h, took);

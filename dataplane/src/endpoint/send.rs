@@ -340,6 +340,8 @@ impl Inner {
                     Some((seg, done)) = segs.recv() => {
                         self.size_send_buffer(&conn, &wr, &mut sndbuf);
                         self.write_segment(&conn, &mut wr, &seg).await?;
+                        // Its view of the message's bytes goes before anyone hears it was written.
+                        drop(seg);
                         let _ = done.send(());
                     }
                     else => return Ok::<(), Error>(()),

@@ -51,6 +51,7 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         let mut profile = Profile::default();
         let mut ran = (cfg.algorithm, cfg.slices);
         let mut chosen = Vec::new();
+        let sent_before: Vec<(u64, u64)> = ep.stats().rails.iter().map(|r| (r.bytes_sent, r.segments_sent)).collect();
         for it in 0..WARMUP + cli.iters_for(bytes) {
             let mut b = [0i32];
             control.allreduce_typed(&mut b, ReduceOp::Sum).await.map_err(|e| e.to_string())?;
@@ -81,6 +82,17 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         if rank == 0 {
             // What `auto` ran call by call (warm-up first): its measured corrections at work.
             eprintln!("{n} ranks, {bytes} bytes, calls ran: {}", chosen.join(" "));
+            // Where rank 0's bytes went (every call of this size, warm-up included).
+            let per_rail: Vec<String> = ep
+                .stats()
+                .rails
+                .iter()
+                .zip(&sent_before)
+                .map(|(r, (b, s))| {
+                    format!("{:.1} KiB in {} segments", (r.bytes_sent - b) as f64 / 1024.0, r.segments_sent - s)
+                })
+                .collect();
+            eprintln!("{n} ranks, {bytes} bytes, rank 0 sent per rail: {}", per_rail.join("; "));
             let s = |d: Duration| d.as_secs_f64();
             println!(
                 "RESULT {bytes} {median} {} {} {} {} {} {} {} {} {}",
