@@ -380,6 +380,14 @@ pub struct WorkersArgs {
     /// each since the worker started (as of its last heartbeat).
     #[arg(long)]
     pub rails: bool,
+    /// Only the cluster's summary: how many workers, alive, lost and draining, and the cores,
+    /// memory and GPUs they hold and offer (one request, whatever the cluster's size).
+    #[arg(long, conflicts_with = "rails")]
+    pub summary: bool,
+    /// Workers asked for per request: a cluster of thousands comes in pages of this many, each
+    /// well within a gRPC message (the coordinator builds one page at a time).
+    #[arg(long, hide = true, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    pub page_size: u32,
     #[command(subcommand)]
     pub action: Option<WorkersAction>,
 }

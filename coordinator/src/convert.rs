@@ -3,7 +3,7 @@
 //! outgoing messages.
 
 use plexus_proto::convert::{self as pc, ConvertError};
-use plexus_proto::{AttemptRef, Digest, ObjectId, SubtaskState, pb};
+use plexus_proto::{AttemptRef, Digest, ObjectId, SubtaskState, WorkerId, pb};
 
 use plexus_proto::rules;
 use plexus_proto::topology::{self as topo, GpuLink, LinkLevel};
@@ -15,7 +15,7 @@ use plexus_scheduler::core::{
 use plexus_scheduler::gpu::topology::NodeTopology;
 use plexus_scheduler::spec::Work;
 
-use crate::view::{JobView, QueueView, WorkBatch, WorkerView};
+use crate::view::{JobView, QueueView, WorkBatch, WorkerList, WorkerPage, WorkerSummary, WorkerView};
 
 /// The largest tail of a log the coordinator keeps per stream.
 pub const LOG_TAIL_MAX: usize = 64 * 1024;
@@ -576,6 +576,53 @@ fn capacity(c: &Capacity) -> pb::NodeCapacity {
 }
 
 /// A worker for `plexus workers`, with what was measured of its speed (none: nothing yet).
+/// The most workers one `ListWorkers` page holds: ~750 KiB, well within a gRPC message.
+pub const MAX_WORKERS_PAGE: u32 = 5_000;
+
+/// The page a `ListWorkers` request asks for: `page_size` workers (0: every one, or none with
+/// `summary_only`; over [`MAX_WORKERS_PAGE`]: that many) after the worker `page_token` names.
+pub fn worker_page(r: &pb::ListWorkersRequest) -> Result<WorkerPage, String> {
+    let after = match r.page_token.as_str() {
+        "" => None,
+        t => Some(t.parse::<WorkerId>().map_err(|e| format!("page_token {t:?} is not a worker id: {e}"))?),
+    };
+    let limit = match (r.page_size, r.summary_only) {
+        (_, true) => Some(0),
+        (0, false) => None,
+        (n, false) => Some(n.min(MAX_WORKERS_PAGE) as usize),
+    };
+    Ok(WorkerPage { after, limit, only: None })
+}
+
+/// A page of workers as `ListWorkers` answers it.
+pub fn workers_response(
+    list: &WorkerList,
+    halt: Option<plexus_scheduler::core::EvictionHalt>,
+) -> pb::ListWorkersResponse {
+    pb::ListWorkersResponse {
+        workers: list.workers.iter().map(worker_info).collect(),
+        evictions_halted: halt.map(eviction_halt),
+        next_page_token: list.next.map(|id| id.to_string()).unwrap_or_default(),
+        summary: Some(workers_summary(&list.summary)),
+    }
+}
+
+pub fn workers_summary(s: &WorkerSummary) -> pb::WorkersSummary {
+    pb::WorkersSummary {
+        total: s.total,
+        alive: s.alive,
+        draining: s.draining,
+        assigned: s.assigned,
+        cpu_held: s.cpu.0,
+        cpu_offered: s.cpu.1,
+        memory_held: s.memory.0,
+        memory_offered: s.memory.1,
+        gpus_held: s.gpus.0,
+        gpus_offered: s.gpus.1,
+        rail_bytes_sent: s.rail_bytes_sent,
+    }
+}
+
 pub fn worker_info(w: &WorkerView) -> pb::WorkerInfo {
     pb::WorkerInfo {
         worker_id: w.id.to_string(),
@@ -705,6 +752,23 @@ pub fn eviction_halt(h: plexus_scheduler::core::EvictionHalt) -> pb::EvictionHal
 mod tests {
     use super::*;
     use plexus_proto::JobId;
+
+    #[test]
+    fn a_worker_page_is_bounded_and_its_token_checked() {
+        let page = |page_size, page_token: &str, summary_only| {
+            worker_page(&pb::ListWorkersRequest { page_size, page_token: page_token.into(), summary_only })
+        };
+        assert_eq!(page(0, "", false).unwrap(), WorkerPage::ALL);
+        assert_eq!(page(7, "", true).unwrap(), WorkerPage::SUMMARY);
+        assert_eq!(page(u32::MAX, "", false).unwrap().limit, Some(MAX_WORKERS_PAGE as usize));
+        let id = WorkerId::random();
+        assert_eq!(
+            page(10, &id.to_string(), false).unwrap(),
+            WorkerPage { after: Some(id), limit: Some(10), only: None }
+        );
+        let e = page(10, "job-1", false).unwrap_err();
+        assert!(e.starts_with("page_token \"job-1\" is not a worker id"), "{e}");
+    }
 
     #[test]
     fn reports_are_checked() {

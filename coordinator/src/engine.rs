@@ -19,7 +19,7 @@ use plexus_scheduler::spec::JobSpec;
 
 use crate::error::Error;
 use crate::store::{Batch, Store};
-use crate::view::{Detail, Explanation, JobView, QueueView, Timing, WorkBatch, WorkerView};
+use crate::view::{Detail, Explanation, JobView, QueueView, Timing, WorkBatch, WorkerList, WorkerPage, WorkerView};
 
 /// How often the engine wakes with nothing to do, to detect lost workers. A tenth of a second
 /// keeps lost-worker detection within 100 ms of the heartbeat timeout at negligible cost.
@@ -126,8 +126,10 @@ pub enum Cmd {
         job: JobId,
         reply: Reply<Result<watch::Receiver<JobView>, SchedulerError>>,
     },
+    /// A page of workers and the summary of all (see [`WorkerView::page`]).
     ListWorkers {
-        reply: Reply<Vec<WorkerView>>,
+        page: WorkerPage,
+        reply: Reply<WorkerList>,
     },
     /// Whether evictions are halted now (too many workers silent at once).
     EvictionHalt {
@@ -592,8 +594,8 @@ impl Engine {
                 }
                 replies.push(defer(reply, r));
             }
-            Cmd::ListWorkers { reply } => {
-                replies.push(defer(reply, WorkerView::all(core)));
+            Cmd::ListWorkers { page, reply } => {
+                replies.push(defer(reply, WorkerView::page(core, page)));
             }
             Cmd::EvictionHalt { reply } => {
                 replies.push(defer(reply, core.eviction_halt()));
@@ -834,7 +836,7 @@ mod tests {
                 .await
                 .unwrap()
         );
-        let workers = handle.call(|reply| Cmd::ListWorkers { reply }).await.unwrap();
+        let workers = handle.call(|reply| Cmd::ListWorkers { page: WorkerPage::ALL, reply }).await.unwrap().workers;
         let speed = workers[0].speed.as_ref().expect("measured");
         assert_eq!((speed.signatures, speed.run_samples), (1, 1.0));
         assert!(store.load_estimates().unwrap().is_none(), "not saved with every round");

@@ -27,7 +27,7 @@ use crate::error::Error;
 use crate::relay;
 use crate::status::status;
 use crate::submission;
-use crate::view::Detail;
+use crate::view::{Detail, WorkerPage};
 use crate::working_dirs::{self, ChunkStream, WorkingDirs};
 
 /// How long the coordinator waits on a worker when proxying a log read. Logs are small and the
@@ -362,13 +362,11 @@ impl JobApi {
         })
     }
 
-    async fn workers(&self) -> Result<pb::ListWorkersResponse, Error> {
-        let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
+    async fn workers(&self, r: pb::ListWorkersRequest) -> Result<pb::ListWorkersResponse, Error> {
+        let page = convert::worker_page(&r).map_err(Error::Invalid)?;
+        let list = self.engine.call(|reply| Cmd::ListWorkers { page, reply }).await?;
         let halt = self.engine.call(|reply| Cmd::EvictionHalt { reply }).await?;
-        Ok(pb::ListWorkersResponse {
-            workers: workers.iter().map(convert::worker_info).collect(),
-            evictions_halted: halt.map(convert::eviction_halt),
-        })
+        Ok(convert::workers_response(&list, halt))
     }
 
     fn store_info(&self) -> Result<pb::StoreInfo, Error> {
@@ -534,9 +532,9 @@ impl JobService for JobApi {
 
     async fn list_workers(
         &self,
-        _req: Request<pb::ListWorkersRequest>,
+        req: Request<pb::ListWorkersRequest>,
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
-        reply(self.workers().await)
+        reply(self.workers(req.into_inner()).await)
     }
 
     async fn get_store_info(&self, _req: Request<pb::GetStoreInfoRequest>) -> Result<Response<pb::StoreInfo>, Status> {
@@ -698,7 +696,8 @@ impl WorkerApi {
         let worker = security
             .worker_of(&fp)
             .ok_or_else(|| Error::NotFound(format!("no current worker certificate has fingerprint {fp}")))?;
-        let workers = self.engine.call(|reply| Cmd::ListWorkers { reply }).await?;
+        let page = WorkerPage::one(worker);
+        let workers = self.engine.call(|reply| Cmd::ListWorkers { page, reply }).await?.workers;
         let rails =
             workers.into_iter().find(|w| w.id == worker && w.alive).map(|w| w.capacity.rails).unwrap_or_default();
         Ok(pb::ResolvePeerResponse { worker_id: worker.to_string(), rails })

@@ -87,7 +87,9 @@
       });
     },
     workers: function () {
-      get("/api/workers", function (d) {
+      // The same page of workers as the one shown (its ?after=).
+      get("/api/workers" + location.search, function (d) {
+        text(document.getElementById("summary"), d.summary);
         d.workers.forEach(function (w) {
           var r = document.querySelector('#workers tr[data-worker="' + w.worker_id + '"]');
           if (!r) return;

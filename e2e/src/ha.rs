@@ -258,7 +258,7 @@ impl HaCluster {
     pub fn workers_alive(&self) -> Option<usize> {
         let i = self.leader()?;
         let mut c = self.client_of(i)?;
-        let w = self.rt.block_on(c.list_workers(pb::ListWorkersRequest {})).ok()?.into_inner().workers;
+        let w = self.rt.block_on(c.list_workers(pb::ListWorkersRequest::default())).ok()?.into_inner().workers;
         Some(w.iter().filter(|w| w.alive).count())
     }
 

@@ -346,7 +346,7 @@ impl Cluster {
 
     pub fn workers(&self) -> Option<Vec<pb::WorkerInfo>> {
         let mut c = self.client_opt()?;
-        self.rt.block_on(c.list_workers(pb::ListWorkersRequest {})).ok().map(|r| r.into_inner().workers)
+        self.rt.block_on(c.list_workers(pb::ListWorkersRequest::default())).ok().map(|r| r.into_inner().workers)
     }
 
     fn client_opt(&self) -> Option<JobServiceClient<InterceptedService<tonic::transport::Channel, Bearer>>> {

@@ -324,6 +324,69 @@ fn drain_undrain_and_remove_workers_by_short_name() {
     );
 }
 
+/// A listing of workers comes a page at a time, in id order, each page with the summary of all;
+/// `plexus workers` walks the pages (here two workers a page) and `--summary` is one request;
+/// the dashboard pages the same way; a page token that names no worker is refused by name.
+#[test]
+fn workers_are_listed_a_page_at_a_time_with_a_summary_of_all() {
+    let c = Cluster::start(ClusterConfig { workers: 3, cpus_per_worker: 2, ..ClusterConfig::default() });
+    let mut ids: Vec<String> = (0..3).map(|i| c.worker_id(i)).collect();
+    ids.sort();
+    let list = |page_size, page_token: &str, summary_only| {
+        let req = pb::ListWorkersRequest { page_size, page_token: page_token.into(), summary_only };
+        let mut client = c.client_with(c.admin_token.as_deref());
+        c.block_on(client.list_workers(req))
+    };
+    let first = list(2, "", false).unwrap().into_inner();
+    let shown: Vec<&str> = first.workers.iter().map(|w| w.worker_id.as_str()).collect();
+    assert_eq!(shown, [ids[0].as_str(), ids[1].as_str()]);
+    assert_eq!(first.next_page_token, ids[1]);
+    let summary = first.summary.expect("a summary");
+    assert_eq!((summary.total, summary.alive, summary.draining), (3, 3, 0));
+    assert_eq!(summary.cpu_offered, 6.0);
+    let second = list(2, &first.next_page_token, false).unwrap().into_inner();
+    assert_eq!(second.workers.iter().map(|w| w.worker_id.as_str()).collect::<Vec<_>>(), [ids[2].as_str()]);
+    assert!(second.next_page_token.is_empty(), "the last page");
+    let only = list(0, "", true).unwrap().into_inner();
+    assert!(only.workers.is_empty() && only.summary.is_some_and(|s| s.total == 3));
+    let all = list(0, "", false).unwrap().into_inner();
+    assert_eq!(all.workers.len(), 3, "page_size 0: every worker");
+    let e = list(2, "wkr-nope", false).unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("page_token \"wkr-nope\" is not a worker id"), "{e:?}");
+
+    let o = c.plexus(&["workers", "--page-size", "2"]);
+    let table = stdout(&o);
+    assert!(o.status.success() && ids.iter().all(|id| table.contains(&id[..12])), "{}", describe(&o));
+    let o = c.plexus(&["workers", "--summary"]);
+    assert!(
+        o.status.success() && stdout(&o).starts_with("3 workers: 3 alive, 0 lost, 0 draining; 0.0/6 cores"),
+        "{}",
+        describe(&o)
+    );
+    let o = c.plexus(&["workers", "--summary", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", describe(&o)));
+    assert_eq!((v["total"].as_u64(), v["lost"].as_u64(), v["cpu_offered"].as_f64()), (Some(3), Some(0), Some(6.0)));
+
+    let http = c.http.as_deref().expect("the coordinator serves HTTP");
+    let token = c.admin_token.as_deref();
+    let (code, page) = plexus_e2e::http_get(http, &format!("/workers?after={}", ids[0]), token);
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("3 workers: 3 alive, 0 lost"), "{page}");
+    assert!(
+        !page.contains(&format!("data-worker=\"{}\"", ids[0])) && page.contains(&format!("data-worker=\"{}\"", ids[2]))
+    );
+    assert!(page.contains("id=\"first-page\""), "a later page links back to the first");
+    let (code, json) = plexus_e2e::http_get(http, &format!("/api/workers?after={}", ids[1]), token);
+    assert_eq!(code, 200, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["workers"].as_array().map(Vec::len), Some(1));
+    assert!(v["next"].is_null() && v["summary"].as_str().is_some_and(|s| s.starts_with("3 workers")));
+    let (code, body) = plexus_e2e::http_get(http, "/workers?after=wkr-nope", token);
+    assert_eq!(code, 400);
+    assert!(body.contains("after=\"wkr-nope\" is not a worker id"), "{body}");
+}
+
 #[test]
 fn logs_follow_all_ranks_and_attempts() {
     let c = Cluster::start(ClusterConfig { workers: 1, cpus_per_worker: 2, ..ClusterConfig::default() });

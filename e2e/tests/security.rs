@@ -56,12 +56,12 @@ fn tokens_gate_every_call_by_scope_and_a_revoked_token_stops_at_once() {
     let mut admin = c.client_with(c.admin_token.as_deref());
     let jobs = c.block_on(admin.list_jobs(pb::ListJobsRequest::default())).unwrap().into_inner();
     assert!(jobs.jobs.is_empty(), "an unauthenticated submit stored a job: {jobs:?}");
-    let err = c.block_on(anonymous.list_workers(pb::ListWorkersRequest {})).unwrap_err();
+    let err = c.block_on(anonymous.list_workers(pb::ListWorkersRequest::default())).unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
 
     // A malformed token names the problem.
     let mut raw = pb::job_service_client::JobServiceClient::new(c.channel().unwrap());
-    let mut bad = tonic::Request::new(pb::ListWorkersRequest {});
+    let mut bad = tonic::Request::new(pb::ListWorkersRequest::default());
     bad.metadata_mut().insert("authorization", "Bearer hunter2".parse().unwrap());
     let err = c.block_on(raw.list_workers(bad)).unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
@@ -73,7 +73,7 @@ fn tokens_gate_every_call_by_scope_and_a_revoked_token_stops_at_once() {
         .unwrap()
         .into_inner();
     let mut reader = c.client_with(Some(&made.token));
-    c.block_on(reader.list_workers(pb::ListWorkersRequest {})).expect("a read token reads");
+    c.block_on(reader.list_workers(pb::ListWorkersRequest::default())).expect("a read token reads");
     let err = c.block_on(reader.submit_job(req.clone())).unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("has scope read; SubmitJob needs submit"), "{}", err.message());
@@ -100,7 +100,7 @@ fn tokens_gate_every_call_by_scope_and_a_revoked_token_stops_at_once() {
     // Revoked: refused at once.
     let id = made.info.unwrap().id;
     c.block_on(admin.revoke_token(pb::RevokeTokenRequest { id: id.clone() })).unwrap();
-    let err = c.block_on(reader.list_workers(pb::ListWorkersRequest {})).unwrap_err();
+    let err = c.block_on(reader.list_workers(pb::ListWorkersRequest::default())).unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     assert_eq!(err.message(), format!("token {id} was revoked"));
 
@@ -201,7 +201,7 @@ fn clients_without_the_cluster_ca_or_over_plaintext_cannot_connect() {
     assert!(format!("{err:?}").contains("UnknownIssuer") || format!("{err:?}").contains("certificate"), "{err:?}");
     // Plaintext HTTP/2 to a TLS port: no answer.
     let plain_url = c.url.replace("https://", "http://");
-    let mut req = tonic::Request::new(pb::ListWorkersRequest {});
+    let mut req = tonic::Request::new(pb::ListWorkersRequest::default());
     req.set_timeout(Duration::from_secs(5));
     req.metadata_mut()
         .insert("authorization", format!("Bearer {}", c.admin_token.as_deref().unwrap()).parse().unwrap());

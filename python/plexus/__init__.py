@@ -33,6 +33,7 @@ from .types import (
     TaskGroup,
     TaskPlan,
     WorkerInfo,
+    WorkersSummary,
 )
 
 __version__ = "0.1.0"
@@ -89,4 +90,5 @@ __all__ = [
     "TaskPlan",
     "Unavailable",
     "WorkerInfo",
+    "WorkersSummary",
 ]

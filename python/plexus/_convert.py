@@ -160,6 +160,22 @@ def logs(r: Any) -> t.Logs:
     )
 
 
+def workers_summary(s: Any) -> t.WorkersSummary:
+    return t.WorkersSummary(
+        total=s.total,
+        alive=s.alive,
+        lost=max(0, s.total - s.alive),
+        draining=s.draining,
+        assigned=s.assigned,
+        cpu_held=s.cpu_held,
+        cpu_offered=s.cpu_offered,
+        memory_held=s.memory_held,
+        memory_offered=s.memory_offered,
+        gpus_held=s.gpus_held,
+        gpus_offered=s.gpus_offered,
+    )
+
+
 def worker(w: Any) -> t.WorkerInfo:
     cap, state = w.capacity, w.state
     load = {g.index: g for g in state.gpus}

@@ -35,7 +35,7 @@ from ._pb import pb, pb_grpc
 from ._progress import Bars
 from ._target import COORDINATOR_NAME, PathLike, Target, grpc_address, normalise_url
 from .errors import ConfigError, InvalidJob, JobFailed, NotFound, PlexusError, Unavailable, from_rpc, never_sent, one_line, unreachable
-from .types import CoordinatorInfo, Explanation, JobState, JobStatus, Logs, Plan, WorkerInfo
+from .types import CoordinatorInfo, Explanation, JobState, JobStatus, Logs, Plan, WorkerInfo, WorkersSummary
 
 #: How long connecting to one coordinator may take before the next one is tried (the CLI's).
 CONNECT_TIMEOUT = 5.0
@@ -257,9 +257,24 @@ class Client:
             statuses = [s for i, s in enumerate(statuses) if i in keep]
         return statuses
 
-    def workers(self) -> List[WorkerInfo]:
-        """The workers the coordinator knows, alive or not (``plexus workers``)."""
-        return [convert.worker(w) for w in self._unary("ListWorkers", pb.ListWorkersRequest()).workers]
+    def workers(self, page_size: int = 500) -> List[WorkerInfo]:
+        """The workers the coordinator knows, alive or not, in id order (``plexus workers``),
+        asked for ``page_size`` at a time (at most 5,000)."""
+        if not 1 <= page_size <= 5000:
+            raise ValueError(f"page_size must be between 1 and 5000, not {page_size}")
+        out: List[WorkerInfo] = []
+        token = ""
+        while True:
+            page = self._unary("ListWorkers", pb.ListWorkersRequest(page_size=page_size, page_token=token))
+            out.extend(convert.worker(w) for w in page.workers)
+            if not page.next_page_token:
+                return out
+            token = page.next_page_token
+
+    def workers_summary(self) -> WorkersSummary:
+        """The cluster in counts and sums, in one request at any size (``plexus workers --summary``)."""
+        response = self._unary("ListWorkers", pb.ListWorkersRequest(summary_only=True))
+        return convert.workers_summary(response.summary)
 
     def coordinators(self) -> List[CoordinatorInfo]:
         """The coordinators of the control plane and which one leads (``plexus coordinators``)."""

@@ -270,6 +270,25 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class WorkersSummary:
+    """Counts and sums over every worker (``plexus workers --summary``)."""
+
+    total: int
+    alive: int
+    lost: int
+    draining: int
+    #: Attempts placed and not finished.
+    assigned: int
+    #: Held and offered, over the alive workers.
+    cpu_held: float
+    cpu_offered: float
+    memory_held: int
+    memory_offered: int
+    gpus_held: int
+    gpus_offered: int
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """A worker the coordinator knows (``plexus workers``)."""
 

@@ -63,6 +63,14 @@ def test_workers_lists_the_cluster(client: plexus.Client) -> None:
         assert w.cpus == CPUS
         assert w.hostname and w.rails and w.memory > 0
         assert w.isolation in ("cgroup-v2", "cgroup-v1", "process-group")
+    # A page at a time, in id order: the same workers whatever the page size.
+    paged = client.workers(page_size=1)
+    assert [w.id for w in paged] == sorted(w.id for w in workers)
+    with pytest.raises(ValueError, match="page_size"):
+        client.workers(page_size=0)
+    s = client.workers_summary()
+    assert (s.total, s.alive, s.lost, s.draining) == (WORKERS, WORKERS, 0, 0)
+    assert s.cpu_offered == WORKERS * CPUS
 
 
 def test_submit_a_path_wait_and_read_the_logs(fanout: plexus.Job) -> None:

@@ -12,15 +12,19 @@
 //! The loops are futures of one `select!`, not spawned tasks, so when one fails the others are
 //! dropped with it; a report batch in flight then goes back to its queue. Any failure (connect,
 //! RPC error or timeout, stream end, `reregister`) starts a new connection after a backoff of
-//! 200 ms doubling to 2 s, reset by every successful registration ([`Backoff`] is that schedule;
+//! 200 ms doubling to 2 s, each delay drawn from the upper half of its step, reset by every
+//! successful registration ([`Backoff`] is that schedule;
 //! `reconnect` the loop, which takes the connection as a parameter so it runs in tests without a
 //! coordinator, on paused time).
 
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use plexus_proto::rules::MAX_MESSAGE;
 use plexus_proto::{WorkerId, pb};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
@@ -34,9 +38,11 @@ use crate::runner::Runner;
 
 /// First reconnect delay: short, so a restarted coordinator sees its workers again quickly.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(200);
-/// Longest reconnect delay: a coordinator that is down for long is retried every 2 s, which
+/// Longest reconnect delay: a coordinator that is down for long is retried every 1–2 s, which
 /// costs nothing and bounds how long a recovered coordinator waits for its workers.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest pause before following a standby to the new leader (see [`Backoff`]).
+const FOLLOW_SPREAD: Duration = Duration::from_millis(250);
 /// How long the TCP connect may take before it counts as a failure.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the whole connect (TCP, TLS handshake, HTTP/2 set-up) may take. Longer than the
@@ -175,30 +181,50 @@ pub const LAPSED: &str = "fenced: the worker's lease with the coordinator ran ou
                           from the coordinator); a collective cannot be frozen, so it was cancelled";
 
 /// The reconnect delays: [`INITIAL_BACKOFF`] doubling to [`MAX_BACKOFF`], back to the start
-/// after every successful registration. Pure: the caller sleeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// after every successful registration, each drawn at random from the upper half of its step
+/// ("equal jitter"): when a coordinator restarts, thousands of workers lose it at the same
+/// instant, and without jitter they would all come back at 200 ms, 400 ms, … in lockstep, a
+/// registration storm per step. Drawn from a generator seeded by the worker's id, so a worker's
+/// schedule repeats run to run while different workers spread. Pure: the caller sleeps.
+#[derive(Debug, Clone)]
 pub struct Backoff {
     next: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Backoff {
-        Backoff { next: INITIAL_BACKOFF }
-    }
+    rng: StdRng,
 }
 
 impl Backoff {
-    /// The delay before the next reconnect; the one after it is twice as long, up to the cap.
+    /// The schedule of the worker whose id hashes to `seed`.
+    pub fn new(seed: u64) -> Backoff {
+        Backoff { next: INITIAL_BACKOFF, rng: StdRng::seed_from_u64(seed) }
+    }
+
+    /// The delay before the next reconnect, in `[step / 2, step]`; the next step is twice as
+    /// long, up to the cap.
     pub fn next_delay(&mut self) -> Duration {
-        let delay = self.next;
+        let step = self.next;
         self.next = (self.next * 2).min(MAX_BACKOFF);
-        delay
+        step / 2 + step.mul_f64(self.rng.random::<f64>() / 2.0)
+    }
+
+    /// The pause before following a standby's hint to the new leader, in `[0, FOLLOW_SPREAD]`:
+    /// every worker follows at once after a takeover, so this spreads their registrations.
+    pub fn follow_delay(&mut self) -> Duration {
+        FOLLOW_SPREAD.mul_f64(self.rng.random::<f64>())
     }
 
     /// A registration succeeded: the next failure is retried quickly again.
     pub fn reset(&mut self) {
         self.next = INITIAL_BACKOFF;
     }
+}
+
+/// The seed of a worker's reconnect schedule: its id, hashed (SipHash with fixed keys, so the
+/// same id gives the same schedule in every run).
+fn backoff_seed(id: &WorkerId) -> u64 {
+    #[allow(deprecated)] // SipHasher: fixed keys are the point (DefaultHasher's may change).
+    let mut h = std::hash::SipHasher::new();
+    id.as_bytes().hash(&mut h);
+    h.finish()
 }
 
 /// How one connection to the coordinator ended.
@@ -210,13 +236,13 @@ struct Ended {
 }
 
 /// Runs `connection` again and again until `shutdown` is cancelled, waiting the [`Backoff`]
-/// between one connection's end and the next one's start.
-async fn reconnect<F, Fut>(shutdown: &CancellationToken, coordinators: &Coordinators, mut connection: F)
+/// (seeded with `seed`) between one connection's end and the next one's start.
+async fn reconnect<F, Fut>(shutdown: &CancellationToken, coordinators: &Coordinators, seed: u64, mut connection: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Ended>,
 {
-    let mut backoff = Backoff::default();
+    let mut backoff = Backoff::new(seed);
     // Whether "not connected" was already logged at info since the last registration.
     let mut announced = false;
     loop {
@@ -230,7 +256,12 @@ where
         }
         // A standby named the leader: go there now.
         if coordinators.failed(&error) {
-            info!(from = %coordinator, to = %coordinators.current(), "following the leader");
+            let after = backoff.follow_delay();
+            info!(from = %coordinator, to = %coordinators.current(), ?after, "following the leader");
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(after) => {}
+            }
             continue;
         }
         let retry_in = backoff.next_delay();
@@ -254,7 +285,7 @@ impl Session {
     /// the running attempts whenever the lease runs out, connected or not.
     pub async fn run(self, shutdown: CancellationToken) {
         tokio::select! {
-            () = reconnect(&shutdown, &self.coordinators, || self.connection()) => {}
+            () = reconnect(&shutdown, &self.coordinators, backoff_seed(&self.worker_id), || self.connection()) => {}
             never = self.fence_on_expiry() => match never {},
         }
     }
@@ -540,27 +571,54 @@ mod tests {
     use tokio::time::Instant;
 
     #[test]
-    fn the_backoff_doubles_to_its_cap_and_resets() {
-        let mut b = Backoff::default();
-        let ms = |b: &mut Backoff| b.next_delay().as_millis();
-        assert_eq!(
-            [ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b), ms(&mut b)],
-            [200, 400, 800, 1600, 2000, 2000]
-        );
+    fn the_backoff_doubles_to_its_cap_with_jitter_and_resets() {
+        let mut b = Backoff::new(7);
+        let steps = [200u128, 400, 800, 1600, 2000, 2000, 2000, 2000];
+        let mut first = Vec::new();
+        for step in steps {
+            let d = b.next_delay().as_millis();
+            assert!(d >= step / 2 && d <= step, "{d} ms is outside [{}, {step}]", step / 2);
+            first.push(d);
+        }
         b.reset();
-        assert_eq!([ms(&mut b), ms(&mut b)], [200, 400]);
+        let d = b.next_delay().as_millis();
+        assert!((100..=200).contains(&d), "{d}");
+        // The same seed, the same schedule; another seed, another.
+        let mut again = Backoff::new(7);
+        assert_eq!(steps.map(|_| again.next_delay().as_millis()).to_vec(), first);
+        let mut other = Backoff::new(8);
+        assert_ne!(steps.map(|_| other.next_delay().as_millis()).to_vec(), first);
     }
 
-    /// The loop itself, on paused time: connections that fail at once are retried after 200 ms,
-    /// 400 ms, … up to 2 s; one that had registered makes the next retry quick again. No
-    /// coordinator and no sleeping: the clock jumps from one retry to the next.
+    /// 5,000 workers that lose the coordinator at once: their first retries spread over the
+    /// whole upper half of the first step instead of all landing at 200 ms.
+    #[test]
+    fn workers_that_fail_together_come_back_spread() {
+        let mut per_10ms = [0u32; 10];
+        for w in 0..5000 {
+            let id = WorkerId::from_bytes((w as u128).to_le_bytes());
+            let d = Backoff::new(backoff_seed(&id)).next_delay().as_millis();
+            assert!((100..=200).contains(&d), "{d}");
+            per_10ms[((d - 100) / 10).min(9) as usize] += 1;
+        }
+        // Uniform: 500 a bucket; none under 350 or over 650.
+        assert!(per_10ms.iter().all(|&n| (350..=650).contains(&n)), "{per_10ms:?}");
+        let follow: Vec<Duration> = (0..100).map(|s| Backoff::new(s).follow_delay()).collect();
+        assert!(follow.iter().all(|d| *d <= FOLLOW_SPREAD));
+        assert!(follow.iter().any(|d| *d < FOLLOW_SPREAD / 4) && follow.iter().any(|d| *d > FOLLOW_SPREAD * 3 / 4));
+    }
+
+    /// The loop itself, on paused time: connections that fail at once are retried after the
+    /// backoff's delays (each within its step: 200 ms, 400 ms, … up to 2 s); one that had
+    /// registered makes the next retry quick again. No coordinator and no sleeping: the clock
+    /// jumps from one retry to the next.
     #[tokio::test(start_paused = true)]
     async fn reconnects_follow_the_backoff_schedule() {
         let shutdown = CancellationToken::new();
         let starts: Mutex<Vec<Instant>> = Mutex::default();
         let t0 = Instant::now();
         // The seventh connection registers before it fails; the tenth is the last one.
-        reconnect(&shutdown, &Coordinators::new("http://coordinator.test"), || {
+        reconnect(&shutdown, &Coordinators::new("http://coordinator.test"), 3, || {
             let mut starts = starts.lock().unwrap();
             starts.push(Instant::now());
             let n = starts.len();
@@ -573,7 +631,19 @@ mod tests {
         let starts = starts.into_inner().unwrap();
         let gaps: Vec<u128> = starts.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
         assert_eq!(starts[0], t0, "the first connection is made at once");
-        assert_eq!(gaps, [200, 400, 800, 1600, 2000, 2000, 200, 400, 800]);
+        let mut expected = Backoff::new(3);
+        let want: Vec<u128> = (0..9)
+            .map(|i| {
+                if i == 6 {
+                    expected.reset();
+                }
+                expected.next_delay().as_millis()
+            })
+            .collect();
+        // The timer rounds each sleep up to its next millisecond.
+        assert!(gaps.iter().zip(&want).all(|(&g, &w)| g == w || g == w + 1), "{gaps:?} against {want:?}");
+        let steps = [200, 400, 800, 1600, 2000, 2000, 200, 400, 800];
+        assert!(gaps.iter().zip(steps).all(|(&g, s)| g >= s / 2 && g <= s), "{gaps:?}");
     }
 
     /// A standby's refusal that names the leader is followed at once; any other failure moves
@@ -610,10 +680,10 @@ mod tests {
             shutdown.cancel();
         };
         let coordinators = Coordinators::new("http://coordinator.test");
-        let run = reconnect(&shutdown, &coordinators, || {
+        let run = reconnect(&shutdown, &coordinators, 0, || {
             std::future::ready(Ended { registered: false, error: Error::StreamClosed })
         });
         tokio::join!(run, stop);
-        assert_eq!(t0.elapsed(), Duration::from_millis(50), "the 200 ms back-off was cut short");
+        assert_eq!(t0.elapsed(), Duration::from_millis(50), "the 100–200 ms back-off was cut short");
     }
 }

@@ -12,10 +12,13 @@
 //! * **work** — a job of `--subtasks` one-core no-op replicas: each assignment is answered with
 //!   RUNNING and SUCCEEDED in one `ReportTasks` (no process, no data), so the figure is what the
 //!   control plane sustains: placements per second from submit to the job's end;
-//! * **lists** — `ListWorkers` through the API (as `plexus workers` calls it), timed.
+//! * **lists** — `ListWorkers` through the API, timed: every worker in one response, one page
+//!   of 500 (what `plexus workers` asks for at a time), and the summary alone
+//!   (`plexus workers --summary`, and the dashboard's usage sampler).
 //!
 //! Printed per N: join and registration times, heartbeat p50/p99, placements/s, the
-//! coordinator's RSS (and per worker), `ListWorkers` latency and size, and how many workers the
+//! coordinator's RSS (and per worker), `ListWorkers` latency and size (whole, a page, the
+//! summary), and how many workers the
 //! coordinator reports not alive at the end (a worker falsely declared lost counts there).
 //! Targets (issue 35, at 5,000 workers): all registered within 60 s, heartbeat p99 ≤ 200 ms,
 //! ≥ 10,000 placements/s, RSS ≤ 2 GiB, `plexus workers` ≤ 1 s, none lost; PASS/FAIL per row
@@ -82,6 +85,10 @@ struct Row {
     rss_before: Option<u64>,
     list: Duration,
     list_bytes: usize,
+    /// One page of 500 workers (what `plexus workers` asks for at a time).
+    page: Duration,
+    /// The summary alone (`plexus workers --summary`, the dashboard's usage sampler).
+    summary: Duration,
     not_alive: usize,
 }
 
@@ -173,6 +180,13 @@ fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize) -> Result<Row, Box<d
     let started = Instant::now();
     let list = c.block_on(client.list_workers(pb::ListWorkersRequest::default()))?.into_inner();
     let list_time = started.elapsed();
+    // What `plexus workers` asks for (a page of 500) and `plexus workers --summary`.
+    let started = Instant::now();
+    c.block_on(client.list_workers(pb::ListWorkersRequest { page_size: 500, ..Default::default() }))?;
+    let page_time = started.elapsed();
+    let started = Instant::now();
+    c.block_on(client.list_workers(pb::ListWorkersRequest { summary_only: true, ..Default::default() }))?;
+    let summary_time = started.elapsed();
     let not_alive = list.workers.iter().filter(|w| !w.alive).count();
     let rss = c.coordinator_pid().and_then(rss_of);
     stop.store(true, Relaxed);
@@ -190,6 +204,8 @@ fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize) -> Result<Row, Box<d
         rss_before,
         list: list_time,
         list_bytes: prost::Message::encoded_len(&list),
+        page: page_time,
+        summary: summary_time,
         not_alive: not_alive + n.saturating_sub(list.workers.len()),
     })
 }
@@ -361,7 +377,7 @@ fn print(args: &Args, rows: &[Row]) {
         args.cpus, args.subtasks
     );
     println!(
-        "{:>6} {:>8} {:>9} {:>8} {:>8} {:>7} {:>11} {:>9} {:>10} {:>9} {:>10} {:>9}",
+        "{:>6} {:>8} {:>9} {:>8} {:>8} {:>7} {:>11} {:>9} {:>10} {:>9} {:>10} {:>8} {:>8} {:>9}",
         "N",
         "join s",
         "register",
@@ -373,6 +389,8 @@ fn print(args: &Args, rows: &[Row]) {
         "+KiB/wkr",
         "list ms",
         "list KiB",
+        "page ms",
+        "summ ms",
         "not alive"
     );
     for r in rows {
@@ -384,7 +402,7 @@ fn print(args: &Args, rows: &[Row]) {
             _ => "-".into(),
         };
         println!(
-            "{:>6} {:>8.1} {:>8.1}s {:>6.1}ms {:>6.1}ms {:>7} {:>11.0} {:>9} {:>10} {:>9.1} {:>10.1} {:>9}",
+            "{:>6} {:>8.1} {:>8.1}s {:>6.1}ms {:>6.1}ms {:>7} {:>11.0} {:>9} {:>10} {:>9.1} {:>10.1} {:>8.1} {:>8.2} {:>9}",
             r.n,
             r.join.as_secs_f64(),
             r.register.as_secs_f64(),
@@ -396,6 +414,8 @@ fn print(args: &Args, rows: &[Row]) {
             per,
             r.list.as_secs_f64() * 1e3,
             r.list_bytes as f64 / 1024.0,
+            r.page.as_secs_f64() * 1e3,
+            r.summary.as_secs_f64() * 1e3,
             r.not_alive
         );
     }

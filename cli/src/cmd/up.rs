@@ -240,7 +240,7 @@ async fn wait_for_coordinator(
 /// A client, once the coordinator has answered a call.
 async fn list_workers(target: &client::Target) -> anyhow::Result<Client> {
     let mut client = client::connect(target).await?;
-    client.list_workers(ListWorkersRequest {}).await?;
+    client.list_workers(ListWorkersRequest::default()).await?;
     Ok(client)
 }
 
@@ -256,7 +256,7 @@ async fn wait_for_workers(
         if let Some(e) = cluster.reap().into_iter().next() {
             bail!("{} exited ({}) before the cluster was up; see {}", e.name, e.status, e.log.display());
         }
-        let alive = match client.list_workers(ListWorkersRequest {}).await {
+        let alive = match client.list_workers(ListWorkersRequest::default()).await {
             Ok(r) => r.into_inner().workers.iter().filter(|w| w.alive).count(),
             Err(status) => bail!("the coordinator stopped answering: {}", client::one_line(status.message())),
         };

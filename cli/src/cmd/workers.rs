@@ -10,8 +10,17 @@ use crate::{client, output};
 
 pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::Result<ExitCode> {
     let mut client = client::connect(target).await?;
-    let listed = client.list_workers(ListWorkersRequest {}).await?.into_inner();
-    let (workers, halt) = (listed.workers, listed.evictions_halted);
+    if args.summary && args.action.is_none() {
+        let listed = client.list_workers(ListWorkersRequest { summary_only: true, ..Default::default() }).await?;
+        let s = listed.into_inner().summary.unwrap_or_default();
+        let text = match args.output {
+            OutputFormat::Json => output::json(&output::workers_summary_view(&s)),
+            OutputFormat::Table | OutputFormat::Wide => output::workers_summary_line(&s),
+        };
+        output::print(&text)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (workers, halt) = every_worker(&mut client, args.page_size).await?;
     if let Some(action) = &args.action {
         let (name, verb) = match action {
             WorkersAction::Drain { worker } => (worker, "drained"),
@@ -48,6 +57,24 @@ pub async fn run(target: &crate::client::Target, args: &WorkersArgs) -> anyhow::
     }
     output::print(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every worker, a page at a time, and whether evictions are halted (as of the last page).
+async fn every_worker(
+    client: &mut client::Client,
+    page_size: u32,
+) -> anyhow::Result<(Vec<plexus_proto::pb::WorkerInfo>, Option<plexus_proto::pb::EvictionHalt>)> {
+    let mut workers = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page =
+            client.list_workers(ListWorkersRequest { page_size, page_token, summary_only: false }).await?.into_inner();
+        workers.extend(page.workers);
+        if page.next_page_token.is_empty() {
+            return Ok((workers, page.evictions_halted));
+        }
+        page_token = page.next_page_token;
+    }
 }
 
 /// The worker `name` means: its full id, a unique prefix of it (with or without `wkr-`), or its

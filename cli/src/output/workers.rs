@@ -292,3 +292,55 @@ fn isolation_text(cap: &pb::NodeCapacity) -> String {
         (None, None) => "-".to_string(),
     }
 }
+
+/// `plexus workers --summary -o json`: the cluster in counts and sums.
+#[derive(Debug, Serialize)]
+pub struct WorkersSummaryView {
+    pub total: u32,
+    pub alive: u32,
+    pub lost: u32,
+    pub draining: u32,
+    /// Attempts placed and not finished.
+    pub assigned: u64,
+    /// Held and offered, over the alive workers.
+    pub cpu_held: f64,
+    pub cpu_offered: f64,
+    pub memory_held_bytes: u64,
+    pub memory_offered_bytes: u64,
+    pub gpus_held: u64,
+    pub gpus_offered: u64,
+}
+
+pub fn workers_summary_view(s: &pb::WorkersSummary) -> WorkersSummaryView {
+    WorkersSummaryView {
+        total: s.total,
+        alive: s.alive,
+        lost: s.total.saturating_sub(s.alive),
+        draining: s.draining,
+        assigned: s.assigned,
+        cpu_held: s.cpu_held,
+        cpu_offered: s.cpu_offered,
+        memory_held_bytes: s.memory_held,
+        memory_offered_bytes: s.memory_offered,
+        gpus_held: s.gpus_held,
+        gpus_offered: s.gpus_offered,
+    }
+}
+
+/// `plexus workers --summary`: one line for the whole cluster.
+pub fn workers_summary_line(s: &pb::WorkersSummary) -> String {
+    format!(
+        "{} workers: {} alive, {} lost, {} draining; {:.1}/{:.0} cores, {}/{} memory, {}/{} GPUs held; {} attempts placed\n",
+        s.total,
+        s.alive,
+        s.total.saturating_sub(s.alive),
+        s.draining,
+        s.cpu_held,
+        s.cpu_offered,
+        human_bytes(s.memory_held),
+        human_bytes(s.memory_offered),
+        s.gpus_held,
+        s.gpus_offered,
+        s.assigned
+    )
+}

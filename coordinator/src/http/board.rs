@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::engine::{Cmd, EngineHandle};
+use crate::view::{WorkerPage, WorkerSummary};
 
 /// Points of the learning curve kept (one every [`SAMPLE_EVERY`]: about two hours).
 const CURVE_POINTS: usize = 3_600;
@@ -62,10 +63,10 @@ impl Board {
         self.usage.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
     }
 
-    /// Adds a sample of the live workers `workers` at `at_ms`.
-    pub fn record_usage(&self, workers: &[crate::view::WorkerView], at_ms: u64) {
+    /// Adds a sample of the cluster (its workers' summary) at `at_ms`.
+    pub fn record_usage(&self, summary: &WorkerSummary, at_ms: u64) {
         let mut all = self.usage.lock().unwrap_or_else(|p| p.into_inner());
-        let u = measure(workers, at_ms, all.back());
+        let u = measure(summary, at_ms, all.back());
         if all.len() == USAGE_POINTS {
             all.pop_front();
         }
@@ -73,15 +74,16 @@ impl Board {
     }
 }
 
-/// The usage of the live workers among `workers` at `at_ms`; the rails' rate since `prev`.
-pub fn measure(workers: &[crate::view::WorkerView], at_ms: u64, prev: Option<&Usage>) -> Usage {
-    let mut u = Usage { at_ms, ..Usage::default() };
-    for w in workers.iter().filter(|w| w.alive) {
-        u.cpu = (u.cpu.0 + w.allocated.cpu, u.cpu.1 + f64::from(w.capacity.cpus));
-        u.memory = (u.memory.0 + w.allocated.memory, u.memory.1 + w.capacity.memory);
-        u.gpus = (u.gpus.0 + u64::from(w.allocated.gpu), u.gpus.1 + w.capacity.gpus.len() as u64);
-        u.sent = u.sent.saturating_add(w.node.rails.iter().map(|r| r.bytes_sent).fold(0, u64::saturating_add));
-    }
+/// The usage of the live workers, from their summary, at `at_ms`; the rails' rate since `prev`.
+pub fn measure(summary: &WorkerSummary, at_ms: u64, prev: Option<&Usage>) -> Usage {
+    let mut u = Usage {
+        at_ms,
+        cpu: summary.cpu,
+        memory: summary.memory,
+        gpus: summary.gpus,
+        sent: summary.rail_bytes_sent,
+        ..Usage::default()
+    };
     if let Some(prev) = prev.filter(|p| at_ms > p.at_ms && u.sent >= p.sent) {
         u.rail_bytes_per_s = (u.sent - prev.sent) as f64 * 1000.0 / (at_ms - prev.at_ms) as f64;
     }
@@ -91,8 +93,10 @@ pub fn measure(workers: &[crate::view::WorkerView], at_ms: u64, prev: Option<&Us
 /// Samples the cluster's usage every [`USAGE_EVERY`] until `stop`.
 pub async fn sample_usage(engine: EngineHandle, board: Arc<Board>, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
-        if let Ok(workers) = engine.call(|reply| Cmd::ListWorkers { reply }).await {
-            board.record_usage(&workers, plexus_proto::now_ms());
+        // The summary alone: a sum over the workers, no view of any (at 5,000 workers the
+        // whole list is ~750 KiB built on the engine's thread every sample).
+        if let Ok(list) = engine.call(|reply| Cmd::ListWorkers { page: WorkerPage::SUMMARY, reply }).await {
+            board.record_usage(&list.summary, plexus_proto::now_ms());
         }
         tokio::select! {
             _ = tokio::time::sleep(USAGE_EVERY) => {}

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use super::access::{Http, TOKEN_COOKIE, refusal};
 use crate::convert;
 use crate::engine::Cmd;
-use crate::view::Detail;
+use crate::view::{Detail, WorkerPage};
 
 /// Subtask rows a job page shows (the rest are counted).
 const MAX_ROWS: usize = 500;
@@ -65,7 +65,7 @@ pub(super) fn page(title: &str, nav: &str, live: &str, body: Markup) -> Markup {
 const CSS: &str = include_str!("../../static/dashboard.css");
 
 /// A number of bytes, for people.
-fn bytes(n: u64) -> String {
+pub(super) fn bytes(n: u64) -> String {
     bytesize::ByteSize(n).display().iec().to_string()
 }
 
@@ -117,7 +117,7 @@ fn progress(done: u32, total: u32) -> Markup {
     html! { span.bar { i style=(format!("width:{pct:.1}%")) {} } " " span.count { (done) "/" (total) } }
 }
 
-fn short(id: &str) -> &str {
+pub(super) fn short(id: &str) -> &str {
     let hex = id.strip_prefix("job-").or_else(|| id.strip_prefix("wkr-")).unwrap_or(id);
     &id[..(id.len() - hex.len() + hex.len().min(8))]
 }
@@ -539,9 +539,9 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
 pub async fn cluster_page(State(d): State<Dash>) -> Response {
     let mut usage = d.board.usage();
     // And now, so the page shows the cluster as it is (not stored: a reload adds no sample).
-    match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
-        Ok(workers) => {
-            let now = super::board::measure(&workers, plexus_proto::now_ms(), usage.last());
+    match d.engine.call(|reply| Cmd::ListWorkers { page: WorkerPage::SUMMARY, reply }).await {
+        Ok(list) => {
+            let now = super::board::measure(&list.summary, plexus_proto::now_ms(), usage.last());
             usage.push(now);
         }
         Err(e) => return unavailable(e),
@@ -614,57 +614,6 @@ pub async fn logs_page(State(d): State<Dash>, Path((id, task, rank)): Path<(Stri
         h3 { "stderr" } pre #stderr { (src.stderr_tail) }
     };
     Html(page("Logs", "Jobs", "", body).into_string()).into_response()
-}
-
-fn workers_json(ws: &[pb::WorkerInfo]) -> Value {
-    json!({ "workers": ws.iter().map(|w| {
-        let st = w.state.clone().unwrap_or_default();
-        json!({
-            "worker_id": w.worker_id, "alive": w.alive, "assigned": w.assigned,
-            "cpu_utilisation": st.cpu_utilisation, "cache_used": st.cache_used,
-            "rails": st.rails.iter().map(|r| json!({"addr": r.addr, "sent": r.bytes_sent, "received": r.bytes_received, "failures": r.failures})).collect::<Vec<_>>(),
-            "gpus": st.gpus.iter().map(|g| json!({"index": g.index, "utilisation": g.utilisation, "memory_used": g.memory_used})).collect::<Vec<_>>(),
-        })
-    }).collect::<Vec<_>>() })
-}
-
-pub async fn workers_page(State(d): State<Dash>) -> Response {
-    let ws: Vec<pb::WorkerInfo> = match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
-        Ok(w) => w.iter().map(convert::worker_info).collect(),
-        Err(e) => return unavailable(e),
-    };
-    let halt = d.engine.call(|reply| Cmd::EvictionHalt { reply }).await.ok().flatten();
-    let body = html! {
-        h2 { "Workers" }
-        @if let Some(h) = halt {
-            p.err #evictions-halted { "Evictions halted: " (h.silent) " of " (h.alive) " workers missed their heartbeats at once; none is declared lost until they heartbeat again (--max-lost-share)." }
-        }
-        table #workers {
-            thead { tr { th { "Worker" } th { "Host" } th { "State" } th { "CPU" } th { "Memory" } th { "GPUs" } th { "Rails (sent / received)" } th { "Cache" } th { "Attempts" } } }
-            tbody { @for w in &ws {
-                @let cap = w.capacity.clone().unwrap_or_default();
-                @let st = w.state.clone().unwrap_or_default();
-                @let alloc = w.allocated.unwrap_or_default();
-                tr data-worker=(w.worker_id) {
-                    td { code { (short(&w.worker_id)) } } td { (cap.hostname) } td.state { (if w.alive { "alive" } else { "lost" }) }
-                    td { (format!("{:.1}", alloc.cpu)) "/" (cap.cpus) " cores, " span.util { (format!("{:.0}", st.cpu_utilisation * 100.0)) } "% busy" }
-                    td { (bytes(alloc.memory)) "/" (bytes(cap.memory)) }
-                    td { @for g in &cap.gpus { @let u = st.gpus.iter().find(|s| s.index == g.index); div.gpu data-gpu=(g.index) { (g.index) ": " (g.name) " " span.gutil { (u.map(|u| format!("{:.0}%", u.utilisation * 100.0)).unwrap_or_default()) } } } }
-                    td { @for (n, r) in st.rails.iter().enumerate() { div.rail data-rail=(n) { code { (r.addr) } " " span.traffic { (bytes(r.bytes_sent)) " / " (bytes(r.bytes_received)) } @if r.failures > 0 { span.err { " " (r.failures) " failures" } } } } }
-                    td { span.cache { (bytes(st.cache_used)) } "/" (bytes(cap.cache_bytes)) }
-                    td.assigned { (w.assigned) }
-                }
-            } }
-        }
-    };
-    Html(page("Workers", "Workers", "workers", body).into_string()).into_response()
-}
-
-pub async fn api_workers(State(d): State<Dash>) -> Response {
-    match d.engine.call(|reply| Cmd::ListWorkers { reply }).await {
-        Ok(ws) => axum::Json(workers_json(&ws.iter().map(convert::worker_info).collect::<Vec<_>>())).into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
-    }
 }
 
 pub async fn app_js() -> impl IntoResponse {

@@ -20,6 +20,7 @@ mod actions;
 pub mod board;
 pub mod dashboard;
 pub mod policy;
+pub mod workers;
 
 pub use access::{Http, TOKEN_COOKIE, check, refusal};
 use board::Board;
@@ -51,12 +52,12 @@ pub async fn serve(
         .route("/jobs/{id}", get(dashboard::job_page))
         .route("/jobs/{id}/explain/{task}/{rank}", get(dashboard::explain_page))
         .route("/jobs/{id}/logs/{task}/{rank}", get(dashboard::logs_page))
-        .route("/workers", get(dashboard::workers_page))
+        .route("/workers", get(workers::workers_page))
         .route("/cluster", get(dashboard::cluster_page))
         .route("/policy", get(policy::policy_page))
         .route("/api/jobs", get(dashboard::api_jobs))
         .route("/api/jobs/{id}", get(dashboard::api_job))
-        .route("/api/workers", get(dashboard::api_workers))
+        .route("/api/workers", get(workers::api_workers))
         .route("/api/policy", get(policy::api_policy))
         .route("/jobs/{id}/cancel", axum::routing::post(actions::cancel))
         .route("/jobs/{id}/resubmit", axum::routing::post(actions::resubmit))

@@ -158,7 +158,9 @@ impl Client {
     /// How many workers the serving coordinator counts alive.
     pub fn live_workers(&mut self) -> Result<usize, CallError> {
         let workers = self.call(|mut c| {
-            Box::pin(async move { c.list_workers(pb::ListWorkersRequest {}).await.map(|r| r.into_inner().workers) })
+            Box::pin(
+                async move { c.list_workers(pb::ListWorkersRequest::default()).await.map(|r| r.into_inner().workers) },
+            )
         })?;
         Ok(workers.iter().filter(|w| w.alive).count())
     }

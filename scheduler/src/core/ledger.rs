@@ -365,6 +365,13 @@ impl Ledger {
         self.workers.values()
     }
 
+    /// The workers after `after` (from the first without it), by id.
+    pub fn after(&self, after: Option<WorkerId>) -> impl Iterator<Item = &Worker> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, Excluded);
+        self.workers.range((from, Unbounded)).map(|(_, w)| w)
+    }
+
     pub fn len(&self) -> usize {
         self.workers.len()
     }

@@ -142,6 +142,17 @@ impl Core {
         self.workers.values()
     }
 
+    /// The workers whose ids follow `after` (all of them for `None`), in id order: one page of
+    /// a listing costs the page, not the cluster.
+    pub fn workers_after(&self, after: Option<WorkerId>) -> impl Iterator<Item = &Worker> {
+        self.workers.after(after)
+    }
+
+    /// How many workers are known, alive or not.
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
     pub fn worker(&self, id: WorkerId) -> Option<&Worker> {
         self.workers.get(&id)
     }

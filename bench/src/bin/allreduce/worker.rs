@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use plexus_dataplane::collective::Profile;
-use plexus_dataplane::{Algorithm, CollectiveConfig, Communicator, DType, EndpointConfig, LinkMeter, ReduceOp};
+use plexus_dataplane::{
+    Algorithm, CollectiveConfig, Communicator, DType, Endpoint, EndpointConfig, LinkMeter, ReduceOp,
+};
 
 use super::{Cli, MIB, WARMUP};
 
@@ -51,7 +53,7 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         let mut profile = Profile::default();
         let mut ran = (cfg.algorithm, cfg.slices);
         let mut chosen = Vec::new();
-        let sent_before: Vec<(u64, u64)> = ep.stats().rails.iter().map(|r| (r.bytes_sent, r.segments_sent)).collect();
+        let sent_before = sent_per_rail_now(&ep);
         for it in 0..WARMUP + cli.iters_for(bytes) {
             let mut b = [0i32];
             control.allreduce_typed(&mut b, ReduceOp::Sum).await.map_err(|e| e.to_string())?;
@@ -82,17 +84,7 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         if rank == 0 {
             // What `auto` ran call by call (warm-up first): its measured corrections at work.
             eprintln!("{n} ranks, {bytes} bytes, calls ran: {}", chosen.join(" "));
-            // Where rank 0's bytes went (every call of this size, warm-up included).
-            let per_rail: Vec<String> = ep
-                .stats()
-                .rails
-                .iter()
-                .zip(&sent_before)
-                .map(|(r, (b, s))| {
-                    format!("{:.1} KiB in {} segments", (r.bytes_sent - b) as f64 / 1024.0, r.segments_sent - s)
-                })
-                .collect();
-            eprintln!("{n} ranks, {bytes} bytes, rank 0 sent per rail: {}", per_rail.join("; "));
+            eprintln!("{n} ranks, {bytes} bytes, rank 0 sent per rail: {}", sent_per_rail(&ep, &sent_before));
             let s = |d: Duration| d.as_secs_f64();
             println!(
                 "RESULT {bytes} {median} {} {} {} {} {} {} {} {} {}",
@@ -116,6 +108,21 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
     // Let the last acknowledgements go out before the process exits.
     tokio::time::sleep(Duration::from_millis(200)).await;
     Ok(())
+}
+
+/// Each rail's bytes and segments sent so far.
+fn sent_per_rail_now(ep: &Endpoint) -> Vec<(u64, u64)> {
+    ep.stats().rails.iter().map(|r| (r.bytes_sent, r.segments_sent)).collect()
+}
+
+/// Where rank 0's bytes went since `before` (every call of a size, warm-up included), per rail.
+fn sent_per_rail(ep: &Endpoint, before: &[(u64, u64)]) -> String {
+    let per: Vec<String> = sent_per_rail_now(ep)
+        .iter()
+        .zip(before)
+        .map(|((b1, s1), (b0, s0))| format!("{:.1} KiB in {} segments", (b1 - b0) as f64 / 1024.0, s1 - s0))
+        .collect();
+    per.join("; ")
 }
 
 /// Element i of rank r's input: a small integer (0..16) from a seeded hash, so every sum of up

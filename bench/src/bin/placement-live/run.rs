@@ -224,7 +224,7 @@ fn collect_work(live: &Live, client: &mut Client, ids: &[String], out: &mut Plac
         }
     }
     // What the coordinator learnt of each worker.
-    if let Ok(r) = live.cluster.block_on(bounded(client.list_workers(pb::ListWorkersRequest {}))) {
+    if let Ok(r) = live.cluster.block_on(bounded(client.list_workers(pb::ListWorkersRequest::default()))) {
         for w in r.into_inner().workers {
             let Some(&i) = by_id.get(w.worker_id.as_str()) else { continue };
             if let Some(sp) = w.speed {
