@@ -18,6 +18,7 @@ use plexus_scheduler::core::{Core, NodeReport, Outbox, Registration, Report};
 use plexus_scheduler::spec::JobSpec;
 
 use crate::error::Error;
+use crate::queue;
 use crate::store::{Batch, Store};
 use crate::view::{Detail, Explanation, JobView, QueueView, Timing, WorkBatch, WorkerList, WorkerPage, WorkerView};
 
@@ -204,15 +205,23 @@ pub enum Cmd {
 /// an engine of its own behind the one handle the services hold.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: std::sync::Arc<std::sync::RwLock<std_mpsc::Sender<Cmd>>>,
+    tx: std::sync::Arc<std::sync::RwLock<queue::Sender<Cmd>>>,
 }
 
 impl EngineHandle {
     /// A handle with no engine behind it (a standby's): every call fails with
     /// [`Error::EngineStopped`] until [`EngineHandle::replace`].
     pub fn detached() -> EngineHandle {
-        let (tx, _) = std_mpsc::channel();
+        EngineHandle::from_sender(queue::channel().0)
+    }
+
+    pub(crate) fn from_sender(tx: queue::Sender<Cmd>) -> EngineHandle {
         EngineHandle { tx: std::sync::Arc::new(std::sync::RwLock::new(tx)) }
+    }
+
+    /// How far behind the current engine is (see `shed`).
+    pub fn load(&self) -> std::sync::Arc<queue::Load> {
+        self.sender().load().clone()
     }
 
     /// Points this handle, and every clone of it, at `other`'s engine.
@@ -221,7 +230,7 @@ impl EngineHandle {
         *self.tx.write().unwrap_or_else(|p| p.into_inner()) = tx;
     }
 
-    fn sender(&self) -> std_mpsc::Sender<Cmd> {
+    fn sender(&self) -> queue::Sender<Cmd> {
         self.tx.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -292,9 +301,9 @@ pub fn start_with(
     clock: fn() -> u64,
     metrics: bool,
 ) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
-    let (tx, rx) = std_mpsc::channel();
+    let (tx, rx) = queue::channel();
     let estimates_saved = (core.estimates().revision(), clock());
-    let metrics = metrics.then(|| crate::metrics::Metrics::new(core.placer_name()));
+    let metrics = metrics.then(|| crate::metrics::Metrics::new(core.placer_name(), tx.load().clone()));
     let engine = Engine {
         stats: Stats::default(),
         core,
@@ -310,7 +319,7 @@ pub fn start_with(
         .name("plexus-engine".into())
         .spawn(move || engine.run(rx))
         .expect("spawning the engine thread at start-up");
-    (EngineHandle { tx: std::sync::Arc::new(std::sync::RwLock::new(tx)) }, join)
+    (EngineHandle::from_sender(tx), join)
 }
 
 type Deferred = Box<dyn FnOnce() + Send>;
@@ -323,7 +332,7 @@ fn defer<T: Send + 'static>(reply: Reply<T>, value: T) -> Deferred {
 }
 
 impl Engine {
-    fn run(mut self, rx: std_mpsc::Receiver<Cmd>) -> Result<(), Error> {
+    fn run(mut self, rx: queue::Receiver<Cmd>) -> Result<(), Error> {
         loop {
             let first = match rx.recv_timeout(TICK) {
                 Ok(c) => Some(c),

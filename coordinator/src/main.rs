@@ -109,6 +109,11 @@ struct Args {
     /// holds are removed, oldest first, to make room; past that an upload is refused.
     #[arg(long, value_name = "SIZE", default_value = "1000MiB", value_parser = parse_size)]
     working_dir_store: u64,
+    /// When commands wait longer than this (ms) for the engine, clients' requests are refused
+    /// with RESOURCE_EXHAUSTED (workers' heartbeats, registrations and reports never are), so
+    /// the coordinator does not fall behind on its workers. 0: never refuse.
+    #[arg(long, default_value_t = plexus_coordinator::shed::DEFAULT_LAG_MS)]
+    shed_lag_ms: u64,
     #[command(subcommand)]
     command: Option<admin::Command>,
 }
@@ -180,6 +185,7 @@ fn main() -> anyhow::Result<()> {
         msc: args.msc,
         working_dir_limit: args.working_dir_limit,
         working_dir_store: args.working_dir_store,
+        shed_lag: std::time::Duration::from_millis(args.shed_lag_ms),
     };
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(run(config, shutdown_signal()))?;

@@ -82,6 +82,11 @@ pub struct Metrics {
     /// The core's counters at the last refresh (the counters above advance by the difference).
     seen: Counters,
     placer: &'static str,
+    /// The engine's queue (`shed`): its lag and the requests shed, read at each render.
+    load: std::sync::Arc<crate::queue::Load>,
+    requests_shed: Counter,
+    engine_lag: Gauge<f64, AtomicU64>,
+    seen_shed: u64,
 }
 
 /// Buckets from 1 ms to ~33 s (×2): placement latencies and engine rounds alike.
@@ -90,7 +95,7 @@ fn latency() -> Histogram {
 }
 
 impl Metrics {
-    pub fn new(placer: &'static str) -> Metrics {
+    pub fn new(placer: &'static str, load: std::sync::Arc<crate::queue::Load>) -> Metrics {
         let mut r = Registry::default();
         let m = Metrics {
             jobs: Family::default(),
@@ -124,6 +129,10 @@ impl Metrics {
             seen: Counters::default(),
             placer,
             registry: Registry::default(),
+            load,
+            requests_shed: Counter::default(),
+            engine_lag: Gauge::default(),
+            seen_shed: 0,
         };
         m.register_state(&mut r);
         m.register_latencies(&mut r);
@@ -224,6 +233,16 @@ impl Metrics {
             "Times the coordinator noticed it had stalled (its engine loop or clock jumped) and gave every worker a fresh heartbeat timeout",
             self.stalls.clone(),
         );
+        r.register(
+            "plexus_requests_shed",
+            "Clients' requests refused with RESOURCE_EXHAUSTED because commands waited longer than --shed-lag-ms for the engine",
+            self.requests_shed.clone(),
+        );
+        r.register(
+            "plexus_engine_lag_seconds",
+            "How long the last command the engine took had waited in its queue (0 while idle)",
+            self.engine_lag.clone(),
+        );
     }
 
     /// Counts one stall of the coordinator.
@@ -309,6 +328,10 @@ impl Metrics {
     pub fn render(&mut self, core: &mut Core) -> String {
         self.learning(core);
         self.refresh(core);
+        let shed = self.load.shed();
+        self.requests_shed.inc_by(shed.saturating_sub(self.seen_shed));
+        self.seen_shed = shed;
+        self.engine_lag.set(self.load.lag().as_secs_f64());
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);

@@ -706,7 +706,9 @@ impl WorkerApi {
     async fn beat(&self, caller: Option<&Caller>, r: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse, Error> {
         let worker = self.check(caller, &r.worker_id)?;
         let node = convert::node_report(r.state.as_ref())?;
+        let t = std::time::Instant::now();
         let ok = self.engine.call(|reply| Cmd::Heartbeat { worker, session: r.session, node, reply }).await?;
+        self.engine.load().heartbeat(t.elapsed());
         Ok(pb::HeartbeatResponse { reregister: !ok })
     }
 

@@ -58,6 +58,9 @@ pub struct Config {
     /// them (`--working-dir-store`), in bytes.
     pub working_dir_limit: u64,
     pub working_dir_store: u64,
+    /// Clients are shed while commands wait longer than this for the engine (`shed`; zero:
+    /// never).
+    pub shed_lag: std::time::Duration,
 }
 
 /// Whether the coordinator checks its callers.
@@ -377,6 +380,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let serve = builder
         .layer(crate::ha::LeaderGate::new(role.clone()))
         .layer(AuthLayer::new(security))
+        .layer(crate::shed::ShedLayer::new(handle.clone(), config.shed_lag))
         .add_service(jobs)
         .add_service(workers)
         // TCP_NODELAY: assignments and replies are small messages; Nagle's algorithm with delayed

@@ -12,11 +12,16 @@
 //! * **work** — a job of `--subtasks` one-core no-op replicas: each assignment is answered with
 //!   RUNNING and SUCCEEDED in one `ReportTasks` (no process, no data), so the figure is what the
 //!   control plane sustains: placements per second from submit to the job's end;
+//! * **flood** — `--flooders` clients list every worker in a loop for `--flood-secs` while the
+//!   heartbeats are timed again: the heartbeats' p99 under that load, and how many listings were
+//!   answered and how many shed (`--shed-lag-ms`, a list of values puts runs side by side);
 //! * **lists** — `ListWorkers` through the API, timed: every worker in one response, one page
 //!   of 500 (what `plexus workers` asks for at a time), and the summary alone
 //!   (`plexus workers --summary`, and the dashboard's usage sampler).
 //!
-//! Printed per N: join and registration times, heartbeat p50/p99, placements/s, the
+//! Printed per N: join and registration times, heartbeat p50/p99, the coordinator's CPU (cores)
+//! while the workers only heartbeat and while the job runs (the hollow workers share this
+//! machine's 2 cores with it), placements/s, the
 //! coordinator's RSS (and per worker), `ListWorkers` latency and size (whole, a page, the
 //! summary), and how many workers the
 //! coordinator reports not alive at the end (a worker falsely declared lost counts there).
@@ -61,6 +66,20 @@ struct Args {
     /// Joins and connections made at once (the coordinator signs each join's certificate).
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// The coordinator's `--shed-lag-ms`, one fleet per value at each size (0: never shed),
+    /// e.g. `200,0` to put shedding and none side by side.
+    #[arg(long = "shed-lag-ms", value_delimiter = ',', default_value = "200")]
+    shed_lag_ms: Vec<u64>,
+    /// Clients calling `ListWorkers` in a loop during the flood.
+    #[arg(long, default_value_t = 8)]
+    flooders: usize,
+    /// What they ask for: `whole` (every worker: costly to encode and send) or `summary` (a pass
+    /// over every worker on the engine's thread, a small answer).
+    #[arg(long = "flood-list", default_value = "whole", value_parser = ["whole", "summary"])]
+    flood_list: String,
+    /// How long the flood lasts; its heartbeats are timed on their own (0: no flood).
+    #[arg(long = "flood-secs", default_value_t = 10)]
+    flood_secs: u64,
 }
 
 /// Issue 35's targets, at 5,000 workers.
@@ -73,6 +92,10 @@ const LIST_TARGET: Duration = Duration::from_secs(1);
 /// What one fleet size measured.
 struct Row {
     n: usize,
+    /// The coordinator's CPU (cores) while the workers only heartbeat, and while the job runs.
+    idle_cpu: Option<f64>,
+    work_cpu: Option<f64>,
+    shed_lag_ms: u64,
     join: Duration,
     register: Duration,
     hb_p50_ms: f64,
@@ -90,6 +113,19 @@ struct Row {
     /// The summary alone (`plexus workers --summary`, the dashboard's usage sampler).
     summary: Duration,
     not_alive: usize,
+    flood: Flood,
+}
+
+/// What a flood of whole listings did: the heartbeats' p99 meanwhile, listings answered and shed.
+#[derive(Default)]
+struct Flood {
+    hb_p99_ms: f64,
+    heartbeats: usize,
+    answered: u64,
+    shed: u64,
+    /// Any other error, the first of them.
+    failed: u64,
+    error: Option<String>,
 }
 
 /// One hollow worker: its identity, its connection, what it runs now.
@@ -107,20 +143,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut rows = Vec::new();
     for &n in &args.workers {
-        eprintln!("fleet: {n} hollow workers");
-        rows.push(run(&rt, &args, n)?);
+        for &shed in &args.shed_lag_ms {
+            eprintln!("fleet: {n} hollow workers, --shed-lag-ms {shed}");
+            rows.push(run(&rt, &args, n, shed)?);
+        }
     }
     print(&args, &rows);
     Ok(())
 }
 
-fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize) -> Result<Row, Box<dyn std::error::Error>> {
+fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize, shed: u64) -> Result<Row, Box<dyn std::error::Error>> {
     // Heartbeats at the product's interval; a worker is lost after 10 s silent.
     let c = Cluster::start(ClusterConfig {
         workers: 0,
         heartbeat_timeout_ms: 10_000,
         log: "warn".into(),
-        coordinator_args: vec!["--http".into(), "none".into()],
+        coordinator_args: vec!["--http".into(), "none".into(), "--shed-lag-ms".into(), shed.to_string()],
         ..ClusterConfig::default()
     });
     // The coordinator's own footprint before any worker (libtorch's pages among it).
@@ -164,35 +202,39 @@ fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize) -> Result<Row, Box<d
         rt.spawn(assignments(h.clone(), stop.clone(), placed.clone()));
     }
 
-    // Heartbeats, timed.
+    // Heartbeats, timed, and the coordinator's CPU meanwhile (all it does then is serve them).
+    let pid = c.coordinator_pid();
+    let cpu0 = pid.and_then(cpu_of);
     timing.store(true, Relaxed);
     std::thread::sleep(Duration::from_secs(args.heartbeat_secs));
     timing.store(false, Relaxed);
-    let mut hb = std::mem::take(&mut *rtts.lock().expect("rtts"));
-    hb.sort_by(f64::total_cmp);
-    let pct = |p: f64| hb.get(((hb.len() as f64 * p) as usize).min(hb.len().saturating_sub(1))).copied().unwrap_or(0.0);
+    let idle_cpu = share(cpu0, pid.and_then(cpu_of), Duration::from_secs(args.heartbeat_secs));
+    let hb = sorted(&rtts);
+    let pct = |p: f64| percentile(&hb, p);
 
-    // Work: one job of no-op replicas.
+    // A flood of whole listings, heartbeats timed meanwhile.
+    let flood = if args.flood_secs == 0 { Flood::default() } else { flood(&c, args, &rtts, &timing) };
+
+    // Work: one job of no-op replicas, and the coordinator's CPU meanwhile.
+    let cpu0 = pid.and_then(cpu_of);
     let wall = place_all(&c, args, n, &placed)?;
+    let work_cpu = share(cpu0, pid.and_then(cpu_of), wall);
 
     // Lists, and what the coordinator holds.
-    let mut client = c.client_with(c.admin_token.as_deref());
-    let started = Instant::now();
-    let list = c.block_on(client.list_workers(pb::ListWorkersRequest::default()))?.into_inner();
-    let list_time = started.elapsed();
+    let (list_time, list) = timed_list(&c, pb::ListWorkersRequest::default())?;
     // What `plexus workers` asks for (a page of 500) and `plexus workers --summary`.
-    let started = Instant::now();
-    c.block_on(client.list_workers(pb::ListWorkersRequest { page_size: 500, ..Default::default() }))?;
-    let page_time = started.elapsed();
-    let started = Instant::now();
-    c.block_on(client.list_workers(pb::ListWorkersRequest { summary_only: true, ..Default::default() }))?;
-    let summary_time = started.elapsed();
+    let (page_time, _) = timed_list(&c, pb::ListWorkersRequest { page_size: 500, ..Default::default() })?;
+    let (summary_time, _) = timed_list(&c, pb::ListWorkersRequest { summary_only: true, ..Default::default() })?;
     let not_alive = list.workers.iter().filter(|w| !w.alive).count();
     let rss = c.coordinator_pid().and_then(rss_of);
     stop.store(true, Relaxed);
     drop(fleet);
     Ok(Row {
         n,
+        idle_cpu,
+        work_cpu,
+        shed_lag_ms: shed,
+        flood,
         join,
         register: register_time,
         hb_p50_ms: pct(0.50),
@@ -208,6 +250,76 @@ fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize) -> Result<Row, Box<d
         summary: summary_time,
         not_alive: not_alive + n.saturating_sub(list.workers.len()),
     })
+}
+
+/// One `ListWorkers` call, timed.
+fn timed_list(
+    c: &Cluster,
+    req: pb::ListWorkersRequest,
+) -> Result<(Duration, pb::ListWorkersResponse), Box<dyn std::error::Error>> {
+    let mut client = c.client_with(c.admin_token.as_deref());
+    let started = Instant::now();
+    let list = c.block_on(client.list_workers(req))?.into_inner();
+    Ok((started.elapsed(), list))
+}
+
+/// The heartbeats' round trips taken so far, sorted (and forgotten there).
+fn sorted(rtts: &std::sync::Mutex<Vec<f64>>) -> Vec<f64> {
+    let mut hb = std::mem::take(&mut *rtts.lock().expect("rtts"));
+    hb.sort_by(f64::total_cmp);
+    hb
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted.get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1))).copied().unwrap_or(0.0)
+}
+
+/// `--flooders` clients list every worker, again and again, for `--flood-secs`, while the
+/// heartbeats are timed: with shedding, the listings the engine cannot keep up with are refused
+/// (RESOURCE_EXHAUSTED) and the heartbeats stay on time; without it, they queue behind them.
+fn flood(c: &Cluster, args: &Args, rtts: &std::sync::Mutex<Vec<f64>>, timing: &AtomicBool) -> Flood {
+    let until = Instant::now() + Duration::from_secs(args.flood_secs);
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let error = Arc::new(std::sync::Mutex::new(None));
+    let clients: Vec<_> = (0..args.flooders).map(|_| c.client_with(c.admin_token.as_deref())).collect();
+    let request = pb::ListWorkersRequest { summary_only: args.flood_list == "summary", ..Default::default() };
+    timing.store(true, Relaxed);
+    // On the harness's runtime, where the clients' connections live.
+    c.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for mut client in clients {
+            let (counts, error, request) = (counts.clone(), error.clone(), request.clone());
+            set.spawn(async move {
+                while Instant::now() < until {
+                    // [answered, shed, failed]
+                    let k = match client.list_workers(request.clone()).await {
+                        Ok(_) => 0,
+                        Err(e) if e.code() == tonic::Code::ResourceExhausted => {
+                            // Refused at once: back off a little, as a client would.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            1
+                        }
+                        Err(e) => {
+                            error.lock().expect("error").get_or_insert_with(|| e.to_string());
+                            2
+                        }
+                    };
+                    counts[k].fetch_add(1, Relaxed);
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    });
+    timing.store(false, Relaxed);
+    let hb = sorted(rtts);
+    Flood {
+        hb_p99_ms: percentile(&hb, 0.99),
+        heartbeats: hb.len(),
+        answered: counts[0].load(Relaxed),
+        shed: counts[1].load(Relaxed),
+        failed: counts[2].load(Relaxed),
+        error: error.lock().expect("error").clone(),
+    }
 }
 
 /// Every worker's certificate (`Join`, as a new worker does), `concurrency` at a time.
@@ -364,10 +476,31 @@ async fn assignments(h: Arc<Hollow>, stop: Arc<AtomicBool>, placed: Arc<AtomicU6
 }
 
 /// A process's resident set, bytes.
+/// The CPU time `pid` has used, user and system.
+fn cpu_of(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis: state is field 3, utime and stime 14 and 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Duration::from_millis(ticks * 1000 / hz))
+}
+
+/// Cores used between two CPU readings `wall` apart.
+fn share(before: Option<Duration>, after: Option<Duration>, wall: Duration) -> Option<f64> {
+    Some(after?.saturating_sub(before?).as_secs_f64() / wall.as_secs_f64().max(1e-9))
+}
+
 fn rss_of(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// Cores, as the table shows them.
+fn cores(c: Option<f64>) -> String {
+    c.map_or("-".into(), |c| format!("{c:.2}"))
 }
 
 fn print(args: &Args, rows: &[Row]) {
@@ -377,14 +510,16 @@ fn print(args: &Args, rows: &[Row]) {
         args.cpus, args.subtasks
     );
     println!(
-        "{:>6} {:>8} {:>9} {:>8} {:>8} {:>7} {:>11} {:>9} {:>10} {:>9} {:>10} {:>8} {:>8} {:>9}",
+        "{:>6} {:>8} {:>9} {:>8} {:>8} {:>7} {:>8} {:>11} {:>8} {:>9} {:>10} {:>9} {:>10} {:>8} {:>8} {:>9}",
         "N",
         "join s",
         "register",
         "hb p50",
         "hb p99",
         "beats",
+        "hb cpu",
         "placed/s",
+        "job cpu",
         "RSS MiB",
         "+KiB/wkr",
         "list ms",
@@ -402,14 +537,16 @@ fn print(args: &Args, rows: &[Row]) {
             _ => "-".into(),
         };
         println!(
-            "{:>6} {:>8.1} {:>8.1}s {:>6.1}ms {:>6.1}ms {:>7} {:>11.0} {:>9} {:>10} {:>9.1} {:>10.1} {:>8.1} {:>8.2} {:>9}",
+            "{:>6} {:>8.1} {:>8.1}s {:>6.1}ms {:>6.1}ms {:>7} {:>8} {:>11.0} {:>8} {:>9} {:>10} {:>9.1} {:>10.1} {:>8.1} {:>8.2} {:>9}",
             r.n,
             r.join.as_secs_f64(),
             r.register.as_secs_f64(),
             r.hb_p50_ms,
             r.hb_p99_ms,
             r.heartbeats,
+            cores(r.idle_cpu),
             r.placements_per_s,
+            cores(r.work_cpu),
             rss,
             per,
             r.list.as_secs_f64() * 1e3,
@@ -419,12 +556,37 @@ fn print(args: &Args, rows: &[Row]) {
             r.not_alive
         );
     }
+    if args.flood_secs > 0 {
+        println!(
+            "\nflood: {} clients calling ListWorkers ({}) in a loop for {} s, heartbeats timed meanwhile; a shed \
+             call is refused at once with RESOURCE_EXHAUSTED (the client waits 20 ms)",
+            args.flooders,
+            if args.flood_list == "summary" { "the summary alone" } else { "every worker, page_size 0" },
+            args.flood_secs
+        );
+        println!(
+            "{:>6} {:>9} {:>10} {:>10} {:>8} {:>9} {:>8} {:>7}",
+            "N", "shed ms", "hb p99", "flood p99", "beats", "answered", "shed", "failed"
+        );
+        for r in rows {
+            let f = &r.flood;
+            let shed = if r.shed_lag_ms == 0 { "off".to_string() } else { r.shed_lag_ms.to_string() };
+            println!(
+                "{:>6} {:>9} {:>8.1}ms {:>8.1}ms {:>8} {:>9} {:>8} {:>7}",
+                r.n, shed, r.hb_p99_ms, f.hb_p99_ms, f.heartbeats, f.answered, f.shed, f.failed
+            );
+            if let Some(e) = &f.error {
+                println!("        first other error: {e}");
+            }
+        }
+    }
     println!("\ntargets (issue 35, meant at 5,000 workers; judged here at each size measured):");
     for r in rows {
         let v = |ok: bool| if ok { "PASS" } else { "FAIL" };
         println!(
             "  N={:<5} registered ≤ 60 s {}; heartbeat p99 ≤ 200 ms {}; ≥ 10,000 placements/s {}; RSS ≤ 2 GiB {}; \
-             ListWorkers ≤ 1 s {}; none lost {}  ({} assignments answered)",
+             ListWorkers ≤ 1 s {}; none lost {}; heartbeat p99 ≤ 200 ms under the flood {}  ({} assignments \
+             answered)",
             r.n,
             v(r.register <= REGISTER_TARGET),
             v(r.hb_p99_ms <= HEARTBEAT_P99_TARGET_MS && r.heartbeats > 0),
@@ -432,6 +594,11 @@ fn print(args: &Args, rows: &[Row]) {
             v(r.rss.is_some_and(|b| b <= RSS_TARGET)),
             v(r.list <= LIST_TARGET),
             v(r.not_alive == 0),
+            if args.flood_secs == 0 {
+                "-"
+            } else {
+                v(r.flood.hb_p99_ms <= HEARTBEAT_P99_TARGET_MS && r.flood.heartbeats > 0)
+            },
             r.placed
         );
     }
