@@ -27,7 +27,10 @@
 //! coordinator reports not alive at the end (a worker falsely declared lost counts there).
 //! Targets (issue 35, at 5,000 workers): all registered within 60 s, heartbeat p99 ≤ 200 ms,
 //! ≥ 10,000 placements/s, RSS ≤ 2 GiB, `plexus workers` ≤ 1 s, none lost; PASS/FAIL per row
-//! against them. Not built yet: the etcd store's column, a restart storm, HA takeover.
+//! against them. Then (`--storm`, on by default) two restart storms: the coordinator `kill -9`ed
+//! and started again on its data dir while every worker retries `Register` from the kill on its
+//! back-off, the product's jittered one and the lockstep one before it; the time until all are
+//! back. Not built yet: the etcd store's column, HA takeover.
 //!
 //! `cargo run --release -p plexus-bench --bin fleet [-- --workers 100,1000,5000 --subtasks N
 //! --heartbeat-secs S --cpus C]`. Needs the release `plexus-coordinator` beside it.
@@ -80,6 +83,10 @@ struct Args {
     /// How long the flood lasts; its heartbeats are timed on their own (0: no flood).
     #[arg(long = "flood-secs", default_value_t = 10)]
     flood_secs: u64,
+    /// Restart the coordinator twice at the end of each size (kill -9, start) and time every
+    /// worker's return: on the product's jittered back-off, then in lockstep.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    storm: bool,
 }
 
 /// Issue 35's targets, at 5,000 workers.
@@ -92,6 +99,7 @@ const LIST_TARGET: Duration = Duration::from_secs(1);
 /// What one fleet size measured.
 struct Row {
     n: usize,
+    storms: Vec<Storm>,
     /// The coordinator's CPU (cores) while the workers only heartbeat, and while the job runs.
     idle_cpu: Option<f64>,
     work_cpu: Option<f64>,
@@ -114,6 +122,17 @@ struct Row {
     summary: Duration,
     not_alive: usize,
     flood: Flood,
+}
+
+/// A restart storm: the coordinator `kill -9`ed and started again while every worker retries.
+struct Storm {
+    jittered: bool,
+    /// From the kill until the new coordinator listened.
+    restart: Duration,
+    /// From the kill until every worker was registered again.
+    all: Duration,
+    /// Registration attempts made, refused ones included.
+    attempts: u64,
 }
 
 /// What a flood of whole listings did: the heartbeats' p99 meanwhile, listings answered and shed.
@@ -182,20 +201,7 @@ fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize, shed: u64) -> Result
     let timing = Arc::new(AtomicBool::new(false));
     let placed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let fleet: Vec<Arc<Hollow>> = rt
-        .block_on(async {
-            let mut set = tokio::task::JoinSet::new();
-            for (id, cred) in creds {
-                let (url, cpus) = (url.clone(), args.cpus);
-                set.spawn(async move { register(&url, id, &cred, cpus).await });
-            }
-            let mut out = Vec::with_capacity(n);
-            while let Some(r) = set.join_next().await {
-                out.push(r.expect("register task")?);
-            }
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(out)
-        })
-        .map_err(|e| e.to_string())?;
+    let fleet = register_all(rt, &url, &creds, args.cpus)?;
     let register_time = started.elapsed();
     for h in &fleet {
         rt.spawn(heartbeats(h.clone(), stop.clone(), rtts.clone(), timing.clone()));
@@ -229,8 +235,17 @@ fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize, shed: u64) -> Result
     let rss = c.coordinator_pid().and_then(rss_of);
     stop.store(true, Relaxed);
     drop(fleet);
+    // Restart storms: the coordinator killed and started again, every worker coming back on its
+    // back-off schedule, jittered (the product's) and in lockstep (before it), side by side.
+    let mut c = c;
+    let storms = if args.storm {
+        vec![storm(rt, &mut c, &creds, args.cpus, true)?, storm(rt, &mut c, &creds, args.cpus, false)?]
+    } else {
+        Vec::new()
+    };
     Ok(Row {
         n,
+        storms,
         idle_cpu,
         work_cpu,
         shed_lag_ms: shed,
@@ -250,6 +265,76 @@ fn run(rt: &tokio::runtime::Runtime, args: &Args, n: usize, shed: u64) -> Result
         summary: summary_time,
         not_alive: not_alive + n.saturating_sub(list.workers.len()),
     })
+}
+
+/// Every worker of `creds` connects and registers, all at once (as after a cold start).
+fn register_all(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    creds: &[(WorkerId, Credentials)],
+    cpus: u32,
+) -> Result<Vec<Arc<Hollow>>, Box<dyn std::error::Error>> {
+    rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for (id, cred) in creds.iter().cloned() {
+            let (url, cpus) = (url.to_string(), cpus);
+            set.spawn(async move { register(&url, id, &cred, cpus).await });
+        }
+        let mut out = Vec::with_capacity(creds.len());
+        while let Some(r) = set.join_next().await {
+            out.push(r.expect("register task")?);
+        }
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(out)
+    })
+    .map_err(|e| e.to_string().into())
+}
+
+/// Kills the coordinator and starts it again while all `creds`' workers retry `Register`, each
+/// on a back-off schedule from the kill (as a worker notices its stream end): the product's
+/// (`plexus_worker::session::Backoff`, seeded by the worker's id) when `jittered`, else the
+/// schedule before it (200 ms doubling to 2 s, every worker alike).
+fn storm(
+    rt: &tokio::runtime::Runtime,
+    c: &mut Cluster,
+    creds: &[(WorkerId, Credentials)],
+    cpus: u32,
+    jittered: bool,
+) -> Result<Storm, Box<dyn std::error::Error>> {
+    c.kill_coordinator();
+    let killed = Instant::now();
+    let attempts = Arc::new(AtomicU64::new(0));
+    let url = c.url.clone();
+    let mut set = tokio::task::JoinSet::new();
+    for (id, cred) in creds.iter().cloned() {
+        let (url, attempts) = (url.clone(), attempts.clone());
+        set.spawn_on(
+            async move {
+                let seed = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("8 bytes"));
+                let mut backoff = plexus_worker::session::Backoff::new(seed);
+                let mut lockstep = Duration::from_millis(200);
+                loop {
+                    let delay = if jittered { backoff.next_delay() } else { lockstep };
+                    lockstep = (lockstep * 2).min(Duration::from_secs(2));
+                    tokio::time::sleep(delay).await;
+                    attempts.fetch_add(1, Relaxed);
+                    if register(&url, id, &cred, cpus).await.is_ok() {
+                        return killed.elapsed();
+                    }
+                }
+            },
+            rt.handle(),
+        );
+    }
+    c.start_coordinator();
+    let restart = killed.elapsed();
+    let all = rt.block_on(async {
+        let mut last = Duration::ZERO;
+        while let Some(t) = set.join_next().await {
+            last = last.max(t.expect("a storm task"));
+        }
+        last
+    });
+    Ok(Storm { jittered, restart, all, attempts: attempts.load(Relaxed) })
 }
 
 /// One `ListWorkers` call, timed.
@@ -556,6 +641,34 @@ fn print(args: &Args, rows: &[Row]) {
             r.not_alive
         );
     }
+    print_flood(args, rows);
+    print_storms(args, rows);
+    println!("\ntargets (issue 35, meant at 5,000 workers; judged here at each size measured):");
+    for r in rows {
+        let v = |ok: bool| if ok { "PASS" } else { "FAIL" };
+        println!(
+            "  N={:<5} registered ≤ 60 s {}; heartbeat p99 ≤ 200 ms {}; ≥ 10,000 placements/s {}; RSS ≤ 2 GiB {}; \
+             ListWorkers ≤ 1 s {}; none lost {}; heartbeat p99 ≤ 200 ms under the flood {}  ({} assignments \
+             answered)",
+            r.n,
+            v(r.register <= REGISTER_TARGET),
+            v(r.hb_p99_ms <= HEARTBEAT_P99_TARGET_MS && r.heartbeats > 0),
+            v(r.placements_per_s >= PLACEMENTS_TARGET),
+            v(r.rss.is_some_and(|b| b <= RSS_TARGET)),
+            v(r.list <= LIST_TARGET),
+            v(r.not_alive == 0),
+            if args.flood_secs == 0 {
+                "-"
+            } else {
+                v(r.flood.hb_p99_ms <= HEARTBEAT_P99_TARGET_MS && r.flood.heartbeats > 0)
+            },
+            r.placed
+        );
+    }
+}
+
+/// The flood's table (see [`flood`]).
+fn print_flood(args: &Args, rows: &[Row]) {
     if args.flood_secs > 0 {
         println!(
             "\nflood: {} clients calling ListWorkers ({}) in a loop for {} s, heartbeats timed meanwhile; a shed \
@@ -580,26 +693,28 @@ fn print(args: &Args, rows: &[Row]) {
             }
         }
     }
-    println!("\ntargets (issue 35, meant at 5,000 workers; judged here at each size measured):");
-    for r in rows {
-        let v = |ok: bool| if ok { "PASS" } else { "FAIL" };
+}
+
+/// The restart storms' table (see [`storm`]).
+fn print_storms(args: &Args, rows: &[Row]) {
+    if args.storm {
         println!(
-            "  N={:<5} registered ≤ 60 s {}; heartbeat p99 ≤ 200 ms {}; ≥ 10,000 placements/s {}; RSS ≤ 2 GiB {}; \
-             ListWorkers ≤ 1 s {}; none lost {}; heartbeat p99 ≤ 200 ms under the flood {}  ({} assignments \
-             answered)",
-            r.n,
-            v(r.register <= REGISTER_TARGET),
-            v(r.hb_p99_ms <= HEARTBEAT_P99_TARGET_MS && r.heartbeats > 0),
-            v(r.placements_per_s >= PLACEMENTS_TARGET),
-            v(r.rss.is_some_and(|b| b <= RSS_TARGET)),
-            v(r.list <= LIST_TARGET),
-            v(r.not_alive == 0),
-            if args.flood_secs == 0 {
-                "-"
-            } else {
-                v(r.flood.hb_p99_ms <= HEARTBEAT_P99_TARGET_MS && r.flood.heartbeats > 0)
-            },
-            r.placed
+            "\nrestart storm: the coordinator kill -9ed and started again (same data dir); every worker retries \
+             Register on its back-off from the kill: jittered (the product's) or in lockstep (before)"
         );
+        println!("{:>6} {:>10} {:>11} {:>15} {:>9}", "N", "schedule", "restart s", "all back s", "attempts");
+        for r in rows {
+            for st in &r.storms {
+                let how = if st.jittered { "jittered" } else { "lockstep" };
+                println!(
+                    "{:>6} {:>10} {:>11.2} {:>15.2} {:>9}",
+                    r.n,
+                    how,
+                    st.restart.as_secs_f64(),
+                    st.all.as_secs_f64(),
+                    st.attempts
+                );
+            }
+        }
     }
 }
