@@ -15,7 +15,7 @@
 //!   certificate (`plexus-coordinator token revoke-worker ID`) or it expires. The same key gets
 //!   the same certificate again (a join whose reply was lost).
 //!
-//! [`AuthLayer`] runs before every call: it looks up what the called method needs ([`need`]),
+//! [`Auth`] runs before every call: it looks up what the called method needs ([`need`]),
 //! checks the bearer token (looked up in the store on every call, so a revoked token stops at
 //! once) or the client certificate, and leaves a [`Caller`] in the request for the handlers,
 //! which compare a worker id in a message with the certificate's. Anything not in the table is
@@ -24,7 +24,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
 
 use plexus_proto::WorkerId;
 use plexus_security::pki::Issued;
@@ -416,14 +415,14 @@ pub fn need(path: &str) -> Option<Need> {
     })
 }
 
-/// Who made a call, as [`AuthLayer`] established it.
+/// Who made a call, as [`Auth`] established it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Caller {
     User { token: String, scope: Scope },
     Worker(WorkerId),
 }
 
-/// Checks that a worker call's `worker_id` is the caller's (`caller`: what [`AuthLayer`] left
+/// Checks that a worker call's `worker_id` is the caller's (`caller`: what [`Auth`] left
 /// in the request). `secure`: the coordinator checks callers (without it there is no [`Caller`]
 /// and nothing to compare).
 pub fn check_worker(caller: Option<&Caller>, claimed: WorkerId, secure: bool) -> Result<(), Error> {
@@ -488,59 +487,31 @@ fn decide<B>(security: &Security, req: &http::Request<B>) -> Result<Caller, Erro
     }
 }
 
-/// The tower layer that runs [`decide`] before every call of the coordinator; without a
-/// [`Security`] (`--insecure`) it lets every call through.
+/// The gate (`crate::gate`) that runs [`decide`] before every call of the coordinator and leaves
+/// the [`Caller`] on the call; without a [`Security`] (`--insecure`) it lets every call through.
 #[derive(Clone)]
-pub struct AuthLayer {
+pub struct Auth {
     security: Option<Arc<Security>>,
 }
 
-impl AuthLayer {
-    pub fn new(security: Option<Arc<Security>>) -> AuthLayer {
-        AuthLayer { security }
+impl Auth {
+    pub fn new(security: Option<Arc<Security>>) -> Auth {
+        Auth { security }
     }
 }
 
-impl<S> tower::Layer<S> for AuthLayer {
-    type Service = Authenticated<S>;
-    fn layer(&self, inner: S) -> Authenticated<S> {
-        Authenticated { inner, security: self.security.clone() }
-    }
-}
-
-#[derive(Clone)]
-pub struct Authenticated<S> {
-    inner: S,
-    security: Option<Arc<Security>>,
-}
-
-impl<S, B, RB> tower::Service<http::Request<B>> for Authenticated<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
-    S::Future: Send + 'static,
-    RB: Default + Send + 'static,
-{
-    type Response = http::Response<RB>;
-    type Error = S::Error;
-    type Future = futures::future::Either<S::Future, futures::future::Ready<Result<http::Response<RB>, S::Error>>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        let Some(security) = &self.security else {
-            return futures::future::Either::Left(self.inner.call(req));
-        };
-        match decide(security, &req) {
+impl crate::gate::Gate for Auth {
+    fn admit<B>(&self, req: &mut http::Request<B>) -> Result<(), tonic::Status> {
+        let Some(security) = &self.security else { return Ok(()) };
+        match decide(security, req) {
             Ok(caller) => {
                 req.extensions_mut().insert(caller);
-                futures::future::Either::Left(self.inner.call(req))
+                Ok(())
             }
             Err(refused) => {
                 let refused = status(refused);
                 tracing::debug!(path = req.uri().path(), code = ?refused.code(), message = refused.message(), "call refused");
-                futures::future::Either::Right(futures::future::ready(Ok(refused.into_http())))
+                Err(refused)
             }
         }
     }

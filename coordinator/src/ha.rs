@@ -11,7 +11,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -169,7 +168,7 @@ fn standby_may_serve(path: &str) -> bool {
     path == "/plexus.v1.JobService/ListCoordinators"
 }
 
-/// The tower layer in front of every service: a standby refuses with the leader's URL.
+/// The gate in front of every service (`crate::gate`): a standby refuses with the leader's URL.
 #[derive(Clone)]
 pub struct LeaderGate {
     role: Arc<Role>,
@@ -181,38 +180,12 @@ impl LeaderGate {
     }
 }
 
-impl<S> tower::Layer<S> for LeaderGate {
-    type Service = Gated<S>;
-    fn layer(&self, inner: S) -> Gated<S> {
-        Gated { inner, role: self.role.clone() }
-    }
-}
-
-#[derive(Clone)]
-pub struct Gated<S> {
-    inner: S,
-    role: Arc<Role>,
-}
-
-impl<S, B, RB> tower::Service<http::Request<B>> for Gated<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
-    S::Future: Send + 'static,
-    RB: Default + Send + 'static,
-{
-    type Response = http::Response<RB>;
-    type Error = S::Error;
-    type Future = futures::future::Either<S::Future, futures::future::Ready<Result<http::Response<RB>, S::Error>>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+impl crate::gate::Gate for LeaderGate {
+    fn admit<B>(&self, req: &mut http::Request<B>) -> Result<(), tonic::Status> {
         if self.role.is_leading() || standby_may_serve(req.uri().path()) {
-            return futures::future::Either::Left(self.inner.call(req));
+            return Ok(());
         }
-        futures::future::Either::Right(futures::future::ready(Ok(status(self.role.refusal()).into_http())))
+        Err(status(self.role.refusal()))
     }
 }
 

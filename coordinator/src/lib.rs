@@ -34,6 +34,7 @@ pub mod convert;
 pub mod engine;
 pub mod error;
 pub mod etcd;
+pub mod gate;
 pub mod ha;
 pub mod http;
 pub mod learned;

@@ -15,11 +15,12 @@ use tokio_util::task::TaskTracker;
 use plexus_scheduler::core::{Core, CoreConfig};
 use plexus_scheduler::gpu::topology::MscCosts;
 
-use crate::auth::{AuthLayer, Security};
+use crate::auth::{Auth, Security};
 use crate::engine;
 use crate::engine::EngineHandle;
 use crate::error::Error;
 use crate::etcd::{Etcd, EtcdUrl};
+use crate::gate::GateLayer;
 use crate::ha::Role;
 use crate::learned;
 use crate::rpc::{JobApi, WorkerApi};
@@ -378,9 +379,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     }
     let (stop, closer) = (owner.stop.clone(), handle.clone());
     let serve = builder
-        .layer(crate::ha::LeaderGate::new(role.clone()))
-        .layer(AuthLayer::new(security))
-        .layer(crate::shed::ShedLayer::new(handle.clone(), config.shed_lag))
+        .layer(GateLayer(crate::ha::LeaderGate::new(role.clone())))
+        .layer(GateLayer(Auth::new(security)))
+        .layer(GateLayer(crate::shed::Shed::new(handle.clone(), config.shed_lag)))
         .add_service(jobs)
         .add_service(workers)
         // TCP_NODELAY: assignments and replies are small messages; Nagle's algorithm with delayed

@@ -16,7 +16,6 @@
 //! Measured on the fleet benchmark: see `docs/fleet-benchmark.md`.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tonic::codegen::http;
@@ -40,43 +39,26 @@ fn sheddable(path: &str) -> bool {
     path.strip_prefix("/plexus.v1.JobService/").is_some_and(|method| !NEVER.contains(&method))
 }
 
-/// The tower layer in front of the gRPC services (see the module documentation). `limit` zero:
-/// nothing is shed.
+/// The gate (`crate::gate`) in front of the gRPC services (see the module documentation).
+/// `limit` zero: nothing is shed.
 #[derive(Clone)]
-pub struct ShedLayer {
+pub struct Shed {
     engine: EngineHandle,
     limit: Duration,
     sustain: Duration,
 }
 
-impl ShedLayer {
-    pub fn new(engine: EngineHandle, limit: Duration) -> ShedLayer {
-        ShedLayer { engine, limit, sustain: SUSTAIN }
+impl Shed {
+    pub fn new(engine: EngineHandle, limit: Duration) -> Shed {
+        Shed { engine, limit, sustain: SUSTAIN }
     }
 
     /// Sheds after being behind for `sustain` instead of [`SUSTAIN`].
-    pub fn with_sustain(mut self, sustain: Duration) -> ShedLayer {
+    pub fn with_sustain(mut self, sustain: Duration) -> Shed {
         self.sustain = sustain;
         self
     }
-}
 
-impl<S> tower::Layer<S> for ShedLayer {
-    type Service = Shed<S>;
-    fn layer(&self, inner: S) -> Shed<S> {
-        Shed { inner, engine: self.engine.clone(), limit: self.limit, sustain: self.sustain }
-    }
-}
-
-#[derive(Clone)]
-pub struct Shed<S> {
-    inner: S,
-    engine: EngineHandle,
-    limit: Duration,
-    sustain: Duration,
-}
-
-impl<S> Shed<S> {
     /// The refusal for a call to `path` now, if it is to be shed.
     fn refusal(&self, path: &str) -> Option<tonic::Status> {
         if self.limit.is_zero() || !sheddable(path) {
@@ -101,25 +83,9 @@ impl<S> Shed<S> {
     }
 }
 
-impl<S, B, RB> tower::Service<http::Request<B>> for Shed<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
-    S::Future: Send + 'static,
-    RB: Default + Send + 'static,
-{
-    type Response = http::Response<RB>;
-    type Error = S::Error;
-    type Future = futures::future::Either<S::Future, futures::future::Ready<Result<http::Response<RB>, S::Error>>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        match self.refusal(req.uri().path()) {
-            None => futures::future::Either::Left(self.inner.call(req)),
-            Some(status) => futures::future::Either::Right(futures::future::ready(Ok(status.into_http()))),
-        }
+impl crate::gate::Gate for Shed {
+    fn admit<B>(&self, req: &mut http::Request<B>) -> Result<(), tonic::Status> {
+        self.refusal(req.uri().path()).map_or(Ok(()), Err)
     }
 }
 
@@ -127,6 +93,7 @@ where
 mod tests {
     use super::*;
     use crate::engine::Cmd;
+    use crate::gate::{GateLayer, Gated};
     use crate::queue::channel;
 
     #[test]
@@ -148,8 +115,7 @@ mod tests {
     async fn slow_heartbeats_shed_clients_too() {
         let (tx, _rx) = channel();
         let engine = EngineHandle::from_sender(tx.clone());
-        let layer = ShedLayer::new(engine, Duration::from_millis(100)).with_sustain(Duration::ZERO);
-        let shed = tower::Layer::layer(&layer, ());
+        let shed = Shed::new(engine, Duration::from_millis(100)).with_sustain(Duration::ZERO);
         let path = "/plexus.v1.JobService/GetJob";
         for _ in 0..111 {
             tx.load().heartbeat(Duration::from_millis(300));
@@ -175,9 +141,8 @@ mod tests {
     #[test]
     fn a_moment_behind_sheds_nobody() {
         let (tx, _rx) = channel();
-        let layer = ShedLayer::new(EngineHandle::from_sender(tx.clone()), Duration::from_millis(100))
+        let shed = Shed::new(EngineHandle::from_sender(tx.clone()), Duration::from_millis(100))
             .with_sustain(Duration::from_millis(50));
-        let shed = tower::Layer::layer(&layer, ());
         let path = "/plexus.v1.JobService/ListJobs";
         tx.load().heartbeat(Duration::from_secs(7));
         assert_eq!(tx.load().beat(), Duration::from_micros(900), "a 7 s stall moves it by 0.9 ms");
@@ -223,9 +188,9 @@ mod tests {
         let inner = tower::service_fn(|_req: http::Request<()>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(()))
         });
-        let layer = ShedLayer::new(engine.clone(), Duration::from_millis(10)).with_sustain(Duration::ZERO);
-        let mut shed = tower::Layer::layer(&layer, inner);
-        let call = |shed: &mut Shed<_>, path: &str| {
+        let gate = Shed::new(engine.clone(), Duration::from_millis(10)).with_sustain(Duration::ZERO);
+        let mut shed = tower::Layer::layer(&GateLayer(gate), inner);
+        let call = |shed: &mut Gated<Shed, _>, path: &str| {
             let req = http::Request::builder().uri(path).body(()).unwrap();
             tower::Service::call(shed, req)
         };
@@ -236,7 +201,7 @@ mod tests {
         assert_eq!(tx.load().shed(), 1);
         let beat = call(&mut shed, "/plexus.v1.WorkerService/Heartbeat").await.unwrap();
         assert!(tonic::Status::from_header_map(beat.headers()).is_none(), "a heartbeat goes through");
-        let mut off = tower::Layer::layer(&ShedLayer::new(engine, Duration::ZERO), inner);
+        let mut off = tower::Layer::layer(&GateLayer(Shed::new(engine, Duration::ZERO)), inner);
         let listed = call(&mut off, "/plexus.v1.JobService/ListWorkers").await.unwrap();
         assert!(tonic::Status::from_header_map(listed.headers()).is_none(), "no limit, no shedding");
     }
