@@ -93,7 +93,8 @@ impl Client {
     }
 
     /// Runs `call` against the coordinators, the last one that answered first, until one
-    /// answers other than UNAVAILABLE (a standby, or one that cannot be reached).
+    /// answers other than UNAVAILABLE (a standby, or one that cannot be reached) or
+    /// RESOURCE_EXHAUSTED (one shedding load).
     fn call<T, F>(&mut self, call: F) -> Result<T, CallError>
     where
         F: Fn(Service) -> Call<T>,
@@ -109,7 +110,14 @@ impl Client {
                     self.preferred = i;
                     return Ok(v);
                 }
-                Ok(Err(s)) if s.code() != tonic::Code::Unavailable && s.code() != tonic::Code::Unknown => {
+                // UNAVAILABLE (a standby, or none reachable) and RESOURCE_EXHAUSTED (a coordinator
+                // shedding load) are answered by trying again, as a client should.
+                Ok(Err(s))
+                    if !matches!(
+                        s.code(),
+                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::ResourceExhausted
+                    ) =>
+                {
                     return Err(CallError::Refused(s));
                 }
                 Ok(Err(s)) => last = s.message().to_string(),
