@@ -296,21 +296,17 @@ impl WorkerView {
     /// page: at 5,000 workers a whole listing is ~750 KiB and tens of milliseconds of the
     /// engine's thread, a page of 500 a tenth of it, and the summary a pass of additions.
     pub fn page(core: &Core, page: WorkerPage) -> WorkerList {
-        let speeds = core.estimates().speeds();
         let limit = page.limit.unwrap_or(usize::MAX);
-        let mut workers = Vec::with_capacity(limit.min(core.worker_count()));
-        let mut next = None;
-        if let Some(id) = page.only {
-            workers.extend(core.worker(id).map(|w| WorkerView::of(w, speeds.get(&id))));
-            return WorkerList { workers, next, summary: WorkerSummary::of(core) };
-        }
-        for w in core.workers_after(page.after) {
-            if workers.len() == limit {
-                next = workers.last().map(|v: &WorkerView| v.id);
-                break;
-            }
-            workers.push(WorkerView::of(w, speeds.get(&w.record().id)));
-        }
+        // One more than the page, to know whether another follows.
+        let chosen: Vec<&Worker> = match page.only {
+            Some(id) => core.worker(id).into_iter().collect(),
+            None => core.workers_after(page.after).take(limit.saturating_add(1)).collect(),
+        };
+        let next = (limit > 0 && chosen.len() > limit).then(|| chosen[limit - 1].record().id);
+        let chosen = &chosen[..chosen.len().min(limit)];
+        // The speeds (a pass over every measurement) only for a page that shows workers.
+        let speeds = if chosen.is_empty() { Default::default() } else { core.estimates().speeds() };
+        let workers = chosen.iter().map(|w| WorkerView::of(w, speeds.get(&w.record().id))).collect();
         WorkerList { workers, next, summary: WorkerSummary::of(core) }
     }
 }
