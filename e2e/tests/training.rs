@@ -106,14 +106,28 @@ fn ddp_over_plexus_trains_and_matches_gloo() {
         String::from_utf8_lossy(&c.plexus(&["logs", &id, "train"]).stdout)
     );
     let gloo = out.join("gloo.json");
-    let run = std::process::Command::new(&py)
-        .arg(&script)
-        .args(["--spawn", "2", "--json"])
-        .arg(&gloo)
-        .args(common)
-        .output()
-        .expect("running the anchor with gloo");
-    assert!(run.status.success(), "gloo: {}", String::from_utf8_lossy(&run.stderr));
+    // Gloo itself now and then aborts in `destroy_process_group` after rank 0 has written its
+    // figures ("terminate called without an active exception"): the figures it wrote are the
+    // reference, and a run that wrote none is tried again, at most three times in all.
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        let _ = std::fs::remove_file(&gloo);
+        let run = std::process::Command::new(&py)
+            .arg(&script)
+            .args(["--spawn", "2", "--json"])
+            .arg(&gloo)
+            .args(common)
+            .output()
+            .expect("running the anchor with gloo");
+        if gloo.exists() {
+            if !run.status.success() {
+                eprintln!("gloo failed after writing its figures: {}", String::from_utf8_lossy(&run.stderr));
+            }
+            break;
+        }
+        failures.push(format!("{}: {}", run.status, String::from_utf8_lossy(&run.stderr)));
+    }
+    assert!(gloo.exists(), "gloo wrote no figures in 3 runs: {}", failures.join("\n---\n"));
     let (p, g) = (read_json(&out.join("plexus.json")), read_json(&gloo));
     for k in ["loss_first", "loss_last", "param_sum"] {
         close(p[k].as_f64().unwrap(), g[k].as_f64().unwrap(), k);
