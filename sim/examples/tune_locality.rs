@@ -76,7 +76,7 @@ fn main() {
     ];
     let mut sums = vec![0.0; variants.len() + 1];
     let mut count = 0;
-    for mix in Mix::ALL {
+    for mix in Mix::ORIGINAL {
         for nodes in [16, 64] {
             for seed in 1..=3 {
                 let config = SimConfig::new(nodes, mix, seed);

@@ -268,5 +268,5 @@ pub fn describe(config: &SimConfig, workload: &Workload) -> String {
         span_s,
         config.workload.load * 100.0,
         config.workload.data_share * 100.0,
-    )
+    ) + &config.hidden.describe()
 }

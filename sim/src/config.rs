@@ -6,6 +6,7 @@
 use plexus_proto::{Resources, WorkerId};
 
 use crate::SimError;
+use crate::hidden::{Affinity, Drift, Hidden, Interference};
 
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
@@ -206,7 +207,8 @@ pub struct NodeSpec {
     pub cache_bytes: u64,
 }
 
-/// The three workload presets of the benchmark.
+/// The workload presets of the benchmark: three where a node's measured speed says what a task
+/// costs there, and four where it does not ([`Mix::BLIND`], issue 34 item 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mix {
     /// Nine jobs in ten are data-heavy: big, shared, skewed-popularity inputs.
@@ -215,16 +217,85 @@ pub enum Mix {
     ComputeHeavy,
     /// Half and half.
     Mixed,
+    /// Compute-heavy, half the CPU tasks memory-bandwidth bound (`stream`), contending on a node
+    /// ([`Interference`]).
+    Interference,
+    /// Mixed, on nodes that slow down three times for two-minute phases, a quarter of them at a
+    /// time ([`Drift`]).
+    Drifting,
+    /// Mixed, on node classes fast for one kind of task and slow for another ([`Affinity`]).
+    Affinity,
+    /// Locality-heavy, fetches from one node sharing its link (`Hidden::shared_links`).
+    Congested,
 }
 
 impl Mix {
-    pub const ALL: [Mix; 3] = [Mix::LocalityHeavy, Mix::ComputeHeavy, Mix::Mixed];
+    pub const ALL: [Mix; 7] = [
+        Mix::LocalityHeavy,
+        Mix::ComputeHeavy,
+        Mix::Mixed,
+        Mix::Interference,
+        Mix::Drifting,
+        Mix::Affinity,
+        Mix::Congested,
+    ];
+    /// The three original workloads: run time follows the node's engines and where data is.
+    pub const ORIGINAL: [Mix; 3] = [Mix::LocalityHeavy, Mix::ComputeHeavy, Mix::Mixed];
+    /// The workloads with effects per-worker speeds do not show (`crate::hidden`).
+    pub const BLIND: [Mix; 4] = [Mix::Interference, Mix::Drifting, Mix::Affinity, Mix::Congested];
 
     pub fn name(self) -> &'static str {
         match self {
             Mix::LocalityHeavy => "locality-heavy",
             Mix::ComputeHeavy => "compute-heavy",
             Mix::Mixed => "mixed",
+            Mix::Interference => "interference",
+            Mix::Drifting => "drifting",
+            Mix::Affinity => "affinity",
+            Mix::Congested => "congested",
+        }
+    }
+
+    /// The original workload a blind one draws its jobs like.
+    pub fn base(self) -> Mix {
+        match self {
+            Mix::Interference => Mix::ComputeHeavy,
+            Mix::Drifting | Mix::Affinity => Mix::Mixed,
+            Mix::Congested => Mix::LocalityHeavy,
+            m => m,
+        }
+    }
+
+    /// The hidden effects of this workload's cluster (none for the original three); `seed`
+    /// draws the drift phases.
+    pub fn hidden(self, seed: u64) -> Hidden {
+        match self {
+            // Half a node's cores of memory-bound work saturate its memory bandwidth (a
+            // STREAM-like kernel reaches peak bandwidth on about half the cores of a socket);
+            // other work feels a quarter of the excess (its misses queue behind).
+            Mix::Interference => Hidden {
+                interference: Some(Interference { kinds: vec!["stream".into()], stream_share: 0.5, neighbour: 0.25 }),
+                ..Hidden::default()
+            },
+            // Two-minute phases (several task lengths, so a measured mean lags them), a quarter
+            // of the nodes three times slower in each (a noisy co-tenant, a throttled CPU).
+            Mix::Drifting => Hidden {
+                drift: Some(Drift { period_us: 120_000_000, share: 0.25, slow: 3.0, seed }),
+                ..Hidden::default()
+            },
+            // The large nodes' wide vector units make the solver twice as fast there, while their
+            // slower memory per core makes scans (maps) take 2.5 times as long; the GPU nodes'
+            // fast local NVMe makes maps 1.5 times as fast.
+            Mix::Affinity => Hidden {
+                affinity: vec![
+                    Affinity { class: "fat".into(), kind: "solve".into(), speed: 2.0 },
+                    Affinity { class: "fat".into(), kind: "map".into(), speed: 0.4 },
+                    Affinity { class: "gpu".into(), kind: "map".into(), speed: 1.5 },
+                ],
+                ..Hidden::default()
+            },
+            Mix::Congested => Hidden { shared_links: true, ..Hidden::default() },
+            _ => Hidden::default(),
         }
     }
 }
@@ -268,6 +339,9 @@ pub struct WorkloadConfig {
     pub compute_output_bytes: (u64, u64),
     /// Share of compute-heavy tasks that need a GPU (one GPU, one core).
     pub gpu_share: f64,
+    /// Share of the compute-heavy CPU tasks that are memory-bandwidth bound (named `stream…`
+    /// rather than `solve…`; what that costs is `Hidden::interference`'s).
+    pub stream_share: f64,
     pub gpu_seconds: (f64, f64),
 
     /// Task memory request per requested core.
@@ -281,10 +355,10 @@ impl WorkloadConfig {
     /// The preset for `mix` on a cluster of `nodes` nodes: job and dataset counts grow with the
     /// cluster so that load, cache pressure and run length per node stay comparable.
     pub fn preset(mix: Mix, nodes: usize) -> Self {
-        let data_share = match mix {
+        let data_share = match mix.base() {
             Mix::LocalityHeavy => 0.9,
             Mix::ComputeHeavy => 0.1,
-            Mix::Mixed => 0.5,
+            _ => 0.5,
         };
         WorkloadConfig {
             // Sixteen jobs a node: long enough for caches to warm and queues to form, short
@@ -314,6 +388,7 @@ impl WorkloadConfig {
             compute_input_bytes: (MIB, 16 * MIB),
             compute_output_bytes: (MIB, 16 * MIB),
             gpu_share: 0.3,
+            stream_share: if mix == Mix::Interference { 0.5 } else { 0.0 },
             gpu_seconds: (2.0, 12.0),
             memory_per_core: 2 * GIB,
             reference_core_flops: 20e9,
@@ -331,6 +406,8 @@ pub struct SimConfig {
     pub seed: u64,
     /// Completed tasks per learning-curve window.
     pub window: usize,
+    /// Effects on run time that per-worker speeds do not show (none by default).
+    pub hidden: Hidden,
 }
 
 impl SimConfig {
@@ -341,6 +418,7 @@ impl SimConfig {
             workload: WorkloadConfig::preset(mix, nodes),
             seed,
             window: 250,
+            hidden: mix.hidden(seed),
         }
     }
 

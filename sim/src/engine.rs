@@ -16,7 +16,13 @@
 //!   `compute = flops / (gpus × gpu_flops)` for a task that requests GPUs and
 //!   `flops / (max(cores, 1) × core_flops)` otherwise. Cores count as busy (measured
 //!   utilisation) only during `compute`.
-//! * Bandwidth is not shared: concurrent fetches do not slow each other down.
+//! * Bandwidth is not shared: concurrent fetches do not slow each other down, unless the
+//!   configuration's hidden effects (`crate::hidden`, the [`Mix::BLIND`](crate::Mix::BLIND)
+//!   workloads) say so: with shared links, a fetch from a node that `k` others read from moves
+//!   its bytes `k + 1` times slower (fixed when the task starts); with interference or drift a
+//!   task's compute speed changes while it runs (the node's memory-bound neighbours come and
+//!   go, its drift phase turns), its remaining work is followed through each change, and its
+//!   compute time is what it took; a node class's affinity for a kind scales its engines.
 //! * The ready queue is scanned in FIFO order after each instant's events (a placer that
 //!   chooses which work goes next reorders its first `ORDER_WINDOW` tasks, with the core's
 //!   starvation bound); a task no node has
@@ -50,6 +56,7 @@ use crate::report::{JobRecord, Report, TaskRecord, Utilisation, Window};
 use crate::workload::{Task, Workload};
 
 mod data;
+mod hidden;
 mod setup;
 
 /// Runs `workload` on `config.cluster` with `placer`, numbering decisions from 0.
@@ -94,6 +101,12 @@ struct Node {
     busy: f64,
     assigned: u32,
     cache: Cache,
+    /// Tasks computing here, when run times can change while they compute (`Hidden::varies`).
+    computing: Vec<usize>,
+    /// Cores of the memory-bound tasks among them (`Hidden::interference`).
+    memory_demand: f64,
+    /// Fetches reading from this node now (`Hidden::shared_links`).
+    sending: u32,
 }
 
 impl Node {
@@ -124,6 +137,15 @@ struct Running {
     busy_integral_at_start: f64,
     /// What the worker reports of its fetch from other nodes (measured estimates only).
     fetch_sample: Option<FetchSample>,
+    /// Nodes it fetches from, counted in their `sending` until its fetch ends.
+    sources: Vec<usize>,
+    /// When it started computing, and (when run times vary) its remaining work in microseconds
+    /// at full speed, its speed since `since`, and the generation of its pending finish event.
+    compute_at: u64,
+    work_left: f64,
+    rate: f64,
+    since: u64,
+    generation: u32,
 }
 
 /// Events at the same time are handled in the order they were scheduled.
@@ -132,7 +154,10 @@ enum Event {
     Arrive(usize),
     /// The task has its inputs and starts computing.
     Compute(usize),
-    Finish(usize),
+    /// The task ends, unless its run time changed since (the generation is then stale).
+    Finish(usize, u32),
+    /// A drift period ends (`Hidden::drift`).
+    Phase,
 }
 
 /// Time integrals of allocated resources, for utilisation over any span.
@@ -193,6 +218,16 @@ impl<'a> Sim<'a> {
 
     fn run(mut self, placer: &mut dyn Placer) -> Result<Report, SimError> {
         while let Some(Reverse((t, _, event))) = self.events.pop() {
+            // Neither moves time: a finish whose task was retimed since, nor a phase's end once
+            // every task is done.
+            let stale = match event {
+                Event::Finish(g, generation) => self.running[g].as_ref().is_none_or(|r| r.generation != generation),
+                Event::Phase => self.done.len() == self.task_of.len(),
+                _ => false,
+            };
+            if stale {
+                continue;
+            }
             self.advance(t);
             self.handle(event, placer);
             while let Some(Reverse((t2, _, _))) = self.events.peek() {
@@ -268,16 +303,30 @@ impl<'a> Sim<'a> {
                 }
             }
             Event::Compute(g) => self.compute(g),
-            Event::Finish(g) => self.finish(g, placer),
+            Event::Finish(g, generation) => {
+                if self.running[g].as_ref().is_some_and(|r| r.generation == generation) {
+                    self.finish(g, placer)
+                }
+            }
+            Event::Phase => self.phase(),
         }
     }
 
-    /// Task `g` starts computing: its cores count as busy.
+    /// Task `g` has its inputs and starts computing: its cores count as busy, the nodes it
+    /// fetched from send one fetch fewer, and where run times vary its end is set from now on.
     fn compute(&mut self, g: usize) {
         let cpu = self.resources(g).cpu;
-        let n = self.running[g].as_ref().expect("computing tasks are running").node;
+        let r = self.running[g].as_mut().expect("computing tasks are running");
+        let n = r.node;
+        r.compute_at = self.now;
+        for s in std::mem::take(&mut r.sources) {
+            self.nodes[s].sending -= 1;
+        }
         self.nodes[n].busy += cpu;
         self.in_use.busy += cpu;
+        if self.config.hidden.varies() {
+            self.begin_compute(g);
+        }
     }
 
     /// A placer that chooses which work goes next (`Placer::order`) reorders the first
@@ -300,7 +349,7 @@ impl<'a> Sim<'a> {
                     .iter()
                     .filter_map(|node| match &self.measured {
                         Some(m) => m.compute_ms(node.spec.index, sig, task.flops),
-                        None => Some(compute_us(task, &node.spec) as f64 / 1e3),
+                        None => Some(self.base_compute_us(g, node.spec.index) as f64 / 1e3),
                     })
                     .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.min(e))));
                 ReadyWork {
@@ -431,7 +480,7 @@ impl<'a> Sim<'a> {
                     est_fetch_ms: self.est_fetch_ms(g, n, &sources),
                     est_compute_ms: match &self.measured {
                         Some(m) => m.compute_ms(n.spec.index, sig, task.flops),
-                        None => Some(compute_us(task, &n.spec) as f64 / 1e3),
+                        None => Some(self.exact_compute_ms(g, n.spec.index)),
                     },
                 }
             })
@@ -476,11 +525,15 @@ impl<'a> Sim<'a> {
         }
         let (mut fetch_us, mut fetched_bytes, mut evicted_bytes) = (0, 0, 0);
         let mut tally = FetchTally::default();
+        let mut sources = Vec::new();
         for o in missing {
             let (us, from) = self.fetch_source(o, n);
             fetch_us += us;
             if from != n {
                 tally.add(from, self.objects[o].bytes, us);
+                if self.config.hidden.shared_links && !sources.contains(&from) {
+                    sources.push(from);
+                }
             }
             fetched_bytes += self.objects[o].bytes;
             evicted_bytes += self.cache_insert(n, o, &mut pinned);
@@ -490,7 +543,10 @@ impl<'a> Sim<'a> {
             evicted_bytes += self.cache_insert(n, o, &mut pinned);
         }
         let evict_us = (evicted_bytes as f64 * 1e6 / self.config.cluster.eviction_bytes_per_s).ceil() as u64;
-        let compute_us = compute_us(task, &self.nodes[n].spec);
+        let compute_us = self.base_compute_us(g, n);
+        for &s in &sources {
+            self.nodes[s].sending += 1;
+        }
 
         let node = &mut self.nodes[n];
         node.allocated.add(&task.resources);
@@ -515,6 +571,12 @@ impl<'a> Sim<'a> {
             hit_bytes,
             busy_integral_at_start: self.integrals.busy,
             fetch_sample: if self.measured.is_some() { tally.sample() } else { None },
+            sources,
+            compute_at: 0,
+            work_left: 0.0,
+            rate: 1.0,
+            since: 0,
+            generation: 0,
         });
         let computing = self.now + fetch_us + evict_us;
         if computing == self.now {
@@ -522,10 +584,16 @@ impl<'a> Sim<'a> {
         } else {
             self.push(computing, Event::Compute(g));
         }
-        self.push(computing + compute_us, Event::Finish(g));
+        // Where run times vary, `compute` sets the end once the task computes.
+        if !self.config.hidden.varies() {
+            self.push(computing + compute_us, Event::Finish(g, 0));
+        }
     }
 
     fn finish(&mut self, g: usize, placer: &mut dyn Placer) {
+        if self.config.hidden.varies() {
+            self.end_compute(g);
+        }
         let r = self.running[g].take().expect("a finish event follows a start");
         let (j, t) = self.task_of[g];
         let task = &self.workload.jobs[j].tasks[t];
@@ -613,13 +681,15 @@ impl<'a> Sim<'a> {
 }
 
 /// Compute time of `task` on `node`: on its GPUs if it requests any, else on its cores (at
-/// least one core's worth: a fractional request is not slowed down).
-fn compute_us(task: &Task, node: &NodeSpec) -> u64 {
+/// least one core's worth: a fractional request is not slowed down), `speed` times as fast (the
+/// node class's affinity for the task's kind, `Hidden::affinity`; 1 without one).
+fn compute_us(task: &Task, node: &NodeSpec, speed: f64) -> u64 {
     let rate = if task.resources.gpu > 0 {
         task.resources.gpu as f64 * node.gpu_flops
     } else {
         task.resources.cpu.max(1.0) * node.core_flops
     };
+    let rate = if speed == 1.0 { rate } else { rate * speed };
     if task.flops <= 0.0 || rate <= 0.0 { 0 } else { (task.flops * 1e6 / rate).ceil() as u64 }
 }
 
@@ -635,7 +705,10 @@ pub fn response_bound_ms(config: &SimConfig, workload: &Workload) -> Result<f64,
             let best = specs
                 .iter()
                 .filter(|s| task.resources.fits_in(&s.capacity))
-                .map(|s| compute_us(task, s))
+                .map(|s| {
+                    let class = &config.cluster.classes[s.class].name;
+                    compute_us(task, s, config.hidden.affinity(class, estimates::kind(&task.name)))
+                })
                 .min()
                 .ok_or_else(|| SimError::Unplaceable {
                     job: job.name.clone(),

@@ -263,7 +263,13 @@ mod tests {
         }];
         cluster.tiers.rack = Tier { latency_us: 1_000, bytes_per_s: GIB as f64 };
         cluster.tiers.remote = Tier { latency_us: 2_000, bytes_per_s: GIB as f64 / 2.0 };
-        SimConfig { cluster, workload: WorkloadConfig::preset(Mix::Mixed, 3), seed: 0, window: 10 }
+        SimConfig {
+            cluster,
+            workload: WorkloadConfig::preset(Mix::Mixed, 3),
+            seed: 0,
+            window: 10,
+            hidden: Default::default(),
+        }
     }
 
     fn job(name: &str, arrival_us: u64, task: &str, cpu: f64, flops: f64, inputs: Vec<usize>) -> Job {

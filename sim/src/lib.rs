@@ -9,6 +9,9 @@
 //! # Layout
 //! - [`config`]: the cluster (node classes, racks, memory tiers, eviction bandwidth) and the
 //!   workload mix, with the benchmark's defaults ([`SimConfig::new`]).
+//! - [`hidden`]: effects on run time that per-worker speeds do not show (interference between
+//!   co-located tasks, drifting node speeds, per-kind affinity, shared links), for the
+//!   [`Mix::BLIND`] workloads (issue 34, item 2).
 //! - [`workload`]: jobs as DAGs of tasks and the data objects they read;
 //!   [`Workload::generate`] draws one from a seed.
 //! - `trace`: [`Workload::from_jsonl`] / [`Workload::to_jsonl`], JSON-lines replay.
@@ -37,6 +40,7 @@ mod error;
 pub mod estimates;
 pub mod gangs;
 pub mod gpu;
+pub mod hidden;
 pub mod report;
 mod trace;
 pub mod workload;
@@ -46,6 +50,7 @@ pub use config::{ClusterConfig, GIB, MIB, Mix, NodeClass, NodeSpec, SimConfig, T
 pub use engine::{response_bound_ms, simulate, simulate_from, simulate_with};
 pub use error::SimError;
 pub use estimates::EstimateMode;
+pub use hidden::Hidden;
 pub use report::{JobRecord, Report, TaskRecord, Utilisation, Window};
 pub use workload::{DataObject, Job, Task, Workload};
 

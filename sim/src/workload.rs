@@ -218,7 +218,10 @@ impl Gen<'_> {
                 }
             } else {
                 let cpu = self.int(w.compute_cpu.0.into(), w.compute_cpu.1.into()).max(1) as u32;
-                self.cpu_task(format!("solve{i}"), cpu, w.compute_core_seconds, w.compute_output_bytes)
+                // No draw without streams, so the original workloads are drawn as before.
+                let stream = w.stream_share > 0.0 && self.rng.random::<f64>() < w.stream_share;
+                let kind = if stream { "stream" } else { "solve" };
+                self.cpu_task(format!("{kind}{i}"), cpu, w.compute_core_seconds, w.compute_output_bytes)
             };
             if i == 0 {
                 t.inputs.push(input);

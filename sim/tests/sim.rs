@@ -77,7 +77,13 @@ fn one_node() -> SimConfig {
     }];
     cluster.tiers.local = Tier { latency_us: 100, bytes_per_s: GIB as f64 };
     cluster.eviction_bytes_per_s = GIB as f64;
-    SimConfig { cluster, workload: WorkloadConfig::preset(Mix::Mixed, 1), seed: 0, window: 1 }
+    SimConfig {
+        cluster,
+        workload: WorkloadConfig::preset(Mix::Mixed, 1),
+        seed: 0,
+        window: 1,
+        hidden: Default::default(),
+    }
 }
 
 fn task(name: &str, cpu: f64, flops: f64, inputs: Vec<usize>) -> Task {

@@ -65,14 +65,26 @@ impl Sim<'_> {
     /// index order that is strictly cheaper.
     pub(super) fn fetch_source(&self, o: usize, n: usize) -> (u64, usize) {
         let obj = &self.objects[o];
-        let mut best = (self.tier(n, obj.home).transfer_us(obj.bytes), obj.home);
+        let mut best = (self.transfer_us(obj.bytes, n, obj.home), obj.home);
         for &h in &obj.holders {
-            let c = self.tier(n, h).transfer_us(obj.bytes);
+            let c = self.transfer_us(obj.bytes, n, h);
             if c < best.0 {
                 best = (c, h);
             }
         }
         best
+    }
+
+    /// Microseconds to move `bytes` from node `from` to node `to`; with shared links
+    /// (`Hidden::shared_links`), `from`'s link is shared with the fetches reading from it now.
+    fn transfer_us(&self, bytes: u64, to: usize, from: usize) -> u64 {
+        let tier = self.tier(to, from);
+        let sharers = if self.config.hidden.shared_links && to != from { self.nodes[from].sending } else { 0 };
+        if sharers == 0 {
+            tier.transfer_us(bytes)
+        } else {
+            tier.latency_us + (bytes as f64 * (sharers + 1) as f64 * 1e6 / tier.bytes_per_s).ceil() as u64
+        }
     }
 
     /// Inserts `o` pinned into node `n`'s fast memory; returns the bytes evicted.

@@ -17,6 +17,7 @@ use crate::workload::Workload;
 impl<'a> Sim<'a> {
     pub(super) fn new(config: &'a SimConfig, workload: &'a Workload, first_decision: u64) -> Result<Self, SimError> {
         let specs = config.cluster.node_specs()?;
+        config.hidden.validate()?;
         let mut objects = workload_objects(workload, specs.len())?;
         let (task_of, offsets) = index_tasks(workload, &specs)?;
         let total = task_of.len();
@@ -73,6 +74,9 @@ impl<'a> Sim<'a> {
         };
         for (j, job) in workload.jobs.iter().enumerate() {
             sim.push(job.arrival_us, Event::Arrive(j));
+        }
+        if let Some(first) = config.hidden.next_phase(start) {
+            sim.push(first, Event::Phase);
         }
         Ok(sim)
     }
@@ -184,6 +188,9 @@ fn place_objects(specs: Vec<NodeSpec>, objects: &mut [Object], initial: usize) -
             allocated: Resources::default(),
             busy: 0.0,
             assigned: 0,
+            computing: Vec::new(),
+            memory_demand: 0.0,
+            sending: 0,
         })
         .collect();
     // Initial locations: each workload object starts in its home's fast memory if it fits
