@@ -127,6 +127,16 @@ impl HaCluster {
         self.launch.coordinator_dir(i)
     }
 
+    /// The cluster's CA certificate, written by the first coordinator.
+    pub fn ca_file(&self) -> PathBuf {
+        self.launch.ca_file()
+    }
+
+    /// The join token for workers, written by the first coordinator.
+    pub fn join_token_file(&self) -> PathBuf {
+        self.launch.join_token_file()
+    }
+
     pub fn log_path(&self, what: &str) -> PathBuf {
         self.dir.path().join(format!("{what}.log"))
     }

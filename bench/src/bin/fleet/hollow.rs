@@ -1,0 +1,219 @@
+//! Hollow workers: real credentials, the real protocol over a connection each, no processes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use plexus_proto::WorkerId;
+use plexus_proto::pb;
+use plexus_proto::pb::worker_service_client::WorkerServiceClient;
+use plexus_worker::credentials::{self, Credentials, TrustConfig};
+use plexus_worker::layout::Layout;
+use tokio::sync::{Mutex, Semaphore};
+use tonic::transport::{Channel, Endpoint};
+
+/// One hollow worker: its identity, its connection, what it runs now.
+pub(crate) struct Hollow {
+    pub(crate) id: WorkerId,
+    session: String,
+    client: WorkerServiceClient<Channel>,
+    running: Mutex<Vec<pb::AttemptRef>>,
+    /// The heartbeat interval the coordinator gave at registration.
+    every: Duration,
+}
+
+/// What the fleet's workers were asked to run: each subtask replica's assignments, and whether
+/// its success was acknowledged (the coordinator answered the report): an assignment of a
+/// subtask whose success was acknowledged ran it twice.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    subtasks: std::sync::Mutex<HashMap<(String, String, u32), bool>>,
+    pub(crate) twice: AtomicU64,
+}
+
+impl Ledger {
+    fn assigned(&self, a: &pb::AttemptRef) {
+        let key = (a.job_id.clone(), a.task.clone(), a.rank);
+        if self.subtasks.lock().expect("ledger").get(&key) == Some(&true) {
+            self.twice.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn acknowledged(&self, done: &[pb::AttemptRef]) {
+        let mut m = self.subtasks.lock().expect("ledger");
+        for a in done {
+            m.insert((a.job_id.clone(), a.task.clone(), a.rank), true);
+        }
+    }
+}
+
+/// Every worker of `creds` connects and registers, all at once (as after a cold start).
+pub(crate) fn register_all(
+    rt: &tokio::runtime::Runtime,
+    urls: &[String],
+    creds: &[(WorkerId, Credentials)],
+    cpus: u32,
+) -> Result<Vec<Arc<Hollow>>, Box<dyn std::error::Error>> {
+    rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for (id, cred) in creds.iter().cloned() {
+            let (urls, cpus) = (urls.to_vec(), cpus);
+            set.spawn(async move { register(&urls, id, &cred, cpus).await });
+        }
+        let mut out = Vec::with_capacity(creds.len());
+        while let Some(r) = set.join_next().await {
+            out.push(r.expect("register task")?);
+        }
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(out)
+    })
+    .map_err(|e| e.to_string().into())
+}
+
+/// Every worker's certificate (`Join`, as a new worker does), `concurrency` at a time.
+pub(crate) async fn join_all(
+    trust: &TrustConfig,
+    url: &str,
+    dirs: &std::path::Path,
+    n: usize,
+    concurrency: usize,
+) -> Result<Vec<(WorkerId, Credentials)>, plexus_worker::Error> {
+    let gate = Arc::new(Semaphore::new(concurrency));
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (gate, trust, url, dir) = (gate.clone(), trust.clone(), url.to_string(), dirs.join(format!("w{i}")));
+        set.spawn(async move {
+            let _permit = gate.acquire_owned().await.expect("open semaphore");
+            let id = WorkerId::random();
+            let c = credentials::obtain(&trust, &Layout::new(dir), id, &url).await?;
+            Ok::<_, plexus_worker::Error>((id, c.expect("a secure cluster gives credentials")))
+        });
+    }
+    let mut out = Vec::with_capacity(n);
+    while let Some(r) = set.join_next().await {
+        out.push(r.expect("join task")?);
+    }
+    Ok(out)
+}
+
+/// Connects as worker `id` with its certificate and registers a node of `cpus` cores with the
+/// first of `urls` that takes it (the leader; a standby refuses), as a worker given every
+/// coordinator's URL does.
+pub(crate) async fn register(
+    urls: &[String],
+    id: WorkerId,
+    cred: &Credentials,
+    cpus: u32,
+) -> Result<Arc<Hollow>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut last = None;
+    for url in urls {
+        match register_at(url, id, cred, cpus).await {
+            Ok(h) => return Ok(h),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| "no coordinator URL".into()))
+}
+
+async fn register_at(
+    url: &str,
+    id: WorkerId,
+    cred: &Credentials,
+    cpus: u32,
+) -> Result<Arc<Hollow>, Box<dyn std::error::Error + Send + Sync>> {
+    let channel = Endpoint::from_shared(url.to_string())?
+        .connect_timeout(Duration::from_secs(2))
+        .tls_config(cred.coordinator_tls())?
+        .connect()
+        .await?;
+    let mut client = WorkerServiceClient::new(channel);
+    let session = WorkerId::random().to_string();
+    let r = client
+        .register(pb::RegisterRequest {
+            worker_id: id.to_string(),
+            session: session.clone(),
+            peer_addr: "http://127.0.0.1:9".into(),
+            capacity: Some(pb::NodeCapacity {
+                cpus,
+                memory: 8 << 30,
+                cache_bytes: 1 << 30,
+                hostname: format!("hollow-{id}"),
+                isolation: "none".into(),
+                ..Default::default()
+            }),
+            state: Some(pb::NodeState { memory_free: 8 << 30, ..Default::default() }),
+            known: vec![],
+        })
+        .await?
+        .into_inner();
+    let every = Duration::from_millis(r.heartbeat_interval_ms.max(1));
+    Ok(Arc::new(Hollow { id, session, client, running: Mutex::new(Vec::new()), every }))
+}
+
+/// Heartbeats at the interval the coordinator gave until `stop`, timing each while `timing`.
+pub(crate) async fn heartbeats(
+    h: Arc<Hollow>,
+    stop: Arc<AtomicBool>,
+    rtts: Arc<std::sync::Mutex<Vec<f64>>>,
+    timing: Arc<AtomicBool>,
+) {
+    // Spread over the interval, as workers that started at different times are.
+    tokio::time::sleep(h.every * u32::from(h.id.as_bytes()[15]) / 256).await;
+    let mut tick = tokio::time::interval(h.every);
+    while !stop.load(Relaxed) {
+        tick.tick().await;
+        let running = h.running.lock().await.clone();
+        let mut client = h.client.clone();
+        let t = Instant::now();
+        let r = client
+            .heartbeat(pb::HeartbeatRequest {
+                worker_id: h.id.to_string(),
+                session: h.session.clone(),
+                state: Some(pb::NodeState { memory_free: 8 << 30, running, ..Default::default() }),
+            })
+            .await;
+        if r.is_ok() && timing.load(Relaxed) {
+            rtts.lock().expect("rtts").push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+}
+
+/// Answers every assignment with RUNNING and SUCCEEDED in one report, until `stop`; each into
+/// `ledger`.
+pub(crate) async fn assignments(h: Arc<Hollow>, stop: Arc<AtomicBool>, placed: Arc<AtomicU64>, ledger: Arc<Ledger>) {
+    let mut client = h.client.clone();
+    let req = pb::AssignmentsRequest { worker_id: h.id.to_string(), session: h.session.clone() };
+    let Ok(stream) = client.assignments(req).await else { return };
+    let mut stream = stream.into_inner();
+    while !stop.load(Relaxed) {
+        let Ok(Some(batch)) = stream.message().await else { return };
+        if batch.assign.is_empty() {
+            continue;
+        }
+        let now = plexus_proto::now_ms();
+        let mut reports = Vec::with_capacity(batch.assign.len() * 2);
+        for a in &batch.assign {
+            if let Some(r) = &a.attempt {
+                ledger.assigned(r);
+            }
+            let attempt = a.attempt.clone();
+            for state in [pb::SubtaskState::Running, pb::SubtaskState::Succeeded] {
+                reports.push(pb::TaskReport {
+                    attempt: attempt.clone(),
+                    state: state as i32,
+                    started_at: now,
+                    finished_at: if state == pb::SubtaskState::Succeeded { now } else { 0 },
+                    ..Default::default()
+                });
+            }
+        }
+        placed.fetch_add(batch.assign.len() as u64, Relaxed);
+        let r = client
+            .report_tasks(pb::ReportTasksRequest { worker_id: h.id.to_string(), session: h.session.clone(), reports })
+            .await;
+        if r.is_err() {
+            return;
+        }
+        ledger.acknowledged(&batch.assign.iter().filter_map(|a| a.attempt.clone()).collect::<Vec<_>>());
+    }
+}

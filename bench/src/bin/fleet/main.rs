@@ -1,0 +1,315 @@
+//! `fleet` (issue 35): hollow workers at cluster scale against one real coordinator.
+//!
+//! For each fleet size N (`--workers`, default 100 and 1,000) and store (`--store`, default sled;
+//! `sled,etcd` puts them side by side) a fresh secure control plane — one coordinator on the sled
+//! store (the release binary, mutual TLS, as `plexus up` starts it), or two on an etcd cluster of
+//! `--etcd-members` (default 3), one leading — and N hollow workers in this one process, each
+//! speaking the real worker protocol over a connection of its own:
+//! * **join** — a key pair and `Join` with the cluster's join token, as a new worker does
+//!   (`plexus_worker::credentials::obtain`, its certificate kept in a directory of its own);
+//! * **register** — all N at once (a cold start's storm): connect with its certificate,
+//!   `Register`, open the `Assignments` stream;
+//! * **heartbeats** at the interval the coordinator gives, each timed (round trip), for
+//!   `--heartbeat-secs`, listing the attempts it is running;
+//! * **work** — a job of `--subtasks` one-core no-op replicas: each assignment is answered with
+//!   RUNNING and SUCCEEDED in one `ReportTasks` (no process, no data), so the figure is what the
+//!   control plane sustains: placements per second from submit to the job's end;
+//! * **flood** — `--flooders` clients list every worker in a loop for `--flood-secs` while the
+//!   heartbeats are timed again: the heartbeats' p99 under that load, and how many listings were
+//!   answered and how many shed (`--shed-lag-ms`, a list of values puts runs side by side);
+//! * **lists** — `ListWorkers` through the API, timed: every worker in one response, one page
+//!   of 500 (what `plexus workers` asks for at a time), and the summary alone
+//!   (`plexus workers --summary`, and the dashboard's usage sampler).
+//!
+//! Printed per N: join and registration times, heartbeat p50/p99, the coordinator's CPU (cores)
+//! while the workers only heartbeat and while the job runs (the hollow workers share this
+//! machine's 2 cores with it), placements/s, the
+//! coordinator's RSS (and per worker), `ListWorkers` latency and size (whole, a page, the
+//! summary), and how many workers the
+//! coordinator reports not alive at the end (a worker falsely declared lost counts there).
+//! Targets (issue 35, at 5,000 workers): all registered within 60 s, heartbeat p99 ≤ 200 ms,
+//! ≥ 10,000 placements/s, RSS ≤ 2 GiB, `plexus workers` ≤ 1 s, none lost; PASS/FAIL per row
+//! against them. Then (`--storm`, on by default) two restart storms: the coordinator `kill -9`ed
+//! and started again on its data dir while every worker retries `Register` from the kill on its
+//! back-off, the product's jittered one and the lockstep one before it; the time until all are
+//! back. On etcd, instead, the HA takeover: the leader `kill -9`ed a quarter of the way through a
+//! job of `--subtasks` no-op replicas, every worker retrying `Register` against both coordinators
+//! on its jittered back-off; the time until the standby leads, until every worker is registered
+//! with it, and until the job ends, whether it lost a subtask, and how many subtasks whose success
+//! was acknowledged were assigned again (run twice). Target (issue 35): all back within the
+//! lease + 10 s, nothing lost or run twice; every etcd figure within 2× of sled's.
+//!
+//! `cargo run --release -p plexus-bench --bin fleet [-- --workers 100,1000,5000 --store sled,etcd
+//! --subtasks N --heartbeat-secs S --cpus C]`. Needs the release `plexus-coordinator` beside it
+//! (and `etcd` for the etcd store: `make deps` installs it).
+//!
+//! # Layout
+//! * `plane`: the control plane, one coordinator on sled or an HA pair on etcd.
+//! * `hollow`: the hollow workers (join, register, heartbeats, assignments) and the ledger of
+//!   what they were asked to run.
+//! * `phases`: the placement run, the listings, the flood, the restart storms, the takeover.
+//! * `report`: the tables, and what they read from /proc.
+
+mod hollow;
+mod phases;
+mod plane;
+mod report;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use plexus_proto::pb;
+use plexus_worker::credentials::TrustConfig;
+
+use hollow::{Ledger, assignments, heartbeats, join_all, register_all};
+use phases::{flood, percentile, place_all, sorted, storm, takeover, timed_list};
+use plane::{Plane, StoreKind};
+use report::{cpu_of, print, rss_of, share};
+
+#[derive(Debug, clap::Parser)]
+#[command(name = "fleet", about = "Hollow workers at cluster scale against one real coordinator")]
+struct Args {
+    /// Fleet sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+    workers: Vec<usize>,
+    /// Stores, comma-separated: `sled` (one coordinator) and `etcd` (an HA pair on etcd).
+    #[arg(long = "store", value_delimiter = ',', default_value = "sled", value_parser = StoreKind::parse)]
+    stores: Vec<StoreKind>,
+    /// Members of the etcd cluster, for `--store etcd`.
+    #[arg(long = "etcd-members", default_value_t = 3)]
+    etcd_members: usize,
+    /// The coordinators' leadership lease, seconds, for `--store etcd`.
+    #[arg(long = "lease-ttl-s", default_value_t = 2)]
+    lease_ttl_s: u64,
+    /// No-op one-core subtasks in the placement run.
+    #[arg(long, default_value_t = 20_000)]
+    subtasks: u32,
+    /// How long heartbeats are timed.
+    #[arg(long = "heartbeat-secs", default_value_t = 15)]
+    heartbeat_secs: u64,
+    /// Cores each hollow worker offers.
+    #[arg(long, default_value_t = 2)]
+    cpus: u32,
+    /// Seconds the placement run may take before it is reported unfinished.
+    #[arg(long = "job-timeout", default_value_t = 300)]
+    job_timeout: u64,
+    /// Joins and connections made at once (the coordinator signs each join's certificate).
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// The coordinator's `--shed-lag-ms`, one fleet per value at each size (0: never shed),
+    /// e.g. `200,0` to put shedding and none side by side.
+    #[arg(long = "shed-lag-ms", value_delimiter = ',', default_value = "200")]
+    shed_lag_ms: Vec<u64>,
+    /// Clients calling `ListWorkers` in a loop during the flood.
+    #[arg(long, default_value_t = 8)]
+    flooders: usize,
+    /// What they ask for: `whole` (every worker: costly to encode and send) or `summary` (a pass
+    /// over every worker on the engine's thread, a small answer).
+    #[arg(long = "flood-list", default_value = "whole", value_parser = ["whole", "summary"])]
+    flood_list: String,
+    /// How long the flood lasts; its heartbeats are timed on their own (0: no flood).
+    #[arg(long = "flood-secs", default_value_t = 10)]
+    flood_secs: u64,
+    /// Restart the coordinator twice at the end of each size (kill -9, start) and time every
+    /// worker's return: on the product's jittered back-off, then in lockstep.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    storm: bool,
+}
+
+/// Issue 35's targets, at 5,000 workers.
+const REGISTER_TARGET: Duration = Duration::from_secs(60);
+const HEARTBEAT_P99_TARGET_MS: f64 = 200.0;
+const PLACEMENTS_TARGET: f64 = 10_000.0;
+const RSS_TARGET: u64 = 2 << 30;
+const LIST_TARGET: Duration = Duration::from_secs(1);
+
+/// What one fleet size measured.
+struct Row {
+    n: usize,
+    store: StoreKind,
+    /// The etcd store's leader takeover.
+    takeover: Option<Takeover>,
+    storms: Vec<Storm>,
+    /// The coordinator's CPU (cores) while the workers only heartbeat, and while the job runs.
+    idle_cpu: Option<f64>,
+    work_cpu: Option<f64>,
+    shed_lag_ms: u64,
+    join: Duration,
+    register: Duration,
+    hb_p50_ms: f64,
+    hb_p99_ms: f64,
+    heartbeats: usize,
+    placements_per_s: f64,
+    placed: u32,
+    rss: Option<u64>,
+    /// Before any worker joined.
+    rss_before: Option<u64>,
+    list: Duration,
+    list_bytes: usize,
+    /// One page of 500 workers (what `plexus workers` asks for at a time).
+    page: Duration,
+    /// The summary alone (`plexus workers --summary`, the dashboard's usage sampler).
+    summary: Duration,
+    not_alive: usize,
+    flood: Flood,
+}
+
+/// A restart storm: the coordinator `kill -9`ed and started again while every worker retries.
+struct Storm {
+    jittered: bool,
+    /// From the kill until the new coordinator listened.
+    restart: Duration,
+    /// From the kill until every worker was registered again.
+    all: Duration,
+    /// Registration attempts made, refused ones included.
+    attempts: u64,
+}
+
+/// The leader killed mid-job and its standby taking over (see [`phases::takeover`]).
+struct Takeover {
+    /// Assignments answered before the kill.
+    answered_at_kill: u64,
+    /// From the kill until the standby led and served.
+    leader: Duration,
+    /// From the kill until every worker was registered with the new leader.
+    all_back: Duration,
+    /// From the kill until the job ended.
+    job_end: Duration,
+    /// Registration attempts made, refused ones included.
+    attempts: u64,
+    succeeded: u32,
+    /// The job succeeded with every subtask.
+    job_ok: bool,
+    /// Assignments answered after the takeover.
+    answered_after: u64,
+    /// Subtasks assigned again after their success was acknowledged.
+    twice: u64,
+}
+
+/// What a flood of whole listings did: the heartbeats' p99 meanwhile, listings answered and shed.
+#[derive(Default)]
+struct Flood {
+    hb_p99_ms: f64,
+    heartbeats: usize,
+    answered: u64,
+    shed: u64,
+    /// Any other error, the first of them.
+    failed: u64,
+    error: Option<String>,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Args = clap::Parser::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut rows = Vec::new();
+    for &n in &args.workers {
+        for &store in &args.stores {
+            for &shed in &args.shed_lag_ms {
+                eprintln!("fleet: {n} hollow workers, {} store, --shed-lag-ms {shed}", store.name());
+                rows.push(run(&rt, &args, (n, store), shed)?);
+            }
+        }
+    }
+    print(&args, &rows);
+    Ok(())
+}
+
+fn run(
+    rt: &tokio::runtime::Runtime,
+    args: &Args,
+    (n, store): (usize, StoreKind),
+    shed: u64,
+) -> Result<Row, Box<dyn std::error::Error>> {
+    let mut c = Plane::start(store, args, shed)?;
+    // The coordinator's own footprint before any worker (libtorch's pages among it).
+    let rss_before = c.pid().and_then(rss_of);
+    let dirs = tempfile::tempdir()?;
+    let trust = TrustConfig {
+        insecure: false,
+        ca_file: Some(c.ca_file()),
+        join_token: Some(std::fs::read_to_string(c.join_token_file())?.trim().to_string()),
+    };
+
+    // Join: every worker's certificate, `concurrency` at a time, from the leader.
+    let started = Instant::now();
+    let creds = rt.block_on(join_all(&trust, &c.leader_url(), dirs.path(), n, args.concurrency))?;
+    let join = started.elapsed();
+
+    // Register: all at once, as after a cold start.
+    let stop = Arc::new(AtomicBool::new(false));
+    let rtts = Arc::new(std::sync::Mutex::new(Vec::<f64>::new()));
+    let timing = Arc::new(AtomicBool::new(false));
+    let placed = Arc::new(AtomicU64::new(0));
+    let ledger = Arc::new(Ledger::default());
+    let started = Instant::now();
+    let fleet = register_all(rt, &c.urls(), &creds, args.cpus)?;
+    let register_time = started.elapsed();
+    for h in &fleet {
+        rt.spawn(heartbeats(h.clone(), stop.clone(), rtts.clone(), timing.clone()));
+        rt.spawn(assignments(h.clone(), stop.clone(), placed.clone(), ledger.clone()));
+    }
+
+    // Heartbeats, timed, and the coordinator's CPU meanwhile (all it does then is serve them).
+    let pid = c.pid();
+    let cpu0 = pid.and_then(cpu_of);
+    timing.store(true, Relaxed);
+    std::thread::sleep(Duration::from_secs(args.heartbeat_secs));
+    timing.store(false, Relaxed);
+    let idle_cpu = share(cpu0, pid.and_then(cpu_of), Duration::from_secs(args.heartbeat_secs));
+    let hb = sorted(&rtts);
+
+    // A flood of whole listings, heartbeats timed meanwhile.
+    let flood = if args.flood_secs == 0 { Flood::default() } else { flood(&c, args, &rtts, &timing) };
+
+    // Work: one job of no-op replicas, and the coordinator's CPU meanwhile.
+    let cpu0 = pid.and_then(cpu_of);
+    let wall = place_all(&c, args, n, &placed)?;
+    let work_cpu = share(cpu0, pid.and_then(cpu_of), wall);
+    let answered = placed.load(Relaxed) as u32;
+
+    // Lists, and what the coordinator holds.
+    let (list_time, list) = timed_list(&c, pb::ListWorkersRequest::default())?;
+    // What `plexus workers` asks for (a page of 500) and `plexus workers --summary`.
+    let (page_time, _) = timed_list(&c, pb::ListWorkersRequest { page_size: 500, ..Default::default() })?;
+    let (summary_time, _) = timed_list(&c, pb::ListWorkersRequest { summary_only: true, ..Default::default() })?;
+    let not_alive = list.workers.iter().filter(|w| !w.alive).count();
+    let rss = c.pid().and_then(rss_of);
+    let (storms, takeover) = match store {
+        // The leader killed mid-job; the standby takes over.
+        StoreKind::Etcd => (Vec::new(), Some(takeover(rt, &mut c, args, &creds, (&stop, &placed), &ledger)?)),
+        // Restart storms: the coordinator killed and started again, every worker coming back on
+        // its back-off schedule, jittered (the product's) and in lockstep (before it).
+        StoreKind::Sled if args.storm => {
+            stop.store(true, Relaxed);
+            (vec![storm(rt, &mut c, &creds, args.cpus, true)?, storm(rt, &mut c, &creds, args.cpus, false)?], None)
+        }
+        StoreKind::Sled => (Vec::new(), None),
+    };
+    stop.store(true, Relaxed);
+    drop(fleet);
+    Ok(Row {
+        n,
+        store,
+        takeover,
+        storms,
+        idle_cpu,
+        work_cpu,
+        shed_lag_ms: shed,
+        flood,
+        join,
+        register: register_time,
+        hb_p50_ms: percentile(&hb, 0.50),
+        hb_p99_ms: percentile(&hb, 0.99),
+        heartbeats: hb.len(),
+        placements_per_s: f64::from(args.subtasks) / wall.as_secs_f64(),
+        placed: answered,
+        rss,
+        rss_before,
+        list: list_time,
+        list_bytes: prost::Message::encoded_len(&list),
+        page: page_time,
+        summary: summary_time,
+        not_alive: not_alive + n.saturating_sub(list.workers.len()),
+    })
+}
