@@ -31,6 +31,12 @@
 //! 12 is the only one that compares candidates with each other (over the feasible ones): the
 //! attention layers could learn that comparison, but online, with a few thousand decisions, a
 //! network learns a per-token feature far sooner than an argmin across tokens.
+//!
+//! The compute estimate in 11 and 12 is corrected by how much slower than estimated the node's
+//! latest tasks ran ([`Candidate::recent_slowdown`], bounded to [0.5, 4]; issue 34, item 2): the
+//! measured means lag a node that slowed down since (memory-bound neighbours, a co-tenant, a
+//! throttled CPU), and `fastest` ranks by them alone. Where no slowdown is known the features
+//! are the estimates as given.
 
 use plexus_scheduler::placer::{Candidate, PlacementRequest};
 
@@ -114,7 +120,7 @@ impl Observation {
             if task.writes { 1.0 } else { 0.0 },
         ];
         // The best estimate among feasible candidates, for feature 12.
-        let best = nodes.iter().filter(|n| n.feasible).filter_map(Candidate::est_run_ms).fold(f64::INFINITY, f64::min);
+        let best = nodes.iter().filter(|n| n.feasible).filter_map(corrected_run_ms).fold(f64::INFINITY, f64::min);
         let tokens = nodes
             .iter()
             .map(|n| {
@@ -125,7 +131,7 @@ impl Observation {
                 let missing = task.input_bytes.saturating_sub(n.local_input_bytes);
                 let evict =
                     if n.cache_bytes == 0 { 0.0 } else { missing.saturating_sub(free) as f64 / n.cache_bytes as f64 };
-                let excess = match n.est_run_ms() {
+                let excess = match corrected_run_ms(n) {
                     Some(e) if best.is_finite() => (e - best).max(0.0) / (best + EST_SCALE_MS),
                     _ => 0.0,
                 };
@@ -141,7 +147,7 @@ impl Observation {
                     log2_norm(free),
                     if n.free.gpu > 0 { 1.0 } else { 0.0 },
                     n.est_fetch_ms.map_or(0.0, time_norm),
-                    n.est_compute_ms.map_or(0.0, time_norm),
+                    corrected_compute_ms(n).map_or(0.0, time_norm),
                     clamp01(excess),
                     clamp01(evict),
                     if n.est_run_ms().is_some() { 1.0 } else { 0.0 },
@@ -158,6 +164,20 @@ impl Observation {
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
+}
+
+/// The node's compute estimate times its recent slowdown, when it has one.
+fn corrected_compute_ms(n: &Candidate) -> Option<f64> {
+    let ms = n.est_compute_ms?;
+    Some(match n.recent_slowdown {
+        Some(s) if s.is_finite() => ms * s.clamp(0.5, 4.0),
+        _ => ms,
+    })
+}
+
+/// [`Candidate::est_run_ms`] with the corrected compute estimate.
+fn corrected_run_ms(n: &Candidate) -> Option<f64> {
+    Some(n.est_fetch_ms?.max(0.0) + corrected_compute_ms(n)?.max(0.0))
 }
 
 fn clamp01(x: f64) -> f32 {
@@ -209,6 +229,7 @@ pub fn candidate(
         cache_used,
         est_fetch_ms: est.map(|e| e.0),
         est_compute_ms: est.map(|e| e.1),
+        recent_slowdown: None,
     }
 }
 
@@ -270,5 +291,24 @@ mod tests {
         let o = Observation::build(&task, &[Candidate { local_input_bytes: 3 << 29, ..node(true, 0.0, 0.0, 0) }]);
         assert_eq!(o.tokens[0][13], 0.0);
         assert_eq!(o.tokens[0][12], 0.0, "a lone candidate is the best");
+    }
+
+    #[test]
+    fn a_node_that_ran_slower_than_estimated_reads_as_slower() {
+        let task = TaskFeatures { system_utilisation: 0.5, flops: 1e9, input_bytes: 0, writes: false };
+        let node = |slowdown: Option<f64>| Candidate {
+            recent_slowdown: slowdown,
+            ..candidate(true, 1 << 30, 0, 0, 0.0, 0.0, false, Some((0.0, 500.0)))
+        };
+        // Both estimated at 0.5 s; the first ran three times slower lately: 1.5 s, 1 s behind.
+        let o = Observation::build(&task, &[node(Some(3.0)), node(Some(1.0)), node(None)]);
+        let (a, b, c) = (o.tokens[0], o.tokens[1], o.tokens[2]);
+        assert_eq!(a[11], 0.6);
+        assert!((b[11] - 1.0 / 3.0).abs() < 1e-6 && b[11] == c[11]);
+        assert!((a[12] - 1000.0 / 1500.0).abs() < 1e-6);
+        assert_eq!((b[12], c[12]), (0.0, 0.0));
+        // Bounded: a wild ratio counts as four times, a NaN not at all.
+        let o = Observation::build(&task, &[node(Some(1e9)), node(Some(f64::NAN))]);
+        assert_eq!((o.tokens[0][11], o.tokens[1][11]), (2000.0 / 3000.0, 1.0 / 3.0));
     }
 }

@@ -51,6 +51,11 @@ pub struct Candidate {
     /// speeds, or the coordinator's measured run times (`None` until the same work, or work with
     /// a `flops` hint, has run somewhere).
     pub est_compute_ms: Option<f64>,
+    /// How much slower than estimated this worker's latest attempts ran (measured ÷ estimated
+    /// compute, recency-weighted: `core::estimates::Estimates::slowdown`); `None` until one was
+    /// compared. What `fastest` does not look at: a worker that slowed down since its speeds
+    /// were measured (co-tenants, memory-bound neighbours, throttling).
+    pub recent_slowdown: Option<f64>,
 }
 
 impl Candidate {
@@ -73,6 +78,7 @@ impl Candidate {
             cache_used: 0,
             est_fetch_ms: None,
             est_compute_ms: None,
+            recent_slowdown: None,
         }
     }
 
@@ -100,6 +106,7 @@ impl Candidate {
         .into_iter()
         .chain(self.est_fetch_ms.map(|v| ("est_fetch_ms".to_string(), v)))
         .chain(self.est_compute_ms.map(|v| ("est_compute_ms".to_string(), v)))
+        .chain(self.recent_slowdown.map(|v| ("recent_slowdown".to_string(), v)))
         .collect()
     }
 }

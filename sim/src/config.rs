@@ -220,7 +220,7 @@ pub enum Mix {
     /// Compute-heavy, half the CPU tasks memory-bandwidth bound (`stream`), contending on a node
     /// ([`Interference`]).
     Interference,
-    /// Mixed, on nodes that slow down three times for two-minute phases, a quarter of them at a
+    /// Mixed, on nodes that slow down three times for 30-second phases, a quarter of them at a
     /// time ([`Drift`]).
     Drifting,
     /// Mixed, on node classes fast for one kind of task and slow for another ([`Affinity`]).
@@ -277,10 +277,11 @@ impl Mix {
                 interference: Some(Interference { kinds: vec!["stream".into()], stream_share: 0.5, neighbour: 0.25 }),
                 ..Hidden::default()
             },
-            // Two-minute phases (several task lengths, so a measured mean lags them), a quarter
-            // of the nodes three times slower in each (a noisy co-tenant, a throttled CPU).
+            // 30 s phases (several task lengths, so a measured mean lags them; a run of ~2 min of
+            // arrivals sees four or more), a quarter of the nodes three times slower in each (a
+            // noisy co-tenant, a throttled CPU).
             Mix::Drifting => Hidden {
-                drift: Some(Drift { period_us: 120_000_000, share: 0.25, slow: 3.0, seed }),
+                drift: Some(Drift { period_us: 30_000_000, share: 0.25, slow: 3.0, seed }),
                 ..Hidden::default()
             },
             // The large nodes' wide vector units make the solver twice as fast there, while their

@@ -482,6 +482,7 @@ impl<'a> Sim<'a> {
                         Some(m) => m.compute_ms(n.spec.index, sig, task.flops),
                         None => Some(self.exact_compute_ms(g, n.spec.index)),
                     },
+                    recent_slowdown: self.measured.as_ref().and_then(|m| m.slowdown(n.spec.index)),
                 }
             })
             .collect();

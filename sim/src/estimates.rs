@@ -183,6 +183,11 @@ impl Measured {
         self.estimates.compute(self.workers[node], signature, Some(flops)).map(|e| e.ms)
     }
 
+    /// How much slower than estimated `node`'s latest tasks ran (`Estimates::slowdown`).
+    pub fn slowdown(&self, node: usize) -> Option<f64> {
+        self.estimates.slowdown(self.workers[node])
+    }
+
     /// What `node`'s worker reports when a task of `signature` with `flops` ends: its compute
     /// time, then its fetch.
     pub fn observe(&mut self, node: usize, signature: u64, flops: f64, compute_us: u64, fetch: Option<FetchSample>) {

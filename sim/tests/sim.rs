@@ -250,6 +250,7 @@ fn candidate(n: u8, free_cpu: f64, local: u64) -> Candidate {
         cache_used: 0,
         est_fetch_ms: None,
         est_compute_ms: None,
+        recent_slowdown: None,
     }
 }
 

@@ -290,7 +290,16 @@ pub struct Estimates {
     flop_mean: Sum,
     link_latency: [Sum; 3],
     link_rate: [Sum; 3],
+    /// Not stored: per worker, how much slower than estimated its latest runs were (see
+    /// [`Estimates::slowdown`]).
+    slowdowns: HashMap<WorkerId, f64>,
 }
+
+/// Weight of a worker's earlier runs in its [`Estimates::slowdown`] when a new one arrives:
+/// 0.5, so the last three runs make nearly 90 % of it — a surprise, not a mean.
+pub const SLOWDOWN_DECAY: f64 = 0.5;
+/// Workers whose slowdown is kept at most (past it, the map starts over).
+pub const MAX_SLOWDOWNS: usize = 16_384;
 
 impl Estimates {
     pub fn new() -> Estimates {
@@ -312,6 +321,15 @@ impl Estimates {
     pub fn observe_run(&mut self, worker: WorkerId, signature: u64, flops: Option<f64>, run_ms: f64) {
         if !run_ms.is_finite() || run_ms < 0.0 {
             return;
+        }
+        // How this run compares with what was expected of it, before it counts in the estimate.
+        if let Some(expected) = self.compute(worker, signature, flops).map(|e| e.ms).filter(|&ms| ms > 0.0) {
+            let ratio = (run_ms / expected).clamp(0.01, 100.0);
+            if self.slowdowns.len() >= MAX_SLOWDOWNS && !self.slowdowns.contains_key(&worker) {
+                self.slowdowns.clear();
+            }
+            let s = self.slowdowns.entry(worker).or_insert(ratio);
+            *s = SLOWDOWN_DECAY * *s + (1.0 - SLOWDOWN_DECAY) * ratio;
         }
         self.revision += 1;
         let seq = self.revision;
@@ -380,6 +398,15 @@ impl Estimates {
         if self.links.len() > MAX_LINKS {
             self.trim();
         }
+    }
+
+    /// How much slower than estimated `worker`'s latest runs were: a recency-weighted mean
+    /// ([`SLOWDOWN_DECAY`]) of each run's time ÷ the compute estimate it had just before it
+    /// counted. Near 1 on a worker that runs as measured; above it on one that slowed down since
+    /// (a co-tenant, memory-bound neighbours, throttling), which its means follow only over many
+    /// runs. `None` before a run was compared with an estimate; not kept across restarts.
+    pub fn slowdown(&self, worker: WorkerId) -> Option<f64> {
+        self.slowdowns.get(&worker).copied()
     }
 
     /// Estimated compute of a task of `signature` (with its `flops` hint) on `worker`.
@@ -793,6 +820,26 @@ mod tests {
         let back: Estimates = serde_json::from_value(v).unwrap();
         assert_eq!(back.runs.len(), 1);
         assert!(serde_json::from_str::<Estimates>("{oops").is_err());
+    }
+
+    #[test]
+    fn a_worker_slower_than_its_estimates_says_so_at_once() {
+        let mut e = Estimates::new();
+        e.observe_run(w(1), 7, None, 100.0);
+        assert_eq!(e.slowdown(w(1)), None, "nothing to compare the first run with");
+        for _ in 0..5 {
+            e.observe_run(w(1), 7, None, 100.0);
+        }
+        assert!((e.slowdown(w(1)).unwrap() - 1.0).abs() < 1e-9);
+        // Three times slower: the slowdown says so within two runs, while the mean lags.
+        e.observe_run(w(1), 7, None, 300.0);
+        e.observe_run(w(1), 7, None, 300.0);
+        let slow = e.slowdown(w(1)).unwrap();
+        assert!(slow > 1.9, "{slow}");
+        assert!(e.compute(w(1), 7, None).unwrap().ms < 180.0);
+        // Not stored.
+        let back: Estimates = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert_eq!(back.slowdown(w(1)), None);
     }
 
     #[test]

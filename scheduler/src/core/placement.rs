@@ -635,6 +635,7 @@ impl Core {
                 cache_used: w.node().cache_used,
                 est_fetch_ms: fetch,
                 est_compute_ms: compute.map(|c| c.ms),
+                recent_slowdown: self.estimates.slowdown(id),
             });
         }
         consider.finish(self);

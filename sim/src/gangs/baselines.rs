@@ -77,6 +77,7 @@ impl Cluster {
                 cache_used: 0,
                 est_fetch_ms: None,
                 est_compute_ms: None,
+                recent_slowdown: None,
             })
             .collect();
         let req = PlacementRequest {
