@@ -79,8 +79,8 @@ struct Args {
     /// Members of the etcd cluster, for `--store etcd`.
     #[arg(long = "etcd-members", default_value_t = 3)]
     etcd_members: usize,
-    /// The coordinators' leadership lease, seconds, for `--store etcd`.
-    #[arg(long = "lease-ttl-s", default_value_t = 2)]
+    /// The coordinators' leadership lease, seconds, for `--store etcd` (the product's default).
+    #[arg(long = "lease-ttl-s", default_value_t = 5)]
     lease_ttl_s: u64,
     /// No-op one-core subtasks in the placement run.
     #[arg(long, default_value_t = 20_000)]
@@ -202,17 +202,28 @@ struct Flood {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Args = clap::Parser::parse();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let mut rows = Vec::new();
+    let (mut rows, mut failed) = (Vec::new(), Vec::new());
     for &n in &args.workers {
         for &store in &args.stores {
             for &shed in &args.shed_lag_ms {
                 eprintln!("fleet: {n} hollow workers, {} store, --shed-lag-ms {shed}", store.name());
-                rows.push(run(&rt, &args, (n, store), shed)?);
+                // A size that fails is reported with the others, not instead of them.
+                match run(&rt, &args, (n, store), shed) {
+                    Ok(r) => rows.push(r),
+                    Err(e) => failed.push(format!("N={n} {} --shed-lag-ms {shed}: {e}", store.name())),
+                }
             }
         }
     }
     print(&args, &rows);
-    Ok(())
+    if failed.is_empty() {
+        return Ok(());
+    }
+    println!("\nfailed ({}):", failed.len());
+    for f in &failed {
+        println!("  {f}");
+    }
+    Err(format!("{} of {} runs failed", failed.len(), failed.len() + rows.len()).into())
 }
 
 fn run(
@@ -233,7 +244,9 @@ fn run(
 
     // Join: every worker's certificate, `concurrency` at a time, from the leader.
     let started = Instant::now();
-    let creds = rt.block_on(join_all(&trust, &c.leader_url(), dirs.path(), n, args.concurrency))?;
+    let creds = rt
+        .block_on(join_all(&trust, &c.leader_url(), dirs.path(), n, args.concurrency))
+        .map_err(|e| format!("joining: {e}"))?;
     let join = started.elapsed();
 
     // Register: all at once, as after a cold start.
@@ -243,7 +256,7 @@ fn run(
     let placed = Arc::new(AtomicU64::new(0));
     let ledger = Arc::new(Ledger::default());
     let started = Instant::now();
-    let fleet = register_all(rt, &c.urls(), &creds, args.cpus)?;
+    let fleet = register_all(rt, &c.urls(), &creds, args.cpus).map_err(|e| format!("registering: {e}"))?;
     let register_time = started.elapsed();
     for h in &fleet {
         rt.spawn(heartbeats(h.clone(), stop.clone(), rtts.clone(), timing.clone()));
@@ -264,12 +277,13 @@ fn run(
 
     // Work: one job of no-op replicas, and the coordinator's CPU meanwhile.
     let cpu0 = pid.and_then(cpu_of);
-    let wall = place_all(&c, args, n, &placed)?;
+    let wall = place_all(&c, args, n, &placed).map_err(|e| format!("the placement run: {e}"))?;
     let work_cpu = share(cpu0, pid.and_then(cpu_of), wall);
     let answered = placed.load(Relaxed) as u32;
 
     // Lists, and what the coordinator holds.
-    let (list_time, list) = timed_list(&c, pb::ListWorkersRequest::default())?;
+    let (list_time, list) =
+        timed_list(&c, pb::ListWorkersRequest::default()).map_err(|e| format!("listing workers: {e}"))?;
     // What `plexus workers` asks for (a page of 500) and `plexus workers --summary`.
     let (page_time, _) = timed_list(&c, pb::ListWorkersRequest { page_size: 500, ..Default::default() })?;
     let (summary_time, _) = timed_list(&c, pb::ListWorkersRequest { summary_only: true, ..Default::default() })?;
@@ -277,7 +291,13 @@ fn run(
     let rss = c.pid().and_then(rss_of);
     let (storms, takeover) = match store {
         // The leader killed mid-job; the standby takes over.
-        StoreKind::Etcd => (Vec::new(), Some(takeover(rt, &mut c, args, &creds, (&stop, &placed), &ledger)?)),
+        StoreKind::Etcd => (
+            Vec::new(),
+            Some(
+                takeover(rt, &mut c, args, &creds, (&stop, &placed), &ledger)
+                    .map_err(|e| format!("the takeover: {e}"))?,
+            ),
+        ),
         // Restart storms: the coordinator killed and started again, every worker coming back on
         // its back-off schedule, jittered (the product's) and in lockstep (before it).
         StoreKind::Sled if args.storm => {
