@@ -540,6 +540,23 @@ impl Core {
     /// Every live worker as a candidate for an attempt of `task` reading `inputs`: feasible or
     /// not (and why not), with its fetch and compute estimates and the samples behind them
     /// (`None`: derived from other workers or pairs).
+    /// Each input's first live holders ([`RANKED_HOLDERS`]) with their racks.
+    fn input_sources(&self, inputs: &[(ObjectId, u64)]) -> Vec<Vec<(WorkerId, Option<&str>)>> {
+        inputs
+            .iter()
+            .map(|(o, _)| {
+                self.workers.holders(o).map_or_else(Vec::new, |h| {
+                    h.iter()
+                        .filter_map(|w| self.workers.get(w))
+                        .filter(|w| w.record().alive)
+                        .take(RANKED_HOLDERS)
+                        .map(|w| (w.id(), w.record().capacity.topology.rack()))
+                        .collect()
+                })
+            })
+            .collect()
+    }
+
     fn candidates(
         &self,
         task: &TaskSpec,
@@ -552,19 +569,7 @@ impl Core {
         // For the estimates: the task's signature, and each input's first live holders with
         // their racks, once per decision, so that each candidate costs O(inputs).
         let sig = signature(task);
-        let sources: Vec<Vec<(WorkerId, Option<&str>)>> = inputs
-            .iter()
-            .map(|(o, _)| {
-                self.workers.holders(o).map_or_else(Vec::new, |h| {
-                    h.iter()
-                        .filter_map(|w| self.workers.get(w))
-                        .filter(|w| w.record().alive)
-                        .take(RANKED_HOLDERS)
-                        .map(|w| (w.id(), w.record().capacity.topology.rack()))
-                        .collect()
-                })
-            })
-            .collect();
+        let sources = self.input_sources(inputs);
 
         let mut candidates = Vec::new();
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).

@@ -281,31 +281,9 @@ fn run(
     let work_cpu = share(cpu0, pid.and_then(cpu_of), wall);
     let answered = placed.load(Relaxed) as u32;
 
-    // Lists, and what the coordinator holds.
-    let (list_time, list) =
-        timed_list(&c, pb::ListWorkersRequest::default()).map_err(|e| format!("listing workers: {e}"))?;
-    // What `plexus workers` asks for (a page of 500) and `plexus workers --summary`.
-    let (page_time, _) = timed_list(&c, pb::ListWorkersRequest { page_size: 500, ..Default::default() })?;
-    let (summary_time, _) = timed_list(&c, pb::ListWorkersRequest { summary_only: true, ..Default::default() })?;
-    let not_alive = list.workers.iter().filter(|w| !w.alive).count();
+    let lists = Lists::take(&c)?;
     let rss = c.pid().and_then(rss_of);
-    let (storms, takeover) = match store {
-        // The leader killed mid-job; the standby takes over.
-        StoreKind::Etcd => (
-            Vec::new(),
-            Some(
-                takeover(rt, &mut c, args, &creds, (&stop, &placed), &ledger)
-                    .map_err(|e| format!("the takeover: {e}"))?,
-            ),
-        ),
-        // Restart storms: the coordinator killed and started again, every worker coming back on
-        // its back-off schedule, jittered (the product's) and in lockstep (before it).
-        StoreKind::Sled if args.storm => {
-            stop.store(true, Relaxed);
-            (vec![storm(rt, &mut c, &creds, args.cpus, true)?, storm(rt, &mut c, &creds, args.cpus, false)?], None)
-        }
-        StoreKind::Sled => (Vec::new(), None),
-    };
+    let (storms, takeover) = restarts(rt, &mut c, args, &creds, (&stop, &placed), &ledger)?;
     stop.store(true, Relaxed);
     drop(fleet);
     Ok(Row {
@@ -326,10 +304,52 @@ fn run(
         placed: answered,
         rss,
         rss_before,
-        list: list_time,
-        list_bytes: prost::Message::encoded_len(&list),
-        page: page_time,
-        summary: summary_time,
-        not_alive: not_alive + n.saturating_sub(list.workers.len()),
+        list: lists.whole.0,
+        list_bytes: prost::Message::encoded_len(&lists.whole.1),
+        page: lists.page,
+        summary: lists.summary,
+        not_alive: lists.whole.1.workers.iter().filter(|w| !w.alive).count()
+            + n.saturating_sub(lists.whole.1.workers.len()),
     })
+}
+
+/// At the end of a size: on etcd, the leader killed mid-job and the standby taking over; on sled,
+/// restart storms (the coordinator killed and started again, every worker coming back on its
+/// back-off schedule, jittered, the product's, and in lockstep, before it).
+fn restarts(
+    rt: &tokio::runtime::Runtime,
+    c: &mut Plane,
+    args: &Args,
+    creds: &[(plexus_proto::WorkerId, plexus_worker::credentials::Credentials)],
+    (stop, placed): (&AtomicBool, &AtomicU64),
+    ledger: &Arc<Ledger>,
+) -> Result<(Vec<Storm>, Option<Takeover>), Box<dyn std::error::Error>> {
+    Ok(match c {
+        Plane::Etcd(_) => (
+            Vec::new(),
+            Some(takeover(rt, c, args, creds, (stop, placed), ledger).map_err(|e| format!("the takeover: {e}"))?),
+        ),
+        Plane::Sled(_) if args.storm => {
+            stop.store(true, Relaxed);
+            (vec![storm(rt, c, creds, args.cpus, true)?, storm(rt, c, creds, args.cpus, false)?], None)
+        }
+        Plane::Sled(_) => (Vec::new(), None),
+    })
+}
+
+/// `ListWorkers` timed three ways: every worker, what `plexus workers` asks for (a page of 500),
+/// and `plexus workers --summary`.
+struct Lists {
+    whole: (Duration, pb::ListWorkersResponse),
+    page: Duration,
+    summary: Duration,
+}
+
+impl Lists {
+    fn take(c: &Plane) -> Result<Lists, Box<dyn std::error::Error>> {
+        let whole = timed_list(c, pb::ListWorkersRequest::default()).map_err(|e| format!("listing workers: {e}"))?;
+        let (page, _) = timed_list(c, pb::ListWorkersRequest { page_size: 500, ..Default::default() })?;
+        let (summary, _) = timed_list(c, pb::ListWorkersRequest { summary_only: true, ..Default::default() })?;
+        Ok(Lists { whole, page, summary })
+    }
 }
