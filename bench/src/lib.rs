@@ -14,6 +14,26 @@ pub fn median(sample: &[f64]) -> Option<f64> {
     v.get(v.len() / 2).copied()
 }
 
+/// The machine's CPU time so far, from `/proc/stat`'s `cpu` line, in clock ticks: (busy,
+/// total), busy being everything but idle and I/O wait (user, system, interrupts, softirq —
+/// where the kernel's network stack and the rig's `tc` shaping run — steal). `None` where there
+/// is no `/proc/stat`.
+pub fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+/// The share of all the machine's cores busy between two [`cpu_ticks`] readings (0..=1):
+/// near 1, a measurement was bound by this machine's CPU, not by the links.
+pub fn busy_share(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
+    let ((b0, t0), (b1, t1)) = (before?, after?);
+    (t1 > t0).then(|| (b1.saturating_sub(b0)) as f64 / (t1 - t0) as f64)
+}
+
 /// A byte count as the tables print it: `512 B`, `64.0 KiB`, `4.0 MiB` (IEC units; the one
 /// byte formatter, the CLI's and the worker's).
 pub use plexus_proto::human_bytes as size;

@@ -126,17 +126,19 @@ async fn messages_of_many_segments_arrive_whole() {
     }
 }
 
-/// With overlap (a step's acknowledgements overlapping the next step), every schedule still
-/// delivers every byte, with large multi-segment messages and ranks that mix both modes.
+/// With the seed's acknowledged steps on some ranks and the default handed steps on the others,
+/// every schedule still delivers every byte, with large multi-segment messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn overlapped_steps_deliver_the_same_bytes() {
+async fn acked_and_handed_steps_deliver_the_same_bytes() {
     for n in [2, 3, 5, 8] {
         let eps = endpoints(n).await;
         let ranks: Vec<_> = eps.iter().map(|e| e.local_addrs()).collect();
         let xs: Vec<Arc<Exchanger>> = eps
             .iter()
             .enumerate()
-            .map(|(r, ep)| Arc::new(Exchanger::new(ep.clone(), ranks.clone(), r, 0).unwrap().with_overlap(r % 3 != 1)))
+            .map(|(r, ep)| {
+                Arc::new(Exchanger::new(ep.clone(), ranks.clone(), r, 0).unwrap().with_acked_steps(r % 3 != 1))
+            })
             .collect();
         on_all(&xs, move |me, x| async move {
             let mut case = 100;
@@ -145,7 +147,7 @@ async fn overlapped_steps_deliver_the_same_bytes() {
                 for t in [&table, &big] {
                     for &kind in ScheduleKind::ALL {
                         case += 1;
-                        let what = format!("overlap {kind} {name} n={n}");
+                        let what = format!("acked/handed {kind} {name} n={n}");
                         let got = x
                             .alltoallv(t, sends(case, t, me), kind)
                             .await

@@ -17,10 +17,17 @@
 //!    instead of waiting forever.
 //! 4. The rank walks its own steps ([`Schedule::rank_steps`]), with no global barrier: in each
 //!    step it sends its message (striped by rail shares, see `rails`) while it waits for the one
-//!    it receives, and starts the next step once both are done — the send acknowledged, the
-//!    receive delivered. Sends never wait for the receiver to reach the step (the transport
-//!    accepts a message whenever it comes), so a schedule whose steps are matchings cannot
-//!    deadlock: every rank finishes step k once every rank finished its steps before k.
+//!    it receives, and starts the next step once both are done — the send *nearly* acknowledged
+//!    (no more than its last segment on each rail it uses still unacknowledged, so the next
+//!    step's first segments follow those on the wire with no round trip between them, while the
+//!    receiver of this step is not yet sent a second message at full speed; the rest of its
+//!    acknowledgements come while later steps run and are all awaited before the call returns,
+//!    and a rail that fails meanwhile resends what is unacknowledged on the others), the
+//!    receive delivered. Sends never wait for the receiver
+//!    to reach the step (the transport accepts a message whenever it comes), so a schedule whose
+//!    steps are matchings cannot deadlock: every rank finishes step k once every rank finished
+//!    its steps before k. [`Exchanger::with_acked_steps`] restores the seed's pacing, a step
+//!    ending only when its send is acknowledged (issue 30 measured it against the default).
 //! 5. The result is one `Bytes` per sender, in rank order: views of the receive buffer, and this
 //!    rank's own part, which never touches the network (the caller's bytes, shared, not copied).
 //!
@@ -42,10 +49,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use tokio::task::{JoinHandle, JoinSet};
+use bytes::Bytes;
+use tokio::task::JoinSet;
 
-use super::cost::{self, ExchangeAlgorithm, LinkModel};
+use super::cost::{self, ExchangeAlgorithm, LinkModel, Measured};
+use super::landing::{Posts, Task, join, land};
 use super::meter::{self, Agreed, LinkMeter};
 use super::rails::{GroupRails, Sharing};
 use super::schedule::{ComTable, Schedule, ScheduleKind};
@@ -63,6 +71,13 @@ const HELLO: u64 = 0xFFFF_F001;
 const ABORT: u64 = 0xFFFF_F002;
 /// The round of an `auto` call in which every rank sends its link model to every other.
 const AGREE: u64 = 0xFFFF_F003;
+/// Once an `auto` call's choice is the fastest measured algorithm, the next calls of the same
+/// size class decide from the same agreed figures, agreeing afresh once in this many: the round
+/// costs every pair a message (at N = 8 on loopback about a tenth of a 64 MiB exchange). While
+/// candidates are still being tried (or the size class changes) every call agrees. What was
+/// agreed is the same on every rank and every rank makes the same calls in the same order, so
+/// all agree at the same calls.
+const AGREE_EVERY: u32 = 16;
 const HELLO_MAGIC: &[u8; 4] = b"PXA1";
 const HELLO_LEN: usize = 4 + 4 + 4 + 8 + 8;
 /// The header's schedule code for a schedule the caller gave.
@@ -72,10 +87,6 @@ const DIRECT: u8 = 0xD1;
 /// How long a failing rank tries to tell the others before returning its error: a live peer
 /// acknowledges a tiny message in well under a millisecond; a dead one never will.
 const ABORT_GRACE: Duration = Duration::from_secs(1);
-/// Messages that arrived before their post and are at least this large are copied into place
-/// on a blocking thread, so the runtime's workers stay free for the transport; smaller ones
-/// cost less than the hand-over (~10 µs).
-const BLOCKING_MIN: usize = 64 << 10;
 /// The prefix of the error a rank reports when another rank aborted the exchange.
 const ABORTED: &str = "exchange aborted";
 
@@ -92,14 +103,28 @@ pub struct Exchanger {
     tag_base: u64,
     seq: AtomicU64,
     serial: tokio::sync::Mutex<()>,
-    /// See [`Exchanger::with_overlap`].
-    overlap: bool,
+    /// See [`Exchanger::with_acked_steps`].
+    acked_steps: bool,
     /// See [`Exchanger::with_meter`].
     meter: Option<Arc<LinkMeter>>,
     /// See [`Exchanger::with_rail_shares`].
     rails: GroupRails,
     /// Receive buffers whose results were dropped, for the next call (see `spare`).
     spares: Arc<Spares>,
+    /// What the last agreement round gave (see [`AGREE_EVERY`]).
+    agreed: std::sync::Mutex<Option<LastAgreed>>,
+}
+
+/// What an `auto` call's agreement round gave every rank, kept for the calls after it.
+struct LastAgreed {
+    /// The size class (`meter::size_class`) of the busiest member's bytes it was agreed for.
+    class: u32,
+    /// Calls that decided from it.
+    used: u32,
+    /// Whether the choice it gave was the fastest measured (no candidate left to try).
+    settled: bool,
+    models: Vec<LinkModel>,
+    measured: Measured<4>,
 }
 
 /// What an exchange ran and why.
@@ -169,10 +194,11 @@ impl Exchanger {
             tag_base,
             seq: AtomicU64::new(0),
             serial: tokio::sync::Mutex::new(()),
-            overlap: false,
+            acked_steps: false,
             meter: None,
             rails: GroupRails::new(true),
             spares: Arc::default(),
+            agreed: std::sync::Mutex::new(None),
         })
     }
 
@@ -183,13 +209,12 @@ impl Exchanger {
         self
     }
 
-    /// With `overlap`, a rank starts step k + 1 once step k's receive is done and step k − 1's
-    /// send is acknowledged, instead of waiting for step k's send to be acknowledged too: the
-    /// acknowledgements of one step overlap the next step's transfer (at most two senders write
-    /// to a receiver at once, at the tail of a step). Off by default: the seed's steps. Ranks
-    /// need not choose alike: only the pacing differs.
-    pub fn with_overlap(mut self, overlap: bool) -> Exchanger {
-        self.overlap = overlap;
+    /// With `acked`, a step ends only once its send is acknowledged (the seed's steps: a round
+    /// trip between one step's last byte and the next step's first), instead of once no more
+    /// than its last segment per rail is unacknowledged (the default). Ranks need not choose alike: only the
+    /// pacing differs.
+    pub fn with_acked_steps(mut self, acked: bool) -> Exchanger {
+        self.acked_steps = acked;
         self
     }
 
@@ -289,12 +314,17 @@ impl Exchanger {
         let (algorithm, schedule, reason) = match how {
             Some(a) => (a, None, format!("{a}: set by the job file")),
             None => {
-                let models = self.agree_models().await?;
-                let (c, s) = cost::choose_alltoall(table, &LinkModel::combine(&models));
+                let busiest = cost::busiest(table);
+                let (models, measured) = self.agreed_for(busiest).await?;
+                let (c, s) = cost::choose_alltoall_measured(table, &LinkModel::combine(&models), &measured);
+                if let Some(last) = self.agreed.lock().expect("agreed lock").as_mut() {
+                    last.settled = c.settled;
+                }
                 let rails = self.rails.describe(&self.endpoint.rail_rates());
                 (c.algorithm, s, format!("{} chosen by the {}; {rails}", c.algorithm, c.reason))
             }
         };
+        let started = Instant::now();
         let got = match (algorithm, schedule) {
             (ExchangeAlgorithm::Steps(k), Some(s)) => {
                 self.run(|| {
@@ -314,6 +344,11 @@ impl Exchanger {
                 .await?
             }
         };
+        if how.is_none()
+            && let Some(m) = &self.meter
+        {
+            m.alltoall_ran(self.size(), cost::busiest(table), algorithm, started.elapsed().as_secs_f64());
+        }
         Ok((got, Chosen { algorithm, reason }))
     }
 
@@ -324,15 +359,41 @@ impl Exchanger {
         self.split(table, send)
     }
 
+    /// Every rank's link model and the combination of every rank's measured figures for an
+    /// `auto` call whose busiest member moves `busiest` bytes: the last agreed ones where they
+    /// were agreed for this size class, settled on the fastest measured, and used fewer than
+    /// [`AGREE_EVERY`] times; else agreed afresh.
+    async fn agreed_for(&self, busiest: u64) -> Result<(Vec<LinkModel>, Measured<4>)> {
+        let class = meter::size_class(busiest);
+        {
+            let mut agreed = self.agreed.lock().expect("agreed lock");
+            if let Some(last) = agreed.as_mut()
+                && last.class == class
+                && last.settled
+                && last.used < AGREE_EVERY
+            {
+                last.used += 1;
+                return Ok((last.models.clone(), last.measured));
+            }
+        }
+        let mine = self.meter.as_ref().map_or(Measured::NONE, |m| m.alltoall_measured(self.size(), busiest));
+        let all = self.agree_models(mine).await?;
+        let measured = Measured::combine(&all.iter().map(|a| a.measured).collect::<Vec<_>>());
+        let models: Vec<LinkModel> = all.into_iter().map(|a| a.model).collect();
+        *self.agreed.lock().expect("agreed lock") =
+            Some(LastAgreed { class, used: 1, settled: false, models: models.clone(), measured });
+        Ok((models, measured))
+    }
+
     /// Every rank's link model toward the group, in rank order, keeping every rank's rail rates
     /// (a call of its own: it takes the next tags; a rank that fails it aborts the others).
-    async fn agree_models(&self) -> Result<Vec<LinkModel>> {
+    async fn agree_models(&self, measured: Measured<4>) -> Result<Vec<Agreed>> {
         let peers: Vec<PeerId> = self.ids.iter().copied().filter(|&p| p != self.ids[self.rank]).collect();
-        let mine = self.meter.as_ref().map_or(LinkModel::PRIOR, |m| m.model(&peers));
+        let model = self.meter.as_ref().map_or(LinkModel::PRIOR, |m| m.model(&peers));
+        let mine = Agreed { model, rails: self.endpoint.rail_rates(), measured };
         if self.size() == 1 {
             return Ok(vec![mine]);
         }
-        let mine = Agreed { model: mine, rails: self.endpoint.rail_rates() };
         let _serial = self.serial.lock().await;
         let seq = self.seq.fetch_add(1, Relaxed) & SEQ_MASK;
         let base = self.tag_base.wrapping_add(seq << 32);
@@ -350,18 +411,31 @@ impl Exchanger {
         }
         let agreed = result?;
         self.rails.set_agreed(agreed.iter().map(|a| a.rails.clone()).collect());
-        Ok(agreed.into_iter().map(|a| a.model).collect())
+        Ok(agreed)
     }
 
-    /// Sends `data` to rank `to` under `tag` (see `rails`).
+    /// Sends `data` to rank `to` under `tag` (see `rails`), dropping `handed` (when given)
+    /// once no more than its last segment per rail is unacknowledged; ends when the message is
+    /// acknowledged. Its time, from the
+    /// call to the acknowledgement, goes to the meter.
     fn send_to(
         &self,
         to: usize,
         tag: u64,
         data: Bytes,
         sharing: &Sharing,
+        handed: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
-        self.rails.send(self.endpoint.clone(), self.ranks[to].clone(), to, tag, data, sharing)
+        let (meter, peer, bytes) = (self.meter.clone(), self.ids[to], data.len() as u64);
+        let send = self.rails.send(self.endpoint.clone(), self.ranks[to].clone(), to, tag, data, sharing, handed);
+        async move {
+            let t = Instant::now();
+            send.await?;
+            if let Some(m) = &meter {
+                m.message(peer, bytes, t.elapsed().as_secs_f64());
+            }
+            Ok(())
+        }
     }
 
     /// The whole table from every rank's row: each rank passes what it will send each rank
@@ -520,8 +594,9 @@ impl Exchanger {
             tokio::spawn(async move { ep.send(&addrs, base.wrapping_add(HELLO), h).await })
         });
         let mut hello_checked = false;
-        let mut in_flight: Option<Task<Result<()>>> = None;
-        let sharing = Sharing::of(&call.table, me, false, self.overlap);
+        // Sends handed to the rails and not yet acknowledged, each ending with its message.
+        let mut sending: JoinSet<Result<()>> = JoinSet::new();
+        let sharing = Sharing::of(&call.table, me, false);
         for step in call.schedule.rank_steps(me) {
             if step.recv_from.is_some() && !hello_checked {
                 self.check_hello(left, base, &hello).await?;
@@ -533,46 +608,31 @@ impl Exchanger {
                     None => Ok(None),
                 }
             };
-            let landed = if self.overlap {
-                // This step's send runs on; the previous one's must be acknowledged.
-                let next =
-                    step.send_to.map(|to| Task(tokio::spawn(self.send_to(to, tag, call.sends[to].clone(), &sharing))));
-                let previous = async {
-                    match in_flight.take() {
-                        Some(mut t) => (&mut t.0).await.map_err(|e| Error::Peer(format!("exchange send task: {e}")))?,
-                        None => Ok(()),
-                    }
-                };
-                let ((), landed) = tokio::try_join!(previous, recv)?;
-                in_flight = next;
-                landed
-            } else {
-                let send = async {
-                    match step.send_to {
-                        Some(to) => {
-                            let t = Instant::now();
-                            let data = call.sends[to].clone();
-                            let bytes = data.len() as u64;
-                            self.send_to(to, tag, data, &sharing).await?;
-                            if let Some(m) = &self.meter {
-                                m.message(self.ids[to], bytes, t.elapsed().as_secs_f64());
-                            }
-                            Ok(())
-                        }
-                        None => Ok(()),
-                    }
-                };
-                let ((), landed) = tokio::try_join!(send, recv)?;
-                landed
+            let send = async {
+                let Some(to) = step.send_to else { return Ok(()) };
+                let data = call.sends[to].clone();
+                if self.acked_steps {
+                    return self.send_to(to, tag, data, &sharing, None).await;
+                }
+                let (handed, on_queue) = tokio::sync::oneshot::channel();
+                sending.spawn(self.send_to(to, tag, data, &sharing, Some(handed)));
+                // Dropped once only the last segment per rail is unacknowledged, or when the
+                // send ended first (its error, if any, comes from `sending`).
+                let _ = on_queue.await;
+                Ok(())
             };
+            let ((), landed) = tokio::try_join!(send, recv)?;
+            while let Some(done) = sending.try_join_next() {
+                done.map_err(|e| Error::Peer(format!("exchange send task: {e}")))??;
+            }
             if let (Some(from), Some(landed)) = (step.recv_from, landed) {
                 posts.pending.retain(|&p| p != self.ids[from]);
                 let range = offsets[from]..offsets[from + 1];
                 land(&buf, from, range, landed).await?;
             }
         }
-        if let Some(mut t) = in_flight.take() {
-            (&mut t.0).await.map_err(|e| Error::Peer(format!("exchange send task: {e}")))??;
+        while let Some(done) = sending.join_next().await {
+            done.map_err(|e| Error::Peer(format!("exchange send task: {e}")))??;
         }
         if !hello_checked {
             self.check_hello(left, base, &hello).await?;
@@ -620,9 +680,12 @@ impl Exchanger {
         let (n, me) = (self.size(), self.rank);
         let started = Instant::now();
         let mut sends = JoinSet::new();
-        let sharing = Sharing::of(&call.table, me, true, false);
+        let sharing = Sharing::of(&call.table, me, true);
         for to in (0..n).filter(|&j| j != me && !call.sends[j].is_empty()) {
-            sends.spawn(self.send_to(to, tag, call.sends[to].clone(), &sharing));
+            let (ep, addrs, data) = (self.endpoint.clone(), self.ranks[to].clone(), call.sends[to].clone());
+            // Not timed one by one: messages sent together share the links (the rate of the
+            // whole goes to the meter below).
+            sends.spawn(self.rails.send(ep, addrs, to, tag, data, &sharing, None));
         }
         for from in (0..n).filter(|&j| j != me && offsets[j + 1] > offsets[j]) {
             let landed = self.recv_or_abort(from, tag, base).await?;
@@ -693,69 +756,6 @@ impl Exchanger {
         }
         let _ = tokio::time::timeout(ABORT_GRACE, async { while sends.join_next().await.is_some() {} }).await;
     }
-}
-
-/// The receives an exchange posted and no message has claimed yet: withdrawn when the exchange
-/// ends, however it ends (finished, failed, or its future dropped mid-way), since each holds the
-/// receive buffer and a stale post would keep it alive as long as the endpoint lives.
-struct Posts<'a> {
-    endpoint: &'a Endpoint,
-    tag: u64,
-    pending: Vec<PeerId>,
-}
-
-impl Drop for Posts<'_> {
-    fn drop(&mut self) {
-        for p in self.pending.drain(..) {
-            self.endpoint.unpost(p, self.tag);
-        }
-    }
-}
-
-/// Aborts a spawned task when the exchange ends early.
-struct Task<T>(JoinHandle<T>);
-
-impl<T> Drop for Task<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Awaits a spawned send.
-async fn join(mut t: Task<Result<()>>, what: &str) -> Result<()> {
-    (&mut t.0).await.map_err(|e| Error::Peer(format!("{what} task: {e}")))?
-}
-
-/// Brings a delivered message into `buf[range]`: in place already, or (it arrived before its
-/// post, in its own buffer) checked for length and copied there.
-async fn land(buf: &Arc<SharedBuf>, from: usize, range: std::ops::Range<usize>, landed: Landed) -> Result<()> {
-    let msg: BytesMut = match landed {
-        Landed::InPlace { .. } => return Ok(()),
-        Landed::Fresh(msg) => msg,
-    };
-    if msg.len() != range.len() {
-        return Err(Error::Protocol(format!(
-            "rank {from} sent {} bytes, the table says {}: do all ranks pass the same table?",
-            msg.len(),
-            range.len()
-        )));
-    }
-    let buf = buf.clone();
-    let len = range.len();
-    let copy = move || {
-        // SAFETY: taking the message withdrew this range's post in the same step (see
-        // `Endpoint::recv_landed`), so no message writes it, and nothing reads it before the
-        // exchange ends.
-        let dst = unsafe { buf.range_uninit(range.start, range.len()) };
-        for (d, s) in dst.iter_mut().zip(msg.iter()) {
-            d.write(*s);
-        }
-    };
-    if len < BLOCKING_MIN {
-        copy();
-        return Ok(());
-    }
-    tokio::task::spawn_blocking(copy).await.map_err(|e| Error::Peer(format!("exchange copy task: {e}")))
 }
 
 /// The call's description that each rank sends its right neighbour.

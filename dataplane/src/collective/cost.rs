@@ -324,26 +324,10 @@ pub fn choose_allreduce_measured(t: Topology, bytes: u64, links: &Links, measure
             (a, s, secs)
         })
         .collect();
-    let by_model = predicted.iter().fold(predicted[0], |b, c| if c.2 < b.2 { *c } else { b });
-    // Once one is measured, the others the model puts within reach are measured too (the best
-    // by the model first); before that the model alone decides.
-    let any_measured = predicted.iter().any(|p| measured.of(p.0).is_some());
-    let untried = predicted
-        .iter()
-        .filter(|p| any_measured && measured.of(p.0).is_none() && p.2 <= TRY_WITHIN * by_model.2)
-        .fold(None, |b: Option<&(Algorithm, usize, f64)>, c| if b.is_some_and(|b| b.2 <= c.2) { b } else { Some(c) });
-    let best = match untried {
-        Some(u) => *u,
-        None if any_measured => predicted
-            .iter()
-            .filter(|p| measured.of(p.0).is_some())
-            .fold(None, |b: Option<(Algorithm, usize, f64)>, c| match b {
-                Some(b) if measured.of(b.0) <= measured.of(c.0) => Some(b),
-                _ => Some(*c),
-            })
-            .expect("one is measured"),
-        None => by_model,
-    };
+    let model: Vec<f64> = predicted.iter().map(|p| p.2).collect();
+    let got: Vec<Option<f64>> = predicted.iter().map(|p| measured.of(p.0)).collect();
+    let (i, how) = pick(&model, &got);
+    let best = predicted[i];
     let others: Vec<String> = predicted
         .iter()
         .map(|(a, s, t)| match measured.of(*a) {
@@ -356,59 +340,92 @@ pub fn choose_allreduce_measured(t: Topology, bytes: u64, links: &Links, measure
         (false, true) => format!("measured {}", links.local),
         _ => format!("measured {}", links.remote),
     };
-    let why = match (untried, any_measured) {
-        (Some(u), _) => format!("; {} not measured at this size yet, so tried", u.0),
-        (None, true) => "; the fastest measured".to_string(),
-        (None, false) => String::new(),
-    };
+    let why = how.why(&best.0.to_string());
     let reason =
         format!("cost model: {} over {t}, predicted {}{why}; {measured_links}", human(bytes), others.join(", "));
     AllreduceChoice { algorithm: best.0, slices: best.1, predicted, reason }
+}
+
+/// How [`pick`] chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pick {
+    /// Nothing measured yet: the model's best.
+    Model,
+    /// Not measured yet, and within [`TRY_WITHIN`] of the model's best: tried.
+    Trying,
+    /// The fastest measured.
+    Fastest,
+}
+
+impl Pick {
+    /// The tail of a reason line for `name`, the pick.
+    fn why(self, name: &str) -> String {
+        match self {
+            Pick::Model => String::new(),
+            Pick::Trying => format!("; {name} not measured at this size yet, so tried"),
+            Pick::Fastest => "; the fastest measured".to_string(),
+        }
+    }
+}
+
+/// Which of the candidates runs, from the model's predicted seconds (`model`) and what their
+/// calls measured (`measured`, none where not yet), in the same order: until one is measured the
+/// model's best (ties: the first); then each one not measured yet whose prediction is within
+/// [`TRY_WITHIN`] of the model's best (the best by the model first); once all of those are
+/// measured, the fastest measured (ties: the first). Returns its index and how.
+fn pick(model: &[f64], measured: &[Option<f64>]) -> (usize, Pick) {
+    let first_min = |it: &mut dyn Iterator<Item = (usize, f64)>| {
+        it.fold(None, |b: Option<(usize, f64)>, c| if b.is_some_and(|b| b.1 <= c.1) { b } else { Some(c) })
+    };
+    let (by_model, best) = first_min(&mut model.iter().copied().enumerate()).expect("at least one candidate");
+    if measured.iter().all(Option::is_none) {
+        return (by_model, Pick::Model);
+    }
+    let untried = model.iter().copied().enumerate().filter(|&(i, t)| measured[i].is_none() && t <= TRY_WITHIN * best);
+    if let Some((i, _)) = first_min(&mut { untried }) {
+        return (i, Pick::Trying);
+    }
+    let fastest = first_min(&mut measured.iter().enumerate().filter_map(|(i, m)| m.map(|m| (i, m))));
+    (fastest.expect("one is measured").0, Pick::Fastest)
 }
 
 /// A candidate the model predicts within this factor of the best is measured before the
 /// measured ones decide (a call or two of it per world and size class).
 pub const TRY_WITHIN: f64 = 4.0;
 
-/// What each allreduce algorithm's calls took at one world and size class, seconds (0: not
-/// measured), as `meter::LinkMeter::allreduce_ran` keeps them: halving, ring, hierarchical.
-/// Every member sends its own in the agreement round; all decide from the same combination
-/// ([`Measured::combine`]: the slowest member's figure, and "not measured" where any member has
-/// none), so all choose alike.
+/// What each algorithm's calls took at one world and size class, seconds (0: not measured), as
+/// `meter::LinkMeter` keeps them: an allreduce's `Measured<3>` (halving, ring, hierarchical), an
+/// all-to-all's `Measured<4>` (css, pairwise, shift, direct). Every member sends its own in the
+/// agreement round; all decide from the same combination ([`Measured::combine`]: the slowest
+/// member's figure, and "not measured" where any member has none), so all choose alike.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Measured(pub [f64; 3]);
+pub struct Measured<const K: usize = 3>(pub [f64; K]);
 
-impl Default for Measured {
+impl<const K: usize> Default for Measured<K> {
     fn default() -> Self {
         Measured::NONE
     }
 }
 
-impl Measured {
-    pub const NONE: Measured = Measured([0.0; 3]);
-    pub const WIRE_LEN: usize = 24;
+impl<const K: usize> Measured<K> {
+    pub const NONE: Measured<K> = Measured([0.0; K]);
+    pub const WIRE_LEN: usize = 8 * K;
     /// The longest call a figure may say (a peer's beyond it is refused).
     pub const MAX_SECS: f64 = 3600.0;
 
-    pub(crate) fn index(a: Algorithm) -> usize {
-        match a {
-            Algorithm::Ring => 1,
-            Algorithm::Hierarchical => 2,
-            Algorithm::Halving | Algorithm::Auto => 0,
-        }
+    /// The figure at `i`, if measured.
+    pub fn at(&self, i: usize) -> Option<f64> {
+        self.0.get(i).copied().filter(|&v| v > 0.0)
     }
 
-    pub fn of(&self, a: Algorithm) -> Option<f64> {
-        Some(self.0[Self::index(a)]).filter(|&v| v > 0.0)
-    }
-
-    pub fn set(&mut self, a: Algorithm, secs: f64) {
-        self.0[Self::index(a)] = if secs.is_finite() && secs > 0.0 { secs.min(Self::MAX_SECS) } else { 0.0 };
+    /// Sets the figure at `i` (a figure that is not a positive finite number: not measured).
+    pub fn set_at(&mut self, i: usize, secs: f64) {
+        self.0[i] = if secs.is_finite() && secs > 0.0 { secs.min(Self::MAX_SECS) } else { 0.0 };
     }
 
     /// What every member decides from: per algorithm the largest figure, none where any member
     /// has none.
-    pub fn combine(all: &[Measured]) -> Measured {
+    pub fn combine(all: &[Measured<K>]) -> Measured<K> {
         let mut c = Measured::NONE;
         for (i, v) in c.0.iter_mut().enumerate() {
             *v = if all.iter().any(|x| x.0[i] <= 0.0) { 0.0 } else { all.iter().map(|x| x.0[i]).fold(0.0, f64::max) };
@@ -416,17 +433,13 @@ impl Measured {
         c
     }
 
-    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
-        let mut b = [0u8; Self::WIRE_LEN];
-        for (i, v) in self.0.iter().enumerate() {
-            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
-        b
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.0.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
-    /// `None` unless 24 bytes of three figures, each 0 or a finite number of seconds up to
+    /// `None` unless `8 · K` bytes of K figures, each 0 or a finite number of seconds up to
     /// [`Self::MAX_SECS`].
-    pub fn from_bytes(b: &[u8]) -> Option<Measured> {
+    pub fn from_bytes(b: &[u8]) -> Option<Measured<K>> {
         if b.len() != Self::WIRE_LEN {
             return None;
         }
@@ -438,6 +451,44 @@ impl Measured {
             }
         }
         Some(c)
+    }
+}
+
+impl Measured<3> {
+    pub(crate) fn index(a: Algorithm) -> usize {
+        match a {
+            Algorithm::Ring => 1,
+            Algorithm::Hierarchical => 2,
+            Algorithm::Halving | Algorithm::Auto => 0,
+        }
+    }
+
+    pub fn of(&self, a: Algorithm) -> Option<f64> {
+        self.at(Self::index(a))
+    }
+
+    pub fn set(&mut self, a: Algorithm, secs: f64) {
+        self.set_at(Self::index(a), secs);
+    }
+}
+
+impl Measured<4> {
+    /// The figure's place for an exchange algorithm: css, pairwise, shift, direct.
+    pub(crate) fn exchange_index(a: ExchangeAlgorithm) -> usize {
+        match a {
+            ExchangeAlgorithm::Steps(ScheduleKind::Css) => 0,
+            ExchangeAlgorithm::Steps(ScheduleKind::Pairwise) => 1,
+            ExchangeAlgorithm::Steps(ScheduleKind::Shift) => 2,
+            ExchangeAlgorithm::Direct => 3,
+        }
+    }
+
+    pub fn of_exchange(&self, a: ExchangeAlgorithm) -> Option<f64> {
+        self.at(Self::exchange_index(a))
+    }
+
+    pub fn set_exchange(&mut self, a: ExchangeAlgorithm, secs: f64) {
+        self.set_at(Self::exchange_index(a), secs);
     }
 }
 
@@ -477,6 +528,8 @@ pub struct AlltoallChoice {
     /// Every candidate's predicted seconds, in [`ExchangeAlgorithm::ALL`] order.
     pub predicted: Vec<(ExchangeAlgorithm, f64)>,
     pub reason: String,
+    /// The fastest measured was chosen: no candidate is left to try at this size class.
+    pub settled: bool,
 }
 
 /// The most bytes one rank sends or receives (its own part left out): the exchange's bound.
@@ -507,8 +560,22 @@ pub fn direct_time(table: &ComTable, m: &LinkModel) -> f64 {
 /// [`ExchangeAlgorithm::ALL`], so css before direct). Returns the stepped schedule it built
 /// when a stepped one wins, so the caller need not build it again.
 pub fn choose_alltoall(table: &ComTable, m: &LinkModel) -> (AlltoallChoice, Option<Schedule>) {
+    choose_alltoall_measured(table, m, &Measured::NONE)
+}
+
+/// [`choose_alltoall`] where the calls themselves were measured at this world and size class
+/// (`measured`, agreed by every member), picked as [`pick`] does: the model until one is
+/// measured, then the others it puts within [`TRY_WITHIN`], then the fastest measured. The model
+/// fits α from message times that include waiting behind other traffic (on the rail rig 5–25 ms
+/// a message), which makes every stepped schedule look slower than sending everything at once
+/// while on the rig css's steps were the faster by up to 1.3×.
+pub fn choose_alltoall_measured(
+    table: &ComTable,
+    m: &LinkModel,
+    measured: &Measured<4>,
+) -> (AlltoallChoice, Option<Schedule>) {
     let mut predicted = Vec::with_capacity(4);
-    let mut best: Option<(ExchangeAlgorithm, f64, Option<Schedule>)> = None;
+    let mut schedules = Vec::with_capacity(4);
     for a in ExchangeAlgorithm::ALL {
         let (t, s) = match a {
             ExchangeAlgorithm::Steps(k) => {
@@ -518,19 +585,27 @@ pub fn choose_alltoall(table: &ComTable, m: &LinkModel) -> (AlltoallChoice, Opti
             ExchangeAlgorithm::Direct => (direct_time(table, m), None),
         };
         predicted.push((a, t));
-        if best.as_ref().is_none_or(|b| t < b.1) {
-            best = Some((a, t, s));
-        }
+        schedules.push(s);
     }
-    let (algorithm, _, schedule) = best.expect("four candidates");
-    let list: Vec<String> = predicted.iter().map(|(a, t)| format!("{a} {}", ms(*t))).collect();
+    let model: Vec<f64> = predicted.iter().map(|p| p.1).collect();
+    let got: Vec<Option<f64>> = predicted.iter().map(|p| measured.of_exchange(p.0)).collect();
+    let (i, how) = pick(&model, &got);
+    let algorithm = predicted[i].0;
+    let list: Vec<String> = predicted
+        .iter()
+        .map(|(a, t)| match measured.of_exchange(*a) {
+            Some(c) => format!("{a} {} (its calls measured {})", ms(*t), ms(c)),
+            None => format!("{a} {}", ms(*t)),
+        })
+        .collect();
     let reason = format!(
-        "cost model: {} members, busiest member moves {}, predicted {}; measured {m}",
+        "cost model: {} members, busiest member moves {}, predicted {}{}; measured {m}",
         table.n(),
         human(busiest(table)),
-        list.join(", ")
+        list.join(", "),
+        how.why(&algorithm.to_string())
     );
-    (AlltoallChoice { algorithm, predicted, reason }, schedule)
+    (AlltoallChoice { algorithm, predicted, reason, settled: how == Pick::Fastest }, schedules.swap_remove(i))
 }
 
 fn ms(t: f64) -> String {
@@ -588,23 +663,23 @@ mod tests {
         let mut a = Measured::NONE;
         a.set(Algorithm::Ring, 2.0);
         a.set(Algorithm::Halving, 1e9);
-        assert_eq!(a.of(Algorithm::Halving), Some(Measured::MAX_SECS), "kept within range");
+        assert_eq!(a.of(Algorithm::Halving), Some(Measured::<3>::MAX_SECS), "kept within range");
         a.set(Algorithm::Hierarchical, f64::NAN);
         assert_eq!(a.of(Algorithm::Hierarchical), None);
         assert_eq!(Measured::from_bytes(&a.to_bytes()), Some(a));
         let mut b = Measured::NONE;
         b.set(Algorithm::Ring, 3.0);
         b.set(Algorithm::Halving, 1.0);
-        assert_eq!(Measured::combine(&[a, b]), Measured([Measured::MAX_SECS, 3.0, 0.0]));
+        assert_eq!(Measured::combine(&[a, b]), Measured([Measured::<3>::MAX_SECS, 3.0, 0.0]));
         b.set(Algorithm::Halving, 0.0);
         assert_eq!(Measured::combine(&[a, b]).of(Algorithm::Halving), None, "one member has none");
         // A peer's bytes that are not three figures in range are refused.
         for bad in [f64::NAN, f64::INFINITY, -1.0, 1e5] {
-            let mut raw = Measured::NONE.to_bytes();
+            let mut raw = Measured::<3>::NONE.to_bytes();
             raw[8..16].copy_from_slice(&bad.to_le_bytes());
-            assert_eq!(Measured::from_bytes(&raw), None, "{bad}");
+            assert_eq!(Measured::<3>::from_bytes(&raw), None, "{bad}");
         }
-        assert_eq!(Measured::from_bytes(&[0; 23]), None);
+        assert_eq!(Measured::<3>::from_bytes(&[0; 23]), None);
     }
 
     fn model(alpha_us: f64, rate_gbs: f64, direct_gbs: f64, reduce_gbs: f64) -> LinkModel {
@@ -762,6 +837,44 @@ mod tests {
             let p = choose_alltoall(&t, &fast_steps).0.predicted;
             assert!(p[0].1 <= p[2].1 + 1e-12, "{p:?}");
         }
+    }
+
+    /// What the calls measured decides an all-to-all too: the model's pick (direct, on links
+    /// where one message is slow) runs first; once it is measured the stepped schedules the
+    /// model puts within `TRY_WITHIN` are tried (the best by the model first), then the fastest
+    /// measured runs and the choice says it is settled; a candidate far off is never tried.
+    #[test]
+    fn measured_calls_decide_the_alltoall_choice() {
+        use ExchangeAlgorithm::{Direct, Steps};
+        let table = one_heavy_partner(8);
+        let slow_steps = model(50.0, 0.12, 0.27, 2.0);
+        let (first, _) = choose_alltoall_measured(&table, &slow_steps, &Measured::NONE);
+        assert_eq!(first.algorithm, Direct, "{}", first.reason);
+        assert!(!first.settled);
+        let mut m = Measured::<4>::NONE;
+        m.set_exchange(Direct, 0.30);
+        let (tried, s) = choose_alltoall_measured(&table, &slow_steps, &m);
+        assert_eq!(tried.algorithm, Steps(ScheduleKind::Css), "{}", tried.reason);
+        assert!(tried.reason.contains("css not measured at this size yet, so tried"), "{}", tried.reason);
+        assert!(s.is_some_and(|s| s == Schedule::build(ScheduleKind::Css, &table)), "the schedule comes with it");
+        m.set_exchange(Steps(ScheduleKind::Css), 0.20);
+        m.set_exchange(Steps(ScheduleKind::Pairwise), 0.25);
+        m.set_exchange(Steps(ScheduleKind::Shift), 0.22);
+        let (settled, _) = choose_alltoall_measured(&table, &slow_steps, &m);
+        assert_eq!(settled.algorithm, Steps(ScheduleKind::Css), "{}", settled.reason);
+        assert!(settled.settled && settled.reason.contains("the fastest measured"), "{}", settled.reason);
+        m.set_exchange(Direct, 0.19);
+        assert_eq!(choose_alltoall_measured(&table, &slow_steps, &m).0.algorithm, Direct);
+        // Tiny messages on dear steps: the steps are far off by the model, never tried.
+        let tiny = ComTable::uniform(8, 256).expect("a table");
+        let mut d = Measured::<4>::NONE;
+        d.set_exchange(Direct, 1e-3);
+        let (c, _) = choose_alltoall_measured(&tiny, &model(5000.0, 0.3, 0.27, 2.0), &d);
+        assert_eq!(c.algorithm, Direct, "{}", c.reason);
+        assert!(c.settled, "{}", c.reason);
+        // The all-to-all figures survive the wire, and bad ones do not.
+        assert_eq!(Measured::<4>::from_bytes(&m.to_bytes()), Some(m));
+        assert_eq!(Measured::<4>::from_bytes(&m.to_bytes()[..31]), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use tokio::task::JoinSet;
 
-use super::cost::{LinkModel, Measured};
+use super::cost::{ExchangeAlgorithm, LinkModel, Measured};
 use crate::elem::Algorithm;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
@@ -43,16 +43,50 @@ struct State {
     direct_rate: Option<f64>,
     reduce_rate: Option<f64>,
     /// Per (members, size class): what each allreduce algorithm's calls took.
-    allreduce: HashMap<(usize, u32), Calls>,
+    allreduce: HashMap<(usize, u32), Calls<3>>,
+    /// Per (members, size class of the busiest member's bytes): what each all-to-all
+    /// algorithm's calls took.
+    alltoall: HashMap<(usize, u32), Calls<4>>,
 }
 
-/// One world and size class's allreduce calls: each algorithm's time (a moving average over
-/// consecutive calls of it), how many of each ran, and which ran last.
-#[derive(Debug, Default)]
-struct Calls {
-    secs: Measured,
-    runs: [u32; 3],
+/// One world and size class's calls of a collective: each algorithm's time (a moving average
+/// over consecutive calls of it), how many of each ran, and which ran last.
+#[derive(Debug)]
+struct Calls<const K: usize> {
+    secs: Measured<K>,
+    runs: [u32; K],
     last: Option<usize>,
+}
+
+impl<const K: usize> Default for Calls<K> {
+    fn default() -> Self {
+        Calls { secs: Measured::NONE, runs: [0; K], last: None }
+    }
+}
+
+impl<const K: usize> Calls<K> {
+    /// Algorithm `i` ran in `secs`: the first call of it is not a sample (it opens connections
+    /// and faults buffers in); a later one sets its figure when another algorithm ran last, else
+    /// moves it there by the moving average; the others' figures shrink by [`FORGET`].
+    fn ran(&mut self, i: usize, secs: f64) {
+        for (_, v) in self.secs.0.iter_mut().enumerate().filter(|&(j, _)| j != i) {
+            *v *= 1.0 - FORGET;
+        }
+        self.runs[i] = self.runs[i].saturating_add(1);
+        if self.runs[i] > 1 {
+            let old = self.secs.at(i).filter(|_| self.last == Some(i));
+            self.secs.set_at(i, old.map_or(secs, |o| ewma(Some(o), secs)));
+        }
+        self.last = Some(i);
+    }
+}
+
+/// Records a call of algorithm `i` in `secs` under `key`, unless the map is full of other keys.
+fn record<const K: usize>(map: &mut HashMap<(usize, u32), Calls<K>>, key: (usize, u32), i: usize, secs: f64) {
+    if !(secs.is_finite() && secs > 0.0) || (!map.contains_key(&key) && map.len() >= MAX_CLASSES) {
+        return;
+    }
+    map.entry(key).or_default().ran(i, secs);
 }
 
 /// (members, size class) pairs kept at most; past it new ones are not learnt (a group's worlds
@@ -66,7 +100,7 @@ const MAX_CLASSES: usize = 1024;
 const FORGET: f64 = 0.01;
 
 /// The size class of a call of `bytes`: calls within a factor of two share their corrections.
-fn size_class(bytes: u64) -> u32 {
+pub(crate) fn size_class(bytes: u64) -> u32 {
     u64::BITS - bytes.max(1).leading_zeros()
 }
 
@@ -110,25 +144,23 @@ impl LinkMeter {
     /// buffers in); a later one sets its figure when another algorithm ran last, else moves it
     /// there by the moving average; the other algorithms' figures shrink by [`FORGET`].
     pub fn allreduce_ran(&self, members: usize, bytes: u64, algorithm: Algorithm, secs: f64) {
-        if !(secs.is_finite() && secs > 0.0) {
-            return;
-        }
         let mut s = self.state.lock().expect("meter lock");
-        let key = (members, size_class(bytes));
-        if !s.allreduce.contains_key(&key) && s.allreduce.len() >= MAX_CLASSES {
-            return;
-        }
-        let c = s.allreduce.entry(key).or_default();
-        let i = Measured::index(algorithm);
-        for (_, v) in c.secs.0.iter_mut().enumerate().filter(|&(j, _)| j != i) {
-            *v *= 1.0 - FORGET;
-        }
-        c.runs[i] = c.runs[i].saturating_add(1);
-        if c.runs[i] > 1 {
-            let old = c.secs.of(algorithm).filter(|_| c.last == Some(i));
-            c.secs.set(algorithm, old.map_or(secs, |o| ewma(Some(o), secs)));
-        }
-        c.last = Some(i);
+        record(&mut s.allreduce, (members, size_class(bytes)), Measured::index(algorithm), secs);
+    }
+
+    /// An all-to-all over `members` whose busiest member moves `busiest` bytes ran `algorithm`
+    /// in `secs` (this member's time of the exchange, without the agreement round), kept as
+    /// [`allreduce_ran`](Self::allreduce_ran) keeps an allreduce's.
+    pub fn alltoall_ran(&self, members: usize, busiest: u64, algorithm: ExchangeAlgorithm, secs: f64) {
+        let mut s = self.state.lock().expect("meter lock");
+        record(&mut s.alltoall, (members, size_class(busiest)), Measured::exchange_index(algorithm), secs);
+    }
+
+    /// What each all-to-all algorithm's calls took over `members` at this size class of the
+    /// busiest member's bytes (none where not measured).
+    pub fn alltoall_measured(&self, members: usize, busiest: u64) -> Measured<4> {
+        let s = self.state.lock().expect("meter lock");
+        s.alltoall.get(&(members, size_class(busiest))).map_or(Measured::NONE, |c| c.secs)
     }
 
     /// What each allreduce algorithm's calls of `bytes` over `members` took (none where it has
@@ -194,45 +226,49 @@ pub fn fit(samples: impl Iterator<Item = (u64, f64)> + Clone) -> Option<LinkMode
 /// The most rails a member's agreed rates may list.
 pub const MAX_RAILS: usize = 64;
 
-/// What one member tells the others in `agree`: its link model and its rails' measured rates
-/// (bytes/s in rail order, `None` for a rail not measured yet).
+/// What one member tells the others in `agree`: its link model, its rails' measured rates
+/// (bytes/s in rail order, `None` for a rail not measured yet) and what its own calls of each
+/// all-to-all algorithm took at the call's world and size class.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Agreed {
     pub model: LinkModel,
     pub rails: Vec<Option<f64>>,
+    pub measured: Measured<4>,
 }
 
 impl Agreed {
     /// The model's bytes, the number of rails (one byte), each rail's rate (f64, 0 when not
-    /// measured).
+    /// measured), the measured figures.
     pub fn to_bytes(&self) -> Vec<u8> {
         let rails = &self.rails[..self.rails.len().min(MAX_RAILS)];
-        let mut b = Vec::with_capacity(LinkModel::WIRE_LEN + 1 + 8 * rails.len());
+        let mut b = Vec::with_capacity(LinkModel::WIRE_LEN + 1 + 8 * rails.len() + Measured::<4>::WIRE_LEN);
         b.extend_from_slice(&self.model.to_bytes());
         b.push(rails.len() as u8);
         for r in rails {
             b.extend_from_slice(&r.unwrap_or(0.0).to_le_bytes());
         }
+        b.extend_from_slice(&self.measured.to_bytes());
         b
     }
 
-    /// `None` unless `b` is exactly a model and as many finite, non-negative rates as it says
-    /// (at most [`MAX_RAILS`]).
+    /// `None` unless `b` is exactly a model, as many finite, non-negative rates as it says (at
+    /// most [`MAX_RAILS`]) and the measured figures.
     pub fn from_bytes(b: &[u8]) -> Option<Agreed> {
         let model = LinkModel::from_bytes(b.get(..LinkModel::WIRE_LEN)?)?;
         let count = usize::from(*b.get(LinkModel::WIRE_LEN)?);
         let rest = &b[LinkModel::WIRE_LEN + 1..];
-        if count > MAX_RAILS || rest.len() != 8 * count {
+        if count > MAX_RAILS || rest.len() != 8 * count + Measured::<4>::WIRE_LEN {
             return None;
         }
-        let rails = rest
+        let (rates, measured) = rest.split_at(8 * count);
+        let rails = rates
             .chunks_exact(8)
             .map(|c| {
                 let v = f64::from_le_bytes(c.try_into().expect("8 bytes"));
                 (v.is_finite() && v >= 0.0).then_some((v > 0.0).then_some(v))
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(Agreed { model, rails })
+        Some(Agreed { model, rails, measured: Measured::from_bytes(measured)? })
     }
 }
 
@@ -286,7 +322,7 @@ pub(crate) async fn agree_many(
                     mine.len()
                 ))
             };
-            if b.len() != models_len + Measured::WIRE_LEN {
+            if b.len() != models_len + Measured::<3>::WIRE_LEN {
                 return Err(bad());
             }
             let models = b[..models_len]
@@ -367,6 +403,31 @@ mod tests {
         assert_eq!(m.allreduce_measured(100, 1 << 20).of(Algorithm::Ring), Some(2.0));
     }
 
+    /// An all-to-all's calls are kept like an allreduce's, per world and size class of the
+    /// busiest member's bytes, apart from the allreduce's.
+    #[test]
+    fn alltoall_calls_are_measured_per_world_and_busiest_class() {
+        use crate::collective::schedule::ScheduleKind;
+        let css = ExchangeAlgorithm::Steps(ScheduleKind::Css);
+        let m = LinkMeter::new();
+        m.alltoall_ran(8, 16 << 20, css, 9.0);
+        assert_eq!(m.alltoall_measured(8, 16 << 20), Measured::NONE, "the first call is a warm-up");
+        m.alltoall_ran(8, 16 << 20, css, 0.4);
+        m.alltoall_ran(8, 20 << 20, css, 0.2);
+        let got = m.alltoall_measured(8, 17 << 20);
+        assert!((got.of_exchange(css).unwrap() - 0.34).abs() < 1e-9, "{got:?}");
+        m.alltoall_ran(8, 16 << 20, ExchangeAlgorithm::Direct, 0.3);
+        m.alltoall_ran(8, 16 << 20, ExchangeAlgorithm::Direct, 0.3);
+        let got = m.alltoall_measured(8, 16 << 20);
+        assert_eq!(got.of_exchange(ExchangeAlgorithm::Direct), Some(0.3));
+        assert!(got.of_exchange(css).unwrap() < 0.34, "a figure not refreshed shrinks: {got:?}");
+        assert_eq!(m.alltoall_measured(4, 16 << 20), Measured::NONE);
+        assert_eq!(m.alltoall_measured(8, 1 << 20), Measured::NONE);
+        assert_eq!(m.allreduce_measured(8, 16 << 20), Measured::NONE, "kept apart from the allreduce's");
+        m.alltoall_ran(8, 16 << 20, css, f64::NAN);
+        assert!(m.alltoall_measured(8, 16 << 20).of_exchange(css).is_some());
+    }
+
     #[test]
     fn the_fit_recovers_alpha_and_rate_from_mixed_sizes() {
         let (alpha, rate) = (200e-6, 0.25e9);
@@ -385,11 +446,19 @@ mod tests {
 
     #[test]
     fn agreed_models_and_rail_rates_survive_the_wire_and_bad_ones_do_not() {
-        let a = Agreed { model: LinkModel::PRIOR, rails: vec![Some(250e6), None, Some(1.5)] };
+        let measured = Measured([0.5, 0.0, 0.25, 0.125]);
+        let a = Agreed { model: LinkModel::PRIOR, rails: vec![Some(250e6), None, Some(1.5)], measured };
         let b = a.to_bytes();
-        assert_eq!(b.len(), LinkModel::WIRE_LEN + 1 + 24);
+        assert_eq!(b.len(), LinkModel::WIRE_LEN + 1 + 24 + 32);
         assert_eq!(Agreed::from_bytes(&b), Some(a.clone()));
-        let none = Agreed { model: LinkModel::PRIOR, rails: vec![] };
+        // A figure past the longest call, or negative, is refused.
+        for bad in [-1.0f64, 1e9] {
+            let mut x = b.clone();
+            let at = x.len() - 8;
+            x[at..].copy_from_slice(&bad.to_le_bytes());
+            assert_eq!(Agreed::from_bytes(&x), None, "{bad}");
+        }
+        let none = Agreed { model: LinkModel::PRIOR, rails: vec![], measured: Measured::NONE };
         assert_eq!(Agreed::from_bytes(&none.to_bytes()), Some(none));
         // Truncated, too long, a count that lies, a negative or NaN rate, a bad model.
         assert_eq!(Agreed::from_bytes(&b[..b.len() - 1]), None);

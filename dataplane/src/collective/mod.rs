@@ -44,6 +44,7 @@ mod config;
 pub mod cost;
 mod executor;
 mod group;
+mod landing;
 pub mod meter;
 pub mod plan;
 mod rails;

@@ -11,7 +11,8 @@
 //! side too.
 //!
 //! How many share: along a schedule's steps every step is a matching (each rank sends one
-//! message and receives one), two at a step's tail when steps overlap; sending everything at
+//! message and receives one; a step's last segments overlap the next step's first at most);
+//! sending everything at
 //! once, a rank sends as many messages as its row of the table has non-empty entries (itself
 //! left out) and a receiver takes as many as its column has.
 
@@ -42,13 +43,11 @@ pub(crate) struct Sharing {
 }
 
 impl Sharing {
-    /// For a call of `table` run by rank `me`: every message at once (`direct`), or along steps
-    /// (two at once where steps `overlap`).
-    pub(crate) fn of(table: &ComTable, me: usize, direct: bool, overlap: bool) -> Sharing {
+    /// For a call of `table` run by rank `me`: every message at once (`direct`), or along steps.
+    pub(crate) fn of(table: &ComTable, me: usize, direct: bool) -> Sharing {
         let n = table.n();
         if !direct {
-            let k = if overlap { 2 } else { 1 };
-            return Sharing { sending: k, receiving: vec![k; n] };
+            return Sharing { sending: 1, receiving: vec![1; n] };
         }
         let sending = (0..n).filter(|&j| j != me && table.get(me, j) > 0).count();
         let receiving = (0..n).map(|j| (0..n).filter(|&i| i != j && table.get(i, j) > 0).count()).collect();
@@ -80,7 +79,9 @@ impl GroupRails {
 
     /// Sends `data` to rank `to` (at `addrs`) under `tag`: striped by the shares of the rates
     /// the message can expect at both ends where they are known, by the rail scheduler
-    /// otherwise.
+    /// otherwise. `handed`, when given, is dropped once no more than the message's last segment
+    /// per rail is unacknowledged; the future ends when the message is acknowledged.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &self,
         ep: Arc<Endpoint>,
@@ -89,14 +90,10 @@ impl GroupRails {
         tag: u64,
         data: Bytes,
         sharing: &Sharing,
+        handed: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let rates = self.message_rates(&ep.rail_rates(), to, sharing);
-        async move {
-            match rates {
-                Some(rates) => ep.send_at_rates(&addrs, tag, data, rates).await,
-                None => ep.send(&addrs, tag, data).await,
-            }
-        }
+        async move { ep.send_striped(&addrs, tag, data, rates, handed).await }
     }
 
     /// A line for what an exchange ran: how its messages were striped.
@@ -127,10 +124,9 @@ mod tests {
         // Rank 0 sends to 1 and 2 (not 3, not counting itself); rank 3 receives from 1 and 2.
         let rows = vec![vec![5, 1, 1, 0], vec![1, 0, 0, 1], vec![0, 1, 0, 1], vec![1, 0, 0, 0]];
         let t = ComTable::from_rows(&rows).unwrap();
-        let d = Sharing::of(&t, 0, true, false);
+        let d = Sharing::of(&t, 0, true);
         assert_eq!(d, Sharing { sending: 2, receiving: vec![2, 2, 1, 2] });
-        assert_eq!(Sharing::of(&t, 0, false, false), Sharing { sending: 1, receiving: vec![1; 4] });
-        assert_eq!(Sharing::of(&t, 0, false, true), Sharing { sending: 2, receiving: vec![2; 4] });
+        assert_eq!(Sharing::of(&t, 0, false), Sharing { sending: 1, receiving: vec![1; 4] });
     }
 
     #[test]

@@ -167,7 +167,7 @@ impl Endpoint {
         handed: tokio::sync::oneshot::Sender<()>,
     ) -> impl Future<Output = Result<()>> + Send + '_ {
         let peer = peer.to_vec();
-        async move { self.inner.send_message(peer, tag, data, Some(handed), None).await }
+        async move { self.inner.send_message(peer, tag, data, Some(send::Handed::Queued(handed)), None).await }
     }
 
     /// Like [`send`](Self::send), striped by shares instead of by the rail scheduler: `rates`
@@ -187,6 +187,23 @@ impl Endpoint {
     ) -> impl Future<Output = Result<()>> + Send + '_ {
         let peer = peer.to_vec();
         async move { self.inner.send_message(peer, tag, data, None, Some(rates)).await }
+    }
+
+    /// [`send_at_rates`](Self::send_at_rates) with `rates`, [`send`](Self::send) without, and
+    /// drops `handed` (when given) once at most the last segment of each rail the message uses
+    /// is unacknowledged: an exchange's step is done with its send then, its last round trip
+    /// overlapping the next step's first segments.
+    pub(crate) fn send_striped(
+        &self,
+        peer: &PeerAddrs,
+        tag: u64,
+        data: Bytes,
+        rates: Option<Vec<f64>>,
+        handed: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> impl Future<Output = Result<()>> + Send + '_ {
+        let peer = peer.to_vec();
+        let handed = handed.map(send::Handed::Tail);
+        async move { self.inner.send_message(peer, tag, data, handed, rates).await }
     }
 
     /// The next message tagged `tag` from `from`, waiting for one. Messages with the same

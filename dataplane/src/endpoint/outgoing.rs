@@ -36,6 +36,8 @@ pub(super) struct OutState {
     /// Set when `send` returned or was dropped: queued segments of it are skipped.
     pub(super) finished: bool,
     pub(super) last_progress: Instant,
+    /// Unacknowledged segments at which a `Handed::Tail` signal fires (0: none waits).
+    pub(super) tail: usize,
 }
 
 impl OutMsg {
@@ -48,7 +50,7 @@ impl OutMsg {
         st.acked[index] = true;
         st.remaining -= 1;
         st.last_progress = Instant::now();
-        if st.remaining == 0 {
+        if st.remaining == 0 || st.remaining == st.tail {
             self.done.notify_waiters();
         }
         true

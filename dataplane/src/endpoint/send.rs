@@ -32,15 +32,16 @@ impl Inner {
     /// The body of [`Endpoint::send`](super::Endpoint::send): cuts the message, schedules its
     /// segments, and waits until every one is acknowledged and no writer reads `data` any more.
     ///
-    /// `handed` is dropped once every segment is in a rail's send queue (or the send ended
-    /// first): from then on the message needs no more of the caller's attention, only its
-    /// acknowledgements, and a caller may start its next message behind it on the wire.
+    /// `handed` is dropped once the message needs no more of the caller's attention (or the
+    /// send ended first), when [`Handed`] says: every segment in a rail's send queue, or only
+    /// the last segment of each rail it uses unacknowledged. A caller may then start its next
+    /// message behind it on the wire.
     pub(super) async fn send_message(
         self: &Arc<Self>,
         peer: Vec<SocketAddr>,
         tag: u64,
         data: Bytes,
-        handed: Option<oneshot::Sender<()>>,
+        handed: Option<Handed>,
         rates: Option<Vec<f64>>,
     ) -> Result<()> {
         let inner = self;
@@ -55,6 +56,7 @@ impl Inner {
             )));
         }
         let pieces = inner.pieces(total, peer.len(), rates);
+        let rails_used = rails_used(&pieces, peer.len().min(inner.cfg.rails.len()));
         let msg = Arc::new(OutMsg {
             peer: PeerId(first),
             addrs: Arc::new(peer),
@@ -67,6 +69,7 @@ impl Inner {
                 failed: None,
                 finished: false,
                 last_progress: Instant::now(),
+                tail: 0,
             }),
             done: Notify::new(),
             writing: AtomicU32::new(0),
@@ -85,7 +88,18 @@ impl Inner {
             });
             inner.schedule(seg).await?;
         }
-        drop(handed);
+        let mut handed = match handed {
+            Some(Handed::Queued(tx)) => {
+                drop(tx);
+                None
+            }
+            Some(Handed::Tail(tx)) => {
+                // One segment per rail the message uses may stay unacknowledged.
+                msg.state.lock().expect("msg lock").tail = rails_used;
+                Some(tx)
+            }
+            None => None,
+        };
         loop {
             let notified = msg.done.notified();
             tokio::pin!(notified);
@@ -97,6 +111,9 @@ impl Inner {
                 }
                 if st.remaining == 0 {
                     break;
+                }
+                if st.remaining <= st.tail {
+                    handed.take();
                 }
             }
             let idle = msg.stalled_for();
@@ -394,6 +411,28 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// When a send's `handed` signal fires (see `send_message`).
+pub(super) enum Handed {
+    /// Once every segment is in a rail's send queue.
+    Queued(oneshot::Sender<()>),
+    /// Once no more than the last segment of each rail the message uses is unacknowledged: the
+    /// caller's next message starts while those are on the wire, so only their round trip
+    /// overlaps it, not a whole queue of data.
+    Tail(oneshot::Sender<()>),
+}
+
+/// How many rails a message's segments go on: those its shares fixed, or, where the rail
+/// scheduler picks, every rail to the peer (`peer_rails`); at least 1.
+fn rails_used(pieces: &[(u64, u64, Option<usize>)], peer_rails: usize) -> usize {
+    if pieces.iter().any(|p| p.2.is_none()) {
+        return peer_rails.max(1);
+    }
+    let mut fixed: Vec<usize> = pieces.iter().filter_map(|p| p.2).collect();
+    fixed.sort_unstable();
+    fixed.dedup();
+    fixed.len().max(1)
 }
 
 /// Marks a message finished when `send` returns or is dropped, so its queued segments are

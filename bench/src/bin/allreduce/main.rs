@@ -22,7 +22,10 @@
 //! the rig no allreduce's busBW can exceed the sum of a rank's rail rates (every byte a rank
 //! sends leaves through its rails, each shaped at its rate), so that sum is the bound. Where
 //! rank 0's time went is printed for the largest size of every table (the transport's
-//! reductions run as segments arrive, inside `wait`).
+//! reductions run as segments arrive, inside `wait`). `cpu` is the share of this machine's
+//! cores busy (`/proc/stat`: everything but idle and I/O wait, the kernel's network stack and
+//! the rig's shaping included) while rank 0 ran its timed calls: near 100 %, the row measured
+//! this machine's CPU, not the links.
 //!
 //! Workers learn each other's addresses through the parent: each prints `ADDRS <a>,<b>` on
 //! stdout, the parent writes every rank's list back on their stdin, one line.
@@ -329,6 +332,7 @@ fn run_world(n: usize, cli: &Cli, sizes: &[u64], rig: Option<(&Rig, usize)>, lab
                 ..Profile::default()
             },
             label: label.to_string(),
+            busy: num(12),
         };
         eprintln!("N={n} {label} {}: {} median {:.3} ms", plexus_bench::size(row.bytes), row.ran, row.median * 1e3);
         rows.push(row);

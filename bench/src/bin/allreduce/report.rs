@@ -18,6 +18,8 @@ pub struct Row {
     pub profile: Profile,
     /// "all rails", "rail 0" or "loopback".
     pub label: String,
+    /// The share of the machine's cores busy during rank 0's timed calls (NaN: unknown).
+    pub busy: f64,
 }
 
 /// Gloo's median seconds for (N, size).
@@ -75,6 +77,11 @@ fn mbs(b: f64) -> String {
     format!("{:.1}", b / 1e6)
 }
 
+/// A busy share as a percentage of the machine's cores.
+fn pct(share: f64) -> String {
+    if share.is_finite() { format!("{:.0}%", share * 100.0) } else { "?".into() }
+}
+
 fn gloo(rows: &[GlooRow], n: usize, bytes: u64) -> Option<f64> {
     rows.iter().find(|g| g.n == n && g.bytes == bytes).map(|g| g.median)
 }
@@ -107,12 +114,13 @@ impl Report {
             self.bound / 1e6
         );
         println!(
-            "{:>2} {:>9} {:>16} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>8}",
+            "{:>2} {:>9} {:>16} {:>9} {:>7} {:>5} {:>9} {:>7} {:>9} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>8}",
             "N",
             "size",
             "defaults ran",
             "2r ms",
             "busBW",
+            "cpu",
             "1r ms",
             "busBW",
             "gloo ms",
@@ -131,12 +139,13 @@ impl Report {
             let vs_gloo = g.map(|g| g / r.median);
             let vs_one = one.map(|o| o.median / r.median);
             println!(
-                "{:>2} {:>9} {:>16} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7} {:>7.3} {:>7} {:>7} {:>10} {:>10} {:>8}",
+                "{:>2} {:>9} {:>16} {:>9} {:>7} {:>5} {:>9} {:>7} {:>9} {:>7} {:>7.3} {:>7} {:>7} {:>10} {:>10} {:>8}",
                 r.n,
                 plexus_bench::size(r.bytes),
                 r.ran,
                 ms(r.median),
                 mbs(r.bus_bw()),
+                pct(r.busy),
                 opt(one.map(|o| o.median), ms),
                 opt(one.map(|o| o.bus_bw()), mbs),
                 opt(g, ms),
@@ -158,18 +167,19 @@ impl Report {
         println!();
         println!("three-rail rig {}: bound {:.1} MB/s per rank each way", cli.rig3, self.bound3 / 1e6);
         println!(
-            "{:>2} {:>9} {:>16} {:>9} {:>7} {:>7} {:>10}",
-            "N", "size", "defaults ran", "ms", "busBW", "÷bound", "≥.95 bound"
+            "{:>2} {:>9} {:>16} {:>9} {:>7} {:>5} {:>7} {:>10}",
+            "N", "size", "defaults ran", "ms", "busBW", "cpu", "÷bound", "≥.95 bound"
         );
         for r in &self.rig3 {
             let frac = r.bus_bw() / self.bound3;
             println!(
-                "{:>2} {:>9} {:>16} {:>9} {:>7} {:>7.3} {:>10}",
+                "{:>2} {:>9} {:>16} {:>9} {:>7} {:>5} {:>7.3} {:>10}",
                 r.n,
                 plexus_bench::size(r.bytes),
                 r.ran,
                 ms(r.median),
                 mbs(r.bus_bw()),
+                pct(r.busy),
                 frac,
                 verdict(Some(frac >= 0.95), tally)
             );

@@ -54,7 +54,11 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
         let mut ran = (cfg.algorithm, cfg.slices);
         let mut chosen = Vec::new();
         let sent_before = sent_per_rail_now(&ep);
+        let mut cpu_before = None;
         for it in 0..WARMUP + cli.iters_for(bytes) {
+            if it == WARMUP {
+                cpu_before = plexus_bench::cpu_ticks();
+            }
             let mut b = [0i32];
             control.allreduce_typed(&mut b, ReduceOp::Sum).await.map_err(|e| e.to_string())?;
             let t = Instant::now();
@@ -78,6 +82,7 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
             }
             data = out;
         }
+        let busy = plexus_bench::busy_share(cpu_before, plexus_bench::cpu_ticks()).unwrap_or(f64::NAN);
         // The slowest rank per iteration, as the Gloo script reports.
         control.allreduce_typed(&mut times, ReduceOp::Max).await.map_err(|e| e.to_string())?;
         let median = plexus_bench::median(&times).expect("at least one timed iteration");
@@ -87,7 +92,7 @@ pub async fn run(rank: usize, cli: Cli) -> Result<(), String> {
             eprintln!("{n} ranks, {bytes} bytes, rank 0 sent per rail: {}", sent_per_rail(&ep, &sent_before));
             let s = |d: Duration| d.as_secs_f64();
             println!(
-                "RESULT {bytes} {median} {} {} {} {} {} {} {} {} {}",
+                "RESULT {bytes} {median} {} {} {} {} {} {} {} {} {} {busy}",
                 ran.0.name(),
                 ran.1,
                 s(profile.total),

@@ -42,9 +42,9 @@ impl std::str::FromStr for TableKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Sched {
     Kind(ScheduleKind),
-    /// css with overlapped steps (`Exchanger::with_overlap`): a step's acknowledgements overlap
-    /// the next step's transfer.
-    CssOverlap,
+    /// css with the seed's pacing (`Exchanger::with_acked_steps`): each step ends only when its
+    /// send is acknowledged, a round trip after its last byte (the default before issue 30).
+    CssAcked,
     Alg1,
     Alg2,
     /// Not an exchanger's: every message at once through `Endpoint::send`/`recv`, what Gloo's
@@ -67,7 +67,7 @@ impl Sched {
         Sched::Kind(ScheduleKind::Shift),
         Sched::Kind(ScheduleKind::Pairwise),
         Sched::Kind(ScheduleKind::Css),
-        Sched::CssOverlap,
+        Sched::CssAcked,
         Sched::Alg1,
         Sched::Alg2,
         Sched::Direct,
@@ -84,7 +84,7 @@ impl Sched {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Sched::Kind(k) => k.name(),
-            Sched::CssOverlap => "css-ov",
+            Sched::CssAcked => "css-acked",
             Sched::Alg1 => "alg1",
             Sched::Alg2 => "alg2",
             Sched::Direct => "direct",
@@ -101,7 +101,7 @@ impl std::str::FromStr for Sched {
     fn from_str(s: &str) -> Result<Sched, String> {
         Sched::ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
             format!(
-                "unknown schedule {s:?} (shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto, auto-sched)"
+                "unknown schedule {s:?} (shift, pairwise, css, css-acked, alg1, alg2, direct, x-direct, auto, auto-sched)"
             )
         })
     }
@@ -152,8 +152,8 @@ struct Cli {
     /// Tables: uniform, skewed, block-cyclic.
     #[arg(long, value_delimiter = ',', default_value = "uniform,skewed,block-cyclic")]
     tables: Vec<TableKind>,
-    /// Schedules: shift, pairwise, css, css-ov, alg1, alg2, direct, x-direct, auto, auto-sched.
-    #[arg(long, value_delimiter = ',', default_value = "shift,pairwise,css,css-ov,alg1,alg2,direct,x-direct,auto")]
+    /// Schedules: shift, pairwise, css, css-acked, alg1, alg2, direct, x-direct, auto, auto-sched.
+    #[arg(long, value_delimiter = ',', default_value = "shift,pairwise,css,css-acked,alg1,alg2,direct,x-direct,auto")]
     schedules: Vec<Sched>,
     /// With --rig: afterwards, on loopback, uniform tables of these sizes (MiB), `auto` against
     /// Gloo, in the same run.

@@ -39,7 +39,9 @@
 //! and what it receives) ÷ the measured time: 1.0 is the wire's limit for any schedule.
 //!
 //! Every iteration of every rank checks every byte it received against the deterministic fill
-//! (a hash of sender, receiver and offset); a wrong part fails the run on every rank.
+//! (a hash of sender, receiver and offset), after a barrier that every rank reaches only once its
+//! exchange is over (so no rank's check takes CPU from another's timed exchange); a wrong part
+//! fails the run on every rank.
 //! Schedules take turns within each iteration, so a change of load on this shared machine
 //! falls on all of them alike.
 //!

@@ -39,7 +39,7 @@ impl Case {
             .filter_map(|&s| {
                 let built = match (s, &redistribution) {
                     (Sched::Kind(k), _) => Schedule::build(k, &table),
-                    (Sched::CssOverlap, _) => Schedule::build(ScheduleKind::Css, &table),
+                    (Sched::CssAcked, _) => Schedule::build(ScheduleKind::Css, &table),
                     // Its "schedule" is only for the table's columns: every pair in one step
                     // is no schedule, so shift's stands in (the model column says n/a).
                     (Sched::Direct | Sched::XDirect | Sched::Auto | Sched::AutoRailScheduler, _) => {
@@ -129,7 +129,10 @@ pub(crate) fn verify(me: usize, table: &ComTable, got: &[Bytes]) -> Result<(), S
         if part.len() as u64 != want {
             return Err(format!("{} bytes from rank {from}, {want} expected", part.len()));
         }
-        if let Some(k) = part.chunks(8).enumerate().position(|(k, c)| c != &word(from, me, k as u64)[..c.len()]) {
+        if let Some(k) = part.chunks(8).enumerate().position(|(k, c)| match <[u8; 8]>::try_from(c) {
+            Ok(c) => u64::from_le_bytes(c) != u64::from_le_bytes(word(from, me, k as u64)),
+            Err(_) => c != &word(from, me, k as u64)[..c.len()],
+        }) {
             return Err(format!("the part from rank {from} differs at byte {}", 8 * k));
         }
     }
