@@ -29,6 +29,7 @@ busy, or with ``Communicator(shared_memory=False)`` (the default when
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import fcntl
 import mmap
@@ -36,6 +37,7 @@ import os
 import socket
 import struct
 import threading
+import weakref
 from collections import deque
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -229,6 +231,16 @@ class _Region:
         self.mm.close()
 
 
+# Every Communicator not closed yet: closed at exit (see `Communicator.__init__`).
+_OPEN: "weakref.WeakSet[Communicator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for c in list(_OPEN):
+        c.close()
+
+
 class Communicator:
     """This task's end of its gang's communicator (``rank`` of ``size``); ``shared_memory=False``
     (default: ``$PLEXUS_COLLECTIVE_SHARED_MEMORY`` is not ``0``) sends every payload on the socket."""
@@ -267,6 +279,11 @@ class Communicator:
         self._sharing = shared_memory
         self._reader = threading.Thread(target=self._read_replies, name="plexus-collective", daemon=True)
         self._reader.start()
+        # Stop the reader before the interpreter finalizes: a daemon thread that is still inside
+        # a completion callback (torch's Future, C++) when finalization takes the GIL away is
+        # ended by a forced unwind through C++ frames, and the process aborts ("terminate called
+        # without an active exception") after its work is done.
+        _OPEN.add(self)
 
     # -- operations -------------------------------------------------------------------------
 
@@ -329,10 +346,15 @@ class Communicator:
         return self._submit("barrier", None, memoryview(b""), [], lambda: None, async_op=async_op)
 
     def close(self) -> None:
+        """Closes the connection: pending calls fail, and the reader thread ends (awaited, up to
+        a few seconds, unless this is the reader itself)."""
+        _OPEN.discard(self)
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        if self._reader is not threading.current_thread():
+            self._reader.join(timeout=5.0)
         self._sock.close()
 
     # -- machinery --------------------------------------------------------------------------
