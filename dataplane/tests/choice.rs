@@ -133,3 +133,57 @@ async fn auto_allreduce_agrees_learns_and_an_override_wins() {
     .await;
     assert!(reasons.iter().all(|c| c.algorithm == Algorithm::Ring && c.reason.contains("set by the configuration")));
 }
+
+/// Once `auto` has measured every candidate and settled on the fastest, the calls after it
+/// decide from the figures agreed then (saying how many calls ago) instead of agreeing every
+/// call, every rank alike and in the same calls; sums stay exact; and a call of another size
+/// class agrees afresh. The same holds for an exchanger's `auto`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_auto_calls_reuse_the_agreed_figures_on_every_rank_alike() {
+    let n = 3;
+    let comms = communicators(n, Algorithm::Auto).await;
+    let reasons = on_all(&comms, move |me, c| async move {
+        let mut seen = Vec::new();
+        for round in 0..40i64 {
+            let len = if round == 39 { 5_000 } else { 200_000 };
+            let mut v: Vec<i64> = (0..len).map(|k| k * (me as i64 + 1) + round).collect();
+            c.allreduce_typed(&mut v, ReduceOp::Sum).await.unwrap();
+            let k = len - 1;
+            assert_eq!(v[k as usize], (0..n as i64).map(|r| k * (r + 1) + round).sum::<i64>(), "round {round}");
+            let ch = c.last_choice().expect("a choice");
+            seen.push((ch.algorithm, ch.slices, ch.reason));
+        }
+        seen
+    })
+    .await;
+    for r in 1..n {
+        let plain = |v: &Vec<(Algorithm, usize, String)>| {
+            v.iter().map(|(a, s, why)| (*a, *s, why.contains("calls ago"))).collect::<Vec<_>>()
+        };
+        assert_eq!(plain(&reasons[r]), plain(&reasons[0]), "rank {r} decided otherwise");
+    }
+    let reused = reasons[0].iter().filter(|(_, _, why)| why.contains("calls ago")).count();
+    assert!(reused >= 10, "settled calls reuse the agreed figures: {reused} of 40 did");
+    assert!(reasons[0][..39].iter().any(|(_, _, why)| why.contains("the fastest measured")));
+    assert!(!reasons[0][39].2.contains("calls ago"), "another size class agrees afresh: {}", reasons[0][39].2);
+
+    let xs = exchangers(n).await;
+    let reasons = on_all(&xs, move |me, x| async move {
+        let table = ComTable::uniform(n, 300_000).unwrap();
+        let mut seen = Vec::new();
+        for case in 0..30u64 {
+            let sends = (0..n).map(|j| payload(case, me, j, table.get(me, j))).collect();
+            let (got, c) = x.alltoallv_chosen(&table, sends, None).await.unwrap();
+            for (i, part) in got.iter().enumerate() {
+                assert!(part[..] == payload(case, i, me, table.get(i, me))[..], "case {case} rank {me} from {i}");
+            }
+            seen.push((c.algorithm, c.reason.contains("calls ago")));
+        }
+        seen
+    })
+    .await;
+    for r in 1..n {
+        assert_eq!(reasons[r], reasons[0], "rank {r} decided otherwise");
+    }
+    assert!(reasons[0].iter().filter(|(_, ago)| *ago).count() >= 5, "{:?}", reasons[0]);
+}

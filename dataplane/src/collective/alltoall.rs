@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::task::JoinSet;
 
+use super::communicator::agreed_ago;
 use super::cost::{self, ExchangeAlgorithm, LinkModel, Measured};
 use super::landing::{Posts, Task, join, land};
 use super::meter::{self, Agreed, LinkMeter};
@@ -315,13 +316,14 @@ impl Exchanger {
             Some(a) => (a, None, format!("{a}: set by the job file")),
             None => {
                 let busiest = cost::busiest(table);
-                let (models, measured) = self.agreed_for(busiest).await?;
+                let (models, measured, reused) = self.agreed_for(busiest).await?;
                 let (c, s) = cost::choose_alltoall_measured(table, &LinkModel::combine(&models), &measured);
                 if let Some(last) = self.agreed.lock().expect("agreed lock").as_mut() {
                     last.settled = c.settled;
                 }
                 let rails = self.rails.describe(&self.endpoint.rail_rates());
-                (c.algorithm, s, format!("{} chosen by the {}; {rails}", c.algorithm, c.reason))
+                let ago = agreed_ago(reused);
+                (c.algorithm, s, format!("{} chosen by the {}{ago}; {rails}", c.algorithm, c.reason))
             }
         };
         let started = Instant::now();
@@ -363,7 +365,7 @@ impl Exchanger {
     /// `auto` call whose busiest member moves `busiest` bytes: the last agreed ones where they
     /// were agreed for this size class, settled on the fastest measured, and used fewer than
     /// [`AGREE_EVERY`] times; else agreed afresh.
-    async fn agreed_for(&self, busiest: u64) -> Result<(Vec<LinkModel>, Measured<4>)> {
+    async fn agreed_for(&self, busiest: u64) -> Result<(Vec<LinkModel>, Measured<4>, Option<u32>)> {
         let class = meter::size_class(busiest);
         {
             let mut agreed = self.agreed.lock().expect("agreed lock");
@@ -373,7 +375,7 @@ impl Exchanger {
                 && last.used < AGREE_EVERY
             {
                 last.used += 1;
-                return Ok((last.models.clone(), last.measured));
+                return Ok((last.models.clone(), last.measured, Some(last.used - 1)));
             }
         }
         let mine = self.meter.as_ref().map_or(Measured::NONE, |m| m.alltoall_measured(self.size(), busiest));
@@ -382,7 +384,7 @@ impl Exchanger {
         let models: Vec<LinkModel> = all.into_iter().map(|a| a.model).collect();
         *self.agreed.lock().expect("agreed lock") =
             Some(LastAgreed { class, used: 1, settled: false, models: models.clone(), measured });
-        Ok((models, measured))
+        Ok((models, measured, None))
     }
 
     /// Every rank's link model toward the group, in rank order, keeping every rank's rail rates

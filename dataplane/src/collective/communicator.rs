@@ -50,6 +50,33 @@ pub struct Communicator {
     choice: Mutex<Option<Choice>>,
     /// How the members sit on hosts (from their rail addresses).
     topology: Topology,
+    /// What the last `auto` agreement round gave (see [`AGREE_EVERY`]).
+    agreed: Mutex<Option<LastAgreed>>,
+}
+
+/// Once an `auto` call's choice is the fastest measured algorithm, the next calls of the same
+/// size class decide from the same agreed figures, agreeing afresh once in this many: the round
+/// costs every pair a message, as much as a small allreduce itself (a DDP step's buckets, a
+/// barrier). While candidates are still being tried (or the size class changes) every call
+/// agrees. What was agreed is the same on every rank and every rank makes the same calls in the
+/// same order, so all agree at the same calls.
+const AGREE_EVERY: u32 = 16;
+
+/// The tail of a reason line whose figures were agreed `calls` calls before (none: this call's).
+pub(super) fn agreed_ago(calls: Option<u32>) -> String {
+    calls.map_or(String::new(), |k| format!(" (figures agreed {k} calls ago)"))
+}
+
+/// What an `auto` call's agreement round gave every rank, kept for the calls after it.
+struct LastAgreed {
+    /// The size class (`meter::size_class`) of the calls it was agreed for.
+    class: u32,
+    /// Calls that decided from it.
+    used: u32,
+    /// Whether the choice it gave was the fastest measured.
+    settled: bool,
+    links: Links,
+    measured: Measured,
 }
 
 /// The algorithm and pipeline depth a call ran, and why: the cost model's choice (an `auto`
@@ -111,6 +138,7 @@ impl Communicator {
             seq: AtomicU64::new(0),
             serial: tokio::sync::Mutex::new(()),
             profile: Mutex::new(Profile::default()),
+            agreed: Mutex::new(None),
             scratch: Mutex::new(None),
             choice: Mutex::new(None),
         })
@@ -319,6 +347,8 @@ impl Communicator {
         let base = self.tag_base.wrapping_add(seq << 32);
         let started = Instant::now();
         let choice = self.choose(base, work.len() as u64).await?;
+        // The call's own time, without the agreement round, is what `auto` compares.
+        let ran_from = Instant::now();
         let params = PlanParams {
             ranks: n,
             rank: self.group.rank,
@@ -347,7 +377,7 @@ impl Communicator {
         {
             m.reduced(prof.reduced_bytes, prof.reduce.as_secs_f64());
             if auto && kind == Kind::Allreduce {
-                m.allreduce_ran(n, work.len() as u64, params.algorithm, prof.total.as_secs_f64());
+                m.allreduce_ran(n, work.len() as u64, params.algorithm, ran_from.elapsed().as_secs_f64());
             }
         }
         *self.profile.lock().expect("profile lock") = prof;
@@ -359,7 +389,6 @@ impl Communicator {
     /// each member sends its model to every other, under the call's tags).
     async fn choose(&self, base: u64, bytes: u64) -> Result<Choice> {
         use crate::elem::Algorithm;
-        let n = self.size();
         let t = self.topology;
         if self.cfg.algorithm != Algorithm::Auto {
             let set = format!("{} ×{}: set by the configuration (the job file)", self.cfg.algorithm, self.cfg.slices);
@@ -372,7 +401,37 @@ impl Communicator {
             };
             return Ok(Choice { algorithm: self.cfg.algorithm, slices: self.cfg.slices, reason, auto: false });
         }
-        let g = &self.group;
+        let (links, measured, reused) = self.agreed_for(base, bytes).await?;
+        let c = cost::choose_allreduce_measured(t, bytes, &links, &measured);
+        if let Some(last) = self.agreed.lock().expect("agreed lock").as_mut() {
+            last.settled = c.settled;
+        }
+        Ok(Choice {
+            algorithm: c.algorithm,
+            slices: c.slices,
+            reason: format!("{} ×{} chosen by the {}{}", c.algorithm, c.slices, c.reason, agreed_ago(reused)),
+            auto: true,
+        })
+    }
+
+    /// Every member's links and measured figures, combined, for an `auto` call of `bytes`: the
+    /// last agreed ones where they were agreed for this size class, settled on the fastest
+    /// measured, and used fewer than [`AGREE_EVERY`] times; else agreed afresh (one round in
+    /// which each member sends its models and figures to every other, under the call's tags).
+    async fn agreed_for(&self, base: u64, bytes: u64) -> Result<(Links, Measured, Option<u32>)> {
+        let class = meter::size_class(bytes);
+        {
+            let mut agreed = self.agreed.lock().expect("agreed lock");
+            if let Some(last) = agreed.as_mut()
+                && last.class == class
+                && last.settled
+                && last.used < AGREE_EVERY
+            {
+                last.used += 1;
+                return Ok((last.links, last.measured, Some(last.used - 1)));
+            }
+        }
+        let (n, t, g) = (self.size(), self.topology, &self.group);
         // Toward the members on other hosts and on this one.
         let host = g.rank / t.per_host;
         let (mut remote, mut local) = (Vec::new(), Vec::new());
@@ -396,14 +455,11 @@ impl Communicator {
             }
         };
         let links: Vec<Links> = models.iter().map(|(m, _)| Links { remote: m[0], local: m[1] }).collect();
+        let links = Links::combine(&links);
         let measured = Measured::combine(&models.iter().map(|(_, c)| *c).collect::<Vec<_>>());
-        let c = cost::choose_allreduce_measured(t, bytes, &Links::combine(&links), &measured);
-        Ok(Choice {
-            algorithm: c.algorithm,
-            slices: c.slices,
-            reason: format!("{} ×{} chosen by the {}", c.algorithm, c.slices, c.reason),
-            auto: true,
-        })
+        *self.agreed.lock().expect("agreed lock") =
+            Some(LastAgreed { class, used: 1, settled: false, links, measured });
+        Ok((links, measured, None))
     }
 }
 

@@ -150,6 +150,8 @@ pub struct AllreduceChoice {
     /// where it is a candidate.
     pub predicted: Vec<(Algorithm, usize, f64)>,
     pub reason: String,
+    /// The fastest measured was chosen: no candidate is left to try at this size class.
+    pub settled: bool,
 }
 
 /// How a group's members sit on hosts: `hosts` hosts of `per_host` members each, the ranks
@@ -343,7 +345,7 @@ pub fn choose_allreduce_measured(t: Topology, bytes: u64, links: &Links, measure
     let why = how.why(&best.0.to_string());
     let reason =
         format!("cost model: {} over {t}, predicted {}{why}; {measured_links}", human(bytes), others.join(", "));
-    AllreduceChoice { algorithm: best.0, slices: best.1, predicted, reason }
+    AllreduceChoice { algorithm: best.0, slices: best.1, predicted, reason, settled: how == Pick::Fastest }
 }
 
 /// How [`pick`] chose.

@@ -64,7 +64,9 @@ async fn run(a: Args) -> Result<Vec<String>, String> {
     for (rank, r) in rails.into_iter().enumerate() {
         let socket = dir.0.join(format!("member-{rank}.sock"));
         let secret = uuid::Uuid::new_v4().simple().to_string();
-        let spec = Spec { rails: r, members: members.clone(), rank, tag, socket: socket.clone(), uid: None, secret };
+        let meter = std::sync::Arc::default();
+        let spec =
+            Spec { rails: r, members: members.clone(), rank, tag, socket: socket.clone(), uid: None, secret, meter };
         let secret = spec.secret.clone();
         let endpoint = GangEndpoint::open(spec).map_err(|e| format!("member {rank}'s endpoint: {e}"))?;
         let mut child = tokio::process::Command::new(&a.command[0])

@@ -1,5 +1,7 @@
 //! One gang member's collectives over the worker's data plane: allreduce and reduce on a
-//! [`Communicator`] (seed 003's pipelined halving, striped over the rails), the data-moving ops
+//! [`Communicator`] (seed 003's algorithms striped over the rails, `auto`: the cost model's pick
+//! until the calls are measured, then the fastest measured per size class, as a job's
+//! `allreduce` task gets; the worker's link meter feeds it), the data-moving ops
 //! (broadcast, allgather, reduce-scatter's exchange, all-to-all(v)) on an [`Exchanger`] (seed
 //! 004's contention-free schedules). Both share the gang's tag base (their tag ranges are
 //! disjoint by construction, `plexus_dataplane::collective::communicator::TAG_SPAN`).
@@ -9,7 +11,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use plexus_dataplane::{
-    CollectiveConfig, ComTable, Communicator, DType, Endpoint, Exchanger, MappedBytes, ScheduleKind,
+    Algorithm, CollectiveConfig, ComTable, Communicator, DType, Endpoint, Exchanger, LinkMeter, MappedBytes,
+    ScheduleKind,
 };
 
 use super::elems::{divide, narrow, reduce_parts, widen, wire_dtype, wire_op};
@@ -30,9 +33,11 @@ impl Gang {
         members: Vec<Vec<SocketAddr>>,
         rank: usize,
         tag: u64,
+        meter: Arc<LinkMeter>,
     ) -> Result<Gang, plexus_dataplane::Error> {
         let size = members.len();
-        let comm = Communicator::new(Arc::clone(&rails), members.clone(), rank, tag, CollectiveConfig::default())?;
+        let cfg = CollectiveConfig { algorithm: Algorithm::Auto, ..CollectiveConfig::default() };
+        let comm = Communicator::new(Arc::clone(&rails), members.clone(), rank, tag, cfg)?.with_meter(meter);
         let exch = Exchanger::new(rails, members, rank, tag)?;
         Ok(Gang { comm, exch, rank, size })
     }

@@ -81,8 +81,9 @@ pub struct GangEndpoint {
 impl GangEndpoint {
     /// Binds the socket (the task's, 0600) and starts serving it.
     pub fn open(spec: Spec) -> Result<GangEndpoint> {
-        let gang = Gang::new(Arc::clone(&spec.rails), spec.members.clone(), spec.rank, spec.tag)
-            .map_err(|e| Error::InvalidAssignment(format!("the gang's communicator: {e}")))?;
+        let gang =
+            Gang::new(Arc::clone(&spec.rails), spec.members.clone(), spec.rank, spec.tag, Arc::clone(&spec.meter))
+                .map_err(|e| Error::InvalidAssignment(format!("the gang's communicator: {e}")))?;
         let _ = std::fs::remove_file(&spec.socket);
         let listener = bind(&spec.socket)?;
         std::fs::set_permissions(&spec.socket, std::fs::Permissions::from_mode(0o600))

@@ -24,4 +24,7 @@ pub struct Spec {
     /// The task's uid, which gets the socket (`None`: the worker's own user).
     pub uid: Option<u32>,
     pub secret: String,
+    /// The worker's link meter (one across jobs, as its collective tasks use): what the gang's
+    /// `auto` allreduce decides from.
+    pub meter: Arc<plexus_dataplane::LinkMeter>,
 }

@@ -31,6 +31,7 @@ async fn gang(n: usize, dir: &std::path::Path, tag: u64) -> Vec<(GangEndpoint, s
                 socket: socket.clone(),
                 uid: None,
                 secret: secret.clone(),
+                meter: Arc::default(),
             };
             (GangEndpoint::open(spec).unwrap(), socket, secret)
         })

@@ -29,6 +29,7 @@ impl Ctx {
             socket: dirs.root.join(SOCKET_NAME),
             uid: dirs.uid,
             secret: g.secret.clone(),
+            meter: std::sync::Arc::clone(&self.meter),
         };
         let endpoint = match GangEndpoint::open(spec) {
             Ok(e) => e,
