@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::task::JoinSet;
 
-use super::communicator::agreed_ago;
+use super::agreed::{self, LastAgreed};
 use super::cost::{self, ExchangeAlgorithm, LinkModel, Measured};
 use super::landing::{Posts, Task, join, land};
 use super::meter::{self, Agreed, LinkMeter};
@@ -72,13 +72,6 @@ const HELLO: u64 = 0xFFFF_F001;
 const ABORT: u64 = 0xFFFF_F002;
 /// The round of an `auto` call in which every rank sends its link model to every other.
 const AGREE: u64 = 0xFFFF_F003;
-/// Once an `auto` call's choice is the fastest measured algorithm, the next calls of the same
-/// size class decide from the same agreed figures, agreeing afresh once in this many: the round
-/// costs every pair a message (at N = 8 on loopback about a tenth of a 64 MiB exchange). While
-/// candidates are still being tried (or the size class changes) every call agrees. What was
-/// agreed is the same on every rank and every rank makes the same calls in the same order, so
-/// all agree at the same calls.
-const AGREE_EVERY: u32 = 16;
 const HELLO_MAGIC: &[u8; 4] = b"PXA1";
 const HELLO_LEN: usize = 4 + 4 + 4 + 8 + 8;
 /// The header's schedule code for a schedule the caller gave.
@@ -112,20 +105,8 @@ pub struct Exchanger {
     rails: GroupRails,
     /// Receive buffers whose results were dropped, for the next call (see `spare`).
     spares: Arc<Spares>,
-    /// What the last agreement round gave (see [`AGREE_EVERY`]).
-    agreed: std::sync::Mutex<Option<LastAgreed>>,
-}
-
-/// What an `auto` call's agreement round gave every rank, kept for the calls after it.
-struct LastAgreed {
-    /// The size class (`meter::size_class`) of the busiest member's bytes it was agreed for.
-    class: u32,
-    /// Calls that decided from it.
-    used: u32,
-    /// Whether the choice it gave was the fastest measured (no candidate left to try).
-    settled: bool,
-    models: Vec<LinkModel>,
-    measured: Measured<4>,
+    /// What the last `auto` agreement round gave (see `agreed`).
+    agreed: LastAgreed<(Vec<LinkModel>, Measured<4>)>,
 }
 
 /// What an exchange ran and why.
@@ -199,7 +180,7 @@ impl Exchanger {
             meter: None,
             rails: GroupRails::new(true),
             spares: Arc::default(),
-            agreed: std::sync::Mutex::new(None),
+            agreed: LastAgreed::new(),
         })
     }
 
@@ -318,11 +299,9 @@ impl Exchanger {
                 let busiest = cost::busiest(table);
                 let (models, measured, reused) = self.agreed_for(busiest).await?;
                 let (c, s) = cost::choose_alltoall_measured(table, &LinkModel::combine(&models), &measured);
-                if let Some(last) = self.agreed.lock().expect("agreed lock").as_mut() {
-                    last.settled = c.settled;
-                }
+                self.agreed.settle(c.settled);
                 let rails = self.rails.describe(&self.endpoint.rail_rates());
-                let ago = agreed_ago(reused);
+                let ago = agreed::ago(reused);
                 (c.algorithm, s, format!("{} chosen by the {}{ago}; {rails}", c.algorithm, c.reason))
             }
         };
@@ -364,26 +343,17 @@ impl Exchanger {
     /// Every rank's link model and the combination of every rank's measured figures for an
     /// `auto` call whose busiest member moves `busiest` bytes: the last agreed ones where they
     /// were agreed for this size class, settled on the fastest measured, and used fewer than
-    /// [`AGREE_EVERY`] times; else agreed afresh.
+    /// `agreed::AGREE_EVERY` times; else agreed afresh.
     async fn agreed_for(&self, busiest: u64) -> Result<(Vec<LinkModel>, Measured<4>, Option<u32>)> {
         let class = meter::size_class(busiest);
-        {
-            let mut agreed = self.agreed.lock().expect("agreed lock");
-            if let Some(last) = agreed.as_mut()
-                && last.class == class
-                && last.settled
-                && last.used < AGREE_EVERY
-            {
-                last.used += 1;
-                return Ok((last.models.clone(), last.measured, Some(last.used - 1)));
-            }
+        if let Some(((models, measured), ago)) = self.agreed.reuse(class) {
+            return Ok((models, measured, Some(ago)));
         }
         let mine = self.meter.as_ref().map_or(Measured::NONE, |m| m.alltoall_measured(self.size(), busiest));
         let all = self.agree_models(mine).await?;
         let measured = Measured::combine(&all.iter().map(|a| a.measured).collect::<Vec<_>>());
         let models: Vec<LinkModel> = all.into_iter().map(|a| a.model).collect();
-        *self.agreed.lock().expect("agreed lock") =
-            Some(LastAgreed { class, used: 1, settled: false, models: models.clone(), measured });
+        self.agreed.store(class, (models.clone(), measured));
         Ok((models, measured, None))
     }
 

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::peer_id::PeerId;
 use crate::shared_buf::{MappedBytes, SharedBuf};
 
+use super::agreed::{self, LastAgreed};
 use super::config::{CollectiveConfig, Profile};
 use super::cost::{self, LinkModel, Links, Measured, Topology};
 use super::executor::Executor;
@@ -50,33 +51,8 @@ pub struct Communicator {
     choice: Mutex<Option<Choice>>,
     /// How the members sit on hosts (from their rail addresses).
     topology: Topology,
-    /// What the last `auto` agreement round gave (see [`AGREE_EVERY`]).
-    agreed: Mutex<Option<LastAgreed>>,
-}
-
-/// Once an `auto` call's choice is the fastest measured algorithm, the next calls of the same
-/// size class decide from the same agreed figures, agreeing afresh once in this many: the round
-/// costs every pair a message, as much as a small allreduce itself (a DDP step's buckets, a
-/// barrier). While candidates are still being tried (or the size class changes) every call
-/// agrees. What was agreed is the same on every rank and every rank makes the same calls in the
-/// same order, so all agree at the same calls.
-const AGREE_EVERY: u32 = 16;
-
-/// The tail of a reason line whose figures were agreed `calls` calls before (none: this call's).
-pub(super) fn agreed_ago(calls: Option<u32>) -> String {
-    calls.map_or(String::new(), |k| format!(" (figures agreed {k} calls ago)"))
-}
-
-/// What an `auto` call's agreement round gave every rank, kept for the calls after it.
-struct LastAgreed {
-    /// The size class (`meter::size_class`) of the calls it was agreed for.
-    class: u32,
-    /// Calls that decided from it.
-    used: u32,
-    /// Whether the choice it gave was the fastest measured.
-    settled: bool,
-    links: Links,
-    measured: Measured,
+    /// What the last `auto` agreement round gave (see `agreed`).
+    agreed: LastAgreed<(Links, Measured)>,
 }
 
 /// The algorithm and pipeline depth a call ran, and why: the cost model's choice (an `auto`
@@ -138,7 +114,7 @@ impl Communicator {
             seq: AtomicU64::new(0),
             serial: tokio::sync::Mutex::new(()),
             profile: Mutex::new(Profile::default()),
-            agreed: Mutex::new(None),
+            agreed: LastAgreed::new(),
             scratch: Mutex::new(None),
             choice: Mutex::new(None),
         })
@@ -403,33 +379,23 @@ impl Communicator {
         }
         let (links, measured, reused) = self.agreed_for(base, bytes).await?;
         let c = cost::choose_allreduce_measured(t, bytes, &links, &measured);
-        if let Some(last) = self.agreed.lock().expect("agreed lock").as_mut() {
-            last.settled = c.settled;
-        }
+        self.agreed.settle(c.settled);
         Ok(Choice {
             algorithm: c.algorithm,
             slices: c.slices,
-            reason: format!("{} ×{} chosen by the {}{}", c.algorithm, c.slices, c.reason, agreed_ago(reused)),
+            reason: format!("{} ×{} chosen by the {}{}", c.algorithm, c.slices, c.reason, agreed::ago(reused)),
             auto: true,
         })
     }
 
     /// Every member's links and measured figures, combined, for an `auto` call of `bytes`: the
     /// last agreed ones where they were agreed for this size class, settled on the fastest
-    /// measured, and used fewer than [`AGREE_EVERY`] times; else agreed afresh (one round in
+    /// measured, and used fewer than `agreed::AGREE_EVERY` times; else agreed afresh (one round in
     /// which each member sends its models and figures to every other, under the call's tags).
     async fn agreed_for(&self, base: u64, bytes: u64) -> Result<(Links, Measured, Option<u32>)> {
         let class = meter::size_class(bytes);
-        {
-            let mut agreed = self.agreed.lock().expect("agreed lock");
-            if let Some(last) = agreed.as_mut()
-                && last.class == class
-                && last.settled
-                && last.used < AGREE_EVERY
-            {
-                last.used += 1;
-                return Ok((last.links, last.measured, Some(last.used - 1)));
-            }
+        if let Some(((links, measured), ago)) = self.agreed.reuse(class) {
+            return Ok((links, measured, Some(ago)));
         }
         let (n, t, g) = (self.size(), self.topology, &self.group);
         // Toward the members on other hosts and on this one.
@@ -457,8 +423,7 @@ impl Communicator {
         let links: Vec<Links> = models.iter().map(|(m, _)| Links { remote: m[0], local: m[1] }).collect();
         let links = Links::combine(&links);
         let measured = Measured::combine(&models.iter().map(|(_, c)| *c).collect::<Vec<_>>());
-        *self.agreed.lock().expect("agreed lock") =
-            Some(LastAgreed { class, used: 1, settled: false, links, measured });
+        self.agreed.store(class, (links, measured));
         Ok((links, measured, None))
     }
 }

@@ -38,6 +38,7 @@
 //!
 //! This file only declares the modules and re-exports; they import each other, never it.
 
+mod agreed;
 pub mod alltoall;
 mod communicator;
 mod config;
