@@ -23,11 +23,11 @@
 //!    receiver of this step is not yet sent a second message at full speed; the rest of its
 //!    acknowledgements come while later steps run and are all awaited before the call returns,
 //!    and a rail that fails meanwhile resends what is unacknowledged on the others), the
-//!    receive delivered. Sends never wait for the receiver
-//!    to reach the step (the transport accepts a message whenever it comes), so a schedule whose
-//!    steps are matchings cannot deadlock: every rank finishes step k once every rank finished
-//!    its steps before k. [`Exchanger::with_acked_steps`] restores the seed's pacing, a step
-//!    ending only when its send is acknowledged (issue 30 measured it against the default).
+//!    receive delivered. Sends never wait for the receiver to reach the step (the transport
+//!    accepts a message whenever it comes), so a schedule whose steps are matchings cannot
+//!    deadlock: every rank finishes step k once every rank finished its steps before k.
+//!    [`Exchanger::with_acked_steps`] restores the seed's pacing, a step ending only when its
+//!    send is acknowledged (issue 30 measured it against the default).
 //! 5. The result is one `Bytes` per sender, in rank order: views of the receive buffer, and this
 //!    rank's own part, which never touches the network (the caller's bytes, shared, not copied).
 //!
@@ -193,8 +193,8 @@ impl Exchanger {
 
     /// With `acked`, a step ends only once its send is acknowledged (the seed's steps: a round
     /// trip between one step's last byte and the next step's first), instead of once no more
-    /// than its last segment per rail is unacknowledged (the default). Ranks need not choose alike: only the
-    /// pacing differs.
+    /// than its last segment per rail is unacknowledged (the default). Ranks need not choose
+    /// alike: only the pacing differs.
     pub fn with_acked_steps(mut self, acked: bool) -> Exchanger {
         self.acked_steps = acked;
         self
@@ -388,8 +388,7 @@ impl Exchanger {
 
     /// Sends `data` to rank `to` under `tag` (see `rails`), dropping `handed` (when given)
     /// once no more than its last segment per rail is unacknowledged; ends when the message is
-    /// acknowledged. Its time, from the
-    /// call to the acknowledgement, goes to the meter.
+    /// acknowledged. Its time, from the call to the acknowledgement, goes to the meter.
     fn send_to(
         &self,
         to: usize,
@@ -586,11 +585,11 @@ impl Exchanger {
                 if self.acked_steps {
                     return self.send_to(to, tag, data, &sharing, None).await;
                 }
-                let (handed, on_queue) = tokio::sync::oneshot::channel();
+                let (handed, nearly_done) = tokio::sync::oneshot::channel();
                 sending.spawn(self.send_to(to, tag, data, &sharing, Some(handed)));
                 // Dropped once only the last segment per rail is unacknowledged, or when the
                 // send ended first (its error, if any, comes from `sending`).
-                let _ = on_queue.await;
+                let _ = nearly_done.await;
                 Ok(())
             };
             let ((), landed) = tokio::try_join!(send, recv)?;
