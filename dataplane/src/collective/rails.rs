@@ -12,9 +12,8 @@
 //!
 //! How many share: along a schedule's steps every step is a matching (each rank sends one
 //! message and receives one; a step's last segments overlap the next step's first at most);
-//! sending everything at
-//! once, a rank sends as many messages as its row of the table has non-empty entries (itself
-//! left out) and a receiver takes as many as its column has.
+//! sending everything at once, a rank sends as many messages as its row of the table has
+//! non-empty entries (itself left out) and a receiver takes as many as its column has.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
