@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use plexus_proto::WorkerId;
+use plexus_proto::{WorkerId, pb};
 use plexus_security::pki::Issued;
 use plexus_security::{ClusterCa, Fingerprint, Scope, Token};
 use tonic::codegen::http;
@@ -515,6 +515,25 @@ impl crate::gate::Gate for Auth {
             }
         }
     }
+}
+
+/// `Join`: a certificate for the joining worker's key (checked against its join token by the
+/// auth layer), with the CA's certificate.
+pub async fn join(security: Option<Arc<Security>>, r: pb::JoinRequest) -> Result<pb::JoinResponse, Error> {
+    let Some(security) = security else {
+        return Err(Error::Insecure(
+            "this coordinator runs with --insecure: workers need no certificate (start the worker with --insecure)"
+                .into(),
+        ));
+    };
+    let worker = plexus_proto::convert::worker_id("worker_id", &r.worker_id)?;
+    let (certificate, ca) = tokio::task::spawn_blocking(move || {
+        security.issue_worker(worker, &r.public_key, plexus_proto::now_ms()).map(|c| (c, security.ca_pem().to_string()))
+    })
+    .await
+    .map_err(|e| Error::Engine(format!("issuing a worker certificate: {e}")))??;
+    tracing::info!(%worker, "issued a worker certificate");
+    Ok(pb::JoinResponse { certificate, ca })
 }
 
 #[cfg(test)]

@@ -696,7 +696,7 @@ pub fn explanation(p: &PlacementRecord) -> pb::ExplainPlacementResponse {
                 worker_id: c.worker.to_string(),
                 feasible: c.feasible,
                 score: c.score.unwrap_or(f64::NAN),
-                features: c.features.iter().map(|(n, v)| pb::Feature { name: n.clone(), value: *v }).collect(),
+                features: c.features.iter().map(|(n, v)| pb::Feature { name: n.to_string(), value: v }).collect(),
                 note: c.note.clone(),
             })
             .collect(),

@@ -50,7 +50,15 @@ pub struct Role {
     /// The store, as `ListCoordinators` shows it.
     pub store: String,
     etcd: Option<Etcd>,
+    /// Woken when this coordinator starts or stops leading, or the leader it knows changes:
+    /// what registrations held by a standby wait on ([`Role::await_lead`]).
+    changed: tokio::sync::Notify,
 }
+
+/// How long a standby holds a worker's `Register` while a leader is coming (see
+/// [`Role::holds_registrations`]): below the worker's 10 s limit on `Register`, and longer than
+/// a new leader takes to load its state from etcd at 5,000 workers.
+pub const REGISTER_HOLD: Duration = Duration::from_secs(8);
 
 impl Role {
     /// The one coordinator of a sled store.
@@ -65,6 +73,7 @@ impl Role {
             valid_until: Mutex::new(None),
             store,
             etcd: None,
+            changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -80,6 +89,7 @@ impl Role {
             valid_until: Mutex::new(None),
             store: etcd.url().to_string(),
             etcd: Some(etcd),
+            changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -100,7 +110,60 @@ impl Role {
     }
 
     fn set_leader(&self, url: Option<String>) {
-        *self.leader.write().unwrap_or_else(|p| p.into_inner()) = url;
+        let mut leader = self.leader.write().unwrap_or_else(|p| p.into_inner());
+        if *leader != url {
+            *leader = url;
+            self.changed.notify_waiters();
+        }
+    }
+
+    fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Whether this standby holds a worker's `Register` rather than refusing it: a leader is
+    /// coming — none is known (the last one's lease ran out and a campaign is on), or this
+    /// coordinator has been elected and is loading the state. After a leader dies its workers
+    /// reach the standby while it takes over; holding them there means their connections and TLS
+    /// handshakes are done by the time it leads, and they register at once instead of on their
+    /// back-off (issue 35: 5,000 workers came back 6.9 s after the new leader served).
+    pub fn holds_registrations(&self) -> bool {
+        if self.single || self.is_leading() {
+            return false;
+        }
+        self.leader.read().unwrap_or_else(|p| p.into_inner()).as_ref().is_none_or(|l| *l == self.me)
+    }
+
+    /// A worker's `Register` that reached this coordinator: let through at once if it leads, or
+    /// once it does while it [holds registrations](Self::holds_registrations) (at most
+    /// [`REGISTER_HOLD`]); otherwise refused, naming the leader.
+    pub async fn admit_registration(&self) -> Result<(), Error> {
+        match self.is_leading() || self.await_lead(REGISTER_HOLD).await {
+            true => Ok(()),
+            false => Err(self.refusal()),
+        }
+    }
+
+    /// Waits, at most `within`, while this coordinator [holds registrations](Self::holds_registrations),
+    /// for it to lead; whether it does.
+    pub async fn await_lead(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_leading() {
+                return true;
+            }
+            if !self.holds_registrations() {
+                return false;
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(deadline) => return self.is_leading(),
+            }
+        }
     }
 
     fn extend(&self, until: Instant) {
@@ -163,9 +226,11 @@ struct Member {
     started_ms: u64,
 }
 
-/// Whether a call may reach a standby: only the list of coordinators.
-fn standby_may_serve(path: &str) -> bool {
+/// Whether a call may reach a standby: the list of coordinators, and a worker's `Register` while
+/// the standby holds registrations (the service then waits for it to lead).
+fn standby_may_serve(role: &Role, path: &str) -> bool {
     path == "/plexus.v1.JobService/ListCoordinators"
+        || (path == "/plexus.v1.WorkerService/Register" && role.holds_registrations())
 }
 
 /// The gate in front of every service (`crate::gate`): a standby refuses with the leader's URL.
@@ -182,7 +247,7 @@ impl LeaderGate {
 
 impl crate::gate::Gate for LeaderGate {
     fn admit<B>(&self, req: &mut http::Request<B>) -> Result<(), tonic::Status> {
-        if self.role.is_leading() || standby_may_serve(req.uri().path()) {
+        if self.role.is_leading() || standby_may_serve(&self.role, req.uri().path()) {
             return Ok(());
         }
         Err(status(self.role.refusal()))
@@ -292,7 +357,7 @@ async fn one_term(
     };
     handle.replace(&engine);
     role.set_leader(Some(role.me.clone()));
-    role.leading.store(true, Ordering::SeqCst);
+    role.set_leading(true);
     tracing::info!(url = role.me, load_ms = elected_at.elapsed().as_millis() as u64, "leading");
     let engine_done = tokio::task::spawn_blocking(move || thread.join());
     tokio::pin!(engine_done);
@@ -307,7 +372,7 @@ async fn one_term(
         _ = shutdown.cancelled() => "shutdown",
     };
     // Stop acting at once: refuse calls, stop the engine (which drops its streams).
-    role.leading.store(false, Ordering::SeqCst);
+    role.set_leading(false);
     role.set_leader(None);
     engine.stop();
     handle.replace(&EngineHandle::detached());
@@ -369,5 +434,89 @@ async fn watch_leader(role: Arc<Role>, etcd: Etcd, election: Vec<u8>, shutdown: 
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             _ = shutdown.cancelled() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A standby of an etcd control plane, without the etcd (what the hold needs is in memory).
+    fn standby(leader: Option<&str>) -> Arc<Role> {
+        Arc::new(Role {
+            id: "me".into(),
+            started_ms: 0,
+            leader: RwLock::new(leader.map(str::to_string)),
+            me: "https://me:1".into(),
+            single: false,
+            leading: AtomicBool::new(false),
+            valid_until: Mutex::new(None),
+            store: "etcd://test".into(),
+            etcd: None,
+            changed: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn lead(role: &Role) {
+        role.extend(Instant::now() + Duration::from_secs(30));
+        role.set_leader(Some(role.me.clone()));
+        role.set_leading(true);
+    }
+
+    #[tokio::test]
+    async fn a_standby_holds_a_registration_while_no_leader_is_known_until_it_leads() {
+        let role = standby(None);
+        assert!(role.holds_registrations());
+        assert!(standby_may_serve(&role, "/plexus.v1.WorkerService/Register"));
+        assert!(!standby_may_serve(&role, "/plexus.v1.WorkerService/Heartbeat"), "only Register is held");
+        let held = tokio::spawn({
+            let role = role.clone();
+            async move { role.await_lead(Duration::from_secs(20)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished(), "held while the campaign is on");
+        let led = Instant::now();
+        lead(&role);
+        assert!(held.await.unwrap(), "let through once it leads");
+        assert!(led.elapsed() < Duration::from_secs(5), "at once, not at the hold's end");
+        assert!(!role.holds_registrations(), "a leader holds nothing: it serves");
+    }
+
+    #[tokio::test]
+    async fn elected_and_loading_holds_too_and_the_hold_ends_within_its_bound() {
+        let role = standby(Some("https://me:1"));
+        assert!(role.holds_registrations(), "elected (the election names it) but not serving yet");
+        let started = Instant::now();
+        assert!(!role.await_lead(Duration::from_millis(200)).await, "it never led");
+        assert!(started.elapsed() >= Duration::from_millis(200) && started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn another_leader_ends_the_hold_and_the_call_is_refused_naming_it() {
+        let role = standby(Some("https://other:1"));
+        assert!(!role.holds_registrations(), "a live leader elsewhere: refuse at once, naming it");
+        assert!(!standby_may_serve(&role, "/plexus.v1.WorkerService/Register"));
+        assert!(!role.await_lead(Duration::from_secs(20)).await);
+
+        let role = standby(None);
+        let held = tokio::spawn({
+            let role = role.clone();
+            async move { role.await_lead(Duration::from_secs(20)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let seen = Instant::now();
+        role.set_leader(Some("https://other:1".into()));
+        assert!(!held.await.unwrap());
+        assert!(seen.elapsed() < Duration::from_secs(5), "ends as soon as the other leader is seen");
+        match role.refusal() {
+            Error::Standby { leader, .. } => assert_eq!(leader.as_deref(), Some("https://other:1")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_single_coordinator_of_a_sled_store_never_holds() {
+        let role = Role::single("https://me:1".into(), "sled:/x".into());
+        assert!(!role.holds_registrations());
     }
 }

@@ -616,13 +616,22 @@ pub struct WorkerApi {
     /// `None`: the coordinator runs with `--insecure` (no certificates, no rail key).
     security: Option<Arc<Security>>,
     working_dirs: Option<Arc<WorkingDirs>>,
+    /// With etcd: where this coordinator stands, for the registrations a standby holds.
+    role: Option<Arc<crate::ha::Role>>,
 }
 
 type AssignmentStream = Pin<Box<dyn Stream<Item = Result<pb::AssignmentBatch, Status>> + Send>>;
 
 impl WorkerApi {
     pub fn new(engine: EngineHandle) -> WorkerApi {
-        WorkerApi { engine, security: None, working_dirs: None }
+        WorkerApi { engine, security: None, working_dirs: None, role: None }
+    }
+
+    /// Holds registrations that reach this coordinator as a standby while a leader is coming
+    /// (`ha::Role::holds_registrations`) until it leads.
+    pub fn with_role(mut self, role: Arc<crate::ha::Role>) -> WorkerApi {
+        self.role = Some(role);
+        self
     }
 
     /// Serves `FetchWorkingDir` from `dirs`.
@@ -655,6 +664,9 @@ impl WorkerApi {
         caller: Option<&Caller>,
         r: pb::RegisterRequest,
     ) -> Result<pb::RegisterResponse, Error> {
+        if let Some(role) = &self.role {
+            role.admit_registration().await?;
+        }
         self.check(caller, &r.worker_id)?;
         let reg = Box::new(convert::registration(&r)?);
         let t = self.engine.call(|reply| Cmd::Register { reg, reply }).await?;
@@ -666,24 +678,6 @@ impl WorkerApi {
             rail_key,
             resumed: t.resumed,
         })
-    }
-
-    async fn certificate(&self, r: pb::JoinRequest) -> Result<pb::JoinResponse, Error> {
-        let Some(security) = self.security.clone() else {
-            return Err(Error::Insecure(
-                "this coordinator runs with --insecure: workers need no certificate (start the worker with --insecure)"
-                    .into(),
-            ));
-        };
-        let worker = pc::worker_id("worker_id", &r.worker_id)?;
-        let (certificate, ca) = blocking("issuing a worker certificate", move || {
-            security
-                .issue_worker(worker, &r.public_key, plexus_proto::now_ms())
-                .map(|c| (c, security.ca_pem().to_string()))
-        })
-        .await?;
-        tracing::info!(%worker, "issued a worker certificate");
-        Ok(pb::JoinResponse { certificate, ca })
     }
 
     async fn resolve(&self, r: pb::ResolvePeerRequest) -> Result<pb::ResolvePeerResponse, Error> {
@@ -756,7 +750,7 @@ impl WorkerService for WorkerApi {
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinResponse>, Status> {
-        reply(self.certificate(req.into_inner()).await)
+        reply(auth::join(self.security.clone(), req.into_inner()).await)
     }
 
     async fn resolve_peer(

@@ -22,10 +22,16 @@ use crate::error::Error;
 /// sled's background flusher has finished, a moment later.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// sled's page cache. Its default, 1 GiB, is what the coordinator's memory grew towards as a
+/// deep queue was placed (issue 35: every placement record written passes through it); the
+/// state the engine needs is in the core's memory, so the cache only serves reads of records
+/// and the log's recent pages.
+const SLED_CACHE_BYTES: u64 = 128 << 20;
+
 fn open_db_waiting(dir: &Path, wait: std::time::Duration) -> Result<sled::Db, Error> {
     let start = std::time::Instant::now();
     loop {
-        match sled::Config::new().path(dir).open() {
+        match sled::Config::new().path(dir).cache_capacity(SLED_CACHE_BYTES).open() {
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
                 if start.elapsed() >= wait {
                     return Err(Error::Locked {

@@ -514,7 +514,7 @@ pub async fn explain_page(State(d): State<Dash>, Path((id, task, rank)): Path<(S
         p { "Placer " b { (e.placer) } ", attempt " (e.attempt) ": " code { (e.chosen_worker) } " — " (e.reason) @if e.exploratory { " (exploratory)" } }
         @if !e.collective.is_empty() { p { "Collective: " (e.collective) } }
         @if !learner.is_empty() { p #learner { "Learner: " (learner) } }
-        @if e.omitted > 0 { p #omitted { (e.omitted) " more candidates were considered and not kept (a decision keeps the chosen worker and the best 31)." } }
+        @if e.omitted > 0 { p #omitted { (e.omitted) " more candidates were considered and not kept (a decision keeps 16: the chosen worker, the best others, and up to 4 that could not run it)." } }
         table #candidates {
             thead { tr { th { "Worker" } th { (score_name) } th { "Compared with the chosen" } th { "Note" } th { "Features" } } }
             tbody { @for c in &order {

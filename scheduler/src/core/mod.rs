@@ -56,6 +56,7 @@ pub mod dry_run;
 pub mod estimates;
 mod eviction;
 mod fair_share;
+pub mod features;
 mod gang;
 mod gang_book;
 mod gpus;

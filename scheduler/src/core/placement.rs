@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskState, WorkerId};
 
+use super::features::{Features, with_estimates};
 use super::gang_book::GangBook;
 use super::ledger::Devices;
 use super::lineage::Availability;
@@ -509,6 +510,7 @@ impl Core {
         let wid = chosen.worker;
         let reason = if note.is_empty() { decision.reason.clone() } else { format!("{note}; {}", decision.reason) };
         let kept = explained(&candidates, &decision);
+        let mut names = None;
         let record = PlacementRecord {
             decision: decision_id,
             placer: self.placer.name().to_string(),
@@ -525,10 +527,13 @@ impl Core {
                     worker: c.worker,
                     feasible: c.feasible,
                     score: decision.scores.get(i).copied().filter(|s| !s.is_nan()),
-                    features: with_estimates(
-                        decision.features.as_ref().and_then(|f| f.get(i).cloned()).unwrap_or_else(|| c.features()),
-                        c,
-                        samples[i],
+                    features: Features::shared(
+                        with_estimates(
+                            decision.features.as_ref().and_then(|f| f.get(i).cloned()).unwrap_or_else(|| c.features()),
+                            c,
+                            samples[i],
+                        ),
+                        &mut names,
                     ),
                     note: c.note.clone(),
                 })
@@ -575,7 +580,7 @@ impl Core {
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
         let mut samples: Vec<Samples> = Vec::new();
         let mut consider = self.consider(inputs);
-        for w in std::mem::take(&mut consider.workers) {
+        while let Some(w) = consider.next() {
             let free = w.room(!task.runs_nothing());
             // A worker held for a gang ahead takes only work that ends before the gang needs it.
             let gang = held.hold_of(&w.id()).filter(|h| !h.admits(task.timeout_ms, now));
@@ -764,31 +769,6 @@ impl Core {
             ))
         })
     }
-}
-
-/// A candidate's recorded features with its estimates and the samples behind them: the
-/// estimates are added when the placer scored other features (the learned placer), and
-/// `est_fetch_samples` / `est_compute_samples` (0: derived from other workers or pairs) always
-/// go with them, so `plexus explain` shows how far to trust each.
-fn with_estimates(
-    mut features: Vec<(String, f64)>,
-    c: &Candidate,
-    (fetch, compute): (Option<f64>, Option<f64>),
-) -> Vec<(String, f64)> {
-    let estimates = [
-        ("est_fetch_ms", "est_fetch_samples", c.est_fetch_ms, fetch),
-        ("est_compute_ms", "est_compute_samples", c.est_compute_ms, compute),
-    ];
-    for (name, samples_name, value, samples) in estimates {
-        let Some(v) = value else { continue };
-        if !features.iter().any(|(n, _)| n == name) {
-            features.push((name.to_string(), v));
-        }
-        if let Some(s) = samples {
-            features.push((samples_name.to_string(), s));
-        }
-    }
-    features
 }
 
 pub(super) fn fmt_res(r: &Resources) -> String {

@@ -205,7 +205,7 @@ pub struct CandidateRecord {
     pub worker: WorkerId,
     pub feasible: bool,
     pub score: Option<f64>,
-    pub features: Vec<(String, f64)>,
+    pub features: super::features::Features,
     pub note: String,
 }
 
@@ -231,23 +231,33 @@ pub struct PlacementRecord {
 }
 
 /// Candidates a placement record keeps: the chosen one, then the best others by the placer's
-/// score, then those that could not run it.
-pub const MAX_EXPLAINED: usize = 32;
+/// score, and a few of those that could not run it (why not). 32 at first; 16 since issue 35's
+/// fleet runs: records are kept in memory for every subtask, and a deep queue's grew the
+/// coordinator by ~5 KB a subtask at 32.
+pub const MAX_EXPLAINED: usize = 16;
+/// Of those, the places kept for candidates that could not run the task (when there are more
+/// candidates than the record keeps and any could not), so `plexus explain` still shows why not.
+pub const INFEASIBLE_EXPLAINED: usize = 4;
 
-/// The candidates a placement record keeps, in their order: the chosen one, then the feasible
-/// others best first by the placer's score (higher is better; `fastest`'s is minus its
-/// estimate), then infeasible ones, at most [`MAX_EXPLAINED`] in all.
+/// The candidates a placement record keeps, in their order: the chosen one, the feasible others
+/// best first by the placer's score (higher is better; `fastest`'s is minus its estimate), and up
+/// to [`INFEASIBLE_EXPLAINED`] infeasible ones (more when too few are feasible to fill the
+/// record), at most [`MAX_EXPLAINED`] in all.
 pub(super) fn explained(candidates: &[Candidate], decision: &Decision) -> Vec<usize> {
     if candidates.len() <= MAX_EXPLAINED {
         return (0..candidates.len()).collect();
     }
     let score = |i: usize| decision.scores.get(i).copied().filter(|s| !s.is_nan()).unwrap_or(f64::NEG_INFINITY);
-    let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| i != decision.chosen).collect();
-    order.sort_by(|&a, &b| {
-        candidates[b].feasible.cmp(&candidates[a].feasible).then(score(b).total_cmp(&score(a))).then(a.cmp(&b))
-    });
-    let mut kept: Vec<usize> =
-        std::iter::once(decision.chosen).filter(|&c| c < candidates.len()).chain(order).take(MAX_EXPLAINED).collect();
+    let others = (0..candidates.len()).filter(|&i| i != decision.chosen);
+    let (mut feasible, infeasible): (Vec<usize>, Vec<usize>) = others.partition(|&i| candidates[i].feasible);
+    feasible.sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
+    let room = MAX_EXPLAINED - 1;
+    let feasible_kept = feasible.len().min(room - INFEASIBLE_EXPLAINED.min(infeasible.len()));
+    let mut kept: Vec<usize> = std::iter::once(decision.chosen)
+        .filter(|&c| c < candidates.len())
+        .chain(feasible.into_iter().take(feasible_kept))
+        .chain(infeasible.into_iter().take(room - feasible_kept))
+        .collect();
     kept.sort_unstable();
     kept
 }

@@ -48,7 +48,7 @@ pub struct Core {
     /// Evictions halted because too many workers fell silent at once (`liveness.rs`).
     pub(super) halt: Option<EvictionHalt>,
     /// Where the next decision's sample of workers starts (`sample.rs`), past 256 live workers.
-    pub(super) sample_cursor: std::cell::Cell<usize>,
+    pub(super) sample_cursor: std::cell::Cell<Option<plexus_proto::WorkerId>>,
 }
 
 impl Core {
@@ -67,7 +67,7 @@ impl Core {
             to_settle: Vec::new(),
             settling: false,
             halt: None,
-            sample_cursor: std::cell::Cell::new(0),
+            sample_cursor: std::cell::Cell::new(None),
             out: Outbox::default(),
         }
     }
