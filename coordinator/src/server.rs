@@ -368,11 +368,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let watch_streams = job_api.stream_stopper();
     let jobs =
         JobServiceServer::new(job_api).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE);
-    let worker_api = WorkerApi::new(handle.clone())
-        .with_security(security.clone())
-        .with_working_dirs(working_dirs)
-        .with_role(role.clone());
-    let workers = WorkerServiceServer::new(worker_api)
+    let worker_api = WorkerApi::new(handle.clone()).with_security(security.clone()).with_role(role.clone());
+    let workers = WorkerServiceServer::new(worker_api.with_working_dirs(working_dirs))
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let mut builder = tonic::transport::Server::builder();

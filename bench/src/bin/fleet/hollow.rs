@@ -99,6 +99,9 @@ pub(crate) async fn join_all(
 /// Connects as worker `id` with its certificate and registers a node of `cpus` cores with the
 /// first of `urls` that takes it (the leader; a standby refuses), as a worker given every
 /// coordinator's URL does.
+/// The label every hollow worker carries (the real workers beside them do not).
+pub(crate) const HOLLOW_LABEL: &str = "hollow";
+
 pub(crate) async fn register(
     urls: &[String],
     id: WorkerId,
@@ -139,6 +142,8 @@ async fn register_at(
                 cache_bytes: 1 << 30,
                 hostname: format!("hollow-{id}"),
                 isolation: "none".into(),
+                // What the no-op job asks for, and the real workers' job refuses.
+                labels: [(HOLLOW_LABEL.to_string(), "true".to_string())].into(),
                 ..Default::default()
             }),
             state: Some(pb::NodeState { memory_free: 8 << 30, ..Default::default() }),

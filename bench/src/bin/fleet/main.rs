@@ -63,7 +63,7 @@ use plexus_proto::pb;
 use plexus_worker::credentials::TrustConfig;
 
 use hollow::{Ledger, assignments, heartbeats, join_all, register_all};
-use phases::{flood, percentile, place_all, sorted, storm, takeover, timed_list};
+use phases::{RealRun, flood, percentile, place_all, sorted, storm, takeover, timed_list};
 use plane::{Plane, StoreKind};
 use report::{cpu_of, print, rss_of, share};
 
@@ -111,6 +111,11 @@ struct Args {
     /// How long the flood lasts; its heartbeats are timed on their own (0: no flood).
     #[arg(long = "flood-secs", default_value_t = 10)]
     flood_secs: u64,
+    /// Real worker processes (`plexus-worker`, as `plexus up` starts them) joined to the same
+    /// control plane beside the hollow ones; during the placement run they run a job of their
+    /// own (8 `true` subtasks each, which the hollow workers' label keeps off the fleet), timed.
+    #[arg(long = "real-workers", default_value_t = 2)]
+    real_workers: usize,
     /// Restart the coordinator twice at the end of each size (kill -9, start) and time every
     /// worker's return: on the product's jittered back-off, then in lockstep.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -131,6 +136,8 @@ struct Row {
     /// The etcd store's leader takeover.
     takeover: Option<Takeover>,
     storms: Vec<Storm>,
+    /// The real workers' job, run beside the fleet's.
+    real: Option<RealRun>,
     /// The coordinator's CPU (cores) while the workers only heartbeat, and while the job runs.
     idle_cpu: Option<f64>,
     work_cpu: Option<f64>,
@@ -277,7 +284,7 @@ fn run(
 
     // Work: one job of no-op replicas, and the coordinator's CPU meanwhile.
     let cpu0 = pid.and_then(cpu_of);
-    let wall = place_all(&c, args, n, &placed).map_err(|e| format!("the placement run: {e}"))?;
+    let (wall, real) = place_all(&c, args, n, &placed).map_err(|e| format!("the placement run: {e}"))?;
     let work_cpu = share(cpu0, pid.and_then(cpu_of), wall);
     let answered = placed.load(Relaxed) as u32;
 
@@ -291,6 +298,7 @@ fn run(
         store,
         takeover,
         storms,
+        real,
         idle_cpu,
         work_cpu,
         shed_lag_ms: shed,
@@ -309,7 +317,7 @@ fn run(
         page: lists.page,
         summary: lists.summary,
         not_alive: lists.whole.1.workers.iter().filter(|w| !w.alive).count()
-            + n.saturating_sub(lists.whole.1.workers.len()),
+            + (n + args.real_workers).saturating_sub(lists.whole.1.workers.len()),
     })
 }
 

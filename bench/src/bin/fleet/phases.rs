@@ -9,7 +9,7 @@ use plexus_proto::WorkerId;
 use plexus_proto::pb;
 use plexus_worker::credentials::Credentials;
 
-use crate::hollow::{Hollow, Ledger, assignments, heartbeats, register};
+use crate::hollow::{HOLLOW_LABEL, Hollow, Ledger, assignments, heartbeats, register};
 use crate::plane::Plane;
 use crate::{Args, Flood, Storm, Takeover};
 
@@ -137,7 +137,18 @@ pub(crate) fn place_all(
     args: &Args,
     n: usize,
     placed: &AtomicU64,
-) -> Result<Duration, Box<dyn std::error::Error>> {
+) -> Result<(Duration, Option<RealRun>), Box<dyn std::error::Error>> {
+    // The real workers' job goes in first, so it waits behind nothing of the fleet's.
+    let real = (args.real_workers > 0)
+        .then(|| {
+            let job = format!(
+                "name = \"fleet-real-{n}\"\n[[task]]\nname = \"real\"\ncommand = [\"true\"]\nreplicas = {}\ncpu = 1\n\
+                 constraints = {{ {HOLLOW_LABEL} = false }}\n",
+                REAL_SUBTASKS_PER_WORKER * args.real_workers
+            );
+            c.submit("fleet-real.toml", &job).map(|id| (id, Instant::now()))
+        })
+        .transpose()?;
     let started = Instant::now();
     let id = submit_noop(c, &format!("fleet-{n}"), args.subtasks)?;
     let end = wait_end(c, &id, started + Duration::from_secs(args.job_timeout))
@@ -145,13 +156,43 @@ pub(crate) fn place_all(
     if end.state != pb::JobState::Succeeded as i32 {
         return Err(format!("the fleet job ended {:?}: {}", end.state, end.error).into());
     }
-    Ok(started.elapsed())
+    let wall = started.elapsed();
+    let real = match real {
+        None => None,
+        Some((id, submitted)) => {
+            let end = wait_end(c, &id, submitted + Duration::from_secs(args.job_timeout))
+                .map_err(|e| format!("the real workers' job: {e}"))?;
+            Some(RealRun {
+                workers: args.real_workers,
+                subtasks: end.groups.iter().map(|g| g.replicas).sum(),
+                succeeded: end.groups.iter().map(|g| g.succeeded).sum(),
+                ok: end.state == pb::JobState::Succeeded as i32,
+                took: Duration::from_millis(end.finished_at.saturating_sub(end.submitted_at)),
+            })
+        }
+    };
+    Ok((wall, real))
+}
+
+/// `command = ["true"]` subtasks per real worker in their job.
+const REAL_SUBTASKS_PER_WORKER: usize = 8;
+
+/// The job the real workers ran beside the fleet's (see [`place_all`]).
+pub(crate) struct RealRun {
+    pub(crate) workers: usize,
+    pub(crate) subtasks: u32,
+    pub(crate) succeeded: u32,
+    pub(crate) ok: bool,
+    /// From its submission to its end, as the coordinator recorded them.
+    pub(crate) took: Duration,
 }
 
 /// Submits `name`, `replicas` one-core no-op subtasks; returns its id.
 fn submit_noop(c: &Plane, name: &str, replicas: u32) -> Result<String, tonic::Status> {
-    let job =
-        format!("name = \"{name}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\nreplicas = {replicas}\ncpu = 1\n");
+    let job = format!(
+        "name = \"{name}\"\n[[task]]\nname = \"noop\"\nkind = \"noop\"\nreplicas = {replicas}\ncpu = 1\n\
+         constraints = {{ {HOLLOW_LABEL} = true }}\n"
+    );
     c.submit("fleet.toml", &job)
 }
 

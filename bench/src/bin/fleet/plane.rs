@@ -41,13 +41,13 @@ pub(crate) enum Plane {
 }
 
 impl Plane {
-    /// A fresh secure control plane with no worker: heartbeats at the product's interval, a
+    /// A fresh secure control plane with `--real-workers` real workers: heartbeats at the product's interval, a
     /// worker lost after 10 s silent, `--shed-lag-ms shed`.
     pub(crate) fn start(store: StoreKind, args: &Args, shed: u64) -> Result<Plane, Box<dyn std::error::Error>> {
         let mut coordinator_args = vec!["--shed-lag-ms".to_string(), shed.to_string()];
         Ok(match store {
             StoreKind::Sled => Plane::Sled(Cluster::start(ClusterConfig {
-                workers: 0,
+                workers: args.real_workers,
                 heartbeat_timeout_ms: 10_000,
                 log: "warn".into(),
                 // (The HA launcher turns the dashboard off itself.)
@@ -59,7 +59,7 @@ impl Plane {
                 HaCluster::start(HaConfig {
                     etcd_members: args.etcd_members,
                     coordinators: 2,
-                    workers: 0,
+                    workers: args.real_workers,
                     lease_ttl_s: args.lease_ttl_s,
                     log: "warn".into(),
                     coordinator_args,

@@ -89,6 +89,7 @@ pub(crate) fn print(args: &Args, rows: &[Row]) {
         );
     }
     print_flood(args, rows);
+    print_real(rows);
     print_storms(args, rows);
     print_takeovers(args, rows);
     print_etcd_vs_sled(rows);
@@ -113,6 +114,37 @@ pub(crate) fn print(args: &Args, rows: &[Row]) {
                 v(r.flood.hb_p99_ms <= HEARTBEAT_P99_TARGET_MS && r.flood.heartbeats > 0)
             },
             r.placed
+        );
+    }
+}
+
+/// The real workers' job beside the fleet's (see `phases::place_all`).
+fn print_real(rows: &[Row]) {
+    if rows.iter().all(|r| r.real.is_none()) {
+        return;
+    }
+    println!(
+        "\nreal workers beside the hollow ones: plexus-worker processes on the same control plane, their job (`true`, \
+         8 subtasks a worker) submitted with the fleet's and run while it is placed; coordinator CPU per placement \
+         is the job cpu over placements/s"
+    );
+    println!(
+        "{:>6} {:>5} {:>6} {:>10} {:>10} {:>8} {:>14}",
+        "N", "store", "real", "subtasks", "real job s", "verdict", "cpu µs/placed"
+    );
+    for r in rows {
+        let Some(x) = &r.real else { continue };
+        let per = r.work_cpu.map_or("-".into(), |c| format!("{:.0}", c / r.placements_per_s.max(1e-9) * 1e6));
+        println!(
+            "{:>6} {:>5} {:>6} {:>4}/{:<5} {:>10.2} {:>8} {:>14}",
+            r.n,
+            r.store.name(),
+            x.workers,
+            x.succeeded,
+            x.subtasks,
+            x.took.as_secs_f64(),
+            if x.ok && x.succeeded == x.subtasks { "PASS" } else { "FAIL" },
+            per
         );
     }
 }
