@@ -9,6 +9,7 @@ use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskStat
 
 use super::features::{Features, with_estimates};
 use super::gang_book::GangBook;
+use super::job_table::Job;
 use super::ledger::Devices;
 use super::lineage::Availability;
 use super::messages::{Assignment, HolderLocation, InputLocation};
@@ -321,8 +322,12 @@ impl Core {
                 Placed::NoRoom => {
                     all = false;
                     set.insert(idx);
-                    // (A sharing task may lack GPU memory, which `full` cannot express.)
-                    if !self.jobs.get(&job).is_some_and(|j| j.record.spec.tasks[t].shares_gpu()) {
+                    // (A sharing task may lack GPU memory, and a task with constraints room
+                    // on the workers that meet them, which `full` cannot express: a task
+                    // confined to a few full workers must not hold back those behind it.)
+                    let partial =
+                        |j: &Job| j.record.spec.tasks[t].shares_gpu() || !j.record.spec.tasks[t].constraints.is_empty();
+                    if !self.jobs.get(&job).is_some_and(partial) {
                         round.full.push((req, span));
                     }
                     break;
@@ -579,7 +584,7 @@ impl Core {
         let mut candidates = Vec::new();
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
         let mut samples: Vec<Samples> = Vec::new();
-        let mut consider = self.consider(inputs);
+        let mut consider = self.consider(inputs, &task.constraints);
         while let Some(w) = consider.next() {
             let free = w.room(!task.runs_nothing());
             // A worker held for a gang ahead takes only work that ends before the gang needs it.

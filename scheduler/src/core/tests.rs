@@ -2423,3 +2423,67 @@ fn a_dry_run_of_a_huge_job_is_bounded_and_says_so() {
     assert!(t.waits.contains("laid out 10000 of its 60000 replicas"), "{}", t.waits);
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "bounded: {:?}", started.elapsed());
 }
+
+/// A task confined by its constraints to workers that are full must not hold back the tasks
+/// queued behind it that fit elsewhere (issue 35: `round.full` took "no room for one core on the
+/// workers that meet `rack=r1`" for "no room for one core anywhere").
+#[test]
+fn a_confined_task_with_no_room_does_not_hold_back_the_work_behind_it() {
+    let mut c = core();
+    c.register(racked(1, "s1", "r1"), 0);
+    c.register(reg(2, "s2", 8, vec![]), 0);
+    let cpus = c.worker(wid(1)).unwrap().record().capacity.cpus;
+    let confined = format!(
+        "[[task]]\nname = \"t\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = {}\nconstraints = {{ rack = \"r1\" }}\n",
+        cpus + 1
+    );
+    let first = submit(&mut c, &confined, 0);
+    let behind = submit(&mut c, "[[task]]\nname = \"u\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = 3\n", 1);
+    c.schedule(2);
+    let a = assigned(&mut c);
+    let on = |job: JobId| a.iter().filter(|(_, x)| x.attempt.job == job).map(|(w, _)| *w).collect::<Vec<_>>();
+    assert_eq!(on(first).len() as u32, cpus, "the confined task fills its rack: {a:?}");
+    assert!(on(first).iter().all(|w| *w == wid(1)));
+    assert_eq!(on(behind), vec![wid(2); 3], "the work behind it is placed in the same round: {a:?}");
+}
+
+/// Past 256 live workers a confined task considers only the workers that meet its constraints
+/// (kept per constraint set until a worker registers), and they are found however few.
+#[test]
+fn a_confined_task_among_many_workers_considers_the_few_that_meet_it() {
+    let mut c = core();
+    for n in 1..=400u16 {
+        let mut r = reg(1, &format!("s{n}"), 2, vec![]);
+        let mut b = [0u8; 16];
+        b[14..].copy_from_slice(&n.to_be_bytes());
+        r.worker = WorkerId::from_bytes(b);
+        if n % 100 == 0 {
+            r.capacity.topology.labels.insert("real".into(), "yes".into());
+        }
+        c.register(r, 0);
+    }
+    let job = submit(
+        &mut c,
+        "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = 2\nconstraints = { real = true }\n",
+        0,
+    );
+    c.schedule(1);
+    let p = c.explain(job, "a", 0).unwrap();
+    assert_eq!(p.candidates.len() + p.omitted as usize, 4, "the 4 workers that carry the label, no others");
+    assert!(p.candidates.iter().all(|x| x.feasible));
+    // A new worker that meets it is seen by the next decision.
+    let mut r = reg(1, "s-new", 2, vec![]);
+    r.worker = WorkerId::from_bytes([9; 16]);
+    r.capacity.topology.labels.insert("real".into(), "yes".into());
+    c.register(r, 2);
+    let job =
+        submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 1\nconstraints = { real = true }\n", 3);
+    c.schedule(4);
+    let p = c.explain(job, "a", 0).unwrap();
+    assert_eq!(
+        p.candidates.len() + p.omitted as usize,
+        5,
+        "{:?}",
+        p.candidates.iter().map(|x| x.worker).collect::<Vec<_>>()
+    );
+}

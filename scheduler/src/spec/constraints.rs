@@ -21,7 +21,7 @@ pub const MAX_CONSTRAINTS: usize = plexus_proto::topology::MAX_LABELS;
 pub const GPU_MODEL_LABEL: &str = "gpu_model";
 
 /// What one constraint asks of a label.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum LabelTest {
     Equals(String),
     NotEquals(String),
@@ -30,7 +30,7 @@ pub enum LabelTest {
 }
 
 /// One constraint: a label key and its test.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Constraint {
     pub key: String,
     pub test: LabelTest,
