@@ -10,8 +10,7 @@
 //! cursor, a worker id, in the ledger's id order), not every worker; collecting every live worker
 //! first was still 12 % of the engine's time at 5,000 workers.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeSet;
 
 use plexus_proto::{ObjectId, WorkerId};
 
@@ -27,21 +26,6 @@ pub const FEASIBLE_SAMPLE: usize = 128;
 pub const INFEASIBLE_KEPT: usize = 16;
 /// An input's holders put first, at most.
 const HOLDERS_FIRST: usize = 32;
-
-/// Distinct constraint sets whose admitting workers are kept; past it the cache starts again.
-const ADMITTING_SETS: usize = 64;
-
-/// The workers (ids, in order) that meet each set of constraints decisions asked for, as of the
-/// ledger's epoch (which moves when a worker registers, is drained or removed: when what it
-/// offers, labels included, can change). A task with constraints considers only these: walking
-/// every worker to find the few that meet them made each decision of a task confined to 2 of
-/// 5,000 workers O(workers), at every round that retried it (issue 35's fleet with real
-/// workers beside hollow ones: the label comparisons were 18 % of the engine's time).
-#[derive(Default)]
-pub(super) struct Admitting {
-    epoch: u64,
-    sets: HashMap<Vec<Constraint>, Arc<[WorkerId]>>,
-}
 
 /// The workers one decision goes through, in order (an iterator), and what it took of them.
 pub(super) struct Consider<'a> {
@@ -59,26 +43,10 @@ pub(super) struct Consider<'a> {
 }
 
 impl Core {
-    /// The workers that meet `constraints` (none: `None`, every worker does), in id order.
-    fn admitting(&self, constraints: &[Constraint]) -> Option<Arc<[WorkerId]>> {
-        if constraints.is_empty() {
-            return None;
-        }
-        let mut cache = self.admitting.borrow_mut();
-        if cache.epoch != self.workers.epoch() || cache.sets.len() >= ADMITTING_SETS {
-            cache.sets.clear();
-            cache.epoch = self.workers.epoch();
-        }
-        let ids = cache.sets.entry(constraints.to_vec()).or_insert_with(|| {
-            self.workers.values().filter(|w| w.record().capacity.admits(constraints)).map(|w| w.id()).collect()
-        });
-        Some(ids.clone())
-    }
-
     /// The workers that meet `constraints`, from the first after `after` (or the first), round
     /// to where they started.
     fn universe(&self, constraints: &[Constraint], after: Option<WorkerId>) -> Box<dyn Iterator<Item = &Worker> + '_> {
-        match self.admitting(constraints) {
+        match self.workers.admitting(constraints) {
             None => {
                 let before = self.workers.values().take_while(move |w| after.is_some_and(|c| w.id() <= c));
                 Box::new(self.workers.after(after).chain(before))

@@ -49,8 +49,6 @@ pub struct Core {
     pub(super) halt: Option<EvictionHalt>,
     /// Where the next decision's sample of workers starts (`sample.rs`), past 256 live workers.
     pub(super) sample_cursor: std::cell::Cell<Option<plexus_proto::WorkerId>>,
-    /// The workers that meet each set of constraints decisions asked for (`sample.rs`).
-    pub(super) admitting: std::cell::RefCell<super::sample::Admitting>,
 }
 
 impl Core {
@@ -70,7 +68,6 @@ impl Core {
             settling: false,
             halt: None,
             sample_cursor: std::cell::Cell::new(None),
-            admitting: Default::default(),
             out: Outbox::default(),
         }
     }
