@@ -148,6 +148,12 @@ pub trait Placer: Send {
     fn place(&mut self, req: &PlacementRequest, candidates: &[Candidate]) -> Decision;
     /// Feedback about an earlier decision; heuristics ignore it.
     fn observe(&mut self, _outcome: &Outcome) {}
+    /// Whether [`Placer::observe`] uses what it is given: false lets the core skip building
+    /// each outcome (the cluster's utilisation in it is a pass over every worker, which at
+    /// 5,000 workers cost more than the decision itself). The heuristics say false.
+    fn learns(&self) -> bool {
+        true
+    }
     /// Which work goes next: the order in which to consider `work` (given in queue order), as
     /// a permutation of its indices; `None` keeps queue order (every heuristic). Only called
     /// when [`Placer::orders_work`] is true. The caller passes tasks of one priority with no
@@ -318,6 +324,10 @@ impl LeastLoaded {
 }
 
 impl Placer for LeastLoaded {
+    fn learns(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &'static str {
         "least-loaded"
     }
@@ -340,6 +350,10 @@ pub struct RoundRobin {
 }
 
 impl Placer for RoundRobin {
+    fn learns(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &'static str {
         "round-robin"
     }
@@ -389,6 +403,10 @@ impl RandomPlacer {
 }
 
 impl Placer for RandomPlacer {
+    fn learns(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &'static str {
         "random"
     }
@@ -433,6 +451,10 @@ impl Locality {
 }
 
 impl Placer for Locality {
+    fn learns(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &'static str {
         "locality"
     }
@@ -490,6 +512,10 @@ impl Fastest {
 }
 
 impl Placer for Fastest {
+    fn learns(&self) -> bool {
+        false
+    }
+
     fn name(&self) -> &'static str {
         "fastest"
     }

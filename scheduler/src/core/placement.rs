@@ -15,7 +15,7 @@ use super::lineage::Availability;
 use super::messages::{Assignment, HolderLocation, InputLocation};
 use super::ready::OrderKey;
 use super::records::{CandidateRecord, FetchPlan, PlacementRecord, explained};
-use super::sample::Admit;
+use super::sample::{Admit, CANDIDATES_AT_MOST};
 use super::signature::signature;
 use super::state::Core;
 use crate::error::Error;
@@ -62,6 +62,9 @@ pub(super) enum Placed {
 
 impl Core {
     pub(super) fn feedback(&mut self, (job, idx): (JobId, u32), wid: WorkerId, succeeded: bool) {
+        if !self.placer.learns() {
+            return;
+        }
         let util = self.cluster_utilisation();
         let Some(j) = self.jobs.get(&job) else { return };
         let s = &j.subtasks[idx as usize];
@@ -581,9 +584,9 @@ impl Core {
         let sig = signature(task);
         let sources = self.input_sources(inputs);
 
-        let mut candidates = Vec::new();
+        let mut candidates = Vec::with_capacity(CANDIDATES_AT_MOST);
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
-        let mut samples: Vec<Samples> = Vec::new();
+        let mut samples: Vec<Samples> = Vec::with_capacity(CANDIDATES_AT_MOST);
         let mut consider = self.consider(inputs, &task.constraints);
         while let Some(w) = consider.next() {
             let free = w.room(!task.runs_nothing());
@@ -593,8 +596,13 @@ impl Core {
             // Silent past the timeout but not lost (evictions halted): nothing new goes there.
             let draining =
                 w.record().draining || (self.halt.is_some() && self.is_silent(w.record().last_heartbeat, now));
-            let admits = w.record().capacity.admits(&task.constraints);
-            let fits = req.fits_in(&free) && gpu_room && gang.is_none() && !draining && admits;
+            // (The label test last: it is the dearest, and most workers of a full cluster fail
+            // the room test before it.)
+            let fits = req.fits_in(&free)
+                && gpu_room
+                && gang.is_none()
+                && !draining
+                && (consider.meets_constraints() || w.record().capacity.admits(&task.constraints));
             match consider.admit(fits) {
                 Admit::Take => {}
                 Admit::Skip => continue,

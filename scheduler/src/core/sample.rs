@@ -24,6 +24,9 @@ pub const SAMPLE_ABOVE: usize = 256;
 pub const FEASIBLE_SAMPLE: usize = 128;
 /// And the workers unable to that it keeps as candidates (with why not).
 pub const INFEASIBLE_KEPT: usize = 16;
+/// The candidates of one decision, at most (room made for them at once).
+pub const CANDIDATES_AT_MOST: usize =
+    if SAMPLE_ABOVE > FEASIBLE_SAMPLE + INFEASIBLE_KEPT { SAMPLE_ABOVE } else { FEASIBLE_SAMPLE + INFEASIBLE_KEPT };
 /// An input's holders put first, at most.
 const HOLDERS_FIRST: usize = 32;
 
@@ -34,6 +37,8 @@ pub(super) struct Consider<'a> {
     /// The rest: every live worker (not sampled), or from the cursor on, wrapping round.
     rest: Box<dyn Iterator<Item = &'a Worker> + 'a>,
     sampled: bool,
+    /// The rest are the workers that meet the task's constraints (it has some).
+    constrained: bool,
     feasible: usize,
     infeasible: usize,
     /// The worker of `rest` just handed out, and the last one gone through (taken or skipped),
@@ -70,6 +75,7 @@ impl Core {
                 holders: Vec::new().into_iter(),
                 rest: Box::new(self.universe(constraints, None).filter(live)),
                 sampled,
+                constrained: !constraints.is_empty(),
                 feasible: 0,
                 infeasible: 0,
                 current: None,
@@ -92,6 +98,7 @@ impl Core {
             holders: holders.into_iter(),
             rest: Box::new(rest),
             sampled,
+            constrained: !constraints.is_empty(),
             feasible: 0,
             infeasible: 0,
             current: None,
@@ -123,6 +130,12 @@ pub(super) enum Admit {
 }
 
 impl Consider<'_> {
+    /// Whether the worker just handed out is known to meet the task's constraints (it came from
+    /// the workers that do), so they need not be tested again.
+    pub(super) fn meets_constraints(&self) -> bool {
+        self.constrained && self.current.is_some()
+    }
+
     /// Whether the next worker (able to run the task: `fits`) becomes a candidate.
     pub(super) fn admit(&mut self, fits: bool) -> Admit {
         if !self.sampled {

@@ -82,8 +82,8 @@ struct Args {
     /// The coordinators' leadership lease, seconds, for `--store etcd` (the product's default).
     #[arg(long = "lease-ttl-s", default_value_t = 5)]
     lease_ttl_s: u64,
-    /// No-op one-core subtasks in the placement run.
-    #[arg(long, default_value_t = 20_000)]
+    /// No-op one-core subtasks in the placement run (issue 35 measures draining a 100k queue).
+    #[arg(long, default_value_t = 100_000)]
     subtasks: u32,
     /// How long heartbeats are timed.
     #[arg(long = "heartbeat-secs", default_value_t = 15)]

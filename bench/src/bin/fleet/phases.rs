@@ -162,7 +162,24 @@ pub(crate) fn place_all(
         Some((id, submitted)) => {
             let end = wait_end(c, &id, submitted + Duration::from_secs(args.job_timeout))
                 .map_err(|e| format!("the real workers' job: {e}"))?;
+            let mut client = c.client();
+            let subtasks = c.block_on(client.get_job(pb::GetJobRequest { job_id: id.clone(), subtasks: true }))?;
+            let spans = |f: fn(&pb::SubtaskStatus) -> (u64, u64)| {
+                let mut v: Vec<f64> = subtasks
+                    .get_ref()
+                    .subtasks
+                    .iter()
+                    .map(f)
+                    .filter(|(a, b)| *a > 0 && b >= a)
+                    .map(|(a, b)| (b - a) as f64)
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                (percentile(&v, 0.5), v.last().copied().unwrap_or(0.0))
+            };
             Some(RealRun {
+                waited_ms: spans(|s| (s.ready_at, s.assigned_at)),
+                start_ms: spans(|s| (s.assigned_at, s.started_at)),
+                ran_ms: spans(|s| (s.started_at, s.finished_at)),
                 workers: args.real_workers,
                 subtasks: end.groups.iter().map(|g| g.replicas).sum(),
                 succeeded: end.groups.iter().map(|g| g.succeeded).sum(),
@@ -185,6 +202,11 @@ pub(crate) struct RealRun {
     pub(crate) ok: bool,
     /// From its submission to its end, as the coordinator recorded them.
     pub(crate) took: Duration,
+    /// Per subtask, median and longest, ms: ready to assigned (placement), assigned to started
+    /// (sent, received, its process started), started to finished (ran and reported).
+    pub(crate) waited_ms: (f64, f64),
+    pub(crate) start_ms: (f64, f64),
+    pub(crate) ran_ms: (f64, f64),
 }
 
 /// Submits `name`, `replicas` one-core no-op subtasks; returns its id.

@@ -129,14 +129,24 @@ fn print_real(rows: &[Row]) {
          is the job cpu over placements/s"
     );
     println!(
-        "{:>6} {:>5} {:>6} {:>10} {:>10} {:>8} {:>14}",
-        "N", "store", "real", "subtasks", "real job s", "verdict", "cpu µs/placed"
+        "{:>6} {:>5} {:>6} {:>10} {:>10} {:>8} {:>16} {:>16} {:>16} {:>14}",
+        "N",
+        "store",
+        "real",
+        "subtasks",
+        "real job s",
+        "verdict",
+        "placed ms p50/max",
+        "start ms p50/max",
+        "ran ms p50/max",
+        "cpu µs/placed"
     );
+    let span = |(p50, max): (f64, f64)| format!("{p50:.0}/{max:.0}");
     for r in rows {
         let Some(x) = &r.real else { continue };
         let per = r.work_cpu.map_or("-".into(), |c| format!("{:.0}", c / r.placements_per_s.max(1e-9) * 1e6));
         println!(
-            "{:>6} {:>5} {:>6} {:>4}/{:<5} {:>10.2} {:>8} {:>14}",
+            "{:>6} {:>5} {:>6} {:>4}/{:<5} {:>10.2} {:>8} {:>16} {:>16} {:>16} {:>14}",
             r.n,
             r.store.name(),
             x.workers,
@@ -144,6 +154,9 @@ fn print_real(rows: &[Row]) {
             x.subtasks,
             x.took.as_secs_f64(),
             if x.ok && x.succeeded == x.subtasks { "PASS" } else { "FAIL" },
+            span(x.waited_ms),
+            span(x.start_ms),
+            span(x.ran_ms),
             per
         );
     }
