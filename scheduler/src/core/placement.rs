@@ -608,7 +608,8 @@ impl Core {
                 Admit::Skip => continue,
                 Admit::Stop => break,
             }
-            let (id, rack) = (w.id(), w.record().capacity.topology.rack());
+            // (The rack is a label lookup: only when there are inputs to fetch.)
+            let (id, rack) = (w.id(), if inputs.is_empty() { None } else { w.record().capacity.topology.rack() });
             let mut local = 0u64;
             // Each missing input from its best holder; unknown if any has no estimate.
             let mut fetch = Some(0.0);

@@ -113,7 +113,7 @@ struct Args {
     flood_secs: u64,
     /// Real worker processes (`plexus-worker`, as `plexus up` starts them) joined to the same
     /// control plane beside the hollow ones; during the placement run they run a job of their
-    /// own (8 `true` subtasks each, which the hollow workers' label keeps off the fleet), timed.
+    /// own (2 `true` subtasks each, one per core, which the hollow workers' label keeps off the fleet), timed.
     #[arg(long = "real-workers", default_value_t = 2)]
     real_workers: usize,
     /// Restart the coordinator twice at the end of each size (kill -9, start) and time every

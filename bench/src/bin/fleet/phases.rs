@@ -192,7 +192,7 @@ pub(crate) fn place_all(
 }
 
 /// `command = ["true"]` subtasks per real worker in their job.
-const REAL_SUBTASKS_PER_WORKER: usize = 8;
+const REAL_SUBTASKS_PER_WORKER: usize = 2;
 
 /// The job the real workers ran beside the fleet's (see [`place_all`]).
 pub(crate) struct RealRun {

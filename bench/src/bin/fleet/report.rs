@@ -125,7 +125,7 @@ fn print_real(rows: &[Row]) {
     }
     println!(
         "\nreal workers beside the hollow ones: plexus-worker processes on the same control plane, their job (`true`, \
-         8 subtasks a worker) submitted with the fleet's and run while it is placed; coordinator CPU per placement \
+         2 subtasks a worker, one per core) submitted with the fleet's and run while it is placed; coordinator CPU per placement \
          is the job cpu over placements/s"
     );
     println!(
