@@ -70,30 +70,19 @@ impl Core {
         let live = |w: &&Worker| w.live();
         // Counting stops past the bound: O(SAMPLE_ABOVE) for a large fleet.
         let sampled = self.universe(constraints, None).filter(live).take(SAMPLE_ABOVE + 1).count() > SAMPLE_ABOVE;
-        if !sampled {
-            return Consider {
-                holders: Vec::new().into_iter(),
-                rest: Box::new(self.universe(constraints, None).filter(live)),
-                sampled,
-                constrained: !constraints.is_empty(),
-                feasible: 0,
-                infeasible: 0,
-                current: None,
-                last: None,
-            };
-        }
-        let holder_ids: BTreeSet<WorkerId> = inputs
-            .iter()
-            .filter_map(|(o, _)| self.workers.holders(o))
-            .flat_map(|h| h.iter().take(HOLDERS_FIRST))
-            .copied()
-            .collect();
-        let cursor = self.sample_cursor.get();
-        // From the worker after the cursor to the end, then from the start up to the cursor.
-        let after = self.workers.after(cursor);
-        let before = self.workers.values().take_while(move |w| cursor.is_some_and(|c| w.id() <= c));
+        let holder_ids: BTreeSet<WorkerId> = match sampled {
+            false => BTreeSet::new(),
+            true => inputs
+                .iter()
+                .filter_map(|(o, _)| self.workers.holders(o))
+                .flat_map(|h| h.iter().take(HOLDERS_FIRST))
+                .copied()
+                .collect(),
+        };
         let holders: Vec<&Worker> = holder_ids.iter().filter_map(|id| self.workers.get(id)).filter(live).collect();
-        let rest = after.chain(before).filter(live).filter(move |w| !holder_ids.contains(&w.id()));
+        // Sampled: from the worker after the cursor round to it; else every one, in order.
+        let from = if sampled { self.sample_cursor.get() } else { None };
+        let rest = self.universe(constraints, from).filter(live).filter(move |w| !holder_ids.contains(&w.id()));
         Consider {
             holders: holders.into_iter(),
             rest: Box::new(rest),

@@ -2487,3 +2487,34 @@ fn a_confined_task_among_many_workers_considers_the_few_that_meet_it() {
         p.candidates.iter().map(|x| x.worker).collect::<Vec<_>>()
     );
 }
+
+/// Past 256 workers that meet a task's constraints, its sample is still drawn from them alone:
+/// no decision looks at, or places on, a worker that does not meet them.
+#[test]
+fn a_sampled_confined_task_never_lands_on_a_worker_that_does_not_meet_it() {
+    let mut c = core();
+    for n in 1..=600u16 {
+        let mut r = reg(1, &format!("s{n}"), 2, vec![]);
+        let mut b = [0u8; 16];
+        b[14..].copy_from_slice(&n.to_be_bytes());
+        r.worker = WorkerId::from_bytes(b);
+        if n % 2 == 0 {
+            r.capacity.topology.labels.insert("pool".into(), "a".into());
+        }
+        c.register(r, 0);
+    }
+    let job = submit(
+        &mut c,
+        "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = 500\nconstraints = { pool = \"a\" }\n",
+        0,
+    );
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 500, "300 workers of 2 cores meet it");
+    let even = |w: &WorkerId| u16::from_be_bytes(w.as_bytes()[14..16].try_into().unwrap()) % 2 == 0;
+    assert!(a.iter().all(|(w, _)| even(w)), "placed only where pool=a");
+    for rank in [0, 250, 499] {
+        let p = c.explain(job, "a", rank).unwrap();
+        assert!(p.candidates.iter().all(|x| even(&x.worker)), "rank {rank}: considered only pool=a");
+    }
+}
