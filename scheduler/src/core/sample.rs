@@ -30,6 +30,24 @@ pub const CANDIDATES_AT_MOST: usize =
 /// An input's holders put first, at most.
 const HOLDERS_FIRST: usize = 32;
 
+/// Past one worker in this many meeting a constraint set, its walk merges with the ledger's.
+const DENSE_SHARE: usize = 8;
+
+/// The workers of `walk` (in id order) whose ids are in `ids[range]` (in id order too).
+fn merged<'a>(
+    walk: impl Iterator<Item = &'a Worker> + 'a,
+    ids: std::sync::Arc<[WorkerId]>,
+    range: std::ops::Range<usize>,
+) -> impl Iterator<Item = &'a Worker> + 'a {
+    let mut next = range.start;
+    walk.filter(move |w| {
+        while next < range.end && ids[next] < w.id() {
+            next += 1;
+        }
+        next < range.end && ids[next] == w.id()
+    })
+}
+
 /// The workers one decision goes through, in order (an iterator), and what it took of them.
 pub(super) struct Consider<'a> {
     /// Live holders of the inputs, first (sampled decisions only).
@@ -49,19 +67,24 @@ pub(super) struct Consider<'a> {
 
 impl Core {
     /// The workers that meet `constraints`, from the first after `after` (or the first), round
-    /// to where they started.
+    /// to where they started. A few of many are looked up by id; when they are a good share of
+    /// the ledger, it is walked in order and merged with them (both are in id order), which costs
+    /// a step per worker rather than a lookup.
     fn universe(&self, constraints: &[Constraint], after: Option<WorkerId>) -> Box<dyn Iterator<Item = &Worker> + '_> {
-        match self.workers.admitting(constraints) {
-            None => {
-                let before = self.workers.values().take_while(move |w| after.is_some_and(|c| w.id() <= c));
-                Box::new(self.workers.after(after).chain(before))
-            }
-            Some(ids) => {
-                let start = after.map_or(0, |c| ids.partition_point(|id| *id <= c));
-                let n = ids.len();
-                Box::new((0..n).filter_map(move |i| self.workers.get(&ids[(start + i) % n])))
-            }
+        let before = move |w: &&Worker| after.is_some_and(|c| w.id() <= c);
+        let Some(ids) = self.workers.admitting(constraints) else {
+            return Box::new(self.workers.after(after).chain(self.workers.values().take_while(before)));
+        };
+        let (n, start) = (ids.len(), after.map_or(0, |c| ids.partition_point(|id| *id <= c)));
+        if n * DENSE_SHARE < self.workers.len() {
+            return Box::new((0..n).filter_map(move |i| self.workers.get(&ids[(start + i) % n])));
         }
+        let (tail, head) = (ids.clone(), ids);
+        Box::new(merged(self.workers.after(after), tail, start..n).chain(merged(
+            self.workers.values().take_while(before),
+            head,
+            0..start,
+        )))
     }
 
     /// The workers to consider for a task reading `inputs` and asking for `constraints` (see the
