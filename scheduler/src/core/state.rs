@@ -49,6 +49,8 @@ pub struct Core {
     pub(super) halt: Option<EvictionHalt>,
     /// Where the next decision's sample of workers starts (`sample.rs`), past 256 live workers.
     pub(super) sample_cursor: std::cell::Cell<Option<plexus_proto::WorkerId>>,
+    /// When [`Core::tick`] last looked for silent workers.
+    pub(super) evicted_at: u64,
 }
 
 impl Core {
@@ -68,6 +70,7 @@ impl Core {
             settling: false,
             halt: None,
             sample_cursor: std::cell::Cell::new(None),
+            evicted_at: 0,
             out: Outbox::default(),
         }
     }

@@ -10,6 +10,9 @@ use super::records::WorkerRecord;
 use super::state::Core;
 use crate::error::Error;
 
+/// How often, at most, [`Core::tick`] looks for silent workers (ms of the core's clock).
+pub const EVICT_EVERY_MS: u64 = 50;
+
 impl Core {
     /// Registers a worker or re-registers it after a restart of either side.
     ///
@@ -103,7 +106,13 @@ impl Core {
         for (job, idx) in self.ready.due(now) {
             self.push_ready(job, idx);
         }
-        self.evict_silent(now);
+        // The silent workers are looked for at most every EVICT_EVERY_MS: it is a pass over
+        // every worker, and the engine ticks at every round — thousands a second when 5,000
+        // workers heartbeat (issue 35), against timeouts of seconds.
+        if now < self.evicted_at || now >= self.evicted_at.saturating_add(EVICT_EVERY_MS) {
+            self.evicted_at = now;
+            self.evict_silent(now);
+        }
     }
 
     pub(super) fn lose_worker(&mut self, id: WorkerId, now: u64) {
