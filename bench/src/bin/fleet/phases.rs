@@ -67,9 +67,17 @@ pub(crate) fn timed_list(
     req: pb::ListWorkersRequest,
 ) -> Result<(Duration, pb::ListWorkersResponse), Box<dyn std::error::Error>> {
     let mut client = c.client();
-    let started = Instant::now();
-    let list = c.block_on(client.list_workers(req))?.into_inner();
-    Ok((started.elapsed(), list))
+    // A refusal to shed load is retried (for up to 30 s) and the answered call is timed.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let started = Instant::now();
+        match c.block_on(client.list_workers(req.clone())) {
+            Err(e) if e.code() == tonic::Code::ResourceExhausted && Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return Ok((started.elapsed(), r?.into_inner())),
+        }
+    }
 }
 
 /// The heartbeats' round trips taken so far, sorted (and forgotten there).

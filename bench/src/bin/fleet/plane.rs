@@ -124,10 +124,21 @@ impl Plane {
         }
     }
 
+    /// Submits a job, as a well-behaved client does: a refusal to shed load
+    /// (`RESOURCE_EXHAUSTED`, "retry in a moment") is retried after 100 ms, for up to 30 s.
     pub(crate) fn submit(&self, name: &str, source: &str) -> Result<String, tonic::Status> {
-        match self {
-            Plane::Sled(c) => c.try_submit(name, source),
-            Plane::Etcd(c) => c.try_submit(name, source),
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = match self {
+                Plane::Sled(c) => c.try_submit(name, source),
+                Plane::Etcd(c) => c.try_submit(name, source),
+            };
+            match r {
+                Err(e) if e.code() == tonic::Code::ResourceExhausted && std::time::Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                r => return r,
+            }
         }
     }
 
