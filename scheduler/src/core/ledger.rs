@@ -415,14 +415,21 @@ impl Ledger {
             return None;
         }
         let mut cache = self.admitting.borrow_mut();
-        if cache.epoch != self.epoch || cache.sets.len() >= ADMITTING_SETS {
+        if cache.epoch != self.epoch {
             cache.sets.clear();
             cache.epoch = self.epoch;
         }
-        let ids = cache.sets.entry(constraints.to_vec()).or_insert_with(|| {
-            self.workers.values().filter(|w| w.record.capacity.admits(constraints)).map(|w| w.id()).collect()
-        });
-        Some(ids.clone())
+        // Looked up by the slice: the key is copied only when a set is first met.
+        if let Some(ids) = cache.sets.get(constraints) {
+            return Some(ids.clone());
+        }
+        if cache.sets.len() >= ADMITTING_SETS {
+            cache.sets.clear();
+        }
+        let ids: Arc<[WorkerId]> =
+            self.workers.values().filter(|w| w.record.capacity.admits(constraints)).map(|w| w.id()).collect();
+        cache.sets.insert(constraints.to_vec(), ids.clone());
+        Some(ids)
     }
 
     /// A worker as stored, not connected until it registers again.

@@ -55,6 +55,15 @@ pub(super) fn reg(n: u8, session: &str, cpus: u32, known: Vec<AttemptRef>) -> Re
     }
 }
 
+/// Worker `n` of a large cluster (its id ends in `n`, its session is `s{n}`), with `cpus` cores.
+fn numbered(n: u16, cpus: u32) -> Registration {
+    let mut r = reg(1, &format!("s{n}"), cpus, vec![]);
+    let mut b = [0u8; 16];
+    b[14..].copy_from_slice(&n.to_be_bytes());
+    r.worker = WorkerId::from_bytes(b);
+    r
+}
+
 pub(super) fn submit(c: &mut Core, src: &str, now: u64) -> JobId {
     let id = JobId::random();
     c.submit(id, parse(src, Format::Toml, "t.toml").unwrap(), now).unwrap();
@@ -410,11 +419,7 @@ fn many_workers_are_sampled_not_all_considered() {
     use super::sample::{FEASIBLE_SAMPLE, INFEASIBLE_KEPT};
     let mut c = core();
     for n in 1..=300u16 {
-        let mut r = reg(1, &format!("s{n}"), if n % 3 == 0 { 1 } else { 2 }, vec![]);
-        let mut b = [0u8; 16];
-        b[14..].copy_from_slice(&n.to_be_bytes());
-        r.worker = WorkerId::from_bytes(b);
-        c.register(r, 0);
+        c.register(numbered(n, if n % 3 == 0 { 1 } else { 2 }), 0);
     }
     let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 2\nreplicas = 2\n", 0);
     c.schedule(1);
@@ -2453,10 +2458,7 @@ fn a_confined_task_with_no_room_does_not_hold_back_the_work_behind_it() {
 fn a_confined_task_among_many_workers_considers_the_few_that_meet_it() {
     let mut c = core();
     for n in 1..=400u16 {
-        let mut r = reg(1, &format!("s{n}"), 2, vec![]);
-        let mut b = [0u8; 16];
-        b[14..].copy_from_slice(&n.to_be_bytes());
-        r.worker = WorkerId::from_bytes(b);
+        let mut r = numbered(n, 2);
         if n % 100 == 0 {
             r.capacity.topology.labels.insert("real".into(), "yes".into());
         }
@@ -2494,10 +2496,7 @@ fn a_confined_task_among_many_workers_considers_the_few_that_meet_it() {
 fn a_sampled_confined_task_never_lands_on_a_worker_that_does_not_meet_it() {
     let mut c = core();
     for n in 1..=600u16 {
-        let mut r = reg(1, &format!("s{n}"), 2, vec![]);
-        let mut b = [0u8; 16];
-        b[14..].copy_from_slice(&n.to_be_bytes());
-        r.worker = WorkerId::from_bytes(b);
+        let mut r = numbered(n, 2);
         if n % 2 == 0 {
             r.capacity.topology.labels.insert("pool".into(), "a".into());
         }
