@@ -26,7 +26,9 @@ const KEEPALIVE: Duration = Duration::from_secs(10);
 // exceed tonic's 4 MiB default: the clients use the one message-size policy of the cluster.
 use plexus_proto::rules::MAX_MESSAGE;
 
-pub type Client = JobServiceClient<InterceptedService<Channel, Bearer>>;
+/// Every call goes through [`RetryShed`](crate::retry::RetryShed): a coordinator shedding load
+/// is retried, within a budget.
+pub type Client = JobServiceClient<InterceptedService<crate::retry::RetryShed<Channel>, Bearer>>;
 
 /// Where `plexus up` keeps its cluster by default: the CLI looks there for the CA and the admin
 /// token when it is given neither.
@@ -332,7 +334,7 @@ async fn connect_one(target: &Target, url: &str) -> anyhow::Result<Client> {
         }
         Err(e) => return Err(Unreachable { url, cause: e.to_string() }.into()),
     };
-    Ok(JobServiceClient::with_interceptor(channel, Bearer::new(target.token.as_ref()))
+    Ok(JobServiceClient::with_interceptor(crate::retry::RetryShed::new(channel), Bearer::new(target.token.as_ref()))
         .max_decoding_message_size(MAX_MESSAGE))
 }
 

@@ -10,6 +10,7 @@ mod client;
 mod cmd;
 mod context;
 mod output;
+mod retry;
 
 use std::io::Write;
 use std::process::ExitCode;

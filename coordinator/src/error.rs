@@ -30,6 +30,10 @@ pub enum Error {
     /// A bounded store is full of what live jobs still use.
     #[error("{0}")]
     Exhausted(String),
+    /// The coordinator sheds load (`crate::shed`): refused before any work, to be retried after
+    /// the given milliseconds.
+    #[error("{0}")]
+    Overloaded(String, u64),
     /// The call needs what a coordinator started with `--insecure` does not have (tokens,
     /// certificates).
     #[error("{0}")]

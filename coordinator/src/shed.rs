@@ -30,6 +30,9 @@ pub const DEFAULT_LAG_MS: u64 = 200;
 /// stopped for a moment (`kill -STOP`, a VM migration) answers its last heartbeats late and its
 /// first commands after it waited long, and should not refuse anyone for that.
 pub const SUSTAIN: Duration = Duration::from_secs(1);
+/// After how long a shed client is told to retry (`plexus_proto::rules::RETRY_PUSHBACK_METADATA`
+/// on the refusal): the CLI and the Python client wait this long, then longer each time.
+pub const RETRY_AFTER_MS: u64 = 250;
 
 /// Whether a call may be shed: the job service's, but for those that take load off or find the
 /// leader. The worker service's never are.
@@ -75,11 +78,14 @@ impl Shed {
             return None;
         }
         load.shed.fetch_add(1, Relaxed);
-        Some(crate::status::status(Error::Exhausted(format!(
-            "the coordinator is overloaded: {behind}, over --shed-lag-ms {}; this request was refused so that \
-             workers' heartbeats keep up; retry in a moment",
-            self.limit.as_millis()
-        ))))
+        Some(crate::status::status(Error::Overloaded(
+            format!(
+                "the coordinator is overloaded: {behind}, over --shed-lag-ms {}; this request was refused so that \
+                 workers' heartbeats keep up; retry in a moment",
+                self.limit.as_millis()
+            ),
+            RETRY_AFTER_MS,
+        )))
     }
 }
 
@@ -125,6 +131,9 @@ mod tests {
         tx.load().heartbeat(Duration::from_millis(300));
         let refused = shed.refusal(path).expect("shed");
         assert!(refused.message().contains("heartbeats take 100 ms"), "{}", refused.message());
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        let pushback = refused.metadata().get(plexus_proto::rules::RETRY_PUSHBACK_METADATA);
+        assert_eq!(pushback.and_then(|v| v.to_str().ok()), Some("250"), "a shed refusal says when to retry");
         // One in ten slower than the estimate: it stays (±1 ms) where it is.
         for k in 0..1000 {
             tx.load().heartbeat(Duration::from_millis(if k % 10 == 0 { 300 } else { 1 }));

@@ -63,6 +63,11 @@ pub fn status(e: impl Into<Error>) -> Status {
         Error::Convert(_) | Error::Invalid(_) => Status::invalid_argument(msg),
         Error::NotFound(_) => Status::not_found(msg),
         Error::Exhausted(_) => Status::resource_exhausted(msg),
+        Error::Overloaded(_, retry_ms) => {
+            let mut st = Status::resource_exhausted(msg);
+            st.metadata_mut().insert(plexus_proto::rules::RETRY_PUSHBACK_METADATA, (*retry_ms).into());
+            st
+        }
         Error::AlreadyExists(_) => Status::already_exists(msg),
         Error::DigestMismatch(_) => Status::data_loss(msg),
         Error::Unauthenticated(_) => Status::unauthenticated(msg),

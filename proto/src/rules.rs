@@ -63,6 +63,12 @@ pub fn exec_bytes(len: usize) -> usize {
 /// workers and clients: a status of a 100,000-subtask job is ~10 MiB.
 pub const MAX_MESSAGE: usize = 64 << 20;
 
+/// The metadata key of a refusal that may be retried, and after how many milliseconds: gRPC's
+/// own (`grpc-retry-pushback-ms`, honoured by grpc-core's retry policy, so the Python client's
+/// channel follows it). A coordinator shedding load sets it on its `RESOURCE_EXHAUSTED`; the
+/// CLI and the Python client retry such a refusal, and only such a one.
+pub const RETRY_PUSHBACK_METADATA: &str = "grpc-retry-pushback-ms";
+
 /// The most rail addresses a worker may register or a peer may name in one request.
 pub const MAX_RAILS: usize = 64;
 /// The longest rail address text accepted (an `ip:port`, with room to spare).

@@ -55,6 +55,34 @@ RECONNECT_FIRST = 0.2
 RECONNECT_MAX = 5.0
 RECONNECT_FOR = 600.0
 
+#: A coordinator shedding load refuses a call at once with RESOURCE_EXHAUSTED and says, in this
+#: trailing metadata, after how many milliseconds to retry (``proto/src/rules.rs``); the call is
+#: then sent again, waiting the pushback doubled at each refusal (at most SHED_MAX_WAIT, with
+#: jitter), for at most SHED_RETRY_FOR seconds, as the CLI does. A RESOURCE_EXHAUSTED without it
+#: (a full archive store) is an answer, not retried.
+RETRY_PUSHBACK_METADATA = "grpc-retry-pushback-ms"
+SHED_RETRY_FOR = 30.0
+SHED_MAX_WAIT = 4.0
+
+
+def shed_wait(error: grpc.RpcError, tries: int, waited: float, budget: float = SHED_RETRY_FOR) -> Optional[float]:
+    """Seconds to wait before sending again a call refused with ``error``, after ``tries``
+    refusals and ``waited`` seconds; None when it is not a shed refusal or the budget is spent."""
+    code = getattr(error, "code", lambda: None)()
+    if code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    trailing = getattr(error, "trailing_metadata", lambda: None)() or ()
+    pushback = next((v for k, v in trailing if k == RETRY_PUSHBACK_METADATA), None)
+    try:
+        base = int(pushback) / 1000.0 if pushback is not None else None
+    except (TypeError, ValueError):
+        base = None
+    if base is None or base < 0:
+        return None
+    wait = min(base * (2 ** min(tries, 8)), SHED_MAX_WAIT) * (0.75 + 0.5 * (time.monotonic_ns() % 1000) / 1000.0)
+    return wait if waited + wait <= budget else None
+
+
 #: Codes of a call or stream that may succeed once the coordinator is back (a restart, a
 #: dropped connection), as opposed to an answer (no such job, no permission).
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED)
@@ -453,37 +481,57 @@ class Client:
                 raise PlexusError(CLOSED, grpc.StatusCode.CANCELLED, conn.url) from None
             raise
 
+    def _invoke_shed(self, conn: _Connection, method: str, request: Any, timeout: Optional[float]) -> Any:
+        """``_invoke`` of a unary call, sent again while the coordinator sheds it (``shed_wait``)."""
+        started, tries = time.monotonic(), 0
+        while True:
+            try:
+                return self._invoke(conn, method, request, timeout)
+            except grpc.RpcError as e:
+                wait = shed_wait(e, tries, time.monotonic() - started)
+                if wait is None:
+                    raise
+                tries += 1
+                time.sleep(wait)
+
     def _unary(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
         conn = self._connection()
         timeout = timeout if timeout is not None else self._timeout
         try:
-            return self._invoke(conn, method, request, timeout)
+            return self._invoke_shed(conn, method, request, timeout)
         except grpc.RpcError as e:
             conn = self._retarget(e, conn)
             try:
-                return self._invoke(conn, method, request, timeout)
+                return self._invoke_shed(conn, method, request, timeout)
             except grpc.RpcError as again:
                 raise self._failed(again, conn) from None
 
     def _stream(self, method: str, request: Any, timeout: Optional[float] = None) -> Iterator[Any]:
         """The messages of a server stream. A standby's refusal, or a coordinator gone (before any
-        message), is followed once, as for a unary call."""
+        message), is followed once, as for a unary call; a shed refusal is sent again
+        (``shed_wait``)."""
         conn = self._connection()
         call = self._invoke(conn, method, request, timeout)
         try:
-            try:
-                first = next(call)
-            except StopIteration:
-                return
-            except grpc.RpcError as e:
-                conn = self._retarget(e, conn)
-                call = self._invoke(conn, method, request, timeout)
+            started, tries, retargeted = time.monotonic(), 0, False
+            while True:
                 try:
                     first = next(call)
+                    break
                 except StopIteration:
                     return
-                except grpc.RpcError as again:
-                    raise self._failed(again, conn) from None
+                except grpc.RpcError as e:
+                    wait = shed_wait(e, tries, time.monotonic() - started)
+                    if wait is not None:
+                        tries += 1
+                        time.sleep(wait)
+                    elif retargeted:
+                        raise self._failed(e, conn) from None
+                    else:
+                        conn = self._retarget(e, conn)
+                        retargeted = True
+                    call.cancel()
+                    call = self._invoke(conn, method, request, timeout)
             yield first
             try:
                 for message in call:

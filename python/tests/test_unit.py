@@ -417,3 +417,87 @@ def test_contexts_give_the_url_ca_and_token_when_nothing_else_does(tmp_path: Pat
     assert Target.resolve(env={"PLEXUS_CONFIG_DIR": str(tmp_path / "none")}, cwd=tmp_path / "cfg").urls == (
         "https://" + DEFAULT_COORDINATOR,
     )
+
+
+class _Shedding(object):
+    """A job service on a real socket (grpc's own server) that refuses the first ``shed``
+    ListJobs calls as a coordinator shedding load does (RESOURCE_EXHAUSTED, with the pushback
+    when ``pushback``), then answers."""
+
+    def __init__(self, shed: int, pushback: bool) -> None:
+        self.shed, self.pushback, self.calls = shed, pushback, 0
+
+    def ListCoordinators(self, request, context):  # noqa: N802 (the service's method name)
+        return pb.ListCoordinatorsResponse()
+
+    def ListJobs(self, request, context):  # noqa: N802
+        self.calls += 1
+        if self.calls <= self.shed:
+            if self.pushback:
+                context.set_trailing_metadata((("grpc-retry-pushback-ms", "20"),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the coordinator is overloaded")
+        return pb.ListJobsResponse()
+
+
+def _serve_shedding(shed: int, pushback: bool):
+    from concurrent import futures
+
+    from plexus._pb import pb_grpc
+
+    servicer = _Shedding(shed, pushback)
+    handler = type("Handler", (pb_grpc.JobServiceServicer,), {
+        "ListCoordinators": servicer.ListCoordinators, "ListJobs": servicer.ListJobs,
+    })()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_JobServiceServicer_to_server(handler, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, servicer, f"http://127.0.0.1:{port}"
+
+
+def test_a_coordinator_shedding_load_is_retried_and_other_exhaustion_is_not() -> None:
+    server, servicer, url = _serve_shedding(3, True)
+    try:
+        with plexus.Client(url, insecure=True) as c:
+            assert c.jobs() == []
+        assert servicer.calls == 4
+    finally:
+        server.stop(None)
+    # Without the pushback it is an answer (a full archive store), not load: no retry.
+    server, servicer, url = _serve_shedding(1, False)
+    try:
+        with plexus.Client(url, insecure=True) as c:
+            with pytest.raises(PlexusError, match="overloaded") as e:
+                c.jobs()
+            assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert servicer.calls == 1
+    finally:
+        server.stop(None)
+
+
+def test_shed_waits_grow_and_stop_at_the_budget() -> None:
+    from plexus.client import SHED_MAX_WAIT, shed_wait
+
+    class Refusal(grpc.RpcError):
+        def __init__(self, code, trailing) -> None:
+            self._code, self._trailing = code, trailing
+
+        def code(self):
+            return self._code
+
+        def trailing_metadata(self):
+            return self._trailing
+
+    shed = Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, (("grpc-retry-pushback-ms", "250"),))
+    first, later = shed_wait(shed, 0, 0.0), shed_wait(shed, 3, 1.0)
+    assert first is not None and 0.18 <= first <= 0.32
+    assert later is not None and 1.5 <= later <= 2.5
+    assert shed_wait(shed, 20, 0.0) <= SHED_MAX_WAIT * 1.25
+    assert shed_wait(shed, 0, 29.9) is None, "past the budget"
+    for other in (
+        Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, ()),
+        Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, (("grpc-retry-pushback-ms", "soon"),)),
+        Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, (("grpc-retry-pushback-ms", "-1"),)),
+        Refusal(grpc.StatusCode.UNAVAILABLE, (("grpc-retry-pushback-ms", "250"),)),
+    ):
+        assert shed_wait(other, 0, 0.0) is None
