@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use plexus_policy::correction::{Context, Correction};
 use plexus_policy::features::NAMES;
 use plexus_policy::{
     DqnPolicy, NetConfig, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures,
@@ -64,6 +65,9 @@ pub fn summary(placer: &str, l: Option<&LearningStats>) -> String {
     if let Some(a) = &l.anchor {
         let share = if a.decisions == 0 { 0.0 } else { a.departures as f64 * 100.0 / a.decisions as f64 };
         s.push_str(&format!("; departed from fastest in {} ({share:.1} %)", a.departures));
+        if a.withheld > 0 {
+            s.push_str(&format!(", kept {} of its proposals as controls", a.withheld));
+        }
         if a.judged > 0 {
             let gain = if a.anchor_ms > 0.0 { a.gain_ms * 100.0 / a.anchor_ms } else { 0.0 };
             s.push_str(&format!(
@@ -93,6 +97,9 @@ pub struct Learned {
     guard: Option<Guard>,
     /// Only the seed's six features are seen (`rl-seed`).
     seed_only: bool,
+    /// The learned correction of the estimates whose choice the anchored placer proposes
+    /// (`rl`; `plexus_policy::correction`).
+    correction: Option<Correction>,
     /// The anchored placer's exploration draws.
     rng: StdRng,
     exploratory: u64,
@@ -116,6 +123,7 @@ impl Learned {
             order_work: false,
             guard: None,
             seed_only: false,
+            correction: None,
             rng,
             exploratory: 0,
             step_every,
@@ -135,9 +143,18 @@ impl Learned {
         self
     }
 
-    /// Anchors the policy on `fastest` (what `rl` runs).
+    /// Anchors the policy on `fastest` (what `rl` runs), with the learned correction of the
+    /// estimates proposing departures.
     pub fn anchored(mut self, config: AnchorConfig) -> Self {
         self.guard = Some(Guard::new(config));
+        self.correction = Some(Correction::new());
+        self
+    }
+
+    /// Turns the learned correction's proposals off (the anchored DQN alone), to measure what
+    /// each brings.
+    pub fn without_correction(mut self) -> Self {
+        self.correction = None;
         self
     }
 
@@ -178,8 +195,18 @@ impl Learned {
         let q = self.policy.score(&obs);
         let scores: Vec<f64> = q.iter().map(|&v| if v.is_finite() { f64::from(v) } else { f64::NAN }).collect();
         let trained = self.policy.trained();
+        let contexts: Vec<Context> = self
+            .correction
+            .as_mut()
+            .map_or_else(Vec::new, |c| candidates.iter().map(|n| c.context(req.resources.cpu, n)).collect());
+        let proposal = self.correction.as_ref().and_then(|c| propose(c, req, candidates, anchor, &contexts));
         let guard = self.guard.as_mut().expect("anchored_choice runs with a guard");
-        let a = guard.decide(req.decision, candidates, anchor, &scores, trained, &mut self.rng);
+        let a = guard.decide_with(req.decision, candidates, anchor, &scores, trained, proposal, &mut self.rng);
+        if let (Some(c), Some(ctx), Some(est)) =
+            (self.correction.as_mut(), contexts.get(a.chosen), candidates.get(a.chosen).and_then(|n| n.est_compute_ms))
+        {
+            c.remember(req.decision, req.kind, ctx.clone(), est);
+        }
         self.policy.commit(req.decision, obs, a.chosen);
         Decision { chosen: a.chosen, scores, exploratory: a.kind == Kind::Explored, reason: a.reason, features: None }
     }
@@ -238,6 +265,10 @@ impl Placer for Learned {
         self.order_work
     }
 
+    fn wants_running(&self) -> bool {
+        self.correction.is_some()
+    }
+
     fn learning(&mut self) -> Option<LearningStats> {
         use std::sync::atomic::Ordering::Relaxed;
         let s = self.policy.stats();
@@ -271,8 +302,44 @@ impl Placer for Learned {
         if let Some(g) = &mut self.guard {
             g.observe(o.decision, took_ms as f64, o.succeeded);
         }
+        if let Some(c) = self.correction.as_mut().filter(|_| o.succeeded) {
+            c.observe(o.decision, o.run_ms as f64);
+        }
         self.policy.observe(o.decision, &inputs);
     }
+}
+
+/// A proposal must be estimated, corrected, this much faster than the anchor's choice.
+const PROPOSAL_MARGIN: f64 = 0.15;
+
+/// The learned correction's choice, where it differs from `anchor` by more than the margin:
+/// the least corrected fetch + compute among the feasible candidates (each candidate's compute
+/// estimate times its learnt factor), with why. `None` without an estimate for every feasible
+/// candidate, or where the correction agrees with fastest.
+fn propose(
+    c: &Correction,
+    req: &PlacementRequest,
+    candidates: &[Candidate],
+    anchor: usize,
+    contexts: &[Context],
+) -> Option<(usize, String)> {
+    let mut corrected = vec![f64::INFINITY; candidates.len()];
+    for (i, n) in candidates.iter().enumerate().filter(|(_, n)| n.feasible) {
+        corrected[i] = n.est_fetch_ms?.max(0.0) + n.est_compute_ms?.max(0.0) * c.factor(req.kind, contexts.get(i)?);
+    }
+    let best = (0..candidates.len()).min_by(|&a, &b| corrected[a].total_cmp(&corrected[b]).then(a.cmp(&b)))?;
+    let there = *corrected.get(anchor)?;
+    (best != anchor && corrected[best] < there * (1.0 - PROPOSAL_MARGIN)).then(|| {
+        (
+            best,
+            format!(
+                "the learned correction of the estimates (what runs beside it, its class of node, its recent \
+                 slowdown) puts it at {:.0} ms against {there:.0} ms for fastest's choice, estimated {:.0} ms",
+                corrected[best],
+                candidates[anchor].est_run_ms().unwrap_or(f64::NAN)
+            ),
+        )
+    })
 }
 
 /// The GPU learner (issue 16): seed 002's interference MLP from `plexus-policy`, fed the
@@ -462,6 +529,7 @@ mod placer_tests {
             input_bytes: 1 << 20,
             flops: None,
             writes: true,
+            kind: 0,
         }
     }
 
@@ -512,6 +580,51 @@ mod placer_tests {
         let s = summary("rl", Some(&l));
         assert!(s.contains("300 decisions") && s.contains("departed from fastest in 0") && s.contains("trusts"), "{s}");
         assert_eq!(summary("fastest", Some(&l)), "", "a heuristic has no learner line");
+    }
+
+    /// `rl` learns from outcomes what fastest's estimates miss (here: tasks of one kind run
+    /// three times as long beside another kind) and departs from fastest's choice for it, a
+    /// tenth of its proposals kept at random as controls; `explain` says why.
+    #[test]
+    fn rl_departs_where_its_correction_finds_fastests_choice_crowded() {
+        let mut p = by_name("rl", 3, None).unwrap();
+        assert!(p.wants_running() && !Fastest.wants_running());
+        let crowded = |n, est| Candidate { running: vec![(9, 4.0)], est_compute_own: true, ..cand(n, est) };
+        let calm = |n, est| Candidate { est_compute_own: true, ..cand(n, est) };
+        let r = |d| PlacementRequest { kind: 5, ..req(d) };
+        // Alone, a crowded worker takes 300 ms for an estimated 100, a calm one 100.
+        for id in 0..200 {
+            let c = if id % 2 == 0 { vec![crowded(1, 100.0)] } else { vec![calm(2, 100.0)] };
+            assert_eq!(p.place(&r(id), &c).chosen, 0);
+            p.observe(&outcome(id, if id % 2 == 0 { 300 } else { 100 }));
+        }
+        // Fastest now takes the crowded worker (100 < 150 ms); rl mostly does not.
+        let c = vec![crowded(1, 100.0), calm(2, 150.0)];
+        assert_eq!(Fastest.place(&r(0), &c).chosen, 0);
+        let (mut departed, mut controls) = (0, 0);
+        for id in 200..300 {
+            let d = p.place(&r(id), &c);
+            if d.chosen == 1 {
+                departed += 1;
+                assert!(d.reason.contains("learned correction"), "{}", d.reason);
+            } else if d.reason.contains("control") {
+                controls += 1;
+            }
+            p.observe(&outcome(id, if d.chosen == 0 { 300 } else { 150 }));
+        }
+        assert!(departed >= 75 && controls >= 3, "departed {departed}, controls {controls}");
+        let a = p.learning().unwrap().anchor.unwrap();
+        assert_eq!((a.withheld, a.fallbacks), (controls, 0));
+        // Another kind has learnt nothing: placed as fastest.
+        let d = p.place(&PlacementRequest { kind: 6, ..req(400) }, &c);
+        assert_eq!(d.chosen, 0, "{}", d.reason);
+        // Without the correction the anchored learner does not depart here.
+        let mut q = Learned::new(PolicyConfig { seed: 3, ..PolicyConfig::ours() }, None)
+            .unwrap()
+            .anchored(AnchorConfig { epsilon: 0.0, ..AnchorConfig::default() })
+            .without_correction();
+        assert!(!q.wants_running());
+        assert_eq!(q.place(&r(1), &c).chosen, 0);
     }
 
     /// `rl-seed` is the seed's configuration: only the seed's six features, no anchor, its

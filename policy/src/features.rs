@@ -230,6 +230,8 @@ pub fn candidate(
         est_fetch_ms: est.map(|e| e.0),
         est_compute_ms: est.map(|e| e.1),
         recent_slowdown: None,
+        est_compute_own: false,
+        running: Vec::new(),
     }
 }
 

@@ -5,6 +5,8 @@
 //! - [`features`]: the observation (one token per candidate node) and its normalisation.
 //! - [`reward`]: the reward of claims 8–10 from measured fetch latency, eviction and utilisation.
 //! - [`buffer`]: the experience buffer (dedupe on insert, removal on sample) and its codec.
+//! - [`correction`]: the learned correction of the run-time estimates that the `rl` placer
+//!   departs from `fastest` by: neighbours, node classes, recent slowdowns (issue 34).
 //! - [`net`]: the Transformer Q-network and the criticality loss.
 //! - `error`: [`PolicyError`], the crate's one error type.
 //! - [`agent`]: the decision side, the training thread, weight sync and persistence.
@@ -17,6 +19,7 @@
 
 pub mod agent;
 pub mod buffer;
+pub mod correction;
 mod error;
 pub mod features;
 pub mod interference;

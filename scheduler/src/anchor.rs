@@ -9,6 +9,17 @@
 //! * it is estimated at most [`AnchorConfig::slack`] slower than the anchor's choice, and
 //! * the guard trusts the learner (below).
 //!
+//! **Proposals.** The learner may also propose a candidate outright ([`Guard::decide_with`]): the
+//! coordinator's `rl` does when its learned correction of the estimates
+//! (`plexus_policy::correction`: what runs beside a worker, its class, its recent slowdown) puts
+//! another worker ahead of the anchor's choice by a margin. A proposal is a departure, not bound
+//! by the slack (it corrects the very estimates the slack is measured in), held back like the
+//! others while the guard holds. A random tenth of proposals ([`CONTROL_SHARE`]) are not followed
+//! but kept as **controls** ([`Kind::Withheld`]): proposals go exactly where the anchor's
+//! estimate is wrong, so the followed decisions' calibration would judge them unfairly; a
+//! proposed departure is judged against the mean outcome ÷ anchor estimate of the controls (once
+//! there are [`MIN_CONTROLS`]), an unbiased yardstick of what following the anchor there takes.
+//!
 //! Exploration (the seed's ε) picks only among candidates within the same slack, so the
 //! estimated cost of exploring is at most ε · slack of the estimated run time (5 % × 25 % =
 //! 1.25 % with the defaults), where the seed's ε-greedy could send a task anywhere. Without
@@ -60,6 +71,10 @@ impl Default for AnchorConfig {
 const CALIBRATION: usize = 64;
 /// Departures awaiting their outcome at most (older ones were lost with their attempts).
 const MAX_AWAITED: usize = 10_000;
+/// Share of the learner's proposals not followed, at random: the controls.
+pub const CONTROL_SHARE: f64 = 0.1;
+/// Controls before a proposed departure is judged.
+pub const MIN_CONTROLS: usize = 8;
 
 /// What the anchor decided for one decision.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,10 +94,15 @@ pub enum Kind {
     Departed,
     /// A random candidate within the slack, not the anchor's.
     Explored,
+    /// The learner proposed a departure and the anchor's choice was kept, at random, as a
+    /// control: what these took is the yardstick of the proposed departures.
+    Withheld,
 }
 
 struct Awaited {
     kind: Kind,
+    /// A departure the learner proposed (`Guard::decide_with`), judged against the controls.
+    proposed: bool,
     /// The anchor's choice's estimate, and this decision's own choice's, ms.
     anchor_est: f64,
     own_est: f64,
@@ -96,6 +116,8 @@ pub struct Guard {
     window: VecDeque<(f64, f64)>,
     /// Outcome ÷ estimate of recent followed decisions.
     ratios: VecDeque<f64>,
+    /// Outcome ÷ the anchor's estimate of recent controls (`Kind::Withheld`).
+    controls: VecDeque<f64>,
     /// Decision count until which departures are held back, and why.
     hold: Option<(u64, String)>,
     stats: AnchorStats,
@@ -108,6 +130,7 @@ impl Guard {
             awaited: BTreeMap::new(),
             window: VecDeque::new(),
             ratios: VecDeque::new(),
+            controls: VecDeque::new(),
             hold: None,
             stats: AnchorStats::default(),
         }
@@ -143,6 +166,25 @@ impl Guard {
         trained: bool,
         rng: &mut impl Rng,
     ) -> Anchored {
+        self.decide_with(id, candidates, anchor, q, trained, None, rng)
+    }
+
+    /// [`Guard::decide`], with the learner's own proposal: a candidate and why (the learned
+    /// correction of the estimates, `plexus_policy::correction`, found it faster than the
+    /// anchor's choice). A proposal other than the anchor's choice is a departure, judged like
+    /// the Q-value's and held back like them; it is not bound by the slack, whose estimates it
+    /// corrects.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decide_with(
+        &mut self,
+        id: u64,
+        candidates: &[Candidate],
+        anchor: usize,
+        q: &[f64],
+        trained: bool,
+        proposal: Option<(usize, String)>,
+        rng: &mut impl Rng,
+    ) -> Anchored {
         self.stats.decisions += 1;
         if let Some((until, _)) = &self.hold
             && self.stats.decisions > *until
@@ -166,23 +208,28 @@ impl Guard {
         let greedy = (0..candidates.len())
             .filter(|&i| candidates[i].feasible && q.get(i).is_some_and(|v| v.is_finite()))
             .max_by(|&a, &b| q[a].total_cmp(&q[b]).then(b.cmp(&a)));
-        let out = match greedy {
-            Some(g) if g != anchor && trained && self.beats(q[g], q[anchor]) && est[g] <= bound => match &self.hold {
-                Some((_, why)) => Anchored {
-                    chosen: anchor,
-                    kind: Kind::Followed,
-                    reason: format!("as fastest: the guard holds the learner back ({why})"),
-                },
-                None => Anchored {
-                    chosen: g,
-                    kind: Kind::Departed,
-                    reason: format!(
-                        "departed from fastest: the learner's Q-value {:.3} beats {:.3} for fastest's choice \
+        let proposal = proposal.filter(|(p, _)| *p != anchor && candidates.get(*p).is_some_and(|c| c.feasible));
+        let proposed = proposal.is_some();
+        let out = match (greedy, proposal) {
+            (_, Some((p, why))) => self.proposed(anchor, p, why, rng),
+            (Some(g), None) if g != anchor && trained && self.beats(q[g], q[anchor]) && est[g] <= bound => {
+                match &self.hold {
+                    Some((_, why)) => Anchored {
+                        chosen: anchor,
+                        kind: Kind::Followed,
+                        reason: format!("as fastest: the guard holds the learner back ({why})"),
+                    },
+                    None => Anchored {
+                        chosen: g,
+                        kind: Kind::Departed,
+                        reason: format!(
+                            "departed from fastest: the learner's Q-value {:.3} beats {:.3} for fastest's choice \
                              (estimated {:.0} ms here, {:.0} ms there)",
-                        q[g], q[anchor], est[g], a_est
-                    ),
-                },
-            },
+                            q[g], q[anchor], est[g], a_est
+                        ),
+                    },
+                }
+            }
             _ if !near.is_empty() && rng.random::<f64>() < self.cfg.epsilon => Anchored {
                 chosen: near[rng.random_range(0..near.len())],
                 kind: Kind::Explored,
@@ -191,7 +238,7 @@ impl Guard {
                     self.cfg.slack * 100.0
                 ),
             },
-            Some(g) if g == anchor => Anchored {
+            (Some(g), _) if g == anchor => Anchored {
                 chosen: anchor,
                 kind: Kind::Followed,
                 reason: "as fastest, which the learner agrees with (highest Q-value)".into(),
@@ -213,15 +260,39 @@ impl Guard {
         match out.kind {
             Kind::Departed => self.stats.departures += 1,
             Kind::Explored => self.stats.explored += 1,
+            Kind::Withheld => self.stats.withheld += 1,
             Kind::Followed => {}
         }
         if a_est.is_finite() {
-            self.awaited.insert(id, Awaited { kind: out.kind, anchor_est: a_est, own_est: est[out.chosen] });
+            self.awaited.insert(id, Awaited { kind: out.kind, proposed, anchor_est: a_est, own_est: est[out.chosen] });
             while self.awaited.len() > MAX_AWAITED {
                 self.awaited.pop_first();
             }
         }
         out
+    }
+
+    /// The decision on the learner's proposal `p` (not the anchor's choice): held back while the
+    /// guard holds, kept as a control at random, else followed.
+    fn proposed(&mut self, anchor: usize, p: usize, why: String, rng: &mut impl Rng) -> Anchored {
+        match &self.hold {
+            Some((_, held)) => Anchored {
+                chosen: anchor,
+                kind: Kind::Followed,
+                reason: format!("as fastest: the guard holds the learner back ({held})"),
+            },
+            None if rng.random::<f64>() < CONTROL_SHARE => Anchored {
+                chosen: anchor,
+                kind: Kind::Withheld,
+                reason: format!(
+                    "as fastest, kept as a control (one proposal in {:.0} is not followed, at random, so that the \
+                     proposed departures are judged against what fastest's choices took where the learner would \
+                     have departed); the learner proposed another worker: {why}",
+                    1.0 / CONTROL_SHARE
+                ),
+            },
+            None => Anchored { chosen: p, kind: Kind::Departed, reason: format!("departed from fastest: {why}") },
+        }
     }
 
     fn beats(&self, q: f64, anchor_q: f64) -> bool {
@@ -245,8 +316,26 @@ impl Guard {
                 }
             }
             Kind::Explored => {}
+            Kind::Withheld => {
+                if a.anchor_est > 0.0 {
+                    self.controls.push_back(took_ms / a.anchor_est);
+                    if self.controls.len() > CALIBRATION {
+                        self.controls.pop_front();
+                    }
+                }
+            }
             Kind::Departed => {
-                let expected = a.anchor_est * self.calibration();
+                // A proposed departure goes where the learner finds the anchor's estimate wrong:
+                // the followed decisions' calibration would be biased against it, so it is judged
+                // against the controls, once there are enough of them.
+                let calibration = if !a.proposed {
+                    self.calibration()
+                } else if self.controls.len() >= MIN_CONTROLS {
+                    self.controls.iter().sum::<f64>() / self.controls.len() as f64
+                } else {
+                    return;
+                };
+                let expected = a.anchor_est * calibration;
                 self.stats.judged += 1;
                 self.stats.gain_ms += expected - took_ms;
                 self.stats.anchor_ms += expected;

@@ -24,6 +24,10 @@ pub struct PlacementRequest {
     pub flops: Option<f64>,
     /// Whether the subtask writes outputs (a "write" request in seed 001's terms).
     pub writes: bool,
+    /// What the subtask runs, hashed without its requests (`core::kind_key`: its command or
+    /// kind), so that what is learnt of one kind of work carries across its requests and jobs;
+    /// 0 where unknown.
+    pub kind: u64,
 }
 
 /// One worker as seen for one decision.
@@ -56,6 +60,14 @@ pub struct Candidate {
     /// compared. What `fastest` does not look at: a worker that slowed down since its speeds
     /// were measured (co-tenants, memory-bound neighbours, throttling).
     pub recent_slowdown: Option<f64>,
+    /// Whether `est_compute_ms` comes from this work's own runs on this worker
+    /// (`core::estimates::Estimate::own`), not from the worker's speed over other work.
+    pub est_compute_own: bool,
+    /// What runs there: the (`PlacementRequest::kind`, cores) of each attempt placed on it and
+    /// not finished. Filled only for a placer whose [`Placer::wants_running`] is true (the
+    /// learned placer's correction reads it); empty otherwise, so the heuristics' decisions
+    /// cost nothing more.
+    pub running: Vec<(u64, f64)>,
 }
 
 impl Candidate {
@@ -79,6 +91,8 @@ impl Candidate {
             est_fetch_ms: None,
             est_compute_ms: None,
             recent_slowdown: None,
+            est_compute_own: false,
+            running: Vec::new(),
         }
     }
 
@@ -172,6 +186,11 @@ pub trait Placer: Send {
     fn orders_work(&self) -> bool {
         false
     }
+    /// Whether the placer reads [`Candidate::running`]; false (every heuristic) lets the core
+    /// skip listing what runs on each candidate.
+    fn wants_running(&self) -> bool {
+        false
+    }
 }
 
 /// What a learning placer reports for metrics.
@@ -211,6 +230,9 @@ pub struct AnchorStats {
     /// Σ of the anchor's calibrated estimates over judged departures, ms (the scale of `gain_ms`).
     pub anchor_ms: f64,
     pub explored: u64,
+    /// The learner's proposals kept as the anchor's choice at random, as controls
+    /// (`anchor::Kind::Withheld`).
+    pub withheld: u64,
     /// Times the guard fell back to the anchor.
     pub fallbacks: u64,
     /// While the guard holds the learner back: why, in words.
@@ -597,6 +619,7 @@ mod tests {
             input_bytes: 0,
             flops: None,
             writes: false,
+            kind: 0,
         }
     }
 

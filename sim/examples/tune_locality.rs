@@ -43,6 +43,7 @@ static DUMMY: PlacementRequest = PlacementRequest {
     input_bytes: 0,
     flops: None,
     writes: false,
+    kind: 0,
 };
 
 fn ll(c: &Candidate) -> f64 {

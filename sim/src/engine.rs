@@ -100,6 +100,9 @@ struct Node {
     /// Cores of tasks that are computing (not fetching).
     busy: f64,
     assigned: u32,
+    /// The (kind, cores) of each task placed here and not finished, by task
+    /// (`Candidate::running`).
+    placed: Vec<(usize, u64, f64)>,
     cache: Cache,
     /// Tasks computing here, when run times can change while they compute (`Hidden::varies`).
     computing: Vec<usize>,
@@ -439,6 +442,7 @@ impl<'a> Sim<'a> {
             None => Vec::new(),
         };
         let sig = estimates::signature(task);
+        let wants_running = placer.wants_running();
         let candidates: Vec<Candidate> = self
             .nodes
             .iter()
@@ -483,6 +487,11 @@ impl<'a> Sim<'a> {
                         None => Some(self.exact_compute_ms(g, n.spec.index)),
                     },
                     recent_slowdown: self.measured.as_ref().and_then(|m| m.slowdown(n.spec.index)),
+                    est_compute_own: match &self.measured {
+                        Some(m) => m.compute_own(n.spec.index, sig, task.flops),
+                        None => true,
+                    },
+                    running: if wants_running { n.placed.iter().map(|p| (p.1, p.2)).collect() } else { Vec::new() },
                 }
             })
             .collect();
@@ -498,6 +507,7 @@ impl<'a> Sim<'a> {
             input_bytes: self.input_bytes[g],
             flops: Some(task.flops),
             writes: task.output_bytes > 0,
+            kind: estimates::kind_key(task),
         };
         let chosen = placer.place(&request, &candidates).chosen;
         if !candidates.get(chosen).is_some_and(|c| c.feasible) {
@@ -552,6 +562,7 @@ impl<'a> Sim<'a> {
         let node = &mut self.nodes[n];
         node.allocated.add(&task.resources);
         node.assigned += 1;
+        node.placed.push((g, estimates::kind_key(task), task.resources.cpu));
         self.in_use.cpu += task.resources.cpu;
         self.in_use.gpu += task.resources.gpu as f64;
         self.in_use.memory += task.resources.memory as f64;
@@ -601,6 +612,7 @@ impl<'a> Sim<'a> {
         let node = &mut self.nodes[r.node];
         node.allocated.sub(&task.resources);
         node.assigned -= 1;
+        node.placed.retain(|p| p.0 != g);
         for &o in &r.pinned {
             node.cache.unpin(o);
         }

@@ -82,11 +82,18 @@ pub fn kind(name: &str) -> &str {
     if k.is_empty() { name } else { k }
 }
 
+/// What `task` runs, hashed without its requests, as the coordinator's `kind_key` hashes a task
+/// of that kind (`PlacementRequest::kind`).
+pub fn kind_key(task: &Task) -> u64 {
+    let mut h = plexus_scheduler::core::FieldHash::default();
+    h.eat(kind(&task.name).as_bytes());
+    h.finish()
+}
+
 /// The run-time key of `task`, as the coordinator's `signature` keys a task of that kind with
 /// those requests.
 pub fn signature(task: &Task) -> u64 {
-    let mut h = plexus_scheduler::core::FieldHash::default();
-    h.eat(kind(&task.name).as_bytes());
+    let mut h = plexus_scheduler::core::FieldHash::with_state(kind_key(task));
     h.eat(&task.resources.cpu.to_le_bytes());
     h.eat(&task.resources.memory.to_le_bytes());
     h.eat(&task.resources.gpu.to_le_bytes());
@@ -181,6 +188,11 @@ impl Measured {
     /// The estimated compute of a task of `signature` with `flops` on `node`.
     pub fn compute_ms(&self, node: usize, signature: u64, flops: f64) -> Option<f64> {
         self.estimates.compute(self.workers[node], signature, Some(flops)).map(|e| e.ms)
+    }
+
+    /// Whether `compute_ms` comes from this work's own runs on `node` (`Estimate::own`).
+    pub fn compute_own(&self, node: usize, signature: u64, flops: f64) -> bool {
+        self.estimates.compute(self.workers[node], signature, Some(flops)).is_some_and(|e| e.own)
     }
 
     /// How much slower than estimated `node`'s latest tasks ran (`Estimates::slowdown`).

@@ -251,6 +251,8 @@ fn candidate(n: u8, free_cpu: f64, local: u64) -> Candidate {
         est_fetch_ms: None,
         est_compute_ms: None,
         recent_slowdown: None,
+        est_compute_own: false,
+        running: Vec::new(),
     }
 }
 
@@ -269,6 +271,7 @@ fn fastest_takes_the_least_estimate_then_the_locality_key() {
         input_bytes: GIB,
         flops: None,
         writes: false,
+        kind: 0,
     };
     let mut f = plexus_sim::baseline::Fastest;
     // The node holding the input is slower overall than a faster engine one rack away.
@@ -474,6 +477,7 @@ fn locality_plus_breaks_ties_among_holders_by_free_cores() {
         input_bytes: 2 * GIB,
         flops: None,
         writes: false,
+        kind: 0,
     };
     // Two nodes hold the same 1.5 GiB; the second is idle.
     let c = vec![cand(1, 2.0, 1536 * MIB), cand(2, 32.0, 1536 * MIB), cand(3, 32.0, 0)];

@@ -38,6 +38,7 @@ fn policy_json(placer: &str, curve: &[Sample], now: Option<&LearningStats>) -> V
             "gain_ms": a.gain_ms,
             "gain_share": if a.anchor_ms > 0.0 { a.gain_ms / a.anchor_ms } else { 0.0 },
             "explored": a.explored,
+            "withheld": a.withheld,
             "fallbacks": a.fallbacks,
             "holding": a.holding,
         })
@@ -122,6 +123,7 @@ fn anchor_table(a: &Value) -> maud::Markup {
                 tr { th { "Departures from fastest" } td #departures { (departures_text(a)) } }
                 tr { th { "What the departures gained" } td #gain { (gain_text(a)) } }
                 tr { th { "Exploration (within the budget)" } td #explored { (a["explored"]) } }
+                tr { th { "Proposals kept as controls (at random)" } td #withheld { (a["withheld"]) } }
                 tr { th { "Guard" } td #guard { (guard_text(a)) } }
                 tr { th { "Guard fall-backs" } td #fallbacks { (a["fallbacks"]) } }
             } }

@@ -99,6 +99,7 @@ fn the_guard_falls_back_when_departures_measure_worse_and_tries_again_after_the_
             Kind::Departed => 'D',
             Kind::Followed => 'F',
             Kind::Explored => 'E',
+            Kind::Withheld => 'W',
         })
         .collect();
     // The window (32 judged) held +10 ms × 32 in hand: the sixth 150 ms departure tips it. Then
@@ -139,4 +140,45 @@ fn the_guard_judges_against_calibrated_estimates() {
     g.observe(12345, 1.0, true);
     departures(&mut g, 30, 1, f64::NAN);
     assert_eq!(g.stats().judged, 20);
+}
+
+/// Proposals (the learned correction's) are departures that a random tenth of the time are
+/// kept as controls; they are judged against what the controls took, not against the followed
+/// decisions' calibration, which is biased against them (they go where the anchor's estimate is
+/// wrong).
+#[test]
+fn proposals_are_judged_against_random_controls() {
+    let c = vec![cand(1, Some(100.0)), cand(2, Some(200.0))];
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut g = Guard::new(no_explore());
+    // Followed decisions run as estimated: calibration 1.
+    for id in 0..10 {
+        assert_eq!(g.decide(id, &c, 0, &[0.0, 0.0], true, &mut rng).kind, Kind::Followed);
+        g.observe(id, 100.0, true);
+    }
+    // Where the learner proposes worker 2 (estimated 200 ms, outside the slack), fastest's
+    // choice really takes 400 ms and the proposal 250 ms: a gain the calibration of 1 would read
+    // as a 150 % loss.
+    let mut kinds = Vec::new();
+    for id in 10..210 {
+        let d = g.decide_with(id, &c, 0, &[0.0, 0.0], true, Some((1, "corrected".into())), &mut rng);
+        g.observe(id, if d.chosen == 0 { 400.0 } else { 250.0 }, true);
+        kinds.push(d.kind);
+    }
+    let withheld = kinds.iter().filter(|k| **k == Kind::Withheld).count();
+    assert!((10..=35).contains(&withheld), "{withheld} controls of 200");
+    assert!(kinds.iter().all(|k| matches!(k, Kind::Departed | Kind::Withheld)), "the guard never held it back");
+    let s = g.stats();
+    assert_eq!(s.fallbacks, 0);
+    assert!(s.judged > 0 && s.judged < s.departures, "departures before the eighth control are not judged");
+    assert!((s.gain_ms / s.judged as f64 - 150.0).abs() < 1e-6, "{}", s.gain_ms / s.judged as f64);
+    // A proposal that really loses against the controls is held back.
+    let mut g2 = Guard::new(no_explore());
+    let mut held = false;
+    for id in 0..400 {
+        let d = g2.decide_with(id, &c, 0, &[0.0, 0.0], true, Some((1, "corrected".into())), &mut rng);
+        held |= d.reason.contains("holds the learner back");
+        g2.observe(id, if d.chosen == 0 { 100.0 } else { 250.0 }, true);
+    }
+    assert!(held && g2.stats().fallbacks > 0);
 }

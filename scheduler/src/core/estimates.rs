@@ -191,6 +191,10 @@ impl Link {
 pub struct Estimate {
     pub ms: f64,
     pub samples: f64,
+    /// Whether it comes from this work's own runs on this worker (its signature's rate or mean
+    /// there), not from the worker's speed over other work or the cluster's means: a learner
+    /// that corrects the estimates (`plexus_policy::correction`) corrects the two apart.
+    pub own: bool,
 }
 
 /// A pair's fetch model.
@@ -415,24 +419,24 @@ impl Estimates {
         if let (Some(f), Some((r, _))) = (hint, self.run_rates.get(&(worker, signature)))
             && let Some(rate) = r.value()
         {
-            return Some(Estimate { ms: f * rate, samples: r.weight });
+            return Some(Estimate { ms: f * rate, samples: r.weight, own: true });
         }
         if let Some((m, _)) = self.runs.get(&(worker, signature))
             && let Some(ms) = m.value()
         {
-            return Some(Estimate { ms, samples: m.weight });
+            return Some(Estimate { ms, samples: m.weight, own: true });
         }
         let flops = flops.filter(|f| f.is_finite() && *f > 0.0);
         if let (Some(f), Some((r, _))) = (flops, self.flop_rates.get(&worker))
             && let Some(rate) = r.value()
         {
-            return Some(Estimate { ms: f * rate, samples: r.weight });
+            return Some(Estimate { ms: f * rate, samples: r.weight, own: false });
         }
         if let Some(ms) = self.signature_means.get(&signature).and_then(Sum::mean) {
-            return Some(Estimate { ms, samples: 0.0 });
+            return Some(Estimate { ms, samples: 0.0, own: false });
         }
         let (f, rate) = (flops?, self.flop_mean.mean()?);
-        Some(Estimate { ms: f * rate, samples: 0.0 })
+        Some(Estimate { ms: f * rate, samples: 0.0, own: false })
     }
 
     /// The fetch model of `holder → worker`: measured, or the mean of its rack class, or the
@@ -662,7 +666,7 @@ mod tests {
     fn run_times_are_recency_weighted_means_with_their_sample_count() {
         let mut e = Estimates::new();
         e.observe_run(w(1), 7, None, 100.0);
-        assert_eq!(e.compute(w(1), 7, None), Some(Estimate { ms: 100.0, samples: 1.0 }));
+        assert_eq!(e.compute(w(1), 7, None), Some(Estimate { ms: 100.0, samples: 1.0, own: true }));
         e.observe_run(w(1), 7, None, 200.0);
         // (0.9·100 + 200) / (0.9 + 1) = 290 / 1.9
         let c = e.compute(w(1), 7, None).unwrap();

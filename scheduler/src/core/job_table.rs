@@ -389,6 +389,19 @@ impl JobTable {
         self.after.entry(first).or_default().push(waiter);
     }
 
+    /// What runs on a worker, for a placer that reads it (`Candidate::running`): the kind
+    /// (`kind_key`) and cores of each attempt in `placed`.
+    pub fn running_on(&self, placed: &std::collections::BTreeSet<super::ledger::AttemptKey>) -> Vec<(u64, f64)> {
+        placed
+            .iter()
+            .filter_map(|(job, idx)| {
+                let j = self.jobs.get(job)?;
+                let t = j.record.spec.tasks.get(j.task_of(*idx))?;
+                Some((super::signature::kind_key(t), t.resources.cpu))
+            })
+            .collect()
+    }
+
     /// The jobs that wait for `first`, forgotten here: `first` has ended.
     pub fn take_waiters(&mut self, first: &JobId) -> Vec<JobId> {
         self.after.remove(first).unwrap_or_default()

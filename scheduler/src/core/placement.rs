@@ -16,7 +16,7 @@ use super::messages::{Assignment, HolderLocation, InputLocation};
 use super::ready::OrderKey;
 use super::records::{CandidateRecord, FetchPlan, PlacementRecord, explained};
 use super::sample::{Admit, CANDIDATES_AT_MOST};
-use super::signature::signature;
+use super::signature::{kind_key, signature};
 use super::state::Core;
 use crate::error::Error;
 use crate::placer::{Candidate, ORDER_WINDOW, Outcome, PlacementRequest, ReadyWork, bounded_order};
@@ -506,6 +506,7 @@ impl Core {
             input_bytes: inputs.iter().map(|(_, s)| *s).sum(),
             flops: task.flops,
             writes: !task.outputs.is_empty(),
+            kind: kind_key(task),
         };
         let decision = self.placer.place(&preq, &candidates);
         let Some(chosen) = candidates.get(decision.chosen).filter(|c| c.feasible) else {
@@ -583,6 +584,7 @@ impl Core {
         // their racks, once per decision, so that each candidate costs O(inputs).
         let sig = signature(task);
         let sources = self.input_sources(inputs);
+        let wants_running = self.placer.wants_running();
 
         let mut candidates = Vec::with_capacity(CANDIDATES_AT_MOST);
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
@@ -660,6 +662,8 @@ impl Core {
                 est_fetch_ms: fetch,
                 est_compute_ms: compute.map(|c| c.ms),
                 recent_slowdown: self.estimates.slowdown(id),
+                est_compute_own: compute.is_some_and(|c| c.own),
+                running: if wants_running { self.jobs.running_on(w.placed()) } else { Vec::new() },
             });
         }
         consider.finish(self);

@@ -25,20 +25,34 @@ impl FieldHash {
         self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
     }
 
+    /// A hash that goes on from `state` (a [`FieldHash::finish`] of the fields before).
+    pub fn with_state(state: u64) -> FieldHash {
+        FieldHash(state)
+    }
+
     pub fn finish(self) -> u64 {
         self.0
     }
+}
+
+/// What a task runs, without what it asks for: its command or kind, hashed
+/// (`PlacementRequest::kind`). Tasks of one kind with different requests share it, so a learner
+/// that corrects the estimates of one kind (`plexus_policy::correction`) applies what it learnt
+/// to the kind's requests it has not seen run.
+pub fn kind_key(task: &TaskSpec) -> u64 {
+    let mut h = FieldHash::default();
+    match &task.work {
+        Work::Command(argv) => argv.iter().for_each(|a| h.eat(a.as_bytes())),
+        Work::Kind(k) => h.eat(k.as_bytes()),
+    }
+    h.finish()
 }
 
 /// A task's signature: what it runs and asks for, so runs of the same work across jobs share
 /// what was measured of them (FNV-1a over the command or kind, the resources and the GPU
 /// profile; not the name or the job).
 pub fn signature(task: &TaskSpec) -> u64 {
-    let mut h = FieldHash::default();
-    match &task.work {
-        Work::Command(argv) => argv.iter().for_each(|a| h.eat(a.as_bytes())),
-        Work::Kind(k) => h.eat(k.as_bytes()),
-    }
+    let mut h = FieldHash::with_state(kind_key(task));
     h.eat(&task.resources.cpu.to_le_bytes());
     h.eat(&task.resources.memory.to_le_bytes());
     h.eat(&task.resources.gpu.to_le_bytes());

@@ -188,6 +188,7 @@ fn place_objects(specs: Vec<NodeSpec>, objects: &mut [Object], initial: usize) -
             allocated: Resources::default(),
             busy: 0.0,
             assigned: 0,
+            placed: Vec::new(),
             computing: Vec::new(),
             memory_demand: 0.0,
             sending: 0,

@@ -78,6 +78,8 @@ impl Cluster {
                 est_fetch_ms: None,
                 est_compute_ms: None,
                 recent_slowdown: None,
+                est_compute_own: false,
+                running: Vec::new(),
             })
             .collect();
         let req = PlacementRequest {
@@ -87,6 +89,7 @@ impl Cluster {
             input_bytes: 0,
             flops: None,
             writes: false,
+            kind: 0,
         };
         self.next_decision += 1;
         let w = self.placer.place(&req, &candidates).chosen;
