@@ -457,6 +457,11 @@ impl<'a> Sim<'a> {
                     })
                     .map(|&o| self.objects[o].bytes)
                     .sum();
+                // (The exact estimate is the node's own by definition.)
+                let compute = match &self.measured {
+                    Some(m) => m.compute(n.spec.index, sig, task.flops),
+                    None => Some((self.exact_compute_ms(g, n.spec.index), true)),
+                };
                 Candidate {
                     worker: n.spec.worker,
                     feasible,
@@ -482,15 +487,9 @@ impl<'a> Sim<'a> {
                     cache_bytes: n.spec.cache_bytes,
                     cache_used: n.cache.used(),
                     est_fetch_ms: self.est_fetch_ms(g, n, &sources),
-                    est_compute_ms: match &self.measured {
-                        Some(m) => m.compute_ms(n.spec.index, sig, task.flops),
-                        None => Some(self.exact_compute_ms(g, n.spec.index)),
-                    },
+                    est_compute_ms: compute.map(|c| c.0),
                     recent_slowdown: self.measured.as_ref().and_then(|m| m.slowdown(n.spec.index)),
-                    est_compute_own: match &self.measured {
-                        Some(m) => m.compute_own(n.spec.index, sig, task.flops),
-                        None => true,
-                    },
+                    est_compute_own: compute.is_some_and(|c| c.1),
                     running: if wants_running { n.placed.iter().map(|p| (p.1, p.2)).collect() } else { Vec::new() },
                 }
             })

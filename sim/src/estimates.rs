@@ -190,9 +190,10 @@ impl Measured {
         self.estimates.compute(self.workers[node], signature, Some(flops)).map(|e| e.ms)
     }
 
-    /// Whether `compute_ms` comes from this work's own runs on `node` (`Estimate::own`).
-    pub fn compute_own(&self, node: usize, signature: u64, flops: f64) -> bool {
-        self.estimates.compute(self.workers[node], signature, Some(flops)).is_some_and(|e| e.own)
+    /// [`Measured::compute_ms`], and whether it comes from this work's own runs on `node`
+    /// (`Estimate::own`).
+    pub fn compute(&self, node: usize, signature: u64, flops: f64) -> Option<(f64, bool)> {
+        self.estimates.compute(self.workers[node], signature, Some(flops)).map(|e| (e.ms, e.own))
     }
 
     /// How much slower than estimated `node`'s latest tasks ran (`Estimates::slowdown`).

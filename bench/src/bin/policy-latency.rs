@@ -137,4 +137,54 @@ fn main() {
             "target: p99 < 1 ms at 64 candidates with training running (default network): {p99} µs with {during} training steps during the measurement: {verdict}"
         );
     }
+    correction_cost();
+}
+
+/// What `rl`'s learned correction adds to a decision (`plexus_policy::correction`): reading each
+/// candidate's context (what runs there) and its corrected estimate, for 16 and 64 candidates
+/// each running `running` attempts of 12 kinds, the model trained on 20,000 outcomes first.
+fn correction_cost() {
+    use plexus_policy::correction::Correction;
+    use plexus_scheduler::placer::Candidate;
+    println!(
+        "\nrl's learned correction of the estimates, added to each decision (contexts + factors of every candidate)"
+    );
+    println!("{:>6} {:>8} {:>10} {:>9} {:>9}", "nodes", "running", "decisions", "p50_us", "p99_us");
+    let mut rng = StdRng::seed_from_u64(11);
+    for (n, running) in [(16usize, 4usize), (64, 4), (64, 32)] {
+        let mut c = Correction::new();
+        let cands: Vec<Candidate> = (0..n)
+            .map(|i| Candidate {
+                running: (0..running).map(|_| (rng.random_range(0..12u64), rng.random_range(1.0..8.0))).collect(),
+                est_compute_own: rng.random_bool(0.5),
+                recent_slowdown: Some(rng.random_range(0.5..2.0)),
+                ..Candidate::example(i as u8)
+            })
+            .collect();
+        for d in 0..20_000u64 {
+            let ctx = c.context(4.0, &cands[d as usize % n]);
+            c.remember(d, d % 12, ctx, 100.0);
+            c.observe(d, rng.random_range(50.0..300.0));
+        }
+        let mut lat = Vec::with_capacity(MEASURED_MIN as usize);
+        let mut sink = 0.0;
+        for d in 0..MEASURED_MIN {
+            let t0 = Instant::now();
+            for cand in &cands {
+                let ctx = c.context(4.0, cand);
+                sink += c.factor(d % 12, &ctx);
+            }
+            lat.push(t0.elapsed().as_micros() as u64);
+        }
+        lat.sort_unstable();
+        assert!(sink.is_finite());
+        println!(
+            "{:>6} {:>8} {:>10} {:>9} {:>9}",
+            n,
+            running,
+            lat.len(),
+            percentile(&lat, 50.0),
+            percentile(&lat, 99.0)
+        );
+    }
 }
