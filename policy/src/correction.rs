@@ -41,7 +41,8 @@ pub const MIN_FIT: u64 = 24;
 pub const MIN_CELL: u64 = 2;
 pub const MAX_KINDS: usize = 1024;
 pub const MAX_CELLS: usize = 256;
-pub const MAX_AWAITED: usize = 100_000;
+/// (A context is ~420 bytes: at most ~21 MB awaiting.)
+pub const MAX_AWAITED: usize = 50_000;
 /// Step of the neighbour weights' normalised least mean squares.
 const RATE: f64 = 0.1;
 /// The bias is a running mean over at most this many outcomes (then a moving one).
