@@ -5,7 +5,9 @@
 //! * `rl` — ours: the policy anchored on `fastest` (`plexus_scheduler::anchor`: it departs from
 //!   fastest's choice only within a budget, and a guard takes it back to fastest when its
 //!   departures measure worse), with our departures in learning (`PolicyConfig::ours()`, every
-//!   feature); `Learned::ordering` (which ready work goes next) is left off, as measured;
+//!   feature), and the learned correction of the estimates (`plexus_policy::correction`)
+//!   proposing the worker its corrected estimates put first (`propose`); `Learned::ordering`
+//!   (which ready work goes next) is left off, as measured;
 //! * `rl-seed` — the seed's configuration: its six features, its 512-wide network, its
 //!   1,024/128/1,024 schedule and reward, ε-greedy over every feasible worker, no anchor.
 
