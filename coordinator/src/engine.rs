@@ -14,7 +14,7 @@ use plexus_proto::{JobId, WorkerId};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use plexus_scheduler::Error as SchedulerError;
-use plexus_scheduler::core::{Core, NodeReport, Outbox, Registration, Report};
+use plexus_scheduler::core::{Core, Explained, NodeReport, Outbox, Registration, Report};
 use plexus_scheduler::spec::JobSpec;
 
 use crate::error::Error;
@@ -556,7 +556,7 @@ impl Engine {
                 replies.push(defer(reply, r));
             }
             Cmd::Explain { job, task, rank, reply } => {
-                let r = core.explain(job, &task, rank).cloned().map(|e| {
+                let r = explained(core, self.store.as_ref(), job, &task, rank).map(|e| {
                     let ran = log_source(core, job, &task, rank, 0)
                         .ok()
                         .and_then(|l| plexus_proto::rules::collective_line(&l.stdout_tail).map(str::to_string));
@@ -742,6 +742,25 @@ impl Engine {
     }
 }
 
+/// A subtask's latest placement record: from memory, or from the store when it was placed
+/// before this coordinator started (restoring does not load placement records).
+fn explained(core: &Core, store: &dyn Store, job: JobId, task: &str, rank: u32) -> Result<Explanation, SchedulerError> {
+    let idx = match core.explain_at(job, task, rank)? {
+        Explained::Here(p) => return Ok(p.clone()),
+        Explained::Stored(idx) => idx,
+    };
+    match store.placement(job, idx) {
+        Ok(Some(p)) => Ok(p),
+        Ok(None) => Err(SchedulerError::NotPlaced(format!(
+            "task {task:?} rank {rank} of job {job} was placed before this coordinator started, and the store \
+             holds no record of that placement"
+        ))),
+        Err(e) => Err(SchedulerError::NotPlaced(format!(
+            "task {task:?} rank {rank} of job {job}: its placement record could not be read from the store: {e}"
+        ))),
+    }
+}
+
 fn log_source(core: &Core, job: JobId, task: &str, rank: u32, wanted: u32) -> Result<LogSource, SchedulerError> {
     let j = core.job(job).ok_or(SchedulerError::NoJob(job))?;
     let idx = j.subtask_index(task, rank)?;
@@ -858,5 +877,50 @@ mod tests {
         let saved = load_estimates(store.as_ref());
         assert_eq!(saved.speeds()[&worker].signatures, 1);
         assert!(saved.revision() > 0);
+    }
+
+    /// A placement decided before a restart is explained from the store: restoring does not load
+    /// placement records, and what `plexus explain` shows of it is what was decided.
+    #[tokio::test]
+    async fn a_placement_from_before_a_restart_is_explained_from_the_store() {
+        let store = Arc::new(MemStore::default());
+        let placer = || heuristic("least-loaded", 1).expect("a heuristic");
+        let (handle, thread) =
+            start(Core::new(CoreConfig::default(), placer()), Box::new(store.clone()), plexus_proto::now_ms);
+        let worker = WorkerId::random();
+        let reg = Registration {
+            worker,
+            session: "s".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity: Capacity { cpus: 1, memory: 1 << 30, ..Default::default() },
+            state: NodeReport::default(),
+            known: vec![],
+        };
+        handle.call(|reply| Cmd::Register { reg: Box::new(reg), reply }).await.unwrap();
+        let job = JobId::random();
+        let spec =
+            parse("[[task]]\nname = \"a\"\ncommand = [\"work\"]\nreplicas = 2\n", Format::Toml, "j.toml").unwrap();
+        handle.call(|reply| Cmd::Submit { id: job, spec, reply }).await.unwrap().unwrap();
+        let explain = |h: &EngineHandle, rank: u32| {
+            let h = h.clone();
+            async move { h.call(|reply| Cmd::Explain { job, task: "a".into(), rank, reply }).await.unwrap() }
+        };
+        let before = explain(&handle, 0).await.expect("rank 0 placed on the one core").0;
+        assert_eq!(before.chosen, worker);
+        handle.stop();
+        tokio::task::spawn_blocking(move || thread.join()).await.unwrap().unwrap().unwrap();
+
+        let snap = store.load().unwrap();
+        let mut core = Core::new(CoreConfig::default(), placer());
+        core.restore(snap, plexus_proto::now_ms()).unwrap();
+        assert!(core.explain(job, "a", 0).is_err(), "the restored core holds no placement record");
+        let (handle, thread) = start(core, Box::new(store.clone()), plexus_proto::now_ms);
+        let after = explain(&handle, 0).await.expect("explained from the store").0;
+        assert_eq!((after.chosen, after.decision, &after.reason), (before.chosen, before.decision, &before.reason));
+        assert_eq!(after.candidates.len(), before.candidates.len());
+        let never = explain(&handle, 1).await.expect_err("rank 1 waits for the core");
+        assert!(never.to_string().contains("not been placed yet"), "{never}");
+        handle.stop();
+        tokio::task::spawn_blocking(move || thread.join()).await.unwrap().unwrap().unwrap();
     }
 }

@@ -430,8 +430,11 @@ impl LeaderTerm {
     fn start_on(&self, store: Box<dyn Store>) -> Result<(EngineHandle, EngineThread), Error> {
         let config = &self.config;
         let placer = learned::by_name(&config.placer, config.seed, Some(self.spaces.policy_store()))?;
+        let started = std::time::Instant::now();
         let snapshot = store.load()?;
+        let loaded = started.elapsed();
         let (jobs, workers) = (snapshot.jobs.len(), snapshot.workers.len());
+        let subtasks = snapshot.subtasks.len();
         let mut core = Core::new(config.core.clone(), placer);
         match learned::LearnedGpu::open(Some(self.spaces.policy.clone()), config.seed) {
             Ok(gpu) => core.set_gpu_learner(Box::new(gpu)),
@@ -448,7 +451,10 @@ impl LeaderTerm {
         }
         tracing::info!(
             jobs,
+            subtasks,
             workers,
+            load_ms = loaded.as_millis() as u64,
+            restore_ms = (started.elapsed() - loaded).as_millis() as u64,
             placer = core.placer_name(),
             estimates = core.estimates().revision(),
             "state restored"

@@ -115,8 +115,11 @@ fn key(prefix: u8, id: &[u8; 16], idx: Option<u32>) -> Vec<u8> {
 
 /// Durable state of the coordinator.
 pub trait Store: Send {
-    /// Every record, decoded.
+    /// Every record but the placement records, decoded: what the core restores from.
     fn load(&self) -> Result<Snapshot, Error>;
+    /// The stored record of a subtask's latest placement (for `plexus explain` of one placed
+    /// before this coordinator started), if there is one.
+    fn placement(&self, job: JobId, idx: u32) -> Result<Option<PlacementRecord>, Error>;
     /// Writes the batch atomically; when this returns Ok the records survive a crash.
     fn commit(&self, batch: Batch) -> Result<(), Error>;
     /// The measured speeds last saved (`core::estimates::Estimates` as JSON), if any.
@@ -129,6 +132,9 @@ pub trait Store: Send {
 impl<S: Store + Sync> Store for std::sync::Arc<S> {
     fn load(&self) -> Result<Snapshot, Error> {
         (**self).load()
+    }
+    fn placement(&self, job: JobId, idx: u32) -> Result<Option<PlacementRecord>, Error> {
+        (**self).placement(job, idx)
     }
     fn commit(&self, batch: Batch) -> Result<(), Error> {
         (**self).commit(batch)
@@ -430,7 +436,15 @@ impl SledStore {
 
 impl Store for SledStore {
     fn load(&self) -> Result<Snapshot, Error> {
-        decode_records(self.state.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Error::from)))
+        // A range per kind of record, so the placement records' pages are never read.
+        let kinds = [mig::JOB_PREFIX, mig::SUBTASK_PREFIX, mig::WORKER_PREFIX];
+        let items = kinds.into_iter().flat_map(|p| self.state.scan_prefix([p]));
+        decode_records(items.map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(Error::from)))
+    }
+
+    fn placement(&self, job: JobId, idx: u32) -> Result<Option<PlacementRecord>, Error> {
+        let k = placement_key(job, idx);
+        self.state.get(&k)?.map(|v| decode_placement(&k, &v)).transpose()
     }
 
     fn commit(&self, batch: Batch) -> Result<(), Error> {
@@ -472,6 +486,12 @@ impl Store for MemStore {
     fn load(&self) -> Result<Snapshot, Error> {
         let items = self.items.lock().map_err(|_| Error::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
         decode_records(items.iter().map(|(k, v)| Ok((k.clone(), v.clone()))))
+    }
+
+    fn placement(&self, job: JobId, idx: u32) -> Result<Option<PlacementRecord>, Error> {
+        let items = self.items.lock().map_err(|_| Error::Corrupt { key: "-".into(), reason: "poisoned".into() })?;
+        let k = placement_key(job, idx);
+        items.get(&k).map(|v| decode_placement(&k, v)).transpose()
     }
 
     fn commit(&self, batch: Batch) -> Result<(), Error> {
@@ -531,7 +551,18 @@ pub fn save_estimates(store: &dyn Store, estimates: &Estimates) -> bool {
     }
 }
 
-/// Decodes the state records (v2 keys) into a snapshot for the core.
+/// The key of a subtask's placement record.
+pub fn placement_key(job: JobId, idx: u32) -> Vec<u8> {
+    key(mig::PLACEMENT_PREFIX, job.as_bytes(), Some(idx))
+}
+
+/// A stored placement record.
+pub fn decode_placement(k: &[u8], v: &[u8]) -> Result<PlacementRecord, Error> {
+    serde_json::from_slice(v).map_err(|e| Error::Corrupt { key: hex::encode(k), reason: e.to_string() })
+}
+
+/// Decodes the state records (v2 keys) into a snapshot for the core; placement records are
+/// skipped (see [`Store::placement`]).
 pub fn decode_records(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Error>>) -> Result<Snapshot, Error> {
     let mut snap = Snapshot::default();
     for item in items {
@@ -558,14 +589,8 @@ pub fn decode_records(items: impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Err
                 }
                 snap.workers.push(w);
             }
-            Some(mig::PLACEMENT_PREFIX) if k.len() == 21 => {
-                let (Some(j), Some(i)) = (id(&k), idx(&k)) else { return Err(corrupt("bad key".into())) };
-                snap.placements.push((
-                    JobId::from_bytes(j),
-                    i,
-                    serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?,
-                ));
-            }
+            // Not restored: read one at a time by `Store::placement`.
+            Some(mig::PLACEMENT_PREFIX) if k.len() == 21 => {}
             _ => return Err(corrupt("unknown key kind".into())),
         }
     }
@@ -615,6 +640,39 @@ mod tests {
         restored.restore(snap, 10).unwrap();
         assert_eq!(restored.job(job).unwrap().total(), 4);
         assert_eq!(restored.ready_len(), 4);
+    }
+
+    /// A placement record is read back one at a time (`plexus explain`), never by the load a
+    /// restore starts from; an absent one is `None`, a corrupt one an error naming its key.
+    #[test]
+    fn placement_records_are_read_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = SledStore::open(dir.path()).unwrap();
+        let job = JobId::random();
+        let record = |decision| PlacementRecord {
+            decision,
+            placer: "least-loaded".into(),
+            attempt: 1,
+            chosen: WorkerId::random(),
+            exploratory: false,
+            reason: "lowest promised cpu share".into(),
+            decided_at: 7,
+            candidates: vec![],
+            omitted: 3,
+        };
+        let mut b = Batch::default();
+        b.placement(job, 0, &record(11));
+        b.placement(job, 2, &record(12));
+        b.raw(placement_key(job, 3), b"{not json".to_vec());
+        store.commit(b).unwrap();
+        let back = store.placement(job, 2).unwrap().expect("stored");
+        assert_eq!((back.decision, back.omitted, back.reason.as_str()), (12, 3, "lowest promised cpu share"));
+        assert!(store.placement(job, 1).unwrap().is_none());
+        let e = store.placement(job, 3).unwrap_err().to_string();
+        assert!(e.contains(&hex::encode(placement_key(job, 3))), "{e}");
+        // The load skips them, the corrupt one included.
+        let snap = store.load().unwrap();
+        assert!(snap.jobs.is_empty() && snap.subtasks.is_empty());
     }
 
     /// A succeeded subtask's output digests survive a reopen and a restore; a record written

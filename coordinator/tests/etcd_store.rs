@@ -284,3 +284,32 @@ fn a_sled_store_is_copied_into_an_empty_prefix_only() {
     let again = plexus_coordinator::etcd::copy_sled(&sled, &to).unwrap_err();
     assert!(again.to_string().contains("already holds"), "{again}");
 }
+
+/// A placement record comes back one at a time from etcd (`plexus explain` after a takeover),
+/// and the load a new leader restores from leaves it out.
+#[test]
+fn placement_records_come_back_one_at_a_time() {
+    let Some((_cluster, e)) = etcd("placements") else { return };
+    let (_, job, mut batch) = job_batch(1);
+    let record = plexus_scheduler::core::PlacementRecord {
+        decision: 5,
+        placer: "fastest".into(),
+        attempt: 1,
+        chosen: plexus_proto::WorkerId::random(),
+        exploratory: false,
+        reason: "least estimated time".into(),
+        decided_at: 9,
+        candidates: vec![],
+        omitted: 0,
+    };
+    batch.placement(job, 0, &record);
+    EtcdStore::new(e.clone()).commit(batch).unwrap();
+    let next = EtcdStore::new(e.clone());
+    let snap = next.load().unwrap();
+    assert_eq!(snap.subtasks.len(), 1);
+    let back = next.placement(job, 0).unwrap().expect("stored");
+    assert_eq!((back.decision, back.chosen, back.reason.as_str()), (5, record.chosen, "least estimated time"));
+    assert!(next.placement(job, 1).unwrap().is_none());
+    // A store that has not loaded yet reads the state first.
+    assert_eq!(EtcdStore::new(e).placement(job, 0).unwrap().map(|p| p.decision), Some(5));
+}

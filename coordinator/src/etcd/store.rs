@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use etcd_client::{DeleteOptions, TxnOp};
-use plexus_scheduler::core::Snapshot;
+use plexus_proto::JobId;
+use plexus_scheduler::core::{PlacementRecord, Snapshot};
 
 use super::client::{Etcd, etcd_error, prefix_end};
 use super::frame::{ENTRY_FORMAT, ENTRY_HEADER, PART, compress, decode_items, decompress, encode_items};
@@ -296,9 +297,20 @@ impl Drop for EtcdStore {
 impl Store for EtcdStore {
     fn load(&self) -> Result<Snapshot, Error> {
         let loaded = self.read()?;
-        let snap = crate::store::decode_records(loaded.records.iter().map(|(k, v)| Ok((k.clone(), v.to_vec()))))?;
+        // Placement records stay encoded in memory (read one at a time by `placement`).
+        let restored = loaded.records.iter().filter(|(k, _)| k.first() != Some(&plexus_migrations::PLACEMENT_PREFIX));
+        let snap = crate::store::decode_records(restored.map(|(k, v)| Ok((k.clone(), v.to_vec()))))?;
         self.lock().take(loaded);
         Ok(snap)
+    }
+
+    fn placement(&self, job: JobId, idx: u32) -> Result<Option<PlacementRecord>, Error> {
+        let mut st = self.lock();
+        if !st.loaded {
+            st.take(self.read()?);
+        }
+        let k = crate::store::placement_key(job, idx);
+        st.records.get(&k).map(|v| crate::store::decode_placement(&k, v)).transpose()
     }
 
     fn commit(&self, batch: Batch) -> Result<(), Error> {

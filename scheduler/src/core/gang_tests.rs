@@ -418,7 +418,6 @@ fn snapshot(c: &Core) -> Snapshot {
             .flat_map(|j| j.subtasks.iter().enumerate().map(move |(i, s)| (j.id(), i as u32, s.clone())))
             .collect(),
         workers: c.workers().map(|w| w.record().clone()).collect(),
-        placements: c.jobs().flat_map(|j| j.placements.iter().map(move |(i, p)| (j.id(), *i, p.clone()))).collect(),
     }
 }
 

@@ -83,6 +83,7 @@ pub use messages::{
     Assignment, BadCopy, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter,
     Registration, Report,
 };
+pub use placement::Explained;
 pub use records::{
     AttemptFailure, CandidateRecord, Capacity, FetchPlan, GpuRecord, JobRecord, KeptCheckpoint, PlacementRecord,
     Snapshot, Subtask, Transition, WorkerRecord,

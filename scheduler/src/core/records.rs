@@ -262,11 +262,11 @@ pub(super) fn explained(candidates: &[Candidate], decision: &Decision) -> Vec<us
     kept
 }
 
-/// Everything loaded from the store at start.
+/// What is loaded from the store at start: every record but the placement records (see
+/// [`super::Explained`]).
 #[derive(Default, Debug)]
 pub struct Snapshot {
     pub jobs: Vec<JobRecord>,
     pub subtasks: Vec<(JobId, u32, Subtask)>,
     pub workers: Vec<WorkerRecord>,
-    pub placements: Vec<(JobId, u32, PlacementRecord)>,
 }

@@ -53,13 +53,10 @@ impl Core {
             }
             self.jobs.insert(Job::new(rec, subs.into_iter().map(|(_, s)| s).collect()));
         }
-        for (job, idx, p) in snap.placements {
-            // Decision ids stay unique across restarts.
-            self.next_decision = self.next_decision.max(p.decision + 1);
-            if let Some(j) = self.jobs.get_mut(&job) {
-                j.placements.insert(idx, p);
-            }
-        }
+        // Placement records are not restored: they are for `plexus explain`, which reads those of
+        // earlier terms from the store ([`Core::explain_at`]), and for the placer's feedback, which
+        // only this term's decisions await. So decision ids start again at 1: an attempt placed
+        // before the restart reports no outcome to the placer, whose awaited decisions are new.
         for mut rec in snap.workers {
             rec.last_heartbeat = now.saturating_add(RESTORE_GRACE_MS);
             self.workers.restore(rec);

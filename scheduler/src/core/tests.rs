@@ -316,7 +316,6 @@ fn restore_rebuilds_allocations_and_the_ready_queue() {
         jobs: vec![j.record.clone()],
         subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
         workers: c.workers().map(|w| w.record().clone()).collect(),
-        placements: j.placements.iter().map(|(i, p)| (job, *i, p.clone())).collect(),
     };
     let mut r = core();
     r.restore(snap, 100).unwrap();
@@ -331,8 +330,15 @@ fn restore_rebuilds_allocations_and_the_ready_queue() {
     assert!(r.take_outbox().assignments.is_empty(), "its one core is still busy");
     r.report(wid(1), "s1", vec![done(&a[0].1.attempt, SubtaskState::Succeeded)], 104);
     r.schedule(105);
-    assert_eq!(r.take_outbox().assignments.len(), 1);
-    assert!(r.explain(job, "a", a[0].1.attempt.rank).is_ok());
+    let next = r.take_outbox().assignments;
+    assert_eq!(next.len(), 1);
+    // The attempt placed before the restore is explained from the store (restoring does not load
+    // placement records); the one placed after it from memory.
+    assert!(matches!(r.explain_at(job, "a", a[0].1.attempt.rank), Ok(super::Explained::Stored(_))));
+    assert!(r.explain(job, "a", a[0].1.attempt.rank).is_err());
+    assert!(matches!(r.explain_at(job, "a", next[0].1.attempt.rank), Ok(super::Explained::Here(_))));
+    let never = (0..3).find(|&k| k != a[0].1.attempt.rank && k != next[0].1.attempt.rank).unwrap();
+    assert!(matches!(r.explain_at(job, "a", never), Err(Error::NotPlaced(_))), "rank {never} was never placed");
 }
 
 /// A restored worker gets the heartbeat timeout plus the restore grace to register again with
@@ -341,12 +347,7 @@ fn restore_rebuilds_allocations_and_the_ready_queue() {
 fn a_restored_worker_has_the_restore_grace_to_register_again() {
     let mut c = core();
     c.register(reg(1, "s1", 1, vec![]), 0);
-    let snap = Snapshot {
-        jobs: vec![],
-        subtasks: vec![],
-        workers: c.workers().map(|w| w.record().clone()).collect(),
-        placements: vec![],
-    };
+    let snap = Snapshot { jobs: vec![], subtasks: vec![], workers: c.workers().map(|w| w.record().clone()).collect() };
     let mut r = core();
     r.restore(snap, 100).unwrap();
     let timeout = CoreConfig::default().heartbeat_timeout_ms;
@@ -899,7 +900,6 @@ fn a_retry_waiting_out_its_back_off_survives_a_restart() {
         jobs: vec![j.record.clone()],
         subtasks: vec![(job, 0, j.subtasks[0].clone())],
         workers: c.workers().map(|w| w.record().clone()).collect(),
-        placements: vec![],
     };
     let mut d = core();
     d.restore(snap, 5_000).unwrap();
@@ -1520,7 +1520,6 @@ fn after_a_coordinator_restart_inputs_wait_for_their_holders_to_register() {
         jobs: vec![j.record.clone()],
         subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
         workers: c.workers().map(|w| w.record().clone()).collect(),
-        placements: vec![],
     };
     let mut d = core();
     d.restore(snap, 10).unwrap();
@@ -1850,7 +1849,6 @@ fn gpu_tasks_get_their_own_devices() {
         jobs: vec![j.record.clone()],
         subtasks: j.subtasks.iter().enumerate().map(|(i, s)| (job, i as u32, s.clone())).collect(),
         workers: c.workers().map(|w| w.record().clone()).collect(),
-        placements: vec![],
     };
     let mut d = core();
     d.restore(snap, 5).unwrap();
