@@ -320,6 +320,9 @@ async fn one_term(
         return Err(Error::Context { what: "registering as a coordinator".into(), source: Box::new(e) });
     }
     tracing::info!(lease, ttl_s, "campaigning for leadership");
+    // While it waits, the standby reads what the leader commits, so that taking over reads only
+    // what was written since.
+    let follower = Follower::start(etcd);
     let campaign = tokio::select! {
         r = etcd.campaign(election.to_vec(), role.me.clone(), lease) => Some(r),
         _ = lost.cancelled() => None,
@@ -328,11 +331,13 @@ async fn one_term(
     let fence = match campaign {
         Some(Ok(fence)) => fence,
         Some(Err(e)) => {
+            follower.abandon();
             keeper.abort();
             let _ = etcd.revoke_lease(lease).await;
             return Err(e);
         }
         None => {
+            follower.abandon();
             keeper.abort();
             let _ = etcd.revoke_lease(lease).await;
             return Ok(());
@@ -343,8 +348,9 @@ async fn one_term(
     term.on_lead();
     let started = {
         let term = term.clone();
-        let store = EtcdStore::new(etcd.clone());
-        tokio::task::spawn_blocking(move || term.start(store)).await.map_err(|e| Error::Engine(e.to_string()))?
+        tokio::task::spawn_blocking(move || term.start(follower.stop()))
+            .await
+            .map_err(|e| Error::Engine(e.to_string()))?
     };
     let (engine, thread) = match started {
         Ok(x) => x,
@@ -385,6 +391,59 @@ async fn one_term(
     // Giving the lease back deletes the election key now, so a standby takes over at once.
     let _ = etcd.revoke_lease(lease).await;
     Ok(())
+}
+
+/// How often a standby reads what the leader has committed since ([`Follower`]).
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+/// A standby's store kept up with the leader's log while it campaigns ([`EtcdStore::follow`]),
+/// on a thread of its own (the store's reads block).
+struct Follower {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<EtcdStore>,
+    etcd: Etcd,
+}
+
+impl Follower {
+    fn start(etcd: &Etcd) -> Follower {
+        let store = EtcdStore::new(etcd.clone());
+        use std::sync::atomic::Ordering::Relaxed;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut failures = 0u32;
+            while !flag.load(Relaxed) {
+                match store.follow() {
+                    Ok(()) => failures = 0,
+                    // The load at election reads whatever this missed.
+                    Err(e) => {
+                        failures += 1;
+                        if failures == 1 {
+                            tracing::warn!(error = %e, "a standby could not read the leader's log; it tries again");
+                        }
+                    }
+                }
+                let until = Instant::now() + FOLLOW_EVERY;
+                while !flag.load(Relaxed) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            store
+        });
+        Follower { stop, thread, etcd: etcd.clone() }
+    }
+
+    /// Stops following; the store, with what it has read, for the new leader to load.
+    fn stop(self) -> EtcdStore {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // A follower that panicked leaves the load to read everything.
+        self.thread.join().unwrap_or_else(|_| EtcdStore::new(self.etcd))
+    }
+
+    /// Stops following without waiting for a read under way.
+    fn abandon(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Renews `lease` every third of its TTL; cancels `lost` when etcd says it expired, or when no

@@ -313,3 +313,67 @@ fn placement_records_come_back_one_at_a_time() {
     // A store that has not loaded yet reads the state first.
     assert_eq!(EtcdStore::new(e).placement(job, 0).unwrap().map(|p| p.decision), Some(5));
 }
+
+fn job_ids(snap: &plexus_scheduler::core::Snapshot) -> std::collections::BTreeSet<JobId> {
+    snap.jobs.iter().map(|j| j.id).collect()
+}
+
+/// A standby follows the leader's log while it waits (issue 35's takeover): what it has read is
+/// not read again when it takes over, and a round the leader is still writing is read whole on
+/// a later pass, not dropped.
+#[test]
+fn a_standby_reads_on_from_what_it_followed() {
+    let Some((_cluster, e)) = etcd("follow") else { return };
+    let leader = EtcdStore::new(e.clone()).with_part(256);
+    let standby = EtcdStore::new(e.clone());
+    let (_, first, b) = job_batch(10);
+    leader.commit(b).unwrap();
+    let from = e.key("/state/log/");
+    let first_round = e.range(from.clone(), prefix_end(&from)).unwrap();
+    standby.follow().unwrap();
+    // A round of many parts whose last part the leader has not written yet.
+    let (_, second, b) = job_batch(40);
+    leader.commit(b).unwrap();
+    let entries = e.range(from.clone(), prefix_end(&from)).unwrap();
+    assert!(entries.len() > first_round.len() + 2, "the round is in parts: {}", entries.len());
+    let (last_key, last_part) = entries.last().cloned().unwrap();
+    e.write(vec![TxnOp::delete(last_key.clone(), None)]).unwrap();
+    standby.follow().unwrap();
+    e.write(vec![TxnOp::put(last_key, last_part, None)]).unwrap();
+    let (_, third, b) = job_batch(5);
+    leader.commit(b).unwrap();
+    standby.follow().unwrap();
+    // What it followed is not read again: the first round's entries, gone from etcd, are still
+    // there for the standby (a fresh load no longer sees it).
+    e.write(first_round.iter().map(|(k, _)| TxnOp::delete(k.clone(), None)).collect()).unwrap();
+    let fresh = EtcdStore::new(e.clone()).load().unwrap();
+    assert_eq!(job_ids(&fresh), [second, third].into());
+    let snap = standby.load().unwrap();
+    assert_eq!(job_ids(&snap), [first, second, third].into());
+    assert_eq!(snap.subtasks.len(), 55);
+}
+
+/// A snapshot written after the standby last read deletes log entries it had not applied: it
+/// reads the snapshot again rather than the log after it.
+#[test]
+fn a_standby_overtaken_by_a_snapshot_reads_it_again() {
+    let Some((_cluster, e)) = etcd("overtaken") else { return };
+    let leader = EtcdStore::new(e.clone());
+    let standby = EtcdStore::new(e.clone());
+    let (_, first, b) = job_batch(3);
+    leader.commit(b).unwrap();
+    standby.follow().unwrap();
+    let (_, second, b) = job_batch(4);
+    leader.commit(b).unwrap();
+    leader.snapshot_now().unwrap();
+    assert_eq!(log_entries(&e), 0);
+    let (_, third, b) = job_batch(5);
+    leader.commit(b).unwrap();
+    let snap = standby.load().unwrap();
+    assert_eq!(job_ids(&snap), [first, second, third].into());
+    assert_eq!(snap.subtasks.len(), 12);
+    // And it leads on from there: its next round is read back after the others.
+    let (_, fourth, b) = job_batch(1);
+    standby.commit(b).unwrap();
+    assert_eq!(job_ids(&EtcdStore::new(e.clone()).load().unwrap()), [first, second, third, fourth].into());
+}

@@ -45,6 +45,17 @@ struct StateLog {
     /// the next snapshot is written.
     last_snapshot_revision: Arc<Mutex<i64>>,
     loaded: bool,
+    /// What a standby has read so far ([`EtcdStore::follow`]), for its load to read on from.
+    warm: Option<Loaded>,
+}
+
+/// What a read does with a last round whose last part is not written yet.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tail {
+    /// Drops it: its leader died (a load by the next leader).
+    Drop,
+    /// Leaves it for the next read: its leader is writing it (a standby following).
+    Await,
 }
 
 /// What [`EtcdStore::read`] found: the records as of the last complete round, and where the
@@ -91,6 +102,7 @@ impl EtcdStore {
                 snapshotting: None,
                 last_snapshot_revision: Arc::new(Mutex::new(0)),
                 loaded: false,
+                warm: None,
             }),
         }
     }
@@ -111,57 +123,100 @@ impl EtcdStore {
 
     /// Reads the snapshot and the log after it: the records as of the last complete round.
     fn read(&self) -> Result<Loaded, Error> {
+        self.read_from(None, Tail::Drop)
+    }
+
+    /// The records as of the last complete round, read on from `warm` (what an earlier read
+    /// found, [`EtcdStore::follow`]) when no snapshot has overtaken it: only the log written since;
+    /// else from the snapshot. `tail` says what a last round not yet whole is: one a leader that
+    /// died left half-written (dropped: the next leader appends after it), or one the living
+    /// leader is writing (read again next time).
+    fn read_from(&self, warm: Option<Loaded>, tail: Tail) -> Result<Loaded, Error> {
+        let corrupt = |key: &str, reason: String| Error::Corrupt { key: key.to_string(), reason };
+        let pointer = |etcd: &Etcd| -> Result<Option<SnapshotPointer>, Error> {
+            let Some(p) = etcd.get(etcd.key("/state/snapshot"))? else { return Ok(None) };
+            serde_json::from_slice(&p).map(Some).map_err(|e| corrupt("state/snapshot", e.to_string()))
+        };
+        let mut warm = warm;
+        loop {
+            let p = pointer(&self.etcd)?;
+            let snapshot_seq = p.as_ref().map_or(0, |p| p.seq);
+            // A snapshot at seq T deletes the log up to T: a warm state that has applied up to
+            // `next_seq - 1 >= T` reads on from the log; one the snapshot overtook starts again.
+            let base = match warm.take() {
+                Some(w) if snapshot_seq < w.next_seq => w,
+                _ => self.read_snapshot(p.as_ref())?,
+            };
+            let l = self.read_log(base, tail)?;
+            // A snapshot written since the pointer was read may have deleted log entries not yet
+            // applied: start again from it.
+            if pointer(&self.etcd)?.map_or(0, |p| p.seq) == snapshot_seq {
+                return Ok(l);
+            }
+            tracing::debug!("a snapshot was written while the log was read; reading again from it");
+        }
+    }
+
+    /// The records of snapshot `p` (none: empty), with the log after it still to read.
+    fn read_snapshot(&self, p: Option<&SnapshotPointer>) -> Result<Loaded, Error> {
         let corrupt = |key: &str, reason: String| Error::Corrupt { key: key.to_string(), reason };
         let mut records: BTreeMap<Vec<u8>, Arc<[u8]>> = BTreeMap::new();
-        let mut after = 0u64;
-        if let Some(p) = self.etcd.get(self.etcd.key("/state/snapshot"))? {
-            let p: SnapshotPointer =
-                serde_json::from_slice(&p).map_err(|e| corrupt("state/snapshot", e.to_string()))?;
-            let prefix = self.etcd.key(&format!("/state/snap/{:016x}/", p.seq));
-            let parts = self.etcd.range(prefix.clone(), prefix_end(&prefix))?;
-            if parts.len() != p.parts as usize {
-                return Err(corrupt("state/snapshot", format!("{} of its {} parts are there", parts.len(), p.parts)));
-            }
-            let bytes: Vec<u8> = parts.into_iter().flat_map(|(_, v)| v).collect();
-            for (k, v) in decode_items(&decompress(&bytes, "state/snapshot")?, "state/snapshot")? {
-                if let Some(v) = v {
-                    records.insert(k, v.into());
-                }
-            }
-            after = p.seq;
+        let Some(p) = p else { return Ok(Loaded { records, next_seq: 1, log_bytes: 0, log_entries: 0 }) };
+        let prefix = self.etcd.key(&format!("/state/snap/{:016x}/", p.seq));
+        let parts = self.etcd.range(prefix.clone(), prefix_end(&prefix))?;
+        if parts.len() != p.parts as usize {
+            return Err(corrupt("state/snapshot", format!("{} of its {} parts are there", parts.len(), p.parts)));
         }
-        let from = self.log_key(after + 1);
+        let bytes: Vec<u8> = parts.into_iter().flat_map(|(_, v)| v).collect();
+        for (k, v) in decode_items(&decompress(&bytes, "state/snapshot")?, "state/snapshot")? {
+            if let Some(v) = v {
+                records.insert(k, v.into());
+            }
+        }
+        Ok(Loaded { records, next_seq: p.seq + 1, log_bytes: 0, log_entries: 0 })
+    }
+
+    /// Applies the log from `base.next_seq` on to `base`'s records.
+    fn read_log(&self, base: Loaded, tail: Tail) -> Result<Loaded, Error> {
+        let corrupt = |key: &str, reason: String| Error::Corrupt { key: key.to_string(), reason };
+        let Loaded { mut records, next_seq: from_seq, log_bytes: mut bytes, log_entries: mut count } = base;
+        let from = self.log_key(from_seq);
         let end = prefix_end(&self.etcd.key("/state/log/"));
         let entries = self.etcd.range(from, end)?;
-        let (mut last_seq, mut bytes, mut count) = (after, 0u64, 0u64);
-        // The parts of the round being read: (its round id, the compressed bytes so far).
-        let mut pending: Option<(u64, Vec<u8>)> = None;
+        let mut last_seq = from_seq - 1;
+        // The parts of the round being read: (its round id, the compressed bytes so far, and the
+        // bytes and entries they were).
+        let mut pending: Option<(u64, Vec<u8>, u64, u64)> = None;
         let prefix_len = self.etcd.key("/state/log/").len();
         for (k, v) in entries {
             let name = String::from_utf8_lossy(&k[prefix_len..]).into_owned();
             let seq =
                 u64::from_str_radix(&name, 16).map_err(|e| corrupt(&format!("state/log/{name}"), e.to_string()))?;
             last_seq = last_seq.max(seq);
-            bytes += v.len() as u64;
-            count += 1;
             if v.len() < ENTRY_HEADER || v[0] != ENTRY_FORMAT {
                 return Err(corrupt(&format!("state/log/{name}"), "not a log entry of this format".into()));
             }
             let round = u64::from_be_bytes(v[1..9].try_into().expect("8 bytes"));
             let last = v[9] == 1;
             match &mut pending {
-                Some((r, buf)) if *r == round => buf.extend_from_slice(&v[ENTRY_HEADER..]),
+                Some((r, buf, b, n)) if *r == round => {
+                    buf.extend_from_slice(&v[ENTRY_HEADER..]);
+                    *b += v.len() as u64;
+                    *n += 1;
+                }
                 _ => {
                     // A round left half-written by a leader that died is dropped: it was never
                     // acknowledged.
-                    if let Some((r, _)) = &pending {
+                    if let Some((r, _, b, n)) = &pending {
                         tracing::warn!(round = r, "dropping a round whose last part was never written");
+                        (bytes, count) = (bytes + b, count + n);
                     }
-                    pending = Some((round, v[ENTRY_HEADER..].to_vec()));
+                    pending = Some((round, v[ENTRY_HEADER..].to_vec(), v.len() as u64, 1));
                 }
             }
             if last {
-                let (r, buf) = pending.take().expect("set above");
+                let (r, buf, b, n) = pending.take().expect("set above");
+                (bytes, count) = (bytes + b, count + n);
                 let what = format!("state/log round {r:x}");
                 for (k, v) in decode_items(&decompress(&buf, &what)?, &what)? {
                     match v {
@@ -171,10 +226,28 @@ impl EtcdStore {
                 }
             }
         }
-        if let Some((r, _)) = pending {
-            tracing::warn!(round = r, "dropping the last round: its last part was never written");
-        }
-        Ok(Loaded { records, next_seq: last_seq + 1, log_bytes: bytes, log_entries: count })
+        let next_seq = match (pending, tail) {
+            // Read again from its first part next time.
+            (Some((r, ..)), Tail::Await) => r,
+            (Some((r, _, b, n)), Tail::Drop) => {
+                tracing::warn!(round = r, "dropping the last round: its last part was never written");
+                (bytes, count) = (bytes + b, count + n);
+                last_seq + 1
+            }
+            (None, _) => last_seq + 1,
+        };
+        Ok(Loaded { records, next_seq, log_bytes: bytes, log_entries: count })
+    }
+
+    /// A standby's catching up: reads what the leader has committed since the last call (at
+    /// first, or after a snapshot overtook it, the whole state), so that taking over reads only
+    /// the log written since (issue 35: a new leader read and decoded 200,000 subtasks' state
+    /// after it was elected, 20 s of a takeover). Not for a store that leads.
+    pub fn follow(&self) -> Result<(), Error> {
+        let warm = self.lock().warm.take();
+        let l = self.read_from(warm, Tail::Await)?;
+        self.lock().warm = Some(l);
+        Ok(())
     }
 
     /// Writes a snapshot of `records` as of log entry `seq`, then the pointer (deleting the log
@@ -296,7 +369,8 @@ impl Drop for EtcdStore {
 
 impl Store for EtcdStore {
     fn load(&self) -> Result<Snapshot, Error> {
-        let loaded = self.read()?;
+        let warm = self.lock().warm.take();
+        let loaded = self.read_from(warm, Tail::Drop)?;
         // Placement records stay encoded in memory (read one at a time by `placement`).
         let restored = loaded.records.iter().filter(|(k, _)| k.first() != Some(&plexus_migrations::PLACEMENT_PREFIX));
         let snap = crate::store::decode_records(restored.map(|(k, v)| Ok((k.clone(), v.to_vec()))))?;
