@@ -38,6 +38,7 @@ pub mod gate;
 pub mod ha;
 pub mod http;
 pub mod learned;
+mod lookup;
 pub mod metrics;
 pub mod queue;
 pub mod relay;

@@ -436,6 +436,8 @@ impl LeaderTerm {
         let (jobs, workers) = (snapshot.jobs.len(), snapshot.workers.len());
         let subtasks = snapshot.subtasks.len();
         let mut core = Core::new(config.core.clone(), placer);
+        // The store keeps every placement record: memory holds only unfinished subtasks' ones.
+        core.spill_placements(true);
         match learned::LearnedGpu::open(Some(self.spaces.policy.clone()), config.seed) {
             Ok(gpu) => core.set_gpu_learner(Box::new(gpu)),
             Err(e) => {

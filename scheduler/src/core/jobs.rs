@@ -715,6 +715,10 @@ impl Core {
         }
         let Some(j) = self.jobs.get_mut(&job) else { return };
         j.set_state(idx, state, now, note);
+        // One placed in this round is still to be written: it stays until the next placement.
+        if self.spill && state.is_final() && !self.out.placements.contains(&(job, idx)) {
+            j.placements.remove(&idx);
+        }
         self.out.subtasks.insert((job, idx));
     }
 }

@@ -55,6 +55,7 @@ pub mod config;
 pub mod dry_run;
 pub mod estimates;
 mod eviction;
+mod explain;
 mod fair_share;
 pub mod features;
 mod gang;
@@ -77,13 +78,13 @@ mod workers;
 
 pub use config::{CoreConfig, Counters, MIN_FENCE_MARGIN_MS};
 pub use eviction::{EvictionGuard, EvictionHalt, may_evict};
+pub use explain::Explained;
 pub use job_table::{GangPhase, GangView, Job};
 pub use ledger::{AttemptKey, Worker};
 pub use messages::{
     Assignment, BadCopy, CollectiveAssignment, HolderLocation, InputLocation, NodeReport, Outbox, RailCounter,
     Registration, Report,
 };
-pub use placement::Explained;
 pub use records::{
     AttemptFailure, CandidateRecord, Capacity, FetchPlan, GpuRecord, JobRecord, KeptCheckpoint, PlacementRecord,
     Snapshot, Subtask, Transition, WorkerRecord,

@@ -371,6 +371,37 @@ fn restore_refuses_a_store_with_missing_subtasks() {
     assert!(e.to_string().contains("1 subtask records"), "{e}");
 }
 
+/// With the store keeping placement records, a finished subtask's leaves memory once written
+/// (it is explained from the store); an unfinished one's, and one placed in the same round as it
+/// finished, stay. Without, every record stays.
+#[test]
+fn finished_subtasks_placement_records_leave_memory_when_spilled() {
+    for spill in [true, false] {
+        let mut c = core();
+        c.spill_placements(spill);
+        c.register(reg(1, "s1", 1, vec![]), 0);
+        let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\nreplicas = 2\n", 0);
+        c.schedule(1);
+        let a = assigned(&mut c);
+        c.report(wid(1), "s1", vec![done(&a[0].1.attempt, SubtaskState::Succeeded)], 2);
+        c.schedule(3);
+        let b = assigned(&mut c);
+        let (first, second) = (a[0].1.attempt.rank, b[0].1.attempt.rank);
+        match (spill, c.explain_at(job, "a", first).unwrap()) {
+            (true, Explained::Stored(_)) | (false, Explained::Here(_)) => {}
+            (_, e) => panic!("spill {spill}: {e:?}"),
+        }
+        assert!(matches!(c.explain_at(job, "a", second).unwrap(), Explained::Here(_)), "running: kept");
+        // Placed and cancelled in one round: its record is still to be written, so it stays.
+        c.report(wid(1), "s1", vec![done(&b[0].1.attempt, SubtaskState::Succeeded)], 4);
+        let late = submit(&mut c, "[[task]]\nname = \"z\"\ncommand = [\"true\"]\n", 5);
+        c.schedule(5);
+        c.cancel(late, 5).unwrap();
+        assert!(matches!(c.explain_at(late, "z", 0).unwrap(), Explained::Here(_)));
+        assert!(c.take_outbox().placements.contains(&(late, 0)));
+    }
+}
+
 #[test]
 fn explain_records_every_candidate() {
     let mut c = core();
