@@ -297,6 +297,12 @@ impl SecurityStore {
         self.kv.put(key.as_bytes(), value)
     }
 
+    /// Writes several records durably, at once (one transaction on etcd, one flush on sled).
+    pub fn put_many(&self, items: &[(String, Vec<u8>)]) -> Result<(), Error> {
+        let items: Vec<(Vec<u8>, Vec<u8>)> = items.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.clone())).collect();
+        self.kv.put_many(&items)
+    }
+
     /// Removes durably.
     pub fn remove(&self, key: &str) -> Result<(), Error> {
         self.kv.remove(&[key.as_bytes().to_vec()])
