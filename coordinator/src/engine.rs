@@ -270,6 +270,8 @@ struct Engine {
     metrics: Option<crate::metrics::Metrics>,
     /// The previous round's start on the monotonic clock and on `clock`, to notice stalls.
     last_round: Option<(Instant, u64)>,
+    /// See [`Acting`].
+    acting: Option<Acting>,
 }
 
 /// Starts the engine thread. It runs until every handle is dropped, or a commit fails; the
@@ -282,12 +284,30 @@ pub fn start(
     start_with(core, store, clock, true)
 }
 
+/// Whether the coordinator may act now: with etcd, while it leads and its lease is valid. While
+/// it may not, its gate refuses every call, workers' heartbeats included, so the engine gives
+/// every worker a fresh heartbeat timeout at each round rather than counting their silence: a
+/// lease renewal late by a second or two (an etcd member killed) once had the leader declare
+/// both its workers lost and run again the attempts whose success it had refused to hear.
+pub type Acting = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// [`start`], with metrics kept (`metrics`) or not observed at all.
 pub fn start_with(
     core: Core,
     store: Box<dyn Store>,
     clock: fn() -> u64,
     metrics: bool,
+) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
+    start_acting(core, store, clock, metrics, None)
+}
+
+/// [`start_with`], acting only while `acting` says so (`None`: always; one coordinator).
+pub fn start_acting(
+    core: Core,
+    store: Box<dyn Store>,
+    clock: fn() -> u64,
+    metrics: bool,
+    acting: Option<Acting>,
 ) -> (EngineHandle, std::thread::JoinHandle<Result<(), Error>>) {
     let (tx, rx) = queue::channel();
     let estimates_saved = (core.estimates().revision(), clock());
@@ -302,6 +322,7 @@ pub fn start_with(
         estimates_saved,
         metrics,
         last_round: None,
+        acting,
     };
     let join = std::thread::Builder::new()
         .name("plexus-engine".into())
@@ -333,6 +354,9 @@ impl Engine {
             };
             let now = (self.clock)();
             self.notice_stall(now);
+            if self.acting.as_ref().is_some_and(|may| !may()) {
+                self.core.grace(now);
+            }
             let mut replies: Vec<Deferred> = Vec::new();
             let mut next = first;
             let mut n = 0;
@@ -842,6 +866,42 @@ mod tests {
         assert_eq!(after.candidates.len(), before.candidates.len());
         let never = explain(&handle, 1).await.expect_err("rank 1 waits for the core");
         assert!(never.to_string().contains("not been placed yet"), "{never}");
+        handle.stop();
+        tokio::task::spawn_blocking(move || thread.join()).await.unwrap().unwrap().unwrap();
+    }
+
+    /// While the coordinator may not act (its lease's validity lapsed, so its gate refuses
+    /// every call), a silent worker is not declared lost; once it acts again, the timeout runs.
+    #[tokio::test]
+    async fn workers_silent_while_the_coordinator_may_not_act_are_not_declared_lost() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let config =
+            CoreConfig { heartbeat_interval_ms: 100, heartbeat_timeout_ms: 700, lease_ms: 200, ..Default::default() };
+        let core = Core::new(config, heuristic("least-loaded", 1).expect("a heuristic"));
+        let may = Arc::new(AtomicBool::new(false));
+        let flag = may.clone();
+        let acting: Acting = Arc::new(move || flag.load(Ordering::SeqCst));
+        let (handle, thread) =
+            start_acting(core, Box::new(MemStore::default()), plexus_proto::now_ms, false, Some(acting));
+        let worker = WorkerId::random();
+        let reg = Registration {
+            worker,
+            session: "s".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity: Capacity { cpus: 1, memory: 1 << 30, ..Default::default() },
+            state: NodeReport::default(),
+            known: vec![],
+        };
+        handle.call(|reply| Cmd::Register { reg: Box::new(reg), reply }).await.unwrap();
+        let alive = || async {
+            let page = handle.call(|reply| Cmd::ListWorkers { page: WorkerPage::ALL, reply }).await.unwrap();
+            page.workers[0].alive
+        };
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert!(alive().await, "silent for twice the timeout while the coordinator may not act");
+        may.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert!(!alive().await, "silent past the timeout while it acts: lost");
         handle.stop();
         tokio::task::spawn_blocking(move || thread.join()).await.unwrap().unwrap().unwrap();
     }

@@ -256,8 +256,13 @@ impl crate::gate::Gate for LeaderGate {
 
 /// What a term of leadership needs to start and stop an engine.
 pub trait Term: Send + Sync {
-    /// Loads the state from `store` and starts an engine on it (blocking).
-    fn start(&self, store: EtcdStore) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error>;
+    /// Loads the state from `store` and starts an engine on it (blocking); the engine acts only
+    /// while `acting` says this coordinator may ([`crate::engine::Acting`]).
+    fn start(
+        &self,
+        store: EtcdStore,
+        acting: crate::engine::Acting,
+    ) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error>;
     /// Called as leadership begins (before the engine starts): reload what other leaders may
     /// have changed (the issued certificates).
     fn on_lead(&self) {}
@@ -348,7 +353,11 @@ async fn one_term(
     term.on_lead();
     let started = {
         let term = term.clone();
-        tokio::task::spawn_blocking(move || term.start(follower.stop()))
+        // While its lease's validity lapses (a renewal late), the gate refuses every call:
+        // the engine must not count the workers' silence meanwhile.
+        let role = role.clone();
+        let acting: crate::engine::Acting = Arc::new(move || role.is_leading());
+        tokio::task::spawn_blocking(move || term.start(follower.stop(), acting))
             .await
             .map_err(|e| Error::Engine(e.to_string()))?
     };

@@ -264,7 +264,7 @@ fn start_leading(
 ) -> Result<(Arc<Role>, Option<EngineThread>), Error> {
     match (opened.etcd, opened.sled) {
         (None, Some(store)) => {
-            let (engine, thread) = term.start_on(Box::new(store))?;
+            let (engine, thread) = term.start_on(Box::new(store), None)?;
             handle.replace(&engine);
             let role = Role::single(me.to_string(), format!("sled:{}", store_dir(&config.data_dir).display()));
             Ok((role, Some(thread)))
@@ -427,7 +427,11 @@ struct LeaderTerm {
 }
 
 impl LeaderTerm {
-    fn start_on(&self, store: Box<dyn Store>) -> Result<(EngineHandle, EngineThread), Error> {
+    fn start_on(
+        &self,
+        store: Box<dyn Store>,
+        acting: Option<engine::Acting>,
+    ) -> Result<(EngineHandle, EngineThread), Error> {
         let config = &self.config;
         let placer = learned::by_name(&config.placer, config.seed, Some(self.spaces.policy_store()))?;
         let started = std::time::Instant::now();
@@ -461,7 +465,7 @@ impl LeaderTerm {
             estimates = core.estimates().revision(),
             "state restored"
         );
-        Ok(engine::start_with(core, store, plexus_proto::now_ms, config.http.is_some()))
+        Ok(engine::start_acting(core, store, plexus_proto::now_ms, config.http.is_some(), acting))
     }
 }
 
@@ -469,8 +473,9 @@ impl crate::ha::Term for LeaderTerm {
     fn start(
         &self,
         store: crate::etcd::EtcdStore,
+        acting: engine::Acting,
     ) -> Result<(EngineHandle, std::thread::JoinHandle<Result<(), Error>>), Error> {
-        self.start_on(Box::new(store))
+        self.start_on(Box::new(store), Some(acting))
     }
 
     fn on_lead(&self) {
