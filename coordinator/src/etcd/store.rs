@@ -87,6 +87,11 @@ struct SnapshotPointer {
     at_ms: u64,
 }
 
+/// A record of the state in etcd that cannot be read as this store wrote it.
+fn corrupt(key: &str, reason: String) -> Error {
+    Error::Corrupt { key: key.to_string(), reason }
+}
+
 impl EtcdStore {
     pub fn new(etcd: Etcd) -> EtcdStore {
         let estimates = EtcdKv { etcd: etcd.clone(), space: "estimates".into() };
@@ -132,7 +137,6 @@ impl EtcdStore {
     /// died left half-written (dropped: the next leader appends after it), or one the living
     /// leader is writing (read again next time).
     fn read_from(&self, warm: Option<Loaded>, tail: Tail) -> Result<Loaded, Error> {
-        let corrupt = |key: &str, reason: String| Error::Corrupt { key: key.to_string(), reason };
         let pointer = |etcd: &Etcd| -> Result<Option<SnapshotPointer>, Error> {
             let Some(p) = etcd.get(etcd.key("/state/snapshot"))? else { return Ok(None) };
             serde_json::from_slice(&p).map(Some).map_err(|e| corrupt("state/snapshot", e.to_string()))
@@ -159,7 +163,6 @@ impl EtcdStore {
 
     /// The records of snapshot `p` (none: empty), with the log after it still to read.
     fn read_snapshot(&self, p: Option<&SnapshotPointer>) -> Result<Loaded, Error> {
-        let corrupt = |key: &str, reason: String| Error::Corrupt { key: key.to_string(), reason };
         let mut records: BTreeMap<Vec<u8>, Arc<[u8]>> = BTreeMap::new();
         let Some(p) = p else { return Ok(Loaded { records, next_seq: 1, log_bytes: 0, log_entries: 0 }) };
         let prefix = self.etcd.key(&format!("/state/snap/{:016x}/", p.seq));
@@ -178,7 +181,6 @@ impl EtcdStore {
 
     /// Applies the log from `base.next_seq` on to `base`'s records.
     fn read_log(&self, base: Loaded, tail: Tail) -> Result<Loaded, Error> {
-        let corrupt = |key: &str, reason: String| Error::Corrupt { key: key.to_string(), reason };
         let Loaded { mut records, next_seq: from_seq, log_bytes: mut bytes, log_entries: mut count } = base;
         let from = self.log_key(from_seq);
         let end = prefix_end(&self.etcd.key("/state/log/"));
