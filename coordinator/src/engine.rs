@@ -775,6 +775,18 @@ mod tests {
     use super::*;
     use crate::store::{MemStore, load_estimates};
 
+    /// A worker of `cpus` cores registering with session "s".
+    fn registration(worker: WorkerId, cpus: u32) -> Registration {
+        Registration {
+            worker,
+            session: "s".into(),
+            peer_addr: "http://127.0.0.1:1".into(),
+            capacity: Capacity { cpus, memory: 1 << 30, ..Default::default() },
+            state: NodeReport::default(),
+            known: vec![],
+        }
+    }
+
     /// What a worker's succeeded attempt teaches reaches `plexus workers`, and is saved when the
     /// engine stops, so the next coordinator starts from it.
     #[tokio::test]
@@ -783,15 +795,7 @@ mod tests {
         let core = Core::new(CoreConfig::default(), heuristic("fastest", 1).expect("a heuristic"));
         let (handle, thread) = start(core, Box::new(store.clone()), plexus_proto::now_ms);
         let worker = WorkerId::random();
-        let capacity = Capacity { cpus: 2, memory: 1 << 30, ..Default::default() };
-        let reg = Registration {
-            worker,
-            session: "s".into(),
-            peer_addr: "http://127.0.0.1:1".into(),
-            capacity,
-            state: NodeReport::default(),
-            known: vec![],
-        };
+        let reg = registration(worker, 2);
         handle.call(|reply| Cmd::Register { reg: Box::new(reg), reply }).await.unwrap();
         let job = JobId::random();
         let spec = parse("[[task]]\nname = \"a\"\ncommand = [\"work\"]\n", Format::Toml, "j.toml").unwrap();
@@ -834,14 +838,7 @@ mod tests {
         let (handle, thread) =
             start(Core::new(CoreConfig::default(), placer()), Box::new(store.clone()), plexus_proto::now_ms);
         let worker = WorkerId::random();
-        let reg = Registration {
-            worker,
-            session: "s".into(),
-            peer_addr: "http://127.0.0.1:1".into(),
-            capacity: Capacity { cpus: 1, memory: 1 << 30, ..Default::default() },
-            state: NodeReport::default(),
-            known: vec![],
-        };
+        let reg = registration(worker, 1);
         handle.call(|reply| Cmd::Register { reg: Box::new(reg), reply }).await.unwrap();
         let job = JobId::random();
         let spec =
@@ -884,14 +881,7 @@ mod tests {
         let (handle, thread) =
             start_acting(core, Box::new(MemStore::default()), plexus_proto::now_ms, false, Some(acting));
         let worker = WorkerId::random();
-        let reg = Registration {
-            worker,
-            session: "s".into(),
-            peer_addr: "http://127.0.0.1:1".into(),
-            capacity: Capacity { cpus: 1, memory: 1 << 30, ..Default::default() },
-            state: NodeReport::default(),
-            known: vec![],
-        };
+        let reg = registration(worker, 1);
         handle.call(|reply| Cmd::Register { reg: Box::new(reg), reply }).await.unwrap();
         let alive = || async {
             let page = handle.call(|reply| Cmd::ListWorkers { page: WorkerPage::ALL, reply }).await.unwrap();
