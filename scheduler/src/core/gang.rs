@@ -245,10 +245,11 @@ impl Core {
         self.counters.gang_reservations += 1;
         j.placements.insert(idx, record);
         let planned = j.subtasks[idx as usize].gpus.first().copied();
-        if let Some(w) = self.workers.get_mut(&wid) {
+        if let Some(mut w) = self.workers.get_mut(&wid) {
             // A sharing member sets its memory aside on one device: the one planned for it (a
             // GPU gang's search), else the least shared.
             let device = w.reserve((job, idx), claim, planned);
+            drop(w);
             if claim.shared_memory.is_some() {
                 self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = device;
             }
@@ -263,7 +264,7 @@ impl Core {
         let Some(wid) = j.subtasks[idx as usize].reserved_on.take() else { return };
         let claim = j.claim(idx);
         let planned = std::mem::take(&mut j.subtasks[idx as usize].gpus);
-        if let Some(w) = self.workers.get_mut(&wid) {
+        if let Some(mut w) = self.workers.get_mut(&wid) {
             w.release((job, idx), claim, &planned);
         }
         self.out.subtasks.insert((job, idx));

@@ -13,6 +13,9 @@
 //!   object's digest): it changes only with a worker's objects.
 //! - The epoch grows whenever the set of workers that could take work changes (a worker
 //!   registers, is lost, drained, undrained or removed): what a waiting task's reason depends on.
+//! - The index of workers with room ([`Rooms`]) holds exactly the workers with at least
+//!   [`ROOM_CORES`] free: it is updated whenever a worker is registered, restored or removed and
+//!   when a [`WorkerMut`] (the only way to change what attempts hold) is dropped.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -343,6 +346,69 @@ impl Worker {
     }
 }
 
+/// Free cores below which a worker is not in [`Rooms`]: a request of at least twice this many
+/// fits only on a worker that is (see [`Ledger::with_room`]).
+pub const ROOM_CORES: f64 = 1e-6;
+
+/// The workers with cores free (issue 35): for an attempt that takes a slot (`slot`: a free slot
+/// too) and for one that takes none (`any`, a `noop`). A sampled decision walks these rather than
+/// every worker: in a full cluster with a deep queue, walking the ledger from the cursor to find
+/// the few workers with room made every decision O(workers). Kept by [`WorkerMut`], through
+/// which alone what attempts hold on a worker changes, and by registration and removal.
+#[derive(Default)]
+struct Rooms {
+    slot: BTreeSet<WorkerId>,
+    any: BTreeSet<WorkerId>,
+}
+
+impl Rooms {
+    fn update(&mut self, w: &Worker) {
+        for (set, slot) in [(&mut self.slot, true), (&mut self.any, false)] {
+            if w.room(slot).cpu >= ROOM_CORES {
+                set.insert(w.id());
+            } else {
+                set.remove(&w.id());
+            }
+        }
+    }
+
+    fn forget(&mut self, id: &WorkerId) {
+        self.slot.remove(id);
+        self.any.remove(id);
+    }
+
+    fn of(&self, slot: bool) -> &BTreeSet<WorkerId> {
+        if slot { &self.slot } else { &self.any }
+    }
+}
+
+/// A worker borrowed to change what attempts hold on it ([`Ledger::get_mut`]); when it is
+/// dropped, the ledger's index of workers with room learns what changed.
+pub struct WorkerMut<'a> {
+    worker: &'a mut Worker,
+    rooms: &'a mut Rooms,
+}
+
+impl std::ops::Deref for WorkerMut<'_> {
+    type Target = Worker;
+
+    fn deref(&self) -> &Worker {
+        self.worker
+    }
+}
+
+impl std::ops::DerefMut for WorkerMut<'_> {
+    fn deref_mut(&mut self) -> &mut Worker {
+        self.worker
+    }
+}
+
+impl Drop for WorkerMut<'_> {
+    fn drop(&mut self) {
+        self.rooms.update(self.worker);
+    }
+}
+
 /// Distinct constraint sets whose admitting workers are kept; past it the cache starts again.
 const ADMITTING_SETS: usize = 64;
 
@@ -368,6 +434,8 @@ pub struct Ledger {
     epoch: u64,
     /// The workers that meet each set of constraints decisions asked for.
     admitting: std::cell::RefCell<Admitting>,
+    /// The workers with cores free.
+    rooms: Rooms,
 }
 
 impl Ledger {
@@ -376,8 +444,30 @@ impl Ledger {
     }
 
     /// A worker, to change what attempts hold on it.
-    pub fn get_mut(&mut self, id: &WorkerId) -> Option<&mut Worker> {
-        self.workers.get_mut(id)
+    pub fn get_mut(&mut self, id: &WorkerId) -> Option<WorkerMut<'_>> {
+        let worker = self.workers.get_mut(id)?;
+        Some(WorkerMut { worker, rooms: &mut self.rooms })
+    }
+
+    /// The workers with at least [`ROOM_CORES`] free for an attempt that takes a slot (`slot`)
+    /// or none, after `after` (from the first without it), by id; then, with `after`, those up
+    /// to it (`upto`).
+    pub fn with_room(&self, slot: bool, after: Option<WorkerId>, upto: bool) -> impl Iterator<Item = &Worker> {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let set = self.rooms.of(slot);
+        let (range, n) = match (upto, after) {
+            (false, a) => (set.range((a.map_or(Unbounded, Excluded), Unbounded)), usize::MAX),
+            (true, Some(a)) => (set.range((Unbounded, Included(a))), usize::MAX),
+            // (No worker is up to none.)
+            (true, None) => (set.range(..), 0),
+        };
+        range.take(n).filter_map(|id| self.workers.get(id))
+    }
+
+    /// Whether `id` is among the workers with room for an attempt that takes a slot (`slot`) or
+    /// none.
+    pub fn has_room(&self, slot: bool, id: &WorkerId) -> bool {
+        self.rooms.of(slot).contains(id)
     }
 
     /// Every worker, by id.
@@ -434,7 +524,9 @@ impl Ledger {
 
     /// A worker as stored, not connected until it registers again.
     pub fn restore(&mut self, record: WorkerRecord) {
-        self.workers.insert(record.id, Worker::new(record, false));
+        let w = Worker::new(record, false);
+        self.rooms.update(&w);
+        self.workers.insert(w.id(), w);
     }
 
     /// A worker registered (new, or again): its record replaces the stored one and it is
@@ -445,6 +537,7 @@ impl Ledger {
         let w = self.workers.entry(id).or_insert_with(|| Worker::new(record.clone(), true));
         w.record = record;
         w.connected = true;
+        self.rooms.update(w);
     }
 
     /// Drains (`on`) or undrains a worker; true when that changed it.
@@ -467,6 +560,7 @@ impl Ledger {
             )));
         }
         let w = self.workers.remove(&id).expect("checked");
+        self.rooms.forget(&id);
         for o in w.objects.keys() {
             self.drop_holder(o, id);
         }

@@ -10,7 +10,7 @@ use plexus_proto::{AttemptRef, JobId, JobState, ObjectId, Resources, SubtaskStat
 use super::features::{Features, with_estimates};
 use super::gang_book::GangBook;
 use super::job_table::Job;
-use super::ledger::Devices;
+use super::ledger::{Devices, ROOM_CORES};
 use super::lineage::Availability;
 use super::messages::{Assignment, HolderLocation, InputLocation};
 use super::ready::OrderKey;
@@ -588,7 +588,9 @@ impl Core {
         let mut candidates = Vec::with_capacity(CANDIDATES_AT_MOST);
         // Per candidate, the samples behind its fetch and compute estimates (0: a fallback).
         let mut samples: Vec<Samples> = Vec::with_capacity(CANDIDATES_AT_MOST);
-        let mut consider = self.consider(inputs, &task.constraints);
+        // (A request of more than a sliver of a core fits only where the index has room.)
+        let room = (req.cpu >= 2.0 * ROOM_CORES).then_some(!task.runs_nothing());
+        let mut consider = self.consider(inputs, &task.constraints, room);
         while let Some(w) = consider.next() {
             let free = w.room(!task.runs_nothing());
             // A worker held for a gang ahead takes only work that ends before the gang needs it.
@@ -756,11 +758,14 @@ impl Core {
         let code = self.jobs[&job].record.spec.working_dir.as_ref();
         assignment.working_dir = code.and_then(|w| Some((w.digest?, w.size)));
         let planned = self.jobs[&job].subtasks[idx as usize].gpus.clone();
-        let w = self.workers.get_mut(&wid).expect("candidate exists");
         // A sharing attempt joins one device with room for its memory: the one a gang's search
         // chose for it, else the least shared. A whole-device attempt gets the lowest free
         // indices (a GPU gang member the device its search planned, when that is still free).
-        let gpus = w.place((job, idx), claim, Devices::Preferred(&planned));
+        let gpus = self.workers.get_mut(&wid).expect("candidate exists").place(
+            (job, idx),
+            claim,
+            Devices::Preferred(&planned),
+        );
         assignment.gpus = gpus.clone();
         self.count_queue(job, idx, 1.0);
         if let (Some(_), Some(&g)) = (claim.shared_memory, gpus.first()) {

@@ -73,7 +73,7 @@ impl Core {
             let running = job.record.state == JobState::Running;
             for (i, s) in job.subtasks.iter().enumerate() {
                 if s.state.is_placed()
-                    && let Some(w) = s.worker.and_then(|w| self.workers.get_mut(&w))
+                    && let Some(mut w) = s.worker.and_then(|w| self.workers.get_mut(&w))
                 {
                     let claim = job.claim(i as u32);
                     w.place((id, i as u32), claim, Devices::Exactly(&s.gpus));

@@ -8,7 +8,10 @@
 //! for every decision made placement cost O(workers): 6,099 placements/s at 100 workers, 515/s at
 //! 5,000. The walk is lazy: a sampled decision visits the workers it goes through (from the
 //! cursor, a worker id, in the ledger's id order), not every worker; collecting every live worker
-//! first was still 12 % of the engine's time at 5,000 workers.
+//! first was still 12 % of the engine's time at 5,000 workers. Past the holders, a sampled
+//! decision for a task that asks for cores walks only the ledger's index of workers with cores
+//! free: in a full cluster with a deep queue the walk from the cursor went through every worker
+//! to find the few with room, at every decision.
 
 use std::collections::BTreeSet;
 
@@ -70,29 +73,49 @@ impl Core {
     /// to where they started. A few of many are looked up by id; when they are a good share of
     /// the ledger, it is walked in order and merged with them (both are in id order), which costs
     /// a step per worker rather than a lookup.
-    fn universe(&self, constraints: &[Constraint], after: Option<WorkerId>) -> Box<dyn Iterator<Item = &Worker> + '_> {
+    /// With `room` (`Some(slot)`), only the workers with cores free for an attempt that takes a
+    /// slot or none (the ledger's index of them: [`super::ledger::Ledger::with_room`]).
+    fn universe(
+        &self,
+        constraints: &[Constraint],
+        after: Option<WorkerId>,
+        room: Option<bool>,
+    ) -> Box<dyn Iterator<Item = &Worker> + '_> {
         let before = move |w: &&Worker| after.is_some_and(|c| w.id() <= c);
+        // The workers (with room) after the cursor, and those up to it, each in id order.
+        type Walk<'a> = Box<dyn Iterator<Item = &'a Worker> + 'a>;
+        let (tail, head): (Walk<'_>, Walk<'_>) = match room {
+            None => (Box::new(self.workers.after(after)), Box::new(self.workers.values().take_while(before))),
+            Some(slot) => (
+                Box::new(self.workers.with_room(slot, after, false)),
+                Box::new(self.workers.with_room(slot, after, true)),
+            ),
+        };
         let Some(ids) = self.workers.admitting(constraints) else {
-            return Box::new(self.workers.after(after).chain(self.workers.values().take_while(before)));
+            return Box::new(tail.chain(head));
         };
         let (n, start) = (ids.len(), after.map_or(0, |c| ids.partition_point(|id| *id <= c)));
         if n * DENSE_SHARE < self.workers.len() {
-            return Box::new((0..n).filter_map(move |i| self.workers.get(&ids[(start + i) % n])));
+            let roomy = move |w: &&Worker| room.is_none_or(|slot| self.workers.has_room(slot, &w.id()));
+            return Box::new((0..n).filter_map(move |i| self.workers.get(&ids[(start + i) % n])).filter(roomy));
         }
-        let (tail, head) = (ids.clone(), ids);
-        Box::new(merged(self.workers.after(after), tail, start..n).chain(merged(
-            self.workers.values().take_while(before),
-            head,
-            0..start,
-        )))
+        Box::new(merged(tail, ids.clone(), start..n).chain(merged(head, ids, 0..start)))
     }
 
     /// The workers to consider for a task reading `inputs` and asking for `constraints` (see the
-    /// module documentation).
-    pub(super) fn consider(&self, inputs: &[(ObjectId, u64)], constraints: &[Constraint]) -> Consider<'_> {
+    /// module documentation). `room`: the task asks for at least twice
+    /// [`super::ledger::ROOM_CORES`] and takes
+    /// a slot (`Some(true)`) or none; then a sampled decision walks only the workers with cores
+    /// free (past the holders of its inputs), since no other can run it.
+    pub(super) fn consider(
+        &self,
+        inputs: &[(ObjectId, u64)],
+        constraints: &[Constraint],
+        room: Option<bool>,
+    ) -> Consider<'_> {
         let live = |w: &&Worker| w.live();
         // Counting stops past the bound: O(SAMPLE_ABOVE) for a large fleet.
-        let sampled = self.universe(constraints, None).filter(live).take(SAMPLE_ABOVE + 1).count() > SAMPLE_ABOVE;
+        let sampled = self.universe(constraints, None, None).filter(live).take(SAMPLE_ABOVE + 1).count() > SAMPLE_ABOVE;
         let holder_ids: BTreeSet<WorkerId> = match sampled {
             false => BTreeSet::new(),
             true => inputs
@@ -105,7 +128,10 @@ impl Core {
         let holders: Vec<&Worker> = holder_ids.iter().filter_map(|id| self.workers.get(id)).filter(live).collect();
         // Sampled: from the worker after the cursor round to it; else every one, in order.
         let from = if sampled { self.sample_cursor.get() } else { None };
-        let rest = self.universe(constraints, from).filter(live).filter(move |w| !holder_ids.contains(&w.id()));
+        let rest = self
+            .universe(constraints, from, room.filter(|_| sampled))
+            .filter(live)
+            .filter(move |w| !holder_ids.contains(&w.id()));
         Consider {
             holders: holders.into_iter(),
             rest: Box::new(rest),

@@ -466,6 +466,47 @@ fn many_workers_are_sampled_not_all_considered() {
     assert!(ids(p0).is_disjoint(&ids(p1)), "{:?}\n{:?}", ids(p0), ids(p1));
 }
 
+/// In a full cluster a sampled decision walks only the workers with cores free (the ledger's
+/// index of them): it considers the three that have one, not 16 full ones besides, and the index
+/// follows every attempt placed and ended.
+#[test]
+fn a_sampled_decision_in_a_full_cluster_considers_only_workers_with_room() {
+    let mut c = core();
+    for n in 1..=300u16 {
+        c.register(numbered(n, 2), 0);
+    }
+    submit(&mut c, "[[task]]\nname = \"fill\"\ncommand = [\"true\"]\ncpu = 1\nreplicas = 600\n", 0);
+    c.schedule(1);
+    let a = assigned(&mut c);
+    assert_eq!(a.len(), 600, "300 workers of 2 cores");
+    assert!(c.workers.values().all(|w| !c.workers.has_room(true, &w.id()) && !c.workers.has_room(false, &w.id())));
+    // Three attempts on three workers end: each has a core free.
+    let mut freed = Vec::new();
+    for (w, x) in &a {
+        if freed.len() == 3 || freed.contains(w) {
+            continue;
+        }
+        freed.push(*w);
+        let n = u16::from_be_bytes(w.as_bytes()[14..16].try_into().unwrap());
+        let r = Report { attempt: Some(x.attempt.clone()), state: Some(SubtaskState::Succeeded), ..Default::default() };
+        c.report(*w, &format!("s{n}"), vec![r], 2);
+    }
+    let roomy: Vec<WorkerId> = c.workers.values().map(|w| w.id()).filter(|id| c.workers.has_room(true, id)).collect();
+    assert_eq!(roomy.len(), 3);
+    assert!(roomy.iter().all(|w| freed.contains(w)));
+    let job = submit(&mut c, "[[task]]\nname = \"a\"\ncommand = [\"true\"]\ncpu = 1\n", 3);
+    c.schedule(4);
+    let b = assigned(&mut c);
+    assert_eq!(b.len(), 1);
+    assert!(freed.contains(&b[0].0));
+    let p = c.explain(job, "a", 0).unwrap();
+    let considered: Vec<WorkerId> = p.candidates.iter().map(|x| x.worker).collect();
+    assert_eq!(considered.len() + p.omitted as usize, 3, "only the workers with room: {considered:?}");
+    assert!(p.candidates.iter().all(|x| x.feasible && freed.contains(&x.worker)));
+    // Placed there, that worker is full again.
+    assert!(!c.workers.has_room(true, &b[0].0));
+}
+
 #[test]
 fn heartbeat_objects_feed_locality() {
     let mut c = Core::new(CoreConfig::default(), heuristic("locality", 1).unwrap());

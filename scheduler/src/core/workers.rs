@@ -193,9 +193,7 @@ impl Core {
         let Some(j) = self.jobs.get_mut(&job) else { return };
         let claim = j.claim(idx);
         let gpus = std::mem::take(&mut j.subtasks[idx as usize].gpus);
-        if let Some(w) = self.workers.get_mut(&wid)
-            && w.free((job, idx), claim, &gpus)
-        {
+        if self.workers.get_mut(&wid).is_some_and(|mut w| w.free((job, idx), claim, &gpus)) {
             self.count_queue(job, idx, -1.0);
         }
     }

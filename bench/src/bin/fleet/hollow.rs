@@ -183,9 +183,16 @@ pub(crate) async fn heartbeats(
     }
 }
 
-/// Answers every assignment with RUNNING and SUCCEEDED in one report, until `stop`; each into
-/// `ledger`.
-pub(crate) async fn assignments(h: Arc<Hollow>, stop: Arc<AtomicBool>, placed: Arc<AtomicU64>, ledger: Arc<Ledger>) {
+/// Answers every assignment until `stop`, each into `ledger`: with RUNNING and SUCCEEDED in one
+/// report when `run` is zero, else RUNNING at once and SUCCEEDED `run` later (listed as running
+/// in the heartbeats meanwhile), as a task that ran that long.
+pub(crate) async fn assignments(
+    h: Arc<Hollow>,
+    stop: Arc<AtomicBool>,
+    placed: Arc<AtomicU64>,
+    ledger: Arc<Ledger>,
+    run: Duration,
+) {
     let mut client = h.client.clone();
     let req = pb::AssignmentsRequest { worker_id: h.id.to_string(), session: h.session.clone() };
     let Ok(stream) = client.assignments(req).await else { return };
@@ -195,30 +202,58 @@ pub(crate) async fn assignments(h: Arc<Hollow>, stop: Arc<AtomicBool>, placed: A
         if batch.assign.is_empty() {
             continue;
         }
-        let now = plexus_proto::now_ms();
-        let mut reports = Vec::with_capacity(batch.assign.len() * 2);
-        for a in &batch.assign {
-            if let Some(r) = &a.attempt {
-                ledger.assigned(r);
-            }
-            let attempt = a.attempt.clone();
-            for state in [pb::SubtaskState::Running, pb::SubtaskState::Succeeded] {
-                reports.push(pb::TaskReport {
-                    attempt: attempt.clone(),
-                    state: state as i32,
-                    started_at: now,
-                    finished_at: if state == pb::SubtaskState::Succeeded { now } else { 0 },
-                    ..Default::default()
-                });
-            }
+        let attempts: Vec<pb::AttemptRef> = batch.assign.iter().filter_map(|a| a.attempt.clone()).collect();
+        for a in &attempts {
+            ledger.assigned(a);
         }
         placed.fetch_add(batch.assign.len() as u64, Relaxed);
-        let r = client
-            .report_tasks(pb::ReportTasksRequest { worker_id: h.id.to_string(), session: h.session.clone(), reports })
-            .await;
-        if r.is_err() {
+        let now = plexus_proto::now_ms();
+        if run.is_zero() {
+            let states = [pb::SubtaskState::Running, pb::SubtaskState::Succeeded];
+            if report(&mut client, &h, &attempts, &states, now, now).await.is_err() {
+                return;
+            }
+            ledger.acknowledged(&attempts);
+            continue;
+        }
+        h.running.lock().await.extend(attempts.iter().cloned());
+        if report(&mut client, &h, &attempts, &[pb::SubtaskState::Running], now, 0).await.is_err() {
             return;
         }
-        ledger.acknowledged(&batch.assign.iter().filter_map(|a| a.attempt.clone()).collect::<Vec<_>>());
+        let (h, mut client, ledger) = (h.clone(), client.clone(), ledger.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(run).await;
+            h.running.lock().await.retain(|r| !attempts.contains(r));
+            let end = plexus_proto::now_ms();
+            if report(&mut client, &h, &attempts, &[pb::SubtaskState::Succeeded], now, end).await.is_ok() {
+                ledger.acknowledged(&attempts);
+            }
+        });
     }
+}
+
+/// One `ReportTasks` of `states` for each of `attempts`, started at `started` (and finished at
+/// `finished` where the state is SUCCEEDED).
+async fn report(
+    client: &mut WorkerServiceClient<Channel>,
+    h: &Hollow,
+    attempts: &[pb::AttemptRef],
+    states: &[pb::SubtaskState],
+    started: u64,
+    finished: u64,
+) -> Result<(), tonic::Status> {
+    let reports = attempts
+        .iter()
+        .flat_map(|a| {
+            states.iter().map(move |&state| pb::TaskReport {
+                attempt: Some(a.clone()),
+                state: state as i32,
+                started_at: started,
+                finished_at: if state == pb::SubtaskState::Succeeded { finished } else { 0 },
+                ..Default::default()
+            })
+        })
+        .collect();
+    let req = pb::ReportTasksRequest { worker_id: h.id.to_string(), session: h.session.clone(), reports };
+    client.report_tasks(req).await.map(|_| ())
 }

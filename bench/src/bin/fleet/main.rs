@@ -13,7 +13,9 @@
 //!   `--heartbeat-secs`, listing the attempts it is running;
 //! * **work** — a job of `--subtasks` one-core no-op replicas: each assignment is answered with
 //!   RUNNING and SUCCEEDED in one `ReportTasks` (no process, no data), so the figure is what the
-//!   control plane sustains: placements per second from submit to the job's end;
+//!   control plane sustains: placements per second from submit to the job's end; with
+//!   `--run-ms N`, RUNNING at once and SUCCEEDED N ms later, the subtask listed as running in
+//!   the worker's heartbeats meanwhile (a full cluster, with enough);
 //! * **flood** — `--flooders` clients list every worker in a loop for `--flood-secs` while the
 //!   heartbeats are timed again: the heartbeats' p99 under that load, and how many listings were
 //!   answered and how many shed (`--shed-lag-ms`, a list of values puts runs side by side);
@@ -40,7 +42,7 @@
 //! lease + 10 s, nothing lost or run twice; every etcd figure within 2× of sled's.
 //!
 //! `cargo run --release -p plexus-bench --bin fleet [-- --workers 100,1000,5000 --store sled,etcd
-//! --subtasks N --heartbeat-secs S --cpus C]`. Needs the release `plexus-coordinator` beside it
+//! --subtasks N --heartbeat-secs S --cpus C --run-ms N]`. Needs the release `plexus-coordinator` beside it
 //! (and `etcd` for the etcd store: `make deps` installs it).
 //!
 //! # Layout
@@ -91,6 +93,11 @@ struct Args {
     /// Cores each hollow worker offers.
     #[arg(long, default_value_t = 2)]
     cpus: u32,
+    /// How long each subtask runs on a hollow worker, ms (0: it ends as it is assigned). With
+    /// enough, the cluster is full while the queue drains: each ending frees one core, and a
+    /// decision must find the few workers with room (`--cpus 1 --run-ms 3000` at 5,000).
+    #[arg(long = "run-ms", default_value_t = 0)]
+    run_ms: u64,
     /// Seconds the placement run may take before it is reported unfinished.
     #[arg(long = "job-timeout", default_value_t = 300)]
     job_timeout: u64,
@@ -120,6 +127,11 @@ struct Args {
     /// worker's return: on the product's jittered back-off, then in lockstep.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     storm: bool,
+}
+
+/// How long a hollow worker's subtask runs (`--run-ms`).
+fn run_for(args: &Args) -> Duration {
+    Duration::from_millis(args.run_ms)
 }
 
 /// Issue 35's targets, at 5,000 workers.
@@ -267,7 +279,7 @@ fn run(
     let register_time = started.elapsed();
     for h in &fleet {
         rt.spawn(heartbeats(h.clone(), stop.clone(), rtts.clone(), timing.clone()));
-        rt.spawn(assignments(h.clone(), stop.clone(), placed.clone(), ledger.clone()));
+        rt.spawn(assignments(h.clone(), stop.clone(), placed.clone(), ledger.clone(), run_for(args)));
     }
 
     // Heartbeats, timed, and the coordinator's CPU meanwhile (all it does then is serve them).

@@ -306,7 +306,7 @@ pub(crate) fn takeover(
             let (t, h) = r.expect("a takeover task");
             last = last.max(t);
             tokio::spawn(heartbeats(h.clone(), stop.clone(), rtts.clone(), timing.clone()));
-            tokio::spawn(assignments(h.clone(), stop.clone(), placed.clone(), ledger.clone()));
+            tokio::spawn(assignments(h.clone(), stop.clone(), placed.clone(), ledger.clone(), crate::run_for(args)));
             fleet.push(h);
         }
         last
