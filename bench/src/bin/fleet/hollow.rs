@@ -30,6 +30,8 @@ pub(crate) struct Hollow {
 pub(crate) struct Ledger {
     subtasks: std::sync::Mutex<HashMap<(String, String, u32), bool>>,
     pub(crate) twice: AtomicU64,
+    /// `Assignments` streams the coordinator opened (the last step of a worker's start).
+    pub(crate) streams: AtomicU64,
 }
 
 impl Ledger {
@@ -196,6 +198,7 @@ pub(crate) async fn assignments(
     let mut client = h.client.clone();
     let req = pb::AssignmentsRequest { worker_id: h.id.to_string(), session: h.session.clone() };
     let Ok(stream) = client.assignments(req).await else { return };
+    ledger.streams.fetch_add(1, Relaxed);
     let mut stream = stream.into_inner();
     while !stop.load(Relaxed) {
         let Ok(Some(batch)) = stream.message().await else { return };

@@ -23,7 +23,9 @@
 //!   of 500 (what `plexus workers` asks for at a time), and the summary alone
 //!   (`plexus workers --summary`, and the dashboard's usage sampler).
 //!
-//! Printed per N: join and registration times, heartbeat p50/p99, the coordinator's CPU (cores)
+//! Printed per N: join and registration times, heartbeat p50/p99 (and, apart, when every
+//! `Assignments` stream was open after registration and the p99 of the heartbeats answered after
+//! that: the cold start's heartbeats apart from the settled cluster's), the coordinator's CPU (cores)
 //! while the workers only heartbeat and while the job runs (the hollow workers share this
 //! machine's 2 cores with it), placements/s, the
 //! coordinator's RSS (and per worker), `ListWorkers` latency and size (whole, a page, the
@@ -129,6 +131,22 @@ struct Args {
     storm: bool,
 }
 
+/// Waits out the heartbeats' window (`--heartbeat-secs`), noting when every one of the `n`
+/// hollow workers' `Assignments` streams is open: how long after registration, and how many
+/// heartbeats were answered by then (those after it are the settled cluster's).
+fn settle(args: &Args, n: usize, ledger: &Ledger, rtts: &std::sync::Mutex<Vec<f64>>) -> Option<(Duration, usize)> {
+    let start = Instant::now();
+    let until = start + Duration::from_secs(args.heartbeat_secs);
+    let mut settled = None;
+    while Instant::now() < until {
+        if settled.is_none() && ledger.streams.load(Relaxed) >= n as u64 {
+            settled = Some((start.elapsed(), rtts.lock().expect("rtts").len()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    settled
+}
+
 /// How long a hollow worker's subtask runs (`--run-ms`).
 fn run_for(args: &Args) -> Duration {
     Duration::from_millis(args.run_ms)
@@ -159,6 +177,12 @@ struct Row {
     hb_p50_ms: f64,
     hb_p99_ms: f64,
     heartbeats: usize,
+    /// From registration until every hollow worker's `Assignments` stream was open (the end
+    /// of the cold start), if within the heartbeats' window.
+    streams_open: Option<Duration>,
+    /// The heartbeats answered after that, and their p99.
+    settled_p99_ms: f64,
+    settled_beats: usize,
     placements_per_s: f64,
     placed: u32,
     rss: Option<u64>,
@@ -286,9 +310,11 @@ fn run(
     let pid = c.pid();
     let cpu0 = pid.and_then(cpu_of);
     timing.store(true, Relaxed);
-    std::thread::sleep(Duration::from_secs(args.heartbeat_secs));
+    let settle = settle(args, n, &ledger, &rtts);
     timing.store(false, Relaxed);
     let idle_cpu = share(cpu0, pid.and_then(cpu_of), Duration::from_secs(args.heartbeat_secs));
+    let settled: Vec<f64> = settle.map(|(_, i)| rtts.lock().expect("rtts")[i..].to_vec()).unwrap_or_default();
+    let settled = sorted(&std::sync::Mutex::new(settled));
     let hb = sorted(&rtts);
 
     // A flood of whole listings, heartbeats timed meanwhile.
@@ -320,6 +346,9 @@ fn run(
         hb_p50_ms: percentile(&hb, 0.50),
         hb_p99_ms: percentile(&hb, 0.99),
         heartbeats: hb.len(),
+        streams_open: settle.map(|(t, _)| t),
+        settled_p99_ms: percentile(&settled, 0.99),
+        settled_beats: settled.len(),
         placements_per_s: f64::from(args.subtasks) / wall.as_secs_f64(),
         placed: answered,
         rss,
