@@ -249,7 +249,6 @@ impl Core {
             // A sharing member sets its memory aside on one device: the one planned for it (a
             // GPU gang's search), else the least shared.
             let device = w.reserve((job, idx), claim, planned);
-            drop(w);
             if claim.shared_memory.is_some() {
                 self.jobs.get_mut(&job).expect("exists").subtasks[idx as usize].gpus = device;
             }

@@ -450,18 +450,13 @@ impl Ledger {
     }
 
     /// The workers with at least [`ROOM_CORES`] free for an attempt that takes a slot (`slot`)
-    /// or none, after `after` (from the first without it), by id; then, with `after`, those up
-    /// to it (`upto`).
-    pub fn with_room(&self, slot: bool, after: Option<WorkerId>, upto: bool) -> impl Iterator<Item = &Worker> {
-        use std::ops::Bound::{Excluded, Included, Unbounded};
-        let set = self.rooms.of(slot);
-        let (range, n) = match (upto, after) {
-            (false, a) => (set.range((a.map_or(Unbounded, Excluded), Unbounded)), usize::MAX),
-            (true, Some(a)) => (set.range((Unbounded, Included(a))), usize::MAX),
-            // (No worker is up to none.)
-            (true, None) => (set.range(..), 0),
-        };
-        range.take(n).filter_map(|id| self.workers.get(id))
+    /// or none, whose ids are in `range`, by id.
+    pub fn with_room(
+        &self,
+        slot: bool,
+        range: (std::ops::Bound<WorkerId>, std::ops::Bound<WorkerId>),
+    ) -> impl Iterator<Item = &Worker> {
+        self.rooms.of(slot).range(range).filter_map(|id| self.workers.get(id))
     }
 
     /// Whether `id` is among the workers with room for an attempt that takes a slot (`slot`) or

@@ -14,6 +14,7 @@
 //! to find the few with room, at every decision.
 
 use std::collections::BTreeSet;
+use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use plexus_proto::{ObjectId, WorkerId};
 
@@ -87,8 +88,11 @@ impl Core {
         let (tail, head): (Walk<'_>, Walk<'_>) = match room {
             None => (Box::new(self.workers.after(after)), Box::new(self.workers.values().take_while(before))),
             Some(slot) => (
-                Box::new(self.workers.with_room(slot, after, false)),
-                Box::new(self.workers.with_room(slot, after, true)),
+                Box::new(self.workers.with_room(slot, (after.map_or(Unbounded, Excluded), Unbounded))),
+                match after {
+                    Some(a) => Box::new(self.workers.with_room(slot, (Unbounded, Included(a)))),
+                    None => Box::new(std::iter::empty()),
+                },
             ),
         };
         let Some(ids) = self.workers.admitting(constraints) else {
