@@ -313,8 +313,8 @@ fn run(
     let settle = settle(args, n, &ledger, &rtts);
     timing.store(false, Relaxed);
     let idle_cpu = share(cpu0, pid.and_then(cpu_of), Duration::from_secs(args.heartbeat_secs));
-    let settled: Vec<f64> = settle.map(|(_, i)| rtts.lock().expect("rtts")[i..].to_vec()).unwrap_or_default();
-    let settled = sorted(&std::sync::Mutex::new(settled));
+    let mut settled: Vec<f64> = settle.map(|(_, i)| rtts.lock().expect("rtts")[i..].to_vec()).unwrap_or_default();
+    settled.sort_by(f64::total_cmp);
     let hb = sorted(&rtts);
 
     // A flood of whole listings, heartbeats timed meanwhile.
