@@ -11,7 +11,8 @@
 //!   warm-up starts cold too, so a learned placer never knows more of the cluster than a
 //!   heuristic measured on the same run), and is fed when each task finishes, in event order,
 //!   with what its worker would report, the way `Core::learn_speeds` feeds the coordinator's:
-//!   - **run**: `observe_run(worker, signature, Some(flops), compute ms)`. The worker's clock
+//!   - **run**: `observe_run(worker, signature, work, compute ms)`, the work being the task's
+//!     flops per core or GPU (`estimates::work`). The worker's clock
 //!     starts once the inputs are in, so the run is the compute only (no fetch, no eviction),
 //!     rounded to whole milliseconds as a worker reports it.
 //!   - **fetch**: one sample per task, `observe_fetch(holder, worker, same_rack, objects, bytes,
@@ -28,7 +29,7 @@
 //!   fast memory, or as its home); each other input costs the least `link(holder → node)
 //!   .fetch_ms(bytes)` over its first [`RANKED_HOLDERS`] holders in id order (fast-memory
 //!   holders and its home); the fetch estimate is `None` when some input has no estimate at all
-//!   (nothing measured yet); compute is `compute(node, signature, Some(flops))`, `None` until
+//!   (nothing measured yet); compute is `compute(node, signature, work)`, `None` until
 //!   something comparable ran. So the measured estimates miss what a coordinator cannot see:
 //!   slow-memory reads of resident inputs, which copy is in fast memory, eviction, and the
 //!   per-task spread of work within a signature.
@@ -40,8 +41,8 @@
 //! `solve2` → `solve`, `train0` → `train`), and [`signature`] hashes it with the requests the
 //! way `signature` hashes a `kind` task (FNV-1a, each field closed by `0xff`). Work within a
 //! signature varies (a map draws 2–12 core-seconds), which the measured mean does not see: the
-//! estimator's first fallback, the signature's own mean on that worker, wins over `flops` ×
-//! the worker's ms per flop, as in production.
+//! estimator's first fallback, the signature's own mean on that worker, wins over the task's work
+//! × the worker's ms per unit of work, as in production.
 //!
 //! Deterministic: samples arrive in event order, and the estimator's only iteration over its
 //! hash maps (rebuilding its sums after a trim past its bounds, 4,096 pairs or (worker,
@@ -49,7 +50,7 @@
 //! 64 × 22 means).
 
 use plexus_proto::WorkerId;
-use plexus_scheduler::core::estimates::Estimates;
+use plexus_scheduler::core::estimates::{Estimates, work};
 
 use crate::workload::Task;
 
@@ -185,15 +186,16 @@ impl Measured {
         Some(total)
     }
 
-    /// The estimated compute of a task of `signature` with `flops` on `node`.
-    pub fn compute_ms(&self, node: usize, signature: u64, flops: f64) -> Option<f64> {
-        self.estimates.compute(self.workers[node], signature, Some(flops)).map(|e| e.ms)
+    /// The estimated compute of a task of `signature` with `work` (`estimates::work`: its flops
+    /// per core or GPU) on `node`.
+    pub fn compute_ms(&self, node: usize, signature: u64, work: Option<f64>) -> Option<f64> {
+        self.estimates.compute(self.workers[node], signature, work).map(|e| e.ms)
     }
 
     /// [`Measured::compute_ms`], and whether it comes from this work's own runs on `node`
     /// (`Estimate::own`).
-    pub fn compute(&self, node: usize, signature: u64, flops: f64) -> Option<(f64, bool)> {
-        self.estimates.compute(self.workers[node], signature, Some(flops)).map(|e| (e.ms, e.own))
+    pub fn compute(&self, node: usize, signature: u64, work: Option<f64>) -> Option<(f64, bool)> {
+        self.estimates.compute(self.workers[node], signature, work).map(|e| (e.ms, e.own))
     }
 
     /// How much slower than estimated `node`'s latest tasks ran (`Estimates::slowdown`).
@@ -201,16 +203,28 @@ impl Measured {
         self.estimates.slowdown(self.workers[node])
     }
 
-    /// What `node`'s worker reports when a task of `signature` with `flops` ends: its compute
+    /// What `node`'s worker reports when a task of `signature` with `work` ends: its compute
     /// time, then its fetch.
-    pub fn observe(&mut self, node: usize, signature: u64, flops: f64, compute_us: u64, fetch: Option<FetchSample>) {
+    pub fn observe(
+        &mut self,
+        node: usize,
+        signature: u64,
+        work: Option<f64>,
+        compute_us: u64,
+        fetch: Option<FetchSample>,
+    ) {
         let to = self.workers[node];
-        self.estimates.observe_run(to, signature, Some(flops), whole_ms(compute_us));
+        self.estimates.observe_run(to, signature, work, whole_ms(compute_us));
         if let Some(f) = fetch.filter(|f| f.holder != node && f.objects > 0) {
             let relation = self.same_rack(f.holder, node);
             self.estimates.observe_fetch(self.workers[f.holder], to, relation, f.objects, f.bytes, whole_ms(f.us));
         }
     }
+}
+
+/// The work of `task` for the estimator: its flops per core or GPU (`estimates::work`).
+pub(crate) fn work_of(task: &Task) -> Option<f64> {
+    work(Some(task.flops), &task.resources)
 }
 
 #[cfg(test)]
@@ -382,13 +396,16 @@ mod tests {
         // Decision 2 (solve, 2 cores, 3e9 flops, reads B, which nodes 1 and 2 hold):
         // * node 0: B from 1 (measured, 250.5 ms) or from 2 (2 → 0 never measured: the
         //   other-rack mean, 1 → 2's 754 ms / 384 MiB × 256 MiB = 502.67 ms): the least, 250.5;
-        //   compute: a new signature, so 3e9 flops × node 0's ms per flop (500 / 2e9) = 750 ms;
-        // * node 1: B resident; compute: it never ran a task with flops, so 3e9 × the mean of
-        //   the workers' ms per flop (500 / 2e9 and 1000 / 4e9) = 750 ms;
-        // * node 2: B resident (fast memory); 3e9 × its own 1000 / 4e9 = 750 ms.
-        assert!(close(s[2][0].0, 250.5) && close(s[2][0].1, 750.0), "{:?}", s[2]);
-        assert!(close(s[2][1].0, 0.0) && close(s[2][1].1, 750.0), "{:?}", s[2]);
-        assert!(close(s[2][2].0, 0.0) && close(s[2][2].1, 750.0), "{:?}", s[2]);
+        //   compute: a new signature, so its work (3e9 flops over 2 cores) × node 0's ms per unit
+        //   of work (500 ms for 2e9 flops over 4 cores) = 1.5e9 × 500 / 5e8 = 1500 ms, what the
+        //   engine charges (per flop alone it was 750 ms: the 4-core map's speed read as a core's);
+        // * node 1: B resident; compute: it never ran a task with flops, so 1.5e9 × the mean of
+        //   the workers' ms per unit (500 / 5e8 and 1000 / 1e9) = 1500 ms;
+        // * node 2: B resident (fast memory); 1.5e9 × its own 1000 / 1e9 = 1500 ms.
+        assert!(close(s[2][0].0, 250.5) && close(s[2][0].1, 1500.0), "{:?}", s[2]);
+        assert!(close(s[2][1].0, 0.0) && close(s[2][1].1, 1500.0), "{:?}", s[2]);
+        assert!(close(s[2][2].0, 0.0) && close(s[2][2].1, 1500.0), "{:?}", s[2]);
+        assert_eq!(r.tasks[2].compute_us, 1_500_000);
 
         // The mode changes what placers see, not what the engine charges.
         let mut again = Scripted { script: vec![0, 2, 1], seen: Vec::new() };
@@ -409,7 +426,7 @@ mod tests {
         assert_eq!(m.fetch_ms(0, std::iter::empty()), Some(0.0), "no inputs");
         // 1 → 0 (same rack) measured at 10 ms per 1000 B; no other-rack pair yet: every pair,
         // of either relation, takes it (the cluster's mean).
-        m.observe(0, 7, 1e9, 1_000, Some(FetchSample { holder: 1, objects: 1, bytes: 1000, us: 10_000 }));
+        m.observe(0, 7, Some(1e9), 1_000, Some(FetchSample { holder: 1, objects: 1, bytes: 1000, us: 10_000 }));
         assert!(close(m.fetch_ms(0, [(1000, &one[..], false)].into_iter()), 10.0));
         let two = [2usize];
         assert!(close(m.fetch_ms(3, [(2000, &two[..], false)].into_iter()), 20.0), "same rack (2 → 3): the class mean");
@@ -419,7 +436,7 @@ mod tests {
         );
         // 2 → 1 (across racks) at 40 ms per 1000 B: other-rack pairs now take that class's mean,
         // same-rack pairs keep theirs.
-        m.observe(1, 7, 1e9, 1_000, Some(FetchSample { holder: 2, objects: 1, bytes: 1000, us: 40_000 }));
+        m.observe(1, 7, Some(1e9), 1_000, Some(FetchSample { holder: 2, objects: 1, bytes: 1000, us: 40_000 }));
         assert!(close(m.fetch_ms(0, [(1000, &two[..], false)].into_iter()), 40.0), "other rack: the class mean");
         assert!(close(m.fetch_ms(3, [(1000, &[2usize][..], false)].into_iter()), 10.0), "same rack: the class mean");
         // Of several holders, the least estimate; an input with a holder on the node itself is
@@ -428,12 +445,12 @@ mod tests {
         assert!(close(m.fetch_ms(0, [(1000, &[0usize, 2][..], false)].into_iter()), 40.0));
         // A fetch credited to the node itself is no sample (a read of its own memory).
         let before = m.estimates.revision();
-        m.observe(3, 8, 1e9, 1_000, Some(FetchSample { holder: 3, objects: 1, bytes: 1000, us: 5_000 }));
+        m.observe(3, 8, Some(1e9), 1_000, Some(FetchSample { holder: 3, objects: 1, bytes: 1000, us: 5_000 }));
         assert_eq!(m.estimates.revision(), before + 1, "only the run was recorded");
         // Run times are recorded in whole milliseconds, as workers report them.
-        assert!(close(m.compute_ms(3, 8, 1e9), 1.0));
-        m.observe(3, 9, 1e9, 1_499, None);
-        assert!(close(m.compute_ms(3, 9, 0.0), 1.0), "1.499 ms reported as 1 ms");
+        assert!(close(m.compute_ms(3, 8, Some(1e9)), 1.0));
+        m.observe(3, 9, Some(1e9), 1_499, None);
+        assert!(close(m.compute_ms(3, 9, Some(0.0)), 1.0), "1.499 ms reported as 1 ms");
     }
 
     #[test]

@@ -162,7 +162,8 @@ pub struct SpeedView {
     /// Kinds of task (command or kind, and requests) with measured run times here.
     pub signatures: u32,
     pub run_samples: f64,
-    /// Compute per 10⁹ flops, from tasks with a `flops` hint.
+    /// Compute per 10⁹ flops on one core (or GPU: a task's flops per unit it holds), from tasks
+    /// with a `flops` hint.
     pub ms_per_gflop: Option<f64>,
     pub flop_samples: f64,
     /// Holders whose fetches to it were measured, and their mean throughput and latency.
