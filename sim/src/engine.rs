@@ -351,7 +351,9 @@ impl<'a> Sim<'a> {
                     .nodes
                     .iter()
                     .filter_map(|node| match &self.measured {
-                        Some(m) => m.compute_ms(node.spec.index, sig, estimates::work_of(task)),
+                        Some(m) => {
+                            m.compute_ms(node.spec.index, sig, estimates::kind_key(task), estimates::work_of(task))
+                        }
                         None => Some(self.base_compute_us(g, node.spec.index) as f64 / 1e3),
                     })
                     .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.min(e))));
@@ -459,7 +461,7 @@ impl<'a> Sim<'a> {
                     .sum();
                 // (The exact estimate is the node's own by definition.)
                 let compute = match &self.measured {
-                    Some(m) => m.compute(n.spec.index, sig, estimates::work_of(task)),
+                    Some(m) => m.compute(n.spec.index, sig, estimates::kind_key(task), estimates::work_of(task)),
                     None => Some((self.exact_compute_ms(g, n.spec.index), true)),
                 };
                 Candidate {
@@ -646,7 +648,13 @@ impl<'a> Sim<'a> {
         };
         // What the worker reports to the coordinator's estimator (measured estimates).
         if let Some(m) = self.measured.as_mut() {
-            m.observe(r.node, estimates::signature(task), estimates::work_of(task), r.compute_us, r.fetch_sample);
+            m.observe(
+                r.node,
+                (estimates::signature(task), estimates::kind_key(task)),
+                estimates::work_of(task),
+                r.compute_us,
+                r.fetch_sample,
+            );
         }
         let ms = |us: u64| (us + 500) / 1000;
         placer.observe(&Outcome {

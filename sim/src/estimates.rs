@@ -188,14 +188,14 @@ impl Measured {
 
     /// The estimated compute of a task of `signature` with `work` (`estimates::work`: its flops
     /// per core or GPU) on `node`.
-    pub fn compute_ms(&self, node: usize, signature: u64, work: Option<f64>) -> Option<f64> {
-        self.estimates.compute(self.workers[node], signature, work).map(|e| e.ms)
+    pub fn compute_ms(&self, node: usize, signature: u64, kind: u64, work: Option<f64>) -> Option<f64> {
+        self.estimates.compute_of(self.workers[node], signature, Some(kind), work).map(|e| e.ms)
     }
 
     /// [`Measured::compute_ms`], and whether it comes from this work's own runs on `node`
     /// (`Estimate::own`).
-    pub fn compute(&self, node: usize, signature: u64, work: Option<f64>) -> Option<(f64, bool)> {
-        self.estimates.compute(self.workers[node], signature, work).map(|e| (e.ms, e.own))
+    pub fn compute(&self, node: usize, signature: u64, kind: u64, work: Option<f64>) -> Option<(f64, bool)> {
+        self.estimates.compute_of(self.workers[node], signature, Some(kind), work).map(|e| (e.ms, e.own))
     }
 
     /// How much slower than estimated `node`'s latest tasks ran (`Estimates::slowdown`).
@@ -203,18 +203,18 @@ impl Measured {
         self.estimates.slowdown(self.workers[node])
     }
 
-    /// What `node`'s worker reports when a task of `signature` with `work` ends: its compute
-    /// time, then its fetch.
+    /// What `node`'s worker reports when a task of `signature` and `kind` with `work` ends: its
+    /// compute time, then its fetch.
     pub fn observe(
         &mut self,
         node: usize,
-        signature: u64,
+        (signature, kind): (u64, u64),
         work: Option<f64>,
         compute_us: u64,
         fetch: Option<FetchSample>,
     ) {
         let to = self.workers[node];
-        self.estimates.observe_run(to, signature, work, whole_ms(compute_us));
+        self.estimates.observe_run_of(to, signature, Some(kind), work, whole_ms(compute_us));
         if let Some(f) = fetch.filter(|f| f.holder != node && f.objects > 0) {
             let relation = self.same_rack(f.holder, node);
             self.estimates.observe_fetch(self.workers[f.holder], to, relation, f.objects, f.bytes, whole_ms(f.us));
@@ -426,7 +426,7 @@ mod tests {
         assert_eq!(m.fetch_ms(0, std::iter::empty()), Some(0.0), "no inputs");
         // 1 → 0 (same rack) measured at 10 ms per 1000 B; no other-rack pair yet: every pair,
         // of either relation, takes it (the cluster's mean).
-        m.observe(0, 7, Some(1e9), 1_000, Some(FetchSample { holder: 1, objects: 1, bytes: 1000, us: 10_000 }));
+        m.observe(0, (7, 7), Some(1e9), 1_000, Some(FetchSample { holder: 1, objects: 1, bytes: 1000, us: 10_000 }));
         assert!(close(m.fetch_ms(0, [(1000, &one[..], false)].into_iter()), 10.0));
         let two = [2usize];
         assert!(close(m.fetch_ms(3, [(2000, &two[..], false)].into_iter()), 20.0), "same rack (2 → 3): the class mean");
@@ -436,7 +436,7 @@ mod tests {
         );
         // 2 → 1 (across racks) at 40 ms per 1000 B: other-rack pairs now take that class's mean,
         // same-rack pairs keep theirs.
-        m.observe(1, 7, Some(1e9), 1_000, Some(FetchSample { holder: 2, objects: 1, bytes: 1000, us: 40_000 }));
+        m.observe(1, (7, 7), Some(1e9), 1_000, Some(FetchSample { holder: 2, objects: 1, bytes: 1000, us: 40_000 }));
         assert!(close(m.fetch_ms(0, [(1000, &two[..], false)].into_iter()), 40.0), "other rack: the class mean");
         assert!(close(m.fetch_ms(3, [(1000, &[2usize][..], false)].into_iter()), 10.0), "same rack: the class mean");
         // Of several holders, the least estimate; an input with a holder on the node itself is
@@ -445,12 +445,12 @@ mod tests {
         assert!(close(m.fetch_ms(0, [(1000, &[0usize, 2][..], false)].into_iter()), 40.0));
         // A fetch credited to the node itself is no sample (a read of its own memory).
         let before = m.estimates.revision();
-        m.observe(3, 8, Some(1e9), 1_000, Some(FetchSample { holder: 3, objects: 1, bytes: 1000, us: 5_000 }));
+        m.observe(3, (8, 8), Some(1e9), 1_000, Some(FetchSample { holder: 3, objects: 1, bytes: 1000, us: 5_000 }));
         assert_eq!(m.estimates.revision(), before + 1, "only the run was recorded");
         // Run times are recorded in whole milliseconds, as workers report them.
-        assert!(close(m.compute_ms(3, 8, Some(1e9)), 1.0));
-        m.observe(3, 9, Some(1e9), 1_499, None);
-        assert!(close(m.compute_ms(3, 9, Some(0.0)), 1.0), "1.499 ms reported as 1 ms");
+        assert!(close(m.compute_ms(3, 8, 8, Some(1e9)), 1.0));
+        m.observe(3, (9, 9), Some(1e9), 1_499, None);
+        assert!(close(m.compute_ms(3, 9, 9, Some(0.0)), 1.0), "1.499 ms reported as 1 ms");
     }
 
     #[test]

@@ -24,16 +24,19 @@
 //! them, so what a worker's 1-core tasks measured carries to its 8-core ones, and its GPU tasks'
 //! rate to its CPU ones no more than the units say. (Per flop alone, a worker that had run 16-core
 //! tasks looked 16 times faster to a 1-core task than one that had run 1-core tasks; measured in
-//! the simulator, per unit of work made `fastest` 0.90–1.03 × as slow over 21 workloads and seeds,
-//! faster on 17.) A task that does not use the cores it holds is estimated short until it has
-//! run there once (step 1).
+//! the simulator, per unit of work and per kind made `fastest` 0.90–1.05 × as slow over 21
+//! workloads and seeds, faster on 19.) A task that does not use the cores it holds is estimated
+//! short until it has run there once (step 1).
 //! A task's compute time on a worker is estimated from, in this order:
 //! 1. the worker's own runs of the signature;
-//! 2. its work × the worker's ms per unit of work;
-//! 3. the mean, over the workers that ran the signature, of their means (a worker that never ran it
+//! 2. its work × the worker's ms per unit of work over the tasks of its kind (the command or kind
+//!    without the requests, `core::signature::kind_key`), where the caller names the kind: a
+//!    worker fast at one kind of work and slow at another is estimated per kind;
+//! 3. its work × the worker's ms per unit of work over every task;
+//! 4. the mean, over the workers that ran the signature, of their means (a worker that never ran it
 //!    is taken to be typical, so placers try it);
-//! 4. its work × the mean of the workers' ms per unit of work;
-//! 5. none.
+//! 5. its work × the mean of the workers' ms per unit of work;
+//! 6. none.
 //!
 //! # Fetch
 //! For each (holder → worker) pair, `fetch_ms = L·objects + R·bytes`: `L` the latency of one fetch,
@@ -55,8 +58,9 @@
 //! workers without a rack label); none.
 //!
 //! # Bounds
-//! At most [`MAX_RUNS`] (worker, signature) means, [`MAX_FLOP_RATES`] workers' per-flop rates and
-//! [`MAX_LINKS`] pairs are kept; past a bound the least recently updated eighth is dropped.
+//! At most [`MAX_RUNS`] (worker, signature) means and as many (worker, signature) and (worker,
+//! kind) rates, [`MAX_FLOP_RATES`] workers' rates and [`MAX_LINKS`] pairs are kept; past a bound
+//! the least recently updated eighth is dropped.
 
 use std::collections::HashMap;
 
@@ -302,6 +306,8 @@ pub struct Estimates {
     /// Per (worker, signature), ms per flop, from the runs that carried a `flops` hint: a kind of
     /// task whose work varies from one task to the next is estimated by its size, not its mean.
     run_rates: HashMap<(WorkerId, u64), (Ratio, u64)>,
+    /// Per (worker, kind of task), ms per unit of work.
+    kind_rates: HashMap<(WorkerId, u64), (Ratio, u64)>,
     flop_rates: HashMap<WorkerId, (Ratio, u64)>,
     links: HashMap<(WorkerId, WorkerId), LinkEntry>,
     // Derived, rebuilt when loaded: per signature the sum of the workers' means; the sum of the
@@ -339,11 +345,24 @@ impl Estimates {
     /// One successful run of a task of `signature` on `worker` that took `run_ms` (compute, not
     /// fetch), with the task's work ([`work`]: its `flops` hint per core or GPU).
     pub fn observe_run(&mut self, worker: WorkerId, signature: u64, flops: Option<f64>, run_ms: f64) {
+        self.observe_run_of(worker, signature, None, flops, run_ms);
+    }
+
+    /// [`Estimates::observe_run`] of a task of `kind` (`core::signature::kind_key`), whose rate
+    /// per unit of work is then kept per kind too.
+    pub fn observe_run_of(
+        &mut self,
+        worker: WorkerId,
+        signature: u64,
+        kind: Option<u64>,
+        flops: Option<f64>,
+        run_ms: f64,
+    ) {
         if !run_ms.is_finite() || run_ms < 0.0 {
             return;
         }
         // How this run compares with what was expected of it, before it counts in the estimate.
-        if let Some(expected) = self.compute(worker, signature, flops).map(|e| e.ms).filter(|&ms| ms > 0.0) {
+        if let Some(expected) = self.compute_of(worker, signature, kind, flops).map(|e| e.ms).filter(|&ms| ms > 0.0) {
             let ratio = (run_ms / expected).clamp(0.01, 100.0);
             if self.slowdowns.len() >= MAX_SLOWDOWNS && !self.slowdowns.contains_key(&worker) {
                 self.slowdowns.clear();
@@ -367,6 +386,11 @@ impl Estimates {
             let r = self.run_rates.entry((worker, signature)).or_insert((Ratio::default(), seq));
             r.0.add(run_ms, f);
             r.1 = seq;
+            if let Some(k) = kind {
+                let r = self.kind_rates.entry((worker, k)).or_insert((Ratio::default(), seq));
+                r.0.add(run_ms, f);
+                r.1 = seq;
+            }
             let e = self.flop_rates.entry(worker).or_insert((Ratio::default(), seq));
             let old = e.0.value();
             e.0.add(run_ms, f);
@@ -377,7 +401,11 @@ impl Estimates {
             }
             self.flop_mean.add(new);
         }
-        if self.runs.len() > MAX_RUNS || self.run_rates.len() > MAX_RUNS || self.flop_rates.len() > MAX_FLOP_RATES {
+        if self.runs.len() > MAX_RUNS
+            || self.run_rates.len() > MAX_RUNS
+            || self.kind_rates.len() > MAX_RUNS
+            || self.flop_rates.len() > MAX_FLOP_RATES
+        {
             self.trim();
         }
     }
@@ -431,6 +459,18 @@ impl Estimates {
 
     /// Estimated compute of a task of `signature` (with its work, [`work`]) on `worker`.
     pub fn compute(&self, worker: WorkerId, signature: u64, flops: Option<f64>) -> Option<Estimate> {
+        self.compute_of(worker, signature, None, flops)
+    }
+
+    /// [`Estimates::compute`] of a task of `kind` (`core::signature::kind_key`): where `worker`
+    /// has not run the signature, its rate over the kind comes before its rate over every task.
+    pub fn compute_of(
+        &self,
+        worker: WorkerId,
+        signature: u64,
+        kind: Option<u64>,
+        flops: Option<f64>,
+    ) -> Option<Estimate> {
         let hint = flops.filter(|f| f.is_finite() && *f > 0.0);
         if let (Some(f), Some((r, _))) = (hint, self.run_rates.get(&(worker, signature)))
             && let Some(rate) = r.value()
@@ -443,6 +483,11 @@ impl Estimates {
             return Some(Estimate { ms, samples: m.weight, own: true });
         }
         let flops = flops.filter(|f| f.is_finite() && *f > 0.0);
+        if let (Some(f), Some((r, _))) = (flops, kind.and_then(|k| self.kind_rates.get(&(worker, k))))
+            && let Some(rate) = r.value()
+        {
+            return Some(Estimate { ms: f * rate, samples: r.weight, own: false });
+        }
         if let (Some(f), Some((r, _))) = (flops, self.flop_rates.get(&worker))
             && let Some(rate) = r.value()
         {
@@ -541,6 +586,9 @@ impl Estimates {
         for k in oldest(self.run_rates.iter().map(|(k, (_, s))| (*k, *s)), self.run_rates.len(), MAX_RUNS) {
             self.run_rates.remove(&k);
         }
+        for k in oldest(self.kind_rates.iter().map(|(k, (_, s))| (*k, *s)), self.kind_rates.len(), MAX_RUNS) {
+            self.kind_rates.remove(&k);
+        }
         for k in oldest(self.flop_rates.iter().map(|(k, (_, s))| (*k, *s)), self.flop_rates.len(), MAX_FLOP_RATES) {
             self.flop_rates.remove(&k);
         }
@@ -587,6 +635,9 @@ struct Stored {
     /// (worker, signature, ms per flop, last update); absent in stores written before it.
     #[serde(default)]
     run_rates: Vec<(WorkerId, u64, Ratio, u64)>,
+    /// (worker, kind, ms per unit of work, last update); absent in stores written before it.
+    #[serde(default)]
+    kind_rates: Vec<(WorkerId, u64, Ratio, u64)>,
     /// (holder, worker, same rack, sums, last update)
     links: Vec<(WorkerId, WorkerId, Option<bool>, Link, u64)>,
 }
@@ -599,6 +650,7 @@ impl From<Estimates> for Stored {
             runs: e.runs.into_iter().map(|((w, sig), (m, seq))| (w, sig, m, seq)).collect(),
             flop_rates: e.flop_rates.into_iter().map(|(w, (r, seq))| (w, r, seq)).collect(),
             run_rates: e.run_rates.into_iter().map(|((w, sig), (r, seq))| (w, sig, r, seq)).collect(),
+            kind_rates: e.kind_rates.into_iter().map(|((w, k), (r, seq))| (w, k, r, seq)).collect(),
             links: e.links.into_iter().map(|((h, w), l)| (h, w, l.same_rack, l.link, l.seq)).collect(),
         }
     }
@@ -624,6 +676,8 @@ impl TryFrom<Stored> for Estimates {
             .filter(|(.., r, _)| r.valid())
             .map(|(w, sig, r, seq)| ((w, sig), (r, seq)))
             .collect();
+        e.kind_rates =
+            s.kind_rates.into_iter().filter(|(.., r, _)| r.valid()).map(|(w, k, r, seq)| ((w, k), (r, seq))).collect();
         e.links = s
             .links
             .into_iter()
@@ -683,6 +737,34 @@ mod tests {
         assert_eq!(work(None, &r(1.0, 0)), None);
         assert_eq!(work(Some(f64::NAN), &r(1.0, 0)), None);
         assert_eq!(work(Some(-1.0), &r(1.0, 0)), None);
+    }
+
+    /// A worker's rate per unit of work is kept per kind of task too: a worker twice as fast at
+    /// one kind as at another estimates a signature of each kind it has not run by its kind.
+    #[test]
+    fn a_worker_fast_at_one_kind_and_slow_at_another_is_estimated_per_kind() {
+        let (solve, scan) = (100u64, 200u64);
+        let mut e = Estimates::new();
+        // Worker 1: the solver (signature 1) 1e9 flops a core in 500 ms; a scan (signature 2) in
+        // 2000 ms.
+        e.observe_run_of(w(1), 1, Some(solve), Some(1e9), 500.0);
+        e.observe_run_of(w(1), 2, Some(scan), Some(1e9), 2000.0);
+        // New signatures of each kind (other requests): estimated at their kind's rate.
+        let at = |e: &Estimates, sig, kind| e.compute_of(w(1), sig, kind, Some(2e9)).unwrap();
+        assert!(close(at(&e, 3, Some(solve)).ms, 1000.0), "{:?}", at(&e, 3, Some(solve)));
+        assert!(close(at(&e, 4, Some(scan)).ms, 4000.0));
+        assert!(!at(&e, 3, Some(solve)).own);
+        // A kind never run there, or no kind named: the worker's rate over every task (the mean
+        // of 500 and 2000 ms per 1e9, weighted by recency: (0.9·500 + 2000) / 1.9 per 1e9).
+        let all = 2e9 * (0.9 * 500.0 + 2000.0) / (1.9 * 1e9);
+        assert!(close(at(&e, 5, Some(7)).ms, all) && close(at(&e, 5, None).ms, all));
+        // Kept across a store round trip; a store written before kinds still loads.
+        let back: Estimates = serde_json::from_slice(&serde_json::to_vec(&e).unwrap()).unwrap();
+        assert!(close(at(&back, 3, Some(solve)).ms, 1000.0));
+        let mut old: serde_json::Value = serde_json::to_value(&e).unwrap();
+        old.as_object_mut().unwrap().remove("kind_rates");
+        let back: Estimates = serde_json::from_value(old).unwrap();
+        assert!(close(at(&back, 3, Some(solve)).ms, all));
     }
 
     #[test]

@@ -95,12 +95,13 @@ impl Core {
             return;
         }
         let s = &j.subtasks[idx as usize];
-        let (sig, task_work, plan) = (signature(task), work(task.flops, &task.resources), s.fetch_plan);
+        let (sig, kind, task_work, plan) =
+            (signature(task), kind_key(task), work(task.flops, &task.resources), s.fetch_plan);
         // The worker starts its clock once the inputs are fetched: this is compute.
         let run = (s.started_at > 0 && s.finished_at >= s.started_at).then(|| (s.finished_at - s.started_at) as f64);
         let fetched = (s.fetched_bytes > 0 || s.fetch_ms > 0).then_some((s.fetched_bytes, s.fetch_ms));
         if let Some(ms) = run {
-            self.estimates.observe_run(wid, sig, task_work, ms);
+            self.estimates.observe_run_of(wid, sig, Some(kind), task_work, ms);
         }
         let Some((bytes, ms)) = fetched else { return };
         // An attempt dispatched without a plan (by a coordinator before this one) is counted as
@@ -396,13 +397,13 @@ impl Core {
         let j = &self.jobs[&key.job];
         let t = key.task as usize;
         let task = &j.record.spec.tasks[t];
-        let sig = signature(task);
+        let (sig, kind, task_work) = (signature(task), kind_key(task), work(task.flops, &task.resources));
         let total: u32 = j.record.spec.tasks.iter().map(|t| t.replicas).sum();
         let est_run_ms = self
             .workers
             .values()
             .filter(|w| w.live())
-            .filter_map(|w| self.estimates.compute(w.id(), sig, work(task.flops, &task.resources)).map(|e| e.ms))
+            .filter_map(|w| self.estimates.compute_of(w.id(), sig, Some(kind), task_work).map(|e| e.ms))
             .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.min(e))));
         ReadyWork {
             job_age_ms: now.saturating_sub(j.record.submitted_at),
@@ -582,7 +583,7 @@ impl Core {
         let share = task.shares_gpu().then(|| task.shared_gpu_memory());
         // For the estimates: the task's signature, and each input's first live holders with
         // their racks, once per decision, so that each candidate costs O(inputs).
-        let (sig, task_work) = (signature(task), work(task.flops, &task.resources));
+        let (sig, kind, task_work) = (signature(task), kind_key(task), work(task.flops, &task.resources));
         let sources = self.input_sources(inputs);
         let wants_running = self.placer.wants_running();
 
@@ -637,7 +638,7 @@ impl Core {
                     None => fetch = None,
                 }
             }
-            let compute = self.estimates.compute(id, sig, task_work);
+            let compute = self.estimates.compute_of(id, sig, Some(kind), task_work);
             samples.push((fetch.and(fetch_samples), compute.map(|c| c.samples)));
             candidates.push(Candidate {
                 worker: w.id(),
