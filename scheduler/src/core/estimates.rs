@@ -24,8 +24,8 @@
 //! them, so what a worker's 1-core tasks measured carries to its 8-core ones, and its GPU tasks'
 //! rate to its CPU ones no more than the units say. (Per flop alone, a worker that had run 16-core
 //! tasks looked 16 times faster to a 1-core task than one that had run 1-core tasks; measured in
-//! the simulator, per unit of work and per kind made `fastest` 0.90–1.05 × as slow over 21
-//! workloads and seeds, faster on 19.) A task that does not use the cores it holds is estimated
+//! the simulator, rates per unit of work and per kind made `fastest`'s mean task response
+//! 0.90–1.05 × what it was over 21 workloads and seeds, shorter on 19.) A task that does not use the cores it holds is estimated
 //! short until it has run there once (step 1).
 //! A task's compute time on a worker is estimated from, in this order:
 //! 1. the worker's own runs of the signature;
@@ -303,8 +303,9 @@ pub struct Estimates {
     /// Bumped by every sample: the coordinator saves when it moved.
     revision: u64,
     runs: HashMap<(WorkerId, u64), (Mean, u64)>,
-    /// Per (worker, signature), ms per flop, from the runs that carried a `flops` hint: a kind of
-    /// task whose work varies from one task to the next is estimated by its size, not its mean.
+    /// Per (worker, signature), ms per unit of work, from the runs that carried a `flops` hint: a
+    /// kind of task whose work varies from one task to the next is estimated by its size, not its
+    /// mean.
     run_rates: HashMap<(WorkerId, u64), (Ratio, u64)>,
     /// Per (worker, kind of task), ms per unit of work.
     kind_rates: HashMap<(WorkerId, u64), (Ratio, u64)>,
@@ -689,6 +690,8 @@ impl TryFrom<Stored> for Estimates {
                 .values()
                 .map(|r| r.1)
                 .chain(e.flop_rates.values().map(|r| r.1))
+                .chain(e.run_rates.values().map(|r| r.1))
+                .chain(e.kind_rates.values().map(|r| r.1))
                 .chain(e.links.values().map(|l| l.seq))
                 .max()
                 .unwrap_or(0),
