@@ -483,13 +483,12 @@ impl Estimates {
         {
             return Some(Estimate { ms, samples: m.weight, own: true });
         }
-        let flops = flops.filter(|f| f.is_finite() && *f > 0.0);
-        if let (Some(f), Some((r, _))) = (flops, kind.and_then(|k| self.kind_rates.get(&(worker, k))))
+        if let (Some(f), Some((r, _))) = (hint, kind.and_then(|k| self.kind_rates.get(&(worker, k))))
             && let Some(rate) = r.value()
         {
             return Some(Estimate { ms: f * rate, samples: r.weight, own: false });
         }
-        if let (Some(f), Some((r, _))) = (flops, self.flop_rates.get(&worker))
+        if let (Some(f), Some((r, _))) = (hint, self.flop_rates.get(&worker))
             && let Some(rate) = r.value()
         {
             return Some(Estimate { ms: f * rate, samples: r.weight, own: false });
@@ -497,7 +496,7 @@ impl Estimates {
         if let Some(ms) = self.signature_means.get(&signature).and_then(Sum::mean) {
             return Some(Estimate { ms, samples: 0.0, own: false });
         }
-        let (f, rate) = (flops?, self.flop_mean.mean()?);
+        let (f, rate) = (hint?, self.flop_mean.mean()?);
         Some(Estimate { ms: f * rate, samples: 0.0, own: false })
     }
 
@@ -633,7 +632,7 @@ struct Stored {
     /// (worker, signature, mean, last update)
     runs: Vec<(WorkerId, u64, Mean, u64)>,
     flop_rates: Vec<(WorkerId, Ratio, u64)>,
-    /// (worker, signature, ms per flop, last update); absent in stores written before it.
+    /// (worker, signature, ms per unit of work, last update); absent in stores written before it.
     #[serde(default)]
     run_rates: Vec<(WorkerId, u64, Ratio, u64)>,
     /// (worker, kind, ms per unit of work, last update); absent in stores written before it.
