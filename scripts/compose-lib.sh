@@ -55,6 +55,20 @@ compose() {
   "${COMPOSE[@]}" -p "$COMPOSE_PROJECT_NAME" -f docker-compose.yml "$@"
 }
 
+# Removes the project's containers, networks and volumes ($1: seconds a container gets to stop).
+# docker-compose can fail transiently while containers are still going away (a removal already
+# in progress, a network with an endpoint not yet released), so it tries three times; on the
+# last failure it prints what compose said and returns non-zero.
+compose_down() {
+  local out try
+  for try in 1 2 3; do
+    if out=$(compose down --volumes --remove-orphans --timeout "${1:-2}" 2>&1); then return 0; fi
+    sleep "$try"
+  done
+  printf 'compose down failed three times; it said:\n%s\n' "$out" >&2
+  return 1
+}
+
 # The container id of the project's service $1 (first replica).
 service_container() { compose ps -q "$1" 2>/dev/null | head -n1; }
 

@@ -58,7 +58,7 @@ teardown() {
   [ "$STEP" = finished ] || TIMES+=("$(printf '%-22s %7s s%s' "$STEP" "$(secs $((now - STEP_START)))" "$([ "$rc" = 0 ] || echo ' (failed)')")")
   if [ ${#COMPOSE[@]} -gt 0 ]; then
     local t; t=$(now_ms)
-    compose down --volumes --remove-orphans --timeout 2 >/dev/null 2>&1 \
+    compose_down 2 \
       || echo "compose-test: teardown (compose down) failed; remove project $COMPOSE_PROJECT_NAME by hand" >&2
     TIMES+=("$(printf '%-22s %7s s' teardown "$(secs $(( $(now_ms) - t )))")")
   fi
@@ -69,10 +69,11 @@ teardown() {
   exit "$rc"
 }
 
-# One run at a time on this machine (same project name, same images).
-mkdir -p .plexus
-exec 8> .plexus/compose-test.lock
-flock -w 1800 8 || fail "another compose-test holds .plexus/compose-test.lock"
+# One run at a time on this machine (same project name, same images), whichever checkout it
+# runs from: the lock is per machine and project, not per checkout.
+LOCK=${TMPDIR:-/tmp}/plexus-compose-test-$COMPOSE_PROJECT_NAME.lock
+exec 8> "$LOCK"
+flock -w 1800 8 || fail "another compose-test holds $LOCK"
 trap teardown EXIT
 trap 'exit 130' INT TERM
 
@@ -80,7 +81,7 @@ trap 'exit 130' INT TERM
 $DOCKER info >/dev/null 2>&1 || fail "no Docker engine answers (docker info)"
 echo "compose-test: ${COMPOSE[*]}, project $COMPOSE_PROJECT_NAME, coordinator on $PLEXUS_URL"
 # Leftovers of an earlier run that was killed before its teardown.
-compose down --volumes --remove-orphans --timeout 2 >/dev/null 2>&1 || true
+compose_down 2 2>/dev/null || true
 
 # The job's JSON status, tolerating a coordinator that is restarting.
 job_json() { cli status "$1" -o json 2>/dev/null; }
@@ -238,7 +239,7 @@ cli status
 if [ "${PLEXUS_COMPOSE_HA:-1}" = 1 ]; then
 step ha-up
 # The ha profile, from nothing: the plain cluster's state is in sled, so it goes first.
-compose down --volumes --remove-orphans --timeout 2 >/dev/null 2>&1 || fail "compose down before the ha profile failed"
+compose_down 2 || fail "compose down before the ha profile failed"
 PLEXUS_PORT2=$(free_port) PLEXUS_PORT3=$(free_port)
 use_ha_profile
 PLEXUS_SKIP_CARGO=1 bash scripts/docker-images.sh || fail "building the images (plexus-etcd too) failed"

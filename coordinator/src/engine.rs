@@ -4,7 +4,8 @@
 //! all to the core, lets the core place ready subtasks, commits every changed record in ONE
 //! atomic, flushed batch (group commit), and only then answers the callers, pushes assignments
 //! to workers and wakes watchers. Nothing is acknowledged or acted on before it is durable, and
-//! one fsync is shared by everything that arrived while the previous one ran.
+//! one fsync is shared by everything that arrived while the previous one ran. (A heartbeat that
+//! changed nothing stored is answered as it is applied: there is nothing to wait for.)
 
 use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
@@ -14,6 +15,7 @@ use plexus_proto::{JobId, WorkerId};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use plexus_scheduler::Error as SchedulerError;
+use plexus_scheduler::core::timing::HeartbeatTiming;
 use plexus_scheduler::core::{Core, NodeReport, Outbox, Registration, Report};
 use plexus_scheduler::spec::JobSpec;
 
@@ -165,7 +167,8 @@ pub enum Cmd {
         worker: WorkerId,
         session: String,
         node: NodeReport,
-        reply: Reply<bool>,
+        /// The timing to tell the worker; `None`: it must register again.
+        reply: Reply<Option<HeartbeatTiming>>,
     },
     Report {
         worker: WorkerId,
@@ -656,18 +659,29 @@ impl Engine {
                 // it: the core has just re-placed whatever the worker did not list as known.
                 self.delivery.insert(id, Delivery { session: reg.session.clone(), ..Default::default() });
                 let resumed = core.register(*reg, now);
-                let cfg = core.config();
+                let t = core.timing();
                 let timing = Timing {
-                    heartbeat_interval_ms: cfg.heartbeat_interval_ms,
-                    heartbeat_timeout_ms: cfg.heartbeat_timeout_ms,
-                    lease_ms: cfg.lease_ms,
+                    heartbeat_interval_ms: t.heartbeat_interval_ms,
+                    heartbeat_timeout_ms: t.heartbeat_timeout_ms,
+                    lease_ms: t.lease_ms,
                     resumed,
                 };
                 replies.push(defer(reply, timing));
             }
             Cmd::Heartbeat { worker, session, node, reply } => {
+                let told = core.worker(worker).map(|w| w.record().timeout_ms);
                 let ok = core.heartbeat(worker, &session, node, now);
-                replies.push(defer(reply, ok));
+                let timing = ok.then(|| core.timing());
+                if core.worker(worker).map(|w| w.record().timeout_ms) != told {
+                    // It tells the worker a longer timeout than before: answered once that is
+                    // stored (`timing.rs`), after the round's commit.
+                    replies.push(defer(reply, timing));
+                } else {
+                    // Nothing of it is stored, so it is answered now, not after the round's
+                    // placements and commit: a heartbeat's answer time is the engine's queue
+                    // and this command, however much work the round holds (issue 35).
+                    let _ = reply.send(timing);
+                }
             }
             Cmd::Report { worker, session, reports, reply } => {
                 let ok = core.report(worker, &session, reports, now);

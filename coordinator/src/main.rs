@@ -66,6 +66,12 @@ struct Args {
     /// heartbeat timeout; at least two heartbeat intervals).
     #[arg(long)]
     worker_lease_ms: Option<u64>,
+    /// The most heartbeats a second the workers may send together: past it (1,000 workers at the
+    /// default 500 ms interval) the interval, lease and timeout are stretched alike, in steps of
+    /// 1.5×, and workers learn the new timing from their next heartbeat, as Nomad bounds its
+    /// heartbeat rate. 0: the configured timing at any cluster size.
+    #[arg(long, default_value_t = CoreConfig::default().max_heartbeats_per_sec)]
+    max_heartbeats_per_sec: u64,
     /// When more than this share of the workers miss their heartbeats at once, none is declared
     /// lost: evictions halt (logged, `plexus_evictions_halted`, `plexus workers`) until they
     /// heartbeat again, as Kubernetes stops evicting from a fully disrupted zone. 1: never halt.
@@ -187,6 +193,7 @@ fn main() -> anyhow::Result<()> {
             eviction: EvictionGuard { max_lost_share: args.max_lost_share, min_workers: args.halt_min_workers },
             msc: args.msc,
             gpu_weights: args.gpu_weights,
+            max_heartbeats_per_sec: args.max_heartbeats_per_sec,
         },
         msc: args.msc,
         working_dir_limit: args.working_dir_limit,

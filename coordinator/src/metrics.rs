@@ -67,6 +67,7 @@ pub struct Metrics {
     digest_mismatches: Counter,
     gpu_utilisation: Family<GpuLabels, Gauge<f64, AtomicU64>>,
     evictions_halted: Gauge,
+    heartbeat_interval: Gauge<f64, AtomicU64>,
     eviction_halts: Counter,
     stalls: Counter,
     policy_decisions: Counter,
@@ -114,6 +115,7 @@ impl Metrics {
             digest_mismatches: Counter::default(),
             gpu_utilisation: Family::default(),
             evictions_halted: Gauge::default(),
+            heartbeat_interval: Gauge::default(),
             eviction_halts: Counter::default(),
             stalls: Counter::default(),
             policy_decisions: Counter::default(),
@@ -222,6 +224,11 @@ impl Metrics {
             "plexus_evictions_halted",
             "1 while evictions are halted: more than --max-lost-share of the workers missed their heartbeats at once, and none is declared lost",
             self.evictions_halted.clone(),
+        );
+        r.register(
+            "plexus_heartbeat_interval_seconds",
+            "The heartbeat interval workers are told now: --heartbeat-interval-ms, stretched past --max-heartbeats-per-sec",
+            self.heartbeat_interval.clone(),
         );
         r.register(
             "plexus_eviction_halts",
@@ -431,6 +438,7 @@ impl Metrics {
         self.gang_timeouts.inc_by(now.gang_timeouts.saturating_sub(self.seen.gang_timeouts));
         self.eviction_halts.inc_by(now.eviction_halts.saturating_sub(self.seen.eviction_halts));
         self.evictions_halted.set(i64::from(core.eviction_halt().is_some()));
+        self.heartbeat_interval.set(core.timing().heartbeat_interval_ms as f64 / 1e3);
         self.digest_mismatches.inc_by(now.digest_mismatches.saturating_sub(self.seen.digest_mismatches));
         self.seen = now;
     }

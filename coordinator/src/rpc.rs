@@ -701,9 +701,17 @@ impl WorkerApi {
         let worker = self.check(caller, &r.worker_id)?;
         let node = convert::node_report(r.state.as_ref())?;
         let t = std::time::Instant::now();
-        let ok = self.engine.call(|reply| Cmd::Heartbeat { worker, session: r.session, node, reply }).await?;
+        let timing = self.engine.call(|reply| Cmd::Heartbeat { worker, session: r.session, node, reply }).await?;
         self.engine.load().heartbeat(t.elapsed());
-        Ok(pb::HeartbeatResponse { reregister: !ok })
+        Ok(match timing {
+            Some(t) => pb::HeartbeatResponse {
+                reregister: false,
+                heartbeat_interval_ms: t.heartbeat_interval_ms,
+                heartbeat_timeout_ms: t.heartbeat_timeout_ms,
+                lease_ms: t.lease_ms,
+            },
+            None => pb::HeartbeatResponse { reregister: true, ..Default::default() },
+        })
     }
 
     async fn assignment_stream(

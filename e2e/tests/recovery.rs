@@ -398,3 +398,56 @@ fn two_of_three_workers_silent_at_once_halt_evictions_until_they_come_back() {
     });
     assert_eq!(metric(&c, "plexus_evictions_halted"), Some(0.0));
 }
+
+/// Issue 35: past `--max-heartbeats-per-sec` the coordinator stretches its timing and real
+/// workers follow it from their next heartbeat; a worker that then hangs is declared lost only
+/// after the stretched timeout it was told, not the configured one, and its subtask runs again
+/// elsewhere once it is.
+#[test]
+fn the_stretched_heartbeat_timing_reaches_real_workers_and_their_timeout_is_honoured() {
+    // Two workers at 500 ms send 4 heartbeats a second; a budget of 2 stretches the timing two
+    // steps (2.25×): 1,125 ms heartbeats, a 4.5 s lease, a 6.75 s timeout (3 s configured).
+    let c = Cluster::start(ClusterConfig {
+        workers: 2,
+        cpus_per_worker: 1,
+        coordinator_args: vec!["--max-heartbeats-per-sec".into(), "2".into()],
+        ..Default::default()
+    });
+    c.wait_for("the stretched interval", Duration::from_secs(30), |c| {
+        (metric(c, "plexus_heartbeat_interval_seconds")? == 1.125).then_some(())
+    });
+    for i in 0..2 {
+        c.wait_for("the workers to adopt the timing", Duration::from_secs(30), |c| {
+            c.worker_log(i).contains("the coordinator changed the heartbeat timing").then_some(())
+        });
+    }
+    assert!(c.coordinator_log().contains("heartbeat timing changed with the cluster's size"));
+    let job = c.submit("one.toml", "name = \"one\"\n[[task]]\nname = \"s\"\ncommand = \"sleep 30\"\ncpu = 1\n");
+    let held = c.wait_for("the sleeper running", Duration::from_secs(60), |c| {
+        let j = c.job(&job)?;
+        let s = j.subtasks.first().filter(|s| s.state == pb::SubtaskState::Running as i32)?;
+        c.worker_index(&s.worker_id)
+    });
+    let gone = c.worker_id(held);
+    c.freeze_worker(held);
+    let frozen = std::time::Instant::now();
+    // Its last heartbeat came at most one interval before the freeze, so it cannot be lost before
+    // 6.75 − 1.125 = 5.6 s; with the configured 3 s timeout it would be by now.
+    std::thread::sleep(Duration::from_millis(4_500));
+    let w = c.workers().unwrap().into_iter().find(|w| w.worker_id == gone).unwrap();
+    assert!(w.alive, "declared lost {:?} after it hung: before the timeout it was told", frozen.elapsed());
+    c.wait_for("the hung worker lost", Duration::from_secs(30), |c| {
+        c.workers()?.iter().any(|w| w.worker_id == gone && !w.alive).then_some(())
+    });
+    // The sleeper runs again on the other worker (the only one left: one worker, one step less
+    // is within the budget, so the timing shortens again).
+    c.wait_for("the sleeper running again elsewhere", Duration::from_secs(30), |c| {
+        let j = c.job(&job)?;
+        let s = j.subtasks.first()?;
+        (s.attempt >= 2 && s.state == pb::SubtaskState::Running as i32 && s.worker_id != gone).then_some(())
+    });
+    c.wait_for("the timing shortened again", Duration::from_secs(30), |c| {
+        (metric(c, "plexus_heartbeat_interval_seconds")? == 0.75).then_some(())
+    });
+    c.thaw_worker(held);
+}

@@ -414,26 +414,12 @@ impl Session {
         if let Err(e) = std::fs::write(&self.registered_file, format!("{} {}\n", self.session, coordinator)) {
             debug!(error = %e, "cannot write the registered marker");
         }
-        let interval = match reply.heartbeat_interval_ms {
-            0 => DEFAULT_HEARTBEAT_INTERVAL,
-            ms => Duration::from_millis(ms).clamp(MIN_HEARTBEAT_INTERVAL, MAX_HEARTBEAT_INTERVAL),
-        };
-        let hb_timeout = match reply.heartbeat_timeout_ms {
-            0 => DEFAULT_HEARTBEAT_TIMEOUT,
-            ms => Duration::from_millis(ms),
-        };
-        // The coordinator states the lease (`lease_ms`); one older than that field does not, and
-        // the worker derives it from the timeout. Never within 500 ms of the timeout, whatever a
-        // coordinator says (it refuses to start with less: `CoreConfig::check`).
-        let lease_length = match reply.lease_ms {
-            0 => lease::length(hb_timeout, interval),
-            ms => Duration::from_millis(ms).min(hb_timeout.saturating_sub(Duration::from_millis(500))),
-        };
-        self.lease.set_frozen_limit(lease::frozen_limit(hb_timeout, lease_length));
-        self.lease.renew(sent_at, lease_length);
+        let timing = Timing::told(reply.heartbeat_interval_ms, reply.heartbeat_timeout_ms, reply.lease_ms);
+        self.lease.set_frozen_limit(lease::frozen_limit(timing.timeout, timing.lease));
+        self.lease.renew(sent_at, timing.lease);
         info!(
             coordinator = %coordinator, worker_id = %self.worker_id, known = known.len(),
-            heartbeat = ?interval, lease = ?lease_length, "registered with the coordinator"
+            heartbeat = ?timing.interval, lease = ?timing.lease, "registered with the coordinator"
         );
 
         let stream_request =
@@ -441,7 +427,7 @@ impl Session {
         let stream = with_timeout("Assignments", SETUP_TIMEOUT, client.assignments(stream_request)).await?.into_inner();
         tokio::select! {
             r = self.assignments(stream) => r,
-            r = self.heartbeats(client.clone(), interval, hb_timeout, lease_length) => r,
+            r = self.heartbeats(client.clone(), timing) => r,
             r = self.reports(client.clone()) => r,
         }
     }
@@ -466,13 +452,10 @@ impl Session {
     async fn heartbeats(
         &self,
         mut client: pb::worker_service_client::WorkerServiceClient<Channel>,
-        interval: Duration,
-        timeout: Duration,
-        lease_length: Duration,
+        mut timing: Timing,
     ) -> Result<std::convert::Infallible> {
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first tick is immediate, and Register just carried the node state.
+        let mut ticks = heartbeat_ticks(timing.interval, true);
         ticks.tick().await;
         loop {
             ticks.tick().await;
@@ -484,7 +467,7 @@ impl Session {
             };
             // A timeout ends the connection; the next one's `Register` still thaws the frozen
             // attempts if the coordinator kept this session (a pause it noticed as a stall).
-            let reply = with_timeout("Heartbeat", timeout, client.heartbeat(request)).await?.into_inner();
+            let reply = with_timeout("Heartbeat", timing.timeout, client.heartbeat(request)).await?.into_inner();
             if reply.reregister {
                 // It does not know this session (it gave the worker up, or restarted): what froze
                 // at the lease's end may run elsewhere already.
@@ -493,9 +476,25 @@ impl Session {
                 }
                 return Err(Error::Reregister);
             }
+            // The coordinator stretches (or shortens again) the timing as the cluster changes
+            // size; it waits for this process at least as long as it ever told it.
+            if reply.heartbeat_interval_ms != 0 {
+                let told = Timing::told(reply.heartbeat_interval_ms, reply.heartbeat_timeout_ms, reply.lease_ms);
+                if told != timing {
+                    info!(
+                        heartbeat = ?told.interval, lease = ?told.lease, timeout = ?told.timeout,
+                        "the coordinator changed the heartbeat timing"
+                    );
+                    self.lease.set_frozen_limit(lease::frozen_limit(told.timeout, told.lease));
+                    if told.interval != timing.interval {
+                        ticks = heartbeat_ticks(told.interval, false);
+                    }
+                    timing = told;
+                }
+            }
             // The same session, acknowledged: nothing of it was placed elsewhere, so the renewal
             // thaws whatever froze (the supervisors pass it on).
-            self.lease.renew(sent_at, lease_length);
+            self.lease.renew(sent_at, timing.lease);
         }
     }
 
@@ -538,6 +537,45 @@ impl Session {
             rails_refused: self.rails.handshake_failures(),
         }
     }
+}
+
+/// The heartbeat timing a coordinator told (`RegisterResponse`, `HeartbeatResponse`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Timing {
+    interval: Duration,
+    /// The coordinator's heartbeat timeout: also the Heartbeat call's deadline.
+    timeout: Duration,
+    lease: Duration,
+}
+
+impl Timing {
+    /// From the reply's fields (ms; 0: not stated, by a coordinator older than the field).
+    fn told(interval_ms: u64, timeout_ms: u64, lease_ms: u64) -> Timing {
+        let interval = match interval_ms {
+            0 => DEFAULT_HEARTBEAT_INTERVAL,
+            ms => Duration::from_millis(ms).clamp(MIN_HEARTBEAT_INTERVAL, MAX_HEARTBEAT_INTERVAL),
+        };
+        let timeout = match timeout_ms {
+            0 => DEFAULT_HEARTBEAT_TIMEOUT,
+            ms => Duration::from_millis(ms),
+        };
+        // The coordinator states the lease (`lease_ms`); one older than that field does not, and
+        // the worker derives it from the timeout. Never within 500 ms of the timeout, whatever a
+        // coordinator says (it refuses to start with less: `CoreConfig::check`).
+        let lease = match lease_ms {
+            0 => lease::length(timeout, interval),
+            ms => Duration::from_millis(ms).min(timeout.saturating_sub(Duration::from_millis(500))),
+        };
+        Timing { interval, timeout, lease }
+    }
+}
+
+/// Heartbeat ticks every `interval`, the first now (`immediate`) or an interval from now.
+fn heartbeat_ticks(interval: Duration, immediate: bool) -> tokio::time::Interval {
+    let start = tokio::time::Instant::now() + if immediate { Duration::ZERO } else { interval };
+    let mut ticks = tokio::time::interval_at(start, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks
 }
 
 /// The data plane's per-rail counters, as reported to the coordinator.

@@ -68,7 +68,7 @@ impl pb::worker_service_server::WorkerService for FakeService {
     async fn heartbeat(&self, r: Request<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, Status> {
         self.0.rec.lock().unwrap().heartbeats.push(r.into_inner());
         let reregister = self.0.reregister_once.swap(false, Ordering::SeqCst);
-        Ok(Response::new(pb::HeartbeatResponse { reregister }))
+        Ok(Response::new(pb::HeartbeatResponse { reregister, ..Default::default() }))
     }
 
     type FetchWorkingDirStream =

@@ -575,6 +575,18 @@ impl Ledger {
         }
     }
 
+    /// Raises the longest heartbeat timeout worker `id`'s session was told to `timeout_ms`; true
+    /// when it grew (its record is to be stored again).
+    pub fn raise_timeout(&mut self, id: WorkerId, timeout_ms: u64) -> bool {
+        match self.workers.get_mut(&id) {
+            Some(w) if w.record.timeout_ms < timeout_ms => {
+                w.record.timeout_ms = timeout_ms;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A fresh heartbeat timeout from `now` for every alive worker; how many.
     pub fn grace(&mut self, now: u64) -> usize {
         let mut n = 0;

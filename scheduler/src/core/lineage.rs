@@ -146,7 +146,7 @@ impl Core {
         let (collective, rank) = (spec.collective.is_some(), s.rank);
         let j = self.jobs.get_mut(&key.0).expect("exists");
         j.subtasks[key.1 as usize].unfetched_requeues += 1;
-        let at = now.saturating_add(self.config.heartbeat_timeout_ms);
+        let at = now.saturating_add(self.timing.current().heartbeat_timeout_ms);
         let note = format!(
             "input {o} could not be fetched ({error}); placed again in {} ms, once its holders are known (not a failure)",
             at - now

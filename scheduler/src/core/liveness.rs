@@ -1,7 +1,8 @@
 //! Liveness (issue 29): which silent workers are declared lost, when evictions halt instead, and
 //! the fresh grace period every worker gets after the coordinator itself stalled.
 //!
-//! A worker silent for longer than `heartbeat_timeout_ms` is declared lost and its attempts are
+//! A worker silent for longer than its heartbeat timeout (`heartbeat_timeout_ms`, or the longer
+//! one its session was told as the cluster grew: `timing.rs`) is declared lost and its attempts are
 //! placed again. But when many workers fall silent at once, the likelier cause is on the
 //! coordinator's side (its network, its host), not that many nodes died together; re-placing
 //! their work would restart the cluster's work for nothing. So, as Kubernetes' node lifecycle
@@ -20,6 +21,7 @@
 use plexus_proto::WorkerId;
 
 use super::eviction::{EvictionHalt, may_evict};
+use super::records::WorkerRecord;
 use super::state::Core;
 
 impl Core {
@@ -29,12 +31,12 @@ impl Core {
     /// apart), so the share counts every worker silent for over half the timeout: otherwise the
     /// first would be lost alone, and the cluster be too small to halt by the time of the next.
     pub(super) fn evict_silent(&mut self, now: u64) {
-        let timeout = self.config.heartbeat_timeout_ms;
         let mut alive = 0;
         let mut unresponsive = 0;
         let mut silent: Vec<WorkerId> = Vec::new();
         for w in self.workers.values().filter(|w| w.record().alive) {
             alive += 1;
+            let timeout = self.timeout_of(w.record());
             let quiet = now.saturating_sub(w.record().last_heartbeat);
             if quiet > timeout / 2 {
                 unresponsive += 1;
@@ -42,6 +44,18 @@ impl Core {
             if quiet > timeout {
                 silent.push(w.id());
             }
+        }
+        if self.timing.rescale(&self.config, alive) {
+            let t = self.timing.current();
+            tracing::info!(
+                alive,
+                step = self.timing.level(),
+                interval_ms = t.heartbeat_interval_ms,
+                lease_ms = t.lease_ms,
+                timeout_ms = t.heartbeat_timeout_ms,
+                max_heartbeats_per_sec = self.config.max_heartbeats_per_sec,
+                "heartbeat timing changed with the cluster's size; workers learn it from their next heartbeat"
+            );
         }
         if silent.is_empty() || may_evict(&self.config.eviction, alive, unresponsive) {
             if let Some(h) = self.halt.take() {
@@ -75,10 +89,16 @@ impl Core {
         self.halt = Some(EvictionHalt { since, silent: unresponsive, alive });
     }
 
-    /// Whether `worker` has been silent past the heartbeat timeout at `now` (while evictions are
+    /// Whether a worker has been silent past its heartbeat timeout at `now` (while evictions are
     /// halted such a worker is alive, but nothing new is placed on it).
-    pub(super) fn is_silent(&self, last_heartbeat: u64, now: u64) -> bool {
-        now.saturating_sub(last_heartbeat) > self.config.heartbeat_timeout_ms
+    pub(super) fn is_silent(&self, worker: &WorkerRecord, now: u64) -> bool {
+        now.saturating_sub(worker.last_heartbeat) > self.timeout_of(worker)
+    }
+
+    /// How long the coordinator waits for a heartbeat of this worker before declaring it lost:
+    /// the configured timeout, or the longest its session was told if that is longer.
+    pub(super) fn timeout_of(&self, worker: &WorkerRecord) -> u64 {
+        worker.timeout_ms.max(self.config.heartbeat_timeout_ms)
     }
 
     /// Gives every alive worker a fresh heartbeat timeout from `now`: the coordinator did not

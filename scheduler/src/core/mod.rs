@@ -74,6 +74,7 @@ mod restore;
 mod sample;
 mod signature;
 mod state;
+pub mod timing;
 mod workers;
 
 pub use config::{CoreConfig, Counters, MIN_FENCE_MARGIN_MS};

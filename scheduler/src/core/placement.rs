@@ -599,8 +599,7 @@ impl Core {
             let gang = held.hold_of(&w.id()).filter(|h| !h.admits(task.timeout_ms, now));
             let gpu_room = share.is_none_or(|m| !w.shareable_gpus(m).is_empty());
             // Silent past the timeout but not lost (evictions halted): nothing new goes there.
-            let draining =
-                w.record().draining || (self.halt.is_some() && self.is_silent(w.record().last_heartbeat, now));
+            let draining = w.record().draining || (self.halt.is_some() && self.is_silent(w.record(), now));
             // (The label test last: it is the dearest, and most workers of a full cluster fail
             // the room test before it.)
             let fits = req.fits_in(&free)

@@ -197,6 +197,11 @@ pub struct WorkerRecord {
     /// Kept across re-registration and restarts.
     #[serde(default)]
     pub draining: bool,
+    /// The longest heartbeat timeout this session was told (ms; 0: the configured one): the
+    /// coordinator waits at least this long before declaring it lost, since the worker may hold
+    /// a lease that long (`timing.rs`). Stored whenever it grows, so a new leader waits as long.
+    #[serde(default)]
+    pub timeout_ms: u64,
 }
 
 /// One candidate as recorded for `plexus explain`.

@@ -16,6 +16,7 @@ use super::ledger::{Ledger, Worker};
 use super::messages::Outbox;
 use super::ready::{OrderKey, ReadyQueue};
 use super::records::{PlacementRecord, Subtask};
+use super::timing::{HeartbeatTiming, TimingScale};
 use crate::error::Error;
 use crate::gpu::learner::{ContentionModel, GpuLearner};
 use crate::placer::{LearningStats, Placer};
@@ -51,6 +52,8 @@ pub struct Core {
     pub(super) sample_cursor: std::cell::Cell<Option<plexus_proto::WorkerId>>,
     /// When [`Core::tick`] last looked for silent workers.
     pub(super) evicted_at: u64,
+    /// The heartbeat timing told to workers now, stretched with the cluster (`timing.rs`).
+    pub(super) timing: TimingScale,
     /// Whether a finished subtask's placement record leaves memory (it is in the store; see
     /// [`Core::spill_placements`]).
     pub(super) spill: bool,
@@ -59,6 +62,7 @@ pub struct Core {
 impl Core {
     pub fn new(config: CoreConfig, placer: Box<dyn Placer>) -> Core {
         Core {
+            timing: TimingScale::new(&config),
             config,
             placer,
             jobs: JobTable::default(),
@@ -81,6 +85,12 @@ impl Core {
 
     pub fn config(&self) -> &CoreConfig {
         &self.config
+    }
+
+    /// The heartbeat timing workers are told now: the configured one, stretched when the alive
+    /// workers would send more than `max_heartbeats_per_sec` (`timing.rs`).
+    pub fn timing(&self) -> HeartbeatTiming {
+        self.timing.current()
     }
 
     pub fn placer_name(&self) -> &'static str {

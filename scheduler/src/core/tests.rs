@@ -357,6 +357,93 @@ fn a_restored_worker_has_the_restore_grace_to_register_again() {
     assert!(!r.worker(wid(1)).unwrap().record().alive, "still alive past the timeout and the grace");
 }
 
+/// Past `max_heartbeats_per_sec` the timing stretches: workers are told it on their next
+/// heartbeat, a session is never declared lost sooner than the longest timeout it was told (even
+/// when the cluster shrinks and a shorter one is told), and that timeout is stored, so a new
+/// leader waits as long.
+#[test]
+fn the_heartbeat_timing_stretches_with_the_cluster_and_a_told_timeout_is_kept() {
+    // 20 heartbeats a second at most: 11 workers at 500 ms send 22, so one step (750 ms).
+    // (Evictions never halt here: ten workers fall silent at once.)
+    let config = CoreConfig {
+        max_heartbeats_per_sec: 20,
+        eviction: super::eviction::EvictionGuard { max_lost_share: 1.0, ..Default::default() },
+        ..CoreConfig::default()
+    };
+    let base = timing::HeartbeatTiming::at(&config, 0);
+    let mut c = Core::new(config.clone(), heuristic("least-loaded", 1).unwrap());
+    for n in 0..10 {
+        c.register(numbered(n, 1), 0);
+    }
+    c.tick(60);
+    assert_eq!(c.timing(), base, "10 workers send 20 heartbeats a second: within the budget");
+    assert_eq!(c.worker(numbered(0, 1).worker).unwrap().record().timeout_ms, base.heartbeat_timeout_ms);
+    c.take_outbox();
+    c.register(numbered(10, 1), 62);
+    c.tick(120);
+    let stretched = c.timing();
+    assert_eq!(stretched, timing::HeartbeatTiming::at(&config, 1));
+    assert!(stretched.heartbeat_interval_ms > base.heartbeat_interval_ms);
+    // A heartbeat is answered with the new timing, and the longer timeout told is stored.
+    c.take_outbox();
+    assert!(c.heartbeat(numbered(0, 1).worker, "s0", NodeReport::default(), 100));
+    assert_eq!(c.worker(numbered(0, 1).worker).unwrap().record().timeout_ms, stretched.heartbeat_timeout_ms);
+    assert!(c.take_outbox().workers.contains(&numbered(0, 1).worker), "the longer timeout is stored");
+    // Another heartbeat at the same timing writes nothing.
+    assert!(c.heartbeat(numbered(0, 1).worker, "s0", NodeReport::default(), 150));
+    assert!(c.take_outbox().workers.is_empty());
+
+    // The cluster shrinks to a third: the timing shortens again (one step), but worker 0, told the
+    // longer timeout, is not lost before it, while the others (never told it) are.
+    let snap_workers: Vec<_> = c.workers().map(|w| w.record().clone()).collect();
+    let last = 150;
+    c.tick(last + base.heartbeat_timeout_ms + 1);
+    let w0 = c.worker(numbered(0, 1).worker).unwrap().record().clone();
+    assert!(w0.alive, "lost after the configured timeout although told a longer one");
+    assert!(!c.worker(numbered(1, 1).worker).unwrap().record().alive);
+    c.tick(last + stretched.heartbeat_timeout_ms + 1);
+    assert!(!c.worker(numbered(0, 1).worker).unwrap().record().alive, "still alive past its own timeout");
+    assert_eq!(c.timing(), base, "one worker left: the configured timing again");
+
+    // A new leader restores the stored records: worker 0 keeps the longer timeout it was told.
+    let snap = Snapshot { jobs: vec![], subtasks: vec![], workers: snap_workers };
+    let mut r = Core::new(config, heuristic("least-loaded", 1).unwrap());
+    r.restore(snap, 1_000).unwrap();
+    let grace = 1_000 + super::restore::RESTORE_GRACE_MS;
+    r.tick(grace + base.heartbeat_timeout_ms + 1);
+    assert!(r.worker(numbered(0, 1).worker).unwrap().record().alive);
+    assert!(!r.worker(numbered(1, 1).worker).unwrap().record().alive);
+    r.tick(grace + stretched.heartbeat_timeout_ms + 1);
+    assert!(!r.worker(numbered(0, 1).worker).unwrap().record().alive);
+}
+
+/// A worker process that registers again (same session) keeps the longest timeout it was told;
+/// a new process starts from the timing of now.
+#[test]
+fn a_told_timeout_lasts_as_long_as_the_session() {
+    let config = CoreConfig { max_heartbeats_per_sec: 20, ..CoreConfig::default() };
+    let mut c = Core::new(config.clone(), heuristic("least-loaded", 1).unwrap());
+    for n in 0..11 {
+        c.register(numbered(n, 1), 0);
+    }
+    c.tick(60);
+    let stretched = c.timing().heartbeat_timeout_ms;
+    assert!(c.heartbeat(numbered(0, 1).worker, "s0", NodeReport::default(), 70));
+    let again = |c: &mut Core, session: &str| {
+        let mut r = numbered(0, 1);
+        r.session = session.into();
+        c.register(r, 130);
+        c.worker(numbered(0, 1).worker).unwrap().record().timeout_ms
+    };
+    // The budget lifted: the configured timing again.
+    c.config.max_heartbeats_per_sec = 0;
+    c.tick(120);
+    let base = c.timing().heartbeat_timeout_ms;
+    assert!(base < stretched);
+    assert_eq!(again(&mut c, "s0"), stretched, "the same process may hold the longer lease");
+    assert_eq!(again(&mut c, "new"), base, "a new process holds no lease yet");
+}
+
 #[test]
 fn restore_refuses_a_store_with_missing_subtasks() {
     let mut c = core();

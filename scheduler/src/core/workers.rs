@@ -56,6 +56,12 @@ impl Core {
 
         let registered_at = self.workers.get(&id).map(|w| w.record().registered_at).unwrap_or(now);
         let draining = self.workers.get(&id).is_some_and(|w| w.record().draining);
+        // The same process may hold a longer lease than the timing it is told now (`timing.rs`).
+        let told = self.timing.current().heartbeat_timeout_ms;
+        let timeout_ms = match self.workers.get(&id) {
+            Some(w) if same_process => w.record().timeout_ms.max(told),
+            _ => told,
+        };
         let record = WorkerRecord {
             id,
             session: reg.session,
@@ -65,6 +71,7 @@ impl Core {
             registered_at,
             last_heartbeat: now,
             draining,
+            timeout_ms,
         };
         self.workers.register(record);
         self.out.workers.insert(id);
@@ -91,10 +98,16 @@ impl Core {
         Ok(())
     }
 
-    /// A heartbeat; false if the worker must register again (unknown, or another session).
+    /// A heartbeat; false if the worker must register again (unknown, or another session). Its
+    /// answer carries [`Core::timing`].
     pub fn heartbeat(&mut self, id: WorkerId, session: &str, node: NodeReport, now: u64) -> bool {
         if !self.workers.heartbeat(id, session, now) {
             return false;
+        }
+        // Its answer tells the worker the timing of now; a longer timeout than it was told
+        // before is stored before the answer leaves (the outbox is committed first).
+        if self.workers.raise_timeout(id, self.timing.current().heartbeat_timeout_ms) {
+            self.out.workers.insert(id);
         }
         self.workers.update_node(id, node);
         true

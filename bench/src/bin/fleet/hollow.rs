@@ -19,8 +19,16 @@ pub(crate) struct Hollow {
     session: String,
     client: WorkerServiceClient<Channel>,
     running: Mutex<Vec<pb::AttemptRef>>,
-    /// The heartbeat interval the coordinator gave at registration.
-    every: Duration,
+    /// The heartbeat interval the coordinator gave (ms): at registration, then as it stretches
+    /// or shortens it with the cluster's size (`HeartbeatResponse`).
+    every: AtomicU64,
+}
+
+impl Hollow {
+    /// The heartbeat interval the coordinator told this worker last.
+    pub(crate) fn interval(&self) -> Duration {
+        Duration::from_millis(self.every.load(Relaxed))
+    }
 }
 
 /// What the fleet's workers were asked to run: each subtask replica's assignments, and whether
@@ -153,11 +161,12 @@ async fn register_at(
         })
         .await?
         .into_inner();
-    let every = Duration::from_millis(r.heartbeat_interval_ms.max(1));
+    let every = AtomicU64::new(r.heartbeat_interval_ms.max(1));
     Ok(Arc::new(Hollow { id, session, client, running: Mutex::new(Vec::new()), every }))
 }
 
-/// Heartbeats at the interval the coordinator gave until `stop`, timing each while `timing`.
+/// Heartbeats at the interval the coordinator gives until `stop`, timing each while `timing`.
+/// A new interval in an answer takes effect from the next heartbeat on, as on a real worker.
 pub(crate) async fn heartbeats(
     h: Arc<Hollow>,
     stop: Arc<AtomicBool>,
@@ -165,8 +174,9 @@ pub(crate) async fn heartbeats(
     timing: Arc<AtomicBool>,
 ) {
     // Spread over the interval, as workers that started at different times are.
-    tokio::time::sleep(h.every * u32::from(h.id.as_bytes()[15]) / 256).await;
-    let mut tick = tokio::time::interval(h.every);
+    let mut every = h.interval();
+    tokio::time::sleep(every * u32::from(h.id.as_bytes()[15]) / 256).await;
+    let mut tick = tokio::time::interval(every);
     while !stop.load(Relaxed) {
         tick.tick().await;
         let running = h.running.lock().await.clone();
@@ -181,6 +191,12 @@ pub(crate) async fn heartbeats(
             .await;
         if r.is_ok() && timing.load(Relaxed) {
             rtts.lock().expect("rtts").push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let told = r.map_or(0, |r| r.into_inner().heartbeat_interval_ms);
+        if told != 0 && Duration::from_millis(told) != every {
+            every = Duration::from_millis(told);
+            h.every.store(told, Relaxed);
+            tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         }
     }
 }

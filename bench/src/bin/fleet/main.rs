@@ -64,6 +64,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use plexus_proto::pb;
+use plexus_scheduler::core::config::DEFAULT_MAX_HEARTBEATS_PER_SEC;
 use plexus_worker::credentials::TrustConfig;
 
 use hollow::{Ledger, assignments, heartbeats, join_all, register_all};
@@ -110,6 +111,11 @@ struct Args {
     /// e.g. `200,0` to put shedding and none side by side.
     #[arg(long = "shed-lag-ms", value_delimiter = ',', default_value = "200")]
     shed_lag_ms: Vec<u64>,
+    /// The coordinator's `--max-heartbeats-per-sec`, one fleet per value at each size (0: the
+    /// configured 500 ms timing at any size), e.g. `2000,0` to put the stretched timing and the
+    /// fixed one side by side.
+    #[arg(long = "max-heartbeats-per-sec", value_delimiter = ',', default_values_t = [DEFAULT_MAX_HEARTBEATS_PER_SEC])]
+    max_heartbeats_per_sec: Vec<u64>,
     /// Clients calling `ListWorkers` in a loop during the flood.
     #[arg(long, default_value_t = 8)]
     flooders: usize,
@@ -171,7 +177,9 @@ struct Row {
     /// The coordinator's CPU (cores) while the workers only heartbeat, and while the job runs.
     idle_cpu: Option<f64>,
     work_cpu: Option<f64>,
-    shed_lag_ms: u64,
+    knobs: Knobs,
+    /// The heartbeat interval the coordinator gave at the end of the placement run.
+    interval: Duration,
     join: Duration,
     register: Duration,
     hb_p50_ms: f64,
@@ -249,11 +257,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for &n in &args.workers {
         for &store in &args.stores {
             for &shed in &args.shed_lag_ms {
-                eprintln!("fleet: {n} hollow workers, {} store, --shed-lag-ms {shed}", store.name());
-                // A size that fails is reported with the others, not instead of them.
-                match run(&rt, &args, (n, store), shed) {
-                    Ok(r) => rows.push(r),
-                    Err(e) => failed.push(format!("N={n} {} --shed-lag-ms {shed}: {e}", store.name())),
+                for &budget in &args.max_heartbeats_per_sec {
+                    let knobs = Knobs { shed_lag_ms: shed, max_heartbeats_per_sec: budget };
+                    eprintln!("fleet: {n} hollow workers, {} store, {knobs}", store.name());
+                    // A size that fails is reported with the others, not instead of them.
+                    match run(&rt, &args, (n, store), knobs) {
+                        Ok(r) => rows.push(r),
+                        Err(e) => failed.push(format!("N={n} {} {knobs}: {e}", store.name())),
+                    }
                 }
             }
         }
@@ -269,13 +280,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Err(format!("{} of {} runs failed", failed.len(), failed.len() + rows.len()).into())
 }
 
+/// The coordinator's settings a run compares (each a list on the command line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Knobs {
+    pub(crate) shed_lag_ms: u64,
+    pub(crate) max_heartbeats_per_sec: u64,
+}
+
+impl std::fmt::Display for Knobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--shed-lag-ms {} --max-heartbeats-per-sec {}", self.shed_lag_ms, self.max_heartbeats_per_sec)
+    }
+}
+
 fn run(
     rt: &tokio::runtime::Runtime,
     args: &Args,
     (n, store): (usize, StoreKind),
-    shed: u64,
+    knobs: Knobs,
 ) -> Result<Row, Box<dyn std::error::Error>> {
-    let mut c = Plane::start(store, args, shed)?;
+    let mut c = Plane::start(store, args, knobs)?;
     // The coordinator's own footprint before any worker (libtorch's pages among it).
     let rss_before = c.pid().and_then(rss_of);
     let dirs = tempfile::tempdir()?;
@@ -328,6 +352,9 @@ fn run(
 
     let lists = Lists::take(&c)?;
     let rss = c.pid().and_then(rss_of);
+    // The interval the coordinator gives now (the fleet's longest: a worker learns a change from
+    // its next heartbeat).
+    let interval = fleet.iter().map(|h| h.interval()).max().unwrap_or_default();
     let (storms, takeover) = restarts(rt, &mut c, args, &creds, (&stop, &placed), &ledger)?;
     stop.store(true, Relaxed);
     drop(fleet);
@@ -339,7 +366,8 @@ fn run(
         real,
         idle_cpu,
         work_cpu,
-        shed_lag_ms: shed,
+        knobs,
+        interval,
         flood,
         join,
         register: register_time,

@@ -9,7 +9,7 @@ use plexus_e2e::ha::{Client, HaCluster, HaConfig};
 use plexus_e2e::{Cluster, ClusterConfig};
 use plexus_proto::pb;
 
-use crate::Args;
+use crate::{Args, Knobs};
 
 /// Which store the coordinator keeps its state in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,9 +42,15 @@ pub(crate) enum Plane {
 
 impl Plane {
     /// A fresh secure control plane with `--real-workers` real workers: heartbeats at the product's interval, a
-    /// worker lost after 10 s silent, `--shed-lag-ms shed`.
-    pub(crate) fn start(store: StoreKind, args: &Args, shed: u64) -> Result<Plane, Box<dyn std::error::Error>> {
-        let mut coordinator_args = vec!["--shed-lag-ms".to_string(), shed.to_string()];
+    /// worker lost after 10 s silent (both stretched past `knobs.max_heartbeats_per_sec`), and
+    /// `knobs.shed_lag_ms`.
+    pub(crate) fn start(store: StoreKind, args: &Args, knobs: Knobs) -> Result<Plane, Box<dyn std::error::Error>> {
+        let mut coordinator_args = vec![
+            "--shed-lag-ms".to_string(),
+            knobs.shed_lag_ms.to_string(),
+            "--max-heartbeats-per-sec".into(),
+            knobs.max_heartbeats_per_sec.to_string(),
+        ];
         Ok(match store {
             StoreKind::Sled => Plane::Sled(Cluster::start(ClusterConfig {
                 workers: args.real_workers,

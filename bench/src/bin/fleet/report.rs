@@ -40,9 +40,11 @@ pub(crate) fn print(args: &Args, rows: &[Row]) {
         args.cpus, args.etcd_members, args.subtasks
     );
     println!(
-        "{:>6} {:>5} {:>8} {:>9} {:>8} {:>8} {:>7} {:>8} {:>11} {:>8} {:>9} {:>10} {:>9} {:>10} {:>8} {:>8} {:>9}",
+        "{:>6} {:>5} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8} {:>7} {:>8} {:>11} {:>8} {:>9} {:>10} {:>9} {:>10} {:>8} {:>8} {:>9}",
         "N",
         "store",
+        "hb/s max",
+        "interval",
         "join s",
         "register",
         "hb p50",
@@ -68,9 +70,15 @@ pub(crate) fn print(args: &Args, rows: &[Row]) {
             _ => "-".into(),
         };
         println!(
-            "{:>6} {:>5} {:>8.1} {:>8.1}s {:>6.1}ms {:>6.1}ms {:>7} {:>8} {:>11.0} {:>8} {:>9} {:>10} {:>9.1} {:>10.1} {:>8.1} {:>8.2} {:>9}",
+            "{:>6} {:>5} {:>8} {:>7}ms {:>8.1} {:>8.1}s {:>6.1}ms {:>6.1}ms {:>7} {:>8} {:>11.0} {:>8} {:>9} {:>10} {:>9.1} {:>10.1} {:>8.1} {:>8.2} {:>9}",
             r.n,
             r.store.name(),
+            if r.knobs.max_heartbeats_per_sec == 0 {
+                "off".to_string()
+            } else {
+                r.knobs.max_heartbeats_per_sec.to_string()
+            },
+            r.interval.as_millis(),
             r.join.as_secs_f64(),
             r.register.as_secs_f64(),
             r.hb_p50_ms,
@@ -204,7 +212,7 @@ fn print_flood(args: &Args, rows: &[Row]) {
         );
         for r in rows {
             let f = &r.flood;
-            let shed = if r.shed_lag_ms == 0 { "off".to_string() } else { r.shed_lag_ms.to_string() };
+            let shed = if r.knobs.shed_lag_ms == 0 { "off".to_string() } else { r.knobs.shed_lag_ms.to_string() };
             println!(
                 "{:>6} {:>9} {:>8.1}ms {:>8.1}ms {:>8} {:>9} {:>8} {:>7}",
                 r.n, shed, r.hb_p99_ms, f.hb_p99_ms, f.heartbeats, f.answered, f.shed, f.failed
@@ -281,9 +289,7 @@ fn print_etcd_vs_sled(rows: &[Row]) {
         .iter()
         .filter(|e| e.store == StoreKind::Etcd)
         .filter_map(|e| {
-            rows.iter()
-                .find(|s| s.store == StoreKind::Sled && s.n == e.n && s.shed_lag_ms == e.shed_lag_ms)
-                .map(|s| (e, s))
+            rows.iter().find(|s| s.store == StoreKind::Sled && s.n == e.n && s.knobs == e.knobs).map(|s| (e, s))
         })
         .collect();
     if pairs.is_empty() {
