@@ -1,14 +1,17 @@
 //! The engine: one thread that owns the [`Core`] and the [`Store`] and serialises every change.
 //!
 //! gRPC handlers send [`Cmd`]s over a channel. The engine drains whatever has arrived, applies it
-//! all to the core, lets the core place ready subtasks, commits every changed record in ONE
-//! atomic, flushed batch (group commit), and only then answers the callers, pushes assignments
-//! to workers and wakes watchers. Nothing is acknowledged or acted on before it is durable, and
-//! one fsync is shared by everything that arrived while the previous one ran. (A heartbeat that
-//! changed nothing stored is answered as it is applied: there is nothing to wait for.)
+//! all to the core, lets the core place ready subtasks, and hands every changed record, encoded
+//! as ONE atomic batch, to the committer thread (`commit.rs`), which writes and flushes it and
+//! only then answers the round's callers; the engine pushes the round's assignments to workers
+//! and wakes its watchers once it hears the write is done (`rounds.rs`), and meanwhile goes on
+//! with the next rounds. Nothing is acknowledged or acted on before it is durable, rounds are
+//! written in order, and one fsync is shared by everything that queued up while the previous
+//! one ran. (A heartbeat that changed nothing stored is answered as it is applied: there is
+//! nothing to wait for.)
 
 use std::collections::HashMap;
-use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plexus_proto::{JobId, WorkerId};
@@ -19,11 +22,14 @@ use plexus_scheduler::core::timing::HeartbeatTiming;
 use plexus_scheduler::core::{Core, NodeReport, Outbox, Registration, Report};
 use plexus_scheduler::spec::JobSpec;
 
+use crate::commit::{Committer, Deferred, Pending};
 use crate::error::Error;
 pub use crate::lookup::LogSource;
 use crate::lookup::{explained, log_source};
 use crate::queue;
-use crate::store::{Batch, Store};
+
+mod rounds;
+use crate::store::Store;
 use crate::view::{Detail, Explanation, JobView, QueueView, Timing, WorkBatch, WorkerList, WorkerPage, WorkerView};
 
 /// How often the engine wakes with nothing to do, to detect lost workers. A tenth of a second
@@ -263,7 +269,11 @@ struct Stats {
 struct Engine {
     stats: Stats,
     core: Core,
-    store: Box<dyn Store>,
+    store: Arc<dyn Store>,
+    /// Writes each round's records while the engine goes on (`commit.rs`).
+    committer: Committer,
+    /// The rounds whose commits are being written, oldest first.
+    inflight: std::collections::VecDeque<InFlight>,
     clock: fn() -> u64,
     delivery: HashMap<WorkerId, Delivery>,
     watchers: HashMap<JobId, watch::Sender<JobView>>,
@@ -315,9 +325,12 @@ pub fn start_acting(
     let (tx, rx) = queue::channel();
     let estimates_saved = (core.estimates().revision(), clock());
     let metrics = metrics.then(|| crate::metrics::Metrics::new(core.placer_name(), tx.load().clone()));
+    let store: Arc<dyn Store> = Arc::from(store);
     let engine = Engine {
         stats: Stats::default(),
         core,
+        committer: Committer::start(store.clone()),
+        inflight: std::collections::VecDeque::new(),
         store,
         clock,
         delivery: HashMap::new(),
@@ -334,7 +347,33 @@ pub fn start_acting(
     (EngineHandle::from_sender(tx), join)
 }
 
-type Deferred = Box<dyn FnOnce() + Send>;
+/// A round whose commit is being written: what is sent once it is durable.
+struct InFlight {
+    pending: Pending,
+    /// Its assignments and cancellations, and which records it wrote.
+    out: Outbox,
+    /// Its watchers' new views, built when the round ended (what was committed).
+    views: Vec<(JobId, JobView)>,
+}
+
+/// What the engine's wait for commands ended with. (A command is moved once through it, as
+/// through the queue; boxing it would allocate for every command.)
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Cmd(Cmd),
+    /// None came for [`TICK`]: a round all the same (retries' back-offs, silent workers).
+    Tick,
+    /// Every handle is gone: the engine stops.
+    Disconnected,
+}
+
+/// The most rounds whose commits may be written at once: past it, the engine waits for the
+/// oldest (a stalled disk holds the engine there, not its memory).
+const MAX_IN_FLIGHT: usize = 8;
+
+/// How long the engine waits for commands at a time while a commit is being written, so that
+/// it sends that round's assignments soon after the commit ends.
+const POLL_WHILE_COMMITTING: Duration = Duration::from_micros(500);
 
 fn defer<T: Send + 'static>(reply: Reply<T>, value: T) -> Deferred {
     Box::new(move || {
@@ -344,76 +383,6 @@ fn defer<T: Send + 'static>(reply: Reply<T>, value: T) -> Deferred {
 }
 
 impl Engine {
-    fn run(mut self, rx: queue::Receiver<Cmd>) -> Result<(), Error> {
-        loop {
-            let first = match rx.recv_timeout(TICK) {
-                Ok(c) => Some(c),
-                Err(std_mpsc::RecvTimeoutError::Timeout) => None,
-                Err(std_mpsc::RecvTimeoutError::Disconnected) => {
-                    self.save_estimates((self.clock)(), true);
-                    self.log_stats();
-                    return Ok(());
-                }
-            };
-            let now = (self.clock)();
-            self.notice_stall(now);
-            if self.acting.as_ref().is_some_and(|may| !may()) {
-                self.core.grace(now);
-            }
-            let mut replies: Vec<Deferred> = Vec::new();
-            let mut next = first;
-            let mut n = 0;
-            let mut stop = false;
-            let t0 = Instant::now();
-            while let Some(cmd) = next {
-                if matches!(cmd, Cmd::Stop) {
-                    stop = true;
-                    break;
-                }
-                self.apply(cmd, now, &mut replies);
-                n += 1;
-                next = if n < MAX_BATCH { rx.try_recv().ok() } else { None };
-            }
-            let t1 = Instant::now();
-            self.core.tick(now);
-            self.core.schedule(now);
-            let mut out = self.core.take_outbox();
-            let t2 = Instant::now();
-            let committed = self.commit(&out);
-            let t3 = Instant::now();
-            if let Err(e) = committed {
-                // State in memory is ahead of the disk now; the only safe course is to stop and
-                // let a restart reload what is durable. Callers see their replies dropped.
-                tracing::error!(error = %e, "commit failed; stopping the engine");
-                return Err(e);
-            }
-            if let Some(m) = &mut self.metrics {
-                m.observe_round(&self.core, &out, (t2 - t0).as_secs_f64(), (t3 - t2).as_secs_f64());
-            }
-            for r in replies {
-                r();
-            }
-            let busy = n > 0 || !out.is_empty();
-            self.dispatch(&mut out);
-            self.notify(&out, now);
-            self.save_estimates(now, stop);
-            let st = &mut self.stats;
-            if busy {
-                st.rounds += 1;
-            }
-            st.commands += n as u64;
-            st.records += (out.jobs.len() + out.subtasks.len() + out.placements.len() + out.workers.len()) as u64;
-            st.apply += t1 - t0;
-            st.schedule += t2 - t1;
-            st.commit += t3 - t2;
-            st.dispatch += t3.elapsed();
-            if stop {
-                self.log_stats();
-                return Ok(());
-            }
-        }
-    }
-
     /// Notices that the coordinator itself stalled — a gap between two rounds (the loop wakes at
     /// least every [`TICK`]), or the wall clock advancing further than the monotonic one — longer
     /// than a third of the heartbeat timeout (at least [`MIN_STALL`]). Its process was stopped, or
@@ -470,34 +439,6 @@ impl Engine {
             dispatch_ms = s.dispatch.as_millis() as u64,
             "engine stats"
         );
-    }
-
-    fn commit(&mut self, out: &Outbox) -> Result<(), Error> {
-        let mut b = Batch::default();
-        for id in &out.jobs {
-            if let Some(j) = self.core.job(*id) {
-                b.job(j.record());
-            }
-        }
-        for (job, idx) in &out.subtasks {
-            if let Some(s) = self.core.subtask(*job, *idx) {
-                b.subtask(*job, *idx, s);
-            }
-        }
-        for (job, idx) in &out.placements {
-            if let Some(p) = self.core.placement(*job, *idx) {
-                b.placement(*job, *idx, p);
-            }
-        }
-        for id in &out.workers {
-            if let Some(w) = self.core.worker(*id) {
-                b.worker(w.record());
-            }
-        }
-        for id in &out.removed_workers {
-            b.remove_worker(*id);
-        }
-        self.store.commit(b)
     }
 
     fn apply(&mut self, cmd: Cmd, now: u64, replies: &mut Vec<Deferred>) {
@@ -672,7 +613,9 @@ impl Engine {
                 let told = core.worker(worker).map(|w| w.record().timeout_ms);
                 let ok = core.heartbeat(worker, &session, node, now);
                 let timing = ok.then(|| core.timing());
-                if core.worker(worker).map(|w| w.record().timeout_ms) != told {
+                // The timeout it would be told may be stored by the round being committed.
+                let unwritten = self.inflight.iter().any(|f| f.out.workers.contains(&worker));
+                if unwritten || core.worker(worker).map(|w| w.record().timeout_ms) != told {
                     // It tells the worker a longer timeout than before: answered once that is
                     // stored (`timing.rs`), after the round's commit.
                     replies.push(defer(reply, timing));
@@ -743,29 +686,6 @@ impl Engine {
             }
         }
     }
-
-    /// Wakes the watchers of every job that changed.
-    fn notify(&mut self, out: &Outbox, now: u64) {
-        if self.watchers.is_empty() {
-            return;
-        }
-        // Each changed job once, whether its record or only its subtasks changed.
-        let changed: std::collections::BTreeSet<JobId> =
-            out.jobs.iter().copied().chain(out.subtasks.iter().map(|(j, _)| *j)).collect();
-        for job in changed {
-            let Some(tx) = self.watchers.get(&job) else { continue };
-            let Some(j) = self.core.job(job) else { continue };
-            if tx.receiver_count() == 0 {
-                self.watchers.remove(&job);
-                continue;
-            }
-            tx.send_replace(JobView::of(j, Detail::Summary, now));
-            if j.record().state.is_final() {
-                // Dropping the sender ends every watch stream after its final status.
-                self.watchers.remove(&job);
-            }
-        }
-    }
 }
 
 /// The working-dir digests of job `job`, or (`None`) of every job not yet ended: those hold theirs.
@@ -799,6 +719,95 @@ mod tests {
             state: NodeReport::default(),
             known: vec![],
         }
+    }
+
+    /// A store whose commits wait while `closed`, and fail while `failing`.
+    #[derive(Default)]
+    struct GatedStore {
+        inner: MemStore,
+        closed: std::sync::Mutex<bool>,
+        opened: std::sync::Condvar,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl GatedStore {
+        fn close(&self, closed: bool) {
+            *self.closed.lock().unwrap() = closed;
+            self.opened.notify_all();
+        }
+    }
+
+    impl Store for GatedStore {
+        fn load(&self) -> Result<plexus_scheduler::core::Snapshot, Error> {
+            self.inner.load()
+        }
+        fn placement(&self, job: JobId, idx: u32) -> Result<Option<plexus_scheduler::core::PlacementRecord>, Error> {
+            self.inner.placement(job, idx)
+        }
+        fn commit(&self, batch: crate::store::Batch) -> Result<(), Error> {
+            let mut closed = self.closed.lock().unwrap();
+            while *closed {
+                closed = self.opened.wait(closed).unwrap();
+            }
+            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(Error::Unavailable("the disk is gone".into()));
+            }
+            self.inner.commit(batch)
+        }
+        fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error> {
+            self.inner.load_estimates()
+        }
+        fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error> {
+            self.inner.save_estimates(bytes)
+        }
+    }
+
+    /// Pipelined commits (`commit.rs`): while a round's records are being written the engine
+    /// goes on with new commands (a heartbeat is answered), but that round's callers are not
+    /// answered and its assignments are not sent until the write is done; a write that fails
+    /// answers nobody and stops the engine.
+    #[tokio::test]
+    async fn nothing_of_a_round_is_answered_or_sent_before_its_commit_while_the_engine_goes_on() {
+        use std::time::Duration;
+        let store = Arc::new(GatedStore::default());
+        let core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).expect("a heuristic"));
+        let (handle, thread) = start(core, Box::new(store.clone()), plexus_proto::now_ms);
+        let worker = WorkerId::random();
+        handle.call(|reply| Cmd::Register { reg: Box::new(registration(worker, 1)), reply }).await.unwrap();
+        let mut stream = handle
+            .call(|reply| Cmd::OpenStream { worker, session: "s".into(), reply })
+            .await
+            .unwrap()
+            .expect("a stream");
+
+        store.close(true);
+        let job = JobId::random();
+        let spec = parse("[[task]]\nname = \"a\"\ncommand = [\"work\"]\n", Format::Toml, "j.toml").unwrap();
+        let h = handle.clone();
+        let mut submitted = tokio::spawn(async move { h.call(|reply| Cmd::Submit { id: job, spec, reply }).await });
+        let early = tokio::time::timeout(Duration::from_millis(300), &mut submitted).await;
+        assert!(early.is_err(), "the submission was answered before its commit was written");
+        assert!(stream.try_recv().is_err(), "an assignment was sent before its commit was written");
+        // The engine goes on meanwhile: a heartbeat, which stores nothing, is answered.
+        let beat =
+            handle.call(|reply| Cmd::Heartbeat { worker, session: "s".into(), node: NodeReport::default(), reply });
+        let timing = tokio::time::timeout(Duration::from_secs(5), beat).await.expect("answered while a commit waits");
+        assert!(timing.unwrap().is_some());
+        assert!(stream.try_recv().is_err());
+
+        store.close(false);
+        submitted.await.unwrap().unwrap().unwrap();
+        let batch = tokio::time::timeout(Duration::from_secs(5), stream.recv()).await.unwrap().expect("assigned");
+        assert_eq!(batch.assign.len(), 1);
+        assert!(store.inner.load().unwrap().jobs.iter().any(|j| j.id == job), "the job is stored");
+
+        // A failed write: its caller is not answered, and the engine stops with the error.
+        store.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+        let spec = parse("[[task]]\nname = \"b\"\ncommand = [\"work\"]\n", Format::Toml, "k.toml").unwrap();
+        let lost = handle.call(|reply| Cmd::Submit { id: JobId::random(), spec, reply }).await;
+        assert!(matches!(lost, Err(Error::EngineStopped)), "answered although its commit failed");
+        let end = tokio::task::spawn_blocking(move || thread.join()).await.unwrap().expect("the engine thread ends");
+        assert!(end.unwrap_err().to_string().contains("the disk is gone"));
     }
 
     /// What a worker's succeeded attempt teaches reaches `plexus workers`, and is saved when the

@@ -30,6 +30,7 @@
 
 pub mod admin;
 pub mod auth;
+mod commit;
 pub mod convert;
 pub mod engine;
 pub mod error;

@@ -301,7 +301,7 @@ impl Metrics {
 
     /// What one round did: its placements (submission → placement latency), the subtasks that
     /// started running (placement → running), and how long it took.
-    pub fn observe_round(&mut self, core: &Core, out: &Outbox, round_s: f64, commit_s: f64) {
+    pub fn observe_round(&mut self, core: &Core, out: &Outbox, round_s: f64) {
         if !out.assignments.is_empty() {
             let placed = self
                 .placements
@@ -326,9 +326,11 @@ impl Metrics {
             }
         }
         self.round.observe(round_s);
-        if !out.is_empty() {
-            self.commit.observe(commit_s);
-        }
+    }
+
+    /// How long a round's commit took (the store's write and flush).
+    pub fn observe_commit(&mut self, commit_s: f64) {
+        self.commit.observe(commit_s);
     }
 
     /// Brings the gauges and the core's counters up to date, and encodes everything.

@@ -62,6 +62,11 @@ impl Batch {
         self.items.is_empty()
     }
 
+    /// Appends `other`'s records after these (a later write of a key wins, as in a commit).
+    pub fn append(&mut self, mut other: Batch) {
+        self.items.append(&mut other.items);
+    }
+
     /// A record already encoded (a copy from another store).
     pub fn raw(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.items.push((key, Some(value)));
@@ -114,7 +119,7 @@ fn key(prefix: u8, id: &[u8; 16], idx: Option<u32>) -> Vec<u8> {
 }
 
 /// Durable state of the coordinator.
-pub trait Store: Send {
+pub trait Store: Send + Sync {
     /// Every record but the placement records, decoded: what the core restores from.
     fn load(&self) -> Result<Snapshot, Error>;
     /// The stored record of a subtask's latest placement (for `plexus explain` of one placed
