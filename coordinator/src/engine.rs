@@ -27,10 +27,10 @@ use crate::error::Error;
 pub use crate::lookup::LogSource;
 use crate::lookup::{explained, log_source};
 use crate::queue;
-
-mod rounds;
 use crate::store::Store;
 use crate::view::{Detail, Explanation, JobView, QueueView, Timing, WorkBatch, WorkerList, WorkerPage, WorkerView};
+
+mod rounds;
 
 /// How often the engine wakes with nothing to do, to detect lost workers. A tenth of a second
 /// keeps lost-worker detection within 100 ms of the heartbeat timeout at negligible cost.

@@ -93,16 +93,14 @@ impl Engine {
         st.records += batch.len() as u64;
         st.apply += t1 - t0;
         st.schedule += t2 - t1;
-        if batch.is_empty()
+        // A round with anything to write, answer or send goes to the committer, even one that
+        // wrote nothing: what it answered may rest on what the rounds before it are writing.
+        let idle = batch.is_empty()
             && replies.is_empty()
             && out.assignments.is_empty()
             && out.cancels.is_empty()
-            && views.is_empty()
-        {
-            // Nothing to write, answer or send.
-        } else {
-            // Even a round that wrote nothing is answered after the rounds before it: what it
-            // answered may rest on what they are writing.
+            && views.is_empty();
+        if !idle {
             let pending = self.committer.send(batch, replies);
             self.inflight.push_back(InFlight { pending, out, views });
         }
