@@ -10,7 +10,9 @@
 //! * **register** — all N at once (a cold start's storm): connect with its certificate,
 //!   `Register`, open the `Assignments` stream;
 //! * **heartbeats** at the interval the coordinator gives, each timed (round trip), for
-//!   `--heartbeat-secs`, listing the attempts it is running;
+//!   `--heartbeat-secs`, listing the attempts it is running; a new interval in an answer is
+//!   followed from then on (the coordinator stretches its timing past `--max-heartbeats-per-sec`,
+//!   a list of values puts runs side by side; the table shows the interval it ended at);
 //! * **work** — a job of `--subtasks` one-core no-op replicas: each assignment is answered with
 //!   RUNNING and SUCCEEDED in one `ReportTasks` (no process, no data), so the figure is what the
 //!   control plane sustains: placements per second from submit to the job's end; with
