@@ -7,7 +7,7 @@
 //! thread of their own, the committer, while the engine applies the next commands and places
 //! the next subtasks. What must wait for durability still waits: the committer answers the
 //! round's callers only once its write is flushed, and the engine sends the round's assignments
-//! and watchers' updates only once it hears that (`engine.rs`, `finish`). Commits stay in order:
+//! and watchers' updates only once it hears that (`engine/rounds.rs`, `finish`). Commits stay in order:
 //! the committer takes them in the order they were handed over, and what queued up while a
 //! write ran goes in one write and one flush (group commit across rounds). At most
 //! `MAX_IN_FLIGHT` rounds are being written at once (`engine.rs`). A failed write drops its
@@ -54,6 +54,9 @@ impl Committer {
         let thread = std::thread::Builder::new()
             .name("plexus-commit".into())
             .spawn(move || {
+                // After a failed write nothing more is written or answered: a later round may
+                // rest on what that one did not store. (The engine stops when it hears.)
+                let mut failed: Option<String> = None;
                 while let Ok(first) = rx.recv() {
                     // What queued up while the last write ran goes in one write and one flush,
                     // in the order the rounds were handed over.
@@ -63,7 +66,7 @@ impl Committer {
                     {
                         group.push(c);
                     }
-                    write(store.as_ref(), group);
+                    write(store.as_ref(), group, &mut failed);
                 }
             })
             .expect("spawning the commit thread at start-up");
@@ -86,8 +89,9 @@ impl Committer {
 const MAX_GROUP: usize = 64;
 
 /// Writes the rounds of `group` as one batch and one flush; on success answers their callers,
-/// oldest round first; then says how it went to each round's [`Pending`].
-fn write(store: &dyn Store, group: Vec<Commit>) {
+/// oldest round first; then says how it went to each round's [`Pending`]. Once a write has
+/// `failed`, writes nothing and answers nobody, and fails every round with that error's text.
+fn write(store: &dyn Store, group: Vec<Commit>, failed: &mut Option<String>) {
     let mut batch = Batch::default();
     let mut rounds = Vec::with_capacity(group.len());
     for c in group {
@@ -95,10 +99,16 @@ fn write(store: &dyn Store, group: Vec<Commit>) {
         rounds.push((c.replies, c.done));
     }
     let t = Instant::now();
-    let result = if batch.is_empty() { Ok(()) } else { store.commit(batch) };
+    let result = match failed {
+        Some(e) => Err(Error::Unavailable(format!("an earlier commit failed: {e}"))),
+        None if batch.is_empty() => Ok(()),
+        None => store.commit(batch),
+    };
     let took = t.elapsed();
-    let failed = result.as_ref().err().map(|e| e.to_string());
-    if failed.is_none() {
+    if let Err(e) = &result {
+        failed.get_or_insert_with(|| e.to_string());
+    }
+    if result.is_ok() {
         for (replies, _) in &mut rounds {
             for r in replies.drain(..) {
                 r();
@@ -108,7 +118,7 @@ fn write(store: &dyn Store, group: Vec<Commit>) {
     let mut result = Some(result);
     for (_, done) in rounds {
         // The first round gets the error itself, the others its text.
-        let r = match (result.take(), &failed) {
+        let r = match (result.take(), &*failed) {
             (Some(r), _) => r,
             (None, None) => Ok(()),
             (None, Some(e)) => Err(Error::Unavailable(format!("a commit written with this one failed: {e}"))),
@@ -177,4 +187,72 @@ pub(crate) fn encode(core: &Core, out: &Outbox) -> Batch {
         b.remove_worker(*id);
     }
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::store::MemStore;
+
+    /// A store whose first write fails.
+    #[derive(Default)]
+    struct FailsFirst {
+        inner: MemStore,
+        writes: AtomicUsize,
+    }
+
+    impl Store for FailsFirst {
+        fn load(&self) -> Result<plexus_scheduler::core::Snapshot, Error> {
+            self.inner.load()
+        }
+        fn placement(
+            &self,
+            job: plexus_proto::JobId,
+            idx: u32,
+        ) -> Result<Option<plexus_scheduler::core::PlacementRecord>, Error> {
+            self.inner.placement(job, idx)
+        }
+        fn commit(&self, batch: Batch) -> Result<(), Error> {
+            if self.writes.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err(Error::Unavailable("the disk is gone".into()));
+            }
+            self.inner.commit(batch)
+        }
+        fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error> {
+            self.inner.load_estimates()
+        }
+        fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error> {
+            self.inner.save_estimates(bytes)
+        }
+    }
+
+    fn one_record(key: u8) -> Batch {
+        let mut b = Batch::default();
+        b.raw(vec![key], b"{}".to_vec());
+        b
+    }
+
+    /// After a failed write the committer writes nothing more and answers nobody: a later
+    /// round may rest on what the failed one did not store.
+    #[test]
+    fn after_a_failed_write_nothing_more_is_written_or_answered() {
+        let store = Arc::new(FailsFirst::default());
+        let committer = Committer::start(store.clone());
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let reply = |n: u32| -> Vec<Deferred> {
+            let a = answered.clone();
+            vec![Box::new(move || a.lock().unwrap().push(n))]
+        };
+        let first = committer.send(one_record(1), reply(1));
+        let e = first.wait().result.unwrap_err().to_string();
+        assert!(e.contains("the disk is gone"), "{e}");
+        let later = committer.send(one_record(2), reply(2));
+        let e = later.wait().result.unwrap_err().to_string();
+        assert!(e.contains("an earlier commit failed: the disk is gone"), "{e}");
+        assert_eq!(store.writes.load(Ordering::SeqCst), 1, "written after a failed write");
+        assert!(answered.lock().unwrap().is_empty(), "answered: {:?}", answered.lock().unwrap());
+    }
 }
