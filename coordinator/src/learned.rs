@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use plexus_policy::correction::{Context, Correction};
+use plexus_policy::correction::{Context, Correction, PROBE_REACH};
 use plexus_policy::features::NAMES;
 use plexus_policy::{
     DqnPolicy, NetConfig, Observation, PolicyConfig, PolicyError, PolicyStore, RewardInputs, TaskFeatures,
@@ -69,6 +69,12 @@ pub fn summary(placer: &str, l: Option<&LearningStats>) -> String {
         s.push_str(&format!("; departed from fastest in {} ({share:.1} %)", a.departures));
         if a.withheld > 0 {
             s.push_str(&format!(", kept {} of its proposals as controls", a.withheld));
+        }
+        if a.probes > 0 {
+            s.push_str(&format!(
+                ", probed {} times where it had not learnt the kind of work on the class of node",
+                a.probes
+            ));
         }
         if a.judged > 0 {
             let gain = if a.anchor_ms > 0.0 { a.gain_ms * 100.0 / a.anchor_ms } else { 0.0 };
@@ -202,15 +208,27 @@ impl Learned {
             .as_mut()
             .map_or_else(Vec::new, |c| candidates.iter().map(|n| c.context(req.resources.cpu, n)).collect());
         let proposal = self.correction.as_ref().and_then(|c| propose(c, req, candidates, anchor, &contexts));
+        let probe = match (&proposal, &self.correction) {
+            (None, Some(c)) => c.probe(req.kind, candidates, anchor),
+            _ => None,
+        };
         let guard = self.guard.as_mut().expect("anchored_choice runs with a guard");
-        let a = guard.decide_with(req.decision, candidates, anchor, &scores, trained, proposal, &mut self.rng);
+        let a = match probe {
+            Some(p) => {
+                let c = self.correction.as_mut().expect("a probe comes from the correction");
+                c.probed(req.kind, candidates[p].worker);
+                guard.probe(p, probe_reason(&candidates[p], &candidates[anchor]))
+            }
+            None => guard.decide_with(req.decision, candidates, anchor, &scores, trained, proposal, &mut self.rng),
+        };
         if let (Some(c), Some(ctx), Some(est)) =
             (self.correction.as_mut(), contexts.get(a.chosen), candidates.get(a.chosen).and_then(|n| n.est_compute_ms))
         {
             c.remember(req.decision, req.kind, ctx.clone(), est);
         }
         self.policy.commit(req.decision, obs, a.chosen);
-        Decision { chosen: a.chosen, scores, exploratory: a.kind == Kind::Explored, reason: a.reason, features: None }
+        let exploratory = matches!(a.kind, Kind::Explored | Kind::Probed);
+        Decision { chosen: a.chosen, scores, exploratory, reason: a.reason, features: None }
     }
 }
 
@@ -313,6 +331,17 @@ impl Placer for Learned {
 
 /// A proposal must be estimated, corrected, this much faster than the anchor's choice.
 const PROPOSAL_MARGIN: f64 = 0.15;
+
+/// Why a probe went to `there` rather than to fastest's choice `anchor`, for `plexus explain`.
+fn probe_reason(there: &Candidate, anchor: &Candidate) -> String {
+    format!(
+        "this worker has not run this kind of work, so its estimate comes from its speed over other work, to \
+         which fastest is blind; one task of a kind goes to each such worker estimated at most {PROBE_REACH} × \
+         fastest's choice, once: estimated {:.0} ms here, {:.0} ms for fastest's choice",
+        there.est_run_ms().unwrap_or(f64::NAN),
+        anchor.est_run_ms().unwrap_or(f64::NAN)
+    )
+}
 
 /// The learned correction's choice, where it differs from `anchor` by more than the margin:
 /// the least corrected fetch + compute among the feasible candidates (each candidate's compute
@@ -520,7 +549,13 @@ mod placer_tests {
     use plexus_scheduler::placer::Outcome;
 
     fn cand(n: u8, est_ms: f64) -> Candidate {
-        Candidate { est_fetch_ms: Some(0.0), est_compute_ms: Some(est_ms), ..Candidate::example(n) }
+        // Estimated from the worker's runs of the kind: nothing for `rl` to probe.
+        Candidate {
+            est_fetch_ms: Some(0.0),
+            est_compute_ms: Some(est_ms),
+            est_compute_kind: true,
+            ..Candidate::example(n)
+        }
     }
 
     fn req(decision: u64) -> PlacementRequest {
@@ -627,6 +662,41 @@ mod placer_tests {
             .without_correction();
         assert!(!q.wants_running());
         assert_eq!(q.place(&r(1), &c).chosen, 0);
+    }
+
+    /// A worker that has not run a kind of work is estimated by its speed over other work, to
+    /// which fastest is blind: `rl` sends one task of the kind there (a probe) when it is
+    /// estimated within `PROBE_REACH` × fastest's choice, once per worker and kind, never past
+    /// the reach; `explain` and the stats say so.
+    #[test]
+    fn rl_probes_each_worker_blind_to_a_kind_once_within_the_reach() {
+        let mut p = by_name("rl", 3, None).unwrap();
+        let blind = |n, est| Candidate { est_compute_kind: false, ..cand(n, est) };
+        // Worker 1 has run the kind (100 ms); 2 and 3 have not and are within the reach; 4 is
+        // past it.
+        let c = vec![
+            Candidate { est_compute_kind: true, est_compute_own: true, ..cand(1, 100.0) },
+            blind(2, 150.0),
+            blind(3, 190.0),
+            blind(4, 260.0),
+        ];
+        let r = |d| PlacementRequest { kind: 7, ..req(d) };
+        let mut probed = Vec::new();
+        for id in 0..200 {
+            let d = p.place(&r(id), &c);
+            if d.reason.starts_with("probe:") {
+                assert!(d.exploratory && d.reason.contains("not run this kind"), "{}", d.reason);
+                probed.push(d.chosen);
+            }
+            assert_ne!(d.chosen, 3, "past the reach: {}", d.reason);
+            p.observe(&outcome(id, 100));
+        }
+        assert_eq!(probed, [1, 2], "the nearest first, each once");
+        // Another kind probes them again.
+        assert!(p.place(&PlacementRequest { kind: 8, ..req(500) }, &c).reason.starts_with("probe:"));
+        let l = p.learning().unwrap();
+        assert_eq!(l.anchor.as_ref().unwrap().probes, 3);
+        assert!(summary("rl", Some(&l)).contains("probed 3 times"), "{}", summary("rl", Some(&l)));
     }
 
     /// `rl-seed` is the seed's configuration: only the seed's six features, no anchor, its

@@ -125,6 +125,7 @@
             (a.gain_ms >= 0 ? "+" : "") + a.gain_ms.toFixed(0) + " ms over " + a.judged + " judged (" + (a.gain_share >= 0 ? "+" : "") + (a.gain_share * 100).toFixed(1) + " % of fastest's estimated time for them)");
           text(document.getElementById("explored"), a.explored);
           text(document.getElementById("withheld"), a.withheld);
+          text(document.getElementById("probes"), a.probes);
           text(document.getElementById("guard"), a.holding ? "holding the learner to fastest: " + a.holding : "trusts the learner");
           text(document.getElementById("fallbacks"), a.fallbacks);
         }

@@ -282,8 +282,9 @@ fn the_learned_placer_page_shows_its_counters() {
     assert_eq!(cell("departures"), "0 of 5 decisions (0.0 %)", "{dom}");
     assert_eq!(cell("gain"), "none judged yet", "{dom}");
     assert_eq!(cell("guard"), "trusts the learner", "{dom}");
+    assert!(cell("probes").parse::<u64>().is_ok_and(|p| p <= 5), "probes: {dom}");
     let api = get(&base, "/api/policy", "none");
-    assert!(api.contains("\"anchor\":{") && api.contains("\"step_every\":256"), "{api}");
+    assert!(api.contains("\"anchor\":{") && api.contains("\"step_every\":256") && api.contains("\"probes\":"), "{api}");
     if let Some(dir) = std::env::var_os("PLEXUS_SCREENSHOTS") {
         browser.screenshot(&format!("{base}/policy"), &PathBuf::from(dir).join("policy.png"));
     }

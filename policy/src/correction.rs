@@ -20,11 +20,23 @@
 //! `fastest` places it. Deterministic: no random draws, and kinds get their context slots in the
 //! order they are first seen.
 //!
+//! **Probes.** The model learns only where placed tasks go, and so does the estimator: a worker's
+//! estimate for a kind of work it has never run is its speed over other kinds, and `fastest`
+//! never sends the work where that reads slow, so a worker fast at this kind and slow at the rest
+//! is never tried, and never learnt (the blind spot of the `affinity` workload).
+//! [`Correction::probe`] names such a worker: its estimate not from its runs of this kind
+//! (`Candidate::est_compute_kind`), estimated at most [`PROBE_REACH`] times fastest's choice,
+//! never probed for this kind before. One run there teaches the estimator its rate for the kind.
+//! The budget is stated by those bounds: at most one probe per (worker, kind) pair, each costing
+//! at most `PROBE_REACH − 1` times fastest's estimate ([`MAX_PROBED`] pairs remembered; past that
+//! it starts again).
+//!
 //! Memory is bounded: at most [`MAX_KINDS`] kinds (past that the model starts again, saying so
 //! in the log), [`MAX_CELLS`] cells a kind, [`MAX_AWAITED`] decisions awaiting their outcome.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use plexus_proto::WorkerId;
 use plexus_scheduler::placer::Candidate;
 
 /// Kinds of neighbour told apart in the context; kinds past the first `SLOTS - 1` share the last.
@@ -43,6 +55,11 @@ pub const MAX_KINDS: usize = 1024;
 pub const MAX_CELLS: usize = 256;
 /// (A context is ~420 bytes: at most ~21 MB awaiting.)
 pub const MAX_AWAITED: usize = 50_000;
+/// (kind, worker) pairs probed that are remembered (~32 bytes each); past that, the set starts
+/// again.
+pub const MAX_PROBED: usize = 100_000;
+/// A probe goes only to a worker estimated at most this many times fastest's choice.
+pub const PROBE_REACH: f64 = 2.0;
 /// Step of the neighbour weights' normalised least mean squares.
 const RATE: f64 = 0.1;
 /// The bias is a running mean over at most this many outcomes (then a moving one).
@@ -95,6 +112,8 @@ pub struct Correction {
     kinds: HashMap<u64, KindModel>,
     awaited: BTreeMap<u64, Awaited>,
     outcomes: u64,
+    /// (kind, worker) pairs probed ([`Correction::probe`]).
+    probed: HashSet<(u64, WorkerId)>,
 }
 
 /// The class of a node: its capacity (cores, memory, GPUs, fast memory), hashed.
@@ -169,6 +188,47 @@ impl Correction {
         self.predict(kind, ctx).map_or(1.0, f64::exp)
     }
 
+    /// Outcomes learnt from in the cell of `kind` that `ctx` falls in.
+    pub fn cell_outcomes(&self, kind: u64, ctx: &Context) -> u64 {
+        self.kinds.get(&kind).and_then(|m| m.cells.get(&(ctx.class, ctx.own))).map_or(0, |c| c.n)
+    }
+
+    /// The worker to probe for a task of `kind`, fastest having chosen `anchor` (see the module
+    /// documentation), or `None`: the nearest feasible one whose estimate does not come from its
+    /// runs of this kind, within the reach, not probed for it yet.
+    pub fn probe(&self, kind: u64, candidates: &[Candidate], anchor: usize) -> Option<usize> {
+        let reach = candidates.get(anchor)?.est_run_ms()? * PROBE_REACH;
+        candidates
+            .iter()
+            .enumerate()
+            .filter(|&(i, c)| {
+                i != anchor && c.feasible && !c.est_compute_kind && !self.probed.contains(&(kind, c.worker))
+            })
+            .filter_map(|(i, c)| Some((i, c.est_run_ms().filter(|e| *e <= reach)?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+            .map(|(i, _)| i)
+    }
+
+    /// A task of `kind` was sent to `worker` as a probe.
+    pub fn probed(&mut self, kind: u64, worker: WorkerId) {
+        if self.probed.len() >= MAX_PROBED {
+            self.probed.clear();
+        }
+        self.probed.insert((kind, worker));
+    }
+
+    /// The model of `kind`, a new one if there is none (starting again past [`MAX_KINDS`]).
+    fn model(&mut self, kind: u64) -> &mut KindModel {
+        if self.kinds.len() >= MAX_KINDS && !self.kinds.contains_key(&kind) {
+            tracing::info!(
+                kinds = MAX_KINDS,
+                "the estimate correction holds as many kinds as it keeps; starting again"
+            );
+            self.kinds.clear();
+        }
+        self.kinds.entry(kind).or_default()
+    }
+
     /// Decision `decision` placed a task of `kind` where `ctx` holds, estimated to compute for
     /// `est_ms`: its outcome will be learnt from.
     pub fn remember(&mut self, decision: u64, kind: u64, ctx: Context, est_ms: f64) {
@@ -189,14 +249,7 @@ impl Correction {
         }
         // Whole-millisecond reports: a 0 ms run of a 1 ms estimate is not 0 × slower.
         let y = ((run_ms.max(1.0)) / a.est_ms.max(1.0)).ln().clamp(-MAX_LOG, MAX_LOG);
-        if self.kinds.len() >= MAX_KINDS && !self.kinds.contains_key(&a.kind) {
-            tracing::info!(
-                kinds = MAX_KINDS,
-                "the estimate correction holds as many kinds as it keeps; starting again"
-            );
-            self.kinds.clear();
-        }
-        let m = self.kinds.entry(a.kind).or_default();
+        let m = self.model(a.kind);
         if m.cells.len() >= MAX_CELLS && !m.cells.contains_key(&(a.ctx.class, a.ctx.own)) {
             m.cells.clear();
         }
@@ -278,6 +331,39 @@ mod tests {
         };
         let ctx = c.context(1.0, &big);
         assert!(c.factor(3, &ctx) < 1.5, "{}", c.factor(3, &ctx));
+    }
+
+    #[test]
+    fn probes_go_once_to_workers_blind_to_the_kind_near_fastests_choice() {
+        let at = |n: u8, est: f64, of_kind: bool| Candidate {
+            est_fetch_ms: Some(0.0),
+            est_compute_ms: Some(est),
+            est_compute_kind: of_kind,
+            ..Candidate::example(n)
+        };
+        let mut c = Correction::new();
+        // Fastest chose worker 1 (100 ms). A worker whose estimate comes from its runs of the
+        // kind, or one past the reach, or an infeasible one, is not probed.
+        assert_eq!(c.probe(4, &[at(1, 100.0, true), at(2, 120.0, true)], 0), None);
+        assert_eq!(c.probe(4, &[at(1, 100.0, true), at(2, 250.0, false)], 0), None);
+        let full = Candidate { feasible: false, ..at(2, 120.0, false) };
+        assert_eq!(c.probe(4, &[at(1, 100.0, true), full], 0), None);
+        // The nearest blind worker within the reach is probed, once per kind.
+        let cands = [at(1, 100.0, true), at(2, 180.0, false), at(3, 150.0, false)];
+        assert_eq!(c.probe(4, &cands, 0), Some(2));
+        c.probed(4, cands[2].worker);
+        assert_eq!(c.probe(4, &cands, 0), Some(1));
+        c.probed(4, cands[1].worker);
+        assert_eq!(c.probe(4, &cands, 0), None);
+        // Another kind is still probed there.
+        assert_eq!(c.probe(5, &cands, 0), Some(2));
+        // Fastest's own choice is never a probe, blind or not.
+        assert_eq!(c.probe(6, &[at(1, 100.0, false)], 0), None);
+        // The memory stays bounded.
+        for k in 0..(MAX_PROBED as u64 + 10) {
+            c.probed(k, cands[1].worker);
+        }
+        assert!(c.probed.len() <= MAX_PROBED);
     }
 
     #[test]

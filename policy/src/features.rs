@@ -231,6 +231,7 @@ pub fn candidate(
         est_compute_ms: est.map(|e| e.1),
         recent_slowdown: None,
         est_compute_own: false,
+        est_compute_kind: false,
         running: Vec::new(),
     }
 }

@@ -25,6 +25,12 @@
 //! slower on six of seven workloads. The judgement is per task either way and overstates what
 //! departures gain, since a task's gain is partly taken from the tasks after it.)
 //!
+//! **Probes.** The learner may also send a decision, within a budget it states, where it has not
+//! learnt what the anchor's estimates miss ([`Guard::probe`]: the coordinator's `rl` probes a
+//! class of node whose estimate for this kind of work comes only from other work, at most 8 times
+//! per kind and class, each at most 2 × the anchor's estimate). Probes are counted apart
+//! ([`Kind::Probed`]) and, like exploration, not judged.
+//!
 //! Exploration (the seed's ε) picks only among candidates within the same slack, so the
 //! estimated cost of exploring is at most ε · slack of the estimated run time (5 % × 25 % =
 //! 1.25 % with the defaults), where the seed's ε-greedy could send a task anywhere. Without
@@ -102,6 +108,9 @@ pub enum Kind {
     /// The learner proposed a departure and the anchor's choice was kept, at random, as a
     /// control: what these took is the yardstick of the proposed departures.
     Withheld,
+    /// A probe ([`Guard::probe`]): a worker of a class the learner has not learnt this kind of
+    /// work on, within the learner's stated budget; not judged, like exploration.
+    Probed,
 }
 
 struct Awaited {
@@ -190,13 +199,7 @@ impl Guard {
         proposal: Option<(usize, String)>,
         rng: &mut impl Rng,
     ) -> Anchored {
-        self.stats.decisions += 1;
-        if let Some((until, _)) = &self.hold
-            && self.stats.decisions > *until
-        {
-            self.hold = None;
-            self.window.clear();
-        }
+        self.count_decision();
         let est: Option<Vec<f64>> =
             candidates.iter().map(|c| if c.feasible { c.est_run_ms() } else { Some(f64::INFINITY) }).collect();
         let Some(est) = est.filter(|_| anchor < candidates.len()) else {
@@ -266,7 +269,7 @@ impl Guard {
             Kind::Departed => self.stats.departures += 1,
             Kind::Explored => self.stats.explored += 1,
             Kind::Withheld => self.stats.withheld += 1,
-            Kind::Followed => {}
+            Kind::Followed | Kind::Probed => {}
         }
         if a_est.is_finite() {
             self.awaited.insert(id, Awaited { kind: out.kind, proposed, anchor_est: a_est, own_est: est[out.chosen] });
@@ -275,6 +278,27 @@ impl Guard {
             }
         }
         out
+    }
+
+    /// Counts a decision, and ends a hold whose cooldown is over.
+    fn count_decision(&mut self) {
+        self.stats.decisions += 1;
+        if let Some((until, _)) = &self.hold
+            && self.stats.decisions > *until
+        {
+            self.hold = None;
+            self.window.clear();
+        }
+    }
+
+    /// Decision `id` goes to `p`, a probe the learner chose within its own stated budget
+    /// (`plexus_policy::correction`: a class of node it has not learnt this kind of work on),
+    /// `why` in words. Counted apart, not judged (like exploration), and not held back by the
+    /// guard, which judges what the learner knows, not what it has yet to learn.
+    pub fn probe(&mut self, p: usize, why: String) -> Anchored {
+        self.count_decision();
+        self.stats.probes += 1;
+        Anchored { chosen: p, kind: Kind::Probed, reason: format!("probe: {why}") }
     }
 
     /// The decision on the learner's proposal `p` (not the anchor's choice): held back while the
@@ -320,7 +344,7 @@ impl Guard {
                     }
                 }
             }
-            Kind::Explored => {}
+            Kind::Explored | Kind::Probed => {}
             Kind::Withheld => {
                 if a.anchor_est > 0.0 {
                     self.controls.push_back(took_ms / a.anchor_est);

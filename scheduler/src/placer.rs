@@ -63,6 +63,11 @@ pub struct Candidate {
     /// Whether `est_compute_ms` comes from this work's own runs on this worker
     /// (`core::estimates::Estimate::own`), not from the worker's speed over other work.
     pub est_compute_own: bool,
+    /// Whether `est_compute_ms` comes from this worker's runs of this kind of work (its own runs
+    /// of the work, or its rate over the kind: `core::estimates::Estimate::of_kind`), not only
+    /// from its speed over other kinds: where it does not, `fastest` is blind to a worker fast
+    /// or slow at this kind (`plexus_policy::correction::Correction::probe`).
+    pub est_compute_kind: bool,
     /// What runs there: the (`PlacementRequest::kind`, cores) of each attempt placed on it and
     /// not finished. Filled only for a placer whose [`Placer::wants_running`] is true (the
     /// learned placer's correction reads it); empty otherwise, so the heuristics' decisions
@@ -92,6 +97,7 @@ impl Candidate {
             est_compute_ms: None,
             recent_slowdown: None,
             est_compute_own: false,
+            est_compute_kind: false,
             running: Vec::new(),
         }
     }
@@ -235,6 +241,9 @@ pub struct AnchorStats {
     pub withheld: u64,
     /// Times the guard fell back to the anchor.
     pub fallbacks: u64,
+    /// Probes: decisions sent, within the learner's stated budget, to a class of node it had not
+    /// learnt that kind of work on (`anchor::Kind::Probed`).
+    pub probes: u64,
     /// While the guard holds the learner back: why, in words.
     pub holding: Option<String>,
 }

@@ -211,13 +211,14 @@ pub fn anchor_line(a: &plexus_scheduler::placer::AnchorStats) -> String {
     let pct = |n: u64| if a.decisions == 0 { 0.0 } else { n as f64 * 100.0 / a.decisions as f64 };
     let gain = if a.anchor_ms > 0.0 { a.gain_ms * 100.0 / a.anchor_ms } else { 0.0 };
     format!(
-        "departed in {} of {} decisions ({:.1} %), explored {} ({:.1} %), kept {} proposals as controls, {} departures \
+        "departed in {} of {} decisions ({:.1} %), explored {} ({:.1} %), probed {}, kept {} proposals as controls, {} departures \
          judged gaining {:+.0} ms ({gain:+.1} % of fastest's estimates), guard fall-backs {}",
         a.departures,
         a.decisions,
         pct(a.departures),
         a.explored,
         pct(a.explored),
+        a.probes,
         a.withheld,
         a.judged,
         a.gain_ms,

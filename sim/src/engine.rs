@@ -462,7 +462,12 @@ impl<'a> Sim<'a> {
                 // (The exact estimate is the node's own by definition.)
                 let compute = match &self.measured {
                     Some(m) => m.compute(n.spec.index, sig, estimates::kind_key(task), estimates::work_of(task)),
-                    None => Some((self.exact_compute_ms(g, n.spec.index), true)),
+                    None => Some(plexus_scheduler::core::estimates::Estimate {
+                        ms: self.exact_compute_ms(g, n.spec.index),
+                        samples: 0.0,
+                        own: true,
+                        of_kind: true,
+                    }),
                 };
                 Candidate {
                     worker: n.spec.worker,
@@ -489,9 +494,10 @@ impl<'a> Sim<'a> {
                     cache_bytes: n.spec.cache_bytes,
                     cache_used: n.cache.used(),
                     est_fetch_ms: self.est_fetch_ms(g, n, &sources),
-                    est_compute_ms: compute.map(|c| c.0),
+                    est_compute_ms: compute.map(|c| c.ms),
                     recent_slowdown: self.measured.as_ref().and_then(|m| m.slowdown(n.spec.index)),
-                    est_compute_own: compute.is_some_and(|c| c.1),
+                    est_compute_own: compute.is_some_and(|c| c.own),
+                    est_compute_kind: compute.is_some_and(|c| c.of_kind),
                     running: if wants_running { n.placed.iter().map(|p| (p.1, p.2)).collect() } else { Vec::new() },
                 }
             })

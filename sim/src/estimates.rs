@@ -192,10 +192,15 @@ impl Measured {
         self.estimates.compute_of(self.workers[node], signature, Some(kind), work).map(|e| e.ms)
     }
 
-    /// [`Measured::compute_ms`], and whether it comes from this work's own runs on `node`
-    /// (`Estimate::own`).
-    pub fn compute(&self, node: usize, signature: u64, kind: u64, work: Option<f64>) -> Option<(f64, bool)> {
-        self.estimates.compute_of(self.workers[node], signature, Some(kind), work).map(|e| (e.ms, e.own))
+    /// [`Measured::compute_ms`], and where it comes from (`Estimate::own`, `Estimate::of_kind`).
+    pub fn compute(
+        &self,
+        node: usize,
+        signature: u64,
+        kind: u64,
+        work: Option<f64>,
+    ) -> Option<plexus_scheduler::core::estimates::Estimate> {
+        self.estimates.compute_of(self.workers[node], signature, Some(kind), work)
     }
 
     /// How much slower than estimated `node`'s latest tasks ran (`Estimates::slowdown`).

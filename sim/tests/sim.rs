@@ -252,6 +252,7 @@ fn candidate(n: u8, free_cpu: f64, local: u64) -> Candidate {
         est_compute_ms: None,
         recent_slowdown: None,
         est_compute_own: false,
+        est_compute_kind: false,
         running: Vec::new(),
     }
 }

@@ -157,6 +157,7 @@ fn correction_cost() {
             .map(|i| Candidate {
                 running: (0..running).map(|_| (rng.random_range(0..12u64), rng.random_range(1.0..8.0))).collect(),
                 est_compute_own: rng.random_bool(0.5),
+                est_compute_kind: rng.random_bool(0.5),
                 recent_slowdown: Some(rng.random_range(0.5..2.0)),
                 ..Candidate::example(i as u8)
             })

@@ -39,6 +39,7 @@ fn policy_json(placer: &str, curve: &[Sample], now: Option<&LearningStats>) -> V
             "gain_share": if a.anchor_ms > 0.0 { a.gain_ms / a.anchor_ms } else { 0.0 },
             "explored": a.explored,
             "withheld": a.withheld,
+            "probes": a.probes,
             "fallbacks": a.fallbacks,
             "holding": a.holding,
         })
@@ -124,6 +125,7 @@ fn anchor_table(a: &Value) -> maud::Markup {
                 tr { th { "What the departures gained" } td #gain { (gain_text(a)) } }
                 tr { th { "Exploration (within the budget)" } td #explored { (a["explored"]) } }
                 tr { th { "Proposals kept as controls (at random)" } td #withheld { (a["withheld"]) } }
+                tr { th { "Probes (a kind of work on a class of node not yet learnt, within the budget)" } td #probes { (a["probes"]) } }
                 tr { th { "Guard" } td #guard { (guard_text(a)) } }
                 tr { th { "Guard fall-backs" } td #fallbacks { (a["fallbacks"]) } }
             } }

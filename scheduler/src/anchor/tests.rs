@@ -100,6 +100,7 @@ fn the_guard_falls_back_when_departures_measure_worse_and_tries_again_after_the_
             Kind::Followed => 'F',
             Kind::Explored => 'E',
             Kind::Withheld => 'W',
+            Kind::Probed => 'P',
         })
         .collect();
     // The window (32 judged) held +10 ms × 32 in hand: the sixth 150 ms departure tips it. Then
@@ -181,4 +182,21 @@ fn proposals_are_judged_against_random_controls() {
         g2.observe(id, if d.chosen == 0 { 100.0 } else { 250.0 }, true);
     }
     assert!(held && g2.stats().fallbacks > 0);
+}
+
+#[test]
+fn probes_are_counted_apart_not_judged_and_not_held_back() {
+    let cfg = AnchorConfig { epsilon: 0.0, min_judged: 8, window: 32, cooldown: 50, ..AnchorConfig::default() };
+    let mut g = Guard::new(cfg);
+    // Losing departures make the guard hold the learner back.
+    departures(&mut g, 0, 8, 150.0);
+    assert!(g.stats().holding.is_some());
+    let judged = g.stats().judged;
+    let p = g.probe(1, "a class not learnt".into());
+    assert_eq!((p.chosen, p.kind), (1, Kind::Probed));
+    assert!(p.reason.starts_with("probe: a class not learnt"), "{}", p.reason);
+    // A probe's outcome, however long, is not judged.
+    g.observe(8, 1e6, true);
+    let s = g.stats();
+    assert_eq!((s.probes, s.judged, s.departures, s.decisions), (1, judged, 8, 9));
 }

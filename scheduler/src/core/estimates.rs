@@ -215,6 +215,10 @@ pub struct Estimate {
     /// there), not from the worker's speed over other work or the cluster's means: a learner
     /// that corrects the estimates (`plexus_policy::correction`) corrects the two apart.
     pub own: bool,
+    /// Whether it comes from this worker's runs of this kind of work (`own`, or its rate over
+    /// the kind, `kind_key`), not only from its speed over other kinds or the cluster's means:
+    /// what the learned placer probes (`plexus_policy::correction::Correction::probe`).
+    pub of_kind: bool,
 }
 
 /// A pair's fetch model.
@@ -476,28 +480,28 @@ impl Estimates {
         if let (Some(f), Some((r, _))) = (hint, self.run_rates.get(&(worker, signature)))
             && let Some(rate) = r.value()
         {
-            return Some(Estimate { ms: f * rate, samples: r.weight, own: true });
+            return Some(Estimate { ms: f * rate, samples: r.weight, own: true, of_kind: true });
         }
         if let Some((m, _)) = self.runs.get(&(worker, signature))
             && let Some(ms) = m.value()
         {
-            return Some(Estimate { ms, samples: m.weight, own: true });
+            return Some(Estimate { ms, samples: m.weight, own: true, of_kind: true });
         }
         if let (Some(f), Some((r, _))) = (hint, kind.and_then(|k| self.kind_rates.get(&(worker, k))))
             && let Some(rate) = r.value()
         {
-            return Some(Estimate { ms: f * rate, samples: r.weight, own: false });
+            return Some(Estimate { ms: f * rate, samples: r.weight, own: false, of_kind: true });
         }
         if let (Some(f), Some((r, _))) = (hint, self.flop_rates.get(&worker))
             && let Some(rate) = r.value()
         {
-            return Some(Estimate { ms: f * rate, samples: r.weight, own: false });
+            return Some(Estimate { ms: f * rate, samples: r.weight, own: false, of_kind: false });
         }
         if let Some(ms) = self.signature_means.get(&signature).and_then(Sum::mean) {
-            return Some(Estimate { ms, samples: 0.0, own: false });
+            return Some(Estimate { ms, samples: 0.0, own: false, of_kind: false });
         }
         let (f, rate) = (hint?, self.flop_mean.mean()?);
-        Some(Estimate { ms: f * rate, samples: 0.0, own: false })
+        Some(Estimate { ms: f * rate, samples: 0.0, own: false, of_kind: false })
     }
 
     /// The fetch model of `holder → worker`: measured, or the mean of its rack class, or the
@@ -755,11 +759,13 @@ mod tests {
         let at = |e: &Estimates, sig, kind| e.compute_of(w(1), sig, kind, Some(2e9)).unwrap();
         assert!(close(at(&e, 3, Some(solve)).ms, 1000.0), "{:?}", at(&e, 3, Some(solve)));
         assert!(close(at(&e, 4, Some(scan)).ms, 4000.0));
-        assert!(!at(&e, 3, Some(solve)).own);
+        assert!(!at(&e, 3, Some(solve)).own && at(&e, 3, Some(solve)).of_kind);
+        assert!(at(&e, 1, Some(solve)).own && at(&e, 1, Some(solve)).of_kind);
         // A kind never run there, or no kind named: the worker's rate over every task (the mean
         // of 500 and 2000 ms per 1e9, weighted by recency: (0.9·500 + 2000) / 1.9 per 1e9).
         let all = 2e9 * (0.9 * 500.0 + 2000.0) / (1.9 * 1e9);
         assert!(close(at(&e, 5, Some(7)).ms, all) && close(at(&e, 5, None).ms, all));
+        assert!(!at(&e, 5, Some(7)).of_kind, "a kind never run there: blind to it");
         // Kept across a store round trip; a store written before kinds still loads.
         let back: Estimates = serde_json::from_slice(&serde_json::to_vec(&e).unwrap()).unwrap();
         assert!(close(at(&back, 3, Some(solve)).ms, 1000.0));
@@ -793,7 +799,7 @@ mod tests {
     fn run_times_are_recency_weighted_means_with_their_sample_count() {
         let mut e = Estimates::new();
         e.observe_run(w(1), 7, None, 100.0);
-        assert_eq!(e.compute(w(1), 7, None), Some(Estimate { ms: 100.0, samples: 1.0, own: true }));
+        assert_eq!(e.compute(w(1), 7, None), Some(Estimate { ms: 100.0, samples: 1.0, own: true, of_kind: true }));
         e.observe_run(w(1), 7, None, 200.0);
         // (0.9·100 + 200) / (0.9 + 1) = 290 / 1.9
         let c = e.compute(w(1), 7, None).unwrap();

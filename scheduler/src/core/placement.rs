@@ -665,6 +665,7 @@ impl Core {
                 est_compute_ms: compute.map(|c| c.ms),
                 recent_slowdown: self.estimates.slowdown(id),
                 est_compute_own: compute.is_some_and(|c| c.own),
+                est_compute_kind: compute.is_some_and(|c| c.of_kind),
                 running: if wants_running { self.jobs.running_on(w.placed()) } else { Vec::new() },
             });
         }

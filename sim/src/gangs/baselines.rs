@@ -79,6 +79,7 @@ impl Cluster {
                 est_compute_ms: None,
                 recent_slowdown: None,
                 est_compute_own: false,
+                est_compute_kind: false,
                 running: Vec::new(),
             })
             .collect();
