@@ -192,42 +192,10 @@ pub(crate) fn encode(core: &Core, out: &Outbox) -> Batch {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::store::MemStore;
-
-    /// A store whose first write fails.
-    #[derive(Default)]
-    struct FailsFirst {
-        inner: MemStore,
-        writes: AtomicUsize,
-    }
-
-    impl Store for FailsFirst {
-        fn load(&self) -> Result<plexus_scheduler::core::Snapshot, Error> {
-            self.inner.load()
-        }
-        fn placement(
-            &self,
-            job: plexus_proto::JobId,
-            idx: u32,
-        ) -> Result<Option<plexus_scheduler::core::PlacementRecord>, Error> {
-            self.inner.placement(job, idx)
-        }
-        fn commit(&self, batch: Batch) -> Result<(), Error> {
-            if self.writes.fetch_add(1, Ordering::SeqCst) == 0 {
-                return Err(Error::Unavailable("the disk is gone".into()));
-            }
-            self.inner.commit(batch)
-        }
-        fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error> {
-            self.inner.load_estimates()
-        }
-        fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error> {
-            self.inner.save_estimates(bytes)
-        }
-    }
+    use crate::store::testing::HeldStore;
 
     fn one_record(key: u8) -> Batch {
         let mut b = Batch::default();
@@ -239,7 +207,8 @@ mod tests {
     /// round may rest on what the failed one did not store.
     #[test]
     fn after_a_failed_write_nothing_more_is_written_or_answered() {
-        let store = Arc::new(FailsFirst::default());
+        let store = Arc::new(HeldStore::default());
+        store.failing.store(true, Ordering::SeqCst);
         let committer = Committer::start(store.clone());
         let answered = Arc::new(Mutex::new(Vec::new()));
         let reply = |n: u32| -> Vec<Deferred> {

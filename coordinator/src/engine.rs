@@ -721,47 +721,6 @@ mod tests {
         }
     }
 
-    /// A store whose commits wait while `closed`, and fail while `failing`.
-    #[derive(Default)]
-    struct GatedStore {
-        inner: MemStore,
-        closed: std::sync::Mutex<bool>,
-        opened: std::sync::Condvar,
-        failing: std::sync::atomic::AtomicBool,
-    }
-
-    impl GatedStore {
-        fn close(&self, closed: bool) {
-            *self.closed.lock().unwrap() = closed;
-            self.opened.notify_all();
-        }
-    }
-
-    impl Store for GatedStore {
-        fn load(&self) -> Result<plexus_scheduler::core::Snapshot, Error> {
-            self.inner.load()
-        }
-        fn placement(&self, job: JobId, idx: u32) -> Result<Option<plexus_scheduler::core::PlacementRecord>, Error> {
-            self.inner.placement(job, idx)
-        }
-        fn commit(&self, batch: crate::store::Batch) -> Result<(), Error> {
-            let mut closed = self.closed.lock().unwrap();
-            while *closed {
-                closed = self.opened.wait(closed).unwrap();
-            }
-            if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(Error::Unavailable("the disk is gone".into()));
-            }
-            self.inner.commit(batch)
-        }
-        fn load_estimates(&self) -> Result<Option<Vec<u8>>, Error> {
-            self.inner.load_estimates()
-        }
-        fn save_estimates(&self, bytes: &[u8]) -> Result<(), Error> {
-            self.inner.save_estimates(bytes)
-        }
-    }
-
     /// Pipelined commits (`commit.rs`): while a round's records are being written the engine
     /// goes on with new commands (a heartbeat is answered), but that round's callers are not
     /// answered and its assignments are not sent until the write is done; a write that fails
@@ -769,7 +728,7 @@ mod tests {
     #[tokio::test]
     async fn nothing_of_a_round_is_answered_or_sent_before_its_commit_while_the_engine_goes_on() {
         use std::time::Duration;
-        let store = Arc::new(GatedStore::default());
+        let store = Arc::new(crate::store::testing::HeldStore::default());
         let core = Core::new(CoreConfig::default(), heuristic("least-loaded", 1).expect("a heuristic"));
         let (handle, thread) = start(core, Box::new(store.clone()), plexus_proto::now_ms);
         let worker = WorkerId::random();

@@ -17,6 +17,9 @@ use plexus_scheduler::core::{JobRecord, PlacementRecord, Snapshot, Subtask, Work
 
 use crate::error::Error;
 
+#[cfg(test)]
+pub(crate) mod testing;
+
 /// How long [`SledStore::open`] waits for another holder of the database lock to let go: a `Db`
 /// that was just dropped (or a coordinator that is still exiting) releases the lock only when
 /// sled's background flusher has finished, a moment later.
