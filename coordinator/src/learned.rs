@@ -71,10 +71,7 @@ pub fn summary(placer: &str, l: Option<&LearningStats>) -> String {
             s.push_str(&format!(", kept {} of its proposals as controls", a.withheld));
         }
         if a.probes > 0 {
-            s.push_str(&format!(
-                ", probed {} times where it had not learnt the kind of work on the class of node",
-                a.probes
-            ));
+            s.push_str(&format!(", probed {} times a worker that had not run the kind of work", a.probes));
         }
         if a.judged > 0 {
             let gain = if a.anchor_ms > 0.0 { a.gain_ms * 100.0 / a.anchor_ms } else { 0.0 };

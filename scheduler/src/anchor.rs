@@ -27,8 +27,8 @@
 //!
 //! **Probes.** The learner may also send a decision, within a budget it states, where it has not
 //! learnt what the anchor's estimates miss ([`Guard::probe`]: the coordinator's `rl` probes a
-//! class of node whose estimate for this kind of work comes only from other work, at most 8 times
-//! per kind and class, each at most 2 × the anchor's estimate). Probes are counted apart
+//! worker whose estimate for this kind of work comes only from other work, once per worker and
+//! kind, each at most 2 × the anchor's estimate). Probes are counted apart
 //! ([`Kind::Probed`]) and, like exploration, not judged.
 //!
 //! Exploration (the seed's ε) picks only among candidates within the same slack, so the
@@ -108,8 +108,8 @@ pub enum Kind {
     /// The learner proposed a departure and the anchor's choice was kept, at random, as a
     /// control: what these took is the yardstick of the proposed departures.
     Withheld,
-    /// A probe ([`Guard::probe`]): a worker of a class the learner has not learnt this kind of
-    /// work on, within the learner's stated budget; not judged, like exploration.
+    /// A probe ([`Guard::probe`]): a worker that has not run this kind of work, chosen within the
+    /// learner's stated budget; not judged, like exploration.
     Probed,
 }
 
@@ -292,7 +292,7 @@ impl Guard {
     }
 
     /// Decision `id` goes to `p`, a probe the learner chose within its own stated budget
-    /// (`plexus_policy::correction`: a class of node it has not learnt this kind of work on),
+    /// (`plexus_policy::correction`: a worker that has not run this kind of work),
     /// `why` in words. Counted apart, not judged (like exploration), and not held back by the
     /// guard, which judges what the learner knows, not what it has yet to learn.
     pub fn probe(&mut self, p: usize, why: String) -> Anchored {

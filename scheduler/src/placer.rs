@@ -241,8 +241,8 @@ pub struct AnchorStats {
     pub withheld: u64,
     /// Times the guard fell back to the anchor.
     pub fallbacks: u64,
-    /// Probes: decisions sent, within the learner's stated budget, to a class of node it had not
-    /// learnt that kind of work on (`anchor::Kind::Probed`).
+    /// Probes: decisions sent, within the learner's stated budget, to a worker that had not run
+    /// that kind of work (`anchor::Kind::Probed`).
     pub probes: u64,
     /// While the guard holds the learner back: why, in words.
     pub holding: Option<String>,

@@ -125,7 +125,7 @@ fn anchor_table(a: &Value) -> maud::Markup {
                 tr { th { "What the departures gained" } td #gain { (gain_text(a)) } }
                 tr { th { "Exploration (within the budget)" } td #explored { (a["explored"]) } }
                 tr { th { "Proposals kept as controls (at random)" } td #withheld { (a["withheld"]) } }
-                tr { th { "Probes (a kind of work on a class of node not yet learnt, within the budget)" } td #probes { (a["probes"]) } }
+                tr { th { "Probes (once per worker and kind of work it had not run, within the budget)" } td #probes { (a["probes"]) } }
                 tr { th { "Guard" } td #guard { (guard_text(a)) } }
                 tr { th { "Guard fall-backs" } td #fallbacks { (a["fallbacks"]) } }
             } }
