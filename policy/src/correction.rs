@@ -188,11 +188,6 @@ impl Correction {
         self.predict(kind, ctx).map_or(1.0, f64::exp)
     }
 
-    /// Outcomes learnt from in the cell of `kind` that `ctx` falls in.
-    pub fn cell_outcomes(&self, kind: u64, ctx: &Context) -> u64 {
-        self.kinds.get(&kind).and_then(|m| m.cells.get(&(ctx.class, ctx.own))).map_or(0, |c| c.n)
-    }
-
     /// The worker to probe for a task of `kind`, fastest having chosen `anchor` (see the module
     /// documentation), or `None`: the nearest feasible one whose estimate does not come from its
     /// runs of this kind, within the reach, not probed for it yet.
